@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Installs the third-party MCP peers the integration tests run against, into the ignored .peers/:
+#   .peers/npm   npm @modelcontextprotocol/server-everything (pinned below)
+#                run: node .peers/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js stdio
+#                  or .peers/npm/node_modules/.bin/mcp-server-everything stdio|streamableHttp|sse (PORT=<n>)
+#   .peers/venv  Python venv with tests/py/requirements.txt (mcp==2.3.0 and exact pins of its deps)
+#                run: .peers/venv/bin/python tests/py/client.py … / tests/py/server.py …
+# Idempotent and fast when done: each step writes a marker (.peers/npm.ok, .peers/venv.ok) holding what
+# it installed, and is redone from scratch when that differs. Safe to run concurrently (flock).
+# Env: PEERS_PYTHON = interpreter for the venv (default python3.11, else python3).
+set -euo pipefail
+
+EVERYTHING_PKG="@modelcontextprotocol/server-everything"
+EVERYTHING_VERSION="2026.8.31"
+MCP_PY_VERSION="2.3.0" # must match the mcp== pin in tests/py/requirements.txt
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PEERS="$ROOT/.peers"
+REQS="$ROOT/tests/py/requirements.txt"
+mkdir -p "$PEERS"
+
+exec 9>"$PEERS/.lock"
+flock 9 # exclusive; released when this process exits
+
+log() { echo "install-peers: $*" >&2; }
+
+# ---- npm: server-everything -------------------------------------------------------------------
+npm_want="$EVERYTHING_PKG@$EVERYTHING_VERSION"
+npm_entry="$PEERS/npm/node_modules/$EVERYTHING_PKG/dist/index.js"
+if [[ "$(cat "$PEERS/npm.ok" 2>/dev/null || true)" == "$npm_want" && -f "$npm_entry" ]]; then
+  log "npm: $npm_want already installed"
+else
+  command -v node >/dev/null || { log "node not found (needs Node.js >= 20 and npm)"; exit 1; }
+  command -v npm >/dev/null || { log "npm not found"; exit 1; }
+  log "npm: installing $npm_want into .peers/npm"
+  rm -rf "$PEERS/npm" "$PEERS/npm.ok"
+  mkdir -p "$PEERS/npm"
+  npm install --prefix "$PEERS/npm" --no-audit --no-fund --loglevel=error "$npm_want" >&2
+  [[ -f "$npm_entry" ]] || { log "npm install finished but $npm_entry is missing"; exit 1; }
+  installed="$(node -p "require('$PEERS/npm/node_modules/$EVERYTHING_PKG/package.json').version")"
+  [[ "$installed" == "$EVERYTHING_VERSION" ]] || { log "got $EVERYTHING_PKG $installed, want $EVERYTHING_VERSION"; exit 1; }
+  echo "$npm_want" >"$PEERS/npm.ok"
+fi
+
+# ---- Python venv: mcp -------------------------------------------------------------------------
+grep -qx "mcp==$MCP_PY_VERSION" "$REQS" || { log "$REQS does not pin mcp==$MCP_PY_VERSION"; exit 1; }
+py="${PEERS_PYTHON:-}"
+if [[ -z "$py" ]]; then
+  if command -v python3.11 >/dev/null; then py=python3.11; else py=python3; fi
+fi
+py_version="$("$py" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])')"
+venv_want="python=$py_version requirements-sha256=$(sha256sum "$REQS" | cut -d' ' -f1)"
+if [[ "$(cat "$PEERS/venv.ok" 2>/dev/null || true)" == "$venv_want" && -x "$PEERS/venv/bin/python" ]]; then
+  log "venv: already installed ($venv_want)"
+else
+  log "venv: creating .peers/venv with $py ($py_version), installing $REQS"
+  rm -rf "$PEERS/venv" "$PEERS/venv.ok"
+  "$py" -m venv "$PEERS/venv"
+  "$PEERS/venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input -r "$REQS" >&2
+  "$PEERS/venv/bin/python" -m pip check >&2
+  got="$("$PEERS/venv/bin/python" -c 'import importlib.metadata as m; print(m.version("mcp"))')"
+  [[ "$got" == "$MCP_PY_VERSION" ]] || { log "venv has mcp $got, want $MCP_PY_VERSION"; exit 1; }
+  echo "$venv_want" >"$PEERS/venv.ok"
+fi
+
+log "ok"

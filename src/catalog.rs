@@ -1,0 +1,215 @@
+//! The catalog: per upstream, its full list of resources and templates (every upstream page,
+//! already namespaced), and the merged view downstream pages are cut from.
+//!
+//! A change to one upstream builds a new immutable [`Snapshot`] that shares every other
+//! upstream's lists (`Arc`), so a change costs O(upstreams), not O(resources), and a page costs
+//! O(page) — never a re-merge of everything.
+//!
+//! Invariant: the generation grows with every change; a snapshot never changes once built, so
+//! an offset is meaningful only together with the generation it was taken from.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use rmcp::model::{Resource, ResourceTemplate};
+
+/// What one upstream contributes, with namespaced URIs and templates.
+#[derive(Debug, Default)]
+pub struct UpstreamCatalog {
+    pub resources: Vec<Resource>,
+    pub templates: Vec<ResourceTemplate>,
+}
+
+/// One page of a merged list, and where the next starts (if anything is left).
+#[derive(Debug)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    pub next: Option<usize>,
+}
+
+/// An immutable merged view: the upstreams in name order, each in its own order.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    pub generation: u64,
+    parts: Vec<(String, Arc<UpstreamCatalog>)>,
+}
+
+/// The live catalog. A cheap `Clone` handle.
+#[derive(Debug, Clone, Default)]
+pub struct Catalog {
+    inner: Arc<Mutex<State>>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    generation: u64,
+    upstreams: BTreeMap<String, Arc<UpstreamCatalog>>,
+    snapshot: Arc<Snapshot>,
+}
+
+impl Catalog {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Replace what `upstream` contributes. Returns the new generation.
+    pub fn set_upstream(&self, upstream: &str, entries: UpstreamCatalog) -> u64 {
+        self.change(|upstreams| {
+            upstreams.insert(upstream.to_string(), Arc::new(entries));
+        })
+    }
+
+    /// Drop what `upstream` contributes (it left or went down). Returns the new generation.
+    pub fn remove_upstream(&self, upstream: &str) -> u64 {
+        self.change(|upstreams| {
+            upstreams.remove(upstream);
+        })
+    }
+
+    /// The current merged view.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.inner.lock().expect("catalog lock").snapshot.clone()
+    }
+
+    fn change(&self, edit: impl FnOnce(&mut BTreeMap<String, Arc<UpstreamCatalog>>)) -> u64 {
+        let mut state = self.inner.lock().expect("catalog lock");
+        edit(&mut state.upstreams);
+        state.generation += 1;
+        let parts = state.upstreams.iter().map(|(name, part)| (name.clone(), part.clone())).collect();
+        state.snapshot = Arc::new(Snapshot { generation: state.generation, parts });
+        state.generation
+    }
+}
+
+impl Snapshot {
+    pub fn resource_count(&self) -> usize {
+        self.parts.iter().map(|(_, p)| p.resources.len()).sum()
+    }
+
+    pub fn template_count(&self) -> usize {
+        self.parts.iter().map(|(_, p)| p.templates.len()).sum()
+    }
+
+    /// Counts per upstream: `(name, resources, templates)`.
+    pub fn counts(&self) -> Vec<(String, usize, usize)> {
+        self.parts.iter().map(|(n, p)| (n.clone(), p.resources.len(), p.templates.len())).collect()
+    }
+
+    /// Up to `limit` visible resources from `offset` of the merged list.
+    pub fn resources_page(&self, offset: usize, limit: usize, visible: &dyn Fn(&str) -> bool) -> Page<Resource> {
+        page(&self.parts, offset, limit, |p| &p.resources, |r| visible(&r.uri))
+    }
+
+    /// Up to `limit` visible templates from `offset` of the merged list.
+    pub fn templates_page(
+        &self,
+        offset: usize,
+        limit: usize,
+        visible: &dyn Fn(&ResourceTemplate) -> bool,
+    ) -> Page<ResourceTemplate> {
+        page(&self.parts, offset, limit, |p| &p.templates, visible)
+    }
+}
+
+/// Scan from `offset`, keep visible items, stop at `limit` of them — or after scanning a bounded
+/// number of hidden ones, so a page stays cheap under a restrictive policy (a short page with a
+/// cursor is a valid page).
+fn page<T: Clone>(
+    parts: &[(String, Arc<UpstreamCatalog>)],
+    offset: usize,
+    limit: usize,
+    list: impl Fn(&UpstreamCatalog) -> &Vec<T>,
+    visible: impl Fn(&T) -> bool,
+) -> Page<T> {
+    let max_scanned = limit.saturating_mul(64).max(4096);
+    let mut items = Vec::with_capacity(limit.min(1024));
+    let mut skip = offset;
+    let mut position = offset;
+    let mut scanned = 0;
+    for (_, part) in parts {
+        let entries = list(part);
+        if skip >= entries.len() {
+            skip -= entries.len();
+            continue;
+        }
+        for entry in &entries[skip..] {
+            if items.len() == limit || scanned == max_scanned {
+                return Page { items, next: Some(position) };
+            }
+            scanned += 1;
+            position += 1;
+            if visible(entry) {
+                items.push(entry.clone());
+            }
+        }
+        skip = 0;
+    }
+    Page { items, next: None }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entries(prefix: &str, n: usize) -> UpstreamCatalog {
+        UpstreamCatalog {
+            resources: (0..n).map(|i| Resource::new(format!("{prefix}+x://r/{i}"), format!("r{i}"))).collect(),
+            templates: vec![ResourceTemplate::new(format!("{prefix}+x://r/{{id}}"), "t")],
+        }
+    }
+
+    fn all_pages(snapshot: &Snapshot, limit: usize, visible: &dyn Fn(&str) -> bool) -> Vec<String> {
+        let mut uris = Vec::new();
+        let mut offset = Some(0);
+        while let Some(at) = offset {
+            let page = snapshot.resources_page(at, limit, visible);
+            assert!(page.items.len() <= limit);
+            uris.extend(page.items.into_iter().map(|r| r.uri));
+            offset = page.next;
+        }
+        uris
+    }
+
+    #[test]
+    fn pages_walk_the_merged_list_in_upstream_name_order() {
+        let catalog = Catalog::new();
+        catalog.set_upstream("b", entries("b", 3));
+        catalog.set_upstream("a", entries("a", 4));
+        let snapshot = catalog.snapshot();
+        assert_eq!(snapshot.generation, 2);
+        let uris = all_pages(&snapshot, 3, &|_| true);
+        assert_eq!(uris.len(), 7);
+        assert!(uris[..4].iter().all(|u| u.starts_with("a+")));
+        assert!(uris[4..].iter().all(|u| u.starts_with("b+")));
+        assert_eq!(snapshot.template_count(), 2);
+    }
+
+    #[test]
+    fn an_exact_fit_ends_without_an_empty_page() {
+        let catalog = Catalog::new();
+        catalog.set_upstream("a", entries("a", 4));
+        let page = catalog.snapshot().resources_page(0, 4, &|_| true);
+        assert_eq!(page.items.len(), 4);
+        assert_eq!(page.next, None);
+    }
+
+    #[test]
+    fn hidden_items_are_skipped_not_counted() {
+        let catalog = Catalog::new();
+        catalog.set_upstream("a", entries("a", 10));
+        let even = |uri: &str| uri.rsplit('/').next().unwrap().parse::<u32>().unwrap() % 2 == 0;
+        let uris = all_pages(&catalog.snapshot(), 2, &even);
+        assert_eq!(uris, ["a+x://r/0", "a+x://r/2", "a+x://r/4", "a+x://r/6", "a+x://r/8"]);
+    }
+
+    #[test]
+    fn snapshots_are_immutable_and_removal_bumps_the_generation() {
+        let catalog = Catalog::new();
+        catalog.set_upstream("a", entries("a", 2));
+        let before = catalog.snapshot();
+        let generation = catalog.remove_upstream("a");
+        assert_eq!(before.resource_count(), 2);
+        assert_eq!(catalog.snapshot().resource_count(), 0);
+        assert_eq!(generation, before.generation + 1);
+    }
+}

@@ -1,0 +1,389 @@
+//! Configuration: `config.toml` + `MCP_PROXY_<SECTION>__<KEY>` environment + CLI flags, parsed
+//! by figment into raw values, then validated into typed values with every problem reported
+//! at once (each with where it is).
+//!
+//! Invariant: a [`Config`] that exists is valid — names unique and well formed, exactly one
+//! transport per upstream, every `${VAR}` resolved, durations and addresses parsed.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::value::Value;
+use serde::Deserialize;
+
+use crate::namespace::is_valid_upstream_name;
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub upstreams: Vec<UpstreamConfig>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Streamable HTTP listener; the MCP endpoint is `/mcp`.
+    pub listen: SocketAddr,
+    /// Resources (and templates) per downstream list page.
+    pub page_size: usize,
+    /// Extra `Host` header values accepted besides loopback names and the listen address.
+    pub allowed_hosts: Vec<String>,
+    /// How long a legacy HTTP session may stay silent before it is reaped.
+    pub session_idle_timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct UpstreamConfig {
+    pub name: String,
+    pub transport: UpstreamTransport,
+    pub protocol: ProtocolChoice,
+    /// Each upstream request (list page, read) must answer within this.
+    pub request_timeout: Duration,
+    /// Reconnect backoff doubles from `reconnect_min` up to this.
+    pub reconnect_max: Duration,
+}
+
+/// How the proxy reaches an upstream.
+#[derive(Debug, Clone, PartialEq)]
+pub enum UpstreamTransport {
+    /// The built-in folder server, in process.
+    Dir { path: PathBuf },
+    /// A child process speaking MCP over stdio.
+    Command { program: String, args: Vec<String>, env: BTreeMap<String, String>, cwd: Option<PathBuf> },
+    /// Streamable HTTP.
+    Http { url: String, headers: BTreeMap<String, String> },
+}
+
+/// Which protocol era to speak to an upstream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProtocolChoice {
+    /// Probe 2026-07-28 (`server/discover`), fall back to the 2025 handshake.
+    Auto,
+    /// The given version, no probing.
+    Pinned(String),
+}
+
+pub const MODERN_VERSION: &str = "2026-07-28";
+const KNOWN_VERSIONS: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", MODERN_VERSION];
+const RESERVED_HEADERS: &[&str] =
+    &["accept", "mcp-session-id", "mcp-protocol-version", "last-event-id", "content-type"];
+
+/// Every problem found in a configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigError {
+    pub problems: Vec<Problem>,
+}
+
+/// One problem: where it is and what is wrong.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Problem {
+    pub at: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let count = self.problems.len();
+        writeln!(f, "{count} configuration problem{}:", if count == 1 { "" } else { "s" })?;
+        for problem in &self.problems {
+            writeln!(f, "  - {}: {}", problem.at, problem.message)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Overrides that come from the command line; they win over file and environment.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct CliOverrides {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
+}
+
+impl Config {
+    /// Read `path` (must exist), the environment, and the CLI overrides; validate.
+    pub fn load(path: &Path, cli: &CliOverrides) -> Result<Config, ConfigError> {
+        if !path.is_file() {
+            return Err(single(&path.display().to_string(), "no such config file"));
+        }
+        let figment = Figment::new()
+            .merge(Toml::file_exact(path))
+            .merge(Env::prefixed("MCP_PROXY_").split("__").lowercase(true))
+            .merge(Serialized::default("server", cli));
+        let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        Self::from_figment(&figment, &base, &|name| std::env::var(name).ok())
+    }
+
+    /// Validate a TOML text (paths relative to `base`), with `lookup` standing in for the
+    /// environment of `${VAR}`. For tests and for `load`.
+    pub fn from_toml(text: &str, base: &Path, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        Self::from_figment(&Figment::from(Toml::string(text)), base, lookup)
+    }
+
+    fn from_figment(
+        figment: &Figment,
+        base: &Path,
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let raw: RawConfig = figment.extract().map_err(|errors| ConfigError {
+            problems: errors
+                .into_iter()
+                .map(|e| Problem { at: where_of(&e.path), message: e.kind.to_string() })
+                .collect(),
+        })?;
+        let mut problems = Vec::new();
+        let config = validate(raw, base, lookup, &mut problems);
+        if problems.is_empty() { Ok(config) } else { Err(ConfigError { problems }) }
+    }
+}
+
+#[derive(Debug, Deserialize, Default)]
+struct RawConfig {
+    #[serde(default)]
+    server: RawServer,
+    #[serde(default)]
+    upstreams: Vec<RawUpstream>,
+    #[serde(flatten)]
+    unknown: BTreeMap<String, Value>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+struct RawServer {
+    listen: Option<String>,
+    page_size: Option<i64>,
+    allowed_hosts: Option<Vec<String>>,
+    session_idle_timeout: Option<String>,
+    #[serde(flatten)]
+    unknown: BTreeMap<String, Value>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+struct RawUpstream {
+    name: Option<String>,
+    dir: Option<PathBuf>,
+    command: Option<String>,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    cwd: Option<PathBuf>,
+    url: Option<String>,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    protocol: Option<String>,
+    request_timeout: Option<String>,
+    reconnect_max: Option<String>,
+    #[serde(flatten)]
+    unknown: BTreeMap<String, Value>,
+}
+
+fn validate(
+    raw: RawConfig,
+    base: &Path,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    problems: &mut Vec<Problem>,
+) -> Config {
+    report_unknown("", &raw.unknown, problems);
+    let server = validate_server(raw.server, problems);
+    let mut seen = BTreeSet::new();
+    let upstreams = raw
+        .upstreams
+        .into_iter()
+        .enumerate()
+        .filter_map(|(index, upstream)| validate_upstream(index, upstream, base, lookup, &mut seen, problems))
+        .collect();
+    Config { server, upstreams }
+}
+
+fn validate_server(raw: RawServer, problems: &mut Vec<Problem>) -> ServerConfig {
+    report_unknown("server", &raw.unknown, problems);
+    let listen_text = raw.listen.unwrap_or_else(|| "127.0.0.1:8080".into());
+    let listen = listen_text.parse().unwrap_or_else(|_| {
+        push(problems, "server.listen", format!("`{listen_text}` is not an address like 127.0.0.1:8080"));
+        SocketAddr::from(([127, 0, 0, 1], 8080))
+    });
+    let page_size = match raw.page_size.unwrap_or(100) {
+        n @ 1..=10_000 => n as usize,
+        n => {
+            push(problems, "server.page_size", format!("{n} is outside 1..=10000"));
+            100
+        }
+    };
+    let session_idle_timeout =
+        duration(raw.session_idle_timeout.as_deref(), "1h", "server.session_idle_timeout", problems);
+    ServerConfig { listen, page_size, allowed_hosts: raw.allowed_hosts.unwrap_or_default(), session_idle_timeout }
+}
+
+fn validate_upstream(
+    index: usize,
+    raw: RawUpstream,
+    base: &Path,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    seen: &mut BTreeSet<String>,
+    problems: &mut Vec<Problem>,
+) -> Option<UpstreamConfig> {
+    let at = match &raw.name {
+        Some(name) => format!("upstreams[{index}] ({name})"),
+        None => format!("upstreams[{index}]"),
+    };
+    report_unknown(&at, &raw.unknown, problems);
+    let name = raw.name.clone().unwrap_or_default();
+    if raw.name.is_none() {
+        push(problems, &at, "missing `name`".into());
+    } else if !is_valid_upstream_name(&name) {
+        push(problems, &format!("{at}.name"), format!("`{name}` must match ^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"));
+    } else if !seen.insert(name.clone()) {
+        push(problems, &format!("{at}.name"), format!("`{name}` is used by another upstream"));
+    }
+    let transport = validate_transport(&at, raw_transport(&raw), base, lookup, problems);
+    let protocol = match raw.protocol.as_deref() {
+        None | Some("auto") => ProtocolChoice::Auto,
+        Some(version) if KNOWN_VERSIONS.contains(&version) => ProtocolChoice::Pinned(version.into()),
+        Some(other) => {
+            push(
+                problems,
+                &format!("{at}.protocol"),
+                format!("`{other}` is not \"auto\" or one of {KNOWN_VERSIONS:?}"),
+            );
+            ProtocolChoice::Auto
+        }
+    };
+    let request_timeout = duration(raw.request_timeout.as_deref(), "30s", &format!("{at}.request_timeout"), problems);
+    let reconnect_max = duration(raw.reconnect_max.as_deref(), "30s", &format!("{at}.reconnect_max"), problems);
+    Some(UpstreamConfig { name, transport: transport?, protocol, request_timeout, reconnect_max })
+}
+
+struct RawTransport {
+    dir: Option<PathBuf>,
+    command: Option<String>,
+    args: Vec<String>,
+    env: BTreeMap<String, String>,
+    cwd: Option<PathBuf>,
+    url: Option<String>,
+    headers: BTreeMap<String, String>,
+}
+
+fn raw_transport(raw: &RawUpstream) -> RawTransport {
+    RawTransport {
+        dir: raw.dir.clone(),
+        command: raw.command.clone(),
+        args: raw.args.clone(),
+        env: raw.env.clone(),
+        cwd: raw.cwd.clone(),
+        url: raw.url.clone(),
+        headers: raw.headers.clone(),
+    }
+}
+
+fn validate_transport(
+    at: &str,
+    raw: RawTransport,
+    base: &Path,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    problems: &mut Vec<Problem>,
+) -> Option<UpstreamTransport> {
+    let chosen = [raw.dir.is_some(), raw.command.is_some(), raw.url.is_some()];
+    if chosen.iter().filter(|c| **c).count() != 1 {
+        push(problems, at, "needs exactly one of `dir`, `command`, `url`".into());
+        return None;
+    }
+    let mut expand = |field: &str, text: &str| {
+        expand_vars(text, lookup).unwrap_or_else(|missing| {
+            push(problems, &format!("{at}.{field}"), format!("environment variable `{missing}` is not set"));
+            String::new()
+        })
+    };
+    if let Some(dir) = raw.dir {
+        return Some(UpstreamTransport::Dir { path: base.join(dir) });
+    }
+    if let Some(program) = raw.command {
+        let args = raw.args.iter().map(|a| expand("args", a)).collect();
+        let env = raw.env.iter().map(|(k, v)| (k.clone(), expand(&format!("env.{k}"), v))).collect();
+        let cwd = raw.cwd.map(|cwd| base.join(cwd));
+        return Some(UpstreamTransport::Command { program, args, env, cwd });
+    }
+    let url = expand("url", raw.url.as_deref().unwrap_or_default());
+    let headers: BTreeMap<String, String> =
+        raw.headers.iter().map(|(k, v)| (k.clone(), expand(&format!("headers.{k}"), v))).collect();
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        push(problems, &format!("{at}.url"), format!("`{url}` is not an http:// or https:// URL"));
+    }
+    for name in headers.keys() {
+        if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            push(problems, &format!("{at}.headers"), format!("`{name}` is not a valid header name"));
+        } else if RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+            push(problems, &format!("{at}.headers"), format!("`{name}` is set by the proxy itself"));
+        }
+    }
+    Some(UpstreamTransport::Http { url, headers })
+}
+
+/// Replace every `${VAR}` with its value; `Err(name)` of the first one that is not set.
+pub fn expand_vars(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            out.push_str(&rest[start..]);
+            return Ok(out);
+        };
+        let name = &after[..end];
+        out.push_str(&lookup(name).ok_or_else(|| name.to_string())?);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// Parse `"30s"`, `"250ms"`, `"5m"`, `"1h"`.
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit())?;
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number.parse().ok()?;
+    match unit.trim() {
+        "ms" => Some(Duration::from_millis(number)),
+        "s" => Some(Duration::from_secs(number)),
+        "m" => Some(Duration::from_secs(number * 60)),
+        "h" => Some(Duration::from_secs(number * 3600)),
+        _ => None,
+    }
+}
+
+fn duration(text: Option<&str>, default: &str, at: &str, problems: &mut Vec<Problem>) -> Duration {
+    let text = text.unwrap_or(default);
+    parse_duration(text).unwrap_or_else(|| {
+        push(problems, at, format!("`{text}` is not a duration like 250ms, 30s, 5m, 1h"));
+        parse_duration(default).expect("defaults parse")
+    })
+}
+
+fn report_unknown(at: &str, unknown: &BTreeMap<String, Value>, problems: &mut Vec<Problem>) {
+    for key in unknown.keys() {
+        let path = if at.is_empty() { key.clone() } else { format!("{at}.{key}") };
+        push(problems, &path, "unknown key".into());
+    }
+}
+
+fn push(problems: &mut Vec<Problem>, at: &str, message: String) {
+    problems.push(Problem { at: at.to_string(), message });
+}
+
+fn single(at: &str, message: &str) -> ConfigError {
+    ConfigError { problems: vec![Problem { at: at.into(), message: message.into() }] }
+}
+
+fn where_of(path: &[String]) -> String {
+    if path.is_empty() { "config".into() } else { path.join(".") }
+}
+
+#[cfg(test)]
+mod tests;

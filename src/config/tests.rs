@@ -1,0 +1,153 @@
+use std::path::Path;
+
+use super::*;
+
+fn env(name: &str) -> Option<String> {
+    (name == "TOKEN").then(|| "s3cret".to_string())
+}
+
+fn load(text: &str) -> Result<Config, ConfigError> {
+    Config::from_toml(text, Path::new("/etc/proxy"), &env)
+}
+
+fn problems(text: &str) -> Vec<String> {
+    load(text).expect_err("invalid").problems.into_iter().map(|p| format!("{}: {}", p.at, p.message)).collect()
+}
+
+#[test]
+fn a_full_config_validates_into_types() {
+    let config = load(
+        r#"
+        [server]
+        listen = "127.0.0.1:9000"
+        page_size = 50
+
+        [[upstreams]]
+        name = "policies"
+        dir = "policies"
+
+        [[upstreams]]
+        name = "everything"
+        command = "npx"
+        args = ["-y", "pkg@1", "stdio"]
+        env = { A = "${TOKEN}" }
+
+        [[upstreams]]
+        name = "remote"
+        url = "http://127.0.0.1:3001/mcp"
+        headers = { Authorization = "Bearer ${TOKEN}" }
+        protocol = "2025-11-25"
+        request_timeout = "250ms"
+        "#,
+    )
+    .unwrap();
+    assert_eq!(config.server.listen, "127.0.0.1:9000".parse().unwrap());
+    assert_eq!(config.server.page_size, 50);
+    assert_eq!(config.upstreams.len(), 3);
+    assert_eq!(config.upstreams[0].transport, UpstreamTransport::Dir { path: "/etc/proxy/policies".into() });
+    let UpstreamTransport::Command { env, args, .. } = &config.upstreams[1].transport else { panic!() };
+    assert_eq!(env["A"], "s3cret");
+    assert_eq!(args, &["-y", "pkg@1", "stdio"]);
+    let UpstreamTransport::Http { headers, .. } = &config.upstreams[2].transport else { panic!() };
+    assert_eq!(headers["Authorization"], "Bearer s3cret");
+    assert_eq!(config.upstreams[2].protocol, ProtocolChoice::Pinned("2025-11-25".into()));
+    assert_eq!(config.upstreams[2].request_timeout, Duration::from_millis(250));
+    assert_eq!(config.upstreams[0].protocol, ProtocolChoice::Auto);
+}
+
+#[test]
+fn defaults_apply_to_an_empty_file() {
+    let config = load("").unwrap();
+    assert_eq!(config.server.listen, "127.0.0.1:8080".parse().unwrap());
+    assert_eq!(config.server.page_size, 100);
+    assert!(config.upstreams.is_empty());
+}
+
+#[test]
+fn every_problem_is_reported_at_once() {
+    let found = problems(
+        r#"
+        colour = "blue"
+        [server]
+        listen = "nowhere"
+        page_size = 0
+        typo = 1
+
+        [[upstreams]]
+        name = "Bad_Name"
+        dir = "x"
+
+        [[upstreams]]
+        name = "twice"
+        dir = "x"
+
+        [[upstreams]]
+        name = "twice"
+        command = "a"
+        url = "http://x"
+
+        [[upstreams]]
+        name = "web"
+        url = "ftp://x/${MISSING}"
+        headers = { Accept = "x", "bad header" = "y" }
+        protocol = "1999-01-01"
+        request_timeout = "soon"
+        extra = true
+
+        [[upstreams]]
+        dir = "y"
+        "#,
+    );
+    let expected = [
+        "colour: unknown key",
+        "server.typo: unknown key",
+        "server.listen: `nowhere` is not an address like 127.0.0.1:8080",
+        "server.page_size: 0 is outside 1..=10000",
+        "upstreams[0] (Bad_Name).name: `Bad_Name` must match ^[a-z0-9]([a-z0-9-]*[a-z0-9])?$",
+        "upstreams[2] (twice).name: `twice` is used by another upstream",
+        "upstreams[2] (twice): needs exactly one of `dir`, `command`, `url`",
+        "upstreams[3] (web): unknown key",
+        "upstreams[3] (web).url: environment variable `MISSING` is not set",
+        "upstreams[3] (web).url: `` is not an http:// or https:// URL",
+        "upstreams[3] (web).headers: `Accept` is set by the proxy itself",
+        "upstreams[3] (web).headers: `bad header` is not a valid header name",
+        "upstreams[3] (web).protocol: `1999-01-01` is not \"auto\" or one of",
+        "upstreams[3] (web).request_timeout: `soon` is not a duration",
+        "upstreams[4]: missing `name`",
+    ];
+    for want in expected {
+        assert!(
+            found.iter().any(|f| f.starts_with(want)
+                || (want.ends_with("unknown key")
+                    && f.contains("unknown key")
+                    && f.starts_with(want.split(':').next().unwrap()))),
+            "missing {want:?} in {found:#?}"
+        );
+    }
+    assert_eq!(found.len(), expected.len(), "{found:#?}");
+}
+
+#[test]
+fn type_errors_say_where() {
+    let found = problems("[server]\npage_size = \"many\"\n");
+    assert!(found[0].starts_with("server.page_size"), "{found:?}");
+}
+
+#[test]
+fn vars_expand() {
+    let lookup = |n: &str| (n == "A").then(|| "1".to_string());
+    assert_eq!(expand_vars("x${A}y${A}", &lookup), Ok("x1y1".into()));
+    assert_eq!(expand_vars("${B}", &lookup), Err("B".into()));
+    assert_eq!(expand_vars("no vars $A {A}", &lookup), Ok("no vars $A {A}".into()));
+}
+
+#[test]
+fn durations_parse() {
+    assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+    assert_eq!(parse_duration("30s"), Some(Duration::from_secs(30)));
+    assert_eq!(parse_duration("5m"), Some(Duration::from_secs(300)));
+    assert_eq!(parse_duration("1h"), Some(Duration::from_secs(3600)));
+    for bad in ["", "s", "10", "1d", "-1s", "1.5s"] {
+        assert_eq!(parse_duration(bad), None, "{bad}");
+    }
+}

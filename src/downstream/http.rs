@@ -1,0 +1,41 @@
+//! Streamable HTTP at `/mcp`: legacy sessions (`Mcp-Session-Id`) and stateless 2026-07-28
+//! requests on one endpoint.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use rmcp::transport::StreamableHttpServerConfig;
+use rmcp::transport::streamable_http_server::StreamableHttpService;
+use rmcp::transport::streamable_http_server::session::local::{LocalSessionManager, SessionConfig};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use super::ProxyServer;
+use crate::proxy::Proxy;
+
+/// Serve on `listener` until `shutdown`. The principal is `anonymous` until access control says
+/// otherwise.
+pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: CancellationToken) -> std::io::Result<()> {
+    let local = listener.local_addr()?;
+    let server = proxy.config().server.clone();
+    let mut session_config = SessionConfig::default();
+    session_config.keep_alive = Some(server.session_idle_timeout);
+    let mut sessions = LocalSessionManager::default();
+    sessions.session_config = session_config;
+    let config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(true)
+        .with_allowed_hosts(allowed_hosts(local, &server.allowed_hosts))
+        .with_cancellation_token(shutdown.child_token());
+    let handler = ProxyServer::new(proxy, "anonymous");
+    let service = StreamableHttpService::new(move || Ok(handler.clone()), Arc::new(sessions), config);
+    let app = axum::Router::new().nest_service("/mcp", service);
+    tracing::info!(address = %local, "serving MCP at http://{local}/mcp");
+    axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await
+}
+
+fn allowed_hosts(local: SocketAddr, extra: &[String]) -> Vec<String> {
+    let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1"].map(String::from).to_vec();
+    hosts.push(local.ip().to_string());
+    hosts.extend(extra.iter().cloned());
+    hosts
+}

@@ -1,0 +1,82 @@
+//! The one error type of the proxy's request paths, and its one conversion to the wire.
+//!
+//! Invariant: what reaches a client says what went wrong and where (which upstream), never
+//! upstream internals — an upstream's own error text, stack traces or credentials are logged
+//! at most, never forwarded.
+
+use std::time::Duration;
+
+use rmcp::model::ErrorData;
+use serde_json::json;
+
+/// Everything a downstream request can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// The URI names no upstream, no resource, or one the caller may not see (the proxy does
+    /// not reveal which).
+    #[error("resource not found: {uri}")]
+    NotFound { uri: String },
+    /// A list cursor that was not minted by this proxy for this caller, or whose catalog
+    /// generation is gone.
+    #[error("invalid or expired cursor: list again without a cursor")]
+    InvalidCursor,
+    /// The request itself is malformed.
+    #[error("invalid request: {0}")]
+    InvalidParams(String),
+    /// The upstream the URI routes to is not connected right now.
+    #[error("upstream `{upstream}` is not connected; try again later")]
+    UpstreamDown { upstream: String },
+    /// The upstream did not answer in time.
+    #[error("upstream `{upstream}` did not answer within {}", humantime(*.timeout))]
+    UpstreamTimeout { upstream: String, timeout: Duration },
+    /// The upstream answered with an error or an unusable result. `reason` is ours, not theirs.
+    #[error("upstream `{upstream}` failed: {reason}")]
+    UpstreamFailed { upstream: String, reason: String },
+}
+
+impl ProxyError {
+    /// A bounded label for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::NotFound { .. } => "not_found",
+            Self::InvalidCursor => "invalid_cursor",
+            Self::InvalidParams(_) => "invalid_params",
+            Self::UpstreamDown { .. } => "upstream_down",
+            Self::UpstreamTimeout { .. } => "upstream_timeout",
+            Self::UpstreamFailed { .. } => "upstream_failed",
+        }
+    }
+
+    pub fn not_found(uri: impl Into<String>) -> Self {
+        Self::NotFound { uri: uri.into() }
+    }
+
+    /// The JSON-RPC error a client receives. Not-found uses the 2025 code (-32002); rmcp turns
+    /// it into -32602 for 2026-07-28 requests, as that era asks.
+    pub fn to_error_data(&self) -> ErrorData {
+        let message = self.to_string();
+        match self {
+            Self::NotFound { uri } => ErrorData::resource_not_found(message, Some(json!({ "uri": uri }))),
+            Self::InvalidCursor | Self::InvalidParams(_) => ErrorData::invalid_params(message, None),
+            Self::UpstreamDown { upstream }
+            | Self::UpstreamTimeout { upstream, .. }
+            | Self::UpstreamFailed { upstream, .. } => {
+                ErrorData::internal_error(message, Some(json!({ "upstream": upstream, "kind": self.kind() })))
+            }
+        }
+    }
+}
+
+impl From<ProxyError> for ErrorData {
+    fn from(error: ProxyError) -> Self {
+        error.to_error_data()
+    }
+}
+
+fn humantime(duration: Duration) -> String {
+    if duration.subsec_millis() == 0 {
+        format!("{}s", duration.as_secs())
+    } else {
+        format!("{}ms", duration.as_millis())
+    }
+}

@@ -1,0 +1,152 @@
+//! Opening one upstream connection: the transport (stdio child, streamable HTTP, in-process
+//! folder server) and the protocol era (probe, pinned, or remembered from the last connect).
+
+use std::collections::HashMap;
+use std::process::Stdio;
+
+use rmcp::model::ProtocolVersion;
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RoleClient, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ServiceExt, service::ClientCacheConfig};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::mpsc;
+
+use super::Era;
+use super::client::{Notice, UpstreamClient};
+use crate::config::{MODERN_VERSION, ProtocolChoice, UpstreamConfig, UpstreamTransport};
+use crate::serve_dir::FolderServer;
+
+pub(crate) type Running = RunningService<RoleClient, UpstreamClient>;
+
+/// How to start the lifecycle.
+#[derive(Debug, Clone)]
+enum Plan {
+    Auto,
+    Legacy(ProtocolVersion),
+    Modern,
+}
+
+/// Connect once. `remembered` is the era found on the last successful connect, which skips the
+/// probe. The error text is for logs and `/status`, never for clients.
+pub(crate) async fn connect(
+    config: &UpstreamConfig,
+    notices: mpsc::UnboundedSender<Notice>,
+    remembered: Option<Era>,
+) -> Result<(Running, Era), String> {
+    let plan = plan(&config.protocol, remembered);
+    let running = match plan {
+        Plan::Auto => match start(config, &notices, Plan::Auto).await {
+            Ok(running) => running,
+            Err(probe_error) => {
+                // rmcp's Auto can fail against legacy-only servers instead of falling back:
+                // retry with the 2025 handshake on a fresh transport.
+                tracing::debug!(upstream = %config.name, error = %probe_error, "probe failed; trying the 2025 handshake");
+                start(config, &notices, Plan::Legacy(ProtocolVersion::V_2025_11_25)).await?
+            }
+        },
+        plan => start(config, &notices, plan).await?,
+    };
+    running.set_response_cache_config(ClientCacheConfig::disabled()).await;
+    let era = match running.peer_info() {
+        Some(info) if !info.protocol_version.has_initialize() => Era::Modern,
+        _ => Era::Legacy,
+    };
+    Ok((running, era))
+}
+
+fn plan(choice: &ProtocolChoice, remembered: Option<Era>) -> Plan {
+    match (choice, remembered) {
+        (ProtocolChoice::Pinned(v), _) if v == MODERN_VERSION => Plan::Modern,
+        (ProtocolChoice::Pinned(v), _) => Plan::Legacy(version(v)),
+        (ProtocolChoice::Auto, Some(Era::Modern)) => Plan::Modern,
+        (ProtocolChoice::Auto, Some(Era::Legacy)) => Plan::Legacy(ProtocolVersion::V_2025_11_25),
+        (ProtocolChoice::Auto, None) => Plan::Auto,
+    }
+}
+
+fn version(text: &str) -> ProtocolVersion {
+    serde_json::from_value(serde_json::Value::String(text.to_string())).expect("a string is a version")
+}
+
+fn lifecycle(plan: &Plan) -> ClientLifecycleMode {
+    match plan {
+        Plan::Auto => ClientLifecycleMode::Auto {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            legacy_version: Some(ProtocolVersion::V_2025_11_25),
+        },
+        Plan::Legacy(_) => ClientLifecycleMode::Initialize,
+        Plan::Modern => ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] },
+    }
+}
+
+async fn start(
+    config: &UpstreamConfig,
+    notices: &mpsc::UnboundedSender<Notice>,
+    plan: Plan,
+) -> Result<Running, String> {
+    let handshake_version = match &plan {
+        Plan::Legacy(v) => v.clone(),
+        _ => ProtocolVersion::V_2025_11_25,
+    };
+    let handler = UpstreamClient::new(notices.clone(), handshake_version);
+    let mode = lifecycle(&plan);
+    let name = &config.name;
+    match &config.transport {
+        UpstreamTransport::Dir { path } => {
+            let folder = FolderServer::new(path).map_err(|e| format!("folder {}: {e}", path.display()))?;
+            let (client_side, server_side) = tokio::io::duplex(1 << 20);
+            let upstream = name.clone();
+            tokio::spawn(async move {
+                match folder.serve(server_side).await {
+                    Ok(running) => drop(running.waiting().await),
+                    Err(e) => tracing::warn!(upstream, error = %e, "folder server ended"),
+                }
+            });
+            handler.serve_with_lifecycle(client_side, mode).await.map_err(|e| e.to_string())
+        }
+        UpstreamTransport::Command { program, args, env, cwd } => {
+            let mut command = tokio::process::Command::new(program);
+            command.args(args).envs(env).kill_on_drop(true);
+            if let Some(cwd) = cwd {
+                command.current_dir(cwd);
+            }
+            let (transport, stderr) = TokioChildProcess::builder(command)
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(|e| format!("cannot start `{program}`: {e}"))?;
+            if let Some(stderr) = stderr {
+                tokio::spawn(forward_stderr(name.clone(), stderr));
+            }
+            handler.serve_with_lifecycle(transport, mode).await.map_err(|e| e.to_string())
+        }
+        UpstreamTransport::Http { url, headers } => {
+            let transport = StreamableHttpClientTransport::from_config(
+                StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                    .custom_headers(header_map(headers))
+                    .reinit_on_expired_session(false),
+            );
+            handler.serve_with_lifecycle(transport, mode).await.map_err(|e| e.to_string())
+        }
+    }
+}
+
+fn header_map(headers: &std::collections::BTreeMap<String, String>) -> HashMap<http::HeaderName, http::HeaderValue> {
+    headers
+        .iter()
+        .filter_map(|(k, v)| {
+            let name = http::HeaderName::from_bytes(k.as_bytes()).ok()?;
+            let mut value = http::HeaderValue::from_str(v).ok()?;
+            value.set_sensitive(true);
+            Some((name, value))
+        })
+        .collect()
+}
+
+/// An upstream child's stderr goes to our log, line by line, never to our stdout.
+async fn forward_stderr(upstream: String, stderr: tokio::process::ChildStderr) {
+    let mut lines = BufReader::new(stderr).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        tracing::debug!(upstream, line, "upstream stderr");
+    }
+}

@@ -1,0 +1,193 @@
+//! Upstreams: one supervised connection per configured upstream server.
+//!
+//! Each [`Upstream`] is a cheap handle; its supervisor task (see `supervisor`) connects (stdio
+//! child, streamable HTTP, or the in-process folder server), detects the protocol era, loads the
+//! upstream's full catalog, and reconnects with capped exponential backoff when the connection
+//! dies. Requests (`read`) go over the current connection with the upstream's timeout.
+//!
+//! Invariant: an upstream's entries are in the catalog only while it is connected; an upstream
+//! never takes another down, and no upstream error text reaches a client (see `error`).
+
+mod client;
+mod connect;
+mod supervisor;
+
+use std::sync::{Arc, Mutex};
+
+use rmcp::model::{ErrorCode, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities};
+use rmcp::service::{Peer, RoleClient, ServiceError};
+use tokio::sync::{Notify, mpsc};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::catalog::Catalog;
+use crate::config::UpstreamConfig;
+use crate::error::ProxyError;
+
+/// The protocol era spoken on a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Era {
+    /// 2025 and earlier: `initialize`, sessions, `resources/subscribe`.
+    Legacy,
+    /// 2026-07-28: stateless, `server/discover`, `subscriptions/listen`.
+    Modern,
+}
+
+impl Era {
+    pub fn label(self) -> &'static str {
+        match self {
+            Era::Legacy => "2025",
+            Era::Modern => "2026-07-28",
+        }
+    }
+}
+
+/// What upstreams tell the rest of the proxy.
+#[derive(Debug, Clone, PartialEq)]
+pub enum UpstreamEvent {
+    /// Connected and its catalog is loaded.
+    Up { upstream: String, era: Era },
+    /// Lost; its catalog entries are gone until it is back.
+    Down { upstream: String },
+    /// Its catalog was reloaded after it said `list_changed`.
+    CatalogChanged { upstream: String },
+    /// It said `notifications/resources/updated` for this (upstream, un-namespaced) URI.
+    ResourceUpdated { upstream: String, uri: String },
+}
+
+/// Connection state, as `/status` and logs show it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LinkState {
+    Connecting,
+    Up,
+    Down,
+}
+
+/// A snapshot of an upstream's health.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct UpstreamStatus {
+    pub name: String,
+    pub state: LinkState,
+    pub era: Option<Era>,
+    pub last_error: Option<String>,
+    pub reconnects: u64,
+}
+
+/// A cheap `Clone` handle on one upstream.
+#[derive(Clone)]
+pub struct Upstream {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: UpstreamConfig,
+    link: Mutex<Option<Link>>,
+    status: Mutex<UpstreamStatus>,
+    /// Woken when a request finds the transport broken, so the supervisor reconnects.
+    broken: Notify,
+}
+
+/// The live connection: what requests need.
+#[derive(Clone)]
+pub(crate) struct Link {
+    pub peer: Peer<RoleClient>,
+    pub era: Era,
+    pub capabilities: ServerCapabilities,
+}
+
+impl Upstream {
+    pub fn new(config: UpstreamConfig) -> Self {
+        let status = UpstreamStatus {
+            name: config.name.clone(),
+            state: LinkState::Connecting,
+            era: None,
+            last_error: None,
+            reconnects: 0,
+        };
+        let inner = Inner { config, link: Mutex::new(None), status: Mutex::new(status), broken: Notify::new() };
+        Self { inner: Arc::new(inner) }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.inner.config.name
+    }
+
+    pub fn status(&self) -> UpstreamStatus {
+        self.inner.status.lock().expect("status lock").clone()
+    }
+
+    /// Start the supervisor task: connect, load the catalog, keep it connected.
+    pub fn spawn(
+        &self,
+        catalog: Catalog,
+        events: mpsc::UnboundedSender<UpstreamEvent>,
+        shutdown: CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
+        let supervisor = supervisor::Supervisor::new(self.clone(), catalog, events, shutdown);
+        let span = tracing::info_span!("supervisor", upstream = %self.name());
+        tokio::spawn(supervisor.run().instrument(span))
+    }
+
+    /// Read `uri` (un-namespaced) from this upstream.
+    pub async fn read(&self, uri: &str) -> Result<ReadResourceResponse, ProxyError> {
+        let link = self.link()?;
+        let request = link.peer.read_resource_once(ReadResourceRequestParams::new(uri));
+        let result = tokio::time::timeout(self.inner.config.request_timeout, request).await;
+        match result {
+            Err(_) => Err(ProxyError::UpstreamTimeout {
+                upstream: self.name().to_string(),
+                timeout: self.inner.config.request_timeout,
+            }),
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(error)) => Err(self.read_error(uri, error)),
+        }
+    }
+
+    fn read_error(&self, uri: &str, error: ServiceError) -> ProxyError {
+        match error {
+            // -32602 is what 2026-07-28 servers (and some 2025 ones) say for an unknown URI.
+            ServiceError::McpError(e)
+                if e.code == ErrorCode::RESOURCE_NOT_FOUND || e.code == ErrorCode::INVALID_PARAMS =>
+            {
+                ProxyError::not_found(uri)
+            }
+            ServiceError::McpError(e) => {
+                tracing::debug!(upstream = self.name(), uri, error = %e.message, "upstream read failed");
+                self.failed(format!("it answered with error {}", e.code.0))
+            }
+            ServiceError::UnexpectedResponse => self.failed("it sent an unexpected response".into()),
+            other => {
+                tracing::warn!(upstream = self.name(), uri, error = %other, "upstream connection broken");
+                self.inner.broken.notify_one();
+                ProxyError::UpstreamDown { upstream: self.name().to_string() }
+            }
+        }
+    }
+
+    fn failed(&self, reason: String) -> ProxyError {
+        ProxyError::UpstreamFailed { upstream: self.name().to_string(), reason }
+    }
+
+    pub(crate) fn link(&self) -> Result<Link, ProxyError> {
+        self.inner
+            .link
+            .lock()
+            .expect("link lock")
+            .clone()
+            .ok_or_else(|| ProxyError::UpstreamDown { upstream: self.name().to_string() })
+    }
+
+    pub(crate) fn config(&self) -> &UpstreamConfig {
+        &self.inner.config
+    }
+
+    fn set_link(&self, link: Option<Link>) {
+        *self.inner.link.lock().expect("link lock") = link;
+    }
+
+    fn update_status(&self, edit: impl FnOnce(&mut UpstreamStatus)) {
+        edit(&mut self.inner.status.lock().expect("status lock"));
+    }
+}

@@ -1,0 +1,351 @@
+//! The folder server through a real rmcp client over `tokio::io::duplex`, in both protocol
+//! eras: listing, reading, the template, refusals, and notifications from file changes.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use mcp_resource_proxy::serve_dir::FolderServer;
+use rmcp::model::{
+    ProtocolVersion, ReadResourceRequestParams, ResourceContents,
+    ResourceUpdatedNotificationParam, ServerNotification, SubscribeRequestParams,
+    SubscriptionFilter,
+};
+use rmcp::service::{NotificationContext, RoleClient, RunningService};
+use rmcp::{ClientCacheConfig, ClientHandler, ClientLifecycleMode, ClientServiceExt, ServiceError};
+use rmcp::ServiceExt;
+use tokio::sync::mpsc;
+use tokio::time::timeout;
+
+const WAIT: Duration = Duration::from_secs(10);
+const NOT_FOUND_LEGACY: i32 = -32002;
+const NOT_FOUND_MODERN: i32 = -32602;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Era {
+    Legacy,
+    Modern,
+}
+
+const ERAS: [Era; 2] = [Era::Legacy, Era::Modern];
+
+/// What a client heard outside any listen stream.
+#[derive(Debug, PartialEq)]
+enum Heard {
+    Updated(String),
+    ListChanged,
+}
+
+#[derive(Clone)]
+struct Recorder {
+    heard: mpsc::UnboundedSender<Heard>,
+}
+
+impl ClientHandler for Recorder {
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let _ = self.heard.send(Heard::Updated(params.uri));
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        let _ = self.heard.send(Heard::ListChanged);
+    }
+}
+
+type Client = RunningService<RoleClient, Recorder>;
+
+/// A temp tree: `outside.txt` next to the served folder `served/`.
+struct Fixture {
+    _temp: tempfile::TempDir,
+    outer: PathBuf,
+    served: PathBuf,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let temp = tempfile::tempdir().unwrap();
+        let outer = temp.path().canonicalize().unwrap();
+        let served = outer.join("served");
+        std::fs::create_dir_all(served.join("sub dir/deeper")).unwrap();
+        std::fs::write(outer.join("outside.txt"), "secret").unwrap();
+        std::fs::write(served.join("notes.md"), "# Notes\n").unwrap();
+        std::fs::write(served.join("data.bin"), [0xff, 0x00, 0xfe]).unwrap();
+        std::fs::write(served.join("sub dir/inner.txt"), "inner").unwrap();
+        std::fs::write(served.join("sub dir/deeper/x.json"), "{}").unwrap();
+        Fixture {
+            _temp: temp,
+            outer,
+            served,
+        }
+    }
+
+    fn uri(&self, relative: &str) -> String {
+        format!("file://{}/{relative}", self.served.display())
+    }
+
+    fn server(&self) -> FolderServer {
+        FolderServer::new(&self.served).unwrap()
+    }
+}
+
+async fn connect(server: FolderServer, era: Era) -> (Client, mpsc::UnboundedReceiver<Heard>) {
+    let (server_side, client_side) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(async move {
+        if let Ok(running) = server.serve(server_side).await {
+            let _ = running.waiting().await;
+        }
+    });
+    let mode = match era {
+        Era::Legacy => ClientLifecycleMode::Initialize,
+        Era::Modern => ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        },
+    };
+    let (heard, rx) = mpsc::unbounded_channel();
+    let client = Recorder { heard }
+        .serve_with_lifecycle(client_side, mode)
+        .await
+        .unwrap();
+    client
+        .peer()
+        .set_response_cache_config(ClientCacheConfig::disabled())
+        .await;
+    (client, rx)
+}
+
+async fn read(client: &Client, uri: &str) -> Result<Vec<ResourceContents>, ServiceError> {
+    let params = ReadResourceRequestParams::new(uri);
+    Ok(client.peer().read_resource(params).await?.contents)
+}
+
+async fn next_heard(rx: &mut mpsc::UnboundedReceiver<Heard>) -> Heard {
+    timeout(WAIT, rx.recv()).await.expect("timed out").unwrap()
+}
+
+/// Waits until `wanted` is heard, skipping other notifications.
+async fn hear(rx: &mut mpsc::UnboundedReceiver<Heard>, wanted: Heard) {
+    loop {
+        if next_heard(rx).await == wanted {
+            return;
+        }
+    }
+}
+
+fn error_code(result: Result<Vec<ResourceContents>, ServiceError>) -> (i32, String) {
+    match result {
+        Err(ServiceError::McpError(e)) => (e.code.0, e.message.to_string()),
+        other => panic!("expected an MCP error, got {other:?}"),
+    }
+}
+
+fn text_of(contents: &ResourceContents) -> (&str, Option<&str>, &str) {
+    match contents {
+        ResourceContents::TextResourceContents {
+            uri,
+            mime_type,
+            text,
+            ..
+        } => (uri, mime_type.as_deref(), text),
+        other => panic!("expected text, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn lists_every_regular_file_with_name_mime_and_size() {
+    let fixture = Fixture::new();
+    for era in ERAS {
+        let (client, _rx) = connect(fixture.server(), era).await;
+        let resources = client.peer().list_all_resources().await.unwrap();
+        let seen: Vec<_> = resources
+            .iter()
+            .map(|r| (r.uri.clone(), r.name.as_str(), r.mime_type.as_deref(), r.size))
+            .collect();
+        let expected = vec![
+            (fixture.uri("data.bin"), "data.bin", Some("application/octet-stream"), Some(3)),
+            (fixture.uri("notes.md"), "notes.md", Some("text/markdown"), Some(8)),
+            (fixture.uri("sub%20dir/deeper/x.json"), "sub dir/deeper/x.json", Some("application/json"), Some(2)),
+            (fixture.uri("sub%20dir/inner.txt"), "sub dir/inner.txt", Some("text/plain"), Some(5)),
+        ];
+        assert_eq!(seen, expected, "{era:?}");
+        client.cancel().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn reads_text_blobs_and_directories() {
+    let fixture = Fixture::new();
+    for era in ERAS {
+        let (client, _rx) = connect(fixture.server(), era).await;
+        let notes = read(&client, &fixture.uri("notes.md")).await.unwrap();
+        assert_eq!(text_of(&notes[0]), (fixture.uri("notes.md").as_str(), Some("text/markdown"), "# Notes\n"));
+
+        let data = read(&client, &fixture.uri("data.bin")).await.unwrap();
+        let ResourceContents::BlobResourceContents { blob, mime_type, .. } = &data[0] else {
+            panic!("expected a blob, got {data:?}");
+        };
+        assert_eq!(STANDARD.decode(blob).unwrap(), [0xff, 0x00, 0xfe]);
+        assert_eq!(mime_type.as_deref(), Some("application/octet-stream"));
+
+        let folder = read(&client, &fixture.uri("sub%20dir")).await.unwrap();
+        assert_eq!(folder.len(), 2, "{era:?}: {folder:?}");
+        assert_eq!(
+            text_of(&folder[0]),
+            (fixture.uri("sub%20dir/deeper").as_str(), Some("inode/directory"), "x.json")
+        );
+        assert_eq!(
+            text_of(&folder[1]),
+            (fixture.uri("sub%20dir/inner.txt").as_str(), Some("text/plain"), "inner")
+        );
+        client.cancel().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn offers_one_template_over_the_folder() {
+    let fixture = Fixture::new();
+    let server = fixture.server();
+    assert_eq!(server.root_uri(), format!("file://{}", fixture.served.display()));
+    let (client, _rx) = connect(server.clone(), Era::Legacy).await;
+    let templates = client.peer().list_all_resource_templates().await.unwrap();
+    assert_eq!(templates.len(), 1);
+    assert_eq!(templates[0].uri_template, format!("{}/{{+path}}", server.root_uri()));
+    assert_eq!(templates[0].name, "file");
+    let info = client.peer().peer_info().unwrap();
+    let resources = info.capabilities.resources.as_ref().unwrap();
+    assert_eq!((resources.subscribe, resources.list_changed), (Some(true), Some(true)));
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn refuses_everything_outside_the_folder_as_not_found() {
+    let fixture = Fixture::new();
+    std::os::unix::fs::symlink(fixture.outer.join("outside.txt"), fixture.served.join("escape")).unwrap();
+    let root = fixture.uri("");
+    let root = root.trim_end_matches('/');
+    let outer = fixture.outer.display().to_string();
+    let refused = [
+        format!("{root}/../outside.txt"),
+        format!("{root}/%2e%2e/outside.txt"),
+        format!("{root}/%2E%2E%2Foutside.txt"),
+        format!("{root}/sub%20dir%2Finner.txt"),
+        format!("{root}/escape"),
+        format!("file://{outer}/outside.txt"),
+        format!("{root}/missing.txt"),
+        format!("{root}/notes.md?raw=1"),
+        format!("{root}/notes.md#top"),
+        format!("file://example.com{}/notes.md", fixture.served.display()),
+        format!("{root}/notes%0A.md"),
+    ];
+    for era in ERAS {
+        let (client, _rx) = connect(fixture.server(), era).await;
+        let expected = match era {
+            Era::Legacy => NOT_FOUND_LEGACY,
+            Era::Modern => NOT_FOUND_MODERN,
+        };
+        for uri in &refused {
+            let (code, message) = error_code(read(&client, uri).await);
+            assert_eq!(code, expected, "{era:?} {uri}");
+            assert!(!message.contains(&outer), "{era:?} {uri}: {message}");
+        }
+        let listed = client.peer().list_all_resources().await.unwrap();
+        assert!(listed.iter().all(|r| !r.uri.ends_with("/escape")), "symlink out is not listed");
+        client.cancel().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn refuses_reads_over_the_size_cap() {
+    let fixture = Fixture::new();
+    let big = std::fs::File::create(fixture.served.join("big.bin")).unwrap();
+    big.set_len(16 * 1024 * 1024 + 1).unwrap();
+    let (client, _rx) = connect(fixture.server(), Era::Legacy).await;
+    let (code, message) = error_code(read(&client, &fixture.uri("big.bin")).await);
+    assert_eq!(code, -32600);
+    assert!(message.contains("too large"), "{message}");
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+#[allow(deprecated)]
+async fn legacy_subscriber_hears_updates_for_the_file_and_under_a_directory() {
+    let fixture = Fixture::new();
+    let (client, mut rx) = connect(fixture.server(), Era::Legacy).await;
+    let notes = fixture.uri("notes.md");
+    client.peer().subscribe(SubscribeRequestParams::new(notes.clone())).await.unwrap();
+    client.peer().subscribe(SubscribeRequestParams::new(fixture.uri("sub%20dir"))).await.unwrap();
+
+    std::fs::write(fixture.served.join("notes.md"), "# Changed\n").unwrap();
+    hear(&mut rx, Heard::Updated(notes.clone())).await;
+
+    std::fs::write(fixture.served.join("sub dir/inner.txt"), "changed").unwrap();
+    hear(&mut rx, Heard::Updated(fixture.uri("sub%20dir/inner.txt"))).await;
+
+    let contents = read(&client, &notes).await.unwrap();
+    assert_eq!(text_of(&contents[0]).2, "# Changed\n");
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+#[allow(deprecated)]
+async fn legacy_subscribe_outside_the_folder_is_not_found() {
+    let fixture = Fixture::new();
+    let (client, _rx) = connect(fixture.server(), Era::Legacy).await;
+    let outside = format!("file://{}/outside.txt", fixture.outer.display());
+    let Err(ServiceError::McpError(e)) =
+        client.peer().subscribe(SubscribeRequestParams::new(outside)).await
+    else {
+        panic!("subscribe outside the folder must fail");
+    };
+    assert_eq!(e.code.0, NOT_FOUND_LEGACY);
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn legacy_session_hears_list_changed_and_the_next_list_has_the_file() {
+    let fixture = Fixture::new();
+    let (client, mut rx) = connect(fixture.server(), Era::Legacy).await;
+    let before = client.peer().list_all_resources().await.unwrap();
+    assert_eq!(before.len(), 4);
+
+    std::fs::write(fixture.served.join("new.txt"), "new").unwrap();
+    hear(&mut rx, Heard::ListChanged).await;
+
+    let after = client.peer().list_all_resources().await.unwrap();
+    assert!(after.iter().any(|r| r.uri == fixture.uri("new.txt")), "{after:?}");
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn listen_stream_hears_updates_and_list_changes() {
+    let fixture = Fixture::new();
+    let (client, _rx) = connect(fixture.server(), Era::Modern).await;
+    let notes = fixture.uri("notes.md");
+    let outside = format!("file://{}/outside.txt", fixture.outer.display());
+    let filter = SubscriptionFilter::builder()
+        .resources_list_changed()
+        .resource_subscriptions([notes.clone(), outside])
+        .build();
+    let mut subscription = client.peer().listen(filter).await.unwrap();
+    let accepted = subscription.acknowledged();
+    assert_eq!(accepted.resource_subscriptions, Some(vec![notes.clone()]));
+    assert_eq!(accepted.resources_list_changed, Some(true));
+
+    std::fs::write(fixture.served.join("notes.md"), "# Changed\n").unwrap();
+    let heard = timeout(WAIT, subscription.next()).await.expect("timed out").unwrap();
+    let Some(ServerNotification::ResourceUpdatedNotification(updated)) = heard else {
+        panic!("expected updated, got {heard:?}");
+    };
+    assert_eq!(updated.params.uri, notes);
+
+    std::fs::write(fixture.served.join("new.txt"), "new").unwrap();
+    let heard = timeout(WAIT, subscription.next()).await.expect("timed out").unwrap();
+    assert!(
+        matches!(heard, Some(ServerNotification::ResourceListChangedNotification(_))),
+        "{heard:?}"
+    );
+    client.cancel().await.unwrap();
+}
