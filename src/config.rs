@@ -35,6 +35,9 @@ pub struct ServerConfig {
     pub allowed_hosts: Vec<String>,
     /// How long a legacy HTTP session may stay silent before it is reaped.
     pub session_idle_timeout: Duration,
+    /// How long `serve` waits for every upstream to connect before it answers hosts, so a
+    /// host's first list is complete. Upstreams still down after it join when they come up.
+    pub startup_wait: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -159,6 +162,7 @@ struct RawServer {
     page_size: Option<i64>,
     allowed_hosts: Option<Vec<String>>,
     session_idle_timeout: Option<String>,
+    startup_wait: Option<String>,
     #[serde(flatten)]
     unknown: BTreeMap<String, Value>,
 }
@@ -217,7 +221,14 @@ fn validate_server(raw: RawServer, problems: &mut Vec<Problem>) -> ServerConfig 
     };
     let session_idle_timeout =
         duration(raw.session_idle_timeout.as_deref(), "1h", "server.session_idle_timeout", problems);
-    ServerConfig { listen, page_size, allowed_hosts: raw.allowed_hosts.unwrap_or_default(), session_idle_timeout }
+    let startup_wait = duration(raw.startup_wait.as_deref(), "10s", "server.startup_wait", problems);
+    ServerConfig {
+        listen,
+        page_size,
+        allowed_hosts: raw.allowed_hosts.unwrap_or_default(),
+        session_idle_timeout,
+        startup_wait,
+    }
 }
 
 fn validate_upstream(

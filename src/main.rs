@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use mcp_resource_proxy::config::{CliOverrides, Config};
+use mcp_resource_proxy::upstream::LinkState;
 use mcp_resource_proxy::{downstream, proxy::Proxy, serve_dir};
 use tokio_util::sync::CancellationToken;
 
@@ -104,18 +105,23 @@ async fn serve(config: Config, stdio: bool) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
     let listen = config.server.listen;
-    let proxy = Proxy::start(config, shutdown.clone());
-    let server = if stdio {
-        let shutdown = shutdown.clone();
-        tokio::spawn(
-            async move { downstream::serve_stdio(proxy, "local", shutdown).await.map_err(|e| anyhow::anyhow!(e)) },
-        )
-    } else {
-        let listener =
-            tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
-        let shutdown = shutdown.clone();
-        tokio::spawn(async move { Ok(downstream::serve_http(proxy, listener, shutdown).await?) })
+    let listener = match stdio {
+        true => None,
+        false => Some(tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?),
     };
+    let startup_wait = config.server.startup_wait;
+    let proxy = Proxy::start(config, shutdown.clone());
+    if !proxy.wait_ready(startup_wait).await {
+        let down: Vec<_> = proxy.statuses().into_iter().filter(|s| s.state != LinkState::Up).map(|s| s.name).collect();
+        tracing::warn!(?down, "serving without upstreams that are not up yet; they join when they come up");
+    }
+    let serving = shutdown.clone();
+    let server = tokio::spawn(async move {
+        match listener {
+            None => downstream::serve_stdio(proxy, "local", serving).await.map_err(|e| anyhow::anyhow!(e)),
+            Some(listener) => Ok(downstream::serve_http(proxy, listener, serving).await?),
+        }
+    });
     let mut server = std::pin::pin!(server);
     tokio::select! {
         result = &mut server => return result?,
@@ -144,7 +150,8 @@ async fn cancel_on_signal(shutdown: CancellationToken) {
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     match format {
         LogFormat::Human => builder.init(),
         LogFormat::Json => builder.json().init(),

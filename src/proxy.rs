@@ -66,16 +66,10 @@ impl Proxy {
 
     /// Wait until every upstream is up (or `timeout`); true when they all are.
     pub async fn wait_ready(&self, timeout: Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            if self.statuses().iter().all(|s| s.state == LinkState::Up) {
-                return true;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let all_up = futures::future::join_all(
+            self.inner.upstreams.values().map(|u| u.wait_state(|state| *state == LinkState::Up)),
+        );
+        tokio::time::timeout(timeout, all_up).await.is_ok()
     }
 
     /// One page of the merged resource list.

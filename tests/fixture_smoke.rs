@@ -83,12 +83,11 @@ async fn stdio_modern_listen_receives_updates_and_list_changes() -> anyhow::Resu
     let missing = read(&client, "fx://fx/nope").await.expect_err("unknown uri");
     assert_eq!(error_code(&missing), Some(-32602), "rmcp maps -32002 for modern peers");
 
-    let filter = SubscriptionFilter::builder()
-        .resources_list_changed()
-        .resource_subscriptions(["fx://fx/item/1"])
-        .build();
+    let filter =
+        SubscriptionFilter::builder().resources_list_changed().resource_subscriptions(["fx://fx/item/1"]).build();
     let mut subscription = client.listen(filter).await?;
-    let open = stats(&client).await?;
+    // The fixture registers a listen right after rmcp sends the acknowledgment: wait for it.
+    let open = wait_for_stats(&client, |s| s["listens_open"] == 1).await?;
     assert_eq!((open["listens_open"].as_u64(), open["listen_uris"].clone()), (Some(1), json!(["fx://fx/item/1"])));
 
     let other = call_json(&client, "touch", json!({"uri": "fx://fx/item/2"})).await?;
@@ -122,6 +121,11 @@ async fn legacy_era_refuses_discover_and_auto_falls_back() -> anyhow::Result<()>
     assert_eq!(client.peer_info().expect("peer info").protocol_version, ProtocolVersion::V_2025_11_25);
     assert_eq!(text_of(&client, "fx://fx/item/0").await?, "item 0 v1");
     client.cancel().await?;
+
+    let fixture = HttpFixture::spawn(&["--era", "legacy"]).await?;
+    let (client, _events) = connect_http(&fixture.url, Era::Auto).await?;
+    assert_eq!(client.peer_info().expect("peer info").protocol_version, ProtocolVersion::V_2025_11_25);
+    client.cancel().await?;
     Ok(())
 }
 
@@ -143,6 +147,7 @@ async fn http_shares_state_across_connections_and_holds_reads() -> anyhow::Resul
 
     let filter = SubscriptionFilter::builder().resource_subscriptions(["fx://web/item/0"]).build();
     let mut subscription = modern.listen(filter).await?;
+    wait_for_stats(&legacy, |s| s["listens_open"] == 1).await?;
     let touched = call_json(&legacy, "touch", json!({"uri": "fx://web/item/0"})).await?;
     assert_eq!(touched["notified"], 1);
     match tokio::time::timeout(DEADLINE, subscription.next()).await?? {
@@ -205,8 +210,20 @@ async fn control_endpoint_drives_the_stdio_fixture() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn options_shape_catalog_and_results() -> anyhow::Result<()> {
-    let args = ["--no-subscribe", "--bad-uri", "--text-bytes", "64", "--ttl-ms", "5000", "--scope", "public",
-        "--page-size", "1", "--resources", "1"];
+    let args = [
+        "--no-subscribe",
+        "--bad-uri",
+        "--text-bytes",
+        "64",
+        "--ttl-ms",
+        "5000",
+        "--scope",
+        "public",
+        "--page-size",
+        "1",
+        "--resources",
+        "1",
+    ];
     let (client, _events) = connect_stdio(&args, Era::Modern).await?;
     let resources = client.peer_info().expect("peer info").capabilities.resources.clone().expect("resources");
     assert_ne!(resources.subscribe, Some(true));
@@ -279,5 +296,6 @@ async fn text_of(client: &Peer<RoleClient>, uri: &str) -> anyhow::Result<String>
 fn uri_of(contents: &ResourceContents) -> &str {
     match contents {
         ResourceContents::TextResourceContents { uri, .. } | ResourceContents::BlobResourceContents { uri, .. } => uri,
+        _ => "",
     }
 }

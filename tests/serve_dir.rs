@@ -7,14 +7,13 @@ use std::time::Duration;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use mcp_resource_proxy::serve_dir::FolderServer;
+use rmcp::ServiceExt;
 use rmcp::model::{
-    ProtocolVersion, ReadResourceRequestParams, ResourceContents,
-    ResourceUpdatedNotificationParam, ServerNotification, SubscribeRequestParams,
-    SubscriptionFilter,
+    ProtocolVersion, ReadResourceRequestParams, ResourceContents, ResourceUpdatedNotificationParam, ServerNotification,
+    SubscribeRequestParams, SubscriptionFilter,
 };
 use rmcp::service::{NotificationContext, RoleClient, RunningService};
 use rmcp::{ClientCacheConfig, ClientHandler, ClientLifecycleMode, ClientServiceExt, ServiceError};
-use rmcp::ServiceExt;
 use tokio::sync::mpsc;
 use tokio::time::timeout;
 
@@ -76,11 +75,7 @@ impl Fixture {
         std::fs::write(served.join("data.bin"), [0xff, 0x00, 0xfe]).unwrap();
         std::fs::write(served.join("sub dir/inner.txt"), "inner").unwrap();
         std::fs::write(served.join("sub dir/deeper/x.json"), "{}").unwrap();
-        Fixture {
-            _temp: temp,
-            outer,
-            served,
-        }
+        Fixture { _temp: temp, outer, served }
     }
 
     fn uri(&self, relative: &str) -> String {
@@ -101,19 +96,11 @@ async fn connect(server: FolderServer, era: Era) -> (Client, mpsc::UnboundedRece
     });
     let mode = match era {
         Era::Legacy => ClientLifecycleMode::Initialize,
-        Era::Modern => ClientLifecycleMode::Discover {
-            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-        },
+        Era::Modern => ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] },
     };
     let (heard, rx) = mpsc::unbounded_channel();
-    let client = Recorder { heard }
-        .serve_with_lifecycle(client_side, mode)
-        .await
-        .unwrap();
-    client
-        .peer()
-        .set_response_cache_config(ClientCacheConfig::disabled())
-        .await;
+    let client = Recorder { heard }.serve_with_lifecycle(client_side, mode).await.unwrap();
+    client.peer().set_response_cache_config(ClientCacheConfig::disabled()).await;
     (client, rx)
 }
 
@@ -144,12 +131,7 @@ fn error_code(result: Result<Vec<ResourceContents>, ServiceError>) -> (i32, Stri
 
 fn text_of(contents: &ResourceContents) -> (&str, Option<&str>, &str) {
     match contents {
-        ResourceContents::TextResourceContents {
-            uri,
-            mime_type,
-            text,
-            ..
-        } => (uri, mime_type.as_deref(), text),
+        ResourceContents::TextResourceContents { uri, mime_type, text, .. } => (uri, mime_type.as_deref(), text),
         other => panic!("expected text, got {other:?}"),
     }
 }
@@ -160,10 +142,8 @@ async fn lists_every_regular_file_with_name_mime_and_size() {
     for era in ERAS {
         let (client, _rx) = connect(fixture.server(), era).await;
         let resources = client.peer().list_all_resources().await.unwrap();
-        let seen: Vec<_> = resources
-            .iter()
-            .map(|r| (r.uri.clone(), r.name.as_str(), r.mime_type.as_deref(), r.size))
-            .collect();
+        let seen: Vec<_> =
+            resources.iter().map(|r| (r.uri.clone(), r.name.as_str(), r.mime_type.as_deref(), r.size)).collect();
         let expected = vec![
             (fixture.uri("data.bin"), "data.bin", Some("application/octet-stream"), Some(3)),
             (fixture.uri("notes.md"), "notes.md", Some("text/markdown"), Some(8)),
@@ -192,14 +172,8 @@ async fn reads_text_blobs_and_directories() {
 
         let folder = read(&client, &fixture.uri("sub%20dir")).await.unwrap();
         assert_eq!(folder.len(), 2, "{era:?}: {folder:?}");
-        assert_eq!(
-            text_of(&folder[0]),
-            (fixture.uri("sub%20dir/deeper").as_str(), Some("inode/directory"), "x.json")
-        );
-        assert_eq!(
-            text_of(&folder[1]),
-            (fixture.uri("sub%20dir/inner.txt").as_str(), Some("text/plain"), "inner")
-        );
+        assert_eq!(text_of(&folder[0]), (fixture.uri("sub%20dir/deeper").as_str(), Some("inode/directory"), "x.json"));
+        assert_eq!(text_of(&folder[1]), (fixture.uri("sub%20dir/inner.txt").as_str(), Some("text/plain"), "inner"));
         client.cancel().await.unwrap();
     }
 }
@@ -253,6 +227,8 @@ async fn refuses_everything_outside_the_folder_as_not_found() {
         }
         let listed = client.peer().list_all_resources().await.unwrap();
         assert!(listed.iter().all(|r| !r.uri.ends_with("/escape")), "symlink out is not listed");
+        let whole = read(&client, root).await.unwrap();
+        assert!(!format!("{whole:?}").contains("secret"), "{era:?}: a directory read followed a symlink out");
         client.cancel().await.unwrap();
     }
 }
@@ -295,9 +271,7 @@ async fn legacy_subscribe_outside_the_folder_is_not_found() {
     let fixture = Fixture::new();
     let (client, _rx) = connect(fixture.server(), Era::Legacy).await;
     let outside = format!("file://{}/outside.txt", fixture.outer.display());
-    let Err(ServiceError::McpError(e)) =
-        client.peer().subscribe(SubscribeRequestParams::new(outside)).await
-    else {
+    let Err(ServiceError::McpError(e)) = client.peer().subscribe(SubscribeRequestParams::new(outside)).await else {
         panic!("subscribe outside the folder must fail");
     };
     assert_eq!(e.code.0, NOT_FOUND_LEGACY);
@@ -325,10 +299,8 @@ async fn listen_stream_hears_updates_and_list_changes() {
     let (client, _rx) = connect(fixture.server(), Era::Modern).await;
     let notes = fixture.uri("notes.md");
     let outside = format!("file://{}/outside.txt", fixture.outer.display());
-    let filter = SubscriptionFilter::builder()
-        .resources_list_changed()
-        .resource_subscriptions([notes.clone(), outside])
-        .build();
+    let filter =
+        SubscriptionFilter::builder().resources_list_changed().resource_subscriptions([notes.clone(), outside]).build();
     let mut subscription = client.peer().listen(filter).await.unwrap();
     let accepted = subscription.acknowledged();
     assert_eq!(accepted.resource_subscriptions, Some(vec![notes.clone()]));
@@ -343,9 +315,6 @@ async fn listen_stream_hears_updates_and_list_changes() {
 
     std::fs::write(fixture.served.join("new.txt"), "new").unwrap();
     let heard = timeout(WAIT, subscription.next()).await.expect("timed out").unwrap();
-    assert!(
-        matches!(heard, Some(ServerNotification::ResourceListChangedNotification(_))),
-        "{heard:?}"
-    );
+    assert!(matches!(heard, Some(ServerNotification::ResourceListChangedNotification(_))), "{heard:?}");
     client.cancel().await.unwrap();
 }

@@ -40,10 +40,9 @@ impl ReadError {
     pub(super) fn to_error_data(&self) -> ErrorData {
         match self {
             ReadError::NotFound => ErrorData::resource_not_found("resource not found", None),
-            ReadError::TooLarge => ErrorData::invalid_request(
-                "resource is too large: reads are limited to 16 MiB",
-                None,
-            ),
+            ReadError::TooLarge => {
+                ErrorData::invalid_request("resource is too large: reads are limited to 16 MiB", None)
+            }
             ReadError::Io(_) => ErrorData::internal_error("resource could not be read", None),
         }
     }
@@ -115,9 +114,7 @@ fn describe(root: &Root, path: &Path, is_symlink: bool) -> Option<Resource> {
         return None;
     }
     let mime = mime_by_extension(path).unwrap_or_else(|| mime_for(path, sniff_utf8(&real)));
-    let resource = Resource::new(path_to_uri(path), root.name_of(path))
-        .with_mime_type(mime)
-        .with_size(metadata.len());
+    let resource = Resource::new(path_to_uri(path), root.name_of(path)).with_mime_type(mime).with_size(metadata.len());
     Some(resource)
 }
 
@@ -162,28 +159,18 @@ fn read_directory(root: &Root, dir: &Path) -> Result<Vec<ResourceContents>, Read
 
 /// A subdirectory as text: its entry names, one per line.
 fn directory_listing(dir: &Path, uri: String) -> Result<ResourceContents, ReadError> {
-    let names: Vec<String> = entry_names(dir)?
-        .iter()
-        .map(|name| name.to_string_lossy().into_owned())
-        .collect();
+    let names: Vec<String> = entry_names(dir)?.iter().map(|name| name.to_string_lossy().into_owned()).collect();
     Ok(ResourceContents::text(names.join("\n"), uri).with_mime_type(DIRECTORY_MIME))
 }
 
 fn entry_names(dir: &Path) -> io::Result<Vec<std::ffi::OsString>> {
-    let mut names = fs::read_dir(dir)?
-        .map(|entry| entry.map(|e| e.file_name()))
-        .collect::<io::Result<Vec<_>>>()?;
+    let mut names = fs::read_dir(dir)?.map(|entry| entry.map(|e| e.file_name())).collect::<io::Result<Vec<_>>>()?;
     names.sort();
     Ok(names)
 }
 
 /// A regular file as text (UTF-8) or base64 blob, charged against `budget`.
-fn read_file(
-    real: &Path,
-    named: &Path,
-    uri: String,
-    budget: &mut u64,
-) -> Result<ResourceContents, ReadError> {
+fn read_file(real: &Path, named: &Path, uri: String, budget: &mut u64) -> Result<ResourceContents, ReadError> {
     let file = File::open(real)?;
     if !file.metadata()?.is_file() {
         return Err(ReadError::NotFound);
@@ -201,8 +188,7 @@ fn read_file(
 fn contents_of(bytes: Vec<u8>, named: &Path, uri: String) -> ResourceContents {
     match String::from_utf8(bytes) {
         Ok(text) => ResourceContents::text(text, uri).with_mime_type(mime_for(named, true)),
-        Err(e) => ResourceContents::blob(STANDARD.encode(e.into_bytes()), uri)
-            .with_mime_type(mime_for(named, false)),
+        Err(e) => ResourceContents::blob(STANDARD.encode(e.into_bytes()), uri).with_mime_type(mime_for(named, false)),
     }
 }
 

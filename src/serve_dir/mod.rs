@@ -26,9 +26,8 @@ use std::sync::Arc;
 use notify::RecommendedWatcher;
 use rmcp::model::{
     Implementation, ListResourceTemplatesResult, ListResourcesResult, PaginatedRequestParams,
-    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ResourceTemplate,
-    ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter,
-    UnsubscribeRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ResourceTemplate, ServerCapabilities,
+    ServerConfig, SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
@@ -72,14 +71,8 @@ impl FolderServer {
         let root = Arc::new(Root::new(dir)?);
         let subscribers = Arc::new(Subscribers::default());
         let watcher = watch::start(root.clone(), subscribers.clone())?;
-        let inner = Inner {
-            root,
-            subscribers,
-            _watcher: watcher,
-        };
-        Ok(FolderServer {
-            inner: Arc::new(inner),
-        })
+        let inner = Inner { root, subscribers, _watcher: watcher };
+        Ok(FolderServer { inner: Arc::new(inner) })
     }
 
     /// `file:///<canonical dir>` as listed (no trailing slash).
@@ -89,17 +82,13 @@ impl FolderServer {
 
     fn template(&self) -> ResourceTemplate {
         let root = self.inner.root.uri();
-        ResourceTemplate::new(format!("{root}/{{+path}}"), "file").with_description(format!(
-            "Reads any file under {root} (a directory gives one content per entry)"
-        ))
+        ResourceTemplate::new(format!("{root}/{{+path}}"), "file")
+            .with_description(format!("Reads any file under {root} (a directory gives one content per entry)"))
     }
 
     /// The path `uri` names if a subscription to it may be accepted.
     fn watchable(&self, uri: &str) -> Result<PathBuf, ErrorData> {
-        self.inner
-            .root
-            .watchable(uri)
-            .ok_or_else(|| ErrorData::resource_not_found("resource not found", None))
+        self.inner.root.watchable(uri).ok_or_else(|| ErrorData::resource_not_found("resource not found", None))
     }
 
     /// Remembers a legacy session (one that began with `initialize`) for `list_changed`.
@@ -128,10 +117,8 @@ impl ServerHandler for FolderServer {
             .enable_resources_subscribe()
             .enable_resources_list_changed()
             .build();
-        ServerConfig::new(capabilities).with_server_info(Implementation::new(
-            "mcp-resource-proxy serve-dir",
-            env!("CARGO_PKG_VERSION"),
-        ))
+        ServerConfig::new(capabilities)
+            .with_server_info(Implementation::new("mcp-resource-proxy serve-dir", env!("CARGO_PKG_VERSION")))
     }
 
     async fn list_resources(
@@ -141,12 +128,10 @@ impl ServerHandler for FolderServer {
     ) -> Result<ListResourcesResult, ErrorData> {
         self.note_session(&context.peer);
         let root = self.inner.root.clone();
-        let resources = tokio::task::spawn_blocking(move || content::list(&root))
-            .await
-            .map_err(|e| {
-                tracing::error!(uri = %self.inner.root.uri(), error = %e, "listing task failed");
-                ErrorData::internal_error("listing failed", None)
-            })?;
+        let resources = tokio::task::spawn_blocking(move || content::list(&root)).await.map_err(|e| {
+            tracing::error!(uri = %self.inner.root.uri(), error = %e, "listing task failed");
+            ErrorData::internal_error("listing failed", None)
+        })?;
         Ok(ListResourcesResult::with_all_items(resources))
     }
 
@@ -156,9 +141,7 @@ impl ServerHandler for FolderServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
         self.note_session(&context.peer);
-        Ok(ListResourceTemplatesResult::with_all_items(vec![
-            self.template(),
-        ]))
+        Ok(ListResourceTemplatesResult::with_all_items(vec![self.template()]))
     }
 
     async fn read_resource(
@@ -198,9 +181,7 @@ impl ServerHandler for FolderServer {
     ) -> Result<(), ErrorData> {
         let path = self.watchable(&request.uri)?;
         tracing::debug!(uri = %request.uri, "subscribed");
-        self.inner
-            .subscribers
-            .subscribe(&context.peer, request.uri, path);
+        self.inner.subscribers.subscribe(&context.peer, request.uri, path);
         Ok(())
     }
 
@@ -210,16 +191,11 @@ impl ServerHandler for FolderServer {
         request: UnsubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.inner
-            .subscribers
-            .unsubscribe(&context.peer, &request.uri);
+        self.inner.subscribers.unsubscribe(&context.peer, &request.uri);
         Ok(())
     }
 
-    fn accepted_subscription_filter(
-        &self,
-        requested: &SubscriptionFilter,
-    ) -> Option<SubscriptionFilter> {
+    fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
         let uris: Vec<String> = requested
             .resource_subscriptions
             .iter()
@@ -237,15 +213,8 @@ impl ServerHandler for FolderServer {
         let accepted = context.accepted();
         let uris = accepted.resource_subscriptions.as_deref().unwrap_or(&[]);
         let list_changed = accepted.resources_list_changed == Some(true);
-        let id = self.inner.subscribers.add_stream(
-            context.sink().clone(),
-            list_changed,
-            self.watched_paths(uris),
-        );
-        let _registration = StreamRegistration {
-            subscribers: self.inner.subscribers.clone(),
-            id,
-        };
+        let id = self.inner.subscribers.add_stream(context.sink().clone(), list_changed, self.watched_paths(uris));
+        let _registration = StreamRegistration { subscribers: self.inner.subscribers.clone(), id };
         context.cancelled().await;
         Ok(())
     }

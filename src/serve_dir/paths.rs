@@ -43,10 +43,7 @@ impl Root {
     pub(super) fn new(dir: &Path) -> io::Result<Root> {
         let dir = dir.canonicalize()?;
         if !dir.is_dir() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "serve-dir needs a directory",
-            ));
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "serve-dir needs a directory"));
         }
         let uri = path_to_uri(&dir);
         Ok(Root { dir, uri })
@@ -70,10 +67,7 @@ impl Root {
     /// The resource name of `path`: relative to the folder, `/`-separated.
     pub(super) fn name_of(&self, path: &Path) -> String {
         let relative = path.strip_prefix(&self.dir).unwrap_or(path);
-        let parts: Vec<_> = relative
-            .components()
-            .map(|c| c.as_os_str().to_string_lossy())
-            .collect();
+        let parts: Vec<_> = relative.components().map(|c| c.as_os_str().to_string_lossy()).collect();
         parts.join("/")
     }
 
@@ -128,11 +122,7 @@ pub(super) fn path_to_uri(path: &Path) -> String {
 
 /// The mime type of a file: by extension, else by whether its bytes are UTF-8.
 pub(super) fn mime_for(path: &Path, is_utf8: bool) -> &'static str {
-    mime_by_extension(path).unwrap_or(if is_utf8 {
-        "text/plain"
-    } else {
-        "application/octet-stream"
-    })
+    mime_by_extension(path).unwrap_or(if is_utf8 { "text/plain" } else { "application/octet-stream" })
 }
 
 /// The mime type implied by the extension of `path`, if it is a known one.
@@ -227,11 +217,7 @@ mod tests {
     use super::*;
 
     fn check(uri: &str, expected: Option<&str>) {
-        assert_eq!(
-            uri_to_path(uri),
-            expected.map(PathBuf::from),
-            "uri_to_path({uri:?})"
-        );
+        assert_eq!(uri_to_path(uri), expected.map(PathBuf::from), "uri_to_path({uri:?})");
     }
 
     #[test]

@@ -102,11 +102,7 @@ impl Subscribers {
     ) -> u64 {
         let mut state = self.lock();
         let id = state.fresh_id();
-        let stream = Stream {
-            sink,
-            list_changed,
-            watched,
-        };
+        let stream = Stream { sink, list_changed, watched };
         state.streams.insert(id, stream);
         id
     }
@@ -162,21 +158,16 @@ impl State {
     fn session_id(&mut self, peer: &Peer<RoleServer>) -> u64 {
         let identity = peer.peer_info();
         if let Some(identity) = &identity {
-            let known = self.sessions.iter().find(|(_, s)| {
-                s.identity
-                    .as_ref()
-                    .is_some_and(|known| Arc::ptr_eq(known, identity))
-            });
+            let known = self
+                .sessions
+                .iter()
+                .find(|(_, s)| s.identity.as_ref().is_some_and(|known| Arc::ptr_eq(known, identity)));
             if let Some((id, _)) = known {
                 return *id;
             }
         }
         let id = self.fresh_id();
-        let session = Session {
-            peer: peer.clone(),
-            identity,
-            watched: Vec::new(),
-        };
+        let session = Session { peer: peer.clone(), identity, watched: Vec::new() };
         self.sessions.insert(id, session);
         id
     }

@@ -28,19 +28,14 @@ const SEND_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Starts watching `root`; notifications flow until the returned watcher is dropped.
 /// Must be called inside a tokio runtime.
-pub(super) fn start(
-    root: Arc<Root>,
-    subscribers: Arc<Subscribers>,
-) -> io::Result<RecommendedWatcher> {
+pub(super) fn start(root: Arc<Root>, subscribers: Arc<Subscribers>) -> io::Result<RecommendedWatcher> {
     let (events, queue) = mpsc::unbounded_channel();
     let handler = move |event: notify::Result<Event>| {
         let _ = events.send(event);
     };
     let config = Config::default().with_follow_symlinks(false);
     let mut watcher = RecommendedWatcher::new(handler, config).map_err(io::Error::other)?;
-    watcher
-        .watch(root.dir(), RecursiveMode::Recursive)
-        .map_err(io::Error::other)?;
+    watcher.watch(root.dir(), RecursiveMode::Recursive).map_err(io::Error::other)?;
     tokio::spawn(watch_loop(queue, root, subscribers));
     Ok(watcher)
 }
@@ -67,11 +62,7 @@ async fn watch_loop(
 }
 
 /// Folds further events into `change` until [`QUIET`] passes without one.
-async fn gather_burst(
-    queue: &mut mpsc::UnboundedReceiver<notify::Result<Event>>,
-    change: &mut Change,
-    root: &Root,
-) {
+async fn gather_burst(queue: &mut mpsc::UnboundedReceiver<notify::Result<Event>>, change: &mut Change, root: &Root) {
     let cap = Instant::now() + MAX_BURST;
     loop {
         let deadline = (Instant::now() + QUIET).min(cap);
@@ -138,15 +129,9 @@ async fn send(target: &Target, notice: &Notice) -> Result<(), Box<dyn std::error
         (Target::Session(_, peer), Notice::Updated(uri)) => {
             peer.notify_resource_updated(Updated::new(uri.clone())).await?
         }
-        (Target::Session(_, peer), Notice::ListChanged) => {
-            peer.notify_resource_list_changed().await?
-        }
-        (Target::Stream(_, sink), Notice::Updated(uri)) => {
-            sink.notify_resource_updated(uri.clone()).await?
-        }
-        (Target::Stream(_, sink), Notice::ListChanged) => {
-            sink.notify_resource_list_changed().await?
-        }
+        (Target::Session(_, peer), Notice::ListChanged) => peer.notify_resource_list_changed().await?,
+        (Target::Stream(_, sink), Notice::Updated(uri)) => sink.notify_resource_updated(uri.clone()).await?,
+        (Target::Stream(_, sink), Notice::ListChanged) => sink.notify_resource_list_changed().await?,
     }
     Ok(())
 }
@@ -155,8 +140,6 @@ async fn send(target: &Target, notice: &Notice) -> Result<(), Box<dyn std::error
 mod tests {
     use super::*;
     use notify::event::{CreateKind, DataChange, MetadataKind, RemoveKind, RenameMode};
-
-    use super::super::paths::Root;
 
     fn event(kind: EventKind, path: &std::path::Path) -> notify::Result<Event> {
         Ok(Event::new(kind).add_path(path.to_path_buf()))
@@ -178,9 +161,7 @@ mod tests {
         for kind in burst {
             events.send(event(kind, &file)).unwrap();
         }
-        events
-            .send(event(EventKind::Any, std::path::Path::new("/elsewhere")))
-            .unwrap();
+        events.send(event(EventKind::Any, std::path::Path::new("/elsewhere"))).unwrap();
         let mut change = Change::default();
         let first = queue.recv().await.unwrap();
         absorb(&mut change, &root, first);

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use rmcp::model::{ErrorCode, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities};
 use rmcp::service::{Peer, RoleClient, ServiceError};
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::{Notify, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -85,6 +85,8 @@ struct Inner {
     config: UpstreamConfig,
     link: Mutex<Option<Link>>,
     status: Mutex<UpstreamStatus>,
+    /// The `state` of `status`, watchable.
+    state: watch::Sender<LinkState>,
     /// Woken when a request finds the transport broken, so the supervisor reconnects.
     broken: Notify,
 }
@@ -106,7 +108,13 @@ impl Upstream {
             last_error: None,
             reconnects: 0,
         };
-        let inner = Inner { config, link: Mutex::new(None), status: Mutex::new(status), broken: Notify::new() };
+        let inner = Inner {
+            config,
+            link: Mutex::new(None),
+            status: Mutex::new(status),
+            state: watch::Sender::new(LinkState::Connecting),
+            broken: Notify::new(),
+        };
         Self { inner: Arc::new(inner) }
     }
 
@@ -187,7 +195,15 @@ impl Upstream {
         *self.inner.link.lock().expect("link lock") = link;
     }
 
+    /// Wait until this upstream's state satisfies `ready`.
+    pub async fn wait_state(&self, ready: impl FnMut(&LinkState) -> bool) {
+        let mut state = self.inner.state.subscribe();
+        let _ = state.wait_for(ready).await;
+    }
+
     fn update_status(&self, edit: impl FnOnce(&mut UpstreamStatus)) {
-        edit(&mut self.inner.status.lock().expect("status lock"));
+        let mut status = self.inner.status.lock().expect("status lock");
+        edit(&mut status);
+        self.inner.state.send_if_modified(|state| std::mem::replace(state, status.state) != status.state);
     }
 }

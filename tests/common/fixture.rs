@@ -18,13 +18,11 @@ use anyhow::{Context, bail};
 use rmcp::{
     ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient,
     model::{
-        CallToolRequestParams, PaginatedRequestParams, ProtocolVersion, Resource,
-        ResourceUpdatedNotificationParam,
+        CallToolRequestParams, PaginatedRequestParams, ProtocolVersion, Resource, ResourceUpdatedNotificationParam,
     },
     service::{ClientCacheConfig, NotificationContext, Peer, RunningService, ServiceError},
     transport::{
-        StreamableHttpClientTransport, TokioChildProcess,
-        streamable_http_client::StreamableHttpClientTransportConfig,
+        StreamableHttpClientTransport, TokioChildProcess, streamable_http_client::StreamableHttpClientTransportConfig,
     },
 };
 use serde_json::Value;
@@ -82,9 +80,7 @@ impl Era {
     pub fn lifecycle(self) -> ClientLifecycleMode {
         match self {
             Era::Legacy => ClientLifecycleMode::Initialize,
-            Era::Modern => ClientLifecycleMode::Discover {
-                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-            },
+            Era::Modern => ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] },
             Era::Auto => ClientLifecycleMode::Auto {
                 preferred_versions: vec![ProtocolVersion::V_2026_07_28],
                 legacy_version: Some(ProtocolVersion::V_2025_11_25),
@@ -133,13 +129,18 @@ impl Events {
 impl HttpFixture {
     /// Spawn `mcp-proxy-fixture --http 127.0.0.1:0 ARGS…` and wait for its `LISTENING` line.
     pub async fn spawn(args: &[&str]) -> anyhow::Result<Self> {
-        let mut command = fixture_command(&[&["--http", "127.0.0.1:0"], args].concat());
+        Self::spawn_at("127.0.0.1:0", args).await
+    }
+
+    /// The same on a given address (e.g. a port a proxy was configured with before it existed).
+    pub async fn spawn_at(address: &str, args: &[&str]) -> anyhow::Result<Self> {
+        let mut command = fixture_command(&[&["--http", address], args].concat());
         command.stdout(Stdio::piped());
         let mut child = command.spawn().context("spawn mcp-proxy-fixture")?;
         let stdout = child.stdout.take().context("fixture stdout")?;
         let mut line = String::new();
-        let read = BufReader::new(stdout).read_line(&mut line);
-        tokio::time::timeout(DEADLINE, read)
+        let mut stdout = BufReader::new(stdout);
+        tokio::time::timeout(DEADLINE, stdout.read_line(&mut line))
             .await
             .context("fixture did not print LISTENING in time")??;
         let url = line
@@ -156,9 +157,7 @@ impl HttpFixture {
 
     /// Wait (at most [`DEADLINE`]) for the fixture to exit, e.g. after the `exit` tool.
     pub async fn wait_exit(&mut self) -> anyhow::Result<ExitStatus> {
-        Ok(tokio::time::timeout(DEADLINE, self.child.wait())
-            .await
-            .context("fixture did not exit in time")??)
+        Ok(tokio::time::timeout(DEADLINE, self.child.wait()).await.context("fixture did not exit in time")??)
     }
 }
 

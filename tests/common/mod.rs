@@ -1,3 +1,4 @@
 #![allow(dead_code)]
 pub mod fixture;
 pub mod peers;
+pub mod proxy;

@@ -136,11 +136,15 @@ pub fn spawn_everything_http() -> EverythingHttp {
             .env("PORT", port.to_string())
             .current_dir(repo_root())
             .stdin(Stdio::null())
-            .stdout(Stdio::piped()) // it logs every request on stdout: drained by a thread below
-            .stderr(Stdio::inherit())
+            // It logs every request on stdout and its "listening on port N" line on stderr: both
+            // are drained by threads into one channel.
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot spawn node {}: {e}", entry.display()));
-        let lines = drain_lines(child.stdout.take().unwrap(), "server-everything");
+        let (tx, lines) = mpsc::channel();
+        drain_lines(child.stdout.take().unwrap(), "server-everything", tx.clone());
+        drain_lines(child.stderr.take().unwrap(), "server-everything", tx);
         let wanted = format!("listening on port {port}");
         match wait_ready(&mut child, &lines, |l| l.contains(&wanted), port) {
             Ok(()) => return PeerHttp { child, url: format!("http://127.0.0.1:{port}/mcp"), port },
@@ -167,7 +171,8 @@ pub fn spawn_py_server_http(extra: &[&str]) -> PeerHttp {
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap_or_else(|e| panic!("cannot spawn tests/py/server.py: {e}"));
-    let lines = drain_lines(child.stdout.take().unwrap(), "py-server");
+    let (tx, lines) = mpsc::channel();
+    drain_lines(child.stdout.take().unwrap(), "py-server", tx);
     let deadline = Instant::now() + STARTUP_DEADLINE;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -209,10 +214,10 @@ fn free_port() -> u16 {
     l.local_addr().unwrap().port()
 }
 
-/// Reads `r` line by line on a thread, forwarding lines to the returned channel (and echoing them to
-/// stderr with a tag) until EOF; keeps draining after the receiver is gone so the child never blocks.
-fn drain_lines(r: impl std::io::Read + Send + 'static, tag: &'static str) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
+/// Reads `r` line by line on a thread, forwarding lines to `tx` (and echoing them to stderr with a
+/// tag when `PEERS_VERBOSE` is set) until EOF; keeps draining after the receiver is gone so the
+/// child never blocks on a full pipe.
+fn drain_lines(r: impl std::io::Read + Send + 'static, tag: &'static str, tx: mpsc::Sender<String>) {
     std::thread::spawn(move || {
         for line in BufReader::new(r).lines() {
             let Ok(line) = line else { break };
@@ -222,7 +227,6 @@ fn drain_lines(r: impl std::io::Read + Send + 'static, tag: &'static str) -> mps
             let _ = tx.send(line);
         }
     });
-    rx
 }
 
 fn wait_ready(
@@ -233,20 +237,28 @@ fn wait_ready(
 ) -> Result<(), String> {
     let deadline = Instant::now() + STARTUP_DEADLINE;
     let mut saw_line = false;
+    let mut seen: Vec<String> = Vec::new();
     while !saw_line {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(format!("no readiness line within {STARTUP_DEADLINE:?}"));
+            return Err(format!("no readiness line within {STARTUP_DEADLINE:?}; output: {seen:?}"));
         }
         match lines.recv_timeout(left.min(Duration::from_millis(200))) {
-            Ok(line) => saw_line = is_ready_line(&line),
+            Ok(line) => {
+                saw_line = is_ready_line(&line);
+                seen.push(line);
+            }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => {
-                return Err(format!("exited before listening: {:?}", child.wait()));
+                return Err(format!("exited before listening: {:?}; output: {seen:?}", child.wait()));
             }
         }
-        if let Ok(Some(status)) = child.try_wait() {
-            return Err(format!("exited before listening: {status}"));
+        if !saw_line && let Ok(Some(status)) = child.try_wait() {
+            // Collect what it printed before dying (EADDRINUSE, say).
+            while let Ok(line) = lines.recv_timeout(Duration::from_millis(200)) {
+                seen.push(line);
+            }
+            return Err(format!("exited before listening: {status}; output: {seen:?}"));
         }
     }
     let addr = SocketAddr::from(([127, 0, 0, 1], port));

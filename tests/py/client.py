@@ -217,7 +217,7 @@ async def drain(sub: Any, uris: list[str]) -> None:
     try:
         async for _ in sub:  # events are recorded via message_handler; keep the backlog empty
             pass
-        print(f"client.py: listen {uris} ended gracefully", file=sys.stderr)
+        print(f"client.py: listen {uris} ended (closed by the server, or this client is exiting)", file=sys.stderr)
     except Exception as e:  # noqa: BLE001
         print(f"client.py: listen {uris} lost: {e!r}", file=sys.stderr)
 

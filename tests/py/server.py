@@ -41,8 +41,9 @@ from mcp.server.caching import CacheHint
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ResourceNotFoundError
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from mcp.server.mcpserver.resources import FunctionResource
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 log = logging.getLogger("py-notes")
 
@@ -52,6 +53,24 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on 127.0.0.1:PORT/mcp")
 parser.add_argument("--notes", type=int, default=2, help="how many notes exist at start (py://note/1..N)")
 ARGS = parser.parse_args()
+
+# Legacy (2025) subscriptions: uri -> sessions that called resources/subscribe.
+legacy_subs: dict[str, list[Any]] = {}
+# Every initialized legacy session (for list_changed fan-out).
+legacy_sessions: list[Any] = []
+
+
+def _remember(session: Any) -> None:
+    if all(s is not session for s in legacy_sessions):
+        legacy_sessions.append(session)
+
+
+async def remember_legacy_sessions(ctx: ServerRequestContext[Any], call_next: Any) -> Any:
+    """Middleware: note each legacy session once it is past `initialize` (modern requests are stateless)."""
+    if ctx.method != "initialize" and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        _remember(ctx.session)
+    return await call_next(ctx)
+
 
 hint = CacheHint(ttl_ms=TTL_MS, scope="public")
 mcp = MCPServer(
@@ -63,14 +82,11 @@ mcp = MCPServer(
         "resources/list": hint,
         "resources/templates/list": hint,
     },
+    middleware=[remember_legacy_sessions],
 )
 lowlevel = mcp._lowlevel_server  # pyright: ignore[reportPrivateUsage]
 
 versions: dict[int, int] = {}
-# Legacy (2025) subscriptions: uri -> sessions that called resources/subscribe.
-legacy_subs: dict[str, list[Any]] = {}
-# Legacy sessions seen (for list_changed fan-out).
-legacy_sessions: list[Any] = []
 
 
 def uri_of(note_id: int) -> str:
@@ -108,11 +124,6 @@ def note(id: str) -> str:
         # Unknown resource: the SDK's not-found error (-> -32602), never empty contents.
         raise ResourceNotFoundError(f"Unknown resource: py://note/{id}")
     return text_of(note_id)
-
-
-def _remember(session: Any) -> None:
-    if all(s is not session for s in legacy_sessions):
-        legacy_sessions.append(session)
 
 
 async def _send_legacy(sessions: list[Any], what: str, send) -> None:
@@ -162,7 +173,7 @@ lowlevel.create_initialization_options = _init_opts  # type: ignore[method-assig
 async def bump(id: int, ctx: Context) -> str:
     """Increment a note's version and notify subscribers that py://note/<id> changed."""
     if id not in versions:
-        raise ValueError(f"no note {id}")
+        raise ToolError(f"no note {id}")
     versions[id] += 1
     uri = uri_of(id)
     await ctx.notify_resource_updated(uri)  # 2026-07-28 listen streams

@@ -43,12 +43,7 @@ pub struct Page<T> {
 
 impl Catalog {
     pub fn new(prefix: &str, text_bytes: Option<usize>, bad_uri: bool, page_size: usize) -> Self {
-        Self {
-            prefix: prefix.to_owned(),
-            text_bytes,
-            bad_uri,
-            page_size: page_size.max(1),
-        }
+        Self { prefix: prefix.to_owned(), text_bytes, bad_uri, page_size: page_size.max(1) }
     }
 
     pub fn item_uri(&self, id: u64) -> String {
@@ -56,11 +51,7 @@ impl Catalog {
     }
 
     /// One page of `resources/list` when `item_count` items exist.
-    pub fn resources_page(
-        &self,
-        item_count: u64,
-        cursor: Option<&str>,
-    ) -> Result<Page<Resource>, InvalidCursor> {
+    pub fn resources_page(&self, item_count: u64, cursor: Option<&str>) -> Result<Page<Resource>, InvalidCursor> {
         let fixed = self.fixed_resources();
         let total = fixed.len() as u64 + item_count;
         let start = decode_cursor(cursor, total)?;
@@ -71,10 +62,7 @@ impl Catalog {
                 None => self.item_resource(index - fixed.len() as u64),
             })
             .collect();
-        Ok(Page {
-            items,
-            next_cursor: (end < total).then(|| encode_cursor(end)),
-        })
+        Ok(Page { items, next_cursor: (end < total).then(|| encode_cursor(end)) })
     }
 
     /// One page of `resources/templates/list`.
@@ -84,10 +72,7 @@ impl Catalog {
         let start = decode_cursor(cursor, total)?;
         let end = total.min(start + self.page_size as u64);
         let items = templates[start as usize..end as usize].to_vec();
-        Ok(Page {
-            items,
-            next_cursor: (end < total).then(|| encode_cursor(end)),
-        })
+        Ok(Page { items, next_cursor: (end < total).then(|| encode_cursor(end)) })
     }
 
     /// What `uri` names, if anything. Items resolve for any `u64` id, listed or not.
@@ -188,10 +173,8 @@ fn decode_cursor(cursor: Option<&str>, total: u64) -> Result<u64, InvalidCursor>
     let Some(cursor) = cursor else { return Ok(0) };
     let bytes = URL_SAFE_NO_PAD.decode(cursor).map_err(|_| InvalidCursor)?;
     let text = String::from_utf8(bytes).map_err(|_| InvalidCursor)?;
-    let offset: u64 = text
-        .strip_prefix("fixture-offset:")
-        .and_then(|offset| offset.parse().ok())
-        .ok_or(InvalidCursor)?;
+    let offset: u64 =
+        text.strip_prefix("fixture-offset:").and_then(|offset| offset.parse().ok()).ok_or(InvalidCursor)?;
     if offset == 0 || offset > total {
         return Err(InvalidCursor);
     }

@@ -12,10 +12,9 @@ use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler,
     model::{
         CallToolRequestParams, CallToolResponse, DiscoverRequestMethod, DiscoverResult, Implementation,
-        InitializeRequestParams, InitializeResult, ListResourceTemplatesResult, ListResourcesResult,
-        ListToolsResult, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
-        ReadResourceResponse, ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter,
-        UnsubscribeRequestParams,
+        InitializeRequestParams, InitializeResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+        PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
+        ServerConfig, SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
     },
     service::{NotificationContext, RequestContext, SubscriptionContext},
 };
@@ -57,9 +56,9 @@ impl FixtureHandler {
     fn admit(&self, context: &RequestContext<RoleServer>) -> Result<(), McpError> {
         let version = context.protocol_version();
         match version {
-            Some(version) if self.era() == Era::Legacy && !version.has_initialize() => Err(
-                McpError::unsupported_protocol_version(version, handshake_versions()),
-            ),
+            Some(version) if self.era() == Era::Legacy && !version.has_initialize() => {
+                Err(McpError::unsupported_protocol_version(version, handshake_versions()))
+            }
             _ => Ok(()),
         }
     }
@@ -107,7 +106,8 @@ impl ServerHandler for FixtureHandler {
             return Err(McpError::method_not_found::<DiscoverRequestMethod>());
         }
         let settings = self.fixture.settings();
-        let mut result = DiscoverResult::from_server_info(self.supported_protocol_versions().into_owned(), self.get_info());
+        let mut result =
+            DiscoverResult::from_server_info(self.supported_protocol_versions().into_owned(), self.get_info());
         if let Some(ttl_ms) = settings.ttl_ms {
             result = result.with_ttl_ms(ttl_ms);
         }
@@ -167,10 +167,7 @@ impl ServerHandler for FixtureHandler {
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
         let registration = self.fixture.register_listen(context.sink().clone());
-        let _registered = ListenRegistration {
-            fixture: self.fixture.clone(),
-            registration,
-        };
+        let _registered = ListenRegistration { fixture: self.fixture.clone(), registration };
         tracing::debug!(registration, accepted = ?context.accepted(), "listen opened");
         context.cancelled().await;
         tracing::debug!(registration, "listen closed");

@@ -94,9 +94,7 @@ async fn serve_http(
     keep_alive: Duration,
     shutdown: CancellationToken,
 ) -> anyhow::Result<String> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("bind {addr}"))?;
+    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("bind {addr}"))?;
     let url = format!("http://{}/mcp", listener.local_addr()?);
     let mut sessions = LocalSessionManager::default();
     sessions.session_config.keep_alive = Some(keep_alive);
@@ -104,17 +102,12 @@ async fn serve_http(
         .with_legacy_session_mode(true)
         .disable_allowed_hosts()
         .with_cancellation_token(shutdown.child_token());
-    let service = StreamableHttpService::new(
-        move || Ok(FixtureHandler::new(fixture.clone())),
-        Arc::new(sessions),
-        config,
-    );
+    let service =
+        StreamableHttpService::new(move || Ok(FixtureHandler::new(fixture.clone())), Arc::new(sessions), config);
     let router = axum::Router::new().nest_service("/mcp", service);
-    tracing::info!(%url, "serving streamable HTTP");
+    tracing::debug!(%url, "serving streamable HTTP");
     tokio::spawn(async move {
-        let served = axum::serve(listener, router)
-            .with_graceful_shutdown(shutdown.cancelled_owned())
-            .await;
+        let served = axum::serve(listener, router).with_graceful_shutdown(shutdown.cancelled_owned()).await;
         if let Err(error) = served {
             tracing::error!(error = %error, "http server failed");
         }
@@ -156,9 +149,5 @@ async fn wait_for_signal() {
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("mcp_proxy_fixture=info,rmcp=warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .init();
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(false).init();
 }

@@ -152,11 +152,10 @@ impl Fixture {
         if delay > 0 {
             tokio::time::sleep(Duration::from_millis(delay)).await;
         }
-        let target = self
-            .inner
-            .catalog
-            .resolve(uri)
-            .ok_or_else(|| McpError::resource_not_found(format!("no resource {uri}"), Some(json!({ "uri": uri }))))?;
+        let target =
+            self.inner.catalog.resolve(uri).ok_or_else(|| {
+                McpError::resource_not_found(format!("no resource {uri}"), Some(json!({ "uri": uri })))
+            })?;
         let contents = self.inner.catalog.contents(uri, &target, self.version(uri));
         let mut result = ReadResourceResult::new(contents);
         result.ttl_ms = self.settings().ttl_ms;
@@ -203,10 +202,7 @@ impl Fixture {
     pub fn subscribe(&self, connection: u64, uri: &str, peer: Peer<RoleServer>) {
         self.counters().subscribes += 1;
         let mut watchers = self.watchers();
-        let exists = watchers
-            .subscriptions
-            .values()
-            .any(|s| s.connection == connection && s.uri == uri);
+        let exists = watchers.subscriptions.values().any(|s| s.connection == connection && s.uri == uri);
         if !exists {
             let registration = self.next_id();
             let subscription = LegacySubscription { connection, uri: uri.to_owned(), peer };
@@ -216,9 +212,7 @@ impl Fixture {
 
     pub fn unsubscribe(&self, connection: u64, uri: &str) {
         self.counters().unsubscribes += 1;
-        self.watchers()
-            .subscriptions
-            .retain(|_, s| !(s.connection == connection && s.uri == uri));
+        self.watchers().subscriptions.retain(|_, s| !(s.connection == connection && s.uri == uri));
     }
 
     pub fn register_listen(&self, sink: SubscriptionSink) -> u64 {
@@ -299,10 +293,7 @@ impl Fixture {
     fn list_changed_recipients(&self) -> Vec<Recipient> {
         let watchers = self.watchers();
         let legacy = watchers.sessions.iter().map(|(c, p)| (*c, p.clone())).collect();
-        let listens = watchers
-            .listens
-            .iter()
-            .filter(|(_, sink)| sink.accepted().resources_list_changed == Some(true));
+        let listens = watchers.listens.iter().filter(|(_, sink)| sink.accepted().resources_list_changed == Some(true));
         collect_recipients(legacy, listens)
     }
 
@@ -368,19 +359,16 @@ fn collect_recipients<'a>(
         .into_iter()
         .filter(|(_, peer)| !peer.is_transport_closed())
         .map(|(connection, peer)| Recipient::Legacy { connection, peer });
-    let listens = listens.map(|(registration, sink)| Recipient::Listen {
-        registration: *registration,
-        sink: sink.clone(),
-    });
+    let listens =
+        listens.map(|(registration, sink)| Recipient::Listen { registration: *registration, sink: sink.clone() });
     legacy.chain(listens).collect()
 }
 
 async fn send(recipient: &Recipient, notice: Notice) -> Result<(), String> {
     match (recipient, notice) {
-        (Recipient::Legacy { peer, .. }, Notice::Updated(uri)) => peer
-            .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
-            .await
-            .map_err(|e| e.to_string()),
+        (Recipient::Legacy { peer, .. }, Notice::Updated(uri)) => {
+            peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(uri)).await.map_err(|e| e.to_string())
+        }
         (Recipient::Legacy { peer, .. }, Notice::ListChanged) => {
             peer.notify_resource_list_changed().await.map_err(|e| e.to_string())
         }

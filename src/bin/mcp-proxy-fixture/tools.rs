@@ -20,7 +20,12 @@ const EXIT_GRACE: Duration = Duration::from_millis(50);
 pub fn definitions() -> Vec<Tool> {
     vec![
         tool("touch", "Bump a URI's version and notify its subscribers.", json!({"uri": {"type": "string"}}), &["uri"]),
-        tool("add", "Append items and announce resources/list_changed.", json!({"count": {"type": "integer", "minimum": 0}}), &["count"]),
+        tool(
+            "add",
+            "Append items and announce resources/list_changed.",
+            json!({"count": {"type": "integer", "minimum": 0}}),
+            &["count"],
+        ),
         tool(
             "list_changed_burst",
             "Send count resources/list_changed notifications back to back.",
@@ -28,7 +33,12 @@ pub fn definitions() -> Vec<Tool> {
             &["count"],
         ),
         tool("stats", "Counters and current watchers.", json!({}), &[]),
-        tool("set_read_delay", "Sleep this long inside each read.", json!({"ms": {"type": "integer", "minimum": 0}}), &["ms"]),
+        tool(
+            "set_read_delay",
+            "Sleep this long inside each read.",
+            json!({"ms": {"type": "integer", "minimum": 0}}),
+            &["ms"],
+        ),
         tool("hold_reads", "While on, reads block until turned off.", json!({"on": {"type": "boolean"}}), &["on"]),
         tool("exit", "Exit the process shortly after replying.", json!({"code": {"type": "integer"}}), &[]),
     ]
