@@ -237,7 +237,7 @@ async fn an_upstream_that_dies_comes_back_and_others_keep_serving() -> anyhow::R
 #[tokio::test]
 async fn a_slow_upstream_times_out_with_a_clear_error() -> anyhow::Result<()> {
     let config = format!(
-        "{}request_timeout = \"300ms\"\n\n{}",
+        "{}\nrequest_timeout = \"300ms\"\n\n{}",
         fixture_upstream("slow", &["--read-delay-ms", "5000"]).trim_end(),
         fixture_upstream("quick", &[])
     );
