@@ -29,6 +29,8 @@ pub struct Config {
 pub struct ServerConfig {
     /// Streamable HTTP listener; the MCP endpoint is `/mcp`.
     pub listen: SocketAddr,
+    /// The admin listener (`/metrics`, `/healthz`, `/readyz`, `/status`); `None` when "off".
+    pub admin_listen: Option<SocketAddr>,
     /// Resources (and templates) per downstream list page.
     pub page_size: usize,
     /// Extra `Host` header values accepted besides loopback names and the listen address.
@@ -47,8 +49,10 @@ pub struct UpstreamConfig {
     pub protocol: ProtocolChoice,
     /// Each upstream request (list page, read) must answer within this.
     pub request_timeout: Duration,
-    /// Reconnect backoff doubles from `reconnect_min` up to this.
+    /// Reconnect backoff doubles from 250 ms up to this.
     pub reconnect_max: Duration,
+    /// `/readyz` answers 200 only while every required upstream is connected.
+    pub required: bool,
 }
 
 /// How the proxy reaches an upstream.
@@ -107,6 +111,8 @@ impl std::error::Error for ConfigError {}
 pub struct CliOverrides {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub listen: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin_listen: Option<String>,
 }
 
 impl Config {
@@ -159,6 +165,7 @@ struct RawConfig {
 #[derive(Debug, Deserialize, Default)]
 struct RawServer {
     listen: Option<String>,
+    admin_listen: Option<String>,
     page_size: Option<i64>,
     allowed_hosts: Option<Vec<String>>,
     session_idle_timeout: Option<String>,
@@ -183,6 +190,7 @@ struct RawUpstream {
     protocol: Option<String>,
     request_timeout: Option<String>,
     reconnect_max: Option<String>,
+    required: Option<bool>,
     #[serde(flatten)]
     unknown: BTreeMap<String, Value>,
 }
@@ -212,6 +220,14 @@ fn validate_server(raw: RawServer, problems: &mut Vec<Problem>) -> ServerConfig 
         push(problems, "server.listen", format!("`{listen_text}` is not an address like 127.0.0.1:8080"));
         SocketAddr::from(([127, 0, 0, 1], 8080))
     });
+    let admin_text = raw.admin_listen.unwrap_or_else(|| "127.0.0.1:9464".into());
+    let admin_listen = match admin_text.as_str() {
+        "off" => None,
+        text => Some(text.parse().unwrap_or_else(|_| {
+            push(problems, "server.admin_listen", format!("`{text}` is not an address like 127.0.0.1:9464, or \"off\""));
+            SocketAddr::from(([127, 0, 0, 1], 9464))
+        })),
+    };
     let page_size = match raw.page_size.unwrap_or(100) {
         n @ 1..=10_000 => n as usize,
         n => {
@@ -224,6 +240,7 @@ fn validate_server(raw: RawServer, problems: &mut Vec<Problem>) -> ServerConfig 
     let startup_wait = duration(raw.startup_wait.as_deref(), "10s", "server.startup_wait", problems);
     ServerConfig {
         listen,
+        admin_listen,
         page_size,
         allowed_hosts: raw.allowed_hosts.unwrap_or_default(),
         session_idle_timeout,
@@ -267,7 +284,8 @@ fn validate_upstream(
     };
     let request_timeout = duration(raw.request_timeout.as_deref(), "30s", &format!("{at}.request_timeout"), problems);
     let reconnect_max = duration(raw.reconnect_max.as_deref(), "30s", &format!("{at}.reconnect_max"), problems);
-    Some(UpstreamConfig { name, transport: transport?, protocol, request_timeout, reconnect_max })
+    let required = raw.required.unwrap_or(true);
+    Some(UpstreamConfig { name, transport: transport?, protocol, request_timeout, reconnect_max, required })
 }
 
 struct RawTransport {

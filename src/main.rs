@@ -38,6 +38,9 @@ enum Command {
         /// Override `server.listen`.
         #[arg(long)]
         listen: Option<String>,
+        /// Override `server.admin_listen` ("off" disables the admin listener).
+        #[arg(long)]
+        admin_listen: Option<String>,
     },
     /// Validate the configuration without connecting; print every problem. Exit 0 when valid, 78 otherwise.
     Check {
@@ -74,8 +77,8 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             serve_dir::serve_stdio(&dir).await.map_err(|e| anyhow::anyhow!(e))?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Serve { config, stdio, listen } => {
-            let config = match Config::load(&config, &CliOverrides { listen }) {
+        Command::Serve { config, stdio, listen, admin_listen } => {
+            let config = match Config::load(&config, &CliOverrides { listen, admin_listen }) {
                 Ok(config) => config,
                 Err(error) => {
                     eprint!("{error}");
