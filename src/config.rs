@@ -3,7 +3,14 @@
 //! at once (each with where it is).
 //!
 //! Invariant: a [`Config`] that exists is valid — names unique and well formed, exactly one
-//! transport per upstream, every `${VAR}` resolved, durations and addresses parsed.
+//! transport per upstream, every `${VAR}` resolved, durations and addresses parsed, tokens
+//! hashed (never kept plain), and the policy files compiled.
+//!
+//! `[policies] dir` is relative to the config file. Without it, a `policies` folder next to the
+//! config file is used if there is one; otherwise there are no policies and everything is
+//! allowed (the behaviour of a proxy without access control). An explicit `dir` that cannot be
+//! read, or holds no `*.toml`, is a problem, never a silent allow-all. The only IO here is
+//! reading the config file and the policy files.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -16,13 +23,19 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use figment::value::Value;
 use serde::Deserialize;
 
+pub use self::access::{AuthConfig, AuthMode, PoliciesConfig, TokenDigest};
 use crate::namespace::is_valid_upstream_name;
+use crate::policy::PolicySet;
+
+mod access;
 
 /// The validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
     pub server: ServerConfig,
     pub upstreams: Vec<UpstreamConfig>,
+    pub auth: AuthConfig,
+    pub policies: PoliciesConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -53,6 +66,8 @@ pub struct UpstreamConfig {
     pub reconnect_max: Duration,
     /// `/readyz` answers 200 only while every required upstream is connected.
     pub required: bool,
+    /// How often a connected upstream is probed (`ping`); a failed probe means reconnect.
+    pub health_interval: Duration,
 }
 
 /// How the proxy reaches an upstream.
@@ -116,6 +131,11 @@ pub struct CliOverrides {
 }
 
 impl Config {
+    /// The policies loaded with this configuration.
+    pub fn policy_set(&self) -> &PolicySet {
+        &self.policies.set
+    }
+
     /// Read `path` (must exist), the environment, and the CLI overrides; validate.
     pub fn load(path: &Path, cli: &CliOverrides) -> Result<Config, ConfigError> {
         if !path.is_file() {
@@ -158,6 +178,10 @@ struct RawConfig {
     server: RawServer,
     #[serde(default)]
     upstreams: Vec<RawUpstream>,
+    #[serde(default)]
+    auth: access::RawAuth,
+    #[serde(default)]
+    policies: access::RawPolicies,
     #[serde(flatten)]
     unknown: BTreeMap<String, Value>,
 }
@@ -191,6 +215,7 @@ struct RawUpstream {
     request_timeout: Option<String>,
     reconnect_max: Option<String>,
     required: Option<bool>,
+    health_interval: Option<String>,
     #[serde(flatten)]
     unknown: BTreeMap<String, Value>,
 }
@@ -203,6 +228,8 @@ fn validate(
 ) -> Config {
     report_unknown("", &raw.unknown, problems);
     let server = validate_server(raw.server, problems);
+    let auth = access::validate_auth(raw.auth, server.listen, lookup, problems);
+    let policies = access::validate_policies(raw.policies, base, problems);
     let mut seen = BTreeSet::new();
     let upstreams = raw
         .upstreams
@@ -210,7 +237,7 @@ fn validate(
         .enumerate()
         .filter_map(|(index, upstream)| validate_upstream(index, upstream, base, lookup, &mut seen, problems))
         .collect();
-    Config { server, upstreams }
+    Config { server, upstreams, auth, policies }
 }
 
 fn validate_server(raw: RawServer, problems: &mut Vec<Problem>) -> ServerConfig {
@@ -285,7 +312,8 @@ fn validate_upstream(
     let request_timeout = duration(raw.request_timeout.as_deref(), "30s", &format!("{at}.request_timeout"), problems);
     let reconnect_max = duration(raw.reconnect_max.as_deref(), "30s", &format!("{at}.reconnect_max"), problems);
     let required = raw.required.unwrap_or(true);
-    Some(UpstreamConfig { name, transport: transport?, protocol, request_timeout, reconnect_max, required })
+    let health_interval = duration(raw.health_interval.as_deref(), "10s", &format!("{at}.health_interval"), problems);
+    Some(UpstreamConfig { name, transport: transport?, protocol, request_timeout, reconnect_max, required, health_interval })
 }
 
 struct RawTransport {

@@ -4,19 +4,33 @@
 //! - [`config`]: figment config → validated [`config::Config`], every problem at once.
 //! - [`error`]: [`error::ProxyError`], its `kind()` label and the one conversion to the wire.
 //! - [`namespace`]: `<upstream>+<uri>` both ways, for URIs and templates (pure).
+//! - [`uri`]: URI normalisation: the one form policies decide on and upstreams get (pure).
+//! - [`policy`]: `policies/*.toml` → per-principal allow/deny globs; decisions (pure after load).
+//! - [`auth`]: bearer tokens → [`auth::Principal`] on every HTTP request, before any MCP.
 //! - [`cursor`]: opaque, authenticated pagination cursors (pure).
 //! - [`catalog`]: per-upstream resource/template snapshots, generations, merged pages.
 //! - [`upstream`]: connecting (stdio, HTTP, in-process folder), era detection, supervision.
 //! - [`downstream`]: the rmcp `ServerHandler` hosts talk to, over stdio and streamable HTTP.
+//! - [`subscriptions`]: who holds which upstream URI; reference counts; the watch sets (pure).
+//! - [`fanout`]: per-host bounded queues and sender tasks for notifications.
 //! - [`proxy`]: the `Proxy` handle tying the parts together; the read path.
 //! - [`serve_dir`]: the built-in folder server.
+//! - [`metrics`]: the one [`metrics::Metrics`] handle with its own prometheus registry; bounded labels only.
+//! - [`admin`]: the admin listener: `/metrics`, `/healthz`, `/readyz`, `/status`.
 
+pub mod admin;
+pub mod auth;
 pub mod catalog;
 pub mod config;
 pub mod cursor;
 pub mod downstream;
 pub mod error;
+pub mod fanout;
+pub mod metrics;
 pub mod namespace;
+pub mod policy;
 pub mod proxy;
 pub mod serve_dir;
+pub mod subscriptions;
 pub mod upstream;
+pub mod uri;

@@ -151,3 +151,127 @@ fn durations_parse() {
         assert_eq!(parse_duration(bad), None, "{bad}");
     }
 }
+
+fn sha256_hex(text: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
+fn auth_defaults_to_none_on_loopback_with_no_policies() {
+    let config = load("").unwrap();
+    assert_eq!(config.auth, AuthConfig { mode: AuthMode::None, allow_unauthenticated: false, tokens: vec![] });
+    assert_eq!(config.policies.dir, None);
+    assert!(config.policy_set().is_allow_all());
+}
+
+#[test]
+fn bearer_tokens_resolve_to_digests_only() {
+    let hex = sha256_hex("other-token");
+    let config = load(&format!(
+        r#"
+        [server]
+        listen = "0.0.0.0:8080"
+        [auth]
+        mode = "bearer"
+        [[auth.tokens]]
+        principal = "ci-bot"
+        token_env = "TOKEN"
+        [[auth.tokens]]
+        principal = "alice"
+        token_sha256 = "{}"
+        "#,
+        hex.to_uppercase()
+    ))
+    .unwrap();
+    assert_eq!(config.auth.mode, AuthMode::Bearer);
+    let pairs: Vec<(String, String)> = config
+        .auth
+        .tokens
+        .iter()
+        .map(|t| (t.principal.clone(), t.sha256.iter().map(|b| format!("{b:02x}")).collect()))
+        .collect();
+    assert_eq!(pairs, [("ci-bot".into(), sha256_hex("s3cret")), ("alice".into(), hex)]);
+    let shown = format!("{config:?}");
+    assert!(!shown.contains("s3cret") && !shown.contains(&sha256_hex("s3cret")), "{shown}");
+}
+
+#[test]
+fn unauthenticated_non_loopback_needs_an_explicit_yes() {
+    let found = problems("[server]\nlisten = \"0.0.0.0:8080\"\n");
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].starts_with("auth.mode: \"none\" on 0.0.0.0:8080, which is not loopback"), "{found:?}");
+    let config = load("[server]\nlisten = \"0.0.0.0:8080\"\n[auth]\nallow_unauthenticated = true\n").unwrap();
+    assert_eq!(config.auth.mode, AuthMode::None);
+    load("[server]\nlisten = \"[::1]:8080\"\n").unwrap();
+}
+
+#[test]
+fn every_auth_and_policies_problem_is_reported() {
+    let found = problems(
+        r#"
+        [auth]
+        mode = "basic"
+        colour = 1
+        [[auth.tokens]]
+        principal = "a b"
+        token_env = "MISSING"
+        [[auth.tokens]]
+        principal = "x"
+        token_sha256 = "abc"
+        [[auth.tokens]]
+        principal = "y"
+        token_env = "TOKEN"
+        token_sha256 = "00"
+        [[auth.tokens]]
+        token_env = "TOKEN"
+        [[auth.tokens]]
+        principal = "z"
+        token_env = "TOKEN"
+        [policies]
+        dir = "nowhere"
+        extra = 2
+        "#,
+    );
+    let expected = [
+        "auth.mode: `basic` is not \"none\" or \"bearer\"",
+        "auth.colour: unknown key",
+        "auth.tokens[0].principal: `a b` is not a principal name",
+        "auth.tokens[0].token_env: environment variable `MISSING` is not set",
+        "auth.tokens[1].token_sha256: must be 64 hex digits",
+        "auth.tokens[2]: needs exactly one of `token_env`, `token_sha256`",
+        "auth.tokens[3]: missing `principal`",
+        "auth.tokens[4]: the same token is configured twice",
+        "policies.extra: unknown key",
+        "policies: /etc/proxy/nowhere: cannot read the policies directory",
+    ];
+    for want in expected {
+        assert!(found.iter().any(|f| f.starts_with(want)), "missing {want:?} in {found:#?}");
+    }
+    assert_eq!(found.len(), expected.len(), "{found:#?}");
+}
+
+#[test]
+fn tokens_without_bearer_and_bearer_without_tokens_are_problems() {
+    let found = problems("[[auth.tokens]]\nprincipal = \"a\"\ntoken_env = \"TOKEN\"\n");
+    assert!(found[0].starts_with("auth.mode: [[auth.tokens]] are set but mode is \"none\""), "{found:?}");
+    let found = problems("[auth]\nmode = \"bearer\"\n");
+    assert!(found[0].starts_with("auth.tokens: mode = \"bearer\" needs at least one"), "{found:?}");
+}
+
+#[test]
+fn policies_load_with_the_config_and_their_problems_join_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("policies")).unwrap();
+    std::fs::write(dir.path().join("policies/default.toml"), "principals = [\"*\"]\nallow = [\"docs+**\"]\n").unwrap();
+    let config = Config::from_toml("", dir.path(), &env).unwrap();
+    assert_eq!(config.policies.dir.as_deref(), Some(dir.path().join("policies").as_path()));
+    assert!(config.policy_set().allows("anyone", "docs+file:///a"));
+    assert!(!config.policy_set().allows("anyone", "gh+file:///a"));
+
+    std::fs::write(dir.path().join("policies/bad.toml"), "principals = []\n").unwrap();
+    let error = Config::from_toml("[server]\npage_size = 0\n", dir.path(), &env).expect_err("invalid");
+    let found: Vec<String> = error.problems.iter().map(|p| format!("{}: {}", p.at, p.message)).collect();
+    assert_eq!(found.len(), 2, "{found:#?}");
+    assert!(found.iter().any(|f| f.contains("bad.toml: principals: names no principal")), "{found:#?}");
+}

@@ -3,33 +3,74 @@
 //! it decides nothing itself.
 
 mod http;
+mod outlets;
+
+use std::sync::{Arc, OnceLock};
 
 use rmcp::model::{
     Implementation, ListResourceTemplatesResult, ListResourcesResult, PaginatedRequestParams,
-    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
+    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig, SubscribeRequestParams,
+    SubscriptionFilter, UnsubscribeRequestParams,
 };
-use rmcp::service::{RequestContext, RoleServer};
+use rmcp::service::{NotificationContext, Peer, RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
 
 pub use self::http::serve_http;
+use self::outlets::{ListenOutlet, SessionOutlet};
+use crate::fanout::{OutletInfo, OutletKind};
 use crate::proxy::Proxy;
+use crate::subscriptions::HolderId;
 
-/// One per session (legacy) or request (2026-07-28); cheap to build.
-#[derive(Clone)]
+/// One per legacy session, per stateless 2026-07-28 request, or per stdio host. Cloning gives a
+/// new one with no session: the HTTP service clones a template for every session and request.
 pub struct ProxyServer {
     proxy: Proxy,
-    principal: std::sync::Arc<str>,
+    principal: Arc<str>,
+    /// This legacy session's outlet, once it has one; released when the server is dropped,
+    /// which rmcp does when the session ends.
+    session: OnceLock<Session>,
+}
+
+struct Session {
+    proxy: Proxy,
+    id: HolderId,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.proxy.release(self.id);
+    }
+}
+
+impl Clone for ProxyServer {
+    fn clone(&self) -> Self {
+        Self::new(self.proxy.clone(), &self.principal)
+    }
 }
 
 impl ProxyServer {
     pub fn new(proxy: Proxy, principal: &str) -> Self {
-        Self { proxy, principal: principal.into() }
+        Self { proxy, principal: principal.into(), session: OnceLock::new() }
+    }
+
+    /// This session's holder id, registering its outlet on first use.
+    fn session(&self, peer: &Peer<RoleServer>) -> HolderId {
+        self.session
+            .get_or_init(|| {
+                let info =
+                    OutletInfo { principal: self.principal.to_string(), kind: OutletKind::Session, wants_list_changed: true };
+                let id = self.proxy.register_outlet(info, Arc::new(SessionOutlet(peer.clone())));
+                Session { proxy: self.proxy.clone(), id }
+            })
+            .id
     }
 }
 
 impl ServerHandler for ProxyServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_resources().build())
+        let capabilities =
+            ServerCapabilities::builder().enable_resources().enable_resources_subscribe().enable_resources_list_changed().build();
+        ServerConfig::new(capabilities)
             .with_server_info(Implementation::new(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "Resources of several MCP servers, each URI prefixed with its server's name and '+' (docs+file:///a.md).",
@@ -64,6 +105,54 @@ impl ServerHandler for ProxyServer {
             tracing::debug!(uri = %request.uri, principal = %self.principal, error = %error, kind = error.kind(), "read failed");
         }
         Ok(response?)
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.session(&context.peer);
+    }
+
+    async fn subscribe(&self, request: SubscribeRequestParams, context: RequestContext<RoleServer>) -> Result<(), ErrorData> {
+        let holder = self.session(&context.peer);
+        Ok(self.proxy.subscribe(holder, &self.principal, &request.uri)?)
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let holder = self.session(&context.peer);
+        Ok(self.proxy.unsubscribe(holder, &self.principal, &request.uri)?)
+    }
+
+    fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        let mut accepted = SubscriptionFilter::new();
+        accepted.resources_list_changed = requested.resources_list_changed.filter(|wanted| *wanted);
+        accepted.resource_subscriptions = requested
+            .resource_subscriptions
+            .as_ref()
+            .map(|uris| self.proxy.subscribable(&self.principal, uris))
+            .filter(|uris| !uris.is_empty());
+        Some(accepted)
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let accepted = context.accepted().clone();
+        let info = OutletInfo {
+            principal: self.principal.to_string(),
+            kind: OutletKind::ListenStream,
+            wants_list_changed: accepted.resources_list_changed == Some(true),
+        };
+        let holder = self.proxy.register_outlet(info, Arc::new(ListenOutlet(context.sink().clone())));
+        // Released however this ends: returned, or dropped with its request.
+        let _held = Session { proxy: self.proxy.clone(), id: holder };
+        for uri in accepted.resource_subscriptions.iter().flatten() {
+            if let Err(error) = self.proxy.subscribe(holder, &self.principal, uri) {
+                tracing::debug!(uri, error = %error, "listen URI not held");
+            }
+        }
+        context.cancelled().await;
+        Ok(())
     }
 }
 

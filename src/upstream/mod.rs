@@ -11,6 +11,7 @@
 mod client;
 mod connect;
 mod supervisor;
+mod watching;
 
 use std::sync::{Arc, Mutex};
 
@@ -89,6 +90,8 @@ struct Inner {
     state: watch::Sender<LinkState>,
     /// Woken when a request finds the transport broken, so the supervisor reconnects.
     broken: Notify,
+    /// The URIs the proxy wants watched on this upstream (host subscriptions and the cache).
+    watched: watch::Sender<watching::WatchSet>,
 }
 
 /// The live connection: what requests need.
@@ -114,6 +117,7 @@ impl Upstream {
             status: Mutex::new(status),
             state: watch::Sender::new(LinkState::Connecting),
             broken: Notify::new(),
+            watched: watch::Sender::new(Default::default()),
         };
         Self { inner: Arc::new(inner) }
     }
@@ -193,6 +197,17 @@ impl Upstream {
 
     fn set_link(&self, link: Option<Link>) {
         *self.inner.link.lock().expect("link lock") = link;
+    }
+
+    /// Replace the set of URIs to keep subscribed upstream.
+    pub fn set_watched(&self, uris: std::collections::BTreeSet<String>) {
+        self.inner.watched.send_if_modified(|current| {
+            let changed = **current != uris;
+            if changed {
+                *current = std::sync::Arc::new(uris);
+            }
+            changed
+        });
     }
 
     /// Wait until this upstream's state satisfies `ready`.

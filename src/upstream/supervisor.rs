@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use rmcp::model::{PaginatedRequestParams, Resource, ResourceTemplate, ServerNotification, SubscriptionFilter};
+use rmcp::model::{ClientRequest, PaginatedRequestParams, Resource, ResourceTemplate};
 use rmcp::service::{Peer, RoleClient, ServiceError};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -97,19 +97,33 @@ impl Supervisor {
         });
         tracing::info!(era = era.label(), resources = self.resource_count(), "upstream up");
         let _ = self.events.send(UpstreamEvent::Up { upstream: self.upstream.name().to_string(), era });
-        let listener = CancellationToken::new();
-        if era == Era::Modern && link.capabilities.resources.as_ref().is_some_and(|r| r.list_changed == Some(true)) {
-            tokio::spawn(listen_for_list_changes(link.peer.clone(), notices_tx, listener.clone()));
-        }
+        let watcher = CancellationToken::new();
+        let upstream = self.upstream.clone();
+        tokio::spawn(super::watching::keep(
+            self.upstream.name().to_string(),
+            link.clone(),
+            self.upstream.inner.watched.subscribe(),
+            notices_tx,
+            watcher.clone(),
+            move || upstream.inner.broken.notify_one(),
+        ));
         let end = self.serve(running, &link, &mut notices).await;
-        listener.cancel();
+        watcher.cancel();
         end
     }
 
     async fn serve(&self, running: Running, link: &Link, notices: &mut mpsc::UnboundedReceiver<Notice>) -> End {
         let mut running = std::pin::pin!(running.waiting());
+        let every = self.upstream.config().health_interval;
+        let mut health = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
+                _ = health.tick() => {
+                    if let Err(error) = self.probe(link).await {
+                        return End::Lost(error);
+                    }
+                }
                 quit = &mut running => return End::Lost(format!("connection closed ({quit:?})")),
                 _ = self.upstream.inner.broken.notified() => return End::Lost("transport broken".into()),
                 _ = self.shutdown.cancelled() => return End::Shutdown,
@@ -136,20 +150,43 @@ impl Supervisor {
                 Ok(())
             }
             Notice::ListChanged => {
-                // A burst of list_changed costs one reload: drain what queued meanwhile.
-                while let Ok(next) = notices.try_recv() {
-                    if let Notice::Updated(uri) = next {
-                        let _ = self
-                            .events
-                            .send(UpstreamEvent::ResourceUpdated { upstream: self.upstream.name().to_string(), uri });
-                    }
-                }
+                // A burst of list_changed costs one reload (two when more arrive during the
+                // first) and one event.
+                self.drain_list_changes(notices);
                 self.load_catalog(&link.peer).await?;
+                while self.drain_list_changes(notices) {
+                    self.load_catalog(&link.peer).await?;
+                }
                 tracing::info!(resources = self.resource_count(), "upstream catalog reloaded");
                 let _ = self.events.send(UpstreamEvent::CatalogChanged { upstream: self.upstream.name().to_string() });
                 Ok(())
             }
         }
+    }
+
+    /// Is the upstream still there? Any answer counts — a 2026-07-28 server answers `ping` with
+    /// method-not-found, which proves it alive just as well; silence or a transport error does not.
+    async fn probe(&self, link: &Link) -> Result<(), String> {
+        let ping = link.peer.send_request(ClientRequest::PingRequest(Default::default()));
+        match tokio::time::timeout(self.upstream.config().request_timeout, ping).await {
+            Ok(Ok(_)) | Ok(Err(ServiceError::McpError(_))) => Ok(()),
+            Ok(Err(error)) => Err(format!("health check failed: {error}")),
+            Err(_) => Err("health check timed out".into()),
+        }
+    }
+
+    /// Take what queued; true when a list change was among it. Updates pass on in order.
+    fn drain_list_changes(&self, notices: &mut mpsc::UnboundedReceiver<Notice>) -> bool {
+        let mut changed = false;
+        while let Ok(next) = notices.try_recv() {
+            match next {
+                Notice::ListChanged => changed = true,
+                Notice::Updated(uri) => {
+                    let _ = self.events.send(UpstreamEvent::ResourceUpdated { upstream: self.upstream.name().to_string(), uri });
+                }
+            }
+        }
+        changed
     }
 
     fn resource_count(&self) -> usize {
@@ -259,45 +296,6 @@ where
         }
     }
     Err(PageError::Loop)
-}
-
-/// 2026-07-28 upstreams send `list_changed` only on a listen stream. Keep one open; when it ends
-/// (the upstream closed it, or it lagged), report a change — one may have been missed — and
-/// listen again.
-async fn listen_for_list_changes(
-    peer: Peer<RoleClient>,
-    notices: mpsc::UnboundedSender<Notice>,
-    stop: CancellationToken,
-) {
-    let filter = SubscriptionFilter::builder().resources_list_changed().build();
-    let mut delay = BACKOFF_MIN;
-    while !stop.is_cancelled() {
-        if let Ok(mut subscription) = peer.listen(filter.clone()).await {
-            delay = BACKOFF_MIN;
-            loop {
-                let next = tokio::select! {
-                    next = subscription.next() => next,
-                    _ = stop.cancelled() => { let _ = subscription.cancel().await; return; }
-                };
-                match next {
-                    Ok(Some(ServerNotification::ResourceListChangedNotification(_))) => {
-                        drop(notices.send(Notice::ListChanged))
-                    }
-                    Ok(Some(ServerNotification::ResourceUpdatedNotification(n))) => {
-                        drop(notices.send(Notice::Updated(n.params.uri)))
-                    }
-                    Ok(Some(_)) => {}
-                    Ok(None) | Err(_) => break,
-                }
-            }
-            let _ = notices.send(Notice::ListChanged);
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(jittered(delay)) => {}
-            _ = stop.cancelled() => return,
-        }
-        delay = (delay * 2).min(Duration::from_secs(30));
-    }
 }
 
 /// ±20% so that many upstreams that fell together do not come back in lockstep.

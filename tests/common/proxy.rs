@@ -47,7 +47,16 @@ impl ProxyProcess {
         let path = write_config(dir.path(), config)?;
         let mut command = Command::new(PROXY_BIN);
         command
-            .args(["--log-format", "json", "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--config"])
+            .args([
+                "--log-format",
+                "json",
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
+                "--config",
+            ])
             .arg(&path)
             .args(args)
             .envs(env.iter().copied())

@@ -1,0 +1,261 @@
+//! The admin listener, separate from the MCP endpoint: `GET /metrics` (Prometheus text),
+//! `/healthz` (the process answers), `/readyz` (every required upstream is up) and `/status`
+//! (JSON: upstreams, cache and subscription totals).
+//!
+//! It knows nothing of the proxy's parts: it renders [`Metrics`] and asks the `status` closure
+//! of [`AdminState`] for a [`StatusReport`] on each `/readyz` and `/status` request.
+//!
+//! Invariant: nothing here carries a principal's secret or a session id; `/status` shows what
+//! `last_error` texts upstream supervision chose to record (ours, not upstream internals).
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Serialize;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Metrics;
+use crate::upstream::{Era, LinkState, UpstreamStatus};
+
+/// What the admin handlers read from.
+#[derive(Clone)]
+pub struct AdminState {
+    pub metrics: Metrics,
+    /// Called on each `/readyz` and `/status` request; keep it quick (no awaiting, short locks).
+    pub status: Arc<dyn Fn() -> StatusReport + Send + Sync>,
+}
+
+/// The body of `/status`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StatusReport {
+    pub upstreams: Vec<UpstreamReport>,
+    /// Cache totals (entries, weighted bytes, …), as the cache reports them.
+    pub cache: serde_json::Value,
+    /// Subscription totals (downstream holders, upstream URIs, …).
+    pub subscriptions: serde_json::Value,
+}
+
+/// One upstream in `/status`.
+#[derive(Debug, Clone, Serialize)]
+pub struct UpstreamReport {
+    pub name: String,
+    pub state: LinkState,
+    pub era: Option<Era>,
+    /// `/readyz` waits for it.
+    pub required: bool,
+    pub resources: usize,
+    pub templates: usize,
+    pub last_error: Option<String>,
+    pub reconnects: u64,
+}
+
+/// Whether the proxy is ready, and which required upstreams keep it from being so.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Readiness {
+    pub ready: bool,
+    /// Required upstreams that are not up, in report order.
+    pub missing: Vec<String>,
+}
+
+/// Serve the admin routes on `listener` until `shutdown`.
+pub async fn serve_admin(listener: TcpListener, state: AdminState, shutdown: CancellationToken) -> std::io::Result<()> {
+    let address = listener.local_addr()?;
+    tracing::info!(address = %address, "admin listening at http://{address}");
+    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown.cancelled_owned()).await
+}
+
+/// The admin routes, for embedding or testing without a listener.
+pub fn router(state: AdminState) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/status", get(status))
+        .with_state(state)
+}
+
+impl StatusReport {
+    /// Ready when every required upstream is up.
+    pub fn readiness(&self) -> Readiness {
+        let missing: Vec<String> = self
+            .upstreams
+            .iter()
+            .filter(|upstream| upstream.required && upstream.state != LinkState::Up)
+            .map(|upstream| upstream.name.clone())
+            .collect();
+        Readiness { ready: missing.is_empty(), missing }
+    }
+}
+
+impl UpstreamReport {
+    /// From an upstream's health snapshot plus what the config and the catalog know.
+    pub fn new(status: UpstreamStatus, required: bool, resources: usize, templates: usize) -> Self {
+        let UpstreamStatus { name, state, era, last_error, reconnects } = status;
+        Self { name, state, era, required, resources, templates, last_error, reconnects }
+    }
+}
+
+/// `/status` is the report with the readiness verdict alongside.
+#[derive(Serialize)]
+struct StatusBody {
+    #[serde(flatten)]
+    readiness: Readiness,
+    #[serde(flatten)]
+    report: StatusReport,
+}
+
+async fn metrics(State(state): State<AdminState>) -> Response {
+    ([(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)], state.metrics.render()).into_response()
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+async fn readyz(State(state): State<AdminState>) -> Response {
+    let readiness = (state.status)().readiness();
+    let code = if readiness.ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (code, Json(readiness)).into_response()
+}
+
+async fn status(State(state): State<AdminState>) -> Json<StatusBody> {
+    let report = (state.status)();
+    Json(StatusBody { readiness: report.readiness(), report })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    /// (name, state, required) of each upstream in the report; tests change them.
+    type States = Arc<Mutex<Vec<(&'static str, LinkState, bool)>>>;
+
+    /// A real admin listener whose status report reads `states`.
+    struct Fixture {
+        states: States,
+        base: String,
+        shutdown: CancellationToken,
+        server: tokio::task::JoinHandle<std::io::Result<()>>,
+        metrics: Metrics,
+    }
+
+    async fn start(states: Vec<(&'static str, LinkState, bool)>) -> Fixture {
+        let states: States = Arc::new(Mutex::new(states));
+        let metrics = Metrics::new();
+        let report_states = states.clone();
+        let status = Arc::new(move || StatusReport {
+            upstreams: report_states
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|&(name, state, required)| report(name, state, required))
+                .collect(),
+            cache: json!({ "entries": 3, "weighted_bytes": 4096 }),
+            subscriptions: json!({ "downstream": 2, "upstream": 1 }),
+        });
+        let state = AdminState { metrics: metrics.clone(), status };
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let shutdown = CancellationToken::new();
+        let server = tokio::spawn(serve_admin(listener, state, shutdown.clone()));
+        Fixture { states, base, shutdown, server, metrics }
+    }
+
+    fn report(name: &str, state: LinkState, required: bool) -> UpstreamReport {
+        let era = (state == LinkState::Up).then_some(Era::Modern);
+        let last_error = (state == LinkState::Down).then(|| "connection closed".to_string());
+        let status = UpstreamStatus { name: name.into(), state, era, last_error, reconnects: 1 };
+        UpstreamReport::new(status, required, 12, 2)
+    }
+
+    async fn get(fixture: &Fixture, path: &str) -> (u16, String, String) {
+        let response = reqwest::get(format!("{}{path}", fixture.base)).await.unwrap();
+        let code = response.status().as_u16();
+        let content_type =
+            response.headers().get("content-type").map(|v| v.to_str().unwrap().to_string()).unwrap_or_default();
+        (code, content_type, response.text().await.unwrap())
+    }
+
+    #[tokio::test]
+    async fn healthz_and_metrics_answer_over_http() {
+        let fixture = start(vec![("docs", LinkState::Up, true)]).await;
+        fixture.metrics.cache_hit("docs");
+        assert_eq!(get(&fixture, "/healthz").await, (200, "text/plain; charset=utf-8".into(), "ok".into()));
+        let (code, content_type, body) = get(&fixture, "/metrics").await;
+        assert_eq!((code, content_type.as_str()), (200, "text/plain; version=0.0.4"));
+        assert!(body.contains("mcp_proxy_cache_hits_total{upstream=\"docs\"} 1"), "{body}");
+        assert!(body.contains("# TYPE mcp_proxy_build_info gauge"));
+        fixture.shutdown.cancel();
+        fixture.server.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn readyz_flips_with_the_required_upstreams_only() {
+        let fixture = start(vec![("docs", LinkState::Up, true), ("mem", LinkState::Down, false)]).await;
+        let (code, _, body) = get(&fixture, "/readyz").await;
+        assert_eq!(
+            (code, serde_json::from_str::<Value>(&body).unwrap()),
+            (200, json!({ "ready": true, "missing": [] }))
+        );
+
+        fixture.states.lock().unwrap()[0].1 = LinkState::Connecting;
+        fixture.states.lock().unwrap()[1].2 = true;
+        let (code, _, body) = get(&fixture, "/readyz").await;
+        let expected = json!({ "ready": false, "missing": ["docs", "mem"] });
+        assert_eq!((code, serde_json::from_str::<Value>(&body).unwrap()), (503, expected));
+
+        fixture.states.lock().unwrap()[0].1 = LinkState::Up;
+        fixture.states.lock().unwrap()[1].1 = LinkState::Up;
+        assert_eq!(get(&fixture, "/readyz").await.0, 200);
+        fixture.shutdown.cancel();
+    }
+
+    #[tokio::test]
+    async fn status_is_json_with_every_upstream_and_the_totals() {
+        let fixture = start(vec![("docs", LinkState::Up, true), ("mem", LinkState::Down, true)]).await;
+        let (code, content_type, body) = get(&fixture, "/status").await;
+        assert_eq!((code, content_type.as_str()), (200, "application/json"));
+        let status: Value = serde_json::from_str(&body).unwrap();
+        let expected = json!({
+            "ready": false,
+            "missing": ["mem"],
+            "upstreams": [
+                { "name": "docs", "state": "up", "era": "modern", "required": true, "resources": 12,
+                  "templates": 2, "last_error": null, "reconnects": 1 },
+                { "name": "mem", "state": "down", "era": null, "required": true, "resources": 12,
+                  "templates": 2, "last_error": "connection closed", "reconnects": 1 },
+            ],
+            "cache": { "entries": 3, "weighted_bytes": 4096 },
+            "subscriptions": { "downstream": 2, "upstream": 1 },
+        });
+        assert_eq!(status, expected);
+        fixture.shutdown.cancel();
+    }
+
+    #[test]
+    fn readiness_ignores_optional_upstreams() {
+        fn check(upstreams: &[(&str, LinkState, bool)], missing: &[&str]) {
+            let report = StatusReport {
+                upstreams: upstreams.iter().map(|&(name, state, required)| report(name, state, required)).collect(),
+                ..StatusReport::default()
+            };
+            let expected =
+                Readiness { ready: missing.is_empty(), missing: missing.iter().map(|m| m.to_string()).collect() };
+            assert_eq!(report.readiness(), expected, "{upstreams:?}");
+        }
+        check(&[], &[]);
+        check(&[("docs", LinkState::Up, true)], &[]);
+        check(&[("docs", LinkState::Connecting, true)], &["docs"]);
+        check(&[("docs", LinkState::Down, false)], &[]);
+        check(&[("a", LinkState::Down, true), ("b", LinkState::Up, true), ("c", LinkState::Down, true)], &["a", "c"]);
+    }
+}

@@ -1,0 +1,119 @@
+//! Who is calling over HTTP: an axum middleware in front of `/mcp` that turns the
+//! `Authorization` header into a [`Principal`] in the request extensions, or answers 401
+//! before any MCP processing.
+//!
+//! `mode = "bearer"`: the request needs exactly one `Authorization: Bearer <token>` header
+//! (scheme case-insensitive, one space, a token of visible ASCII). The token is hashed with
+//! SHA-256 and compared in constant time with every configured digest. Missing, malformed or
+//! unknown → `401`, `WWW-Authenticate: Bearer`, one short body that does not say which.
+//! `mode = "none"`: every request is [`ANONYMOUS`] and the header is not looked at.
+//!
+//! rmcp's streamable HTTP service hands each request's `http::request::Parts` (extensions
+//! included) to the handler, so the handler reads the principal with [`principal_of`].
+//!
+//! Invariant: a token is never logged, stored or echoed; only its digest is compared.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http::header::{AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
+use http::{HeaderMap, StatusCode};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::config::{AuthConfig, AuthMode};
+
+/// The principal of `mode = "none"` HTTP requests.
+pub const ANONYMOUS: &str = "anonymous";
+
+/// The authenticated caller, in the request extensions of every request that got through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal(pub String);
+
+/// Why a request was turned away (for logs; the client always gets the same answer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rejection {
+    Missing,
+    Malformed,
+    UnknownToken,
+}
+
+/// The configured tokens as digests; a cheap `Clone` handle for the middleware state.
+#[derive(Clone)]
+pub struct Authenticator {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    mode: AuthMode,
+    tokens: Vec<(String, [u8; 32])>,
+}
+
+impl Authenticator {
+    pub fn new(config: &AuthConfig) -> Authenticator {
+        let tokens = config.tokens.iter().map(|t| (t.principal.clone(), t.sha256)).collect();
+        Authenticator { inner: Arc::new(Inner { mode: config.mode, tokens }) }
+    }
+
+    /// The principal for a request with these headers.
+    pub fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, Rejection> {
+        if self.inner.mode == AuthMode::None {
+            return Ok(Principal(ANONYMOUS.into()));
+        }
+        let token = bearer_token(headers)?;
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let mut found = None;
+        for (principal, expected) in &self.inner.tokens {
+            let equal: bool = digest.ct_eq(expected).into();
+            if equal && found.is_none() {
+                found = Some(principal);
+            }
+        }
+        found.map(|p| Principal(p.clone())).ok_or(Rejection::UnknownToken)
+    }
+}
+
+/// The middleware: `axum::middleware::from_fn_with_state(Authenticator::new(..), require_principal)`.
+pub async fn require_principal(State(auth): State<Authenticator>, mut request: Request, next: Next) -> Response {
+    match auth.authenticate(request.headers()) {
+        Ok(principal) => {
+            tracing::trace!(principal = %principal.0, "authenticated");
+            request.extensions_mut().insert(principal);
+            next.run(request).await
+        }
+        Err(rejection) => {
+            tracing::debug!(reason = ?rejection, method = %request.method(), "unauthorized request");
+            unauthorized()
+        }
+    }
+}
+
+/// The principal the middleware put into a request's extensions.
+pub fn principal_of(parts: &http::request::Parts) -> Option<&str> {
+    parts.extensions.get::<Principal>().map(|p| p.0.as_str())
+}
+
+fn unauthorized() -> Response {
+    let headers = [(WWW_AUTHENTICATE, "Bearer"), (CONTENT_TYPE, "text/plain; charset=utf-8")];
+    (StatusCode::UNAUTHORIZED, headers, "missing or invalid bearer token\n").into_response()
+}
+
+/// The token of the one `Authorization: Bearer <token>` header.
+fn bearer_token(headers: &HeaderMap) -> Result<&str, Rejection> {
+    let mut values = headers.get_all(AUTHORIZATION).iter();
+    let value = values.next().ok_or(Rejection::Missing)?;
+    if values.next().is_some() {
+        return Err(Rejection::Malformed);
+    }
+    let text = value.to_str().map_err(|_| Rejection::Malformed)?;
+    let (scheme, token) = text.split_once(' ').ok_or(Rejection::Malformed)?;
+    if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(Rejection::Malformed);
+    }
+    Ok(token)
+}
+
+#[cfg(test)]
+mod tests;

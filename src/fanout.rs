@@ -1,0 +1,300 @@
+//! Fan-out to downstream outlets: legacy sessions and 2026-07-28 listen streams.
+//!
+//! Each outlet gets its own bounded queue and sender task, so a host that stops reading fills
+//! only its own queue: what does not fit is dropped and counted, and nobody else waits. An
+//! outlet whose transport is gone is reported on the `gone` channel so its subscriptions are
+//! released.
+//!
+//! rmcp-free: `downstream` implements [`Outlet`] over rmcp peers and subscription sinks.
+//! Invariant: `deliver` and `broadcast_list_changed` never await a client.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use crate::subscriptions::HolderId;
+
+/// Notifications per outlet that may wait for a slow host before new ones are dropped.
+pub const QUEUE_CAPACITY: usize = 256;
+/// How long one send to one host may take before it is given up (and counted as dropped).
+pub const SEND_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the proxy tells a host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outgoing {
+    /// `notifications/resources/updated` with this namespaced URI.
+    Updated(String),
+    /// `notifications/resources/list_changed`.
+    ListChanged,
+}
+
+impl Outgoing {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Outgoing::Updated(_) => "updated",
+            Outgoing::ListChanged => "list_changed",
+        }
+    }
+}
+
+/// Why a send failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendError {
+    /// The host is gone; stop sending to it.
+    Closed,
+}
+
+pub type SendFuture<'a> = Pin<Box<dyn Future<Output = Result<(), SendError>> + Send + 'a>>;
+
+/// Something a notification can be sent to.
+pub trait Outlet: Send + Sync + 'static {
+    fn send(&self, message: Outgoing) -> SendFuture<'_>;
+}
+
+/// What the proxy knows of an outlet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutletInfo {
+    pub principal: String,
+    pub kind: OutletKind,
+    /// Legacy sessions always; listen streams when their filter asked for it.
+    pub wants_list_changed: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutletKind {
+    Session,
+    ListenStream,
+}
+
+/// Counters of what happened to notifications.
+#[derive(Debug, Default)]
+pub struct FanoutCounts {
+    pub delivered: AtomicU64,
+    pub dropped_full: AtomicU64,
+    pub dropped_timeout: AtomicU64,
+}
+
+/// A cheap `Clone` handle on the outlet registry.
+#[derive(Clone)]
+pub struct Fanout {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    outlets: Mutex<HashMap<HolderId, Registered>>,
+    next_id: AtomicU64,
+    gone: mpsc::UnboundedSender<HolderId>,
+    counts: FanoutCounts,
+    hooks: Mutex<Option<Arc<dyn Fn(Delivery) + Send + Sync>>>,
+}
+
+/// Reported to the delivery hook (metrics) for every notification's fate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    Delivered(&'static str),
+    DroppedFull(&'static str),
+    DroppedTimeout(&'static str),
+}
+
+struct Registered {
+    info: OutletInfo,
+    queue: mpsc::Sender<Outgoing>,
+    /// The catalog generation this outlet has heard of: at registration, then at each
+    /// `list_changed` it was sent.
+    seen_generation: u64,
+}
+
+impl Fanout {
+    /// `gone` receives the id of every outlet whose host disappeared.
+    pub fn new(gone: mpsc::UnboundedSender<HolderId>) -> Self {
+        let inner = Inner {
+            outlets: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            gone,
+            counts: FanoutCounts::default(),
+            hooks: Mutex::new(None),
+        };
+        Self { inner: Arc::new(inner) }
+    }
+
+    /// Called for every notification's fate (for metrics).
+    pub fn set_delivery_hook(&self, hook: Arc<dyn Fn(Delivery) + Send + Sync>) {
+        *self.inner.hooks.lock().expect("hooks lock") = Some(hook);
+    }
+
+    /// A fresh holder id (for holders that are not outlets, such as the cache).
+    pub fn next_holder_id(&self) -> HolderId {
+        self.inner.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Register an outlet, which knows the catalog as of `generation`, and start its sender task.
+    pub fn register(&self, info: OutletInfo, generation: u64, outlet: Arc<dyn Outlet>) -> HolderId {
+        let id = self.next_holder_id();
+        let (queue, receiver) = mpsc::channel(QUEUE_CAPACITY);
+        let registered = Registered { info, queue, seen_generation: generation };
+        self.inner.outlets.lock().expect("outlets lock").insert(id, registered);
+        tokio::spawn(send_loop(id, outlet, receiver, self.clone()));
+        id
+    }
+
+    /// Forget an outlet; its sender task ends once its queue is drained.
+    pub fn deregister(&self, id: HolderId) -> Option<OutletInfo> {
+        self.inner.outlets.lock().expect("outlets lock").remove(&id).map(|r| r.info)
+    }
+
+    pub fn info(&self, id: HolderId) -> Option<OutletInfo> {
+        self.inner.outlets.lock().expect("outlets lock").get(&id).map(|r| r.info.clone())
+    }
+
+    /// Every registered outlet.
+    pub fn outlets(&self) -> Vec<(HolderId, OutletInfo)> {
+        self.inner.outlets.lock().expect("outlets lock").iter().map(|(id, r)| (*id, r.info.clone())).collect()
+    }
+
+    /// Queue `message` for outlet `id` without waiting. False when it was dropped (queue full)
+    /// or the outlet is unknown.
+    pub fn deliver(&self, id: HolderId, message: Outgoing) -> bool {
+        let queue = match self.inner.outlets.lock().expect("outlets lock").get(&id) {
+            Some(registered) => registered.queue.clone(),
+            None => return false,
+        };
+        let kind = message.kind();
+        match queue.try_send(message) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.inner.counts.dropped_full.fetch_add(1, Ordering::Relaxed);
+                self.report(Delivery::DroppedFull(kind));
+                tracing::warn!(session = id, kind, "host is not reading its notifications; dropped one");
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        }
+    }
+
+    /// One `list_changed` to every outlet that wants it, has not heard of catalog `generation`
+    /// yet, and for which `allowed` holds.
+    pub fn broadcast_list_changed(&self, generation: u64, allowed: impl Fn(&OutletInfo) -> bool) -> usize {
+        let targets: Vec<HolderId> = {
+            let mut outlets = self.inner.outlets.lock().expect("outlets lock");
+            outlets
+                .iter_mut()
+                .filter(|(_, r)| r.info.wants_list_changed && r.seen_generation < generation && allowed(&r.info))
+                .map(|(id, r)| {
+                    r.seen_generation = generation;
+                    *id
+                })
+                .collect()
+        };
+        targets.into_iter().filter(|id| self.deliver(*id, Outgoing::ListChanged)).count()
+    }
+
+    pub fn counts(&self) -> &FanoutCounts {
+        &self.inner.counts
+    }
+
+    fn report(&self, delivery: Delivery) {
+        let hook = self.inner.hooks.lock().expect("hooks lock").clone();
+        if let Some(hook) = hook {
+            hook(delivery);
+        }
+    }
+}
+
+async fn send_loop(id: HolderId, outlet: Arc<dyn Outlet>, mut queue: mpsc::Receiver<Outgoing>, fanout: Fanout) {
+    while let Some(message) = queue.recv().await {
+        let kind = message.kind();
+        match tokio::time::timeout(SEND_TIMEOUT, outlet.send(message)).await {
+            Ok(Ok(())) => {
+                fanout.inner.counts.delivered.fetch_add(1, Ordering::Relaxed);
+                fanout.report(Delivery::Delivered(kind));
+            }
+            Ok(Err(SendError::Closed)) => {
+                tracing::debug!(session = id, "host gone; releasing its subscriptions");
+                let _ = fanout.inner.gone.send(id);
+                return;
+            }
+            Err(_) => {
+                fanout.inner.counts.dropped_timeout.fetch_add(1, Ordering::Relaxed);
+                fanout.report(Delivery::DroppedTimeout(kind));
+                tracing::warn!(session = id, kind, timeout = ?SEND_TIMEOUT, "send to host timed out; dropped");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Recorder(mpsc::UnboundedSender<Outgoing>);
+
+    impl Outlet for Recorder {
+        fn send(&self, message: Outgoing) -> SendFuture<'_> {
+            let sent = self.0.send(message).map_err(|_| SendError::Closed);
+            Box::pin(async move { sent })
+        }
+    }
+
+    /// Never completes a send: a host that stopped reading.
+    struct Stuck;
+
+    impl Outlet for Stuck {
+        fn send(&self, _: Outgoing) -> SendFuture<'_> {
+            Box::pin(std::future::pending())
+        }
+    }
+
+    fn info(wants_list_changed: bool) -> OutletInfo {
+        OutletInfo { principal: "p".into(), kind: OutletKind::Session, wants_list_changed }
+    }
+
+    #[tokio::test]
+    async fn a_stuck_host_fills_only_its_own_queue() {
+        let (gone, _) = mpsc::unbounded_channel();
+        let fanout = Fanout::new(gone);
+        let stuck = fanout.register(info(true), 0, Arc::new(Stuck));
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let healthy = fanout.register(info(true), 0, Arc::new(Recorder(tx)));
+        for i in 0..QUEUE_CAPACITY + 10 {
+            fanout.deliver(stuck, Outgoing::Updated(format!("a+x://{i}")));
+        }
+        assert!(fanout.counts().dropped_full.load(Ordering::Relaxed) >= 9);
+        assert!(fanout.deliver(healthy, Outgoing::Updated("a+x://1".into())));
+        let got = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.unwrap();
+        assert_eq!(got, Some(Outgoing::Updated("a+x://1".into())));
+    }
+
+    #[tokio::test]
+    async fn list_changed_goes_to_those_who_want_it() {
+        let (gone, _) = mpsc::unbounded_channel();
+        let fanout = Fanout::new(gone);
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (tx2, mut rx2) = mpsc::unbounded_channel();
+        let (tx3, mut rx3) = mpsc::unbounded_channel();
+        fanout.register(info(true), 1, Arc::new(Recorder(tx)));
+        fanout.register(info(false), 1, Arc::new(Recorder(tx2)));
+        fanout.register(info(true), 2, Arc::new(Recorder(tx3)));
+        assert_eq!(fanout.broadcast_list_changed(2, |_| true), 1);
+        assert_eq!(fanout.broadcast_list_changed(2, |_| true), 0, "once per generation");
+        assert_eq!(rx.recv().await, Some(Outgoing::ListChanged));
+        assert!(rx2.try_recv().is_err(), "did not ask for it");
+        assert!(rx3.try_recv().is_err(), "registered after the change");
+    }
+
+    #[tokio::test]
+    async fn a_closed_host_is_reported_gone() {
+        let (gone, mut gone_rx) = mpsc::unbounded_channel();
+        let fanout = Fanout::new(gone);
+        let (tx, rx) = mpsc::unbounded_channel();
+        drop(rx);
+        let id = fanout.register(info(true), 0, Arc::new(Recorder(tx)));
+        fanout.deliver(id, Outgoing::ListChanged);
+        let reported = tokio::time::timeout(Duration::from_secs(5), gone_rx.recv()).await.unwrap();
+        assert_eq!(reported, Some(id));
+    }
+}

@@ -1,0 +1,397 @@
+//! Metrics: one [`Metrics`] handle that owns its own prometheus [`Registry`] and renders it in
+//! the Prometheus text format for the admin listener's `/metrics`.
+//!
+//! Every family is named `mcp_proxy_<what>_<unit>[_total]` and registered in [`Metrics::new`];
+//! [`Metrics::family_names`] lists them (the Grafana dashboard test checks its queries against
+//! it). Callers record events through small methods, one line per event:
+//! `metrics.downstream_request("resources/read", metrics::outcome(&result), started.elapsed())`.
+//!
+//! Invariant: every label value is bounded, so the number of series does not grow with traffic.
+//! The API never accepts a URI, a principal, a token or a session id: methods and outcomes are
+//! `&'static str` (fixed at compile time), closed sets are enums, an `upstream` label must be a
+//! configured upstream name (anything not shaped like one — a URI always has a `:` — is recorded
+//! as `invalid`), and a `policy` label must be a policy file name (anything else is `other`).
+
+mod labels;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
+
+pub use self::labels::{DenialAction, EvictionCause, InvalidationCause, NotificationKind, Transport};
+use self::labels::{policy_label, upstream_label};
+use crate::error::ProxyError;
+use crate::upstream::Era;
+
+/// Latency buckets (seconds): from a cache hit (~50 µs) to a slow upstream read (30 s).
+pub const LATENCY_BUCKETS: &[f64] = &[
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    30.0,
+];
+
+/// Every `outcome` label value: `ok` or a [`ProxyError::kind`]. Pre-created so dashboards show 0.
+pub const OUTCOMES: &[&str] =
+    &["ok", "not_found", "invalid_cursor", "invalid_params", "upstream_down", "upstream_timeout", "upstream_failed"];
+
+/// The downstream methods whose request counters are pre-created (others are counted too).
+pub const DOWNSTREAM_METHODS: &[&str] = &[
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "subscriptions/listen",
+];
+
+/// The `outcome` label of a request's result: `ok`, or the error's bounded [`ProxyError::kind`].
+pub fn outcome<T>(result: &Result<T, ProxyError>) -> &'static str {
+    match result {
+        Ok(_) => "ok",
+        Err(error) => error.kind(),
+    }
+}
+
+/// A cheap `Clone` handle on the proxy's metrics.
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+/// Keeps a `mcp_proxy_downstream_sessions` series incremented while it lives; hold it in the
+/// session and the gauge drops by one when the session (and so this) goes.
+#[must_use = "the session is counted only while this guard lives"]
+pub struct SessionGuard {
+    gauge: IntGauge,
+}
+
+struct Inner {
+    registry: Registry,
+    family_names: Vec<String>,
+    downstream_requests: IntCounterVec,
+    downstream_duration: HistogramVec,
+    upstream_requests: IntCounterVec,
+    upstream_duration: HistogramVec,
+    upstream_up: IntGaugeVec,
+    upstream_reconnects: IntCounterVec,
+    catalog_resources: IntGaugeVec,
+    catalog_templates: IntGaugeVec,
+    catalog_unlisted: IntCounterVec,
+    cache_hits: IntCounterVec,
+    cache_misses: IntCounterVec,
+    cache_inserts: IntCounterVec,
+    cache_evictions: IntCounterVec,
+    cache_invalidations: IntCounterVec,
+    cache_entries: IntGauge,
+    cache_weighted_bytes: IntGauge,
+    downstream_sessions: IntGaugeVec,
+    downstream_subscriptions: IntGaugeVec,
+    upstream_subscriptions: IntGaugeVec,
+    notifications_received: IntCounterVec,
+    notifications_delivered: IntCounterVec,
+    notifications_dropped: IntCounterVec,
+    policy_denials: IntCounterVec,
+    served_bytes: IntCounterVec,
+}
+
+impl Metrics {
+    /// Register every family in a fresh registry and pre-create the label sets known up front.
+    pub fn new() -> Self {
+        let mut b = Builder { registry: Registry::new(), family_names: Vec::new() };
+        let build_info = b.gauge("build_info", "Always 1; the version label says which build.", &["version"]);
+        build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+        let inner = Inner {
+            downstream_requests: b.counter("downstream_requests_total", "Downstream requests.", &["method", "outcome"]),
+            downstream_duration: b.histogram(
+                "downstream_request_duration_seconds",
+                "Downstream request latency.",
+                &["method"],
+            ),
+            upstream_requests: b.counter(
+                "upstream_requests_total",
+                "Requests sent to upstreams.",
+                &["upstream", "method", "outcome"],
+            ),
+            upstream_duration: b.histogram(
+                "upstream_request_duration_seconds",
+                "Upstream request latency.",
+                &["upstream", "method"],
+            ),
+            upstream_up: b.gauge("upstream_up", "1 while the upstream is connected.", &["upstream"]),
+            upstream_reconnects: b.counter("upstream_reconnects_total", "Upstream reconnections.", &["upstream"]),
+            catalog_resources: b.gauge("catalog_resources", "Resources listed per upstream.", &["upstream"]),
+            catalog_templates: b.gauge("catalog_templates", "Resource templates per upstream.", &["upstream"]),
+            catalog_unlisted: b.counter(
+                "catalog_unlisted_total",
+                "Upstream entries not listed (URI without a scheme).",
+                &["upstream"],
+            ),
+            cache_hits: b.counter("cache_hits_total", "Reads answered from the cache.", &["upstream"]),
+            cache_misses: b.counter("cache_misses_total", "Reads that went upstream.", &["upstream"]),
+            cache_inserts: b.counter("cache_inserts_total", "Values inserted into the cache.", &["upstream"]),
+            cache_evictions: b.counter("cache_evictions_total", "Entries the cache evicted.", &["cause"]),
+            cache_invalidations: b.counter(
+                "cache_invalidations_total",
+                "Entries dropped as possibly stale.",
+                &["cause"],
+            ),
+            cache_entries: b.gauge0("cache_entries", "Entries in the read cache."),
+            cache_weighted_bytes: b.gauge0("cache_weighted_bytes", "Weighted size of the read cache."),
+            downstream_sessions: b.gauge("downstream_sessions", "Open downstream sessions.", &["transport", "era"]),
+            downstream_subscriptions: b.gauge(
+                "downstream_subscriptions",
+                "URIs held by downstream sessions.",
+                &["upstream"],
+            ),
+            upstream_subscriptions: b.gauge("upstream_subscriptions", "URIs the proxy holds upstream.", &["upstream"]),
+            notifications_received: b.counter(
+                "notifications_received_total",
+                "Notifications from upstreams.",
+                &["upstream", "kind"],
+            ),
+            notifications_delivered: b.counter(
+                "notifications_delivered_total",
+                "Notifications sent to sessions.",
+                &["kind"],
+            ),
+            notifications_dropped: b.counter(
+                "notifications_dropped_total",
+                "Notifications a session lost (slow or gone).",
+                &["kind"],
+            ),
+            policy_denials: b.counter(
+                "policy_denials_total",
+                "Requests or items refused by policy.",
+                &["action", "policy"],
+            ),
+            served_bytes: b.counter("served_bytes_total", "Resource content bytes served.", &["upstream"]),
+            registry: b.registry,
+            family_names: b.family_names,
+        };
+        let metrics = Metrics { inner: Arc::new(inner) };
+        metrics.precreate();
+        metrics
+    }
+
+    /// The full name of every family this registers, whether or not it has a series yet.
+    pub fn family_names(&self) -> &[String] {
+        &self.inner.family_names
+    }
+
+    /// The registry in the Prometheus text format (version 0.0.4).
+    pub fn render(&self) -> String {
+        let mut text = String::new();
+        if let Err(error) = TextEncoder::new().encode_utf8(&self.inner.registry.gather(), &mut text) {
+            tracing::error!(error = %error, "metrics could not be rendered");
+        }
+        text
+    }
+
+    /// A downstream request finished: `method` is the MCP method, `outcome` see [`outcome`].
+    pub fn downstream_request(&self, method: &'static str, outcome: &'static str, elapsed: Duration) {
+        let i = &self.inner;
+        i.downstream_requests.with_label_values(&[method, outcome]).inc();
+        i.downstream_duration.with_label_values(&[method]).observe(elapsed.as_secs_f64());
+    }
+
+    /// A request to `upstream` finished.
+    pub fn upstream_request(&self, upstream: &str, method: &'static str, outcome: &'static str, elapsed: Duration) {
+        let (i, upstream) = (&self.inner, upstream_label(upstream));
+        i.upstream_requests.with_label_values(&[upstream, method, outcome]).inc();
+        i.upstream_duration.with_label_values(&[upstream, method]).observe(elapsed.as_secs_f64());
+    }
+
+    /// An upstream is configured: its per-upstream series start at 0 (and `up` at 0).
+    pub fn upstream_configured(&self, upstream: &str) {
+        let (i, upstream) = (&self.inner, upstream_label(upstream));
+        i.upstream_up.with_label_values(&[upstream]).set(0);
+        i.upstream_reconnects.with_label_values(&[upstream]);
+        i.catalog_resources.with_label_values(&[upstream]);
+        i.catalog_templates.with_label_values(&[upstream]);
+        i.cache_hits.with_label_values(&[upstream]);
+        i.cache_misses.with_label_values(&[upstream]);
+        for kind in NotificationKind::ALL {
+            i.notifications_received.with_label_values(&[upstream, kind.label()]);
+        }
+        for outcome in OUTCOMES {
+            i.upstream_requests.with_label_values(&[upstream, "resources/read", outcome]);
+        }
+    }
+
+    /// An upstream left the configuration: its gauges go (its counters stay, as history).
+    pub fn upstream_removed(&self, upstream: &str) {
+        let (i, upstream) = (&self.inner, upstream_label(upstream));
+        for gauge in [
+            &i.upstream_up,
+            &i.catalog_resources,
+            &i.catalog_templates,
+            &i.downstream_subscriptions,
+            &i.upstream_subscriptions,
+        ] {
+            let _ = gauge.remove_label_values(&[upstream]);
+        }
+    }
+
+    pub fn set_upstream_up(&self, upstream: &str, up: bool) {
+        self.inner.upstream_up.with_label_values(&[upstream_label(upstream)]).set(i64::from(up));
+    }
+
+    pub fn upstream_reconnected(&self, upstream: &str) {
+        self.inner.upstream_reconnects.with_label_values(&[upstream_label(upstream)]).inc();
+    }
+
+    /// The upstream's catalog was (re)loaded with this many entries (0, 0 when it went down).
+    pub fn set_catalog_size(&self, upstream: &str, resources: usize, templates: usize) {
+        let (i, upstream) = (&self.inner, upstream_label(upstream));
+        i.catalog_resources.with_label_values(&[upstream]).set(saturate(resources));
+        i.catalog_templates.with_label_values(&[upstream]).set(saturate(templates));
+    }
+
+    /// An upstream entry was left out of the catalog (its URI has no scheme).
+    pub fn catalog_entry_unlisted(&self, upstream: &str) {
+        self.inner.catalog_unlisted.with_label_values(&[upstream_label(upstream)]).inc();
+    }
+
+    pub fn cache_hit(&self, upstream: &str) {
+        self.inner.cache_hits.with_label_values(&[upstream_label(upstream)]).inc();
+    }
+
+    pub fn cache_miss(&self, upstream: &str) {
+        self.inner.cache_misses.with_label_values(&[upstream_label(upstream)]).inc();
+    }
+
+    pub fn cache_insert(&self, upstream: &str) {
+        self.inner.cache_inserts.with_label_values(&[upstream_label(upstream)]).inc();
+    }
+
+    pub fn cache_eviction(&self, cause: EvictionCause) {
+        self.inner.cache_evictions.with_label_values(&[cause.label()]).inc();
+    }
+
+    /// `entries` cache entries were dropped as possibly stale.
+    pub fn cache_invalidation(&self, cause: InvalidationCause, entries: u64) {
+        self.inner.cache_invalidations.with_label_values(&[cause.label()]).inc_by(entries);
+    }
+
+    /// The cache's current size (moka's `entry_count` and `weighted_size`).
+    pub fn set_cache_size(&self, entries: u64, weighted_bytes: u64) {
+        self.inner.cache_entries.set(saturate(entries));
+        self.inner.cache_weighted_bytes.set(saturate(weighted_bytes));
+    }
+
+    /// A downstream session opened; it is counted until the returned guard is dropped.
+    pub fn downstream_session(&self, transport: Transport, era: Era) -> SessionGuard {
+        let gauge = self.inner.downstream_sessions.with_label_values(&[transport.label(), era.label()]);
+        gauge.inc();
+        SessionGuard { gauge }
+    }
+
+    /// How many URIs of `upstream` downstream sessions hold (summed over sessions).
+    pub fn set_downstream_subscriptions(&self, upstream: &str, held: usize) {
+        self.inner.downstream_subscriptions.with_label_values(&[upstream_label(upstream)]).set(saturate(held));
+    }
+
+    /// How many URIs the proxy holds subscribed at `upstream` (one per URI, shared).
+    pub fn set_upstream_subscriptions(&self, upstream: &str, held: usize) {
+        self.inner.upstream_subscriptions.with_label_values(&[upstream_label(upstream)]).set(saturate(held));
+    }
+
+    pub fn notification_received(&self, upstream: &str, kind: NotificationKind) {
+        self.inner.notifications_received.with_label_values(&[upstream_label(upstream), kind.label()]).inc();
+    }
+
+    pub fn notification_delivered(&self, kind: NotificationKind) {
+        self.inner.notifications_delivered.with_label_values(&[kind.label()]).inc();
+    }
+
+    pub fn notification_dropped(&self, kind: NotificationKind) {
+        self.inner.notifications_dropped.with_label_values(&[kind.label()]).inc();
+    }
+
+    /// Policy refused `action`; `policy` is the file whose rule decided, `None` for the default.
+    pub fn policy_denied(&self, action: DenialAction, policy: Option<&str>) {
+        self.inner.policy_denials.with_label_values(&[action.label(), policy_label(policy)]).inc();
+    }
+
+    /// Resource content of `bytes` bytes (text as UTF-8, blobs decoded) was sent to a client.
+    pub fn bytes_served(&self, upstream: &str, bytes: u64) {
+        self.inner.served_bytes.with_label_values(&[upstream_label(upstream)]).inc_by(bytes);
+    }
+
+    fn precreate(&self) {
+        let i = &self.inner;
+        for method in DOWNSTREAM_METHODS {
+            for outcome in OUTCOMES {
+                i.downstream_requests.with_label_values(&[method, outcome]);
+            }
+        }
+        for cause in EvictionCause::ALL {
+            i.cache_evictions.with_label_values(&[cause.label()]);
+        }
+        for cause in InvalidationCause::ALL {
+            i.cache_invalidations.with_label_values(&[cause.label()]);
+        }
+        for kind in NotificationKind::ALL {
+            i.notifications_delivered.with_label_values(&[kind.label()]);
+            i.notifications_dropped.with_label_values(&[kind.label()]);
+        }
+        for action in DenialAction::ALL {
+            i.policy_denials.with_label_values(&[action.label(), "default"]);
+        }
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for SessionGuard {
+    fn drop(&mut self) {
+        self.gauge.dec();
+    }
+}
+
+/// Registers families under the `mcp_proxy_` prefix and remembers their full names.
+struct Builder {
+    registry: Registry,
+    family_names: Vec<String>,
+}
+
+impl Builder {
+    fn counter(&mut self, name: &'static str, help: &str, labels: &[&str]) -> IntCounterVec {
+        self.register(IntCounterVec::new(Opts::new(name, help).namespace("mcp_proxy"), labels))
+    }
+
+    fn gauge(&mut self, name: &'static str, help: &str, labels: &[&str]) -> IntGaugeVec {
+        self.register(IntGaugeVec::new(Opts::new(name, help).namespace("mcp_proxy"), labels))
+    }
+
+    fn gauge0(&mut self, name: &'static str, help: &str) -> IntGauge {
+        self.register(IntGauge::with_opts(Opts::new(name, help).namespace("mcp_proxy")))
+    }
+
+    fn histogram(&mut self, name: &'static str, help: &str, labels: &[&str]) -> HistogramVec {
+        let opts = HistogramOpts::new(name, help).namespace("mcp_proxy").buckets(LATENCY_BUCKETS.to_vec());
+        self.register(HistogramVec::new(opts, labels))
+    }
+
+    fn register<C>(&mut self, collector: prometheus::Result<C>) -> C
+    where
+        C: prometheus::core::Collector + Clone + 'static,
+    {
+        let collector = collector.expect("metric options are static and valid");
+        self.registry.register(Box::new(collector.clone())).expect("metric names are unique");
+        for desc in collector.desc() {
+            self.family_names.push(desc.fq_name.clone());
+        }
+        collector
+    }
+}
+
+fn saturate(value: impl TryInto<i64>) -> i64 {
+    value.try_into().unwrap_or(i64::MAX)
+}

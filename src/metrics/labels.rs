@@ -1,0 +1,131 @@
+//! The label values of [`super::Metrics`]: closed sets as enums, and the two open-but-bounded
+//! ones (upstream names, policy file names) checked for shape.
+//!
+//! Invariant: no function here returns a value that could be a URI (every URI has a `:`).
+
+use crate::namespace::is_valid_upstream_name;
+
+/// How a downstream session reaches the proxy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    Stdio,
+    Http,
+}
+
+/// Which notification (both eras map onto these).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotificationKind {
+    /// `notifications/resources/updated` (or its 2026-07-28 listen-stream form).
+    Updated,
+    /// `notifications/resources/list_changed`.
+    ListChanged,
+}
+
+/// Why the cache dropped an entry on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EvictionCause {
+    /// The byte bound was reached.
+    Size,
+    /// Its TTL ran out.
+    Expired,
+}
+
+/// Why the proxy dropped cache entries because they may be stale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InvalidationCause {
+    /// The upstream said `resources/updated` for the URI (or a parent of it).
+    Updated,
+    /// The upstream reconnected: updates may have been missed.
+    Reconnect,
+    /// A config or policy reload.
+    Reload,
+    /// An update arrived while the value was loading: the loaded value was not inserted.
+    UpdatedDuringLoad,
+}
+
+/// What a client was refused by policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DenialAction {
+    /// A `resources/read`.
+    Read,
+    /// A resource or template hidden from a list page (counted per hidden item).
+    List,
+    /// A subscription (legacy subscribe or a URI of a listen stream).
+    Subscribe,
+}
+
+impl Transport {
+    pub fn label(self) -> &'static str {
+        match self {
+            Transport::Stdio => "stdio",
+            Transport::Http => "http",
+        }
+    }
+}
+
+impl NotificationKind {
+    pub const ALL: [NotificationKind; 2] = [NotificationKind::Updated, NotificationKind::ListChanged];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            NotificationKind::Updated => "updated",
+            NotificationKind::ListChanged => "list_changed",
+        }
+    }
+}
+
+impl EvictionCause {
+    pub const ALL: [EvictionCause; 2] = [EvictionCause::Size, EvictionCause::Expired];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            EvictionCause::Size => "size",
+            EvictionCause::Expired => "expired",
+        }
+    }
+}
+
+impl InvalidationCause {
+    pub const ALL: [InvalidationCause; 4] = [
+        InvalidationCause::Updated,
+        InvalidationCause::Reconnect,
+        InvalidationCause::Reload,
+        InvalidationCause::UpdatedDuringLoad,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            InvalidationCause::Updated => "updated",
+            InvalidationCause::Reconnect => "reconnect",
+            InvalidationCause::Reload => "reload",
+            InvalidationCause::UpdatedDuringLoad => "updated_during_load",
+        }
+    }
+}
+
+impl DenialAction {
+    pub const ALL: [DenialAction; 3] = [DenialAction::Read, DenialAction::List, DenialAction::Subscribe];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            DenialAction::Read => "read",
+            DenialAction::List => "list",
+            DenialAction::Subscribe => "subscribe",
+        }
+    }
+}
+
+/// An upstream name as a label value: config-validated names only (`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`,
+/// which no URI matches); anything else is `invalid` so a mistake cannot leak a URI into a label.
+pub(super) fn upstream_label(upstream: &str) -> &str {
+    if is_valid_upstream_name(upstream) { upstream } else { "invalid" }
+}
+
+/// A policy file name as a label value (`team-a.toml`, `teams/a.toml`); `None` is `default`,
+/// anything not shaped like a relative file name (a `:` in particular) is `other`.
+pub(super) fn policy_label(policy: Option<&str>) -> &str {
+    let Some(file) = policy else { return "default" };
+    let file_like =
+        file.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'/')) && file.len() <= 128;
+    if file_like && !file.is_empty() { file } else { "other" }
+}

@@ -1,0 +1,335 @@
+//! Access policies: `policies/*.toml` → per-principal allow/deny globs over namespaced,
+//! normalised URIs, and the decisions made with them. Loading reads files; every decision
+//! after that is pure and synchronous.
+//!
+//! A policy file:
+//! ```toml
+//! principals = ["ci-bot"]          # "*" = anyone no file names
+//! allow = ["docs+**"]
+//! deny  = ["*+file:///**/.env"]
+//! ```
+//! Only `*.toml` files in the directory are read (so `x.toml.example` is ignored), in name
+//! order. A principal's rules are the union of the files naming it, or, if no file names it,
+//! of the `*` files — a named principal does **not** inherit the `*` rules. **Deny wins**;
+//! nothing allowed → denied.
+//!
+//! Globs (globset, `literal_separator`): `*` and `?` stay within a `/`-separated segment;
+//! `**` matches anything, `/` included, **wherever it appears** — globset alone treats a `**`
+//! that is not a whole path component (`docs+**`, `a**b`) as `*`, so such a pattern is
+//! compiled as the union of its variants with that `**` read as `*` and as `*/**/*`, which
+//! together match exactly "any string". `{a,b}` and `[abc]` work as in globset.
+//!
+//! Matching is done on the URI as [`crate::uri::normalize`] leaves it (lower-case scheme and
+//! host, decoded unreserved characters, no dot segments, no `//`). Two deliberate
+//! asymmetries close the remaining gaps, both in the deny direction:
+//! - **deny globs match case-insensitively**, allow globs case-sensitively. URI paths keep
+//!   their case (a case-sensitive server must get what was asked), but an upstream on a
+//!   case-insensitive file system serves `Secrets/` for `secrets/`; denying both is the only
+//!   safe reading. Over-denying `SECRETS/` on a case-sensitive server is the accepted cost.
+//! - **deny globs also see the URI without its query and fragment, and that with and without
+//!   a trailing `/`**, so `…/.env?x=1`, `…/.env#x` and `…/.env/` are denied by `**/.env`, and
+//!   `…/secrets` (the folder itself, whose listing names what is inside) by `**/secrets/**`.
+//!
+//! Templates: [`PolicySet::template_visible`] lists a template when some URI it can produce
+//! may be allowed. Each `{…}` expression is widened to "any string", giving a set that
+//! contains every expansion; the template is listed when that set meets an allow glob outside
+//! every deny glob (decided exactly on DFAs of the globs). The error is one-sided on purpose:
+//! a template can be listed although all its real expansions are denied (reads, subscriptions
+//! and notifications are still checked per URI, so nothing is served), but a template one of
+//! whose expansions is allowed is never hidden — hiding would make a resource the client may
+//! read undiscoverable. What leaks in the listed-but-denied case is the template's shape,
+//! never a resource.
+//!
+//! Invariant: a [`PolicySet`] that exists compiled every glob of every file; decisions cannot
+//! fail.
+
+mod rules;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+
+use figment::Figment;
+use figment::providers::{Format, Toml};
+use figment::value::Value;
+use serde::Deserialize;
+
+use self::rules::{Rule, Rules};
+use crate::config::Problem;
+use crate::uri::{self, UriError};
+
+/// The compiled policies; a cheap `Clone` handle.
+#[derive(Clone)]
+pub struct PolicySet {
+    inner: Arc<Inner>,
+}
+
+/// The outcome for one (principal, URI), and what decided it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub allowed: bool,
+    /// The policy file (name within the policies directory) whose rule decided; `None` when
+    /// nothing matched (default deny) or when no policies are configured (allow all).
+    pub file: Option<String>,
+    /// The glob, as written in the file, that decided.
+    pub pattern: Option<String>,
+}
+
+enum Inner {
+    AllowAll,
+    Files { files: Vec<String>, named: BTreeMap<String, RuleSet>, fallback: RuleSet },
+}
+
+/// The rules of one principal (or of the `*` fallback).
+struct RuleSet {
+    allow: Rules,
+    deny: Rules,
+}
+
+impl PolicySet {
+    /// Everything is allowed: for configurations without a policies directory.
+    pub fn allow_all() -> PolicySet {
+        PolicySet { inner: Arc::new(Inner::AllowAll) }
+    }
+
+    /// Read and compile every `*.toml` in `dir`; every problem of every file at once.
+    pub fn load(dir: &Path) -> Result<PolicySet, Vec<Problem>> {
+        let mut problems = Vec::new();
+        let files = read_dir(dir, &mut problems);
+        let parsed: Vec<PolicyFile> =
+            files.iter().filter_map(|(name, text)| parse_file(dir, name, text, &mut problems)).collect();
+        if problems.is_empty() { PolicySet::from_files(parsed) } else { Err(problems) }
+    }
+
+    /// Compile policy files given as `(file name, TOML text)`; for tests and for `load`.
+    pub fn from_texts(files: &[(&str, &str)]) -> Result<PolicySet, Vec<Problem>> {
+        let mut problems = Vec::new();
+        let parsed: Vec<PolicyFile> = files
+            .iter()
+            .filter_map(|(name, text)| parse_file(Path::new(""), name, text, &mut problems))
+            .collect();
+        if problems.is_empty() { PolicySet::from_files(parsed) } else { Err(problems) }
+    }
+
+    /// May `principal` see `uri`? `uri` must be namespaced and already normalised.
+    pub fn decide(&self, principal: &str, uri: &str) -> Decision {
+        let Some(rules) = self.rules_of(principal) else {
+            return Decision { allowed: true, file: None, pattern: None };
+        };
+        let views = deny_views(uri);
+        let denied = views.iter().filter_map(|view| rules.deny.first_match(view)).min_by_key(|(i, _)| *i);
+        if let Some((_, rule)) = denied {
+            return rule.decision(false);
+        }
+        match rules.allow.first_match(uri) {
+            Some((_, rule)) => rule.decision(true),
+            None => Decision { allowed: false, file: None, pattern: None },
+        }
+    }
+
+    /// [`crate::uri::normalize`] then [`PolicySet::decide`]: the normalised URI (the only form
+    /// to forward) and the decision, or why the URI is refused.
+    pub fn normalize_and_decide(&self, principal: &str, uri: &str) -> Result<(String, Decision), UriError> {
+        let normal = uri::normalize(uri)?;
+        let decision = self.decide(principal, &normal);
+        Ok((normal, decision))
+    }
+
+    /// Shorthand: normalises and is allowed.
+    pub fn allows(&self, principal: &str, uri: &str) -> bool {
+        self.normalize_and_decide(principal, uri).is_ok_and(|(_, decision)| decision.allowed)
+    }
+
+    /// Is a namespaced RFC 6570 template listed for `principal`? See the module doc.
+    pub fn template_visible(&self, principal: &str, template: &str) -> bool {
+        match self.rules_of(principal) {
+            None => true,
+            Some(rules) => rules::template_may_be_allowed(template, &rules.allow, &rules.deny),
+        }
+    }
+
+    /// The policy files this set was compiled from (empty for allow-all).
+    pub fn files(&self) -> &[String] {
+        match &*self.inner {
+            Inner::AllowAll => &[],
+            Inner::Files { files, .. } => files,
+        }
+    }
+
+    /// True for [`PolicySet::allow_all`].
+    pub fn is_allow_all(&self) -> bool {
+        matches!(*self.inner, Inner::AllowAll)
+    }
+
+    fn rules_of(&self, principal: &str) -> Option<&RuleSet> {
+        match &*self.inner {
+            Inner::AllowAll => None,
+            Inner::Files { named, fallback, .. } => Some(named.get(principal).unwrap_or(fallback)),
+        }
+    }
+
+    fn from_files(files: Vec<PolicyFile>) -> Result<PolicySet, Vec<Problem>> {
+        let names: BTreeSet<&str> =
+            files.iter().flat_map(|f| f.principals.iter().map(String::as_str)).filter(|p| *p != "*").collect();
+        let mut problems = Vec::new();
+        let mut named = BTreeMap::new();
+        for name in names {
+            match RuleSet::of(&files, name) {
+                Ok(rules) => drop(named.insert(name.to_string(), rules)),
+                Err(message) => problems.push(Problem { at: format!("policies for `{name}`"), message }),
+            }
+        }
+        let fallback = RuleSet::of(&files, "*").map_err(|message| {
+            problems.push(Problem { at: "policies for `*`".into(), message });
+        });
+        match fallback {
+            Ok(fallback) if problems.is_empty() => {
+                let files = files.iter().map(|f| f.name.clone()).collect();
+                Ok(PolicySet { inner: Arc::new(Inner::Files { files, named, fallback }) })
+            }
+            _ => Err(problems),
+        }
+    }
+}
+
+impl fmt::Debug for PolicySet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &*self.inner {
+            Inner::AllowAll => f.write_str("PolicySet::AllowAll"),
+            Inner::Files { files, named, .. } => f
+                .debug_struct("PolicySet")
+                .field("files", files)
+                .field("principals", &named.keys().collect::<Vec<_>>())
+                .finish(),
+        }
+    }
+}
+
+impl RuleSet {
+    fn of(files: &[PolicyFile], principal: &str) -> Result<RuleSet, String> {
+        let mine = || files.iter().filter(|f| f.principals.iter().any(|p| p == principal));
+        let allow: Vec<Rule> = mine().flat_map(|f| f.allow.iter().cloned()).collect();
+        let deny: Vec<Rule> = mine().flat_map(|f| f.deny.iter().cloned()).collect();
+        Ok(RuleSet { allow: Rules::new(allow)?, deny: Rules::new(deny)? })
+    }
+}
+
+/// One parsed, checked file.
+struct PolicyFile {
+    name: String,
+    principals: Vec<String>,
+    allow: Vec<Rule>,
+    deny: Vec<Rule>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawPolicy {
+    principals: Option<Vec<String>>,
+    #[serde(default)]
+    allow: Vec<String>,
+    #[serde(default)]
+    deny: Vec<String>,
+    #[serde(flatten)]
+    unknown: BTreeMap<String, Value>,
+}
+
+/// What deny globs are matched against: the URI; without its query and fragment; and that
+/// with and without a trailing `/` (servers often treat `dir` and `dir/` as one resource).
+fn deny_views(uri: &str) -> Vec<String> {
+    let bare = uri::without_query(uri);
+    let trimmed = bare.trim_end_matches('/');
+    let mut views = vec![uri.to_string(), bare.to_string(), format!("{trimmed}/")];
+    if !trimmed.ends_with(':') && !trimmed.ends_with("//") {
+        views.push(trimmed.to_string());
+    }
+    views
+}
+
+/// `(file name, text)` of every `*.toml` file in `dir`, by name.
+fn read_dir(dir: &Path, problems: &mut Vec<Problem>) -> Vec<(String, String)> {
+    let at = dir.display().to_string();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(error) => {
+            problems.push(Problem { at, message: format!("cannot read the policies directory: {error}") });
+            return Vec::new();
+        }
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.path().extension().is_some_and(|x| x == "toml") && e.path().is_file())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    names.sort();
+    if names.is_empty() {
+        let message = "no *.toml policy files: every request would be denied (remove [policies] dir to allow all)";
+        problems.push(Problem { at, message: message.into() });
+    }
+    let mut files = Vec::new();
+    for name in names {
+        match std::fs::read_to_string(dir.join(&name)) {
+            Ok(text) => files.push((name, text)),
+            Err(error) => problems.push(Problem { at: dir.join(&name).display().to_string(), message: error.to_string() }),
+        }
+    }
+    files
+}
+
+fn parse_file(dir: &Path, name: &str, text: &str, problems: &mut Vec<Problem>) -> Option<PolicyFile> {
+    let at = dir.join(name).display().to_string();
+    let raw: RawPolicy = match Figment::from(Toml::string(text)).extract() {
+        Ok(raw) => raw,
+        Err(errors) => {
+            for error in errors {
+                let key = error.path.join(".");
+                let at = if key.is_empty() { at.clone() } else { format!("{at}: {key}") };
+                problems.push(Problem { at, message: error.kind.to_string() });
+            }
+            return None;
+        }
+    };
+    let before = problems.len();
+    for key in raw.unknown.keys() {
+        problems.push(Problem { at: format!("{at}: {key}"), message: "unknown key".into() });
+    }
+    let principals = check_principals(&at, raw.principals, problems);
+    let compile = |list: &str, patterns: Vec<String>, problems: &mut Vec<Problem>| -> Vec<Rule> {
+        let mut rules = Vec::new();
+        for (index, pattern) in patterns.into_iter().enumerate() {
+            match Rule::new(name, &pattern, list == "deny") {
+                Ok(rule) => rules.push(rule),
+                Err(message) => problems.push(Problem { at: format!("{at}: {list}[{index}]"), message }),
+            }
+        }
+        rules
+    };
+    let allow = compile("allow", raw.allow, problems);
+    let deny = compile("deny", raw.deny, problems);
+    (problems.len() == before).then(|| PolicyFile { name: name.to_string(), principals, allow, deny })
+}
+
+fn check_principals(at: &str, principals: Option<Vec<String>>, problems: &mut Vec<Problem>) -> Vec<String> {
+    let Some(principals) = principals else {
+        problems.push(Problem { at: at.to_string(), message: "missing `principals`".into() });
+        return Vec::new();
+    };
+    if principals.is_empty() {
+        problems.push(Problem { at: format!("{at}: principals"), message: "names no principal".into() });
+    }
+    for principal in &principals {
+        if !is_valid_principal(principal) && principal != "*" {
+            let message = format!("`{principal}` is not a principal name (non-empty, no spaces, no `*` inside)");
+            problems.push(Problem { at: format!("{at}: principals"), message });
+        }
+    }
+    principals
+}
+
+/// A principal name: non-empty, printable ASCII without spaces, no glob characters.
+pub fn is_valid_principal(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_graphic() && !matches!(b, b'*' | b'?' | b'[' | b']' | b'{' | b'}'))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,188 @@
+use super::*;
+
+const DEFAULT: &str = r#"
+principals = ["*"]
+allow = ["**"]
+deny = ["*+file:///**/.env", "*+file:///**/secrets/**"]
+"#;
+const CI_BOT: &str = r#"
+principals = ["ci-bot"]
+allow = ["docs+**", "everything+demo://resource/static/**"]
+"#;
+const CI_EXTRA: &str = r#"
+principals = ["ci-bot", "auditor"]
+allow = ["audit+**", "pages+file:///*.md", "cased+file:///Pub/**"]
+deny = ["docs+file:///private/**"]
+"#;
+
+#[derive(Debug)]
+enum Expect {
+    Allow(&'static str, &'static str),
+    Deny(&'static str, &'static str),
+    DefaultDeny,
+}
+
+fn policies() -> PolicySet {
+    PolicySet::from_texts(&[("default.toml", DEFAULT), ("ci-bot.toml", CI_BOT), ("ci-extra.toml", CI_EXTRA)])
+        .expect("valid policies")
+}
+
+/// Normalise `uri`, decide for `principal`, compare with `expected`.
+fn check(principal: &str, uri: &str, expected: Expect) {
+    let (normal, decision) = policies().normalize_and_decide(principal, uri).expect("normalises");
+    let want = match expected {
+        Expect::Allow(file, pattern) => (true, Some(file), Some(pattern)),
+        Expect::Deny(file, pattern) => (false, Some(file), Some(pattern)),
+        Expect::DefaultDeny => (false, None, None),
+    };
+    let got = (decision.allowed, decision.file.as_deref(), decision.pattern.as_deref());
+    assert_eq!(got, want, "{principal} reading {uri} (normalised {normal})");
+}
+
+#[test]
+fn decisions() {
+    use Expect::*;
+    // `*` fallback: anyone no file names.
+    check("anonymous", "docs+file:///a.md", Allow("default.toml", "**"));
+    check("local", "mem+urn:note:7", Allow("default.toml", "**"));
+    check("anonymous", "docs+file:///x/.env", Deny("default.toml", "*+file:///**/.env"));
+    check("anonymous", "docs+file:///x/secrets/k", Deny("default.toml", "*+file:///**/secrets/**"));
+    // Deny globs are case-insensitive and also see the URI without query, fragment, trailing `/`.
+    check("anonymous", "docs+file:///X/SECRETS/k", Deny("default.toml", "*+file:///**/secrets/**"));
+    check("anonymous", "docs+file:///x/.env?y=1", Deny("default.toml", "*+file:///**/.env"));
+    check("anonymous", "docs+file:///x/.env/", Deny("default.toml", "*+file:///**/.env"));
+    check("anonymous", "docs+file:///x/secrets", Deny("default.toml", "*+file:///**/secrets/**"));
+    check("anonymous", "docs+file:///x/secrets.md", Allow("default.toml", "**"));
+    // A named principal: the union of the files naming it, not the `*` files.
+    check("ci-bot", "docs+file:///a.md", Allow("ci-bot.toml", "docs+**"));
+    check("ci-bot", "docs+urn:x", Allow("ci-bot.toml", "docs+**"));
+    check("ci-bot", "docs+file:///x/.env", Allow("ci-bot.toml", "docs+**"));
+    check("ci-bot", "everything+demo://resource/static/1", Allow("ci-bot.toml", "everything+demo://resource/static/**"));
+    check("ci-bot", "everything+demo://resource/dynamic/1", DefaultDeny);
+    check("ci-bot", "gh+repo://acme/app/README.md", DefaultDeny);
+    check("ci-bot", "audit+file:///log", Allow("ci-extra.toml", "audit+**"));
+    // Deny wins over an allow of another file.
+    check("ci-bot", "docs+file:///private/plan.md", Deny("ci-extra.toml", "docs+file:///private/**"));
+    check("auditor", "audit+x:y", Allow("ci-extra.toml", "audit+**"));
+    check("auditor", "docs+file:///a.md", DefaultDeny);
+    // `*` stays within a segment; allow globs are case-sensitive.
+    check("auditor", "pages+file:///a.md", Allow("ci-extra.toml", "pages+file:///*.md"));
+    check("auditor", "pages+file:///d/a.md", DefaultDeny);
+    check("auditor", "cased+file:///Pub/a", Allow("ci-extra.toml", "cased+file:///Pub/**"));
+    check("auditor", "cased+file:///pub/a", DefaultDeny);
+}
+
+#[test]
+fn allow_all_allows_everything_and_lists_every_template() {
+    let all = PolicySet::allow_all();
+    assert_eq!(all.decide("x", "docs+file:///.env"), Decision { allowed: true, file: None, pattern: None });
+    assert!(all.template_visible("x", "docs+file:///{+path}"));
+    assert!(all.is_allow_all());
+}
+
+#[test]
+fn double_star_crosses_slashes_wherever_it_is() {
+    let set = PolicySet::from_texts(&[("p.toml", "principals=[\"*\"]\nallow=[\"a+**\", \"b+file:///x**.md\"]")]).unwrap();
+    for allowed in ["a+file:///x/y/z", "a+urn:q", "b+file:///x.md", "b+file:///xy/z/w.md"] {
+        assert!(set.allows("p", allowed), "{allowed}");
+    }
+    for denied in ["b+file:///y/x.md", "b+file:///x/y.txt", "c+a+x:y"] {
+        assert!(!set.allows("p", denied), "{denied}");
+    }
+}
+
+fn check_template(principal: &str, template: &str, visible: bool) {
+    assert_eq!(policies().template_visible(principal, template), visible, "{principal}: {template}");
+}
+
+#[test]
+fn templates_are_listed_when_an_expansion_may_be_allowed() {
+    check_template("anonymous", "docs+file:///{+path}", true);
+    check_template("anonymous", "docs+file:///secrets/{name}", false);
+    check_template("anonymous", "docs+file:///{dir}/secrets/{name}", false);
+    check_template("anonymous", "docs+file:///{dir}/.env", false);
+    check_template("anonymous", "docs+file:///{dir}/.env{?v}", true);
+    check_template("anonymous", "DOCS+FILE:///SECRETS/{x}", false);
+    check_template("ci-bot", "docs+file:///{+path}", true);
+    check_template("ci-bot", "everything+demo://resource/static/{id}", true);
+    check_template("ci-bot", "everything+demo://resource/{kind}/{id}", true);
+    check_template("ci-bot", "everything+demo://resource/dynamic/{id}", false);
+    check_template("ci-bot", "gh+repo://{owner}/{repo}/README.md", false);
+    check_template("ci-bot", "docs+file:///private/{name}", false);
+    check_template("auditor", "pages+file:///{name}.md", true);
+    check_template("nobody-allows", "x+{y}", true);
+    let deny_all = PolicySet::from_texts(&[("none.toml", "principals = [\"*\"]\n")]).unwrap();
+    assert!(!deny_all.template_visible("anyone", "docs+file:///{+path}"));
+}
+
+#[test]
+fn every_problem_of_every_file_is_reported() {
+    let problems = PolicySet::from_texts(&[
+        ("a.toml", "principals = []\nallow = [\"docs+[\", \"\"]\ncolour = 1\n"),
+        ("b.toml", "allow = [\"Docs+**\"]\ndeny = [\"a**b**c**d**e\"]\n"),
+        ("c.toml", "principals = [\"a b\", \"x*\"]\n"),
+        ("d.toml", "principals = [\"*\"]\nallow = \"**\"\n"),
+        ("e.toml", "principals = [\"*\"\n"),
+    ])
+    .expect_err("invalid");
+    let found: Vec<String> = problems.iter().map(|p| format!("{}: {}", p.at, p.message)).collect();
+    let expected = [
+        "a.toml: colour: unknown key",
+        "a.toml: principals: names no principal",
+        "a.toml: allow[0]: `docs+[` is not a valid glob",
+        "a.toml: allow[1]: empty pattern",
+        "b.toml: missing `principals`",
+        "b.toml: allow[0]: `Docs+**` has an upper-case scheme",
+        "b.toml: deny[0]: `a**b**c**d**e` has more than 3",
+        "c.toml: principals: `a b` is not a principal name",
+        "c.toml: principals: `x*` is not a principal name",
+        "d.toml: allow:",
+        "e.toml",
+    ];
+    for want in expected {
+        assert!(found.iter().any(|f| f.starts_with(want)), "missing {want:?} in {found:#?}");
+    }
+    assert_eq!(found.len(), expected.len(), "{found:#?}");
+}
+
+#[test]
+fn load_reads_only_toml_files_in_name_order() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("default.toml"), DEFAULT).unwrap();
+    std::fs::write(dir.path().join("ci-bot.toml.example"), "not = [valid").unwrap();
+    std::fs::write(dir.path().join("README.md"), "# notes").unwrap();
+    std::fs::write(dir.path().join("a.toml"), CI_BOT).unwrap();
+    let set = PolicySet::load(dir.path()).unwrap();
+    assert_eq!(set.files(), ["a.toml", "default.toml"]);
+    assert!(set.allows("ci-bot", "docs+file:///x"));
+
+    let empty = tempfile::tempdir().unwrap();
+    let problems = PolicySet::load(empty.path()).expect_err("no files");
+    assert!(problems[0].message.starts_with("no *.toml policy files"), "{problems:?}");
+    let problems = PolicySet::load(&empty.path().join("missing")).expect_err("no dir");
+    assert!(problems[0].message.starts_with("cannot read the policies directory"), "{problems:?}");
+}
+
+#[test]
+fn the_shipped_policies_load() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
+    let set = PolicySet::load(&dir).expect("shipped policies are valid");
+    assert!(set.allows("anonymous", "docs+file:///guide.md"));
+    assert!(!set.allows("anonymous", "docs+file:///app/.env"));
+    let example = std::fs::read_to_string(dir.join("ci-bot.toml.example")).unwrap();
+    PolicySet::from_texts(&[("ci-bot.toml", &example)]).expect("the example is valid once renamed");
+}
+
+#[test]
+fn every_bypass_corpus_line_is_denied_or_refused() {
+    let set = PolicySet::from_texts(&[("default.toml", DEFAULT)]).unwrap();
+    let corpus = include_str!("../../tests/data/bypass-corpus.txt");
+    let lines: Vec<&str> = corpus.lines().filter(|l| !l.is_empty() && !l.starts_with('#')).collect();
+    assert!(lines.len() >= 40, "{} lines", lines.len());
+    for line in lines {
+        match set.normalize_and_decide("anonymous", line) {
+            Err(_) => {}
+            Ok((normal, decision)) => assert!(!decision.allowed, "{line:?} normalised to {normal:?} is allowed"),
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! Keeping an upstream's subscriptions equal to the proxy's watch set for it, on one
+//! connection: `resources/subscribe` / `unsubscribe` for 2025 upstreams; one
+//! `subscriptions/listen` stream whose filter is the whole set (plus list changes) for
+//! 2026-07-28 upstreams, replaced make-before-break when the set changes.
+//!
+//! Invariant: whenever the upstream may have changed something without telling us — a fresh
+//! connection, a listen stream that ended — every watched URI is reported as updated, so no
+//! update is silently lost.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::{ServerNotification, SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams};
+use rmcp::service::{ServiceError, Subscription};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::client::Notice;
+use super::{Era, Link};
+
+/// Changes to the watch set that arrive within this window go upstream together.
+const BATCH: Duration = Duration::from_millis(20);
+const RETRY_MIN: Duration = Duration::from_millis(250);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+pub(super) type WatchSet = Arc<BTreeSet<String>>;
+
+/// Run until `stop`. `broken` is called when the connection turns out to be dead.
+pub(super) async fn keep(
+    upstream: String,
+    link: Link,
+    desired: watch::Receiver<WatchSet>,
+    notices: mpsc::UnboundedSender<Notice>,
+    stop: CancellationToken,
+    broken: impl Fn() + Send + 'static,
+) {
+    let resources = link.capabilities.resources.clone().unwrap_or_default();
+    let can_subscribe = resources.subscribe == Some(true);
+    let lists_change = resources.list_changed == Some(true);
+    if !can_subscribe {
+        tracing::info!(upstream, "upstream does not offer subscriptions: URIs held there are never notified");
+    }
+    match link.era {
+        Era::Legacy if can_subscribe => keep_legacy(&upstream, &link, desired, &notices, &stop, broken).await,
+        Era::Legacy => {}
+        Era::Modern if can_subscribe || lists_change => {
+            let listen = Listen { upstream: &upstream, link: &link, notices: &notices, can_subscribe, lists_change };
+            listen.run(desired, &stop).await
+        }
+        Era::Modern => {}
+    }
+}
+
+async fn keep_legacy(
+    upstream: &str,
+    link: &Link,
+    mut desired: watch::Receiver<WatchSet>,
+    notices: &mpsc::UnboundedSender<Notice>,
+    stop: &CancellationToken,
+    broken: impl Fn(),
+) {
+    let mut subscribed = BTreeSet::new();
+    let mut first = true;
+    loop {
+        let wanted = desired.borrow_and_update().clone();
+        for uri in wanted.difference(&subscribed.clone()) {
+            #[allow(deprecated)]
+            let result = link.peer.subscribe(SubscribeRequestParams::new(uri.clone())).await;
+            match result {
+                Ok(()) => {}
+                Err(ServiceError::McpError(e)) => {
+                    tracing::warn!(upstream, uri, error = %e.message, "upstream refused a subscription: never notified")
+                }
+                Err(_) => return broken(),
+            }
+            subscribed.insert(uri.clone());
+        }
+        for uri in subscribed.difference(&wanted).cloned().collect::<Vec<_>>() {
+            #[allow(deprecated)]
+            let result = link.peer.unsubscribe(UnsubscribeRequestParams::new(uri.clone())).await;
+            if matches!(result, Err(ref e) if !matches!(e, ServiceError::McpError(_))) {
+                return broken();
+            }
+            subscribed.remove(&uri);
+        }
+        tracing::debug!(upstream, watched = wanted.len(), "upstream subscriptions applied");
+        if std::mem::take(&mut first) {
+            report_all(&wanted, notices);
+        }
+        tokio::select! {
+            changed = desired.changed() => if changed.is_err() { return },
+            _ = stop.cancelled() => return,
+        }
+        tokio::time::sleep(BATCH).await;
+    }
+}
+
+struct Listen<'a> {
+    upstream: &'a str,
+    link: &'a Link,
+    notices: &'a mpsc::UnboundedSender<Notice>,
+    can_subscribe: bool,
+    lists_change: bool,
+}
+
+impl Listen<'_> {
+    async fn run(&self, mut desired: watch::Receiver<WatchSet>, stop: &CancellationToken) {
+        let mut current: Option<(Subscription, WatchSet)> = None;
+        let mut resumed = true;
+        let mut retry = RETRY_MIN;
+        loop {
+            let wanted = if self.can_subscribe { desired.borrow_and_update().clone() } else { WatchSet::default() };
+            if current.as_ref().is_none_or(|(_, set)| *set != wanted) {
+                match self.replace(&mut current, &wanted).await {
+                    Ok(()) => retry = RETRY_MIN,
+                    Err(error) => {
+                        tracing::warn!(upstream = self.upstream, error = %error, "listen failed; retrying");
+                        if !pause(&mut retry, stop).await {
+                            return;
+                        }
+                        continue;
+                    }
+                }
+                tracing::debug!(upstream = self.upstream, watched = wanted.len(), "upstream subscriptions applied");
+                if std::mem::take(&mut resumed) {
+                    report_all(&wanted, self.notices);
+                }
+            }
+            tokio::select! {
+                next = next_of(&mut current) => match next {
+                    Some(notice) => drop(self.notices.send(notice)),
+                    None => {
+                        let (_, lost) = current.take().expect("a stream ended");
+                        tracing::info!(upstream = self.upstream, "listen stream ended; everything it covered may have changed");
+                        report_all(&lost, self.notices);
+                        let _ = self.notices.send(Notice::ListChanged);
+                        resumed = true;
+                        if !pause(&mut retry, stop).await {
+                            return;
+                        }
+                    }
+                },
+                changed = desired.changed() => {
+                    if changed.is_err() { return }
+                    tokio::time::sleep(BATCH).await;
+                }
+                _ = stop.cancelled() => {
+                    if let Some((mut subscription, _)) = current.take() {
+                        let _ = subscription.cancel().await;
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Open a stream for `wanted`, then cancel the old one (make-before-break). With nothing
+    /// to listen for, just close the old one.
+    async fn replace(&self, current: &mut Option<(Subscription, WatchSet)>, wanted: &WatchSet) -> Result<(), ServiceError> {
+        let mut builder = SubscriptionFilter::builder();
+        if self.lists_change {
+            builder = builder.resources_list_changed();
+        }
+        if !wanted.is_empty() {
+            builder = builder.resource_subscriptions(wanted.iter().cloned());
+        }
+        let next = match self.lists_change || !wanted.is_empty() {
+            true => Some((self.link.peer.listen(builder.build()).await?, wanted.clone())),
+            false => None,
+        };
+        if let Some((mut old, _)) = std::mem::replace(current, next) {
+            let _ = old.cancel().await;
+        }
+        Ok(())
+    }
+}
+
+/// The next notice of the current stream; `None` when it ended. Pending while there is none.
+async fn next_of(current: &mut Option<(Subscription, WatchSet)>) -> Option<Notice> {
+    let Some((subscription, _)) = current.as_mut() else { return std::future::pending().await };
+    loop {
+        match subscription.next().await {
+            Ok(Some(ServerNotification::ResourceUpdatedNotification(n))) => return Some(Notice::Updated(n.params.uri)),
+            Ok(Some(ServerNotification::ResourceListChangedNotification(_))) => return Some(Notice::ListChanged),
+            Ok(Some(_)) => continue,
+            Ok(None) | Err(_) => return None,
+        }
+    }
+}
+
+fn report_all(uris: &BTreeSet<String>, notices: &mpsc::UnboundedSender<Notice>) {
+    for uri in uris {
+        let _ = notices.send(Notice::Updated(uri.clone()));
+    }
+}
+
+/// Back off before a retry; false when stopped meanwhile.
+async fn pause(retry: &mut Duration, stop: &CancellationToken) -> bool {
+    let delay = *retry;
+    *retry = (*retry * 2).min(RETRY_MAX);
+    tokio::select! {
+        _ = tokio::time::sleep(delay) => true,
+        _ = stop.cancelled() => false,
+    }
+}

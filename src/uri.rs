@@ -1,0 +1,309 @@
+//! URI normalisation: the one form of a URI that policies decide on and that goes upstream.
+//!
+//! [`normalize`] applies RFC 3986 §6.2.2 syntax-based normalisation and then folds or refuses
+//! everything that would let two spellings of one resource be judged differently by a glob and
+//! by the upstream that serves it. Pure: no IO.
+//!
+//! Invariant: what is checked is what is forwarded. A URI either normalises to exactly one
+//! string, which the policy decides on and which is the only form sent upstream, or it is
+//! refused (the caller answers "not found"). `normalize(normalize(u)?) == normalize(u)`.
+//!
+//! The rules, in order (components are split on the raw text, RFC 3986 Appendix B, so an
+//! encoded delimiter never delimits):
+//! - **Refused outright:** the empty string; control characters (U+0000–U+001F, U+007F, C1) and
+//!   any whitespace, raw or percent-encoded (`%00`–`%1F`, `%7F`); a backslash, raw or encoded
+//!   (`%5C`): Windows upstreams treat it as a separator and RFC 3986 does not allow it, so
+//!   it can only be a trick; a `%` not followed by two hex digits; no valid scheme.
+//! - **Non-ASCII** is percent-encoded as UTF-8 (the RFC 3987 IRI → URI mapping), as are the
+//!   ASCII characters RFC 3986 never allows raw (`"<>^`{|}`). No Unicode normalisation
+//!   (NFC/NFKC) is done: encoded bytes are compared as bytes.
+//! - **Scheme** lower-cased (`DOCS+FILE:` → `docs+file:`). **Host** lower-cased; user info and
+//!   port are kept as they are.
+//! - **Percent-encoding:** hex upper-cased (`%2f` → `%2F`); encoded unreserved characters
+//!   (`A–Z a–z 0–9 - . _ ~`) decoded (`%73ecrets` → `secrets`, `%2e%2e` → `..`), so that
+//!   encoded dots become dot segments and are removed below.
+//! - **Encoded `/` (`%2F`) in the authority or path is refused.** Keeping it encoded is not
+//!   safe: a glob sees `secrets%2Fkey` as one segment while a file server that decodes the
+//!   path opens `secrets/key`. Decoding it is not safe either: it would forward a different
+//!   resource to a server that does keep it as data. Only refusing has one meaning for both.
+//!   In the query and fragment `%2F` is ordinary data and is kept.
+//! - **Double encoding** (`%25` followed by two hex digits, e.g. `%252e`) in the authority or
+//!   path is refused: an upstream that decodes twice would see a dot or a slash the policy
+//!   never saw. A literal `%` elsewhere (`100%25`) is fine.
+//! - **Paths:** runs of `/` collapse to one (`a//b` → `a/b`); dot segments are removed (RFC 3986
+//!   §5.2.4; `..` above the root is dropped), also in rootless paths, which stay rootless.
+//!   A segment that still ends in `.` or in an encoded space (`secrets.`, `.env%20`), or that
+//!   names an NTFS stream (`::$`), is refused: Windows strips or reinterprets them, so
+//!   `secrets.` would open `secrets` behind the policy's back.
+//! - **`file:` URIs** (original scheme `file`, after any `name+`): `file://localhost/x` and
+//!   `file:/x` fold to `file:///x` (RFC 8089); any other authority, and a rootless path
+//!   (`file:a/.env`), is refused, so a deny rule written as `*+file:///…` covers every file URI
+//!   that can get through.
+//! - **Case of paths is kept.** Paths are case-sensitive in RFC 3986 and for many servers;
+//!   folding would forward a different resource. Case-insensitive file systems are handled
+//!   by the policy instead: deny globs match case-insensitively (see `policy`).
+//! - Query and fragment get percent-encoding normalisation only.
+
+use thiserror::Error;
+
+/// Why a URI cannot be normalised. Callers answer these exactly like "not found".
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum UriError {
+    #[error("empty URI")]
+    Empty,
+    #[error("no valid scheme")]
+    NoScheme,
+    #[error("control character or whitespace")]
+    ControlOrWhitespace,
+    #[error("backslash")]
+    Backslash,
+    #[error("invalid percent-encoding")]
+    InvalidPercent,
+    #[error("encoded `/` in the path or authority")]
+    EncodedSlash,
+    #[error("double percent-encoding")]
+    DoubleEncoded,
+    #[error("a path segment ends in `.` or a space, or names a stream")]
+    AmbiguousSegment,
+    #[error("a file URI that is not file:///<absolute path>")]
+    FileForm,
+}
+
+/// Normalise `uri` (see the module doc for every rule), or say why it cannot be.
+pub fn normalize(uri: &str) -> Result<String, UriError> {
+    if uri.is_empty() {
+        return Err(UriError::Empty);
+    }
+    let text = encode_raw(uri)?;
+    let parts = Parts::split(&text)?;
+    let scheme = parts.scheme.to_ascii_lowercase();
+    let mut authority = match parts.authority {
+        Some(raw) => Some(normalize_authority(raw)?),
+        None => None,
+    };
+    let mut path = normalize_percent(parts.path, Component::Path)?;
+    if is_file_scheme(&scheme) {
+        match authority.as_deref() {
+            None if path.starts_with('/') => authority = Some(String::new()),
+            Some("") => {}
+            Some("localhost") => authority = Some(String::new()),
+            None | Some(_) => return Err(UriError::FileForm),
+        }
+    }
+    path = remove_dot_segments(&collapse_slashes(&path));
+    check_segments(&path)?;
+    let mut out = scheme;
+    out.push(':');
+    if let Some(authority) = authority {
+        out.push_str("//");
+        out.push_str(&authority);
+    }
+    out.push_str(&path);
+    if let Some(query) = parts.query {
+        out.push('?');
+        out.push_str(&normalize_percent(query, Component::Query)?);
+    }
+    if let Some(fragment) = parts.fragment {
+        out.push('#');
+        out.push_str(&normalize_percent(fragment, Component::Query)?);
+    }
+    Ok(out)
+}
+
+/// The URI without its query and fragment: what a server that ignores them would serve.
+pub fn without_query(uri: &str) -> &str {
+    uri.find(['?', '#']).map_or(uri, |end| &uri[..end])
+}
+
+/// The raw components of a URI, RFC 3986 Appendix B.
+struct Parts<'a> {
+    scheme: &'a str,
+    authority: Option<&'a str>,
+    path: &'a str,
+    query: Option<&'a str>,
+    fragment: Option<&'a str>,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Component {
+    Authority,
+    Path,
+    Query,
+}
+
+impl<'a> Parts<'a> {
+    fn split(text: &'a str) -> Result<Parts<'a>, UriError> {
+        let (scheme, rest) = text.split_once(':').ok_or(UriError::NoScheme)?;
+        if !is_scheme(scheme) {
+            return Err(UriError::NoScheme);
+        }
+        let (rest, fragment) = split_off(rest, '#');
+        let (rest, query) = split_off(rest, '?');
+        let (authority, path) = match rest.strip_prefix("//") {
+            Some(after) => {
+                let end = after.find('/').unwrap_or(after.len());
+                (Some(&after[..end]), &after[end..])
+            }
+            None => (None, rest),
+        };
+        Ok(Parts { scheme, authority, path, query, fragment })
+    }
+}
+
+fn split_off(text: &str, delimiter: char) -> (&str, Option<&str>) {
+    match text.split_once(delimiter) {
+        Some((before, after)) => (before, Some(after)),
+        None => (text, None),
+    }
+}
+
+fn is_scheme(scheme: &str) -> bool {
+    let mut chars = scheme.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+}
+
+/// `file`, or `<name>+file` for a namespaced one.
+fn is_file_scheme(scheme: &str) -> bool {
+    scheme.rsplit('+').next() == Some("file")
+}
+
+/// Refuse controls, whitespace and backslashes; percent-encode non-ASCII and the ASCII
+/// characters RFC 3986 never allows raw.
+fn encode_raw(uri: &str) -> Result<String, UriError> {
+    let mut out = String::with_capacity(uri.len());
+    for c in uri.chars() {
+        if c.is_control() || c.is_whitespace() {
+            return Err(UriError::ControlOrWhitespace);
+        }
+        if c == '\\' {
+            return Err(UriError::Backslash);
+        }
+        if c.is_ascii() && !matches!(c, '"' | '<' | '>' | '^' | '`' | '{' | '|' | '}') {
+            out.push(c);
+            continue;
+        }
+        let mut buffer = [0; 4];
+        for byte in c.encode_utf8(&mut buffer).bytes() {
+            push_encoded(&mut out, byte);
+        }
+    }
+    Ok(out)
+}
+
+fn normalize_authority(raw: &str) -> Result<String, UriError> {
+    let text = normalize_percent(raw, Component::Authority)?;
+    let host_start = text.rfind('@').map_or(0, |at| at + 1);
+    let (userinfo, host) = text.split_at(host_start);
+    Ok(format!("{userinfo}{}", lowercase_outside_escapes(host)))
+}
+
+/// Lower-case letters, but not the hex digits of `%XX` (those stay upper-case).
+fn lowercase_outside_escapes(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut escape = 0;
+    for c in text.chars() {
+        if c == '%' {
+            escape = 2;
+            out.push(c);
+        } else if escape > 0 {
+            escape -= 1;
+            out.push(c);
+        } else {
+            out.push(c.to_ascii_lowercase());
+        }
+    }
+    out
+}
+
+/// Upper-case hex, decode unreserved characters, refuse what the module doc says.
+fn normalize_percent(text: &str, component: Component) -> Result<String, UriError> {
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] != b'%' {
+            out.push(bytes[i] as char);
+            i += 1;
+            continue;
+        }
+        let byte = hex_pair(bytes.get(i + 1..i + 3)).ok_or(UriError::InvalidPercent)?;
+        let structural = component != Component::Query;
+        match byte {
+            0x00..=0x1F | 0x7F => return Err(UriError::ControlOrWhitespace),
+            b'\\' => return Err(UriError::Backslash),
+            b'/' if structural => return Err(UriError::EncodedSlash),
+            b'%' if structural && hex_pair(bytes.get(i + 3..i + 5)).is_some() => {
+                return Err(UriError::DoubleEncoded);
+            }
+            b if is_unreserved(b) => out.push(b as char),
+            b => push_encoded(&mut out, b),
+        }
+        i += 3;
+    }
+    Ok(out)
+}
+
+fn hex_pair(pair: Option<&[u8]>) -> Option<u8> {
+    let pair = pair?;
+    let digit = |b: u8| (b as char).to_digit(16);
+    Some((digit(pair[0])? * 16 + digit(pair[1])?) as u8)
+}
+
+fn is_unreserved(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~')
+}
+
+fn push_encoded(out: &mut String, byte: u8) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    out.push('%');
+    out.push(HEX[usize::from(byte >> 4)] as char);
+    out.push(HEX[usize::from(byte & 0xF)] as char);
+}
+
+fn collapse_slashes(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for c in path.chars() {
+        if !(c == '/' && out.ends_with('/')) {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// RFC 3986 §5.2.4 on whole segments. A rootless path stays rootless.
+fn remove_dot_segments(path: &str) -> String {
+    let rooted = path.starts_with('/');
+    let body = path.strip_prefix('/').unwrap_or(path);
+    let mut kept: Vec<&str> = Vec::new();
+    let mut segments = body.split('/').peekable();
+    let mut ends_in_directory = false;
+    while let Some(segment) = segments.next() {
+        let last = segments.peek().is_none();
+        match segment {
+            "." => ends_in_directory = last,
+            ".." => {
+                kept.pop();
+                ends_in_directory = last;
+            }
+            other => {
+                kept.push(other);
+                ends_in_directory = false;
+            }
+        }
+    }
+    let mut out = if rooted { String::from("/") } else { String::new() };
+    out.push_str(&kept.join("/"));
+    if ends_in_directory && !kept.is_empty() {
+        out.push('/');
+    }
+    out
+}
+
+fn check_segments(path: &str) -> Result<(), UriError> {
+    let ambiguous = |segment: &str| segment.ends_with('.') || segment.ends_with("%20") || segment.contains("::$");
+    if path.split('/').any(ambiguous) { Err(UriError::AmbiguousSegment) } else { Ok(()) }
+}
+
+#[cfg(test)]
+mod tests;

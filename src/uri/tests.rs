@@ -1,0 +1,113 @@
+use super::*;
+
+/// `expected`: the normalised form, or the reason it is refused.
+fn check(input: &str, expected: Result<&str, UriError>) {
+    let got = normalize(input);
+    assert_eq!(got.as_deref().map_err(Clone::clone), expected, "normalize({input:?})");
+    if let Ok(normal) = &got {
+        assert_eq!(normalize(normal).as_ref(), Ok(normal), "idempotent on {normal:?}");
+    }
+}
+
+#[test]
+fn already_normal_uris_are_unchanged() {
+    for uri in [
+        "docs+file:///guide.md",
+        "mem+urn:note:7",
+        "gh+repo://acme/app/README.md",
+        "x+demo://resource/static/document/a.md",
+        "a+file:///a%20b/c.md?x=1#f",
+        "docs+file:///dir/",
+        "docs+file:///",
+        "vcs+svn+ssh://host/repo/trunk",
+        "a+http://user:Pw@example.com:8080/A/B?Q=%2F",
+        "docs+file:///100%25.md",
+    ] {
+        check(uri, Ok(uri));
+    }
+}
+
+#[test]
+fn case_of_scheme_and_host_is_folded_and_path_case_kept() {
+    check("DOCS+FILE:///Guide.md", Ok("docs+file:///Guide.md"));
+    check("gh+Repo://ACME/App/README.md", Ok("gh+repo://acme/App/README.md"));
+    check("a+http://User@EXAMPLE.com/X", Ok("a+http://User@example.com/X"));
+    check("a+http://ex%c3%a4mple.com/", Ok("a+http://ex%C3%A4mple.com/"));
+}
+
+#[test]
+fn percent_encoding_is_normalised() {
+    check("docs+file:///a%2db%2Ec%5f%7e.md", Ok("docs+file:///a-b.c_~.md"));
+    check("docs+file:///%73ecrets/x", Ok("docs+file:///secrets/x"));
+    check("docs+file:///a%3fb%23c", Ok("docs+file:///a%3Fb%23c"));
+    check("docs+file:///caf%c3%a9", Ok("docs+file:///caf%C3%A9"));
+    check("docs+file:///x?path=a%2fb", Ok("docs+file:///x?path=a%2Fb"));
+    check("docs+file:///café", Ok("docs+file:///caf%C3%A9"));
+    check("docs+file:///a{b}|c", Ok("docs+file:///a%7Bb%7D%7Cc"));
+}
+
+#[test]
+fn dot_segments_and_slash_runs_are_removed() {
+    check("docs+file:///a/./b/../c", Ok("docs+file:///a/c"));
+    check("docs+file:///a/%2e%2e/secrets/k", Ok("docs+file:///secrets/k"));
+    check("docs+file:///a/%2E%2E/%2E/secrets/k", Ok("docs+file:///secrets/k"));
+    check("docs+file:///../../etc/passwd", Ok("docs+file:///etc/passwd"));
+    check("docs+file:///a//b///c", Ok("docs+file:///a/b/c"));
+    check("docs+file:////a", Ok("docs+file:///a"));
+    check("docs+file:///a/b/..", Ok("docs+file:///a/"));
+    check("docs+file:///a/.", Ok("docs+file:///a/"));
+    check("docs+file:///..", Ok("docs+file:///"));
+    check("gh+repo://acme/../x", Ok("gh+repo://acme/x"));
+    check("mem+notes:a/../b", Ok("mem+notes:b"));
+    check("mem+urn:note:7", Ok("mem+urn:note:7"));
+    check("docs+file:///.env", Ok("docs+file:///.env"));
+    check("docs+file:///a/...b", Ok("docs+file:///a/...b"));
+}
+
+#[test]
+fn file_uris_have_one_form() {
+    check("docs+file://localhost/a", Ok("docs+file:///a"));
+    check("docs+file://LOCALHOST/a", Ok("docs+file:///a"));
+    check("docs+file:/a/b", Ok("docs+file:///a/b"));
+    check("file:///a", Ok("file:///a"));
+    check("docs+file://server/share/a", Err(UriError::FileForm));
+    check("docs+file:a/.env", Err(UriError::FileForm));
+    check("docs+file://user@localhost/a", Err(UriError::FileForm));
+}
+
+#[test]
+fn ambiguous_input_is_refused() {
+    check("", Err(UriError::Empty));
+    check("no-scheme", Err(UriError::NoScheme));
+    check("/abs", Err(UriError::NoScheme));
+    check("1x:y", Err(UriError::NoScheme));
+    check("%64ocs+file:///a", Err(UriError::NoScheme));
+    check("docs+file:///a b", Err(UriError::ControlOrWhitespace));
+    check("docs+file:///a\tb", Err(UriError::ControlOrWhitespace));
+    check("docs+file:///a\u{0}b", Err(UriError::ControlOrWhitespace));
+    check("docs+file:///a\u{85}b", Err(UriError::ControlOrWhitespace));
+    check("docs+file:///a\u{a0}b", Err(UriError::ControlOrWhitespace));
+    check("docs+file:///a%00b", Err(UriError::ControlOrWhitespace));
+    check("docs+file:///a%0ab", Err(UriError::ControlOrWhitespace));
+    check("docs+file:///a?x=%7f", Err(UriError::ControlOrWhitespace));
+    check("docs+file:///a\\b", Err(UriError::Backslash));
+    check("docs+file:///a%5cb", Err(UriError::Backslash));
+    check("docs+file:///a%2", Err(UriError::InvalidPercent));
+    check("docs+file:///a%zz", Err(UriError::InvalidPercent));
+    check("docs+file:///a%", Err(UriError::InvalidPercent));
+    check("docs+file:///secrets%2fkey", Err(UriError::EncodedSlash));
+    check("gh+repo://acme%2Fx/y", Err(UriError::EncodedSlash));
+    check("docs+file:///%252e%252e/x", Err(UriError::DoubleEncoded));
+    check("docs+file:///secrets./k", Err(UriError::AmbiguousSegment));
+    check("docs+file:///a/.env.", Err(UriError::AmbiguousSegment));
+    check("docs+file:///a/.env%20", Err(UriError::AmbiguousSegment));
+    check("docs+file:///a/...", Err(UriError::AmbiguousSegment));
+    check("docs+file:///a/.env::$DATA", Err(UriError::AmbiguousSegment));
+}
+
+#[test]
+fn without_query_cuts_at_query_or_fragment() {
+    assert_eq!(without_query("a+b:///x?y#z"), "a+b:///x");
+    assert_eq!(without_query("a+b:///x#z?y"), "a+b:///x");
+    assert_eq!(without_query("a+b:///x"), "a+b:///x");
+}
