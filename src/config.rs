@@ -28,6 +28,9 @@ use crate::namespace::is_valid_upstream_name;
 use crate::policy::PolicySet;
 
 mod access;
+mod cache;
+
+pub use self::cache::{CacheConfig, parse_size};
 
 /// The validated configuration.
 #[derive(Debug, Clone)]
@@ -36,6 +39,7 @@ pub struct Config {
     pub upstreams: Vec<UpstreamConfig>,
     pub auth: AuthConfig,
     pub policies: PoliciesConfig,
+    pub cache: CacheConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -50,6 +54,8 @@ pub struct ServerConfig {
     pub allowed_hosts: Vec<String>,
     /// How long a legacy HTTP session may stay silent before it is reaped.
     pub session_idle_timeout: Duration,
+    /// Upstream list changes within this window reach hosts as one `list_changed`.
+    pub list_changed_debounce: Duration,
     /// How long `serve` waits for every upstream to connect before it answers hosts, so a
     /// host's first list is complete. Upstreams still down after it join when they come up.
     pub startup_wait: Duration,
@@ -68,6 +74,9 @@ pub struct UpstreamConfig {
     pub required: bool,
     /// How often a connected upstream is probed (`ping`); a failed probe means reconnect.
     pub health_interval: Duration,
+    /// This upstream's `updated` notifications are reliable: subscription-backed cache entries
+    /// live until invalidated (up to `cache.max_ttl`) even when it says `ttlMs: 0`.
+    pub trust_notifications: bool,
 }
 
 /// How the proxy reaches an upstream.
@@ -182,6 +191,8 @@ struct RawConfig {
     auth: access::RawAuth,
     #[serde(default)]
     policies: access::RawPolicies,
+    #[serde(default)]
+    cache: cache::RawCache,
     #[serde(flatten)]
     unknown: BTreeMap<String, Value>,
 }
@@ -194,6 +205,7 @@ struct RawServer {
     allowed_hosts: Option<Vec<String>>,
     session_idle_timeout: Option<String>,
     startup_wait: Option<String>,
+    list_changed_debounce: Option<String>,
     #[serde(flatten)]
     unknown: BTreeMap<String, Value>,
 }
@@ -216,6 +228,7 @@ struct RawUpstream {
     reconnect_max: Option<String>,
     required: Option<bool>,
     health_interval: Option<String>,
+    trust_notifications: Option<bool>,
     #[serde(flatten)]
     unknown: BTreeMap<String, Value>,
 }
@@ -230,6 +243,7 @@ fn validate(
     let server = validate_server(raw.server, problems);
     let auth = access::validate_auth(raw.auth, server.listen, lookup, problems);
     let policies = access::validate_policies(raw.policies, base, problems);
+    let cache = cache::validate_cache(raw.cache, problems);
     let mut seen = BTreeSet::new();
     let upstreams = raw
         .upstreams
@@ -237,7 +251,7 @@ fn validate(
         .enumerate()
         .filter_map(|(index, upstream)| validate_upstream(index, upstream, base, lookup, &mut seen, problems))
         .collect();
-    Config { server, upstreams, auth, policies }
+    Config { server, upstreams, auth, policies, cache }
 }
 
 fn validate_server(raw: RawServer, problems: &mut Vec<Problem>) -> ServerConfig {
@@ -265,6 +279,8 @@ fn validate_server(raw: RawServer, problems: &mut Vec<Problem>) -> ServerConfig 
     let session_idle_timeout =
         duration(raw.session_idle_timeout.as_deref(), "1h", "server.session_idle_timeout", problems);
     let startup_wait = duration(raw.startup_wait.as_deref(), "10s", "server.startup_wait", problems);
+    let list_changed_debounce =
+        duration(raw.list_changed_debounce.as_deref(), "100ms", "server.list_changed_debounce", problems);
     ServerConfig {
         listen,
         admin_listen,
@@ -272,6 +288,7 @@ fn validate_server(raw: RawServer, problems: &mut Vec<Problem>) -> ServerConfig 
         allowed_hosts: raw.allowed_hosts.unwrap_or_default(),
         session_idle_timeout,
         startup_wait,
+        list_changed_debounce,
     }
 }
 
@@ -313,7 +330,7 @@ fn validate_upstream(
     let reconnect_max = duration(raw.reconnect_max.as_deref(), "30s", &format!("{at}.reconnect_max"), problems);
     let required = raw.required.unwrap_or(true);
     let health_interval = duration(raw.health_interval.as_deref(), "10s", &format!("{at}.health_interval"), problems);
-    Some(UpstreamConfig { name, transport: transport?, protocol, request_timeout, reconnect_max, required, health_interval })
+    Some(UpstreamConfig { name, transport: transport?, protocol, request_timeout, reconnect_max, required, health_interval, trust_notifications: raw.trust_notifications.unwrap_or(false) })
 }
 
 struct RawTransport {

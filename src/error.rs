@@ -10,7 +10,7 @@ use rmcp::model::ErrorData;
 use serde_json::json;
 
 /// Everything a downstream request can fail with.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum ProxyError {
     /// The URI names no upstream, no resource, or one the caller may not see (the proxy does
     /// not reveal which).
@@ -32,6 +32,10 @@ pub enum ProxyError {
     /// The upstream answered with an error or an unusable result. `reason` is ours, not theirs.
     #[error("upstream `{upstream}` failed: {reason}")]
     UpstreamFailed { upstream: String, reason: String },
+    /// The upstream needs input from the host first (2026-07-28 MRTR). Not a failure: the read
+    /// path passes it through to the host (uncached) instead of a result.
+    #[error("the upstream needs input before it can answer")]
+    InputRequired(Box<rmcp::model::InputRequiredResult>),
 }
 
 impl ProxyError {
@@ -44,6 +48,7 @@ impl ProxyError {
             Self::UpstreamDown { .. } => "upstream_down",
             Self::UpstreamTimeout { .. } => "upstream_timeout",
             Self::UpstreamFailed { .. } => "upstream_failed",
+            Self::InputRequired(_) => "input_required",
         }
     }
 
@@ -58,6 +63,7 @@ impl ProxyError {
         match self {
             Self::NotFound { uri } => ErrorData::resource_not_found(message, Some(json!({ "uri": uri }))),
             Self::InvalidCursor | Self::InvalidParams(_) => ErrorData::invalid_params(message, None),
+            Self::InputRequired(_) => ErrorData::internal_error(message, None),
             Self::UpstreamDown { upstream }
             | Self::UpstreamTimeout { upstream, .. }
             | Self::UpstreamFailed { upstream, .. } => {

@@ -8,6 +8,7 @@
 //! - [`policy`]: `policies/*.toml` → per-principal allow/deny globs; decisions (pure after load).
 //! - [`auth`]: bearer tokens → [`auth::Principal`] on every HTTP request, before any MCP.
 //! - [`cursor`]: opaque, authenticated pagination cursors (pure).
+//! - [`cache`]: the coherent read cache (moka, byte-bounded, single flight, invalidation).
 //! - [`catalog`]: per-upstream resource/template snapshots, generations, merged pages.
 //! - [`upstream`]: connecting (stdio, HTTP, in-process folder), era detection, supervision.
 //! - [`downstream`]: the rmcp `ServerHandler` hosts talk to, over stdio and streamable HTTP.
@@ -20,6 +21,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod cache;
 pub mod catalog;
 pub mod config;
 pub mod cursor;

@@ -1,5 +1,5 @@
-//! The `mcp-resource-proxy` command line: `serve`, `check`, `serve-dir`. Logs go to stderr;
-//! stdout belongs to stdio MCP.
+//! The `mcp-resource-proxy` command line: `serve`, `check`, `policy explain`, `serve-dir`.
+//! Logs go to stderr; stdout belongs to stdio MCP.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use mcp_resource_proxy::config::{CliOverrides, Config};
+use mcp_resource_proxy::policy::{self, PolicySet};
 use mcp_resource_proxy::upstream::LinkState;
 use mcp_resource_proxy::{downstream, proxy::Proxy, serve_dir};
 use tokio_util::sync::CancellationToken;
@@ -41,14 +42,39 @@ enum Command {
         /// Override `server.admin_listen` ("off" disables the admin listener).
         #[arg(long)]
         admin_listen: Option<String>,
+        /// The principal policies apply to for the stdio host.
+        #[arg(long, default_value = "local", requires = "stdio")]
+        principal: String,
     },
-    /// Validate the configuration without connecting; print every problem. Exit 0 when valid, 78 otherwise.
+    /// Validate the configuration and its policies without connecting; print every problem.
+    /// Exit 0 when valid, 78 otherwise.
     Check {
         #[arg(long, default_value = "config.toml")]
         config: PathBuf,
     },
+    /// Access policies.
+    Policy {
+        #[command(subcommand)]
+        command: PolicyCommand,
+    },
     /// Serve a folder's files as MCP resources over stdio (the built-in folder server).
     ServeDir { dir: PathBuf },
+}
+
+#[derive(Subcommand)]
+enum PolicyCommand {
+    /// For each URI: its normalised form, allowed or denied for the principal, and the policy
+    /// file and pattern that decided. Exit 0 (whatever the decisions), 78 on invalid config.
+    Explain {
+        /// The principal to decide for (`anonymous` is every HTTP client without auth).
+        #[arg(long)]
+        principal: String,
+        #[arg(long, default_value = "config.toml")]
+        config: PathBuf,
+        /// Namespaced URIs, as a client would send them (`docs+file:///guide.md`).
+        #[arg(required = true)]
+        uris: Vec<String>,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -73,11 +99,20 @@ fn main() -> ExitCode {
 async fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Check { config } => Ok(check(&config)),
+        Command::Policy { command: PolicyCommand::Explain { principal, config, uris } } => {
+            Ok(explain(&config, &principal, &uris))
+        }
         Command::ServeDir { dir } => {
             serve_dir::serve_stdio(&dir).await.map_err(|e| anyhow::anyhow!(e))?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Serve { config, stdio, listen, admin_listen } => {
+        Command::Serve { config, stdio, listen, admin_listen, principal } => {
+            if !policy::is_valid_principal(&principal) {
+                eprintln!(
+                    "--principal `{principal}` is not a principal name (non-empty, no spaces or glob characters)"
+                );
+                return Ok(ExitCode::from(EXIT_CONFIG));
+            }
             let config = match Config::load(&config, &CliOverrides { listen, admin_listen }) {
                 Ok(config) => config,
                 Err(error) => {
@@ -85,7 +120,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                     return Ok(ExitCode::from(EXIT_CONFIG));
                 }
             };
-            serve(config, stdio).await?;
+            serve(config, stdio, principal).await?;
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -94,7 +129,11 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
 fn check(path: &std::path::Path) -> ExitCode {
     match Config::load(path, &CliOverrides::default()) {
         Ok(config) => {
-            println!("{}: valid ({} upstreams)", path.display(), config.upstreams.len());
+            let policies = match config.policy_set().files() {
+                [] => "no policies: everything is allowed".to_string(),
+                files => format!("policy files {}", files.join(", ")),
+            };
+            println!("{}: valid ({} upstreams; {policies})", path.display(), config.upstreams.len());
             ExitCode::SUCCESS
         }
         Err(error) => {
@@ -104,13 +143,43 @@ fn check(path: &std::path::Path) -> ExitCode {
     }
 }
 
-async fn serve(config: Config, stdio: bool) -> anyhow::Result<()> {
+fn explain(path: &std::path::Path, principal: &str, uris: &[String]) -> ExitCode {
+    let config = match Config::load(path, &CliOverrides::default()) {
+        Ok(config) => config,
+        Err(error) => {
+            print!("{}: {error}", path.display());
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    for uri in uris {
+        println!("{uri}\n{}", explain_one(config.policy_set(), principal, uri));
+    }
+    ExitCode::SUCCESS
+}
+
+fn explain_one(policies: &PolicySet, principal: &str, uri: &str) -> String {
+    let (normal, decision) = match policies.normalize_and_decide(principal, uri) {
+        Ok(decided) => decided,
+        Err(error) => return format!("  refused ({error}): answered as not found"),
+    };
+    let verdict = match (&decision.file, &decision.pattern, decision.allowed) {
+        (Some(file), Some(pattern), true) => format!("allowed by {file}: {pattern}"),
+        (Some(file), Some(pattern), false) => format!("denied by {file}: {pattern}"),
+        (_, _, true) => "allowed: no policies are configured".to_string(),
+        (_, _, false) => "denied: no rule allows it".to_string(),
+    };
+    format!("  normalised: {normal}\n  {verdict}")
+}
+
+async fn serve(config: Config, stdio: bool, principal: String) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
     let listen = config.server.listen;
     let listener = match stdio {
         true => None,
-        false => Some(tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?),
+        false => {
+            Some(tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?)
+        }
     };
     let startup_wait = config.server.startup_wait;
     let proxy = Proxy::start(config, shutdown.clone());
@@ -121,7 +190,7 @@ async fn serve(config: Config, stdio: bool) -> anyhow::Result<()> {
     let serving = shutdown.clone();
     let server = tokio::spawn(async move {
         match listener {
-            None => downstream::serve_stdio(proxy, "local", serving).await.map_err(|e| anyhow::anyhow!(e)),
+            None => downstream::serve_stdio(proxy, &principal, serving).await.map_err(|e| anyhow::anyhow!(e)),
             Some(listener) => Ok(downstream::serve_http(proxy, listener, serving).await?),
         }
     });

@@ -78,7 +78,7 @@ pub struct Decision {
 
 enum Inner {
     AllowAll,
-    Files { files: Vec<String>, named: BTreeMap<String, RuleSet>, fallback: RuleSet },
+    Files { files: Vec<String>, named: BTreeMap<String, RuleSet>, fallback: Box<RuleSet> },
 }
 
 /// The rules of one principal (or of the `*` fallback).
@@ -105,10 +105,8 @@ impl PolicySet {
     /// Compile policy files given as `(file name, TOML text)`; for tests and for `load`.
     pub fn from_texts(files: &[(&str, &str)]) -> Result<PolicySet, Vec<Problem>> {
         let mut problems = Vec::new();
-        let parsed: Vec<PolicyFile> = files
-            .iter()
-            .filter_map(|(name, text)| parse_file(Path::new(""), name, text, &mut problems))
-            .collect();
+        let parsed: Vec<PolicyFile> =
+            files.iter().filter_map(|(name, text)| parse_file(Path::new(""), name, text, &mut problems)).collect();
         if problems.is_empty() { PolicySet::from_files(parsed) } else { Err(problems) }
     }
 
@@ -186,7 +184,7 @@ impl PolicySet {
         match fallback {
             Ok(fallback) if problems.is_empty() => {
                 let files = files.iter().map(|f| f.name.clone()).collect();
-                Ok(PolicySet { inner: Arc::new(Inner::Files { files, named, fallback }) })
+                Ok(PolicySet { inner: Arc::new(Inner::Files { files, named, fallback: Box::new(fallback) }) })
             }
             _ => Err(problems),
         }
@@ -270,7 +268,9 @@ fn read_dir(dir: &Path, problems: &mut Vec<Problem>) -> Vec<(String, String)> {
     for name in names {
         match std::fs::read_to_string(dir.join(&name)) {
             Ok(text) => files.push((name, text)),
-            Err(error) => problems.push(Problem { at: dir.join(&name).display().to_string(), message: error.to_string() }),
+            Err(error) => {
+                problems.push(Problem { at: dir.join(&name).display().to_string(), message: error.to_string() })
+            }
         }
     }
     files
@@ -328,7 +328,8 @@ fn check_principals(at: &str, principals: Option<Vec<String>>, problems: &mut Ve
 
 /// A principal name: non-empty, printable ASCII without spaces, no glob characters.
 pub fn is_valid_principal(name: &str) -> bool {
-    !name.is_empty() && name.bytes().all(|b| b.is_ascii_graphic() && !matches!(b, b'*' | b'?' | b'[' | b']' | b'{' | b'}'))
+    !name.is_empty()
+        && name.bytes().all(|b| b.is_ascii_graphic() && !matches!(b, b'*' | b'?' | b'[' | b']' | b'{' | b'}'))
 }
 
 #[cfg(test)]

@@ -243,7 +243,7 @@ fn every_auth_and_policies_problem_is_reported() {
         "auth.tokens[3]: missing `principal`",
         "auth.tokens[4]: the same token is configured twice",
         "policies.extra: unknown key",
-        "policies: /etc/proxy/nowhere: cannot read the policies directory",
+        "/etc/proxy/nowhere: cannot read the policies directory",
     ];
     for want in expected {
         assert!(found.iter().any(|f| f.starts_with(want)), "missing {want:?} in {found:#?}");

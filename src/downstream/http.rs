@@ -1,5 +1,7 @@
 //! Streamable HTTP at `/mcp`: legacy sessions (`Mcp-Session-Id`) and stateless 2026-07-28
-//! requests on one endpoint.
+//! requests on one endpoint, behind [`crate::auth`]: every request is authenticated (or
+//! refused with 401) before rmcp sees it, and carries its [`crate::auth::Principal`] in the
+//! extensions of the `http::request::Parts` rmcp hands to the handler.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,13 +13,15 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::ProxyServer;
+use crate::auth::{self, Authenticator};
 use crate::proxy::Proxy;
 
-/// Serve on `listener` until `shutdown`. The principal is `anonymous` until access control says
-/// otherwise.
+/// Serve on `listener` until `shutdown`. Authentication follows `proxy.config().auth`; the
+/// handler's own principal (`anonymous`) is only a fallback for requests without HTTP parts.
 pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: CancellationToken) -> std::io::Result<()> {
     let local = listener.local_addr()?;
     let server = proxy.config().server.clone();
+    let proxy_auth = proxy.config().auth.clone();
     let mut session_config = SessionConfig::default();
     session_config.keep_alive = Some(server.session_idle_timeout);
     let mut sessions = LocalSessionManager::default();
@@ -28,7 +32,10 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
         .with_cancellation_token(shutdown.child_token());
     let handler = ProxyServer::new(proxy, "anonymous");
     let service = StreamableHttpService::new(move || Ok(handler.clone()), Arc::new(sessions), config);
-    let app = axum::Router::new().nest_service("/mcp", service);
+    let authenticator = Authenticator::new(&proxy_auth);
+    let app = axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state(authenticator, auth::require_principal));
     tracing::info!(address = %local, "serving MCP at http://{local}/mcp");
     axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await
 }

@@ -18,7 +18,7 @@ use rmcp::{ErrorData, ServerHandler, ServiceExt};
 pub use self::http::serve_http;
 use self::outlets::{ListenOutlet, SessionOutlet};
 use crate::fanout::{OutletInfo, OutletKind};
-use crate::proxy::Proxy;
+use crate::proxy::{Proxy, ReadAnswer};
 use crate::subscriptions::HolderId;
 
 /// One per legacy session, per stateless 2026-07-28 request, or per stdio host. Cloning gives a
@@ -98,13 +98,22 @@ impl ServerHandler for ProxyServer {
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        let response = self.proxy.read(&self.principal, &request.uri).await;
-        if let Err(error) = &response {
+        let answer = self.proxy.read(&self.principal, &request.uri).await;
+        let answer = answer.inspect_err(|error| {
             tracing::debug!(uri = %request.uri, principal = %self.principal, error = %error, kind = error.kind(), "read failed");
-        }
-        Ok(response?)
+        })?;
+        Ok(match answer {
+            ReadAnswer::Result { mut result, ttl, scope, .. } => {
+                // 2026-07-28 hosts learn how long and for whom the answer may be kept.
+                let modern = context.protocol_version().is_some_and(|v| !v.has_initialize());
+                result.ttl_ms = modern.then(|| u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+                result.cache_scope = modern.then(|| self.proxy.downstream_scope(scope));
+                ReadResourceResponse::Complete(result)
+            }
+            ReadAnswer::InputRequired(response) => response,
+        })
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {

@@ -132,7 +132,11 @@ fn search(shape: &dense::DFA<Vec<u32>>, allow: &dense::DFA<Vec<u32>>, deny: Opti
             return true;
         }
         for byte in 0x21u8..=0x7E {
-            let next = (shape.next_state(s, byte), allow.next_state(a, byte), d.map(|d| deny.expect("deny dfa").next_state(d, byte)));
+            let next = (
+                shape.next_state(s, byte),
+                allow.next_state(a, byte),
+                d.map(|d| deny.expect("deny dfa").next_state(d, byte)),
+            );
             if shape.is_dead_state(next.0) || allow.is_dead_state(next.1) {
                 continue;
             }
@@ -192,7 +196,9 @@ fn template_regex(template: &str) -> String {
                     if byte.is_ascii() {
                         regex.push_str(&format!("\\x{byte:02X}"));
                     } else {
-                        regex.push_str(&format!("%{byte:02X}").bytes().map(|b| format!("\\x{b:02X}")).collect::<String>());
+                        regex.push_str(
+                            &format!("%{byte:02X}").bytes().map(|b| format!("\\x{b:02X}")).collect::<String>(),
+                        );
                     }
                 }
             }

@@ -57,7 +57,11 @@ fn decisions() {
     check("ci-bot", "docs+file:///a.md", Allow("ci-bot.toml", "docs+**"));
     check("ci-bot", "docs+urn:x", Allow("ci-bot.toml", "docs+**"));
     check("ci-bot", "docs+file:///x/.env", Allow("ci-bot.toml", "docs+**"));
-    check("ci-bot", "everything+demo://resource/static/1", Allow("ci-bot.toml", "everything+demo://resource/static/**"));
+    check(
+        "ci-bot",
+        "everything+demo://resource/static/1",
+        Allow("ci-bot.toml", "everything+demo://resource/static/**"),
+    );
     check("ci-bot", "everything+demo://resource/dynamic/1", DefaultDeny);
     check("ci-bot", "gh+repo://acme/app/README.md", DefaultDeny);
     check("ci-bot", "audit+file:///log", Allow("ci-extra.toml", "audit+**"));
@@ -82,7 +86,8 @@ fn allow_all_allows_everything_and_lists_every_template() {
 
 #[test]
 fn double_star_crosses_slashes_wherever_it_is() {
-    let set = PolicySet::from_texts(&[("p.toml", "principals=[\"*\"]\nallow=[\"a+**\", \"b+file:///x**.md\"]")]).unwrap();
+    let set =
+        PolicySet::from_texts(&[("p.toml", "principals=[\"*\"]\nallow=[\"a+**\", \"b+file:///x**.md\"]")]).unwrap();
     for allowed in ["a+file:///x/y/z", "a+urn:q", "b+file:///x.md", "b+file:///xy/z/w.md"] {
         assert!(set.allows("p", allowed), "{allowed}");
     }

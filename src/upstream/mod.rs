@@ -92,6 +92,8 @@ struct Inner {
     broken: Notify,
     /// The URIs the proxy wants watched on this upstream (host subscriptions and the cache).
     watched: watch::Sender<watching::WatchSet>,
+    /// The URIs whose upstream subscription is in place on the current connection.
+    applied: watch::Sender<watching::WatchSet>,
 }
 
 /// The live connection: what requests need.
@@ -118,6 +120,7 @@ impl Upstream {
             state: watch::Sender::new(LinkState::Connecting),
             broken: Notify::new(),
             watched: watch::Sender::new(Default::default()),
+            applied: watch::Sender::new(Default::default()),
         };
         Self { inner: Arc::new(inner) }
     }
@@ -208,6 +211,17 @@ impl Upstream {
             }
             changed
         });
+    }
+
+    /// Can this upstream notify of changes (is it connected and does it offer subscriptions)?
+    pub fn can_notify(&self) -> bool {
+        self.link().is_ok_and(|link| link.capabilities.resources.as_ref().is_some_and(|r| r.subscribe == Some(true)))
+    }
+
+    /// Wait (at most `timeout`) until the upstream subscription for `uri` is in place.
+    pub async fn wait_watching(&self, uri: &str, timeout: std::time::Duration) -> bool {
+        let mut applied = self.inner.applied.subscribe();
+        tokio::time::timeout(timeout, applied.wait_for(|set| set.contains(uri))).await.is_ok_and(|r| r.is_ok())
     }
 
     /// Wait until this upstream's state satisfies `ready`.

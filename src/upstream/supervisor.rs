@@ -103,12 +103,14 @@ impl Supervisor {
             self.upstream.name().to_string(),
             link.clone(),
             self.upstream.inner.watched.subscribe(),
+            self.upstream.inner.applied.clone(),
             notices_tx,
             watcher.clone(),
             move || upstream.inner.broken.notify_one(),
         ));
         let end = self.serve(running, &link, &mut notices).await;
         watcher.cancel();
+        self.upstream.inner.applied.send_replace(Default::default());
         end
     }
 

@@ -31,6 +31,7 @@ pub(super) async fn keep(
     upstream: String,
     link: Link,
     desired: watch::Receiver<WatchSet>,
+    applied: watch::Sender<WatchSet>,
     notices: mpsc::UnboundedSender<Notice>,
     stop: CancellationToken,
     broken: impl Fn() + Send + 'static,
@@ -42,10 +43,10 @@ pub(super) async fn keep(
         tracing::info!(upstream, "upstream does not offer subscriptions: URIs held there are never notified");
     }
     match link.era {
-        Era::Legacy if can_subscribe => keep_legacy(&upstream, &link, desired, &notices, &stop, broken).await,
+        Era::Legacy if can_subscribe => keep_legacy(&upstream, &link, desired, &applied, &notices, &stop, broken).await,
         Era::Legacy => {}
         Era::Modern if can_subscribe || lists_change => {
-            let listen = Listen { upstream: &upstream, link: &link, notices: &notices, can_subscribe, lists_change };
+            let listen = Listen { upstream: &upstream, link: &link, notices: &notices, applied: &applied, can_subscribe, lists_change };
             listen.run(desired, &stop).await
         }
         Era::Modern => {}
@@ -56,6 +57,7 @@ async fn keep_legacy(
     upstream: &str,
     link: &Link,
     mut desired: watch::Receiver<WatchSet>,
+    applied: &watch::Sender<WatchSet>,
     notices: &mpsc::UnboundedSender<Notice>,
     stop: &CancellationToken,
     broken: impl Fn(),
@@ -85,6 +87,7 @@ async fn keep_legacy(
             subscribed.remove(&uri);
         }
         tracing::debug!(upstream, watched = wanted.len(), "upstream subscriptions applied");
+        applied.send_replace(Arc::new(subscribed.clone()));
         if std::mem::take(&mut first) {
             report_all(&wanted, notices);
         }
@@ -100,6 +103,7 @@ struct Listen<'a> {
     upstream: &'a str,
     link: &'a Link,
     notices: &'a mpsc::UnboundedSender<Notice>,
+    applied: &'a watch::Sender<WatchSet>,
     can_subscribe: bool,
     lists_change: bool,
 }
@@ -123,6 +127,8 @@ impl Listen<'_> {
                     }
                 }
                 tracing::debug!(upstream = self.upstream, watched = wanted.len(), "upstream subscriptions applied");
+                let acknowledged = current.as_ref().map(|(s, _)| acknowledged_uris(s)).unwrap_or_default();
+                self.applied.send_replace(Arc::new(acknowledged));
                 if std::mem::take(&mut resumed) {
                     report_all(&wanted, self.notices);
                 }
@@ -132,6 +138,7 @@ impl Listen<'_> {
                     Some(notice) => drop(self.notices.send(notice)),
                     None => {
                         let (_, lost) = current.take().expect("a stream ended");
+                        self.applied.send_replace(WatchSet::default());
                         tracing::info!(upstream = self.upstream, "listen stream ended; everything it covered may have changed");
                         report_all(&lost, self.notices);
                         let _ = self.notices.send(Notice::ListChanged);
@@ -187,6 +194,10 @@ async fn next_of(current: &mut Option<(Subscription, WatchSet)>) -> Option<Notic
             Ok(None) | Err(_) => return None,
         }
     }
+}
+
+fn acknowledged_uris(subscription: &Subscription) -> BTreeSet<String> {
+    subscription.acknowledged().resource_subscriptions.iter().flatten().cloned().collect()
 }
 
 fn report_all(uris: &BTreeSet<String>, notices: &mpsc::UnboundedSender<Notice>) {

@@ -1,0 +1,97 @@
+//! The `[cache]` section: the read cache's bounds and lifetimes.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use figment::value::Value;
+use serde::Deserialize;
+
+use super::{Problem, duration, push, report_unknown};
+
+/// The read cache's settings. See README "The read cache" for how lifetimes are chosen.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CacheConfig {
+    /// `false` passes every read through to its upstream.
+    pub enabled: bool,
+    /// Bound on the summed size of cached contents, in bytes.
+    pub max_bytes: u64,
+    /// A result larger than this is passed through, not cached.
+    pub max_entry_bytes: u64,
+    /// Lifetime of entries from upstreams that cannot notify (or beyond the watch cap);
+    /// zero means such results are not cached.
+    pub unwatched_ttl: Duration,
+    /// Upper bound on any entry's lifetime, watched or not.
+    pub max_ttl: Duration,
+    /// How long past its lifetime an entry may still be served when its upstream is down or
+    /// failing; zero turns this off. Never for entries an `updated` invalidated.
+    pub stale_if_error: Duration,
+    /// At most this many URIs per upstream are kept subscribed for the cache.
+    pub max_watched_per_upstream: usize,
+}
+
+#[derive(Debug, Deserialize, Default)]
+pub(super) struct RawCache {
+    enabled: Option<bool>,
+    max_bytes: Option<Value>,
+    max_entry_bytes: Option<Value>,
+    unwatched_ttl: Option<String>,
+    max_ttl: Option<String>,
+    stale_if_error: Option<String>,
+    max_watched_per_upstream: Option<i64>,
+    #[serde(flatten)]
+    unknown: BTreeMap<String, Value>,
+}
+
+pub(super) fn validate_cache(raw: RawCache, problems: &mut Vec<Problem>) -> CacheConfig {
+    report_unknown("cache", &raw.unknown, problems);
+    let max_bytes = size(raw.max_bytes.as_ref(), 256 << 20, "cache.max_bytes", problems);
+    let max_entry_bytes = size(raw.max_entry_bytes.as_ref(), 8 << 20, "cache.max_entry_bytes", problems);
+    let max_watched_per_upstream = match raw.max_watched_per_upstream.unwrap_or(1000) {
+        n @ 0..=1_000_000 => n as usize,
+        n => {
+            push(problems, "cache.max_watched_per_upstream", format!("{n} is outside 0..=1000000"));
+            1000
+        }
+    };
+    CacheConfig {
+        enabled: raw.enabled.unwrap_or(true),
+        max_bytes,
+        max_entry_bytes,
+        unwatched_ttl: duration(raw.unwatched_ttl.as_deref(), "5s", "cache.unwatched_ttl", problems),
+        max_ttl: duration(raw.max_ttl.as_deref(), "1h", "cache.max_ttl", problems),
+        stale_if_error: duration(raw.stale_if_error.as_deref(), "0s", "cache.stale_if_error", problems),
+        max_watched_per_upstream,
+    }
+}
+
+fn size(value: Option<&Value>, default: u64, at: &str, problems: &mut Vec<Problem>) -> u64 {
+    let parsed = match value {
+        None => return default,
+        Some(Value::Num(_, n)) => n.to_u128().and_then(|n| u64::try_from(n).ok()),
+        Some(Value::String(_, text)) => parse_size(text),
+        Some(_) => None,
+    };
+    parsed.unwrap_or_else(|| {
+        push(problems, at, "not a size like 256MiB, 512KiB, 1GiB or a number of bytes".into());
+        default
+    })
+}
+
+/// `"256MiB"`, `"512KiB"`, `"1GiB"`, `"100"` (bytes); also `KB`/`MB`/`GB` as powers of 1000.
+pub fn parse_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number.parse().ok()?;
+    let factor: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        _ => return None,
+    };
+    number.checked_mul(factor)
+}

@@ -1,0 +1,138 @@
+//! Subscriptions from hosts and notifications from upstreams: the event loop over
+//! [`UpstreamEvent`]s, fan-out of `updated` to holders, and debounced `list_changed`.
+//!
+//! The life of an upstream `updated`: the upstream's supervisor reports it → the cache drops
+//! the URI and everything under it → every holder of the URI (or of a parent) that may still
+//! see it is queued one `updated` — legacy sessions the URI itself, listen streams the URI
+//! their filter named.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::Proxy;
+use crate::error::ProxyError;
+use crate::fanout::{Outgoing, Outlet, OutletInfo, OutletKind};
+use crate::namespace;
+use crate::subscriptions::HolderId;
+use crate::upstream::UpstreamEvent;
+
+impl Proxy {
+    /// Register a host's notification outlet (a legacy session or a listen stream).
+    pub fn register_outlet(&self, info: OutletInfo, outlet: Arc<dyn Outlet>) -> HolderId {
+        let generation = self.inner.catalog.snapshot().generation;
+        self.inner.fanout.register(info, generation, outlet)
+    }
+
+    /// `holder` is gone: drop its outlet and everything it held.
+    pub fn release(&self, holder: HolderId) {
+        self.inner.fanout.deregister(holder);
+        self.inner.watches.release_all(holder);
+    }
+
+    /// `holder` subscribes to a namespaced URI. Unknown namespaces are not found.
+    pub fn subscribe(&self, holder: HolderId, _principal: &str, uri: &str) -> Result<(), ProxyError> {
+        let (upstream, original) = self.route(uri)?;
+        self.inner.watches.hold(holder, &upstream, &original);
+        Ok(())
+    }
+
+    /// `holder` lets go of a namespaced URI (a no-op when it did not hold it).
+    pub fn unsubscribe(&self, holder: HolderId, _principal: &str, uri: &str) -> Result<(), ProxyError> {
+        let (upstream, original) = self.route(uri)?;
+        self.inner.watches.release(holder, &upstream, &original);
+        Ok(())
+    }
+
+    /// The subset of `uris` that `principal` may subscribe to (known namespaces).
+    pub fn subscribable(&self, _principal: &str, uris: &[String]) -> Vec<String> {
+        uris.iter().filter(|uri| self.route(uri).is_ok()).cloned().collect()
+    }
+
+    pub(super) async fn event_loop(
+        self,
+        mut events: mpsc::UnboundedReceiver<UpstreamEvent>,
+        mut gone: mpsc::UnboundedReceiver<HolderId>,
+        shutdown: CancellationToken,
+    ) {
+        let mut list_changed = Debounce::new(self.inner.config.server.list_changed_debounce);
+        loop {
+            tokio::select! {
+                Some(event) = events.recv() => self.on_upstream_event(event, &mut list_changed),
+                Some(holder) = gone.recv() => self.release(holder),
+                _ = list_changed.fired() => {
+                    let generation = self.inner.catalog.snapshot().generation;
+                    let sent = self.inner.fanout.broadcast_list_changed(generation, |_| true);
+                    tracing::debug!(sent, "list_changed sent to hosts");
+                }
+                _ = shutdown.cancelled() => return,
+            }
+        }
+    }
+
+    fn on_upstream_event(&self, event: UpstreamEvent, list_changed: &mut Debounce) {
+        match event {
+            UpstreamEvent::ResourceUpdated { upstream, uri } => {
+                self.inner.cache.invalidate(&upstream, &uri);
+                self.fan_out_update(&upstream, &uri);
+            }
+            UpstreamEvent::Up { upstream, .. } => {
+                // Updates may have been missed while it was away.
+                self.inner.cache.flush_upstream(&upstream);
+                list_changed.poke();
+            }
+            UpstreamEvent::Down { .. } | UpstreamEvent::CatalogChanged { .. } => list_changed.poke(),
+        }
+    }
+
+    /// Tell every holder of `uri` (or of a parent of it) that it changed. Legacy sessions hear
+    /// the URI itself; listen streams hear the URI they asked for, since their filter is exact.
+    fn fan_out_update(&self, upstream: &str, uri: &str) {
+        for (holder, held) in self.inner.watches.holders_of_update(upstream, uri) {
+            let Some(info) = self.inner.fanout.info(holder) else { continue };
+            let uris = match info.kind {
+                OutletKind::Session => vec![uri.to_string()],
+                OutletKind::ListenStream => held,
+            };
+            for original in uris {
+                if let Some(namespaced) = namespace::namespaced(upstream, &original) {
+                    self.inner.fanout.deliver(holder, Outgoing::Updated(namespaced));
+                }
+            }
+        }
+    }
+}
+
+/// Trailing-edge debounce: fires `window` after the last poke, but no later than ten windows
+/// after the first, so a steady stream of events still produces notifications.
+struct Debounce {
+    window: Duration,
+    first: Option<tokio::time::Instant>,
+    deadline: Option<tokio::time::Instant>,
+}
+
+impl Debounce {
+    fn new(window: Duration) -> Self {
+        Self { window, first: None, deadline: None }
+    }
+
+    fn poke(&mut self) {
+        let now = tokio::time::Instant::now();
+        let first = *self.first.get_or_insert(now);
+        self.deadline = Some((now + self.window).min(first + self.window * 10));
+    }
+
+    /// Resolves when the debounced event is due (pending while none is).
+    async fn fired(&mut self) {
+        match self.deadline {
+            Some(deadline) => {
+                tokio::time::sleep_until(deadline).await;
+                self.first = None;
+                self.deadline = None;
+            }
+            None => std::future::pending().await,
+        }
+    }
+}

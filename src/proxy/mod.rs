@@ -1,0 +1,157 @@
+//! The `Proxy` handle: the catalog, the upstreams, the read cache, the watch book and the
+//! fan-out, and the paths every downstream request takes: lists (here), reads (`read`),
+//! subscriptions and notifications (`events`).
+//!
+//! Lists are cut from the catalog's immutable snapshot: no upstream call per page.
+//!
+//! Invariant: everything a client receives carries namespaced URIs; nothing un-namespaced and
+//! no upstream error text leaves this module.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::{ListResourceTemplatesResult, ListResourcesResult};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::catalog::{Catalog, Snapshot};
+use crate::config::Config;
+use crate::cursor::{CursorKey, ListKind, Position};
+use crate::error::ProxyError;
+use crate::cache::ReadCache;
+use crate::fanout::Fanout;
+use crate::namespace;
+use crate::subscriptions::HolderId;
+use crate::upstream::{LinkState, Upstream, UpstreamStatus};
+
+mod events;
+mod read;
+mod watches;
+
+pub use self::read::ReadAnswer;
+use self::watches::WatchBook;
+
+/// A cheap `Clone` handle on the running proxy.
+#[derive(Clone)]
+pub struct Proxy {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: Config,
+    catalog: Catalog,
+    upstreams: Arc<BTreeMap<String, Upstream>>,
+    cursor_key: CursorKey,
+    watches: Arc<WatchBook>,
+    fanout: Fanout,
+    cache: ReadCache,
+    /// The cache's own holder id in the watch book.
+    cache_holder: HolderId,
+}
+
+impl Proxy {
+    /// Start a supervisor per upstream (all connect concurrently) and the event loop.
+    pub fn start(config: Config, shutdown: CancellationToken) -> Proxy {
+        let catalog = Catalog::new();
+        let (events_tx, events) = mpsc::unbounded_channel();
+        let upstreams: BTreeMap<_, _> =
+            config.upstreams.iter().map(|u| (u.name.clone(), Upstream::new(u.clone()))).collect();
+        for upstream in upstreams.values() {
+            upstream.spawn(catalog.clone(), events_tx.clone(), shutdown.clone());
+        }
+        let upstreams = Arc::new(upstreams);
+        let (gone_tx, gone) = mpsc::unbounded_channel();
+        let fanout = Fanout::new(gone_tx);
+        let watches = Arc::new(WatchBook::new(upstreams.clone()));
+        let cache_holder = fanout.next_holder_id();
+        let hooks = Arc::new(read::CacheWatch { book: watches.clone(), holder: cache_holder });
+        let cache = ReadCache::new(config.cache.clone(), hooks);
+        let inner = Inner {
+            config,
+            catalog,
+            upstreams,
+            cursor_key: CursorKey::random(),
+            watches,
+            fanout,
+            cache,
+            cache_holder,
+        };
+        let proxy = Proxy { inner: Arc::new(inner) };
+        tokio::spawn(proxy.clone().event_loop(events, gone, shutdown));
+        proxy
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    pub fn catalog(&self) -> &Catalog {
+        &self.inner.catalog
+    }
+
+    pub fn statuses(&self) -> Vec<UpstreamStatus> {
+        self.inner.upstreams.values().map(Upstream::status).collect()
+    }
+
+    /// Wait until every upstream is up (or `timeout`); true when they all are.
+    pub async fn wait_ready(&self, timeout: Duration) -> bool {
+        let all_up = futures::future::join_all(
+            self.inner.upstreams.values().map(|u| u.wait_state(|state| *state == LinkState::Up)),
+        );
+        tokio::time::timeout(timeout, all_up).await.is_ok()
+    }
+
+    /// One page of the merged resource list.
+    pub fn list_resources(&self, principal: &str, cursor: Option<&str>) -> Result<ListResourcesResult, ProxyError> {
+        let snapshot = self.inner.catalog.snapshot();
+        let offset = self.offset(principal, ListKind::Resources, cursor, &snapshot)?;
+        let page = snapshot.resources_page(offset, self.inner.config.server.page_size, &|_| true);
+        let mut result = ListResourcesResult::with_all_items(page.items);
+        result.next_cursor = page.next.map(|next| self.cursor(principal, ListKind::Resources, &snapshot, next));
+        Ok(result)
+    }
+
+    /// One page of the merged template list.
+    pub fn list_templates(
+        &self,
+        principal: &str,
+        cursor: Option<&str>,
+    ) -> Result<ListResourceTemplatesResult, ProxyError> {
+        let snapshot = self.inner.catalog.snapshot();
+        let offset = self.offset(principal, ListKind::Templates, cursor, &snapshot)?;
+        let page = snapshot.templates_page(offset, self.inner.config.server.page_size, &|_| true);
+        let mut result = ListResourceTemplatesResult::with_all_items(page.items);
+        result.next_cursor = page.next.map(|next| self.cursor(principal, ListKind::Templates, &snapshot, next));
+        Ok(result)
+    }
+
+    fn offset(
+        &self,
+        principal: &str,
+        list: ListKind,
+        cursor: Option<&str>,
+        snapshot: &Snapshot,
+    ) -> Result<usize, ProxyError> {
+        let Some(cursor) = cursor else { return Ok(0) };
+        let position = self.inner.cursor_key.decode(principal, list, cursor).map_err(|_| ProxyError::InvalidCursor)?;
+        if position.generation != snapshot.generation {
+            return Err(ProxyError::InvalidCursor);
+        }
+        usize::try_from(position.offset).map_err(|_| ProxyError::InvalidCursor)
+    }
+
+    fn cursor(&self, principal: &str, list: ListKind, snapshot: &Snapshot, offset: usize) -> String {
+        let position = Position { list, generation: snapshot.generation, offset: offset as u64 };
+        self.inner.cursor_key.encode(principal, position)
+    }
+
+    fn route(&self, uri: &str) -> Result<(String, String), ProxyError> {
+        match namespace::split(uri) {
+            Some((upstream, original)) if self.inner.upstreams.contains_key(upstream) => {
+                Ok((upstream.to_string(), original.to_string()))
+            }
+            _ => Err(ProxyError::not_found(uri)),
+        }
+    }
+}

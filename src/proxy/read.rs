@@ -1,0 +1,105 @@
+//! The read path: route → cache → upstream → namespaced contents.
+//!
+//! The life of a `resources/read`: split the namespace (unknown → not found) → the cache
+//! (hit: done) → on a miss, when the upstream can notify and the watch cap allows, subscribe
+//! upstream first and wait until that is in place (so no change between the read and the
+//! subscription can be missed) → read upstream with its timeout → namespace every
+//! `contents[*].uri` → keep it per the lifetime rules → answer with truthful `ttlMs` /
+//! `cacheScope`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::{CacheScope, ReadResourceResponse, ReadResourceResult, ResourceContents};
+
+use super::Proxy;
+use super::watches::WatchBook;
+use crate::cache::{CacheHooks, Cached, Loaded, Outcome, Removal};
+use crate::error::ProxyError;
+use crate::namespace;
+use crate::subscriptions::HolderId;
+use crate::upstream::Upstream;
+
+/// How long a cold read waits for its upstream subscription before reading unwatched.
+const WATCH_WAIT: Duration = Duration::from_secs(2);
+
+/// What a read produced.
+#[derive(Debug, Clone)]
+pub enum ReadAnswer {
+    Result { result: ReadResourceResult, ttl: Duration, scope: CacheScope, outcome: Outcome },
+    /// 2026-07-28 MRTR: the upstream needs input first; passed through, never cached.
+    InputRequired(ReadResourceResponse),
+}
+
+impl Proxy {
+    /// Read a namespaced URI for `principal`.
+    pub async fn read(&self, principal: &str, uri: &str) -> Result<ReadAnswer, ProxyError> {
+        let (name, original) = self.route(uri)?;
+        let upstream = &self.inner.upstreams[&name];
+        let load = || self.load(upstream, &name, &original, uri);
+        match self.inner.cache.read(&name, &original, principal, load).await {
+            Ok(Cached { result, ttl, scope, outcome }) => Ok(ReadAnswer::Result { result, ttl, scope, outcome }),
+            Err(ProxyError::InputRequired(needs)) => Ok(ReadAnswer::InputRequired(ReadResourceResponse::InputRequired(*needs))),
+            Err(ProxyError::NotFound { .. }) => Err(ProxyError::not_found(uri)),
+            Err(other) => Err(other),
+        }
+    }
+
+    /// The `cacheScope` a host is told: `public` only when the upstream said so and what a
+    /// host sees does not depend on who it is.
+    pub fn downstream_scope(&self, upstream_scope: CacheScope) -> CacheScope {
+        upstream_scope
+    }
+
+    /// One upstream read, watched when it can be.
+    async fn load(&self, upstream: &Upstream, name: &str, original: &str, uri: &str) -> Result<Loaded, ProxyError> {
+        let cache = &self.inner.cache;
+        let mut watched = cache.config().enabled && upstream.can_notify() && cache.may_watch(name, original);
+        if watched {
+            self.inner.watches.hold(self.inner.cache_holder, name, original);
+            watched = upstream.wait_watching(original, WATCH_WAIT).await;
+            if !watched {
+                tracing::debug!(upstream = name, uri, "subscription not in place in time; caching unwatched");
+                cache.release_if_unused(name, original);
+            }
+        }
+        match upstream.read(original).await? {
+            ReadResourceResponse::Complete(mut result) => {
+                for content in &mut result.contents {
+                    namespace_content(name, uri, content);
+                }
+                Ok(Loaded { result, watched, trusted: upstream.config().trust_notifications })
+            }
+            ReadResourceResponse::InputRequired(needs) => Err(ProxyError::InputRequired(Box::new(needs))),
+            _ => Err(ProxyError::UpstreamFailed { upstream: name.to_string(), reason: "unknown read response".into() }),
+        }
+    }
+}
+
+/// Put a content's URI into the namespace of the upstream it came from. A content URI without
+/// a scheme cannot be namespaced: it is presented as the URI that was read.
+fn namespace_content(upstream: &str, requested: &str, content: &mut ResourceContents) {
+    if let ResourceContents::TextResourceContents { uri, .. } | ResourceContents::BlobResourceContents { uri, .. } =
+        content
+    {
+        *uri = namespace::namespaced(upstream, uri).unwrap_or_else(|| requested.to_string());
+    }
+}
+
+/// The cache's hold on upstream subscriptions goes through the same book as the hosts'.
+pub(super) struct CacheWatch {
+    pub book: Arc<WatchBook>,
+    pub holder: HolderId,
+}
+
+impl CacheHooks for CacheWatch {
+    fn hold(&self, upstream: &str, uri: &str) {
+        self.book.hold(self.holder, upstream, uri);
+    }
+
+    fn release(&self, upstream: &str, uri: &str) {
+        self.book.release(self.holder, upstream, uri);
+    }
+
+    fn removed(&self, _cause: Removal) {}
+}
