@@ -80,14 +80,26 @@ pub async fn require_principal(State(auth): State<Authenticator>, mut request: R
     match auth.authenticate(request.headers()) {
         Ok(principal) => {
             tracing::trace!(principal = %principal.0, "authenticated");
+            let name = principal.0.clone();
             request.extensions_mut().insert(principal);
-            next.run(request).await
+            // Also in scope for the whole request, so the MCP service factory (which rmcp calls
+            // without the request) builds the handler for this principal.
+            REQUEST_PRINCIPAL.scope(name, next.run(request)).await
         }
         Err(rejection) => {
             tracing::debug!(reason = ?rejection, method = %request.method(), "unauthorized request");
             unauthorized()
         }
     }
+}
+
+tokio::task_local! {
+    static REQUEST_PRINCIPAL: String;
+}
+
+/// The principal of the HTTP request being handled on this task, if any.
+pub fn current_principal() -> Option<String> {
+    REQUEST_PRINCIPAL.try_with(Clone::clone).ok()
 }
 
 /// The principal the middleware put into a request's extensions.

@@ -95,6 +95,16 @@ impl Snapshot {
         self.parts.iter().map(|(n, p)| (n.clone(), p.resources.len(), p.templates.len())).collect()
     }
 
+    /// Does any resource satisfy `test`?
+    pub fn any_resource(&self, test: impl Fn(&Resource) -> bool) -> bool {
+        self.parts.iter().any(|(_, p)| p.resources.iter().any(&test))
+    }
+
+    /// Does any template satisfy `test`?
+    pub fn any_template(&self, test: impl Fn(&ResourceTemplate) -> bool) -> bool {
+        self.parts.iter().any(|(_, p)| p.templates.iter().any(&test))
+    }
+
     /// Up to `limit` visible resources from `offset` of the merged list.
     pub fn resources_page(&self, offset: usize, limit: usize, visible: &dyn Fn(&str) -> bool) -> Page<Resource> {
         page(&self.parts, offset, limit, |p| &p.resources, |r| visible(&r.uri))

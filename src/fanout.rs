@@ -176,16 +176,17 @@ impl Fanout {
         }
     }
 
-    /// One `list_changed` to every outlet that wants it, has not heard of catalog `generation`
-    /// yet, and for which `allowed` holds.
-    pub fn broadcast_list_changed(&self, generation: u64, allowed: impl Fn(&OutletInfo) -> bool) -> usize {
+    /// One `list_changed` to every outlet that wants it, for which `allowed` holds, and — with
+    /// `Some(generation)` — that has not heard of that catalog generation yet.
+    pub fn broadcast_list_changed(&self, generation: Option<u64>, allowed: impl Fn(&OutletInfo) -> bool) -> usize {
         let targets: Vec<HolderId> = {
             let mut outlets = self.inner.outlets.lock().expect("outlets lock");
             outlets
                 .iter_mut()
-                .filter(|(_, r)| r.info.wants_list_changed && r.seen_generation < generation && allowed(&r.info))
+                .filter(|(_, r)| r.info.wants_list_changed && allowed(&r.info))
+                .filter(|(_, r)| generation.is_none_or(|g| r.seen_generation < g))
                 .map(|(id, r)| {
-                    r.seen_generation = generation;
+                    r.seen_generation = r.seen_generation.max(generation.unwrap_or(0));
                     *id
                 })
                 .collect()
@@ -279,8 +280,8 @@ mod tests {
         fanout.register(info(true), 1, Arc::new(Recorder(tx)));
         fanout.register(info(false), 1, Arc::new(Recorder(tx2)));
         fanout.register(info(true), 2, Arc::new(Recorder(tx3)));
-        assert_eq!(fanout.broadcast_list_changed(2, |_| true), 1);
-        assert_eq!(fanout.broadcast_list_changed(2, |_| true), 0, "once per generation");
+        assert_eq!(fanout.broadcast_list_changed(Some(2), |_| true), 1);
+        assert_eq!(fanout.broadcast_list_changed(Some(2), |_| true), 0, "once per generation");
         assert_eq!(rx.recv().await, Some(Outgoing::ListChanged));
         assert!(rx2.try_recv().is_err(), "did not ask for it");
         assert!(rx3.try_recv().is_err(), "registered after the change");

@@ -123,7 +123,7 @@ async fn missing_resources_get_the_not_found_of_the_clients_era() -> anyhow::Res
     proxy.wait_up("fx", 1).await?;
     for (era, code) in [(Era::Legacy, NOT_FOUND_LEGACY), (Era::Modern, INVALID_PARAMS)] {
         let (client, _) = fixture::connect_http(&proxy.url, era).await?;
-        for uri in ["nope+fx://fx/item/1", "fx://fx/item/1", "fx+fx://fx/missing", "fx+", "+fx://fx/item/1", "FX+fx://fx/item/1"] {
+        for uri in ["nope+fx://fx/item/1", "fx://fx/item/1", "fx+fx://fx/missing", "fx+", "+fx://fx/item/1", "fx+fx://fx/%zz"] {
             let error = client.read_resource(ReadResourceRequestParams::new(uri)).await.expect_err(uri);
             assert_eq!(error_code(&error), Some(code), "{uri} ({era:?}): {error}");
             assert!(error.to_string().contains(uri), "{error}");

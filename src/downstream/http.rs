@@ -30,8 +30,13 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
         .with_legacy_session_mode(true)
         .with_allowed_hosts(allowed_hosts(local, &server.allowed_hosts))
         .with_cancellation_token(shutdown.child_token());
-    let handler = ProxyServer::new(proxy, "anonymous");
-    let service = StreamableHttpService::new(move || Ok(handler.clone()), Arc::new(sessions), config);
+    // rmcp builds one handler per legacy session and per stateless request, inside the request
+    // the middleware authenticated: each handler belongs to that request's principal.
+    let factory = move || {
+        let principal = auth::current_principal().unwrap_or_else(|| auth::ANONYMOUS.to_string());
+        Ok(ProxyServer::new(proxy.clone(), &principal))
+    };
+    let service = StreamableHttpService::new(factory, Arc::new(sessions), config);
     let authenticator = Authenticator::new(&proxy_auth);
     let app = axum::Router::new()
         .nest_service("/mcp", service)

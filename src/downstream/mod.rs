@@ -53,6 +53,18 @@ impl ProxyServer {
         Self { proxy, principal: principal.into(), session: OnceLock::new() }
     }
 
+    /// A legacy session belongs to the principal that opened it: a request on it that
+    /// authenticated as someone else is refused.
+    fn check_principal(&self, extensions: &rmcp::model::Extensions) -> Result<(), ErrorData> {
+        let presented = extensions.get::<::http::request::Parts>().and_then(crate::auth::principal_of);
+        match presented {
+            Some(principal) if principal != &*self.principal => {
+                Err(ErrorData::invalid_request("this session belongs to another principal", None))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// This session's holder id, registering its outlet on first use.
     fn session(&self, peer: &Peer<RoleServer>) -> HolderId {
         self.session
@@ -80,8 +92,9 @@ impl ServerHandler for ProxyServer {
     async fn list_resources(
         &self,
         request: Option<PaginatedRequestParams>,
-        _: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
+        self.check_principal(&context.extensions)?;
         let cursor = request.and_then(|r| r.cursor);
         Ok(self.proxy.list_resources(&self.principal, cursor.as_deref())?)
     }
@@ -89,8 +102,9 @@ impl ServerHandler for ProxyServer {
     async fn list_resource_templates(
         &self,
         request: Option<PaginatedRequestParams>,
-        _: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        self.check_principal(&context.extensions)?;
         let cursor = request.and_then(|r| r.cursor);
         Ok(self.proxy.list_templates(&self.principal, cursor.as_deref())?)
     }
@@ -100,6 +114,7 @@ impl ServerHandler for ProxyServer {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
+        self.check_principal(&context.extensions)?;
         let answer = self.proxy.read(&self.principal, &request.uri).await;
         let answer = answer.inspect_err(|error| {
             tracing::debug!(uri = %request.uri, principal = %self.principal, error = %error, kind = error.kind(), "read failed");
@@ -121,6 +136,7 @@ impl ServerHandler for ProxyServer {
     }
 
     async fn subscribe(&self, request: SubscribeRequestParams, context: RequestContext<RoleServer>) -> Result<(), ErrorData> {
+        self.check_principal(&context.extensions)?;
         let holder = self.session(&context.peer);
         Ok(self.proxy.subscribe(holder, &self.principal, &request.uri)?)
     }
@@ -130,6 +146,7 @@ impl ServerHandler for ProxyServer {
         request: UnsubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
+        self.check_principal(&context.extensions)?;
         let holder = self.session(&context.peer);
         Ok(self.proxy.unsubscribe(holder, &self.principal, &request.uri)?)
     }

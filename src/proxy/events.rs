@@ -32,23 +32,23 @@ impl Proxy {
         self.inner.watches.release_all(holder);
     }
 
-    /// `holder` subscribes to a namespaced URI. Unknown namespaces are not found.
-    pub fn subscribe(&self, holder: HolderId, _principal: &str, uri: &str) -> Result<(), ProxyError> {
-        let (upstream, original) = self.route(uri)?;
-        self.inner.watches.hold(holder, &upstream, &original);
+    /// `holder` subscribes to a namespaced URI. Unknown and forbidden URIs are not found.
+    pub fn subscribe(&self, holder: HolderId, principal: &str, uri: &str) -> Result<(), ProxyError> {
+        let route = self.route_for(principal, uri)?;
+        self.inner.watches.hold(holder, &route.upstream, &route.original);
         Ok(())
     }
 
     /// `holder` lets go of a namespaced URI (a no-op when it did not hold it).
-    pub fn unsubscribe(&self, holder: HolderId, _principal: &str, uri: &str) -> Result<(), ProxyError> {
-        let (upstream, original) = self.route(uri)?;
-        self.inner.watches.release(holder, &upstream, &original);
+    pub fn unsubscribe(&self, holder: HolderId, principal: &str, uri: &str) -> Result<(), ProxyError> {
+        let route = self.route_for(principal, uri)?;
+        self.inner.watches.release(holder, &route.upstream, &route.original);
         Ok(())
     }
 
-    /// The subset of `uris` that `principal` may subscribe to (known namespaces).
-    pub fn subscribable(&self, _principal: &str, uris: &[String]) -> Vec<String> {
-        uris.iter().filter(|uri| self.route(uri).is_ok()).cloned().collect()
+    /// The subset of `uris` that `principal` may subscribe to: known namespaces, allowed.
+    pub fn subscribable(&self, principal: &str, uris: &[String]) -> Vec<String> {
+        uris.iter().filter(|uri| self.route_for(principal, uri).is_ok()).cloned().collect()
     }
 
     pub(super) async fn event_loop(
@@ -64,7 +64,7 @@ impl Proxy {
                 Some(holder) = gone.recv() => self.release(holder),
                 _ = list_changed.fired() => {
                     let generation = self.inner.catalog.snapshot().generation;
-                    let sent = self.inner.fanout.broadcast_list_changed(generation, |_| true);
+                    let sent = self.inner.fanout.broadcast_list_changed(Some(generation), |_| true);
                     tracing::debug!(sent, "list_changed sent to hosts");
                 }
                 _ = shutdown.cancelled() => return,
@@ -75,8 +75,10 @@ impl Proxy {
     fn on_upstream_event(&self, event: UpstreamEvent, list_changed: &mut Debounce) {
         match event {
             UpstreamEvent::ResourceUpdated { upstream, uri } => {
-                self.inner.cache.invalidate(&upstream, &uri);
-                self.fan_out_update(&upstream, &uri);
+                // Keys are normalised URIs; the upstream may spell them its own way.
+                let normalized = normalized_original(&upstream, &uri);
+                self.inner.cache.invalidate(&upstream, &normalized);
+                self.fan_out_update(&upstream, &normalized);
             }
             UpstreamEvent::Up { upstream, .. } => {
                 // Updates may have been missed while it was away.
@@ -90,6 +92,7 @@ impl Proxy {
     /// Tell every holder of `uri` (or of a parent of it) that it changed. Legacy sessions hear
     /// the URI itself; listen streams hear the URI they asked for, since their filter is exact.
     fn fan_out_update(&self, upstream: &str, uri: &str) {
+        let policy = self.policy();
         for (holder, held) in self.inner.watches.holders_of_update(upstream, uri) {
             let Some(info) = self.inner.fanout.info(holder) else { continue };
             let uris = match info.kind {
@@ -97,12 +100,23 @@ impl Proxy {
                 OutletKind::ListenStream => held,
             };
             for original in uris {
-                if let Some(namespaced) = namespace::namespaced(upstream, &original) {
+                let Some(namespaced) = namespace::namespaced(upstream, &original) else { continue };
+                // Checked at delivery too: a sub-resource may be denied where its parent is not.
+                if self.visible(&policy, &info.principal, &namespaced) {
                     self.inner.fanout.deliver(holder, Outgoing::Updated(namespaced));
                 }
             }
         }
     }
+}
+
+/// `uri` of `upstream` in the normalised form the proxy keys everything by (as is when it
+/// cannot be normalised).
+fn normalized_original(upstream: &str, uri: &str) -> String {
+    namespace::namespaced(upstream, uri)
+        .and_then(|namespaced| crate::uri::normalize(&namespaced).ok())
+        .and_then(|normalized| namespace::split(&normalized).map(|(_, original)| original.to_string()))
+        .unwrap_or_else(|| uri.to_string())
 }
 
 /// Trailing-edge debounce: fires `window` after the last poke, but no later than ten windows

@@ -8,7 +8,7 @@
 //! no upstream error text leaves this module.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use rmcp::model::{ListResourceTemplatesResult, ListResourcesResult};
@@ -21,10 +21,11 @@ use crate::cursor::{CursorKey, ListKind, Position};
 use crate::error::ProxyError;
 use crate::cache::ReadCache;
 use crate::fanout::Fanout;
-use crate::namespace;
+use crate::policy::PolicySet;
 use crate::subscriptions::HolderId;
 use crate::upstream::{LinkState, Upstream, UpstreamStatus};
 
+mod access;
 mod events;
 mod read;
 mod watches;
@@ -48,6 +49,7 @@ struct Inner {
     cache: ReadCache,
     /// The cache's own holder id in the watch book.
     cache_holder: HolderId,
+    policy: RwLock<PolicySet>,
 }
 
 impl Proxy {
@@ -67,7 +69,9 @@ impl Proxy {
         let cache_holder = fanout.next_holder_id();
         let hooks = Arc::new(read::CacheWatch { book: watches.clone(), holder: cache_holder });
         let cache = ReadCache::new(config.cache.clone(), hooks);
+        let policy = RwLock::new(config.policies.set.clone());
         let inner = Inner {
+            policy,
             config,
             catalog,
             upstreams,
@@ -106,7 +110,10 @@ impl Proxy {
     pub fn list_resources(&self, principal: &str, cursor: Option<&str>) -> Result<ListResourcesResult, ProxyError> {
         let snapshot = self.inner.catalog.snapshot();
         let offset = self.offset(principal, ListKind::Resources, cursor, &snapshot)?;
-        let page = snapshot.resources_page(offset, self.inner.config.server.page_size, &|_| true);
+        let policy = self.policy();
+        let page = snapshot.resources_page(offset, self.inner.config.server.page_size, &|uri| {
+            self.visible(&policy, principal, uri)
+        });
         let mut result = ListResourcesResult::with_all_items(page.items);
         result.next_cursor = page.next.map(|next| self.cursor(principal, ListKind::Resources, &snapshot, next));
         Ok(result)
@@ -120,7 +127,10 @@ impl Proxy {
     ) -> Result<ListResourceTemplatesResult, ProxyError> {
         let snapshot = self.inner.catalog.snapshot();
         let offset = self.offset(principal, ListKind::Templates, cursor, &snapshot)?;
-        let page = snapshot.templates_page(offset, self.inner.config.server.page_size, &|_| true);
+        let policy = self.policy();
+        let page = snapshot.templates_page(offset, self.inner.config.server.page_size, &|template| {
+            self.template_visible(&policy, principal, template)
+        });
         let mut result = ListResourceTemplatesResult::with_all_items(page.items);
         result.next_cursor = page.next.map(|next| self.cursor(principal, ListKind::Templates, &snapshot, next));
         Ok(result)
@@ -144,14 +154,5 @@ impl Proxy {
     fn cursor(&self, principal: &str, list: ListKind, snapshot: &Snapshot, offset: usize) -> String {
         let position = Position { list, generation: snapshot.generation, offset: offset as u64 };
         self.inner.cursor_key.encode(principal, position)
-    }
-
-    fn route(&self, uri: &str) -> Result<(String, String), ProxyError> {
-        match namespace::split(uri) {
-            Some((upstream, original)) if self.inner.upstreams.contains_key(upstream) => {
-                Ok((upstream.to_string(), original.to_string()))
-            }
-            _ => Err(ProxyError::not_found(uri)),
-        }
     }
 }

@@ -34,7 +34,7 @@ pub enum ReadAnswer {
 impl Proxy {
     /// Read a namespaced URI for `principal`.
     pub async fn read(&self, principal: &str, uri: &str) -> Result<ReadAnswer, ProxyError> {
-        let (name, original) = self.route(uri)?;
+        let super::access::Route { upstream: name, original } = self.route_for(principal, uri)?;
         let upstream = &self.inner.upstreams[&name];
         let load = || self.load(upstream, &name, &original, uri);
         match self.inner.cache.read(&name, &original, principal, load).await {
@@ -43,12 +43,6 @@ impl Proxy {
             Err(ProxyError::NotFound { .. }) => Err(ProxyError::not_found(uri)),
             Err(other) => Err(other),
         }
-    }
-
-    /// The `cacheScope` a host is told: `public` only when the upstream said so and what a
-    /// host sees does not depend on who it is.
-    pub fn downstream_scope(&self, upstream_scope: CacheScope) -> CacheScope {
-        upstream_scope
     }
 
     /// One upstream read, watched when it can be.

@@ -1,0 +1,97 @@
+//! Access control on every path: the policy in force, checks on the URIs hosts name, filters
+//! on what the proxy shows them, and what a policy reload changes for hosts already connected.
+//!
+//! Invariant: a URI a principal may not see gets the same answer as one that does not exist,
+//! and nothing about it reaches that principal — not in lists, templates, reads, subscriptions
+//! or notifications.
+
+use std::collections::BTreeSet;
+
+use rmcp::model::{CacheScope, ResourceTemplate};
+
+use super::Proxy;
+use crate::error::ProxyError;
+use crate::namespace;
+use crate::policy::PolicySet;
+use crate::uri;
+
+/// Where a checked URI goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Route {
+    pub upstream: String,
+    /// The upstream's own URI (normalised, namespace stripped): what is sent upstream.
+    pub original: String,
+}
+
+impl Proxy {
+    /// The policy in force.
+    pub fn policy(&self) -> PolicySet {
+        self.inner.policy.read().expect("policy lock").clone()
+    }
+
+    /// Check a URI a host named: normalise it, decide, and route it. Denied, unroutable and
+    /// malformed URIs all get the same not-found answer, naming the URI as the host sent it.
+    pub(crate) fn route_for(&self, principal: &str, requested: &str) -> Result<Route, ProxyError> {
+        let not_found = || ProxyError::not_found(requested);
+        let policy = self.policy();
+        let (normalized, decision) = policy.normalize_and_decide(principal, requested).map_err(|_| not_found())?;
+        if !decision.allowed {
+            tracing::debug!(principal, uri = requested, "denied");
+            return Err(not_found());
+        }
+        let (upstream, original) = namespace::split(&normalized).ok_or_else(not_found)?;
+        if !self.inner.upstreams.contains_key(upstream) {
+            return Err(not_found());
+        }
+        Ok(Route { upstream: upstream.to_string(), original: original.to_string() })
+    }
+
+    /// May `principal` see this namespaced URI (as the proxy presents it)?
+    pub(crate) fn visible(&self, policy: &PolicySet, principal: &str, namespaced: &str) -> bool {
+        policy.is_allow_all()
+            || uri::normalize(namespaced).is_ok_and(|normalized| policy.decide(principal, &normalized).allowed)
+    }
+
+    pub(crate) fn template_visible(&self, policy: &PolicySet, principal: &str, template: &ResourceTemplate) -> bool {
+        policy.is_allow_all() || policy.template_visible(principal, &template.uri_template)
+    }
+
+    /// The `cacheScope` a host is told: `public` only when the upstream said so and what a
+    /// host sees does not depend on who it is.
+    pub fn downstream_scope(&self, upstream_scope: CacheScope) -> CacheScope {
+        match (upstream_scope, self.policy().is_allow_all()) {
+            (CacheScope::Public, true) => CacheScope::Public,
+            _ => CacheScope::Private,
+        }
+    }
+
+    /// Put a new policy in force: later requests use it, subscriptions it forbids are
+    /// dropped, and hosts whose visible list changed hear `list_changed`.
+    pub fn replace_policy(&self, next: PolicySet) {
+        let previous = std::mem::replace(&mut *self.inner.policy.write().expect("policy lock"), next.clone());
+        let mut changed_principals = BTreeSet::new();
+        for (holder, info) in self.inner.fanout.outlets() {
+            for (upstream, original) in self.inner.watches.held_by(holder) {
+                let Some(namespaced) = namespace::namespaced(&upstream, &original) else { continue };
+                if !self.visible(&next, &info.principal, &namespaced) {
+                    tracing::info!(principal = %info.principal, uri = %namespaced, "subscription no longer allowed; dropped");
+                    self.inner.watches.release(holder, &upstream, &original);
+                }
+            }
+            if !changed_principals.contains(&info.principal) && self.sees_differently(&previous, &next, &info.principal) {
+                changed_principals.insert(info.principal.clone());
+            }
+        }
+        let sent = self.inner.fanout.broadcast_list_changed(None, |info| changed_principals.contains(&info.principal));
+        tracing::info!(files = ?next.files(), hosts_told = sent, "policies reloaded");
+    }
+
+    /// Does `principal` see a different catalog under `next` than under `previous`?
+    fn sees_differently(&self, previous: &PolicySet, next: &PolicySet, principal: &str) -> bool {
+        let snapshot = self.inner.catalog.snapshot();
+        snapshot.any_resource(|r| self.visible(previous, principal, &r.uri) != self.visible(next, principal, &r.uri))
+            || snapshot.any_template(|t| {
+                self.template_visible(previous, principal, t) != self.template_visible(next, principal, t)
+            })
+    }
+}
