@@ -73,7 +73,11 @@ pub trait CacheHooks: Send + Sync + 'static {
     fn hold(&self, upstream: &str, uri: &str);
     /// The cache holds no entry of `uri` any more.
     fn release(&self, upstream: &str, uri: &str);
+    /// A loaded result was kept.
+    fn inserted(&self, upstream: &str);
     fn removed(&self, cause: Removal);
+    /// A load finished after an `updated` for its URI: its result was not kept.
+    fn superseded(&self);
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -303,6 +307,9 @@ impl Inner {
             if loaded.watched {
                 self.unwatch_if_unused(&flight.upstream, &flight.uri);
             }
+            if superseded {
+                self.hooks.superseded();
+            }
             let outcome = if superseded { Outcome::Miss } else { Outcome::Bypass };
             let ttl = if superseded { Duration::ZERO } else { ttl };
             return Err(LoadError::Uncacheable(Cached { result: loaded.result, ttl, scope, outcome }));
@@ -311,6 +318,7 @@ impl Inner {
         if loaded.watched {
             self.watch(&flight.upstream, &flight.uri);
         }
+        self.hooks.inserted(&flight.upstream);
         Ok(Arc::new(Entry {
             result: loaded.result,
             fresh_until: now + ttl,

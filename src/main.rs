@@ -9,7 +9,9 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use mcp_resource_proxy::config::{CliOverrides, Config};
 use mcp_resource_proxy::policy::{self, PolicySet};
+use mcp_resource_proxy::admin::{self, AdminState};
 use mcp_resource_proxy::upstream::LinkState;
+use std::sync::Arc;
 use mcp_resource_proxy::{downstream, proxy::Proxy, serve_dir};
 use tokio_util::sync::CancellationToken;
 
@@ -181,8 +183,23 @@ async fn serve(config: Config, stdio: bool, principal: String) -> anyhow::Result
             Some(tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?)
         }
     };
+    let admin = match config.server.admin_listen {
+        Some(address) => {
+            Some(tokio::net::TcpListener::bind(address).await.with_context(|| format!("cannot listen on {address}"))?)
+        }
+        None => None,
+    };
     let startup_wait = config.server.startup_wait;
     let proxy = Proxy::start(config, shutdown.clone());
+    proxy.watch_policies(shutdown.clone());
+    if let Some(admin) = admin {
+        let state = AdminState { metrics: proxy.metrics().clone(), status: Arc::new({
+            let proxy = proxy.clone();
+            move || proxy.status_report()
+        }) };
+        tokio::spawn(admin::serve_admin(admin, state, shutdown.clone()));
+    }
+    tokio::spawn(reload_on_hangup(proxy.clone()));
     if !proxy.wait_ready(startup_wait).await {
         let down: Vec<_> = proxy.statuses().into_iter().filter(|s| s.state != LinkState::Up).map(|s| s.name).collect();
         tracing::warn!(?down, "serving without upstreams that are not up yet; they join when they come up");
@@ -205,6 +222,15 @@ async fn serve(config: Config, stdio: bool, principal: String) -> anyhow::Result
             tracing::warn!("shutdown grace period over; exiting");
             Ok(())
         }
+    }
+}
+
+/// SIGHUP reloads the policies.
+async fn reload_on_hangup(proxy: Proxy) {
+    let Ok(mut hangups) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else { return };
+    while hangups.recv().await.is_some() {
+        tracing::info!("SIGHUP: reloading policies");
+        proxy.reload_policies();
     }
 }
 

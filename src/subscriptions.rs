@@ -91,6 +91,15 @@ impl Subscriptions {
         self.by_holder.get(&holder).map(|keys| keys.iter().cloned().collect()).unwrap_or_default()
     }
 
+    /// For `upstream`: (URIs held, holds by holders other than `except`).
+    pub fn counts_for(&self, upstream: &str, except: HolderId) -> (usize, usize) {
+        let from = (upstream.to_string(), String::new());
+        self.by_key
+            .range(from..)
+            .take_while(|((u, _), _)| u == upstream)
+            .fold((0, 0), |(uris, holds), (_, holders)| (uris + 1, holds + holders.iter().filter(|h| **h != except).count()))
+    }
+
     /// Number of distinct (upstream, URI) pairs held.
     pub fn key_count(&self) -> usize {
         self.by_key.len()

@@ -17,7 +17,9 @@ impl CacheHooks for Hooks {
     fn release(&self, upstream: &str, uri: &str) {
         self.released.lock().unwrap().push((upstream.into(), uri.into()));
     }
+    fn inserted(&self, _: &str) {}
     fn removed(&self, _: Removal) {}
+    fn superseded(&self) {}
 }
 
 fn config() -> CacheConfig {

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::ProxyServer;
 use crate::auth::{self, Authenticator};
+use crate::metrics::Transport;
 use crate::proxy::Proxy;
 
 /// Serve on `listener` until `shutdown`. Authentication follows `proxy.config().auth`; the
@@ -34,7 +35,7 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     // the middleware authenticated: each handler belongs to that request's principal.
     let factory = move || {
         let principal = auth::current_principal().unwrap_or_else(|| auth::ANONYMOUS.to_string());
-        Ok(ProxyServer::new(proxy.clone(), &principal))
+        Ok(ProxyServer::new(proxy.clone(), &principal, Transport::Http))
     };
     let service = StreamableHttpService::new(factory, Arc::new(sessions), config);
     let authenticator = Authenticator::new(&proxy_auth);

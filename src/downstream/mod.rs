@@ -6,6 +6,7 @@ mod http;
 mod outlets;
 
 use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use rmcp::model::{
     Implementation, ListResourceTemplatesResult, ListResourcesResult, PaginatedRequestParams,
@@ -18,7 +19,10 @@ use rmcp::{ErrorData, ServerHandler, ServiceExt};
 pub use self::http::serve_http;
 use self::outlets::{ListenOutlet, SessionOutlet};
 use crate::fanout::{OutletInfo, OutletKind};
+use crate::error::ProxyError;
+use crate::metrics::{SessionGuard, Transport};
 use crate::proxy::{Proxy, ReadAnswer};
+use crate::upstream::Era;
 use crate::subscriptions::HolderId;
 
 /// One per legacy session, per stateless 2026-07-28 request, or per stdio host. Cloning gives a
@@ -26,6 +30,7 @@ use crate::subscriptions::HolderId;
 pub struct ProxyServer {
     proxy: Proxy,
     principal: Arc<str>,
+    transport: Transport,
     /// This legacy session's outlet, once it has one; released when the server is dropped,
     /// which rmcp does when the session ends.
     session: OnceLock<Session>,
@@ -34,6 +39,7 @@ pub struct ProxyServer {
 struct Session {
     proxy: Proxy,
     id: HolderId,
+    _counted: Option<SessionGuard>,
 }
 
 impl Drop for Session {
@@ -44,13 +50,19 @@ impl Drop for Session {
 
 impl Clone for ProxyServer {
     fn clone(&self) -> Self {
-        Self::new(self.proxy.clone(), &self.principal)
+        Self::new(self.proxy.clone(), &self.principal, self.transport)
     }
 }
 
 impl ProxyServer {
-    pub fn new(proxy: Proxy, principal: &str) -> Self {
-        Self { proxy, principal: principal.into(), session: OnceLock::new() }
+    pub fn new(proxy: Proxy, principal: &str, transport: Transport) -> Self {
+        Self { proxy, principal: principal.into(), transport, session: OnceLock::new() }
+    }
+
+    /// Count a request in the metrics; hand back its result.
+    fn record<T>(&self, method: &'static str, started: Instant, result: Result<T, ProxyError>) -> Result<T, ErrorData> {
+        self.proxy.metrics().downstream_request(method, crate::metrics::outcome(&result), started.elapsed());
+        Ok(result?)
     }
 
     /// A legacy session belongs to the principal that opened it: a request on it that
@@ -72,7 +84,8 @@ impl ProxyServer {
                 let info =
                     OutletInfo { principal: self.principal.to_string(), kind: OutletKind::Session, wants_list_changed: true };
                 let id = self.proxy.register_outlet(info, Arc::new(SessionOutlet(peer.clone())));
-                Session { proxy: self.proxy.clone(), id }
+                let counted = self.proxy.metrics().downstream_session(self.transport, Era::Legacy);
+                Session { proxy: self.proxy.clone(), id, _counted: Some(counted) }
             })
             .id
     }
@@ -95,8 +108,9 @@ impl ServerHandler for ProxyServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
         self.check_principal(&context.extensions)?;
+        let started = Instant::now();
         let cursor = request.and_then(|r| r.cursor);
-        Ok(self.proxy.list_resources(&self.principal, cursor.as_deref())?)
+        self.record("resources/list", started, self.proxy.list_resources(&self.principal, cursor.as_deref()))
     }
 
     async fn list_resource_templates(
@@ -105,8 +119,9 @@ impl ServerHandler for ProxyServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
         self.check_principal(&context.extensions)?;
+        let started = Instant::now();
         let cursor = request.and_then(|r| r.cursor);
-        Ok(self.proxy.list_templates(&self.principal, cursor.as_deref())?)
+        self.record("resources/templates/list", started, self.proxy.list_templates(&self.principal, cursor.as_deref()))
     }
 
     async fn read_resource(
@@ -115,10 +130,12 @@ impl ServerHandler for ProxyServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         self.check_principal(&context.extensions)?;
+        let started = Instant::now();
         let answer = self.proxy.read(&self.principal, &request.uri).await;
         let answer = answer.inspect_err(|error| {
             tracing::debug!(uri = %request.uri, principal = %self.principal, error = %error, kind = error.kind(), "read failed");
-        })?;
+        });
+        let answer = self.record("resources/read", started, answer)?;
         Ok(match answer {
             ReadAnswer::Result { mut result, ttl, scope, .. } => {
                 // 2026-07-28 hosts learn how long and for whom the answer may be kept.
@@ -137,8 +154,9 @@ impl ServerHandler for ProxyServer {
 
     async fn subscribe(&self, request: SubscribeRequestParams, context: RequestContext<RoleServer>) -> Result<(), ErrorData> {
         self.check_principal(&context.extensions)?;
+        let started = Instant::now();
         let holder = self.session(&context.peer);
-        Ok(self.proxy.subscribe(holder, &self.principal, &request.uri)?)
+        self.record("resources/subscribe", started, self.proxy.subscribe(holder, &self.principal, &request.uri))
     }
 
     async fn unsubscribe(
@@ -147,8 +165,9 @@ impl ServerHandler for ProxyServer {
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         self.check_principal(&context.extensions)?;
+        let started = Instant::now();
         let holder = self.session(&context.peer);
-        Ok(self.proxy.unsubscribe(holder, &self.principal, &request.uri)?)
+        self.record("resources/unsubscribe", started, self.proxy.unsubscribe(holder, &self.principal, &request.uri))
     }
 
     fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
@@ -171,7 +190,9 @@ impl ServerHandler for ProxyServer {
         };
         let holder = self.proxy.register_outlet(info, Arc::new(ListenOutlet(context.sink().clone())));
         // Released however this ends: returned, or dropped with its request.
-        let _held = Session { proxy: self.proxy.clone(), id: holder };
+        let counted = self.proxy.metrics().downstream_session(self.transport, Era::Modern);
+        let _held = Session { proxy: self.proxy.clone(), id: holder, _counted: Some(counted) };
+        self.proxy.metrics().downstream_request("subscriptions/listen", "ok", std::time::Duration::ZERO);
         for uri in accepted.resource_subscriptions.iter().flatten() {
             if let Err(error) = self.proxy.subscribe(holder, &self.principal, uri) {
                 tracing::debug!(uri, error = %error, "listen URI not held");
@@ -188,7 +209,7 @@ pub async fn serve_stdio(
     principal: &str,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let running = ProxyServer::new(proxy, principal).serve_with_ct(rmcp::transport::stdio(), shutdown).await?;
+    let running = ProxyServer::new(proxy, principal, Transport::Stdio).serve_with_ct(rmcp::transport::stdio(), shutdown).await?;
     running.waiting().await?;
     Ok(())
 }

@@ -11,6 +11,7 @@ use rmcp::model::{CacheScope, ResourceTemplate};
 
 use super::Proxy;
 use crate::error::ProxyError;
+use crate::metrics::DenialAction;
 use crate::namespace;
 use crate::policy::PolicySet;
 use crate::uri;
@@ -31,12 +32,13 @@ impl Proxy {
 
     /// Check a URI a host named: normalise it, decide, and route it. Denied, unroutable and
     /// malformed URIs all get the same not-found answer, naming the URI as the host sent it.
-    pub(crate) fn route_for(&self, principal: &str, requested: &str) -> Result<Route, ProxyError> {
+    pub(crate) fn route_for(&self, principal: &str, requested: &str, action: DenialAction) -> Result<Route, ProxyError> {
         let not_found = || ProxyError::not_found(requested);
         let policy = self.policy();
         let (normalized, decision) = policy.normalize_and_decide(principal, requested).map_err(|_| not_found())?;
         if !decision.allowed {
-            tracing::debug!(principal, uri = requested, "denied");
+            tracing::debug!(principal, uri = requested, file = ?decision.file, pattern = ?decision.pattern, "denied");
+            self.inner.metrics.policy_denied(action, decision.file.as_deref());
             return Err(not_found());
         }
         let (upstream, original) = namespace::split(&normalized).ok_or_else(not_found)?;
@@ -95,3 +97,61 @@ impl Proxy {
             })
     }
 }
+
+impl Proxy {
+    /// Load the policies folder again. On success the new rules are in force; on failure the
+    /// old ones stay and every problem is logged.
+    pub fn reload_policies(&self) -> bool {
+        let Some(dir) = self.inner.config.policies.dir.clone() else {
+            tracing::info!("no policies folder configured; nothing to reload");
+            return false;
+        };
+        match PolicySet::load(&dir) {
+            Ok(next) => {
+                self.replace_policy(next);
+                true
+            }
+            Err(problems) => {
+                for problem in &problems {
+                    tracing::error!(at = %problem.at, problem = %problem.message, "policy reload refused");
+                }
+                tracing::warn!(count = problems.len(), "policies unchanged: the new files have problems");
+                false
+            }
+        }
+    }
+
+    /// Reload the policies whenever a file in their folder changes (bursts coalesced).
+    pub fn watch_policies(&self, shutdown: tokio_util::sync::CancellationToken) {
+        let Some(dir) = self.inner.config.policies.dir.clone() else { return };
+        let (changed_tx, mut changed) = tokio::sync::mpsc::unbounded_channel();
+        let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+            if event.is_ok_and(|e| !e.kind.is_access()) {
+                let _ = changed_tx.send(());
+            }
+        });
+        let mut watcher = match watcher {
+            Ok(watcher) => watcher,
+            Err(error) => return tracing::warn!(error = %error, "cannot watch the policies folder; reload with SIGHUP"),
+        };
+        if let Err(error) = notify::Watcher::watch(&mut watcher, &dir, notify::RecursiveMode::NonRecursive) {
+            return tracing::warn!(error = %error, "cannot watch the policies folder; reload with SIGHUP");
+        }
+        let proxy = self.clone();
+        tokio::spawn(async move {
+            let _watcher = watcher;
+            loop {
+                tokio::select! {
+                    Some(()) = changed.recv() => {}
+                    _ = shutdown.cancelled() => return,
+                }
+                // Editors write in several steps: wait for the burst to end.
+                while let Ok(Some(())) = tokio::time::timeout(POLICY_SETTLE, changed.recv()).await {}
+                proxy.reload_policies();
+            }
+        });
+    }
+}
+
+/// Quiet time after the last change in the policies folder before it is reloaded.
+const POLICY_SETTLE: std::time::Duration = std::time::Duration::from_millis(200);

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::Proxy;
 use crate::error::ProxyError;
 use crate::fanout::{Outgoing, Outlet, OutletInfo, OutletKind};
+use crate::metrics::{DenialAction, InvalidationCause, NotificationKind};
 use crate::namespace;
 use crate::subscriptions::HolderId;
 use crate::upstream::UpstreamEvent;
@@ -34,21 +35,21 @@ impl Proxy {
 
     /// `holder` subscribes to a namespaced URI. Unknown and forbidden URIs are not found.
     pub fn subscribe(&self, holder: HolderId, principal: &str, uri: &str) -> Result<(), ProxyError> {
-        let route = self.route_for(principal, uri)?;
+        let route = self.route_for(principal, uri, DenialAction::Subscribe)?;
         self.inner.watches.hold(holder, &route.upstream, &route.original);
         Ok(())
     }
 
     /// `holder` lets go of a namespaced URI (a no-op when it did not hold it).
     pub fn unsubscribe(&self, holder: HolderId, principal: &str, uri: &str) -> Result<(), ProxyError> {
-        let route = self.route_for(principal, uri)?;
+        let route = self.route_for(principal, uri, DenialAction::Subscribe)?;
         self.inner.watches.release(holder, &route.upstream, &route.original);
         Ok(())
     }
 
     /// The subset of `uris` that `principal` may subscribe to: known namespaces, allowed.
     pub fn subscribable(&self, principal: &str, uris: &[String]) -> Vec<String> {
-        uris.iter().filter(|uri| self.route_for(principal, uri).is_ok()).cloned().collect()
+        uris.iter().filter(|uri| self.route_for(principal, uri, DenialAction::Subscribe).is_ok()).cloned().collect()
     }
 
     pub(super) async fn event_loop(
@@ -58,8 +59,10 @@ impl Proxy {
         shutdown: CancellationToken,
     ) {
         let mut list_changed = Debounce::new(self.inner.config.server.list_changed_debounce);
+        let mut gauges = tokio::time::interval(GAUGE_INTERVAL);
         loop {
             tokio::select! {
+                _ = gauges.tick() => self.update_gauges(),
                 Some(event) = events.recv() => self.on_upstream_event(event, &mut list_changed),
                 Some(holder) = gone.recv() => self.release(holder),
                 _ = list_changed.fired() => {
@@ -75,17 +78,36 @@ impl Proxy {
     fn on_upstream_event(&self, event: UpstreamEvent, list_changed: &mut Debounce) {
         match event {
             UpstreamEvent::ResourceUpdated { upstream, uri } => {
+                self.inner.metrics.notification_received(&upstream, NotificationKind::Updated);
                 // Keys are normalised URIs; the upstream may spell them its own way.
                 let normalized = normalized_original(&upstream, &uri);
-                self.inner.cache.invalidate(&upstream, &normalized);
+                let dropped = self.inner.cache.invalidate(&upstream, &normalized);
+                self.inner.metrics.cache_invalidation(InvalidationCause::Updated, dropped as u64);
                 self.fan_out_update(&upstream, &normalized);
             }
-            UpstreamEvent::Up { upstream, .. } => {
+            UpstreamEvent::Up { upstream, reconnected, .. } => {
                 // Updates may have been missed while it was away.
-                self.inner.cache.flush_upstream(&upstream);
+                if reconnected {
+                    self.inner.cache.flush_upstream(&upstream);
+                    self.inner.metrics.cache_invalidation(InvalidationCause::Reconnect, 1);
+                }
                 list_changed.poke();
             }
-            UpstreamEvent::Down { .. } | UpstreamEvent::CatalogChanged { .. } => list_changed.poke(),
+            UpstreamEvent::CatalogChanged { upstream } => {
+                self.inner.metrics.notification_received(&upstream, NotificationKind::ListChanged);
+                list_changed.poke();
+            }
+            UpstreamEvent::Down { .. } => list_changed.poke(),
+        }
+    }
+
+    /// Gauges that are cheaper to sample than to track on every change.
+    fn update_gauges(&self) {
+        let (entries, bytes) = self.inner.cache.size();
+        self.inner.metrics.set_cache_size(entries, bytes);
+        for (upstream, uris, hosts) in self.inner.watches.per_upstream(self.inner.cache_holder) {
+            self.inner.metrics.set_upstream_subscriptions(&upstream, uris);
+            self.inner.metrics.set_downstream_subscriptions(&upstream, hosts);
         }
     }
 
@@ -109,6 +131,9 @@ impl Proxy {
         }
     }
 }
+
+/// How often sampled gauges (cache size, subscription counts) are refreshed.
+const GAUGE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// `uri` of `upstream` in the normalised form the proxy keys everything by (as is when it
 /// cannot be normalised).

@@ -21,6 +21,9 @@ use crate::cursor::{CursorKey, ListKind, Position};
 use crate::error::ProxyError;
 use crate::cache::ReadCache;
 use crate::fanout::Fanout;
+use crate::admin::{StatusReport, UpstreamReport};
+use crate::metrics::{DenialAction, Metrics, NotificationKind};
+use crate::fanout::Delivery;
 use crate::policy::PolicySet;
 use crate::subscriptions::HolderId;
 use crate::upstream::{LinkState, Upstream, UpstreamStatus};
@@ -50,6 +53,7 @@ struct Inner {
     /// The cache's own holder id in the watch book.
     cache_holder: HolderId,
     policy: RwLock<PolicySet>,
+    metrics: Metrics,
 }
 
 impl Proxy {
@@ -57,8 +61,12 @@ impl Proxy {
     pub fn start(config: Config, shutdown: CancellationToken) -> Proxy {
         let catalog = Catalog::new();
         let (events_tx, events) = mpsc::unbounded_channel();
-        let upstreams: BTreeMap<_, _> =
-            config.upstreams.iter().map(|u| (u.name.clone(), Upstream::new(u.clone()))).collect();
+        let metrics = Metrics::new();
+        let upstreams: BTreeMap<_, _> = config
+            .upstreams
+            .iter()
+            .map(|u| (u.name.clone(), Upstream::new(u.clone(), metrics.clone())))
+            .collect();
         for upstream in upstreams.values() {
             upstream.spawn(catalog.clone(), events_tx.clone(), shutdown.clone());
         }
@@ -67,10 +75,12 @@ impl Proxy {
         let fanout = Fanout::new(gone_tx);
         let watches = Arc::new(WatchBook::new(upstreams.clone()));
         let cache_holder = fanout.next_holder_id();
-        let hooks = Arc::new(read::CacheWatch { book: watches.clone(), holder: cache_holder });
+        let hooks = Arc::new(read::CacheWatch { book: watches.clone(), holder: cache_holder, metrics: metrics.clone() });
+        fanout.set_delivery_hook(delivery_metrics(metrics.clone()));
         let cache = ReadCache::new(config.cache.clone(), hooks);
         let policy = RwLock::new(config.policies.set.clone());
         let inner = Inner {
+            metrics,
             policy,
             config,
             catalog,
@@ -94,6 +104,41 @@ impl Proxy {
         &self.inner.catalog
     }
 
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    /// What `/status` and `/readyz` show.
+    pub fn status_report(&self) -> StatusReport {
+        let counts = self.inner.catalog.snapshot().counts();
+        let upstreams = self
+            .inner
+            .upstreams
+            .values()
+            .map(|upstream| {
+                let (resources, templates) =
+                    counts.iter().find(|(n, _, _)| n == upstream.name()).map_or((0, 0), |(_, r, t)| (*r, *t));
+                UpstreamReport::new(upstream.status(), upstream.config().required, resources, templates)
+            })
+            .collect();
+        let (entries, weighted_bytes) = self.inner.cache.size();
+        let (upstream_uris, holds) = self.inner.watches.counts();
+        StatusReport {
+            upstreams,
+            cache: serde_json::json!({
+                "enabled": self.inner.config.cache.enabled,
+                "entries": entries,
+                "weighted_bytes": weighted_bytes,
+                "max_bytes": self.inner.config.cache.max_bytes,
+            }),
+            subscriptions: serde_json::json!({
+                "hosts": self.inner.fanout.outlets().len(),
+                "held": holds,
+                "upstream_uris": upstream_uris,
+            }),
+        }
+    }
+
     pub fn statuses(&self) -> Vec<UpstreamStatus> {
         self.inner.upstreams.values().map(Upstream::status).collect()
     }
@@ -111,9 +156,15 @@ impl Proxy {
         let snapshot = self.inner.catalog.snapshot();
         let offset = self.offset(principal, ListKind::Resources, cursor, &snapshot)?;
         let policy = self.policy();
+        let hidden = std::cell::Cell::new(0u64);
         let page = snapshot.resources_page(offset, self.inner.config.server.page_size, &|uri| {
-            self.visible(&policy, principal, uri)
+            let visible = self.visible(&policy, principal, uri);
+            hidden.set(hidden.get() + u64::from(!visible));
+            visible
         });
+        for _ in 0..hidden.get() {
+            self.inner.metrics.policy_denied(DenialAction::List, None);
+        }
         let mut result = ListResourcesResult::with_all_items(page.items);
         result.next_cursor = page.next.map(|next| self.cursor(principal, ListKind::Resources, &snapshot, next));
         Ok(result)
@@ -155,4 +206,16 @@ impl Proxy {
         let position = Position { list, generation: snapshot.generation, offset: offset as u64 };
         self.inner.cursor_key.encode(principal, position)
     }
+}
+
+/// Every notification's fate, counted.
+fn delivery_metrics(metrics: Metrics) -> Arc<dyn Fn(Delivery) + Send + Sync> {
+    let kind = |label: &str| match label {
+        "updated" => NotificationKind::Updated,
+        _ => NotificationKind::ListChanged,
+    };
+    Arc::new(move |delivery| match delivery {
+        Delivery::Delivered(label) => metrics.notification_delivered(kind(label)),
+        Delivery::DroppedFull(label) | Delivery::DroppedTimeout(label) => metrics.notification_dropped(kind(label)),
+    })
 }

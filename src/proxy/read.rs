@@ -18,6 +18,7 @@ use crate::cache::{CacheHooks, Cached, Loaded, Outcome, Removal};
 use crate::error::ProxyError;
 use crate::namespace;
 use crate::subscriptions::HolderId;
+use crate::metrics::{DenialAction, EvictionCause, InvalidationCause, Metrics};
 use crate::upstream::Upstream;
 
 /// How long a cold read waits for its upstream subscription before reading unwatched.
@@ -34,11 +35,19 @@ pub enum ReadAnswer {
 impl Proxy {
     /// Read a namespaced URI for `principal`.
     pub async fn read(&self, principal: &str, uri: &str) -> Result<ReadAnswer, ProxyError> {
-        let super::access::Route { upstream: name, original } = self.route_for(principal, uri)?;
+        let super::access::Route { upstream: name, original } = self.route_for(principal, uri, DenialAction::Read)?;
         let upstream = &self.inner.upstreams[&name];
         let load = || self.load(upstream, &name, &original, uri);
         match self.inner.cache.read(&name, &original, principal, load).await {
-            Ok(Cached { result, ttl, scope, outcome }) => Ok(ReadAnswer::Result { result, ttl, scope, outcome }),
+            Ok(Cached { result, ttl, scope, outcome }) => {
+                let metrics = &self.inner.metrics;
+                match outcome {
+                    Outcome::Hit | Outcome::Stale => metrics.cache_hit(&name),
+                    Outcome::Miss | Outcome::Bypass => metrics.cache_miss(&name),
+                }
+                metrics.bytes_served(&name, crate::cache::content_bytes(&result));
+                Ok(ReadAnswer::Result { result, ttl, scope, outcome })
+            }
             Err(ProxyError::InputRequired(needs)) => Ok(ReadAnswer::InputRequired(ReadResourceResponse::InputRequired(*needs))),
             Err(ProxyError::NotFound { .. }) => Err(ProxyError::not_found(uri)),
             Err(other) => Err(other),
@@ -84,6 +93,7 @@ fn namespace_content(upstream: &str, requested: &str, content: &mut ResourceCont
 pub(super) struct CacheWatch {
     pub book: Arc<WatchBook>,
     pub holder: HolderId,
+    pub metrics: Metrics,
 }
 
 impl CacheHooks for CacheWatch {
@@ -95,5 +105,19 @@ impl CacheHooks for CacheWatch {
         self.book.release(self.holder, upstream, uri);
     }
 
-    fn removed(&self, _cause: Removal) {}
+    fn inserted(&self, upstream: &str) {
+        self.metrics.cache_insert(upstream);
+    }
+
+    fn removed(&self, cause: Removal) {
+        match cause {
+            Removal::Size => self.metrics.cache_eviction(EvictionCause::Size),
+            Removal::Expired => self.metrics.cache_eviction(EvictionCause::Expired),
+            Removal::Invalidated => {}
+        }
+    }
+
+    fn superseded(&self) {
+        self.metrics.cache_invalidation(InvalidationCause::UpdatedDuringLoad, 1);
+    }
 }

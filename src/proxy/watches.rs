@@ -55,9 +55,16 @@ impl WatchBook {
         (subscriptions.key_count(), subscriptions.hold_count())
     }
 
-    /// URIs of `upstream` held.
-    pub fn watched(&self, upstream: &str) -> BTreeSet<String> {
-        self.lock().watched(upstream)
+    /// Per configured upstream: (name, URIs held upstream, host holds — not counting `except`).
+    pub fn per_upstream(&self, except: HolderId) -> Vec<(String, usize, usize)> {
+        let subscriptions = self.lock();
+        self.upstreams
+            .keys()
+            .map(|name| {
+                let (uris, hosts) = subscriptions.counts_for(name, except);
+                (name.clone(), uris, hosts)
+            })
+            .collect()
     }
 
     fn sync(&self, upstream: &str) {

@@ -24,6 +24,7 @@ use tracing::Instrument;
 use crate::catalog::Catalog;
 use crate::config::UpstreamConfig;
 use crate::error::ProxyError;
+use crate::metrics::Metrics;
 
 /// The protocol era spoken on a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -47,8 +48,8 @@ impl Era {
 /// What upstreams tell the rest of the proxy.
 #[derive(Debug, Clone, PartialEq)]
 pub enum UpstreamEvent {
-    /// Connected and its catalog is loaded.
-    Up { upstream: String, era: Era },
+    /// Connected and its catalog is loaded; `reconnected` when it had been up before.
+    Up { upstream: String, era: Era, reconnected: bool },
     /// Lost; its catalog entries are gone until it is back.
     Down { upstream: String },
     /// Its catalog was reloaded after it said `list_changed`.
@@ -84,6 +85,7 @@ pub struct Upstream {
 
 struct Inner {
     config: UpstreamConfig,
+    metrics: Metrics,
     link: Mutex<Option<Link>>,
     status: Mutex<UpstreamStatus>,
     /// The `state` of `status`, watchable.
@@ -105,7 +107,8 @@ pub(crate) struct Link {
 }
 
 impl Upstream {
-    pub fn new(config: UpstreamConfig) -> Self {
+    pub fn new(config: UpstreamConfig, metrics: Metrics) -> Self {
+        metrics.upstream_configured(&config.name);
         let status = UpstreamStatus {
             name: config.name.clone(),
             state: LinkState::Connecting,
@@ -115,6 +118,7 @@ impl Upstream {
         };
         let inner = Inner {
             config,
+            metrics,
             link: Mutex::new(None),
             status: Mutex::new(status),
             state: watch::Sender::new(LinkState::Connecting),
@@ -147,6 +151,14 @@ impl Upstream {
 
     /// Read `uri` (un-namespaced) from this upstream.
     pub async fn read(&self, uri: &str) -> Result<ReadResourceResponse, ProxyError> {
+        let started = std::time::Instant::now();
+        let result = self.read_once(uri).await;
+        let elapsed = started.elapsed();
+        self.inner.metrics.upstream_request(self.name(), "resources/read", crate::metrics::outcome(&result), elapsed);
+        result
+    }
+
+    async fn read_once(&self, uri: &str) -> Result<ReadResourceResponse, ProxyError> {
         let link = self.link()?;
         let request = link.peer.read_resource_once(ReadResourceRequestParams::new(uri));
         let result = tokio::time::timeout(self.inner.config.request_timeout, request).await;

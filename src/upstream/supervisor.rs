@@ -21,6 +21,8 @@ const MAX_PAGES: usize = 100_000;
 
 pub(super) struct Supervisor {
     upstream: Upstream,
+    /// Whether it has been up before (so the next `Up` is a reconnect).
+    was_up: std::sync::Mutex<bool>,
     catalog: Catalog,
     events: mpsc::UnboundedSender<UpstreamEvent>,
     shutdown: CancellationToken,
@@ -39,7 +41,7 @@ impl Supervisor {
         events: mpsc::UnboundedSender<UpstreamEvent>,
         shutdown: CancellationToken,
     ) -> Self {
-        Self { upstream, catalog, events, shutdown }
+        Self { upstream, was_up: std::sync::Mutex::new(false), catalog, events, shutdown }
     }
 
     pub async fn run(self) {
@@ -59,6 +61,9 @@ impl Supervisor {
                 s.state = LinkState::Down;
                 s.last_error = Some(error);
             });
+            let metrics = &self.upstream.inner.metrics;
+            metrics.set_upstream_up(self.upstream.name(), false);
+            metrics.set_catalog_size(self.upstream.name(), 0, 0);
             let _ = self.events.send(UpstreamEvent::Down { upstream: self.upstream.name().to_string() });
             tokio::select! {
                 _ = tokio::time::sleep(jittered(backoff)) => {}
@@ -66,6 +71,7 @@ impl Supervisor {
             }
             backoff = (backoff * 2).min(self.upstream.config().reconnect_max.max(BACKOFF_MIN));
             self.upstream.update_status(|s| s.reconnects += 1);
+            self.upstream.inner.metrics.upstream_reconnected(self.upstream.name());
         }
     }
 
@@ -96,7 +102,9 @@ impl Supervisor {
             s.last_error = None;
         });
         tracing::info!(era = era.label(), resources = self.resource_count(), "upstream up");
-        let _ = self.events.send(UpstreamEvent::Up { upstream: self.upstream.name().to_string(), era });
+        self.upstream.inner.metrics.set_upstream_up(self.upstream.name(), true);
+        let reconnected = std::mem::replace(&mut *self.was_up.lock().expect("was_up lock"), true);
+        let _ = self.events.send(UpstreamEvent::Up { upstream: self.upstream.name().to_string(), era, reconnected });
         let watcher = CancellationToken::new();
         let upstream = self.upstream.clone();
         tokio::spawn(super::watching::keep(
@@ -200,12 +208,16 @@ impl Supervisor {
     async fn load_catalog(&self, peer: &Peer<RoleClient>) -> Result<(), String> {
         let name = self.upstream.name();
         let timeout = self.upstream.config().request_timeout;
+        let started = std::time::Instant::now();
         let resources = all_pages(timeout, |cursor| async {
             let page = peer.list_resources(Some(PaginatedRequestParams::default().with_cursor(cursor))).await?;
             Ok((page.resources, page.next_cursor))
         })
         .await
-        .map_err(|e| format!("resources/list: {e}"))?;
+        .map_err(|e| format!("resources/list: {e}"));
+        let outcome = if resources.is_ok() { "ok" } else { "upstream_failed" };
+        self.upstream.inner.metrics.upstream_request(name, "resources/list", outcome, started.elapsed());
+        let resources = resources?;
         let templates = all_pages(timeout, |cursor| async {
             let page =
                 peer.list_resource_templates(Some(PaginatedRequestParams::default().with_cursor(cursor))).await?;
@@ -215,10 +227,19 @@ impl Supervisor {
         .or_else(|e| {
             if e.is_method_not_found() { Ok(Vec::new()) } else { Err(format!("resources/templates/list: {e}")) }
         })?;
+        let metrics = &self.upstream.inner.metrics;
+        let unlisted = || metrics.catalog_entry_unlisted(name);
         let entries = UpstreamCatalog {
-            resources: resources.into_iter().filter_map(|r| namespace_resource(name, r)).collect(),
-            templates: templates.into_iter().filter_map(|t| namespace_template(name, t)).collect(),
+            resources: resources.into_iter().filter_map(|r| namespace_resource(name, r).or_else(|| {
+                unlisted();
+                None
+            })).collect(),
+            templates: templates.into_iter().filter_map(|t| namespace_template(name, t).or_else(|| {
+                unlisted();
+                None
+            })).collect(),
         };
+        metrics.set_catalog_size(name, entries.resources.len(), entries.templates.len());
         self.catalog.set_upstream(name, entries);
         Ok(())
     }

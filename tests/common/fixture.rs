@@ -4,7 +4,8 @@
 //!
 //! - [`fixture_command`]: a `Command` for the fixture binary (e.g. to hand to the proxy's config).
 //! - [`HttpFixture::spawn`]: `--http 127.0.0.1:0`, reads the `LISTENING <url>` line; kills on drop.
-//! - [`connect_stdio`] / [`connect_http`]: a [`FixtureClient`] plus its [`Events`].
+//! - [`connect_stdio`] / [`connect_http`] / [`connect_http_with_token`]: a [`FixtureClient`] plus its
+//!   [`Events`].
 //! - [`call_json`], [`stats`], [`wait_for_stats`], [`list_all_resources`], [`error_code`],
 //!   [`read_control_file`].
 
@@ -181,6 +182,18 @@ pub async fn connect_stdio(args: &[&str], era: Era) -> anyhow::Result<(FixtureCl
 /// Connect to a fixture's streamable HTTP endpoint in `era`.
 pub async fn connect_http(url: &str, era: Era) -> anyhow::Result<(FixtureClient, Events)> {
     let config = StreamableHttpClientTransportConfig::with_uri(url).reinit_on_expired_session(false);
+    let transport = StreamableHttpClientTransport::from_config(config);
+    let (recorder, events) = EventRecorder::new();
+    let connecting = recorder.serve_with_lifecycle(transport, era.lifecycle());
+    let client = tokio::time::timeout(DEADLINE, connecting).await.context("connect timed out")??;
+    client.set_response_cache_config(ClientCacheConfig::disabled()).await;
+    Ok((client, events))
+}
+
+/// Connect to a streamable HTTP endpoint in `era`, sending `Authorization: Bearer <token>` on
+/// every request (`token` without the `Bearer ` prefix).
+pub async fn connect_http_with_token(url: &str, era: Era, token: &str) -> anyhow::Result<(FixtureClient, Events)> {
+    let config = StreamableHttpClientTransportConfig::with_uri(url).auth_header(token).reinit_on_expired_session(false);
     let transport = StreamableHttpClientTransport::from_config(config);
     let (recorder, events) = EventRecorder::new();
     let connecting = recorder.serve_with_lifecycle(transport, era.lifecycle());

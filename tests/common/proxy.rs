@@ -3,7 +3,8 @@
 //!
 //! - [`ProxyProcess::start`]: spawn with a config text; waits for the HTTP listener.
 //! - [`ProxyProcess::wait_up`] / [`ProxyProcess::wait_log`]: wait on a log line, with a deadline.
-//! - [`connect_stdio_proxy`]: an rmcp client that spawns `serve --stdio`.
+//! - [`ProxyProcess::admin_url`] / [`ProxyProcess::admin_get`], [`metric_value`]: the admin listener.
+//! - [`connect_stdio_proxy`] / [`connect_stdio_proxy_with`]: an rmcp client that spawns `serve --stdio`.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -41,7 +42,7 @@ impl ProxyProcess {
         Self::start_with(config, &[], &[]).await
     }
 
-    /// The same with extra CLI arguments and environment.
+    /// The same with extra CLI arguments and environment (which may override `RUST_LOG`).
     pub async fn start_with(config: &str, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
         let path = write_config(dir.path(), config)?;
@@ -59,8 +60,8 @@ impl ProxyProcess {
             ])
             .arg(&path)
             .args(args)
-            .envs(env.iter().copied())
             .env("RUST_LOG", "info,rmcp=warn,mcp_resource_proxy=debug")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -112,6 +113,35 @@ impl ProxyProcess {
     pub fn pid(&self) -> Option<u32> {
         self.child.id()
     }
+
+    /// The admin listener's base URL (`http://ADDR`, no trailing slash), from the proxy's
+    /// `admin listening at` log line (waits for it, with the usual deadline).
+    pub async fn admin_url(&self) -> anyhow::Result<String> {
+        let line = self.wait_log(&["admin listening at"]).await?;
+        let address = json_field(&line, "address").context("admin address in log")?;
+        Ok(format!("http://{address}"))
+    }
+
+    /// `GET` an admin path (`/metrics`, `/status`, …); the body of a 2xx answer.
+    pub async fn admin_get(&self, path: &str) -> anyhow::Result<String> {
+        let url = format!("{}{path}", self.admin_url().await?);
+        let response =
+            tokio::time::timeout(DEADLINE, reqwest::get(&url)).await.context("admin request timed out")??;
+        let status = response.status();
+        let body = response.text().await?;
+        if !status.is_success() {
+            bail!("GET {url}: {status}: {body}");
+        }
+        Ok(body)
+    }
+}
+
+/// The value of an unlabelled sample `name` in a Prometheus text exposition.
+pub fn metric_value(exposition: &str, name: &str) -> Option<f64> {
+    exposition
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 /// Write a config file into `dir`.
@@ -125,6 +155,32 @@ pub fn write_config(dir: &Path, config: &str) -> anyhow::Result<PathBuf> {
 pub async fn connect_stdio_proxy(config_path: &Path, era: Era) -> anyhow::Result<(FixtureClient, Events)> {
     let mut command = Command::new(PROXY_BIN);
     command.arg("serve").arg("--stdio").arg("--config").arg(config_path).env("RUST_LOG", "warn").kill_on_drop(true);
+    let transport = TokioChildProcess::builder(command).stderr(Stdio::inherit()).spawn()?.0;
+    let (recorder, events) = EventRecorder::new();
+    let client = tokio::time::timeout(DEADLINE, recorder.serve_with_lifecycle(transport, era.lifecycle()))
+        .await
+        .context("connect timed out")??;
+    client.set_response_cache_config(ClientCacheConfig::disabled()).await;
+    Ok((client, events))
+}
+
+/// The same with extra `serve` arguments (e.g. `--principal NAME`) and environment.
+pub async fn connect_stdio_proxy_with(
+    config_path: &Path,
+    era: Era,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> anyhow::Result<(FixtureClient, Events)> {
+    let mut command = Command::new(PROXY_BIN);
+    command
+        .arg("serve")
+        .arg("--stdio")
+        .arg("--config")
+        .arg(config_path)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .envs(env.iter().copied())
+        .kill_on_drop(true);
     let transport = TokioChildProcess::builder(command).stderr(Stdio::inherit()).spawn()?.0;
     let (recorder, events) = EventRecorder::new();
     let client = tokio::time::timeout(DEADLINE, recorder.serve_with_lifecycle(transport, era.lifecycle()))

@@ -1,0 +1,118 @@
+//! `proxy-bench`: the proxy's benchmark harness. It treats the proxy as a black box: it spawns the
+//! release binaries `mcp-resource-proxy` and `mcp-proxy-fixture` found next to its own executable,
+//! writes their configs into temporary folders, drives them with real rmcp clients over
+//! streamable HTTP, and prints one Markdown table per scenario (JSON with `--json`).
+//!
+//! ```text
+//! cargo build --release --bins
+//! cargo run --release --bin proxy-bench -- <read-latency|throughput|catalog|fanout|memory|all> \
+//!     [--json] [--quick] [--target URL --uri URI]
+//! ```
+//!
+//! Modules:
+//! - `processes`: spawning the fixture and the proxy, temp configs, `/proc` CPU and RSS.
+//! - `clients`: connecting rmcp clients, timing operations at a concurrency, percentiles.
+//! - `report`: the figures of one scenario and their Markdown / JSON rendering.
+//! - `read_latency`, `throughput`, `catalog`, `fanout`, `memory`: one scenario each.
+//!
+//! Every figure of a scenario is measured in the same run, side by side; on a shared machine the
+//! ratios, medians and p99s are what to compare, not single absolute times.
+
+mod catalog;
+mod clients;
+mod fanout;
+mod memory;
+mod processes;
+mod read_latency;
+mod report;
+mod throughput;
+
+use std::process::ExitCode;
+
+use clap::{Parser, ValueEnum};
+
+use crate::report::Report;
+
+#[derive(Debug, Parser)]
+#[command(name = "proxy-bench", about = "Benchmarks of mcp-resource-proxy, measured side by side in one run")]
+struct Args {
+    /// Which scenario to run.
+    #[arg(value_enum)]
+    scenario: Scenario,
+    /// Print the results as JSON on stdout instead of Markdown tables.
+    #[arg(long)]
+    json: bool,
+    /// Fewer samples and shorter durations (e.g. read-latency in well under a minute).
+    #[arg(long)]
+    quick: bool,
+    /// Run the read scenarios against this MCP endpoint instead of a proxy started here.
+    #[arg(long, value_name = "URL", requires = "uri")]
+    target: Option<String>,
+    /// With --target: the resource URI to read there.
+    #[arg(long, value_name = "URI", requires = "target")]
+    uri: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Scenario {
+    ReadLatency,
+    Throughput,
+    Catalog,
+    Fanout,
+    Memory,
+    All,
+}
+
+/// What every scenario is told about the run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub quick: bool,
+    /// `--target URL` and `--uri URI`: an external endpoint for the read scenarios.
+    pub target: Option<External>,
+}
+
+/// An MCP endpoint the harness did not start.
+#[derive(Debug, Clone)]
+pub struct External {
+    pub url: String,
+    pub uri: String,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    let options =
+        Options { quick: args.quick, target: args.target.zip(args.uri).map(|(url, uri)| External { url, uri }) };
+    let reports = runtime.block_on(run(args.scenario, &options));
+    let failed = reports.iter().any(|report| report.failed());
+    match args.json {
+        true => println!("{}", report::to_json(&reports)),
+        false => reports.iter().for_each(|report| println!("{}", report.to_markdown())),
+    }
+    if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+}
+
+async fn run(scenario: Scenario, options: &Options) -> Vec<Report> {
+    let chosen: Vec<Scenario> = match (scenario, options.target.is_some()) {
+        (Scenario::All, false) => {
+            vec![Scenario::ReadLatency, Scenario::Throughput, Scenario::Catalog, Scenario::Fanout, Scenario::Memory]
+        }
+        (Scenario::All, true) => vec![Scenario::ReadLatency, Scenario::Throughput],
+        (one, _) => vec![one],
+    };
+    let mut reports = Vec::new();
+    for scenario in chosen {
+        let name = scenario.to_possible_value().map(|v| v.get_name().to_owned()).unwrap_or_default();
+        eprintln!("== {name}");
+        let result = match scenario {
+            Scenario::ReadLatency => read_latency::run(options).await,
+            Scenario::Throughput => throughput::run(options).await,
+            Scenario::Catalog => catalog::run(options).await,
+            Scenario::Fanout => fanout::run(options).await,
+            Scenario::Memory => memory::run(options).await,
+            Scenario::All => unreachable!("expanded above"),
+        };
+        reports.push(result.unwrap_or_else(|error| Report::failure(&name, &error)));
+    }
+    reports
+}
