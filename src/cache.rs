@@ -80,6 +80,9 @@ pub trait CacheHooks: Send + Sync + 'static {
     fn superseded(&self);
 }
 
+/// (upstream, URI).
+type UriKey = (Arc<str>, Arc<str>);
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Key {
     upstream: Arc<str>,
@@ -110,20 +113,20 @@ pub struct ReadCache {
 struct Inner {
     config: CacheConfig,
     entries: Cache<Key, Arc<Entry>>,
-    generations: Mutex<BTreeMap<(Arc<str>, Arc<str>), u64>>,
+    generations: Mutex<BTreeMap<UriKey, u64>>,
     epochs: Mutex<HashMap<Arc<str>, u64>>,
     /// (upstream, uri) → whether its last result was public: loads of URIs not known to be
     /// public are not shared across principals.
-    public: Mutex<HashMap<(Arc<str>, Arc<str>), bool>>,
+    public: Mutex<HashMap<UriKey, bool>>,
     /// Live watched entries per (upstream, uri): the cache holds a subscription while > 0.
-    watched: Mutex<HashMap<(Arc<str>, Arc<str>), usize>>,
+    watched: Mutex<HashMap<UriKey, usize>>,
     next_generation: AtomicU64,
     hooks: Arc<dyn CacheHooks>,
 }
 
 enum LoadError {
     /// Loaded fine, but not to be kept (too big, ttl 0, superseded by an update).
-    Uncacheable(Cached),
+    Uncacheable(Box<Cached>),
     Failed(ProxyError),
 }
 
@@ -194,7 +197,7 @@ impl ReadCache {
         match attempt.await {
             Ok(entry) => Ok(Cached { outcome: Outcome::Miss, ..hit(&entry, Instant::now()) }),
             Err(error) => match &*error {
-                LoadError::Uncacheable(cached) => Ok(cached.clone()),
+                LoadError::Uncacheable(cached) => Ok((**cached).clone()),
                 LoadError::Failed(failure) => self.stale_or(fallback, failure),
             },
         }
@@ -312,7 +315,7 @@ impl Inner {
             }
             let outcome = if superseded { Outcome::Miss } else { Outcome::Bypass };
             let ttl = if superseded { Duration::ZERO } else { ttl };
-            return Err(LoadError::Uncacheable(Cached { result: loaded.result, ttl, scope, outcome }));
+            return Err(LoadError::Uncacheable(Box::new(Cached { result: loaded.result, ttl, scope, outcome })));
         }
         let now = Instant::now();
         if loaded.watched {
@@ -383,10 +386,10 @@ impl Inner {
 pub fn lifetime(config: &CacheConfig, loaded: &Loaded) -> Duration {
     let upstream_ttl = loaded.result.ttl_ms.map(Duration::from_millis);
     let mut ttl = config.max_ttl;
-    if !(loaded.watched && loaded.trusted) {
-        if let Some(upstream_ttl) = upstream_ttl {
-            ttl = ttl.min(upstream_ttl);
-        }
+    if let Some(upstream_ttl) = upstream_ttl
+        && !(loaded.watched && loaded.trusted)
+    {
+        ttl = ttl.min(upstream_ttl);
     }
     if !loaded.watched {
         ttl = ttl.min(config.unwatched_ttl);

@@ -90,8 +90,11 @@ struct Inner {
     next_id: AtomicU64,
     gone: mpsc::UnboundedSender<HolderId>,
     counts: FanoutCounts,
-    hooks: Mutex<Option<Arc<dyn Fn(Delivery) + Send + Sync>>>,
+    hooks: Mutex<Option<DeliveryHook>>,
 }
+
+/// Called with every notification's fate.
+pub type DeliveryHook = Arc<dyn Fn(Delivery) + Send + Sync>;
 
 /// Reported to the delivery hook (metrics) for every notification's fate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,7 +126,7 @@ impl Fanout {
     }
 
     /// Called for every notification's fate (for metrics).
-    pub fn set_delivery_hook(&self, hook: Arc<dyn Fn(Delivery) + Send + Sync>) {
+    pub fn set_delivery_hook(&self, hook: DeliveryHook) {
         *self.inner.hooks.lock().expect("hooks lock") = Some(hook);
     }
 

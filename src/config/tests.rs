@@ -128,9 +128,11 @@ fn every_problem_is_reported_at_once() {
 }
 
 #[test]
-fn type_errors_say_where() {
-    let found = problems("[server]\npage_size = \"many\"\n");
-    assert!(found[0].starts_with("server.page_size"), "{found:?}");
+fn type_errors_say_where_and_do_not_hide_other_problems() {
+    let found = problems("[server]\npage_size = \"many\"\nlisten = 7\n[[upstreams]]\nname = \"Bad\"\ndir = \"x\"\n");
+    assert!(found.iter().any(|f| f.starts_with("server.page_size")), "{found:?}");
+    assert!(found.iter().any(|f| f.starts_with("server.listen")), "{found:?}");
+    assert!(found.iter().any(|f| f.contains("`Bad` must match")), "{found:?}");
 }
 
 #[test]

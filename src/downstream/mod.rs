@@ -142,10 +142,34 @@ impl ServerHandler for ProxyServer {
                 let modern = context.protocol_version().is_some_and(|v| !v.has_initialize());
                 result.ttl_ms = modern.then(|| u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
                 result.cache_scope = modern.then(|| self.proxy.downstream_scope(scope));
+                // A 2025-era upstream's result has no `resultType`; 2026-07-28 hosts need it.
+                result.result_type = modern.then_some(rmcp::model::ResultType::COMPLETE);
                 ReadResourceResponse::Complete(result)
             }
             ReadAnswer::InputRequired(response) => response,
         })
+    }
+
+    /// rmcp hands a known method whose params do not parse (a read without `uri`) here: it is
+    /// a malformed request, not an unknown method.
+    async fn on_custom_request(
+        &self,
+        request: rmcp::model::CustomRequest,
+        _: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CustomResult, ErrorData> {
+        const KNOWN: &[&str] = &[
+            "resources/list",
+            "resources/templates/list",
+            "resources/read",
+            "resources/subscribe",
+            "resources/unsubscribe",
+            "subscriptions/listen",
+        ];
+        if KNOWN.contains(&request.method.as_str()) {
+            let message = format!("invalid params for {}: see the MCP schema for its required fields", request.method);
+            return Err(ErrorData::invalid_params(message, None));
+        }
+        Err(ErrorData::new(rmcp::model::ErrorCode::METHOD_NOT_FOUND, request.method, None))
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {

@@ -21,6 +21,8 @@ use crate::subscriptions::HolderId;
 use crate::metrics::{DenialAction, EvictionCause, InvalidationCause, Metrics};
 use crate::upstream::Upstream;
 
+const SERVER_INFO_META_KEY: &str = "io.modelcontextprotocol/serverInfo";
+
 /// How long a cold read waits for its upstream subscription before reading unwatched.
 const WATCH_WAIT: Duration = Duration::from_secs(2);
 
@@ -70,6 +72,10 @@ impl Proxy {
             ReadResourceResponse::Complete(mut result) => {
                 for content in &mut result.contents {
                     namespace_content(name, uri, content);
+                }
+                // The upstream's own identity is not ours to pass on.
+                if let Some(meta) = result.meta.as_mut() {
+                    meta.remove(SERVER_INFO_META_KEY);
                 }
                 Ok(Loaded { result, watched, trusted: upstream.config().trust_notifications })
             }
