@@ -1,7 +1,7 @@
 //! The read cache: moka, bounded in bytes, one upstream load per key at a time, coherent with
 //! upstream `updated` notifications.
 //!
-//! Keys carry an upstream epoch (bumped when the upstream reconnects) and a per-URI generation
+//! Keys carry the upstream's connection number (a reconnect starts afresh) and a per-URI generation
 //! (bumped by every `updated` for the URI or a parent of it). A read looks up the current
 //! epoch and generation, so a read that starts after a notification can never be answered
 //! with anything loaded before it — neither a cached value nor an in-flight load, which has
@@ -114,7 +114,6 @@ struct Inner {
     config: CacheConfig,
     entries: Cache<Key, Arc<Entry>>,
     generations: Mutex<BTreeMap<UriKey, u64>>,
-    epochs: Mutex<HashMap<Arc<str>, u64>>,
     /// (upstream, uri) → whether its last result was public: loads of URIs not known to be
     /// public are not shared across principals.
     public: Mutex<HashMap<UriKey, bool>>,
@@ -127,6 +126,8 @@ struct Inner {
 enum LoadError {
     /// Loaded fine, but not to be kept (too big, ttl 0, superseded by an update).
     Uncacheable(Box<Cached>),
+    /// Loaded under a principal's key, found public, and kept under the shared key instead.
+    StoredShared(Arc<Entry>),
     Failed(ProxyError),
 }
 
@@ -149,7 +150,6 @@ impl ReadCache {
                 config: config.clone(),
                 entries,
                 generations: Mutex::default(),
-                epochs: Mutex::default(),
                 public: Mutex::default(),
                 watched: Mutex::default(),
                 next_generation: AtomicU64::new(1),
@@ -165,7 +165,16 @@ impl ReadCache {
 
     /// Read `uri` of `upstream` for `principal`: from the cache, or through `load` — which
     /// concurrent readers of the same key share.
-    pub async fn read<F, Fut>(&self, upstream: &str, uri: &str, principal: &str, load: F) -> Result<Cached, ProxyError>
+    /// `epoch` is the upstream's connection number: entries of an earlier connection are not
+    /// used (updates may have been missed while it was away).
+    pub async fn read<F, Fut>(
+        &self,
+        upstream: &str,
+        epoch: u64,
+        uri: &str,
+        principal: &str,
+        load: F,
+    ) -> Result<Cached, ProxyError>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Loaded, ProxyError>>,
@@ -174,7 +183,7 @@ impl ReadCache {
             let loaded = load().await?;
             return Ok(Cached { ttl: Duration::ZERO, scope: scope_of(&loaded.result), result: loaded.result, outcome: Outcome::Bypass });
         }
-        let (shared, private) = self.keys(upstream, uri, principal);
+        let (shared, private) = self.keys(upstream, epoch, uri, principal);
         let now = Instant::now();
         let mut fallback = None;
         for key in [&shared, &private] {
@@ -187,16 +196,28 @@ impl ReadCache {
                 fallback = Some(entry);
             }
         }
-        let flight = if self.known_public(upstream, uri) { shared } else { private };
+        let known_public = self.known_public(upstream, uri);
+        let flight = if known_public { shared.clone() } else { private };
         let generation = flight.generation;
         let inner = self.inner.clone();
         let attempt = self.inner.entries.try_get_with(flight.clone(), async move {
             let loaded = load().await.map_err(LoadError::Failed)?;
-            inner.admit(&flight, generation, loaded)
+            let entry = inner.admit(&flight, generation, loaded)?;
+            let public = entry.scope == CacheScope::Public;
+            if flight.principal.is_some() && public {
+                // Public after all: keep it once, under the shared key, before saying so —
+                // later readers then find it there instead of loading again.
+                inner.entries.insert(shared, entry.clone()).await;
+                inner.mark_public(&flight, true);
+                return Err(LoadError::StoredShared(entry));
+            }
+            inner.mark_public(&flight, public);
+            Ok(entry)
         });
         match attempt.await {
             Ok(entry) => Ok(Cached { outcome: Outcome::Miss, ..hit(&entry, Instant::now()) }),
             Err(error) => match &*error {
+                LoadError::StoredShared(entry) => Ok(Cached { outcome: Outcome::Miss, ..hit(entry, Instant::now()) }),
                 LoadError::Uncacheable(cached) => Ok((**cached).clone()),
                 LoadError::Failed(failure) => self.stale_or(fallback, failure),
             },
@@ -230,11 +251,11 @@ impl ReadCache {
         bumped
     }
 
-    /// `upstream` reconnected: updates may have been missed, so none of its entries stand.
-    pub fn flush_upstream(&self, upstream: &str) {
-        *self.inner.epochs.lock().expect("epochs lock").entry(upstream.into()).or_insert(0) += 1;
+    /// `upstream` reconnected as connection `epoch`: entries of earlier connections are no
+    /// longer read (their keys carry the old number); this frees their memory.
+    pub fn flush_upstream(&self, upstream: &str, epoch: u64) {
         let upstream: Arc<str> = upstream.into();
-        let _ = self.inner.entries.invalidate_entries_if(move |key, _| key.upstream == upstream);
+        let _ = self.inner.entries.invalidate_entries_if(move |key, _| key.upstream == upstream && key.epoch < epoch);
     }
 
     /// A load held a subscription for `uri` but will not cache it watched: let the hold go
@@ -262,10 +283,9 @@ impl ReadCache {
             || watched.keys().filter(|(u, _)| &**u == upstream).count() < self.inner.config.max_watched_per_upstream
     }
 
-    fn keys(&self, upstream: &str, uri: &str, principal: &str) -> (Key, Key) {
+    fn keys(&self, upstream: &str, epoch: u64, uri: &str, principal: &str) -> (Key, Key) {
         let upstream: Arc<str> = upstream.into();
         let uri: Arc<str> = uri.into();
-        let epoch = *self.inner.epochs.lock().expect("epochs lock").get(&upstream).unwrap_or(&0);
         let generation = *self
             .inner
             .generations
@@ -301,7 +321,6 @@ impl Inner {
     /// Decide whether a loaded result is kept, and under which key.
     fn admit(&self, flight: &Key, generation: u64, loaded: Loaded) -> Result<Arc<Entry>, LoadError> {
         let scope = scope_of(&loaded.result);
-        self.public.lock().expect("public lock").insert((flight.upstream.clone(), flight.uri.clone()), scope == CacheScope::Public);
         let ttl = lifetime(&self.config, &loaded);
         let bytes = content_bytes(&loaded.result);
         let superseded = self.current_generation(flight) != generation;
@@ -313,6 +332,7 @@ impl Inner {
             if superseded {
                 self.hooks.superseded();
             }
+            self.mark_public(flight, scope == CacheScope::Public);
             let outcome = if superseded { Outcome::Miss } else { Outcome::Bypass };
             let ttl = if superseded { Duration::ZERO } else { ttl };
             return Err(LoadError::Uncacheable(Box::new(Cached { result: loaded.result, ttl, scope, outcome })));
@@ -330,6 +350,11 @@ impl Inner {
             watched: loaded.watched,
             bytes: u32::try_from(bytes).unwrap_or(u32::MAX),
         }))
+    }
+
+    /// Remember whether results of this URI are public (so later loads may be shared).
+    fn mark_public(&self, key: &Key, public: bool) {
+        self.public.lock().expect("public lock").insert((key.upstream.clone(), key.uri.clone()), public);
     }
 
     fn current_generation(&self, key: &Key) -> u64 {

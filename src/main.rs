@@ -41,7 +41,8 @@ enum Command {
         /// Override `server.listen`.
         #[arg(long)]
         listen: Option<String>,
-        /// Override `server.admin_listen` ("off" disables the admin listener).
+        /// Override `server.admin_listen` ("off" disables the admin listener). With --stdio the
+        /// admin listener runs only when this is given.
         #[arg(long)]
         admin_listen: Option<String>,
         /// The principal policies apply to for the stdio host.
@@ -115,7 +116,14 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 );
                 return Ok(ExitCode::from(EXIT_CONFIG));
             }
+            // A host may start several stdio proxies at once: they open the admin listener only
+            // when asked to on the command line, so they never fight over its port.
+            let admin_asked = admin_listen.is_some();
             let config = match Config::load(&config, &CliOverrides { listen, admin_listen }) {
+                Ok(mut config) if stdio && !admin_asked => {
+                    config.server.admin_listen = None;
+                    config
+                }
                 Ok(config) => config,
                 Err(error) => {
                     eprint!("{error}");

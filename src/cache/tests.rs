@@ -63,7 +63,7 @@ async fn concurrent_misses_make_one_load_and_then_hit() {
         let loads = loads.clone();
         async move {
             cache
-                .read("u", "x://a", "p", || async move {
+                .read("u", 0, "x://a", "p", || async move {
                     loads.fetch_add(1, Ordering::SeqCst);
                     tokio::task::yield_now().await;
                     Ok(loaded("v1"))
@@ -75,7 +75,7 @@ async fn concurrent_misses_make_one_load_and_then_hit() {
     let results = futures::future::join_all(reads).await;
     assert_eq!(loads.load(Ordering::SeqCst), 1);
     assert!(results.iter().all(|r| body(r) == "v1"));
-    let again = cache.read("u", "x://a", "p", || async { panic!("must hit") }).await.unwrap();
+    let again = cache.read("u", 0, "x://a", "p", || async { panic!("must hit") }).await.unwrap();
     assert_eq!(again.outcome, Outcome::Hit);
     assert_eq!(hooks.held.lock().unwrap().as_slice(), [("u".to_string(), "x://a".to_string())]);
 }
@@ -88,7 +88,7 @@ async fn an_update_during_a_load_wins() {
         let cache = cache.clone();
         tokio::spawn(async move {
             cache
-                .read("u", "x://a", "p", || async move {
+                .read("u", 0, "x://a", "p", || async move {
                     released.await.unwrap();
                     Ok(loaded("old"))
                 })
@@ -101,11 +101,11 @@ async fn an_update_during_a_load_wins() {
     }
     cache.invalidate("u", "x://a");
     // A read begun after the update does not join the old load.
-    let fresh = cache.read("u", "x://a", "p", || async { Ok(loaded("new")) }).await.unwrap();
+    let fresh = cache.read("u", 0, "x://a", "p", || async { Ok(loaded("new")) }).await.unwrap();
     assert_eq!(body(&fresh), "new");
     release.send(()).unwrap();
     assert_eq!(body(&slow.await.unwrap().unwrap()), "old", "the reader that began before may see the old value");
-    let after = cache.read("u", "x://a", "p", || async { Ok(loaded("newer")) }).await.unwrap();
+    let after = cache.read("u", 0, "x://a", "p", || async { Ok(loaded("newer")) }).await.unwrap();
     assert_ne!(body(&after), "old", "the superseded load was not kept");
 }
 
@@ -113,11 +113,11 @@ async fn an_update_during_a_load_wins() {
 async fn updates_of_a_parent_invalidate_its_children() {
     let (cache, _) = cache();
     for uri in ["x://d/a", "x://d/b", "x://dx"] {
-        cache.read("u", uri, "p", || async { Ok(loaded("v1")) }).await.unwrap();
+        cache.read("u", 0, uri, "p", || async { Ok(loaded("v1")) }).await.unwrap();
     }
     assert_eq!(cache.invalidate("u", "x://d"), 2);
     for (uri, expected) in [("x://d/a", Outcome::Miss), ("x://d/b", Outcome::Miss), ("x://dx", Outcome::Hit)] {
-        let read = cache.read("u", uri, "p", || async { Ok(loaded("v2")) }).await.unwrap();
+        let read = cache.read("u", 0, uri, "p", || async { Ok(loaded("v2")) }).await.unwrap();
         assert_eq!(read.outcome, expected, "{uri}");
     }
 }
@@ -125,21 +125,21 @@ async fn updates_of_a_parent_invalidate_its_children() {
 #[tokio::test]
 async fn a_reconnect_flushes_only_that_upstream() {
     let (cache, _) = cache();
-    cache.read("u", "x://a", "p", || async { Ok(loaded("v1")) }).await.unwrap();
-    cache.read("w", "x://a", "p", || async { Ok(loaded("v1")) }).await.unwrap();
-    cache.flush_upstream("u");
-    assert_eq!(cache.read("u", "x://a", "p", || async { Ok(loaded("v2")) }).await.unwrap().outcome, Outcome::Miss);
-    assert_eq!(cache.read("w", "x://a", "p", || async { Ok(loaded("v2")) }).await.unwrap().outcome, Outcome::Hit);
+    cache.read("u", 0, "x://a", "p", || async { Ok(loaded("v1")) }).await.unwrap();
+    cache.read("w", 0, "x://a", "p", || async { Ok(loaded("v1")) }).await.unwrap();
+    cache.flush_upstream("u", 1);
+    assert_eq!(cache.read("u", 1, "x://a", "p", || async { Ok(loaded("v2")) }).await.unwrap().outcome, Outcome::Miss);
+    assert_eq!(cache.read("w", 0, "x://a", "p", || async { Ok(loaded("v2")) }).await.unwrap().outcome, Outcome::Hit);
 }
 
 #[tokio::test]
 async fn private_results_are_kept_per_principal() {
     let (cache, _) = cache();
     let private = || async { Ok(Loaded { result: text("alice's").with_cache_scope(CacheScope::Private), watched: true, trusted: false }) };
-    let first = cache.read("u", "x://a", "alice", private).await.unwrap();
+    let first = cache.read("u", 0, "x://a", "alice", private).await.unwrap();
     assert_eq!(first.scope, CacheScope::Private);
-    assert_eq!(cache.read("u", "x://a", "alice", || async { panic!("alice hits") }).await.unwrap().outcome, Outcome::Hit);
-    let bob = cache.read("u", "x://a", "bob", || async { Ok(loaded("bob's")) }).await.unwrap();
+    assert_eq!(cache.read("u", 0, "x://a", "alice", || async { panic!("alice hits") }).await.unwrap().outcome, Outcome::Hit);
+    let bob = cache.read("u", 0, "x://a", "bob", || async { Ok(loaded("bob's")) }).await.unwrap();
     assert_eq!((body(&bob), bob.outcome), ("bob's".to_string(), Outcome::Miss));
 }
 
@@ -150,7 +150,7 @@ async fn the_byte_bound_holds() {
     for i in 0..260 {
         let uri = format!("x://{i}");
         let big = big.clone();
-        cache.read("u", &uri, "p", || async move { Ok(loaded(&big)) }).await.unwrap();
+        cache.read("u", 0, &uri, "p", || async move { Ok(loaded(&big)) }).await.unwrap();
     }
     cache.settle().await;
     let (_, bytes) = cache.size();
@@ -161,14 +161,14 @@ async fn the_byte_bound_holds() {
 async fn some_results_are_never_kept() {
     let (cache, _) = cache();
     let too_big = "x".repeat(65 << 10);
-    let read = cache.read("u", "x://big", "p", || async move { Ok(loaded(&too_big)) }).await.unwrap();
+    let read = cache.read("u", 0, "x://big", "p", || async move { Ok(loaded(&too_big)) }).await.unwrap();
     assert_eq!(read.outcome, Outcome::Bypass);
     let zero = || async { Ok(Loaded { result: text("v").with_ttl_ms(0), watched: true, trusted: false }) };
-    assert_eq!(cache.read("u", "x://zero", "p", zero).await.unwrap().outcome, Outcome::Bypass);
-    assert_eq!(cache.read("u", "x://zero", "p", zero).await.unwrap().outcome, Outcome::Bypass);
-    let failed = cache.read("u", "x://err", "p", || async { Err(ProxyError::not_found("u+x://err")) }).await;
+    assert_eq!(cache.read("u", 0, "x://zero", "p", zero).await.unwrap().outcome, Outcome::Bypass);
+    assert_eq!(cache.read("u", 0, "x://zero", "p", zero).await.unwrap().outcome, Outcome::Bypass);
+    let failed = cache.read("u", 0, "x://err", "p", || async { Err(ProxyError::not_found("u+x://err")) }).await;
     assert!(failed.is_err());
-    let ok = cache.read("u", "x://err", "p", || async { Ok(loaded("now")) }).await.unwrap();
+    let ok = cache.read("u", 0, "x://err", "p", || async { Ok(loaded("now")) }).await.unwrap();
     assert_eq!(body(&ok), "now", "errors are not cached");
 }
 
@@ -211,7 +211,7 @@ async fn randomized_reads_never_return_content_older_than_a_received_update() {
         tasks.push(tokio::spawn(async move {
             let floor = notified.load(Ordering::SeqCst);
             let read = cache
-                .read("u", "x://a", "p", || async move {
+                .read("u", 0, "x://a", "p", || async move {
                     let v = version.load(Ordering::SeqCst);
                     for _ in 0..delay {
                         tokio::task::yield_now().await;

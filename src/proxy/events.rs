@@ -88,7 +88,8 @@ impl Proxy {
             UpstreamEvent::Up { upstream, reconnected, .. } => {
                 // Updates may have been missed while it was away.
                 if reconnected {
-                    self.inner.cache.flush_upstream(&upstream);
+                    let connection = self.inner.upstreams.get(&upstream).map_or(0, |u| u.connection());
+                    self.inner.cache.flush_upstream(&upstream, connection);
                     self.inner.metrics.cache_invalidation(InvalidationCause::Reconnect, 1);
                 }
                 list_changed.poke();

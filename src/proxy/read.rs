@@ -40,8 +40,15 @@ impl Proxy {
         let super::access::Route { upstream: name, original } = self.route_for(principal, uri, DenialAction::Read)?;
         let upstream = &self.inner.upstreams[&name];
         let load = || self.load(upstream, &name, &original, uri);
-        match self.inner.cache.read(&name, &original, principal, load).await {
-            Ok(Cached { result, ttl, scope, outcome }) => {
+        match self.inner.cache.read(&name, upstream.connection(), &original, principal, load).await {
+            Ok(Cached { mut result, ttl, scope, outcome }) => {
+                // One read may carry several resources (a folder's entries, say): each must be
+                // one this principal may see.
+                let policy = self.policy();
+                result.contents.retain(|content| self.visible(&policy, principal, content_uri(content)));
+                if result.contents.is_empty() {
+                    return Err(ProxyError::not_found(uri));
+                }
                 let metrics = &self.inner.metrics;
                 match outcome {
                     Outcome::Hit | Outcome::Stale => metrics.cache_hit(&name),
@@ -82,6 +89,13 @@ impl Proxy {
             ReadResourceResponse::InputRequired(needs) => Err(ProxyError::InputRequired(Box::new(needs))),
             _ => Err(ProxyError::UpstreamFailed { upstream: name.to_string(), reason: "unknown read response".into() }),
         }
+    }
+}
+
+fn content_uri(content: &ResourceContents) -> &str {
+    match content {
+        ResourceContents::TextResourceContents { uri, .. } | ResourceContents::BlobResourceContents { uri, .. } => uri,
+        _ => "",
     }
 }
 

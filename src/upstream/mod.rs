@@ -94,6 +94,8 @@ struct Inner {
     broken: Notify,
     /// The URIs the proxy wants watched on this upstream (host subscriptions and the cache).
     watched: watch::Sender<watching::WatchSet>,
+    /// How many connections have been made: the cache keys entries by it.
+    connections: std::sync::atomic::AtomicU64,
     /// The URIs whose upstream subscription is in place on the current connection.
     applied: watch::Sender<watching::WatchSet>,
 }
@@ -125,6 +127,7 @@ impl Upstream {
             broken: Notify::new(),
             watched: watch::Sender::new(Default::default()),
             applied: watch::Sender::new(Default::default()),
+            connections: std::sync::atomic::AtomicU64::new(0),
         };
         Self { inner: Arc::new(inner) }
     }
@@ -210,7 +213,15 @@ impl Upstream {
         &self.inner.config
     }
 
+    /// The number of the current (or last) connection; a new one gets a higher number.
+    pub fn connection(&self) -> u64 {
+        self.inner.connections.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     fn set_link(&self, link: Option<Link>) {
+        if link.is_some() {
+            self.inner.connections.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
         *self.inner.link.lock().expect("link lock") = link;
     }
 
