@@ -35,7 +35,7 @@ allow = [\"beta+**\", \"alpha+fx://fx/item/*\", \"alpha+fx://fx/multi\", \"alpha
 deny = [\"alpha+fx://fx/item/0\", \"alpha+fx://fx/multi/b\"]
 ";
 const CAROL_POLICY: &str =
-    "principals = [\"carol\"]\nallow = [\"alpha+fx://fx/multi/a\", \"beta+fx://fx/multi\", \"beta+fx://fx/echo/*\"]\n";
+    "principals = [\"carol\"]\nallow = [\"alpha+fx://fx/multi/a\", \"beta+fx://fx/multi\", \"beta+fx://fx/multi/**\", \"beta+fx://fx/echo/*\"]\n";
 
 /// The `[server]`, `[auth]` (alice and bob by bearer token) and `[policies]` sections.
 fn access_config(policies: &Path, upstreams: &str) -> String {
