@@ -5,10 +5,16 @@
 //! `item/0..count`), so an offset cursor handed out earlier stays valid after `add`.
 
 use base64::{Engine, engine::general_purpose::STANDARD, engine::general_purpose::URL_SAFE_NO_PAD};
-use rmcp::model::{Resource, ResourceContents, ResourceTemplate};
+use rmcp::model::{
+    ElicitRequest, ElicitRequestParams, ElicitationSchema, InputRequest, InputRequiredResult, InputRequests, Resource,
+    ResourceContents, ResourceTemplate,
+};
 
 /// Largest text a `fx://P/sized/{bytes}` read may ask for.
 pub const MAX_SIZED_BYTES: usize = 64 * 1024 * 1024;
+
+/// The `requestState` of the `input_required` answer to `fx://P/needs-input`.
+pub const NEEDS_INPUT_STATE: &str = "fixture-needs-input:1";
 
 /// The URI layout of one fixture.
 #[derive(Debug, Clone)]
@@ -48,6 +54,26 @@ impl Catalog {
 
     pub fn item_uri(&self, id: u64) -> String {
         format!("fx://{}/item/{id}", self.prefix)
+    }
+
+    /// `fx://P/needs-input`: unlisted, and never resolved to contents — a read of it asks a
+    /// 2026-07-28 client for input (MRTR) and fails for a legacy one.
+    pub fn needs_input_uri(&self) -> String {
+        format!("fx://{}/needs-input", self.prefix)
+    }
+
+    /// What a 2026-07-28 read of [`Self::needs_input_uri`] answers: one form elicitation
+    /// (`confirm`, asking for a `name`) and an opaque `requestState`.
+    pub fn input_required(&self) -> Result<InputRequiredResult, &'static str> {
+        let schema = ElicitationSchema::builder().required_string("name").build()?;
+        let elicitation = ElicitRequestParams::FormElicitationParams {
+            meta: None,
+            message: format!("Who is reading {}?", self.needs_input_uri()),
+            requested_schema: schema,
+        };
+        let mut requests = InputRequests::new();
+        requests.insert("confirm".to_owned(), InputRequest::Elicitation(ElicitRequest::new(elicitation)));
+        Ok(InputRequiredResult::new(Some(requests), Some(NEEDS_INPUT_STATE.to_owned())))
     }
 
     /// One page of `resources/list` when `item_count` items exist.

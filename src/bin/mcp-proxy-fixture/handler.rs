@@ -158,6 +158,10 @@ impl ServerHandler for FixtureHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
         self.admit(&context)?;
+        if self.fixture.is_needs_input(&request.uri) {
+            let modern = context.protocol_version().is_some_and(|version| !version.has_initialize());
+            return Ok(self.fixture.read_needs_input(modern)?.into());
+        }
         Ok(self.fixture.read(&request.uri).await?.into())
     }
 

@@ -17,7 +17,7 @@ use std::{
 
 use rmcp::{
     ErrorData as McpError, RoleServer,
-    model::{ReadResourceResult, ResourceUpdatedNotificationParam},
+    model::{InputRequiredResult, ReadResourceResult, ResourceUpdatedNotificationParam},
     service::{Peer, SubscriptionSink},
 };
 use serde_json::{Value, json};
@@ -72,6 +72,8 @@ struct Counters {
     template_lists: u64,
     subscribes: u64,
     unsubscribes: u64,
+    /// `input_required` answers given (reads of `fx://P/needs-input` by 2026-07-28 clients).
+    input_required: u64,
 }
 
 #[derive(Default)]
@@ -163,6 +165,25 @@ impl Fixture {
         Ok(result)
     }
 
+    /// Whether `uri` is the MRTR resource `fx://P/needs-input` (see [`Self::read_needs_input`]).
+    pub fn is_needs_input(&self, uri: &str) -> bool {
+        uri == self.inner.catalog.needs_input_uri()
+    }
+
+    /// Serve one read of `fx://P/needs-input`: counted like any read (`reads`, `reads_by_uri`);
+    /// a 2026-07-28 reader (`modern`) is asked for input, a legacy one gets -32600.
+    pub fn read_needs_input(&self, modern: bool) -> Result<InputRequiredResult, McpError> {
+        let uri = self.inner.catalog.needs_input_uri();
+        let _in_flight = self.begin_read(&uri);
+        if !modern {
+            let message = format!("{uri} needs input, which only 2026-07-28 clients can give");
+            return Err(McpError::invalid_request(message, Some(json!({ "uri": uri }))));
+        }
+        let result = self.inner.catalog.input_required().map_err(|e| McpError::internal_error(e, None))?;
+        self.counters().input_required += 1;
+        Ok(result)
+    }
+
     pub fn set_read_delay(&self, ms: u64) {
         self.inner.read_delay_ms.store(ms, Ordering::Relaxed);
     }
@@ -249,6 +270,7 @@ impl Fixture {
             "template_lists": counters.template_lists,
             "subscribes": counters.subscribes,
             "unsubscribes": counters.unsubscribes,
+            "input_required": counters.input_required,
             "subscribed": subscribed,
             "legacy_sessions": watchers.sessions.len(),
             "listens_open": watchers.listens.len(),
