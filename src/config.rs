@@ -52,8 +52,12 @@ pub struct ServerConfig {
     pub page_size: usize,
     /// Extra `Host` header values accepted besides loopback names and the listen address.
     pub allowed_hosts: Vec<String>,
-    /// How long a legacy HTTP session may stay silent before it is reaped.
+    /// How long a legacy HTTP session holding no subscriptions may stay silent before it is
+    /// closed.
     pub session_idle_timeout: Duration,
+    /// The same for a session holding subscriptions (quiet while it waits for notifications);
+    /// a bound for hosts that vanished without closing their session.
+    pub subscribed_session_idle_timeout: Duration,
     /// Upstream list changes within this window reach hosts as one `list_changed`.
     pub list_changed_debounce: Duration,
     /// How long `serve` waits for every upstream to connect before it answers hosts, so a
@@ -251,6 +255,7 @@ struct RawServer {
     page_size: Option<i64>,
     allowed_hosts: Option<Vec<String>>,
     session_idle_timeout: Option<String>,
+    subscribed_session_idle_timeout: Option<String>,
     startup_wait: Option<String>,
     list_changed_debounce: Option<String>,
     #[serde(flatten)]
@@ -325,6 +330,12 @@ fn validate_server(raw: RawServer, problems: &mut Vec<Problem>) -> ServerConfig 
     };
     let session_idle_timeout =
         duration(raw.session_idle_timeout.as_deref(), "1h", "server.session_idle_timeout", problems);
+    let subscribed_session_idle_timeout = duration(
+        raw.subscribed_session_idle_timeout.as_deref(),
+        "24h",
+        "server.subscribed_session_idle_timeout",
+        problems,
+    );
     let startup_wait = duration(raw.startup_wait.as_deref(), "10s", "server.startup_wait", problems);
     let list_changed_debounce =
         duration(raw.list_changed_debounce.as_deref(), "100ms", "server.list_changed_debounce", problems);
@@ -334,6 +345,7 @@ fn validate_server(raw: RawServer, problems: &mut Vec<Problem>) -> ServerConfig 
         page_size,
         allowed_hosts: raw.allowed_hosts.unwrap_or_default(),
         session_idle_timeout,
+        subscribed_session_idle_timeout,
         startup_wait,
         list_changed_debounce,
     }

@@ -344,3 +344,27 @@ async fn folder_changes_reach_hosts() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// A legacy session that only waits for notifications is not closed for being quiet (rmcp's
+/// own keep-alive would close it); a quiet session holding nothing is.
+#[tokio::test]
+async fn quiet_subscribed_sessions_live_and_quiet_idle_ones_are_closed() -> anyhow::Result<()> {
+    let upstream = HttpFixture::spawn(&["--era", "legacy"]).await?;
+    let config = format!(
+        "[server]\nsession_idle_timeout = \"500ms\"\n\n{}",
+        http_upstream("fx", &upstream.url, "")
+    );
+    let proxy = ProxyProcess::start(&config).await?;
+    proxy.wait_up("fx", 1).await?;
+    let (side, _) = fixture::connect_http(&upstream.url, Era::Legacy).await?;
+    let mut subscribed = Host::connect(&proxy.url, Era::Legacy, &["fx+fx://fx/item/1"], false).await?;
+    let idle = Host::connect(&proxy.url, Era::Legacy, &[], false).await?;
+    wait_watched(&side, "fx://fx/item/1", 1).await?;
+    // The idle timeout passing is the behaviour under test, not a synchronisation.
+    proxy.wait_log(&["closing idle session"]).await?;
+    touch(&side, "fx://fx/item/1").await?;
+    assert_eq!(subscribed.next().await?, Heard::Updated("fx+fx://fx/item/1".into()), "still subscribed");
+    let closed = idle.legacy_client().list_resources(None).await;
+    assert!(closed.is_err(), "the idle session was closed: {closed:?}");
+    Ok(())
+}

@@ -13,6 +13,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::ProxyServer;
+use super::sessions::{SessionBook, reap};
 use crate::auth::{self, Authenticator};
 use crate::metrics::Transport;
 use crate::proxy::Proxy;
@@ -23,10 +24,15 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     let local = listener.local_addr()?;
     let server = proxy.config().server.clone();
     let proxy_auth = proxy.config().auth.clone();
+    // rmcp's own keep-alive would close subscribed sessions that are merely quiet: the proxy
+    // reaps sessions itself (see `sessions`).
     let mut session_config = SessionConfig::default();
-    session_config.keep_alive = Some(server.session_idle_timeout);
+    session_config.keep_alive = None;
     let mut sessions = LocalSessionManager::default();
     sessions.session_config = session_config;
+    let sessions = Arc::new(sessions);
+    let book = Arc::new(SessionBook::default());
+    tokio::spawn(reap(book.clone(), sessions.clone(), proxy.clone(), shutdown.clone()));
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(true)
         .with_allowed_hosts(allowed_hosts(local, &server.allowed_hosts))
@@ -35,9 +41,9 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     // the middleware authenticated: each handler belongs to that request's principal.
     let factory = move || {
         let principal = auth::current_principal().unwrap_or_else(|| auth::ANONYMOUS.to_string());
-        Ok(ProxyServer::new(proxy.clone(), &principal, Transport::Http))
+        Ok(ProxyServer::new(proxy.clone(), &principal, Transport::Http).with_session_book(book.clone()))
     };
-    let service = StreamableHttpService::new(factory, Arc::new(sessions), config);
+    let service = StreamableHttpService::new(factory, sessions, config);
     let authenticator = Authenticator::new(&proxy_auth);
     let app = axum::Router::new()
         .nest_service("/mcp", service)

@@ -4,6 +4,7 @@
 
 mod http;
 mod outlets;
+mod sessions;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
@@ -31,6 +32,8 @@ pub struct ProxyServer {
     proxy: Proxy,
     principal: Arc<str>,
     transport: Transport,
+    /// Legacy HTTP sessions' last activity, for the reaper.
+    book: Option<Arc<sessions::SessionBook>>,
     /// This legacy session's outlet, once it has one; released when the server is dropped,
     /// which rmcp does when the session ends.
     session: OnceLock<Session>,
@@ -50,13 +53,30 @@ impl Drop for Session {
 
 impl Clone for ProxyServer {
     fn clone(&self) -> Self {
-        Self::new(self.proxy.clone(), &self.principal, self.transport)
+        let mut fresh = Self::new(self.proxy.clone(), &self.principal, self.transport);
+        fresh.book = self.book.clone();
+        fresh
     }
 }
 
 impl ProxyServer {
     pub fn new(proxy: Proxy, principal: &str, transport: Transport) -> Self {
-        Self { proxy, principal: principal.into(), transport, session: OnceLock::new() }
+        Self { proxy, principal: principal.into(), transport, book: None, session: OnceLock::new() }
+    }
+
+    fn with_session_book(mut self, book: Arc<sessions::SessionBook>) -> Self {
+        self.book = Some(book);
+        self
+    }
+
+    /// Note a legacy HTTP session's request, for the reaper.
+    fn seen(&self, extensions: &rmcp::model::Extensions) {
+        let Some(book) = &self.book else { return };
+        let parts = extensions.get::<::http::request::Parts>();
+        let session = parts.and_then(|p| p.headers.get("mcp-session-id")).and_then(|v| v.to_str().ok());
+        if let Some(session) = session {
+            book.touch(session, self.session.get().map(|s| s.id));
+        }
     }
 
     /// Count a request in the metrics; hand back its result.
@@ -68,6 +88,7 @@ impl ProxyServer {
     /// A legacy session belongs to the principal that opened it: a request on it that
     /// authenticated as someone else is refused.
     fn check_principal(&self, extensions: &rmcp::model::Extensions) -> Result<(), ErrorData> {
+        self.seen(extensions);
         let presented = extensions.get::<::http::request::Parts>().and_then(crate::auth::principal_of);
         match presented {
             Some(principal) if principal != &*self.principal => {
@@ -174,12 +195,14 @@ impl ServerHandler for ProxyServer {
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
         self.session(&context.peer);
+        self.seen(&context.extensions);
     }
 
     async fn subscribe(&self, request: SubscribeRequestParams, context: RequestContext<RoleServer>) -> Result<(), ErrorData> {
         self.check_principal(&context.extensions)?;
         let started = Instant::now();
         let holder = self.session(&context.peer);
+        self.seen(&context.extensions);
         self.record("resources/subscribe", started, self.proxy.subscribe(holder, &self.principal, &request.uri))
     }
 

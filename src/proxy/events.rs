@@ -33,6 +33,11 @@ impl Proxy {
         self.inner.watches.release_all(holder);
     }
 
+    /// Does `holder` hold any subscription?
+    pub fn holds_anything(&self, holder: HolderId) -> bool {
+        !self.inner.watches.held_by(holder).is_empty()
+    }
+
     /// `holder` subscribes to a namespaced URI. Unknown and forbidden URIs are not found.
     pub fn subscribe(&self, holder: HolderId, principal: &str, uri: &str) -> Result<(), ProxyError> {
         let route = self.route_for(principal, uri, DenialAction::Subscribe)?;

@@ -47,7 +47,7 @@ impl Fixture {
         let mut child = Command::new(sibling("mcp-proxy-fixture")?)
             .args(["--http", "127.0.0.1:0"])
             .args(args)
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", "error")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
