@@ -26,7 +26,11 @@ async fn input_required_reaches_a_modern_host_and_is_never_cached() -> anyhow::R
         let ReadResourceResponse::InputRequired(needs) = response else {
             panic!("read {round}: expected input_required, got {response:?}");
         };
-        assert_eq!(needs.request_state.as_deref(), Some(NEEDS_INPUT_STATE), "read {round}: requestState passed through");
+        assert_eq!(
+            needs.request_state.as_deref(),
+            Some(NEEDS_INPUT_STATE),
+            "read {round}: requestState passed through"
+        );
         let requests = needs.input_requests.as_ref().expect("input requests passed through");
         assert_eq!(requests.keys().collect::<Vec<_>>(), ["confirm"], "read {round}");
         assert!(matches!(requests["confirm"], InputRequest::Elicitation(_)), "read {round}: {:?}", requests["confirm"]);

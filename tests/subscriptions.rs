@@ -25,7 +25,7 @@ enum Heard {
 /// A host connected to the proxy: a legacy session that subscribed, or a modern listen stream.
 enum Host {
     Legacy { client: FixtureClient, events: fixture::Events },
-    Modern { _client: FixtureClient, stream: Subscription },
+    Modern { _client: Box<FixtureClient>, stream: Subscription },
 }
 
 impl Host {
@@ -46,7 +46,7 @@ impl Host {
             filter = filter.resource_subscriptions(uris.iter().copied());
         }
         let stream = client.listen(filter.build()).await?;
-        Ok(Host::Modern { _client: client, stream })
+        Ok(Host::Modern { _client: Box::new(client), stream })
     }
 
     /// The next notification within `within`, if any.

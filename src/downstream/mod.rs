@@ -178,15 +178,7 @@ impl ServerHandler for ProxyServer {
         request: rmcp::model::CustomRequest,
         _: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CustomResult, ErrorData> {
-        const KNOWN: &[&str] = &[
-            "resources/list",
-            "resources/templates/list",
-            "resources/read",
-            "resources/subscribe",
-            "resources/unsubscribe",
-            "subscriptions/listen",
-        ];
-        if KNOWN.contains(&request.method.as_str()) {
+        if crate::metrics::DOWNSTREAM_METHODS.contains(&request.method.as_str()) {
             let message = format!("invalid params for {}: see the MCP schema for its required fields", request.method);
             return Err(ErrorData::invalid_params(message, None));
         }

@@ -181,20 +181,21 @@ pub async fn connect_stdio(args: &[&str], era: Era) -> anyhow::Result<(FixtureCl
 
 /// Connect to a fixture's streamable HTTP endpoint in `era`.
 pub async fn connect_http(url: &str, era: Era) -> anyhow::Result<(FixtureClient, Events)> {
-    let config = StreamableHttpClientTransportConfig::with_uri(url).reinit_on_expired_session(false);
-    let transport = StreamableHttpClientTransport::from_config(config);
-    let (recorder, events) = EventRecorder::new();
-    let connecting = recorder.serve_with_lifecycle(transport, era.lifecycle());
-    let client = tokio::time::timeout(DEADLINE, connecting).await.context("connect timed out")??;
-    client.set_response_cache_config(ClientCacheConfig::disabled()).await;
-    Ok((client, events))
+    connect_http_config(StreamableHttpClientTransportConfig::with_uri(url), era).await
 }
 
 /// Connect to a streamable HTTP endpoint in `era`, sending `Authorization: Bearer <token>` on
 /// every request (`token` without the `Bearer ` prefix).
 pub async fn connect_http_with_token(url: &str, era: Era, token: &str) -> anyhow::Result<(FixtureClient, Events)> {
-    let config = StreamableHttpClientTransportConfig::with_uri(url).auth_header(token).reinit_on_expired_session(false);
-    let transport = StreamableHttpClientTransport::from_config(config);
+    connect_http_config(StreamableHttpClientTransportConfig::with_uri(url).auth_header(token), era).await
+}
+
+/// Connect with a transport config (session re-initialisation is always off).
+async fn connect_http_config(
+    config: StreamableHttpClientTransportConfig,
+    era: Era,
+) -> anyhow::Result<(FixtureClient, Events)> {
+    let transport = StreamableHttpClientTransport::from_config(config.reinit_on_expired_session(false));
     let (recorder, events) = EventRecorder::new();
     let connecting = recorder.serve_with_lifecycle(transport, era.lifecycle());
     let client = tokio::time::timeout(DEADLINE, connecting).await.context("connect timed out")??;

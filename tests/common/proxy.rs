@@ -153,15 +153,7 @@ pub fn write_config(dir: &Path, config: &str) -> anyhow::Result<PathBuf> {
 
 /// Spawn `mcp-resource-proxy serve --stdio --config PATH` and connect to it in `era`.
 pub async fn connect_stdio_proxy(config_path: &Path, era: Era) -> anyhow::Result<(FixtureClient, Events)> {
-    let mut command = Command::new(PROXY_BIN);
-    command.arg("serve").arg("--stdio").arg("--config").arg(config_path).env("RUST_LOG", "warn").kill_on_drop(true);
-    let transport = TokioChildProcess::builder(command).stderr(Stdio::inherit()).spawn()?.0;
-    let (recorder, events) = EventRecorder::new();
-    let client = tokio::time::timeout(DEADLINE, recorder.serve_with_lifecycle(transport, era.lifecycle()))
-        .await
-        .context("connect timed out")??;
-    client.set_response_cache_config(ClientCacheConfig::disabled()).await;
-    Ok((client, events))
+    connect_stdio_proxy_with(config_path, era, &[], &[]).await
 }
 
 /// The same with extra `serve` arguments (e.g. `--principal NAME`) and environment.

@@ -6,7 +6,7 @@
 
 use base64::{Engine, engine::general_purpose::STANDARD, engine::general_purpose::URL_SAFE_NO_PAD};
 use rmcp::model::{
-    ElicitRequest, ElicitRequestParams, ElicitationSchema, InputRequest, InputRequiredResult, InputRequests, Resource,
+    ElicitRequest, ElicitRequestParams, ElicitationSchema, InputRequest, InputRequests, InputRequiredResult, Resource,
     ResourceContents, ResourceTemplate,
 };
 

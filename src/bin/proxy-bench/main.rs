@@ -48,9 +48,19 @@ struct Args {
     /// Run the read scenarios against this MCP endpoint instead of a proxy started here.
     #[arg(long, value_name = "URL", requires = "uri")]
     target: Option<String>,
+    /// The protocol era of the clients in the read scenarios (`auto` probes 2026-07-28 first).
+    #[arg(long, value_enum, default_value_t = ClientEra::Auto)]
+    era: ClientEra,
     /// With --target: the resource URI to read there.
     #[arg(long, value_name = "URI", requires = "target")]
     uri: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ClientEra {
+    Auto,
+    Legacy,
+    Modern,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -67,6 +77,8 @@ enum Scenario {
 #[derive(Debug, Clone)]
 pub struct Options {
     pub quick: bool,
+    /// The era of the clients in the read scenarios.
+    pub era: clients::Era,
     /// `--target URL` and `--uri URI`: an external endpoint for the read scenarios.
     pub target: Option<External>,
 }

@@ -47,9 +47,9 @@ async fn run_local(options: &Options, report: &mut Report) -> anyhow::Result<()>
     let setup = start().await?;
     let side = clients::connect_with(&setup.fixture.url, Era::Auto, Default::default()).await?;
     for concurrency in CONCURRENCIES {
-        let direct = clients::connect_many(&setup.fixture.url, Era::Auto, concurrency, 32).await?;
-        let miss = clients::connect_many(&setup.miss.url, Era::Auto, concurrency, 32).await?;
-        let hit = clients::connect_many(&setup.hit.url, Era::Auto, concurrency, 32).await?;
+        let direct = clients::connect_many(&setup.fixture.url, options.era, concurrency, 32).await?;
+        let miss = clients::connect_many(&setup.miss.url, options.era, concurrency, 32).await?;
+        let hit = clients::connect_many(&setup.hit.url, options.era, concurrency, 32).await?;
         let paths = [
             path("direct", &direct, Operation::Read(DIRECT_URI.into())),
             path("miss", &miss, Operation::Read(PROXIED_URI.into())),
@@ -78,7 +78,7 @@ async fn run_local(options: &Options, report: &mut Report) -> anyhow::Result<()>
 
 async fn run_external(external: &External, options: &Options, report: &mut Report) -> anyhow::Result<()> {
     for concurrency in CONCURRENCIES {
-        let target = clients::connect_many(&external.url, Era::Auto, concurrency, 32).await?;
+        let target = clients::connect_many(&external.url, options.era, concurrency, 32).await?;
         let paths = [
             path("target read", &target, Operation::Read(external.uri.clone())),
             path("target templates/list", &target, Operation::ListTemplates),

@@ -24,18 +24,18 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     let mut report = Report::new("throughput");
     let duration = if options.quick { Duration::from_secs(3) } else { Duration::from_secs(10) };
     match &options.target {
-        Some(external) => run_external(external, duration, &mut report).await?,
-        None => run_local(duration, &mut report).await?,
+        Some(external) => run_external(external, options.era, duration, &mut report).await?,
+        None => run_local(options.era, duration, &mut report).await?,
     }
     report.note(format!("{CLIENTS} clients, each reading back to back for {} s", duration.as_secs()));
     Ok(report)
 }
 
-async fn run_local(duration: Duration, report: &mut Report) -> anyhow::Result<()> {
+async fn run_local(era: Era, duration: Duration, report: &mut Report) -> anyhow::Result<()> {
     let fixture = Fixture::spawn(&["--text-bytes", "1024", "--resources", "16"]).await?;
     let proxy = ProxyProcess::start(&http_upstream("fx", &fixture.url)).await?;
     let pid = proxy.pid()?;
-    let clients = clients::connect_many(&proxy.url, Era::Auto, CLIENTS, 16).await?;
+    let clients = clients::connect_many(&proxy.url, era, CLIENTS, 16).await?;
     let peers = clients::peers(&clients);
     let operation = Operation::Read(PROXIED_URI.into());
     clients::repeat(&peers, &operation, 20).await?;
@@ -54,8 +54,8 @@ async fn run_local(duration: Duration, report: &mut Report) -> anyhow::Result<()
     Ok(())
 }
 
-async fn run_external(external: &External, duration: Duration, report: &mut Report) -> anyhow::Result<()> {
-    let clients = clients::connect_many(&external.url, Era::Auto, CLIENTS, 16).await?;
+async fn run_external(external: &External, era: Era, duration: Duration, report: &mut Report) -> anyhow::Result<()> {
+    let clients = clients::connect_many(&external.url, era, CLIENTS, 16).await?;
     let peers = clients::peers(&clients);
     let operation = Operation::Read(external.uri.clone());
     clients::repeat(&peers, &operation, 20).await?;
