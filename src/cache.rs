@@ -119,6 +119,8 @@ struct Inner {
     public: Mutex<HashMap<UriKey, bool>>,
     /// Live watched entries per (upstream, uri): the cache holds a subscription while > 0.
     watched: Mutex<HashMap<UriKey, usize>>,
+    /// Expired entries kept for `stale_if_error` while a reload is tried.
+    stale: Mutex<HashMap<Key, Arc<Entry>>>,
     next_generation: AtomicU64,
     hooks: Arc<dyn CacheHooks>,
 }
@@ -152,6 +154,7 @@ impl ReadCache {
                 generations: Mutex::default(),
                 public: Mutex::default(),
                 watched: Mutex::default(),
+                stale: Mutex::default(),
                 next_generation: AtomicU64::new(1),
                 hooks,
             }
@@ -185,17 +188,18 @@ impl ReadCache {
         }
         let (shared, private) = self.keys(upstream, epoch, uri, principal);
         let now = Instant::now();
-        let mut fallback = None;
         for key in [&shared, &private] {
             if let Some(entry) = self.inner.entries.get(key).await {
                 if entry.fresh_until > now {
                     return Ok(hit(&entry, now));
                 }
-                // Past its lifetime but kept for stale-if-error: make way for a fresh load.
+                // Past its lifetime but kept for stale-if-error: set it aside, make way for a
+                // fresh load.
+                self.inner.stale.lock().expect("stale lock").insert(key.clone(), entry);
                 self.inner.entries.invalidate(key).await;
-                fallback = Some(entry);
             }
         }
+        let fallback = self.inner.take_stale(&shared, &private);
         let known_public = self.known_public(upstream, uri);
         let flight = if known_public { shared.clone() } else { private };
         let generation = flight.generation;
@@ -244,6 +248,11 @@ impl ReadCache {
             }
             generations.entry((upstream_key.clone(), uri.into())).or_insert(next);
         }
+        self.inner
+            .stale
+            .lock()
+            .expect("stale lock")
+            .retain(|key, _| !(*key.upstream == *upstream && is_same_or_parent(uri, &key.uri)));
         let owned = uri.to_string();
         let _ = self.inner.entries.invalidate_entries_if(move |key, _| {
             key.upstream == upstream_key && is_same_or_parent(&owned, &key.uri)
@@ -303,14 +312,17 @@ impl ReadCache {
         self.inner.public.lock().expect("public lock").get(&key).copied().unwrap_or(false)
     }
 
-    fn stale_or(&self, fallback: Option<Arc<Entry>>, failure: &ProxyError) -> Result<Cached, ProxyError> {
+    fn stale_or(&self, fallback: Option<(Key, Arc<Entry>)>, failure: &ProxyError) -> Result<Cached, ProxyError> {
         let upstream_trouble = matches!(
             failure,
             ProxyError::UpstreamDown { .. } | ProxyError::UpstreamTimeout { .. } | ProxyError::UpstreamFailed { .. }
         );
         match fallback {
-            Some(entry) if upstream_trouble && entry.keep_until > Instant::now() => {
-                Ok(Cached { outcome: Outcome::Stale, ttl: Duration::ZERO, ..hit(&entry, Instant::now()) })
+            Some((key, entry)) if upstream_trouble && entry.keep_until > Instant::now() => {
+                let cached = Cached { outcome: Outcome::Stale, ttl: Duration::ZERO, ..hit(&entry, Instant::now()) };
+                // Still the best there is while the upstream is in trouble.
+                self.inner.stale.lock().expect("stale lock").insert(key, entry);
+                Ok(cached)
             }
             _ => Err(failure.clone()),
         }
@@ -318,6 +330,14 @@ impl ReadCache {
 }
 
 impl Inner {
+    /// The expired entry set aside for `shared` or `private`, if any (taken out: a successful
+    /// load replaces it; a failed one puts it back).
+    fn take_stale(&self, shared: &Key, private: &Key) -> Option<(Key, Arc<Entry>)> {
+        let mut stale = self.stale.lock().expect("stale lock");
+        stale.retain(|_, entry| entry.keep_until > Instant::now());
+        [shared, private].into_iter().find_map(|key| stale.remove(key).map(|entry| (key.clone(), entry)))
+    }
+
     /// Decide whether a loaded result is kept, and under which key.
     fn admit(&self, flight: &Key, generation: u64, loaded: Loaded) -> Result<Arc<Entry>, LoadError> {
         let scope = scope_of(&loaded.result);

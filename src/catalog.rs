@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use rmcp::model::{Resource, ResourceTemplate};
 
 /// What one upstream contributes, with namespaced URIs and templates.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq)]
 pub struct UpstreamCatalog {
     pub resources: Vec<Resource>,
     pub templates: Vec<ResourceTemplate>,
@@ -57,6 +57,17 @@ impl Catalog {
         self.change(|upstreams| {
             upstreams.insert(upstream.to_string(), Arc::new(entries));
         })
+    }
+
+    /// Replace what `upstream` contributes when it differs from what is there; true when it did
+    /// (a new generation).
+    pub fn replace_if_changed(&self, upstream: &str, entries: UpstreamCatalog) -> bool {
+        let current = self.inner.lock().expect("catalog lock").upstreams.get(upstream).cloned();
+        if current.is_some_and(|current| *current == entries) {
+            return false;
+        }
+        self.set_upstream(upstream, entries);
+        true
     }
 
     /// Drop what `upstream` contributes (it left or went down). Returns the new generation.

@@ -284,3 +284,30 @@ async fn serves_a_host_over_stdio_in_both_eras() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Lists come from the catalog, not from upstream calls per page; an upstream's lists are
+/// fetched again when their `ttlMs` runs out (and not otherwise).
+#[tokio::test]
+async fn lists_are_refetched_only_when_their_ttl_runs_out() -> anyhow::Result<()> {
+    let short = HttpFixture::spawn(&["--era", "modern", "--ttl-ms", "1000"]).await?;
+    let unbounded = HttpFixture::spawn(&["--era", "modern"]).await?;
+    let config = format!("{}{}", http_upstream("short", &short.url, ""), http_upstream("plain", &unbounded.url, ""));
+    let proxy = ProxyProcess::start(&config).await?;
+    proxy.wait_up("short", 1).await?;
+    proxy.wait_up("plain", 1).await?;
+    let (side_short, _) = fixture::connect_http(&short.url, Era::Modern).await?;
+    let (side_plain, _) = fixture::connect_http(&unbounded.url, Era::Modern).await?;
+    let plain_lists = fixture::stats(&side_plain).await?["lists"].as_u64().unwrap();
+    let short_lists = fixture::stats(&side_short).await?["lists"].as_u64().unwrap();
+
+    let (client, _) = fixture::connect_http(&proxy.url, Era::Modern).await?;
+    for _ in 0..5 {
+        list_all_resources(&client).await?;
+    }
+    assert_eq!(fixture::stats(&side_plain).await?["lists"].as_u64().unwrap(), plain_lists, "host lists cost no upstream call");
+    // The short upstream's lists expire after 1 s: the proxy fetches them again by itself.
+    fixture::wait_for_stats(&side_short, |s| s["lists"].as_u64().unwrap() > short_lists).await?;
+    proxy.wait_log(&["upstream catalog reloaded", "\"changed\":false"]).await?;
+    assert_eq!(fixture::stats(&side_plain).await?["lists"].as_u64().unwrap(), plain_lists);
+    Ok(())
+}

@@ -24,7 +24,7 @@ const CLIENT_LINE_DEADLINE: std::time::Duration = std::time::Duration::from_secs
 /// A host of either era that asked for `uris`: a legacy session's notifications, or a listen stream.
 enum Host {
     Legacy { _client: FixtureClient, events: fixture::Events },
-    Modern { _client: FixtureClient, stream: Subscription },
+    Modern { _client: FixtureClient, stream: Box<Subscription> },
 }
 
 impl Host {
@@ -47,7 +47,7 @@ impl Host {
             acknowledged == uris.iter().copied().collect(),
             "listen acknowledged {acknowledged:?} of {uris:?}"
         );
-        Ok(Host::Modern { _client: client, stream })
+        Ok(Host::Modern { _client: client, stream: Box::new(stream) })
     }
 
     /// The URI of the next `updated` this host hears (list changes passed over).

@@ -228,3 +228,27 @@ async fn randomized_reads_never_return_content_older_than_a_received_update() {
         task.await.unwrap_or_else(|e| panic!("seed {seed}: {e}"));
     }
 }
+
+#[tokio::test]
+async fn stale_if_error_serves_an_expired_entry_but_never_an_invalidated_one() {
+    let hooks = Arc::new(Hooks::default());
+    let config = CacheConfig { stale_if_error: Duration::from_secs(60), ..config() };
+    let cache = ReadCache::new(config, hooks);
+    let short = || async { Ok(Loaded { result: text("v1").with_ttl_ms(1), watched: false, trusted: false }) };
+    let down = || async { Err(ProxyError::UpstreamDown { upstream: "u".into() }) };
+    cache.read("u", 0, "x://a", "p", short).await.unwrap();
+    // Let the 1 ms lifetime pass: the expiry is the behaviour under test.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    for _ in 0..2 {
+        let stale = cache.read("u", 0, "x://a", "p", down).await.unwrap();
+        assert_eq!((body(&stale), stale.outcome), ("v1".to_string(), Outcome::Stale), "while the upstream is down");
+    }
+
+    cache.read("u", 0, "x://b", "p", short).await.unwrap();
+    cache.invalidate("u", "x://b");
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let error = cache.read("u", 0, "x://b", "p", down).await.unwrap_err();
+    assert_eq!(error.kind(), "upstream_down", "an invalidated entry is never served stale");
+    let not_found = || async { Err(ProxyError::not_found("u+x://a")) };
+    assert_eq!(cache.read("u", 0, "x://a", "p", not_found).await.unwrap_err().kind(), "not_found", "only upstream trouble");
+}

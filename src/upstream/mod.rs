@@ -10,6 +10,7 @@
 
 mod client;
 mod connect;
+mod listing;
 mod supervisor;
 mod watching;
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use rmcp::model::{ClientRequest, PaginatedRequestParams, Resource, ResourceTemplate};
+use rmcp::model::ClientRequest;
 use rmcp::service::{Peer, RoleClient, ServiceError};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -12,12 +12,9 @@ use tokio_util::sync::CancellationToken;
 use super::client::Notice;
 use super::connect::{Running, connect};
 use super::{Era, Link, LinkState, Upstream, UpstreamEvent};
-use crate::catalog::{Catalog, UpstreamCatalog};
-use crate::namespace;
+use crate::catalog::Catalog;
 
 const BACKOFF_MIN: Duration = Duration::from_millis(250);
-/// A guard against upstreams whose cursors never end.
-const MAX_PAGES: usize = 100_000;
 
 pub(super) struct Supervisor {
     upstream: Upstream,
@@ -26,6 +23,14 @@ pub(super) struct Supervisor {
     catalog: Catalog,
     events: mpsc::UnboundedSender<UpstreamEvent>,
     shutdown: CancellationToken,
+}
+
+/// What a catalog load found.
+struct Reload {
+    /// When the lists must be fetched again, if ever.
+    refresh: Option<Duration>,
+    /// Whether the catalog differs from what it was.
+    changed: bool,
 }
 
 /// Why a connection ended.
@@ -91,9 +96,10 @@ impl Supervisor {
         *remembered = Some(era);
         let capabilities = running.peer_info().map(|i| i.capabilities.clone()).unwrap_or_default();
         let link = Link { peer: running.peer().clone(), era, capabilities };
-        if let Err(error) = self.load_catalog(&link.peer).await {
-            return End::Lost(error);
-        }
+        let refresh = match self.load_catalog(&link.peer).await {
+            Ok(reload) => reload.refresh,
+            Err(error) => return End::Lost(error),
+        };
         *backoff = BACKOFF_MIN;
         self.upstream.set_link(Some(link.clone()));
         self.upstream.update_status(|s| {
@@ -116,19 +122,35 @@ impl Supervisor {
             watcher.clone(),
             move || upstream.inner.broken.notify_one(),
         ));
-        let end = self.serve(running, &link, &mut notices).await;
+        let end = self.serve(running, &link, &mut notices, refresh).await;
         watcher.cancel();
         self.upstream.inner.applied.send_replace(Default::default());
         end
     }
 
-    async fn serve(&self, running: Running, link: &Link, notices: &mut mpsc::UnboundedReceiver<Notice>) -> End {
+    async fn serve(
+        &self,
+        running: Running,
+        link: &Link,
+        notices: &mut mpsc::UnboundedReceiver<Notice>,
+        mut refresh: Option<Duration>,
+    ) -> End {
         let mut running = std::pin::pin!(running.waiting());
+        let far = Duration::from_secs(86_400 * 365);
+        let mut refresh_at = tokio::time::Instant::now() + refresh.unwrap_or(far);
         let every = self.upstream.config().health_interval;
         let mut health = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
+                _ = tokio::time::sleep_until(refresh_at), if refresh.is_some() => {
+                    // The upstream's lists ran out of time (`ttlMs`): fetch them again.
+                    match self.reload(link).await {
+                        Ok(next) => refresh = next,
+                        Err(error) => return End::Lost(error),
+                    }
+                    refresh_at = tokio::time::Instant::now() + refresh.unwrap_or(far);
+                }
                 _ = health.tick() => {
                     if let Err(error) = self.probe(link).await {
                         return End::Lost(error);
@@ -163,14 +185,28 @@ impl Supervisor {
                 // A burst of list_changed costs one reload (two when more arrive during the
                 // first) and one event.
                 self.drain_list_changes(notices);
-                self.load_catalog(&link.peer).await?;
+                let mut changed = self.load_catalog(&link.peer).await?.changed;
                 while self.drain_list_changes(notices) {
-                    self.load_catalog(&link.peer).await?;
+                    changed |= self.load_catalog(&link.peer).await?.changed;
                 }
-                tracing::info!(resources = self.resource_count(), "upstream catalog reloaded");
-                let _ = self.events.send(UpstreamEvent::CatalogChanged { upstream: self.upstream.name().to_string() });
+                self.reloaded(changed);
                 Ok(())
             }
+        }
+    }
+
+    /// Fetch the lists again (their `ttlMs` ran out); returns when to do so next.
+    async fn reload(&self, link: &Link) -> Result<Option<Duration>, String> {
+        let reload = self.load_catalog(&link.peer).await?;
+        self.reloaded(reload.changed);
+        Ok(reload.refresh)
+    }
+
+    /// Log a reload and, when it changed something, tell the proxy.
+    fn reloaded(&self, changed: bool) {
+        tracing::info!(resources = self.resource_count(), changed, "upstream catalog reloaded");
+        if changed {
+            let _ = self.events.send(UpstreamEvent::CatalogChanged { upstream: self.upstream.name().to_string() });
         }
     }
 
@@ -204,121 +240,16 @@ impl Supervisor {
         snapshot.counts().iter().find(|(n, _, _)| n == self.upstream.name()).map_or(0, |(_, r, _)| *r)
     }
 
-    /// Every page of resources and templates, namespaced, into the catalog.
-    async fn load_catalog(&self, peer: &Peer<RoleClient>) -> Result<(), String> {
+    /// Every page of resources and templates, namespaced, into the catalog. Returns when the
+    /// lists must be fetched again (the shortest `ttlMs` they came with), if ever.
+    async fn load_catalog(&self, peer: &Peer<RoleClient>) -> Result<Reload, String> {
+        let listing = super::listing::fetch(&self.upstream, peer).await?;
         let name = self.upstream.name();
-        let timeout = self.upstream.config().request_timeout;
-        let started = std::time::Instant::now();
-        let resources = all_pages(timeout, |cursor| async {
-            let page = peer.list_resources(Some(PaginatedRequestParams::default().with_cursor(cursor))).await?;
-            Ok((page.resources, page.next_cursor))
-        })
-        .await
-        .map_err(|e| format!("resources/list: {e}"));
-        let outcome = if resources.is_ok() { "ok" } else { "upstream_failed" };
-        self.upstream.inner.metrics.upstream_request(name, "resources/list", outcome, started.elapsed());
-        let resources = resources?;
-        let templates = all_pages(timeout, |cursor| async {
-            let page =
-                peer.list_resource_templates(Some(PaginatedRequestParams::default().with_cursor(cursor))).await?;
-            Ok((page.resource_templates, page.next_cursor))
-        })
-        .await
-        .or_else(|e| {
-            if e.is_method_not_found() { Ok(Vec::new()) } else { Err(format!("resources/templates/list: {e}")) }
-        })?;
-        let metrics = &self.upstream.inner.metrics;
-        let unlisted = || metrics.catalog_entry_unlisted(name);
-        let entries = UpstreamCatalog {
-            resources: resources.into_iter().filter_map(|r| namespace_resource(name, r).or_else(|| {
-                unlisted();
-                None
-            })).collect(),
-            templates: templates.into_iter().filter_map(|t| namespace_template(name, t).or_else(|| {
-                unlisted();
-                None
-            })).collect(),
-        };
-        metrics.set_catalog_size(name, entries.resources.len(), entries.templates.len());
-        self.catalog.set_upstream(name, entries);
-        Ok(())
+        let (resources, templates) = (listing.entries.resources.len(), listing.entries.templates.len());
+        self.upstream.inner.metrics.set_catalog_size(name, resources, templates);
+        let changed = self.catalog.replace_if_changed(name, listing.entries);
+        Ok(Reload { refresh: listing.refresh, changed })
     }
-}
-
-fn namespace_resource(upstream: &str, mut resource: Resource) -> Option<Resource> {
-    match namespace::namespaced(upstream, &resource.uri) {
-        Some(uri) => {
-            resource.uri = uri;
-            Some(resource)
-        }
-        None => {
-            tracing::warn!(upstream, uri = %resource.uri, "resource URI has no scheme; not listed");
-            None
-        }
-    }
-}
-
-fn namespace_template(upstream: &str, mut template: ResourceTemplate) -> Option<ResourceTemplate> {
-    match namespace::namespaced_template(upstream, &template.uri_template) {
-        Some(uri_template) => {
-            template.uri_template = uri_template;
-            Some(template)
-        }
-        None => {
-            tracing::warn!(upstream, uri = %template.uri_template, "template has no literal scheme; not listed");
-            None
-        }
-    }
-}
-
-/// A failed page fetch.
-#[derive(Debug)]
-enum PageError {
-    Service(ServiceError),
-    Timeout,
-    Loop,
-}
-
-impl PageError {
-    fn is_method_not_found(&self) -> bool {
-        matches!(self, PageError::Service(ServiceError::McpError(e)) if e.code == rmcp::model::ErrorCode::METHOD_NOT_FOUND)
-    }
-}
-
-impl std::fmt::Display for PageError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PageError::Service(e) => write!(f, "{e}"),
-            PageError::Timeout => f.write_str("timed out"),
-            PageError::Loop => f.write_str("the upstream's cursors do not end"),
-        }
-    }
-}
-
-impl From<ServiceError> for PageError {
-    fn from(e: ServiceError) -> Self {
-        PageError::Service(e)
-    }
-}
-
-async fn all_pages<T, F, Fut>(timeout: Duration, mut fetch: F) -> Result<Vec<T>, PageError>
-where
-    F: FnMut(Option<String>) -> Fut,
-    Fut: std::future::Future<Output = Result<(Vec<T>, Option<String>), ServiceError>>,
-{
-    let mut items = Vec::new();
-    let mut cursor = None;
-    let mut seen = std::collections::HashSet::new();
-    for _ in 0..MAX_PAGES {
-        let (page, next) = tokio::time::timeout(timeout, fetch(cursor)).await.map_err(|_| PageError::Timeout)??;
-        items.extend(page);
-        match next {
-            Some(next) if !seen.insert(next.clone()) => return Err(PageError::Loop),
-            Some(next) => cursor = Some(next),
-            None => return Ok(items),
-        }
-    }
-    Err(PageError::Loop)
 }
 
 /// ±20% so that many upstreams that fell together do not come back in lockstep.

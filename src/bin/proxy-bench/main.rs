@@ -90,11 +90,24 @@ pub struct External {
     pub uri: String,
 }
 
+impl From<ClientEra> for clients::Era {
+    fn from(era: ClientEra) -> Self {
+        match era {
+            ClientEra::Auto => clients::Era::Auto,
+            ClientEra::Legacy => clients::Era::Legacy,
+            ClientEra::Modern => clients::Era::Modern,
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
-    let options =
-        Options { quick: args.quick, target: args.target.zip(args.uri).map(|(url, uri)| External { url, uri }) };
+    let options = Options {
+        quick: args.quick,
+        era: args.era.into(),
+        target: args.target.zip(args.uri).map(|(url, uri)| External { url, uri }),
+    };
     let reports = runtime.block_on(run(args.scenario, &options));
     let failed = reports.iter().any(|report| report.failed());
     match args.json {

@@ -1,0 +1,140 @@
+//! Fetching an upstream's whole catalog: every page of its resources and templates,
+//! namespaced, with the shortest `ttlMs` the pages came with.
+
+use std::time::Duration;
+
+use rmcp::model::{PaginatedRequestParams, Resource, ResourceTemplate};
+use rmcp::service::{Peer, RoleClient, ServiceError};
+
+use super::Upstream;
+use crate::catalog::UpstreamCatalog;
+use crate::namespace;
+
+/// A guard against upstreams whose cursors never end.
+const MAX_PAGES: usize = 100_000;
+/// Lists are not fetched again more often than this, whatever `ttlMs` says.
+const MIN_REFRESH: Duration = Duration::from_secs(1);
+
+/// What one fetch produced.
+pub(super) struct Listing {
+    pub entries: UpstreamCatalog,
+    /// When to fetch again (the upstream's shortest positive `ttlMs`); `None`: only on
+    /// `list_changed` or reconnect.
+    pub refresh: Option<Duration>,
+}
+
+pub(super) async fn fetch(upstream: &Upstream, peer: &Peer<RoleClient>) -> Result<Listing, String> {
+    let name = upstream.name();
+    let metrics = &upstream.inner.metrics;
+    let timeout = upstream.config().request_timeout;
+    let started = std::time::Instant::now();
+    let resources = all_pages(timeout, |cursor| async {
+        let page = peer.list_resources(Some(PaginatedRequestParams::default().with_cursor(cursor))).await?;
+        Ok((page.resources, page.next_cursor, page.ttl_ms))
+    })
+    .await
+    .map_err(|e| format!("resources/list: {e}"));
+    let outcome = if resources.is_ok() { "ok" } else { "upstream_failed" };
+    metrics.upstream_request(name, "resources/list", outcome, started.elapsed());
+    let (resources, resources_ttl) = resources?;
+    let templates = all_pages(timeout, |cursor| async {
+        let page = peer.list_resource_templates(Some(PaginatedRequestParams::default().with_cursor(cursor))).await?;
+        Ok((page.resource_templates, page.next_cursor, page.ttl_ms))
+    })
+    .await;
+    let (templates, templates_ttl) = match templates {
+        Ok(found) => found,
+        Err(e) if e.is_method_not_found() => (Vec::new(), None),
+        Err(e) => return Err(format!("resources/templates/list: {e}")),
+    };
+    let unlisted = |uri: &str| {
+        tracing::warn!(upstream = name, uri, "URI has no scheme; not listed");
+        metrics.catalog_entry_unlisted(name);
+    };
+    let entries = UpstreamCatalog {
+        resources: resources.into_iter().filter_map(|r| namespace_resource(name, r, &unlisted)).collect(),
+        templates: templates.into_iter().filter_map(|t| namespace_template(name, t, &unlisted)).collect(),
+    };
+    let refresh = [resources_ttl, templates_ttl]
+        .into_iter()
+        .flatten()
+        .filter(|ttl| *ttl > 0)
+        .min()
+        .map(|ttl| Duration::from_millis(ttl).max(MIN_REFRESH));
+    Ok(Listing { entries, refresh })
+}
+
+fn namespace_resource(upstream: &str, mut resource: Resource, unlisted: &dyn Fn(&str)) -> Option<Resource> {
+    let Some(uri) = namespace::namespaced(upstream, &resource.uri) else {
+        unlisted(&resource.uri);
+        return None;
+    };
+    resource.uri = uri;
+    Some(resource)
+}
+
+fn namespace_template(upstream: &str, mut template: ResourceTemplate, unlisted: &dyn Fn(&str)) -> Option<ResourceTemplate> {
+    let Some(uri_template) = namespace::namespaced_template(upstream, &template.uri_template) else {
+        unlisted(&template.uri_template);
+        return None;
+    };
+    template.uri_template = uri_template;
+    Some(template)
+}
+
+/// A failed page fetch.
+#[derive(Debug)]
+enum PageError {
+    Service(ServiceError),
+    Timeout,
+    Loop,
+}
+
+impl PageError {
+    fn is_method_not_found(&self) -> bool {
+        matches!(self, PageError::Service(ServiceError::McpError(e)) if e.code == rmcp::model::ErrorCode::METHOD_NOT_FOUND)
+    }
+}
+
+impl std::fmt::Display for PageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PageError::Service(e) => write!(f, "{e}"),
+            PageError::Timeout => f.write_str("timed out"),
+            PageError::Loop => f.write_str("the upstream's cursors do not end"),
+        }
+    }
+}
+
+impl From<ServiceError> for PageError {
+    fn from(e: ServiceError) -> Self {
+        PageError::Service(e)
+    }
+}
+
+/// Follow cursors to the end; the items and the shortest `ttlMs` of any page.
+async fn all_pages<T, F, Fut>(timeout: Duration, mut fetch: F) -> Result<(Vec<T>, Option<u64>), PageError>
+where
+    F: FnMut(Option<String>) -> Fut,
+    Fut: std::future::Future<Output = Result<(Vec<T>, Option<String>, Option<u64>), ServiceError>>,
+{
+    let mut items = Vec::new();
+    let mut ttl: Option<u64> = None;
+    let mut cursor = None;
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..MAX_PAGES {
+        let (page, next, page_ttl) =
+            tokio::time::timeout(timeout, fetch(cursor)).await.map_err(|_| PageError::Timeout)??;
+        items.extend(page);
+        ttl = match (ttl, page_ttl) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        match next {
+            Some(next) if !seen.insert(next.clone()) => return Err(PageError::Loop),
+            Some(next) => cursor = Some(next),
+            None => return Ok((items, ttl)),
+        }
+    }
+    Err(PageError::Loop)
+}
