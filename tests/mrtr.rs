@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::fixture::{self, DEADLINE, Era, FixtureClient, HttpFixture, error_code, stats};
+use common::fixture::{self, DEADLINE, Era, FixtureClient, HttpFixture, error_code, stats, wait_for_stats};
 use common::proxy::{ProxyProcess, http_upstream};
 use rmcp::model::{InputRequest, ReadResourceRequestParams, ReadResourceResponse, ResourceContents};
 use serde_json::Value;
@@ -38,6 +38,22 @@ async fn input_required_reaches_a_modern_host_and_is_never_cached() -> anyhow::R
     let counted = stats(&side).await?;
     assert_eq!(upstream_reads(&counted, NEEDS_INPUT), 2, "two host reads, two upstream reads: {counted}");
     assert_eq!(counted["input_required"], 2, "{counted}");
+    Ok(())
+}
+
+/// Nothing of an `input_required` answer is kept — not even the upstream subscription a cold
+/// read takes before it reads: once the read is answered, the upstream is no longer asked to
+/// watch the URI.
+#[tokio::test]
+async fn an_input_required_read_leaves_no_upstream_watch_behind() -> anyhow::Result<()> {
+    let (proxy, _upstream, side) = proxy_with_modern_fixture().await?;
+    let (host, _) = fixture::connect_http(&proxy.url, Era::Modern).await?;
+    let response = read_once(&host, NEEDS_INPUT_THROUGH_PROXY).await?;
+    assert!(matches!(response, ReadResourceResponse::InputRequired(_)), "{response:?}");
+    let released =
+        wait_for_stats(&side, |s| !s["listen_uris"].as_array().is_some_and(|u| u.contains(&NEEDS_INPUT.into())));
+    let released = released.await.map_err(|e| anyhow::anyhow!("the upstream still watches {NEEDS_INPUT}: {e}"))?;
+    assert_eq!(upstream_reads(&released, NEEDS_INPUT), 1, "{released}");
     Ok(())
 }
 

@@ -64,15 +64,16 @@ async fn metrics_count_a_scripted_workload_with_the_right_labels() -> anyhow::Re
 
     #[allow(deprecated)]
     subscriber.subscribe(SubscribeRequestParams::new(item(0))).await?;
-    // Sampled gauges: one host holds item 0; the proxy holds each item it cached upstream.
-    let held = |m: &Exposition, family: &str| m.value(family, &[("upstream", "fx")]);
-    scrape_until(&proxy, "subscription gauges", |m| {
-        held(m, "mcp_proxy_downstream_subscriptions") == Some(1.0)
-            && held(m, "mcp_proxy_upstream_subscriptions") == Some(ITEMS as f64)
+    // Sampled gauges, set on the same tick: one host holds item 0; upstream, the proxy holds
+    // each item it cached (item 0 shared with the host) — and nothing for the missing URI.
+    let sampled = scrape_until(&proxy, "the host's subscription", |m| {
+        m.value("mcp_proxy_downstream_subscriptions", &[("upstream", "fx")]) == Some(1.0)
     })
     .await?;
+    let held_upstream = sampled.value("mcp_proxy_upstream_subscriptions", &[("upstream", "fx")]);
     let side = fx.side().await?;
-    call_json(&side, "touch", json!({ "uri": "fx://fx/item/0" })).await?;
+    let touched = call_json(&side, "touch", json!({ "uri": "fx://fx/item/0" })).await?;
+    ensure!(touched["notified"] == 1, "the upstream sent one `updated`: {touched}");
     wait_updated(&mut heard, &item(0)).await?;
 
     fx.stop().await?;
@@ -82,6 +83,8 @@ async fn metrics_count_a_scripted_workload_with_the_right_labels() -> anyhow::Re
     fx.start().await?;
     proxy.wait_up("fx", 2).await?;
     scrape_until(&proxy, "fx up again", |m| up(m, "fx") == Some(1.0)).await?;
+    // Updates may have been missed meanwhile: the proxy tells the host item 0 may have changed.
+    wait_updated(&mut heard, &item(0)).await?;
     let after = scrape(&proxy).await?;
 
     let reads = ITEMS * (REREADS + 1);
@@ -106,9 +109,12 @@ async fn metrics_count_a_scripted_workload_with_the_right_labels() -> anyhow::Re
         ("mcp_proxy_policy_denials_total", vec![("action", "read"), ("policy", POLICY_FILE)], 1.0),
         // The list hid the blob because of a rule in that file, too.
         ("mcp_proxy_policy_denials_total", vec![("action", "list"), ("policy", POLICY_FILE)], 1.0),
+        // The upstream sent one `updated`; the proxy's own "may have changed" after the
+        // reconnect is no notification from the upstream, and invalidates for the reconnect.
         ("mcp_proxy_notifications_received_total", vec![("upstream", "fx"), ("kind", "updated")], 1.0),
-        ("mcp_proxy_notifications_delivered_total", vec![("kind", "updated")], 1.0),
         ("mcp_proxy_cache_invalidations_total", vec![("cause", "updated")], 1.0),
+        // The host heard two: the upstream's and the proxy's after the reconnect.
+        ("mcp_proxy_notifications_delivered_total", vec![("kind", "updated")], 2.0),
         // Items 1 and 2 were cached when the upstream went away (item 0 was invalidated).
         ("mcp_proxy_cache_invalidations_total", vec![("cause", "reconnect")], (ITEMS - 1) as f64),
         // One restart: the upstream came back once, however many attempts that took.
@@ -117,6 +123,11 @@ async fn metrics_count_a_scripted_workload_with_the_right_labels() -> anyhow::Re
         ("mcp_proxy_build_info", vec![("version", version)], 0.0),
     ];
     let mut mismatches = moved(&before, &after, &expected);
+    if held_upstream != Some(ITEMS as f64) {
+        mismatches.push(format!(
+            "mcp_proxy_upstream_subscriptions{{upstream=\"fx\"}} is {held_upstream:?}, expected {ITEMS}"
+        ));
+    }
     if after.value("mcp_proxy_build_info", &[("version", version)]) != Some(1.0) {
         mismatches.push(format!("mcp_proxy_build_info{{version={version:?}}} is not 1"));
     }
@@ -200,7 +211,9 @@ async fn ten_thousand_distinct_uris_do_not_grow_the_number_of_series() -> anyhow
     let ok_rest = read_distinct(&hosts, FIRST..READS).await?;
     let last = scrape(&proxy).await?;
 
-    let read_ok = |m: &Exposition| m.sum("mcp_proxy_downstream_requests_total", &[("method", "resources/read"), ("outcome", "ok")]);
+    let read_ok = |m: &Exposition| {
+        m.sum("mcp_proxy_downstream_requests_total", &[("method", "resources/read"), ("outcome", "ok")])
+    };
     assert_eq!(read_ok(&last) - read_ok(&first), ok_rest as f64, "the reads were counted");
     assert!(ok_first > 0 && ok_rest > 0);
     let (first_series, last_series) = (first.series(), last.series());
@@ -211,7 +224,7 @@ async fn ten_thousand_distinct_uris_do_not_grow_the_number_of_series() -> anyhow
     let uri_like: Vec<String> = last
         .samples
         .iter()
-        .filter(|s| s.labels.values().any(|v| v.contains("://") || v.contains("item/") || v.contains('+')))
+        .filter(|s| s.labels.values().any(|v| v.contains("://") || v.contains("item/") || v.contains("nowhere")))
         .map(|s| s.identity())
         .collect();
     assert!(uri_like.is_empty(), "label values that look like URIs: {uri_like:#?}");
@@ -283,14 +296,14 @@ async fn dashboard_workload(
     for bytes in 6000..6006 {
         read(&legacy, &format!("fx+fx://fx/sized/{bytes}")).await?;
     }
+    wait_evicted(proxy, &legacy).await?;
     ensure!(read(&legacy, MISSING).await.is_err() && read(&modern, DENIED).await.is_err());
     #[allow(deprecated)]
     legacy.subscribe(SubscribeRequestParams::new(item(0))).await?;
     let side = fx.side().await?;
-    call_json(&side, "touch", json!({ "uri": "fx://fx/item/0" })).await?;
+    let touched = call_json(&side, "touch", json!({ "uri": "fx://fx/item/0" })).await?;
+    ensure!(touched["notified"] == 1, "the upstream sent one `updated`: {touched}");
     wait_updated(&mut heard, &item(0)).await?;
-    scrape_until(proxy, "evictions", |m| m.value("mcp_proxy_cache_evictions_total", &[("cause", "size")]).unwrap_or(0.0) > 0.0)
-        .await?;
 
     fx.stop().await?;
     prometheus.wait_value("mcp_proxy_upstream_up{upstream=\"fx\"}", 0.0).await?;
@@ -301,6 +314,25 @@ async fn dashboard_workload(
         read(&modern, &item(id)).await?;
     }
     Ok(vec![legacy, modern])
+}
+
+/// Wait until `/metrics` counts an eviction for size. The cache settles evictions as it is used,
+/// so keep using it (reads of a cached item) while waiting.
+async fn wait_evicted(proxy: &ProxyProcess, host: &Peer<RoleClient>) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let metrics = scrape(proxy).await?;
+        if metrics.value("mcp_proxy_cache_evictions_total", &[("cause", "size")]).unwrap_or(0.0) > 0.0 {
+            return Ok(());
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no eviction for size counted:\n{}",
+            proxy.admin_get("/metrics").await?
+        );
+        read(host, "st+fx://fx/item/0").await?;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// A fixture over HTTP on a fixed address, so it can be stopped and started again where the
@@ -506,28 +538,34 @@ fn substitute(expr: &str, upstreams: &str) -> String {
     substituted
 }
 
-/// Read `ids` concurrently, spread over `hosts`: `id % 10 == 7` is a URI the upstream does not
+/// Read `ids` concurrently, spread over `hosts`: `id % 100 == 7` is a URI the upstream does not
 /// have, `id % 10 == 9` a URI of an upstream that does not exist, the rest are items. Returns
 /// how many reads succeeded; the others must fail as expected.
 async fn read_distinct(hosts: &[FixtureClient], ids: std::ops::Range<u64>) -> anyhow::Result<u64> {
     let outcomes: Vec<(u64, bool)> = futures::stream::iter(ids)
         .map(|id| async move {
             let host = &hosts[(id % hosts.len() as u64) as usize];
-            let uri = match id % 10 {
-                7 => format!("fx+fx://fx/none/{id}"),
-                9 => format!("nowhere{id}+fx://fx/item/{id}"),
-                _ => item(id),
-            };
-            let result = read(host, &uri).await;
+            let result = read(host, &distinct_uri(id)).await;
             anyhow::Ok((id, result.is_ok()))
         })
         .buffer_unordered(32)
         .try_collect()
         .await?;
-    let wrong: Vec<u64> =
-        outcomes.iter().filter(|(id, ok)| *ok == matches!(id % 10, 7 | 9)).map(|(id, _)| *id).collect();
+    let wrong: Vec<u64> = outcomes
+        .iter()
+        .filter(|(id, ok)| *ok != distinct_uri(*id).starts_with("fx+fx://fx/item/"))
+        .map(|(id, _)| *id)
+        .collect();
     ensure!(wrong.is_empty(), "reads that did not end as expected: {wrong:?}");
     Ok(outcomes.iter().filter(|(_, ok)| *ok).count() as u64)
+}
+
+fn distinct_uri(id: u64) -> String {
+    match (id % 100, id % 10) {
+        (7, _) => format!("fx+fx://fx/none/{id}"),
+        (_, 9) => format!("nowhere{id}+fx://fx/item/{id}"),
+        _ => item(id),
+    }
 }
 
 /// Each expected `(family, labels, delta)` against two scrapes; one line per mismatch. A series

@@ -75,8 +75,8 @@ impl Proxy {
                 cache.release_if_unused(name, original);
             }
         }
-        match upstream.read(original).await? {
-            ReadResourceResponse::Complete(mut result) => {
+        let loaded = match upstream.read(original).await {
+            Ok(ReadResourceResponse::Complete(mut result)) => {
                 for content in &mut result.contents {
                     namespace_content(name, uri, content);
                 }
@@ -84,11 +84,17 @@ impl Proxy {
                 if let Some(meta) = result.meta.as_mut() {
                     meta.remove(SERVER_INFO_META_KEY);
                 }
-                Ok(Loaded { result, watched, trusted: upstream.config().trust_notifications })
+                return Ok(Loaded { result, watched, trusted: upstream.config().trust_notifications });
             }
-            ReadResourceResponse::InputRequired(needs) => Err(ProxyError::InputRequired(Box::new(needs))),
-            _ => Err(ProxyError::UpstreamFailed { upstream: name.to_string(), reason: "unknown read response".into() }),
+            Ok(ReadResourceResponse::InputRequired(needs)) => Err(ProxyError::InputRequired(Box::new(needs))),
+            Ok(_) => Err(ProxyError::UpstreamFailed { upstream: name.to_string(), reason: "unknown read response".into() }),
+            Err(error) => Err(error),
+        };
+        // Nothing will be cached: the subscription taken for it must not stay behind.
+        if watched {
+            cache.release_if_unused(name, original);
         }
+        loaded
     }
 }
 

@@ -11,7 +11,7 @@ use rmcp::service::Peer;
 
 use crate::Options;
 use crate::clients::{self, Era, Operation};
-use crate::processes::{self, Fixture, ProxyProcess, http_upstream};
+use crate::processes::{self, Fixture, ProxyProcess, UPSTREAM_TTL_MS, http_upstream};
 use crate::report::{Report, Target, Unit};
 
 const MAX_BYTES_MIB: f64 = 16.0;
@@ -26,7 +26,9 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     if options.target.is_some() {
         bail!("memory starts its own proxy; it does not run against --target");
     }
-    let fixture = Fixture::spawn(&["--text-bytes", &ITEM_BYTES.to_string(), "--resources", "4"]).await?;
+    let fixture =
+        Fixture::spawn(&["--text-bytes", &ITEM_BYTES.to_string(), "--resources", "4", "--ttl-ms", UPSTREAM_TTL_MS])
+            .await?;
     let config = format!("{}[cache]\nmax_bytes = \"16MiB\"\n", http_upstream("fx", &fixture.url));
     let proxy = ProxyProcess::start(&config).await?;
     let pid = proxy.pid()?;

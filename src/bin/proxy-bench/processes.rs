@@ -16,6 +16,11 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStderr, Command};
 
+/// `ttlMs` the fixture puts on its results in the read scenarios: an upstream that allows
+/// caching. (A 2026-07-28 result without it says `ttlMs: 0`, which the proxy does not cache
+/// unless the upstream has `trust_notifications`.)
+pub const UPSTREAM_TTL_MS: &str = "3600000";
+
 /// How long a fixture or a proxy may take to say it is listening (catalog loads included).
 const START_DEADLINE: Duration = Duration::from_secs(300);
 

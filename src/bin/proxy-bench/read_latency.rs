@@ -10,7 +10,7 @@ use std::time::Duration;
 use rmcp::{RoleClient, service::Peer};
 
 use crate::clients::{self, Client, Era, Operation, Percentiles};
-use crate::processes::{Fixture, ProxyProcess, http_upstream};
+use crate::processes::{Fixture, ProxyProcess, UPSTREAM_TTL_MS, http_upstream};
 use crate::report::{Report, Target, Unit};
 use crate::{External, Options};
 
@@ -70,7 +70,7 @@ async fn run_local(options: &Options, report: &mut Report) -> anyhow::Result<()>
             Target::AtMost(0.0),
         );
     }
-    report.note("direct = the fixture over streamable HTTP; miss = a proxy with `[cache] enabled = false`; hit = a proxy with the cache on, entry warm; all in front of one fixture, 1 KiB text");
+    report.note("direct = the fixture over streamable HTTP; miss = a proxy with `[cache] enabled = false`; hit = a proxy with the cache on, entry warm; all in front of one fixture, 1 KiB text, `ttlMs` 1 h");
     report.note("cheapest = the lower p50 of the proxy's `resources/templates/list` (answered from its catalog) and a read of a URI in a namespace no upstream has");
     drop(setup);
     Ok(())
@@ -97,7 +97,7 @@ async fn run_external(external: &External, options: &Options, report: &mut Repor
 }
 
 async fn start() -> anyhow::Result<Setup> {
-    let fixture = Fixture::spawn(&["--text-bytes", "1024", "--resources", "16"]).await?;
+    let fixture = Fixture::spawn(&["--text-bytes", "1024", "--resources", "16", "--ttl-ms", UPSTREAM_TTL_MS]).await?;
     let upstream = http_upstream("fx", &fixture.url);
     let miss = ProxyProcess::start(&format!("{upstream}[cache]\nenabled = false\n")).await?;
     let hit = ProxyProcess::start(&upstream).await?;

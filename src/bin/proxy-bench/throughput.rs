@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use crate::clients::{self, Era, Operation, Percentiles};
-use crate::processes::{self, Fixture, ProxyProcess, http_upstream};
+use crate::processes::{self, Fixture, ProxyProcess, UPSTREAM_TTL_MS, http_upstream};
 use crate::report::{Report, Target, Unit};
 use crate::{External, Options};
 
@@ -32,7 +32,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
 }
 
 async fn run_local(era: Era, duration: Duration, report: &mut Report) -> anyhow::Result<()> {
-    let fixture = Fixture::spawn(&["--text-bytes", "1024", "--resources", "16"]).await?;
+    let fixture = Fixture::spawn(&["--text-bytes", "1024", "--resources", "16", "--ttl-ms", UPSTREAM_TTL_MS]).await?;
     let proxy = ProxyProcess::start(&http_upstream("fx", &fixture.url)).await?;
     let pid = proxy.pid()?;
     let clients = clients::connect_many(&proxy.url, era, CLIENTS, 16).await?;
