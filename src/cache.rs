@@ -230,6 +230,7 @@ impl ReadCache {
 
     /// `upstream` said `uri` changed: drop it and everything under it, and make sure no load
     /// in flight for them is kept.
+    /// Returns how many entries that drops.
     pub fn invalidate(&self, upstream: &str, uri: &str) -> usize {
         let next = self.inner.next_generation.fetch_add(1, Ordering::Relaxed);
         let upstream_key: Arc<str> = upstream.into();
@@ -262,9 +263,12 @@ impl ReadCache {
 
     /// `upstream` reconnected as connection `epoch`: entries of earlier connections are no
     /// longer read (their keys carry the old number); this frees their memory.
-    pub fn flush_upstream(&self, upstream: &str, epoch: u64) {
+    /// Returns how many entries that drops.
+    pub fn flush_upstream(&self, upstream: &str, epoch: u64) -> u64 {
         let upstream: Arc<str> = upstream.into();
+        let dropped = self.inner.entries.iter().filter(|(key, _)| key.upstream == upstream && key.epoch < epoch).count();
         let _ = self.inner.entries.invalidate_entries_if(move |key, _| key.upstream == upstream && key.epoch < epoch);
+        dropped as u64
     }
 
     /// A load held a subscription for `uri` but will not cache it watched: let the hold go

@@ -384,7 +384,14 @@ struct Prometheus {
 
 impl Prometheus {
     async fn start(target: &str) -> anyhow::Result<Self> {
-        match std::process::Command::new("prometheus").arg("--version").output() {
+        let runs = || std::process::Command::new("prometheus").arg("--version").output();
+        if !runs().is_ok_and(|output| output.status.success()) {
+            // Install it the way CI does (Debian's package; needs root).
+            let script = common::peers::repo_root().join(".ci/install-prometheus.sh");
+            let installed = std::process::Command::new("bash").arg(script).status();
+            eprintln!("installed prometheus: {installed:?}");
+        }
+        match runs() {
             Ok(output) if output.status.success() => {}
             other => panic!(
                 "`prometheus` is not installed or does not run ({other:?}): run `bash .ci/install-prometheus.sh` \

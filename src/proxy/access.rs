@@ -54,6 +54,21 @@ impl Proxy {
             || uri::normalize(namespaced).is_ok_and(|normalized| policy.decide(principal, &normalized).allowed)
     }
 
+    /// `visible` for a list entry; a hidden one is counted as a list denial under the file
+    /// that decided it.
+    pub(crate) fn listable(&self, policy: &PolicySet, principal: &str, namespaced: &str) -> bool {
+        if policy.is_allow_all() {
+            return true;
+        }
+        let decision = uri::normalize(namespaced).map(|normalized| policy.decide(principal, &normalized));
+        let allowed = decision.as_ref().is_ok_and(|d| d.allowed);
+        if !allowed {
+            let file = decision.ok().and_then(|d| d.file);
+            self.inner.metrics.policy_denied(DenialAction::List, file.as_deref());
+        }
+        allowed
+    }
+
     pub(crate) fn template_visible(&self, policy: &PolicySet, principal: &str, template: &ResourceTemplate) -> bool {
         policy.is_allow_all() || policy.template_visible(principal, &template.uri_template)
     }

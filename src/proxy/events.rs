@@ -67,7 +67,7 @@ impl Proxy {
         let mut gauges = tokio::time::interval(GAUGE_INTERVAL);
         loop {
             tokio::select! {
-                _ = gauges.tick() => self.update_gauges(),
+                _ = gauges.tick() => self.update_gauges().await,
                 Some(event) = events.recv() => self.on_upstream_event(event, &mut list_changed),
                 Some(holder) = gone.recv() => self.release(holder),
                 _ = list_changed.fired() => {
@@ -82,20 +82,23 @@ impl Proxy {
 
     fn on_upstream_event(&self, event: UpstreamEvent, list_changed: &mut Debounce) {
         match event {
-            UpstreamEvent::ResourceUpdated { upstream, uri } => {
-                self.inner.metrics.notification_received(&upstream, NotificationKind::Updated);
+            UpstreamEvent::ResourceUpdated { upstream, uri, heard } => {
                 // Keys are normalised URIs; the upstream may spell them its own way.
                 let normalized = normalized_original(&upstream, &uri);
                 let dropped = self.inner.cache.invalidate(&upstream, &normalized);
-                self.inner.metrics.cache_invalidation(InvalidationCause::Updated, dropped as u64);
+                // Unheard ones follow a reconnect, whose flush was counted already.
+                if heard {
+                    self.inner.metrics.notification_received(&upstream, NotificationKind::Updated);
+                    self.inner.metrics.cache_invalidation(InvalidationCause::Updated, dropped as u64);
+                }
                 self.fan_out_update(&upstream, &normalized);
             }
             UpstreamEvent::Up { upstream, reconnected, .. } => {
                 // Updates may have been missed while it was away.
                 if reconnected {
                     let connection = self.inner.upstreams.get(&upstream).map_or(0, |u| u.connection());
-                    self.inner.cache.flush_upstream(&upstream, connection);
-                    self.inner.metrics.cache_invalidation(InvalidationCause::Reconnect, 1);
+                    let dropped = self.inner.cache.flush_upstream(&upstream, connection);
+                    self.inner.metrics.cache_invalidation(InvalidationCause::Reconnect, dropped);
                 }
                 list_changed.poke();
             }
@@ -108,7 +111,9 @@ impl Proxy {
     }
 
     /// Gauges that are cheaper to sample than to track on every change.
-    fn update_gauges(&self) {
+    async fn update_gauges(&self) {
+        // Let the cache finish its bookkeeping (evictions, expiries) even while nobody reads.
+        self.inner.cache.settle().await;
         let (entries, bytes) = self.inner.cache.size();
         self.inner.metrics.set_cache_size(entries, bytes);
         for (upstream, uris, hosts) in self.inner.watches.per_upstream(self.inner.cache_holder) {

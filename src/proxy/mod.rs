@@ -22,7 +22,7 @@ use crate::error::ProxyError;
 use crate::cache::ReadCache;
 use crate::fanout::Fanout;
 use crate::admin::{StatusReport, UpstreamReport};
-use crate::metrics::{DenialAction, Metrics, NotificationKind};
+use crate::metrics::{Metrics, NotificationKind};
 use crate::fanout::Delivery;
 use crate::policy::PolicySet;
 use crate::subscriptions::HolderId;
@@ -156,15 +156,9 @@ impl Proxy {
         let snapshot = self.inner.catalog.snapshot();
         let offset = self.offset(principal, ListKind::Resources, cursor, &snapshot)?;
         let policy = self.policy();
-        let hidden = std::cell::Cell::new(0u64);
         let page = snapshot.resources_page(offset, self.inner.config.server.page_size, &|uri| {
-            let visible = self.visible(&policy, principal, uri);
-            hidden.set(hidden.get() + u64::from(!visible));
-            visible
+            self.listable(&policy, principal, uri)
         });
-        for _ in 0..hidden.get() {
-            self.inner.metrics.policy_denied(DenialAction::List, None);
-        }
         let mut result = ListResourcesResult::with_all_items(page.items);
         result.next_cursor = page.next.map(|next| self.cursor(principal, ListKind::Resources, &snapshot, next));
         Ok(result)

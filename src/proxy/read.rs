@@ -54,7 +54,7 @@ impl Proxy {
                     Outcome::Hit | Outcome::Stale => metrics.cache_hit(&name),
                     Outcome::Miss | Outcome::Bypass => metrics.cache_miss(&name),
                 }
-                metrics.bytes_served(&name, crate::cache::content_bytes(&result));
+                metrics.bytes_served(&name, served_bytes(&result));
                 Ok(ReadAnswer::Result { result, ttl, scope, outcome })
             }
             Err(ProxyError::InputRequired(needs)) => Ok(ReadAnswer::InputRequired(ReadResourceResponse::InputRequired(*needs))),
@@ -96,6 +96,19 @@ impl Proxy {
         }
         loaded
     }
+}
+
+/// The size of what a read serves: text as UTF-8, blobs decoded.
+fn served_bytes(result: &ReadResourceResult) -> u64 {
+    let size = |content: &ResourceContents| match content {
+        ResourceContents::TextResourceContents { text, .. } => text.len(),
+        ResourceContents::BlobResourceContents { blob, .. } => {
+            let padding = blob.bytes().rev().take_while(|b| *b == b'=').count();
+            (blob.len() / 4 * 3).saturating_sub(padding)
+        }
+        _ => 0,
+    };
+    result.contents.iter().map(size).sum::<usize>() as u64
 }
 
 fn content_uri(content: &ResourceContents) -> &str {

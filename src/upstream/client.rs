@@ -12,7 +12,10 @@ use tokio::sync::mpsc;
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Notice {
     ListChanged,
+    /// The upstream said this URI changed.
     Updated(String),
+    /// The URI may have changed unseen (a fresh connection, a listen stream that ended).
+    MayHaveChanged(String),
 }
 
 /// One per connection; rmcp runs each callback in its own task.

@@ -55,8 +55,9 @@ pub enum UpstreamEvent {
     Down { upstream: String },
     /// Its catalog was reloaded after it said `list_changed`.
     CatalogChanged { upstream: String },
-    /// It said `notifications/resources/updated` for this (upstream, un-namespaced) URI.
-    ResourceUpdated { upstream: String, uri: String },
+    /// This (un-namespaced) URI changed: the upstream said so (`heard`), or it may have changed
+    /// unseen (after a reconnect, or when a listen stream ended).
+    ResourceUpdated { upstream: String, uri: String, heard: bool },
 }
 
 /// Connection state, as `/status` and logs show it.
@@ -75,6 +76,7 @@ pub struct UpstreamStatus {
     pub state: LinkState,
     pub era: Option<Era>,
     pub last_error: Option<String>,
+    /// Times it came back after being down.
     pub reconnects: u64,
 }
 

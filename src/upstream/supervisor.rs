@@ -75,8 +75,6 @@ impl Supervisor {
                 _ = self.shutdown.cancelled() => return,
             }
             backoff = (backoff * 2).min(self.upstream.config().reconnect_max.max(BACKOFF_MIN));
-            self.upstream.update_status(|s| s.reconnects += 1);
-            self.upstream.inner.metrics.upstream_reconnected(self.upstream.name());
         }
     }
 
@@ -110,6 +108,10 @@ impl Supervisor {
         tracing::info!(era = era.label(), resources = self.resource_count(), "upstream up");
         self.upstream.inner.metrics.set_upstream_up(self.upstream.name(), true);
         let reconnected = std::mem::replace(&mut *self.was_up.lock().expect("was_up lock"), true);
+        if reconnected {
+            self.upstream.update_status(|s| s.reconnects += 1);
+            self.upstream.inner.metrics.upstream_reconnected(self.upstream.name());
+        }
         let _ = self.events.send(UpstreamEvent::Up { upstream: self.upstream.name().to_string(), era, reconnected });
         let watcher = CancellationToken::new();
         let upstream = self.upstream.clone();
@@ -176,9 +178,11 @@ impl Supervisor {
     ) -> Result<(), String> {
         match notice {
             Notice::Updated(uri) => {
-                let _ = self
-                    .events
-                    .send(UpstreamEvent::ResourceUpdated { upstream: self.upstream.name().to_string(), uri });
+                self.forward_update(uri, true);
+                Ok(())
+            }
+            Notice::MayHaveChanged(uri) => {
+                self.forward_update(uri, false);
                 Ok(())
             }
             Notice::ListChanged => {
@@ -221,15 +225,18 @@ impl Supervisor {
         }
     }
 
+    fn forward_update(&self, uri: String, heard: bool) {
+        let _ = self.events.send(UpstreamEvent::ResourceUpdated { upstream: self.upstream.name().to_string(), uri, heard });
+    }
+
     /// Take what queued; true when a list change was among it. Updates pass on in order.
     fn drain_list_changes(&self, notices: &mut mpsc::UnboundedReceiver<Notice>) -> bool {
         let mut changed = false;
         while let Ok(next) = notices.try_recv() {
             match next {
                 Notice::ListChanged => changed = true,
-                Notice::Updated(uri) => {
-                    let _ = self.events.send(UpstreamEvent::ResourceUpdated { upstream: self.upstream.name().to_string(), uri });
-                }
+                Notice::Updated(uri) => self.forward_update(uri, true),
+                Notice::MayHaveChanged(uri) => self.forward_update(uri, false),
             }
         }
         changed

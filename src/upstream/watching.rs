@@ -202,7 +202,7 @@ fn acknowledged_uris(subscription: &Subscription) -> BTreeSet<String> {
 
 fn report_all(uris: &BTreeSet<String>, notices: &mpsc::UnboundedSender<Notice>) {
     for uri in uris {
-        let _ = notices.send(Notice::Updated(uri.clone()));
+        let _ = notices.send(Notice::MayHaveChanged(uri.clone()));
     }
 }
 

@@ -52,7 +52,7 @@ impl Fixture {
         let mut child = Command::new(sibling("mcp-proxy-fixture")?)
             .args(["--http", "127.0.0.1:0"])
             .args(args)
-            .env("RUST_LOG", "error")
+            .env("RUST_LOG", "off")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
