@@ -184,7 +184,12 @@ impl ReadCache {
     {
         if !self.inner.config.enabled {
             let loaded = load().await?;
-            return Ok(Cached { ttl: Duration::ZERO, scope: scope_of(&loaded.result), result: loaded.result, outcome: Outcome::Bypass });
+            return Ok(Cached {
+                ttl: Duration::ZERO,
+                scope: scope_of(&loaded.result),
+                result: loaded.result,
+                outcome: Outcome::Bypass,
+            });
         }
         let (shared, private) = self.keys(upstream, epoch, uri, principal);
         let now = Instant::now();
@@ -255,9 +260,10 @@ impl ReadCache {
             .expect("stale lock")
             .retain(|key, _| !(*key.upstream == *upstream && is_same_or_parent(uri, &key.uri)));
         let owned = uri.to_string();
-        let _ = self.inner.entries.invalidate_entries_if(move |key, _| {
-            key.upstream == upstream_key && is_same_or_parent(&owned, &key.uri)
-        });
+        let _ = self
+            .inner
+            .entries
+            .invalidate_entries_if(move |key, _| key.upstream == upstream_key && is_same_or_parent(&owned, &key.uri));
         bumped
     }
 
@@ -266,7 +272,8 @@ impl ReadCache {
     /// Returns how many entries that drops.
     pub fn flush_upstream(&self, upstream: &str, epoch: u64) -> u64 {
         let upstream: Arc<str> = upstream.into();
-        let dropped = self.inner.entries.iter().filter(|(key, _)| key.upstream == upstream && key.epoch < epoch).count();
+        let dropped =
+            self.inner.entries.iter().filter(|(key, _)| key.upstream == upstream && key.epoch < epoch).count();
         let _ = self.inner.entries.invalidate_entries_if(move |key, _| key.upstream == upstream && key.epoch < epoch);
         dropped as u64
     }

@@ -317,7 +317,11 @@ fn validate_server(raw: RawServer, problems: &mut Vec<Problem>) -> ServerConfig 
     let admin_listen = match admin_text.as_str() {
         "off" => None,
         text => Some(text.parse().unwrap_or_else(|_| {
-            push(problems, "server.admin_listen", format!("`{text}` is not an address like 127.0.0.1:9464, or \"off\""));
+            push(
+                problems,
+                "server.admin_listen",
+                format!("`{text}` is not an address like 127.0.0.1:9464, or \"off\""),
+            );
             SocketAddr::from(([127, 0, 0, 1], 9464))
         })),
     };
@@ -389,7 +393,16 @@ fn validate_upstream(
     let reconnect_max = duration(raw.reconnect_max.as_deref(), "30s", &format!("{at}.reconnect_max"), problems);
     let required = raw.required.unwrap_or(true);
     let health_interval = duration(raw.health_interval.as_deref(), "10s", &format!("{at}.health_interval"), problems);
-    Some(UpstreamConfig { name, transport: transport?, protocol, request_timeout, reconnect_max, required, health_interval, trust_notifications: raw.trust_notifications.unwrap_or(false) })
+    Some(UpstreamConfig {
+        name,
+        transport: transport?,
+        protocol,
+        request_timeout,
+        reconnect_max,
+        required,
+        health_interval,
+        trust_notifications: raw.trust_notifications.unwrap_or(false),
+    })
 }
 
 struct RawTransport {

@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
+use mcp_resource_proxy::admin::{self, AdminState};
 use mcp_resource_proxy::config::{CliOverrides, Config};
 use mcp_resource_proxy::policy::{self, PolicySet};
-use mcp_resource_proxy::admin::{self, AdminState};
 use mcp_resource_proxy::upstream::LinkState;
-use std::sync::Arc;
 use mcp_resource_proxy::{downstream, proxy::Proxy, serve_dir};
+use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 /// EX_CONFIG from sysexits.h: the configuration is invalid.
@@ -201,10 +201,13 @@ async fn serve(config: Config, stdio: bool, principal: String) -> anyhow::Result
     let proxy = Proxy::start(config, shutdown.clone());
     proxy.watch_policies(shutdown.clone());
     if let Some(admin) = admin {
-        let state = AdminState { metrics: proxy.metrics().clone(), status: Arc::new({
-            let proxy = proxy.clone();
-            move || proxy.status_report()
-        }) };
+        let state = AdminState {
+            metrics: proxy.metrics().clone(),
+            status: Arc::new({
+                let proxy = proxy.clone();
+                move || proxy.status_report()
+            }),
+        };
         tokio::spawn(admin::serve_admin(admin, state, shutdown.clone()));
     }
     tokio::spawn(reload_on_hangup(proxy.clone()));

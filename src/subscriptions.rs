@@ -94,10 +94,9 @@ impl Subscriptions {
     /// For `upstream`: (URIs held, holds by holders other than `except`).
     pub fn counts_for(&self, upstream: &str, except: HolderId) -> (usize, usize) {
         let from = (upstream.to_string(), String::new());
-        self.by_key
-            .range(from..)
-            .take_while(|((u, _), _)| u == upstream)
-            .fold((0, 0), |(uris, holds), (_, holders)| (uris + 1, holds + holders.iter().filter(|h| **h != except).count()))
+        self.by_key.range(from..).take_while(|((u, _), _)| u == upstream).fold((0, 0), |(uris, holds), (_, holders)| {
+            (uris + 1, holds + holders.iter().filter(|h| **h != except).count())
+        })
     }
 
     /// Number of distinct (upstream, URI) pairs held.

@@ -34,8 +34,7 @@ const BOB_POLICY: &str = "principals = [\"bob\"]
 allow = [\"beta+**\", \"alpha+fx://fx/item/*\", \"alpha+fx://fx/multi\", \"alpha+fx://fx/multi/**\"]
 deny = [\"alpha+fx://fx/item/0\", \"alpha+fx://fx/multi/b\"]
 ";
-const CAROL_POLICY: &str =
-    "principals = [\"carol\"]\nallow = [\"alpha+fx://fx/multi/a\", \"beta+fx://fx/multi\", \"beta+fx://fx/multi/**\", \"beta+fx://fx/echo/*\"]\n";
+const CAROL_POLICY: &str = "principals = [\"carol\"]\nallow = [\"alpha+fx://fx/multi/a\", \"beta+fx://fx/multi\", \"beta+fx://fx/multi/**\", \"beta+fx://fx/echo/*\"]\n";
 
 /// The `[server]`, `[auth]` (alice and bob by bearer token) and `[policies]` sections.
 fn access_config(policies: &Path, upstreams: &str) -> String {

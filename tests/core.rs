@@ -95,9 +95,8 @@ async fn reads_route_by_prefix_and_rewrite_contents() -> anyhow::Result<()> {
                 .contents
                 .iter()
                 .map(|c| match c {
-                    ResourceContents::TextResourceContents { uri, .. } | ResourceContents::BlobResourceContents { uri, .. } => {
-                        uri.clone()
-                    }
+                    ResourceContents::TextResourceContents { uri, .. }
+                    | ResourceContents::BlobResourceContents { uri, .. } => uri.clone(),
                     _ => unreachable!(),
                 })
                 .collect();
@@ -123,7 +122,9 @@ async fn missing_resources_get_the_not_found_of_the_clients_era() -> anyhow::Res
     proxy.wait_up("fx", 1).await?;
     for (era, code) in [(Era::Legacy, NOT_FOUND_LEGACY), (Era::Modern, INVALID_PARAMS)] {
         let (client, _) = fixture::connect_http(&proxy.url, era).await?;
-        for uri in ["nope+fx://fx/item/1", "fx://fx/item/1", "fx+fx://fx/missing", "fx+", "+fx://fx/item/1", "fx+fx://fx/%zz"] {
+        for uri in
+            ["nope+fx://fx/item/1", "fx://fx/item/1", "fx+fx://fx/missing", "fx+", "+fx://fx/item/1", "fx+fx://fx/%zz"]
+        {
             let error = client.read_resource(ReadResourceRequestParams::new(uri)).await.expect_err(uri);
             assert_eq!(error_code(&error), Some(code), "{uri} ({era:?}): {error}");
             assert!(error.to_string().contains(uri), "{error}");
@@ -304,7 +305,11 @@ async fn lists_are_refetched_only_when_their_ttl_runs_out() -> anyhow::Result<()
     for _ in 0..5 {
         list_all_resources(&client).await?;
     }
-    assert_eq!(fixture::stats(&side_plain).await?["lists"].as_u64().unwrap(), plain_lists, "host lists cost no upstream call");
+    assert_eq!(
+        fixture::stats(&side_plain).await?["lists"].as_u64().unwrap(),
+        plain_lists,
+        "host lists cost no upstream call"
+    );
     // The short upstream's lists expire after 1 s: the proxy fetches them again by itself.
     fixture::wait_for_stats(&side_short, |s| s["lists"].as_u64().unwrap() > short_lists).await?;
     proxy.wait_log(&["upstream catalog reloaded", "\"changed\":false"]).await?;

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use common::fixture::{self, Era, FixtureClient, FixtureEvent, HttpFixture, call_json, stats, wait_for_stats};
 use common::proxy::{ProxyProcess, http_upstream};
-use rmcp::model::{ReadResourceRequestParams, ServerNotification, SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams};
+use rmcp::model::{
+    ReadResourceRequestParams, ServerNotification, SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
+};
 use rmcp::service::Subscription;
 use serde_json::{Value, json};
 
@@ -62,7 +64,9 @@ impl Host {
                     Ok(Ok(Some(ServerNotification::ResourceUpdatedNotification(n)))) => {
                         return Some(Heard::Updated(n.params.uri));
                     }
-                    Ok(Ok(Some(ServerNotification::ResourceListChangedNotification(_)))) => return Some(Heard::ListChanged),
+                    Ok(Ok(Some(ServerNotification::ResourceListChangedNotification(_)))) => {
+                        return Some(Heard::ListChanged);
+                    }
                     Ok(Ok(Some(_))) => continue,
                     _ => return None,
                 }
@@ -99,7 +103,10 @@ async fn touch(side: &FixtureClient, uri: &str) -> anyhow::Result<()> {
 
 /// A proxy in front of one HTTP fixture of `upstream_era`; returns the proxy, the fixture and a
 /// side connection to the fixture for driving changes.
-async fn proxy_with_fixture(upstream_era: &str, extra: &str) -> anyhow::Result<(ProxyProcess, HttpFixture, FixtureClient)> {
+async fn proxy_with_fixture(
+    upstream_era: &str,
+    extra: &str,
+) -> anyhow::Result<(ProxyProcess, HttpFixture, FixtureClient)> {
     let upstream = HttpFixture::spawn(&["--era", upstream_era, "--resources", "4"]).await?;
     let proxy = ProxyProcess::start(&http_upstream("fx", &upstream.url, extra)).await?;
     proxy.wait_up("fx", 1).await?;
@@ -116,7 +123,8 @@ async fn updates_cross_every_pairing_of_eras() -> anyhow::Result<()> {
         for host_era in [Era::Legacy, Era::Modern] {
             let (proxy, _upstream, side) = proxy_with_fixture(upstream_era, "").await?;
             let case = format!("{host_era:?} host, {upstream_era} upstream");
-            let mut host = Host::connect(&proxy.url, host_era, &["fx+fx://fx/item/1", "fx+fx://fx/item/2"], false).await?;
+            let mut host =
+                Host::connect(&proxy.url, host_era, &["fx+fx://fx/item/1", "fx+fx://fx/item/2"], false).await?;
             wait_watched(&side, "fx://fx/item/1", 1).await?;
             wait_watched(&side, "fx://fx/item/2", 1).await?;
             touch(&side, "fx://fx/item/1").await?;
@@ -183,7 +191,11 @@ async fn hosts_hear_only_what_they_asked_for() -> anyhow::Result<()> {
     // Updates are sent at once, list changes after a short debounce: compare as sets.
     let mut heard_by_a = vec![holds_a.next().await?, holds_a.next().await?];
     heard_by_a.sort_by_key(|h| format!("{h:?}"));
-    assert_eq!(heard_by_a, [Heard::ListChanged, Heard::Updated("fx+fx://fx/item/0".into())], "its URI and list changes");
+    assert_eq!(
+        heard_by_a,
+        [Heard::ListChanged, Heard::Updated("fx+fx://fx/item/0".into())],
+        "its URI and list changes"
+    );
     assert_eq!(holds_a.next_within(QUIET).await, None, "nothing for item 2");
     assert_eq!(never_subscribed.next().await?, Heard::ListChanged);
     assert_eq!(never_subscribed.next_within(QUIET).await, None, "no updated without a subscription");
@@ -275,7 +287,10 @@ async fn a_stuck_host_does_not_delay_the_others() -> anyhow::Result<()> {
         }
     }
     let elapsed = started.elapsed();
-    assert!(elapsed < Duration::from_secs(5), "20 hosts × 30 updates took {elapsed:?}: something waited on the stuck host");
+    assert!(
+        elapsed < Duration::from_secs(5),
+        "20 hosts × 30 updates took {elapsed:?}: something waited on the stuck host"
+    );
     Ok(())
 }
 
@@ -350,10 +365,7 @@ async fn folder_changes_reach_hosts() -> anyhow::Result<()> {
 #[tokio::test]
 async fn quiet_subscribed_sessions_live_and_quiet_idle_ones_are_closed() -> anyhow::Result<()> {
     let upstream = HttpFixture::spawn(&["--era", "legacy"]).await?;
-    let config = format!(
-        "[server]\nsession_idle_timeout = \"500ms\"\n\n{}",
-        http_upstream("fx", &upstream.url, "")
-    );
+    let config = format!("[server]\nsession_idle_timeout = \"500ms\"\n\n{}", http_upstream("fx", &upstream.url, ""));
     let proxy = ProxyProcess::start(&config).await?;
     proxy.wait_up("fx", 1).await?;
     let (side, _) = fixture::connect_http(&upstream.url, Era::Legacy).await?;

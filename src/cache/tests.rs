@@ -135,10 +135,15 @@ async fn a_reconnect_flushes_only_that_upstream() {
 #[tokio::test]
 async fn private_results_are_kept_per_principal() {
     let (cache, _) = cache();
-    let private = || async { Ok(Loaded { result: text("alice's").with_cache_scope(CacheScope::Private), watched: true, trusted: false }) };
+    let private = || async {
+        Ok(Loaded { result: text("alice's").with_cache_scope(CacheScope::Private), watched: true, trusted: false })
+    };
     let first = cache.read("u", 0, "x://a", "alice", private).await.unwrap();
     assert_eq!(first.scope, CacheScope::Private);
-    assert_eq!(cache.read("u", 0, "x://a", "alice", || async { panic!("alice hits") }).await.unwrap().outcome, Outcome::Hit);
+    assert_eq!(
+        cache.read("u", 0, "x://a", "alice", || async { panic!("alice hits") }).await.unwrap().outcome,
+        Outcome::Hit
+    );
     let bob = cache.read("u", 0, "x://a", "bob", || async { Ok(loaded("bob's")) }).await.unwrap();
     assert_eq!((body(&bob), bob.outcome), ("bob's".to_string(), Outcome::Miss));
 }
@@ -250,5 +255,9 @@ async fn stale_if_error_serves_an_expired_entry_but_never_an_invalidated_one() {
     let error = cache.read("u", 0, "x://b", "p", down).await.unwrap_err();
     assert_eq!(error.kind(), "upstream_down", "an invalidated entry is never served stale");
     let not_found = || async { Err(ProxyError::not_found("u+x://a")) };
-    assert_eq!(cache.read("u", 0, "x://a", "p", not_found).await.unwrap_err().kind(), "not_found", "only upstream trouble");
+    assert_eq!(
+        cache.read("u", 0, "x://a", "p", not_found).await.unwrap_err().kind(),
+        "not_found",
+        "only upstream trouble"
+    );
 }

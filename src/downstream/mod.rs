@@ -19,12 +19,12 @@ use rmcp::{ErrorData, ServerHandler, ServiceExt};
 
 pub use self::http::serve_http;
 use self::outlets::{ListenOutlet, SessionOutlet};
-use crate::fanout::{OutletInfo, OutletKind};
 use crate::error::ProxyError;
+use crate::fanout::{OutletInfo, OutletKind};
 use crate::metrics::{SessionGuard, Transport};
 use crate::proxy::{Proxy, ReadAnswer};
-use crate::upstream::Era;
 use crate::subscriptions::HolderId;
+use crate::upstream::Era;
 
 /// One per legacy session, per stateless 2026-07-28 request, or per stdio host. Cloning gives a
 /// new one with no session: the HTTP service clones a template for every session and request.
@@ -102,8 +102,11 @@ impl ProxyServer {
     fn session(&self, peer: &Peer<RoleServer>) -> HolderId {
         self.session
             .get_or_init(|| {
-                let info =
-                    OutletInfo { principal: self.principal.to_string(), kind: OutletKind::Session, wants_list_changed: true };
+                let info = OutletInfo {
+                    principal: self.principal.to_string(),
+                    kind: OutletKind::Session,
+                    wants_list_changed: true,
+                };
                 let id = self.proxy.register_outlet(info, Arc::new(SessionOutlet(peer.clone())));
                 let counted = self.proxy.metrics().downstream_session(self.transport, Era::Legacy);
                 Session { proxy: self.proxy.clone(), id, _counted: Some(counted) }
@@ -114,8 +117,11 @@ impl ProxyServer {
 
 impl ServerHandler for ProxyServer {
     fn get_info(&self) -> ServerConfig {
-        let capabilities =
-            ServerCapabilities::builder().enable_resources().enable_resources_subscribe().enable_resources_list_changed().build();
+        let capabilities = ServerCapabilities::builder()
+            .enable_resources()
+            .enable_resources_subscribe()
+            .enable_resources_list_changed()
+            .build();
         ServerConfig::new(capabilities)
             .with_server_info(Implementation::new(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")))
             .with_instructions(
@@ -190,7 +196,11 @@ impl ServerHandler for ProxyServer {
         self.seen(&context.extensions);
     }
 
-    async fn subscribe(&self, request: SubscribeRequestParams, context: RequestContext<RoleServer>) -> Result<(), ErrorData> {
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
         self.check_principal(&context.extensions)?;
         let started = Instant::now();
         let holder = self.session(&context.peer);
@@ -248,7 +258,8 @@ pub async fn serve_stdio(
     principal: &str,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let running = ProxyServer::new(proxy, principal, Transport::Stdio).serve_with_ct(rmcp::transport::stdio(), shutdown).await?;
+    let running =
+        ProxyServer::new(proxy, principal, Transport::Stdio).serve_with_ct(rmcp::transport::stdio(), shutdown).await?;
     running.waiting().await?;
     Ok(())
 }

@@ -12,7 +12,9 @@ impl Outlet for SessionOutlet {
     fn send(&self, message: Outgoing) -> SendFuture<'_> {
         Box::pin(async move {
             let sent = match message {
-                Outgoing::Updated(uri) => self.0.notify_resource_updated(ResourceUpdatedNotificationParam::new(uri)).await,
+                Outgoing::Updated(uri) => {
+                    self.0.notify_resource_updated(ResourceUpdatedNotificationParam::new(uri)).await
+                }
                 Outgoing::ListChanged => self.0.notify_resource_list_changed().await,
             };
             match sent {

@@ -32,7 +32,12 @@ impl Proxy {
 
     /// Check a URI a host named: normalise it, decide, and route it. Denied, unroutable and
     /// malformed URIs all get the same not-found answer, naming the URI as the host sent it.
-    pub(crate) fn route_for(&self, principal: &str, requested: &str, action: DenialAction) -> Result<Route, ProxyError> {
+    pub(crate) fn route_for(
+        &self,
+        principal: &str,
+        requested: &str,
+        action: DenialAction,
+    ) -> Result<Route, ProxyError> {
         let not_found = || ProxyError::not_found(requested);
         let policy = self.policy();
         let (normalized, decision) = policy.normalize_and_decide(principal, requested).map_err(|_| not_found())?;
@@ -95,7 +100,8 @@ impl Proxy {
                     self.inner.watches.release(holder, &upstream, &original);
                 }
             }
-            if !changed_principals.contains(&info.principal) && self.sees_differently(&previous, &next, &info.principal) {
+            if !changed_principals.contains(&info.principal) && self.sees_differently(&previous, &next, &info.principal)
+            {
                 changed_principals.insert(info.principal.clone());
             }
         }

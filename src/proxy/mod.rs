@@ -15,15 +15,15 @@ use rmcp::model::{ListResourceTemplatesResult, ListResourcesResult};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::admin::{StatusReport, UpstreamReport};
+use crate::cache::ReadCache;
 use crate::catalog::{Catalog, Snapshot};
 use crate::config::Config;
 use crate::cursor::{CursorKey, ListKind, Position};
 use crate::error::ProxyError;
-use crate::cache::ReadCache;
-use crate::fanout::Fanout;
-use crate::admin::{StatusReport, UpstreamReport};
-use crate::metrics::{Metrics, NotificationKind};
 use crate::fanout::Delivery;
+use crate::fanout::Fanout;
+use crate::metrics::{Metrics, NotificationKind};
 use crate::policy::PolicySet;
 use crate::subscriptions::HolderId;
 use crate::upstream::{LinkState, Upstream, UpstreamStatus};
@@ -62,11 +62,8 @@ impl Proxy {
         let catalog = Catalog::new();
         let (events_tx, events) = mpsc::unbounded_channel();
         let metrics = Metrics::new();
-        let upstreams: BTreeMap<_, _> = config
-            .upstreams
-            .iter()
-            .map(|u| (u.name.clone(), Upstream::new(u.clone(), metrics.clone())))
-            .collect();
+        let upstreams: BTreeMap<_, _> =
+            config.upstreams.iter().map(|u| (u.name.clone(), Upstream::new(u.clone(), metrics.clone()))).collect();
         for upstream in upstreams.values() {
             upstream.spawn(catalog.clone(), events_tx.clone(), shutdown.clone());
         }
@@ -75,7 +72,8 @@ impl Proxy {
         let fanout = Fanout::new(gone_tx);
         let watches = Arc::new(WatchBook::new(upstreams.clone()));
         let cache_holder = fanout.next_holder_id();
-        let hooks = Arc::new(read::CacheWatch { book: watches.clone(), holder: cache_holder, metrics: metrics.clone() });
+        let hooks =
+            Arc::new(read::CacheWatch { book: watches.clone(), holder: cache_holder, metrics: metrics.clone() });
         fanout.set_delivery_hook(delivery_metrics(metrics.clone()));
         let cache = ReadCache::new(config.cache.clone(), hooks);
         let policy = RwLock::new(config.policies.set.clone());
@@ -156,9 +154,8 @@ impl Proxy {
         let snapshot = self.inner.catalog.snapshot();
         let offset = self.offset(principal, ListKind::Resources, cursor, &snapshot)?;
         let policy = self.policy();
-        let page = snapshot.resources_page(offset, self.inner.config.server.page_size, &|uri| {
-            self.listable(&policy, principal, uri)
-        });
+        let page = snapshot
+            .resources_page(offset, self.inner.config.server.page_size, &|uri| self.listable(&policy, principal, uri));
         let mut result = ListResourcesResult::with_all_items(page.items);
         result.next_cursor = page.next.map(|next| self.cursor(principal, ListKind::Resources, &snapshot, next));
         Ok(result)

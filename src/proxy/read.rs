@@ -16,9 +16,9 @@ use super::Proxy;
 use super::watches::WatchBook;
 use crate::cache::{CacheHooks, Cached, Loaded, Outcome, Removal};
 use crate::error::ProxyError;
+use crate::metrics::{DenialAction, EvictionCause, InvalidationCause, Metrics};
 use crate::namespace;
 use crate::subscriptions::HolderId;
-use crate::metrics::{DenialAction, EvictionCause, InvalidationCause, Metrics};
 use crate::upstream::Upstream;
 
 const SERVER_INFO_META_KEY: &str = "io.modelcontextprotocol/serverInfo";
@@ -29,7 +29,12 @@ const WATCH_WAIT: Duration = Duration::from_secs(2);
 /// What a read produced.
 #[derive(Debug, Clone)]
 pub enum ReadAnswer {
-    Result { result: ReadResourceResult, ttl: Duration, scope: CacheScope, outcome: Outcome },
+    Result {
+        result: ReadResourceResult,
+        ttl: Duration,
+        scope: CacheScope,
+        outcome: Outcome,
+    },
     /// 2026-07-28 MRTR: the upstream needs input first; passed through, never cached.
     InputRequired(ReadResourceResponse),
 }
@@ -57,7 +62,9 @@ impl Proxy {
                 metrics.bytes_served(&name, served_bytes(&result));
                 Ok(ReadAnswer::Result { result, ttl, scope, outcome })
             }
-            Err(ProxyError::InputRequired(needs)) => Ok(ReadAnswer::InputRequired(ReadResourceResponse::InputRequired(*needs))),
+            Err(ProxyError::InputRequired(needs)) => {
+                Ok(ReadAnswer::InputRequired(ReadResourceResponse::InputRequired(*needs)))
+            }
             Err(ProxyError::NotFound { .. }) => Err(ProxyError::not_found(uri)),
             Err(other) => Err(other),
         }
@@ -87,7 +94,9 @@ impl Proxy {
                 return Ok(Loaded { result, watched, trusted: upstream.config().trust_notifications });
             }
             Ok(ReadResourceResponse::InputRequired(needs)) => Err(ProxyError::InputRequired(Box::new(needs))),
-            Ok(_) => Err(ProxyError::UpstreamFailed { upstream: name.to_string(), reason: "unknown read response".into() }),
+            Ok(_) => {
+                Err(ProxyError::UpstreamFailed { upstream: name.to_string(), reason: "unknown read response".into() })
+            }
             Err(error) => Err(error),
         };
         // Nothing will be cached: the subscription taken for it must not stay behind.

@@ -73,7 +73,11 @@ fn namespace_resource(upstream: &str, mut resource: Resource, unlisted: &dyn Fn(
     Some(resource)
 }
 
-fn namespace_template(upstream: &str, mut template: ResourceTemplate, unlisted: &dyn Fn(&str)) -> Option<ResourceTemplate> {
+fn namespace_template(
+    upstream: &str,
+    mut template: ResourceTemplate,
+    unlisted: &dyn Fn(&str),
+) -> Option<ResourceTemplate> {
     let Some(uri_template) = namespace::namespaced_template(upstream, &template.uri_template) else {
         unlisted(&template.uri_template);
         return None;

@@ -46,7 +46,14 @@ pub(super) async fn keep(
         Era::Legacy if can_subscribe => keep_legacy(&upstream, &link, desired, &applied, &notices, &stop, broken).await,
         Era::Legacy => {}
         Era::Modern if can_subscribe || lists_change => {
-            let listen = Listen { upstream: &upstream, link: &link, notices: &notices, applied: &applied, can_subscribe, lists_change };
+            let listen = Listen {
+                upstream: &upstream,
+                link: &link,
+                notices: &notices,
+                applied: &applied,
+                can_subscribe,
+                lists_change,
+            };
             listen.run(desired, &stop).await
         }
         Era::Modern => {}
@@ -164,7 +171,11 @@ impl Listen<'_> {
 
     /// Open a stream for `wanted`, then cancel the old one (make-before-break). With nothing
     /// to listen for, just close the old one.
-    async fn replace(&self, current: &mut Option<(Subscription, WatchSet)>, wanted: &WatchSet) -> Result<(), ServiceError> {
+    async fn replace(
+        &self,
+        current: &mut Option<(Subscription, WatchSet)>,
+        wanted: &WatchSet,
+    ) -> Result<(), ServiceError> {
         let mut builder = SubscriptionFilter::builder();
         if self.lists_change {
             builder = builder.resources_list_changed();
