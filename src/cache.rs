@@ -119,6 +119,9 @@ struct Inner {
     public: Mutex<HashMap<UriKey, bool>>,
     /// Live watched entries per (upstream, uri): the cache holds a subscription while > 0.
     watched: Mutex<HashMap<UriKey, usize>>,
+    /// URIs whose last result could not be kept for its lifetime (e.g. `ttlMs: 0`): their
+    /// next loads do not subscribe upstream first.
+    unkept: Mutex<std::collections::HashSet<UriKey>>,
     /// Expired entries kept for `stale_if_error` while a reload is tried.
     stale: Mutex<HashMap<Key, Arc<Entry>>>,
     next_generation: AtomicU64,
@@ -155,6 +158,7 @@ impl ReadCache {
                 public: Mutex::default(),
                 watched: Mutex::default(),
                 stale: Mutex::default(),
+                unkept: Mutex::default(),
                 next_generation: AtomicU64::new(1),
                 hooks,
             }
@@ -297,8 +301,11 @@ impl ReadCache {
     /// May a new entry of `uri` be watched (subscribed upstream)? Yes when it already is, or
     /// while `upstream` has fewer than `max_watched_per_upstream` watched URIs.
     pub fn may_watch(&self, upstream: &str, uri: &str) -> bool {
-        let watched = self.inner.watched.lock().expect("watched lock");
         let key = (Arc::<str>::from(upstream), Arc::<str>::from(uri));
+        if self.inner.unkept.lock().expect("unkept lock").contains(&key) {
+            return false;
+        }
+        let watched = self.inner.watched.lock().expect("watched lock");
         watched.contains_key(&key)
             || watched.keys().filter(|(u, _)| &**u == upstream).count() < self.inner.config.max_watched_per_upstream
     }
@@ -354,6 +361,11 @@ impl Inner {
         let scope = scope_of(&loaded.result);
         let ttl = lifetime(&self.config, &loaded);
         let bytes = content_bytes(&loaded.result);
+        let pair = (flight.upstream.clone(), flight.uri.clone());
+        match ttl.is_zero() {
+            true => self.unkept.lock().expect("unkept lock").insert(pair),
+            false => self.unkept.lock().expect("unkept lock").remove(&pair),
+        };
         let superseded = self.current_generation(flight) != generation;
         let shareable = scope == CacheScope::Public || flight.principal.is_some();
         if ttl.is_zero() || bytes > self.config.max_entry_bytes || superseded || !shareable {

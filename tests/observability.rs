@@ -90,7 +90,7 @@ async fn metrics_count_a_scripted_workload_with_the_right_labels() -> anyhow::Re
     let reads = ITEMS * (REREADS + 1);
     let version = env!("CARGO_PKG_VERSION");
     let fx_label = [("upstream", "fx")];
-    let expected: Vec<(&str, Vec<(&str, &str)>, f64)> = vec![
+    let expected: Vec<Expected> = vec![
         ("mcp_proxy_cache_misses_total", fx_label.to_vec(), ITEMS as f64),
         ("mcp_proxy_cache_hits_total", fx_label.to_vec(), (ITEMS * REREADS) as f64),
         ("mcp_proxy_cache_inserts_total", fx_label.to_vec(), ITEMS as f64),
@@ -577,7 +577,10 @@ fn distinct_uri(id: u64) -> String {
 
 /// Each expected `(family, labels, delta)` against two scrapes; one line per mismatch. A series
 /// missing before counts as 0; missing after is a mismatch (wrong or missing labels).
-fn moved(before: &Exposition, after: &Exposition, expected: &[(&str, Vec<(&str, &str)>, f64)]) -> Vec<String> {
+/// (metric, labels, by how much it must move).
+type Expected<'a> = (&'a str, Vec<(&'a str, &'a str)>, f64);
+
+fn moved(before: &Exposition, after: &Exposition, expected: &[Expected]) -> Vec<String> {
     let mut mismatches = Vec::new();
     for (family, labels, delta) in expected {
         let shown = format!("{family}{labels:?}");

@@ -261,3 +261,16 @@ async fn stale_if_error_serves_an_expired_entry_but_never_an_invalidated_one() {
         "only upstream trouble"
     );
 }
+
+#[tokio::test]
+async fn a_uri_whose_results_cannot_be_kept_is_not_watched_again() {
+    let (cache, hooks) = cache();
+    let zero = || async { Ok(Loaded { result: text("v").with_ttl_ms(0), watched: true, trusted: false }) };
+    assert!(cache.may_watch("u", "x://z"));
+    cache.read("u", 0, "x://z", "p", zero).await.unwrap();
+    assert!(!cache.may_watch("u", "x://z"), "no subscribe/unsubscribe churn for uncacheable URIs");
+    assert_eq!(hooks.released.lock().unwrap().as_slice(), [("u".to_string(), "x://z".to_string())]);
+    let kept = || async { Ok(Loaded { result: text("v").with_ttl_ms(60_000), watched: false, trusted: false }) };
+    cache.read("u", 0, "x://z", "p", kept).await.unwrap();
+    assert!(cache.may_watch("u", "x://z"), "watched again once its results can be kept");
+}
