@@ -60,6 +60,8 @@ pub struct ServerConfig {
     pub subscribed_session_idle_timeout: Duration,
     /// Upstream list changes within this window reach hosts as one `list_changed`.
     pub list_changed_debounce: Duration,
+    /// Log level (`error`, `warn`, `info`, `debug`, `trace`) unless `RUST_LOG` is set.
+    pub log_level: String,
     /// How long `serve` waits for every upstream to connect before it answers hosts, so a
     /// host's first list is complete. Upstreams still down after it join when they come up.
     pub startup_wait: Duration,
@@ -258,6 +260,7 @@ struct RawServer {
     subscribed_session_idle_timeout: Option<String>,
     startup_wait: Option<String>,
     list_changed_debounce: Option<String>,
+    log_level: Option<String>,
     #[serde(flatten)]
     unknown: BTreeMap<String, Value>,
 }
@@ -341,6 +344,10 @@ fn validate_server(raw: RawServer, problems: &mut Vec<Problem>) -> ServerConfig 
         problems,
     );
     let startup_wait = duration(raw.startup_wait.as_deref(), "10s", "server.startup_wait", problems);
+    let log_level = raw.log_level.unwrap_or_else(|| "info".into());
+    if !["error", "warn", "info", "debug", "trace"].contains(&log_level.as_str()) {
+        push(problems, "server.log_level", format!("`{log_level}` is not one of error, warn, info, debug, trace"));
+    }
     let list_changed_debounce =
         duration(raw.list_changed_debounce.as_deref(), "100ms", "server.list_changed_debounce", problems);
     ServerConfig {
@@ -352,6 +359,7 @@ fn validate_server(raw: RawServer, problems: &mut Vec<Problem>) -> ServerConfig 
         subscribed_session_idle_timeout,
         startup_wait,
         list_changed_debounce,
+        log_level,
     }
 }
 

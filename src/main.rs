@@ -14,6 +14,9 @@ use mcp_resource_proxy::upstream::LinkState;
 use mcp_resource_proxy::{downstream, proxy::Proxy, serve_dir};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 /// EX_CONFIG from sysexits.h: the configuration is invalid.
 const EXIT_CONFIG: u8 = 78;
@@ -182,6 +185,7 @@ fn explain_one(policies: &PolicySet, principal: &str, uri: &str) -> String {
 }
 
 async fn serve(config: Config, stdio: bool, principal: String) -> anyhow::Result<()> {
+    apply_log_level(&config.server.log_level);
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
     let listen = config.server.listen;
@@ -256,13 +260,31 @@ async fn cancel_on_signal(shutdown: CancellationToken) {
     shutdown.cancel();
 }
 
+type FilterHandle = tracing_subscriber::reload::Handle<EnvFilter, tracing_subscriber::Registry>;
+
+/// Where the log level can be changed once the configuration is read.
+static LOG_FILTER: std::sync::OnceLock<FilterHandle> = std::sync::OnceLock::new();
+
+/// Logs to stderr. `RUST_LOG` wins; otherwise `server.log_level` once the config is loaded
+/// (`info` until then), with rmcp's per-message logging held at `warn`.
 fn init_tracing(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn"));
+    let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
+    let _ = LOG_FILTER.set(handle);
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(ansi);
+    let registry = tracing_subscriber::registry().with(filter);
     match format {
-        LogFormat::Human => builder.init(),
-        LogFormat::Json => builder.json().init(),
+        LogFormat::Human => registry.with(fmt).init(),
+        LogFormat::Json => registry.with(fmt.json()).init(),
+    }
+}
+
+fn apply_log_level(level: &str) {
+    if std::env::var_os("RUST_LOG").is_some() {
+        return;
+    }
+    if let Some(handle) = LOG_FILTER.get() {
+        let _ = handle.reload(EnvFilter::new(format!("{level},rmcp=warn")));
     }
 }
