@@ -296,7 +296,7 @@ async fn the_cache_stays_within_max_bytes() -> anyhow::Result<()> {
             break gauge;
         }
         anyhow::ensure!(tokio::time::Instant::now() < deadline, "the weighted-bytes gauge stayed 0");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await; // poll interval; the loop ends at its deadline
     };
     assert!(gauge <= MAX_BYTES as f64, "mcp_proxy_cache_weighted_bytes {gauge} > {MAX_BYTES}");
     Ok(())
@@ -322,7 +322,7 @@ async fn server_everything_dynamic_text_is_served_from_cache() -> anyhow::Result
             break;
         }
         anyhow::ensure!(tokio::time::Instant::now() < deadline, "server-everything kept answering {first:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await; // poll interval; the loop ends at its deadline
     }
     let second = read(&reader, "web+demo://resource/dynamic/text/1").await?;
     assert_eq!(text(&second), first, "the second read through the proxy is the cached one");

@@ -331,7 +331,7 @@ async fn wait_evicted(proxy: &ProxyProcess, host: &Peer<RoleClient>) -> anyhow::
             proxy.admin_get("/metrics").await?
         );
         read(host, "st+fx://fx/item/0").await?;
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await; // poll interval; the loop ends at its deadline
     }
 }
 
@@ -430,7 +430,7 @@ impl Prometheus {
                 return Ok(());
             }
             ensure!(tokio::time::Instant::now() < deadline, "prometheus not ready:\n{}", self.log());
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(Duration::from_millis(100)).await; // poll interval; the loop ends at its deadline
         }
     }
 
@@ -465,7 +465,7 @@ impl Prometheus {
                 return Ok(());
             }
             ensure!(tokio::time::Instant::now() < deadline, "`{query}` never became {value}: {samples:?}");
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            tokio::time::sleep(Duration::from_millis(200)).await; // poll interval; the loop ends at its deadline
         }
     }
 

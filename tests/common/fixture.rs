@@ -232,7 +232,7 @@ pub async fn wait_for_stats(peer: &Peer<RoleClient>, ready: impl Fn(&Value) -> b
         if tokio::time::Instant::now() >= deadline {
             bail!("stats never satisfied the condition; last: {current}");
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await; // poll interval; the loop ends at its deadline
     }
 }
 
@@ -273,6 +273,6 @@ pub async fn read_control_file(path: &Path) -> anyhow::Result<String> {
         if tokio::time::Instant::now() >= deadline {
             bail!("{} never appeared", path.display());
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await; // poll interval; the loop ends at its deadline
     }
 }

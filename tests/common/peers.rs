@@ -269,6 +269,6 @@ fn wait_ready(
         if Instant::now() >= deadline {
             return Err(format!("{addr} refuses connections"));
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(50)); // poll interval; the loop ends at its deadline
     }
 }
