@@ -35,6 +35,10 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     tokio::spawn(reap(book.clone(), sessions.clone(), proxy.clone(), shutdown.clone()));
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(true)
+        // A stateless request answered by one message gets plain JSON: the client reads the
+        // body to its end and keeps the connection (SSE bodies were dropped mid-stream, which
+        // closed a connection per request). Listen streams still get SSE.
+        .with_json_response(true)
         .with_allowed_hosts(allowed_hosts(local, &server.allowed_hosts))
         .with_cancellation_token(shutdown.child_token());
     // rmcp builds one handler per legacy session and per stateless request, inside the request
