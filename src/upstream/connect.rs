@@ -121,7 +121,8 @@ async fn start(
             handler.serve_with_lifecycle(transport, mode).await.map_err(|e| e.to_string())
         }
         UpstreamTransport::Http { url, headers } => {
-            let transport = StreamableHttpClientTransport::from_config(
+            let transport = StreamableHttpClientTransport::with_client(
+                pooled_client(),
                 StreamableHttpClientTransportConfig::with_uri(url.as_str())
                     .custom_headers(header_map(headers))
                     .reinit_on_expired_session(false),
@@ -129,6 +130,16 @@ async fn start(
             handler.serve_with_lifecycle(transport, mode).await.map_err(|e| e.to_string())
         }
     }
+}
+
+/// rmcp's default client keeps no idle connections, so every upstream request would open a new
+/// one. Ours keeps them (and follows no redirects: a redirect would replay our credentials).
+fn pooled_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .tcp_nodelay(true)
+        .build()
+        .expect("a reqwest client with these settings builds")
 }
 
 fn header_map(headers: &std::collections::BTreeMap<String, String>) -> HashMap<http::HeaderName, http::HeaderValue> {
