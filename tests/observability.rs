@@ -72,6 +72,11 @@ async fn metrics_count_a_scripted_workload_with_the_right_labels() -> anyhow::Re
     .await?;
     let held_upstream = sampled.value("mcp_proxy_upstream_subscriptions", &[("upstream", "fx")]);
     let side = fx.side().await?;
+    // The proxy subscribes upstream asynchronously: touch once that is in place.
+    fixture::wait_for_stats(&side, |s| {
+        s["subscribed"].as_array().is_some_and(|held| held.iter().any(|u| u == "fx://fx/item/0"))
+    })
+    .await?;
     let touched = call_json(&side, "touch", json!({ "uri": "fx://fx/item/0" })).await?;
     ensure!(touched["notified"] == 1, "the upstream sent one `updated`: {touched}");
     wait_updated(&mut heard, &item(0)).await?;
@@ -301,6 +306,11 @@ async fn dashboard_workload(
     #[allow(deprecated)]
     legacy.subscribe(SubscribeRequestParams::new(item(0))).await?;
     let side = fx.side().await?;
+    // The proxy subscribes upstream asynchronously: touch once that is in place.
+    fixture::wait_for_stats(&side, |s| {
+        s["subscribed"].as_array().is_some_and(|held| held.iter().any(|u| u == "fx://fx/item/0"))
+    })
+    .await?;
     let touched = call_json(&side, "touch", json!({ "uri": "fx://fx/item/0" })).await?;
     ensure!(touched["notified"] == 1, "the upstream sent one `updated`: {touched}");
     wait_updated(&mut heard, &item(0)).await?;
