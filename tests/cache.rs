@@ -248,7 +248,7 @@ async fn entries_of_an_upstream_that_cannot_notify_expire_after_unwatched_ttl() 
 
     // Not synchronisation: the TTL is the behaviour under test. The entry was stored before the
     // first read returned, so it has expired once TTL has passed since then.
-    tokio::time::sleep(TTL.saturating_sub(stored_by.elapsed()) + Duration::from_millis(10)).await;
+    tokio::time::sleep(TTL.saturating_sub(stored_by.elapsed()) + Duration::from_millis(10)).await; // the TTL is under test
     read(&reader, PROXIED_ITEM).await?;
     assert_eq!(upstream_reads(&side, ITEM).await?, 2, "a read after the TTL misses");
     Ok(())

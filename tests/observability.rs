@@ -494,7 +494,7 @@ impl Prometheus {
                 self.targets().await,
                 self.log()
             );
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            tokio::time::sleep(Duration::from_millis(200)).await; // poll interval; the loop ends at its deadline
         }
     }
 
@@ -629,7 +629,7 @@ async fn scrape_until(
         if tokio::time::Instant::now() >= deadline {
             bail!("/metrics never showed {what} within {DEADLINE:?}:\n{}", proxy.admin_get("/metrics").await?);
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await; // poll interval; the loop ends at its deadline
     }
 }
 
@@ -649,7 +649,7 @@ async fn wait_readyz(proxy: &ProxyProcess, code: u16) -> anyhow::Result<Value> {
             return serde_json::from_str(&body).with_context(|| format!("/readyz body {body:?}"));
         }
         ensure!(tokio::time::Instant::now() < deadline, "/readyz stayed {status} ({body}), expected {code}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await; // poll interval; the loop ends at its deadline
     }
 }
 
