@@ -72,13 +72,7 @@ async fn metrics_count_a_scripted_workload_with_the_right_labels() -> anyhow::Re
     .await?;
     let held_upstream = sampled.value("mcp_proxy_upstream_subscriptions", &[("upstream", "fx")]);
     let side = fx.side().await?;
-    // The proxy subscribes upstream asynchronously: touch once that is in place.
-    fixture::wait_for_stats(&side, |s| {
-        s["subscribed"].as_array().is_some_and(|held| held.iter().any(|u| u == "fx://fx/item/0"))
-    })
-    .await?;
-    let touched = call_json(&side, "touch", json!({ "uri": "fx://fx/item/0" })).await?;
-    ensure!(touched["notified"] == 1, "the upstream sent one `updated`: {touched}");
+    touch_once_subscribed(&side, "fx://fx/item/0").await?;
     wait_updated(&mut heard, &item(0)).await?;
 
     fx.stop().await?;
@@ -306,13 +300,7 @@ async fn dashboard_workload(
     #[allow(deprecated)]
     legacy.subscribe(SubscribeRequestParams::new(item(0))).await?;
     let side = fx.side().await?;
-    // The proxy subscribes upstream asynchronously: touch once that is in place.
-    fixture::wait_for_stats(&side, |s| {
-        s["subscribed"].as_array().is_some_and(|held| held.iter().any(|u| u == "fx://fx/item/0"))
-    })
-    .await?;
-    let touched = call_json(&side, "touch", json!({ "uri": "fx://fx/item/0" })).await?;
-    ensure!(touched["notified"] == 1, "the upstream sent one `updated`: {touched}");
+    touch_once_subscribed(&side, "fx://fx/item/0").await?;
     wait_updated(&mut heard, &item(0)).await?;
 
     fx.stop().await?;
@@ -631,6 +619,16 @@ async fn scrape_until(
         }
         tokio::time::sleep(Duration::from_millis(50)).await; // poll interval; the loop ends at its deadline
     }
+}
+
+/// The proxy subscribes upstream asynchronously: once the fixture holds a subscription for
+/// `uri`, touch it and check exactly one `updated` went out.
+async fn touch_once_subscribed(side: &FixtureClient, uri: &str) -> anyhow::Result<()> {
+    fixture::wait_for_stats(side, |s| s["subscribed"].as_array().is_some_and(|held| held.iter().any(|u| u == uri)))
+        .await?;
+    let touched = call_json(side, "touch", json!({ "uri": uri })).await?;
+    ensure!(touched["notified"] == 1, "the upstream sent one `updated`: {touched}");
+    Ok(())
 }
 
 fn up(metrics: &Exposition, upstream: &str) -> Option<f64> {
