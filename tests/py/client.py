@@ -30,7 +30,6 @@ OPs:
   call:TOOL:JSONARGS          {"op":"call","tool":TOOL,"result":{raw CallToolResult}} | error
   ready                       {"op":"ready"} (flushed: subscriptions made by earlier ops are in place)
   sleep_until_stdin           blocks until a line (or EOF) arrives on stdin -> {"op":"sleep_until_stdin","eof":bool}
-  sleep:SECONDS               {"op":"sleep"}
   info                        {"op":"info","protocolVersion":..,"serverInfo":..,"capabilities":..}
                               (with --mode 2026-07-28 the SDK adopts the version without a discover call,
                               so capabilities are {} until a `discover` op)
@@ -303,9 +302,6 @@ async def do_op(name: str, arg: str, client: Client, events: Events, stack: Asyn
     elif name == "sleep_until_stdin":
         line = await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
         out({"op": "sleep_until_stdin", "eof": line == ""})
-    elif name == "sleep":
-        await anyio.sleep(float(arg))
-        out({"op": "sleep"})
     elif name == "info":
         si = client.server_info
         out({"op": "info", "protocolVersion": client.protocol_version,
