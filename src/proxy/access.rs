@@ -31,7 +31,9 @@ impl Proxy {
     }
 
     /// Check a URI a host named: normalise it, decide, and route it. Denied, unroutable and
-    /// malformed URIs all get the same not-found answer, naming the URI as the host sent it.
+    /// malformed URIs all get the same not-found answer, naming the URI as the host sent it;
+    /// only a URI over [`uri::MAX_URI_BYTES`] gets its own invalid-params error (that depends on
+    /// nothing but its length).
     pub(crate) fn route_for(
         &self,
         principal: &str,
@@ -40,7 +42,11 @@ impl Proxy {
     ) -> Result<Route, ProxyError> {
         let not_found = || ProxyError::not_found(requested);
         let policy = self.policy();
-        let (normalized, decision) = policy.normalize_and_decide(principal, requested).map_err(|_| not_found())?;
+        let (normalized, decision) = policy.normalize_and_decide(principal, requested).map_err(|error| match error {
+            // Says nothing about any resource, and a not-found would echo the whole URI back.
+            uri::UriError::TooLong => ProxyError::InvalidParams(format!("URI {error}")),
+            _ => not_found(),
+        })?;
         if !decision.allowed {
             tracing::debug!(principal, uri = requested, file = ?decision.file, pattern = ?decision.pattern, "denied");
             self.inner.metrics.policy_denied(action, decision.file.as_deref());
