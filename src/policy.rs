@@ -169,6 +169,11 @@ impl PolicySet {
         }
     }
 
+    /// Is `other` this very set (the same load), not merely equal rules?
+    pub fn same(&self, other: &PolicySet) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// True for [`PolicySet::allow_all`].
     pub fn is_allow_all(&self) -> bool {
         matches!(*self.inner, Inner::AllowAll)

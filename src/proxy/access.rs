@@ -5,8 +5,6 @@
 //! and nothing about it reaches that principal — not in lists, templates, reads, subscriptions
 //! or notifications.
 
-use std::collections::BTreeSet;
-
 use rmcp::model::{CacheScope, ResourceTemplate};
 
 use super::Proxy;
@@ -96,8 +94,7 @@ impl Proxy {
     /// Put a new policy in force: later requests use it, subscriptions it forbids are
     /// dropped, and hosts whose visible list changed hear `list_changed`.
     pub fn replace_policy(&self, next: PolicySet) {
-        let previous = std::mem::replace(&mut *self.inner.policy.write().expect("policy lock"), next.clone());
-        let mut changed_principals = BTreeSet::new();
+        *self.inner.policy.write().expect("policy lock") = next.clone();
         for (holder, info) in self.inner.fanout.outlets() {
             for (upstream, original) in self.inner.watches.held_by(holder) {
                 let Some(namespaced) = namespace::namespaced(&upstream, &original) else { continue };
@@ -106,22 +103,9 @@ impl Proxy {
                     self.inner.watches.release(holder, &upstream, &original);
                 }
             }
-            if !changed_principals.contains(&info.principal) && self.sees_differently(&previous, &next, &info.principal)
-            {
-                changed_principals.insert(info.principal.clone());
-            }
         }
-        let sent = self.inner.fanout.broadcast_list_changed(None, |info| changed_principals.contains(&info.principal));
+        let sent = self.announce_list_changes();
         tracing::info!(files = ?next.files(), hosts_told = sent, "policies reloaded");
-    }
-
-    /// Does `principal` see a different catalog under `next` than under `previous`?
-    fn sees_differently(&self, previous: &PolicySet, next: &PolicySet, principal: &str) -> bool {
-        let snapshot = self.inner.catalog.snapshot();
-        snapshot.any_resource(|r| self.visible(previous, principal, &r.uri) != self.visible(next, principal, &r.uri))
-            || snapshot.any_template(|t| {
-                self.template_visible(previous, principal, t) != self.template_visible(next, principal, t)
-            })
     }
 }
 
