@@ -370,10 +370,37 @@ async fn a_private_cached_read_is_not_served_across_principals() -> anyhow::Resu
     Ok(())
 }
 
-/// The corpus lines (comments and blank lines skipped, lines taken literally).
-fn bypass_corpus() -> Vec<String> {
+/// One section of the bypass corpus: its policy, the lines that must be denied, and the
+/// positive controls `(URI, file it must read)` (see the corpus header for the format).
+struct CorpusSection {
+    name: String,
+    policy: String,
+    denied: Vec<String>,
+    allowed: Vec<(String, Option<String>)>,
+}
+
+fn bypass_corpus() -> Vec<CorpusSection> {
     let text = include_str!("data/bypass-corpus.txt");
-    text.lines().filter(|line| !line.is_empty() && !line.starts_with('#')).map(str::to_owned).collect()
+    let new = |name: &str| CorpusSection { name: name.into(), policy: String::new(), denied: vec![], allowed: vec![] };
+    let mut sections = vec![new("default")];
+    for line in text.lines() {
+        let section = sections.last_mut().expect("one section");
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            sections.push(new(name));
+        } else if let Some(toml) = line.strip_prefix("#| ") {
+            section.policy.push_str(toml);
+            section.policy.push('\n');
+        } else if let Some(control) = line.strip_prefix("allowed: ") {
+            let (uri, file) = match control.split_once(" -> ") {
+                Some((uri, file)) => (uri, Some(file.to_string())),
+                None => (control, None),
+            };
+            section.allowed.push((uri.to_string(), file));
+        } else if !line.is_empty() && !line.starts_with('#') {
+            section.denied.push(line.to_string());
+        }
+    }
+    sections
 }
 
 /// `line` with `root` (an absolute path, without its leading `/`) inserted after the `file:`
@@ -392,9 +419,16 @@ fn under_root(line: &str, root: &str) -> String {
 fn corpus_folder() -> anyhow::Result<(tempfile::TempDir, PathBuf)> {
     let folder = tempfile::Builder::new().prefix("bypass").tempdir()?;
     let root = folder.path().canonicalize()?;
-    for file in
-        ["app/secrets/key", "app/.env", "secrets/key", "secrets/.env", ".env", "app/public/readme.md", "pub/x.md"]
-    {
+    for file in [
+        "app/secrets/key",
+        "app/.env",
+        "secrets/key",
+        "secrets/.env",
+        ".env",
+        "app/public/readme.md",
+        "app/public/secret.txt",
+        "pub/x.md",
+    ] {
         let path = root.join(file);
         std::fs::create_dir_all(path.parent().expect("has a parent"))?;
         std::fs::write(&path, format!("content of {file}"))?;
@@ -402,13 +436,15 @@ fn corpus_folder() -> anyhow::Result<(tempfile::TempDir, PathBuf)> {
     Ok((folder, root))
 }
 
-/// A proxy over a `docs` folder upstream with the shipped default policy for everyone, plus
-/// `admin`, whose policy allows everything (bob's token is admin's here).
-async fn corpus_proxy(root: &Path) -> anyhow::Result<(ProxyProcess, tempfile::TempDir)> {
-    let default =
-        "principals = [\"*\"]\nallow = [\"**\"]\ndeny = [\"*+file:///**/secrets/**\", \"*+file:///**/.env\"]\n";
+/// The shipped default policy for everyone (the corpus's `[default]` section).
+const DEFAULT_POLICY: &str =
+    "principals = [\"*\"]\nallow = [\"**\"]\ndeny = [\"*+file:///**/secrets/**\", \"*+file:///**/.env\"]\n";
+
+/// A proxy over a `docs` folder upstream with `policy` for everyone, plus `admin`, whose policy
+/// allows everything (bob's token is admin's here).
+async fn corpus_proxy(root: &Path, policy: &str) -> anyhow::Result<(ProxyProcess, tempfile::TempDir)> {
     let admin = "principals = [\"admin\"]\nallow = [\"**\"]\n";
-    let policies = policies_folder(&[("default.toml", default), ("admin.toml", admin)])?;
+    let policies = policies_folder(&[("default.toml", policy), ("admin.toml", admin)])?;
     let upstream = format!("[[upstreams]]\nname = \"docs\"\ndir = {}\n", toml_str(root.to_str().expect("utf-8")));
     let config = access_config(policies.path(), &upstream).replace("principal = \"bob\"", "principal = \"admin\"");
     let proxy = ProxyProcess::start_with(&config, &[], &TOKENS).await?;
@@ -428,46 +464,42 @@ fn text_of(contents: &[ResourceContents]) -> Vec<(String, String)> {
 }
 
 /// Every bypass-corpus line, pointed into a real folder that has the files it aims at, read
-/// through the real HTTP endpoint as a principal under the default policy: each answers like a
-/// missing URI. Controls: an allowed file reads, and a principal allowed everything reads the
-/// secrets through the same proxy, so the denials come from the policy.
+/// through the real HTTP endpoint as a principal under its section's policy: each answers like
+/// a missing URI. Controls: the section's allowed lines read the file they name, and a
+/// principal allowed everything reads the secrets through the same proxy, so the denials come
+/// from the policy.
 #[tokio::test]
 async fn every_bypass_corpus_uri_is_denied_through_the_http_endpoint() -> anyhow::Result<()> {
     let (_folder, root) = corpus_folder()?;
-    let (proxy, _policies) = corpus_proxy(&root).await?;
     let root_text = root.to_str().expect("utf-8").trim_start_matches('/').to_string();
     let corpus = bypass_corpus();
-    assert!(corpus.len() >= 40, "the corpus has {} lines", corpus.len());
-    let file_uri = |path: &str| format!("docs+file:///{root_text}/{path}");
-
-    for (era, code) in [(Era::Legacy, NOT_FOUND_LEGACY), (Era::Modern, NOT_FOUND_MODERN)] {
-        let (alice, _) = connect_http_with_token(&proxy.url, era, ALICE_TOKEN).await?;
-        let readme = alice.read_resource(ReadResourceRequestParams::new(file_uri("app/public/readme.md"))).await?;
-        assert_eq!(text_of(&readme.contents)[0].1, "content of app/public/readme.md", "control: allowed file reads");
-        let missing = file_uri("app/public/missing.md");
-        let missing_shape = error_shape(&read_error(&alice, &missing).await, &missing);
-        assert_eq!(missing_shape.0, code);
-        let mut wrong = Vec::new();
-        for line in &corpus {
-            let uri = under_root(line, &root_text);
-            match alice.read_resource(ReadResourceRequestParams::new(uri.clone())).await {
-                Ok(read) => wrong.push(format!("{line:?} → {uri:?} was READ: {:?}", text_of(&read.contents))),
-                Err(error) if error_shape(&error, &uri) != missing_shape => {
-                    wrong.push(format!("{line:?} → {uri:?}: {:?}", error_shape(&error, &uri)))
+    assert!(corpus.len() >= 2 && corpus[0].denied.len() >= 40, "the corpus has its sections and lines");
+    for section in &corpus {
+        let (proxy, _policies) = corpus_proxy(&root, &section.policy).await?;
+        for (era, code) in [(Era::Legacy, NOT_FOUND_LEGACY), (Era::Modern, NOT_FOUND_MODERN)] {
+            let (alice, _) = connect_http_with_token(&proxy.url, era, ALICE_TOKEN).await?;
+            let mut wrong = corpus_controls(&alice, section, &root_text).await?;
+            let missing = under_root("docs+file:///app/public/missing.md", &root_text);
+            let missing_shape = error_shape(&read_error(&alice, &missing).await, &missing);
+            assert_eq!(missing_shape.0, code);
+            for line in &section.denied {
+                let uri = under_root(line, &root_text);
+                match alice.read_resource(ReadResourceRequestParams::new(uri.clone())).await {
+                    Ok(read) => wrong.push(format!("{line:?} → {uri:?} was READ: {:?}", text_of(&read.contents))),
+                    Err(error) if error_shape(&error, &uri) != missing_shape => {
+                        wrong.push(format!("{line:?} → {uri:?}: {:?}", error_shape(&error, &uri)))
+                    }
+                    Err(_) => {}
                 }
-                Err(_) => {}
             }
+            let name = &section.name;
+            assert!(wrong.is_empty(), "[{name}] {era:?}: {} corpus lines wrong:\n{}", wrong.len(), wrong.join("\n"));
         }
-        assert!(
-            wrong.is_empty(),
-            "{era:?}: {} corpus URIs not answered like a missing one:\n{}",
-            wrong.len(),
-            wrong.join("\n")
-        );
     }
 
-    // The same proxy serves the secrets to a principal allowed everything — also by corpus
-    // spellings that normalise to them — so the folder server is not what denied them.
+    // A proxy serves the secrets to a principal allowed everything — also by corpus spellings
+    // that normalise to them — so the folder server is not what denied them.
+    let (proxy, _policies) = corpus_proxy(&root, DEFAULT_POLICY).await?;
     let (admin, _) = connect_http_with_token(&proxy.url, Era::Legacy, BOB_TOKEN).await?;
     for (line, file) in [
         ("docs+file:///app/secrets/key", "app/secrets/key"),
@@ -477,6 +509,8 @@ async fn every_bypass_corpus_uri_is_denied_through_the_http_endpoint() -> anyhow
         ("docs+file://localhost/app/.env", "app/.env"),
         ("docs+file:///app//secrets//key", "app/secrets/key"),
         ("DOCS+FILE:///app/.env", "app/.env"),
+        ("docs+file:///app/public/secret.txt", "app/public/secret.txt"),
+        ("docs+file:///app/.env#top", "app/.env"),
     ] {
         let uri = under_root(line, &root_text);
         let read = admin.read_resource(ReadResourceRequestParams::new(uri.clone())).await?;
@@ -485,13 +519,28 @@ async fn every_bypass_corpus_uri_is_denied_through_the_http_endpoint() -> anyhow
     Ok(())
 }
 
+/// The section's positive controls that name a file: each must read exactly that file.
+async fn corpus_controls(client: &FixtureClient, section: &CorpusSection, root: &str) -> anyhow::Result<Vec<String>> {
+    let mut wrong = Vec::new();
+    for (line, file) in &section.allowed {
+        let Some(file) = file else { continue };
+        let uri = under_root(line, root);
+        match client.read_resource(ReadResourceRequestParams::new(uri.clone())).await {
+            Ok(read) if text_of(&read.contents).first().is_some_and(|(_, t)| *t == format!("content of {file}")) => {}
+            Ok(read) => wrong.push(format!("control {line:?} read {:?}", text_of(&read.contents))),
+            Err(error) => wrong.push(format!("control {line:?} → {uri:?} failed: {error}")),
+        }
+    }
+    Ok(wrong)
+}
+
 /// A read of a resource the principal may see must not carry contents it may not see: reading
 /// the folder `app/` (which holds `.env` and `secrets/`, denied by the default policy), and bob
 /// reading alpha's `multi`, whose contents are `multi/a`, `multi/b` (denied to him) and `multi/c`.
 #[tokio::test]
 async fn a_read_does_not_carry_contents_the_principal_may_not_see() -> anyhow::Result<()> {
     let (_folder, root) = corpus_folder()?;
-    let (proxy, _policies) = corpus_proxy(&root).await?;
+    let (proxy, _policies) = corpus_proxy(&root, DEFAULT_POLICY).await?;
     let (alice, _) = connect_http_with_token(&proxy.url, Era::Legacy, ALICE_TOKEN).await?;
     let mut leaks = Vec::new();
     for folder in ["app", ""] {
