@@ -14,7 +14,8 @@ use common::fixture::{
 };
 use common::proxy::{PROXY_BIN, ProxyProcess, connect_stdio_proxy_with, fixture_upstream, http_upstream, toml_str};
 use rmcp::model::{
-    ReadResourceRequestParams, ResourceContents, ServerNotification, SubscribeRequestParams, SubscriptionFilter,
+    PaginatedRequestParams, ReadResourceRequestParams, ResourceContents, ServerNotification, SubscribeRequestParams,
+    SubscriptionFilter, UnsubscribeRequestParams,
 };
 use rmcp::service::{ServiceError, Subscription};
 use serde_json::{Value, json};
@@ -70,7 +71,7 @@ fn rewrite_policy(dir: &Path, name: &str, text: &str) -> anyhow::Result<()> {
 struct Principals {
     proxy: ProxyProcess,
     alpha: HttpFixture,
-    _beta: HttpFixture,
+    beta: HttpFixture,
     _policies: tempfile::TempDir,
     stdio_config: tempfile::TempDir,
 }
@@ -88,7 +89,7 @@ impl Principals {
         let proxy = ProxyProcess::start_with(&config, &[], &TOKENS).await?;
         proxy.wait_up("alpha", 1).await?;
         proxy.wait_up("beta", 1).await?;
-        Ok(Principals { proxy, alpha, _beta: beta, _policies: policies, stdio_config })
+        Ok(Principals { proxy, alpha, beta, _policies: policies, stdio_config })
     }
 
     async fn http(&self, principal: &str, era: Era) -> anyhow::Result<(FixtureClient, Events)> {
@@ -109,6 +110,11 @@ impl Principals {
     /// A direct connection to the `alpha` fixture, for `touch` and `stats`.
     async fn alpha_side(&self) -> anyhow::Result<FixtureClient> {
         Ok(fixture::connect_http(&self.alpha.url, Era::Legacy).await?.0)
+    }
+
+    /// A direct connection to the `beta` fixture.
+    async fn beta_side(&self) -> anyhow::Result<FixtureClient> {
+        Ok(fixture::connect_http(&self.beta.url, Era::Legacy).await?.0)
     }
 }
 
@@ -764,4 +770,179 @@ fn verdict_lines(out: &str) -> Vec<String> {
         .filter(|line| line.starts_with("allowed") || line.starts_with("denied"))
         .map(str::to_owned)
         .collect()
+}
+
+/// The next notification on a listen stream, whatever it is.
+async fn next_on_stream(stream: &mut Subscription) -> anyhow::Result<ServerNotification> {
+    match tokio::time::timeout(fixture::DEADLINE, stream.next()).await {
+        Ok(Ok(Some(notification))) => Ok(notification),
+        Ok(Ok(None)) => anyhow::bail!("the stream ended"),
+        Ok(Err(error)) => Err(error.into()),
+        Err(_) => anyhow::bail!("nothing on the stream within {:?}", fixture::DEADLINE),
+    }
+}
+
+fn is_updated(notification: &ServerNotification, uri: &str) -> bool {
+    matches!(notification, ServerNotification::ResourceUpdatedNotification(n) if n.params.uri == uri)
+}
+
+/// A catalog change only bob can see (beta gains an item) tells bob `list_changed`, and tells
+/// neither alice's legacy session nor her 2026 listen stream (which asked for list changes);
+/// a change she can see (alpha gains one) tells her on both. Order proves absence: once bob
+/// has heard of beta's change, alice's next notification on each is the update of an item she
+/// holds, touched after.
+#[tokio::test]
+async fn list_changed_reaches_only_hosts_whose_visible_list_changed() -> anyhow::Result<()> {
+    let world = Principals::start().await?;
+    let (alpha_side, beta_side) = (world.alpha_side().await?, world.beta_side().await?);
+    let (alice, mut alice_events) = world.http("alice", Era::Legacy).await?;
+    #[allow(deprecated)]
+    alice.subscribe(SubscribeRequestParams::new("alpha+fx://fx/item/1")).await?;
+    let (alice_modern, _) = world.http("alice", Era::Modern).await?;
+    let filter =
+        SubscriptionFilter::builder().resource_subscriptions(["alpha+fx://fx/item/1"]).resources_list_changed().build();
+    let mut alice_stream = alice_modern.listen(filter).await?;
+    let (_bob, mut bob_events) = world.http("bob", Era::Legacy).await?;
+    wait_for_stats(&alpha_side, |s| watched(s).iter().filter(|w| *w == "fx://fx/item/1").count() >= 1).await?;
+
+    call_json(&beta_side, "add", json!({"count": 1})).await?;
+    assert_eq!(bob_events.next().await?, FixtureEvent::ListChanged, "bob sees beta: he hears of it");
+    touch(&alpha_side, "fx://fx/item/1").await?;
+    assert_eq!(
+        alice_events.next().await?,
+        FixtureEvent::Updated("alpha+fx://fx/item/1".into()),
+        "alice's session heard nothing of beta's change"
+    );
+    let next = next_on_stream(&mut alice_stream).await?;
+    assert!(is_updated(&next, "alpha+fx://fx/item/1"), "alice's stream heard nothing of beta's change: {next:?}");
+
+    // Control: a change in what she sees reaches her in both eras.
+    call_json(&alpha_side, "add", json!({"count": 1})).await?;
+    assert_eq!(alice_events.next().await?, FixtureEvent::ListChanged, "alice's session");
+    let next = next_on_stream(&mut alice_stream).await?;
+    assert!(matches!(next, ServerNotification::ResourceListChangedNotification(_)), "alice's stream: {next:?}");
+    Ok(())
+}
+
+/// bob may see alpha's `multi` but not its part `multi/b`. Holding `multi` on a legacy session
+/// and on a 2026 listen stream, he hears nothing when `multi/b` changes: not the part (legacy),
+/// and not the parent either (the stream, whose filter names `multi`). Order proves absence:
+/// the first update on each is `item/1`, touched after; alice, allowed `multi/b`, hears it.
+#[tokio::test]
+async fn a_change_of_a_denied_part_reaches_no_holder_of_its_parent() -> anyhow::Result<()> {
+    let world = Principals::start().await?;
+    let side = world.alpha_side().await?;
+    let (alice, mut alice_events) = world.http("alice", Era::Legacy).await?;
+    let (bob, mut bob_events) = world.http("bob", Era::Legacy).await?;
+    #[allow(deprecated)]
+    for (client, uri) in [(&alice, "alpha+fx://fx/multi"), (&bob, "alpha+fx://fx/multi"), (&bob, "alpha+fx://fx/item/1")] {
+        client.subscribe(SubscribeRequestParams::new(uri)).await?;
+    }
+    let (bob_modern, _) = world.http("bob", Era::Modern).await?;
+    let filter = SubscriptionFilter::builder().resource_subscriptions(["alpha+fx://fx/multi", "alpha+fx://fx/item/1"]).build();
+    let mut bob_stream = bob_modern.listen(filter).await?;
+    let acknowledged = bob_stream.acknowledged().resource_subscriptions.clone().unwrap_or_default();
+    assert_eq!(acknowledged.len(), 2, "both are bob's to hold: {acknowledged:?}");
+    wait_for_stats(&side, |s| ["fx://fx/multi", "fx://fx/item/1"].iter().all(|u| watched(s).iter().any(|w| w == u)))
+        .await?;
+
+    touch(&side, "fx://fx/multi/b").await?;
+    touch(&side, "fx://fx/item/1").await?;
+    assert_eq!(next_updated(&mut alice_events).await?, "alpha+fx://fx/multi/b", "control: alice may see multi/b");
+    assert_eq!(next_updated(&mut bob_events).await?, "alpha+fx://fx/item/1", "bob's session: nothing of multi/b");
+    assert_eq!(next_stream_updated(&mut bob_stream).await?, "alpha+fx://fx/item/1", "bob's stream: no `multi`");
+    Ok(())
+}
+
+/// bob's allow `alpha+fx://fx/item/*.md`, in front of an upstream that routes reads on the URL
+/// path (so a forwarded `item/0#.md` would read item 0): neither a fragment nor a query makes
+/// `item/0` Markdown; a fragment never reaches the upstream (the read of `item/1#top` is a read
+/// of `item/1`); alice's deny of `item/2` holds with a query, a fragment or a trailing `/`.
+/// The upstream's own counts show what crossed the wire.
+#[tokio::test]
+async fn a_query_or_fragment_neither_widens_an_allow_nor_goes_upstream() -> anyhow::Result<()> {
+    let alpha = HttpFixture::spawn(&["--era", "both", "--resources", "3", "--lenient-uris"]).await?;
+    let bob = "principals = [\"bob\"]\nallow = [\"alpha+fx://fx/item/*.md\", \"alpha+fx://fx/item/1\"]\n";
+    let alice = "principals = [\"alice\"]\nallow = [\"alpha+**\"]\ndeny = [\"alpha+fx://fx/item/2\"]\n";
+    let policies = policies_folder(&[("alice.toml", alice), ("bob.toml", bob)])?;
+    let config = access_config(policies.path(), &http_upstream("alpha", &alpha.url, ""));
+    let proxy = ProxyProcess::start_with(&config, &[], &TOKENS).await?;
+    proxy.wait_up("alpha", 1).await?;
+    let (side, _) = fixture::connect_http(&alpha.url, Era::Legacy).await?;
+    for (era, code) in [(Era::Legacy, NOT_FOUND_LEGACY), (Era::Modern, NOT_FOUND_MODERN)] {
+        let (bob, _) = connect_http_with_token(&proxy.url, era, BOB_TOKEN).await?;
+        let read = bob.read_resource(ReadResourceRequestParams::new("alpha+fx://fx/item/1#top")).await?;
+        assert!(text_of(&read.contents)[0].1.starts_with("item 1 v"), "control: {:?}", text_of(&read.contents));
+        let missing = ["alpha+fx://fx/item/x.md", "nowhere+fx://fx/item/0.md"];
+        for uri in ["alpha+fx://fx/item/0#.md", "alpha+fx://fx/item/0?x=.md", "alpha+fx://fx/item/0?.md"] {
+            assert_denied_like_missing(&bob, uri, &missing, code).await;
+        }
+        assert_denied_like_missing(&bob, "alpha+fx://fx/item/0?x=/y.md", &missing, code).await;
+
+        let (alice, _) = connect_http_with_token(&proxy.url, era, ALICE_TOKEN).await?;
+        let read = alice.read_resource(ReadResourceRequestParams::new("alpha+fx://fx/item/1?a=b")).await?;
+        assert!(text_of(&read.contents)[0].1.starts_with("item 1 v"), "control: a query is forwarded");
+        for uri in ["alpha+fx://fx/item/2?a=b", "alpha+fx://fx/item/2#x", "alpha+fx://fx/item/2/"] {
+            assert_denied_like_missing(&alice, uri, &["alpha+fx://fx/missing"], code).await;
+        }
+    }
+    let stats = stats(&side).await?;
+    let reads: Vec<&String> = stats["reads_by_uri"].as_object().map(|m| m.keys().collect()).unwrap_or_default();
+    assert!(reads.iter().any(|uri| *uri == "fx://fx/item/1"), "control: item 1 was read upstream: {reads:?}");
+    assert!(reads.iter().all(|uri| !uri.contains('#')), "a fragment went upstream: {reads:?}");
+    let denied = |uri: &&&String| uri.starts_with("fx://fx/item/0") || uri.starts_with("fx://fx/item/2");
+    assert!(!reads.iter().any(|uri| denied(&uri)), "a denied item was read upstream: {reads:?}");
+    Ok(())
+}
+
+/// A URI over the 8 KiB limit gets invalid-params with a message saying so, in both eras and
+/// for subscribe, without the URI echoed back; one at the limit is served.
+#[tokio::test]
+async fn a_uri_over_the_length_limit_gets_a_clear_error() -> anyhow::Result<()> {
+    let world = Principals::start().await?;
+    let prefix = "alpha+fx://fx/echo/";
+    let at_limit = format!("{prefix}{}", "a".repeat(8192 - prefix.len()));
+    let over = format!("{at_limit}a");
+    for era in [Era::Legacy, Era::Modern] {
+        let (alice, _) = world.http("alice", era).await?;
+        let read = alice.read_resource(ReadResourceRequestParams::new(at_limit.clone())).await?;
+        assert_eq!(text_of(&read.contents)[0].1.len(), 8192 - prefix.len(), "control: at the limit it reads");
+        let error = read_error(&alice, &over).await;
+        assert_eq!(fixture::error_code(&error), Some(-32602), "{era:?}: {error}");
+        let message = error.to_string();
+        assert!(message.contains("longer than 8192 bytes"), "{message}");
+        assert!(message.len() < 300, "the URI is not echoed back ({} bytes)", message.len());
+    }
+    let (alice, _) = world.http("alice", Era::Legacy).await?;
+    let error = subscribe_error(&alice, &over).await;
+    assert!(error.to_string().contains("longer than 8192 bytes"), "{error}");
+    Ok(())
+}
+
+/// A list cursor minted for alice is refused to bob (it would page through alice's view), and
+/// unsubscribing reveals nothing: a denied URI answers like an unknown one, an allowed one that
+/// was never subscribed is a no-op.
+#[tokio::test]
+async fn cursors_and_unsubscribe_reveal_nothing_across_principals() -> anyhow::Result<()> {
+    let world = Principals::start().await?;
+    let (alice, _) = world.http("alice", Era::Legacy).await?;
+    let (bob, _) = world.http("bob", Era::Legacy).await?;
+    let cursor = alice.list_resources(None).await?.next_cursor.expect("alice's list has pages");
+    let page = |cursor: &str| Some(PaginatedRequestParams::default().with_cursor(Some(cursor.to_string())));
+    alice.list_resources(page(&cursor)).await?;
+    let error = bob.list_resources(page(&cursor)).await.expect_err("alice's cursor");
+    assert_eq!(fixture::error_code(&error), Some(-32602), "{error}");
+    assert!(error.to_string().contains("list again"), "{error}");
+
+    #[allow(deprecated)]
+    let unsubscribe = |uri: &str| bob.unsubscribe(UnsubscribeRequestParams::new(uri));
+    unsubscribe("alpha+fx://fx/item/3").await?;
+    let denied = unsubscribe("alpha+fx://fx/item/0").await.expect_err("denied");
+    let unknown = unsubscribe("nowhere+fx://fx/item/0").await.expect_err("unknown");
+    assert_eq!(
+        error_shape(&denied, "alpha+fx://fx/item/0"),
+        error_shape(&unknown, "nowhere+fx://fx/item/0"),
+        "a denied unsubscribe looks like an unknown URI"
+    );
+    Ok(())
 }
