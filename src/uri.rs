@@ -327,9 +327,9 @@ fn remove_dot_segments(path: &str) -> String {
 /// by [`encode_raw`] and hex is upper-case by now, so the encoded UTF-8 forms are all to find.
 fn has_invisible(uri: &str) -> bool {
     const INVISIBLE: &[char] = &[
-        '\u{200B}', '\u{200C}', '\u{200D}', '\u{200E}', '\u{200F}', '\u{202A}', '\u{202B}', '\u{202C}',
-        '\u{202D}', '\u{202E}', '\u{2060}', '\u{2061}', '\u{2062}', '\u{2063}', '\u{2064}', '\u{2066}',
-        '\u{2067}', '\u{2068}', '\u{2069}', '\u{FEFF}',
+        '\u{200B}', '\u{200C}', '\u{200D}', '\u{200E}', '\u{200F}', '\u{202A}', '\u{202B}', '\u{202C}', '\u{202D}',
+        '\u{202E}', '\u{2060}', '\u{2061}', '\u{2062}', '\u{2063}', '\u{2064}', '\u{2066}', '\u{2067}', '\u{2068}',
+        '\u{2069}', '\u{FEFF}',
     ];
     (uri.contains("%E2%") || uri.contains("%EF%BB%BF"))
         && INVISIBLE.iter().any(|c| {

@@ -835,11 +835,14 @@ async fn a_change_of_a_denied_part_reaches_no_holder_of_its_parent() -> anyhow::
     let (alice, mut alice_events) = world.http("alice", Era::Legacy).await?;
     let (bob, mut bob_events) = world.http("bob", Era::Legacy).await?;
     #[allow(deprecated)]
-    for (client, uri) in [(&alice, "alpha+fx://fx/multi"), (&bob, "alpha+fx://fx/multi"), (&bob, "alpha+fx://fx/item/1")] {
+    for (client, uri) in
+        [(&alice, "alpha+fx://fx/multi"), (&bob, "alpha+fx://fx/multi"), (&bob, "alpha+fx://fx/item/1")]
+    {
         client.subscribe(SubscribeRequestParams::new(uri)).await?;
     }
     let (bob_modern, _) = world.http("bob", Era::Modern).await?;
-    let filter = SubscriptionFilter::builder().resource_subscriptions(["alpha+fx://fx/multi", "alpha+fx://fx/item/1"]).build();
+    let filter =
+        SubscriptionFilter::builder().resource_subscriptions(["alpha+fx://fx/multi", "alpha+fx://fx/item/1"]).build();
     let mut bob_stream = bob_modern.listen(filter).await?;
     let acknowledged = bob_stream.acknowledged().resource_subscriptions.clone().unwrap_or_default();
     assert_eq!(acknowledged.len(), 2, "both are bob's to hold: {acknowledged:?}");

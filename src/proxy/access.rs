@@ -40,11 +40,12 @@ impl Proxy {
     ) -> Result<Route, ProxyError> {
         let not_found = || ProxyError::not_found(requested);
         let policy = self.policy();
-        let (normalized, decision) = policy.normalize_and_decide(principal, requested).map_err(|error| match error {
-            // Says nothing about any resource, and a not-found would echo the whole URI back.
-            uri::UriError::TooLong => ProxyError::InvalidParams(format!("URI {error}")),
-            _ => not_found(),
-        })?;
+        let (normalized, decision) =
+            policy.normalize_and_decide(principal, requested).map_err(|error| match error {
+                // Says nothing about any resource, and a not-found would echo the whole URI back.
+                uri::UriError::TooLong => ProxyError::InvalidParams(format!("URI {error}")),
+                _ => not_found(),
+            })?;
         if !decision.allowed {
             tracing::debug!(principal, uri = requested, file = ?decision.file, pattern = ?decision.pattern, "denied");
             self.inner.metrics.policy_denied(action, decision.file.as_deref());
