@@ -26,9 +26,10 @@
 //!   their case (a case-sensitive server must get what was asked), but an upstream on a
 //!   case-insensitive file system serves `Secrets/` for `secrets/`; denying both is the only
 //!   safe reading. Over-denying `SECRETS/` on a case-sensitive server is the accepted cost.
-//! - **deny globs also see the URI without its query, and that with and without a trailing
-//!   `/`**, so `…/.env?x=1` and `…/.env/` are denied by `**/.env`, and `…/secrets` (the folder
-//!   itself, whose listing names what is inside) by `**/secrets/**`.
+//! - **deny globs also see the URI without its query, cut at an encoded `?`/`#`, and those
+//!   with and without a trailing `/`**, so `…/.env?x=1`, `…/.env%23x` and `…/.env/` are denied
+//!   by `**/.env`, and `…/secrets` (the folder itself, whose listing names what is inside) by
+//!   `**/secrets/**`.
 //!
 //! Query and fragment, allow and deny alike: the fragment never reaches a decision
 //! (normalisation drops it: RFC 3986 never sends it to a server). The query is sent, and an
@@ -251,14 +252,20 @@ struct RawPolicy {
     unknown: BTreeMap<String, Value>,
 }
 
-/// What deny globs are matched against: the URI; without its query (and fragment); and that
-/// with and without a trailing `/` (servers often treat `dir` and `dir/` as one resource).
+/// What deny globs are matched against: the URI; without its query (and fragment); that cut
+/// at an encoded `?` or `#` (`%3F`, `%23`: an upstream that decodes a URI before parsing it
+/// reads a query there); and each of those with and without a trailing `/` (servers often
+/// treat `dir` and `dir/` as one resource).
 fn deny_views(uri: &str) -> Vec<String> {
     let bare = uri::without_query(uri);
-    let trimmed = bare.trim_end_matches('/');
-    let mut views = vec![uri.to_string(), bare.to_string(), format!("{trimmed}/")];
-    if !trimmed.ends_with(':') && !trimmed.ends_with("//") {
-        views.push(trimmed.to_string());
+    let mut views = vec![uri.to_string()];
+    let cut = [bare.find("%3F"), bare.find("%23")].into_iter().flatten().min().map(|end| &bare[..end]);
+    for base in std::iter::once(bare).chain(cut) {
+        let trimmed = base.trim_end_matches('/');
+        views.extend([base.to_string(), format!("{trimmed}/")]);
+        if !trimmed.ends_with(':') && !trimmed.ends_with("//") {
+            views.push(trimmed.to_string());
+        }
     }
     views
 }

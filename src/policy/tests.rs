@@ -246,7 +246,14 @@ fn allows_and_denies_judge_queries_and_fragments_alike() {
     }
     let deny = "principals = [\"*\"]\nallow = [\"**\"]\ndeny = [\"**/secret.txt\"]\n";
     let set = PolicySet::from_texts(&[("deny.toml", deny)]).unwrap();
-    for uri in ["ev+ev://d/secret.txt", "ev+ev://d/secret.txt?a=b", "ev+ev://d/secret.txt#x", "ev+ev://d/secret.txt/"] {
+    for uri in [
+        "ev+ev://d/secret.txt",
+        "ev+ev://d/secret.txt?a=b",
+        "ev+ev://d/secret.txt#x",
+        "ev+ev://d/secret.txt/",
+        "ev+ev://d/secret.txt%23x",
+        "ev+ev://d/secret.txt%3fa=b",
+    ] {
         assert!(!set.allows("bob", uri), "{uri}");
     }
     assert!(set.allows("bob", "ev+ev://d/public.txt?a=b"));
