@@ -922,8 +922,9 @@ async fn a_uri_over_the_length_limit_gets_a_clear_error() -> anyhow::Result<()> 
     Ok(())
 }
 
-/// A list cursor minted for alice is refused to bob (it would page through alice's view), and
-/// unsubscribing reveals nothing: a denied URI answers like an unknown one, an allowed one that
+/// A list cursor minted for alice is refused to bob (it would page through alice's view), a
+/// cursor does not reveal its position or the catalog generation, and unsubscribing reveals
+/// nothing: a denied URI answers like an unknown one, an allowed one that
 /// was never subscribed is a no-op.
 #[tokio::test]
 async fn cursors_and_unsubscribe_reveal_nothing_across_principals() -> anyhow::Result<()> {
@@ -936,6 +937,12 @@ async fn cursors_and_unsubscribe_reveal_nothing_across_principals() -> anyhow::R
     let error = bob.list_resources(page(&cursor)).await.expect_err("alice's cursor");
     assert_eq!(fixture::error_code(&error), Some(-32602), "{error}");
     assert!(error.to_string().contains("list again"), "{error}");
+    // bob's own cursor does not tell him where in the merged list (hidden entries included) his
+    // next page starts, nor the catalog generation: both read as noise (a clear one is small).
+    let bob_cursor = bob.list_resources(None).await?.next_cursor.expect("bob's list has pages");
+    let raw = base64::Engine::decode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, &bob_cursor)?;
+    let field = |at: usize| u64::from_be_bytes(raw[at..at + 8].try_into().expect("8 bytes"));
+    assert!(raw.len() > 18 && field(2) > u64::from(u32::MAX) && field(10) > u64::from(u32::MAX), "{raw:?}");
 
     #[allow(deprecated)]
     let unsubscribe = |uri: &str| bob.unsubscribe(UnsubscribeRequestParams::new(uri));
