@@ -1,8 +1,13 @@
 //! Opaque pagination cursors: base64url of a versioned record (which list, catalog generation,
-//! position), authenticated with an HMAC keyed per process and bound to the caller.
+//! position), authenticated with an HMAC keyed per process and bound to the caller, and
+//! encrypted (SIV-style: the tag over the plaintext seeds an HMAC keystream). The position is
+//! a place in the merged list *including* entries the caller may not see, and the generation
+//! counts every catalog change: in the clear they would tell a host how many hidden resources
+//! there are and when they change.
 //!
 //! Pure: no IO. Invariant: a cursor decodes only if this process minted it, for this list and
-//! this principal; anything else is [`CursorError`] (the proxy answers -32602).
+//! this principal; anything else is [`CursorError`] (the proxy answers -32602). Nothing in a
+//! cursor is readable without the key.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -59,6 +64,7 @@ impl CursorKey {
         record.extend_from_slice(&position.generation.to_be_bytes());
         record.extend_from_slice(&position.offset.to_be_bytes());
         let tag = self.tag(principal, &record);
+        self.apply_keystream(&tag[..TAG_LEN], &mut record[1..]);
         record.extend_from_slice(&tag[..TAG_LEN]);
         URL_SAFE_NO_PAD.encode(record)
     }
@@ -69,7 +75,9 @@ impl CursorKey {
             return Err(CursorError::Malformed);
         }
         let (body, tag) = record.split_at(BODY_LEN);
-        self.mac(principal, body).verify_truncated_left(tag).map_err(|_| CursorError::Forged)?;
+        let mut body = body.to_vec();
+        self.apply_keystream(tag, &mut body[1..]);
+        self.mac(principal, &body).verify_truncated_left(tag).map_err(|_| CursorError::Forged)?;
         let kind = match body[1] {
             1 => ListKind::Resources,
             2 => ListKind::Templates,
@@ -89,6 +97,17 @@ impl CursorKey {
         mac.update(principal.as_bytes());
         mac.update(body);
         mac
+    }
+
+    /// XOR `data` with a keystream derived from the key and the tag (at most 32 bytes). The
+    /// `0xFF` first byte keeps these inputs apart from the tag's, which start with the
+    /// principal's length as 8 big-endian bytes.
+    fn apply_keystream(&self, tag: &[u8], data: &mut [u8]) {
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("any key length");
+        mac.update(b"\xFFcursor keystream");
+        mac.update(tag);
+        let stream = mac.finalize().into_bytes();
+        data.iter_mut().zip(stream.iter()).for_each(|(byte, key)| *byte ^= key);
     }
 
     fn tag(&self, principal: &str, body: &[u8]) -> Vec<u8> {
@@ -123,6 +142,16 @@ mod tests {
         let cursor = key().encode("alice", position());
         check(&cursor, "alice", ListKind::Resources, Ok(position()));
         assert!(cursor.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
+    }
+
+    #[test]
+    fn the_position_cannot_be_read_from_a_cursor() {
+        let raw = URL_SAFE_NO_PAD.decode(key().encode("alice", position())).unwrap();
+        let next = URL_SAFE_NO_PAD.decode(key().encode("alice", Position { offset: 301, ..position() })).unwrap();
+        assert_ne!(raw[2..10], 42u64.to_be_bytes(), "the generation is not in the clear");
+        assert_ne!(raw[10..18], 300u64.to_be_bytes(), "the offset is not in the clear");
+        let differing = raw[1..BODY_LEN].iter().zip(&next[1..BODY_LEN]).filter(|(a, b)| a != b).count();
+        assert!(differing > 2, "neighbouring offsets do not differ in one byte only ({differing})");
     }
 
     #[test]

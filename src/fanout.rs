@@ -107,9 +107,9 @@ pub enum Delivery {
 struct Registered {
     info: OutletInfo,
     queue: mpsc::Sender<Outgoing>,
-    /// The catalog generation this outlet has heard of: at registration, then at each
-    /// `list_changed` it was sent.
-    seen_generation: u64,
+    /// The digest of the visible lists this outlet has heard of: at registration, then at
+    /// each `list_changed` it was sent (see `proxy::views`).
+    seen_view: u64,
 }
 
 impl Fanout {
@@ -135,11 +135,12 @@ impl Fanout {
         self.inner.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Register an outlet, which knows the catalog as of `generation`, and start its sender task.
-    pub fn register(&self, info: OutletInfo, generation: u64, outlet: Arc<dyn Outlet>) -> HolderId {
+    /// Register an outlet, whose host has seen the lists whose digest is `view`, and start its
+    /// sender task.
+    pub fn register(&self, info: OutletInfo, view: u64, outlet: Arc<dyn Outlet>) -> HolderId {
         let id = self.next_holder_id();
         let (queue, receiver) = mpsc::channel(QUEUE_CAPACITY);
-        let registered = Registered { info, queue, seen_generation: generation };
+        let registered = Registered { info, queue, seen_view: view };
         self.inner.outlets.lock().expect("outlets lock").insert(id, registered);
         tokio::spawn(send_loop(id, outlet, receiver, self.clone()));
         id
@@ -179,18 +180,19 @@ impl Fanout {
         }
     }
 
-    /// One `list_changed` to every outlet that wants it, for which `allowed` holds, and — with
-    /// `Some(generation)` — that has not heard of that catalog generation yet.
-    pub fn broadcast_list_changed(&self, generation: Option<u64>, allowed: impl Fn(&OutletInfo) -> bool) -> usize {
+    /// One `list_changed` to every outlet that wants it and whose view (`view_of` its info:
+    /// the digest of the lists its host would see now; `None` = leave it be) differs from the
+    /// one it has heard of. Returns how many were queued one.
+    pub fn broadcast_list_changed(&self, view_of: impl Fn(&OutletInfo) -> Option<u64>) -> usize {
         let targets: Vec<HolderId> = {
             let mut outlets = self.inner.outlets.lock().expect("outlets lock");
             outlets
                 .iter_mut()
-                .filter(|(_, r)| r.info.wants_list_changed && allowed(&r.info))
-                .filter(|(_, r)| generation.is_none_or(|g| r.seen_generation < g))
-                .map(|(id, r)| {
-                    r.seen_generation = r.seen_generation.max(generation.unwrap_or(0));
-                    *id
+                .filter(|(_, r)| r.info.wants_list_changed)
+                .filter_map(|(id, r)| {
+                    let view = view_of(&r.info).filter(|view| *view != r.seen_view)?;
+                    r.seen_view = view;
+                    Some(*id)
                 })
                 .collect()
         };
@@ -274,20 +276,27 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn list_changed_goes_to_those_who_want_it() {
+    async fn list_changed_goes_to_those_who_want_it_and_whose_view_changed() {
         let (gone, _) = mpsc::unbounded_channel();
         let fanout = Fanout::new(gone);
         let (tx, mut rx) = mpsc::unbounded_channel();
         let (tx2, mut rx2) = mpsc::unbounded_channel();
         let (tx3, mut rx3) = mpsc::unbounded_channel();
+        let (tx4, mut rx4) = mpsc::unbounded_channel();
         fanout.register(info(true), 1, Arc::new(Recorder(tx)));
         fanout.register(info(false), 1, Arc::new(Recorder(tx2)));
         fanout.register(info(true), 2, Arc::new(Recorder(tx3)));
-        assert_eq!(fanout.broadcast_list_changed(Some(2), |_| true), 1);
-        assert_eq!(fanout.broadcast_list_changed(Some(2), |_| true), 0, "once per generation");
+        let other = OutletInfo { principal: "q".into(), ..info(true) };
+        fanout.register(other, 1, Arc::new(Recorder(tx4)));
+        let views = |info: &OutletInfo| Some(if info.principal == "p" { 2 } else { 1 });
+        assert_eq!(fanout.broadcast_list_changed(views), 1);
+        assert_eq!(fanout.broadcast_list_changed(views), 0, "once per change");
+        assert_eq!(fanout.broadcast_list_changed(|_| None), 0, "no view known: left be");
         assert_eq!(rx.recv().await, Some(Outgoing::ListChanged));
         assert!(rx2.try_recv().is_err(), "did not ask for it");
         assert!(rx3.try_recv().is_err(), "registered after the change");
+        assert!(rx4.try_recv().is_err(), "its view did not change");
+        assert_eq!(fanout.broadcast_list_changed(|_| Some(3)), 3, "everyone who wants it, once views change");
     }
 
     #[tokio::test]

@@ -26,9 +26,18 @@
 //!   their case (a case-sensitive server must get what was asked), but an upstream on a
 //!   case-insensitive file system serves `Secrets/` for `secrets/`; denying both is the only
 //!   safe reading. Over-denying `SECRETS/` on a case-sensitive server is the accepted cost.
-//! - **deny globs also see the URI without its query and fragment, and that with and without
-//!   a trailing `/`**, so `…/.env?x=1`, `…/.env#x` and `…/.env/` are denied by `**/.env`, and
-//!   `…/secrets` (the folder itself, whose listing names what is inside) by `**/secrets/**`.
+//! - **deny globs also see the URI without its query, cut at an encoded `?`/`#`, and those
+//!   with and without a trailing `/`**, so `…/.env?x=1`, `…/.env%23x` and `…/.env/` are denied
+//!   by `**/.env`, and `…/secrets` (the folder itself, whose listing names what is inside) by
+//!   `**/secrets/**`.
+//!
+//! Query and fragment, allow and deny alike: the fragment never reaches a decision
+//! (normalisation drops it: RFC 3986 never sends it to a server). The query is sent, and an
+//! upstream may act on it or ignore it, so both readings are judged: a URI with a query is
+//! denied when a deny glob matches it with **or** without the query, and allowed only when
+//! allow globs match it with **and** without the query. `*.md` therefore allows neither
+//! `secret.txt?x=.md` (without the query it is `secret.txt`) nor `a.md?v=1` (with it, it does
+//! not end in `.md`); write `{*.md,*.md[?]*}` to allow queries on `.md` URIs.
 //!
 //! Templates: [`PolicySet::template_visible`] lists a template when some URI it can produce
 //! may be allowed. Each `{…}` expression is widened to "any string", giving a set that
@@ -120,9 +129,15 @@ impl PolicySet {
         if let Some((_, rule)) = denied {
             return rule.decision(false);
         }
-        match rules.allow.first_match(uri) {
-            Some((_, rule)) => rule.decision(true),
-            None => Decision { allowed: false, file: None, pattern: None },
+        // An allow must cover every reading an upstream may give the URI: with its query (a
+        // server that acts on it) and without (one that ignores it), so that neither a query
+        // (`secret.txt?x=.md`) nor a missing one widens an allow glob.
+        let bare = uri::without_query(uri);
+        let allowed = rules.allow.first_match(uri);
+        let covered = bare == uri || rules.allow.first_match(bare).is_some();
+        match allowed {
+            Some((_, rule)) if covered => rule.decision(true),
+            _ => Decision { allowed: false, file: None, pattern: None },
         }
     }
 
@@ -153,6 +168,11 @@ impl PolicySet {
             Inner::AllowAll => &[],
             Inner::Files { files, .. } => files,
         }
+    }
+
+    /// Is `other` this very set (the same load), not merely equal rules?
+    pub fn same(&self, other: &PolicySet) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 
     /// True for [`PolicySet::allow_all`].
@@ -232,14 +252,20 @@ struct RawPolicy {
     unknown: BTreeMap<String, Value>,
 }
 
-/// What deny globs are matched against: the URI; without its query and fragment; and that
-/// with and without a trailing `/` (servers often treat `dir` and `dir/` as one resource).
+/// What deny globs are matched against: the URI; without its query (and fragment); that cut
+/// at an encoded `?` or `#` (`%3F`, `%23`: an upstream that decodes a URI before parsing it
+/// reads a query there); and each of those with and without a trailing `/` (servers often
+/// treat `dir` and `dir/` as one resource).
 fn deny_views(uri: &str) -> Vec<String> {
     let bare = uri::without_query(uri);
-    let trimmed = bare.trim_end_matches('/');
-    let mut views = vec![uri.to_string(), bare.to_string(), format!("{trimmed}/")];
-    if !trimmed.ends_with(':') && !trimmed.ends_with("//") {
-        views.push(trimmed.to_string());
+    let mut views = vec![uri.to_string()];
+    let cut = [bare.find("%3F"), bare.find("%23")].into_iter().flatten().min().map(|end| &bare[..end]);
+    for base in std::iter::once(bare).chain(cut) {
+        let trimmed = base.trim_end_matches('/');
+        views.extend([base.to_string(), format!("{trimmed}/")]);
+        if !trimmed.ends_with(':') && !trimmed.ends_with("//") {
+            views.push(trimmed.to_string());
+        }
     }
     views
 }

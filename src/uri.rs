@@ -42,9 +42,22 @@
 //! - **Case of paths is kept.** Paths are case-sensitive in RFC 3986 and for many servers;
 //!   folding would forward a different resource. Case-insensitive file systems are handled
 //!   by the policy instead: deny globs match case-insensitively (see `policy`).
-//! - Query and fragment get percent-encoding normalisation only.
+//! - **The fragment is dropped** (after the checks above). RFC 3986 §3.5: a fragment names
+//!   part of what the server returns and is never sent to it, so `x#y` is the resource `x` —
+//!   judged, cached and forwarded as `x`. Keeping it would let a glob see text no server acts
+//!   on (`secret.txt#.md` matching `*.md`).
+//! - **Invisible formatting characters** (zero-width space/joiners U+200B–U+200F, bidi
+//!   embeddings and overrides U+202A–U+202E and isolates U+2066–U+2069, U+2060–U+2064, the BOM
+//!   U+FEFF), raw or percent-encoded, are refused: RFC 3987 §4.1 forbids the bidi ones, and all
+//!   of them only make two different URIs look alike to a person reading a policy or a log.
+//! - **Longer than [`MAX_URI_BYTES`]** (as sent) is refused before anything else is done.
+//! - The query gets percent-encoding normalisation only; it is kept and forwarded.
 
 use thiserror::Error;
+
+/// The longest URI accepted, in bytes as sent (8 KiB: far above any real resource URI, and
+/// what common HTTP servers accept as a whole request line).
+pub const MAX_URI_BYTES: usize = 8 * 1024;
 
 /// Why a URI cannot be normalised. Callers answer these exactly like "not found".
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -67,12 +80,19 @@ pub enum UriError {
     AmbiguousSegment,
     #[error("a file URI that is not file:///<absolute path>")]
     FileForm,
+    #[error("an invisible formatting character (zero-width, bidi control, BOM)")]
+    Invisible,
+    #[error("longer than {MAX_URI_BYTES} bytes")]
+    TooLong,
 }
 
 /// Normalise `uri` (see the module doc for every rule), or say why it cannot be.
 pub fn normalize(uri: &str) -> Result<String, UriError> {
     if uri.is_empty() {
         return Err(UriError::Empty);
+    }
+    if uri.len() > MAX_URI_BYTES {
+        return Err(UriError::TooLong);
     }
     let text = encode_raw(uri)?;
     let parts = Parts::split(&text)?;
@@ -104,8 +124,11 @@ pub fn normalize(uri: &str) -> Result<String, UriError> {
         out.push_str(&normalize_percent(query, Component::Query)?);
     }
     if let Some(fragment) = parts.fragment {
-        out.push('#');
-        out.push_str(&normalize_percent(fragment, Component::Query)?);
+        // Checked like a query (a malformed one is a trick, not data), then dropped.
+        normalize_percent(fragment, Component::Query)?;
+    }
+    if has_invisible(&out) {
+        return Err(UriError::Invisible);
     }
     Ok(out)
 }
@@ -298,6 +321,23 @@ fn remove_dot_segments(path: &str) -> String {
         out.push('/');
     }
     out
+}
+
+/// Does the normalised `uri` hold an invisible formatting character? Raw ones were encoded
+/// by [`encode_raw`] and hex is upper-case by now, so the encoded UTF-8 forms are all to find.
+fn has_invisible(uri: &str) -> bool {
+    const INVISIBLE: &[char] = &[
+        '\u{200B}', '\u{200C}', '\u{200D}', '\u{200E}', '\u{200F}', '\u{202A}', '\u{202B}', '\u{202C}', '\u{202D}',
+        '\u{202E}', '\u{2060}', '\u{2061}', '\u{2062}', '\u{2063}', '\u{2064}', '\u{2066}', '\u{2067}', '\u{2068}',
+        '\u{2069}', '\u{FEFF}',
+    ];
+    (uri.contains("%E2%") || uri.contains("%EF%BB%BF"))
+        && INVISIBLE.iter().any(|c| {
+            let mut encoded = String::new();
+            let mut buffer = [0; 4];
+            c.encode_utf8(&mut buffer).bytes().for_each(|byte| push_encoded(&mut encoded, byte));
+            uri.contains(&encoded)
+        })
 }
 
 fn check_segments(path: &str) -> Result<(), UriError> {

@@ -14,7 +14,8 @@ use common::fixture::{
 };
 use common::proxy::{PROXY_BIN, ProxyProcess, connect_stdio_proxy_with, fixture_upstream, http_upstream, toml_str};
 use rmcp::model::{
-    ReadResourceRequestParams, ResourceContents, ServerNotification, SubscribeRequestParams, SubscriptionFilter,
+    PaginatedRequestParams, ReadResourceRequestParams, ResourceContents, ServerNotification, SubscribeRequestParams,
+    SubscriptionFilter, UnsubscribeRequestParams,
 };
 use rmcp::service::{ServiceError, Subscription};
 use serde_json::{Value, json};
@@ -70,7 +71,7 @@ fn rewrite_policy(dir: &Path, name: &str, text: &str) -> anyhow::Result<()> {
 struct Principals {
     proxy: ProxyProcess,
     alpha: HttpFixture,
-    _beta: HttpFixture,
+    beta: HttpFixture,
     _policies: tempfile::TempDir,
     stdio_config: tempfile::TempDir,
 }
@@ -88,7 +89,7 @@ impl Principals {
         let proxy = ProxyProcess::start_with(&config, &[], &TOKENS).await?;
         proxy.wait_up("alpha", 1).await?;
         proxy.wait_up("beta", 1).await?;
-        Ok(Principals { proxy, alpha, _beta: beta, _policies: policies, stdio_config })
+        Ok(Principals { proxy, alpha, beta, _policies: policies, stdio_config })
     }
 
     async fn http(&self, principal: &str, era: Era) -> anyhow::Result<(FixtureClient, Events)> {
@@ -109,6 +110,11 @@ impl Principals {
     /// A direct connection to the `alpha` fixture, for `touch` and `stats`.
     async fn alpha_side(&self) -> anyhow::Result<FixtureClient> {
         Ok(fixture::connect_http(&self.alpha.url, Era::Legacy).await?.0)
+    }
+
+    /// A direct connection to the `beta` fixture.
+    async fn beta_side(&self) -> anyhow::Result<FixtureClient> {
+        Ok(fixture::connect_http(&self.beta.url, Era::Legacy).await?.0)
     }
 }
 
@@ -370,10 +376,37 @@ async fn a_private_cached_read_is_not_served_across_principals() -> anyhow::Resu
     Ok(())
 }
 
-/// The corpus lines (comments and blank lines skipped, lines taken literally).
-fn bypass_corpus() -> Vec<String> {
+/// One section of the bypass corpus: its policy, the lines that must be denied, and the
+/// positive controls `(URI, file it must read)` (see the corpus header for the format).
+struct CorpusSection {
+    name: String,
+    policy: String,
+    denied: Vec<String>,
+    allowed: Vec<(String, Option<String>)>,
+}
+
+fn bypass_corpus() -> Vec<CorpusSection> {
     let text = include_str!("data/bypass-corpus.txt");
-    text.lines().filter(|line| !line.is_empty() && !line.starts_with('#')).map(str::to_owned).collect()
+    let new = |name: &str| CorpusSection { name: name.into(), policy: String::new(), denied: vec![], allowed: vec![] };
+    let mut sections = vec![new("default")];
+    for line in text.lines() {
+        let section = sections.last_mut().expect("one section");
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            sections.push(new(name));
+        } else if let Some(toml) = line.strip_prefix("#| ") {
+            section.policy.push_str(toml);
+            section.policy.push('\n');
+        } else if let Some(control) = line.strip_prefix("allowed: ") {
+            let (uri, file) = match control.split_once(" -> ") {
+                Some((uri, file)) => (uri, Some(file.to_string())),
+                None => (control, None),
+            };
+            section.allowed.push((uri.to_string(), file));
+        } else if !line.is_empty() && !line.starts_with('#') {
+            section.denied.push(line.to_string());
+        }
+    }
+    sections
 }
 
 /// `line` with `root` (an absolute path, without its leading `/`) inserted after the `file:`
@@ -392,9 +425,16 @@ fn under_root(line: &str, root: &str) -> String {
 fn corpus_folder() -> anyhow::Result<(tempfile::TempDir, PathBuf)> {
     let folder = tempfile::Builder::new().prefix("bypass").tempdir()?;
     let root = folder.path().canonicalize()?;
-    for file in
-        ["app/secrets/key", "app/.env", "secrets/key", "secrets/.env", ".env", "app/public/readme.md", "pub/x.md"]
-    {
+    for file in [
+        "app/secrets/key",
+        "app/.env",
+        "secrets/key",
+        "secrets/.env",
+        ".env",
+        "app/public/readme.md",
+        "app/public/secret.txt",
+        "pub/x.md",
+    ] {
         let path = root.join(file);
         std::fs::create_dir_all(path.parent().expect("has a parent"))?;
         std::fs::write(&path, format!("content of {file}"))?;
@@ -402,13 +442,15 @@ fn corpus_folder() -> anyhow::Result<(tempfile::TempDir, PathBuf)> {
     Ok((folder, root))
 }
 
-/// A proxy over a `docs` folder upstream with the shipped default policy for everyone, plus
-/// `admin`, whose policy allows everything (bob's token is admin's here).
-async fn corpus_proxy(root: &Path) -> anyhow::Result<(ProxyProcess, tempfile::TempDir)> {
-    let default =
-        "principals = [\"*\"]\nallow = [\"**\"]\ndeny = [\"*+file:///**/secrets/**\", \"*+file:///**/.env\"]\n";
+/// The shipped default policy for everyone (the corpus's `[default]` section).
+const DEFAULT_POLICY: &str =
+    "principals = [\"*\"]\nallow = [\"**\"]\ndeny = [\"*+file:///**/secrets/**\", \"*+file:///**/.env\"]\n";
+
+/// A proxy over a `docs` folder upstream with `policy` for everyone, plus `admin`, whose policy
+/// allows everything (bob's token is admin's here).
+async fn corpus_proxy(root: &Path, policy: &str) -> anyhow::Result<(ProxyProcess, tempfile::TempDir)> {
     let admin = "principals = [\"admin\"]\nallow = [\"**\"]\n";
-    let policies = policies_folder(&[("default.toml", default), ("admin.toml", admin)])?;
+    let policies = policies_folder(&[("default.toml", policy), ("admin.toml", admin)])?;
     let upstream = format!("[[upstreams]]\nname = \"docs\"\ndir = {}\n", toml_str(root.to_str().expect("utf-8")));
     let config = access_config(policies.path(), &upstream).replace("principal = \"bob\"", "principal = \"admin\"");
     let proxy = ProxyProcess::start_with(&config, &[], &TOKENS).await?;
@@ -428,46 +470,42 @@ fn text_of(contents: &[ResourceContents]) -> Vec<(String, String)> {
 }
 
 /// Every bypass-corpus line, pointed into a real folder that has the files it aims at, read
-/// through the real HTTP endpoint as a principal under the default policy: each answers like a
-/// missing URI. Controls: an allowed file reads, and a principal allowed everything reads the
-/// secrets through the same proxy, so the denials come from the policy.
+/// through the real HTTP endpoint as a principal under its section's policy: each answers like
+/// a missing URI. Controls: the section's allowed lines read the file they name, and a
+/// principal allowed everything reads the secrets through the same proxy, so the denials come
+/// from the policy.
 #[tokio::test]
 async fn every_bypass_corpus_uri_is_denied_through_the_http_endpoint() -> anyhow::Result<()> {
     let (_folder, root) = corpus_folder()?;
-    let (proxy, _policies) = corpus_proxy(&root).await?;
     let root_text = root.to_str().expect("utf-8").trim_start_matches('/').to_string();
     let corpus = bypass_corpus();
-    assert!(corpus.len() >= 40, "the corpus has {} lines", corpus.len());
-    let file_uri = |path: &str| format!("docs+file:///{root_text}/{path}");
-
-    for (era, code) in [(Era::Legacy, NOT_FOUND_LEGACY), (Era::Modern, NOT_FOUND_MODERN)] {
-        let (alice, _) = connect_http_with_token(&proxy.url, era, ALICE_TOKEN).await?;
-        let readme = alice.read_resource(ReadResourceRequestParams::new(file_uri("app/public/readme.md"))).await?;
-        assert_eq!(text_of(&readme.contents)[0].1, "content of app/public/readme.md", "control: allowed file reads");
-        let missing = file_uri("app/public/missing.md");
-        let missing_shape = error_shape(&read_error(&alice, &missing).await, &missing);
-        assert_eq!(missing_shape.0, code);
-        let mut wrong = Vec::new();
-        for line in &corpus {
-            let uri = under_root(line, &root_text);
-            match alice.read_resource(ReadResourceRequestParams::new(uri.clone())).await {
-                Ok(read) => wrong.push(format!("{line:?} → {uri:?} was READ: {:?}", text_of(&read.contents))),
-                Err(error) if error_shape(&error, &uri) != missing_shape => {
-                    wrong.push(format!("{line:?} → {uri:?}: {:?}", error_shape(&error, &uri)))
+    assert!(corpus.len() >= 2 && corpus[0].denied.len() >= 40, "the corpus has its sections and lines");
+    for section in &corpus {
+        let (proxy, _policies) = corpus_proxy(&root, &section.policy).await?;
+        for (era, code) in [(Era::Legacy, NOT_FOUND_LEGACY), (Era::Modern, NOT_FOUND_MODERN)] {
+            let (alice, _) = connect_http_with_token(&proxy.url, era, ALICE_TOKEN).await?;
+            let mut wrong = corpus_controls(&alice, section, &root_text).await?;
+            let missing = under_root("docs+file:///app/public/missing.md", &root_text);
+            let missing_shape = error_shape(&read_error(&alice, &missing).await, &missing);
+            assert_eq!(missing_shape.0, code);
+            for line in &section.denied {
+                let uri = under_root(line, &root_text);
+                match alice.read_resource(ReadResourceRequestParams::new(uri.clone())).await {
+                    Ok(read) => wrong.push(format!("{line:?} → {uri:?} was READ: {:?}", text_of(&read.contents))),
+                    Err(error) if error_shape(&error, &uri) != missing_shape => {
+                        wrong.push(format!("{line:?} → {uri:?}: {:?}", error_shape(&error, &uri)))
+                    }
+                    Err(_) => {}
                 }
-                Err(_) => {}
             }
+            let name = &section.name;
+            assert!(wrong.is_empty(), "[{name}] {era:?}: {} corpus lines wrong:\n{}", wrong.len(), wrong.join("\n"));
         }
-        assert!(
-            wrong.is_empty(),
-            "{era:?}: {} corpus URIs not answered like a missing one:\n{}",
-            wrong.len(),
-            wrong.join("\n")
-        );
     }
 
-    // The same proxy serves the secrets to a principal allowed everything — also by corpus
-    // spellings that normalise to them — so the folder server is not what denied them.
+    // A proxy serves the secrets to a principal allowed everything — also by corpus spellings
+    // that normalise to them — so the folder server is not what denied them.
+    let (proxy, _policies) = corpus_proxy(&root, DEFAULT_POLICY).await?;
     let (admin, _) = connect_http_with_token(&proxy.url, Era::Legacy, BOB_TOKEN).await?;
     for (line, file) in [
         ("docs+file:///app/secrets/key", "app/secrets/key"),
@@ -477,6 +515,8 @@ async fn every_bypass_corpus_uri_is_denied_through_the_http_endpoint() -> anyhow
         ("docs+file://localhost/app/.env", "app/.env"),
         ("docs+file:///app//secrets//key", "app/secrets/key"),
         ("DOCS+FILE:///app/.env", "app/.env"),
+        ("docs+file:///app/public/secret.txt", "app/public/secret.txt"),
+        ("docs+file:///app/.env#top", "app/.env"),
     ] {
         let uri = under_root(line, &root_text);
         let read = admin.read_resource(ReadResourceRequestParams::new(uri.clone())).await?;
@@ -485,13 +525,28 @@ async fn every_bypass_corpus_uri_is_denied_through_the_http_endpoint() -> anyhow
     Ok(())
 }
 
+/// The section's positive controls that name a file: each must read exactly that file.
+async fn corpus_controls(client: &FixtureClient, section: &CorpusSection, root: &str) -> anyhow::Result<Vec<String>> {
+    let mut wrong = Vec::new();
+    for (line, file) in &section.allowed {
+        let Some(file) = file else { continue };
+        let uri = under_root(line, root);
+        match client.read_resource(ReadResourceRequestParams::new(uri.clone())).await {
+            Ok(read) if text_of(&read.contents).first().is_some_and(|(_, t)| *t == format!("content of {file}")) => {}
+            Ok(read) => wrong.push(format!("control {line:?} read {:?}", text_of(&read.contents))),
+            Err(error) => wrong.push(format!("control {line:?} → {uri:?} failed: {error}")),
+        }
+    }
+    Ok(wrong)
+}
+
 /// A read of a resource the principal may see must not carry contents it may not see: reading
 /// the folder `app/` (which holds `.env` and `secrets/`, denied by the default policy), and bob
 /// reading alpha's `multi`, whose contents are `multi/a`, `multi/b` (denied to him) and `multi/c`.
 #[tokio::test]
 async fn a_read_does_not_carry_contents_the_principal_may_not_see() -> anyhow::Result<()> {
     let (_folder, root) = corpus_folder()?;
-    let (proxy, _policies) = corpus_proxy(&root).await?;
+    let (proxy, _policies) = corpus_proxy(&root, DEFAULT_POLICY).await?;
     let (alice, _) = connect_http_with_token(&proxy.url, Era::Legacy, ALICE_TOKEN).await?;
     let mut leaks = Vec::new();
     for folder in ["app", ""] {
@@ -715,4 +770,189 @@ fn verdict_lines(out: &str) -> Vec<String> {
         .filter(|line| line.starts_with("allowed") || line.starts_with("denied"))
         .map(str::to_owned)
         .collect()
+}
+
+/// The next notification on a listen stream, whatever it is.
+async fn next_on_stream(stream: &mut Subscription) -> anyhow::Result<ServerNotification> {
+    match tokio::time::timeout(fixture::DEADLINE, stream.next()).await {
+        Ok(Ok(Some(notification))) => Ok(notification),
+        Ok(Ok(None)) => anyhow::bail!("the stream ended"),
+        Ok(Err(error)) => Err(error.into()),
+        Err(_) => anyhow::bail!("nothing on the stream within {:?}", fixture::DEADLINE),
+    }
+}
+
+fn is_updated(notification: &ServerNotification, uri: &str) -> bool {
+    matches!(notification, ServerNotification::ResourceUpdatedNotification(n) if n.params.uri == uri)
+}
+
+/// A catalog change only bob can see (beta gains an item) tells bob `list_changed`, and tells
+/// neither alice's legacy session nor her 2026 listen stream (which asked for list changes);
+/// a change she can see (alpha gains one) tells her on both. Order proves absence: once bob
+/// has heard of beta's change, alice's next notification on each is the update of an item she
+/// holds, touched after.
+#[tokio::test]
+async fn list_changed_reaches_only_hosts_whose_visible_list_changed() -> anyhow::Result<()> {
+    let world = Principals::start().await?;
+    let (alpha_side, beta_side) = (world.alpha_side().await?, world.beta_side().await?);
+    let (alice, mut alice_events) = world.http("alice", Era::Legacy).await?;
+    #[allow(deprecated)]
+    alice.subscribe(SubscribeRequestParams::new("alpha+fx://fx/item/1")).await?;
+    let (alice_modern, _) = world.http("alice", Era::Modern).await?;
+    let filter =
+        SubscriptionFilter::builder().resource_subscriptions(["alpha+fx://fx/item/1"]).resources_list_changed().build();
+    let mut alice_stream = alice_modern.listen(filter).await?;
+    let (_bob, mut bob_events) = world.http("bob", Era::Legacy).await?;
+    wait_for_stats(&alpha_side, |s| watched(s).iter().filter(|w| *w == "fx://fx/item/1").count() >= 1).await?;
+
+    call_json(&beta_side, "add", json!({"count": 1})).await?;
+    assert_eq!(bob_events.next().await?, FixtureEvent::ListChanged, "bob sees beta: he hears of it");
+    touch(&alpha_side, "fx://fx/item/1").await?;
+    assert_eq!(
+        alice_events.next().await?,
+        FixtureEvent::Updated("alpha+fx://fx/item/1".into()),
+        "alice's session heard nothing of beta's change"
+    );
+    let next = next_on_stream(&mut alice_stream).await?;
+    assert!(is_updated(&next, "alpha+fx://fx/item/1"), "alice's stream heard nothing of beta's change: {next:?}");
+
+    // Control: a change in what she sees reaches her in both eras.
+    call_json(&alpha_side, "add", json!({"count": 1})).await?;
+    assert_eq!(alice_events.next().await?, FixtureEvent::ListChanged, "alice's session");
+    let next = next_on_stream(&mut alice_stream).await?;
+    assert!(matches!(next, ServerNotification::ResourceListChangedNotification(_)), "alice's stream: {next:?}");
+    Ok(())
+}
+
+/// bob may see alpha's `multi` but not its part `multi/b`. Holding `multi` on a legacy session
+/// and on a 2026 listen stream, he hears nothing when `multi/b` changes: not the part (legacy),
+/// and not the parent either (the stream, whose filter names `multi`). Order proves absence:
+/// the first update on each is `item/1`, touched after; alice, allowed `multi/b`, hears it.
+#[tokio::test]
+async fn a_change_of_a_denied_part_reaches_no_holder_of_its_parent() -> anyhow::Result<()> {
+    let world = Principals::start().await?;
+    let side = world.alpha_side().await?;
+    let (alice, mut alice_events) = world.http("alice", Era::Legacy).await?;
+    let (bob, mut bob_events) = world.http("bob", Era::Legacy).await?;
+    #[allow(deprecated)]
+    for (client, uri) in
+        [(&alice, "alpha+fx://fx/multi"), (&bob, "alpha+fx://fx/multi"), (&bob, "alpha+fx://fx/item/1")]
+    {
+        client.subscribe(SubscribeRequestParams::new(uri)).await?;
+    }
+    let (bob_modern, _) = world.http("bob", Era::Modern).await?;
+    let filter =
+        SubscriptionFilter::builder().resource_subscriptions(["alpha+fx://fx/multi", "alpha+fx://fx/item/1"]).build();
+    let mut bob_stream = bob_modern.listen(filter).await?;
+    let acknowledged = bob_stream.acknowledged().resource_subscriptions.clone().unwrap_or_default();
+    assert_eq!(acknowledged.len(), 2, "both are bob's to hold: {acknowledged:?}");
+    wait_for_stats(&side, |s| ["fx://fx/multi", "fx://fx/item/1"].iter().all(|u| watched(s).iter().any(|w| w == u)))
+        .await?;
+
+    touch(&side, "fx://fx/multi/b").await?;
+    touch(&side, "fx://fx/item/1").await?;
+    assert_eq!(next_updated(&mut alice_events).await?, "alpha+fx://fx/multi/b", "control: alice may see multi/b");
+    assert_eq!(next_updated(&mut bob_events).await?, "alpha+fx://fx/item/1", "bob's session: nothing of multi/b");
+    assert_eq!(next_stream_updated(&mut bob_stream).await?, "alpha+fx://fx/item/1", "bob's stream: no `multi`");
+    Ok(())
+}
+
+/// bob's allow `alpha+fx://fx/item/*.md`, in front of an upstream that routes reads on the URL
+/// path (so a forwarded `item/0#.md` would read item 0): neither a fragment nor a query makes
+/// `item/0` Markdown; a fragment never reaches the upstream (the read of `item/1#top` is a read
+/// of `item/1`); alice's deny of `item/2` holds with a query, a fragment or a trailing `/`.
+/// The upstream's own counts show what crossed the wire.
+#[tokio::test]
+async fn a_query_or_fragment_neither_widens_an_allow_nor_goes_upstream() -> anyhow::Result<()> {
+    let alpha = HttpFixture::spawn(&["--era", "both", "--resources", "3", "--lenient-uris"]).await?;
+    let bob = "principals = [\"bob\"]\nallow = [\"alpha+fx://fx/item/*.md\", \"alpha+fx://fx/item/1\"]\n";
+    let alice = "principals = [\"alice\"]\nallow = [\"alpha+**\"]\ndeny = [\"alpha+fx://fx/item/2\"]\n";
+    let policies = policies_folder(&[("alice.toml", alice), ("bob.toml", bob)])?;
+    let config = access_config(policies.path(), &http_upstream("alpha", &alpha.url, ""));
+    let proxy = ProxyProcess::start_with(&config, &[], &TOKENS).await?;
+    proxy.wait_up("alpha", 1).await?;
+    let (side, _) = fixture::connect_http(&alpha.url, Era::Legacy).await?;
+    for (era, code) in [(Era::Legacy, NOT_FOUND_LEGACY), (Era::Modern, NOT_FOUND_MODERN)] {
+        let (bob, _) = connect_http_with_token(&proxy.url, era, BOB_TOKEN).await?;
+        let read = bob.read_resource(ReadResourceRequestParams::new("alpha+fx://fx/item/1#top")).await?;
+        assert!(text_of(&read.contents)[0].1.starts_with("item 1 v"), "control: {:?}", text_of(&read.contents));
+        let missing = ["alpha+fx://fx/item/x.md", "nowhere+fx://fx/item/0.md"];
+        for uri in ["alpha+fx://fx/item/0#.md", "alpha+fx://fx/item/0?x=.md", "alpha+fx://fx/item/0?.md"] {
+            assert_denied_like_missing(&bob, uri, &missing, code).await;
+        }
+        assert_denied_like_missing(&bob, "alpha+fx://fx/item/0?x=/y.md", &missing, code).await;
+
+        let (alice, _) = connect_http_with_token(&proxy.url, era, ALICE_TOKEN).await?;
+        let read = alice.read_resource(ReadResourceRequestParams::new("alpha+fx://fx/item/1?a=b")).await?;
+        assert!(text_of(&read.contents)[0].1.starts_with("item 1 v"), "control: a query is forwarded");
+        for uri in ["alpha+fx://fx/item/2?a=b", "alpha+fx://fx/item/2#x", "alpha+fx://fx/item/2/"] {
+            assert_denied_like_missing(&alice, uri, &["alpha+fx://fx/missing"], code).await;
+        }
+    }
+    let stats = stats(&side).await?;
+    let reads: Vec<&String> = stats["reads_by_uri"].as_object().map(|m| m.keys().collect()).unwrap_or_default();
+    assert!(reads.iter().any(|uri| *uri == "fx://fx/item/1"), "control: item 1 was read upstream: {reads:?}");
+    assert!(reads.iter().all(|uri| !uri.contains('#')), "a fragment went upstream: {reads:?}");
+    let denied = |uri: &&&String| uri.starts_with("fx://fx/item/0") || uri.starts_with("fx://fx/item/2");
+    assert!(!reads.iter().any(|uri| denied(&uri)), "a denied item was read upstream: {reads:?}");
+    Ok(())
+}
+
+/// A URI over the 8 KiB limit gets invalid-params with a message saying so, in both eras and
+/// for subscribe, without the URI echoed back; one at the limit is served.
+#[tokio::test]
+async fn a_uri_over_the_length_limit_gets_a_clear_error() -> anyhow::Result<()> {
+    let world = Principals::start().await?;
+    let prefix = "alpha+fx://fx/echo/";
+    let at_limit = format!("{prefix}{}", "a".repeat(8192 - prefix.len()));
+    let over = format!("{at_limit}a");
+    for era in [Era::Legacy, Era::Modern] {
+        let (alice, _) = world.http("alice", era).await?;
+        let read = alice.read_resource(ReadResourceRequestParams::new(at_limit.clone())).await?;
+        assert_eq!(text_of(&read.contents)[0].1.len(), 8192 - prefix.len(), "control: at the limit it reads");
+        let error = read_error(&alice, &over).await;
+        assert_eq!(fixture::error_code(&error), Some(-32602), "{era:?}: {error}");
+        let message = error.to_string();
+        assert!(message.contains("longer than 8192 bytes"), "{message}");
+        assert!(message.len() < 300, "the URI is not echoed back ({} bytes)", message.len());
+    }
+    let (alice, _) = world.http("alice", Era::Legacy).await?;
+    let error = subscribe_error(&alice, &over).await;
+    assert!(error.to_string().contains("longer than 8192 bytes"), "{error}");
+    Ok(())
+}
+
+/// A list cursor minted for alice is refused to bob (it would page through alice's view), a
+/// cursor does not reveal its position or the catalog generation, and unsubscribing reveals
+/// nothing: a denied URI answers like an unknown one, an allowed one that
+/// was never subscribed is a no-op.
+#[tokio::test]
+async fn cursors_and_unsubscribe_reveal_nothing_across_principals() -> anyhow::Result<()> {
+    let world = Principals::start().await?;
+    let (alice, _) = world.http("alice", Era::Legacy).await?;
+    let (bob, _) = world.http("bob", Era::Legacy).await?;
+    let cursor = alice.list_resources(None).await?.next_cursor.expect("alice's list has pages");
+    let page = |cursor: &str| Some(PaginatedRequestParams::default().with_cursor(Some(cursor.to_string())));
+    alice.list_resources(page(&cursor)).await?;
+    let error = bob.list_resources(page(&cursor)).await.expect_err("alice's cursor");
+    assert_eq!(fixture::error_code(&error), Some(-32602), "{error}");
+    assert!(error.to_string().contains("list again"), "{error}");
+    // bob's own cursor does not tell him where in the merged list (hidden entries included) his
+    // next page starts, nor the catalog generation: both read as noise (a clear one is small).
+    let bob_cursor = bob.list_resources(None).await?.next_cursor.expect("bob's list has pages");
+    let raw = base64::Engine::decode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, &bob_cursor)?;
+    let field = |at: usize| u64::from_be_bytes(raw[at..at + 8].try_into().expect("8 bytes"));
+    assert!(raw.len() > 18 && field(2) > u64::from(u32::MAX) && field(10) > u64::from(u32::MAX), "{raw:?}");
+
+    #[allow(deprecated)]
+    let unsubscribe = |uri: &str| bob.unsubscribe(UnsubscribeRequestParams::new(uri));
+    unsubscribe("alpha+fx://fx/item/3").await?;
+    let denied = unsubscribe("alpha+fx://fx/item/0").await.expect_err("denied");
+    let unknown = unsubscribe("nowhere+fx://fx/item/0").await.expect_err("unknown");
+    assert_eq!(
+        error_shape(&denied, "alpha+fx://fx/item/0"),
+        error_shape(&unknown, "nowhere+fx://fx/item/0"),
+        "a denied unsubscribe looks like an unknown URI"
+    );
+    Ok(())
 }

@@ -178,16 +178,83 @@ fn the_shipped_policies_load() {
     PolicySet::from_texts(&[("ci-bot.toml", &example)]).expect("the example is valid once renamed");
 }
 
-#[test]
-fn every_bypass_corpus_line_is_denied_or_refused() {
-    let set = PolicySet::from_texts(&[("default.toml", DEFAULT)]).unwrap();
-    let corpus = include_str!("../../tests/data/bypass-corpus.txt");
-    let lines: Vec<&str> = corpus.lines().filter(|l| !l.is_empty() && !l.starts_with('#')).collect();
-    assert!(lines.len() >= 40, "{} lines", lines.len());
-    for line in lines {
-        match set.normalize_and_decide("anonymous", line) {
-            Err(_) => {}
-            Ok((normal, decision)) => assert!(!decision.allowed, "{line:?} normalised to {normal:?} is allowed"),
+/// One section of the bypass corpus (see its header for the format).
+struct CorpusSection {
+    name: String,
+    policy: String,
+    denied: Vec<String>,
+    allowed: Vec<String>,
+}
+
+fn corpus_sections() -> Vec<CorpusSection> {
+    let text = include_str!("../../tests/data/bypass-corpus.txt");
+    let new = |name: &str| CorpusSection { name: name.into(), policy: String::new(), denied: vec![], allowed: vec![] };
+    let mut sections = vec![new("default")];
+    for line in text.lines() {
+        let section = sections.last_mut().expect("one section");
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            sections.push(new(name));
+        } else if let Some(toml) = line.strip_prefix("#| ") {
+            section.policy.push_str(toml);
+            section.policy.push('\n');
+        } else if let Some(control) = line.strip_prefix("allowed: ") {
+            section.allowed.push(control.split(" -> ").next().expect("a URI").to_string());
+        } else if !line.is_empty() && !line.starts_with('#') {
+            section.denied.push(line.to_string());
         }
     }
+    sections
+}
+
+#[test]
+fn every_bypass_corpus_line_is_denied_or_refused() {
+    let sections = corpus_sections();
+    assert!(sections.len() >= 2, "{} sections", sections.len());
+    assert!(sections[0].denied.len() >= 40, "{} lines", sections[0].denied.len());
+    for section in sections {
+        let set = PolicySet::from_texts(&[("corpus.toml", &section.policy)]).unwrap();
+        assert!(!section.allowed.is_empty(), "[{}] has positive controls", section.name);
+        for line in &section.allowed {
+            let (normal, decision) = set.normalize_and_decide("anonymous", line).unwrap();
+            assert!(decision.allowed, "[{}] control {line:?} (normalised {normal:?}) is denied", section.name);
+        }
+        for line in &section.denied {
+            if let Ok((normal, decision)) = set.normalize_and_decide("anonymous", line) {
+                assert!(!decision.allowed, "[{}] {line:?} normalised to {normal:?} is allowed", section.name);
+            }
+        }
+    }
+}
+
+/// Allow and deny judge the same readings of a URI: the fragment never counts, and the query
+/// must be covered by an allow both ways, while a deny hits either way.
+#[test]
+fn allows_and_denies_judge_queries_and_fragments_alike() {
+    let md = "principals = [\"*\"]\nallow = [\"ev+ev://frag/*.md\", \"ev+ev://q/{*.md,*.md[?]*}\"]\n";
+    let set = PolicySet::from_texts(&[("md.toml", md)]).unwrap();
+    for (uri, allowed) in [
+        ("ev+ev://frag/notes.md", true),
+        ("ev+ev://frag/notes.md#top", true),
+        ("ev+ev://frag/secret.txt#.md", false),
+        ("ev+ev://frag/secret.txt?x=.md", false),
+        ("ev+ev://frag/secret.txt?.md", false),
+        ("ev+ev://frag/notes.md?v=1", false),
+        ("ev+ev://q/notes.md?v=1", true),
+        ("ev+ev://q/secret.txt?x=.md", false),
+    ] {
+        assert_eq!(set.allows("bob", uri), allowed, "{uri}");
+    }
+    let deny = "principals = [\"*\"]\nallow = [\"**\"]\ndeny = [\"**/secret.txt\"]\n";
+    let set = PolicySet::from_texts(&[("deny.toml", deny)]).unwrap();
+    for uri in [
+        "ev+ev://d/secret.txt",
+        "ev+ev://d/secret.txt?a=b",
+        "ev+ev://d/secret.txt#x",
+        "ev+ev://d/secret.txt/",
+        "ev+ev://d/secret.txt%23x",
+        "ev+ev://d/secret.txt%3fa=b",
+    ] {
+        assert!(!set.allows("bob", uri), "{uri}");
+    }
+    assert!(set.allows("bob", "ev+ev://d/public.txt?a=b"));
 }

@@ -5,8 +5,6 @@
 //! and nothing about it reaches that principal — not in lists, templates, reads, subscriptions
 //! or notifications.
 
-use std::collections::BTreeSet;
-
 use rmcp::model::{CacheScope, ResourceTemplate};
 
 use super::Proxy;
@@ -31,7 +29,9 @@ impl Proxy {
     }
 
     /// Check a URI a host named: normalise it, decide, and route it. Denied, unroutable and
-    /// malformed URIs all get the same not-found answer, naming the URI as the host sent it.
+    /// malformed URIs all get the same not-found answer, naming the URI as the host sent it;
+    /// only a URI over [`uri::MAX_URI_BYTES`] gets its own invalid-params error (that depends on
+    /// nothing but its length).
     pub(crate) fn route_for(
         &self,
         principal: &str,
@@ -40,7 +40,12 @@ impl Proxy {
     ) -> Result<Route, ProxyError> {
         let not_found = || ProxyError::not_found(requested);
         let policy = self.policy();
-        let (normalized, decision) = policy.normalize_and_decide(principal, requested).map_err(|_| not_found())?;
+        let (normalized, decision) =
+            policy.normalize_and_decide(principal, requested).map_err(|error| match error {
+                // Says nothing about any resource, and a not-found would echo the whole URI back.
+                uri::UriError::TooLong => ProxyError::InvalidParams(format!("URI {error}")),
+                _ => not_found(),
+            })?;
         if !decision.allowed {
             tracing::debug!(principal, uri = requested, file = ?decision.file, pattern = ?decision.pattern, "denied");
             self.inner.metrics.policy_denied(action, decision.file.as_deref());
@@ -90,8 +95,7 @@ impl Proxy {
     /// Put a new policy in force: later requests use it, subscriptions it forbids are
     /// dropped, and hosts whose visible list changed hear `list_changed`.
     pub fn replace_policy(&self, next: PolicySet) {
-        let previous = std::mem::replace(&mut *self.inner.policy.write().expect("policy lock"), next.clone());
-        let mut changed_principals = BTreeSet::new();
+        *self.inner.policy.write().expect("policy lock") = next.clone();
         for (holder, info) in self.inner.fanout.outlets() {
             for (upstream, original) in self.inner.watches.held_by(holder) {
                 let Some(namespaced) = namespace::namespaced(&upstream, &original) else { continue };
@@ -100,22 +104,9 @@ impl Proxy {
                     self.inner.watches.release(holder, &upstream, &original);
                 }
             }
-            if !changed_principals.contains(&info.principal) && self.sees_differently(&previous, &next, &info.principal)
-            {
-                changed_principals.insert(info.principal.clone());
-            }
         }
-        let sent = self.inner.fanout.broadcast_list_changed(None, |info| changed_principals.contains(&info.principal));
+        let sent = self.announce_list_changes();
         tracing::info!(files = ?next.files(), hosts_told = sent, "policies reloaded");
-    }
-
-    /// Does `principal` see a different catalog under `next` than under `previous`?
-    fn sees_differently(&self, previous: &PolicySet, next: &PolicySet, principal: &str) -> bool {
-        let snapshot = self.inner.catalog.snapshot();
-        snapshot.any_resource(|r| self.visible(previous, principal, &r.uri) != self.visible(next, principal, &r.uri))
-            || snapshot.any_template(|t| {
-                self.template_visible(previous, principal, t) != self.template_visible(next, principal, t)
-            })
     }
 }
 

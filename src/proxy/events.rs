@@ -23,8 +23,9 @@ use crate::upstream::UpstreamEvent;
 impl Proxy {
     /// Register a host's notification outlet (a legacy session or a listen stream).
     pub fn register_outlet(&self, info: OutletInfo, outlet: Arc<dyn Outlet>) -> HolderId {
-        let generation = self.inner.catalog.snapshot().generation;
-        self.inner.fanout.register(info, generation, outlet)
+        // What the host sees now: it hears `list_changed` only once that changes.
+        let view = if info.wants_list_changed { self.view_of(&info.principal) } else { 0 };
+        self.inner.fanout.register(info, view, outlet)
     }
 
     /// `holder` is gone: drop its outlet and everything it held.
@@ -71,9 +72,8 @@ impl Proxy {
                 Some(event) = events.recv() => self.on_upstream_event(event, &mut list_changed),
                 Some(holder) = gone.recv() => self.release(holder),
                 _ = list_changed.fired() => {
-                    let generation = self.inner.catalog.snapshot().generation;
-                    let sent = self.inner.fanout.broadcast_list_changed(Some(generation), |_| true);
-                    tracing::debug!(sent, "list_changed sent to hosts");
+                    let sent = self.announce_list_changes();
+                    tracing::debug!(sent, "list_changed sent to hosts whose view changed");
                 }
                 _ = shutdown.cancelled() => return,
             }
@@ -124,17 +124,22 @@ impl Proxy {
 
     /// Tell every holder of `uri` (or of a parent of it) that it changed. Legacy sessions hear
     /// the URI itself; listen streams hear the URI they asked for, since their filter is exact.
+    /// Either way only when the holder's principal may see `uri` itself: a change of a denied
+    /// sub-resource is not news to a holder of its parent (it would reveal that it exists).
     fn fan_out_update(&self, upstream: &str, uri: &str) {
         let policy = self.policy();
+        let Some(changed) = namespace::namespaced(upstream, uri) else { return };
         for (holder, held) in self.inner.watches.holders_of_update(upstream, uri) {
             let Some(info) = self.inner.fanout.info(holder) else { continue };
+            if !self.visible(&policy, &info.principal, &changed) {
+                continue;
+            }
             let uris = match info.kind {
                 OutletKind::Session => vec![uri.to_string()],
                 OutletKind::ListenStream => held,
             };
             for original in uris {
                 let Some(namespaced) = namespace::namespaced(upstream, &original) else { continue };
-                // Checked at delivery too: a sub-resource may be denied where its parent is not.
                 if self.visible(&policy, &info.principal, &namespaced) {
                     self.inner.fanout.deliver(holder, Outgoing::Updated(namespaced));
                 }

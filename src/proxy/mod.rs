@@ -31,6 +31,7 @@ use crate::upstream::{LinkState, Upstream, UpstreamStatus};
 mod access;
 mod events;
 mod read;
+mod views;
 mod watches;
 
 pub use self::read::ReadAnswer;
@@ -53,6 +54,8 @@ struct Inner {
     /// The cache's own holder id in the watch book.
     cache_holder: HolderId,
     policy: RwLock<PolicySet>,
+    /// Per-principal digests of the visible catalog, for `list_changed`.
+    views: views::ViewDigests,
     metrics: Metrics,
 }
 
@@ -88,6 +91,7 @@ impl Proxy {
             fanout,
             cache,
             cache_holder,
+            views: views::ViewDigests::default(),
         };
         let proxy = Proxy { inner: Arc::new(inner) };
         tokio::spawn(proxy.clone().event_loop(events, gone, shutdown));

@@ -16,7 +16,7 @@ fn already_normal_uris_are_unchanged() {
         "mem+urn:note:7",
         "gh+repo://acme/app/README.md",
         "x+demo://resource/static/document/a.md",
-        "a+file:///a%20b/c.md?x=1#f",
+        "a+file:///a%20b/c.md?x=1",
         "docs+file:///dir/",
         "docs+file:///",
         "vcs+svn+ssh://host/repo/trunk",
@@ -110,4 +110,49 @@ fn without_query_cuts_at_query_or_fragment() {
     assert_eq!(without_query("a+b:///x?y#z"), "a+b:///x");
     assert_eq!(without_query("a+b:///x#z?y"), "a+b:///x");
     assert_eq!(without_query("a+b:///x"), "a+b:///x");
+}
+
+#[test]
+fn the_fragment_is_checked_then_dropped() {
+    check("a+file:///a%20b/c.md?x=1#f", Ok("a+file:///a%20b/c.md?x=1"));
+    check("ev+ev://frag/secret.txt#.md", Ok("ev+ev://frag/secret.txt"));
+    check("ev+ev://frag/secret.txt#", Ok("ev+ev://frag/secret.txt"));
+    check("ev+ev://frag/secret.txt#/../x.md", Ok("ev+ev://frag/secret.txt"));
+    check("ev+ev://frag/secret.txt?a=b#c", Ok("ev+ev://frag/secret.txt?a=b"));
+    check("ev+ev://frag/a.md#x%00", Err(UriError::ControlOrWhitespace));
+    check("ev+ev://frag/a.md#%zz", Err(UriError::InvalidPercent));
+    // An encoded `#` is data, not a fragment: kept.
+    check("ev+ev://frag/a%23.md", Ok("ev+ev://frag/a%23.md"));
+}
+
+#[test]
+fn invisible_formatting_characters_are_refused_raw_or_encoded() {
+    for uri in [
+        "docs\u{200B}+file:///a.md",
+        "docs+file:///.env\u{200B}",
+        "docs+file:///a/\u{202E}dm.txt",
+        "docs+file:///a/%E2%80%AEdm.txt",
+        "docs+file:///a/%e2%80%8b.env",
+        "docs+file:///a.md?x=%EF%BB%BF",
+        "docs+file:///\u{2066}a\u{2069}",
+    ] {
+        assert!(matches!(normalize(uri), Err(UriError::Invisible | UriError::NoScheme)), "{uri:?}");
+    }
+    check("docs+file:///a/%E2%80%AEdm.txt", Err(UriError::Invisible));
+    check("docs+file:///caf%C3%A9/%E2%82%AC", Ok("docs+file:///caf%C3%A9/%E2%82%AC"));
+}
+
+#[test]
+fn very_long_uris_are_refused() {
+    let long = format!("docs+file:///{}", "a".repeat(MAX_URI_BYTES));
+    check(&long, Err(UriError::TooLong));
+    let fits = format!("docs+file:///{}", "a".repeat(MAX_URI_BYTES - "docs+file:///".len()));
+    assert_eq!(normalize(&fits).as_deref(), Ok(fits.as_str()));
+}
+
+#[test]
+fn confusable_upstream_names_never_form_a_scheme() {
+    // Fullwidth and Cyrillic look-alikes of `docs` are percent-encoded, and `%` cannot be in a scheme.
+    check("\u{FF44}ocs+file:///a.md", Err(UriError::NoScheme));
+    check("d\u{043E}cs+file:///a.md", Err(UriError::NoScheme));
 }

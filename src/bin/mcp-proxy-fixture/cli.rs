@@ -53,6 +53,10 @@ pub struct Args {
     /// Also list a resource whose uri has no scheme: `no-scheme/item`.
     #[arg(long)]
     pub bad_uri: bool,
+    /// Resolve reads on the URI without its query and fragment (as servers that route on the
+    /// parsed URL's path do); contents still carry the URI as asked.
+    #[arg(long)]
+    pub lenient_uris: bool,
     /// Idle time after which a legacy HTTP session is dropped.
     #[arg(long, value_name = "MS", default_value_t = 3_600_000)]
     pub session_keep_alive_ms: u64,
@@ -86,6 +90,7 @@ pub struct Settings {
     pub ttl_ms: Option<u64>,
     pub scope: Option<CacheScope>,
     pub bad_uri: bool,
+    pub lenient_uris: bool,
 }
 
 impl Args {
@@ -104,6 +109,7 @@ impl Args {
                 Scope::Private => CacheScope::Private,
             }),
             bad_uri: self.bad_uri,
+            lenient_uris: self.lenient_uris,
         }
     }
 

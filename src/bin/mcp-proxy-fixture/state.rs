@@ -154,8 +154,12 @@ impl Fixture {
         if delay > 0 {
             tokio::time::sleep(Duration::from_millis(delay)).await;
         }
+        let routed = match self.settings().lenient_uris {
+            true => uri.split(['?', '#']).next().unwrap_or(uri),
+            false => uri,
+        };
         let target =
-            self.inner.catalog.resolve(uri).ok_or_else(|| {
+            self.inner.catalog.resolve(routed).ok_or_else(|| {
                 McpError::resource_not_found(format!("no resource {uri}"), Some(json!({ "uri": uri })))
             })?;
         let contents = self.inner.catalog.contents(uri, &target, self.version(uri));

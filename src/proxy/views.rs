@@ -1,0 +1,114 @@
+//! What each principal can see of the catalog, condensed to a digest, so that `list_changed`
+//! goes only to hosts whose visible list (resources or templates) changed: a resource only bob
+//! may see appearing upstream tells alice nothing.
+//!
+//! A digest covers every visible resource and template whole (URI, name, description, …), in
+//! catalog order. It is computed at most once per principal per (catalog generation, policy
+//! set) and shared by every host of that principal: registration and the broadcasts after a
+//! catalog change or a policy reload all read the same memo.
+//!
+//! Invariant: a host hears `list_changed` when, and only when, the digest of its principal's
+//! view differs from the one it last heard of (or registered with). Equal digests mean equal
+//! visible lists, up to 64-bit hash collisions.
+
+use std::cell::RefCell;
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{DefaultHasher, Hasher};
+use std::sync::Mutex;
+
+use super::Proxy;
+use crate::catalog::Snapshot;
+use crate::policy::PolicySet;
+
+/// The last digest computed per principal, with what it was computed from.
+#[derive(Default)]
+pub(super) struct ViewDigests {
+    memo: Mutex<HashMap<String, Memo>>,
+}
+
+struct Memo {
+    generation: u64,
+    policy: PolicySet,
+    digest: u64,
+}
+
+impl Proxy {
+    /// The digest of what `principal` sees now.
+    pub(super) fn view_of(&self, principal: &str) -> u64 {
+        self.view_digest(&self.inner.catalog.snapshot(), &self.policy(), principal)
+    }
+
+    /// One `list_changed` to every host that wants it and whose principal's view changed since
+    /// it last heard; how many were told.
+    pub(super) fn announce_list_changes(&self) -> usize {
+        let snapshot = self.inner.catalog.snapshot();
+        let policy = self.policy();
+        let principals: BTreeSet<String> = self
+            .inner
+            .fanout
+            .outlets()
+            .into_iter()
+            .filter(|(_, info)| info.wants_list_changed)
+            .map(|(_, info)| info.principal)
+            .collect();
+        let views: HashMap<String, u64> = principals
+            .into_iter()
+            .map(|principal| {
+                let digest = self.view_digest(&snapshot, &policy, &principal);
+                (principal, digest)
+            })
+            .collect();
+        self.inner.fanout.broadcast_list_changed(|info| views.get(&info.principal).copied())
+    }
+
+    /// The digest of what `principal` sees in `snapshot` under `policy`, from the memo when it
+    /// was computed from the same two.
+    fn view_digest(&self, snapshot: &Snapshot, policy: &PolicySet, principal: &str) -> u64 {
+        let views = &self.inner.views;
+        let fresh = |memo: &Memo| memo.generation == snapshot.generation && memo.policy.same(policy);
+        if let Some(memo) = views.memo.lock().expect("views lock").get(principal).filter(|m| fresh(m)) {
+            return memo.digest;
+        }
+        let digest = self.compute_view_digest(snapshot, policy, principal);
+        let memo = Memo { generation: snapshot.generation, policy: policy.clone(), digest };
+        views.memo.lock().expect("views lock").insert(principal.to_string(), memo);
+        digest
+    }
+
+    fn compute_view_digest(&self, snapshot: &Snapshot, policy: &PolicySet, principal: &str) -> u64 {
+        let hasher = RefCell::new(DefaultHasher::new());
+        snapshot.any_resource(|resource| {
+            if self.visible(policy, principal, &resource.uri) {
+                hash_json(&mut hasher.borrow_mut(), b'r', resource);
+            }
+            false
+        });
+        snapshot.any_template(|template| {
+            if self.template_visible(policy, principal, template) {
+                hash_json(&mut hasher.borrow_mut(), b't', template);
+            }
+            false
+        });
+        hasher.into_inner().finish()
+    }
+}
+
+/// Add a list entry to `hasher` through its JSON form (what a host would be sent).
+fn hash_json(hasher: &mut DefaultHasher, kind: u8, item: &impl serde::Serialize) {
+    hasher.write_u8(kind);
+    // Writing into a hasher cannot fail; an entry that cannot be serialised is not listed either.
+    let _ = serde_json::to_writer(HashWriter(hasher), item);
+}
+
+struct HashWriter<'a>(&'a mut DefaultHasher);
+
+impl std::io::Write for HashWriter<'_> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.write(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
