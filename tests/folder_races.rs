@@ -14,12 +14,12 @@ use mcp_resource_proxy::serve_dir::FolderServer;
 use rmcp::model::{ReadResourceRequestParams, ResourceContents};
 use rmcp::service::{Peer, RoleClient, RunningService};
 use rmcp::{ClientCacheConfig, ServiceExt};
-use rustix::fs::{FileType, Mode, OFlags};
+use rustix::fs::{CWD, FileType, Mode, OFlags, RenameFlags};
 use tokio::time::timeout;
 
 /// Reads per race (spread over [`TASKS`] concurrent tasks).
-const READS: usize = 1_200;
-const TASKS: usize = 4;
+const READS: usize = 4_000;
+const TASKS: usize = 8;
 /// The most swaps a swapper makes even if the reads have not finished.
 const MAX_SWAPS: usize = 1_000_000;
 /// How long any one read may take before it counts as hung.
@@ -144,10 +144,10 @@ impl Drop for Swapper {
     }
 }
 
-/// Atomically puts a fresh regular file holding [`INSIDE`] at `target` (via `spare`).
-fn put_file(spare: &Path, target: &Path) {
-    std::fs::write(spare, INSIDE).unwrap();
-    std::fs::rename(spare, target).unwrap();
+/// Atomically exchanges what the names `a` and `b` point at (one syscall, so a swapper
+/// flips many times per time slice even on a loaded machine).
+fn exchange(a: &Path, b: &Path) {
+    rustix::fs::renameat_with(CWD, a, CWD, b, RenameFlags::EXCHANGE).unwrap();
 }
 
 fn reads_inside(outcomes: &[Outcome]) -> usize {
@@ -159,15 +159,11 @@ fn reads_inside(outcomes: &[Outcome]) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_symlink_swapped_in_never_reads_outside_the_folder() {
     let folder = Folder::new();
-    let target = folder.served.join("swap.txt");
-    put_file(&folder.outer.join("file.tmp"), &target);
+    let (target, link) = (folder.served.join("swap.txt"), folder.outer.join("link.swap"));
+    std::fs::write(&target, INSIDE).unwrap();
+    std::os::unix::fs::symlink(folder.outer.join("secret.txt"), &link).unwrap();
     let client = connect(&folder.served).await;
-    let (outer, secret) = (folder.outer.clone(), folder.outer.join("secret.txt"));
-    let swapper = Swapper::start(move || {
-        std::os::unix::fs::symlink(&secret, outer.join("link.tmp")).unwrap();
-        std::fs::rename(outer.join("link.tmp"), outer.join("served/swap.txt")).unwrap();
-        put_file(&outer.join("file.tmp"), &outer.join("served/swap.txt"));
-    });
+    let swapper = Swapper::start(move || exchange(&target, &link));
     let outcomes = race_reads(client.peer(), &[folder.uri("swap.txt"), folder.uri("")]).await;
     let swaps = swapper.finish();
     let escapes: Vec<_> = outcomes.iter().filter(|o| format!("{o:?}").contains(SECRET)).collect();
@@ -197,18 +193,14 @@ impl Drop for FifoReleaser {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fifo_swapped_in_never_blocks_a_read() {
     let folder = Folder::new();
-    let fifo = folder.outer.join("the.fifo");
-    rustix::fs::mknodat(rustix::fs::CWD, &fifo, FileType::Fifo, Mode::RUSR | Mode::WUSR, 0).unwrap();
-    let _releaser = FifoReleaser(fifo.clone());
-    let target = folder.served.join("swap");
-    put_file(&folder.outer.join("file.tmp"), &target);
+    let (target, fifo) = (folder.served.join("swap"), folder.outer.join("fifo.swap"));
+    std::fs::write(&target, INSIDE).unwrap();
+    rustix::fs::mknodat(CWD, &fifo, FileType::Fifo, Mode::RUSR | Mode::WUSR, 0).unwrap();
+    // A second name for the FIFO that never moves, for the releaser.
+    std::fs::hard_link(&fifo, folder.outer.join("fifo.keep")).unwrap();
+    let _releaser = FifoReleaser(folder.outer.join("fifo.keep"));
     let client = connect(&folder.served).await;
-    let outer = folder.outer.clone();
-    let swapper = Swapper::start(move || {
-        std::fs::hard_link(&fifo, outer.join("fifo.tmp")).unwrap();
-        std::fs::rename(outer.join("fifo.tmp"), outer.join("served/swap")).unwrap();
-        put_file(&outer.join("file.tmp"), &outer.join("served/swap"));
-    });
+    let swapper = Swapper::start(move || exchange(&target, &fifo));
     let outcomes = race_reads(client.peer(), &[folder.uri("swap"), folder.uri("")]).await;
     let swaps = swapper.finish();
     let hung = outcomes.iter().filter(|o| **o == Outcome::Hung).count();
