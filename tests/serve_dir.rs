@@ -271,6 +271,30 @@ async fn refuses_reads_whose_encoded_size_is_over_the_cap() {
     client.cancel().await.unwrap();
 }
 
+/// A name that is not UTF-8 is listed and read under its percent-encoded URI; a tree deeper
+/// than the listing goes (64 directories) is listed down to that depth and still readable.
+#[tokio::test]
+async fn odd_names_and_deep_trees_stay_bounded_and_readable() {
+    use std::os::unix::ffi::OsStrExt;
+    let fixture = Fixture::new();
+    std::fs::write(fixture.served.join(std::ffi::OsStr::from_bytes(b"odd-\xff.txt")), "odd").unwrap();
+    let deep: PathBuf = (0..70).map(|i| format!("d{i}")).collect();
+    std::fs::create_dir_all(fixture.served.join(&deep)).unwrap();
+    std::fs::write(fixture.served.join(&deep).join("bottom.txt"), "bottom").unwrap();
+    std::fs::write(fixture.served.join("d0/top.txt"), "top").unwrap();
+    let (client, _rx) = connect(fixture.server(), Era::Legacy).await;
+    let listed = client.peer().list_all_resources().await.unwrap();
+    let uris: Vec<&str> = listed.iter().map(|r| r.uri.as_str()).collect();
+    assert!(uris.contains(&fixture.uri("odd-%FF.txt").as_str()), "{uris:?}");
+    assert!(uris.contains(&fixture.uri("d0/top.txt").as_str()), "{uris:?}");
+    assert!(uris.iter().all(|uri| !uri.ends_with("bottom.txt")), "listing stops at depth 64");
+    let odd = read(&client, &fixture.uri("odd-%FF.txt")).await.unwrap();
+    assert_eq!(text_of(&odd[0]).2, "odd");
+    let deep_uri = fixture.uri(&format!("{}/bottom.txt", deep.display()));
+    assert_eq!(text_of(&read(&client, &deep_uri).await.unwrap()[0]).2, "bottom", "a deep file still reads");
+    client.cancel().await.unwrap();
+}
+
 /// A directory over the entry cap is refused clearly rather than answered in part.
 #[tokio::test]
 async fn refuses_a_directory_read_over_the_entry_cap() {

@@ -32,6 +32,9 @@ pub(super) const MAX_DIRECTORY_ENTRIES: usize = 10_000;
 /// How deep a listing descends below the folder.
 const MAX_LIST_DEPTH: usize = 64;
 
+/// The most entries of one directory a listing looks at (a bigger one is skipped, logged).
+const MAX_LIST_ENTRIES: usize = 100_000;
+
 /// The JSON one content or listed resource adds besides its strings (keys, quotes, braces).
 const ITEM_OVERHEAD: u64 = 128;
 
@@ -92,10 +95,11 @@ impl From<io::Error> for ReadError {
 /// Every regular file under the folder (not through symlinks), sorted by URI; bounded in
 /// depth and in size on the wire (a truncated listing is logged).
 pub(super) fn list(root: &Root) -> Vec<Resource> {
-    let mut walk = Walk { root, resources: Vec::new(), budget: Budget::new(), truncated: false };
+    let mut walk = Walk { root, resources: Vec::new(), budget: Budget::new(), full: false, skipped: false };
     walk.directory(root.handle(), root.dir(), 0);
-    if walk.truncated {
-        tracing::warn!(uri = %root.uri(), listed = walk.resources.len(), "folder listing truncated: too deep or too large");
+    if walk.full || walk.skipped {
+        let listed = walk.resources.len();
+        tracing::warn!(uri = %root.uri(), listed, full = walk.full, "folder listing incomplete: too large or too deep");
     }
     let mut resources = walk.resources;
     resources.sort_by(|a, b| a.uri.cmp(&b.uri));
@@ -133,27 +137,34 @@ struct Walk<'a> {
     root: &'a Root,
     resources: Vec<Resource>,
     budget: Budget,
-    truncated: bool,
+    /// The size budget ran out: nothing more is listed.
+    full: bool,
+    /// A directory was too deep or too big and was left out.
+    skipped: bool,
 }
 
 impl Walk<'_> {
     /// Lists the regular files under `dir` (whose path is `path`), descending into real
     /// subdirectories only.
     fn directory(&mut self, dir: &OwnedFd, path: &Path, depth: usize) {
-        let names = match beneath::entry_names(dir, usize::MAX) {
-            Ok(names) => names.unwrap_or_default(),
+        let names = match beneath::entry_names(dir, MAX_LIST_ENTRIES) {
+            Ok(Some(names)) => names,
+            Ok(None) => {
+                self.skipped = true;
+                return;
+            }
             Err(e) => {
                 tracing::warn!(uri = %path_to_uri(path), error = %e, "cannot list directory");
                 return;
             }
         };
         for name in names {
-            if self.truncated {
+            if self.full {
                 return;
             }
             let child = path.join(&name);
             match beneath::kind_of(dir, &name) {
-                Ok(Kind::Directory) if depth >= MAX_LIST_DEPTH => self.truncated = true,
+                Ok(Kind::Directory) if depth >= MAX_LIST_DEPTH => self.skipped = true,
                 Ok(Kind::Directory) => {
                     if let Ok(Opened::Directory(subdir)) = beneath::open_entry(dir, &name) {
                         self.directory(&subdir, &child, depth + 1);
@@ -177,7 +188,7 @@ impl Walk<'_> {
         let cost = json_len(&resource.uri) + json_len(&resource.name) + mime.len() as u64 + ITEM_OVERHEAD;
         match self.budget.charge(cost) {
             Ok(()) => self.resources.push(resource),
-            Err(_) => self.truncated = true,
+            Err(_) => self.full = true,
         }
     }
 }
