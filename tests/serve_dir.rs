@@ -172,7 +172,7 @@ async fn reads_text_blobs_and_directories() {
 
         let folder = read(&client, &fixture.uri("sub%20dir")).await.unwrap();
         assert_eq!(folder.len(), 2, "{era:?}: {folder:?}");
-        assert_eq!(text_of(&folder[0]), (fixture.uri("sub%20dir/deeper").as_str(), Some("inode/directory"), "x.json"));
+        assert_eq!(text_of(&folder[0]), (fixture.uri("sub%20dir/deeper").as_str(), Some("inode/directory"), ""));
         assert_eq!(text_of(&folder[1]), (fixture.uri("sub%20dir/inner.txt").as_str(), Some("text/plain"), "inner"));
         client.cancel().await.unwrap();
     }
@@ -198,6 +198,8 @@ async fn offers_one_template_over_the_folder() {
 async fn refuses_everything_outside_the_folder_as_not_found() {
     let fixture = Fixture::new();
     std::os::unix::fs::symlink(fixture.outer.join("outside.txt"), fixture.served.join("escape")).unwrap();
+    std::os::unix::fs::symlink("notes.md", fixture.served.join("inner-link.md")).unwrap();
+    std::os::unix::fs::symlink("sub dir", fixture.served.join("linked dir")).unwrap();
     let root = fixture.uri("");
     let root = root.trim_end_matches('/');
     let outer = fixture.outer.display().to_string();
@@ -207,6 +209,8 @@ async fn refuses_everything_outside_the_folder_as_not_found() {
         format!("{root}/%2E%2E%2Foutside.txt"),
         format!("{root}/sub%20dir%2Finner.txt"),
         format!("{root}/escape"),
+        format!("{root}/inner-link.md"),
+        format!("{root}/linked%20dir/inner.txt"),
         format!("file://{outer}/outside.txt"),
         format!("{root}/missing.txt"),
         format!("{root}/notes.md?raw=1"),
@@ -226,9 +230,10 @@ async fn refuses_everything_outside_the_folder_as_not_found() {
             assert!(!message.contains(&outer), "{era:?} {uri}: {message}");
         }
         let listed = client.peer().list_all_resources().await.unwrap();
-        assert!(listed.iter().all(|r| !r.uri.ends_with("/escape")), "symlink out is not listed");
+        assert!(listed.iter().all(|r| !r.uri.contains("escape") && !r.uri.contains("link")), "links are not listed");
         let whole = read(&client, root).await.unwrap();
         assert!(!format!("{whole:?}").contains("secret"), "{era:?}: a directory read followed a symlink out");
+        assert!(!format!("{whole:?}").contains("link"), "{era:?}: a directory read carried a link");
         client.cancel().await.unwrap();
     }
 }
@@ -242,6 +247,70 @@ async fn refuses_reads_over_the_size_cap() {
     let (code, message) = error_code(read(&client, &fixture.uri("big.bin")).await);
     assert_eq!(code, -32600);
     assert!(message.contains("too large"), "{message}");
+    client.cancel().await.unwrap();
+}
+
+/// The cap counts what is sent: a binary file just under 16 MiB is over 21 MiB in base64,
+/// and a text of control characters grows sixfold when escaped.
+#[tokio::test]
+async fn refuses_reads_whose_encoded_size_is_over_the_cap() {
+    let fixture = Fixture::new();
+    let binary: Vec<u8> = (0..16 * 1024 * 1024 - 1024).map(|i: u32| (i % 251) as u8 | 0x80).collect();
+    std::fs::write(fixture.served.join("almost.bin"), binary).unwrap();
+    std::fs::write(fixture.served.join("controls.txt"), vec![1u8; 3 * 1024 * 1024]).unwrap();
+    std::fs::write(fixture.served.join("fits.bin"), vec![0xffu8; 11 * 1024 * 1024]).unwrap();
+    let (client, _rx) = connect(fixture.server(), Era::Legacy).await;
+    for name in ["almost.bin", "controls.txt"] {
+        let read = timeout(WAIT, read(&client, &fixture.uri(name))).await.expect("an answer, not a dropped reply");
+        let (code, message) = error_code(read);
+        assert_eq!(code, -32600, "{name}");
+        assert!(message.contains("too large"), "{name}: {message}");
+    }
+    let fits = timeout(WAIT, read(&client, &fixture.uri("fits.bin"))).await.expect("answered").unwrap();
+    assert_eq!(fits.len(), 1, "control: 11 MiB of binary fits");
+    client.cancel().await.unwrap();
+}
+
+/// A name that is not UTF-8 is listed and read under its percent-encoded URI; a tree deeper
+/// than the listing goes (64 directories) is listed down to that depth and still readable.
+#[tokio::test]
+async fn odd_names_and_deep_trees_stay_bounded_and_readable() {
+    use std::os::unix::ffi::OsStrExt;
+    let fixture = Fixture::new();
+    std::fs::write(fixture.served.join(std::ffi::OsStr::from_bytes(b"odd-\xff.txt")), "odd").unwrap();
+    let deep: PathBuf = (0..70).map(|i| format!("d{i}")).collect();
+    std::fs::create_dir_all(fixture.served.join(&deep)).unwrap();
+    std::fs::write(fixture.served.join(&deep).join("bottom.txt"), "bottom").unwrap();
+    std::fs::write(fixture.served.join("d0/top.txt"), "top").unwrap();
+    let (client, _rx) = connect(fixture.server(), Era::Legacy).await;
+    let listed = client.peer().list_all_resources().await.unwrap();
+    let uris: Vec<&str> = listed.iter().map(|r| r.uri.as_str()).collect();
+    assert!(uris.contains(&fixture.uri("odd-%FF.txt").as_str()), "{uris:?}");
+    assert!(uris.contains(&fixture.uri("d0/top.txt").as_str()), "{uris:?}");
+    assert!(uris.iter().all(|uri| !uri.ends_with("bottom.txt")), "listing stops at depth 64");
+    let odd = read(&client, &fixture.uri("odd-%FF.txt")).await.unwrap();
+    assert_eq!(text_of(&odd[0]).2, "odd");
+    let deep_uri = fixture.uri(&format!("{}/bottom.txt", deep.display()));
+    assert_eq!(text_of(&read(&client, &deep_uri).await.unwrap()[0]).2, "bottom", "a deep file still reads");
+    client.cancel().await.unwrap();
+}
+
+/// A directory over the entry cap is refused clearly rather than answered in part.
+#[tokio::test]
+async fn refuses_a_directory_read_over_the_entry_cap() {
+    let fixture = Fixture::new();
+    let crowd = fixture.served.join("crowd");
+    std::fs::create_dir(&crowd).unwrap();
+    for i in 0..10_001 {
+        std::fs::File::create(crowd.join(format!("{i:05}"))).unwrap();
+    }
+    let (client, _rx) = connect(fixture.server(), Era::Legacy).await;
+    let (code, message) = error_code(read(&client, &fixture.uri("crowd")).await);
+    assert_eq!(code, -32600);
+    assert!(message.contains("too large") && message.contains("10000 entries"), "{message}");
+    std::fs::remove_file(crowd.join("10000")).unwrap();
+    let contents = read(&client, &fixture.uri("crowd")).await.unwrap();
+    assert_eq!(contents.len(), 10_000, "control: at the cap it reads");
     client.cancel().await.unwrap();
 }
 

@@ -1,11 +1,16 @@
 //! Listing and reading the folder: blocking file IO, run by callers on the blocking pool.
 //!
-//! Invariant: only paths that [`Root`] vouches for are opened, and only regular files are read
-//! (never FIFOs or devices); symlinks are followed only when they land inside the folder, and
-//! symlinked directories are not descended into while listing (no cycles).
+//! Invariant: everything is opened through [`super::beneath`] from the folder's handle, so no
+//! symlink is ever followed, only regular files are read (never FIFOs or devices) and what
+//! is read is the handle that was checked. A reply stays within [`MAX_REPLY_BYTES`] counted
+//! as it goes on the wire (base64 for blobs, JSON escaping for text), a directory read within
+//! [`MAX_DIRECTORY_ENTRIES`]; a directory read names nothing but its direct entries, each as
+//! its own content under its own URI, so a per-URI policy can drop any of them.
 
-use std::fs::{self, File};
+use std::ffi::OsStr;
+use std::fs::File;
 use std::io::{self, Read};
+use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use base64::Engine;
@@ -13,24 +18,41 @@ use base64::engine::general_purpose::STANDARD;
 use rmcp::ErrorData;
 use rmcp::model::{Resource, ResourceContents};
 
+use super::beneath::{self, Kind, Opened, Refused};
 use super::paths::{Root, mime_by_extension, mime_for, path_to_uri};
 
-/// The most bytes one read returns (a file, or all files of a directory read together).
-pub(super) const MAX_READ_BYTES: u64 = 16 * 1024 * 1024;
+/// The most bytes the contents of one reply may take on the wire (a file, or all entries of
+/// a directory read together): 16 MiB, less room for the JSON-RPC envelope, because a
+/// transport refuses messages over 16 MiB.
+pub(super) const MAX_REPLY_BYTES: u64 = 16 * 1024 * 1024 - 64 * 1024;
+
+/// The most entries a directory read answers for; a bigger directory is refused.
+pub(super) const MAX_DIRECTORY_ENTRIES: usize = 10_000;
+
+/// How deep a listing descends below the folder.
+const MAX_LIST_DEPTH: usize = 64;
+
+/// The most entries of one directory a listing looks at (a bigger one is skipped, logged).
+const MAX_LIST_ENTRIES: usize = 100_000;
+
+/// The JSON one content or listed resource adds besides its strings (keys, quotes, braces).
+const ITEM_OVERHEAD: u64 = 128;
 
 /// How many leading bytes decide "text or binary" for a file with an unknown extension.
 const SNIFF_BYTES: u64 = 8 * 1024;
 
-/// Mime type of a directory's listing in a directory read.
+/// Mime type of a subdirectory's (empty) content in a directory read.
 const DIRECTORY_MIME: &str = "inode/directory";
 
 /// Why a read produced no contents.
 #[derive(Debug)]
 pub(super) enum ReadError {
-    /// Missing, outside the folder, or not a file or directory: all look the same.
+    /// Missing, outside the folder, a symlink, or not a file or directory: all look the same.
     NotFound,
-    /// Over [`MAX_READ_BYTES`].
+    /// Over [`MAX_REPLY_BYTES`] once encoded.
     TooLarge,
+    /// A directory with more than [`MAX_DIRECTORY_ENTRIES`] entries.
+    TooManyEntries,
     /// Any other IO failure; its text is for the log only.
     Io(io::Error),
 }
@@ -40,10 +62,23 @@ impl ReadError {
     pub(super) fn to_error_data(&self) -> ErrorData {
         match self {
             ReadError::NotFound => ErrorData::resource_not_found("resource not found", None),
-            ReadError::TooLarge => {
-                ErrorData::invalid_request("resource is too large: reads are limited to 16 MiB", None)
+            ReadError::TooLarge => ErrorData::invalid_request(
+                "resource is too large: a reply is limited to 16 MiB as sent (base64 for binary, escaped text)",
+                None,
+            ),
+            ReadError::TooManyEntries => {
+                ErrorData::invalid_request("directory is too large: a directory read is limited to 10000 entries", None)
             }
             ReadError::Io(_) => ErrorData::internal_error("resource could not be read", None),
+        }
+    }
+}
+
+impl From<Refused> for ReadError {
+    fn from(refused: Refused) -> Self {
+        match refused {
+            Refused::Missing | Refused::NotServed => ReadError::NotFound,
+            Refused::Io(e) => ReadError::Io(e),
         }
     }
 }
@@ -57,71 +92,111 @@ impl From<io::Error> for ReadError {
     }
 }
 
-/// Every regular file under the folder, sorted by URI.
+/// Every regular file under the folder (not through symlinks), sorted by URI; bounded in
+/// depth and in size on the wire (a truncated listing is logged).
 pub(super) fn list(root: &Root) -> Vec<Resource> {
-    let mut resources = Vec::new();
-    walk(root, root.dir(), &mut resources);
+    let mut walk = Walk { root, resources: Vec::new(), budget: Budget::new(), full: false, skipped: false };
+    walk.directory(root.handle(), root.dir(), 0);
+    if walk.full || walk.skipped {
+        let listed = walk.resources.len();
+        tracing::warn!(uri = %root.uri(), listed, full = walk.full, "folder listing incomplete: too large or too deep");
+    }
+    let mut resources = walk.resources;
     resources.sort_by(|a, b| a.uri.cmp(&b.uri));
     resources
 }
 
 /// The contents `uri` names: one for a file, one per direct entry for a directory.
 pub(super) fn read(root: &Root, uri: &str) -> Result<Vec<ResourceContents>, ReadError> {
-    let located = root.resolve(uri).ok_or(ReadError::NotFound)?;
-    let metadata = fs::metadata(&located.real)?;
-    if metadata.is_dir() {
-        return read_directory(root, &located.real);
+    let (path, opened) = root.open(uri)?;
+    let mut budget = Budget::new();
+    match opened {
+        Opened::Directory(dir) => read_directory(&dir, &path, &mut budget),
+        Opened::File(file) => Ok(vec![read_file(file, &path, uri.to_owned(), &mut budget)?]),
     }
-    if !metadata.is_file() {
-        return Err(ReadError::NotFound);
-    }
-    let mut budget = MAX_READ_BYTES;
-    let contents = read_file(&located.real, &located.path, uri.to_owned(), &mut budget)?;
-    Ok(vec![contents])
 }
 
-fn walk(root: &Root, dir: &Path, resources: &mut Vec<Resource>) {
-    let entries = match fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) => {
-            tracing::warn!(uri = %path_to_uri(dir), error = %e, "cannot list directory");
-            return;
-        }
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let Ok(file_type) = entry.file_type() else {
-            continue;
+/// Bytes left for one reply, as sent.
+struct Budget {
+    left: u64,
+}
+
+impl Budget {
+    fn new() -> Budget {
+        Budget { left: MAX_REPLY_BYTES }
+    }
+
+    fn charge(&mut self, bytes: u64) -> Result<(), ReadError> {
+        self.left = self.left.checked_sub(bytes).ok_or(ReadError::TooLarge)?;
+        Ok(())
+    }
+}
+
+/// A listing in progress.
+struct Walk<'a> {
+    root: &'a Root,
+    resources: Vec<Resource>,
+    budget: Budget,
+    /// The size budget ran out: nothing more is listed.
+    full: bool,
+    /// A directory was too deep or too big and was left out.
+    skipped: bool,
+}
+
+impl Walk<'_> {
+    /// Lists the regular files under `dir` (whose path is `path`), descending into real
+    /// subdirectories only.
+    fn directory(&mut self, dir: &OwnedFd, path: &Path, depth: usize) {
+        let names = match beneath::entry_names(dir, MAX_LIST_ENTRIES) {
+            Ok(Some(names)) => names,
+            Ok(None) => {
+                self.skipped = true;
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(uri = %path_to_uri(path), error = %e, "cannot list directory");
+                return;
+            }
         };
-        if file_type.is_dir() {
-            walk(root, &path, resources);
-        } else if let Some(resource) = describe(root, &path, file_type.is_symlink()) {
-            resources.push(resource);
+        for name in names {
+            if self.full {
+                return;
+            }
+            let child = path.join(&name);
+            match beneath::kind_of(dir, &name) {
+                Ok(Kind::Directory) if depth >= MAX_LIST_DEPTH => self.skipped = true,
+                Ok(Kind::Directory) => {
+                    if let Ok(Opened::Directory(subdir)) = beneath::open_entry(dir, &name) {
+                        self.directory(&subdir, &child, depth + 1);
+                    }
+                }
+                Ok(Kind::File { len }) => self.file(dir, &name, &child, len),
+                Ok(Kind::Other) | Err(_) => {}
+            }
         }
     }
-}
 
-/// The resource for `path` if it is, or links to, a regular file inside the folder.
-fn describe(root: &Root, path: &Path, is_symlink: bool) -> Option<Resource> {
-    let real = if is_symlink {
-        let real = path.canonicalize().ok()?;
-        root.contains(&real).then_some(real)?
-    } else {
-        path.to_path_buf()
-    };
-    let metadata = fs::metadata(&real).ok()?;
-    if !metadata.is_file() {
-        return None;
+    fn file(&mut self, dir: &OwnedFd, name: &OsStr, path: &Path, len: u64) {
+        let mime = match mime_by_extension(path) {
+            Some(mime) => mime,
+            None => match beneath::open_entry(dir, name) {
+                Ok(Opened::File(file)) => mime_for(path, sniff_utf8(file)),
+                _ => return,
+            },
+        };
+        let resource = Resource::new(path_to_uri(path), self.root.name_of(path)).with_mime_type(mime).with_size(len);
+        let cost = json_len(&resource.uri) + json_len(&resource.name) + mime.len() as u64 + ITEM_OVERHEAD;
+        match self.budget.charge(cost) {
+            Ok(()) => self.resources.push(resource),
+            Err(_) => self.full = true,
+        }
     }
-    let mime = mime_by_extension(path).unwrap_or_else(|| mime_for(path, sniff_utf8(&real)));
-    let resource = Resource::new(path_to_uri(path), root.name_of(path)).with_mime_type(mime).with_size(metadata.len());
-    Some(resource)
 }
 
 /// Whether the first bytes of a file are UTF-8 (a sequence cut at the end still counts).
-fn sniff_utf8(path: &Path) -> bool {
+fn sniff_utf8(file: File) -> bool {
     let mut head = Vec::new();
-    let read = File::open(path).and_then(|f| f.take(SNIFF_BYTES).read_to_end(&mut head));
+    let read = file.take(SNIFF_BYTES).read_to_end(&mut head);
     read.is_ok() && looks_utf8(&head)
 }
 
@@ -132,64 +207,64 @@ fn looks_utf8(bytes: &[u8]) -> bool {
     }
 }
 
-/// One content per direct entry of `dir` (a real directory inside the folder), by name.
-fn read_directory(root: &Root, dir: &Path) -> Result<Vec<ResourceContents>, ReadError> {
-    let mut budget = MAX_READ_BYTES;
+/// One content per direct entry of the directory `dir` (whose path is `path`), by name:
+/// a file with its data, a subdirectory as an empty `inode/directory` content (read its URI
+/// for its entries). Entries that vanish, are symlinks or are not files or directories are
+/// skipped.
+fn read_directory(dir: &OwnedFd, path: &Path, budget: &mut Budget) -> Result<Vec<ResourceContents>, ReadError> {
+    let names = beneath::entry_names(dir, MAX_DIRECTORY_ENTRIES)?.ok_or(ReadError::TooManyEntries)?;
     let mut contents = Vec::new();
-    for name in entry_names(dir)? {
-        let path = dir.join(&name);
-        let Ok(real) = path.canonicalize() else {
-            continue;
-        };
-        if !root.contains(&real) {
-            continue;
-        }
-        let Ok(metadata) = fs::metadata(&real) else {
-            continue;
-        };
-        let uri = path_to_uri(&path);
-        if metadata.is_dir() {
-            contents.push(directory_listing(&real, uri)?);
-        } else if metadata.is_file() {
-            contents.push(read_file(&real, &path, uri, &mut budget)?);
+    for name in names {
+        let child = path.join(&name);
+        let uri = path_to_uri(&child);
+        match beneath::open_entry(dir, &name) {
+            Ok(Opened::Directory(_)) => {
+                budget.charge(json_len(&uri) + DIRECTORY_MIME.len() as u64 + ITEM_OVERHEAD)?;
+                contents.push(ResourceContents::text("", uri).with_mime_type(DIRECTORY_MIME));
+            }
+            Ok(Opened::File(file)) => contents.push(read_file(file, &child, uri, budget)?),
+            Err(Refused::Io(e)) => tracing::debug!(uri = %uri, error = %e, "directory entry skipped"),
+            Err(Refused::Missing | Refused::NotServed) => {}
         }
     }
     Ok(contents)
 }
 
-/// A subdirectory as text: its entry names, one per line.
-fn directory_listing(dir: &Path, uri: String) -> Result<ResourceContents, ReadError> {
-    let names: Vec<String> = entry_names(dir)?.iter().map(|name| name.to_string_lossy().into_owned()).collect();
-    Ok(ResourceContents::text(names.join("\n"), uri).with_mime_type(DIRECTORY_MIME))
-}
-
-fn entry_names(dir: &Path) -> io::Result<Vec<std::ffi::OsString>> {
-    let mut names = fs::read_dir(dir)?.map(|entry| entry.map(|e| e.file_name())).collect::<io::Result<Vec<_>>>()?;
-    names.sort();
-    Ok(names)
-}
-
-/// A regular file as text (UTF-8) or base64 blob, charged against `budget`.
-fn read_file(real: &Path, named: &Path, uri: String, budget: &mut u64) -> Result<ResourceContents, ReadError> {
-    let file = File::open(real)?;
-    if !file.metadata()?.is_file() {
-        return Err(ReadError::NotFound);
-    }
+/// An opened regular file as text (UTF-8) or base64 blob, charged against `budget` at its
+/// size as sent.
+fn read_file(file: File, named: &Path, uri: String, budget: &mut Budget) -> Result<ResourceContents, ReadError> {
     let mut bytes = Vec::new();
-    file.take(*budget + 1).read_to_end(&mut bytes)?;
-    let len = bytes.len() as u64;
-    if len > *budget {
-        return Err(ReadError::TooLarge);
+    // What is sent is never smaller than the bytes read, so this bounds memory too.
+    file.take(budget.left + 1).read_to_end(&mut bytes)?;
+    let fixed = json_len(&uri) + ITEM_OVERHEAD;
+    match String::from_utf8(bytes) {
+        Ok(text) => {
+            let mime = mime_for(named, true);
+            budget.charge(fixed + mime.len() as u64 + json_len(&text))?;
+            Ok(ResourceContents::text(text, uri).with_mime_type(mime))
+        }
+        Err(e) => {
+            let mime = mime_for(named, false);
+            budget.charge(fixed + mime.len() as u64 + base64_len(e.as_bytes().len()))?;
+            Ok(ResourceContents::blob(STANDARD.encode(e.into_bytes()), uri).with_mime_type(mime))
+        }
     }
-    *budget -= len;
-    Ok(contents_of(bytes, named, uri))
 }
 
-fn contents_of(bytes: Vec<u8>, named: &Path, uri: String) -> ResourceContents {
-    match String::from_utf8(bytes) {
-        Ok(text) => ResourceContents::text(text, uri).with_mime_type(mime_for(named, true)),
-        Err(e) => ResourceContents::blob(STANDARD.encode(e.into_bytes()), uri).with_mime_type(mime_for(named, false)),
-    }
+/// The length of `text` inside a JSON string as serde_json writes it.
+fn json_len(text: &str) -> u64 {
+    text.bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+            0x00..=0x1f => 6,
+            _ => 1,
+        })
+        .sum()
+}
+
+/// The length of `n` bytes in padded base64.
+fn base64_len(n: usize) -> u64 {
+    (n as u64).div_ceil(3) * 4
 }
 
 #[cfg(test)]
@@ -201,5 +276,16 @@ mod tests {
         assert!(looks_utf8("héllo".as_bytes()));
         assert!(looks_utf8(&"é".as_bytes()[..1]));
         assert!(!looks_utf8(&[0xff, 0xfe, 0x00]));
+    }
+
+    #[test]
+    fn sizes_are_counted_as_serialised() {
+        for text in ["plain", "a\"b\\c", "line\nbreak\ttab", "\u{1}\u{1f}\u{7f}", "é€😀", ""] {
+            let serialised = serde_json::to_string(text).unwrap();
+            assert_eq!(json_len(text), serialised.len() as u64 - 2, "{text:?}");
+        }
+        for n in [0, 1, 2, 3, 4, 5, 6, 1000] {
+            assert_eq!(base64_len(n), STANDARD.encode(vec![0u8; n]).len() as u64, "{n}");
+        }
     }
 }

@@ -3,17 +3,24 @@
 //!
 //! Every regular file under the folder is a resource `file:///<absolute path>`; one template
 //! `file:///<dir>/{+path}` reads anything under it; reading a directory gives one content per
-//! entry. Both protocol eras are served: legacy `resources/subscribe` sessions and 2026-07-28
-//! `subscriptions/listen` streams get `updated` / `list_changed` from file changes.
+//! direct entry (a subdirectory as an empty `inode/directory` content, so no name appears
+//! except as its own content's URI). Both protocol eras are served: legacy
+//! `resources/subscribe` sessions and 2026-07-28 `subscriptions/listen` streams get
+//! `updated` / `list_changed` from file changes.
 //!
-//! Parts: [`paths`] (URI ↔ path, mime types), [`content`] (list and read), [`subscribers`]
+//! Parts: [`paths`] (URI ↔ path, mime types), [`beneath`] (opening without following
+//! symlinks), [`content`] (list and read), [`subscribers`]
 //! (who wants what), [`watch`] (file events → notifications).
 //!
-//! Invariant: nothing outside the folder is ever read or listed. Every URI goes through
-//! [`paths::Root`], which refuses anything that is not, lexically and after following
-//! symlinks, inside the folder; refusals, missing files and failures answer "not found" (or a
-//! generic error) without OS text or outside paths.
+//! Invariant: nothing outside the folder is ever read or listed, and no symlink is ever
+//! followed. Every URI goes through [`paths::Root`], which refuses anything not lexically
+//! inside the folder, and [`beneath`] opens it from the folder's handle one name at a time
+//! without following symlinks or blocking, so a swap between check and read cannot redirect
+//! it; refusals, missing files and failures answer "not found" (or a generic error) without
+//! OS text or outside paths. Links are neither listed nor read, so the URI a policy judges is
+//! always the file that is read.
 
+mod beneath;
 mod content;
 mod paths;
 mod subscribers;

@@ -1,15 +1,19 @@
 //! The served folder's address space: `file://` URIs ↔ absolute paths under it, and mime types.
 //!
-//! Invariant: [`Root::resolve`] and [`Root::watchable`] only ever hand out paths that lie inside
-//! the folder both lexically and, where they exist, after following every symlink. Anything
-//! else (`..`, encoded `.`/`/`, a query, a fragment, a foreign host, control characters, a
-//! symlink pointing out) is simply `None`: the caller answers "not found" and says nothing more.
+//! Invariant: [`Root::open`] and [`Root::watchable`] only ever hand out what lies inside the
+//! folder lexically and is reached from the folder's handle without following any symlink (see
+//! [`beneath`]). Anything else (`..`, encoded `.`/`/`, a query, a fragment, a foreign host,
+//! control characters, any symlink, a FIFO or device) is refused: the caller answers "not
+//! found" and says nothing more.
 
 use std::ffi::OsString;
 use std::io;
+use std::os::fd::OwnedFd;
 use std::path::{Component, Path, PathBuf};
 
 use percent_encoding::{AsciiSet, CONTROLS, percent_decode_str, percent_encode};
+
+use super::beneath::{self, Opened, Refused};
 
 /// Bytes a path segment must percent-encode: everything but RFC 3986 `pchar`
 /// (unreserved, sub-delims, `:` and `@`). Non-ASCII bytes are always encoded.
@@ -31,27 +35,35 @@ const SEGMENT: &AsciiSet = &CONTROLS
     .add(b'|')
     .add(b'}');
 
-/// The canonical folder being served and its URI.
+/// The canonical folder being served, a handle on it, and its URI.
 #[derive(Debug)]
 pub(super) struct Root {
     dir: PathBuf,
+    /// Everything is opened relative to this handle (see [`beneath`]).
+    handle: OwnedFd,
     uri: String,
 }
 
 impl Root {
-    /// Canonicalises `dir`; an error if it does not exist or is not a directory.
+    /// Canonicalises and opens `dir`; an error if it does not exist or is not a directory.
     pub(super) fn new(dir: &Path) -> io::Result<Root> {
         let dir = dir.canonicalize()?;
         if !dir.is_dir() {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "serve-dir needs a directory"));
         }
+        let handle = beneath::open_root(&dir)?;
         let uri = path_to_uri(&dir);
-        Ok(Root { dir, uri })
+        Ok(Root { dir, handle, uri })
     }
 
     /// The canonical folder.
     pub(super) fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The handle on the folder.
+    pub(super) fn handle(&self) -> &OwnedFd {
+        &self.handle
     }
 
     /// `file:///<canonical dir>`, no trailing slash.
@@ -77,32 +89,26 @@ impl Root {
         self.contains(&path).then_some(path)
     }
 
-    /// `uri` resolved to a real, existing path inside the folder (follows symlinks).
-    pub(super) fn resolve(&self, uri: &str) -> Option<Located> {
-        let path = self.locate(uri)?;
-        let real = path.canonicalize().ok()?;
-        self.contains(&real).then_some(Located { path, real })
+    /// Opens what `uri` names: a regular file or directory under the folder reached without
+    /// following any symlink. Returns the path as the URI spells it (its extension picks the
+    /// mime type) with the handle.
+    pub(super) fn open(&self, uri: &str) -> Result<(PathBuf, Opened), Refused> {
+        let path = self.locate(uri).ok_or(Refused::NotServed)?;
+        let relative = path.strip_prefix(&self.dir).map_err(|_| Refused::NotServed)?;
+        let opened = beneath::open_under(&self.handle, relative)?;
+        Ok((path, opened))
     }
 
-    /// The path to watch for `uri`: the real path when it exists (it must be inside the
-    /// folder), else the lexical one, so a subscription may precede the file.
+    /// The path to watch for `uri`: its lexical path if it is, or may become, a file or
+    /// directory that [`Root::open`] serves, so a subscription may precede the file; `None`
+    /// for anything outside the folder or reached through a symlink.
     pub(super) fn watchable(&self, uri: &str) -> Option<PathBuf> {
-        let path = self.locate(uri)?;
-        if std::fs::symlink_metadata(&path).is_err() {
-            return Some(path);
+        match self.open(uri) {
+            Ok((path, _)) => Some(path),
+            Err(Refused::Missing) => self.locate(uri),
+            Err(_) => None,
         }
-        let real = path.canonicalize().ok()?;
-        self.contains(&real).then_some(real)
     }
-}
-
-/// A URI resolved by [`Root::resolve`].
-#[derive(Debug)]
-pub(super) struct Located {
-    /// The path as the URI spells it (its extension picks the mime type).
-    pub(super) path: PathBuf,
-    /// The real path, inside the folder.
-    pub(super) real: PathBuf,
 }
 
 /// `file://` + the absolute `path`, each segment percent-encoded.
