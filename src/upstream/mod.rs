@@ -10,7 +10,10 @@
 
 mod client;
 mod connect;
+mod faults;
+mod http;
 mod listing;
+mod stdio;
 mod supervisor;
 mod watching;
 
@@ -174,11 +177,20 @@ impl Upstream {
                 timeout: self.inner.config.request_timeout,
             }),
             Ok(Ok(response)) => Ok(response),
-            Ok(Err(error)) => Err(self.read_error(uri, error)),
+            Ok(Err(error)) => Err(self.read_error(uri, error, !link.peer.is_transport_closed())),
         }
     }
 
-    fn read_error(&self, uri: &str, error: ServiceError) -> ProxyError {
+    fn read_error(&self, uri: &str, error: ServiceError, connection_open: bool) -> ProxyError {
+        if let ServiceError::McpError(e) = &error
+            && let Some(fault) = faults::Fault::of(e)
+        {
+            return self.read_fault(uri, fault);
+        }
+        if let Some(reason) = self.reply_failure(&error, connection_open) {
+            tracing::warn!(upstream = self.name(), uri, error = %error, "upstream read failed; connection kept");
+            return self.failed(reason);
+        }
         match error {
             // -32602 is what 2026-07-28 servers (and some 2025 ones) say for an unknown URI.
             ServiceError::McpError(e)
