@@ -9,19 +9,21 @@
 //! not JSON, and a response with an unknown id, silently, so the request waits for its
 //! timeout. This reader judges each line first: a faulty one becomes a [`Fault`] error for the
 //! request it answers — the id found in the line (it is looked for in the line's first bytes
-//! when the line is too large), or else the one request waiting, when exactly one is — and a
+//! when the line is too large), or else the one request waiting, when exactly one is, listen streams aside — and a
 //! fault it cannot place is logged and shown in `/status`.
 //!
 //! Invariant: no more than `max_response_bytes` (plus a small head) of one line is held in
 //! memory; reading is cancellation-safe (all state lives in the struct).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
 use rmcp::RoleClient;
-use rmcp::model::{ClientJsonRpcMessage, ClientNotification, JsonRpcMessage, RequestId, ServerJsonRpcMessage};
+use rmcp::model::{
+    ClientJsonRpcMessage, ClientNotification, ClientRequest, JsonRpcMessage, RequestId, ServerJsonRpcMessage,
+};
 use rmcp::transport::Transport;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout};
@@ -88,8 +90,9 @@ pub(crate) struct StdioUpstream {
     line: Vec<u8>,
     oversized: bool,
     limit: usize,
-    /// Requests sent and not yet answered.
-    pending: Arc<Mutex<HashSet<RequestId>>>,
+    /// Requests sent and not yet answered; true for those answered only when they end (a
+    /// listen stream), which are never the one a stray fault is blamed on.
+    pending: Arc<Mutex<HashMap<RequestId, bool>>>,
     notices: mpsc::UnboundedSender<Notice>,
 }
 
@@ -199,7 +202,8 @@ impl StdioUpstream {
     fn place(&self, fault: Fault, id: Option<RequestId>) -> Option<ServerJsonRpcMessage> {
         let id = id.or_else(|| {
             let mut pending = self.pending.lock().expect("pending lock");
-            let only = (pending.len() == 1).then(|| pending.iter().next().cloned()).flatten()?;
+            let mut waiting = pending.iter().filter(|(_, long_lived)| !**long_lived).map(|(id, _)| id);
+            let only = waiting.next().cloned().filter(|_| waiting.next().is_none())?;
             pending.remove(&only);
             Some(only)
         });
@@ -217,7 +221,7 @@ impl StdioUpstream {
     }
 
     fn take_pending(&self, id: &RequestId) -> bool {
-        self.pending.lock().expect("pending lock").remove(id)
+        self.pending.lock().expect("pending lock").remove(id).is_some()
     }
 }
 
@@ -227,7 +231,8 @@ impl Transport<RoleClient> for StdioUpstream {
     fn send(&mut self, item: ClientJsonRpcMessage) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         match &item {
             JsonRpcMessage::Request(request) => {
-                self.pending.lock().expect("pending lock").insert(request.id.clone());
+                let long_lived = matches!(request.request, ClientRequest::SubscriptionsListenRequest(_));
+                self.pending.lock().expect("pending lock").insert(request.id.clone(), long_lived);
             }
             JsonRpcMessage::Notification(notification) => {
                 if let ClientNotification::CancelledNotification(cancelled) = &notification.notification

@@ -53,6 +53,12 @@ pub struct Args {
     /// Also list a resource whose uri has no scheme: `no-scheme/item`.
     #[arg(long)]
     pub bad_uri: bool,
+    /// Serve hostile replies: reads of fx://P/fault/{invalid_utf8,malformed,wrong_id,hang}.
+    #[arg(long)]
+    pub faults: bool,
+    /// List fx://P/multi twice.
+    #[arg(long)]
+    pub duplicate_uris: bool,
     /// Idle time after which a legacy HTTP session is dropped.
     #[arg(long, value_name = "MS", default_value_t = 3_600_000)]
     pub session_keep_alive_ms: u64,
@@ -86,6 +92,8 @@ pub struct Settings {
     pub ttl_ms: Option<u64>,
     pub scope: Option<CacheScope>,
     pub bad_uri: bool,
+    pub faults: bool,
+    pub duplicate_uris: bool,
 }
 
 impl Args {
@@ -104,6 +112,8 @@ impl Args {
                 Scope::Private => CacheScope::Private,
             }),
             bad_uri: self.bad_uri,
+            faults: self.faults,
+            duplicate_uris: self.duplicate_uris,
         }
     }
 
