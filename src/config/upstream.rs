@@ -135,6 +135,42 @@ mod tests {
     }
 
     #[test]
+    fn every_problem_of_the_new_keys_is_reported_at_once() {
+        let text = r#"
+            [[upstreams]]
+            name = "a"
+            command = "x"
+            inherit_env = ["OK", "not ok"]
+            env = { "BAD=NAME" = "v" }
+            max_response_bytes = "12"
+
+            [[upstreams]]
+            name = "b"
+            url = "http://u:p@h/mcp?k=v"
+            inherit_env = ["X"]
+            max_response_bytes = "2GiB"
+
+            [[upstreams]]
+            name = "c"
+            url = "ftp://u:p@h/?k=s3cret"
+            max_response_bytes = "64KiB"
+        "#;
+        let error = super::super::Config::from_toml(text, std::path::Path::new("/"), &|_| None).unwrap_err();
+        let problems: Vec<String> = error.problems.iter().map(|p| format!("{}: {}", p.at, p.message)).collect();
+        assert_eq!(
+            problems,
+            [
+                "upstreams[0] (a).env: `BAD=NAME` is not a variable name like API_KEY",
+                "upstreams[0] (a).inherit_env: `not ok` is not a variable name like API_KEY",
+                "upstreams[0] (a).max_response_bytes: 12 bytes is outside 4KiB..=1GiB",
+                "upstreams[1] (b).inherit_env: applies only to `command` upstreams",
+                "upstreams[1] (b).max_response_bytes: 2147483648 bytes is outside 4KiB..=1GiB",
+                "upstreams[2] (c).url: `ftp://***@h/?k=***` is not an http:// or https:// URL",
+            ]
+        );
+    }
+
+    #[test]
     fn variable_names_are_checked() {
         let mut problems = Vec::new();
         let kept = inherit_env("u", vec!["A_1".into(), "A_1".into(), "1A".into(), "X=Y".into()], &mut problems);

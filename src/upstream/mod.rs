@@ -4,6 +4,9 @@
 //! child, streamable HTTP, or the in-process folder server), detects the protocol era, loads the
 //! upstream's full catalog, and reconnects with capped exponential backoff when the connection
 //! dies. Requests (`read`) go over the current connection with the upstream's timeout.
+//! The transports are guarded (`stdio`, `http`): a faulty reply — too large, not UTF-8, not
+//! JSON-RPC, the wrong id — fails its own request with a clear error (`faults`), never the
+//! connection; a stdio child sees only an allowlisted environment.
 //!
 //! Invariant: an upstream's entries are in the catalog only while it is connected; an upstream
 //! never takes another down, and no upstream error text reaches a client (see `error`).
