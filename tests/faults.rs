@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::fixture::{self, DEADLINE, Era, FIXTURE_BIN, FixtureClient, HttpFixture, list_all_resources};
 use common::proxy::{ProxyProcess, fixture_upstream, http_upstream, toml_str};
-use rmcp::model::{ReadResourceRequestParams, ResourceContents};
+use rmcp::model::{ReadResourceRequestParams, ResourceContents, SubscribeRequestParams};
 use rmcp::service::ServiceError;
 use serde_json::Value;
 
@@ -115,7 +115,12 @@ async fn each_faulty_reply_fails_only_its_read_and_the_upstream_stays() -> anyho
     for name in hostile.iter().chain(&["ok"]) {
         proxy.wait_up(name, 1).await?;
     }
-    let (client, _) = fixture::connect_http(&proxy.url, Era::Legacy).await?;
+    let (client, mut events) = fixture::connect_http(&proxy.url, Era::Legacy).await?;
+    for upstream in hostile {
+        // A dropped connection would tell every subscriber that this may have changed.
+        #[allow(deprecated)]
+        client.subscribe(SubscribeRequestParams::new(format!("{upstream}+fx://fx/item/2"))).await?;
+    }
     for upstream in hostile {
         for (path, expected) in FAULTS {
             let uri = format!("{upstream}+fx://fx/{path}");
@@ -136,6 +141,7 @@ async fn each_faulty_reply_fails_only_its_read_and_the_upstream_stays() -> anyho
     let logged = proxy.matching(&["faulty upstream", "wrong_id"]);
     assert!(!logged.is_empty(), "the cause is in the log");
     assert!(proxy.matching(&["upstream down"]).is_empty(), "no upstream was dropped: {:?}", proxy.logs());
+    assert_eq!(events.try_next(), None, "no spurious updated or list_changed reached the host");
     Ok(())
 }
 
