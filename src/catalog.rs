@@ -20,6 +20,20 @@ pub struct UpstreamCatalog {
     pub templates: Vec<ResourceTemplate>,
 }
 
+impl UpstreamCatalog {
+    /// Drop repeated resource URIs and template URI templates, the first of each kept (an
+    /// upstream that lists a URI twice would otherwise have it listed twice to every host).
+    /// Returns how many were dropped.
+    pub fn dedupe(&mut self) -> usize {
+        let before = self.resources.len() + self.templates.len();
+        let mut seen = std::collections::HashSet::new();
+        self.resources.retain(|r| seen.insert(r.uri.clone()));
+        seen.clear();
+        self.templates.retain(|t| seen.insert(t.uri_template.clone()));
+        before - self.resources.len() - self.templates.len()
+    }
+}
+
 /// One page of a merged list, and where the next starts (if anything is left).
 #[derive(Debug)]
 pub struct Page<T> {
@@ -203,6 +217,18 @@ mod tests {
         assert!(uris[..4].iter().all(|u| u.starts_with("a+")));
         assert!(uris[4..].iter().all(|u| u.starts_with("b+")));
         assert_eq!(snapshot.template_count(), 2);
+    }
+
+    #[test]
+    fn duplicates_are_dropped_and_the_first_kept() {
+        let mut part = entries("a", 3);
+        part.resources.push(Resource::new("a+x://r/1", "second"));
+        part.templates.push(ResourceTemplate::new("a+x://r/{id}", "second"));
+        assert_eq!(part.dedupe(), 2);
+        let names: Vec<&str> = part.resources.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["r0", "r1", "r2"]);
+        assert_eq!(part.templates.len(), 1);
+        assert_eq!(part.templates[0].name, "t");
     }
 
     #[test]

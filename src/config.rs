@@ -29,8 +29,10 @@ use crate::policy::PolicySet;
 
 mod access;
 mod cache;
+mod upstream;
 
 pub use self::cache::{CacheConfig, parse_size};
+pub use self::upstream::{redact_url, redact_urls_in};
 
 /// The validated configuration.
 #[derive(Debug, Clone)]
@@ -83,6 +85,9 @@ pub struct UpstreamConfig {
     /// This upstream's `updated` notifications are reliable: subscription-backed cache entries
     /// live until invalidated (up to `cache.max_ttl`) even when it says `ttlMs: 0`.
     pub trust_notifications: bool,
+    /// The largest single message accepted from this upstream (an HTTP body or SSE event, a
+    /// stdio line); a bigger reply fails its own request only.
+    pub max_response_bytes: usize,
 }
 
 /// How the proxy reaches an upstream.
@@ -91,7 +96,14 @@ pub enum UpstreamTransport {
     /// The built-in folder server, in process.
     Dir { path: PathBuf },
     /// A child process speaking MCP over stdio.
-    Command { program: String, args: Vec<String>, env: BTreeMap<String, String>, cwd: Option<PathBuf> },
+    /// Its environment is cleared but for a small default allowlist, `inherit_env`, and `env`.
+    Command {
+        program: String,
+        args: Vec<String>,
+        env: BTreeMap<String, String>,
+        inherit_env: Vec<String>,
+        cwd: Option<PathBuf>,
+    },
     /// Streamable HTTP.
     Http { url: String, headers: BTreeMap<String, String> },
 }
@@ -274,6 +286,8 @@ struct RawUpstream {
     args: Vec<String>,
     #[serde(default)]
     env: BTreeMap<String, String>,
+    #[serde(default)]
+    inherit_env: Vec<String>,
     cwd: Option<PathBuf>,
     url: Option<String>,
     #[serde(default)]
@@ -284,6 +298,7 @@ struct RawUpstream {
     required: Option<bool>,
     health_interval: Option<String>,
     trust_notifications: Option<bool>,
+    max_response_bytes: Option<Value>,
     #[serde(flatten)]
     unknown: BTreeMap<String, Value>,
 }
@@ -401,6 +416,7 @@ fn validate_upstream(
     let reconnect_max = duration(raw.reconnect_max.as_deref(), "30s", &format!("{at}.reconnect_max"), problems);
     let required = raw.required.unwrap_or(true);
     let health_interval = duration(raw.health_interval.as_deref(), "10s", &format!("{at}.health_interval"), problems);
+    let max_response_bytes = upstream::max_response_bytes(&at, raw.max_response_bytes.as_ref(), problems);
     Some(UpstreamConfig {
         name,
         transport: transport?,
@@ -410,6 +426,7 @@ fn validate_upstream(
         required,
         health_interval,
         trust_notifications: raw.trust_notifications.unwrap_or(false),
+        max_response_bytes,
     })
 }
 
@@ -418,6 +435,7 @@ struct RawTransport {
     command: Option<String>,
     args: Vec<String>,
     env: BTreeMap<String, String>,
+    inherit_env: Vec<String>,
     cwd: Option<PathBuf>,
     url: Option<String>,
     headers: BTreeMap<String, String>,
@@ -429,6 +447,7 @@ fn raw_transport(raw: &RawUpstream) -> RawTransport {
         command: raw.command.clone(),
         args: raw.args.clone(),
         env: raw.env.clone(),
+        inherit_env: raw.inherit_env.clone(),
         cwd: raw.cwd.clone(),
         url: raw.url.clone(),
         headers: raw.headers.clone(),
@@ -447,6 +466,9 @@ fn validate_transport(
         push(problems, at, "needs exactly one of `dir`, `command`, `url`".into());
         return None;
     }
+    if raw.command.is_none() && !raw.inherit_env.is_empty() {
+        push(problems, &format!("{at}.inherit_env"), "applies only to `command` upstreams".into());
+    }
     let mut expand = |field: &str, text: &str| {
         expand_vars(text, lookup).unwrap_or_else(|missing| {
             push(problems, &format!("{at}.{field}"), format!("environment variable `{missing}` is not set"));
@@ -458,15 +480,20 @@ fn validate_transport(
     }
     if let Some(program) = raw.command {
         let args = raw.args.iter().map(|a| expand("args", a)).collect();
-        let env = raw.env.iter().map(|(k, v)| (k.clone(), expand(&format!("env.{k}"), v))).collect();
+        let env: BTreeMap<String, String> =
+            raw.env.iter().map(|(k, v)| (k.clone(), expand(&format!("env.{k}"), v))).collect();
+        for name in env.keys().filter(|name| !upstream::is_variable_name(name)) {
+            push(problems, &format!("{at}.env"), format!("`{name}` is not a variable name like API_KEY"));
+        }
+        let inherit_env = upstream::inherit_env(at, raw.inherit_env, problems);
         let cwd = raw.cwd.map(|cwd| base.join(cwd));
-        return Some(UpstreamTransport::Command { program, args, env, cwd });
+        return Some(UpstreamTransport::Command { program, args, env, inherit_env, cwd });
     }
     let url = expand("url", raw.url.as_deref().unwrap_or_default());
     let headers: BTreeMap<String, String> =
         raw.headers.iter().map(|(k, v)| (k.clone(), expand(&format!("headers.{k}"), v))).collect();
     if !(url.starts_with("http://") || url.starts_with("https://")) {
-        push(problems, &format!("{at}.url"), format!("`{url}` is not an http:// or https:// URL"));
+        push(problems, &format!("{at}.url"), format!("`{}` is not an http:// or https:// URL", redact_url(&url)));
     }
     for name in headers.keys() {
         if http::HeaderName::from_bytes(name.as_bytes()).is_err() {

@@ -125,7 +125,7 @@ impl Metrics {
             catalog_templates: b.gauge("catalog_templates", "Resource templates per upstream.", &["upstream"]),
             catalog_unlisted: b.counter(
                 "catalog_unlisted_total",
-                "Upstream entries not listed (URI without a scheme).",
+                "Upstream entries not listed (URI without a scheme, or listed twice).",
                 &["upstream"],
             ),
             cache_hits: b.counter("cache_hits_total", "Reads answered from the cache.", &["upstream"]),

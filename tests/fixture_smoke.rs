@@ -299,3 +299,21 @@ fn uri_of(contents: &ResourceContents) -> &str {
         _ => "",
     }
 }
+
+#[tokio::test]
+async fn hostility_knobs_list_twice_and_fault_uris_exist_only_with_faults() -> anyhow::Result<()> {
+    let (plain, _) = connect_stdio(&[], Era::Legacy).await?;
+    let missing = read(&plain, "fx://fx/fault/malformed").await.expect_err("no --faults");
+    assert_eq!(error_code(&missing), Some(-32002));
+    assert!(!text_of(&plain, "fx://fx/env/PATH").await?.is_empty(), "env/NAME reads the fixture's environment");
+    assert_eq!(text_of(&plain, "fx://fx/env/NO_SUCH_VARIABLE_SET").await?, "");
+    plain.cancel().await?;
+
+    let (hostile, _) = connect_stdio(&["--duplicate-uris", "--faults"], Era::Legacy).await?;
+    let (listed, _) = list_all_resources(&hostile).await?;
+    let multi = listed.iter().filter(|r| r.uri == "fx://fx/multi").count();
+    assert_eq!(multi, 2, "--duplicate-uris lists multi twice");
+    assert_eq!(text_of(&hostile, "fx://fx/item/0").await?, "item 0 v1", "unmarked replies pass untouched");
+    hostile.cancel().await?;
+    Ok(())
+}

@@ -16,6 +16,8 @@ pub(crate) enum Notice {
     Updated(String),
     /// The URI may have changed unseen (a fresh connection, a listen stream that ended).
     MayHaveChanged(String),
+    /// The upstream sent something faulty that no request could be failed for (for `/status`).
+    Fault(String),
 }
 
 /// One per connection; rmcp runs each callback in its own task.

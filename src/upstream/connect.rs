@@ -2,19 +2,20 @@
 //! folder server) and the protocol era (probe, pinned, or remembered from the last connect).
 
 use std::collections::HashMap;
-use std::process::Stdio;
 
 use rmcp::model::ProtocolVersion;
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RoleClient, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ServiceExt, service::ClientCacheConfig};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::mpsc;
 
 use super::Era;
 use super::client::{Notice, UpstreamClient};
-use crate::config::{MODERN_VERSION, ProtocolChoice, UpstreamConfig, UpstreamTransport};
+use super::http::GuardedHttpClient;
+use super::stdio::{StdioUpstream, child_environment};
+use crate::config::{MODERN_VERSION, ProtocolChoice, UpstreamConfig, UpstreamTransport, redact_urls_in};
 use crate::serve_dir::FolderServer;
 
 pub(crate) type Running = RunningService<RoleClient, UpstreamClient>;
@@ -105,15 +106,13 @@ async fn start(
             });
             handler.serve_with_lifecycle(client_side, mode).await.map_err(|e| e.to_string())
         }
-        UpstreamTransport::Command { program, args, env, cwd } => {
+        UpstreamTransport::Command { program, args, env, inherit_env, cwd } => {
             let mut command = tokio::process::Command::new(program);
-            command.args(args).envs(env).kill_on_drop(true);
+            command.args(args).env_clear().envs(child_environment(std::env::vars_os(), inherit_env, env));
             if let Some(cwd) = cwd {
                 command.current_dir(cwd);
             }
-            let (transport, stderr) = TokioChildProcess::builder(command)
-                .stderr(Stdio::piped())
-                .spawn()
+            let (transport, stderr) = StdioUpstream::spawn(command, config.max_response_bytes, notices.clone())
                 .map_err(|e| format!("cannot start `{program}`: {e}"))?;
             if let Some(stderr) = stderr {
                 tokio::spawn(forward_stderr(name.clone(), stderr));
@@ -121,25 +120,18 @@ async fn start(
             handler.serve_with_lifecycle(transport, mode).await.map_err(|e| e.to_string())
         }
         UpstreamTransport::Http { url, headers } => {
+            let limit = config.max_response_bytes;
             let transport = StreamableHttpClientTransport::with_client(
-                pooled_client(),
+                GuardedHttpClient::new(limit),
                 StreamableHttpClientTransportConfig::with_uri(url.as_str())
                     .custom_headers(header_map(headers))
+                    .max_json_response_size(limit)
+                    .max_sse_event_size(limit)
                     .reinit_on_expired_session(false),
             );
-            handler.serve_with_lifecycle(transport, mode).await.map_err(|e| e.to_string())
+            handler.serve_with_lifecycle(transport, mode).await.map_err(|e| redact_urls_in(&e.to_string()))
         }
     }
-}
-
-/// rmcp's default client keeps no idle connections, so every upstream request would open a new
-/// one. Ours keeps them (and follows no redirects: a redirect would replay our credentials).
-fn pooled_client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .tcp_nodelay(true)
-        .build()
-        .expect("a reqwest client with these settings builds")
 }
 
 fn header_map(headers: &std::collections::BTreeMap<String, String>) -> HashMap<http::HeaderName, http::HeaderValue> {

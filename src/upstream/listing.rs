@@ -51,10 +51,15 @@ pub(super) async fn fetch(upstream: &Upstream, peer: &Peer<RoleClient>) -> Resul
         tracing::warn!(upstream = name, uri, "URI has no scheme; not listed");
         metrics.catalog_entry_unlisted(name);
     };
-    let entries = UpstreamCatalog {
+    let mut entries = UpstreamCatalog {
         resources: resources.into_iter().filter_map(|r| namespace_resource(name, r, &unlisted)).collect(),
         templates: templates.into_iter().filter_map(|t| namespace_template(name, t, &unlisted)).collect(),
     };
+    let duplicates = entries.dedupe();
+    if duplicates > 0 {
+        tracing::warn!(upstream = name, duplicates, "upstream lists URIs more than once; each listed once");
+        (0..duplicates).for_each(|_| metrics.catalog_entry_unlisted(name));
+    }
     let refresh = [resources_ttl, templates_ttl]
         .into_iter()
         .flatten()

@@ -4,13 +4,19 @@
 //! child, streamable HTTP, or the in-process folder server), detects the protocol era, loads the
 //! upstream's full catalog, and reconnects with capped exponential backoff when the connection
 //! dies. Requests (`read`) go over the current connection with the upstream's timeout.
+//! The transports are guarded (`stdio`, `http`): a faulty reply — too large, not UTF-8, not
+//! JSON-RPC, the wrong id — fails its own request with a clear error (`faults`), never the
+//! connection; a stdio child sees only an allowlisted environment.
 //!
 //! Invariant: an upstream's entries are in the catalog only while it is connected; an upstream
 //! never takes another down, and no upstream error text reaches a client (see `error`).
 
 mod client;
 mod connect;
+mod faults;
+mod http;
 mod listing;
+mod stdio;
 mod supervisor;
 mod watching;
 
@@ -174,11 +180,20 @@ impl Upstream {
                 timeout: self.inner.config.request_timeout,
             }),
             Ok(Ok(response)) => Ok(response),
-            Ok(Err(error)) => Err(self.read_error(uri, error)),
+            Ok(Err(error)) => Err(self.read_error(uri, error, !link.peer.is_transport_closed())),
         }
     }
 
-    fn read_error(&self, uri: &str, error: ServiceError) -> ProxyError {
+    fn read_error(&self, uri: &str, error: ServiceError, connection_open: bool) -> ProxyError {
+        if let ServiceError::McpError(e) = &error
+            && let Some(fault) = faults::Fault::of(e)
+        {
+            return self.read_fault(uri, fault);
+        }
+        if let Some(reason) = self.reply_failure(&error, connection_open) {
+            tracing::warn!(upstream = self.name(), uri, error = %error, "upstream read failed; connection kept");
+            return self.failed(reason);
+        }
         match error {
             // -32602 is what 2026-07-28 servers (and some 2025 ones) say for an unknown URI.
             ServiceError::McpError(e)

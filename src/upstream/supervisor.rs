@@ -13,6 +13,7 @@ use super::client::Notice;
 use super::connect::{Running, connect};
 use super::{Era, Link, LinkState, Upstream, UpstreamEvent};
 use crate::catalog::Catalog;
+use crate::config::redact_urls_in;
 
 const BACKOFF_MIN: Duration = Duration::from_millis(250);
 
@@ -59,7 +60,8 @@ impl Supervisor {
             self.catalog.remove_upstream(self.upstream.name());
             let error = match end {
                 End::Shutdown => return,
-                End::Lost(error) => error,
+                // Error texts of HTTP clients quote the URL, which may hold credentials.
+                End::Lost(error) => redact_urls_in(&error),
             };
             tracing::warn!(error = %error, retry_in = ?backoff, "upstream down");
             self.upstream.update_status(|s| {
@@ -185,6 +187,10 @@ impl Supervisor {
                 self.forward_update(uri, false);
                 Ok(())
             }
+            Notice::Fault(fault) => {
+                self.upstream.record_fault(fault);
+                Ok(())
+            }
             Notice::ListChanged => {
                 // A burst of list_changed costs one reload (two when more arrive during the
                 // first) and one event.
@@ -238,6 +244,7 @@ impl Supervisor {
                 Notice::ListChanged => changed = true,
                 Notice::Updated(uri) => self.forward_update(uri, true),
                 Notice::MayHaveChanged(uri) => self.forward_update(uri, false),
+                Notice::Fault(fault) => self.upstream.record_fault(fault),
             }
         }
         changed

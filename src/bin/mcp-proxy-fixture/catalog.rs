@@ -23,6 +23,8 @@ pub struct Catalog {
     text_bytes: Option<usize>,
     bad_uri: bool,
     page_size: usize,
+    faults: bool,
+    duplicate_uris: bool,
 }
 
 /// What a URI names.
@@ -34,6 +36,10 @@ pub enum Target {
     NoScheme,
     Echo(String),
     Sized(usize),
+    /// `fx://P/env/{NAME}` (unlisted): the fixture's environment variable NAME, if set.
+    Env(String),
+    /// `fx://P/fault/{kind}` (unlisted, `--faults` only): a hostile reply, see `faults`.
+    Fault(String),
 }
 
 /// A cursor this fixture did not mint.
@@ -49,7 +55,21 @@ pub struct Page<T> {
 
 impl Catalog {
     pub fn new(prefix: &str, text_bytes: Option<usize>, bad_uri: bool, page_size: usize) -> Self {
-        Self { prefix: prefix.to_owned(), text_bytes, bad_uri, page_size: page_size.max(1) }
+        Self {
+            prefix: prefix.to_owned(),
+            text_bytes,
+            bad_uri,
+            page_size: page_size.max(1),
+            faults: false,
+            duplicate_uris: false,
+        }
+    }
+
+    /// Serve `fault/{kind}` (`faults`); list `multi` twice (`duplicate_uris`).
+    pub fn with_hostility(mut self, faults: bool, duplicate_uris: bool) -> Self {
+        self.faults = faults;
+        self.duplicate_uris = duplicate_uris;
+        self
     }
 
     pub fn item_uri(&self, id: u64) -> String {
@@ -115,6 +135,12 @@ impl Catalog {
         if let Some(id) = rest.strip_prefix("/item/") {
             return id.parse().ok().map(Target::Item);
         }
+        if let Some(name) = rest.strip_prefix("/env/") {
+            return Some(Target::Env(name.to_owned()));
+        }
+        if let Some(kind) = rest.strip_prefix("/fault/") {
+            return (self.faults && crate::faults::KINDS.contains(&kind)).then(|| Target::Fault(kind.to_owned()));
+        }
         if let Some(text) = rest.strip_prefix("/echo/") {
             let decoded = percent_encoding::percent_decode_str(text).decode_utf8().ok()?;
             return Some(Target::Echo(decoded.into_owned()));
@@ -142,6 +168,8 @@ impl Catalog {
             Target::NoScheme => vec![ResourceContents::text(format!("no-scheme v{version}"), uri)],
             Target::Echo(text) => vec![ResourceContents::text(text.clone(), uri)],
             Target::Sized(bytes) => vec![ResourceContents::text("x".repeat(*bytes), uri)],
+            Target::Env(name) => vec![ResourceContents::text(std::env::var(name).unwrap_or_default(), uri)],
+            Target::Fault(kind) => vec![ResourceContents::text(crate::faults::marker(kind), uri)],
         }
     }
 
@@ -161,6 +189,9 @@ impl Catalog {
                 .with_description("three contents: text a, text b, blob c"),
             Resource::new(format!("fx://{prefix}/blob"), "blob").with_mime_type("application/octet-stream"),
         ];
+        if self.duplicate_uris {
+            fixed.push(Resource::new(format!("fx://{prefix}/multi"), "multi-again"));
+        }
         if self.bad_uri {
             fixed.push(Resource::new("no-scheme/item", "no-scheme").with_mime_type("text/plain"));
         }

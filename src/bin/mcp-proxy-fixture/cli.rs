@@ -57,6 +57,12 @@ pub struct Args {
     /// parsed URL's path do); contents still carry the URI as asked.
     #[arg(long)]
     pub lenient_uris: bool,
+    /// Serve hostile replies: reads of fx://P/fault/{invalid_utf8,malformed,wrong_id,hang}.
+    #[arg(long)]
+    pub faults: bool,
+    /// List fx://P/multi twice.
+    #[arg(long)]
+    pub duplicate_uris: bool,
     /// Idle time after which a legacy HTTP session is dropped.
     #[arg(long, value_name = "MS", default_value_t = 3_600_000)]
     pub session_keep_alive_ms: u64,
@@ -91,6 +97,8 @@ pub struct Settings {
     pub scope: Option<CacheScope>,
     pub bad_uri: bool,
     pub lenient_uris: bool,
+    pub faults: bool,
+    pub duplicate_uris: bool,
 }
 
 impl Args {
@@ -110,6 +118,8 @@ impl Args {
             }),
             bad_uri: self.bad_uri,
             lenient_uris: self.lenient_uris,
+            faults: self.faults,
+            duplicate_uris: self.duplicate_uris,
         }
     }
 

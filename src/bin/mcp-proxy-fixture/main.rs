@@ -8,9 +8,11 @@
 //! - `state`: the shared `Fixture` (versions, counters, read gate, watchers, fan-out).
 //! - `handler`: the rmcp `ServerHandler` of one connection.
 //! - `tools`: the control tools tests call.
+//! - `faults`: hostile replies (`--faults`) for the proxy's fault tests.
 
 mod catalog;
 mod cli;
+mod faults;
 mod handler;
 mod state;
 mod tools;
@@ -25,6 +27,7 @@ use std::{
 
 use anyhow::Context;
 use clap::Parser;
+use futures::FutureExt;
 use rmcp::{
     ServiceExt,
     transport::streamable_http_server::{
@@ -59,7 +62,8 @@ async fn main() -> anyhow::Result<()> {
                     write_atomically(path, &url)?;
                 }
             }
-            serve_stdio(fixture).await?;
+            let faults = args.faults;
+            serve_stdio(fixture, faults).await?;
         }
     }
     shutdown.cancel();
@@ -67,9 +71,18 @@ async fn main() -> anyhow::Result<()> {
 }
 
 /// Serve MCP over stdin/stdout until the client goes away or a signal arrives.
-async fn serve_stdio(fixture: Fixture) -> anyhow::Result<()> {
+async fn serve_stdio(fixture: Fixture, faults: bool) -> anyhow::Result<()> {
+    let handler = FixtureHandler::new(fixture);
+    let serving = if faults {
+        // rmcp writes into a pipe; `faults::pipe_stdout` spoils marked lines on their way out.
+        let (ours, theirs) = tokio::io::duplex(1 << 20);
+        tokio::spawn(faults::pipe_stdout(theirs));
+        handler.serve((tokio::io::stdin(), ours)).boxed()
+    } else {
+        handler.serve(rmcp::transport::stdio()).boxed()
+    };
     let running = tokio::select! {
-        running = FixtureHandler::new(fixture).serve(rmcp::transport::stdio()) => running,
+        running = serving => running,
         () = wait_for_signal() => return Ok(()),
     };
     let running = match running {
@@ -102,9 +115,13 @@ async fn serve_http(
         .with_legacy_session_mode(true)
         .disable_allowed_hosts()
         .with_cancellation_token(shutdown.child_token());
+    let fixture_faults = fixture.settings().faults;
     let service =
         StreamableHttpService::new(move || Ok(FixtureHandler::new(fixture.clone())), Arc::new(sessions), config);
-    let router = axum::Router::new().nest_service("/mcp", service);
+    let mut router = axum::Router::new().nest_service("/mcp", service);
+    if fixture_faults {
+        router = router.layer(axum::middleware::map_response(faults::spoil_response));
+    }
     tracing::debug!(%url, "serving streamable HTTP");
     tokio::spawn(async move {
         let served = axum::serve(listener, router).with_graceful_shutdown(shutdown.cancelled_owned()).await;

@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use crate::{
-    catalog::{Catalog, Page},
+    catalog::{Catalog, Page, Target},
     cli::Settings,
 };
 
@@ -109,7 +109,8 @@ impl Drop for InFlight<'_> {
 
 impl Fixture {
     pub fn new(settings: Settings) -> Self {
-        let catalog = Catalog::new(&settings.prefix, settings.text_bytes, settings.bad_uri, settings.page_size);
+        let catalog = Catalog::new(&settings.prefix, settings.text_bytes, settings.bad_uri, settings.page_size)
+            .with_hostility(settings.faults, settings.duplicate_uris);
         let inner = Inner {
             catalog,
             item_count: AtomicU64::new(settings.initial_items),
@@ -162,6 +163,9 @@ impl Fixture {
             self.inner.catalog.resolve(routed).ok_or_else(|| {
                 McpError::resource_not_found(format!("no resource {uri}"), Some(json!({ "uri": uri })))
             })?;
+        if matches!(&target, Target::Fault(kind) if kind == "hang") {
+            std::future::pending::<()>().await;
+        }
         let contents = self.inner.catalog.contents(uri, &target, self.version(uri));
         let mut result = ReadResourceResult::new(contents);
         result.ttl_ms = self.settings().ttl_ms;

@@ -1,0 +1,180 @@
+//! Checks of the `[[upstreams]]` settings that guard the proxy against its upstreams:
+//! `inherit_env` (what a stdio child may see of the proxy's environment) and
+//! `max_response_bytes` (the largest single message accepted from an upstream).
+
+use figment::value::Value;
+
+use super::{Problem, parse_size, push};
+
+/// The default `max_response_bytes`: rmcp's own limit for stdio lines and HTTP bodies.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 16 << 20;
+/// `max_response_bytes` may not go below this (an `initialize` answer must fit) …
+const MIN_RESPONSE_BYTES: u64 = 4 << 10;
+/// … nor above this.
+const MAX_RESPONSE_BYTES: u64 = 1 << 30;
+
+/// `inherit_env`: names of variables of the proxy's environment a stdio child also gets. Each
+/// must be a plain variable name (`[A-Za-z_][A-Za-z0-9_]*`); duplicates are dropped.
+pub(super) fn inherit_env(at: &str, names: Vec<String>, problems: &mut Vec<Problem>) -> Vec<String> {
+    let mut kept: Vec<String> = Vec::with_capacity(names.len());
+    for name in names {
+        if !is_variable_name(&name) {
+            push(problems, &format!("{at}.inherit_env"), format!("`{name}` is not a variable name like API_KEY"));
+        } else if !kept.contains(&name) {
+            kept.push(name);
+        }
+    }
+    kept
+}
+
+/// `max_response_bytes`: a size like `"16MiB"` or a number of bytes, within 4KiB..=1GiB.
+pub(super) fn max_response_bytes(at: &str, value: Option<&Value>, problems: &mut Vec<Problem>) -> usize {
+    let parsed = match value {
+        None => return DEFAULT_MAX_RESPONSE_BYTES,
+        Some(Value::Num(_, n)) => n.to_u128().and_then(|n| u64::try_from(n).ok()),
+        Some(Value::String(_, text)) => parse_size(text),
+        Some(_) => None,
+    };
+    match parsed {
+        Some(bytes @ MIN_RESPONSE_BYTES..=MAX_RESPONSE_BYTES) => usize::try_from(bytes).unwrap_or(usize::MAX),
+        Some(bytes) => {
+            push(problems, &format!("{at}.max_response_bytes"), format!("{bytes} bytes is outside 4KiB..=1GiB"));
+            DEFAULT_MAX_RESPONSE_BYTES
+        }
+        None => {
+            let message = "not a size like 16MiB, 512KiB or a number of bytes".to_string();
+            push(problems, &format!("{at}.max_response_bytes"), message);
+            DEFAULT_MAX_RESPONSE_BYTES
+        }
+    }
+}
+
+/// A portable environment variable name.
+pub(super) fn is_variable_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// `url` as it may be shown (logs, `/status`, problems): user and password, every query value
+/// and the fragment replaced by `***`. Scheme, host, port and path stay, so it is still clear
+/// which upstream is meant.
+pub fn redact_url(url: &str) -> String {
+    let (scheme, rest) = match url.find("://") {
+        Some(at) => url.split_at(at + 3),
+        None => ("", url),
+    };
+    let (rest, fragment) = match rest.split_once('#') {
+        Some((rest, _)) => (rest, "#***"),
+        None => (rest, ""),
+    };
+    let (rest, query) = match rest.split_once('?') {
+        Some((rest, query)) => (rest, Some(query)),
+        None => (rest, None),
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    let host = match authority.rsplit_once('@') {
+        Some((_, host)) => format!("***@{host}"),
+        None => authority.to_string(),
+    };
+    let query = query.map(|query| {
+        let pairs: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((key, _)) => format!("{key}=***"),
+                None => pair.to_string(),
+            })
+            .collect();
+        format!("?{}", pairs.join("&"))
+    });
+    format!("{scheme}{host}{path}{}{fragment}", query.unwrap_or_default())
+}
+
+/// `text` with every `http://` or `https://` URL in it passed through [`redact_url`] — for
+/// error texts (of reqwest, rmcp) that quote the URL they failed on.
+pub fn redact_urls_in(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = find_url_start(rest) {
+        out.push_str(&rest[..start]);
+        let tail = &rest[start..];
+        let end = tail.find(|c: char| c.is_whitespace() || "\"'<>()[]{}`".contains(c)).unwrap_or(tail.len());
+        out.push_str(&redact_url(&tail[..end]));
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn find_url_start(text: &str) -> Option<usize> {
+    let lower = text.to_ascii_lowercase();
+    [lower.find("http://"), lower.find("https://")].into_iter().flatten().min()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(input: &str, expected: &str) {
+        assert_eq!(redact_urls_in(input), expected, "{input}");
+    }
+
+    #[test]
+    fn credentials_query_values_and_fragments_are_redacted() {
+        check("http://127.0.0.1:9/mcp", "http://127.0.0.1:9/mcp");
+        check("https://user:pass@host/mcp", "https://***@host/mcp");
+        check("http://h/mcp?api_key=s3cret&x", "http://h/mcp?api_key=***&x");
+        check("http://h/mcp?a=1&b=2#frag", "http://h/mcp?a=***&b=***#***");
+        check(
+            "error sending request for url (HTTPS://u:p@h:1/m?k=v): refused",
+            "error sending request for url (HTTPS://***@h:1/m?k=***): refused",
+        );
+        check("two http://a@b/ and https://c/?d=e.", "two http://***@b/ and https://c/?d=***");
+        check("no url here", "no url here");
+    }
+
+    #[test]
+    fn every_problem_of_the_new_keys_is_reported_at_once() {
+        let text = r#"
+            [[upstreams]]
+            name = "a"
+            command = "x"
+            inherit_env = ["OK", "not ok"]
+            env = { "BAD=NAME" = "v" }
+            max_response_bytes = "12"
+
+            [[upstreams]]
+            name = "b"
+            url = "http://u:p@h/mcp?k=v"
+            inherit_env = ["X"]
+            max_response_bytes = "2GiB"
+
+            [[upstreams]]
+            name = "c"
+            url = "ftp://u:p@h/?k=s3cret"
+            max_response_bytes = "64KiB"
+        "#;
+        let error = super::super::Config::from_toml(text, std::path::Path::new("/"), &|_| None).unwrap_err();
+        let problems: Vec<String> = error.problems.iter().map(|p| format!("{}: {}", p.at, p.message)).collect();
+        assert_eq!(
+            problems,
+            [
+                "upstreams[0] (a).env: `BAD=NAME` is not a variable name like API_KEY",
+                "upstreams[0] (a).inherit_env: `not ok` is not a variable name like API_KEY",
+                "upstreams[0] (a).max_response_bytes: 12 bytes is outside 4KiB..=1GiB",
+                "upstreams[1] (b).inherit_env: applies only to `command` upstreams",
+                "upstreams[1] (b).max_response_bytes: 2147483648 bytes is outside 4KiB..=1GiB",
+                "upstreams[2] (c).url: `ftp://***@h/?k=***` is not an http:// or https:// URL",
+            ]
+        );
+    }
+
+    #[test]
+    fn variable_names_are_checked() {
+        let mut problems = Vec::new();
+        let kept = inherit_env("u", vec!["A_1".into(), "A_1".into(), "1A".into(), "X=Y".into()], &mut problems);
+        assert_eq!(kept, ["A_1"]);
+        assert_eq!(problems.len(), 2);
+    }
+}

@@ -1,0 +1,238 @@
+//! The HTTP client of streamable HTTP upstreams: rmcp's reqwest client behind a guard that
+//! keeps one bad reply from looking like a dead connection.
+//!
+//! rmcp reports a reply body over its byte limit, a body that does not parse, or an SSE event
+//! that is too large or not UTF-8 as a transport error (or a closed response stream), which a
+//! caller cannot tell from a connection that is gone. Here each POST knows the request it
+//! carries, so such a reply becomes a [`Fault`] error for exactly that request; a response
+//! carrying another request's id becomes one too. Errors that are about the connection (refused,
+//! reset, HTTP status) pass through unchanged — without the URL, which may hold credentials.
+//!
+//! Invariant: a request whose reply is faulty gets exactly one answer, the fault; nothing of
+//! the faulty reply reaches rmcp.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use http::{HeaderName, HeaderValue};
+use rmcp::model::{ClientJsonRpcMessage, JsonRpcMessage, RequestId, ServerJsonRpcMessage};
+use rmcp::transport::streamable_http_client::{
+    SseError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse, StreamableHttpResponseLimits,
+};
+use sse_stream::Sse;
+
+use super::faults::Fault;
+
+type HttpError = StreamableHttpError<reqwest::Error>;
+type SseStream = BoxStream<'static, Result<Sse, SseError>>;
+
+/// A pooled reqwest client that fails a faulty reply's request alone (see the module doc).
+#[derive(Clone)]
+pub(crate) struct GuardedHttpClient {
+    inner: reqwest::Client,
+    /// The limit the transport was configured with, for the error text.
+    max_response_bytes: usize,
+}
+
+impl GuardedHttpClient {
+    pub fn new(max_response_bytes: usize) -> Self {
+        Self { inner: pooled_client(), max_response_bytes }
+    }
+
+    /// A POST's outcome, with a faulty reply to a request replaced by that request's fault.
+    fn guard(
+        &self,
+        request: Option<RequestId>,
+        outcome: Result<StreamableHttpPostResponse, HttpError>,
+    ) -> Result<StreamableHttpPostResponse, HttpError> {
+        let Some(id) = request else { return outcome.map_err(without_url) };
+        let fault = match outcome {
+            Ok(StreamableHttpPostResponse::Json(message, session)) => {
+                let message = check_json(&id, message);
+                return Ok(StreamableHttpPostResponse::Json(message, session));
+            }
+            Ok(StreamableHttpPostResponse::Sse(stream, session)) => {
+                let stream = guard_sse(stream, id, self.max_response_bytes);
+                return Ok(StreamableHttpPostResponse::Sse(stream, session));
+            }
+            Ok(other) => return Ok(other),
+            Err(StreamableHttpError::ResponseBodyTooLarge { .. }) => Fault::TooLarge(self.max_response_bytes),
+            Err(StreamableHttpError::Deserialize(_) | StreamableHttpError::UnexpectedServerResponse(_)) => {
+                Fault::Malformed
+            }
+            Err(other) => return Err(without_url(other)),
+        };
+        tracing::warn!(fault = fault.kind(), "faulty upstream reply; failing its request");
+        Ok(StreamableHttpPostResponse::Json(fault.reply(id), None))
+    }
+}
+
+/// rmcp's default client keeps no idle connections, so every upstream request would open a new
+/// one. Ours keeps them (and follows no redirects: a redirect would replay our credentials).
+fn pooled_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .tcp_nodelay(true)
+        .build()
+        .expect("a reqwest client with these settings builds")
+}
+
+impl StreamableHttpClient for GuardedHttpClient {
+    type Error = reqwest::Error;
+
+    async fn post_message(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<StreamableHttpPostResponse, HttpError> {
+        let limits = StreamableHttpResponseLimits::default();
+        self.post_message_with_response_limits(uri, message, session_id, auth_header, custom_headers, limits).await
+    }
+
+    async fn post_message_with_response_limits(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        limits: StreamableHttpResponseLimits,
+    ) -> Result<StreamableHttpPostResponse, HttpError> {
+        let request = match &message {
+            JsonRpcMessage::Request(request) => Some(request.id.clone()),
+            _ => None,
+        };
+        let outcome = self
+            .inner
+            .post_message_with_response_limits(uri, message, session_id, auth_header, custom_headers, limits)
+            .await;
+        self.guard(request, outcome)
+    }
+
+    async fn delete_session(
+        &self,
+        uri: Arc<str>,
+        session_id: Arc<str>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<(), HttpError> {
+        self.inner.delete_session(uri, session_id, auth_header, custom_headers).await.map_err(without_url)
+    }
+
+    async fn get_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<SseStream, HttpError> {
+        let max = self.max_response_bytes;
+        self.get_stream_with_max_sse_event_size(uri, session_id, last_event_id, auth_header, custom_headers, max).await
+    }
+
+    async fn get_stream_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> Result<SseStream, HttpError> {
+        self.inner
+            .get_stream_with_max_sse_event_size(
+                uri,
+                session_id,
+                last_event_id,
+                auth_header,
+                custom_headers,
+                max_sse_event_size,
+            )
+            .await
+            .map_err(without_url)
+    }
+}
+
+/// A JSON reply to request `id`: a response for another id is a fault.
+fn check_json(id: &RequestId, message: ServerJsonRpcMessage) -> ServerJsonRpcMessage {
+    match response_id(&message) {
+        Some(Some(answered)) if answered != *id => {
+            tracing::warn!(fault = Fault::WrongId.kind(), "faulty upstream reply; failing its request");
+            Fault::WrongId.reply(id.clone())
+        }
+        _ => message,
+    }
+}
+
+/// `Some(id)` of a response or error (`Some(None)` for an error without one); `None` otherwise.
+fn response_id(message: &ServerJsonRpcMessage) -> Option<Option<RequestId>> {
+    match message {
+        JsonRpcMessage::Response(response) => Some(Some(response.id.clone())),
+        JsonRpcMessage::Error(error) => Some(error.id.clone()),
+        _ => None,
+    }
+}
+
+/// The SSE reply to request `id`: the first faulty event (an event too large or not UTF-8,
+/// lines that are not SSE, data that is not a JSON-RPC message, a response to another id) is
+/// replaced by the fault, which ends the stream. A broken body passes on, so rmcp resumes it.
+fn guard_sse(stream: SseStream, id: RequestId, limit: usize) -> SseStream {
+    let faulted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = faulted.clone();
+    stream
+        .take_while(move |_| futures::future::ready(!seen.load(std::sync::atomic::Ordering::Relaxed)))
+        .map(move |event| {
+            let fault = match &event {
+                Ok(event) => event_fault(event, &id),
+                Err(SseError::Body(body)) if body.to_string().contains("exceeded the maximum size") => {
+                    Some(Fault::TooLarge(limit))
+                }
+                Err(SseError::Body(_)) => None,
+                Err(SseError::Utf8Parse(_)) => Some(Fault::InvalidUtf8),
+                Err(_) => Some(Fault::Malformed),
+            };
+            match fault {
+                None => event,
+                Some(fault) => {
+                    faulted.store(true, std::sync::atomic::Ordering::Relaxed);
+                    Ok(fault_event(fault, &id))
+                }
+            }
+        })
+        .boxed()
+}
+
+/// What is wrong with one SSE event of the reply to `id`, if anything.
+fn event_fault(event: &Sse, id: &RequestId) -> Option<Fault> {
+    let data = event.data.as_deref().unwrap_or_default();
+    if data.trim().is_empty() {
+        return None;
+    }
+    match serde_json::from_str::<ServerJsonRpcMessage>(data) {
+        Err(_) => Some(Fault::Malformed),
+        Ok(message) => match response_id(&message) {
+            Some(Some(answered)) if answered != *id => Some(Fault::WrongId),
+            _ => None,
+        },
+    }
+}
+
+fn fault_event(fault: Fault, id: &RequestId) -> Sse {
+    tracing::warn!(fault = fault.kind(), "faulty upstream reply; failing its request");
+    let data = serde_json::to_string(&fault.reply(id.clone())).expect("a JSON-RPC error serialises");
+    Sse { event: None, data: Some(data), id: None, retry: None }
+}
+
+/// reqwest errors quote the URL they failed on, which may carry credentials.
+fn without_url(error: HttpError) -> HttpError {
+    match error {
+        StreamableHttpError::Client(error) => StreamableHttpError::Client(error.without_url()),
+        other => other,
+    }
+}

@@ -1,0 +1,360 @@
+//! The transport of stdio upstreams: the child process, started with a cleared environment,
+//! and a guarded reader of its stdout.
+//!
+//! Environment: a child gets only [`DEFAULT_INHERITED`] (and every `LC_*`) of the proxy's
+//! environment, then the names listed in its `inherit_env`, then its own `env`. So no child
+//! sees the principals' tokens (`token_env`) or another upstream's secrets.
+//!
+//! Replies: rmcp's own stdio reader drops a line over its limit, a line that is not UTF-8 or
+//! not JSON, and a response with an unknown id, silently, so the request waits for its
+//! timeout. This reader judges each line first: a faulty one becomes a [`Fault`] error for the
+//! request it answers — the id found in the line (it is looked for in the line's first bytes
+//! when the line is too large), or else the one request waiting, when exactly one is, listen streams aside — and a
+//! fault it cannot place is logged and shown in `/status`.
+//!
+//! Invariant: no more than `max_response_bytes` (plus a small head) of one line is held in
+//! memory; reading is cancellation-safe (all state lives in the struct).
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsString;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+use rmcp::RoleClient;
+use rmcp::model::{
+    ClientJsonRpcMessage, ClientNotification, ClientRequest, JsonRpcMessage, RequestId, ServerJsonRpcMessage,
+};
+use rmcp::transport::Transport;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, ChildStdout};
+use tokio::sync::mpsc;
+
+use super::client::Notice;
+use super::faults::Fault;
+
+/// What a child inherits of the proxy's environment without being told (plus every `LC_*`):
+/// enough to find programs, a home, a temporary folder and the locale; on Windows, what
+/// processes need to start at all.
+pub const DEFAULT_INHERITED: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "TMPDIR",
+    "TMP",
+    "TEMP",
+    "TERM",
+    "SYSTEMROOT",
+    "SYSTEMDRIVE",
+    "WINDIR",
+    "COMSPEC",
+    "PATHEXT",
+    "USERPROFILE",
+    "APPDATA",
+    "LOCALAPPDATA",
+    "PROGRAMDATA",
+];
+
+/// How much of the start of an oversized line is kept to find its id in.
+const HEAD_BYTES: usize = 4096;
+
+/// The environment of a child: the allowlisted part of `parent`, then `env`.
+pub fn child_environment(
+    parent: impl Iterator<Item = (OsString, OsString)>,
+    inherit: &[String],
+    env: &BTreeMap<String, String>,
+) -> Vec<(OsString, OsString)> {
+    let allowed = |name: &str| {
+        DEFAULT_INHERITED.iter().any(|d| d.eq_ignore_ascii_case(name))
+            || name.starts_with("LC_")
+            || inherit.iter().any(|i| i == name)
+    };
+    let mut kept: Vec<(OsString, OsString)> = parent
+        .filter(|(name, _)| name.to_str().is_some_and(allowed) && !env.contains_key(name.to_str().unwrap_or_default()))
+        .collect();
+    kept.extend(env.iter().map(|(k, v)| (OsString::from(k), OsString::from(v))));
+    kept
+}
+
+/// A stdio child and the guarded ends of its pipes.
+pub(crate) struct StdioUpstream {
+    /// Killed when the transport is dropped.
+    _child: Child,
+    stdin: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
+    stdout: BufReader<ChildStdout>,
+    /// The line being read (only its head once it is too large).
+    line: Vec<u8>,
+    oversized: bool,
+    limit: usize,
+    /// Requests sent and not yet answered; true for those answered only when they end (a
+    /// listen stream), which are never the one a stray fault is blamed on.
+    pending: Arc<Mutex<HashMap<RequestId, bool>>>,
+    notices: mpsc::UnboundedSender<Notice>,
+}
+
+/// One line read: its bytes, or its head if it was longer than the limit.
+struct Line {
+    bytes: Vec<u8>,
+    oversized: bool,
+}
+
+impl StdioUpstream {
+    /// Start `command` (its environment already set) with piped stdio.
+    pub fn spawn(
+        mut command: tokio::process::Command,
+        limit: usize,
+        notices: mpsc::UnboundedSender<Notice>,
+    ) -> std::io::Result<(Self, Option<tokio::process::ChildStderr>)> {
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+        let mut child = command.spawn()?;
+        let stdin = child.stdin.take().ok_or_else(|| std::io::Error::other("no stdin pipe"))?;
+        let stdout = child.stdout.take().ok_or_else(|| std::io::Error::other("no stdout pipe"))?;
+        let stderr = child.stderr.take();
+        let transport = Self {
+            _child: child,
+            stdin: Arc::new(tokio::sync::Mutex::new(Some(stdin))),
+            stdout: BufReader::new(stdout),
+            line: Vec::new(),
+            oversized: false,
+            limit,
+            pending: Arc::default(),
+            notices,
+        };
+        Ok((transport, stderr))
+    }
+
+    /// The next whole line; `None` at the end of the stream or on a read error.
+    async fn next_line(&mut self) -> Option<Line> {
+        loop {
+            let (consumed, complete) = {
+                let available = match self.stdout.fill_buf().await {
+                    Ok(available) => available,
+                    Err(error) => {
+                        tracing::warn!(error = %error, "reading the upstream's stdout failed");
+                        return None;
+                    }
+                };
+                if available.is_empty() {
+                    return None;
+                }
+                let newline = available.iter().position(|b| *b == b'\n');
+                let take = newline.map_or(available.len(), |at| at + 1);
+                let content = take - usize::from(newline.is_some());
+                if !self.oversized && self.line.len() + content > self.limit {
+                    self.oversized = true;
+                    self.line.truncate(HEAD_BYTES);
+                }
+                let room = if self.oversized { HEAD_BYTES.saturating_sub(self.line.len()) } else { take };
+                self.line.extend_from_slice(&available[..take.min(room)]);
+                (take, newline.is_some())
+            };
+            self.stdout.consume(consumed);
+            if complete {
+                let oversized = std::mem::take(&mut self.oversized);
+                return Some(Line { bytes: std::mem::take(&mut self.line), oversized });
+            }
+        }
+    }
+
+    /// A good message passes; a faulty line becomes its request's fault, or nothing.
+    fn judge(&self, line: Line) -> Option<ServerJsonRpcMessage> {
+        let bytes = line.bytes.strip_suffix(b"\n").unwrap_or(&line.bytes);
+        let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return None;
+        }
+        let fault = if line.oversized {
+            Fault::TooLarge(self.limit)
+        } else if std::str::from_utf8(bytes).is_err() {
+            Fault::InvalidUtf8
+        } else {
+            match serde_json::from_slice::<ServerJsonRpcMessage>(bytes) {
+                Ok(message) => return self.check_response(message),
+                Err(_) => Fault::Malformed,
+            }
+        };
+        let (id, has_method) = scan_top_level(bytes);
+        if has_method && id.is_none() {
+            tracing::debug!(fault = fault.kind(), "dropped an unreadable notification from the upstream");
+            return None;
+        }
+        self.place(fault, id.filter(|id| self.take_pending(id)))
+    }
+
+    /// A response must answer a request that waits.
+    fn check_response(&self, message: ServerJsonRpcMessage) -> Option<ServerJsonRpcMessage> {
+        let id = match &message {
+            JsonRpcMessage::Response(response) => Some(response.id.clone()),
+            JsonRpcMessage::Error(error) => error.id.clone(),
+            _ => return Some(message),
+        };
+        match id {
+            Some(id) if self.take_pending(&id) => Some(message),
+            _ => self.place(Fault::WrongId, None),
+        }
+    }
+
+    /// Fail request `id` (or the only request waiting) with `fault`; else log and report it.
+    fn place(&self, fault: Fault, id: Option<RequestId>) -> Option<ServerJsonRpcMessage> {
+        let id = id.or_else(|| {
+            let mut pending = self.pending.lock().expect("pending lock");
+            let mut waiting = pending.iter().filter(|(_, long_lived)| !**long_lived).map(|(id, _)| id);
+            let only = waiting.next().cloned().filter(|_| waiting.next().is_none())?;
+            pending.remove(&only);
+            Some(only)
+        });
+        match id {
+            Some(id) => {
+                tracing::warn!(fault = fault.kind(), "faulty upstream reply; failing its request");
+                Some(fault.reply(id))
+            }
+            None => {
+                tracing::warn!(fault = fault.kind(), "faulty upstream message; no request to fail");
+                let _ = self.notices.send(Notice::Fault(fault.describe()));
+                None
+            }
+        }
+    }
+
+    fn take_pending(&self, id: &RequestId) -> bool {
+        self.pending.lock().expect("pending lock").remove(id).is_some()
+    }
+}
+
+impl Transport<RoleClient> for StdioUpstream {
+    type Error = std::io::Error;
+
+    fn send(&mut self, item: ClientJsonRpcMessage) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        match &item {
+            JsonRpcMessage::Request(request) => {
+                let long_lived = matches!(request.request, ClientRequest::SubscriptionsListenRequest(_));
+                self.pending.lock().expect("pending lock").insert(request.id.clone(), long_lived);
+            }
+            JsonRpcMessage::Notification(notification) => {
+                if let ClientNotification::CancelledNotification(cancelled) = &notification.notification
+                    && let Some(id) = &cancelled.params.request_id
+                {
+                    self.pending.lock().expect("pending lock").remove(id);
+                }
+            }
+            _ => {}
+        }
+        let stdin = self.stdin.clone();
+        let line = serde_json::to_vec(&item).map(|mut line| {
+            line.push(b'\n');
+            line
+        });
+        async move {
+            let line = line.map_err(std::io::Error::other)?;
+            let mut stdin = stdin.lock().await;
+            let pipe = stdin.as_mut().ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotConnected))?;
+            pipe.write_all(&line).await?;
+            pipe.flush().await
+        }
+    }
+
+    async fn receive(&mut self) -> Option<ServerJsonRpcMessage> {
+        loop {
+            let line = self.next_line().await?;
+            if let Some(message) = self.judge(line) {
+                return Some(message);
+            }
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        drop(self.stdin.lock().await.take());
+        Ok(())
+    }
+}
+
+/// The top-level `id` of a JSON object (a number or a string) and whether it has a top-level
+/// `method`, found without parsing the whole text (it may be cut off, or broken further on).
+fn scan_top_level(bytes: &[u8]) -> (Option<RequestId>, bool) {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    let (mut key_start, mut last_key): (usize, Option<&[u8]>) = (0, None);
+    let (mut id, mut has_method) = (None, false);
+    for (at, byte) in bytes.iter().enumerate() {
+        if in_string {
+            match byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => {
+                    in_string = false;
+                    if depth == 1 {
+                        last_key = Some(&bytes[key_start..at]);
+                    }
+                }
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => {
+                in_string = true;
+                key_start = at + 1;
+            }
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            b':' if depth == 1 => match last_key.take() {
+                Some(b"id") => id = id.or_else(|| value_id(&bytes[at + 1..])),
+                Some(b"method") => has_method = true,
+                _ => {}
+            },
+            b',' => last_key = None,
+            _ => {}
+        }
+    }
+    (id, has_method)
+}
+
+/// A JSON-RPC id at the start of `rest` (after the colon).
+fn value_id(rest: &[u8]) -> Option<RequestId> {
+    let text = std::str::from_utf8(&rest[..rest.len().min(80)]).ok().or_else(|| {
+        let end = rest.iter().take(80).position(|b| !b.is_ascii()).unwrap_or(rest.len().min(80));
+        std::str::from_utf8(&rest[..end]).ok()
+    })?;
+    let text = text.trim_start();
+    if let Some(string) = text.strip_prefix('"') {
+        let end = string.find('"')?;
+        return Some(RequestId::String(string[..end].into()));
+    }
+    let end = text.find(|c: char| !(c.is_ascii_digit() || c == '-')).unwrap_or(text.len());
+    text[..end].parse().ok().map(RequestId::Number)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_found_in_broken_and_cut_off_lines() {
+        let check = |line: &[u8], id: Option<RequestId>, method: bool| {
+            assert_eq!(scan_top_level(line), (id, method), "{}", String::from_utf8_lossy(line));
+        };
+        check(br#"{"jsonrpc":"2.0","id":7,"result":{"contents":[{"text":"xxxxx"#, Some(RequestId::Number(7)), false);
+        check(br#"{"result":{"id":1,"x":"\"id\":2"},"id":"abc"}"#, Some(RequestId::String("abc".into())), false);
+        check(b"{\"id\":3,\"result\":\"\xff\xfe\"}", Some(RequestId::Number(3)), false);
+        check(br#"{"jsonrpc":"2.0","method":"notifications/x","params":{"id":4}"#, None, true);
+        check(b"not json at all", None, false);
+    }
+
+    #[test]
+    fn a_child_environment_holds_the_allowlist_inherit_env_and_env() {
+        let parent = [("PATH", "/bin"), ("LC_ALL", "C"), ("SECRET_TOKEN", "s3cret"), ("EXTRA", "x"), ("OWN", "old")]
+            .into_iter()
+            .map(|(k, v)| (OsString::from(k), OsString::from(v)));
+        let env = BTreeMap::from([("OWN".to_string(), "mine".to_string())]);
+        let mut got: Vec<(String, String)> = child_environment(parent, &["EXTRA".into()], &env)
+            .into_iter()
+            .map(|(k, v)| (k.into_string().unwrap(), v.into_string().unwrap()))
+            .collect();
+        got.sort();
+        let expected = [("EXTRA", "x"), ("LC_ALL", "C"), ("OWN", "mine"), ("PATH", "/bin")];
+        assert_eq!(got, expected.map(|(k, v)| (k.to_string(), v.to_string())));
+    }
+}
