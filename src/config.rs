@@ -30,7 +30,7 @@ use crate::policy::PolicySet;
 mod access;
 mod cache;
 
-pub use self::cache::{CacheConfig, parse_size};
+pub use self::cache::{CacheConfig, UpstreamCache, parse_size};
 
 /// The validated configuration.
 #[derive(Debug, Clone)]
@@ -80,9 +80,9 @@ pub struct UpstreamConfig {
     pub required: bool,
     /// How often a connected upstream is probed (`ping`); a failed probe means reconnect.
     pub health_interval: Duration,
-    /// This upstream's `updated` notifications are reliable: subscription-backed cache entries
-    /// live until invalidated (up to `cache.max_ttl`) even when it says `ttlMs: 0`.
-    pub trust_notifications: bool,
+    /// Its cache settings (`[upstreams.cache]`): on/off, lifetime bound, trust in its
+    /// notifications.
+    pub cache: UpstreamCache,
 }
 
 /// How the proxy reaches an upstream.
@@ -283,7 +283,9 @@ struct RawUpstream {
     reconnect_max: Option<String>,
     required: Option<bool>,
     health_interval: Option<String>,
+    /// Kept for older configs; `[upstreams.cache] trust_notifications` is the place now.
     trust_notifications: Option<bool>,
+    cache: Option<cache::RawUpstreamCache>,
     #[serde(flatten)]
     unknown: BTreeMap<String, Value>,
 }
@@ -401,6 +403,7 @@ fn validate_upstream(
     let reconnect_max = duration(raw.reconnect_max.as_deref(), "30s", &format!("{at}.reconnect_max"), problems);
     let required = raw.required.unwrap_or(true);
     let health_interval = duration(raw.health_interval.as_deref(), "10s", &format!("{at}.health_interval"), problems);
+    let cache = cache::validate_upstream_cache(&at, raw.trust_notifications, raw.cache, problems);
     Some(UpstreamConfig {
         name,
         transport: transport?,
@@ -409,7 +412,7 @@ fn validate_upstream(
         reconnect_max,
         required,
         health_interval,
-        trust_notifications: raw.trust_notifications.unwrap_or(false),
+        cache,
     })
 }
 

@@ -23,6 +23,7 @@ pub mod admin;
 pub mod auth;
 pub mod cache;
 pub mod catalog;
+pub mod coherence;
 pub mod config;
 pub mod cursor;
 pub mod downstream;

@@ -26,12 +26,23 @@ const RETRY_MAX: Duration = Duration::from_secs(30);
 
 pub(super) type WatchSet = Arc<BTreeSet<String>>;
 
+/// What the upstream answered for the URIs of the watch set, on the current connection.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Applied {
+    /// Subscribed, acknowledged: an `updated` will come.
+    pub acknowledged: BTreeSet<String>,
+    /// Refused (an error reply, or left out of a listen acknowledgement): never notified.
+    pub refused: BTreeSet<String>,
+}
+
+pub(super) type AppliedSet = Arc<Applied>;
+
 /// Run until `stop`. `broken` is called when the connection turns out to be dead.
 pub(super) async fn keep(
     upstream: String,
     link: Link,
     desired: watch::Receiver<WatchSet>,
-    applied: watch::Sender<WatchSet>,
+    applied: watch::Sender<AppliedSet>,
     notices: mpsc::UnboundedSender<Notice>,
     stop: CancellationToken,
     broken: impl Fn() + Send + 'static,
@@ -60,43 +71,76 @@ pub(super) async fn keep(
     }
 }
 
+/// One URI's fate, published as soon as it is known (a waiting read need not wait for the
+/// whole batch). The set is shared with nobody for long, so this does not copy it.
+fn publish(applied: &watch::Sender<AppliedSet>, edit: impl FnOnce(&mut Applied)) {
+    applied.send_modify(|set| edit(Arc::make_mut(set)));
+}
+
 async fn keep_legacy(
     upstream: &str,
     link: &Link,
     mut desired: watch::Receiver<WatchSet>,
-    applied: &watch::Sender<WatchSet>,
+    applied: &watch::Sender<AppliedSet>,
     notices: &mpsc::UnboundedSender<Notice>,
     stop: &CancellationToken,
     broken: impl Fn(),
 ) {
-    let mut subscribed = BTreeSet::new();
+    let (mut subscribed, mut refused) = (BTreeSet::new(), BTreeSet::new());
     let mut first = true;
     loop {
-        let wanted = desired.borrow_and_update().clone();
-        for uri in wanted.difference(&subscribed.clone()) {
+        // Only the differences are copied out of the wanted set.
+        let (to_add, to_drop): (Vec<String>, Vec<String>) = {
+            let wanted = desired.borrow_and_update();
+            let new = wanted.iter().filter(|uri| !subscribed.contains(*uri) && !refused.contains(*uri));
+            let gone = subscribed.iter().chain(refused.iter()).filter(|uri| !wanted.contains(*uri));
+            (new.cloned().collect(), gone.cloned().collect())
+        };
+        for uri in to_add {
             #[allow(deprecated)]
             let result = link.peer.subscribe(SubscribeRequestParams::new(uri.clone())).await;
             match result {
-                Ok(()) => {}
+                Ok(()) => {
+                    publish(applied, |set| {
+                        set.acknowledged.insert(uri.clone());
+                    });
+                    subscribed.insert(uri);
+                }
                 Err(ServiceError::McpError(e)) => {
-                    tracing::warn!(upstream, uri, error = %e.message, "upstream refused a subscription: never notified")
+                    tracing::warn!(upstream, uri, error = %e.message, "upstream refused a subscription: never notified");
+                    publish(applied, |set| {
+                        set.refused.insert(uri.clone());
+                    });
+                    refused.insert(uri);
                 }
                 Err(_) => return broken(),
             }
-            subscribed.insert(uri.clone());
         }
-        for uri in subscribed.difference(&wanted).cloned().collect::<Vec<_>>() {
+        for uri in to_drop {
+            if refused.remove(&uri) {
+                publish(applied, |set| {
+                    set.refused.remove(&uri);
+                });
+                continue;
+            }
             #[allow(deprecated)]
             let result = link.peer.unsubscribe(UnsubscribeRequestParams::new(uri.clone())).await;
             if matches!(result, Err(ref e) if !matches!(e, ServiceError::McpError(_))) {
                 return broken();
             }
+            publish(applied, |set| {
+                set.acknowledged.remove(&uri);
+            });
             subscribed.remove(&uri);
         }
-        tracing::debug!(upstream, watched = wanted.len(), "upstream subscriptions applied");
-        applied.send_replace(Arc::new(subscribed.clone()));
+        tracing::debug!(
+            upstream,
+            watched = subscribed.len(),
+            refused = refused.len(),
+            "upstream subscriptions applied"
+        );
         if std::mem::take(&mut first) {
-            report_all(&wanted, notices);
+            report_all(subscribed.iter().chain(refused.iter()), notices);
         }
         tokio::select! {
             changed = desired.changed() => if changed.is_err() { return },
@@ -110,18 +154,20 @@ struct Listen<'a> {
     upstream: &'a str,
     link: &'a Link,
     notices: &'a mpsc::UnboundedSender<Notice>,
-    applied: &'a watch::Sender<WatchSet>,
+    applied: &'a watch::Sender<AppliedSet>,
     can_subscribe: bool,
     lists_change: bool,
 }
 
 impl Listen<'_> {
     async fn run(&self, mut desired: watch::Receiver<WatchSet>, stop: &CancellationToken) {
-        let mut current: Option<(Subscription, WatchSet)> = None;
+        let mut current: Option<(Subscription, BTreeSet<String>)> = None;
         let mut resumed = true;
         let mut retry = RETRY_MIN;
         loop {
-            let wanted = if self.can_subscribe { desired.borrow_and_update().clone() } else { WatchSet::default() };
+            // One copy per batch: the listen filter names the whole set anyway.
+            let wanted =
+                if self.can_subscribe { desired.borrow_and_update().as_ref().clone() } else { BTreeSet::new() };
             if current.as_ref().is_none_or(|(_, set)| *set != wanted) {
                 match self.replace(&mut current, &wanted).await {
                     Ok(()) => retry = RETRY_MIN,
@@ -135,19 +181,20 @@ impl Listen<'_> {
                 }
                 tracing::debug!(upstream = self.upstream, watched = wanted.len(), "upstream subscriptions applied");
                 let acknowledged = current.as_ref().map(|(s, _)| acknowledged_uris(s)).unwrap_or_default();
-                self.applied.send_replace(Arc::new(acknowledged));
+                let refused = wanted.difference(&acknowledged).cloned().collect();
                 if std::mem::take(&mut resumed) {
-                    report_all(&wanted, self.notices);
+                    report_all(wanted.iter(), self.notices);
                 }
+                self.applied.send_replace(Arc::new(Applied { acknowledged, refused }));
             }
             tokio::select! {
                 next = next_of(&mut current) => match next {
                     Some(notice) => drop(self.notices.send(notice)),
                     None => {
                         let (_, lost) = current.take().expect("a stream ended");
-                        self.applied.send_replace(WatchSet::default());
+                        self.applied.send_replace(AppliedSet::default());
                         tracing::info!(upstream = self.upstream, "listen stream ended; everything it covered may have changed");
-                        report_all(&lost, self.notices);
+                        report_all(lost.iter(), self.notices);
                         let _ = self.notices.send(Notice::ListChanged);
                         resumed = true;
                         if !pause(&mut retry, stop).await {
@@ -173,8 +220,8 @@ impl Listen<'_> {
     /// to listen for, just close the old one.
     async fn replace(
         &self,
-        current: &mut Option<(Subscription, WatchSet)>,
-        wanted: &WatchSet,
+        current: &mut Option<(Subscription, BTreeSet<String>)>,
+        wanted: &BTreeSet<String>,
     ) -> Result<(), ServiceError> {
         let mut builder = SubscriptionFilter::builder();
         if self.lists_change {
@@ -195,7 +242,7 @@ impl Listen<'_> {
 }
 
 /// The next notice of the current stream; `None` when it ended. Pending while there is none.
-async fn next_of(current: &mut Option<(Subscription, WatchSet)>) -> Option<Notice> {
+async fn next_of(current: &mut Option<(Subscription, BTreeSet<String>)>) -> Option<Notice> {
     let Some((subscription, _)) = current.as_mut() else { return std::future::pending().await };
     loop {
         match subscription.next().await {
@@ -211,7 +258,7 @@ fn acknowledged_uris(subscription: &Subscription) -> BTreeSet<String> {
     subscription.acknowledged().resource_subscriptions.iter().flatten().cloned().collect()
 }
 
-fn report_all(uris: &BTreeSet<String>, notices: &mpsc::UnboundedSender<Notice>) {
+fn report_all<'a>(uris: impl Iterator<Item = &'a String>, notices: &mpsc::UnboundedSender<Notice>) {
     for uri in uris {
         let _ = notices.send(Notice::MayHaveChanged(uri.clone()));
     }

@@ -1,13 +1,18 @@
 //! The book of upstream subscriptions: who (host sessions, listen streams, the cache) holds
 //! which upstream URI, and keeping each upstream's watch set equal to what is held.
+//!
+//! Each change reaches the upstream as a delta (one URI added or removed) made under the
+//! book's lock, so the watch set is never copied per change and changes are applied in the
+//! order they were decided. Invariant: an upstream's watch set is exactly the URIs of it that
+//! somebody holds.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use crate::subscriptions::{HolderId, Key, Subscriptions};
 use crate::upstream::Upstream;
 
-/// Shared by the proxy and the cache's hooks.
+/// Shared by the proxy and the cache's holds.
 pub(crate) struct WatchBook {
     subscriptions: Mutex<Subscriptions>,
     upstreams: Arc<BTreeMap<String, Upstream>>,
@@ -19,24 +24,23 @@ impl WatchBook {
     }
 
     pub fn hold(&self, holder: HolderId, upstream: &str, uri: &str) {
-        let first = self.lock().hold(holder, (upstream.to_string(), uri.to_string()));
-        if first {
-            self.sync(upstream);
+        let mut subscriptions = self.lock();
+        if subscriptions.hold(holder, (upstream.to_string(), uri.to_string())) {
+            self.apply(upstream, uri, true);
         }
     }
 
     pub fn release(&self, holder: HolderId, upstream: &str, uri: &str) {
-        let last = self.lock().release(holder, &(upstream.to_string(), uri.to_string()));
-        if last {
-            self.sync(upstream);
+        let mut subscriptions = self.lock();
+        if subscriptions.release(holder, &(upstream.to_string(), uri.to_string())) {
+            self.apply(upstream, uri, false);
         }
     }
 
     pub fn release_all(&self, holder: HolderId) {
-        let dropped = self.lock().release_all(holder);
-        let upstreams: BTreeSet<String> = dropped.into_iter().map(|(upstream, _)| upstream).collect();
-        for upstream in upstreams {
-            self.sync(&upstream);
+        let mut subscriptions = self.lock();
+        for (upstream, uri) in subscriptions.release_all(holder) {
+            self.apply(&upstream, &uri, false);
         }
     }
 
@@ -67,10 +71,10 @@ impl WatchBook {
             .collect()
     }
 
-    fn sync(&self, upstream: &str) {
-        let watched = self.lock().watched(upstream);
+    /// Called with the book locked, so deltas reach the upstream in the order decided.
+    fn apply(&self, upstream: &str, uri: &str, watched: bool) {
         if let Some(upstream) = self.upstreams.get(upstream) {
-            upstream.set_watched(watched);
+            upstream.set_watching(uri, watched);
         }
     }
 
