@@ -46,11 +46,8 @@ const TRUSTED: &str = "[upstreams.cache]\ntrust_notifications = true";
 #[tokio::test]
 async fn server_everything_dynamic_text_is_fresh_past_its_lifetime_unless_trusted() -> anyhow::Result<()> {
     let everything = spawn_everything_http();
-    let config = format!(
-        "{}{}",
-        http_upstream("web", &everything.url, ""),
-        http_upstream("trusted", &everything.url, TRUSTED)
-    );
+    let config =
+        format!("{}{}", http_upstream("web", &everything.url, ""), http_upstream("trusted", &everything.url, TRUSTED));
     let proxy = ProxyProcess::start(&config).await?;
     proxy.wait_up("web", 1).await?;
     proxy.wait_up("trusted", 1).await?;

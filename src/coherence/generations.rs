@@ -25,12 +25,15 @@ pub(super) struct Generations {
     state: Mutex<State>,
 }
 
+/// upstream → URI → (generation, when recorded).
+type Records = HashMap<Arc<str>, HashMap<Box<str>, (u64, Instant)>>;
+
 #[derive(Default)]
 struct State {
     /// The last generation handed out.
     last: u64,
     /// upstream → URI → (generation, when).
-    records: HashMap<Arc<str>, HashMap<Box<str>, (u64, Instant)>>,
+    records: Records,
     count: usize,
     /// upstream → the lowest generation any of its URIs has.
     floors: HashMap<Arc<str>, u64>,

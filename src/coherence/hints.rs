@@ -10,8 +10,11 @@ use std::time::Instant;
 /// Above this many hints, the oldest half is forgotten.
 const MAX_HINTS: usize = 50_000;
 
+/// upstream → URI → (hint, until).
+type ByUri<V> = HashMap<Arc<str>, HashMap<Box<str>, (V, Instant)>>;
+
 pub(super) struct Hints<V> {
-    state: Mutex<HashMap<Arc<str>, HashMap<Box<str>, (V, Instant)>>>,
+    state: Mutex<ByUri<V>>,
 }
 
 impl<V: Copy> Hints<V> {
@@ -53,7 +56,7 @@ impl<V: Copy> Hints<V> {
     }
 }
 
-fn prune<V>(state: &mut HashMap<Arc<str>, HashMap<Box<str>, (V, Instant)>>, cut: Instant) {
+fn prune<V>(state: &mut ByUri<V>, cut: Instant) {
     state.retain(|_, uris| {
         uris.retain(|_, (_, until)| *until > cut);
         if uris.capacity() > 64 && uris.len() < uris.capacity() / 4 {

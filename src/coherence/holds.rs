@@ -17,8 +17,11 @@ pub(super) struct Holds {
     book: Arc<WatchBook>,
     holder: HolderId,
     cap: usize,
-    state: Mutex<HashMap<Arc<str>, HashMap<Arc<str>, Hold>>>,
+    /// upstream → URI → hold.
+    state: Mutex<HashMap<Arc<str>, Held>>,
 }
+
+type Held = HashMap<Arc<str>, Hold>;
 
 #[derive(Default)]
 struct Hold {

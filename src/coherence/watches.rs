@@ -82,3 +82,39 @@ impl WatchBook {
         self.subscriptions.lock().expect("subscriptions lock")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::config::Config;
+    use crate::metrics::Metrics;
+
+    fn book_with(name: &str) -> (WatchBook, Upstream) {
+        let text = format!("[[upstreams]]\nname = \"{name}\"\nurl = \"http://127.0.0.1:1/mcp\"\n");
+        let config = Config::from_toml(&text, Path::new("/"), &|_| None).expect("config");
+        let upstream = Upstream::new(config.upstreams[0].clone(), Metrics::new());
+        let upstreams = BTreeMap::from([(name.to_string(), upstream.clone())]);
+        (WatchBook::new(Arc::new(upstreams)), upstream)
+    }
+
+    /// 5,000 subscribes on one holder: each reaches the upstream as a delta, the watch set is
+    /// never copied whole, and letting the holder go empties it.
+    #[test]
+    fn each_subscribe_changes_the_watch_set_without_copying_it() {
+        let (book, upstream) = book_with("a");
+        let started = std::time::Instant::now();
+        for i in 0..5_000 {
+            book.hold(1, "a", &format!("x://{i}"));
+        }
+        let took = started.elapsed();
+        println!("5000 holds on one holder: {took:?}");
+        assert_eq!(upstream.watch_set_len(), 5_000);
+        assert_eq!(upstream.watch_set_copies(), 0, "no change copied the set");
+        book.hold(2, "a", "x://0");
+        book.release_all(1);
+        assert_eq!(upstream.watch_set_len(), 1, "x://0 is still held by holder 2");
+        assert_eq!(book.counts(), (1, 1));
+    }
+}

@@ -150,3 +150,47 @@ pub fn parse_size(text: &str) -> Option<u64> {
     };
     number.checked_mul(factor)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::time::Duration;
+
+    use super::super::{Config, UpstreamCache};
+
+    fn upstream_cache(body: &str) -> Result<UpstreamCache, Vec<String>> {
+        let text = format!("[[upstreams]]\nname = \"a\"\nurl = \"http://127.0.0.1:1/mcp\"\n{body}");
+        Config::from_toml(&text, Path::new("/"), &|_| None)
+            .map(|config| config.upstreams[0].cache.clone())
+            .map_err(|error| error.problems.into_iter().map(|p| format!("{}: {}", p.at, p.message)).collect())
+    }
+
+    #[test]
+    fn upstream_cache_settings_default_to_untrusted_and_on() {
+        assert_eq!(upstream_cache("").unwrap(), UpstreamCache::default());
+        assert!(!UpstreamCache::default().trust_notifications, "safe by default");
+    }
+
+    #[test]
+    fn upstream_cache_table_and_the_older_key_both_work() {
+        let table = "[upstreams.cache]\nenabled = false\nmax_ttl = \"10m\"\ntrust_notifications = true";
+        let expected =
+            UpstreamCache { enabled: false, max_ttl: Some(Duration::from_secs(600)), trust_notifications: true };
+        assert_eq!(upstream_cache(table).unwrap(), expected);
+        assert!(upstream_cache("trust_notifications = true").unwrap().trust_notifications);
+    }
+
+    #[test]
+    fn upstream_cache_problems_are_reported_together() {
+        let body =
+            "trust_notifications = true\n[upstreams.cache]\ntrust_notifications = false\nmax_ttl = \"soon\"\nttl = 1";
+        let problems = upstream_cache(body).unwrap_err();
+        for expected in [
+            "upstreams[0] (a).cache.trust_notifications: also set",
+            "upstreams[0] (a).cache.max_ttl: `soon` is not a duration",
+            "upstreams[0] (a).cache.ttl: unknown key",
+        ] {
+            assert!(problems.iter().any(|p| p.starts_with(expected)), "{expected:?} not in {problems:?}");
+        }
+    }
+}

@@ -166,7 +166,8 @@ impl ServerHandler for FixtureHandler {
     }
 
     fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
-        let mut accepted = (self.era() != Era::Legacy).then(|| requested.supported_by(&self.get_info().capabilities))?;
+        let mut accepted =
+            (self.era() != Era::Legacy).then(|| requested.supported_by(&self.get_info().capabilities))?;
         if let Some(uris) = accepted.resource_subscriptions.as_mut() {
             uris.retain(|uri| !self.fixture.settings().refuses(uri));
         }
