@@ -34,6 +34,7 @@ fn text(result: &ReadResourceResult) -> &str {
 }
 
 /// Let `lifetime` pass since `since` (plus a margin): the lifetime is the behaviour under test.
+/// `since` is taken after the read that stored the entry returned, so the entry is older.
 async fn outlive(since: Instant, lifetime: Duration) {
     tokio::time::sleep((lifetime + Duration::from_millis(200)).saturating_sub(since.elapsed())).await; // the TTL is under test
 }
@@ -53,8 +54,8 @@ async fn server_everything_dynamic_text_is_fresh_past_its_lifetime_unless_truste
     proxy.wait_up("trusted", 1).await?;
     let (host, _) = fixture::connect_http(&proxy.url, Era::Modern).await?;
 
-    let started = Instant::now();
     let first = read(&host, "web+demo://resource/dynamic/text/1").await?;
+    let stored_by = Instant::now();
     let trusted_first = read(&host, "trusted+demo://resource/dynamic/text/1").await?;
     assert!(text(&first).starts_with("Resource 1: "), "{}", text(&first));
     let told = first.ttl_ms.expect("2026-07-28 results carry ttlMs");
@@ -62,7 +63,7 @@ async fn server_everything_dynamic_text_is_fresh_past_its_lifetime_unless_truste
     let trusted_told = trusted_first.ttl_ms.expect("ttlMs");
     assert!(trusted_told > DEFAULT_UNWATCHED_TTL.as_millis() as u64, "trusted and acknowledged: {trusted_told}");
 
-    outlive(started, DEFAULT_UNWATCHED_TTL).await;
+    outlive(stored_by, DEFAULT_UNWATCHED_TTL).await;
     let second = read(&host, "web+demo://resource/dynamic/text/1").await?;
     assert_ne!(text(&second), text(&first), "past its lifetime the proxy read the upstream again");
     let trusted_second = read(&host, "trusted+demo://resource/dynamic/text/1").await?;
@@ -96,8 +97,8 @@ async fn server_memory_changed_by_another_process_is_fresh_past_its_lifetime_unl
     proxy.wait_up("kept", 1).await?;
     let (host, _) = fixture::connect_http(&proxy.url, Era::Legacy).await?;
 
-    let started = Instant::now();
     let before = read(&host, "mem+memory://knowledge-graph").await?;
+    let stored_by = Instant::now();
     let kept_before = read(&host, "kept+memory://knowledge-graph").await?;
     let graph: Value = serde_json::from_str(text(&before))?;
     assert_eq!(graph["entities"], serde_json::json!([]), "{graph}");
@@ -105,7 +106,7 @@ async fn server_memory_changed_by_another_process_is_fresh_past_its_lifetime_unl
     // The second process: a write to the file the server reads on every read.
     let entity = r#"{"type":"entity","name":"Ada","entityType":"person","observations":["wrote this"]}"#;
     std::fs::write(&file, entity)?;
-    outlive(started, DEFAULT_UNWATCHED_TTL).await;
+    outlive(stored_by, DEFAULT_UNWATCHED_TTL).await;
 
     let after: Value = serde_json::from_str(text(&read(&host, "mem+memory://knowledge-graph").await?))?;
     assert_eq!(after["entities"][0]["name"], "Ada", "past its lifetime the proxy read the file's change: {after}");
@@ -133,15 +134,15 @@ async fn a_refused_subscription_is_never_cached_past_unwatched_ttl() -> anyhow::
         let (side, _) = fixture::connect_http(&upstream.url, Era::Auto).await?;
         let (host, _) = fixture::connect_http(&proxy.url, Era::Modern).await?;
 
-        let started = Instant::now();
         let refused = read(&host, "fx+fx://fx/item/1").await?;
+        let stored_by = Instant::now();
         let acknowledged = read(&host, "fx+fx://fx/item/2").await?;
         let told = refused.ttl_ms.expect("ttlMs");
         assert!(told <= TTL.as_millis() as u64, "{era}: refused, told ttlMs {told}");
         let told = acknowledged.ttl_ms.expect("ttlMs");
         assert!(told > TTL.as_millis() as u64, "{era}: acknowledged and trusted, told ttlMs {told}");
 
-        outlive(started, TTL).await;
+        outlive(stored_by, TTL).await;
         read(&host, "fx+fx://fx/item/1").await?;
         read(&host, "fx+fx://fx/item/2").await?;
         assert_eq!(upstream_reads(&side, "fx://fx/item/1").await?, 2, "{era}: the refused URI was read again");

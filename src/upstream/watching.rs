@@ -86,67 +86,114 @@ async fn keep_legacy(
     stop: &CancellationToken,
     broken: impl Fn(),
 ) {
-    let (mut subscribed, mut refused) = (BTreeSet::new(), BTreeSet::new());
+    let mut state = Legacy {
+        upstream,
+        link,
+        applied,
+        notices,
+        subscribed: BTreeSet::new(),
+        refused: BTreeSet::new(),
+        dropped: BTreeSet::new(),
+    };
     let mut first = true;
     loop {
         // Only the differences are copied out of the wanted set.
         let (to_add, to_drop): (Vec<String>, Vec<String>) = {
             let wanted = desired.borrow_and_update();
-            let new = wanted.iter().filter(|uri| !subscribed.contains(*uri) && !refused.contains(*uri));
-            let gone = subscribed.iter().chain(refused.iter()).filter(|uri| !wanted.contains(*uri));
+            let new = wanted.iter().filter(|uri| !state.subscribed.contains(*uri) && !state.refused.contains(*uri));
+            let gone = state.subscribed.iter().chain(state.refused.iter()).filter(|uri| !wanted.contains(*uri));
             (new.cloned().collect(), gone.cloned().collect())
         };
+        let just_dropped = std::mem::take(&mut state.dropped);
         for uri in to_add {
-            #[allow(deprecated)]
-            let result = link.peer.subscribe(SubscribeRequestParams::new(uri.clone())).await;
-            match result {
-                Ok(()) => {
-                    publish(applied, |set| {
-                        set.acknowledged.insert(uri.clone());
-                    });
-                    subscribed.insert(uri);
-                }
-                Err(ServiceError::McpError(e)) => {
-                    tracing::warn!(upstream, uri, error = %e.message, "upstream refused a subscription: never notified");
-                    publish(applied, |set| {
-                        set.refused.insert(uri.clone());
-                    });
-                    refused.insert(uri);
-                }
-                Err(_) => return broken(),
+            let again = just_dropped.contains(&uri);
+            if state.subscribe(uri, again).await.is_err() {
+                return broken();
             }
         }
         for uri in to_drop {
-            if refused.remove(&uri) {
-                publish(applied, |set| {
-                    set.refused.remove(&uri);
-                });
-                continue;
-            }
-            #[allow(deprecated)]
-            let result = link.peer.unsubscribe(UnsubscribeRequestParams::new(uri.clone())).await;
-            if matches!(result, Err(ref e) if !matches!(e, ServiceError::McpError(_))) {
+            if state.unsubscribe(uri).await.is_err() {
                 return broken();
             }
-            publish(applied, |set| {
-                set.acknowledged.remove(&uri);
-            });
-            subscribed.remove(&uri);
         }
-        tracing::debug!(
-            upstream,
-            watched = subscribed.len(),
-            refused = refused.len(),
-            "upstream subscriptions applied"
-        );
+        let (watched, refused) = (state.subscribed.len(), state.refused.len());
+        tracing::debug!(upstream, watched, refused, "upstream subscriptions applied");
         if std::mem::take(&mut first) {
-            report_all(subscribed.iter().chain(refused.iter()), notices);
+            report_all(state.subscribed.iter().chain(state.refused.iter()), notices);
         }
         tokio::select! {
             changed = desired.changed() => if changed.is_err() { return },
             _ = stop.cancelled() => return,
         }
         tokio::time::sleep(BATCH).await;
+    }
+}
+
+/// A 2025 upstream's subscriptions on one connection.
+struct Legacy<'a> {
+    upstream: &'a str,
+    link: &'a Link,
+    applied: &'a watch::Sender<AppliedSet>,
+    notices: &'a mpsc::UnboundedSender<Notice>,
+    subscribed: BTreeSet<String>,
+    refused: BTreeSet<String>,
+    /// Unsubscribed in the last batch: a read may have seen them acknowledged just before.
+    dropped: BTreeSet<String>,
+}
+
+/// The connection broke.
+struct Broken;
+
+impl Legacy<'_> {
+    /// Subscribe `uri`; `again` when it was dropped in the batch before: a read that saw it
+    /// acknowledged then may have missed a change in between, so it is reported as changed.
+    async fn subscribe(&mut self, uri: String, again: bool) -> Result<(), Broken> {
+        let (link, applied) = (self.link, self.applied);
+        #[allow(deprecated)]
+        let result = link.peer.subscribe(SubscribeRequestParams::new(uri.clone())).await;
+        match result {
+            Ok(()) => {
+                publish(applied, |set| {
+                    set.acknowledged.insert(uri.clone());
+                });
+                if again {
+                    let _ = self.notices.send(Notice::MayHaveChanged(uri.clone()));
+                }
+                self.subscribed.insert(uri);
+            }
+            Err(ServiceError::McpError(e)) => {
+                let upstream = self.upstream;
+                tracing::warn!(upstream, uri, error = %e.message, "upstream refused a subscription: never notified");
+                publish(applied, |set| {
+                    set.refused.insert(uri.clone());
+                });
+                self.refused.insert(uri);
+            }
+            Err(_) => return Err(Broken),
+        }
+        Ok(())
+    }
+
+    /// Unsubscribe `uri`; no longer acknowledged from before the request goes out.
+    async fn unsubscribe(&mut self, uri: String) -> Result<(), Broken> {
+        let applied = self.applied;
+        if self.refused.remove(&uri) {
+            publish(applied, |set| {
+                set.refused.remove(&uri);
+            });
+            return Ok(());
+        }
+        publish(applied, |set| {
+            set.acknowledged.remove(&uri);
+        });
+        self.subscribed.remove(&uri);
+        #[allow(deprecated)]
+        let result = self.link.peer.unsubscribe(UnsubscribeRequestParams::new(uri.clone())).await;
+        self.dropped.insert(uri);
+        match result {
+            Err(ref e) if !matches!(e, ServiceError::McpError(_)) => Err(Broken),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -162,6 +209,7 @@ struct Listen<'a> {
 impl Listen<'_> {
     async fn run(&self, mut desired: watch::Receiver<WatchSet>, stop: &CancellationToken) {
         let mut current: Option<(Subscription, BTreeSet<String>)> = None;
+        let mut dropped = BTreeSet::new();
         let mut resumed = true;
         let mut retry = RETRY_MIN;
         loop {
@@ -169,7 +217,7 @@ impl Listen<'_> {
             let wanted =
                 if self.can_subscribe { desired.borrow_and_update().as_ref().clone() } else { BTreeSet::new() };
             if current.as_ref().is_none_or(|(_, set)| *set != wanted) {
-                match self.replace(&mut current, &wanted).await {
+                match self.apply(&mut current, &wanted, &mut dropped, &mut resumed).await {
                     Ok(()) => retry = RETRY_MIN,
                     Err(error) => {
                         tracing::warn!(upstream = self.upstream, error = %error, "listen failed; retrying");
@@ -179,13 +227,6 @@ impl Listen<'_> {
                         continue;
                     }
                 }
-                tracing::debug!(upstream = self.upstream, watched = wanted.len(), "upstream subscriptions applied");
-                let acknowledged = current.as_ref().map(|(s, _)| acknowledged_uris(s)).unwrap_or_default();
-                let refused = wanted.difference(&acknowledged).cloned().collect();
-                if std::mem::take(&mut resumed) {
-                    report_all(wanted.iter(), self.notices);
-                }
-                self.applied.send_replace(Arc::new(Applied { acknowledged, refused }));
             }
             tokio::select! {
                 next = next_of(&mut current) => match next {
@@ -214,6 +255,44 @@ impl Listen<'_> {
                 }
             }
         }
+    }
+
+    /// Listen for `wanted` instead and publish what the upstream acknowledged.
+    async fn apply(
+        &self,
+        current: &mut Option<(Subscription, BTreeSet<String>)>,
+        wanted: &BTreeSet<String>,
+        dropped: &mut BTreeSet<String>,
+        resumed: &mut bool,
+    ) -> Result<(), ServiceError> {
+        // What leaves the set is no longer acknowledged from before the old stream ends.
+        let left = self.withdraw(wanted);
+        self.replace(current, wanted).await?;
+        tracing::debug!(upstream = self.upstream, watched = wanted.len(), "upstream subscriptions applied");
+        let acknowledged = current.as_ref().map(|(s, _)| acknowledged_uris(s)).unwrap_or_default();
+        let refused = wanted.difference(&acknowledged).cloned().collect();
+        if std::mem::take(resumed) {
+            report_all(wanted.iter(), self.notices);
+        } else {
+            // Left in the last change and back now: a read may have seen it acknowledged just
+            // before it left, and missed a change in between.
+            report_all(acknowledged.intersection(dropped), self.notices);
+        }
+        *dropped = left;
+        self.applied.send_replace(Arc::new(Applied { acknowledged, refused }));
+        Ok(())
+    }
+
+    /// Take what is not `wanted` out of the acknowledged set; returns it.
+    fn withdraw(&self, wanted: &BTreeSet<String>) -> BTreeSet<String> {
+        let mut left = BTreeSet::new();
+        self.applied.send_if_modified(|set| {
+            left = set.acknowledged.difference(wanted).cloned().collect();
+            let set = Arc::make_mut(set);
+            set.acknowledged.retain(|uri| wanted.contains(uri));
+            !left.is_empty()
+        });
+        left
     }
 
     /// Open a stream for `wanted`, then cancel the old one (make-before-break). With nothing
