@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the third-party MCP peers the integration tests run against, into the ignored .peers/:
-#   .peers/npm   npm @modelcontextprotocol/server-everything (pinned below)
+#   .peers/npm   npm @modelcontextprotocol/server-everything and server-memory (pinned below)
 #                run: node .peers/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js stdio
 #                  or .peers/npm/node_modules/.bin/mcp-server-everything stdio|streamableHttp|sse (PORT=<n>)
+#                run: MEMORY_FILE_PATH=<file> node .peers/npm/node_modules/@modelcontextprotocol/server-memory/dist/index.js
 #   .peers/venv  Python venv with tests/py/requirements.txt (mcp==2.3.0 and exact pins of its deps)
 #                run: .peers/venv/bin/python tests/py/client.py … / tests/py/server.py …
 # Idempotent and fast when done: each step writes a marker (.peers/npm.ok, .peers/venv.ok) holding what
@@ -12,6 +13,8 @@ set -euo pipefail
 
 EVERYTHING_PKG="@modelcontextprotocol/server-everything"
 EVERYTHING_VERSION="2026.8.31"
+MEMORY_PKG="@modelcontextprotocol/server-memory"
+MEMORY_VERSION="2026.8.31"
 MCP_PY_VERSION="2.3.0" # must match the mcp== pin in tests/py/requirements.txt
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -24,10 +27,11 @@ flock 9 # exclusive; released when this process exits
 
 log() { echo "install-peers: $*" >&2; }
 
-# ---- npm: server-everything -------------------------------------------------------------------
-npm_want="$EVERYTHING_PKG@$EVERYTHING_VERSION"
+# ---- npm: server-everything, server-memory ----------------------------------------------------
+npm_want="$EVERYTHING_PKG@$EVERYTHING_VERSION $MEMORY_PKG@$MEMORY_VERSION"
 npm_entry="$PEERS/npm/node_modules/$EVERYTHING_PKG/dist/index.js"
-if [[ "$(cat "$PEERS/npm.ok" 2>/dev/null || true)" == "$npm_want" && -f "$npm_entry" ]]; then
+memory_entry="$PEERS/npm/node_modules/$MEMORY_PKG/dist/index.js"
+if [[ "$(cat "$PEERS/npm.ok" 2>/dev/null || true)" == "$npm_want" && -f "$npm_entry" && -f "$memory_entry" ]]; then
   log "npm: $npm_want already installed"
 else
   command -v node >/dev/null || { log "node not found (needs Node.js >= 20 and npm)"; exit 1; }
@@ -35,10 +39,15 @@ else
   log "npm: installing $npm_want into .peers/npm"
   rm -rf "$PEERS/npm" "$PEERS/npm.ok"
   mkdir -p "$PEERS/npm"
-  npm install --prefix "$PEERS/npm" --no-audit --no-fund --loglevel=error "$npm_want" >&2
-  [[ -f "$npm_entry" ]] || { log "npm install finished but $npm_entry is missing"; exit 1; }
+  # shellcheck disable=SC2086 # two package specs
+  npm install --prefix "$PEERS/npm" --no-audit --no-fund --loglevel=error $npm_want >&2
+  for entry in "$npm_entry" "$memory_entry"; do
+    [[ -f "$entry" ]] || { log "npm install finished but $entry is missing"; exit 1; }
+  done
   installed="$(node -p "require('$PEERS/npm/node_modules/$EVERYTHING_PKG/package.json').version")"
   [[ "$installed" == "$EVERYTHING_VERSION" ]] || { log "got $EVERYTHING_PKG $installed, want $EVERYTHING_VERSION"; exit 1; }
+  installed="$(node -p "require('$PEERS/npm/node_modules/$MEMORY_PKG/package.json').version")"
+  [[ "$installed" == "$MEMORY_VERSION" ]] || { log "got $MEMORY_PKG $installed, want $MEMORY_VERSION"; exit 1; }
   echo "$npm_want" >"$PEERS/npm.ok"
 fi
 

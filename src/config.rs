@@ -31,7 +31,7 @@ mod access;
 mod cache;
 mod upstream;
 
-pub use self::cache::{CacheConfig, parse_size};
+pub use self::cache::{CacheConfig, UpstreamCache, parse_size};
 pub use self::upstream::{redact_url, redact_urls_in};
 
 /// The validated configuration.
@@ -82,9 +82,9 @@ pub struct UpstreamConfig {
     pub required: bool,
     /// How often a connected upstream is probed (`ping`); a failed probe means reconnect.
     pub health_interval: Duration,
-    /// This upstream's `updated` notifications are reliable: subscription-backed cache entries
-    /// live until invalidated (up to `cache.max_ttl`) even when it says `ttlMs: 0`.
-    pub trust_notifications: bool,
+    /// Its cache settings (`[upstreams.cache]`): on/off, lifetime bound, trust in its
+    /// notifications.
+    pub cache: UpstreamCache,
     /// The largest single message accepted from this upstream (an HTTP body or SSE event, a
     /// stdio line); a bigger reply fails its own request only.
     pub max_response_bytes: usize,
@@ -297,8 +297,10 @@ struct RawUpstream {
     reconnect_max: Option<String>,
     required: Option<bool>,
     health_interval: Option<String>,
+    /// Kept for older configs; `[upstreams.cache] trust_notifications` is the place now.
     trust_notifications: Option<bool>,
     max_response_bytes: Option<Value>,
+    cache: Option<cache::RawUpstreamCache>,
     #[serde(flatten)]
     unknown: BTreeMap<String, Value>,
 }
@@ -417,6 +419,7 @@ fn validate_upstream(
     let required = raw.required.unwrap_or(true);
     let health_interval = duration(raw.health_interval.as_deref(), "10s", &format!("{at}.health_interval"), problems);
     let max_response_bytes = upstream::max_response_bytes(&at, raw.max_response_bytes.as_ref(), problems);
+    let cache = cache::validate_upstream_cache(&at, raw.trust_notifications, raw.cache, problems);
     Some(UpstreamConfig {
         name,
         transport: transport?,
@@ -425,8 +428,8 @@ fn validate_upstream(
         reconnect_max,
         required,
         health_interval,
-        trust_notifications: raw.trust_notifications.unwrap_or(false),
         max_response_bytes,
+        cache,
     })
 }
 

@@ -8,11 +8,12 @@
 //! - [`policy`]: `policies/*.toml` → per-principal allow/deny globs; decisions (pure after load).
 //! - [`auth`]: bearer tokens → [`auth::Principal`] on every HTTP request, before any MCP.
 //! - [`cursor`]: opaque, authenticated pagination cursors (pure).
-//! - [`cache`]: the coherent read cache (moka, byte-bounded, single flight, invalidation).
+//! - [`coherence`]: the one owner of cache coherence: generations, watch holds, admission, the watch book.
+//! - [`cache`]: the store behind it (`Store`; moka as `LocalStore`: byte-bounded, single flight).
 //! - [`catalog`]: per-upstream resource/template snapshots, generations, merged pages.
 //! - [`upstream`]: connecting (stdio, HTTP, in-process folder), era detection, supervision.
 //! - [`downstream`]: the rmcp `ServerHandler` hosts talk to, over stdio and streamable HTTP.
-//! - [`subscriptions`]: who holds which upstream URI; reference counts; the watch sets (pure).
+//! - [`subscriptions`]: who holds which upstream URI; reference counts (pure).
 //! - [`fanout`]: per-host bounded queues and sender tasks for notifications.
 //! - [`proxy`]: the `Proxy` handle tying the parts together; the read path.
 //! - [`serve_dir`]: the built-in folder server.
@@ -23,6 +24,7 @@ pub mod admin;
 pub mod auth;
 pub mod cache;
 pub mod catalog;
+pub mod coherence;
 pub mod config;
 pub mod cursor;
 pub mod downstream;

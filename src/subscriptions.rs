@@ -81,6 +81,7 @@ impl Subscriptions {
     }
 
     /// The URIs of `upstream` somebody holds.
+    #[cfg(test)]
     pub fn watched(&self, upstream: &str) -> BTreeSet<String> {
         let from = (upstream.to_string(), String::new());
         self.by_key.range(from..).take_while(|((u, _), _)| u == upstream).map(|((_, uri), _)| uri.clone()).collect()

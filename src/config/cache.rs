@@ -64,6 +64,61 @@ pub(super) fn validate_cache(raw: RawCache, problems: &mut Vec<Problem>) -> Cach
     }
 }
 
+/// One upstream's cache settings (`[upstreams.cache]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamCache {
+    /// `false` passes this upstream's reads through, uncached.
+    pub enabled: bool,
+    /// This upstream's own bound on entry lifetimes; never above `cache.max_ttl`.
+    pub max_ttl: Option<Duration>,
+    /// Its `updated` notifications are reliable: an entry whose subscription it acknowledged
+    /// lives until invalidated (up to `max_ttl`), past its `ttlMs`. Off by default: many
+    /// servers advertise `subscribe` but notify only some changes.
+    pub trust_notifications: bool,
+}
+
+impl Default for UpstreamCache {
+    fn default() -> Self {
+        Self { enabled: true, max_ttl: None, trust_notifications: false }
+    }
+}
+
+#[derive(Debug, Deserialize, Default)]
+pub(super) struct RawUpstreamCache {
+    enabled: Option<bool>,
+    max_ttl: Option<String>,
+    trust_notifications: Option<bool>,
+    #[serde(flatten)]
+    unknown: BTreeMap<String, Value>,
+}
+
+/// `[upstreams.cache]`, plus the older `[[upstreams]] trust_notifications` (still accepted;
+/// giving both is an error, so no setting silently loses).
+pub(super) fn validate_upstream_cache(
+    at: &str,
+    legacy_trust: Option<bool>,
+    raw: Option<RawUpstreamCache>,
+    problems: &mut Vec<Problem>,
+) -> UpstreamCache {
+    let raw = raw.unwrap_or_default();
+    let at = format!("{at}.cache");
+    report_unknown(&at, &raw.unknown, problems);
+    if legacy_trust.is_some() && raw.trust_notifications.is_some() {
+        push(
+            problems,
+            &format!("{at}.trust_notifications"),
+            "also set as `trust_notifications` of the upstream itself: keep only `[upstreams.cache] trust_notifications`"
+                .into(),
+        );
+    }
+    let max_ttl = raw.max_ttl.as_deref().map(|text| duration(Some(text), "1h", &format!("{at}.max_ttl"), problems));
+    UpstreamCache {
+        enabled: raw.enabled.unwrap_or(true),
+        max_ttl,
+        trust_notifications: raw.trust_notifications.or(legacy_trust).unwrap_or(false),
+    }
+}
+
 fn size(value: Option<&Value>, default: u64, at: &str, problems: &mut Vec<Problem>) -> u64 {
     let parsed = match value {
         None => return default,
@@ -94,4 +149,48 @@ pub fn parse_size(text: &str) -> Option<u64> {
         _ => return None,
     };
     number.checked_mul(factor)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::time::Duration;
+
+    use super::super::{Config, UpstreamCache};
+
+    fn upstream_cache(body: &str) -> Result<UpstreamCache, Vec<String>> {
+        let text = format!("[[upstreams]]\nname = \"a\"\nurl = \"http://127.0.0.1:1/mcp\"\n{body}");
+        Config::from_toml(&text, Path::new("/"), &|_| None)
+            .map(|config| config.upstreams[0].cache.clone())
+            .map_err(|error| error.problems.into_iter().map(|p| format!("{}: {}", p.at, p.message)).collect())
+    }
+
+    #[test]
+    fn upstream_cache_settings_default_to_untrusted_and_on() {
+        assert_eq!(upstream_cache("").unwrap(), UpstreamCache::default());
+        assert!(!UpstreamCache::default().trust_notifications, "safe by default");
+    }
+
+    #[test]
+    fn upstream_cache_table_and_the_older_key_both_work() {
+        let table = "[upstreams.cache]\nenabled = false\nmax_ttl = \"10m\"\ntrust_notifications = true";
+        let expected =
+            UpstreamCache { enabled: false, max_ttl: Some(Duration::from_secs(600)), trust_notifications: true };
+        assert_eq!(upstream_cache(table).unwrap(), expected);
+        assert!(upstream_cache("trust_notifications = true").unwrap().trust_notifications);
+    }
+
+    #[test]
+    fn upstream_cache_problems_are_reported_together() {
+        let body =
+            "trust_notifications = true\n[upstreams.cache]\ntrust_notifications = false\nmax_ttl = \"soon\"\nttl = 1";
+        let problems = upstream_cache(body).unwrap_err();
+        for expected in [
+            "upstreams[0] (a).cache.trust_notifications: also set",
+            "upstreams[0] (a).cache.max_ttl: `soon` is not a duration",
+            "upstreams[0] (a).cache.ttl: unknown key",
+        ] {
+            assert!(problems.iter().any(|p| p.starts_with(expected)), "{expected:?} not in {problems:?}");
+        }
+    }
 }

@@ -16,8 +16,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::{StatusReport, UpstreamReport};
-use crate::cache::ReadCache;
 use crate::catalog::{Catalog, Snapshot};
+use crate::coherence::{Coherence, WatchBook};
 use crate::config::Config;
 use crate::cursor::{CursorKey, ListKind, Position};
 use crate::error::ProxyError;
@@ -32,10 +32,8 @@ mod access;
 mod events;
 mod read;
 mod views;
-mod watches;
 
 pub use self::read::ReadAnswer;
-use self::watches::WatchBook;
 
 /// A cheap `Clone` handle on the running proxy.
 #[derive(Clone)]
@@ -50,7 +48,8 @@ struct Inner {
     cursor_key: CursorKey,
     watches: Arc<WatchBook>,
     fanout: Fanout,
-    cache: ReadCache,
+    /// The read cache and its coherence (generations, watch holds, admission).
+    cache: Coherence,
     /// The cache's own holder id in the watch book.
     cache_holder: HolderId,
     policy: RwLock<PolicySet>,
@@ -75,10 +74,9 @@ impl Proxy {
         let fanout = Fanout::new(gone_tx);
         let watches = Arc::new(WatchBook::new(upstreams.clone()));
         let cache_holder = fanout.next_holder_id();
-        let hooks =
-            Arc::new(read::CacheWatch { book: watches.clone(), holder: cache_holder, metrics: metrics.clone() });
         fanout.set_delivery_hook(delivery_metrics(metrics.clone()));
-        let cache = ReadCache::new(config.cache.clone(), hooks);
+        let max_load = config.upstreams.iter().map(|u| u.request_timeout).max().unwrap_or_default() + read::WATCH_WAIT;
+        let cache = Coherence::new(config.cache.clone(), watches.clone(), cache_holder, metrics.clone(), max_load);
         let policy = RwLock::new(config.policies.set.clone());
         let inner = Inner {
             metrics,
@@ -132,6 +130,7 @@ impl Proxy {
                 "entries": entries,
                 "weighted_bytes": weighted_bytes,
                 "max_bytes": self.inner.config.cache.max_bytes,
+                "tracked": self.inner.cache.tracked(),
             }),
             subscriptions: serde_json::json!({
                 "hosts": self.inner.fanout.outlets().len(),

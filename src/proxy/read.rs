@@ -1,30 +1,28 @@
-//! The read path: route → cache → upstream → namespaced contents.
+//! The read path: route → coherence (cache) → upstream → namespaced contents.
 //!
-//! The life of a `resources/read`: split the namespace (unknown → not found) → the cache
-//! (hit: done) → on a miss, when the upstream can notify and the watch cap allows, subscribe
-//! upstream first and wait until that is in place (so no change between the read and the
-//! subscription can be missed) → read upstream with its timeout → namespace every
-//! `contents[*].uri` → keep it per the lifetime rules → answer with truthful `ttlMs` /
-//! `cacheScope`.
+//! The life of a `resources/read`, top to bottom in [`Proxy::read`]: split the namespace
+//! (unknown → not found) → [`Coherence::read`] (a fresh entry: done) → on a miss, when the
+//! upstream can notify and [`Coherence::watch`] gives a ticket, wait until the upstream
+//! acknowledged the subscription (so no change between the read and the subscription can be
+//! missed; a refusal or no answer reads unwatched) → read upstream with its timeout →
+//! namespace every `contents[*].uri` → coherence keeps it per the lifetime rules → contents
+//! the principal may not see are removed → truthful `ttlMs` / `cacheScope`.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{CacheScope, ReadResourceResponse, ReadResourceResult, ResourceContents};
 
 use super::Proxy;
-use super::watches::WatchBook;
-use crate::cache::{CacheHooks, Cached, Loaded, Outcome, Removal};
+use crate::coherence::{Cached, Loaded, Outcome, ReadRequest};
 use crate::error::ProxyError;
-use crate::metrics::{DenialAction, EvictionCause, InvalidationCause, Metrics};
+use crate::metrics::DenialAction;
 use crate::namespace;
-use crate::subscriptions::HolderId;
-use crate::upstream::Upstream;
+use crate::upstream::{Upstream, Watching};
 
 const SERVER_INFO_META_KEY: &str = "io.modelcontextprotocol/serverInfo";
 
 /// How long a cold read waits for its upstream subscription before reading unwatched.
-const WATCH_WAIT: Duration = Duration::from_secs(2);
+pub(super) const WATCH_WAIT: Duration = Duration::from_secs(2);
 
 /// What a read produced.
 #[derive(Debug, Clone)]
@@ -44,8 +42,15 @@ impl Proxy {
     pub async fn read(&self, principal: &str, uri: &str) -> Result<ReadAnswer, ProxyError> {
         let super::access::Route { upstream: name, original } = self.route_for(principal, uri, DenialAction::Read)?;
         let upstream = &self.inner.upstreams[&name];
+        let request = ReadRequest {
+            upstream: &name,
+            epoch: upstream.connection(),
+            uri: &original,
+            principal,
+            settings: &upstream.config().cache,
+        };
         let load = || self.load(upstream, &name, &original, uri);
-        match self.inner.cache.read(&name, upstream.connection(), &original, principal, load).await {
+        match self.inner.cache.read(request, load).await {
             Ok(Cached { mut result, ttl, scope, outcome }) => {
                 // One read may carry several resources (a folder's entries, say): each must be
                 // one this principal may see.
@@ -70,40 +75,38 @@ impl Proxy {
         }
     }
 
-    /// One upstream read, watched when it can be.
+    /// One upstream read, watched when the upstream acknowledges the subscription first.
     async fn load(&self, upstream: &Upstream, name: &str, original: &str, uri: &str) -> Result<Loaded, ProxyError> {
-        let cache = &self.inner.cache;
-        let mut watched = cache.config().enabled && upstream.can_notify() && cache.may_watch(name, original);
-        if watched {
-            self.inner.watches.hold(self.inner.cache_holder, name, original);
-            watched = upstream.wait_watching(original, WATCH_WAIT).await;
-            if !watched {
-                tracing::debug!(upstream = name, uri, "subscription not in place in time; caching unwatched");
-                cache.release_if_unused(name, original);
+        let coherence = &self.inner.cache;
+        let settings = &upstream.config().cache;
+        let mut watch = upstream.can_notify().then(|| coherence.watch(name, original, settings)).flatten();
+        if watch.is_some() {
+            match upstream.wait_watching(original, WATCH_WAIT).await {
+                Watching::Acknowledged => {}
+                Watching::Refused => {
+                    tracing::debug!(upstream = name, uri, "subscription refused; caching unwatched");
+                    coherence.refused(name, original);
+                    watch = None;
+                }
+                Watching::NotInTime => {
+                    tracing::debug!(upstream = name, uri, "subscription not in place in time; caching unwatched");
+                    watch = None;
+                }
             }
         }
-        let loaded = match upstream.read(original).await {
-            Ok(ReadResourceResponse::Complete(mut result)) => {
-                for content in &mut result.contents {
-                    namespace_content(name, uri, content);
-                }
+        // Dropping the ticket (a failed read, or one not kept) lets the subscription go.
+        match upstream.read(original).await? {
+            ReadResourceResponse::Complete(mut result) => {
+                namespace_contents(name, uri, &mut result.contents);
                 // The upstream's own identity is not ours to pass on.
                 if let Some(meta) = result.meta.as_mut() {
                     meta.remove(SERVER_INFO_META_KEY);
                 }
-                return Ok(Loaded { result, watched, trusted: upstream.config().trust_notifications });
+                Ok(Loaded { result, watch })
             }
-            Ok(ReadResourceResponse::InputRequired(needs)) => Err(ProxyError::InputRequired(Box::new(needs))),
-            Ok(_) => {
-                Err(ProxyError::UpstreamFailed { upstream: name.to_string(), reason: "unknown read response".into() })
-            }
-            Err(error) => Err(error),
-        };
-        // Nothing will be cached: the subscription taken for it must not stay behind.
-        if watched {
-            cache.release_if_unused(name, original);
+            ReadResourceResponse::InputRequired(needs) => Err(ProxyError::InputRequired(Box::new(needs))),
+            _ => Err(ProxyError::UpstreamFailed { upstream: name.to_string(), reason: "unknown read response".into() }),
         }
-        loaded
     }
 }
 
@@ -127,45 +130,26 @@ fn content_uri(content: &ResourceContents) -> &str {
     }
 }
 
-/// Put a content's URI into the namespace of the upstream it came from. A content URI without
-/// a scheme cannot be namespaced: it is presented as the URI that was read.
-fn namespace_content(upstream: &str, requested: &str, content: &mut ResourceContents) {
-    if let ResourceContents::TextResourceContents { uri, .. } | ResourceContents::BlobResourceContents { uri, .. } =
-        content
-    {
-        *uri = namespace::namespaced(upstream, uri).unwrap_or_else(|| requested.to_string());
-    }
-}
-
-/// The cache's hold on upstream subscriptions goes through the same book as the hosts'.
-pub(super) struct CacheWatch {
-    pub book: Arc<WatchBook>,
-    pub holder: HolderId,
-    pub metrics: Metrics,
-}
-
-impl CacheHooks for CacheWatch {
-    fn hold(&self, upstream: &str, uri: &str) {
-        self.book.hold(self.holder, upstream, uri);
-    }
-
-    fn release(&self, upstream: &str, uri: &str) {
-        self.book.release(self.holder, upstream, uri);
-    }
-
-    fn inserted(&self, upstream: &str) {
-        self.metrics.cache_insert(upstream);
-    }
-
-    fn removed(&self, cause: Removal) {
-        match cause {
-            Removal::Size => self.metrics.cache_eviction(EvictionCause::Size),
-            Removal::Expired => self.metrics.cache_eviction(EvictionCause::Expired),
-            Removal::Invalidated => {}
+/// Put every content's URI into the namespace of the upstream it came from. A content whose
+/// URI has no scheme (or is empty) cannot be namespaced, so no policy could judge it: alone, it
+/// is the resource that was read (and judged) and is presented as `requested`; among several,
+/// it could be anything, and is dropped.
+fn namespace_contents(upstream: &str, requested: &str, contents: &mut Vec<ResourceContents>) {
+    let alone = contents.len() == 1;
+    contents.retain_mut(|content| {
+        let (ResourceContents::TextResourceContents { uri, .. } | ResourceContents::BlobResourceContents { uri, .. }) =
+            content
+        else {
+            return false;
+        };
+        match namespace::namespaced(upstream, uri) {
+            Some(namespaced) => *uri = namespaced,
+            None if alone => *uri = requested.to_string(),
+            None => {
+                tracing::debug!(upstream, uri = %uri, "content without a scheme in a multi-content read dropped");
+                return false;
+            }
         }
-    }
-
-    fn superseded(&self) {
-        self.metrics.cache_invalidation(InvalidationCause::UpdatedDuringLoad, 1);
-    }
+        true
+    });
 }

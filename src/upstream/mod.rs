@@ -66,6 +66,17 @@ pub enum UpstreamEvent {
     ResourceUpdated { upstream: String, uri: String, heard: bool },
 }
 
+/// What became of a subscription the proxy asked an upstream for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Watching {
+    /// In place: the upstream will send `updated`.
+    Acknowledged,
+    /// Refused (error reply, or left out of a listen acknowledgement): never notified.
+    Refused,
+    /// No answer within the wait.
+    NotInTime,
+}
+
 /// Connection state, as `/status` and logs show it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -105,8 +116,10 @@ struct Inner {
     watched: watch::Sender<watching::WatchSet>,
     /// How many connections have been made: the cache keys entries by it.
     connections: std::sync::atomic::AtomicU64,
-    /// The URIs whose upstream subscription is in place on the current connection.
-    applied: watch::Sender<watching::WatchSet>,
+    /// What the upstream answered for the watched URIs on the current connection.
+    applied: watch::Sender<watching::AppliedSet>,
+    /// Times a change to `watched` had to copy the whole set (it is shared while read).
+    watch_set_copies: std::sync::atomic::AtomicU64,
 }
 
 /// The live connection: what requests need.
@@ -137,6 +150,7 @@ impl Upstream {
             watched: watch::Sender::new(Default::default()),
             applied: watch::Sender::new(Default::default()),
             connections: std::sync::atomic::AtomicU64::new(0),
+            watch_set_copies: std::sync::atomic::AtomicU64::new(0),
         };
         Self { inner: Arc::new(inner) }
     }
@@ -243,15 +257,32 @@ impl Upstream {
         *self.inner.link.lock().expect("link lock") = link;
     }
 
-    /// Replace the set of URIs to keep subscribed upstream.
-    pub fn set_watched(&self, uris: std::collections::BTreeSet<String>) {
-        self.inner.watched.send_if_modified(|current| {
-            let changed = **current != uris;
-            if changed {
-                *current = std::sync::Arc::new(uris);
+    /// Start (`true`) or stop keeping `uri` subscribed upstream. A delta: the set is copied
+    /// only when a reader still holds the previous one (counted in [`Self::watch_set_copies`]).
+    pub fn set_watching(&self, uri: &str, watched: bool) {
+        self.inner.watched.send_if_modified(|set| {
+            if set.contains(uri) == watched {
+                return false;
             }
-            changed
+            if Arc::strong_count(set) > 1 {
+                self.inner.watch_set_copies.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            let set = Arc::make_mut(set);
+            match watched {
+                true => set.insert(uri.to_string()),
+                false => set.remove(uri),
+            }
         });
+    }
+
+    /// How many changes to the watch set had to copy it whole.
+    pub fn watch_set_copies(&self) -> u64 {
+        self.inner.watch_set_copies.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The URIs the proxy wants watched on this upstream.
+    pub fn watch_set_len(&self) -> usize {
+        self.inner.watched.borrow().len()
     }
 
     /// Can this upstream notify of changes (is it connected and does it offer subscriptions)?
@@ -259,10 +290,16 @@ impl Upstream {
         self.link().is_ok_and(|link| link.capabilities.resources.as_ref().is_some_and(|r| r.subscribe == Some(true)))
     }
 
-    /// Wait (at most `timeout`) until the upstream subscription for `uri` is in place.
-    pub async fn wait_watching(&self, uri: &str, timeout: std::time::Duration) -> bool {
+    /// Wait (at most `timeout`) until the upstream answered the subscription for `uri`: true
+    /// only when it acknowledged it. A refusal answers false at once.
+    pub async fn wait_watching(&self, uri: &str, timeout: std::time::Duration) -> Watching {
         let mut applied = self.inner.applied.subscribe();
-        tokio::time::timeout(timeout, applied.wait_for(|set| set.contains(uri))).await.is_ok_and(|r| r.is_ok())
+        let answered = applied.wait_for(|set| set.acknowledged.contains(uri) || set.refused.contains(uri));
+        match tokio::time::timeout(timeout, answered).await {
+            Ok(Ok(set)) if set.acknowledged.contains(uri) => Watching::Acknowledged,
+            Ok(Ok(_)) => Watching::Refused,
+            Ok(Err(_)) | Err(_) => Watching::NotInTime,
+        }
     }
 
     /// Wait until this upstream's state satisfies `ready`.

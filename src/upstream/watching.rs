@@ -26,12 +26,23 @@ const RETRY_MAX: Duration = Duration::from_secs(30);
 
 pub(super) type WatchSet = Arc<BTreeSet<String>>;
 
+/// What the upstream answered for the URIs of the watch set, on the current connection.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Applied {
+    /// Subscribed, acknowledged: an `updated` will come.
+    pub acknowledged: BTreeSet<String>,
+    /// Refused (an error reply, or left out of a listen acknowledgement): never notified.
+    pub refused: BTreeSet<String>,
+}
+
+pub(super) type AppliedSet = Arc<Applied>;
+
 /// Run until `stop`. `broken` is called when the connection turns out to be dead.
 pub(super) async fn keep(
     upstream: String,
     link: Link,
     desired: watch::Receiver<WatchSet>,
-    applied: watch::Sender<WatchSet>,
+    applied: watch::Sender<AppliedSet>,
     notices: mpsc::UnboundedSender<Notice>,
     stop: CancellationToken,
     broken: impl Fn() + Send + 'static,
@@ -60,43 +71,55 @@ pub(super) async fn keep(
     }
 }
 
+/// One URI's fate, published as soon as it is known (a waiting read need not wait for the
+/// whole batch). The set is shared with nobody for long, so this does not copy it.
+fn publish(applied: &watch::Sender<AppliedSet>, edit: impl FnOnce(&mut Applied)) {
+    applied.send_modify(|set| edit(Arc::make_mut(set)));
+}
+
 async fn keep_legacy(
     upstream: &str,
     link: &Link,
     mut desired: watch::Receiver<WatchSet>,
-    applied: &watch::Sender<WatchSet>,
+    applied: &watch::Sender<AppliedSet>,
     notices: &mpsc::UnboundedSender<Notice>,
     stop: &CancellationToken,
     broken: impl Fn(),
 ) {
-    let mut subscribed = BTreeSet::new();
+    let mut state = Legacy {
+        upstream,
+        link,
+        applied,
+        notices,
+        subscribed: BTreeSet::new(),
+        refused: BTreeSet::new(),
+        dropped: BTreeSet::new(),
+    };
     let mut first = true;
     loop {
-        let wanted = desired.borrow_and_update().clone();
-        for uri in wanted.difference(&subscribed.clone()) {
-            #[allow(deprecated)]
-            let result = link.peer.subscribe(SubscribeRequestParams::new(uri.clone())).await;
-            match result {
-                Ok(()) => {}
-                Err(ServiceError::McpError(e)) => {
-                    tracing::warn!(upstream, uri, error = %e.message, "upstream refused a subscription: never notified")
-                }
-                Err(_) => return broken(),
-            }
-            subscribed.insert(uri.clone());
-        }
-        for uri in subscribed.difference(&wanted).cloned().collect::<Vec<_>>() {
-            #[allow(deprecated)]
-            let result = link.peer.unsubscribe(UnsubscribeRequestParams::new(uri.clone())).await;
-            if matches!(result, Err(ref e) if !matches!(e, ServiceError::McpError(_))) {
+        // Only the differences are copied out of the wanted set.
+        let (to_add, to_drop): (Vec<String>, Vec<String>) = {
+            let wanted = desired.borrow_and_update();
+            let new = wanted.iter().filter(|uri| !state.subscribed.contains(*uri) && !state.refused.contains(*uri));
+            let gone = state.subscribed.iter().chain(state.refused.iter()).filter(|uri| !wanted.contains(*uri));
+            (new.cloned().collect(), gone.cloned().collect())
+        };
+        let just_dropped = std::mem::take(&mut state.dropped);
+        for uri in to_add {
+            let again = just_dropped.contains(&uri);
+            if state.subscribe(uri, again).await.is_err() {
                 return broken();
             }
-            subscribed.remove(&uri);
         }
-        tracing::debug!(upstream, watched = wanted.len(), "upstream subscriptions applied");
-        applied.send_replace(Arc::new(subscribed.clone()));
+        for uri in to_drop {
+            if state.unsubscribe(uri).await.is_err() {
+                return broken();
+            }
+        }
+        let (watched, refused) = (state.subscribed.len(), state.refused.len());
+        tracing::debug!(upstream, watched, refused, "upstream subscriptions applied");
         if std::mem::take(&mut first) {
-            report_all(&wanted, notices);
+            report_all(state.subscribed.iter().chain(state.refused.iter()), notices);
         }
         tokio::select! {
             changed = desired.changed() => if changed.is_err() { return },
@@ -106,24 +129,95 @@ async fn keep_legacy(
     }
 }
 
+/// A 2025 upstream's subscriptions on one connection.
+struct Legacy<'a> {
+    upstream: &'a str,
+    link: &'a Link,
+    applied: &'a watch::Sender<AppliedSet>,
+    notices: &'a mpsc::UnboundedSender<Notice>,
+    subscribed: BTreeSet<String>,
+    refused: BTreeSet<String>,
+    /// Unsubscribed in the last batch: a read may have seen them acknowledged just before.
+    dropped: BTreeSet<String>,
+}
+
+/// The connection broke.
+struct Broken;
+
+impl Legacy<'_> {
+    /// Subscribe `uri`; `again` when it was dropped in the batch before: a read that saw it
+    /// acknowledged then may have missed a change in between, so it is reported as changed.
+    async fn subscribe(&mut self, uri: String, again: bool) -> Result<(), Broken> {
+        let (link, applied) = (self.link, self.applied);
+        #[allow(deprecated)]
+        let result = link.peer.subscribe(SubscribeRequestParams::new(uri.clone())).await;
+        match result {
+            Ok(()) => {
+                publish(applied, |set| {
+                    set.acknowledged.insert(uri.clone());
+                });
+                if again {
+                    let _ = self.notices.send(Notice::MayHaveChanged(uri.clone()));
+                }
+                self.subscribed.insert(uri);
+            }
+            Err(ServiceError::McpError(e)) => {
+                let upstream = self.upstream;
+                tracing::warn!(upstream, uri, error = %e.message, "upstream refused a subscription: never notified");
+                publish(applied, |set| {
+                    set.refused.insert(uri.clone());
+                });
+                self.refused.insert(uri);
+            }
+            Err(_) => return Err(Broken),
+        }
+        Ok(())
+    }
+
+    /// Unsubscribe `uri`; no longer acknowledged from before the request goes out.
+    async fn unsubscribe(&mut self, uri: String) -> Result<(), Broken> {
+        let applied = self.applied;
+        if self.refused.remove(&uri) {
+            publish(applied, |set| {
+                set.refused.remove(&uri);
+            });
+            return Ok(());
+        }
+        publish(applied, |set| {
+            set.acknowledged.remove(&uri);
+        });
+        self.subscribed.remove(&uri);
+        #[allow(deprecated)]
+        let result = self.link.peer.unsubscribe(UnsubscribeRequestParams::new(uri.clone())).await;
+        self.dropped.insert(uri);
+        match result {
+            Err(ref e) if !matches!(e, ServiceError::McpError(_)) => Err(Broken),
+            _ => Ok(()),
+        }
+    }
+}
+
 struct Listen<'a> {
     upstream: &'a str,
     link: &'a Link,
     notices: &'a mpsc::UnboundedSender<Notice>,
-    applied: &'a watch::Sender<WatchSet>,
+    applied: &'a watch::Sender<AppliedSet>,
     can_subscribe: bool,
     lists_change: bool,
 }
 
 impl Listen<'_> {
     async fn run(&self, mut desired: watch::Receiver<WatchSet>, stop: &CancellationToken) {
-        let mut current: Option<(Subscription, WatchSet)> = None;
+        let mut current: Option<(Subscription, BTreeSet<String>)> = None;
+        let mut dropped = BTreeSet::new();
         let mut resumed = true;
         let mut retry = RETRY_MIN;
         loop {
-            let wanted = if self.can_subscribe { desired.borrow_and_update().clone() } else { WatchSet::default() };
+            // One copy per batch: the listen filter names the whole set anyway.
+            let wanted =
+                if self.can_subscribe { desired.borrow_and_update().as_ref().clone() } else { BTreeSet::new() };
             if current.as_ref().is_none_or(|(_, set)| *set != wanted) {
-                match self.replace(&mut current, &wanted).await {
+                match self.apply(&mut current, &wanted, &mut dropped, &mut resumed).await {
                     Ok(()) => retry = RETRY_MIN,
                     Err(error) => {
                         tracing::warn!(upstream = self.upstream, error = %error, "listen failed; retrying");
@@ -133,21 +227,15 @@ impl Listen<'_> {
                         continue;
                     }
                 }
-                tracing::debug!(upstream = self.upstream, watched = wanted.len(), "upstream subscriptions applied");
-                let acknowledged = current.as_ref().map(|(s, _)| acknowledged_uris(s)).unwrap_or_default();
-                self.applied.send_replace(Arc::new(acknowledged));
-                if std::mem::take(&mut resumed) {
-                    report_all(&wanted, self.notices);
-                }
             }
             tokio::select! {
                 next = next_of(&mut current) => match next {
                     Some(notice) => drop(self.notices.send(notice)),
                     None => {
                         let (_, lost) = current.take().expect("a stream ended");
-                        self.applied.send_replace(WatchSet::default());
+                        self.applied.send_replace(AppliedSet::default());
                         tracing::info!(upstream = self.upstream, "listen stream ended; everything it covered may have changed");
-                        report_all(&lost, self.notices);
+                        report_all(lost.iter(), self.notices);
                         let _ = self.notices.send(Notice::ListChanged);
                         resumed = true;
                         if !pause(&mut retry, stop).await {
@@ -169,12 +257,50 @@ impl Listen<'_> {
         }
     }
 
+    /// Listen for `wanted` instead and publish what the upstream acknowledged.
+    async fn apply(
+        &self,
+        current: &mut Option<(Subscription, BTreeSet<String>)>,
+        wanted: &BTreeSet<String>,
+        dropped: &mut BTreeSet<String>,
+        resumed: &mut bool,
+    ) -> Result<(), ServiceError> {
+        // What leaves the set is no longer acknowledged from before the old stream ends.
+        let left = self.withdraw(wanted);
+        self.replace(current, wanted).await?;
+        tracing::debug!(upstream = self.upstream, watched = wanted.len(), "upstream subscriptions applied");
+        let acknowledged = current.as_ref().map(|(s, _)| acknowledged_uris(s)).unwrap_or_default();
+        let refused = wanted.difference(&acknowledged).cloned().collect();
+        if std::mem::take(resumed) {
+            report_all(wanted.iter(), self.notices);
+        } else {
+            // Left in the last change and back now: a read may have seen it acknowledged just
+            // before it left, and missed a change in between.
+            report_all(acknowledged.intersection(dropped), self.notices);
+        }
+        *dropped = left;
+        self.applied.send_replace(Arc::new(Applied { acknowledged, refused }));
+        Ok(())
+    }
+
+    /// Take what is not `wanted` out of the acknowledged set; returns it.
+    fn withdraw(&self, wanted: &BTreeSet<String>) -> BTreeSet<String> {
+        let mut left = BTreeSet::new();
+        self.applied.send_if_modified(|set| {
+            left = set.acknowledged.difference(wanted).cloned().collect();
+            let set = Arc::make_mut(set);
+            set.acknowledged.retain(|uri| wanted.contains(uri));
+            !left.is_empty()
+        });
+        left
+    }
+
     /// Open a stream for `wanted`, then cancel the old one (make-before-break). With nothing
     /// to listen for, just close the old one.
     async fn replace(
         &self,
-        current: &mut Option<(Subscription, WatchSet)>,
-        wanted: &WatchSet,
+        current: &mut Option<(Subscription, BTreeSet<String>)>,
+        wanted: &BTreeSet<String>,
     ) -> Result<(), ServiceError> {
         let mut builder = SubscriptionFilter::builder();
         if self.lists_change {
@@ -195,7 +321,7 @@ impl Listen<'_> {
 }
 
 /// The next notice of the current stream; `None` when it ended. Pending while there is none.
-async fn next_of(current: &mut Option<(Subscription, WatchSet)>) -> Option<Notice> {
+async fn next_of(current: &mut Option<(Subscription, BTreeSet<String>)>) -> Option<Notice> {
     let Some((subscription, _)) = current.as_mut() else { return std::future::pending().await };
     loop {
         match subscription.next().await {
@@ -211,7 +337,7 @@ fn acknowledged_uris(subscription: &Subscription) -> BTreeSet<String> {
     subscription.acknowledged().resource_subscriptions.iter().flatten().cloned().collect()
 }
 
-fn report_all(uris: &BTreeSet<String>, notices: &mpsc::UnboundedSender<Notice>) {
+fn report_all<'a>(uris: impl Iterator<Item = &'a String>, notices: &mpsc::UnboundedSender<Notice>) {
     for uri in uris {
         let _ = notices.send(Notice::MayHaveChanged(uri.clone()));
     }

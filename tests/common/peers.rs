@@ -5,6 +5,7 @@
 //! - [`ensure_installed`]: runs the install script once per test process (it is idempotent, fast when
 //!   done, and serialised across processes by a `flock`).
 //! - server-everything (2025 era only): [`everything_stdio_command`], [`spawn_everything_http`].
+//! - server-memory (stdio, 2025 era; its graph in the file `MEMORY_FILE_PATH`): [`memory_stdio_command`].
 //! - tests/py/server.py (both eras): [`py_server_stdio_command`], [`spawn_py_server_http`].
 //! - tests/py/client.py: [`py_client`] (a `Command` ready for ops; see the script's docstring).
 //!
@@ -67,6 +68,17 @@ pub fn everything_entry() -> PathBuf {
 pub fn everything_stdio_command() -> (String, Vec<String>) {
     let entry = everything_entry();
     ("node".to_string(), vec![path_str(&entry), "stdio".to_string()])
+}
+
+/// Pinned in `.ci/install-peers.sh`; kept here for paths and messages.
+pub const MEMORY_PKG: &str = "@modelcontextprotocol/server-memory";
+
+/// Program + args that run the installed server-memory over stdio; its storage file is set with
+/// the env `MEMORY_FILE_PATH` (JSON lines: `{"type":"entity","name":…,"entityType":…,"observations":[…]}`).
+pub fn memory_stdio_command() -> (String, Vec<String>) {
+    ensure_installed();
+    let entry = repo_root().join(".peers/npm/node_modules").join(MEMORY_PKG).join("dist/index.js");
+    ("node".to_string(), vec![path_str(&entry)])
 }
 
 /// The venv interpreter that has PyPI `mcp` installed.

@@ -32,6 +32,8 @@ pub struct Catalog {
 pub enum Target {
     Item(u64),
     Multi,
+    /// `fx://P/multi-bare`: unlisted; one proper content and two whose URIs have no scheme.
+    MultiBare,
     Blob,
     NoScheme,
     Echo(String),
@@ -129,6 +131,7 @@ impl Catalog {
         let rest = uri.strip_prefix("fx://")?.strip_prefix(self.prefix.as_str())?;
         match rest {
             "/multi" => return Some(Target::Multi),
+            "/multi-bare" => return Some(Target::MultiBare),
             "/blob" => return Some(Target::Blob),
             _ => {}
         }
@@ -162,6 +165,11 @@ impl Catalog {
                         .with_mime_type("application/octet-stream"),
                 ]
             }
+            Target::MultiBare => vec![
+                ResourceContents::text(format!("bare a v{version}"), format!("fx://{}/multi-bare/a", self.prefix)),
+                ResourceContents::text(format!("bare b v{version}"), "bare/b"),
+                ResourceContents::text(format!("bare c v{version}"), ""),
+            ],
             Target::Blob => vec![
                 ResourceContents::blob(STANDARD.encode(all_bytes()), uri).with_mime_type("application/octet-stream"),
             ],

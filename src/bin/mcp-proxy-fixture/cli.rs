@@ -38,6 +38,10 @@ pub struct Args {
     /// Do not advertise (or accept) resource subscriptions.
     #[arg(long)]
     pub no_subscribe: bool,
+    /// Refuse `resources/subscribe` (an error reply) for URIs containing TEXT, and leave them
+    /// out of `subscriptions/listen` acknowledgements; other URIs subscribe as usual.
+    #[arg(long, value_name = "TEXT")]
+    pub refuse_subscribe: Option<String>,
     /// Sleep this long inside every resources/read (also settable with the set_read_delay tool).
     #[arg(long, value_name = "D", default_value_t = 0)]
     pub read_delay_ms: u64,
@@ -91,6 +95,7 @@ pub struct Settings {
     pub initial_items: u64,
     pub page_size: usize,
     pub subscribe: bool,
+    pub refuse_subscribe: Option<String>,
     pub read_delay: Duration,
     pub text_bytes: Option<usize>,
     pub ttl_ms: Option<u64>,
@@ -101,6 +106,13 @@ pub struct Settings {
     pub duplicate_uris: bool,
 }
 
+impl Settings {
+    /// Is a subscription to `uri` refused?
+    pub fn refuses(&self, uri: &str) -> bool {
+        self.refuse_subscribe.as_deref().is_some_and(|text| uri.contains(text))
+    }
+}
+
 impl Args {
     pub fn settings(&self) -> Settings {
         Settings {
@@ -109,6 +121,7 @@ impl Args {
             initial_items: self.resources,
             page_size: usize::try_from(self.page_size).unwrap_or(usize::MAX),
             subscribe: !self.no_subscribe,
+            refuse_subscribe: self.refuse_subscribe.clone(),
             read_delay: Duration::from_millis(self.read_delay_ms),
             text_bytes: self.text_bytes,
             ttl_ms: self.ttl_ms,

@@ -166,7 +166,12 @@ impl ServerHandler for FixtureHandler {
     }
 
     fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
-        (self.era() != Era::Legacy).then(|| requested.supported_by(&self.get_info().capabilities))
+        let mut accepted =
+            (self.era() != Era::Legacy).then(|| requested.supported_by(&self.get_info().capabilities))?;
+        if let Some(uris) = accepted.resource_subscriptions.as_mut() {
+            uris.retain(|uri| !self.fixture.settings().refuses(uri));
+        }
+        Some(accepted)
     }
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
@@ -186,6 +191,9 @@ impl ServerHandler for FixtureHandler {
     ) -> Result<(), McpError> {
         if !self.fixture.settings().subscribe {
             return Err(McpError::method_not_found::<rmcp::model::SubscribeRequestMethod>());
+        }
+        if self.fixture.settings().refuses(&request.uri) {
+            return Err(McpError::invalid_params("subscriptions to this resource are refused", None));
         }
         self.fixture.subscribe(self.connection, &request.uri, context.peer);
         Ok(())

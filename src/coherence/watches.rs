@@ -1,0 +1,120 @@
+//! The book of upstream subscriptions: who (host sessions, listen streams, the cache) holds
+//! which upstream URI, and keeping each upstream's watch set equal to what is held.
+//!
+//! Each change reaches the upstream as a delta (one URI added or removed) made under the
+//! book's lock, so the watch set is never copied per change and changes are applied in the
+//! order they were decided. Invariant: an upstream's watch set is exactly the URIs of it that
+//! somebody holds.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use crate::subscriptions::{HolderId, Key, Subscriptions};
+use crate::upstream::Upstream;
+
+/// Shared by the proxy and the cache's holds.
+pub(crate) struct WatchBook {
+    subscriptions: Mutex<Subscriptions>,
+    upstreams: Arc<BTreeMap<String, Upstream>>,
+}
+
+impl WatchBook {
+    pub fn new(upstreams: Arc<BTreeMap<String, Upstream>>) -> Self {
+        Self { subscriptions: Mutex::new(Subscriptions::new()), upstreams }
+    }
+
+    pub fn hold(&self, holder: HolderId, upstream: &str, uri: &str) {
+        let mut subscriptions = self.lock();
+        if subscriptions.hold(holder, (upstream.to_string(), uri.to_string())) {
+            self.apply(upstream, uri, true);
+        }
+    }
+
+    pub fn release(&self, holder: HolderId, upstream: &str, uri: &str) {
+        let mut subscriptions = self.lock();
+        if subscriptions.release(holder, &(upstream.to_string(), uri.to_string())) {
+            self.apply(upstream, uri, false);
+        }
+    }
+
+    pub fn release_all(&self, holder: HolderId) {
+        let mut subscriptions = self.lock();
+        for (upstream, uri) in subscriptions.release_all(holder) {
+            self.apply(&upstream, &uri, false);
+        }
+    }
+
+    /// Holders to tell of an update of `uri` (or a sub-resource of what they hold).
+    pub fn holders_of_update(&self, upstream: &str, uri: &str) -> BTreeMap<HolderId, Vec<String>> {
+        self.lock().holders_of_update(upstream, uri)
+    }
+
+    pub fn held_by(&self, holder: HolderId) -> Vec<Key> {
+        self.lock().held_by(holder)
+    }
+
+    /// (distinct upstream URIs held, holder×URI pairs).
+    pub fn counts(&self) -> (usize, usize) {
+        let subscriptions = self.lock();
+        (subscriptions.key_count(), subscriptions.hold_count())
+    }
+
+    /// Per configured upstream: (name, URIs held upstream, host holds — not counting `except`).
+    pub fn per_upstream(&self, except: HolderId) -> Vec<(String, usize, usize)> {
+        let subscriptions = self.lock();
+        self.upstreams
+            .keys()
+            .map(|name| {
+                let (uris, hosts) = subscriptions.counts_for(name, except);
+                (name.clone(), uris, hosts)
+            })
+            .collect()
+    }
+
+    /// Called with the book locked, so deltas reach the upstream in the order decided.
+    fn apply(&self, upstream: &str, uri: &str, watched: bool) {
+        if let Some(upstream) = self.upstreams.get(upstream) {
+            upstream.set_watching(uri, watched);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Subscriptions> {
+        self.subscriptions.lock().expect("subscriptions lock")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::config::Config;
+    use crate::metrics::Metrics;
+
+    fn book_with(name: &str) -> (WatchBook, Upstream) {
+        let text = format!("[[upstreams]]\nname = \"{name}\"\nurl = \"http://127.0.0.1:1/mcp\"\n");
+        let config = Config::from_toml(&text, Path::new("/"), &|_| None).expect("config");
+        let upstream = Upstream::new(config.upstreams[0].clone(), Metrics::new());
+        let upstreams = BTreeMap::from([(name.to_string(), upstream.clone())]);
+        (WatchBook::new(Arc::new(upstreams)), upstream)
+    }
+
+    /// 5,000 subscribes on one holder: each reaches the upstream as a delta, the watch set is
+    /// never copied whole, and letting the holder go empties it.
+    #[test]
+    fn each_subscribe_changes_the_watch_set_without_copying_it() {
+        let (book, upstream) = book_with("a");
+        let started = std::time::Instant::now();
+        for i in 0..5_000 {
+            book.hold(1, "a", &format!("x://{i}"));
+        }
+        let took = started.elapsed();
+        println!("5000 holds on one holder: {took:?}");
+        assert_eq!(upstream.watch_set_len(), 5_000);
+        assert_eq!(upstream.watch_set_copies(), 0, "no change copied the set");
+        book.hold(2, "a", "x://0");
+        book.release_all(1);
+        assert_eq!(upstream.watch_set_len(), 1, "x://0 is still held by holder 2");
+        assert_eq!(book.counts(), (1, 1));
+    }
+}
