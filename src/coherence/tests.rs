@@ -331,3 +331,17 @@ async fn per_uri_state_ages_out_with_the_entries() {
     }
     assert_eq!(book.counts(), (0, 0), "every hold was let go");
 }
+
+#[tokio::test]
+async fn an_upstream_with_its_cache_off_is_read_through_and_never_watched() {
+    let (cache, book) = cache();
+    let off = UpstreamCache { enabled: false, ..TRUSTED };
+    assert!(cache.watch("u", "x://a", &off).is_none(), "no subscription for an uncached upstream");
+    for value in ["v1", "v2"] {
+        let loaded = Loaded::unwatched(text(value));
+        let request = ReadRequest { settings: &off, ..request("u", 0, "x://a", "p") };
+        let read = cache.read(request, || async { Ok(loaded) }).await.unwrap();
+        assert_eq!((body(&read), read.outcome, read.ttl), (value.to_string(), Outcome::Bypass, Duration::ZERO));
+    }
+    assert_eq!(book.counts(), (0, 0));
+}
