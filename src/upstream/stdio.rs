@@ -59,6 +59,9 @@ pub const DEFAULT_INHERITED: &[&str] = &[
     "PROGRAMDATA",
 ];
 
+/// How long a child may take to exit after its stdin closed.
+const EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The environment of a child: the allowlisted part of `parent`, then `env`.
 pub fn child_environment(
     parent: impl Iterator<Item = (OsString, OsString)>,
@@ -79,8 +82,8 @@ pub fn child_environment(
 
 /// A stdio child and the guarded ends of its pipes.
 pub(crate) struct StdioUpstream {
-    /// Killed when the transport is dropped.
-    _child: Child,
+    /// Asked to leave (stdin closed) on `close`, killed when the transport is dropped.
+    child: Child,
     stdin: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
     stdout: BufReader<ChildStdout>,
     /// The line being read; once it is too large, only scanned for its id instead.
@@ -112,7 +115,7 @@ impl StdioUpstream {
         let stdout = child.stdout.take().ok_or_else(|| std::io::Error::other("no stdout pipe"))?;
         let stderr = child.stderr.take();
         let transport = Self {
-            _child: child,
+            child,
             stdin: Arc::new(tokio::sync::Mutex::new(Some(stdin))),
             stdout: BufReader::new(stdout),
             line: Vec::new(),
@@ -275,8 +278,13 @@ impl Transport<RoleClient> for StdioUpstream {
         }
     }
 
+    /// Close stdin and give the child a moment to exit by itself, as MCP's stdio shutdown asks;
+    /// then kill it.
     async fn close(&mut self) -> Result<(), Self::Error> {
         drop(self.stdin.lock().await.take());
+        if tokio::time::timeout(EXIT_GRACE, self.child.wait()).await.is_err() {
+            self.child.start_kill()?;
+        }
         Ok(())
     }
 }
