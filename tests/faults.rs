@@ -133,10 +133,21 @@ async fn each_faulty_reply_fails_only_its_read_and_the_upstream_stays() -> anyho
             assert_eq!(text(&client, &format!("{upstream}+fx://fx/item/0")).await?, "item 0 v1", "after {uri}");
             assert_eq!(text(&client, "ok+fx://fx/item/1").await?, "item 1 v1", "after {uri}");
         }
+        // With other reads in flight, a fault whose line names its id still fails only that read.
+        // (Items never read before, so both go upstream while the faulty read is there.)
+        for (n, (path, expected)) in FAULTS.iter().filter(|(path, _)| !path.ends_with("wrong_id")).enumerate() {
+            let uri = format!("{upstream}+fx://fx/{path}");
+            let (a_id, b_id) = (100 + 2 * n, 101 + 2 * n);
+            let (item3, item4) = (format!("{upstream}+fx://fx/item/{a_id}"), format!("{upstream}+fx://fx/item/{b_id}"));
+            let (faulty, a, b) = tokio::join!(read(&client, &uri), text(&client, &item3), text(&client, &item4));
+            let message = faulty.expect_err(&uri).to_string();
+            assert!(message.contains(expected), "{uri} among others: {message}");
+            assert_eq!((a?, b?), (format!("item {a_id} v1"), format!("item {b_id} v1")));
+        }
         let status = status_of(&proxy, upstream).await?;
         assert_eq!((status["state"].as_str(), status["reconnects"].as_u64()), (Some("up"), Some(0)), "{status}");
         let last_error = status["last_error"].as_str().unwrap_or_default();
-        assert!(last_error.contains("id no request was waiting for"), "the cause is in /status: {status}");
+        assert!(last_error.contains("resources/read: upstream reply"), "the cause is in /status: {status}");
     }
     let logged = proxy.matching(&["faulty upstream", "wrong_id"]);
     assert!(!logged.is_empty(), "the cause is in the log");

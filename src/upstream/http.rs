@@ -159,8 +159,17 @@ impl StreamableHttpClient for GuardedHttpClient {
     }
 }
 
-/// A JSON reply to request `id`: a response for another id is a fault.
+/// A JSON reply to request `id`: a response for another id is a fault; an error without an id
+/// (which rmcp could not route) is this request's.
 fn check_json(id: &RequestId, message: ServerJsonRpcMessage) -> ServerJsonRpcMessage {
+    if let JsonRpcMessage::Error(mut error) = message {
+        error.id = Some(error.id.unwrap_or_else(|| id.clone()));
+        return check_id(id, JsonRpcMessage::Error(error));
+    }
+    check_id(id, message)
+}
+
+fn check_id(id: &RequestId, message: ServerJsonRpcMessage) -> ServerJsonRpcMessage {
     match response_id(&message) {
         Some(Some(answered)) if answered != *id => {
             tracing::warn!(fault = Fault::WrongId.kind(), "faulty upstream reply; failing its request");

@@ -16,6 +16,7 @@ mod connect;
 mod faults;
 mod http;
 mod listing;
+mod scan;
 mod stdio;
 mod supervisor;
 mod watching;

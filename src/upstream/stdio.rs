@@ -8,12 +8,11 @@
 //! Replies: rmcp's own stdio reader drops a line over its limit, a line that is not UTF-8 or
 //! not JSON, and a response with an unknown id, silently, so the request waits for its
 //! timeout. This reader judges each line first: a faulty one becomes a [`Fault`] error for the
-//! request it answers — the id found in the line (it is looked for in the line's first bytes
-//! when the line is too large), or else the one request waiting, when exactly one is, listen streams aside — and a
+//! request it answers — the id found in the line (by a scan that holds nothing of the line
+//! when it is too large), or else the one request waiting, when exactly one is, listen streams aside — and a
 //! fault it cannot place is logged and shown in `/status`.
 //!
-//! Invariant: no more than `max_response_bytes` (plus a small head) of one line is held in
-//! memory; reading is cancellation-safe (all state lives in the struct).
+//! Invariant: no more than `max_response_bytes` of one line is held in memory; reading is cancellation-safe (all state lives in the struct).
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
@@ -31,6 +30,7 @@ use tokio::sync::mpsc;
 
 use super::client::Notice;
 use super::faults::Fault;
+use super::scan::{TopLevelScan, scan};
 
 /// What a child inherits of the proxy's environment without being told (plus every `LC_*`):
 /// enough to find programs, a home, a temporary folder and the locale; on Windows, what
@@ -59,8 +59,8 @@ pub const DEFAULT_INHERITED: &[&str] = &[
     "PROGRAMDATA",
 ];
 
-/// How much of the start of an oversized line is kept to find its id in.
-const HEAD_BYTES: usize = 4096;
+/// How long a child may take to exit after its stdin closed.
+const EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The environment of a child: the allowlisted part of `parent`, then `env`.
 pub fn child_environment(
@@ -82,13 +82,13 @@ pub fn child_environment(
 
 /// A stdio child and the guarded ends of its pipes.
 pub(crate) struct StdioUpstream {
-    /// Killed when the transport is dropped.
-    _child: Child,
+    /// Asked to leave (stdin closed) on `close`, killed when the transport is dropped.
+    child: Child,
     stdin: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
     stdout: BufReader<ChildStdout>,
-    /// The line being read (only its head once it is too large).
+    /// The line being read; once it is too large, only scanned for its id instead.
     line: Vec<u8>,
-    oversized: bool,
+    oversized: Option<TopLevelScan>,
     limit: usize,
     /// Requests sent and not yet answered; true for those answered only when they end (a
     /// listen stream), which are never the one a stray fault is blamed on.
@@ -96,10 +96,10 @@ pub(crate) struct StdioUpstream {
     notices: mpsc::UnboundedSender<Notice>,
 }
 
-/// One line read: its bytes, or its head if it was longer than the limit.
-struct Line {
-    bytes: Vec<u8>,
-    oversized: bool,
+/// One line read: its bytes, or what a scan found in it when it was longer than the limit.
+enum Line {
+    Whole(Vec<u8>),
+    Oversized(Option<RequestId>, bool),
 }
 
 impl StdioUpstream {
@@ -115,11 +115,11 @@ impl StdioUpstream {
         let stdout = child.stdout.take().ok_or_else(|| std::io::Error::other("no stdout pipe"))?;
         let stderr = child.stderr.take();
         let transport = Self {
-            _child: child,
+            child,
             stdin: Arc::new(tokio::sync::Mutex::new(Some(stdin))),
             stdout: BufReader::new(stdout),
             line: Vec::new(),
-            oversized: false,
+            oversized: None,
             limit,
             pending: Arc::default(),
             notices,
@@ -144,40 +144,52 @@ impl StdioUpstream {
                 let newline = available.iter().position(|b| *b == b'\n');
                 let take = newline.map_or(available.len(), |at| at + 1);
                 let content = take - usize::from(newline.is_some());
-                if !self.oversized && self.line.len() + content > self.limit {
-                    self.oversized = true;
-                    self.line.truncate(HEAD_BYTES);
+                if self.oversized.is_none() && self.line.len() + content > self.limit {
+                    let mut scan = TopLevelScan::default();
+                    scan.feed(&self.line);
+                    self.line = Vec::new();
+                    self.oversized = Some(scan);
                 }
-                let room = if self.oversized { HEAD_BYTES.saturating_sub(self.line.len()) } else { take };
-                self.line.extend_from_slice(&available[..take.min(room)]);
+                match self.oversized.as_mut() {
+                    Some(scan) => scan.feed(&available[..content]),
+                    None => self.line.extend_from_slice(&available[..take]),
+                }
                 (take, newline.is_some())
             };
             self.stdout.consume(consumed);
             if complete {
-                let oversized = std::mem::take(&mut self.oversized);
-                return Some(Line { bytes: std::mem::take(&mut self.line), oversized });
+                return Some(match self.oversized.take() {
+                    Some(scan) => {
+                        let (id, has_method) = scan.finish();
+                        Line::Oversized(id, has_method)
+                    }
+                    None => Line::Whole(std::mem::take(&mut self.line)),
+                });
             }
         }
     }
 
     /// A good message passes; a faulty line becomes its request's fault, or nothing.
     fn judge(&self, line: Line) -> Option<ServerJsonRpcMessage> {
-        let bytes = line.bytes.strip_suffix(b"\n").unwrap_or(&line.bytes);
-        let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
-        if bytes.iter().all(u8::is_ascii_whitespace) {
-            return None;
-        }
-        let fault = if line.oversized {
-            Fault::TooLarge(self.limit)
-        } else if std::str::from_utf8(bytes).is_err() {
-            Fault::InvalidUtf8
-        } else {
-            match serde_json::from_slice::<ServerJsonRpcMessage>(bytes) {
-                Ok(message) => return self.check_response(message),
-                Err(_) => Fault::Malformed,
+        let (fault, (id, has_method)) = match line {
+            Line::Oversized(id, has_method) => (Fault::TooLarge(self.limit), (id, has_method)),
+            Line::Whole(bytes) => {
+                let bytes = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
+                let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
+                if bytes.iter().all(u8::is_ascii_whitespace) {
+                    return None;
+                }
+                let fault = if std::str::from_utf8(bytes).is_err() {
+                    Fault::InvalidUtf8
+                } else {
+                    match serde_json::from_slice::<ServerJsonRpcMessage>(bytes) {
+                        Ok(message) => return self.check_response(message),
+                        Err(_) => Fault::Malformed,
+                    }
+                };
+                (fault, scan(bytes))
             }
         };
-        let (id, has_method) = scan_top_level(bytes);
         if has_method && id.is_none() {
             tracing::debug!(fault = fault.kind(), "dropped an unreadable notification from the upstream");
             return None;
@@ -266,82 +278,20 @@ impl Transport<RoleClient> for StdioUpstream {
         }
     }
 
+    /// Close stdin and give the child a moment to exit by itself, as MCP's stdio shutdown asks;
+    /// then kill it.
     async fn close(&mut self) -> Result<(), Self::Error> {
         drop(self.stdin.lock().await.take());
+        if tokio::time::timeout(EXIT_GRACE, self.child.wait()).await.is_err() {
+            self.child.start_kill()?;
+        }
         Ok(())
     }
-}
-
-/// The top-level `id` of a JSON object (a number or a string) and whether it has a top-level
-/// `method`, found without parsing the whole text (it may be cut off, or broken further on).
-fn scan_top_level(bytes: &[u8]) -> (Option<RequestId>, bool) {
-    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
-    let (mut key_start, mut last_key): (usize, Option<&[u8]>) = (0, None);
-    let (mut id, mut has_method) = (None, false);
-    for (at, byte) in bytes.iter().enumerate() {
-        if in_string {
-            match byte {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => {
-                    in_string = false;
-                    if depth == 1 {
-                        last_key = Some(&bytes[key_start..at]);
-                    }
-                }
-                _ => {}
-            }
-            continue;
-        }
-        match byte {
-            b'"' => {
-                in_string = true;
-                key_start = at + 1;
-            }
-            b'{' | b'[' => depth += 1,
-            b'}' | b']' => depth = depth.saturating_sub(1),
-            b':' if depth == 1 => match last_key.take() {
-                Some(b"id") => id = id.or_else(|| value_id(&bytes[at + 1..])),
-                Some(b"method") => has_method = true,
-                _ => {}
-            },
-            b',' => last_key = None,
-            _ => {}
-        }
-    }
-    (id, has_method)
-}
-
-/// A JSON-RPC id at the start of `rest` (after the colon).
-fn value_id(rest: &[u8]) -> Option<RequestId> {
-    let text = std::str::from_utf8(&rest[..rest.len().min(80)]).ok().or_else(|| {
-        let end = rest.iter().take(80).position(|b| !b.is_ascii()).unwrap_or(rest.len().min(80));
-        std::str::from_utf8(&rest[..end]).ok()
-    })?;
-    let text = text.trim_start();
-    if let Some(string) = text.strip_prefix('"') {
-        let end = string.find('"')?;
-        return Some(RequestId::String(string[..end].into()));
-    }
-    let end = text.find(|c: char| !(c.is_ascii_digit() || c == '-')).unwrap_or(text.len());
-    text[..end].parse().ok().map(RequestId::Number)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ids_are_found_in_broken_and_cut_off_lines() {
-        let check = |line: &[u8], id: Option<RequestId>, method: bool| {
-            assert_eq!(scan_top_level(line), (id, method), "{}", String::from_utf8_lossy(line));
-        };
-        check(br#"{"jsonrpc":"2.0","id":7,"result":{"contents":[{"text":"xxxxx"#, Some(RequestId::Number(7)), false);
-        check(br#"{"result":{"id":1,"x":"\"id\":2"},"id":"abc"}"#, Some(RequestId::String("abc".into())), false);
-        check(b"{\"id\":3,\"result\":\"\xff\xfe\"}", Some(RequestId::Number(3)), false);
-        check(br#"{"jsonrpc":"2.0","method":"notifications/x","params":{"id":4}"#, None, true);
-        check(b"not json at all", None, false);
-    }
 
     #[test]
     fn a_child_environment_holds_the_allowlist_inherit_env_and_env() {
