@@ -5,13 +5,18 @@
 //! It knows nothing of the proxy's parts: it renders [`Metrics`] and asks the `status` closure
 //! of [`AdminState`] for a [`StatusReport`] on each `/readyz` and `/status` request.
 //!
+//! Like `/mcp`, it answers only requests whose `Host` is loopback, its own address or one of
+//! `server.allowed_hosts` (a DNS-rebinding page cannot read it), caps its connections and
+//! times out slow request heads (see [`crate::downstream::listener`]).
+//!
 //! Invariant: nothing here carries a principal's secret or a session id; `/status` shows what
 //! `last_error` texts upstream supervision chose to record (ours, not upstream internals).
 
 use std::sync::Arc;
 
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -19,6 +24,9 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::config::ServerConfig;
+use crate::downstream::allowed_hosts;
+use crate::downstream::listener::{self, ConnectionLimits};
 use crate::metrics::Metrics;
 use crate::upstream::{Era, LinkState, UpstreamStatus};
 
@@ -62,11 +70,44 @@ pub struct Readiness {
     pub missing: Vec<String>,
 }
 
-/// Serve the admin routes on `listener` until `shutdown`.
-pub async fn serve_admin(listener: TcpListener, state: AdminState, shutdown: CancellationToken) -> std::io::Result<()> {
+/// Serve the admin routes on `listener` until `shutdown`, with `server`'s connection limits.
+/// Only requests whose `Host` is loopback, the listen address or one of
+/// `server.allowed_hosts` are answered (DNS rebinding); others get 403.
+pub async fn serve_admin(
+    listener: TcpListener,
+    state: AdminState,
+    server: &ServerConfig,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
     let address = listener.local_addr()?;
+    let hosts: Arc<[String]> = allowed_hosts(address, &server.allowed_hosts).into();
+    let app = router(state).layer(axum::middleware::from_fn_with_state(hosts, require_allowed_host));
     tracing::info!(address = %address, "admin listening at http://{address}");
-    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown.cancelled_owned()).await
+    listener::serve(listener, app, ConnectionLimits::of(server), shutdown).await
+}
+
+/// 403 unless the request's `Host` (port aside, or exactly `host:port`) is in `allowed`.
+async fn require_allowed_host(State(allowed): State<Arc<[String]>>, request: Request, next: Next) -> Response {
+    let host = request.headers().get(header::HOST).and_then(|value| value.to_str().ok()).unwrap_or("");
+    if host_allowed(host, &allowed) {
+        return next.run(request).await;
+    }
+    tracing::warn!(host, "admin request with a disallowed Host refused (possible DNS rebinding)");
+    (StatusCode::FORBIDDEN, "Forbidden: Host header is not allowed\n").into_response()
+}
+
+/// Whether a `Host` header value names one of `allowed` (names or `name:port`).
+fn host_allowed(host: &str, allowed: &[String]) -> bool {
+    let host = host.trim().to_ascii_lowercase();
+    let name = match host.strip_prefix('[') {
+        Some(bracketed) => bracketed.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host.as_str(), |(name, port)| match port.parse::<u16>() {
+            Ok(_) => name,
+            Err(_) => host.as_str(),
+        }),
+    };
+    !name.is_empty()
+        && allowed.iter().any(|entry| entry.eq_ignore_ascii_case(name) || entry.eq_ignore_ascii_case(&host))
 }
 
 /// The admin routes, for embedding or testing without a listener.

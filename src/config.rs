@@ -65,6 +65,19 @@ pub struct ServerConfig {
     /// How long `serve` waits for every upstream to connect before it answers hosts, so a
     /// host's first list is complete. Upstreams still down after it join when they come up.
     pub startup_wait: Duration,
+    /// `Origin` values `/mcp` accepts; a request with any other `Origin` gets 403, one without
+    /// an `Origin` header is served.
+    pub allowed_origins: Vec<String>,
+    /// Open legacy HTTP sessions, in all; a new one past it gets 503.
+    pub max_sessions: usize,
+    /// Open legacy HTTP sessions of one principal.
+    pub max_sessions_per_principal: usize,
+    /// URIs one host session (or listen stream) may hold subscribed.
+    pub max_subscriptions_per_session: usize,
+    /// Open connections per listener (`/mcp` and admin each); more wait to be accepted.
+    pub max_connections: usize,
+    /// A connection must send a whole request head within this, or it is closed.
+    pub header_read_timeout: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -261,6 +274,12 @@ struct RawServer {
     startup_wait: Option<String>,
     list_changed_debounce: Option<String>,
     log_level: Option<String>,
+    allowed_origins: Option<Vec<String>>,
+    max_sessions: Option<i64>,
+    max_sessions_per_principal: Option<i64>,
+    max_subscriptions_per_session: Option<i64>,
+    max_connections: Option<i64>,
+    header_read_timeout: Option<String>,
     #[serde(flatten)]
     unknown: BTreeMap<String, Value>,
 }
@@ -350,6 +369,24 @@ fn validate_server(raw: RawServer, problems: &mut Vec<Problem>) -> ServerConfig 
     }
     let list_changed_debounce =
         duration(raw.list_changed_debounce.as_deref(), "100ms", "server.list_changed_debounce", problems);
+    let max_sessions = count(raw.max_sessions, 10_000, "server.max_sessions", problems);
+    let max_sessions_per_principal =
+        count(raw.max_sessions_per_principal, 1_000, "server.max_sessions_per_principal", problems);
+    let max_subscriptions_per_session =
+        count(raw.max_subscriptions_per_session, 1_000, "server.max_subscriptions_per_session", problems);
+    let max_connections = count(raw.max_connections, 1_024, "server.max_connections", problems);
+    let header_read_timeout =
+        duration(raw.header_read_timeout.as_deref(), "10s", "server.header_read_timeout", problems);
+    if header_read_timeout.is_zero() {
+        push(problems, "server.header_read_timeout", "must be more than 0s".into());
+    }
+    let allowed_origins = raw.allowed_origins.unwrap_or_default();
+    for origin in &allowed_origins {
+        if !(origin == "null" || origin.starts_with("http://") || origin.starts_with("https://")) {
+            let message = format!("`{origin}` is not an origin like https://app.example.com:443 or \"null\"");
+            push(problems, "server.allowed_origins", message);
+        }
+    }
     ServerConfig {
         listen,
         admin_listen,
@@ -360,6 +397,23 @@ fn validate_server(raw: RawServer, problems: &mut Vec<Problem>) -> ServerConfig 
         startup_wait,
         list_changed_debounce,
         log_level,
+        allowed_origins,
+        max_sessions,
+        max_sessions_per_principal,
+        max_subscriptions_per_session,
+        max_connections,
+        header_read_timeout,
+    }
+}
+
+/// A limit in 1..=1,000,000 (`default` when absent).
+fn count(raw: Option<i64>, default: usize, at: &str, problems: &mut Vec<Problem>) -> usize {
+    match raw.unwrap_or(default as i64) {
+        n @ 1..=1_000_000 => n as usize,
+        n => {
+            push(problems, at, format!("{n} is outside 1..=1000000"));
+            default
+        }
     }
 }
 
