@@ -24,7 +24,6 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::ServerConfig;
 use crate::downstream::allowed_hosts;
 use crate::downstream::listener::{self, ConnectionLimits};
 use crate::metrics::Metrics;
@@ -70,20 +69,21 @@ pub struct Readiness {
     pub missing: Vec<String>,
 }
 
-/// Serve the admin routes on `listener` until `shutdown`, with `server`'s connection limits.
-/// Only requests whose `Host` is loopback, the listen address or one of
-/// `server.allowed_hosts` are answered (DNS rebinding); others get 403.
+/// Serve the admin routes on `listener` until `shutdown`, within `limits`. Only requests
+/// whose `Host` is loopback, the listen address or one of `extra_hosts`
+/// (`server.allowed_hosts`) are answered (DNS rebinding); others get 403.
 pub async fn serve_admin(
     listener: TcpListener,
     state: AdminState,
-    server: &ServerConfig,
+    limits: ConnectionLimits,
+    extra_hosts: Vec<String>,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let address = listener.local_addr()?;
-    let hosts: Arc<[String]> = allowed_hosts(address, &server.allowed_hosts).into();
+    let hosts: Arc<[String]> = allowed_hosts(address, &extra_hosts).into();
     let app = router(state).layer(axum::middleware::from_fn_with_state(hosts, require_allowed_host));
     tracing::info!(address = %address, "admin listening at http://{address}");
-    listener::serve(listener, app, ConnectionLimits::of(server), shutdown).await
+    listener::serve(listener, app, limits, shutdown).await
 }
 
 /// 403 unless the request's `Host` (port aside, or exactly `host:port`) is in `allowed`.
@@ -172,6 +172,7 @@ async fn status(State(state): State<AdminState>) -> Json<StatusBody> {
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
+    use std::time::Duration;
 
     use serde_json::{Value, json};
 
@@ -207,7 +208,8 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let shutdown = CancellationToken::new();
-        let server = tokio::spawn(serve_admin(listener, state, shutdown.clone()));
+        let limits = ConnectionLimits { max_connections: 16, header_read_timeout: Duration::from_secs(5) };
+        let server = tokio::spawn(serve_admin(listener, state, limits, Vec::new(), shutdown.clone()));
         Fixture { states, base, shutdown, server, metrics }
     }
 
@@ -298,5 +300,23 @@ mod tests {
         check(&[("docs", LinkState::Connecting, true)], &["docs"]);
         check(&[("docs", LinkState::Down, false)], &[]);
         check(&[("a", LinkState::Down, true), ("b", LinkState::Up, true), ("c", LinkState::Down, true)], &["a", "c"]);
+    }
+
+    #[test]
+    fn host_allowed_takes_names_with_or_without_port() {
+        let allowed: Vec<String> = ["localhost", "127.0.0.1", "::1", "admin.internal"].map(String::from).to_vec();
+        for (host, expected) in [
+            ("localhost", true),
+            ("LOCALHOST:9464", true),
+            ("127.0.0.1:1", true),
+            ("[::1]:9464", true),
+            ("admin.internal:80", true),
+            ("evil.example", false),
+            ("evil.example:9464", false),
+            ("localhost.evil.example", false),
+            ("", false),
+        ] {
+            assert_eq!(host_allowed(host, &allowed), expected, "{host}");
+        }
     }
 }
