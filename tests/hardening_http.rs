@@ -88,16 +88,31 @@ async fn get_and_delete_by_another_principal_answer_like_an_unknown_session() ->
 }
 
 /// A connection that sends half a request head is closed within `header_read_timeout`, on
-/// `/mcp` and on the admin listener.
+/// `/mcp` and on the admin listener — while a session's SSE stream, open longer than that,
+/// still delivers its notifications.
 #[tokio::test]
 async fn a_half_sent_request_is_closed_within_the_header_timeout() -> anyhow::Result<()> {
     let served = Served::start("header_read_timeout = \"1s\"\n").await?;
+    let session = served.open(ALICE).await?;
+    let reply = served.send(served.call(&session, "resources/subscribe", json!({"uri": served.uri("a.txt")}))).await?;
+    anyhow::ensure!(reply.message().is_some_and(|m| m["result"].is_object()), "subscribe: {reply:?}");
+    let mut stream = tokio::time::timeout(DEADLINE, served.request(reqwest::Method::GET, &session).send()).await??;
+    anyhow::ensure!(stream.status() == StatusCode::OK, "GET stream: {}", stream.status());
+    let started = tokio::time::Instant::now();
     for address in [served.mcp_address(), served.admin_address().await?] {
-        let mut stream = TcpStream::connect(&address).await?;
-        stream.write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: appl").await?;
+        let mut half = TcpStream::connect(&address).await?;
+        half.write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: appl").await?;
         let mut rest = Vec::new();
-        let closed = tokio::time::timeout(DEADLINE, stream.read_to_end(&mut rest)).await;
+        let closed = tokio::time::timeout(DEADLINE, half.read_to_end(&mut rest)).await;
         assert!(closed.is_ok(), "{address}: the half-open connection is still open after {DEADLINE:?}");
+    }
+    assert!(started.elapsed() >= Duration::from_secs(1), "the SSE stream has been open past the timeout");
+    std::fs::write(served.root.join("a.txt"), "changed")?;
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    let mut heard = String::new();
+    while !heard.contains("notifications/resources/updated") {
+        let chunk = tokio::time::timeout_at(deadline, stream.chunk()).await.context("no notification")??;
+        heard.push_str(&String::from_utf8_lossy(&chunk.context("the SSE stream ended")?));
     }
     Ok(())
 }

@@ -42,16 +42,15 @@ pub(super) async fn guard_sessions(State(gate): State<Gate>, request: Request, n
     let principal = request.extensions().get::<Principal>().map(|p| p.0.clone()).unwrap_or_default();
     let named = request.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let method = request.method().clone();
-    match &named {
-        Some(session) => match gate.book.owner(session) {
+    if let Some(session) = &named {
+        match gate.book.owner(session) {
             Some(owner) if *owner != *principal => {
                 tracing::debug!(principal = %principal, %method, "session of another principal refused");
                 return session_not_found();
             }
             Some(_) => gate.book.touch(session, None),
             None => {}
-        },
-        None => {}
+        }
     }
     let response = next.run(request).await;
     match named {
