@@ -5,13 +5,18 @@
 //! It knows nothing of the proxy's parts: it renders [`Metrics`] and asks the `status` closure
 //! of [`AdminState`] for a [`StatusReport`] on each `/readyz` and `/status` request.
 //!
+//! Like `/mcp`, it answers only requests whose `Host` is loopback, its own address or one of
+//! `server.allowed_hosts` (a DNS-rebinding page cannot read it), caps its connections and
+//! times out slow request heads (see [`crate::downstream::listener`]).
+//!
 //! Invariant: nothing here carries a principal's secret or a session id; `/status` shows what
 //! `last_error` texts upstream supervision chose to record (ours, not upstream internals).
 
 use std::sync::Arc;
 
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -19,6 +24,8 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::downstream::allowed_hosts;
+use crate::downstream::listener::{self, ConnectionLimits};
 use crate::metrics::Metrics;
 use crate::upstream::{Era, LinkState, UpstreamStatus};
 
@@ -62,11 +69,45 @@ pub struct Readiness {
     pub missing: Vec<String>,
 }
 
-/// Serve the admin routes on `listener` until `shutdown`.
-pub async fn serve_admin(listener: TcpListener, state: AdminState, shutdown: CancellationToken) -> std::io::Result<()> {
+/// Serve the admin routes on `listener` until `shutdown`, within `limits`. Only requests
+/// whose `Host` is loopback, the listen address or one of `extra_hosts`
+/// (`server.allowed_hosts`) are answered (DNS rebinding); others get 403.
+pub async fn serve_admin(
+    listener: TcpListener,
+    state: AdminState,
+    limits: ConnectionLimits,
+    extra_hosts: Vec<String>,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
     let address = listener.local_addr()?;
+    let hosts: Arc<[String]> = allowed_hosts(address, &extra_hosts).into();
+    let app = router(state).layer(axum::middleware::from_fn_with_state(hosts, require_allowed_host));
     tracing::info!(address = %address, "admin listening at http://{address}");
-    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown.cancelled_owned()).await
+    listener::serve(listener, app, limits, shutdown).await
+}
+
+/// 403 unless the request's `Host` (port aside, or exactly `host:port`) is in `allowed`.
+async fn require_allowed_host(State(allowed): State<Arc<[String]>>, request: Request, next: Next) -> Response {
+    let host = request.headers().get(header::HOST).and_then(|value| value.to_str().ok()).unwrap_or("");
+    if host_allowed(host, &allowed) {
+        return next.run(request).await;
+    }
+    tracing::warn!(host, "admin request with a disallowed Host refused (possible DNS rebinding)");
+    (StatusCode::FORBIDDEN, "Forbidden: Host header is not allowed\n").into_response()
+}
+
+/// Whether a `Host` header value names one of `allowed` (names or `name:port`).
+fn host_allowed(host: &str, allowed: &[String]) -> bool {
+    let host = host.trim().to_ascii_lowercase();
+    let name = match host.strip_prefix('[') {
+        Some(bracketed) => bracketed.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host.as_str(), |(name, port)| match port.parse::<u16>() {
+            Ok(_) => name,
+            Err(_) => host.as_str(),
+        }),
+    };
+    !name.is_empty()
+        && allowed.iter().any(|entry| entry.eq_ignore_ascii_case(name) || entry.eq_ignore_ascii_case(&host))
 }
 
 /// The admin routes, for embedding or testing without a listener.
@@ -131,6 +172,7 @@ async fn status(State(state): State<AdminState>) -> Json<StatusBody> {
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
+    use std::time::Duration;
 
     use serde_json::{Value, json};
 
@@ -166,7 +208,8 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let shutdown = CancellationToken::new();
-        let server = tokio::spawn(serve_admin(listener, state, shutdown.clone()));
+        let limits = ConnectionLimits { max_connections: 16, header_read_timeout: Duration::from_secs(5) };
+        let server = tokio::spawn(serve_admin(listener, state, limits, Vec::new(), shutdown.clone()));
         Fixture { states, base, shutdown, server, metrics }
     }
 
@@ -257,5 +300,23 @@ mod tests {
         check(&[("docs", LinkState::Connecting, true)], &["docs"]);
         check(&[("docs", LinkState::Down, false)], &[]);
         check(&[("a", LinkState::Down, true), ("b", LinkState::Up, true), ("c", LinkState::Down, true)], &["a", "c"]);
+    }
+
+    #[test]
+    fn host_allowed_takes_names_with_or_without_port() {
+        let allowed: Vec<String> = ["localhost", "127.0.0.1", "::1", "admin.internal"].map(String::from).to_vec();
+        for (host, expected) in [
+            ("localhost", true),
+            ("LOCALHOST:9464", true),
+            ("127.0.0.1:1", true),
+            ("[::1]:9464", true),
+            ("admin.internal:80", true),
+            ("evil.example", false),
+            ("evil.example:9464", false),
+            ("localhost.evil.example", false),
+            ("", false),
+        ] {
+            assert_eq!(host_allowed(host, &allowed), expected, "{host}");
+        }
     }
 }

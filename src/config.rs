@@ -14,7 +14,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -29,9 +28,11 @@ use crate::policy::PolicySet;
 
 mod access;
 mod cache;
+mod server;
 mod upstream;
 
 pub use self::cache::{CacheConfig, UpstreamCache, parse_size};
+pub use self::server::ServerConfig;
 pub use self::upstream::{redact_url, redact_urls_in};
 
 /// The validated configuration.
@@ -42,31 +43,6 @@ pub struct Config {
     pub auth: AuthConfig,
     pub policies: PoliciesConfig,
     pub cache: CacheConfig,
-}
-
-#[derive(Debug, Clone)]
-pub struct ServerConfig {
-    /// Streamable HTTP listener; the MCP endpoint is `/mcp`.
-    pub listen: SocketAddr,
-    /// The admin listener (`/metrics`, `/healthz`, `/readyz`, `/status`); `None` when "off".
-    pub admin_listen: Option<SocketAddr>,
-    /// Resources (and templates) per downstream list page.
-    pub page_size: usize,
-    /// Extra `Host` header values accepted besides loopback names and the listen address.
-    pub allowed_hosts: Vec<String>,
-    /// How long a legacy HTTP session holding no subscriptions may stay silent before it is
-    /// closed.
-    pub session_idle_timeout: Duration,
-    /// The same for a session holding subscriptions (quiet while it waits for notifications);
-    /// a bound for hosts that vanished without closing their session.
-    pub subscribed_session_idle_timeout: Duration,
-    /// Upstream list changes within this window reach hosts as one `list_changed`.
-    pub list_changed_debounce: Duration,
-    /// Log level (`error`, `warn`, `info`, `debug`, `trace`) unless `RUST_LOG` is set.
-    pub log_level: String,
-    /// How long `serve` waits for every upstream to connect before it answers hosts, so a
-    /// host's first list is complete. Upstreams still down after it join when they come up.
-    pub startup_wait: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -249,7 +225,7 @@ fn remove_at(value: &mut Value, path: &[String]) -> bool {
 #[derive(Debug, Deserialize, Default)]
 struct RawConfig {
     #[serde(default)]
-    server: RawServer,
+    server: server::RawServer,
     #[serde(default)]
     upstreams: Vec<RawUpstream>,
     #[serde(default)]
@@ -258,21 +234,6 @@ struct RawConfig {
     policies: access::RawPolicies,
     #[serde(default)]
     cache: cache::RawCache,
-    #[serde(flatten)]
-    unknown: BTreeMap<String, Value>,
-}
-
-#[derive(Debug, Deserialize, Default)]
-struct RawServer {
-    listen: Option<String>,
-    admin_listen: Option<String>,
-    page_size: Option<i64>,
-    allowed_hosts: Option<Vec<String>>,
-    session_idle_timeout: Option<String>,
-    subscribed_session_idle_timeout: Option<String>,
-    startup_wait: Option<String>,
-    list_changed_debounce: Option<String>,
-    log_level: Option<String>,
     #[serde(flatten)]
     unknown: BTreeMap<String, Value>,
 }
@@ -312,7 +273,7 @@ fn validate(
     problems: &mut Vec<Problem>,
 ) -> Config {
     report_unknown("", &raw.unknown, problems);
-    let server = validate_server(raw.server, problems);
+    let server = server::validate_server(raw.server, problems);
     let auth = access::validate_auth(raw.auth, server.listen, lookup, problems);
     let policies = access::validate_policies(raw.policies, base, problems);
     let cache = cache::validate_cache(raw.cache, problems);
@@ -324,60 +285,6 @@ fn validate(
         .filter_map(|(index, upstream)| validate_upstream(index, upstream, base, lookup, &mut seen, problems))
         .collect();
     Config { server, upstreams, auth, policies, cache }
-}
-
-fn validate_server(raw: RawServer, problems: &mut Vec<Problem>) -> ServerConfig {
-    report_unknown("server", &raw.unknown, problems);
-    let listen_text = raw.listen.unwrap_or_else(|| "127.0.0.1:8080".into());
-    let listen = listen_text.parse().unwrap_or_else(|_| {
-        push(problems, "server.listen", format!("`{listen_text}` is not an address like 127.0.0.1:8080"));
-        SocketAddr::from(([127, 0, 0, 1], 8080))
-    });
-    let admin_text = raw.admin_listen.unwrap_or_else(|| "127.0.0.1:9464".into());
-    let admin_listen = match admin_text.as_str() {
-        "off" => None,
-        text => Some(text.parse().unwrap_or_else(|_| {
-            push(
-                problems,
-                "server.admin_listen",
-                format!("`{text}` is not an address like 127.0.0.1:9464, or \"off\""),
-            );
-            SocketAddr::from(([127, 0, 0, 1], 9464))
-        })),
-    };
-    let page_size = match raw.page_size.unwrap_or(100) {
-        n @ 1..=10_000 => n as usize,
-        n => {
-            push(problems, "server.page_size", format!("{n} is outside 1..=10000"));
-            100
-        }
-    };
-    let session_idle_timeout =
-        duration(raw.session_idle_timeout.as_deref(), "1h", "server.session_idle_timeout", problems);
-    let subscribed_session_idle_timeout = duration(
-        raw.subscribed_session_idle_timeout.as_deref(),
-        "24h",
-        "server.subscribed_session_idle_timeout",
-        problems,
-    );
-    let startup_wait = duration(raw.startup_wait.as_deref(), "10s", "server.startup_wait", problems);
-    let log_level = raw.log_level.unwrap_or_else(|| "info".into());
-    if !["error", "warn", "info", "debug", "trace"].contains(&log_level.as_str()) {
-        push(problems, "server.log_level", format!("`{log_level}` is not one of error, warn, info, debug, trace"));
-    }
-    let list_changed_debounce =
-        duration(raw.list_changed_debounce.as_deref(), "100ms", "server.list_changed_debounce", problems);
-    ServerConfig {
-        listen,
-        admin_listen,
-        page_size,
-        allowed_hosts: raw.allowed_hosts.unwrap_or_default(),
-        session_idle_timeout,
-        subscribed_session_idle_timeout,
-        startup_wait,
-        list_changed_debounce,
-        log_level,
-    }
 }
 
 fn validate_upstream(

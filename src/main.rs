@@ -212,7 +212,9 @@ async fn serve(config: Config, stdio: bool, principal: String) -> anyhow::Result
                 move || proxy.status_report()
             }),
         };
-        tokio::spawn(admin::serve_admin(admin, state, shutdown.clone()));
+        let server = &proxy.config().server;
+        let limits = downstream::listener::ConnectionLimits::of(server);
+        tokio::spawn(admin::serve_admin(admin, state, limits, server.allowed_hosts.clone(), shutdown.clone()));
     }
     tokio::spawn(reload_on_hangup(proxy.clone()));
     if !proxy.wait_ready(startup_wait).await {

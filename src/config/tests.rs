@@ -277,3 +277,36 @@ fn policies_load_with_the_config_and_their_problems_join_the_others() {
     assert_eq!(found.len(), 2, "{found:#?}");
     assert!(found.iter().any(|f| f.contains("bad.toml: principals: names no principal")), "{found:#?}");
 }
+
+#[test]
+fn server_limits_have_defaults_and_every_bad_one_is_reported() {
+    let server = load("").unwrap().server;
+    assert_eq!(
+        (server.max_sessions, server.max_sessions_per_principal, server.max_subscriptions_per_session),
+        (10_000, 1_000, 1_000)
+    );
+    assert_eq!((server.max_connections, server.header_read_timeout), (1_024, Duration::from_secs(10)));
+    assert!(server.allowed_origins.is_empty());
+    let found = problems(
+        r#"
+        [server]
+        max_sessions = 0
+        max_sessions_per_principal = -1
+        max_subscriptions_per_session = 2000000
+        max_connections = 0
+        header_read_timeout = "0s"
+        allowed_origins = ["app.example.com", "null", "https://ok.example:443"]
+        "#,
+    );
+    for at in [
+        "server.max_sessions:",
+        "server.max_sessions_per_principal:",
+        "server.max_subscriptions_per_session:",
+        "server.max_connections:",
+        "server.header_read_timeout:",
+        "server.allowed_origins: `app.example.com`",
+    ] {
+        assert!(found.iter().any(|p| p.starts_with(at)), "{at} in {found:#?}");
+    }
+    assert_eq!(found.len(), 6, "{found:#?}");
+}

@@ -1,7 +1,12 @@
 //! Streamable HTTP at `/mcp`: legacy sessions (`Mcp-Session-Id`) and stateless 2026-07-28
 //! requests on one endpoint, behind [`crate::auth`]: every request is authenticated (or
 //! refused with 401) before rmcp sees it, and carries its [`crate::auth::Principal`] in the
-//! extensions of the `http::request::Parts` rmcp hands to the handler.
+//! extensions of the `http::request::Parts` rmcp hands to the handler. Inside that,
+//! [`super::gate`] admits legacy sessions and binds each to its principal.
+//!
+//! `Host` must be loopback, the listen address or one of `server.allowed_hosts`; a request
+//! with an `Origin` header must name one of `server.allowed_origins` (none by default: browser
+//! pages are refused, non-browser clients send no `Origin`) — both answered 403 by rmcp.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,6 +18,8 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::ProxyServer;
+use super::gate::{Gate, guard_sessions};
+use super::listener::{self, ConnectionLimits};
 use super::sessions::{SessionBook, reap};
 use crate::auth::{self, Authenticator};
 use crate::metrics::Transport;
@@ -31,7 +38,8 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     let mut sessions = LocalSessionManager::default();
     sessions.session_config = session_config;
     let sessions = Arc::new(sessions);
-    let book = Arc::new(SessionBook::default());
+    let metrics = proxy.metrics().clone();
+    let book = Arc::new(SessionBook::new(server.max_sessions, server.max_sessions_per_principal));
     tokio::spawn(reap(book.clone(), sessions.clone(), proxy.clone(), shutdown.clone()));
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(true)
@@ -40,23 +48,29 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
         // closed a connection per request). Listen streams still get SSE.
         .with_json_response(true)
         .with_allowed_hosts(allowed_hosts(local, &server.allowed_hosts))
+        .with_allowed_origins(server.allowed_origins.clone())
+        .enforce_origin_validation()
         .with_cancellation_token(shutdown.child_token());
     // rmcp builds one handler per legacy session and per stateless request, inside the request
     // the middleware authenticated: each handler belongs to that request's principal.
+    let gate = Gate { book: book.clone(), manager: sessions.clone(), metrics: metrics.clone() };
     let factory = move || {
         let principal = auth::current_principal().unwrap_or_else(|| auth::ANONYMOUS.to_string());
         Ok(ProxyServer::new(proxy.clone(), &principal, Transport::Http).with_session_book(book.clone()))
     };
     let service = StreamableHttpService::new(factory, sessions, config);
     let authenticator = Authenticator::new(&proxy_auth);
+    // Layers run outside in: authentication first, then the session gate.
     let app = axum::Router::new()
         .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state(gate, guard_sessions))
         .layer(axum::middleware::from_fn_with_state(authenticator, auth::require_principal));
     tracing::info!(address = %local, "serving MCP at http://{local}/mcp");
-    axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await
+    listener::serve(listener, app, ConnectionLimits::of(&server), shutdown).await
 }
 
-fn allowed_hosts(local: SocketAddr, extra: &[String]) -> Vec<String> {
+/// `Host` values a listener on `local` accepts: loopback names, its own address, `extra`.
+pub fn allowed_hosts(local: SocketAddr, extra: &[String]) -> Vec<String> {
     let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1"].map(String::from).to_vec();
     hosts.push(local.ip().to_string());
     hosts.extend(extra.iter().cloned());

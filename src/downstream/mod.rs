@@ -2,11 +2,14 @@
 //! in both protocol eras. It turns requests into [`Proxy`] calls and errors into the wire form;
 //! it decides nothing itself.
 
+mod gate;
 mod http;
+pub mod listener;
 mod outlets;
 mod sessions;
 
-use std::sync::{Arc, OnceLock};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use rmcp::model::{
@@ -17,7 +20,7 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, Peer, RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
 
-pub use self::http::serve_http;
+pub use self::http::{allowed_hosts, serve_http};
 use self::outlets::{ListenOutlet, SessionOutlet};
 use crate::error::ProxyError;
 use crate::fanout::{OutletInfo, OutletKind};
@@ -43,6 +46,9 @@ struct Session {
     proxy: Proxy,
     id: HolderId,
     _counted: Option<SessionGuard>,
+    /// The URIs this session subscribed, as the host wrote them; at most
+    /// `server.max_subscriptions_per_session`.
+    subscribed: Mutex<HashSet<String>>,
 }
 
 impl Drop for Session {
@@ -108,8 +114,10 @@ impl ProxyServer {
                     wants_list_changed: true,
                 };
                 let id = self.proxy.register_outlet(info, Arc::new(SessionOutlet(peer.clone())));
-                let counted = self.proxy.metrics().downstream_session(self.transport, Era::Legacy);
-                Session { proxy: self.proxy.clone(), id, _counted: Some(counted) }
+                // A legacy HTTP session is counted by the session book from `initialize` on.
+                let counted =
+                    self.book.is_none().then(|| self.proxy.metrics().downstream_session(self.transport, Era::Legacy));
+                Session { proxy: self.proxy.clone(), id, _counted: counted, subscribed: Mutex::default() }
             })
             .id
     }
@@ -205,7 +213,22 @@ impl ServerHandler for ProxyServer {
         let started = Instant::now();
         let holder = self.session(&context.peer);
         self.seen(&context.extensions);
-        self.record("resources/subscribe", started, self.proxy.subscribe(holder, &self.principal, &request.uri))
+        let session = self.session.get().expect("registered just above");
+        let mut subscribed = session.subscribed.lock().expect("subscribed lock");
+        let limit = self.proxy.config().server.max_subscriptions_per_session;
+        if !subscribed.contains(&request.uri) && subscribed.len() >= limit {
+            self.proxy.metrics().downstream_request("resources/subscribe", "over_limit", started.elapsed());
+            let message = format!(
+                "subscription limit reached: this session holds {limit} subscriptions \
+                 (server.max_subscriptions_per_session); unsubscribe from one first"
+            );
+            return Err(ErrorData::invalid_request(message, None));
+        }
+        let result = self.proxy.subscribe(holder, &self.principal, &request.uri);
+        if result.is_ok() {
+            subscribed.insert(request.uri.clone());
+        }
+        self.record("resources/subscribe", started, result)
     }
 
     async fn unsubscribe(
@@ -216,6 +239,9 @@ impl ServerHandler for ProxyServer {
         self.check_principal(&context.extensions)?;
         let started = Instant::now();
         let holder = self.session(&context.peer);
+        if let Some(session) = self.session.get() {
+            session.subscribed.lock().expect("subscribed lock").remove(&request.uri);
+        }
         self.record("resources/unsubscribe", started, self.proxy.unsubscribe(holder, &self.principal, &request.uri))
     }
 
@@ -225,7 +251,13 @@ impl ServerHandler for ProxyServer {
         accepted.resource_subscriptions = requested
             .resource_subscriptions
             .as_ref()
-            .map(|uris| self.proxy.subscribable(&self.principal, uris))
+            .map(|uris| {
+                // A listen stream holds at most `server.max_subscriptions_per_session` URIs;
+                // the accepted filter tells the host which.
+                let mut uris = self.proxy.subscribable(&self.principal, uris);
+                uris.truncate(self.proxy.config().server.max_subscriptions_per_session);
+                uris
+            })
             .filter(|uris| !uris.is_empty());
         Some(accepted)
     }
@@ -240,7 +272,8 @@ impl ServerHandler for ProxyServer {
         let holder = self.proxy.register_outlet(info, Arc::new(ListenOutlet(context.sink().clone())));
         // Released however this ends: returned, or dropped with its request.
         let counted = self.proxy.metrics().downstream_session(self.transport, Era::Modern);
-        let _held = Session { proxy: self.proxy.clone(), id: holder, _counted: Some(counted) };
+        let _held =
+            Session { proxy: self.proxy.clone(), id: holder, _counted: Some(counted), subscribed: Mutex::default() };
         self.proxy.metrics().downstream_request("subscriptions/listen", "ok", std::time::Duration::ZERO);
         for uri in accepted.resource_subscriptions.iter().flatten() {
             if let Err(error) = self.proxy.subscribe(holder, &self.principal, uri) {

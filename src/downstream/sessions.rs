@@ -1,8 +1,14 @@
 //! Legacy HTTP session upkeep. rmcp closes a session after its keep-alive passes without a
 //! request — even one that is subscribed and only waiting for notifications. The proxy turns
-//! that off and reaps sessions itself: one holding no subscriptions once it has been silent for
+//! that off and keeps its own book of sessions instead: [`super::gate`] enters each session as
+//! its `initialize` answer leaves (so a session that never says more is known too), and the
+//! reaper closes one holding no subscriptions once it has been silent for
 //! `server.session_idle_timeout`, a subscribed one after `server.subscribed_session_idle_timeout`
 //! (a bound for hosts that vanished without a word).
+//!
+//! Invariants: the book holds at most `server.max_sessions` sessions, at most
+//! `server.max_sessions_per_principal` of one principal; each entry carries the principal that
+//! opened it, and its count in `mcp_proxy_downstream_sessions` lives exactly as long as it does.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -12,27 +18,70 @@ use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use tokio_util::sync::CancellationToken;
 
+use crate::metrics::SessionGuard;
 use crate::proxy::Proxy;
 use crate::subscriptions::HolderId;
 
-/// When each legacy session last made a request, and its holder id once it has one.
-#[derive(Default)]
+/// The open legacy sessions: owner, last activity, holder id once it has one.
 pub(super) struct SessionBook {
     sessions: Mutex<HashMap<String, Seen>>,
+    max_sessions: usize,
+    max_per_principal: usize,
 }
 
 struct Seen {
+    principal: Arc<str>,
     last: Instant,
     holder: Option<HolderId>,
+    _counted: SessionGuard,
+}
+
+/// Why a new session was not admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum OverCap {
+    /// `server.max_sessions` sessions are open.
+    Total(usize),
+    /// The principal has `server.max_sessions_per_principal` sessions open.
+    Principal(usize),
 }
 
 impl SessionBook {
-    /// The session made a request.
+    pub fn new(max_sessions: usize, max_per_principal: usize) -> Self {
+        Self { sessions: Mutex::default(), max_sessions, max_per_principal }
+    }
+
+    /// Enter a session rmcp just opened for `principal`, unless that passes a cap.
+    pub fn admit(&self, session: &str, principal: &str, counted: SessionGuard) -> Result<(), OverCap> {
+        let mut sessions = self.sessions.lock().expect("sessions lock");
+        if sessions.len() >= self.max_sessions {
+            return Err(OverCap::Total(self.max_sessions));
+        }
+        let of_principal = sessions.values().filter(|seen| &*seen.principal == principal).count();
+        if of_principal >= self.max_per_principal {
+            return Err(OverCap::Principal(self.max_per_principal));
+        }
+        let seen = Seen { principal: principal.into(), last: Instant::now(), holder: None, _counted: counted };
+        sessions.insert(session.to_string(), seen);
+        Ok(())
+    }
+
+    /// The principal that opened `session`, if the book knows it.
+    pub fn owner(&self, session: &str) -> Option<Arc<str>> {
+        self.sessions.lock().expect("sessions lock").get(session).map(|seen| seen.principal.clone())
+    }
+
+    /// The session made a request (sessions the book does not know are ignored).
     pub fn touch(&self, session: &str, holder: Option<HolderId>) {
         let mut sessions = self.sessions.lock().expect("sessions lock");
-        let seen = sessions.entry(session.to_string()).or_insert(Seen { last: Instant::now(), holder: None });
-        seen.last = Instant::now();
-        seen.holder = seen.holder.or(holder);
+        if let Some(seen) = sessions.get_mut(session) {
+            seen.last = Instant::now();
+            seen.holder = seen.holder.or(holder);
+        }
+    }
+
+    /// The session ended; its count in the metric goes with it.
+    pub fn forget(&self, session: &str) {
+        self.sessions.lock().expect("sessions lock").remove(session);
     }
 
     /// Sessions due to be closed now.
@@ -47,10 +96,6 @@ impl SessionBook {
             })
             .map(|(id, _)| id.clone())
             .collect()
-    }
-
-    fn forget(&self, session: &str) {
-        self.sessions.lock().expect("sessions lock").remove(session);
     }
 }
 

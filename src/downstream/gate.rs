@@ -1,0 +1,97 @@
+//! The session gate: an axum middleware between [`crate::auth`] and rmcp's streamable HTTP
+//! service that owns the legacy sessions' admission and ownership.
+//!
+//! - A request naming a session (`Mcp-Session-Id`) that another principal opened gets the
+//!   same `404 Not Found: Session not found` as an unknown session — POST, GET (the SSE
+//!   stream) and DELETE alike — so a leaked id is worth nothing to anyone else.
+//! - A response that opens a session (rmcp's answer to `initialize` carries a new
+//!   `Mcp-Session-Id`) enters it in the [`SessionBook`]; past `server.max_sessions` or
+//!   `server.max_sessions_per_principal` the session is closed again at once and the host gets
+//!   `503 Service Unavailable` with a plain-text reason and `Retry-After`.
+//! - `DELETE` of a session answers `204 No Content` (rmcp says 202, which SDKs report as a
+//!   failed termination) and leaves the book.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http::header::{CONTENT_TYPE, RETRY_AFTER};
+use http::{Method, StatusCode};
+use rmcp::transport::streamable_http_server::session::SessionManager;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+
+use super::sessions::{OverCap, SessionBook};
+use crate::auth::Principal;
+use crate::metrics::{Metrics, Transport};
+use crate::upstream::Era;
+
+const SESSION_HEADER: &str = "mcp-session-id";
+
+/// What the gate works with; a cheap `Clone` for the middleware state.
+#[derive(Clone)]
+pub(super) struct Gate {
+    pub book: Arc<SessionBook>,
+    pub manager: Arc<LocalSessionManager>,
+    pub metrics: Metrics,
+}
+
+/// The middleware: `axum::middleware::from_fn_with_state(gate, guard_sessions)`, inside the
+/// authentication layer (it reads the [`Principal`] that layer put in).
+pub(super) async fn guard_sessions(State(gate): State<Gate>, request: Request, next: Next) -> Response {
+    let principal = request.extensions().get::<Principal>().map(|p| p.0.clone()).unwrap_or_default();
+    let named = request.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let method = request.method().clone();
+    if let Some(session) = &named {
+        match gate.book.owner(session) {
+            Some(owner) if *owner != *principal => {
+                tracing::debug!(principal = %principal, %method, "session of another principal refused");
+                return session_not_found();
+            }
+            Some(_) => gate.book.touch(session, None),
+            None => {}
+        }
+    }
+    let response = next.run(request).await;
+    match named {
+        Some(session) if method == Method::DELETE => ended(&gate, &session, response),
+        Some(_) => response,
+        None => admit(&gate, &principal, response).await,
+    }
+}
+
+/// A response that opened a session: enter it, or close it again over a cap.
+async fn admit(gate: &Gate, principal: &str, response: Response) -> Response {
+    let Some(session) = response.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
+        return response;
+    };
+    let session = session.to_owned();
+    let counted = gate.metrics.downstream_session(Transport::Http, Era::Legacy);
+    let Err(over) = gate.book.admit(&session, principal, counted) else { return response };
+    tracing::warn!(principal = %principal, limit = ?over, "session refused: over the session limit");
+    let _ = gate.manager.close_session(&Arc::from(session.as_str())).await;
+    let reason = match over {
+        OverCap::Total(n) => format!("too many sessions: the proxy holds its limit of {n} (server.max_sessions)"),
+        OverCap::Principal(n) => {
+            format!("too many sessions for this principal: limit {n} (server.max_sessions_per_principal)")
+        }
+    };
+    let headers = [(CONTENT_TYPE, "text/plain; charset=utf-8"), (RETRY_AFTER, "10")];
+    let body = format!("Service Unavailable: {reason}; close an unused session (DELETE) or retry later\n");
+    (StatusCode::SERVICE_UNAVAILABLE, headers, body).into_response()
+}
+
+/// A `DELETE` went through: the session left the book; answer 204 for rmcp's 202.
+fn ended(gate: &Gate, session: &str, mut response: Response) -> Response {
+    if response.status().is_success() {
+        gate.book.forget(session);
+        *response.status_mut() = StatusCode::NO_CONTENT;
+        *response.body_mut() = axum::body::Body::empty();
+    }
+    response
+}
+
+/// rmcp's own answer for an unknown session, word for word.
+fn session_not_found() -> Response {
+    (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response()
+}
