@@ -66,6 +66,9 @@ pub struct Readiness {
 pub async fn serve_admin(listener: TcpListener, state: AdminState, shutdown: CancellationToken) -> std::io::Result<()> {
     let address = listener.local_addr()?;
     tracing::info!(address = %address, "admin listening at http://{address}");
+    let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
+        let _ = stream.set_nodelay(true);
+    });
     axum::serve(listener, router(state)).with_graceful_shutdown(shutdown.cancelled_owned()).await
 }
 

@@ -6,6 +6,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use axum::serve::ListenerExt;
 use rmcp::transport::StreamableHttpServerConfig;
 use rmcp::transport::streamable_http_server::StreamableHttpService;
 use rmcp::transport::streamable_http_server::session::local::{LocalSessionManager, SessionConfig};
@@ -53,6 +54,11 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
         .nest_service("/mcp", service)
         .layer(axum::middleware::from_fn_with_state(authenticator, auth::require_principal));
     tracing::info!(address = %local, "serving MCP at http://{local}/mcp");
+    // Replies (SSE bodies above all) go out in several writes: without TCP_NODELAY each one
+    // after the first waits for the host's delayed ACK (~40 ms).
+    let listener = listener.tap_io(|stream| {
+        let _ = stream.set_nodelay(true);
+    });
     axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await
 }
 
