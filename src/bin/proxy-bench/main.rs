@@ -21,8 +21,11 @@
 mod catalog;
 mod clients;
 mod fanout;
+mod matrix;
 mod memory;
+mod peers;
 mod processes;
+mod raw;
 mod read_latency;
 mod report;
 mod throughput;
@@ -67,6 +70,7 @@ enum ClientEra {
 enum Scenario {
     ReadLatency,
     Throughput,
+    Matrix,
     Catalog,
     Fanout,
     Memory,
@@ -120,7 +124,14 @@ fn main() -> ExitCode {
 async fn run(scenario: Scenario, options: &Options) -> Vec<Report> {
     let chosen: Vec<Scenario> = match (scenario, options.target.is_some()) {
         (Scenario::All, false) => {
-            vec![Scenario::ReadLatency, Scenario::Throughput, Scenario::Catalog, Scenario::Fanout, Scenario::Memory]
+            vec![
+                Scenario::Matrix,
+                Scenario::ReadLatency,
+                Scenario::Throughput,
+                Scenario::Catalog,
+                Scenario::Fanout,
+                Scenario::Memory,
+            ]
         }
         (Scenario::All, true) => vec![Scenario::ReadLatency, Scenario::Throughput],
         (one, _) => vec![one],
@@ -132,6 +143,7 @@ async fn run(scenario: Scenario, options: &Options) -> Vec<Report> {
         let result = match scenario {
             Scenario::ReadLatency => read_latency::run(options).await,
             Scenario::Throughput => throughput::run(options).await,
+            Scenario::Matrix => matrix::run(options).await,
             Scenario::Catalog => catalog::run(options).await,
             Scenario::Fanout => fanout::run(options).await,
             Scenario::Memory => memory::run(options).await,
