@@ -5,15 +5,17 @@
 //!
 //! ```text
 //! cargo build --release --bins
-//! cargo run --release --bin proxy-bench -- <read-latency|throughput|catalog|fanout|memory|all> \
+//! cargo run --release --bin proxy-bench -- <matrix|read-latency|throughput|catalog|fanout|memory|all> \
 //!     [--json] [--quick] [--target URL --uri URI]
 //! ```
 //!
 //! Modules:
 //! - `processes`: spawning the fixture and the proxy, temp configs, `/proc` CPU and RSS.
 //! - `clients`: connecting rmcp clients, timing operations at a concurrency, percentiles.
+//! - `raw`: a raw HTTP/1.1 MCP client (2025 session with SSE replies; 2026-07-28 stateless).
+//! - `peers`: server-everything and npm `mcp-proxy` from `.peers/` (`.ci/install-bench-peers.sh`).
 //! - `report`: the figures of one scenario and their Markdown / JSON rendering.
-//! - `read_latency`, `throughput`, `catalog`, `fanout`, `memory`: one scenario each.
+//! - `matrix`, `read_latency`, `throughput`, `catalog`, `fanout`, `memory`: one scenario each.
 //!
 //! Every figure of a scenario is measured in the same run, side by side; on a shared machine the
 //! ratios, medians and p99s are what to compare, not single absolute times.
