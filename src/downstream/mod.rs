@@ -9,7 +9,7 @@ mod outlets;
 mod sessions;
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 use std::time::Instant;
 
 use rmcp::model::{
@@ -28,6 +28,20 @@ use crate::metrics::{SessionGuard, Transport};
 use crate::proxy::{Proxy, ReadAnswer};
 use crate::subscriptions::HolderId;
 use crate::upstream::Era;
+
+/// What the proxy tells hosts about itself; the same for every host.
+static SERVER_INFO: LazyLock<ServerConfig> = LazyLock::new(|| {
+    let capabilities = ServerCapabilities::builder()
+        .enable_resources()
+        .enable_resources_subscribe()
+        .enable_resources_list_changed()
+        .build();
+    ServerConfig::new(capabilities)
+        .with_server_info(Implementation::new(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")))
+        .with_instructions(
+            "Resources of several MCP servers, each URI prefixed with its server's name and '+' (docs+file:///a.md).",
+        )
+});
 
 /// One per legacy session, per stateless 2026-07-28 request, or per stdio host. Cloning gives a
 /// new one with no session: the HTTP service clones a template for every session and request.
@@ -124,17 +138,10 @@ impl ProxyServer {
 }
 
 impl ServerHandler for ProxyServer {
+    /// rmcp asks for this on every request (and builds a stateless request's service with it):
+    /// it is built once and cloned.
     fn get_info(&self) -> ServerConfig {
-        let capabilities = ServerCapabilities::builder()
-            .enable_resources()
-            .enable_resources_subscribe()
-            .enable_resources_list_changed()
-            .build();
-        ServerConfig::new(capabilities)
-            .with_server_info(Implementation::new(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")))
-            .with_instructions(
-                "Resources of several MCP servers, each URI prefixed with its server's name and '+' (docs+file:///a.md).",
-            )
+        SERVER_INFO.clone()
     }
 
     async fn list_resources(

@@ -124,6 +124,10 @@ async fn serve_http(
     }
     tracing::debug!(%url, "serving streamable HTTP");
     tokio::spawn(async move {
+        // Without TCP_NODELAY a legacy session's SSE replies stall on Nagle meeting delayed ACK.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |socket| {
+            let _ = socket.set_nodelay(true);
+        });
         let served = axum::serve(listener, router).with_graceful_shutdown(shutdown.cancelled_owned()).await;
         if let Err(error) = served {
             tracing::error!(error = %error, "http server failed");

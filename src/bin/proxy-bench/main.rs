@@ -5,15 +5,17 @@
 //!
 //! ```text
 //! cargo build --release --bins
-//! cargo run --release --bin proxy-bench -- <read-latency|throughput|catalog|fanout|memory|all> \
+//! cargo run --release --bin proxy-bench -- <matrix|read-latency|throughput|catalog|fanout|memory|all> \
 //!     [--json] [--quick] [--target URL --uri URI]
 //! ```
 //!
 //! Modules:
 //! - `processes`: spawning the fixture and the proxy, temp configs, `/proc` CPU and RSS.
 //! - `clients`: connecting rmcp clients, timing operations at a concurrency, percentiles.
+//! - `raw`: a raw HTTP/1.1 MCP client (2025 session with SSE replies; 2026-07-28 stateless).
+//! - `peers`: server-everything and npm `mcp-proxy` from `.peers/` (`.ci/install-bench-peers.sh`).
 //! - `report`: the figures of one scenario and their Markdown / JSON rendering.
-//! - `read_latency`, `throughput`, `catalog`, `fanout`, `memory`: one scenario each.
+//! - `matrix`, `read_latency`, `throughput`, `catalog`, `fanout`, `memory`: one scenario each.
 //!
 //! Every figure of a scenario is measured in the same run, side by side; on a shared machine the
 //! ratios, medians and p99s are what to compare, not single absolute times.
@@ -21,8 +23,11 @@
 mod catalog;
 mod clients;
 mod fanout;
+mod matrix;
 mod memory;
+mod peers;
 mod processes;
+mod raw;
 mod read_latency;
 mod report;
 mod throughput;
@@ -67,6 +72,7 @@ enum ClientEra {
 enum Scenario {
     ReadLatency,
     Throughput,
+    Matrix,
     Catalog,
     Fanout,
     Memory,
@@ -120,7 +126,14 @@ fn main() -> ExitCode {
 async fn run(scenario: Scenario, options: &Options) -> Vec<Report> {
     let chosen: Vec<Scenario> = match (scenario, options.target.is_some()) {
         (Scenario::All, false) => {
-            vec![Scenario::ReadLatency, Scenario::Throughput, Scenario::Catalog, Scenario::Fanout, Scenario::Memory]
+            vec![
+                Scenario::Matrix,
+                Scenario::ReadLatency,
+                Scenario::Throughput,
+                Scenario::Catalog,
+                Scenario::Fanout,
+                Scenario::Memory,
+            ]
         }
         (Scenario::All, true) => vec![Scenario::ReadLatency, Scenario::Throughput],
         (one, _) => vec![one],
@@ -132,6 +145,7 @@ async fn run(scenario: Scenario, options: &Options) -> Vec<Report> {
         let result = match scenario {
             Scenario::ReadLatency => read_latency::run(options).await,
             Scenario::Throughput => throughput::run(options).await,
+            Scenario::Matrix => matrix::run(options).await,
             Scenario::Catalog => catalog::run(options).await,
             Scenario::Fanout => fanout::run(options).await,
             Scenario::Memory => memory::run(options).await,

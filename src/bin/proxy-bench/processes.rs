@@ -67,6 +67,10 @@ impl Fixture {
         let url = line.trim().strip_prefix("LISTENING ").with_context(|| format!("fixture said {line:?}"))?.to_owned();
         Ok(Self { url, _child: child })
     }
+
+    pub fn pid(&self) -> anyhow::Result<u32> {
+        self._child.id().context("the fixture has exited")
+    }
 }
 
 impl ProxyProcess {
@@ -77,7 +81,7 @@ impl ProxyProcess {
         let path = dir.path.join("config.toml");
         std::fs::write(&path, config).context("write proxy config")?;
         let spawned = Instant::now();
-        let mut child = Command::new(sibling("mcp-resource-proxy")?)
+        let mut child = Command::new(proxy_binary()?)
             .args(["--log-format", "json", "serve", "--listen", "127.0.0.1:0", "--admin-listen", "off", "--config"])
             .arg(&path)
             .env("RUST_LOG", "warn,mcp_resource_proxy::downstream=info")
@@ -123,6 +127,14 @@ pub fn sibling(name: &str) -> anyhow::Result<PathBuf> {
         bail!("{} not found: run `cargo build --release --bins` first", path.display());
     }
     Ok(path)
+}
+
+/// The proxy under test: `PROXY_BENCH_PROXY` when set (to compare builds), else the sibling.
+fn proxy_binary() -> anyhow::Result<PathBuf> {
+    match std::env::var_os("PROXY_BENCH_PROXY") {
+        Some(path) => Ok(PathBuf::from(path)),
+        None => sibling("mcp-resource-proxy"),
+    }
 }
 
 /// A TOML string literal.

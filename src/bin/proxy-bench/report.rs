@@ -12,6 +12,8 @@ pub struct Report {
     pub scenario: String,
     pub rows: Vec<Row>,
     pub notes: Vec<String>,
+    /// A preformatted Markdown table shown after the rows (e.g. the `matrix` scenario's grid).
+    pub table: Option<String>,
     /// Set when the scenario could not run to the end.
     pub error: Option<String>,
 }
@@ -29,6 +31,7 @@ pub struct Row {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unit {
     Millis,
+    Micros,
     Seconds,
     Ratio,
     PerSecond,
@@ -46,7 +49,7 @@ pub enum Target {
 
 impl Report {
     pub fn new(scenario: &str) -> Self {
-        Self { scenario: scenario.to_owned(), rows: Vec::new(), notes: Vec::new(), error: None }
+        Self { scenario: scenario.to_owned(), rows: Vec::new(), notes: Vec::new(), table: None, error: None }
     }
 
     /// A scenario that stopped with `error`.
@@ -94,6 +97,9 @@ impl Report {
                 None => "",
             };
             let _ = writeln!(out, "| {} | {} | {target} | {met} |", row.figure, row.unit.show(row.value));
+        }
+        if let Some(table) = &self.table {
+            let _ = write!(out, "\n{table}");
         }
         for note in &self.notes {
             let _ = writeln!(out, "\n- {note}");
@@ -147,6 +153,7 @@ impl Unit {
     pub fn show(self, value: f64) -> String {
         match self {
             Unit::Millis => format!("{value:.3} ms"),
+            Unit::Micros => format!("{value:.0} µs"),
             Unit::Seconds => format!("{value:.2} s"),
             Unit::Ratio => format!("{value:.2}×"),
             Unit::PerSecond => format!("{value:.0}/s"),
@@ -159,6 +166,7 @@ impl Unit {
     fn label(self) -> &'static str {
         match self {
             Unit::Millis => "ms",
+            Unit::Micros => "us",
             Unit::Seconds => "s",
             Unit::Ratio => "ratio",
             Unit::PerSecond => "per_second",

@@ -1,0 +1,275 @@
+//! Scenario `matrix`: `resources/read` for every host era (2025 session with SSE replies;
+//! 2026-07-28 stateless) × upstream kind (the rmcp fixture over HTTP; npm server-everything over
+//! HTTP; server-everything over stdio, spawned by the proxy) × hit/miss, next to each HTTP
+//! upstream read directly and next to npm `mcp-proxy` in front of server-everything (stdio) —
+//! all in one run, in interleaved rounds, with the raw clients of `raw`.
+//!
+//! Per cell: p50/p99 at concurrency 1, p50/p99 and requests per second at concurrency 8, and the
+//! CPU the answering process (the proxy; the server itself when direct) used per request, from
+//! `/proc/<pid>/stat` (utime + stime) over the timed phases. The load generator's own CPU per
+//! request is shown too: it shares the two cores.
+//!
+//! Invariant: a hit cell's proxy has the entry warm before timing (every client reads first),
+//! and every timed reply is parsed (see `raw`).
+
+use std::time::{Duration, Instant};
+
+use futures::future::try_join_all;
+
+use crate::Options;
+use crate::peers::{PeerProcess, everything_entry};
+use crate::processes::{self, Fixture, ProxyProcess, UPSTREAM_TTL_MS, http_upstream, toml_string};
+use crate::raw::{HostEra, RawClient};
+use crate::report::{Report, Target, Unit};
+
+const CONCURRENCY: usize = 8;
+const FIXTURE_URI: &str = "fx://fx/item/1";
+const EVERYTHING_URI: &str = "demo://resource/dynamic/text/1";
+
+/// What answers a cell's reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Via {
+    Direct,
+    Hit,
+    Miss,
+    /// npm `mcp-proxy`.
+    Other,
+}
+
+/// One timed combination.
+struct Cell {
+    upstream: &'static str,
+    via: Via,
+    era: HostEra,
+    uri: String,
+    pid: u32,
+    clients: Vec<RawClient>,
+    tally: Tally,
+}
+
+#[derive(Default)]
+struct Tally {
+    c1: Vec<Duration>,
+    c8: Vec<Duration>,
+    c8_elapsed: Duration,
+    server_cpu: f64,
+    bench_cpu: f64,
+    requests: usize,
+}
+
+/// Everything started for the run; dropped (killed) at the end.
+struct Setup {
+    fixture: Fixture,
+    everything: PeerProcess,
+    other: PeerProcess,
+    hit: ProxyProcess,
+    miss: ProxyProcess,
+}
+
+pub async fn run(options: &Options) -> anyhow::Result<Report> {
+    let mut report = Report::new("matrix");
+    let setup = start().await?;
+    let mut cells = Vec::new();
+    for era in [HostEra::Y2025, HostEra::Y2026] {
+        for spec in specs(&setup, era)? {
+            cells.push(connect(spec, era).await?);
+        }
+    }
+    let (rounds, each, slice) = match options.quick {
+        true => (2, 150, Duration::from_millis(600)),
+        false => (4, 400, Duration::from_millis(1500)),
+    };
+    for round in 0..rounds {
+        eprintln!("matrix: round {}/{rounds}", round + 1);
+        for cell in &mut cells {
+            let what = format!("{} {} {}", cell.era.label(), cell.upstream, cell.via.label());
+            time_cell(cell, each, slice).await.map_err(|e| e.context(what))?;
+        }
+    }
+    summarise(&cells, &mut report);
+    report.note(format!(
+        "{rounds} interleaved rounds; per round and cell {each} reads at c=1 and {} s at c={CONCURRENCY}; raw HTTP/1.1 keep-alive clients; 2025 = initialize + Mcp-Session-Id, SSE replies parsed; 2026 = stateless with protocol `_meta`",
+        slice.as_secs_f64()
+    ));
+    report.note("upstreams: fx = the rmcp fixture over HTTP (1 KiB text, ttlMs 1 h); ev = npm server-everything over HTTP; evs = server-everything over stdio, spawned by the proxy; mcp-proxy = npm mcp-proxy (pinned in .ci/install-bench-peers.sh) in front of server-everything over stdio (no cache: compare with miss)");
+    report.note("CPU/req = utime + stime of the answering process (the proxy, or the server when direct) over the timed phases / requests; bench CPU/req = the load generator's");
+    drop(setup);
+    Ok(report)
+}
+
+async fn start() -> anyhow::Result<Setup> {
+    let fixture = Fixture::spawn(&["--text-bytes", "1024", "--resources", "16", "--ttl-ms", UPSTREAM_TTL_MS]).await?;
+    let everything = PeerProcess::everything_http().await?;
+    let other = PeerProcess::mcp_proxy_over_everything().await?;
+    let stdio = format!(
+        "[[upstreams]]\nname = \"evs\"\ncommand = \"node\"\nargs = [{}, \"stdio\"]\n\n",
+        toml_string(&everything_entry()?)
+    );
+    let upstreams = format!("{}{}{stdio}", http_upstream("fx", &fixture.url), http_upstream("ev", &everything.url));
+    let hit = ProxyProcess::start(&upstreams).await?;
+    let miss = ProxyProcess::start(&format!("{upstreams}[cache]\nenabled = false\n")).await?;
+    Ok(Setup { fixture, everything, other, hit, miss })
+}
+
+/// A cell to connect: (upstream, via, url, uri, pid of the answering process).
+type Spec = (&'static str, Via, String, String, u32);
+
+/// Every cell for `era`.
+fn specs(setup: &Setup, era: HostEra) -> anyhow::Result<Vec<Spec>> {
+    let (hit, miss) = (setup.hit.pid()?, setup.miss.pid()?);
+    let mut specs = vec![
+        ("fx", Via::Hit, setup.hit.url.clone(), format!("fx+{FIXTURE_URI}"), hit),
+        ("fx", Via::Miss, setup.miss.url.clone(), format!("fx+{FIXTURE_URI}"), miss),
+        ("ev", Via::Direct, setup.everything.url.clone(), EVERYTHING_URI.to_owned(), setup.everything.pid),
+        ("ev", Via::Hit, setup.hit.url.clone(), format!("ev+{EVERYTHING_URI}"), hit),
+        ("ev", Via::Miss, setup.miss.url.clone(), format!("ev+{EVERYTHING_URI}"), miss),
+        ("evs", Via::Hit, setup.hit.url.clone(), format!("evs+{EVERYTHING_URI}"), hit),
+        ("evs", Via::Miss, setup.miss.url.clone(), format!("evs+{EVERYTHING_URI}"), miss),
+        ("evs", Via::Other, setup.other.url.clone(), EVERYTHING_URI.to_owned(), setup.other.pid),
+    ];
+    specs.insert(0, ("fx", Via::Direct, setup.fixture.url.clone(), FIXTURE_URI.to_owned(), setup.fixture.pid()?));
+    // The fixture speaks both eras; server-everything only the 2025 one.
+    if era == HostEra::Y2026 {
+        specs.retain(|spec| !(spec.0 == "ev" && spec.1 == Via::Direct));
+    }
+    Ok(specs)
+}
+
+async fn connect((upstream, via, url, uri, pid): Spec, era: HostEra) -> anyhow::Result<Cell> {
+    let clients = try_join_all((0..CONCURRENCY).map(|_| RawClient::connect(&url, era))).await?;
+    let mut cell = Cell { upstream, via, era, uri, pid, clients, tally: Tally::default() };
+    // Warm: fills the hit proxy's cache, node's JIT, and checks the URI reads at all.
+    for client in &mut cell.clients {
+        for _ in 0..5 {
+            client.read(&cell.uri).await.map_err(|e| e.context(format!("{} {:?} {}", upstream, via, era.label())))?;
+        }
+    }
+    Ok(cell)
+}
+
+/// One round of one cell: `each` reads at c=1, then `slice` at c=8.
+async fn time_cell(cell: &mut Cell, each: usize, slice: Duration) -> anyhow::Result<()> {
+    let me = std::process::id();
+    let (server_before, bench_before) = (processes::cpu_seconds(cell.pid)?, processes::cpu_seconds(me)?);
+    let uri = cell.uri.clone();
+    let first = &mut cell.clients[0];
+    for _ in 0..each {
+        let started = Instant::now();
+        first.read(&uri).await?;
+        cell.tally.c1.push(started.elapsed());
+    }
+    let started = Instant::now();
+    let until = started + slice;
+    let per_client = cell.clients.iter_mut().map(|client| {
+        let uri = uri.clone();
+        async move {
+            let mut samples = Vec::new();
+            while Instant::now() < until {
+                let started = Instant::now();
+                client.read(&uri).await?;
+                samples.push(started.elapsed());
+            }
+            anyhow::Ok(samples)
+        }
+    });
+    let samples: Vec<Duration> = try_join_all(per_client).await?.into_iter().flatten().collect();
+    cell.tally.c8_elapsed += started.elapsed();
+    cell.tally.requests += each + samples.len();
+    cell.tally.c8.extend(samples);
+    cell.tally.server_cpu += processes::cpu_seconds(cell.pid)? - server_before;
+    cell.tally.bench_cpu += processes::cpu_seconds(me)? - bench_before;
+    Ok(())
+}
+
+impl Via {
+    fn label(self) -> &'static str {
+        match self {
+            Via::Direct => "direct",
+            Via::Hit => "proxy hit",
+            Via::Miss => "proxy miss",
+            Via::Other => "mcp-proxy (npm)",
+        }
+    }
+}
+
+impl Tally {
+    fn rate(&self) -> f64 {
+        self.c8.len() as f64 / self.c8_elapsed.as_secs_f64().max(1e-9)
+    }
+
+    fn per_request_us(&self, cpu: f64) -> f64 {
+        cpu / self.requests.max(1) as f64 * 1e6
+    }
+}
+
+fn ms(value: Duration) -> String {
+    format!("{:.3}", value.as_secs_f64() * 1e3)
+}
+
+fn ratio(numerator: Duration, denominator: Duration) -> f64 {
+    numerator.as_secs_f64() / denominator.as_secs_f64().max(1e-9)
+}
+
+/// The grid, and the targets as checked rows.
+fn summarise(cells: &[Cell], report: &mut Report) {
+    let mut table = String::from(
+        "| host era | upstream | via | c=1 p50 ms | c=1 p99 ms | c=8 p50 ms | c=8 p99 ms | c=8 req/s | CPU/req µs | bench CPU/req µs |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for cell in cells {
+        let (c1, c8) = (p50_p99(&cell.tally.c1), p50_p99(&cell.tally.c8));
+        table.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.0} | {:.0} |\n",
+            cell.era.label(),
+            cell.upstream,
+            cell.via.label(),
+            ms(c1.0),
+            ms(c1.1),
+            ms(c8.0),
+            ms(c8.1),
+            cell.tally.rate(),
+            cell.tally.per_request_us(cell.tally.server_cpu),
+            cell.tally.per_request_us(cell.tally.bench_cpu),
+        ));
+    }
+    report.table = Some(table);
+    let find = |upstream: &str, via: Via, era: HostEra| {
+        cells.iter().find(|c| c.upstream == upstream && c.via == via && c.era == era).map(|c| &c.tally)
+    };
+    let Some(direct) = find("ev", Via::Direct, HostEra::Y2025) else { return };
+    let (d1, d8) = (p50_p99(&direct.c1).0, p50_p99(&direct.c8).0);
+    for era in [HostEra::Y2025, HostEra::Y2026] {
+        let name = era.label();
+        if let Some(hit) = find("ev", Via::Hit, era) {
+            let (h1, h8) = (p50_p99(&hit.c1).0, p50_p99(&hit.c8).0);
+            report.check(format!("{name}: ev hit / direct p50, c=1"), ratio(h1, d1), Unit::Ratio, Target::AtMost(0.5));
+            report.check(format!("{name}: ev hit / direct p50, c=8"), ratio(h8, d8), Unit::Ratio, Target::AtMost(0.5));
+            let rate = hit.rate() / direct.rate().max(1e-9);
+            report.check(format!("{name}: ev hit / direct req/s, c=8"), rate, Unit::Ratio, Target::AtLeast(2.0));
+            let cpu = hit.per_request_us(hit.server_cpu);
+            report.check(format!("{name}: proxy CPU per ev hit"), cpu, Unit::Micros, Target::AtMost(50.0));
+        }
+        if let Some(miss) = find("ev", Via::Miss, era) {
+            let m1 = p50_p99(&miss.c1).0;
+            report.check(
+                format!("{name}: ev miss / direct p50, c=1"),
+                ratio(m1, d1),
+                Unit::Ratio,
+                Target::AtMost(1.25),
+            );
+        }
+        if let Some(hit) = find("fx", Via::Hit, era) {
+            report.check(
+                format!("{name}: fx hits per second, c=8"),
+                hit.rate(),
+                Unit::PerSecond,
+                Target::AtLeast(20_000.0),
+            );
+        }
+    }
+}
+
+/// (p50, p99), nearest rank.
+fn p50_p99(samples: &[Duration]) -> (Duration, Duration) {
+    let p = crate::clients::Percentiles::of(samples.to_vec());
+    (p.p50, p.p99)
+}
