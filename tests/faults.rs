@@ -22,6 +22,13 @@ use serde_json::Value;
 const UPSTREAM_TIMEOUT: &str = "4s";
 const LIMITS: &str = "max_response_bytes = \"64KiB\"\nrequest_timeout = \"4s\"\nrequired = false";
 
+/// [`LIMITS`] for the upstreams whose every fault must be placed. A stdio reply with a wrong id
+/// can be blamed only when exactly one request waits upstream, so nothing else may be in flight:
+/// no health pings, and no cache subscriptions (a failed read's hold is released by an
+/// `unsubscribe` that may still be on its way while the next read waits).
+const QUIET_LIMITS: &str = "max_response_bytes = \"64KiB\"\nrequest_timeout = \"4s\"\nrequired = false\n\
+    health_interval = \"1h\"\n[upstreams.cache]\nenabled = false";
+
 async fn read(client: &FixtureClient, uri: &str) -> Result<Vec<ResourceContents>, ServiceError> {
     client.read_resource(ReadResourceRequestParams::new(uri)).await.map(|r| r.contents)
 }
@@ -102,11 +109,11 @@ async fn each_faulty_reply_fails_only_its_read_and_the_upstream_stays() -> anyho
     let http_legacy = HttpFixture::spawn(&["--faults", "--duplicate-uris", "--era", "legacy"]).await?;
     let config = [
         fixture_upstream("sm", &["--faults", "--duplicate-uris", "--era", "modern"])
-            .replace("\n\n", &format!("\n{LIMITS}\n\n")),
+            .replace("\n\n", &format!("\n{QUIET_LIMITS}\n\n")),
         fixture_upstream("sl", &["--faults", "--duplicate-uris", "--era", "legacy"])
-            .replace("\n\n", &format!("\n{LIMITS}\n\n")),
-        http_upstream("hm", &http_modern.url, LIMITS),
-        http_upstream("hl", &http_legacy.url, LIMITS),
+            .replace("\n\n", &format!("\n{QUIET_LIMITS}\n\n")),
+        http_upstream("hm", &http_modern.url, QUIET_LIMITS),
+        http_upstream("hl", &http_legacy.url, QUIET_LIMITS),
         fixture_upstream("ok", &[]),
     ]
     .concat();
