@@ -29,7 +29,10 @@ const CI_TOKEN: &str = "ci-static-token-5b1e9d";
 /// alice's allow). `*` (nobody named, no named group): item 4. ci-bot (static token): all.
 const POLICIES: [(&str, &str); 4] = [
     ("alice.toml", "principals = [\"alice\"]\nallow = [\"fx+fx://fx/item/*\"]\ndeny = [\"fx+fx://fx/item/0\"]\n"),
-    ("eng.toml", "principals = [\"group:eng\"]\nallow = [\"fx+fx://fx/blob\", \"fx+fx://fx/item/3\"]\ndeny = [\"fx+fx://fx/item/1\"]\n"),
+    (
+        "eng.toml",
+        "principals = [\"group:eng\"]\nallow = [\"fx+fx://fx/blob\", \"fx+fx://fx/item/3\"]\ndeny = [\"fx+fx://fx/item/1\"]\n",
+    ),
     ("default.toml", "principals = [\"*\"]\nallow = [\"fx+fx://fx/item/4\"]\n"),
     ("ci-bot.toml", "principals = [\"ci-bot\"]\nallow = [\"fx+**\"]\n"),
 ];
@@ -163,10 +166,8 @@ async fn readable(proxy: &ProxyProcess, token: &str) -> anyhow::Result<Vec<Strin
 async fn post_initialize(proxy: &ProxyProcess, authorization: Option<&str>) -> anyhow::Result<(u16, String)> {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
-    let mut request = reqwest::Client::new()
-        .post(&proxy.url)
-        .header("accept", "application/json, text/event-stream")
-        .json(&body);
+    let mut request =
+        reqwest::Client::new().post(&proxy.url).header("accept", "application/json, text/event-stream").json(&body);
     if let Some(value) = authorization {
         request = request.header("authorization", value);
     }
@@ -224,21 +225,23 @@ async fn bad_tokens_get_401_naming_the_metadata_and_are_never_logged() -> anyhow
         URL_SAFE_NO_PAD.encode(br#"{"alg":"none","typ":"JWT"}"#),
         URL_SAFE_NO_PAD.encode(claims("alice", &[]).to_string())
     );
+    // (what, token, the reason the proxy logs)
     let bad = [
-        ("expired", with(&|c| c["exp"] = json!(now() - 120))),
-        ("not yet valid", with(&|c| c["nbf"] = json!(now() + 600))),
-        ("wrong issuer", with(&|c| c["iss"] = json!("https://other-issuer.test"))),
-        ("wrong audience", with(&|c| c["aud"] = json!("https://other-proxy.test/mcp"))),
-        ("no audience", with(&|c| drop(c.as_object_mut().expect("object").remove("aud")))),
-        ("bad signature", rsa_b().sign_as("rsa-a", &claims("alice", &[]))),
-        ("unknown kid", rsa_b().sign(&claims("alice", &[]))),
-        ("alg none", unsigned),
-        ("garbage", "not-a-known-token".to_string()),
+        ("expired", with(&|c| c["exp"] = json!(now() - 120)), "InvalidJwt(Expired)"),
+        ("not yet valid", with(&|c| c["nbf"] = json!(now() + 600)), "InvalidJwt(NotYetValid)"),
+        ("wrong issuer", with(&|c| c["iss"] = json!("https://other-issuer.test")), "InvalidJwt(Issuer)"),
+        ("wrong audience", with(&|c| c["aud"] = json!("https://other-proxy.test/mcp")), "InvalidJwt(Audience)"),
+        ("no audience", with(&|c| drop(c.as_object_mut().expect("object").remove("aud"))), "InvalidJwt(Claims)"),
+        ("bad signature", rsa_b().sign_as("rsa-a", &claims("alice", &[])), "InvalidJwt(Signature)"),
+        ("unknown kid", rsa_b().sign(&claims("alice", &[])), "InvalidJwt(UnknownKey)"),
+        ("alg none", unsigned, "InvalidJwt(Malformed)"),
+        ("garbage", "not-a-known-token".to_string(), "UnknownToken"),
     ];
     let invalid = format!("Bearer error=\"invalid_token\", resource_metadata=\"{METADATA_URL}\"");
-    for (what, token) in &bad {
+    for (what, token, reason) in &bad {
         let answer = post_initialize(&proxy, Some(&format!("Bearer {token}"))).await?;
         assert_eq!(answer, (401, invalid.clone()), "{what}");
+        proxy.wait_log(&["unauthorized request", &format!("\"{reason}\"")]).await?;
     }
     let missing = post_initialize(&proxy, None).await?;
     assert_eq!(missing, (401, format!("Bearer resource_metadata=\"{METADATA_URL}\"")));
@@ -247,7 +250,7 @@ async fn bad_tokens_get_401_naming_the_metadata_and_are_never_logged() -> anyhow
     assert_eq!(post_initialize(&proxy, Some(&format!("Bearer {good}"))).await?.0, 200);
     let logs = proxy.logs().join("\n");
     assert!(logs.contains("unauthorized request"), "the refusals are logged");
-    for (what, token) in bad.iter().chain([("good", good)].iter()) {
+    for (what, token) in bad.iter().map(|(what, token, _)| (*what, token.as_str())).chain([("good", good.as_str())]) {
         let signature = token.rsplit('.').next().unwrap_or(token);
         assert!(signature.is_empty() || !logs.contains(signature), "{what}: token in the logs");
     }
@@ -311,8 +314,16 @@ async fn python_client_reads_with_a_jwt() -> anyhow::Result<()> {
     let (proxy, _policies) = start_proxy(&jwks.url, "30s").await?;
     let token = rsa_a().sign(&claims("alice", &["eng"]));
     let header = format!("Authorization: Bearer {token}");
-    let args =
-        ["--url", &proxy.url, "--mode", "legacy", "--header", &header, "read:fx+fx://fx/blob", "read:fx+fx://fx/item/1"];
+    let args = [
+        "--url",
+        &proxy.url,
+        "--mode",
+        "legacy",
+        "--header",
+        &header,
+        "read:fx+fx://fx/blob",
+        "read:fx+fx://fx/item/1",
+    ];
     let mut command = tokio::process::Command::from(py_client(&args));
     command.stdin(std::process::Stdio::null()).kill_on_drop(true);
     let output = tokio::time::timeout(Duration::from_secs(60), command.output()).await??;
@@ -322,5 +333,35 @@ async fn python_client_reads_with_a_jwt() -> anyhow::Result<()> {
     assert_eq!(lines.len(), 2, "{lines:?}\n{stderr}");
     assert_eq!(lines[0]["contents"][0]["uri"], "fx+fx://fx/blob", "{}", lines[0]);
     assert!(lines[1]["error"].is_object(), "item 1 is denied to group eng: {}", lines[1]);
+    Ok(())
+}
+
+/// `policy explain --group` decides for a principal with groups as a JWT would give them.
+#[tokio::test]
+async fn policy_explain_takes_groups() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    std::fs::create_dir(dir.path().join("policies"))?;
+    for (name, text) in POLICIES {
+        std::fs::write(dir.path().join("policies").join(name), text)?;
+    }
+    let config = "[policies]\ndir = \"policies\"\n";
+    let path = common::proxy::write_config(dir.path(), config)?;
+    let explain = |groups: &[&str]| -> anyhow::Result<String> {
+        let mut command = std::process::Command::new(common::proxy::PROXY_BIN);
+        command.args(["policy", "explain", "--principal", "alice", "--config"]).arg(&path);
+        for group in groups {
+            command.args(["--group", group]);
+        }
+        let output = command.args(["fx+fx://fx/item/1", "fx+fx://fx/blob"]).output()?;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        anyhow::ensure!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+        Ok(String::from_utf8(output.stdout)?)
+    };
+    let alone = explain(&[])?;
+    assert!(alone.contains("allowed by alice.toml: fx+fx://fx/item/*"), "{alone}");
+    assert!(alone.contains("denied: no rule allows it"), "{alone}");
+    let in_eng = explain(&["eng"])?;
+    assert!(in_eng.contains("denied by eng.toml: fx+fx://fx/item/1"), "{in_eng}");
+    assert!(in_eng.contains("allowed by eng.toml: fx+fx://fx/blob"), "{in_eng}");
     Ok(())
 }

@@ -51,7 +51,12 @@ fn bearer_headers() {
 
 #[test]
 fn mode_none_is_anonymous_whatever_is_sent() {
-    let none = Authenticator::new(&AuthConfig { mode: AuthMode::None, allow_unauthenticated: false, tokens: vec![], jwt: None });
+    let none = Authenticator::new(&AuthConfig {
+        mode: AuthMode::None,
+        allow_unauthenticated: false,
+        tokens: vec![],
+        jwt: None,
+    });
     let mut headers = HeaderMap::new();
     assert_eq!(futures::executor::block_on(none.authenticate(&headers)), Ok(Principal(ANONYMOUS.into())));
     headers.insert(AUTHORIZATION, HeaderValue::from_static("Bearer whatever"));
@@ -130,7 +135,12 @@ async fn the_middleware_answers_401_or_passes_the_principal_and_never_logs_token
 
 #[tokio::test]
 async fn mode_none_passes_anonymous() {
-    let none = Authenticator::new(&AuthConfig { mode: AuthMode::None, allow_unauthenticated: false, tokens: vec![], jwt: None });
+    let none = Authenticator::new(&AuthConfig {
+        mode: AuthMode::None,
+        allow_unauthenticated: false,
+        tokens: vec![],
+        jwt: None,
+    });
     let url = serve(none).await;
     let response = reqwest::Client::new().post(&url).send().await.unwrap();
     assert_eq!(response.status(), 200);

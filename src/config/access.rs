@@ -120,11 +120,10 @@ pub(super) fn validate_auth(
         AuthMode::Bearer if configured == 0 && jwt.is_none() => {
             push(problems, "auth.tokens", "mode = \"bearer\" needs at least one [[auth.tokens]] or [auth.jwt]".into());
         }
-        AuthMode::None if configured > 0 || jwt.is_some() => push(
-            problems,
-            "auth.mode",
-            "[[auth.tokens]] or [auth.jwt] are set but mode is \"none\": set mode = \"bearer\"".into(),
-        ),
+        AuthMode::None if configured > 0 || jwt.is_some() => {
+            let set = if configured > 0 { "[[auth.tokens]] are set" } else { "[auth.jwt] is set" };
+            push(problems, "auth.mode", format!("{set} but mode is \"none\": set mode = \"bearer\""));
+        }
         AuthMode::None if !listen.ip().is_loopback() && !allow_unauthenticated => push(
             problems,
             "auth.mode",

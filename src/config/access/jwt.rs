@@ -99,9 +99,13 @@ pub(in crate::config) fn validate_jwt(raw: RawJwt, base: &Path, problems: &mut V
     if audiences.is_empty() || audiences.iter().any(String::is_empty) {
         push(problems, &format!("{AT}.audiences"), "must list at least one non-empty audience".into());
     }
+    // Defaulted from the issuer (an https URL in OAuth); checked when written out.
     let authorization_servers = raw.authorization_servers.unwrap_or_else(|| vec![issuer.clone()]);
-    for server in &authorization_servers {
+    for server in authorization_servers.iter().filter(|server| !server.is_empty()) {
         check_url(server, "authorization_servers", problems);
+    }
+    if authorization_servers.is_empty() {
+        push(problems, &format!("{AT}.authorization_servers"), "must list at least one authorization server".into());
     }
     JwtConfig {
         resource,
@@ -168,5 +172,63 @@ fn check_url(url: &str, key: &str, problems: &mut Vec<Problem>) {
     match reqwest::Url::parse(url) {
         Ok(parsed) if matches!(parsed.scheme(), "http" | "https") && parsed.host().is_some() => {}
         _ => push(problems, &format!("{AT}.{key}"), format!("`{url}` is not an http(s) URL")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::config::{AuthMode, Config};
+
+    fn load(text: &str) -> Result<Config, Vec<String>> {
+        Config::from_toml(text, Path::new("/etc/proxy"), &|_| None)
+            .map_err(|e| e.problems.into_iter().map(|p| format!("{}: {}", p.at, p.message)).collect())
+    }
+
+    #[test]
+    fn a_minimal_jwt_section_gets_the_documented_defaults() {
+        let config = load(
+            "[auth]\nmode = \"bearer\"\n[auth.jwt]\nresource = \"https://p.example/mcp\"\n\
+             issuer = \"https://id.example\"\njwks_file = \"jwks.json\"\n",
+        )
+        .expect("valid");
+        assert_eq!(config.auth.mode, AuthMode::Bearer);
+        assert!(config.auth.tokens.is_empty(), "JWT alone is enough for bearer mode");
+        let jwt = config.auth.jwt.expect("jwt");
+        assert_eq!(jwt.audiences, ["https://p.example/mcp"]);
+        assert_eq!(jwt.authorization_servers, ["https://id.example"]);
+        assert_eq!(jwt.jwks, JwksSource::File("/etc/proxy/jwks.json".into()));
+        assert_eq!(jwt.algorithms, [Algorithm::RS256, Algorithm::ES256]);
+        assert_eq!(jwt.leeway, Duration::from_secs(30));
+        assert_eq!((jwt.principal_claim.as_str(), jwt.groups_claim), ("sub", None));
+        assert_eq!((jwt.jwks_refresh, jwt.jwks_min_refresh), (Duration::from_secs(300), Duration::from_secs(30)));
+    }
+
+    #[test]
+    fn every_jwt_problem_is_reported_at_once() {
+        let problems = load(
+            "[auth]\nmode = \"none\"\n[auth.jwt]\nresource = \"proxy\"\njwks_url = \"ftp://x\"\n\
+             jwks_file = \"k.json\"\nalgorithms = [\"HS256\", \"none\", \"RS256\"]\nleeway = \"10m\"\n\
+             principal_claim = \"\"\njwks_refresh = \"soon\"\ncolour = 1\n",
+        )
+        .expect_err("invalid");
+        let expected = [
+            "auth.jwt.colour: unknown key",
+            "auth.jwt.resource: `proxy` is not an http(s) URL",
+            "auth.jwt: missing `issuer` (the `iss` every token must carry)",
+            "auth.jwt: needs exactly one of `jwks_url`, `jwks_file`",
+            "auth.jwt.leeway: must be at most 5m",
+            "auth.jwt.algorithms: `HS256` is symmetric: a key from a public JWKS must not verify tokens",
+            "auth.jwt.algorithms: `none` is not one of RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, EdDSA",
+            "auth.jwt.principal_claim: must name a claim",
+            "auth.jwt.jwks_refresh: `soon` is not a duration like 250ms, 30s, 5m, 1h",
+            "auth.mode: [auth.jwt] is set but mode is \"none\": set mode = \"bearer\"",
+        ];
+        for line in expected {
+            assert!(problems.contains(&line.to_string()), "missing {line:?} in {problems:#?}");
+        }
+        assert_eq!(problems.len(), expected.len(), "{problems:#?}");
     }
 }
