@@ -118,7 +118,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Serve { config, stdio, listen, admin_listen, principal } => {
             if !policy::is_valid_principal(&principal) {
                 eprintln!(
-                    "--principal `{principal}` is not a principal name (non-empty, no spaces or glob characters)"
+                    "--principal `{principal}` is not a principal name (non-empty, no spaces or glob characters, not `group:…`)"
                 );
                 return Ok(ExitCode::from(EXIT_CONFIG));
             }

@@ -389,7 +389,7 @@ fn check_principals(at: &str, principals: Option<Vec<String>>, problems: &mut Ve
             }
             Some(_) => continue,
             None if !is_valid_principal(principal) && principal != "*" => {
-                format!("`{principal}` is not a principal name (non-empty, no spaces, no `*` inside)")
+                format!("`{principal}` is not a principal name (non-empty, no spaces, no `*` inside, not `group:…`)")
             }
             None => continue,
         };

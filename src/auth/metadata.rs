@@ -66,3 +66,23 @@ pub fn challenge(resource_metadata: &str, token_presented: bool) -> String {
         format!("Bearer resource_metadata=\"{resource_metadata}\"")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_metadata_url_puts_the_well_known_prefix_before_the_resource_path() {
+        let cases = [
+            ("https://p.example/mcp", "https://p.example/.well-known/oauth-protected-resource/mcp"),
+            (
+                "https://p.example:8443/team/mcp/",
+                "https://p.example:8443/.well-known/oauth-protected-resource/team/mcp",
+            ),
+            ("https://p.example", "https://p.example/.well-known/oauth-protected-resource"),
+        ];
+        for (resource, expected) in cases {
+            assert_eq!(metadata_url(resource), expected, "{resource}");
+        }
+    }
+}

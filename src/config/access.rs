@@ -152,7 +152,7 @@ fn validate_token(
         push(
             problems,
             &format!("{at}.principal"),
-            format!("`{principal}` is not a principal name (non-empty, no spaces or glob characters)"),
+            format!("`{principal}` is not a principal name (non-empty, no spaces or glob characters, not `group:…`)"),
         );
     }
     let digest = match (raw.token_env, raw.token_sha256) {
