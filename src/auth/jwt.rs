@@ -102,3 +102,67 @@ fn rejection(kind: &ErrorKind) -> JwtRejection {
         _ => JwtRejection::Malformed,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::time::Duration;
+
+    use jsonwebtoken::jwk::{Jwk, JwkSet};
+    use jsonwebtoken::{Algorithm, EncodingKey, Header, encode};
+    use serde_json::json;
+
+    use super::*;
+    use crate::config::JwksSource;
+
+    fn key() -> EncodingKey {
+        let pem = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/jwt/rsa-a.pem")).unwrap();
+        EncodingKey::from_rsa_pem(&pem).unwrap()
+    }
+
+    /// A validator over a JWKS file holding the test key as `kid = "k"`, principal from `email`.
+    fn validator(dir: &Path) -> JwtValidator {
+        let mut jwk = Jwk::from_encoding_key(&key(), Algorithm::RS256).unwrap();
+        jwk.common.key_id = Some("k".into());
+        let path = dir.join("jwks.json");
+        std::fs::write(&path, serde_json::to_vec(&JwkSet { keys: vec![jwk] }).unwrap()).unwrap();
+        JwtValidator::new(&JwtConfig {
+            resource: "https://p.example/mcp".into(),
+            audiences: vec!["https://p.example/mcp".into()],
+            issuer: "https://id.example".into(),
+            jwks: JwksSource::File(path),
+            algorithms: vec![Algorithm::RS256],
+            leeway: Duration::from_secs(30),
+            principal_claim: "email".into(),
+            groups_claim: Some("team".into()),
+            authorization_servers: vec![],
+            scopes_supported: vec![],
+            jwks_refresh: Duration::from_secs(300),
+            jwks_min_refresh: Duration::from_secs(30),
+        })
+    }
+
+    fn token(algorithm: Algorithm, claims: serde_json::Value) -> String {
+        let mut header = Header::new(algorithm);
+        header.kid = Some("k".into());
+        let key = if algorithm == Algorithm::HS256 { EncodingKey::from_secret(b"public").unwrap() } else { key() };
+        encode(&header, &claims, &key).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_jwks_file_the_principal_claim_and_a_single_string_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let validator = validator(dir.path());
+        let exp = jsonwebtoken::get_current_timestamp() + 600;
+        let claims = |email: &str| json!({"iss": "https://id.example", "aud": "https://p.example/mcp", "exp": exp, "sub": "u-1", "email": email, "team": "eng"});
+        let cases = [
+            (token(Algorithm::RS256, claims("ann@example.com")), Ok("ann@example.com groups=eng")),
+            (token(Algorithm::RS256, claims("group:admins")), Err(JwtRejection::Claims)),
+            (token(Algorithm::RS256, claims("*")), Err(JwtRejection::Claims)),
+            (token(Algorithm::HS256, claims("ann@example.com")), Err(JwtRejection::Algorithm)),
+        ];
+        for (token, expected) in cases {
+            assert_eq!(validator.validate(&token).await.as_deref().map_err(|e| *e), expected);
+        }
+    }
+}
