@@ -156,7 +156,7 @@ mod tests {
         let exp = jsonwebtoken::get_current_timestamp() + 600;
         let claims = |email: &str| json!({"iss": "https://id.example", "aud": "https://p.example/mcp", "exp": exp, "sub": "u-1", "email": email, "team": "eng"});
         let cases = [
-            (token(Algorithm::RS256, claims("ann@example.com")), Ok("ann@example.com groups=eng")),
+            (token(Algorithm::RS256, claims("ann@example.com")), Ok("ann@example.com[eng]")),
             (token(Algorithm::RS256, claims("group:admins")), Err(JwtRejection::Claims)),
             (token(Algorithm::RS256, claims("*")), Err(JwtRejection::Claims)),
             (token(Algorithm::HS256, claims("ann@example.com")), Err(JwtRejection::Algorithm)),

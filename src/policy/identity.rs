@@ -2,9 +2,10 @@
 //! through the proxy as one string so that everything keyed by "principal" (sessions,
 //! cursors, views, subscriptions) keys by the whole identity.
 //!
-//! Form: the name alone (`alice`) when there are no groups, else the name, one space and
-//! `groups=` with the sorted, de-duplicated groups joined by `,` (`alice groups=eng,ops`). A
-//! principal name holds no space, so the first space always ends the name.
+//! Form: the name alone (`alice`) when there are no groups, else the name and the sorted,
+//! de-duplicated groups joined by `,` in brackets (`alice[eng,ops]`). Neither a principal nor
+//! a group name holds `[`, `]` or `,`, so the first `[` always ends the name. One token, no
+//! spaces: it reads as one field in logs.
 //!
 //! Invariant: only groups a policy file could name are kept (valid principal names without
 //! `,`). Dropping the others changes no decision: no file can name them.
@@ -23,15 +24,15 @@ pub fn identity<S: AsRef<str>>(principal: &str, groups: &[S]) -> String {
         return principal.to_string();
     }
     let joined: Vec<&str> = kept.into_iter().collect();
-    format!("{principal} groups={}", joined.join(","))
+    format!("{principal}[{}]", joined.join(","))
 }
 
 /// The principal name and the groups of an identity string.
 pub fn split_identity(identity: &str) -> (&str, Vec<&str>) {
-    match identity.split_once(' ') {
+    match identity.split_once('[') {
         None => (identity, Vec::new()),
         Some((name, rest)) => {
-            let groups = rest.strip_prefix("groups=").unwrap_or("");
+            let groups = rest.strip_suffix(']').unwrap_or(rest);
             (name, groups.split(',').filter(|g| !g.is_empty()).collect())
         }
     }
@@ -56,8 +57,8 @@ mod tests {
     #[test]
     fn identities_round_trip_and_keep_only_nameable_groups() {
         check("alice", &[], "alice", ("alice", &[]));
-        check("alice", &["ops", "eng", "ops"], "alice groups=eng,ops", ("alice", &["eng", "ops"]));
+        check("alice", &["ops", "eng", "ops"], "alice[eng,ops]", ("alice", &["eng", "ops"]));
         check("bob@example.com", &["Domain Users", "a,b", "", "g*"], "bob@example.com", ("bob@example.com", &[]));
-        check("carol", &["x", "bad group"], "carol groups=x", ("carol", &["x"]));
+        check("carol", &["x", "bad group"], "carol[x]", ("carol", &["x"]));
     }
 }
