@@ -6,7 +6,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -91,17 +91,23 @@ struct JwksServer {
     url: String,
     keys: Arc<Mutex<Vec<Jwk>>>,
     fetches: Arc<AtomicUsize>,
+    /// While set, a fetch never gets an answer (a JWKS endpoint that hangs).
+    stalled: Arc<AtomicBool>,
 }
 
 impl JwksServer {
     async fn start(keys: Vec<Jwk>) -> anyhow::Result<JwksServer> {
         let keys = Arc::new(Mutex::new(keys));
         let fetches = Arc::new(AtomicUsize::new(0));
-        let (served, counted) = (keys.clone(), fetches.clone());
+        let stalled = Arc::new(AtomicBool::new(false));
+        let (served, counted, stall) = (keys.clone(), fetches.clone(), stalled.clone());
         let handler = move || {
-            let (served, counted) = (served.clone(), counted.clone());
+            let (served, counted, stall) = (served.clone(), counted.clone(), stall.clone());
             async move {
                 counted.fetch_add(1, Ordering::SeqCst);
+                if stall.load(Ordering::SeqCst) {
+                    std::future::pending::<()>().await;
+                }
                 let set = JwkSet { keys: served.lock().expect("keys").clone() };
                 axum::Json(serde_json::to_value(set).expect("JWKS json"))
             }
@@ -110,7 +116,7 @@ impl JwksServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}/jwks", listener.local_addr()?);
         tokio::spawn(async move { axum::serve(listener, app).await });
-        Ok(JwksServer { url, keys, fetches })
+        Ok(JwksServer { url, keys, fetches, stalled })
     }
 
     fn publish(&self, keys: Vec<Jwk>) {
@@ -122,8 +128,9 @@ impl JwksServer {
     }
 }
 
-/// The proxy: one fixture upstream, a static token for ci-bot, `[auth.jwt]` on `jwks_url`.
-async fn start_proxy(jwks_url: &str, min_refresh: &str) -> anyhow::Result<(ProxyProcess, tempfile::TempDir)> {
+/// The proxy: one fixture upstream, a static token for ci-bot, `[auth.jwt]` on `jwks_url`
+/// with `jwt_extra` (more `[auth.jwt]` lines).
+async fn start_proxy(jwks_url: &str, jwt_extra: &str) -> anyhow::Result<(ProxyProcess, tempfile::TempDir)> {
     let policies = tempfile::tempdir()?;
     for (name, text) in POLICIES {
         std::fs::write(policies.path().join(name), text)?;
@@ -131,11 +138,10 @@ async fn start_proxy(jwks_url: &str, min_refresh: &str) -> anyhow::Result<(Proxy
     let config = format!(
         "[auth]\nmode = \"bearer\"\n\n[[auth.tokens]]\nprincipal = \"ci-bot\"\ntoken_env = \"CI_TOKEN\"\n\n\
          [auth.jwt]\nresource = {}\nissuer = {}\njwks_url = {}\ngroups_claim = \"groups\"\n\
-         scopes_supported = [\"resources:read\"]\njwks_min_refresh = {}\n\n[policies]\ndir = {}\n\n{}",
+         scopes_supported = [\"resources:read\"]\n{jwt_extra}\n\n[policies]\ndir = {}\n\n{}",
         toml_str(RESOURCE),
         toml_str(ISSUER),
         toml_str(jwks_url),
-        toml_str(min_refresh),
         toml_str(policies.path().to_str().expect("utf-8 path")),
         fixture_upstream("fx", &["--resources", "5"]),
     );
@@ -194,7 +200,7 @@ fn ec_a() -> TestKey {
 async fn valid_tokens_read_what_principal_and_group_policies_allow_and_static_tokens_still_work() -> anyhow::Result<()>
 {
     let jwks = JwksServer::start(vec![rsa_a().jwk(), ec_a().jwk()]).await?;
-    let (proxy, _policies) = start_proxy(&jwks.url, "30s").await?;
+    let (proxy, _policies) = start_proxy(&jwks.url, "jwks_min_refresh = \"30s\"").await?;
     let cases: [(String, &[&str]); 6] = [
         (rsa_a().sign(&claims("alice", &[])), &["item/1", "item/2", "item/3", "item/4"]),
         (rsa_a().sign(&claims("alice", &["eng", "other"])), &["item/2", "item/3", "item/4", "blob"]),
@@ -213,7 +219,7 @@ async fn valid_tokens_read_what_principal_and_group_policies_allow_and_static_to
 #[tokio::test]
 async fn bad_tokens_get_401_naming_the_metadata_and_are_never_logged() -> anyhow::Result<()> {
     let jwks = JwksServer::start(vec![rsa_a().jwk()]).await?;
-    let (proxy, _policies) = start_proxy(&jwks.url, "1h").await?;
+    let (proxy, _policies) = start_proxy(&jwks.url, "jwks_min_refresh = \"1h\"").await?;
     let key = rsa_a();
     let with = |change: &dyn Fn(&mut Value)| {
         let mut claims = claims("alice", &[]);
@@ -261,7 +267,7 @@ async fn bad_tokens_get_401_naming_the_metadata_and_are_never_logged() -> anyhow
 #[tokio::test]
 async fn the_protected_resource_metadata_is_served_without_a_token() -> anyhow::Result<()> {
     let jwks = JwksServer::start(vec![rsa_a().jwk()]).await?;
-    let (proxy, _policies) = start_proxy(&jwks.url, "30s").await?;
+    let (proxy, _policies) = start_proxy(&jwks.url, "jwks_min_refresh = \"30s\"").await?;
     let base = proxy.url.trim_end_matches("/mcp");
     let expected = json!({
         "resource": RESOURCE,
@@ -281,7 +287,7 @@ async fn the_protected_resource_metadata_is_served_without_a_token() -> anyhow::
 #[tokio::test]
 async fn a_key_published_later_is_picked_up_by_its_kid() -> anyhow::Result<()> {
     let jwks = JwksServer::start(vec![rsa_a().jwk()]).await?;
-    let (proxy, _policies) = start_proxy(&jwks.url, "0ms").await?;
+    let (proxy, _policies) = start_proxy(&jwks.url, "jwks_min_refresh = \"0ms\"").await?;
     let rotated = rsa_b().sign(&claims("alice", &[]));
     assert_eq!(post_initialize(&proxy, Some(&format!("Bearer {rotated}"))).await?.0, 401, "not published yet");
     jwks.publish(vec![rsa_a().jwk(), rsa_b().jwk()]);
@@ -295,7 +301,7 @@ async fn a_key_published_later_is_picked_up_by_its_kid() -> anyhow::Result<()> {
 #[tokio::test]
 async fn random_kids_do_not_make_the_proxy_fetch_the_jwks_again() -> anyhow::Result<()> {
     let jwks = JwksServer::start(vec![rsa_a().jwk()]).await?;
-    let (proxy, _policies) = start_proxy(&jwks.url, "1h").await?;
+    let (proxy, _policies) = start_proxy(&jwks.url, "jwks_min_refresh = \"1h\"").await?;
     let good = rsa_a().sign(&claims("alice", &[]));
     assert_eq!(post_initialize(&proxy, Some(&format!("Bearer {good}"))).await?.0, 200);
     assert_eq!(jwks.fetches(), 1);
@@ -311,7 +317,7 @@ async fn random_kids_do_not_make_the_proxy_fetch_the_jwks_again() -> anyhow::Res
 #[tokio::test]
 async fn python_client_reads_with_a_jwt() -> anyhow::Result<()> {
     let jwks = JwksServer::start(vec![rsa_a().jwk()]).await?;
-    let (proxy, _policies) = start_proxy(&jwks.url, "30s").await?;
+    let (proxy, _policies) = start_proxy(&jwks.url, "jwks_min_refresh = \"30s\"").await?;
     let token = rsa_a().sign(&claims("alice", &["eng"]));
     let header = format!("Authorization: Bearer {token}");
     let args = [
@@ -363,5 +369,22 @@ async fn policy_explain_takes_groups() -> anyhow::Result<()> {
     let in_eng = explain(&["eng"])?;
     assert!(in_eng.contains("denied by eng.toml: fx+fx://fx/item/1"), "{in_eng}");
     assert!(in_eng.contains("allowed by eng.toml: fx+fx://fx/blob"), "{in_eng}");
+    Ok(())
+}
+
+/// A cache that is merely old is refreshed in the background: with the JWKS endpoint hanging,
+/// a token whose key is known is still answered at once (not after the 5 s fetch timeout).
+#[tokio::test]
+async fn a_hanging_jwks_refresh_does_not_hold_requests_with_known_keys() -> anyhow::Result<()> {
+    let jwks = JwksServer::start(vec![rsa_a().jwk()]).await?;
+    let (proxy, _policies) = start_proxy(&jwks.url, "jwks_refresh = \"0ms\"\njwks_min_refresh = \"0ms\"").await?;
+    let good = format!("Bearer {}", rsa_a().sign(&claims("alice", &[])));
+    assert_eq!(post_initialize(&proxy, Some(&good)).await?.0, 200);
+    jwks.stalled.store(true, Ordering::SeqCst);
+    for _ in 0..3 {
+        let answer = tokio::time::timeout(Duration::from_secs(2), post_initialize(&proxy, Some(&good))).await;
+        assert_eq!(answer.expect("answered while the JWKS fetch hangs")?.0, 200);
+    }
+    assert!(jwks.fetches() >= 2, "a background refresh was started: {}", jwks.fetches());
     Ok(())
 }

@@ -4,6 +4,8 @@
 //! Invariant: at most one fetch per `jwks_min_refresh`, whatever tokens arrive — a client
 //! sending random `kid`s cannot make the proxy hammer the JWKS URL. Fetches are single-flight
 //! (one lock around the cache and the fetch). A failed fetch keeps the keys already known.
+//! A cache that is merely old is refreshed in the background (requests go on with the keys
+//! known); only an empty cache or an unknown `kid` makes a request wait for the fetch.
 //! Only asymmetric keys are kept: an `oct` key or a key marked `use = "enc"` is skipped, and
 //! key material in a token's header (`jwk`, `jku`) is never looked at.
 
@@ -21,8 +23,13 @@ const MAX_JWKS_BYTES: usize = 1 << 20;
 /// One fetch may take this long.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The cached keys; shared by every request of one listener.
+/// The cached keys; a cheap `Clone` handle shared by every request of one listener.
+#[derive(Clone)]
 pub struct KeyStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
     source: JwksSource,
     refresh: Duration,
     min_refresh: Duration,
@@ -49,34 +56,55 @@ struct Key {
 impl KeyStore {
     pub fn new(source: JwksSource, refresh: Duration, min_refresh: Duration) -> KeyStore {
         let client = reqwest::Client::builder().timeout(FETCH_TIMEOUT).build().unwrap_or_default();
-        KeyStore { source, refresh, min_refresh, client, state: Mutex::default() }
+        KeyStore { inner: Arc::new(Inner { source, refresh, min_refresh, client, state: Mutex::default() }) }
     }
 
     /// The key for a token signed with `algorithm` under `kid`: fetched again first when the
     /// cache is stale, or when the `kid` is unknown — both at most once per `min_refresh`.
     pub async fn key_for(&self, kid: Option<&str>, algorithm: Algorithm) -> Option<Arc<DecodingKey>> {
-        let mut state = self.state.lock().await;
-        let stale = state.fetched.is_none_or(|at| at.elapsed() >= self.refresh);
-        if stale && self.may_fetch(&state) {
-            self.fetch_into(&mut state).await;
+        let inner = &self.inner;
+        let mut state = inner.state.lock().await;
+        let stale = state.fetched.is_none_or(|at| at.elapsed() >= inner.refresh);
+        if stale && inner.may_fetch(&state) {
+            if state.keys.is_empty() {
+                inner.fetch_into(&mut state).await;
+            } else {
+                state.attempted = Some(Instant::now());
+                let store = self.clone();
+                tokio::spawn(async move { store.refresh_in_background().await });
+            }
         }
         if let Some(key) = state.find(kid, algorithm) {
             return Some(key);
         }
-        if self.may_fetch(&state) {
-            self.fetch_into(&mut state).await;
+        if inner.may_fetch(&state) {
+            inner.fetch_into(&mut state).await;
             return state.find(kid, algorithm);
         }
         None
     }
 
+    /// Fetch while requests go on with the keys known; install the result.
+    async fn refresh_in_background(&self) {
+        let fetched = self.inner.fetch().await;
+        let mut state = self.inner.state.lock().await;
+        self.inner.install(&mut state, fetched);
+    }
+}
+
+impl Inner {
     fn may_fetch(&self, state: &State) -> bool {
         state.attempted.is_none_or(|at| at.elapsed() >= self.min_refresh)
     }
 
     async fn fetch_into(&self, state: &mut State) {
         state.attempted = Some(Instant::now());
-        match self.fetch().await {
+        let fetched = self.fetch().await;
+        self.install(state, fetched);
+    }
+
+    fn install(&self, state: &mut State, fetched: Result<Vec<Key>, String>) {
+        match fetched {
             Ok(keys) => {
                 tracing::debug!(keys = keys.len(), "JWKS loaded");
                 state.keys = keys;

@@ -37,7 +37,7 @@ pub struct JwtConfig {
     pub authorization_servers: Vec<String>,
     /// `scopes_supported` of the metadata, when set.
     pub scopes_supported: Vec<String>,
-    /// Keys older than this are fetched again on the next request.
+    /// Keys older than this are fetched again (in the background) on the next request.
     pub jwks_refresh: Duration,
     /// At most one fetch per this interval, whatever the tokens ask for (unknown `kid`s).
     pub jwks_min_refresh: Duration,
