@@ -4,14 +4,22 @@
 //!
 //! `mode = "bearer"`: the request needs exactly one `Authorization: Bearer <token>` header
 //! (scheme case-insensitive, one space, a token of visible ASCII). The token is hashed with
-//! SHA-256 and compared in constant time with every configured digest. Missing, malformed or
-//! unknown → `401`, `WWW-Authenticate: Bearer`, one short body that does not say which.
+//! SHA-256 and compared in constant time with every configured digest. When it matches none
+//! and `[auth.jwt]` is configured, a token shaped like a JWT is validated as an OAuth 2.1
+//! access token ([`jwt`]); its principal carries the token's groups (a policy identity, see
+//! [`crate::policy::identity`]). Missing, malformed, unknown or invalid → `401` with one short
+//! body that does not say which, and `WWW-Authenticate: Bearer` — with `[auth.jwt]`, naming the
+//! protected resource metadata ([`metadata`]) and, when a token was sent, `error="invalid_token"`.
 //! `mode = "none"`: every request is [`ANONYMOUS`] and the header is not looked at.
 //!
 //! rmcp's streamable HTTP service hands each request's `http::request::Parts` (extensions
 //! included) to the handler, so the handler reads the principal with [`principal_of`].
 //!
 //! Invariant: a token is never logged, stored or echoed; only its digest is compared.
+
+mod jwks;
+pub mod jwt;
+pub mod metadata;
 
 use std::sync::Arc;
 
@@ -23,6 +31,7 @@ use http::{HeaderMap, StatusCode};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use self::jwt::{JwtRejection, JwtValidator};
 use crate::config::{AuthConfig, AuthMode};
 
 /// The principal of `mode = "none"` HTTP requests.
@@ -38,6 +47,7 @@ pub enum Rejection {
     Missing,
     Malformed,
     UnknownToken,
+    InvalidJwt(JwtRejection),
 }
 
 /// The configured tokens as digests; a cheap `Clone` handle for the middleware state.
@@ -49,35 +59,63 @@ pub struct Authenticator {
 struct Inner {
     mode: AuthMode,
     tokens: Vec<(String, [u8; 32])>,
+    jwt: Option<JwtValidator>,
+    /// The protected resource metadata URL, with `[auth.jwt]`.
+    resource_metadata: Option<String>,
 }
 
 impl Authenticator {
     pub fn new(config: &AuthConfig) -> Authenticator {
         let tokens = config.tokens.iter().map(|t| (t.principal.clone(), t.sha256)).collect();
-        Authenticator { inner: Arc::new(Inner { mode: config.mode, tokens }) }
+        let jwt = config.jwt.as_ref().map(JwtValidator::new);
+        let resource_metadata = config.jwt.as_ref().map(|jwt| metadata::metadata_url(&jwt.resource));
+        Authenticator { inner: Arc::new(Inner { mode: config.mode, tokens, jwt, resource_metadata }) }
     }
 
     /// The principal for a request with these headers.
-    pub fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, Rejection> {
+    pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, Rejection> {
         if self.inner.mode == AuthMode::None {
             return Ok(Principal(ANONYMOUS.into()));
         }
         let token = bearer_token(headers)?;
+        if let Some(principal) = self.static_principal(token) {
+            return Ok(Principal(principal.to_string()));
+        }
+        match &self.inner.jwt {
+            Some(jwt) if JwtValidator::looks_like_jwt(token) => {
+                jwt.validate(token).await.map(Principal).map_err(Rejection::InvalidJwt)
+            }
+            _ => Err(Rejection::UnknownToken),
+        }
+    }
+
+    /// The principal of a configured static token, compared in constant time with all.
+    fn static_principal(&self, token: &str) -> Option<&str> {
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let mut found = None;
         for (principal, expected) in &self.inner.tokens {
             let equal: bool = digest.ct_eq(expected).into();
             if equal && found.is_none() {
-                found = Some(principal);
+                found = Some(principal.as_str());
             }
         }
-        found.map(|p| Principal(p.clone())).ok_or(Rejection::UnknownToken)
+        found
+    }
+
+    /// The 401 for `rejection`.
+    fn unauthorized(&self, rejection: Rejection) -> Response {
+        let challenge = match &self.inner.resource_metadata {
+            Some(url) => metadata::challenge(url, rejection != Rejection::Missing),
+            None => "Bearer".to_string(),
+        };
+        let headers = [(WWW_AUTHENTICATE, challenge), (CONTENT_TYPE, "text/plain; charset=utf-8".to_string())];
+        (StatusCode::UNAUTHORIZED, headers, "missing or invalid bearer token\n").into_response()
     }
 }
 
 /// The middleware: `axum::middleware::from_fn_with_state(Authenticator::new(..), require_principal)`.
 pub async fn require_principal(State(auth): State<Authenticator>, mut request: Request, next: Next) -> Response {
-    match auth.authenticate(request.headers()) {
+    match auth.authenticate(request.headers()).await {
         Ok(principal) => {
             tracing::trace!(principal = %principal.0, "authenticated");
             let name = principal.0.clone();
@@ -88,7 +126,7 @@ pub async fn require_principal(State(auth): State<Authenticator>, mut request: R
         }
         Err(rejection) => {
             tracing::debug!(reason = ?rejection, method = %request.method(), "unauthorized request");
-            unauthorized()
+            auth.unauthorized(rejection)
         }
     }
 }
@@ -105,11 +143,6 @@ pub fn current_principal() -> Option<String> {
 /// The principal the middleware put into a request's extensions.
 pub fn principal_of(parts: &http::request::Parts) -> Option<&str> {
     parts.extensions.get::<Principal>().map(|p| p.0.as_str())
-}
-
-fn unauthorized() -> Response {
-    let headers = [(WWW_AUTHENTICATE, "Bearer"), (CONTENT_TYPE, "text/plain; charset=utf-8")];
-    (StatusCode::UNAUTHORIZED, headers, "missing or invalid bearer token\n").into_response()
 }
 
 /// The token of the one `Authorization: Bearer <token>` header.

@@ -22,7 +22,7 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use figment::value::Value;
 use serde::Deserialize;
 
-pub use self::access::{AuthConfig, AuthMode, PoliciesConfig, TokenDigest};
+pub use self::access::{AuthConfig, AuthMode, JwksSource, JwtConfig, PoliciesConfig, TokenDigest};
 use crate::namespace::is_valid_upstream_name;
 use crate::policy::PolicySet;
 
@@ -274,7 +274,7 @@ fn validate(
 ) -> Config {
     report_unknown("", &raw.unknown, problems);
     let server = server::validate_server(raw.server, problems);
-    let auth = access::validate_auth(raw.auth, server.listen, lookup, problems);
+    let auth = access::validate_auth(raw.auth, server.listen, base, lookup, problems);
     let policies = access::validate_policies(raw.policies, base, problems);
     let cache = cache::validate_cache(raw.cache, problems);
     let mut seen = BTreeSet::new();

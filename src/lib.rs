@@ -5,8 +5,8 @@
 //! - [`error`]: [`error::ProxyError`], its `kind()` label and the one conversion to the wire.
 //! - [`namespace`]: `<upstream>+<uri>` both ways, for URIs and templates (pure).
 //! - [`uri`]: URI normalisation: the one form policies decide on and upstreams get (pure).
-//! - [`policy`]: `policies/*.toml` → per-principal allow/deny globs; decisions (pure after load).
-//! - [`auth`]: bearer tokens → [`auth::Principal`] on every HTTP request, before any MCP.
+//! - [`policy`]: `policies/*.toml` → per-principal and per-group allow/deny globs; decisions (pure after load).
+//! - [`auth`]: bearer tokens (static, or JWT access tokens with groups) → [`auth::Principal`] on every HTTP request, before any MCP; RFC 9728 metadata.
 //! - [`cursor`]: opaque, authenticated pagination cursors (pure).
 //! - [`coherence`]: the one owner of cache coherence: generations, watch holds, admission, the watch book.
 //! - [`cache`]: the store behind it (`Store`; moka as `LocalStore`: byte-bounded, single flight).

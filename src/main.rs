@@ -75,6 +75,9 @@ enum PolicyCommand {
         /// The principal to decide for (`anonymous` is every HTTP client without auth).
         #[arg(long)]
         principal: String,
+        /// A group the principal belongs to (as a JWT groups claim gives it); repeatable.
+        #[arg(long = "group")]
+        groups: Vec<String>,
         #[arg(long, default_value = "config.toml")]
         config: PathBuf,
         /// Namespaced URIs, as a client would send them (`docs+file:///guide.md`).
@@ -105,8 +108,8 @@ fn main() -> ExitCode {
 async fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Check { config } => Ok(check(&config)),
-        Command::Policy { command: PolicyCommand::Explain { principal, config, uris } } => {
-            Ok(explain(&config, &principal, &uris))
+        Command::Policy { command: PolicyCommand::Explain { principal, groups, config, uris } } => {
+            Ok(explain(&config, &policy::identity(&principal, &groups), &uris))
         }
         Command::ServeDir { dir } => {
             serve_dir::serve_stdio(&dir).await.map_err(|e| anyhow::anyhow!(e))?;
@@ -115,7 +118,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Serve { config, stdio, listen, admin_listen, principal } => {
             if !policy::is_valid_principal(&principal) {
                 eprintln!(
-                    "--principal `{principal}` is not a principal name (non-empty, no spaces or glob characters)"
+                    "--principal `{principal}` is not a principal name (non-empty, no spaces or glob characters, not `group:…`)"
                 );
                 return Ok(ExitCode::from(EXIT_CONFIG));
             }

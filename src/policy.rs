@@ -4,7 +4,7 @@
 //!
 //! A policy file:
 //! ```toml
-//! principals = ["ci-bot"]          # "*" = anyone no file names
+//! principals = ["ci-bot", "group:eng"]   # "*" = anyone no file names; "group:<g>" = members of g
 //! allow = ["docs+**"]
 //! deny  = ["*+file:///**/.env"]
 //! ```
@@ -12,6 +12,12 @@
 //! order. A principal's rules are the union of the files naming it, or, if no file names it,
 //! of the `*` files — a named principal does **not** inherit the `*` rules. **Deny wins**;
 //! nothing allowed → denied.
+//!
+//! Groups (from a JWT claim, see [`crate::auth`]; `policy explain --group`): decisions are made
+//! for an [`identity`] — a principal and its groups. Its rules are the union of the files
+//! naming the principal **and** of the files naming any of its groups (`group:<g>`); deny in any
+//! of them wins. The `*` files apply only when neither the principal nor any of its groups is
+//! named by some file: membership of a named group is "being named".
 //!
 //! Globs (globset, `literal_separator`): `*` and `?` stay within a `/`-separated segment;
 //! `**` matches anything, `/` included, **wherever it appears** — globset alone treats a `**`
@@ -52,6 +58,7 @@
 //! Invariant: a [`PolicySet`] that exists compiled every glob of every file; decisions cannot
 //! fail.
 
+mod identity;
 mod rules;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -64,6 +71,7 @@ use figment::providers::{Format, Toml};
 use figment::value::Value;
 use serde::Deserialize;
 
+pub use self::identity::{GROUP_PREFIX, identity, is_valid_group, split_identity};
 use self::rules::{Rule, Rules};
 use crate::config::Problem;
 use crate::uri::{self, UriError};
@@ -87,7 +95,13 @@ pub struct Decision {
 
 enum Inner {
     AllowAll,
-    Files { files: Vec<String>, named: BTreeMap<String, RuleSet>, fallback: Box<RuleSet> },
+    Files {
+        files: Vec<String>,
+        named: BTreeMap<String, RuleSet>,
+        /// By group name (without the `group:` prefix).
+        groups: BTreeMap<String, RuleSet>,
+        fallback: Box<RuleSet>,
+    },
 }
 
 /// The rules of one principal (or of the `*` fallback).
@@ -119,22 +133,25 @@ impl PolicySet {
         if problems.is_empty() { PolicySet::from_files(parsed) } else { Err(problems) }
     }
 
-    /// May `principal` see `uri`? `uri` must be namespaced and already normalised.
+    /// May `principal` (an [`identity`]: a name, maybe with groups) see `uri`? `uri` must be
+    /// namespaced and already normalised.
     pub fn decide(&self, principal: &str, uri: &str) -> Decision {
-        let Some(rules) = self.rules_of(principal) else {
+        let Some(sets) = self.rules_of(principal) else {
             return Decision { allowed: true, file: None, pattern: None };
         };
         let views = deny_views(uri);
-        let denied = views.iter().filter_map(|view| rules.deny.first_match(view)).min_by_key(|(i, _)| *i);
-        if let Some((_, rule)) = denied {
-            return rule.decision(false);
+        for rules in &sets {
+            let denied = views.iter().filter_map(|view| rules.deny.first_match(view)).min_by_key(|(i, _)| *i);
+            if let Some((_, rule)) = denied {
+                return rule.decision(false);
+            }
         }
         // An allow must cover every reading an upstream may give the URI: with its query (a
         // server that acts on it) and without (one that ignores it), so that neither a query
         // (`secret.txt?x=.md`) nor a missing one widens an allow glob.
         let bare = uri::without_query(uri);
-        let allowed = rules.allow.first_match(uri);
-        let covered = bare == uri || rules.allow.first_match(bare).is_some();
+        let allowed = sets.iter().find_map(|rules| rules.allow.first_match(uri));
+        let covered = bare == uri || sets.iter().any(|rules| rules.allow.first_match(bare).is_some());
         match allowed {
             Some((_, rule)) if covered => rule.decision(true),
             _ => Decision { allowed: false, file: None, pattern: None },
@@ -154,11 +171,13 @@ impl PolicySet {
         self.normalize_and_decide(principal, uri).is_ok_and(|(_, decision)| decision.allowed)
     }
 
-    /// Is a namespaced RFC 6570 template listed for `principal`? See the module doc.
+    /// Is a namespaced RFC 6570 template listed for `principal`? See the module doc. With
+    /// groups, each rule set is judged with its own denies: that can only list more (the
+    /// permitted side of the error), never hide a template whose expansion is allowed.
     pub fn template_visible(&self, principal: &str, template: &str) -> bool {
         match self.rules_of(principal) {
             None => true,
-            Some(rules) => rules::template_may_be_allowed(template, &rules.allow, &rules.deny),
+            Some(sets) => sets.iter().any(|rules| rules::template_may_be_allowed(template, &rules.allow, &rules.deny)),
         }
     }
 
@@ -180,22 +199,40 @@ impl PolicySet {
         matches!(*self.inner, Inner::AllowAll)
     }
 
-    fn rules_of(&self, principal: &str) -> Option<&RuleSet> {
+    /// The rule sets of an identity: its principal's and its groups' (those some file names),
+    /// or the `*` set when none is named; `None` for allow-all.
+    fn rules_of(&self, principal: &str) -> Option<Vec<&RuleSet>> {
         match &*self.inner {
             Inner::AllowAll => None,
-            Inner::Files { named, fallback, .. } => Some(named.get(principal).unwrap_or(fallback)),
+            Inner::Files { named, groups, fallback, .. } => {
+                let (name, member_of) = split_identity(principal);
+                let mut sets: Vec<&RuleSet> = named.get(name).into_iter().collect();
+                sets.extend(member_of.iter().filter_map(|group| groups.get(*group)));
+                if sets.is_empty() {
+                    sets.push(fallback);
+                }
+                Some(sets)
+            }
         }
     }
 
     fn from_files(files: Vec<PolicyFile>) -> Result<PolicySet, Vec<Problem>> {
-        let names: BTreeSet<&str> =
+        let entries: BTreeSet<&str> =
             files.iter().flat_map(|f| f.principals.iter().map(String::as_str)).filter(|p| *p != "*").collect();
         let mut problems = Vec::new();
         let mut named = BTreeMap::new();
-        for name in names {
-            match RuleSet::of(&files, name) {
-                Ok(rules) => drop(named.insert(name.to_string(), rules)),
-                Err(message) => problems.push(Problem { at: format!("policies for `{name}`"), message }),
+        let mut groups = BTreeMap::new();
+        for entry in entries {
+            let rules = match RuleSet::of(&files, entry) {
+                Ok(rules) => rules,
+                Err(message) => {
+                    problems.push(Problem { at: format!("policies for `{entry}`"), message });
+                    continue;
+                }
+            };
+            match entry.strip_prefix(GROUP_PREFIX) {
+                Some(group) => drop(groups.insert(group.to_string(), rules)),
+                None => drop(named.insert(entry.to_string(), rules)),
             }
         }
         let fallback = RuleSet::of(&files, "*").map_err(|message| {
@@ -204,7 +241,8 @@ impl PolicySet {
         match fallback {
             Ok(fallback) if problems.is_empty() => {
                 let files = files.iter().map(|f| f.name.clone()).collect();
-                Ok(PolicySet { inner: Arc::new(Inner::Files { files, named, fallback: Box::new(fallback) }) })
+                let fallback = Box::new(fallback);
+                Ok(PolicySet { inner: Arc::new(Inner::Files { files, named, groups, fallback }) })
             }
             _ => Err(problems),
         }
@@ -215,10 +253,11 @@ impl fmt::Debug for PolicySet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &*self.inner {
             Inner::AllowAll => f.write_str("PolicySet::AllowAll"),
-            Inner::Files { files, named, .. } => f
+            Inner::Files { files, named, groups, .. } => f
                 .debug_struct("PolicySet")
                 .field("files", files)
                 .field("principals", &named.keys().collect::<Vec<_>>())
+                .field("groups", &groups.keys().collect::<Vec<_>>())
                 .finish(),
         }
     }
@@ -344,17 +383,26 @@ fn check_principals(at: &str, principals: Option<Vec<String>>, problems: &mut Ve
         problems.push(Problem { at: format!("{at}: principals"), message: "names no principal".into() });
     }
     for principal in &principals {
-        if !is_valid_principal(principal) && principal != "*" {
-            let message = format!("`{principal}` is not a principal name (non-empty, no spaces, no `*` inside)");
-            problems.push(Problem { at: format!("{at}: principals"), message });
-        }
+        let message = match principal.strip_prefix(GROUP_PREFIX) {
+            Some(group) if !is_valid_group(group) => {
+                format!("`{principal}`: `{group}` is not a group name (non-empty, no spaces, `,` or glob characters)")
+            }
+            Some(_) => continue,
+            None if !is_valid_principal(principal) && principal != "*" => {
+                format!("`{principal}` is not a principal name (non-empty, no spaces, no `*` inside, not `group:…`)")
+            }
+            None => continue,
+        };
+        problems.push(Problem { at: format!("{at}: principals"), message });
     }
     principals
 }
 
-/// A principal name: non-empty, printable ASCII without spaces, no glob characters.
+/// A principal name: non-empty, printable ASCII without spaces, no glob characters, not
+/// starting with `group:` (which names a group in policy files).
 pub fn is_valid_principal(name: &str) -> bool {
     !name.is_empty()
+        && !name.starts_with(GROUP_PREFIX)
         && name.bytes().all(|b| b.is_ascii_graphic() && !matches!(b, b'*' | b'?' | b'[' | b']' | b'{' | b'}'))
 }
 

@@ -18,6 +18,7 @@ fn bearer() -> Authenticator {
             TokenDigest { principal: "ci-bot".into(), sha256: digest(CI_TOKEN) },
             TokenDigest { principal: "alice".into(), sha256: digest(ALICE_TOKEN) },
         ],
+        jwt: None,
     })
 }
 
@@ -27,7 +28,7 @@ fn check(headers: &[&str], expected: Result<&str, Rejection>) {
     for value in headers {
         map.append(AUTHORIZATION, HeaderValue::from_str(value).unwrap());
     }
-    let got = bearer().authenticate(&map);
+    let got = futures::executor::block_on(bearer().authenticate(&map));
     assert_eq!(got.as_ref().map(|p| p.0.as_str()).map_err(|r| *r), expected, "{headers:?}");
 }
 
@@ -50,11 +51,16 @@ fn bearer_headers() {
 
 #[test]
 fn mode_none_is_anonymous_whatever_is_sent() {
-    let none = Authenticator::new(&AuthConfig { mode: AuthMode::None, allow_unauthenticated: false, tokens: vec![] });
+    let none = Authenticator::new(&AuthConfig {
+        mode: AuthMode::None,
+        allow_unauthenticated: false,
+        tokens: vec![],
+        jwt: None,
+    });
     let mut headers = HeaderMap::new();
-    assert_eq!(none.authenticate(&headers), Ok(Principal(ANONYMOUS.into())));
+    assert_eq!(futures::executor::block_on(none.authenticate(&headers)), Ok(Principal(ANONYMOUS.into())));
     headers.insert(AUTHORIZATION, HeaderValue::from_static("Bearer whatever"));
-    assert_eq!(none.authenticate(&headers), Ok(Principal(ANONYMOUS.into())));
+    assert_eq!(futures::executor::block_on(none.authenticate(&headers)), Ok(Principal(ANONYMOUS.into())));
 }
 
 /// A writer into a shared buffer, for capturing logs.
@@ -129,7 +135,12 @@ async fn the_middleware_answers_401_or_passes_the_principal_and_never_logs_token
 
 #[tokio::test]
 async fn mode_none_passes_anonymous() {
-    let none = Authenticator::new(&AuthConfig { mode: AuthMode::None, allow_unauthenticated: false, tokens: vec![] });
+    let none = Authenticator::new(&AuthConfig {
+        mode: AuthMode::None,
+        allow_unauthenticated: false,
+        tokens: vec![],
+        jwt: None,
+    });
     let url = serve(none).await;
     let response = reqwest::Client::new().post(&url).send().await.unwrap();
     assert_eq!(response.status(), 200);

@@ -1,5 +1,8 @@
 //! The `[auth]` and `[policies]` sections: who is calling, and where the policies are.
 //!
+//! `mode = "bearer"` accepts static tokens (`[[auth.tokens]]`), JWT access tokens (`[auth.jwt]`,
+//! see [`jwt`]), or both at once: it needs at least one of them.
+//!
 //! Invariant: no plain token is kept. `token_env` is read once, hashed with SHA-256 and dropped;
 //! only `(principal, digest)` pairs leave this module, and their `Debug` hides the digest.
 
@@ -12,8 +15,11 @@ use figment::value::Value;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+pub use self::jwt::{JwksSource, JwtConfig};
 use super::{Problem, push, report_unknown};
 use crate::policy::{PolicySet, is_valid_principal};
+
+mod jwt;
 
 /// `[auth]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +29,8 @@ pub struct AuthConfig {
     pub allow_unauthenticated: bool,
     /// Every configured token as (principal, SHA-256 of the token); several may share a principal.
     pub tokens: Vec<TokenDigest>,
+    /// `[auth.jwt]`: JWT access tokens, when configured.
+    pub jwt: Option<JwtConfig>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +69,7 @@ pub(super) struct RawAuth {
     allow_unauthenticated: Option<bool>,
     #[serde(default)]
     tokens: Vec<RawToken>,
+    jwt: Option<jwt::RawJwt>,
     #[serde(flatten)]
     unknown: BTreeMap<String, Value>,
 }
@@ -84,6 +93,7 @@ pub(super) struct RawPolicies {
 pub(super) fn validate_auth(
     raw: RawAuth,
     listen: SocketAddr,
+    base: &Path,
     lookup: &dyn Fn(&str) -> Option<String>,
     problems: &mut Vec<Problem>,
 ) -> AuthConfig {
@@ -105,12 +115,14 @@ pub(super) fn validate_auth(
         .enumerate()
         .filter_map(|(index, token)| validate_token(index, token, lookup, &mut seen, problems))
         .collect();
+    let jwt = raw.jwt.map(|raw| jwt::validate_jwt(raw, base, problems));
     match mode {
-        AuthMode::Bearer if configured == 0 => {
-            push(problems, "auth.tokens", "mode = \"bearer\" needs at least one [[auth.tokens]]".into());
+        AuthMode::Bearer if configured == 0 && jwt.is_none() => {
+            push(problems, "auth.tokens", "mode = \"bearer\" needs at least one [[auth.tokens]] or [auth.jwt]".into());
         }
-        AuthMode::None if configured > 0 => {
-            push(problems, "auth.mode", "[[auth.tokens]] are set but mode is \"none\": set mode = \"bearer\"".into());
+        AuthMode::None if configured > 0 || jwt.is_some() => {
+            let set = if configured > 0 { "[[auth.tokens]] are set" } else { "[auth.jwt] is set" };
+            push(problems, "auth.mode", format!("{set} but mode is \"none\": set mode = \"bearer\""));
         }
         AuthMode::None if !listen.ip().is_loopback() && !allow_unauthenticated => push(
             problems,
@@ -121,7 +133,7 @@ pub(super) fn validate_auth(
         ),
         _ => {}
     }
-    AuthConfig { mode, allow_unauthenticated, tokens }
+    AuthConfig { mode, allow_unauthenticated, tokens, jwt }
 }
 
 fn validate_token(
@@ -140,7 +152,7 @@ fn validate_token(
         push(
             problems,
             &format!("{at}.principal"),
-            format!("`{principal}` is not a principal name (non-empty, no spaces or glob characters)"),
+            format!("`{principal}` is not a principal name (non-empty, no spaces or glob characters, not `group:…`)"),
         );
     }
     let digest = match (raw.token_env, raw.token_sha256) {

@@ -162,7 +162,10 @@ fn sha256_hex(text: &str) -> String {
 #[test]
 fn auth_defaults_to_none_on_loopback_with_no_policies() {
     let config = load("").unwrap();
-    assert_eq!(config.auth, AuthConfig { mode: AuthMode::None, allow_unauthenticated: false, tokens: vec![] });
+    assert_eq!(
+        config.auth,
+        AuthConfig { mode: AuthMode::None, allow_unauthenticated: false, tokens: vec![], jwt: None }
+    );
     assert_eq!(config.policies.dir, None);
     assert!(config.policy_set().is_allow_all());
 }

@@ -61,10 +61,14 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     let service = StreamableHttpService::new(factory, sessions, config);
     let authenticator = Authenticator::new(&proxy_auth);
     // Layers run outside in: authentication first, then the session gate.
-    let app = axum::Router::new()
+    let mut app = axum::Router::new()
         .nest_service("/mcp", service)
         .layer(axum::middleware::from_fn_with_state(gate, guard_sessions))
         .layer(axum::middleware::from_fn_with_state(authenticator, auth::require_principal));
+    // The protected resource metadata is public: merged after the layers, outside them.
+    if let Some(jwt) = &proxy_auth.jwt {
+        app = app.merge(auth::metadata::routes(jwt));
+    }
     tracing::info!(address = %local, "serving MCP at http://{local}/mcp");
     listener::serve(listener, app, ConnectionLimits::of(&server), shutdown).await
 }

@@ -258,3 +258,43 @@ fn allows_and_denies_judge_queries_and_fragments_alike() {
     }
     assert!(set.allows("bob", "ev+ev://d/public.txt?a=b"));
 }
+
+const ENG: &str = r#"
+principals = ["group:eng"]
+allow = ["eng+**", "docs+file:///private/**"]
+deny = ["docs+file:///a.md"]
+"#;
+
+#[test]
+fn groups_add_their_files_and_deny_wins_across_principal_and_groups() {
+    let set = PolicySet::from_texts(&[("default.toml", DEFAULT), ("ci-bot.toml", CI_BOT), ("eng.toml", ENG)])
+        .expect("valid policies");
+    let decide = |principal: &str, groups: &[&str], uri: &str| {
+        let decision = set.decide(&identity(principal, groups), uri);
+        (decision.allowed, decision.file, decision.pattern)
+    };
+    let allow = |file: &str, pattern: &str| (true, Some(file.to_string()), Some(pattern.to_string()));
+    let deny = |file: &str, pattern: &str| (false, Some(file.to_string()), Some(pattern.to_string()));
+    // A named principal in a named group: the union, and the group's deny beats the allow of ci-bot.
+    assert_eq!(decide("ci-bot", &["eng"], "eng+x:y"), allow("eng.toml", "eng+**"));
+    assert_eq!(decide("ci-bot", &["eng"], "docs+urn:x"), allow("ci-bot.toml", "docs+**"));
+    assert_eq!(decide("ci-bot", &["eng"], "docs+file:///a.md"), deny("eng.toml", "docs+file:///a.md"));
+    // An unnamed principal in a named group: only the group's rules, not the `*` files.
+    assert_eq!(decide("dave", &["eng"], "eng+x:y"), allow("eng.toml", "eng+**"));
+    assert_eq!(decide("dave", &["eng"], "mem+urn:note:7"), (false, None, None));
+    // Groups no file names change nothing: `*` still applies to the unnamed.
+    assert_eq!(decide("dave", &["sales"], "mem+urn:note:7"), allow("default.toml", "**"));
+    assert_eq!(decide("dave", &["sales"], "eng+x:y"), allow("default.toml", "**"));
+    // Templates: listed when any of the identity's rule sets may allow an expansion.
+    assert!(set.template_visible(&identity("dave", &["eng"]), "eng+{x}"));
+    assert!(!set.template_visible(&identity("dave", &["eng"]), "mem+{x}"));
+}
+
+#[test]
+fn group_entries_and_principal_names_are_checked() {
+    let problems = PolicySet::from_texts(&[("g.toml", "principals = [\"group:\", \"group:a b\", \"group:x,y\"]\n")])
+        .expect_err("invalid group names");
+    assert_eq!(problems.len(), 3, "{problems:?}");
+    assert!(problems.iter().all(|p| p.message.contains("is not a group name")), "{problems:?}");
+    assert!(!is_valid_principal("group:eng"), "a principal name cannot pose as a group entry");
+}

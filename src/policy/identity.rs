@@ -1,0 +1,64 @@
+//! The identity policies decide for: a principal name and the groups it belongs to, carried
+//! through the proxy as one string so that everything keyed by "principal" (sessions,
+//! cursors, views, subscriptions) keys by the whole identity.
+//!
+//! Form: the name alone (`alice`) when there are no groups, else the name and the sorted,
+//! de-duplicated groups joined by `,` in brackets (`alice[eng,ops]`). Neither a principal nor
+//! a group name holds `[`, `]` or `,`, so the first `[` always ends the name. One token, no
+//! spaces: it reads as one field in logs.
+//!
+//! Invariant: only groups a policy file could name are kept (valid principal names without
+//! `,`). Dropping the others changes no decision: no file can name them.
+
+use std::collections::BTreeSet;
+
+use super::is_valid_principal;
+
+/// The prefix of a group entry in a policy file's `principals` (`"group:eng"`).
+pub const GROUP_PREFIX: &str = "group:";
+
+/// The identity string of `principal` with `groups` (see the module doc).
+pub fn identity<S: AsRef<str>>(principal: &str, groups: &[S]) -> String {
+    let kept: BTreeSet<&str> = groups.iter().map(AsRef::as_ref).filter(|g| is_valid_group(g)).collect();
+    if kept.is_empty() {
+        return principal.to_string();
+    }
+    let joined: Vec<&str> = kept.into_iter().collect();
+    format!("{principal}[{}]", joined.join(","))
+}
+
+/// The principal name and the groups of an identity string.
+pub fn split_identity(identity: &str) -> (&str, Vec<&str>) {
+    match identity.split_once('[') {
+        None => (identity, Vec::new()),
+        Some((name, rest)) => {
+            let groups = rest.strip_suffix(']').unwrap_or(rest);
+            (name, groups.split(',').filter(|g| !g.is_empty()).collect())
+        }
+    }
+}
+
+/// A group name a policy file may name as `group:<name>`.
+pub fn is_valid_group(name: &str) -> bool {
+    is_valid_principal(name) && !name.contains(',')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(principal: &str, groups: &[&str], expected: &str, split: (&str, &[&str])) {
+        let text = identity(principal, groups);
+        assert_eq!(text, expected);
+        let (name, found) = split_identity(&text);
+        assert_eq!((name, found.as_slice()), split);
+    }
+
+    #[test]
+    fn identities_round_trip_and_keep_only_nameable_groups() {
+        check("alice", &[], "alice", ("alice", &[]));
+        check("alice", &["ops", "eng", "ops"], "alice[eng,ops]", ("alice", &["eng", "ops"]));
+        check("bob@example.com", &["Domain Users", "a,b", "", "g*"], "bob@example.com", ("bob@example.com", &[]));
+        check("carol", &["x", "bad group"], "carol[x]", ("carol", &["x"]));
+    }
+}
