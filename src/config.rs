@@ -28,6 +28,7 @@ use crate::policy::PolicySet;
 
 mod access;
 mod cache;
+mod checks;
 mod server;
 mod upstream;
 
@@ -141,6 +142,14 @@ impl Config {
 
     /// Read `path` (must exist), the environment, and the CLI overrides; validate.
     pub fn load(path: &Path, cli: &CliOverrides) -> Result<Config, ConfigError> {
+        Self::load_with(path, cli, &|name| std::env::var(name).ok())
+    }
+
+    fn load_with(
+        path: &Path,
+        cli: &CliOverrides,
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
         if !path.is_file() {
             return Err(single(&path.display().to_string(), "no such config file"));
         }
@@ -149,7 +158,7 @@ impl Config {
             .merge(Env::prefixed("MCP_PROXY_").split("__").lowercase(true))
             .merge(Serialized::default("server", cli));
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        Self::from_figment(&figment, &base, &|name| std::env::var(name).ok())
+        Self::from_figment(&figment, &base, lookup)
     }
 
     /// Validate a TOML text (paths relative to `base`), with `lookup` standing in for the

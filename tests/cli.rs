@@ -93,6 +93,72 @@ async fn check_reports_a_type_error_together_with_the_other_problems() -> anyhow
     Ok(())
 }
 
+/// A folder upstream whose `dir` does not exist is a problem `check` reports (exit 78).
+#[tokio::test]
+async fn check_reports_a_folder_that_does_not_exist() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let config = write_config(dir.path(), "[[upstreams]]\nname = \"docs\"\ndir = \"nowhere\"\n")?;
+    let output = run(&["check", "--config", config.to_str().unwrap()], None).await?;
+    assert_eq!(output.status.code(), Some(EXIT_CONFIG), "{}", stdout(&output));
+    let text = stdout(&output);
+    assert!(text.lines().any(|l| l.contains("upstreams[0] (docs).dir") && l.contains("nowhere")), "{text}");
+    Ok(())
+}
+
+/// An admin listener off loopback serves `/status` to anyone: `check` and `serve` warn.
+#[tokio::test]
+async fn an_admin_listener_off_loopback_is_warned_about_by_check_and_serve() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let config = write_config(dir.path(), "[server]\nadmin_listen = \"0.0.0.0:0\"\n")?;
+    let output = run(&["check", "--config", config.to_str().unwrap()], None).await?;
+    assert_eq!(output.status.code(), Some(0), "{}", stdout(&output));
+    let warned =
+        |text: &str| text.lines().any(|l| l.contains("warning") || l.contains("WARN")) && text.contains("0.0.0.0:0");
+    assert!(warned(&stdout(&output)), "check warns: {}", stdout(&output));
+    let mut serve = Command::new(PROXY_BIN);
+    serve
+        .args(["serve", "--listen", "127.0.0.1:0", "--config", config.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = serve.spawn()?;
+    let mut lines = BufReader::new(child.stderr.take().context("stderr")?).lines();
+    let warning = tokio::time::timeout(DEADLINE, async {
+        while let Some(line) = lines.next_line().await? {
+            if line.contains("WARN") && line.contains("0.0.0.0:0") && line.contains("authentication") {
+                return Ok(line);
+            }
+        }
+        anyhow::bail!("serve exited without the warning")
+    })
+    .await
+    .context("no warning from serve")??;
+    assert!(warning.contains("admin_listen"), "{warning}");
+    Ok(())
+}
+
+/// `policy explain` needs the policies only: token variables that are unset do not stop it.
+#[tokio::test]
+async fn policy_explain_runs_without_the_token_variables() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let text =
+        "[auth]\nmode = \"bearer\"\n\n[[auth.tokens]]\nprincipal = \"ci-bot\"\ntoken_env = \"OPS_UNSET_TOKEN\"\n";
+    let config = write_config(dir.path(), text)?;
+    let mut command = Command::new(PROXY_BIN);
+    command
+        .args(["policy", "explain", "--principal", "ci-bot", "--config", config.to_str().unwrap(), "docs+file:///a.md"])
+        .env_remove("OPS_UNSET_TOKEN")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(DEADLINE, command.output()).await??;
+    assert_eq!(output.status.code(), Some(0), "{}{}", stdout(&output), stderr(&output));
+    assert!(stdout(&output).contains("allowed"), "{}", stdout(&output));
+    let serve = run(&["check", "--config", config.to_str().unwrap()], None).await?;
+    assert_eq!(serve.status.code(), Some(EXIT_CONFIG), "check still needs them: {}", stdout(&serve));
+    Ok(())
+}
+
 /// `serve` on a bad config prints the problems to stderr and exits 78 without starting any
 /// upstream (the valid one's command would leave a marker file) or writing to stdout.
 #[tokio::test]
