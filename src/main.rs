@@ -64,7 +64,13 @@ enum Command {
         command: PolicyCommand,
     },
     /// Serve a folder's files as MCP resources over stdio (the built-in folder server).
-    ServeDir { dir: PathBuf },
+    ServeDir {
+        dir: PathBuf,
+        /// Name files by absolute host path (`file:///srv/docs/a.md`) instead of relative to
+        /// DIR (`file:///a.md`).
+        #[arg(long)]
+        absolute_uris: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -108,8 +114,9 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Policy { command: PolicyCommand::Explain { principal, config, uris } } => {
             Ok(explain(&config, &principal, &uris))
         }
-        Command::ServeDir { dir } => {
-            serve_dir::serve_stdio(&dir).await.map_err(|e| anyhow::anyhow!(e))?;
+        Command::ServeDir { dir, absolute_uris } => {
+            let base = if absolute_uris { serve_dir::UriBase::Absolute } else { serve_dir::UriBase::Relative };
+            serve_dir::serve_stdio(&dir, base).await.map_err(|e| anyhow::anyhow!(e))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Serve { config, stdio, listen, admin_listen, principal } => {

@@ -187,7 +187,7 @@ async fn serve_on_a_bad_config_exits_78_before_starting_anything() -> anyhow::Re
 async fn serve_dir_speaks_mcp_over_stdio() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     std::fs::write(dir.path().join("hello.txt"), "hello, folder")?;
-    let file_uri = format!("file://{}/hello.txt", dir.path().canonicalize()?.display());
+    let file_uri = "file:///hello.txt".to_string();
     for era in [Era::Legacy, Era::Modern] {
         let mut command = Command::new(PROXY_BIN);
         command.arg("serve-dir").arg(dir.path()).env("RUST_LOG", "debug").kill_on_drop(true);

@@ -23,7 +23,7 @@ impl Config {
             .iter()
             .enumerate()
             .filter_map(|(index, upstream)| match &upstream.transport {
-                UpstreamTransport::Dir { path } if !path.is_dir() => Some(Problem {
+                UpstreamTransport::Dir { path, .. } if !path.is_dir() => Some(Problem {
                     at: format!("upstreams[{index}] ({}).dir", upstream.name),
                     message: format!("{} is not a directory", path.display()),
                 }),
@@ -61,6 +61,24 @@ mod tests {
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].at, "upstreams[0] (docs).dir");
         assert!(found[0].message.contains("nowhere"), "{found:?}");
+    }
+
+    #[test]
+    fn uri_base_is_relative_by_default_and_checked() {
+        let dir = |extra: &str| format!("[[upstreams]]\nname = \"docs\"\ndir = \"d\"\n{extra}");
+        let base = |config: &Config| match &config.upstreams[0].transport {
+            UpstreamTransport::Dir { uri_base, .. } => *uri_base,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(base(&config(&dir(""))), super::super::UriBase::Relative);
+        assert_eq!(base(&config(&dir("uri_base = \"absolute\"\n"))), super::super::UriBase::Absolute);
+        let text = format!(
+            "{}[[upstreams]]\nname = \"web\"\nurl = \"http://127.0.0.1:1/\"\nuri_base = \"relative\"\n",
+            dir("uri_base = \"sideways\"\n")
+        );
+        let error = Config::from_toml(&text, Path::new("/b"), &|_| None).expect_err("two problems");
+        let places: Vec<&str> = error.problems.iter().map(|p| p.at.as_str()).collect();
+        assert_eq!(places, ["upstreams[0] (docs).uri_base", "upstreams[1] (web).uri_base"], "{error}");
     }
 
     #[test]

@@ -100,8 +100,9 @@ async fn start(
     let mode = lifecycle(&plan);
     let name = &config.name;
     match &config.transport {
-        UpstreamTransport::Dir { path } => {
-            let folder = FolderServer::new(path).map_err(|e| format!("folder {}: {e}", path.display()))?;
+        UpstreamTransport::Dir { path, uri_base } => {
+            let folder =
+                FolderServer::with_uri_base(path, *uri_base).map_err(|e| format!("folder {}: {e}", path.display()))?;
             let (client_side, server_side) = tokio::io::duplex(1 << 20);
             let upstream = name.clone();
             tokio::spawn(async move {
