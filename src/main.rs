@@ -286,8 +286,10 @@ async fn cancel_on_signal(shutdown: CancellationToken) {
 
 /// rmcp's own logging, held back: per-message lines at `info`, a warning for every error
 /// answer (an unknown method, a missing resource: ordinary traffic), and its transport
-/// worker's errors, which the proxy reports itself (once per state change, in plain words).
-const QUIET_RMCP: &str = "rmcp=warn,rmcp::service=error,rmcp::transport::worker=off";
+/// worker's errors and its HTTP client's warnings about ended streams, which the proxy reports
+/// itself (once per state change, in plain words).
+const QUIET_RMCP: &str =
+    "rmcp=warn,rmcp::service=error,rmcp::transport::worker=off,rmcp::transport::streamable_http_client=error";
 
 type FilterHandle = tracing_subscriber::reload::Handle<EnvFilter, tracing_subscriber::Registry>;
 

@@ -11,7 +11,7 @@ use std::io::ErrorKind;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use rmcp::service::ClientInitializeError;
+use rmcp::service::{ClientInitializeError, ServiceError};
 use rmcp::transport::streamable_http_client::StreamableHttpError;
 use tokio::sync::watch;
 
@@ -31,6 +31,15 @@ pub(crate) fn initialize_failure(error: &ClientInitializeError, url: Option<&str
         other => other,
     };
     plain(root, url)
+}
+
+/// The root cause of a failed request on a live connection, in plain words.
+pub(crate) fn service_failure(error: &ServiceError) -> String {
+    match error {
+        ServiceError::TransportSend(inner) => plain(inner, None),
+        ServiceError::TransportClosed => "the connection closed".into(),
+        other => redact_urls_in(&other.to_string()),
+    }
 }
 
 /// The plainest words for `error`: a network failure by its kind, else the innermost cause.

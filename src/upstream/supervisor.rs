@@ -90,6 +90,9 @@ impl Supervisor {
         let stderr_tail = output.tail();
         let stderr = stderr_tail.join("\n");
         match report {
+            true if stderr.is_empty() => {
+                tracing::error!(upstream = name, error = %error, retry_in = ?retry_in, "upstream down")
+            }
             true => tracing::error!(upstream = name, error = %error, stderr, retry_in = ?retry_in, "upstream down"),
             false => {
                 tracing::debug!(upstream = name, error = %error, retry_in = ?retry_in, "upstream down; reconnect failed")
@@ -259,8 +262,15 @@ impl Supervisor {
     fn reloaded(&self, changed: bool) {
         let name = self.upstream.name();
         match changed {
-            true => tracing::info!(upstream = name, resources = self.resource_count(), "upstream catalog changed"),
-            false => tracing::debug!(upstream = name, "upstream catalog reloaded; unchanged"),
+            true => {
+                tracing::info!(upstream = name, resources = self.resource_count(), changed, "upstream catalog reloaded")
+            }
+            false => tracing::debug!(
+                upstream = name,
+                resources = self.resource_count(),
+                changed,
+                "upstream catalog reloaded"
+            ),
         }
         if changed {
             let _ = self.events.send(UpstreamEvent::CatalogChanged { upstream: self.upstream.name().to_string() });
@@ -281,7 +291,7 @@ impl Supervisor {
         };
         match tokio::time::timeout(self.upstream.config().request_timeout, link.peer.send_request(request)).await {
             Ok(Ok(_)) | Ok(Err(ServiceError::McpError(_))) => Ok(()),
-            Ok(Err(error)) => Err(format!("health check failed: {error}")),
+            Ok(Err(error)) => Err(format!("health check failed: {}", super::reason::service_failure(&error))),
             Err(_) => Err("health check timed out".into()),
         }
     }
