@@ -64,6 +64,22 @@ async fn check_accepts_the_shipped_config() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Every config example in `examples/` is valid, and has no warning.
+#[tokio::test]
+async fn check_accepts_every_config_example() -> anyhow::Result<()> {
+    let mut examples: Vec<_> = std::fs::read_dir(repo_root().join("examples"))?
+        .map(|entry| entry.map(|e| e.path()))
+        .collect::<Result<_, _>>()?;
+    examples.retain(|path| path.extension().is_some_and(|e| e == "toml"));
+    assert!(examples.len() >= 3, "{examples:?}");
+    for example in examples {
+        let output = run(&["check", "--config", example.to_str().unwrap()], None).await?;
+        assert_eq!(output.status.code(), Some(0), "{}: {}", example.display(), stdout(&output));
+        assert!(!stdout(&output).contains("warning"), "{}: {}", example.display(), stdout(&output));
+    }
+    Ok(())
+}
+
 /// Every semantic problem of a config is printed in one run, each with where it is; exit 78.
 #[tokio::test]
 async fn check_prints_every_problem_with_its_place_and_exits_78() -> anyhow::Result<()> {
