@@ -82,6 +82,9 @@ async fn a_stdio_child_that_dies_shows_its_stderr_and_why_in_status_and_the_log(
     assert!(error.contains("`sh` exited") && error.contains("exit status: 3"), "a plain reason: {status}");
     let line = proxy.wait_log(&["\"upstream down\"", "\"upstream\":\"gh\"", FATAL_LINE]).await?;
     assert!(line.contains("\"level\":\"ERROR\""), "the down line is an error: {line}");
+    let event: Value = serde_json::from_str(&line)?;
+    assert_eq!(event["fields"]["upstream"], "gh", "`upstream` is a field of the event, not only of its span: {line}");
+    assert_eq!(event["fields"]["stderr"], format!("starting\n{FATAL_LINE}"), "{line}");
     Ok(())
 }
 

@@ -119,8 +119,9 @@ async fn start(
             if let Some(cwd) = cwd {
                 command.current_dir(cwd);
             }
-            let transport = StdioUpstream::spawn(command, config.max_response_bytes, notices.clone(), output.clone())
-                .map_err(|e| format!("cannot start `{program}`: {e}"))?;
+            let transport =
+                StdioUpstream::spawn(command, config.max_response_bytes, notices.clone(), output.clone(), name)
+                    .map_err(|e| format!("cannot start `{program}`: {e}"))?;
             handler.serve_with_lifecycle(transport, mode).await.map_err(|e| match output.exit() {
                 Some(exit) => format!("`{program}` exited ({exit}) during the handshake"),
                 None => initialize_failure(&e, None),

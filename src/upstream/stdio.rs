@@ -98,6 +98,8 @@ pub(crate) struct StdioUpstream {
     notices: mpsc::UnboundedSender<Notice>,
     /// Where the child's stderr and exit status go, and which child this is.
     output: Arc<ChildOutput>,
+    /// The upstream's name, for log lines.
+    upstream: Arc<str>,
     generation: u64,
 }
 
@@ -115,7 +117,9 @@ impl StdioUpstream {
         limit: usize,
         notices: mpsc::UnboundedSender<Notice>,
         output: Arc<ChildOutput>,
+        upstream: &str,
     ) -> std::io::Result<Self> {
+        let upstream: Arc<str> = Arc::from(upstream);
         command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
         let mut child = command.spawn()?;
         let stdin = child.stdin.take().ok_or_else(|| std::io::Error::other("no stdin pipe"))?;
@@ -123,7 +127,7 @@ impl StdioUpstream {
         let generation = output.child_started();
         match child.stderr.take() {
             Some(stderr) => {
-                tokio::spawn(keep_stderr(stderr, output.clone(), generation).in_current_span());
+                tokio::spawn(keep_stderr(stderr, output.clone(), generation, upstream.clone()).in_current_span());
             }
             None => output.closed(generation),
         }
@@ -138,6 +142,7 @@ impl StdioUpstream {
             notices,
             output,
             generation,
+            upstream,
         };
         Ok(transport)
     }
@@ -154,7 +159,7 @@ impl StdioUpstream {
                 let available = match self.stdout.fill_buf().await {
                     Ok(available) => available,
                     Err(error) => {
-                        tracing::warn!(error = %error, "reading the upstream's stdout failed");
+                        tracing::warn!(upstream = &*self.upstream, error = %error, "reading the upstream's stdout failed");
                         return None;
                     }
                 };
@@ -211,7 +216,11 @@ impl StdioUpstream {
             }
         };
         if has_method && id.is_none() {
-            tracing::debug!(fault = fault.kind(), "dropped an unreadable notification from the upstream");
+            tracing::debug!(
+                upstream = &*self.upstream,
+                fault = fault.kind(),
+                "dropped an unreadable notification from the upstream"
+            );
             return None;
         }
         self.place(fault, id.filter(|id| self.take_pending(id)))
@@ -241,11 +250,19 @@ impl StdioUpstream {
         });
         match id {
             Some(id) => {
-                tracing::warn!(fault = fault.kind(), "faulty upstream reply; failing its request");
+                tracing::warn!(
+                    upstream = &*self.upstream,
+                    fault = fault.kind(),
+                    "faulty upstream reply; failing its request"
+                );
                 Some(fault.reply(id))
             }
             None => {
-                tracing::warn!(fault = fault.kind(), "faulty upstream message; no request to fail");
+                tracing::warn!(
+                    upstream = &*self.upstream,
+                    fault = fault.kind(),
+                    "faulty upstream message; no request to fail"
+                );
                 let _ = self.notices.send(Notice::Fault(fault.describe()));
                 None
             }
@@ -328,10 +345,15 @@ async fn note_exit(child: &tokio::sync::Mutex<Child>, output: &ChildOutput, gene
 
 /// A child's stderr goes to the debug log line by line (never to our stdout), and its last
 /// lines to `output`.
-async fn keep_stderr(stderr: tokio::process::ChildStderr, output: Arc<ChildOutput>, generation: u64) {
+async fn keep_stderr(
+    stderr: tokio::process::ChildStderr,
+    output: Arc<ChildOutput>,
+    generation: u64,
+    upstream: Arc<str>,
+) {
     let mut lines = BufReader::new(stderr).lines();
     while let Ok(Some(line)) = lines.next_line().await {
-        tracing::debug!(line, "upstream stderr");
+        tracing::debug!(upstream = &*upstream, line, "upstream stderr");
         output.push(generation, &line);
     }
     output.closed(generation);
