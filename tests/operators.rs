@@ -106,30 +106,45 @@ async fn an_http_upstream_on_a_closed_port_says_connection_refused() -> anyhow::
     Ok(())
 }
 
-/// A healthy proxy in front of folder upstreams probed every 200 ms, used by a host (a list, a
-/// read of a missing URI, an unknown method, a disconnect), then idle: after startup it logs
-/// nothing at the default level.
+/// A healthy proxy in front of folder upstreams probed every 200 ms, then idle: after startup
+/// it logs nothing. rmcp is held only at `warn` here (not the default's tighter hold), so a
+/// health probe answered with an error (`ping` to a 2026-07-28 server) would show.
 #[tokio::test]
 async fn a_healthy_idle_proxy_logs_nothing_after_startup() -> anyhow::Result<()> {
     let (docs, more) = (folder()?, folder()?);
     let config = format!("{}{}", folder_upstream("docs", docs.path()), folder_upstream("more", more.path()));
-    let proxy = start_with_default_logging(&config).await?;
+    let proxy = ProxyProcess::start_with(&config, &[], &[("RUST_LOG", "info,rmcp=warn")]).await?;
     proxy.wait_up("docs", 1).await?;
     proxy.wait_up("more", 1).await?;
     proxy.admin_url().await?;
-    let (host, _) = fixture::connect_http(&proxy.url, Era::Legacy).await?;
-    let (listed, _) = list_all_resources(&host).await?;
-    ensure!(listed.len() == 4, "{listed:?}");
-    assert!(host.read_resource(ReadResourceRequestParams::new("docs+file:///missing")).await.is_err());
-    let unknown = ClientRequest::CustomRequest(CustomRequest::new("tools/list", None));
-    assert!(host.send_request(unknown).await.is_err(), "an unknown method is refused");
-    host.cancel().await?;
     let after_startup = proxy.logs();
     tokio::time::sleep(QUIET_WINDOW).await;
     let new: Vec<String> = proxy.logs().into_iter().skip(after_startup.len()).collect();
     let startup_noise: Vec<&String> = after_startup.iter().filter(|l| !is_startup_line(l)).collect();
     assert!(new.is_empty(), "logged while idle: {new:#?}");
     assert!(startup_noise.is_empty(), "logged more than startup: {startup_noise:#?}");
+    Ok(())
+}
+
+/// A host's ordinary traffic — a list, a read of a missing URI, an unknown method, a
+/// disconnect — logs nothing at the default level.
+#[tokio::test]
+async fn ordinary_host_traffic_logs_nothing_by_default() -> anyhow::Result<()> {
+    let docs = folder()?;
+    let proxy = start_with_default_logging(&folder_upstream("docs", docs.path())).await?;
+    proxy.wait_up("docs", 1).await?;
+    proxy.admin_url().await?;
+    let after_startup = proxy.logs().len();
+    let (host, _) = fixture::connect_http(&proxy.url, Era::Legacy).await?;
+    let (listed, _) = list_all_resources(&host).await?;
+    ensure!(listed.len() == 2, "{listed:?}");
+    assert!(host.read_resource(ReadResourceRequestParams::new("docs+file:///missing")).await.is_err());
+    let unknown = ClientRequest::CustomRequest(CustomRequest::new("tools/list", None));
+    assert!(host.send_request(unknown).await.is_err(), "an unknown method is refused");
+    host.cancel().await?;
+    tokio::time::sleep(QUIET_WINDOW).await;
+    let new: Vec<String> = proxy.logs().into_iter().skip(after_startup).collect();
+    assert!(new.is_empty(), "ordinary traffic logged: {new:#?}");
     Ok(())
 }
 
