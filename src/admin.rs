@@ -57,7 +57,11 @@ pub struct UpstreamReport {
     pub required: bool,
     pub resources: usize,
     pub templates: usize,
+    /// Why it is (or last was) down, in plain words.
     pub last_error: Option<String>,
+    /// What its stdio child last wrote to stderr before it went down (bounded).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stderr_tail: Vec<String>,
     pub reconnects: u64,
 }
 
@@ -136,8 +140,8 @@ impl StatusReport {
 impl UpstreamReport {
     /// From an upstream's health snapshot plus what the config and the catalog know.
     pub fn new(status: UpstreamStatus, required: bool, resources: usize, templates: usize) -> Self {
-        let UpstreamStatus { name, state, era, last_error, reconnects } = status;
-        Self { name, state, era, required, resources, templates, last_error, reconnects }
+        let UpstreamStatus { name, state, era, last_error, stderr_tail, reconnects } = status;
+        Self { name, state, era, required, resources, templates, last_error, stderr_tail, reconnects }
     }
 }
 
@@ -216,7 +220,8 @@ mod tests {
     fn report(name: &str, state: LinkState, required: bool) -> UpstreamReport {
         let era = (state == LinkState::Up).then_some(Era::Modern);
         let last_error = (state == LinkState::Down).then(|| "connection closed".to_string());
-        let status = UpstreamStatus { name: name.into(), state, era, last_error, reconnects: 1 };
+        let status =
+            UpstreamStatus { name: name.into(), state, era, last_error, stderr_tail: Vec::new(), reconnects: 1 };
         UpstreamReport::new(status, required, 12, 2)
     }
 

@@ -25,9 +25,11 @@ use serde::Deserialize;
 pub use self::access::{AuthConfig, AuthMode, JwksSource, JwtConfig, PoliciesConfig, TokenDigest};
 use crate::namespace::is_valid_upstream_name;
 use crate::policy::PolicySet;
+pub use crate::serve_dir::UriBase;
 
 mod access;
 mod cache;
+mod checks;
 mod server;
 mod upstream;
 
@@ -69,8 +71,8 @@ pub struct UpstreamConfig {
 /// How the proxy reaches an upstream.
 #[derive(Debug, Clone, PartialEq)]
 pub enum UpstreamTransport {
-    /// The built-in folder server, in process.
-    Dir { path: PathBuf },
+    /// The built-in folder server, in process; files named as `uri_base` says.
+    Dir { path: PathBuf, uri_base: UriBase },
     /// A child process speaking MCP over stdio.
     /// Its environment is cleared but for a small default allowlist, `inherit_env`, and `env`.
     Command {
@@ -141,6 +143,14 @@ impl Config {
 
     /// Read `path` (must exist), the environment, and the CLI overrides; validate.
     pub fn load(path: &Path, cli: &CliOverrides) -> Result<Config, ConfigError> {
+        Self::load_with(path, cli, &|name| std::env::var(name).ok())
+    }
+
+    fn load_with(
+        path: &Path,
+        cli: &CliOverrides,
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
         if !path.is_file() {
             return Err(single(&path.display().to_string(), "no such config file"));
         }
@@ -149,7 +159,7 @@ impl Config {
             .merge(Env::prefixed("MCP_PROXY_").split("__").lowercase(true))
             .merge(Serialized::default("server", cli));
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        Self::from_figment(&figment, &base, &|name| std::env::var(name).ok())
+        Self::from_figment(&figment, &base, lookup)
     }
 
     /// Validate a TOML text (paths relative to `base`), with `lookup` standing in for the
@@ -242,6 +252,7 @@ struct RawConfig {
 struct RawUpstream {
     name: Option<String>,
     dir: Option<PathBuf>,
+    uri_base: Option<String>,
     command: Option<String>,
     #[serde(default)]
     args: Vec<String>,
@@ -342,6 +353,7 @@ fn validate_upstream(
 
 struct RawTransport {
     dir: Option<PathBuf>,
+    uri_base: Option<String>,
     command: Option<String>,
     args: Vec<String>,
     env: BTreeMap<String, String>,
@@ -354,6 +366,7 @@ struct RawTransport {
 fn raw_transport(raw: &RawUpstream) -> RawTransport {
     RawTransport {
         dir: raw.dir.clone(),
+        uri_base: raw.uri_base.clone(),
         command: raw.command.clone(),
         args: raw.args.clone(),
         env: raw.env.clone(),
@@ -376,9 +389,13 @@ fn validate_transport(
         push(problems, at, "needs exactly one of `dir`, `command`, `url`".into());
         return None;
     }
+    if raw.dir.is_none() && raw.uri_base.is_some() {
+        push(problems, &format!("{at}.uri_base"), "applies only to `dir` upstreams".into());
+    }
     if raw.command.is_none() && !raw.inherit_env.is_empty() {
         push(problems, &format!("{at}.inherit_env"), "applies only to `command` upstreams".into());
     }
+    let dir_uri_base = upstream::uri_base(at, raw.uri_base.as_deref(), problems);
     let mut expand = |field: &str, text: &str| {
         expand_vars(text, lookup).unwrap_or_else(|missing| {
             push(problems, &format!("{at}.{field}"), format!("environment variable `{missing}` is not set"));
@@ -386,7 +403,7 @@ fn validate_transport(
         })
     };
     if let Some(dir) = raw.dir {
-        return Some(UpstreamTransport::Dir { path: base.join(dir) });
+        return Some(UpstreamTransport::Dir { path: base.join(dir), uri_base: dir_uri_base });
     }
     if let Some(program) = raw.command {
         let args = raw.args.iter().map(|a| expand("args", a)).collect();

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use mcp_resource_proxy::admin::{self, AdminState};
-use mcp_resource_proxy::config::{CliOverrides, Config};
+use mcp_resource_proxy::config::{CliOverrides, Config, ConfigError};
 use mcp_resource_proxy::policy::{self, PolicySet};
 use mcp_resource_proxy::upstream::LinkState;
 use mcp_resource_proxy::{downstream, proxy::Proxy, serve_dir};
@@ -64,7 +64,13 @@ enum Command {
         command: PolicyCommand,
     },
     /// Serve a folder's files as MCP resources over stdio (the built-in folder server).
-    ServeDir { dir: PathBuf },
+    ServeDir {
+        dir: PathBuf,
+        /// Name files by absolute host path (`file:///srv/docs/a.md`) instead of relative to
+        /// DIR (`file:///a.md`).
+        #[arg(long)]
+        absolute_uris: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -111,8 +117,9 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Policy { command: PolicyCommand::Explain { principal, groups, config, uris } } => {
             Ok(explain(&config, &policy::identity(&principal, &groups), &uris))
         }
-        Command::ServeDir { dir } => {
-            serve_dir::serve_stdio(&dir).await.map_err(|e| anyhow::anyhow!(e))?;
+        Command::ServeDir { dir, absolute_uris } => {
+            let base = if absolute_uris { serve_dir::UriBase::Absolute } else { serve_dir::UriBase::Relative };
+            serve_dir::serve_stdio(&dir, base).await.map_err(|e| anyhow::anyhow!(e))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Serve { config, stdio, listen, admin_listen, principal } => {
@@ -143,12 +150,19 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
 }
 
 fn check(path: &std::path::Path) -> ExitCode {
-    match Config::load(path, &CliOverrides::default()) {
+    let loaded = Config::load(path, &CliOverrides::default()).and_then(|config| {
+        let missing = config.missing_folders();
+        if missing.is_empty() { Ok(config) } else { Err(ConfigError { problems: missing }) }
+    });
+    match loaded {
         Ok(config) => {
             let policies = match config.policy_set().files() {
                 [] => "no policies: everything is allowed".to_string(),
                 files => format!("policy files {}", files.join(", ")),
             };
+            for warning in config.warnings() {
+                println!("warning: {warning}");
+            }
             println!("{}: valid ({} upstreams; {policies})", path.display(), config.upstreams.len());
             ExitCode::SUCCESS
         }
@@ -160,7 +174,8 @@ fn check(path: &std::path::Path) -> ExitCode {
 }
 
 fn explain(path: &std::path::Path, principal: &str, uris: &[String]) -> ExitCode {
-    let config = match Config::load(path, &CliOverrides::default()) {
+    // Deciding needs the policies only: token variables may be unset where this runs.
+    let config = match Config::load_without_secrets(path) {
         Ok(config) => config,
         Err(error) => {
             print!("{}: {error}", path.display());
@@ -189,6 +204,12 @@ fn explain_one(policies: &PolicySet, principal: &str, uri: &str) -> String {
 
 async fn serve(config: Config, stdio: bool, principal: String) -> anyhow::Result<()> {
     apply_log_level(&config.server.log_level);
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
+    }
+    for missing in config.missing_folders() {
+        tracing::warn!(at = missing.at, "{}; the upstream stays down until it exists", missing.message);
+    }
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
     let listen = config.server.listen;
@@ -220,8 +241,9 @@ async fn serve(config: Config, stdio: bool, principal: String) -> anyhow::Result
         tokio::spawn(admin::serve_admin(admin, state, limits, server.allowed_hosts.clone(), shutdown.clone()));
     }
     tokio::spawn(reload_on_hangup(proxy.clone()));
-    if !proxy.wait_ready(startup_wait).await {
-        let down: Vec<_> = proxy.statuses().into_iter().filter(|s| s.state != LinkState::Up).map(|s| s.name).collect();
+    proxy.wait_settled(startup_wait).await;
+    let down: Vec<_> = proxy.statuses().into_iter().filter(|s| s.state != LinkState::Up).map(|s| s.name).collect();
+    if !down.is_empty() {
         tracing::warn!(?down, "serving without upstreams that are not up yet; they join when they come up");
     }
     let serving = shutdown.clone();
@@ -265,15 +287,24 @@ async fn cancel_on_signal(shutdown: CancellationToken) {
     shutdown.cancel();
 }
 
+/// rmcp's own logging, held back: per-message lines at `info`, a warning for every error
+/// answer (an unknown method, a missing resource: ordinary traffic), and its transport
+/// worker's errors and its HTTP client's warnings about ended streams, which the proxy reports
+/// itself (once per state change, in plain words).
+const QUIET_RMCP: &str =
+    "rmcp=warn,rmcp::service=error,rmcp::transport::worker=off,rmcp::transport::streamable_http_client=error";
+
 type FilterHandle = tracing_subscriber::reload::Handle<EnvFilter, tracing_subscriber::Registry>;
 
 /// Where the log level can be changed once the configuration is read.
 static LOG_FILTER: std::sync::OnceLock<FilterHandle> = std::sync::OnceLock::new();
 
 /// Logs to stderr. `RUST_LOG` wins; otherwise `server.log_level` once the config is loaded
-/// (`info` until then), with rmcp's per-message logging held at `warn`.
+/// (`info` until then), with rmcp's own logging held back ([`QUIET_RMCP`]).
 fn init_tracing(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn"));
+    let filter = rust_log()
+        .and_then(|spec| EnvFilter::try_new(spec).ok())
+        .unwrap_or_else(|| EnvFilter::new(format!("info,{QUIET_RMCP}")));
     let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
     let _ = LOG_FILTER.set(handle);
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -286,10 +317,15 @@ fn init_tracing(format: LogFormat) {
 }
 
 fn apply_log_level(level: &str) {
-    if std::env::var_os("RUST_LOG").is_some() {
+    if rust_log().is_some() {
         return;
     }
     if let Some(handle) = LOG_FILTER.get() {
-        let _ = handle.reload(EnvFilter::new(format!("{level},rmcp=warn")));
+        let _ = handle.reload(EnvFilter::new(format!("{level},{QUIET_RMCP}")));
     }
+}
+
+/// `RUST_LOG`, when set to something (an empty value counts as unset).
+fn rust_log() -> Option<String> {
+    std::env::var("RUST_LOG").ok().filter(|spec| !spec.trim().is_empty())
 }

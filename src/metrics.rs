@@ -212,11 +212,17 @@ impl Metrics {
         i.catalog_templates.with_label_values(&[upstream]);
         i.cache_hits.with_label_values(&[upstream]);
         i.cache_misses.with_label_values(&[upstream]);
+        i.cache_inserts.with_label_values(&[upstream]);
+        i.catalog_unlisted.with_label_values(&[upstream]);
+        i.served_bytes.with_label_values(&[upstream]);
         for kind in NotificationKind::ALL {
             i.notifications_received.with_label_values(&[upstream, kind.label()]);
         }
         for outcome in OUTCOMES {
             i.upstream_requests.with_label_values(&[upstream, "resources/read", outcome]);
+        }
+        for outcome in ["ok", "upstream_failed"] {
+            i.upstream_requests.with_label_values(&[upstream, "resources/list", outcome]);
         }
     }
 

@@ -451,7 +451,11 @@ const DEFAULT_POLICY: &str =
 async fn corpus_proxy(root: &Path, policy: &str) -> anyhow::Result<(ProxyProcess, tempfile::TempDir)> {
     let admin = "principals = [\"admin\"]\nallow = [\"**\"]\n";
     let policies = policies_folder(&[("default.toml", policy), ("admin.toml", admin)])?;
-    let upstream = format!("[[upstreams]]\nname = \"docs\"\ndir = {}\n", toml_str(root.to_str().expect("utf-8")));
+    // The corpus is written against absolute names: it runs with the `absolute` option.
+    let upstream = format!(
+        "[[upstreams]]\nname = \"docs\"\ndir = {}\nuri_base = \"absolute\"\n",
+        toml_str(root.to_str().expect("utf-8"))
+    );
     let config = access_config(policies.path(), &upstream).replace("principal = \"bob\"", "principal = \"admin\"");
     let proxy = ProxyProcess::start_with(&config, &[], &TOKENS).await?;
     proxy.wait_up("docs", 1).await?;

@@ -64,6 +64,22 @@ async fn check_accepts_the_shipped_config() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Every config example in `examples/` is valid, and has no warning.
+#[tokio::test]
+async fn check_accepts_every_config_example() -> anyhow::Result<()> {
+    let mut examples: Vec<_> = std::fs::read_dir(repo_root().join("examples"))?
+        .map(|entry| entry.map(|e| e.path()))
+        .collect::<Result<_, _>>()?;
+    examples.retain(|path| path.extension().is_some_and(|e| e == "toml"));
+    assert!(examples.len() >= 3, "{examples:?}");
+    for example in examples {
+        let output = run(&["check", "--config", example.to_str().unwrap()], None).await?;
+        assert_eq!(output.status.code(), Some(0), "{}: {}", example.display(), stdout(&output));
+        assert!(!stdout(&output).contains("warning"), "{}: {}", example.display(), stdout(&output));
+    }
+    Ok(())
+}
+
 /// Every semantic problem of a config is printed in one run, each with where it is; exit 78.
 #[tokio::test]
 async fn check_prints_every_problem_with_its_place_and_exits_78() -> anyhow::Result<()> {
@@ -90,6 +106,72 @@ async fn check_reports_a_type_error_together_with_the_other_problems() -> anyhow
     let text = stdout(&output);
     assert!(text.contains("server.page_size"), "{text}");
     assert!(text.contains("upstreams[0] (Bad_Name).name"), "both problems at once:\n{text}");
+    Ok(())
+}
+
+/// A folder upstream whose `dir` does not exist is a problem `check` reports (exit 78).
+#[tokio::test]
+async fn check_reports_a_folder_that_does_not_exist() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let config = write_config(dir.path(), "[[upstreams]]\nname = \"docs\"\ndir = \"nowhere\"\n")?;
+    let output = run(&["check", "--config", config.to_str().unwrap()], None).await?;
+    assert_eq!(output.status.code(), Some(EXIT_CONFIG), "{}", stdout(&output));
+    let text = stdout(&output);
+    assert!(text.lines().any(|l| l.contains("upstreams[0] (docs).dir") && l.contains("nowhere")), "{text}");
+    Ok(())
+}
+
+/// An admin listener off loopback serves `/status` to anyone: `check` and `serve` warn.
+#[tokio::test]
+async fn an_admin_listener_off_loopback_is_warned_about_by_check_and_serve() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let config = write_config(dir.path(), "[server]\nadmin_listen = \"0.0.0.0:0\"\n")?;
+    let output = run(&["check", "--config", config.to_str().unwrap()], None).await?;
+    assert_eq!(output.status.code(), Some(0), "{}", stdout(&output));
+    let warned =
+        |text: &str| text.lines().any(|l| l.contains("warning") || l.contains("WARN")) && text.contains("0.0.0.0:0");
+    assert!(warned(&stdout(&output)), "check warns: {}", stdout(&output));
+    let mut serve = Command::new(PROXY_BIN);
+    serve
+        .args(["serve", "--listen", "127.0.0.1:0", "--config", config.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = serve.spawn()?;
+    let mut lines = BufReader::new(child.stderr.take().context("stderr")?).lines();
+    let warning = tokio::time::timeout(DEADLINE, async {
+        while let Some(line) = lines.next_line().await? {
+            if line.contains("WARN") && line.contains("0.0.0.0:0") && line.contains("authentication") {
+                return Ok(line);
+            }
+        }
+        anyhow::bail!("serve exited without the warning")
+    })
+    .await
+    .context("no warning from serve")??;
+    assert!(warning.contains("admin_listen"), "{warning}");
+    Ok(())
+}
+
+/// `policy explain` needs the policies only: token variables that are unset do not stop it.
+#[tokio::test]
+async fn policy_explain_runs_without_the_token_variables() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let text =
+        "[auth]\nmode = \"bearer\"\n\n[[auth.tokens]]\nprincipal = \"ci-bot\"\ntoken_env = \"OPS_UNSET_TOKEN\"\n";
+    let config = write_config(dir.path(), text)?;
+    let mut command = Command::new(PROXY_BIN);
+    command
+        .args(["policy", "explain", "--principal", "ci-bot", "--config", config.to_str().unwrap(), "docs+file:///a.md"])
+        .env_remove("OPS_UNSET_TOKEN")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(DEADLINE, command.output()).await??;
+    assert_eq!(output.status.code(), Some(0), "{}{}", stdout(&output), stderr(&output));
+    assert!(stdout(&output).contains("allowed"), "{}", stdout(&output));
+    let serve = run(&["check", "--config", config.to_str().unwrap()], None).await?;
+    assert_eq!(serve.status.code(), Some(EXIT_CONFIG), "check still needs them: {}", stdout(&serve));
     Ok(())
 }
 
@@ -121,7 +203,7 @@ async fn serve_on_a_bad_config_exits_78_before_starting_anything() -> anyhow::Re
 async fn serve_dir_speaks_mcp_over_stdio() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     std::fs::write(dir.path().join("hello.txt"), "hello, folder")?;
-    let file_uri = format!("file://{}/hello.txt", dir.path().canonicalize()?.display());
+    let file_uri = "file:///hello.txt".to_string();
     for era in [Era::Legacy, Era::Modern] {
         let mut command = Command::new(PROXY_BIN);
         command.arg("serve-dir").arg(dir.path()).env("RUST_LOG", "debug").kill_on_drop(true);

@@ -49,8 +49,12 @@ async fn proxy(root: &Path) -> anyhow::Result<(ProxyProcess, tempfile::TempDir)>
     Ok((proxy, policies))
 }
 
-fn uri(root: &Path, relative: &str) -> String {
-    format!("docs+file://{}/{relative}", root.display()).trim_end_matches('/').to_string()
+/// The namespaced URI of `relative` (the folder's files are named relative to it).
+fn uri(_root: &Path, relative: &str) -> String {
+    match relative.trim_end_matches('/') {
+        "" => "docs+file:///".to_string(),
+        relative => format!("docs+file:///{relative}"),
+    }
 }
 
 /// `(uri, text)` of each content (blobs as `<blob>`), or the error as text.

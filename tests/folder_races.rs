@@ -55,8 +55,12 @@ impl Folder {
         Folder { _temp: temp, outer, served }
     }
 
+    /// The URI of `relative` (files are named relative to the folder; `""` is the folder).
     fn uri(&self, relative: &str) -> String {
-        format!("file://{}/{relative}", self.served.display()).trim_end_matches('/').to_string()
+        match relative.trim_end_matches('/') {
+            "" => "file:///".to_string(),
+            relative => format!("file:///{relative}"),
+        }
     }
 }
 

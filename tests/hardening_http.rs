@@ -274,7 +274,7 @@ impl Served {
     }
 
     fn uri(&self, name: &str) -> String {
-        format!("docs+file://{}/{name}", self.root.display())
+        format!("docs+file:///{name}")
     }
 
     fn mcp_address(&self) -> String {

@@ -152,12 +152,7 @@ impl Served {
             format!("[[upstreams]]\nname = \"docs\"\ndir = {}\n", common::proxy::toml_str(root.to_str().unwrap()));
         let proxy = ProxyProcess::start(&config).await?;
         proxy.wait_up("docs", 1).await?;
-        Ok(Self {
-            proxy,
-            http: fresh_client()?,
-            file_uri: format!("docs+file://{}/a.txt", root.display()),
-            _files: files,
-        })
+        Ok(Self { proxy, http: fresh_client()?, file_uri: "docs+file:///a.txt".to_string(), _files: files })
     }
 
     /// Headers of a 2026-07-28 request for `method` (`Mcp-Name` when given).

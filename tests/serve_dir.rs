@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use mcp_resource_proxy::serve_dir::FolderServer;
+use mcp_resource_proxy::serve_dir::{FolderServer, UriBase};
 use rmcp::ServiceExt;
 use rmcp::model::{
     ProtocolVersion, ReadResourceRequestParams, ResourceContents, ResourceUpdatedNotificationParam, ServerNotification,
@@ -62,10 +62,16 @@ struct Fixture {
     _temp: tempfile::TempDir,
     outer: PathBuf,
     served: PathBuf,
+    base: UriBase,
 }
 
 impl Fixture {
+    /// Files named relative to the folder (the default).
     fn new() -> Fixture {
+        Self::with_base(UriBase::Relative)
+    }
+
+    fn with_base(base: UriBase) -> Fixture {
         let temp = tempfile::tempdir().unwrap();
         let outer = temp.path().canonicalize().unwrap();
         let served = outer.join("served");
@@ -75,15 +81,18 @@ impl Fixture {
         std::fs::write(served.join("data.bin"), [0xff, 0x00, 0xfe]).unwrap();
         std::fs::write(served.join("sub dir/inner.txt"), "inner").unwrap();
         std::fs::write(served.join("sub dir/deeper/x.json"), "{}").unwrap();
-        Fixture { _temp: temp, outer, served }
+        Fixture { _temp: temp, outer, served, base }
     }
 
     fn uri(&self, relative: &str) -> String {
-        format!("file://{}/{relative}", self.served.display())
+        match self.base {
+            UriBase::Relative => format!("file:///{relative}"),
+            UriBase::Absolute => format!("file://{}/{relative}", self.served.display()),
+        }
     }
 
     fn server(&self) -> FolderServer {
-        FolderServer::new(&self.served).unwrap()
+        FolderServer::with_uri_base(&self.served, self.base).unwrap()
     }
 }
 
@@ -180,9 +189,11 @@ async fn reads_text_blobs_and_directories() {
 
 #[tokio::test]
 async fn offers_one_template_over_the_folder() {
+    let absolute = Fixture::with_base(UriBase::Absolute);
+    assert_eq!(absolute.server().root_uri(), format!("file://{}", absolute.served.display()));
     let fixture = Fixture::new();
     let server = fixture.server();
-    assert_eq!(server.root_uri(), format!("file://{}", fixture.served.display()));
+    assert_eq!(server.root_uri(), "file://", "no host path is published");
     let (client, _rx) = connect(server.clone(), Era::Legacy).await;
     let templates = client.peer().list_all_resource_templates().await.unwrap();
     assert_eq!(templates.len(), 1);
@@ -194,9 +205,33 @@ async fn offers_one_template_over_the_folder() {
     client.cancel().await.unwrap();
 }
 
+/// By default files are named relative to the folder: no host path is published, and the
+/// names read back. With `UriBase::Absolute` they carry the folder's absolute path.
+#[tokio::test]
+async fn files_are_named_relative_to_the_folder_unless_absolute_is_asked() {
+    for (base, notes) in [(UriBase::Relative, "file:///notes.md".to_string()), (UriBase::Absolute, String::new())] {
+        let fixture = Fixture::with_base(base);
+        let notes = if notes.is_empty() { format!("file://{}/notes.md", fixture.served.display()) } else { notes };
+        let (client, _rx) = connect(fixture.server(), Era::Legacy).await;
+        let listed = client.peer().list_all_resources().await.unwrap();
+        let uris: Vec<&str> = listed.iter().map(|r| r.uri.as_str()).collect();
+        assert!(uris.contains(&notes.as_str()), "{base:?}: {uris:?}");
+        assert!(uris.contains(&fixture.uri("sub%20dir/deeper/x.json").as_str()), "{base:?}: {uris:?}");
+        let published = uris.iter().any(|u| u.contains(&fixture.served.display().to_string()));
+        assert_eq!(published, base == UriBase::Absolute, "{base:?}: {uris:?}");
+        assert!(read(&client, &notes).await.is_ok(), "{base:?}: {notes} reads back");
+        client.cancel().await.unwrap();
+    }
+}
+
 #[tokio::test]
 async fn refuses_everything_outside_the_folder_as_not_found() {
-    let fixture = Fixture::new();
+    for base in [UriBase::Relative, UriBase::Absolute] {
+        refuses_everything_outside(Fixture::with_base(base)).await;
+    }
+}
+
+async fn refuses_everything_outside(fixture: Fixture) {
     std::os::unix::fs::symlink(fixture.outer.join("outside.txt"), fixture.served.join("escape")).unwrap();
     std::os::unix::fs::symlink("notes.md", fixture.served.join("inner-link.md")).unwrap();
     std::os::unix::fs::symlink("sub dir", fixture.served.join("linked dir")).unwrap();
@@ -231,7 +266,7 @@ async fn refuses_everything_outside_the_folder_as_not_found() {
         }
         let listed = client.peer().list_all_resources().await.unwrap();
         assert!(listed.iter().all(|r| !r.uri.contains("escape") && !r.uri.contains("link")), "links are not listed");
-        let whole = read(&client, root).await.unwrap();
+        let whole = read(&client, &fixture.uri("")).await.unwrap();
         assert!(!format!("{whole:?}").contains("secret"), "{era:?}: a directory read followed a symlink out");
         assert!(!format!("{whole:?}").contains("link"), "{era:?}: a directory read carried a link");
         client.cancel().await.unwrap();
@@ -339,7 +374,7 @@ async fn legacy_subscriber_hears_updates_for_the_file_and_under_a_directory() {
 async fn legacy_subscribe_outside_the_folder_is_not_found() {
     let fixture = Fixture::new();
     let (client, _rx) = connect(fixture.server(), Era::Legacy).await;
-    let outside = format!("file://{}/outside.txt", fixture.outer.display());
+    let outside = fixture.uri("../outside.txt");
     let Err(ServiceError::McpError(e)) = client.peer().subscribe(SubscribeRequestParams::new(outside)).await else {
         panic!("subscribe outside the folder must fail");
     };
@@ -367,7 +402,7 @@ async fn listen_stream_hears_updates_and_list_changes() {
     let fixture = Fixture::new();
     let (client, _rx) = connect(fixture.server(), Era::Modern).await;
     let notes = fixture.uri("notes.md");
-    let outside = format!("file://{}/outside.txt", fixture.outer.display());
+    let outside = fixture.uri("../outside.txt");
     let filter =
         SubscriptionFilter::builder().resources_list_changed().resource_subscriptions([notes.clone(), outside]).build();
     let mut subscription = client.peer().listen(filter).await.unwrap();

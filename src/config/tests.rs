@@ -44,7 +44,10 @@ fn a_full_config_validates_into_types() {
     assert_eq!(config.server.listen, "127.0.0.1:9000".parse().unwrap());
     assert_eq!(config.server.page_size, 50);
     assert_eq!(config.upstreams.len(), 3);
-    assert_eq!(config.upstreams[0].transport, UpstreamTransport::Dir { path: "/etc/proxy/policies".into() });
+    assert_eq!(
+        config.upstreams[0].transport,
+        UpstreamTransport::Dir { path: "/etc/proxy/policies".into(), uri_base: UriBase::Relative }
+    );
     let UpstreamTransport::Command { env, args, .. } = &config.upstreams[1].transport else { panic!() };
     assert_eq!(env["A"], "s3cret");
     assert_eq!(args, &["-y", "pkg@1", "stdio"]);

@@ -1,10 +1,11 @@
 //! Checks of the `[[upstreams]]` settings that guard the proxy against its upstreams:
 //! `inherit_env` (what a stdio child may see of the proxy's environment) and
-//! `max_response_bytes` (the largest single message accepted from an upstream).
+//! `max_response_bytes` (the largest single message accepted from an upstream), and `uri_base`
+//! (how a folder upstream names its files).
 
 use figment::value::Value;
 
-use super::{Problem, parse_size, push};
+use super::{Problem, UriBase, parse_size, push};
 
 /// The default `max_response_bytes`: rmcp's own limit for stdio lines and HTTP bodies.
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 16 << 20;
@@ -50,6 +51,18 @@ pub(super) fn max_response_bytes(at: &str, value: Option<&Value>, problems: &mut
 }
 
 /// A portable environment variable name.
+/// `uri_base` of a folder upstream: `relative` (the default) or `absolute`.
+pub(super) fn uri_base(at: &str, value: Option<&str>, problems: &mut Vec<Problem>) -> UriBase {
+    match value {
+        None | Some("relative") => UriBase::Relative,
+        Some("absolute") => UriBase::Absolute,
+        Some(other) => {
+            push(problems, &format!("{at}.uri_base"), format!("`{other}` is not \"relative\" or \"absolute\""));
+            UriBase::Relative
+        }
+    }
+}
+
 pub(super) fn is_variable_name(name: &str) -> bool {
     let mut chars = name.chars();
     chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')

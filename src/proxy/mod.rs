@@ -26,7 +26,7 @@ use crate::fanout::Fanout;
 use crate::metrics::{Metrics, NotificationKind};
 use crate::policy::PolicySet;
 use crate::subscriptions::HolderId;
-use crate::upstream::{LinkState, Upstream, UpstreamStatus};
+use crate::upstream::{Upstream, UpstreamStatus};
 
 mod access;
 mod events;
@@ -144,12 +144,12 @@ impl Proxy {
         self.inner.upstreams.values().map(Upstream::status).collect()
     }
 
-    /// Wait until every upstream is up (or `timeout`); true when they all are.
-    pub async fn wait_ready(&self, timeout: Duration) -> bool {
-        let all_up = futures::future::join_all(
-            self.inner.upstreams.values().map(|u| u.wait_state(|state| *state == LinkState::Up)),
-        );
-        tokio::time::timeout(timeout, all_up).await.is_ok()
+    /// Wait (at most `timeout`) until every upstream is up or has failed its first attempt,
+    /// so a host's first list holds whatever is reachable without waiting for what is not.
+    /// True when they all settled in time.
+    pub async fn wait_settled(&self, timeout: Duration) -> bool {
+        let all_settled = futures::future::join_all(self.inner.upstreams.values().map(Upstream::wait_settled));
+        tokio::time::timeout(timeout, all_settled).await.is_ok()
     }
 
     /// One page of the merged resource list.

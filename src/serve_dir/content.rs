@@ -19,7 +19,7 @@ use rmcp::ErrorData;
 use rmcp::model::{Resource, ResourceContents};
 
 use super::beneath::{self, Kind, Opened, Refused};
-use super::paths::{Root, mime_by_extension, mime_for, path_to_uri};
+use super::paths::{Root, mime_by_extension, mime_for};
 
 /// The most bytes the contents of one reply may take on the wire (a file, or all entries of
 /// a directory read together): 16 MiB, less room for the JSON-RPC envelope, because a
@@ -111,7 +111,7 @@ pub(super) fn read(root: &Root, uri: &str) -> Result<Vec<ResourceContents>, Read
     let (path, opened) = root.open(uri)?;
     let mut budget = Budget::new();
     match opened {
-        Opened::Directory(dir) => read_directory(&dir, &path, &mut budget),
+        Opened::Directory(dir) => read_directory(root, &dir, &path, &mut budget),
         Opened::File(file) => Ok(vec![read_file(file, &path, uri.to_owned(), &mut budget)?]),
     }
 }
@@ -154,7 +154,7 @@ impl Walk<'_> {
                 return;
             }
             Err(e) => {
-                tracing::warn!(uri = %path_to_uri(path), error = %e, "cannot list directory");
+                tracing::warn!(uri = %self.root.uri_of(path), error = %e, "cannot list directory");
                 return;
             }
         };
@@ -184,7 +184,8 @@ impl Walk<'_> {
                 _ => return,
             },
         };
-        let resource = Resource::new(path_to_uri(path), self.root.name_of(path)).with_mime_type(mime).with_size(len);
+        let resource =
+            Resource::new(self.root.uri_of(path), self.root.name_of(path)).with_mime_type(mime).with_size(len);
         let cost = json_len(&resource.uri) + json_len(&resource.name) + mime.len() as u64 + ITEM_OVERHEAD;
         match self.budget.charge(cost) {
             Ok(()) => self.resources.push(resource),
@@ -211,12 +212,17 @@ fn looks_utf8(bytes: &[u8]) -> bool {
 /// a file with its data, a subdirectory as an empty `inode/directory` content (read its URI
 /// for its entries). Entries that vanish, are symlinks or are not files or directories are
 /// skipped.
-fn read_directory(dir: &OwnedFd, path: &Path, budget: &mut Budget) -> Result<Vec<ResourceContents>, ReadError> {
+fn read_directory(
+    root: &Root,
+    dir: &OwnedFd,
+    path: &Path,
+    budget: &mut Budget,
+) -> Result<Vec<ResourceContents>, ReadError> {
     let names = beneath::entry_names(dir, MAX_DIRECTORY_ENTRIES)?.ok_or(ReadError::TooManyEntries)?;
     let mut contents = Vec::new();
     for name in names {
         let child = path.join(&name);
-        let uri = path_to_uri(&child);
+        let uri = root.uri_of(&child);
         match beneath::open_entry(dir, &name) {
             Ok(Opened::Directory(_)) => {
                 budget.charge(json_len(&uri) + DIRECTORY_MIME.len() as u64 + ITEM_OVERHEAD)?;

@@ -1,8 +1,9 @@
 //! The built-in folder server: a directory exposed as an MCP server, in process (the proxy
 //! talks to it over `tokio::io::duplex`) or standalone over stdio (`serve-dir DIR`).
 //!
-//! Every regular file under the folder is a resource `file:///<absolute path>`; one template
-//! `file:///<dir>/{+path}` reads anything under it; reading a directory gives one content per
+//! Every regular file under the folder is a resource `file:///<path relative to the folder>`
+//! (or, with [`UriBase::Absolute`], `file:///<absolute path>`); one template
+//! `file:///{+path}` (`file:///<dir>/{+path}`) reads anything under it; reading a directory gives one content per
 //! direct entry (a subdirectory as an empty `inode/directory` content, so no name appears
 //! except as its own content's URI). Both protocol eras are served: legacy
 //! `resources/subscribe` sessions and 2026-07-28 `subscriptions/listen` streams get
@@ -40,6 +41,7 @@ use rmcp::service::{NotificationContext, Peer, RequestContext, RoleServer, Subsc
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
 
 use paths::Root;
+pub use paths::UriBase;
 use subscribers::Subscribers;
 
 /// A folder served as MCP resources. Cheap to clone; clones share the watcher and the
@@ -50,8 +52,8 @@ pub struct FolderServer {
 }
 
 /// Serve one host over stdin/stdout until it disconnects (logs go to stderr, never stdout).
-pub async fn serve_stdio(dir: &Path) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let server = FolderServer::new(dir)?;
+pub async fn serve_stdio(dir: &Path, base: UriBase) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let server = FolderServer::with_uri_base(dir, base)?;
     tracing::info!(uri = %server.root_uri(), "serving folder over stdio");
     let running = server.serve(rmcp::transport::stdio()).await?;
     running.waiting().await?;
@@ -72,17 +74,23 @@ struct StreamRegistration {
 }
 
 impl FolderServer {
-    /// Canonicalises `dir`, starts watching it (must be called inside a tokio runtime).
-    /// Error if `dir` is not a directory.
+    /// Canonicalises `dir`, starts watching it (must be called inside a tokio runtime); files
+    /// are named relative to it (`file:///README.md`). Error if `dir` is not a directory.
     pub fn new(dir: &Path) -> std::io::Result<FolderServer> {
-        let root = Arc::new(Root::new(dir)?);
+        Self::with_uri_base(dir, UriBase::Relative)
+    }
+
+    /// The same, naming files as `base` says.
+    pub fn with_uri_base(dir: &Path, base: UriBase) -> std::io::Result<FolderServer> {
+        let root = Arc::new(Root::new(dir, base)?);
         let subscribers = Arc::new(Subscribers::default());
         let watcher = watch::start(root.clone(), subscribers.clone())?;
         let inner = Inner { root, subscribers, _watcher: watcher };
         Ok(FolderServer { inner: Arc::new(inner) })
     }
 
-    /// `file:///<canonical dir>` as listed (no trailing slash).
+    /// The folder's URI without its trailing slash: `file://` when files are named relative
+    /// to it, `file:///<canonical dir>` when by absolute path.
     pub fn root_uri(&self) -> String {
         self.inner.root.uri().to_owned()
     }
@@ -90,7 +98,7 @@ impl FolderServer {
     fn template(&self) -> ResourceTemplate {
         let root = self.inner.root.uri();
         ResourceTemplate::new(format!("{root}/{{+path}}"), "file")
-            .with_description(format!("Reads any file under {root} (a directory gives one content per entry)"))
+            .with_description(format!("Reads any file under {root}/ (a directory gives one content per entry)"))
     }
 
     /// The path `uri` names if a subscription to it may be accepted.

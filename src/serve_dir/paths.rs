@@ -35,6 +35,16 @@ const SEGMENT: &AsciiSet = &CONTROLS
     .add(b'|')
     .add(b'}');
 
+/// How the folder's files are named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UriBase {
+    /// Relative to the folder: `file:///README.md` (the default; no host path is published).
+    #[default]
+    Relative,
+    /// By absolute host path: `file:///srv/docs/README.md`.
+    Absolute,
+}
+
 /// The canonical folder being served, a handle on it, and its URI.
 #[derive(Debug)]
 pub(super) struct Root {
@@ -42,18 +52,23 @@ pub(super) struct Root {
     /// Everything is opened relative to this handle (see [`beneath`]).
     handle: OwnedFd,
     uri: String,
+    base: UriBase,
 }
 
 impl Root {
-    /// Canonicalises and opens `dir`; an error if it does not exist or is not a directory.
-    pub(super) fn new(dir: &Path) -> io::Result<Root> {
+    /// Canonicalises and opens `dir`, naming files as `base` says; an error if it does not
+    /// exist or is not a directory.
+    pub(super) fn new(dir: &Path, base: UriBase) -> io::Result<Root> {
         let dir = dir.canonicalize()?;
         if !dir.is_dir() {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "serve-dir needs a directory"));
         }
         let handle = beneath::open_root(&dir)?;
-        let uri = path_to_uri(&dir);
-        Ok(Root { dir, handle, uri })
+        let uri = match base {
+            UriBase::Absolute => path_to_uri(&dir),
+            UriBase::Relative => "file://".to_string(),
+        };
+        Ok(Root { dir, handle, uri, base })
     }
 
     /// The canonical folder.
@@ -66,9 +81,18 @@ impl Root {
         &self.handle
     }
 
-    /// `file:///<canonical dir>`, no trailing slash.
+    /// The URI of the folder without its trailing slash: `file://` (relative names) or
+    /// `file:///<canonical dir>` (absolute ones).
     pub(super) fn uri(&self) -> &str {
         &self.uri
+    }
+
+    /// The URI of `path`, a path under the folder.
+    pub(super) fn uri_of(&self, path: &Path) -> String {
+        match self.base {
+            UriBase::Absolute => path_to_uri(path),
+            UriBase::Relative => path_to_uri(&Path::new("/").join(path.strip_prefix(&self.dir).unwrap_or(path))),
+        }
     }
 
     /// Whether an absolute path lies under the folder (component-wise, no IO).
@@ -86,6 +110,10 @@ impl Root {
     /// The absolute path `uri` names if it is lexically under the folder. No IO.
     pub(super) fn locate(&self, uri: &str) -> Option<PathBuf> {
         let path = uri_to_path(uri)?;
+        let path = match self.base {
+            UriBase::Absolute => path,
+            UriBase::Relative => self.dir.join(path.strip_prefix("/").ok()?),
+        };
         self.contains(&path).then_some(path)
     }
 
@@ -122,6 +150,18 @@ pub(super) fn path_to_uri(path: &Path) -> String {
     }
     if uri.len() == "file://".len() {
         uri.push('/');
+    }
+    uri
+}
+
+/// The URI of `path` below the one named `base` (which names a directory).
+pub(super) fn uri_below(base: &str, relative: &Path) -> String {
+    let mut uri = base.trim_end_matches('/').to_string();
+    for component in relative.components() {
+        if let Component::Normal(segment) = component {
+            uri.push('/');
+            uri.extend(percent_encode(segment.as_encoded_bytes(), SEGMENT));
+        }
     }
     uri
 }

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use rmcp::model::InitializeRequestParams;
 use rmcp::service::{Peer, RoleServer, SubscriptionSink};
 
-use super::paths::path_to_uri;
+use super::paths::uri_below;
 
 /// All registrations, behind one short-lived lock.
 #[derive(Debug, Default)]
@@ -182,8 +182,8 @@ impl Session {
             for (uri, watched) in &self.watched {
                 if path == watched {
                     uris.insert(uri.clone());
-                } else if path.starts_with(watched) {
-                    uris.insert(path_to_uri(path));
+                } else if let Ok(below) = path.strip_prefix(watched) {
+                    uris.insert(uri_below(uri, below));
                 }
             }
         }

@@ -148,7 +148,7 @@ mod tests {
     #[tokio::test]
     async fn a_burst_of_events_becomes_one_change() {
         let dir = tempfile::tempdir().unwrap();
-        let root = Root::new(dir.path()).unwrap();
+        let root = Root::new(dir.path(), crate::serve_dir::UriBase::Absolute).unwrap();
         let file = root.dir().join("a.txt");
         let (events, mut queue) = mpsc::unbounded_channel();
         let burst = [

@@ -8,14 +8,16 @@ use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RoleClient, RunningSe
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ServiceExt, service::ClientCacheConfig};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use std::sync::Arc;
+
 use tokio::sync::mpsc;
 
 use super::Era;
 use super::client::{Notice, UpstreamClient};
 use super::http::GuardedHttpClient;
+use super::reason::{ChildOutput, initialize_failure};
 use super::stdio::{StdioUpstream, child_environment};
-use crate::config::{MODERN_VERSION, ProtocolChoice, UpstreamConfig, UpstreamTransport, redact_urls_in};
+use crate::config::{MODERN_VERSION, ProtocolChoice, UpstreamConfig, UpstreamTransport};
 use crate::serve_dir::FolderServer;
 
 pub(crate) type Running = RunningService<RoleClient, UpstreamClient>;
@@ -29,24 +31,27 @@ enum Plan {
 }
 
 /// Connect once. `remembered` is the era found on the last successful connect, which skips the
-/// probe. The error text is for logs and `/status`, never for clients.
+/// probe. A stdio child's stderr goes to `output`. The error text, in plain words (see
+/// `reason`), is for logs and `/status`, never for clients.
 pub(crate) async fn connect(
     config: &UpstreamConfig,
     notices: mpsc::UnboundedSender<Notice>,
     remembered: Option<Era>,
+    output: &Arc<ChildOutput>,
 ) -> Result<(Running, Era), String> {
     let plan = plan(&config.protocol, remembered);
+    let start = |plan| start(config, &notices, plan, output);
     let running = match plan {
-        Plan::Auto => match start(config, &notices, Plan::Auto).await {
+        Plan::Auto => match start(Plan::Auto).await {
             Ok(running) => running,
             Err(probe_error) => {
                 // rmcp's Auto can fail against legacy-only servers instead of falling back:
                 // retry with the 2025 handshake on a fresh transport.
                 tracing::debug!(upstream = %config.name, error = %probe_error, "probe failed; trying the 2025 handshake");
-                start(config, &notices, Plan::Legacy(ProtocolVersion::V_2025_11_25)).await?
+                start(Plan::Legacy(ProtocolVersion::V_2025_11_25)).await?
             }
         },
-        plan => start(config, &notices, plan).await?,
+        plan => start(plan).await?,
     };
     running.set_response_cache_config(ClientCacheConfig::disabled()).await;
     let era = match running.peer_info() {
@@ -85,6 +90,7 @@ async fn start(
     config: &UpstreamConfig,
     notices: &mpsc::UnboundedSender<Notice>,
     plan: Plan,
+    output: &Arc<ChildOutput>,
 ) -> Result<Running, String> {
     let handshake_version = match &plan {
         Plan::Legacy(v) => v.clone(),
@@ -94,8 +100,9 @@ async fn start(
     let mode = lifecycle(&plan);
     let name = &config.name;
     match &config.transport {
-        UpstreamTransport::Dir { path } => {
-            let folder = FolderServer::new(path).map_err(|e| format!("folder {}: {e}", path.display()))?;
+        UpstreamTransport::Dir { path, uri_base } => {
+            let folder =
+                FolderServer::with_uri_base(path, *uri_base).map_err(|e| format!("folder {}: {e}", path.display()))?;
             let (client_side, server_side) = tokio::io::duplex(1 << 20);
             let upstream = name.clone();
             tokio::spawn(async move {
@@ -104,7 +111,7 @@ async fn start(
                     Err(e) => tracing::warn!(upstream, error = %e, "folder server ended"),
                 }
             });
-            handler.serve_with_lifecycle(client_side, mode).await.map_err(|e| e.to_string())
+            handler.serve_with_lifecycle(client_side, mode).await.map_err(|e| initialize_failure(&e, None))
         }
         UpstreamTransport::Command { program, args, env, inherit_env, cwd } => {
             let mut command = tokio::process::Command::new(program);
@@ -112,12 +119,13 @@ async fn start(
             if let Some(cwd) = cwd {
                 command.current_dir(cwd);
             }
-            let (transport, stderr) = StdioUpstream::spawn(command, config.max_response_bytes, notices.clone())
-                .map_err(|e| format!("cannot start `{program}`: {e}"))?;
-            if let Some(stderr) = stderr {
-                tokio::spawn(forward_stderr(name.clone(), stderr));
-            }
-            handler.serve_with_lifecycle(transport, mode).await.map_err(|e| e.to_string())
+            let transport =
+                StdioUpstream::spawn(command, config.max_response_bytes, notices.clone(), output.clone(), name)
+                    .map_err(|e| format!("cannot start `{program}`: {e}"))?;
+            handler.serve_with_lifecycle(transport, mode).await.map_err(|e| match output.exit() {
+                Some(exit) => format!("`{program}` exited ({exit}) during the handshake"),
+                None => initialize_failure(&e, None),
+            })
         }
         UpstreamTransport::Http { url, headers } => {
             let limit = config.max_response_bytes;
@@ -129,7 +137,7 @@ async fn start(
                     .max_sse_event_size(limit)
                     .reinit_on_expired_session(false),
             );
-            handler.serve_with_lifecycle(transport, mode).await.map_err(|e| redact_urls_in(&e.to_string()))
+            handler.serve_with_lifecycle(transport, mode).await.map_err(|e| initialize_failure(&e, Some(url.as_str())))
         }
     }
 }
@@ -144,12 +152,4 @@ fn header_map(headers: &std::collections::BTreeMap<String, String>) -> HashMap<h
             Some((name, value))
         })
         .collect()
-}
-
-/// An upstream child's stderr goes to our log, line by line, never to our stdout.
-async fn forward_stderr(upstream: String, stderr: tokio::process::ChildStderr) {
-    let mut lines = BufReader::new(stderr).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        tracing::debug!(upstream, line, "upstream stderr");
-    }
 }

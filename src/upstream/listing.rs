@@ -108,7 +108,7 @@ impl PageError {
 impl std::fmt::Display for PageError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            PageError::Service(e) => write!(f, "{e}"),
+            PageError::Service(e) => f.write_str(&super::reason::service_failure(e)),
             PageError::Timeout => f.write_str("timed out"),
             PageError::Loop => f.write_str("the upstream's cursors do not end"),
         }

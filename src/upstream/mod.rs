@@ -16,6 +16,7 @@ mod connect;
 mod faults;
 mod http;
 mod listing;
+mod reason;
 mod scan;
 mod stdio;
 mod supervisor;
@@ -93,7 +94,11 @@ pub struct UpstreamStatus {
     pub name: String,
     pub state: LinkState,
     pub era: Option<Era>,
+    /// Why it is (or last was) down, in plain words.
     pub last_error: Option<String>,
+    /// The last lines its stdio child wrote to stderr before it went down (bounded: 20 lines,
+    /// 4 KiB); empty for other transports and while it is up.
+    pub stderr_tail: Vec<String>,
     /// Times it came back after being down.
     pub reconnects: u64,
 }
@@ -121,6 +126,10 @@ struct Inner {
     applied: watch::Sender<watching::AppliedSet>,
     /// Times a change to `watched` had to copy the whole set (it is shared while read).
     watch_set_copies: std::sync::atomic::AtomicU64,
+    /// What its stdio children said on stderr.
+    child_output: Arc<reason::ChildOutput>,
+    /// True once the first connection attempt ended, either way.
+    settled: watch::Sender<bool>,
 }
 
 /// The live connection: what requests need.
@@ -139,6 +148,7 @@ impl Upstream {
             state: LinkState::Connecting,
             era: None,
             last_error: None,
+            stderr_tail: Vec::new(),
             reconnects: 0,
         };
         let inner = Inner {
@@ -152,6 +162,8 @@ impl Upstream {
             applied: watch::Sender::new(Default::default()),
             connections: std::sync::atomic::AtomicU64::new(0),
             watch_set_copies: std::sync::atomic::AtomicU64::new(0),
+            child_output: Arc::default(),
+            settled: watch::Sender::new(false),
         };
         Self { inner: Arc::new(inner) }
     }
@@ -301,6 +313,12 @@ impl Upstream {
             Ok(Ok(_)) => Watching::Refused,
             Ok(Err(_)) | Err(_) => Watching::NotInTime,
         }
+    }
+
+    /// Wait until the first connection attempt has ended: up, or failed.
+    pub async fn wait_settled(&self) {
+        let mut settled = self.inner.settled.subscribe();
+        let _ = settled.wait_for(|settled| *settled).await;
     }
 
     /// Wait until this upstream's state satisfies `ready`.

@@ -27,9 +27,11 @@ use rmcp::transport::Transport;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::mpsc;
+use tracing::Instrument;
 
 use super::client::Notice;
 use super::faults::Fault;
+use super::reason::ChildOutput;
 use super::scan::{TopLevelScan, scan};
 
 /// What a child inherits of the proxy's environment without being told (plus every `LC_*`):
@@ -83,7 +85,7 @@ pub fn child_environment(
 /// A stdio child and the guarded ends of its pipes.
 pub(crate) struct StdioUpstream {
     /// Asked to leave (stdin closed) on `close`, killed when the transport is dropped.
-    child: Child,
+    child: Arc<tokio::sync::Mutex<Child>>,
     stdin: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
     stdout: BufReader<ChildStdout>,
     /// The line being read; once it is too large, only scanned for its id instead.
@@ -94,6 +96,11 @@ pub(crate) struct StdioUpstream {
     /// listen stream), which are never the one a stray fault is blamed on.
     pending: Arc<Mutex<HashMap<RequestId, bool>>>,
     notices: mpsc::UnboundedSender<Notice>,
+    /// Where the child's stderr and exit status go, and which child this is.
+    output: Arc<ChildOutput>,
+    /// The upstream's name, for log lines.
+    upstream: Arc<str>,
+    generation: u64,
 }
 
 /// One line read: its bytes, or what a scan found in it when it was longer than the limit.
@@ -103,19 +110,29 @@ enum Line {
 }
 
 impl StdioUpstream {
-    /// Start `command` (its environment already set) with piped stdio.
+    /// Start `command` (its environment already set) with piped stdio; its stderr is kept in
+    /// `output` (the last lines) and logged at debug level.
     pub fn spawn(
         mut command: tokio::process::Command,
         limit: usize,
         notices: mpsc::UnboundedSender<Notice>,
-    ) -> std::io::Result<(Self, Option<tokio::process::ChildStderr>)> {
+        output: Arc<ChildOutput>,
+        upstream: &str,
+    ) -> std::io::Result<Self> {
+        let upstream: Arc<str> = Arc::from(upstream);
         command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
         let mut child = command.spawn()?;
         let stdin = child.stdin.take().ok_or_else(|| std::io::Error::other("no stdin pipe"))?;
         let stdout = child.stdout.take().ok_or_else(|| std::io::Error::other("no stdout pipe"))?;
-        let stderr = child.stderr.take();
+        let generation = output.child_started();
+        match child.stderr.take() {
+            Some(stderr) => {
+                tokio::spawn(keep_stderr(stderr, output.clone(), generation, upstream.clone()).in_current_span());
+            }
+            None => output.closed(generation),
+        }
         let transport = Self {
-            child,
+            child: Arc::new(tokio::sync::Mutex::new(child)),
             stdin: Arc::new(tokio::sync::Mutex::new(Some(stdin))),
             stdout: BufReader::new(stdout),
             line: Vec::new(),
@@ -123,8 +140,16 @@ impl StdioUpstream {
             limit,
             pending: Arc::default(),
             notices,
+            output,
+            generation,
+            upstream,
         };
-        Ok((transport, stderr))
+        Ok(transport)
+    }
+
+    /// The child closed its stdout: note how it ended, if it does so soon.
+    async fn ended(&mut self) {
+        note_exit(&self.child, &self.output, self.generation).await;
     }
 
     /// The next whole line; `None` at the end of the stream or on a read error.
@@ -134,7 +159,7 @@ impl StdioUpstream {
                 let available = match self.stdout.fill_buf().await {
                     Ok(available) => available,
                     Err(error) => {
-                        tracing::warn!(error = %error, "reading the upstream's stdout failed");
+                        tracing::warn!(upstream = &*self.upstream, error = %error, "reading the upstream's stdout failed");
                         return None;
                     }
                 };
@@ -191,7 +216,11 @@ impl StdioUpstream {
             }
         };
         if has_method && id.is_none() {
-            tracing::debug!(fault = fault.kind(), "dropped an unreadable notification from the upstream");
+            tracing::debug!(
+                upstream = &*self.upstream,
+                fault = fault.kind(),
+                "dropped an unreadable notification from the upstream"
+            );
             return None;
         }
         self.place(fault, id.filter(|id| self.take_pending(id)))
@@ -221,11 +250,19 @@ impl StdioUpstream {
         });
         match id {
             Some(id) => {
-                tracing::warn!(fault = fault.kind(), "faulty upstream reply; failing its request");
+                tracing::warn!(
+                    upstream = &*self.upstream,
+                    fault = fault.kind(),
+                    "faulty upstream reply; failing its request"
+                );
                 Some(fault.reply(id))
             }
             None => {
-                tracing::warn!(fault = fault.kind(), "faulty upstream message; no request to fail");
+                tracing::warn!(
+                    upstream = &*self.upstream,
+                    fault = fault.kind(),
+                    "faulty upstream message; no request to fail"
+                );
                 let _ = self.notices.send(Notice::Fault(fault.describe()));
                 None
             }
@@ -256,6 +293,7 @@ impl Transport<RoleClient> for StdioUpstream {
             _ => {}
         }
         let stdin = self.stdin.clone();
+        let (child, output, generation) = (self.child.clone(), self.output.clone(), self.generation);
         let line = serde_json::to_vec(&item).map(|mut line| {
             line.push(b'\n');
             line
@@ -264,14 +302,21 @@ impl Transport<RoleClient> for StdioUpstream {
             let line = line.map_err(std::io::Error::other)?;
             let mut stdin = stdin.lock().await;
             let pipe = stdin.as_mut().ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotConnected))?;
-            pipe.write_all(&line).await?;
-            pipe.flush().await
+            let written = async { pipe.write_all(&line).await.and(pipe.flush().await) }.await;
+            if written.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) {
+                // The child is gone: how it ended says more than the broken pipe.
+                note_exit(&child, &output, generation).await;
+            }
+            written
         }
     }
 
     async fn receive(&mut self) -> Option<ServerJsonRpcMessage> {
         loop {
-            let line = self.next_line().await?;
+            let Some(line) = self.next_line().await else {
+                self.ended().await;
+                return None;
+            };
             if let Some(message) = self.judge(line) {
                 return Some(message);
             }
@@ -282,11 +327,36 @@ impl Transport<RoleClient> for StdioUpstream {
     /// then kill it.
     async fn close(&mut self) -> Result<(), Self::Error> {
         drop(self.stdin.lock().await.take());
-        if tokio::time::timeout(EXIT_GRACE, self.child.wait()).await.is_err() {
-            self.child.start_kill()?;
+        let mut child = self.child.lock().await;
+        if tokio::time::timeout(EXIT_GRACE, child.wait()).await.is_err() {
+            child.start_kill()?;
         }
         Ok(())
     }
+}
+
+/// Wait (at most [`EXIT_GRACE`]) for `child` to exit and note its status in `output`.
+async fn note_exit(child: &tokio::sync::Mutex<Child>, output: &ChildOutput, generation: u64) {
+    let mut child = child.lock().await;
+    if let Ok(Ok(status)) = tokio::time::timeout(EXIT_GRACE, child.wait()).await {
+        output.exited(generation, status);
+    }
+}
+
+/// A child's stderr goes to the debug log line by line (never to our stdout), and its last
+/// lines to `output`.
+async fn keep_stderr(
+    stderr: tokio::process::ChildStderr,
+    output: Arc<ChildOutput>,
+    generation: u64,
+    upstream: Arc<str>,
+) {
+    let mut lines = BufReader::new(stderr).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        tracing::debug!(upstream = &*upstream, line, "upstream stderr");
+        output.push(generation, &line);
+    }
+    output.closed(generation);
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use rmcp::model::ClientRequest;
+use rmcp::model::{ClientRequest, DiscoverRequest, DiscoverRequestParams};
 use rmcp::service::{Peer, RoleClient, ServiceError};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -13,9 +13,11 @@ use super::client::Notice;
 use super::connect::{Running, connect};
 use super::{Era, Link, LinkState, Upstream, UpstreamEvent};
 use crate::catalog::Catalog;
-use crate::config::redact_urls_in;
+use crate::config::{UpstreamTransport, redact_urls_in};
 
 const BACKOFF_MIN: Duration = Duration::from_millis(250);
+/// How long to wait for a dead child's last stderr lines before reporting it down.
+const STDERR_SETTLE: Duration = Duration::from_secs(1);
 
 pub(super) struct Supervisor {
     upstream: Upstream,
@@ -53,25 +55,24 @@ impl Supervisor {
     pub async fn run(self) {
         let mut backoff = BACKOFF_MIN;
         let mut remembered = None;
+        // One log line per state change: the first failure after being up (or at start) is an
+        // error, a retry that fails again is debug.
+        let mut reported = false;
         loop {
             self.upstream.update_status(|s| s.state = LinkState::Connecting);
+            let connections = self.upstream.connection();
             let end = self.connect_and_serve(&mut remembered, &mut backoff).await;
             self.upstream.set_link(None);
             self.catalog.remove_upstream(self.upstream.name());
+            if self.upstream.connection() != connections {
+                reported = false;
+            }
             let error = match end {
                 End::Shutdown => return,
                 // Error texts of HTTP clients quote the URL, which may hold credentials.
                 End::Lost(error) => redact_urls_in(&error),
             };
-            tracing::warn!(error = %error, retry_in = ?backoff, "upstream down");
-            self.upstream.update_status(|s| {
-                s.state = LinkState::Down;
-                s.last_error = Some(error);
-            });
-            let metrics = &self.upstream.inner.metrics;
-            metrics.set_upstream_up(self.upstream.name(), false);
-            metrics.set_catalog_size(self.upstream.name(), 0, 0);
-            let _ = self.events.send(UpstreamEvent::Down { upstream: self.upstream.name().to_string() });
+            self.went_down(error, backoff, !std::mem::replace(&mut reported, true)).await;
             tokio::select! {
                 _ = tokio::time::sleep(jittered(backoff)) => {}
                 _ = self.shutdown.cancelled() => return,
@@ -80,10 +81,39 @@ impl Supervisor {
         }
     }
 
+    /// The connection ended or could not be made: say why (with what a stdio child said on
+    /// stderr) in `/status`, and in the log once per state change.
+    async fn went_down(&self, error: String, retry_in: Duration, report: bool) {
+        let name = self.upstream.name();
+        let output = &self.upstream.inner.child_output;
+        output.settle(STDERR_SETTLE).await;
+        let stderr_tail = output.tail();
+        let stderr = stderr_tail.join("\n");
+        match report {
+            true if stderr.is_empty() => {
+                tracing::error!(upstream = name, error = %error, retry_in = ?retry_in, "upstream down")
+            }
+            true => tracing::error!(upstream = name, error = %error, stderr, retry_in = ?retry_in, "upstream down"),
+            false => {
+                tracing::debug!(upstream = name, error = %error, retry_in = ?retry_in, "upstream down; reconnect failed")
+            }
+        }
+        self.upstream.update_status(|s| {
+            s.state = LinkState::Down;
+            s.last_error = Some(error);
+            s.stderr_tail = stderr_tail;
+        });
+        self.upstream.inner.settled.send_replace(true);
+        let metrics = &self.upstream.inner.metrics;
+        metrics.set_upstream_up(name, false);
+        metrics.set_catalog_size(name, 0, 0);
+        let _ = self.events.send(UpstreamEvent::Down { upstream: name.to_string() });
+    }
+
     async fn connect_and_serve(&self, remembered: &mut Option<Era>, backoff: &mut Duration) -> End {
         let (notices_tx, mut notices) = mpsc::unbounded_channel();
         let connected = tokio::select! {
-            connected = connect(self.upstream.config(), notices_tx.clone(), *remembered) => connected,
+            connected = connect(self.upstream.config(), notices_tx.clone(), *remembered, &self.upstream.inner.child_output) => connected,
             _ = self.shutdown.cancelled() => return End::Shutdown,
         };
         let (running, era) = match connected {
@@ -106,8 +136,11 @@ impl Supervisor {
             s.state = LinkState::Up;
             s.era = Some(era);
             s.last_error = None;
+            s.stderr_tail = Vec::new();
         });
-        tracing::info!(era = era.label(), resources = self.resource_count(), "upstream up");
+        self.upstream.inner.settled.send_replace(true);
+        let name = self.upstream.name();
+        tracing::info!(upstream = name, era = era.label(), resources = self.resource_count(), "upstream up");
         self.upstream.inner.metrics.set_upstream_up(self.upstream.name(), true);
         let reconnected = std::mem::replace(&mut *self.was_up.lock().expect("was_up lock"), true);
         if reconnected {
@@ -160,7 +193,7 @@ impl Supervisor {
                         return End::Lost(error);
                     }
                 }
-                quit = &mut running => return End::Lost(format!("connection closed ({quit:?})")),
+                quit = &mut running => return End::Lost(self.closed(quit)),
                 _ = self.upstream.inner.broken.notified() => return End::Lost("transport broken".into()),
                 _ = self.shutdown.cancelled() => return End::Shutdown,
                 Some(notice) = notices.recv() => {
@@ -205,6 +238,19 @@ impl Supervisor {
         }
     }
 
+    /// Why a connection that was up closed, in plain words.
+    fn closed(&self, quit: Result<rmcp::service::QuitReason, tokio::task::JoinError>) -> String {
+        use rmcp::service::QuitReason;
+        let exit = self.upstream.inner.child_output.exit();
+        match (quit, exit) {
+            (_, Some(exit)) => format!("the command exited ({exit})"),
+            (Ok(QuitReason::Closed), None) => "the connection closed".into(),
+            (Ok(QuitReason::Cancelled), None) => "the connection was cancelled".into(),
+            (Ok(QuitReason::JoinError(e)) | Err(e), None) => format!("the connection task failed: {e}"),
+            (Ok(_), None) => "the connection closed".into(),
+        }
+    }
+
     /// Fetch the lists again (their `ttlMs` ran out); returns when to do so next.
     async fn reload(&self, link: &Link) -> Result<Option<Duration>, String> {
         let reload = self.load_catalog(&link.peer).await?;
@@ -214,19 +260,38 @@ impl Supervisor {
 
     /// Log a reload and, when it changed something, tell the proxy.
     fn reloaded(&self, changed: bool) {
-        tracing::info!(resources = self.resource_count(), changed, "upstream catalog reloaded");
+        let name = self.upstream.name();
+        match changed {
+            true => {
+                tracing::info!(upstream = name, resources = self.resource_count(), changed, "upstream catalog reloaded")
+            }
+            false => tracing::debug!(
+                upstream = name,
+                resources = self.resource_count(),
+                changed,
+                "upstream catalog reloaded"
+            ),
+        }
         if changed {
             let _ = self.events.send(UpstreamEvent::CatalogChanged { upstream: self.upstream.name().to_string() });
         }
     }
 
-    /// Is the upstream still there? Any answer counts — a 2026-07-28 server answers `ping` with
-    /// method-not-found, which proves it alive just as well; silence or a transport error does not.
+    /// Is the upstream still there? A 2025 connection is asked `ping`; a 2026-07-28 one, which
+    /// has no `ping`, `server/discover`. Any answer counts, an error reply included; silence or a
+    /// transport error does not. The in-process folder server is not probed: it cannot go
+    /// silent without its connection closing.
     async fn probe(&self, link: &Link) -> Result<(), String> {
-        let ping = link.peer.send_request(ClientRequest::PingRequest(Default::default()));
-        match tokio::time::timeout(self.upstream.config().request_timeout, ping).await {
+        if matches!(self.upstream.config().transport, UpstreamTransport::Dir { .. }) {
+            return Ok(());
+        }
+        let request = match link.era {
+            Era::Legacy => ClientRequest::PingRequest(Default::default()),
+            Era::Modern => ClientRequest::DiscoverRequest(DiscoverRequest::new(DiscoverRequestParams {})),
+        };
+        match tokio::time::timeout(self.upstream.config().request_timeout, link.peer.send_request(request)).await {
             Ok(Ok(_)) | Ok(Err(ServiceError::McpError(_))) => Ok(()),
-            Ok(Err(error)) => Err(format!("health check failed: {error}")),
+            Ok(Err(error)) => Err(format!("health check failed: {}", super::reason::service_failure(&error))),
             Err(_) => Err("health check timed out".into()),
         }
     }

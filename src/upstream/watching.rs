@@ -234,7 +234,7 @@ impl Listen<'_> {
                     None => {
                         let (_, lost) = current.take().expect("a stream ended");
                         self.applied.send_replace(AppliedSet::default());
-                        tracing::info!(upstream = self.upstream, "listen stream ended; everything it covered may have changed");
+                        tracing::debug!(upstream = self.upstream, "listen stream ended; everything it covered may have changed");
                         report_all(lost.iter(), self.notices);
                         let _ = self.notices.send(Notice::ListChanged);
                         resumed = true;

@@ -1,0 +1,90 @@
+//! Checks beyond the shape of the configuration: the folders it names exist, and settings
+//! that are valid but risky get a warning (`check` prints them, `serve` logs them). Also the
+//! loading mode of commands that connect nothing (`policy explain`), which must not need the
+//! secrets that only serving uses.
+
+use std::path::Path;
+
+use super::{CliOverrides, Config, ConfigError, Problem, UpstreamTransport};
+
+impl Config {
+    /// Like [`Config::load`], but a `${VAR}` that is not set stands for a placeholder instead
+    /// of being a problem: for commands that read policies and connect nothing.
+    pub fn load_without_secrets(path: &Path) -> Result<Config, ConfigError> {
+        Self::load_with(path, &CliOverrides::default(), &|name| {
+            Some(std::env::var(name).unwrap_or_else(|_| format!("unset-{name}")))
+        })
+    }
+
+    /// Folder upstreams (`dir`) that name no directory: each a problem for `check` (and a
+    /// warning at `serve`, where the upstream stays down until the folder appears).
+    pub fn missing_folders(&self) -> Vec<Problem> {
+        self.upstreams
+            .iter()
+            .enumerate()
+            .filter_map(|(index, upstream)| match &upstream.transport {
+                UpstreamTransport::Dir { path, .. } if !path.is_dir() => Some(Problem {
+                    at: format!("upstreams[{index}] ({}).dir", upstream.name),
+                    message: format!("{} is not a directory", path.display()),
+                }),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Settings that are valid but probably not meant.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if let Some(admin) = self.server.admin_listen
+            && !admin.ip().is_loopback()
+        {
+            warnings.push(format!(
+                "server.admin_listen {admin} is not a loopback address: /status and /metrics have no \
+                 authentication and answer anyone who can reach it"
+            ));
+        }
+        warnings
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(text: &str) -> Config {
+        Config::from_toml(text, Path::new("/nonexistent-base"), &|_| None).expect("valid")
+    }
+
+    #[test]
+    fn a_folder_that_does_not_exist_is_a_problem() {
+        let found = config("[[upstreams]]\nname = \"docs\"\ndir = \"nowhere\"\n").missing_folders();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].at, "upstreams[0] (docs).dir");
+        assert!(found[0].message.contains("nowhere"), "{found:?}");
+    }
+
+    #[test]
+    fn uri_base_is_relative_by_default_and_checked() {
+        let dir = |extra: &str| format!("[[upstreams]]\nname = \"docs\"\ndir = \"d\"\n{extra}");
+        let base = |config: &Config| match &config.upstreams[0].transport {
+            UpstreamTransport::Dir { uri_base, .. } => *uri_base,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(base(&config(&dir(""))), super::super::UriBase::Relative);
+        assert_eq!(base(&config(&dir("uri_base = \"absolute\"\n"))), super::super::UriBase::Absolute);
+        let text = format!(
+            "{}[[upstreams]]\nname = \"web\"\nurl = \"http://127.0.0.1:1/\"\nuri_base = \"relative\"\n",
+            dir("uri_base = \"sideways\"\n")
+        );
+        let error = Config::from_toml(&text, Path::new("/b"), &|_| None).expect_err("two problems");
+        let places: Vec<&str> = error.problems.iter().map(|p| p.at.as_str()).collect();
+        assert_eq!(places, ["upstreams[0] (docs).uri_base", "upstreams[1] (web).uri_base"], "{error}");
+    }
+
+    #[test]
+    fn an_admin_listener_off_loopback_is_warned_about() {
+        let open = config("[server]\nadmin_listen = \"0.0.0.0:9464\"\n").warnings();
+        assert!(open.iter().any(|w| w.contains("0.0.0.0:9464") && w.contains("authentication")), "{open:?}");
+        assert!(config("[server]\nadmin_listen = \"127.0.0.1:9464\"\n").warnings().is_empty());
+    }
+}
