@@ -7,7 +7,7 @@
 //!
 //! Like `/mcp`, it answers only requests whose `Host` is loopback, its own address or one of
 //! `server.allowed_hosts` (a DNS-rebinding page cannot read it), caps its connections and
-//! times out slow request heads (see [`crate::downstream::listener`]).
+//! times out slow request heads (see [`crate::listener`]).
 //!
 //! Invariant: nothing here carries a principal's secret or a session id; `/status` shows what
 //! `last_error` texts upstream supervision chose to record (ours, not upstream internals).
@@ -24,10 +24,10 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::downstream::allowed_hosts;
-use crate::downstream::listener::{self, ConnectionLimits};
+use crate::listener::{self, ConnectionLimits, allowed_hosts};
 use crate::metrics::Metrics;
-use crate::upstream::{Era, LinkState, UpstreamStatus};
+use crate::protocol::Era;
+use crate::upstream::{LinkState, UpstreamStatus};
 
 /// What the admin handlers read from.
 #[derive(Clone)]

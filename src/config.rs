@@ -25,6 +25,8 @@ use serde::Deserialize;
 pub use self::access::{AuthConfig, AuthMode, JwksSource, JwtConfig, PoliciesConfig, TokenDigest};
 use crate::namespace::is_valid_upstream_name;
 use crate::policy::PolicySet;
+pub use crate::problem::Problem;
+use crate::protocol::KNOWN_VERSIONS;
 pub use crate::serve_dir::UriBase;
 
 mod access;
@@ -95,8 +97,6 @@ pub enum ProtocolChoice {
     Pinned(String),
 }
 
-pub const MODERN_VERSION: &str = "2026-07-28";
-const KNOWN_VERSIONS: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", MODERN_VERSION];
 const RESERVED_HEADERS: &[&str] =
     &["accept", "mcp-session-id", "mcp-protocol-version", "last-event-id", "content-type"];
 
@@ -104,13 +104,6 @@ const RESERVED_HEADERS: &[&str] =
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConfigError {
     pub problems: Vec<Problem>,
-}
-
-/// One problem: where it is and what is wrong.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Problem {
-    pub at: String,
-    pub message: String,
 }
 
 impl fmt::Display for ConfigError {

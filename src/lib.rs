@@ -1,6 +1,9 @@
 //! mcp-resource-proxy: one MCP endpoint in front of many upstream MCP servers.
 //!
-//! Module map:
+//! Module map, floor first (each module imports only from the ones below it; the
+//! `module_graph` test checks it):
+//! - [`protocol`]: the protocol facts: eras, version strings, the served methods, era detection.
+//! - [`problem`]: one validation problem (where, what), as config and policy report them.
 //! - [`config`]: figment config → validated [`config::Config`], every problem at once.
 //! - [`error`]: [`error::ProxyError`], its `kind()` label and the one conversion to the wire.
 //! - [`namespace`]: `<upstream>+<uri>` both ways, for URIs and templates (pure).
@@ -18,6 +21,7 @@
 //! - [`proxy`]: the `Proxy` handle tying the parts together; the read path.
 //! - [`serve_dir`]: the built-in folder server.
 //! - [`metrics`]: the one [`metrics::Metrics`] handle with its own prometheus registry; bounded labels only.
+//! - [`listener`]: the accept loop of both HTTP listeners (connection cap, header timeout, `TCP_NODELAY`), allowed `Host`s.
 //! - [`admin`]: the admin listener: `/metrics`, `/healthz`, `/readyz`, `/status`.
 
 pub mod admin;
@@ -30,11 +34,17 @@ pub mod cursor;
 pub mod downstream;
 pub mod error;
 pub mod fanout;
+pub mod listener;
 pub mod metrics;
 pub mod namespace;
 pub mod policy;
+pub mod problem;
+pub mod protocol;
 pub mod proxy;
 pub mod serve_dir;
 pub mod subscriptions;
 pub mod upstream;
 pub mod uri;
+
+#[cfg(test)]
+mod module_graph;

@@ -237,7 +237,7 @@ async fn serve(config: Config, stdio: bool, principal: String) -> anyhow::Result
             }),
         };
         let server = &proxy.config().server;
-        let limits = downstream::listener::ConnectionLimits::of(server);
+        let limits = mcp_resource_proxy::listener::ConnectionLimits::of(server);
         tokio::spawn(admin::serve_admin(admin, state, limits, server.allowed_hosts.clone(), shutdown.clone()));
     }
     tokio::spawn(reload_on_hangup(proxy.clone()));

@@ -24,7 +24,7 @@ use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeV
 pub use self::labels::{DenialAction, EvictionCause, InvalidationCause, NotificationKind, Transport};
 use self::labels::{policy_label, upstream_label};
 use crate::error::ProxyError;
-use crate::upstream::Era;
+use crate::protocol::{DOWNSTREAM_METHODS, Era, method};
 
 /// Latency buckets (seconds): from a cache hit (~50 µs) to a slow upstream read (30 s).
 pub const LATENCY_BUCKETS: &[f64] = &[
@@ -35,16 +35,6 @@ pub const LATENCY_BUCKETS: &[f64] = &[
 /// Every `outcome` label value: `ok` or a [`ProxyError::kind`]. Pre-created so dashboards show 0.
 pub const OUTCOMES: &[&str] =
     &["ok", "not_found", "invalid_cursor", "invalid_params", "upstream_down", "upstream_timeout", "upstream_failed"];
-
-/// The downstream methods whose request counters are pre-created (others are counted too).
-pub const DOWNSTREAM_METHODS: &[&str] = &[
-    "resources/list",
-    "resources/templates/list",
-    "resources/read",
-    "resources/subscribe",
-    "resources/unsubscribe",
-    "subscriptions/listen",
-];
 
 /// The `outcome` label of a request's result: `ok`, or the error's bounded [`ProxyError::kind`].
 pub fn outcome<T>(result: &Result<T, ProxyError>) -> &'static str {
@@ -219,24 +209,10 @@ impl Metrics {
             i.notifications_received.with_label_values(&[upstream, kind.label()]);
         }
         for outcome in OUTCOMES {
-            i.upstream_requests.with_label_values(&[upstream, "resources/read", outcome]);
+            i.upstream_requests.with_label_values(&[upstream, method::RESOURCES_READ, outcome]);
         }
         for outcome in ["ok", "upstream_failed"] {
-            i.upstream_requests.with_label_values(&[upstream, "resources/list", outcome]);
-        }
-    }
-
-    /// An upstream left the configuration: its gauges go (its counters stay, as history).
-    pub fn upstream_removed(&self, upstream: &str) {
-        let (i, upstream) = (&self.inner, upstream_label(upstream));
-        for gauge in [
-            &i.upstream_up,
-            &i.catalog_resources,
-            &i.catalog_templates,
-            &i.downstream_subscriptions,
-            &i.upstream_subscriptions,
-        ] {
-            let _ = gauge.remove_label_values(&[upstream]);
+            i.upstream_requests.with_label_values(&[upstream, method::RESOURCES_LIST, outcome]);
         }
     }
 

@@ -73,7 +73,7 @@ use serde::Deserialize;
 
 pub use self::identity::{GROUP_PREFIX, identity, is_valid_group, split_identity};
 use self::rules::{Rule, Rules};
-use crate::config::Problem;
+use crate::problem::Problem;
 use crate::uri::{self, UriError};
 
 /// The compiled policies; a cheap `Clone` handle.

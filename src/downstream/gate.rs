@@ -24,7 +24,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use super::sessions::{OverCap, SessionBook};
 use crate::auth::Principal;
 use crate::metrics::{Metrics, Transport};
-use crate::upstream::Era;
+use crate::protocol::Era;
 
 const SESSION_HEADER: &str = "mcp-session-id";
 

@@ -8,7 +8,6 @@
 //! with an `Origin` header must name one of `server.allowed_origins` (none by default: browser
 //! pages are refused, non-browser clients send no `Origin`) — both answered 403 by rmcp.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use rmcp::transport::StreamableHttpServerConfig;
@@ -19,9 +18,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::ProxyServer;
 use super::gate::{Gate, guard_sessions};
-use super::listener::{self, ConnectionLimits};
 use super::sessions::{SessionBook, reap};
 use crate::auth::{self, Authenticator};
+use crate::listener::{self, ConnectionLimits, allowed_hosts};
 use crate::metrics::Transport;
 use crate::proxy::Proxy;
 
@@ -71,12 +70,4 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     }
     tracing::info!(address = %local, "serving MCP at http://{local}/mcp");
     listener::serve(listener, app, ConnectionLimits::of(&server), shutdown).await
-}
-
-/// `Host` values a listener on `local` accepts: loopback names, its own address, `extra`.
-pub fn allowed_hosts(local: SocketAddr, extra: &[String]) -> Vec<String> {
-    let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1"].map(String::from).to_vec();
-    hosts.push(local.ip().to_string());
-    hosts.extend(extra.iter().cloned());
-    hosts
 }

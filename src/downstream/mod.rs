@@ -4,7 +4,6 @@
 
 mod gate;
 mod http;
-pub mod listener;
 mod outlets;
 mod sessions;
 
@@ -20,14 +19,14 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, Peer, RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
 
-pub use self::http::{allowed_hosts, serve_http};
+pub use self::http::serve_http;
 use self::outlets::{ListenOutlet, SessionOutlet};
 use crate::error::ProxyError;
 use crate::fanout::{OutletInfo, OutletKind};
 use crate::metrics::{SessionGuard, Transport};
+use crate::protocol::{self, Era, method};
 use crate::proxy::{Proxy, ReadAnswer};
 use crate::subscriptions::HolderId;
-use crate::upstream::Era;
 
 /// What the proxy tells hosts about itself; the same for every host.
 static SERVER_INFO: LazyLock<ServerConfig> = LazyLock::new(|| {
@@ -152,7 +151,7 @@ impl ServerHandler for ProxyServer {
         self.check_principal(&context.extensions)?;
         let started = Instant::now();
         let cursor = request.and_then(|r| r.cursor);
-        self.record("resources/list", started, self.proxy.list_resources(&self.principal, cursor.as_deref()))
+        self.record(method::RESOURCES_LIST, started, self.proxy.list_resources(&self.principal, cursor.as_deref()))
     }
 
     async fn list_resource_templates(
@@ -163,7 +162,7 @@ impl ServerHandler for ProxyServer {
         self.check_principal(&context.extensions)?;
         let started = Instant::now();
         let cursor = request.and_then(|r| r.cursor);
-        self.record("resources/templates/list", started, self.proxy.list_templates(&self.principal, cursor.as_deref()))
+        self.record(method::TEMPLATES_LIST, started, self.proxy.list_templates(&self.principal, cursor.as_deref()))
     }
 
     async fn read_resource(
@@ -177,11 +176,11 @@ impl ServerHandler for ProxyServer {
         let answer = answer.inspect_err(|error| {
             tracing::debug!(uri = %request.uri, principal = %self.principal, error = %error, kind = error.kind(), "read failed");
         });
-        let answer = self.record("resources/read", started, answer)?;
+        let answer = self.record(method::RESOURCES_READ, started, answer)?;
         Ok(match answer {
             ReadAnswer::Result { mut result, ttl, scope, .. } => {
                 // 2026-07-28 hosts learn how long and for whom the answer may be kept.
-                let modern = context.protocol_version().is_some_and(|v| !v.has_initialize());
+                let modern = Era::of_negotiated(context.protocol_version().as_ref()) == Era::Modern;
                 result.ttl_ms = modern.then(|| u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
                 result.cache_scope = modern.then(|| self.proxy.downstream_scope(scope));
                 // A 2025-era upstream's result has no `resultType`; 2026-07-28 hosts need it.
@@ -199,7 +198,7 @@ impl ServerHandler for ProxyServer {
         request: rmcp::model::CustomRequest,
         _: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CustomResult, ErrorData> {
-        if crate::metrics::DOWNSTREAM_METHODS.contains(&request.method.as_str()) {
+        if protocol::is_downstream_method(&request.method) {
             let message = format!("invalid params for {}: see the MCP schema for its required fields", request.method);
             return Err(ErrorData::invalid_params(message, None));
         }
@@ -224,7 +223,7 @@ impl ServerHandler for ProxyServer {
         let mut subscribed = session.subscribed.lock().expect("subscribed lock");
         let limit = self.proxy.config().server.max_subscriptions_per_session;
         if !subscribed.contains(&request.uri) && subscribed.len() >= limit {
-            self.proxy.metrics().downstream_request("resources/subscribe", "over_limit", started.elapsed());
+            self.proxy.metrics().downstream_request(method::RESOURCES_SUBSCRIBE, "over_limit", started.elapsed());
             let message = format!(
                 "subscription limit reached: this session holds {limit} subscriptions \
                  (server.max_subscriptions_per_session); unsubscribe from one first"
@@ -235,7 +234,7 @@ impl ServerHandler for ProxyServer {
         if result.is_ok() {
             subscribed.insert(request.uri.clone());
         }
-        self.record("resources/subscribe", started, result)
+        self.record(method::RESOURCES_SUBSCRIBE, started, result)
     }
 
     async fn unsubscribe(
@@ -249,7 +248,11 @@ impl ServerHandler for ProxyServer {
         if let Some(session) = self.session.get() {
             session.subscribed.lock().expect("subscribed lock").remove(&request.uri);
         }
-        self.record("resources/unsubscribe", started, self.proxy.unsubscribe(holder, &self.principal, &request.uri))
+        self.record(
+            method::RESOURCES_UNSUBSCRIBE,
+            started,
+            self.proxy.unsubscribe(holder, &self.principal, &request.uri),
+        )
     }
 
     fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
@@ -281,7 +284,7 @@ impl ServerHandler for ProxyServer {
         let counted = self.proxy.metrics().downstream_session(self.transport, Era::Modern);
         let _held =
             Session { proxy: self.proxy.clone(), id: holder, _counted: Some(counted), subscribed: Mutex::default() };
-        self.proxy.metrics().downstream_request("subscriptions/listen", "ok", std::time::Duration::ZERO);
+        self.proxy.metrics().downstream_request(method::SUBSCRIPTIONS_LISTEN, "ok", std::time::Duration::ZERO);
         for uri in accepted.resource_subscriptions.iter().flatten() {
             if let Err(error) = self.proxy.subscribe(holder, &self.principal, uri) {
                 tracing::debug!(uri, error = %error, "listen URI not held");

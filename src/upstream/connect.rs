@@ -12,12 +12,12 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use super::Era;
 use super::client::{Notice, UpstreamClient};
 use super::http::GuardedHttpClient;
 use super::reason::{ChildOutput, initialize_failure};
 use super::stdio::{StdioUpstream, child_environment};
-use crate::config::{MODERN_VERSION, ProtocolChoice, UpstreamConfig, UpstreamTransport};
+use crate::config::{ProtocolChoice, UpstreamConfig, UpstreamTransport};
+use crate::protocol::{Era, LEGACY_HANDSHAKE, version_of};
 use crate::serve_dir::FolderServer;
 
 pub(crate) type Running = RunningService<RoleClient, UpstreamClient>;
@@ -48,41 +48,36 @@ pub(crate) async fn connect(
                 // rmcp's Auto can fail against legacy-only servers instead of falling back:
                 // retry with the 2025 handshake on a fresh transport.
                 tracing::debug!(upstream = %config.name, error = %probe_error, "probe failed; trying the 2025 handshake");
-                start(Plan::Legacy(ProtocolVersion::V_2025_11_25)).await?
+                start(Plan::Legacy(LEGACY_HANDSHAKE)).await?
             }
         },
         plan => start(plan).await?,
     };
     running.set_response_cache_config(ClientCacheConfig::disabled()).await;
-    let era = match running.peer_info() {
-        Some(info) if !info.protocol_version.has_initialize() => Era::Modern,
-        _ => Era::Legacy,
-    };
+    let era = Era::of_negotiated(running.peer_info().as_ref().map(|info| &info.protocol_version));
     Ok((running, era))
 }
 
 fn plan(choice: &ProtocolChoice, remembered: Option<Era>) -> Plan {
     match (choice, remembered) {
-        (ProtocolChoice::Pinned(v), _) if v == MODERN_VERSION => Plan::Modern,
-        (ProtocolChoice::Pinned(v), _) => Plan::Legacy(version(v)),
+        (ProtocolChoice::Pinned(v), _) => match Era::of_text(v) {
+            Era::Modern => Plan::Modern,
+            Era::Legacy => Plan::Legacy(version_of(v)),
+        },
         (ProtocolChoice::Auto, Some(Era::Modern)) => Plan::Modern,
-        (ProtocolChoice::Auto, Some(Era::Legacy)) => Plan::Legacy(ProtocolVersion::V_2025_11_25),
+        (ProtocolChoice::Auto, Some(Era::Legacy)) => Plan::Legacy(Era::Legacy.version()),
         (ProtocolChoice::Auto, None) => Plan::Auto,
     }
-}
-
-fn version(text: &str) -> ProtocolVersion {
-    serde_json::from_value(serde_json::Value::String(text.to_string())).expect("a string is a version")
 }
 
 fn lifecycle(plan: &Plan) -> ClientLifecycleMode {
     match plan {
         Plan::Auto => ClientLifecycleMode::Auto {
-            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-            legacy_version: Some(ProtocolVersion::V_2025_11_25),
+            preferred_versions: vec![Era::Modern.version()],
+            legacy_version: Some(LEGACY_HANDSHAKE),
         },
         Plan::Legacy(_) => ClientLifecycleMode::Initialize,
-        Plan::Modern => ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] },
+        Plan::Modern => ClientLifecycleMode::Discover { preferred_versions: vec![Era::Modern.version()] },
     }
 }
 
@@ -94,7 +89,7 @@ async fn start(
 ) -> Result<Running, String> {
     let handshake_version = match &plan {
         Plan::Legacy(v) => v.clone(),
-        _ => ProtocolVersion::V_2025_11_25,
+        _ => LEGACY_HANDSHAKE,
     };
     let handler = UpstreamClient::new(notices.clone(), handshake_version);
     let mode = lifecycle(&plan);

@@ -34,25 +34,7 @@ use crate::catalog::Catalog;
 use crate::config::UpstreamConfig;
 use crate::error::ProxyError;
 use crate::metrics::Metrics;
-
-/// The protocol era spoken on a connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Era {
-    /// 2025 and earlier: `initialize`, sessions, `resources/subscribe`.
-    Legacy,
-    /// 2026-07-28: stateless, `server/discover`, `subscriptions/listen`.
-    Modern,
-}
-
-impl Era {
-    pub fn label(self) -> &'static str {
-        match self {
-            Era::Legacy => "2025",
-            Era::Modern => "2026-07-28",
-        }
-    }
-}
+use crate::protocol::{Era, method};
 
 /// What upstreams tell the rest of the proxy.
 #[derive(Debug, Clone, PartialEq)]
@@ -193,7 +175,12 @@ impl Upstream {
         let started = std::time::Instant::now();
         let result = self.read_once(uri).await;
         let elapsed = started.elapsed();
-        self.inner.metrics.upstream_request(self.name(), "resources/read", crate::metrics::outcome(&result), elapsed);
+        self.inner.metrics.upstream_request(
+            self.name(),
+            method::RESOURCES_READ,
+            crate::metrics::outcome(&result),
+            elapsed,
+        );
         result
     }
 

@@ -16,8 +16,9 @@ use rmcp::service::{ServiceError, Subscription};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use super::Link;
 use super::client::Notice;
-use super::{Era, Link};
+use crate::protocol::Era;
 
 /// Changes to the watch set that arrive within this window go upstream together.
 const BATCH: Duration = Duration::from_millis(20);

@@ -1,5 +1,6 @@
 //! The accept loop both HTTP listeners (`/mcp` and the admin listener) run instead of
-//! `axum::serve`, which has no header timeout and no connection cap.
+//! `axum::serve`, which has no header timeout and no connection cap, and the `Host` values
+//! they accept. It sits below both (`downstream`, `admin`), so neither imports the other.
 //!
 //! Invariants:
 //! - at most [`ConnectionLimits::max_connections`] connections are open per listener: past it
@@ -22,6 +23,14 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+
+/// `Host` values a listener on `local` accepts: loopback names, its own address, `extra`.
+pub fn allowed_hosts(local: std::net::SocketAddr, extra: &[String]) -> Vec<String> {
+    let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1"].map(String::from).to_vec();
+    hosts.push(local.ip().to_string());
+    hosts.extend(extra.iter().cloned());
+    hosts
+}
 
 /// Per-listener connection limits, from `[server]`.
 #[derive(Debug, Clone, Copy)]
