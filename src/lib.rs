@@ -22,6 +22,7 @@
 //! - [`serve_dir`]: the built-in folder server.
 //! - [`metrics`]: the one [`metrics::Metrics`] handle with its own prometheus registry; bounded labels only.
 //! - [`listener`]: the accept loop of both HTTP listeners (connection cap, header timeout, `TCP_NODELAY`), allowed `Host`s.
+//! - [`logging`]: what the logs leave out (rmcp's errors about a peer that went away).
 //! - [`admin`]: the admin listener: `/metrics`, `/healthz`, `/readyz`, `/status`.
 
 pub mod admin;
@@ -35,6 +36,7 @@ pub mod downstream;
 pub mod error;
 pub mod fanout;
 pub mod listener;
+pub mod logging;
 pub mod metrics;
 pub mod namespace;
 pub mod policy;

@@ -15,6 +15,7 @@ use mcp_resource_proxy::{downstream, proxy::Proxy, serve_dir};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::Layer;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
@@ -310,9 +311,10 @@ fn init_tracing(format: LogFormat) {
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(ansi);
     let registry = tracing_subscriber::registry().with(filter);
+    let quiet = mcp_resource_proxy::logging::WithoutPeerGone;
     match format {
-        LogFormat::Human => registry.with(fmt).init(),
-        LogFormat::Json => registry.with(fmt.json()).init(),
+        LogFormat::Human => registry.with(fmt.with_filter(quiet)).init(),
+        LogFormat::Json => registry.with(fmt.json().with_filter(quiet)).init(),
     }
 }
 

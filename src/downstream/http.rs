@@ -17,6 +17,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::ProxyServer;
+use super::closing::{ClosingStreams, track_streams};
 use super::gate::{Gate, guard_sessions};
 use super::sessions::{SessionBook, reap};
 use crate::auth::{self, Authenticator};
@@ -40,6 +41,10 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     let metrics = proxy.metrics().clone();
     let book = Arc::new(SessionBook::new(server.max_sessions, server.max_sessions_per_principal));
     tokio::spawn(reap(book.clone(), sessions.clone(), proxy.clone(), shutdown.clone()));
+    // At shutdown listen streams end first, rmcp stops after them (see `closing`).
+    let streams = ClosingStreams::default();
+    let stop_rmcp = CancellationToken::new();
+    tokio::spawn(streams.clone().close_in_order(shutdown.clone(), stop_rmcp.clone()));
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(true)
         // A stateless request answered by one message gets plain JSON: the client reads the
@@ -49,19 +54,22 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
         .with_allowed_hosts(allowed_hosts(local, &server.allowed_hosts))
         .with_allowed_origins(server.allowed_origins.clone())
         .enforce_origin_validation()
-        .with_cancellation_token(shutdown.child_token());
+        .with_cancellation_token(stop_rmcp);
     // rmcp builds one handler per legacy session and per stateless request, inside the request
     // the middleware authenticated: each handler belongs to that request's principal.
     let gate = Gate { book: book.clone(), manager: sessions.clone(), metrics: metrics.clone() };
+    let closing = streams.closing.clone();
     let factory = move || {
         let principal = auth::current_principal().unwrap_or_else(|| auth::ANONYMOUS.to_string());
-        Ok(ProxyServer::new(proxy.clone(), &principal, Transport::Http).with_session_book(book.clone()))
+        let server = ProxyServer::new(proxy.clone(), &principal, Transport::Http);
+        Ok(server.with_session_book(book.clone()).closing_with(closing.clone()))
     };
     let service = StreamableHttpService::new(factory, sessions, config);
     let authenticator = Authenticator::new(&proxy_auth);
     // Layers run outside in: authentication first, then the session gate.
     let mut app = axum::Router::new()
         .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state(streams, track_streams))
         .layer(axum::middleware::from_fn_with_state(gate, guard_sessions))
         .layer(axum::middleware::from_fn_with_state(authenticator, auth::require_principal));
     // The protected resource metadata is public: merged after the layers, outside them.

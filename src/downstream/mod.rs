@@ -2,6 +2,7 @@
 //! in both protocol eras. It turns requests into [`Proxy`] calls and errors into the wire form;
 //! it decides nothing itself.
 
+mod closing;
 mod gate;
 mod http;
 mod outlets;
@@ -18,6 +19,7 @@ use rmcp::model::{
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
+use tokio_util::sync::CancellationToken;
 
 pub use self::http::serve_http;
 use self::outlets::{ListenOutlet, SessionOutlet};
@@ -53,6 +55,8 @@ pub struct ProxyServer {
     /// This legacy session's outlet, once it has one; released when the server is dropped,
     /// which rmcp does when the session ends.
     session: OnceLock<Session>,
+    /// Cancelled when listen streams are to end gracefully (shutdown; see `closing`).
+    closing: CancellationToken,
 }
 
 struct Session {
@@ -74,13 +78,21 @@ impl Clone for ProxyServer {
     fn clone(&self) -> Self {
         let mut fresh = Self::new(self.proxy.clone(), &self.principal, self.transport);
         fresh.book = self.book.clone();
+        fresh.closing = self.closing.clone();
         fresh
     }
 }
 
 impl ProxyServer {
     pub fn new(proxy: Proxy, principal: &str, transport: Transport) -> Self {
-        Self { proxy, principal: principal.into(), transport, book: None, session: OnceLock::new() }
+        let closing = CancellationToken::new();
+        Self { proxy, principal: principal.into(), transport, book: None, session: OnceLock::new(), closing }
+    }
+
+    /// Listen streams end gracefully (with their final result) when `closing` is cancelled.
+    fn closing_with(mut self, closing: CancellationToken) -> Self {
+        self.closing = closing;
+        self
     }
 
     fn with_session_book(mut self, book: Arc<sessions::SessionBook>) -> Self {
@@ -290,7 +302,11 @@ impl ServerHandler for ProxyServer {
                 tracing::debug!(uri, error = %error, "listen URI not held");
             }
         }
-        context.cancelled().await;
+        // Returning ends the stream with its final result: at shutdown, before rmcp stops.
+        tokio::select! {
+            _ = context.cancelled() => {}
+            _ = self.closing.cancelled() => tracing::debug!(principal = %self.principal, "listen stream closed for shutdown"),
+        }
         Ok(())
     }
 }
