@@ -32,11 +32,14 @@ pub use crate::serve_dir::UriBase;
 mod access;
 mod cache;
 mod checks;
+mod extract;
 mod server;
+mod transport;
 mod upstream;
 
 pub use self::cache::{CacheConfig, UpstreamCache, parse_size};
 pub use self::server::ServerConfig;
+pub use self::transport::CaFile;
 pub use self::upstream::{redact_url, redact_urls_in};
 
 /// The validated configuration.
@@ -84,8 +87,9 @@ pub enum UpstreamTransport {
         inherit_env: Vec<String>,
         cwd: Option<PathBuf>,
     },
-    /// Streamable HTTP.
-    Http { url: String, headers: BTreeMap<String, String> },
+    /// Streamable HTTP; an `https://` upstream's certificate is checked against the system's
+    /// roots and its `ca_file`.
+    Http { url: String, headers: BTreeMap<String, String>, ca: Option<CaFile> },
 }
 
 /// Which protocol era to speak to an upstream.
@@ -96,9 +100,6 @@ pub enum ProtocolChoice {
     /// The given version, no probing.
     Pinned(String),
 }
-
-const RESERVED_HEADERS: &[&str] =
-    &["accept", "mcp-session-id", "mcp-protocol-version", "last-event-id", "content-type"];
 
 /// Every problem found in a configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -167,61 +168,9 @@ impl Config {
         lookup: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Config, ConfigError> {
         let mut problems = Vec::new();
-        let raw = extract_leniently(figment, &mut problems)?;
+        let raw = extract::extract_leniently(figment, &mut problems)?;
         let config = validate(raw, base, lookup, &mut problems);
         if problems.is_empty() { Ok(config) } else { Err(ConfigError { problems }) }
-    }
-}
-
-/// Extract the raw config; a value of the wrong type is reported and left out (its default
-/// applies), so that validation still runs and every problem is listed at once. Only a file
-/// that does not parse at all stops here.
-fn extract_leniently(figment: &Figment, problems: &mut Vec<Problem>) -> Result<RawConfig, ConfigError> {
-    let to_problems = |errors: figment::Error| -> Vec<Problem> {
-        errors.into_iter().map(|e| Problem { at: where_of(&e.path), message: e.kind.to_string() }).collect()
-    };
-    let mut value: Value = figment.extract().map_err(|errors| ConfigError { problems: to_problems(errors) })?;
-    loop {
-        let attempt = Figment::from(Serialized::defaults(&value)).extract::<RawConfig>();
-        let errors = match attempt {
-            Ok(raw) => return Ok(raw),
-            Err(errors) => errors,
-        };
-        let paths: Vec<Vec<String>> = errors.clone().into_iter().map(|e| e.path.clone()).collect();
-        problems.extend(to_problems(errors));
-        if paths.iter().any(|path| !remove_at(&mut value, path)) {
-            return Err(ConfigError { problems: std::mem::take(problems) });
-        }
-    }
-}
-
-/// Remove the value at `path` (dictionary keys and array indices); false when there is none.
-fn remove_at(value: &mut Value, path: &[String]) -> bool {
-    let Some((last, parents)) = path.split_last() else { return false };
-    let mut current = value;
-    for key in parents {
-        current = match current {
-            Value::Dict(_, dict) => match dict.get_mut(key) {
-                Some(next) => next,
-                None => return false,
-            },
-            Value::Array(_, items) => match key.parse::<usize>().ok().and_then(|i| items.get_mut(i)) {
-                Some(next) => next,
-                None => return false,
-            },
-            _ => return false,
-        };
-    }
-    match current {
-        Value::Dict(_, dict) => dict.remove(last).is_some(),
-        Value::Array(_, items) => match last.parse::<usize>() {
-            Ok(i) if i < items.len() => {
-                items.remove(i);
-                true
-            }
-            _ => false,
-        },
-        _ => false,
     }
 }
 
@@ -257,6 +206,7 @@ struct RawUpstream {
     url: Option<String>,
     #[serde(default)]
     headers: BTreeMap<String, String>,
+    ca_file: Option<PathBuf>,
     protocol: Option<String>,
     request_timeout: Option<String>,
     reconnect_max: Option<String>,
@@ -312,7 +262,7 @@ fn validate_upstream(
     } else if !seen.insert(name.clone()) {
         push(problems, &format!("{at}.name"), format!("`{name}` is used by another upstream"));
     }
-    let transport = validate_transport(&at, raw_transport(&raw), base, lookup, problems);
+    let transport = transport::validate_transport(&at, transport::raw_transport(&raw), base, lookup, problems);
     let protocol = match raw.protocol.as_deref() {
         None | Some("auto") => ProtocolChoice::Auto,
         Some(version) if KNOWN_VERSIONS.contains(&version) => ProtocolChoice::Pinned(version.into()),
@@ -342,87 +292,6 @@ fn validate_upstream(
         max_response_bytes,
         cache,
     })
-}
-
-struct RawTransport {
-    dir: Option<PathBuf>,
-    uri_base: Option<String>,
-    command: Option<String>,
-    args: Vec<String>,
-    env: BTreeMap<String, String>,
-    inherit_env: Vec<String>,
-    cwd: Option<PathBuf>,
-    url: Option<String>,
-    headers: BTreeMap<String, String>,
-}
-
-fn raw_transport(raw: &RawUpstream) -> RawTransport {
-    RawTransport {
-        dir: raw.dir.clone(),
-        uri_base: raw.uri_base.clone(),
-        command: raw.command.clone(),
-        args: raw.args.clone(),
-        env: raw.env.clone(),
-        inherit_env: raw.inherit_env.clone(),
-        cwd: raw.cwd.clone(),
-        url: raw.url.clone(),
-        headers: raw.headers.clone(),
-    }
-}
-
-fn validate_transport(
-    at: &str,
-    raw: RawTransport,
-    base: &Path,
-    lookup: &dyn Fn(&str) -> Option<String>,
-    problems: &mut Vec<Problem>,
-) -> Option<UpstreamTransport> {
-    let chosen = [raw.dir.is_some(), raw.command.is_some(), raw.url.is_some()];
-    if chosen.iter().filter(|c| **c).count() != 1 {
-        push(problems, at, "needs exactly one of `dir`, `command`, `url`".into());
-        return None;
-    }
-    if raw.dir.is_none() && raw.uri_base.is_some() {
-        push(problems, &format!("{at}.uri_base"), "applies only to `dir` upstreams".into());
-    }
-    if raw.command.is_none() && !raw.inherit_env.is_empty() {
-        push(problems, &format!("{at}.inherit_env"), "applies only to `command` upstreams".into());
-    }
-    let dir_uri_base = upstream::uri_base(at, raw.uri_base.as_deref(), problems);
-    let mut expand = |field: &str, text: &str| {
-        expand_vars(text, lookup).unwrap_or_else(|missing| {
-            push(problems, &format!("{at}.{field}"), format!("environment variable `{missing}` is not set"));
-            String::new()
-        })
-    };
-    if let Some(dir) = raw.dir {
-        return Some(UpstreamTransport::Dir { path: base.join(dir), uri_base: dir_uri_base });
-    }
-    if let Some(program) = raw.command {
-        let args = raw.args.iter().map(|a| expand("args", a)).collect();
-        let env: BTreeMap<String, String> =
-            raw.env.iter().map(|(k, v)| (k.clone(), expand(&format!("env.{k}"), v))).collect();
-        for name in env.keys().filter(|name| !upstream::is_variable_name(name)) {
-            push(problems, &format!("{at}.env"), format!("`{name}` is not a variable name like API_KEY"));
-        }
-        let inherit_env = upstream::inherit_env(at, raw.inherit_env, problems);
-        let cwd = raw.cwd.map(|cwd| base.join(cwd));
-        return Some(UpstreamTransport::Command { program, args, env, inherit_env, cwd });
-    }
-    let url = expand("url", raw.url.as_deref().unwrap_or_default());
-    let headers: BTreeMap<String, String> =
-        raw.headers.iter().map(|(k, v)| (k.clone(), expand(&format!("headers.{k}"), v))).collect();
-    if !(url.starts_with("http://") || url.starts_with("https://")) {
-        push(problems, &format!("{at}.url"), format!("`{}` is not an http:// or https:// URL", redact_url(&url)));
-    }
-    for name in headers.keys() {
-        if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
-            push(problems, &format!("{at}.headers"), format!("`{name}` is not a valid header name"));
-        } else if RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
-            push(problems, &format!("{at}.headers"), format!("`{name}` is set by the proxy itself"));
-        }
-    }
-    Some(UpstreamTransport::Http { url, headers })
 }
 
 /// Replace every `${VAR}` with its value; `Err(name)` of the first one that is not set.

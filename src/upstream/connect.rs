@@ -122,10 +122,11 @@ async fn start(
                 None => initialize_failure(&e, None),
             })
         }
-        UpstreamTransport::Http { url, headers } => {
+        UpstreamTransport::Http { url, headers, ca } => {
             let limit = config.max_response_bytes;
+            let roots = ca.as_ref().map(|ca| ca.certificates()).unwrap_or_default();
             let transport = StreamableHttpClientTransport::with_client(
-                GuardedHttpClient::new(limit),
+                GuardedHttpClient::new(limit, roots),
                 StreamableHttpClientTransportConfig::with_uri(url.as_str())
                     .custom_headers(header_map(headers))
                     .max_json_response_size(limit)

@@ -37,8 +37,9 @@ pub(crate) struct GuardedHttpClient {
 }
 
 impl GuardedHttpClient {
-    pub fn new(max_response_bytes: usize) -> Self {
-        Self { inner: pooled_client(), max_response_bytes }
+    /// `roots`: CA certificates trusted for this upstream besides the system's (`ca_file`).
+    pub fn new(max_response_bytes: usize, roots: Vec<reqwest::Certificate>) -> Self {
+        Self { inner: pooled_client(roots), max_response_bytes }
     }
 
     /// A POST's outcome, with a faulty reply to a request replaced by that request's fault.
@@ -71,12 +72,14 @@ impl GuardedHttpClient {
 
 /// rmcp's default client keeps no idle connections, so every upstream request would open a new
 /// one. Ours keeps them (and follows no redirects: a redirect would replay our credentials).
-fn pooled_client() -> reqwest::Client {
+/// `roots` were checked with the config (`config::CaFile`), so the client builds.
+fn pooled_client(roots: Vec<reqwest::Certificate>) -> reqwest::Client {
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .tcp_nodelay(true)
+        .tls_certs_merge(roots)
         .build()
-        .expect("a reqwest client with these settings builds")
+        .expect("a reqwest client with these settings and checked roots builds")
 }
 
 impl StreamableHttpClient for GuardedHttpClient {

@@ -70,9 +70,25 @@ pub(crate) fn plain(error: &(dyn StdError + 'static), url: Option<&str>) -> Stri
         }
     }
     let innermost = chain.last().map(|e| e.to_string()).unwrap_or_default();
+    if let Some(what) = certificate_refused(&innermost) {
+        return at(what);
+    }
     redact_urls_in(&match url {
         Some(url) if !innermost.contains(url) => format!("{innermost} ({url})"),
         _ => innermost,
+    })
+}
+
+/// A TLS client's refusal of the server's certificate (rustls' words), said plainly.
+fn certificate_refused(error: &str) -> Option<&'static str> {
+    let detail = error.strip_prefix("invalid peer certificate: ")?;
+    Some(match detail {
+        d if d.starts_with("UnknownIssuer") => {
+            "TLS: the server's certificate is not signed by a CA the proxy trusts (for a private CA, set `ca_file`)"
+        }
+        d if d.starts_with("NotValidForName") => "TLS: the server's certificate does not name this host",
+        d if d.starts_with("Expired") => "TLS: the server's certificate has expired",
+        _ => "TLS: the server's certificate was refused",
     })
 }
 
@@ -188,6 +204,15 @@ impl ChildOutput {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_certificate_is_said_plainly() {
+        let says = |error: &str| certificate_refused(error);
+        assert!(says("invalid peer certificate: UnknownIssuer").unwrap().contains("ca_file"));
+        assert!(says("invalid peer certificate: NotValidForName").unwrap().contains("name this host"));
+        assert!(says("invalid peer certificate: Other(x)").unwrap().contains("refused"));
+        assert_eq!(says("connection reset"), None);
+    }
 
     #[test]
     fn a_refused_connection_is_named_with_its_redacted_url() {
