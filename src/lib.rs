@@ -1,7 +1,7 @@
 //! mcp-resource-proxy: one MCP endpoint in front of many upstream MCP servers.
 //!
-//! Module map, floor first (each module imports only from the ones below it; the
-//! `module_graph` test checks it):
+//! Module map (each module imports only from modules on a lower floor: the floors are listed
+//! in ARCHITECTURE.md and checked by the `module_graph` test):
 //! - [`protocol`]: the protocol facts: eras, version strings, the served methods, era detection.
 //! - [`problem`]: one validation problem (where, what), as config and policy report them.
 //! - [`config`]: figment config → validated [`config::Config`], every problem at once.
@@ -14,7 +14,7 @@
 //! - [`coherence`]: the one owner of cache coherence: generations, watch holds, admission, the watch book.
 //! - [`cache`]: the store behind it (`Store`; moka as `LocalStore`: byte-bounded, single flight).
 //! - [`catalog`]: per-upstream resource/template snapshots, generations, merged pages.
-//! - [`upstream`]: connecting (stdio, HTTP, in-process folder), era detection, supervision.
+//! - [`upstream`]: connecting (stdio, HTTP, in-process folder), the era probe, supervision.
 //! - [`downstream`]: the rmcp `ServerHandler` hosts talk to, over stdio and streamable HTTP.
 //! - [`subscriptions`]: who holds which upstream URI; reference counts (pure).
 //! - [`fanout`]: per-host bounded queues and sender tasks for notifications.

@@ -67,7 +67,6 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
-
 pub use self::identity::{GROUP_PREFIX, identity, is_valid_group, split_identity};
 use self::load::{PolicyFile, parse_file, read_dir};
 use self::rules::{Rule, Rules};

@@ -121,4 +121,3 @@ fn check_principals(at: &str, principals: Option<Vec<String>>, problems: &mut Ve
     }
     principals
 }
-
