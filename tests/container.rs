@@ -1,7 +1,8 @@
 //! The container file's command line is the binary's: `ENTRYPOINT` + `CMD` of `Containerfile`,
 //! run here with the config path swapped for a temporary one holding a problem, exits 78 with
 //! the problem (the arguments parsed; a wrong flag would exit 2 from the argument parser).
-//! No container engine is needed.
+//! And the file passes hadolint (pinned in tests/py/requirements.txt). No container engine is
+//! needed.
 
 mod common;
 
@@ -30,5 +31,15 @@ async fn the_containerfile_command_line_is_accepted_by_the_binary() -> anyhow::R
     let said = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     assert_eq!(output.status.code(), Some(78), "{args:?}: {said}");
     assert!(said.contains("no_such_key"), "{said}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_containerfile_passes_hadolint() -> anyhow::Result<()> {
+    let hadolint = common::peers::python().with_file_name("hadolint");
+    let root = common::peers::repo_root();
+    let output = tokio::process::Command::new(&hadolint).arg("Containerfile").current_dir(&root).output().await?;
+    let said = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "{}: {said}", hadolint.display());
     Ok(())
 }
