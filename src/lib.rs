@@ -19,6 +19,7 @@
 //! - [`serve_dir`]: the built-in folder server.
 //! - [`metrics`]: the one [`metrics::Metrics`] handle with its own prometheus registry; bounded labels only.
 //! - [`admin`]: the admin listener: `/metrics`, `/healthz`, `/readyz`, `/status`.
+//! - [`ready_file`]: `serve --ready-file`: the bound addresses, written once serving.
 
 pub mod admin;
 pub mod auth;
@@ -34,6 +35,7 @@ pub mod metrics;
 pub mod namespace;
 pub mod policy;
 pub mod proxy;
+pub mod ready_file;
 pub mod serve_dir;
 pub mod subscriptions;
 pub mod upstream;

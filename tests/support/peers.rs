@@ -24,10 +24,7 @@ pub const EVERYTHING_PKG: &str = "@modelcontextprotocol/server-everything";
 
 const STARTUP_DEADLINE: Duration = Duration::from_secs(30);
 
-/// The repository root (`CARGO_MANIFEST_DIR`).
-pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+pub use super::repo_root;
 
 /// Runs `.ci/install-peers.sh` once per test process; panics with its output if it fails.
 pub fn ensure_installed() {

@@ -7,13 +7,11 @@
 //! The waits here are the lifetimes under test (an entry expires when its lifetime has passed),
 //! never synchronisation.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::fixture::{self, Era, FixtureClient, HttpFixture, stats};
-use common::peers::{memory_stdio_command, spawn_everything_http};
-use common::proxy::{ProxyProcess, http_upstream, toml_str};
+use crate::support::fixture::{self, Era, FixtureClient, HttpFixture, stats};
+use crate::support::peers::{memory_stdio_command, spawn_everything_http};
+use crate::support::proxy::{ProxyProcess, http_upstream, toml_str};
 use rmcp::RoleClient;
 use rmcp::model::{ReadResourceRequestParams, ReadResourceResult, ResourceContents};
 use rmcp::service::Peer;

@@ -2,12 +2,10 @@
 //! deny policy: a symlink inside the folder cannot carry a denied file out under its own URI,
 //! and a directory read names nothing the principal may not read.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::fixture::{Era, FixtureClient, connect_http_with_token, list_all_resources};
-use common::proxy::{ProxyProcess, toml_str};
+use crate::support::fixture::{Era, FixtureClient, connect_http_with_token, list_all_resources};
+use crate::support::proxy::{ProxyProcess, toml_str};
 use rmcp::model::{ReadResourceRequestParams, ResourceContents};
 
 const TOKEN: &str = "dana-tok-6b1e9f3c7a2d5e80";

@@ -3,16 +3,16 @@
 //! the real proxy binary, real clients. What a principal may not see must be invisible to it
 //! everywhere: lists, templates, reads, subscriptions, notifications, errors, cache hits.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use common::fixture::{
+use crate::support::fixture::{
     self, Era, Events, FixtureClient, FixtureEvent, HttpFixture, call_json, connect_http_with_token,
     list_all_resources, stats, wait_for_stats,
 };
-use common::proxy::{PROXY_BIN, ProxyProcess, connect_stdio_proxy_with, fixture_upstream, http_upstream, toml_str};
+use crate::support::proxy::{
+    PROXY_BIN, ProxyProcess, connect_stdio_proxy_with, fixture_upstream, http_upstream, toml_str,
+};
 use rmcp::model::{
     PaginatedRequestParams, ReadResourceRequestParams, ResourceContents, ServerNotification, SubscribeRequestParams,
     SubscriptionFilter, UnsubscribeRequestParams,
@@ -85,7 +85,7 @@ impl Principals {
         let upstreams = format!("{}{}", http_upstream("alpha", &alpha.url, ""), http_upstream("beta", &beta.url, ""));
         let config = access_config(policies.path(), &upstreams);
         let stdio_config = tempfile::tempdir()?;
-        common::proxy::write_config(stdio_config.path(), &config)?;
+        crate::support::proxy::write_config(stdio_config.path(), &config)?;
         let proxy = ProxyProcess::start_with(&config, &[], &TOKENS).await?;
         proxy.wait_up("alpha", 1).await?;
         proxy.wait_up("beta", 1).await?;
@@ -386,7 +386,7 @@ struct CorpusSection {
 }
 
 fn bypass_corpus() -> Vec<CorpusSection> {
-    let text = include_str!("data/bypass-corpus.txt");
+    let text = include_str!("../data/bypass-corpus.txt");
     let new = |name: &str| CorpusSection { name: name.into(), policy: String::new(), denied: vec![], allowed: vec![] };
     let mut sections = vec![new("default")];
     for line in text.lines() {
@@ -719,7 +719,7 @@ async fn check_reports_policy_problems_and_explain_names_the_deciding_rule() -> 
         toml_str(broken.path().to_str().expect("utf-8")),
         fixture_upstream("fx", &[])
     );
-    let config_path = common::proxy::write_config(config_dir.path(), &config)?;
+    let config_path = crate::support::proxy::write_config(config_dir.path(), &config)?;
     let config_arg = config_path.to_str().expect("utf-8");
     let (code, out) = run_cli(&["check", "--config", config_arg])?;
     assert_eq!(code, Some(78), "{out}");
@@ -739,7 +739,7 @@ async fn check_reports_policy_problems_and_explain_names_the_deciding_rule() -> 
         toml_str(policies.path().to_str().expect("utf-8")),
         fixture_upstream("fx", &[])
     );
-    let config_path = common::proxy::write_config(config_dir.path(), &config)?;
+    let config_path = crate::support::proxy::write_config(config_dir.path(), &config)?;
     let config_arg = config_path.to_str().expect("utf-8");
     let (code, out) = run_cli(&["check", "--config", config_arg])?;
     assert_eq!(code, Some(0), "{out}");

@@ -3,18 +3,16 @@
 //! test-only keys of `tests/data/jwt`, the real proxy binary with a real fixture upstream,
 //! real MCP clients (rmcp, and the Python SDK) and plain HTTP for the 401s and the metadata.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::support::fixture::{Era, FixtureClient, connect_http_with_token};
+use crate::support::peers::{parse_json_lines, py_client};
+use crate::support::proxy::{ProxyProcess, fixture_upstream, toml_str};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use common::fixture::{Era, FixtureClient, connect_http_with_token};
-use common::peers::{parse_json_lines, py_client};
-use common::proxy::{ProxyProcess, fixture_upstream, toml_str};
 use jsonwebtoken::jwk::{Jwk, JwkSet};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use rmcp::model::ReadResourceRequestParams;
@@ -351,9 +349,9 @@ async fn policy_explain_takes_groups() -> anyhow::Result<()> {
         std::fs::write(dir.path().join("policies").join(name), text)?;
     }
     let config = "[policies]\ndir = \"policies\"\n";
-    let path = common::proxy::write_config(dir.path(), config)?;
+    let path = crate::support::proxy::write_config(dir.path(), config)?;
     let explain = |groups: &[&str]| -> anyhow::Result<String> {
-        let mut command = std::process::Command::new(common::proxy::PROXY_BIN);
+        let mut command = std::process::Command::new(crate::support::proxy::PROXY_BIN);
         command.args(["policy", "explain", "--principal", "alice", "--config"]).arg(&path);
         for group in groups {
             command.args(["--group", group]);

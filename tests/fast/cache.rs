@@ -6,15 +6,13 @@
 //! "The proxy has the update" is observed, never slept for: a second host holds the URI, and
 //! the proxy invalidates before it fans out, so once that host hears `updated` a read is fresh.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::fixture::{
+use crate::support::fixture::{
     self, DEADLINE, Era, FixtureClient, FixtureEvent, HttpFixture, call_json, stats, wait_for_stats,
 };
-use common::peers::{spawn_everything_http, spawn_py_server_http};
-use common::proxy::{ProxyProcess, http_upstream, metric_value};
+use crate::support::peers::{spawn_everything_http, spawn_py_server_http};
+use crate::support::proxy::{ProxyProcess, http_upstream, metric_value};
 use rmcp::RoleClient;
 use rmcp::model::{
     CacheScope, ReadResourceRequestParams, ReadResourceResult, ResourceContents, SubscribeRequestParams,
@@ -45,17 +43,18 @@ async fn proxy_with_fixture(
 /// logged it: the `upstream up` line is written before the event reaches the event loop, which
 /// flushes the upstream's cache entries and then pokes the `list_changed` debounce. So the first
 /// debounced `list_changed sent to hosts` logged after that line comes after the flush.
-async fn wait_handled_up(proxy: &ProxyProcess, upstream: &str, times: usize) -> anyhow::Result<()> {
+async fn wait_handled_up(proxy: &ProxyProcess, upstream: &str, times: u64) -> anyhow::Result<()> {
     proxy.wait_up(upstream, times).await?;
     let tag = format!("\"upstream\":\"{upstream}\"");
+    proxy.wait_log_count(&["\"upstream up\"", &tag], times as usize).await?;
     let logs = proxy.logs();
     let up_line = logs
         .iter()
         .enumerate()
         .filter(|(_, line)| line.contains("\"upstream up\"") && line.contains(&tag))
-        .nth(times - 1)
+        .nth(times as usize - 1)
         .map(|(at, _)| at)
-        .expect("wait_up saw it");
+        .expect("waited for it");
     let fired_before = logs[..up_line].iter().filter(|line| line.contains("list_changed sent to hosts")).count();
     proxy.wait_log_count(&["list_changed sent to hosts"], fired_before + 1).await.map(drop)
 }

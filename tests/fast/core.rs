@@ -1,13 +1,11 @@
 //! The proxy core end to end: real upstream processes (the rmcp-built fixture over stdio and
 //! HTTP, in both eras), the real proxy binary, real rmcp clients in both eras.
 
-mod common;
-
 use std::collections::BTreeSet;
 
+use crate::support::fixture::{self, Era, HttpFixture, call_json, error_code, list_all_resources, read_control_file};
+use crate::support::proxy::{ProxyProcess, connect_stdio_proxy, fixture_upstream, http_upstream, write_config};
 use base64::Engine;
-use common::fixture::{self, Era, HttpFixture, call_json, error_code, list_all_resources, read_control_file};
-use common::proxy::{ProxyProcess, connect_stdio_proxy, fixture_upstream, http_upstream, write_config};
 use rmcp::model::{PaginatedRequestParams, ReadResourceRequestParams, ResourceContents};
 use serde_json::json;
 

@@ -2,12 +2,10 @@
 //! real upstream processes (the rmcp fixture, the PyPI `mcp` server, the folder server), the
 //! real proxy binary, real clients.
 
-mod common;
-
 use std::time::Duration;
 
-use common::fixture::{self, Era, FixtureClient, FixtureEvent, HttpFixture, call_json, stats, wait_for_stats};
-use common::proxy::{ProxyProcess, http_upstream};
+use crate::support::fixture::{self, Era, FixtureClient, FixtureEvent, HttpFixture, call_json, stats, wait_for_stats};
+use crate::support::proxy::{ProxyProcess, http_upstream};
 use rmcp::model::{
     ReadResourceRequestParams, ServerNotification, SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
 };
@@ -334,7 +332,8 @@ async fn folder_changes_reach_hosts() -> anyhow::Result<()> {
     let folder = tempfile::tempdir()?;
     let root = folder.path().canonicalize()?;
     std::fs::write(root.join("notes.md"), "first")?;
-    let config = format!("[[upstreams]]\nname = \"docs\"\ndir = {}\n", common::proxy::toml_str(root.to_str().unwrap()));
+    let config =
+        format!("[[upstreams]]\nname = \"docs\"\ndir = {}\n", crate::support::proxy::toml_str(root.to_str().unwrap()));
     let proxy = ProxyProcess::start(&config).await?;
     proxy.wait_up("docs", 1).await?;
     let uri = "docs+file:///notes.md".to_string();

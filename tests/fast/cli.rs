@@ -3,16 +3,14 @@
 //! config before it starts anything, `serve-dir` speaking MCP over stdio, and `serve --stdio`
 //! keeping stdout for JSON-RPC alone.
 
-mod common;
-
 use std::path::Path;
 use std::process::{Output, Stdio};
 use std::sync::{Arc, Mutex};
 
+use crate::support::fixture::{DEADLINE, Era, EventRecorder, FixtureClient, list_all_resources};
+use crate::support::peers::repo_root;
+use crate::support::proxy::{PROXY_BIN, fixture_upstream, toml_str, write_config};
 use anyhow::Context;
-use common::fixture::{DEADLINE, Era, EventRecorder, FixtureClient, list_all_resources};
-use common::peers::repo_root;
-use common::proxy::{PROXY_BIN, fixture_upstream, toml_str, write_config};
 use rmcp::ClientServiceExt;
 use rmcp::model::{ReadResourceRequestParams, ResourceContents};
 use rmcp::service::ClientCacheConfig;

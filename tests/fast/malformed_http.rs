@@ -2,12 +2,10 @@
 //! error, never a hang or a 5xx, and loses nothing — a legacy session keeps working, and a
 //! well-formed request on a fresh connection still succeeds afterwards.
 
-mod common;
-
 use std::time::Duration;
 
+use crate::support::proxy::ProxyProcess;
 use anyhow::Context;
-use common::proxy::ProxyProcess;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -148,8 +146,10 @@ impl Served {
         let files = tempfile::tempdir()?;
         std::fs::write(files.path().join("a.txt"), "alpha")?;
         let root = files.path().canonicalize()?;
-        let config =
-            format!("[[upstreams]]\nname = \"docs\"\ndir = {}\n", common::proxy::toml_str(root.to_str().unwrap()));
+        let config = format!(
+            "[[upstreams]]\nname = \"docs\"\ndir = {}\n",
+            crate::support::proxy::toml_str(root.to_str().unwrap())
+        );
         let proxy = ProxyProcess::start(&config).await?;
         proxy.wait_up("docs", 1).await?;
         Ok(Self { proxy, http: fresh_client()?, file_uri: "docs+file:///a.txt".to_string(), _files: files })

@@ -8,12 +8,10 @@
 //!   reads and other upstreams keep working and the upstream is not reconnected;
 //! - an upstream that lists a URI twice has it listed once.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::fixture::{self, DEADLINE, Era, FIXTURE_BIN, FixtureClient, HttpFixture, list_all_resources};
-use common::proxy::{ProxyProcess, fixture_upstream, http_upstream, toml_str};
+use crate::support::fixture::{self, DEADLINE, Era, FixtureClient, HttpFixture, list_all_resources};
+use crate::support::proxy::{ProxyProcess, fixture_upstream, http_upstream, toml_str};
 use rmcp::model::{ReadResourceRequestParams, ResourceContents, SubscribeRequestParams};
 use rmcp::service::ServiceError;
 use serde_json::Value;
@@ -52,7 +50,7 @@ async fn stdio_children_see_only_the_allowlist_inherit_env_and_their_env() -> an
     let config = format!(
         "[auth]\nmode = \"bearer\"\n\n[[auth.tokens]]\nprincipal = \"alice\"\ntoken_env = \"ALICE_TOKEN\"\n\n\
          [[upstreams]]\nname = \"child\"\ncommand = {}\nenv = {{ OWN = \"mine\" }}\ninherit_env = [\"EXTRA\"]\n\n",
-        toml_str(FIXTURE_BIN)
+        toml_str(fixture::fixture_bin().to_str().unwrap())
     );
     let env = [("ALICE_TOKEN", "alice-s3cret"), ("OTHER_UPSTREAM_KEY", "other-s3cret"), ("EXTRA", "passed")];
     let proxy = ProxyProcess::start_with(&config, &[], &env).await?;

@@ -3,14 +3,12 @@
 //! back) and over streamable HTTP (whose replies open with an empty SSE priming event), driven
 //! by rmcp clients in both eras. Installed by `.ci/install-peers.sh`; never downloaded by npx.
 
-mod common;
-
 use std::collections::BTreeSet;
 
+use crate::support::fixture::{self, Era, error_code, list_all_resources};
+use crate::support::peers::{everything_stdio_command, spawn_everything_http};
+use crate::support::proxy::{ProxyProcess, http_upstream, toml_str};
 use base64::Engine;
-use common::fixture::{self, Era, error_code, list_all_resources};
-use common::peers::{everything_stdio_command, spawn_everything_http};
-use common::proxy::{ProxyProcess, http_upstream, toml_str};
 use rmcp::model::{ReadResourceRequestParams, ResourceContents};
 
 const NOT_FOUND_LEGACY: i32 = -32002;

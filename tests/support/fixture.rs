@@ -1,18 +1,22 @@
-//! The scriptable upstream `mcp-proxy-fixture` for integration tests: spawn it over stdio or HTTP,
-//! connect a real rmcp client in either era (response cache off), record the notifications that
-//! client receives, and drive the fixture through its tools.
+//! The scriptable upstream `mcp-proxy-fixture` (`crates/fixture`) for integration tests: spawn it
+//! over stdio or HTTP or serve it in process, connect a real rmcp client in either era (response
+//! cache off), record the notifications that client receives, and drive the fixture through its tools.
 //!
+//! - [`fixture_bin`]: the fixture as a process: the product package's `mcp-proxy-fixture` example,
+//!   built by `cargo test` and, on first use in a test process, by `cargo build --example` again
+//!   (a no-op when fresh), so a filtered run (`cargo test --test fast`) never runs a stale one.
 //! - [`fixture_command`]: a `Command` for the fixture binary (e.g. to hand to the proxy's config).
 //! - [`HttpFixture::spawn`]: `--http 127.0.0.1:0`, reads the `LISTENING <url>` line; kills on drop.
+//! - [`serve_in_process`]: the fixture library on 127.0.0.1:0 inside the test process.
 //! - [`connect_stdio`] / [`connect_http`] / [`connect_http_with_token`]: a [`FixtureClient`] plus its
 //!   [`Events`].
 //! - [`call_json`], [`stats`], [`wait_for_stats`], [`list_all_resources`], [`error_code`],
 //!   [`read_control_file`].
 
 use std::{
-    path::Path,
+    path::{Path, PathBuf},
     process::{ExitStatus, Stdio},
-    time::Duration,
+    sync::OnceLock,
 };
 
 use anyhow::{Context, bail};
@@ -33,11 +37,42 @@ use tokio::{
     sync::mpsc,
 };
 
-/// The fixture binary built by Cargo for this test run.
-pub const FIXTURE_BIN: &str = env!("CARGO_BIN_EXE_mcp-proxy-fixture");
+pub use super::DEADLINE;
+pub use mcp_proxy_fixture::{InProcess, serve_in_process};
 
-/// How long spawning, connecting, or waiting for one event may take.
-pub const DEADLINE: Duration = Duration::from_secs(15);
+/// The fixture binary (see the module doc); panics with cargo's output when it cannot be built.
+pub fn fixture_bin() -> &'static Path {
+    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    match BIN.get_or_init(build_fixture) {
+        Ok(path) => path,
+        Err(message) => panic!("building the mcp-proxy-fixture example failed: {message}"),
+    }
+}
+
+/// `cargo build --example mcp-proxy-fixture` in the profile the tests were built in; the path of
+/// the executable from cargo's JSON messages.
+fn build_fixture() -> Result<PathBuf, String> {
+    let product = Path::new(super::proxy::PROXY_BIN);
+    let release = product.parent().and_then(Path::file_name).is_some_and(|dir| dir == "release");
+    let mut command = std::process::Command::new(env!("CARGO"));
+    command
+        .args(["build", "--quiet", "--example", "mcp-proxy-fixture", "--message-format", "json", "--manifest-path"])
+        .arg(super::repo_root().join("Cargo.toml"))
+        .stdin(Stdio::null());
+    if release {
+        command.arg("--release");
+    }
+    let out = command.output().map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("{}\n{}", out.status, String::from_utf8_lossy(&out.stderr)));
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|message| message["target"]["name"] == "mcp-proxy-fixture")
+        .find_map(|message| message["executable"].as_str().map(PathBuf::from))
+        .ok_or_else(|| "cargo built no mcp-proxy-fixture executable".to_owned())
+}
 
 /// A client connected to a fixture; it derefs to `Peer<RoleClient>`.
 pub type FixtureClient = RunningService<RoleClient, EventRecorder>;
@@ -164,7 +199,7 @@ impl HttpFixture {
 
 /// `mcp-proxy-fixture ARGS…` with stderr inherited and kill-on-drop.
 pub fn fixture_command(args: &[&str]) -> Command {
-    let mut command = Command::new(FIXTURE_BIN);
+    let mut command = Command::new(fixture_bin());
     command.args(args).stderr(Stdio::inherit()).kill_on_drop(true);
     command
 }
@@ -223,17 +258,11 @@ pub async fn stats(peer: &Peer<RoleClient>) -> anyhow::Result<Value> {
 
 /// Poll `stats` until `ready` holds (at most [`DEADLINE`]); returns the stats that satisfied it.
 pub async fn wait_for_stats(peer: &Peer<RoleClient>, ready: impl Fn(&Value) -> bool) -> anyhow::Result<Value> {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
+    super::eventually(DEADLINE, "fixture stats satisfy the condition", || async {
         let current = stats(peer).await?;
-        if ready(&current) {
-            return Ok(current);
-        }
-        if tokio::time::Instant::now() >= deadline {
-            bail!("stats never satisfied the condition; last: {current}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await; // poll interval; the loop ends at its deadline
-    }
+        if ready(&current) { Ok(current) } else { Err(anyhow::anyhow!("{current}")) }
+    })
+    .await
 }
 
 /// Follow `nextCursor` to the end; returns every resource and the number of pages.
@@ -265,14 +294,9 @@ pub fn error_code(error: &ServiceError) -> Option<i32> {
 
 /// Wait for a `--control-file` to appear and return the URL in it.
 pub async fn read_control_file(path: &Path) -> anyhow::Result<String> {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        if let Ok(url) = tokio::fs::read_to_string(path).await {
-            return Ok(url.trim().to_owned());
-        }
-        if tokio::time::Instant::now() >= deadline {
-            bail!("{} never appeared", path.display());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await; // poll interval; the loop ends at its deadline
-    }
+    let what = format!("{} appears", path.display());
+    super::eventually(DEADLINE, &what, || async {
+        tokio::fs::read_to_string(path).await.map(|url| url.trim().to_owned())
+    })
+    .await
 }

@@ -3,10 +3,8 @@
 //! (an error, not a hang) for a legacy host. The upstream is the rmcp fixture, whose unlisted
 //! `fx://fx/needs-input` asks 2026-07-28 readers for input and counts every read.
 
-mod common;
-
-use common::fixture::{self, DEADLINE, Era, FixtureClient, HttpFixture, error_code, stats, wait_for_stats};
-use common::proxy::{ProxyProcess, http_upstream};
+use crate::support::fixture::{self, DEADLINE, Era, FixtureClient, HttpFixture, error_code, stats, wait_for_stats};
+use crate::support::proxy::{ProxyProcess, http_upstream};
 use rmcp::model::{InputRequest, ReadResourceRequestParams, ReadResourceResponse, ResourceContents};
 use serde_json::Value;
 

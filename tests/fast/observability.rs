@@ -7,16 +7,16 @@
 //! on its own time — gauges the proxy samples once a second, an upstream noticed down or up,
 //! Prometheus' scrapes — is polled for with a deadline, never slept for.
 
-mod common;
-
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::support::exposition::Exposition;
+use crate::support::fixture::{
+    self, DEADLINE, Era, FixtureClient, FixtureEvent, HttpFixture, call_json, list_all_resources,
+};
+use crate::support::proxy::{ProxyProcess, fixture_upstream, http_upstream, toml_str};
 use anyhow::{Context, bail, ensure};
-use common::exposition::Exposition;
-use common::fixture::{self, DEADLINE, Era, FixtureClient, FixtureEvent, HttpFixture, call_json, list_all_resources};
-use common::proxy::{ProxyProcess, fixture_upstream, http_upstream, toml_str};
 use futures::{StreamExt, TryStreamExt};
 use rmcp::RoleClient;
 use rmcp::model::{ReadResourceRequestParams, ReadResourceResult, ResourceContents, SubscribeRequestParams};
@@ -385,7 +385,7 @@ impl Prometheus {
         let runs = || std::process::Command::new("prometheus").arg("--version").output();
         if !runs().is_ok_and(|output| output.status.success()) {
             // Install it the way CI does (Debian's package; needs root).
-            let script = common::peers::repo_root().join(".ci/install-prometheus.sh");
+            let script = crate::support::peers::repo_root().join(".ci/install-prometheus.sh");
             let installed = std::process::Command::new("bash").arg(script).status();
             eprintln!("installed prometheus: {installed:?}");
         }

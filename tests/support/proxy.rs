@@ -1,9 +1,12 @@
 //! The proxy under test, as its real binary: `mcp-resource-proxy serve` on a temporary config,
-//! HTTP on 127.0.0.1:0 (or stdio), with its JSON logs captured so tests can wait on what it says.
+//! HTTP on 127.0.0.1:0 (or stdio), with its JSON logs captured for tests about what it logs.
 //!
-//! - [`ProxyProcess::start`]: spawn with a config text; waits for the HTTP listener.
-//! - [`ProxyProcess::wait_up`] / [`ProxyProcess::wait_log`]: wait on a log line, with a deadline.
-//! - [`ProxyProcess::admin_url`] / [`ProxyProcess::admin_get`], [`metric_value`]: the admin listener.
+//! - [`ProxyProcess::start`]: spawn with a config text; ready when the proxy has written its
+//!   `--ready-file` (listeners bound, startup wait over): the addresses come from that file, not logs.
+//! - [`ProxyProcess::wait_up`] / [`ProxyProcess::wait_down`]: an upstream's state in `/status`.
+//! - [`ProxyProcess::wait_log`]: wait on a log line, with a deadline (for tests about logging).
+//! - [`ProxyProcess::admin_url`] / [`ProxyProcess::admin_get`] / [`ProxyProcess::status`],
+//!   [`metric_value`]: the admin listener.
 //! - [`connect_stdio_proxy`] / [`connect_stdio_proxy_with`]: an rmcp client that spawns `serve --stdio`.
 
 use std::path::{Path, PathBuf};
@@ -18,6 +21,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::Notify;
 
+use super::eventually;
 use super::fixture::{DEADLINE, Era, EventRecorder, Events, FixtureClient};
 
 pub const PROXY_BIN: &str = env!("CARGO_BIN_EXE_mcp-resource-proxy");
@@ -25,6 +29,7 @@ pub const PROXY_BIN: &str = env!("CARGO_BIN_EXE_mcp-resource-proxy");
 /// A running proxy; killed on drop.
 pub struct ProxyProcess {
     pub url: String,
+    admin: String,
     child: Child,
     logs: Arc<Logs>,
     pub dir: tempfile::TempDir,
@@ -46,6 +51,7 @@ impl ProxyProcess {
     pub async fn start_with(config: &str, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
         let path = write_config(dir.path(), config)?;
+        let ready_file = dir.path().join("ready.json");
         let mut command = Command::new(PROXY_BIN);
         command
             .args([
@@ -59,6 +65,8 @@ impl ProxyProcess {
                 "--config",
             ])
             .arg(&path)
+            .arg("--ready-file")
+            .arg(&ready_file)
             .args(args)
             .env("RUST_LOG", "info,rmcp=warn,mcp_resource_proxy=debug")
             .envs(env.iter().copied())
@@ -69,10 +77,18 @@ impl ProxyProcess {
         let mut child = command.spawn().context("spawn mcp-resource-proxy")?;
         let logs = Arc::new(Logs::default());
         tokio::spawn(collect(child.stderr.take().expect("piped"), logs.clone()));
-        let mut proxy = Self { url: String::new(), child, logs, dir };
-        let line = proxy.wait_log(&["serving MCP at"]).await?;
-        let address = json_field(&line, "address").context("listen address in log")?;
-        proxy.url = format!("http://{address}/mcp");
+        let child = std::cell::RefCell::new(child);
+        let ready: serde_json::Value = eventually(DEADLINE, "the proxy writes its ready file", || async {
+            if let Ok(Some(status)) = child.borrow_mut().try_wait() {
+                let logs = logs.lines.lock().unwrap().join("\n");
+                bail!("the proxy exited with {status} before it was ready; logs:\n{logs}");
+            }
+            Ok(serde_json::from_str(&tokio::fs::read_to_string(&ready_file).await?)?)
+        })
+        .await?;
+        let mut proxy = Self { url: String::new(), admin: String::new(), child: child.into_inner(), logs, dir };
+        proxy.url = format!("http://{}/mcp", ready["mcp"].as_str().context("mcp address in the ready file")?);
+        proxy.admin = format!("http://{}", ready["admin"].as_str().context("admin address in the ready file")?);
         Ok(proxy)
     }
 
@@ -96,10 +112,40 @@ impl ProxyProcess {
         }
     }
 
-    /// Wait until `upstream` has come up `times` times since start.
-    pub async fn wait_up(&self, upstream: &str, times: usize) -> anyhow::Result<()> {
-        let tag = format!("\"upstream\":\"{upstream}\"");
-        self.wait_log_count(&["\"upstream up\"", &tag], times).await.map(drop)
+    /// Wait until `upstream` has come up `times` times since start: `/status` shows it up with
+    /// `times - 1` reconnections (or more).
+    pub async fn wait_up(&self, upstream: &str, times: u64) -> anyhow::Result<()> {
+        let what = format!("upstream {upstream} up {times} time(s) in /status");
+        eventually(DEADLINE, &what, || async {
+            let report = self.upstream_status(upstream).await?;
+            match report["state"] == "up" && report["reconnects"].as_u64() >= Some(times - 1) {
+                true => Ok(()),
+                false => Err(anyhow::anyhow!("{report}")),
+            }
+        })
+        .await
+    }
+
+    /// Wait until `/status` shows `upstream` in a state other than up.
+    pub async fn wait_down(&self, upstream: &str) -> anyhow::Result<serde_json::Value> {
+        let what = format!("upstream {upstream} down in /status");
+        eventually(DEADLINE, &what, || async {
+            let report = self.upstream_status(upstream).await?;
+            if report["state"] != "up" { Ok(report) } else { Err(anyhow::anyhow!("{report}")) }
+        })
+        .await
+    }
+
+    /// `/status` as JSON.
+    pub async fn status(&self) -> anyhow::Result<serde_json::Value> {
+        Ok(serde_json::from_str(&self.admin_get("/status").await?)?)
+    }
+
+    /// One upstream's entry in `/status`.
+    pub async fn upstream_status(&self, upstream: &str) -> anyhow::Result<serde_json::Value> {
+        let status = self.status().await?;
+        let upstreams = status["upstreams"].as_array().context("upstreams in /status")?;
+        upstreams.iter().find(|u| u["name"] == upstream).cloned().with_context(|| format!("{upstream} in {status}"))
     }
 
     pub fn matching(&self, needles: &[&str]) -> Vec<String> {
@@ -114,12 +160,9 @@ impl ProxyProcess {
         self.child.id()
     }
 
-    /// The admin listener's base URL (`http://ADDR`, no trailing slash), from the proxy's
-    /// `admin listening at` log line (waits for it, with the usual deadline).
+    /// The admin listener's base URL (`http://ADDR`, no trailing slash), from the ready file.
     pub async fn admin_url(&self) -> anyhow::Result<String> {
-        let line = self.wait_log(&["admin listening at"]).await?;
-        let address = json_field(&line, "address").context("admin address in log")?;
-        Ok(format!("http://{address}"))
+        Ok(self.admin.clone())
     }
 
     /// `GET` an admin path (`/metrics`, `/status`, …); the body of a 2xx answer.
@@ -196,7 +239,7 @@ pub fn fixture_upstream(name: &str, args: &[&str]) -> String {
     let args: Vec<String> = args.iter().map(|a| toml_escape(a)).collect();
     format!(
         "[[upstreams]]\nname = \"{name}\"\ncommand = {}\nargs = [{}]\n\n",
-        toml_escape(super::fixture::FIXTURE_BIN),
+        toml_escape(super::fixture::fixture_bin().to_str().expect("UTF-8 path")),
         args.join(", ")
     )
 }
@@ -204,11 +247,6 @@ pub fn fixture_upstream(name: &str, args: &[&str]) -> String {
 /// A `[[upstreams]]` entry for an HTTP upstream.
 pub fn http_upstream(name: &str, url: &str, extra: &str) -> String {
     format!("[[upstreams]]\nname = \"{name}\"\nurl = {}\n{extra}\n\n", toml_escape(url))
-}
-
-fn json_field(line: &str, field: &str) -> Option<String> {
-    let value: serde_json::Value = serde_json::from_str(line).ok()?;
-    value.get("fields")?.get(field)?.as_str().map(str::to_owned)
 }
 
 async fn collect(stderr: tokio::process::ChildStderr, logs: Arc<Logs>) {

@@ -3,13 +3,11 @@
 //! DELETE, header-read timeouts and connection caps on `/mcp` and the admin listener, `Origin`
 //! and admin `Host` validation, and the per-session subscription cap.
 
-mod common;
-
 use std::time::Duration;
 
+use crate::support::exposition::Exposition;
+use crate::support::proxy::{ProxyProcess, toml_str};
 use anyhow::Context;
-use common::exposition::Exposition;
-use common::proxy::{ProxyProcess, toml_str};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -2,15 +2,13 @@
 //! both eras over stdio and HTTP, pagination, multi-content and blob reads, templates, pushes
 //! (legacy subscribe, modern listen), the control tools and the shared state behind them.
 
-mod common;
-
 use std::time::Duration;
 
-use base64::{Engine, engine::general_purpose::STANDARD};
-use common::fixture::{
+use crate::support::fixture::{
     Era, FixtureEvent, HttpFixture, call_json, connect_http, connect_stdio, error_code, list_all_resources,
     read_control_file, stats, wait_for_stats,
 };
+use base64::{Engine, engine::general_purpose::STANDARD};
 use rmcp::{
     model::{
         CacheScope, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ResourceContents,

@@ -2,14 +2,12 @@
 //! (`tests/py/client.py`) in `legacy` and `2026-07-28` modes over HTTP and over stdio, and its
 //! `MCPServer` (`tests/py/server.py`, both eras) as an upstream over stdio.
 
-mod common;
-
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::peers::{parse_json_lines, py_client, py_server_stdio_command};
-use common::proxy::{PROXY_BIN, ProxyProcess, fixture_upstream, toml_str, write_config};
+use crate::support::peers::{parse_json_lines, py_client, py_server_stdio_command};
+use crate::support::proxy::{PROXY_BIN, ProxyProcess, fixture_upstream, toml_str, write_config};
 use serde_json::{Value, json};
 
 /// How long one client.py run may take (a Python start costs about a second).

@@ -4,14 +4,12 @@
 //! HTTP; changes are triggered from the test on a side connection, after the proxy says its
 //! upstream subscription is in place.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::process::Stdio;
 
-use common::fixture::{self, DEADLINE, Era, FixtureClient, FixtureEvent, HttpFixture, call_json};
-use common::peers::{everything_stdio_command, py_client, spawn_py_server_http};
-use common::proxy::{ProxyProcess, http_upstream, toml_str};
+use crate::support::fixture::{self, DEADLINE, Era, FixtureClient, FixtureEvent, HttpFixture, call_json};
+use crate::support::peers::{everything_stdio_command, py_client, spawn_py_server_http};
+use crate::support::proxy::{ProxyProcess, http_upstream, toml_str};
 use rmcp::model::{ServerNotification, SubscribeRequestParams, SubscriptionFilter};
 use rmcp::service::Subscription;
 use serde_json::{Value, json};

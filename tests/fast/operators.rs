@@ -4,14 +4,12 @@
 //! answered without waiting for a dead upstream, few `list_changed` across a restart, and
 //! metric series present at 0 from the start.
 
-mod common;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::support::fixture::{self, DEADLINE, Era, FixtureEvent, HttpFixture, call_json, list_all_resources};
+use crate::support::proxy::{ProxyProcess, connect_stdio_proxy, http_upstream, toml_str, write_config};
 use anyhow::{Context, bail, ensure};
-use common::fixture::{self, DEADLINE, Era, FixtureEvent, HttpFixture, call_json, list_all_resources};
-use common::proxy::{ProxyProcess, connect_stdio_proxy, http_upstream, toml_str, write_config};
 use rmcp::model::{ClientRequest, CustomRequest, ReadResourceRequestParams};
 use serde_json::{Value, json};
 
