@@ -8,16 +8,10 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::fixture::{
-    self, DEADLINE, Era, FixtureClient, FixtureEvent, HttpFixture, call_json, stats, wait_for_stats,
-};
-use crate::support::peers::{spawn_everything_http, spawn_py_server_http};
+use crate::support::fixture::{self, DEADLINE, Era, FixtureClient, HttpFixture, call_json, stats, wait_for_stats};
 use crate::support::proxy::{ProxyProcess, http_upstream, metric_value};
-use rmcp::RoleClient;
-use rmcp::model::{
-    CacheScope, ReadResourceRequestParams, ReadResourceResult, ResourceContents, SubscribeRequestParams,
-};
-use rmcp::service::Peer;
+use crate::support::reads::{Watcher, read, text, upstream_reads, wait_handled_up};
+use rmcp::model::CacheScope;
 use serde_json::{Value, json};
 
 const ITEM: &str = "fx://fx/item/1";
@@ -39,76 +33,12 @@ async fn proxy_with_fixture(
     Ok((proxy, upstream, side))
 }
 
-/// Wait until the proxy has *handled* `upstream` coming up for the `times`-th time, not just
-/// logged it: the `upstream up` line is written before the event reaches the event loop, which
-/// flushes the upstream's cache entries and then pokes the `list_changed` debounce. So the first
-/// debounced `list_changed sent to hosts` logged after that line comes after the flush.
-async fn wait_handled_up(proxy: &ProxyProcess, upstream: &str, times: u64) -> anyhow::Result<()> {
-    proxy.wait_up(upstream, times).await?;
-    let tag = format!("\"upstream\":\"{upstream}\"");
-    proxy.wait_log_count(&["\"upstream up\"", &tag], times as usize).await?;
-    let logs = proxy.logs();
-    let up_line = logs
-        .iter()
-        .enumerate()
-        .filter(|(_, line)| line.contains("\"upstream up\"") && line.contains(&tag))
-        .nth(times as usize - 1)
-        .map(|(at, _)| at)
-        .expect("waited for it");
-    let fired_before = logs[..up_line].iter().filter(|line| line.contains("list_changed sent to hosts")).count();
-    proxy.wait_log_count(&["list_changed sent to hosts"], fired_before + 1).await.map(drop)
-}
-
-/// How often the fixture has served `uri`.
-async fn upstream_reads(side: &FixtureClient, uri: &str) -> anyhow::Result<u64> {
-    Ok(stats(side).await?["reads_by_uri"][uri].as_u64().unwrap_or(0))
-}
-
-async fn read(host: &Peer<RoleClient>, uri: &str) -> anyhow::Result<ReadResourceResult> {
-    Ok(host.read_resource(ReadResourceRequestParams::new(uri)).await?)
-}
-
-/// The text of a one-content text result.
-fn text(result: &ReadResourceResult) -> &str {
-    match result.contents.as_slice() {
-        [ResourceContents::TextResourceContents { text, .. }] => text,
-        other => panic!("expected one text content, got {other:?}"),
-    }
-}
-
 async fn touch(side: &FixtureClient, uri: &str) -> anyhow::Result<Value> {
     call_json(side, "touch", json!({ "uri": uri })).await
 }
 
 async fn hold_reads(side: &FixtureClient, on: bool) -> anyhow::Result<()> {
     call_json(side, "hold_reads", json!({ "on": on })).await.map(drop)
-}
-
-/// A legacy host that subscribed to `uri` through the proxy, to learn when the proxy has an
-/// update (see the module doc).
-struct Watcher {
-    _client: FixtureClient,
-    events: fixture::Events,
-    uri: String,
-}
-
-impl Watcher {
-    async fn subscribe(proxy_url: &str, uri: &str) -> anyhow::Result<Self> {
-        let (client, events) = fixture::connect_http(proxy_url, Era::Legacy).await?;
-        #[allow(deprecated)]
-        client.subscribe(SubscribeRequestParams::new(uri)).await?;
-        Ok(Self { _client: client, events, uri: uri.to_owned() })
-    }
-
-    /// Wait (at most [`DEADLINE`]) until this host hears `updated` for its URI.
-    async fn heard_update(&mut self) -> anyhow::Result<()> {
-        loop {
-            match self.events.next().await? {
-                FixtureEvent::Updated(uri) if uri == self.uri => return Ok(()),
-                FixtureEvent::Updated(_) | FixtureEvent::ListChanged => continue,
-            }
-        }
-    }
 }
 
 /// 100 concurrent reads of one cold URI make one upstream read (single flight); reads after
@@ -298,59 +228,6 @@ async fn the_cache_stays_within_max_bytes() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(100)).await; // poll interval; the loop ends at its deadline
     };
     assert!(gauge <= MAX_BYTES as f64, "mcp_proxy_cache_weighted_bytes {gauge} > {MAX_BYTES}");
-    Ok(())
-}
-
-/// npm server-everything's dynamic text resource (it embeds the time of the read, to the
-/// second): within the entry's lifetime (`unwatched_ttl`, 5 s by default: the server gives no
-/// `ttlMs` and is not trusted), once the upstream itself would answer differently, the proxy
-/// still answers with the text it cached. Past it, see `tests/never_stale.rs`.
-#[tokio::test]
-async fn server_everything_dynamic_text_is_served_from_cache_within_its_lifetime() -> anyhow::Result<()> {
-    let everything = spawn_everything_http();
-    let proxy = ProxyProcess::start(&http_upstream("web", &everything.url, "")).await?;
-    wait_handled_up(&proxy, "web", 1).await?;
-    let (reader, _) = fixture::connect_http(&proxy.url, Era::Legacy).await?;
-    let first = text(&read(&reader, "web+demo://resource/dynamic/text/1").await?).to_owned();
-    assert!(first.starts_with("Resource 1: "), "{first}");
-
-    // Poll the upstream directly until its own answer has moved on (next second).
-    let (direct, _) = fixture::connect_http(&everything.url, Era::Legacy).await?;
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        if text(&read(&direct, "demo://resource/dynamic/text/1").await?) != first {
-            break;
-        }
-        anyhow::ensure!(tokio::time::Instant::now() < deadline, "server-everything kept answering {first:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await; // poll interval; the loop ends at its deadline
-    }
-    let second = read(&reader, "web+demo://resource/dynamic/text/1").await?;
-    assert_eq!(text(&second), first, "the second read through the proxy is the cached one");
-    Ok(())
-}
-
-/// A PyPI `mcp` `MCPServer` upstream in the 2026-07-28 era (reads carry `ttlMs: 60000`,
-/// `cacheScope: public`): a note is cached; `bump` on a side connection changes it and notifies;
-/// once a subscribed host heard it, the next read through the proxy is the new version.
-#[tokio::test]
-async fn a_python_sdk_upstream_invalidates_on_updated() -> anyhow::Result<()> {
-    let py = spawn_py_server_http(&[]);
-    let proxy = ProxyProcess::start(&http_upstream("py", &py.url, "protocol = \"2026-07-28\"")).await?;
-    wait_handled_up(&proxy, "py", 1).await?;
-    let (reader, _) = fixture::connect_http(&proxy.url, Era::Modern).await?;
-    let first = read(&reader, "py+py://note/1").await?;
-    assert_eq!(text(&first), "note 1 v1");
-    let told = first.ttl_ms.expect("ttlMs");
-    assert!(told > 0 && told <= 60_000, "ttlMs {told}: capped by the upstream's 60000");
-    assert_eq!(first.cache_scope, Some(CacheScope::Public));
-    assert_eq!(text(&read(&reader, "py+py://note/1").await?), "note 1 v1");
-
-    let mut watcher = Watcher::subscribe(&proxy.url, "py+py://note/1").await?;
-    let (side, _) = fixture::connect_http(&py.url, Era::Modern).await?;
-    let bumped = call_json(&side, "bump", json!({"id": 1})).await?;
-    assert_eq!(bumped["version"], 2, "{bumped}");
-    watcher.heard_update().await?;
-    assert_eq!(text(&read(&reader, "py+py://note/1").await?), "note 1 v2");
     Ok(())
 }
 

@@ -7,6 +7,10 @@
 #[path = "../support/mod.rs"]
 pub mod support;
 
+mod cache;
+mod jwt;
+mod never_stale;
+mod prometheus;
 mod python_client;
 mod python_subscriptions;
 mod third_party;

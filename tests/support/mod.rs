@@ -14,11 +14,15 @@
 //! Invariants: nothing waits by sleeping; every wait ends at a deadline with an error that says
 //! what it waited for and what it last saw.
 
+pub mod bypass_corpus;
 pub mod exposition;
 pub mod fixture;
 pub mod inproc;
+pub mod jwt;
+pub mod observe;
 pub mod peers;
 pub mod proxy;
+pub mod reads;
 
 use std::fmt::Display;
 use std::future::Future;
