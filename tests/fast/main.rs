@@ -13,7 +13,6 @@ mod dashboard;
 mod faults;
 mod fixture;
 mod folder_policy;
-mod folder_races;
 mod hardening_http;
 mod jwt;
 mod malformed_http;

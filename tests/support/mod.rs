@@ -17,6 +17,7 @@
 pub mod bypass_corpus;
 pub mod exposition;
 pub mod fixture;
+pub mod folder;
 pub mod inproc;
 pub mod jwt;
 pub mod observe;

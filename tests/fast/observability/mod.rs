@@ -5,8 +5,8 @@
 //!
 //! Counters are compared as deltas between two scrapes around a scripted workload. What changes
 //! on its own time — gauges the proxy samples once a second, an upstream noticed down or up — is
-//! polled for with a deadline, never slept for. Shared steps: `support::observe`.
+//! polled for with a deadline, never slept for. Shared steps: `support::observe`. (Series under
+//! 10,000 distinct URIs: the scale tier.)
 
-mod cardinality;
 mod readiness;
 mod workload;
