@@ -8,6 +8,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::support::eventually;
 use crate::support::fixture::{self, DEADLINE, Era, FixtureClient, HttpFixture, call_json, stats, wait_for_stats};
 use crate::support::proxy::{ProxyProcess, http_upstream, metric_value};
 use crate::support::reads::{Watcher, read, text, upstream_reads, wait_handled_up};
@@ -143,7 +144,7 @@ async fn a_reconnected_upstream_starts_with_no_cached_entries() -> anyhow::Resul
 
     let _ = call_json(&side, "exit", json!({"code": 0})).await;
     upstream.wait_exit().await?;
-    proxy.wait_log(&["upstream down", "\"upstream\":\"fx\""]).await?;
+    proxy.wait_down("fx").await?;
     let _restarted = HttpFixture::spawn_at(&address, &args).await?;
     wait_handled_up(&proxy, "fx", 2).await?;
 
@@ -216,17 +217,13 @@ async fn the_cache_stays_within_max_bytes() -> anyhow::Result<()> {
     assert!(status["cache"]["entries"].as_u64().is_some_and(|n| n > 0), "{status}");
 
     // The gauge is sampled: wait until a sample shows the cache holding something.
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    let gauge = loop {
+    let gauge = eventually(DEADLINE, "the weighted-bytes gauge shows the cache holding something", || async {
         let metrics = proxy.admin_get("/metrics").await?;
         let gauge = metric_value(&metrics, "mcp_proxy_cache_weighted_bytes")
             .unwrap_or_else(|| panic!("no mcp_proxy_cache_weighted_bytes in /metrics:\n{metrics}"));
-        if gauge > 0.0 {
-            break gauge;
-        }
-        anyhow::ensure!(tokio::time::Instant::now() < deadline, "the weighted-bytes gauge stayed 0");
-        tokio::time::sleep(Duration::from_millis(100)).await; // poll interval; the loop ends at its deadline
-    };
+        if gauge > 0.0 { Ok(gauge) } else { Err(anyhow::anyhow!("it is {gauge}")) }
+    })
+    .await?;
     assert!(gauge <= MAX_BYTES as f64, "mcp_proxy_cache_weighted_bytes {gauge} > {MAX_BYTES}");
     Ok(())
 }

@@ -188,7 +188,7 @@ async fn an_upstream_down_at_start_joins_later() -> anyhow::Result<()> {
     );
     let proxy = ProxyProcess::start(&config).await?;
     proxy.wait_up("early", 1).await?;
-    proxy.wait_log(&["upstream down", "\"upstream\":\"late\""]).await?;
+    proxy.wait_down("late").await?;
     let (client, _) = fixture::connect_http(&proxy.url, Era::Modern).await?;
     let (resources, _) = list_all_resources(&client).await?;
     assert!(resources.iter().all(|r| r.uri.starts_with("early+")), "only the early upstream is listed");
@@ -220,7 +220,7 @@ async fn an_upstream_that_dies_comes_back_and_others_keep_serving() -> anyhow::R
     std::fs::remove_file(&control_file)?;
     let _ = call_json(&side, "exit", json!({"code": 3})).await;
 
-    proxy.wait_log(&["upstream down", "\"upstream\":\"fragile\""]).await?;
+    proxy.wait_down("fragile").await?;
     let read = client.read_resource(ReadResourceRequestParams::new("steady+fx://fx/item/2")).await?;
     assert_eq!(text_of(&read.contents[0]).1, "item 2 v1");
 

@@ -10,6 +10,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::support::eventually;
 use crate::support::fixture::{self, DEADLINE, Era, FixtureClient, HttpFixture, list_all_resources};
 use crate::support::proxy::{ProxyProcess, fixture_upstream, http_upstream, toml_str};
 use rmcp::model::{ReadResourceRequestParams, ResourceContents, SubscribeRequestParams};
@@ -75,14 +76,11 @@ async fn secrets_in_an_upstream_url_reach_neither_status_nor_logs() -> anyhow::R
     );
     let proxy = ProxyProcess::start_with(&config, &[], &[("URL_KEY", "k3y-s3cret")]).await?;
     proxy.wait_log_count(&["upstream down", "\"upstream\":\"remote\""], 2).await?;
-    let deadline = Instant::now() + DEADLINE;
-    let status = loop {
+    let status = eventually(DEADLINE, "/status shows the failed connect", || async {
         let status = status_of(&proxy, "remote").await?;
-        if !status["last_error"].is_null() || Instant::now() > deadline {
-            break status;
-        }
-        tokio::task::yield_now().await;
-    };
+        if status["last_error"].is_null() { Err(anyhow::anyhow!("{status}")) } else { Ok(status) }
+    })
+    .await?;
     let last_error = status["last_error"].as_str().unwrap_or_default().to_string();
     assert!(!last_error.is_empty(), "a failed connect is shown: {status}");
     for secret in ["pa55word", "k3y-s3cret"] {

@@ -9,6 +9,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::support::eventually;
 use crate::support::fixture::{self, Era, HttpFixture};
 use crate::support::proxy::{ProxyProcess, http_upstream};
 use crate::support::reads::{outlive, read, text, upstream_reads};
@@ -91,17 +92,15 @@ async fn per_uri_state_returns_to_nothing_once_entries_expire() -> anyhow::Resul
         let found = futures::future::join_all(reads).await.into_iter().filter(|ok| *ok).count();
         assert_eq!(found, 20, "half of each batch exists");
     }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
+    eventually(Duration::from_secs(30), "no per-URI state left", || async {
         let status: Value = serde_json::from_str(&proxy.admin_get("/status").await?)?;
         let cache = &status["cache"];
         let tracked = &cache["tracked"];
         let empty = ["generations", "hints", "holds", "stale"].iter().all(|k| tracked[*k] == 0);
-        if empty && cache["entries"] == 0 && status["subscriptions"]["upstream_uris"] == 0 {
-            break;
+        match empty && cache["entries"] == 0 && status["subscriptions"]["upstream_uris"] == 0 {
+            true => Ok(()),
+            false => Err(anyhow::anyhow!("{status}")),
         }
-        anyhow::ensure!(tokio::time::Instant::now() < deadline, "per-URI state left: {status}");
-        tokio::time::sleep(Duration::from_millis(200)).await; // poll interval; the loop ends at its deadline
-    }
-    Ok(())
+    })
+    .await
 }

@@ -7,9 +7,10 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::support::eventually;
 use crate::support::fixture::{self, DEADLINE, Era, FixtureEvent, HttpFixture, call_json, list_all_resources};
 use crate::support::proxy::{ProxyProcess, connect_stdio_proxy, http_upstream, toml_str, write_config};
-use anyhow::{Context, bail, ensure};
+use anyhow::{Context, ensure};
 use rmcp::model::{ClientRequest, CustomRequest, ReadResourceRequestParams};
 use serde_json::{Value, json};
 
@@ -51,16 +52,11 @@ fn folder() -> anyhow::Result<tempfile::TempDir> {
 
 /// `upstream`'s entry in `/status`, once `done` holds for it (polled, with a deadline).
 async fn status_when(proxy: &ProxyProcess, upstream: &str, done: impl Fn(&Value) -> bool) -> anyhow::Result<Value> {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        let status: Value = serde_json::from_str(&proxy.admin_get("/status").await?)?;
-        let entry = status["upstreams"].as_array().and_then(|all| all.iter().find(|u| u["name"] == upstream));
-        match entry {
-            Some(entry) if done(entry) => return Ok(entry.clone()),
-            _ if Instant::now() > deadline => bail!("{upstream} never got there in /status: {status}"),
-            _ => tokio::time::sleep(Duration::from_millis(50)).await,
-        }
-    }
+    eventually(DEADLINE, &format!("{upstream} gets there in /status"), || async {
+        let status = proxy.upstream_status(upstream).await?;
+        if done(&status) { Ok(status) } else { Err(anyhow::anyhow!("{status}")) }
+    })
+    .await
 }
 
 /// The proxy's logs with the shipped default filter (`RUST_LOG` empty counts as unset).

@@ -222,7 +222,7 @@ async fn a_restarted_upstream_is_resubscribed_and_holders_told() -> anyhow::Resu
 
     let _ = call_json(&side, "exit", json!({"code": 0})).await;
     upstream.wait_exit().await?;
-    proxy.wait_log(&["upstream down", "\"upstream\":\"fx\""]).await?;
+    proxy.wait_down("fx").await?;
     let _restarted = HttpFixture::spawn_at(&address, &["--era", "legacy"]).await?;
     proxy.wait_up("fx", 2).await?;
 

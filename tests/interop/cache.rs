@@ -2,8 +2,7 @@
 //! `MCPServer`), driven by real rmcp clients: what they tell about lifetimes and updates is kept.
 //! "The proxy has the update" is observed (a second host hears `updated`), never slept for.
 
-use std::time::Duration;
-
+use crate::support::eventually;
 use crate::support::fixture::{self, DEADLINE, Era, call_json};
 use crate::support::peers::{spawn_everything_http, spawn_py_server_http};
 use crate::support::proxy::{ProxyProcess, http_upstream};
@@ -26,14 +25,11 @@ async fn server_everything_dynamic_text_is_served_from_cache_within_its_lifetime
 
     // Poll the upstream directly until its own answer has moved on (next second).
     let (direct, _) = fixture::connect_http(&everything.url, Era::Legacy).await?;
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        if text(&read(&direct, "demo://resource/dynamic/text/1").await?) != first {
-            break;
-        }
-        anyhow::ensure!(tokio::time::Instant::now() < deadline, "server-everything kept answering {first:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await; // poll interval; the loop ends at its deadline
-    }
+    eventually(DEADLINE, "server-everything's own answer moves on", || async {
+        let now = read(&direct, "demo://resource/dynamic/text/1").await?;
+        if text(&now) != first { Ok(()) } else { Err(anyhow::anyhow!("it kept answering {first:?}")) }
+    })
+    .await?;
     let second = read(&reader, "web+demo://resource/dynamic/text/1").await?;
     assert_eq!(text(&second), first, "the second read through the proxy is the cached one");
     Ok(())

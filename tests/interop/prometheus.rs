@@ -3,7 +3,7 @@
 //! returns data. Its scrapes are polled for with a deadline, never slept for.
 
 use std::process::Stdio;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::support::fixture::{self, DEADLINE, Era, FixtureClient, list_all_resources};
 use crate::support::proxy::{ProxyProcess, fixture_upstream, http_upstream};
@@ -11,6 +11,7 @@ use anyhow::{Context, ensure};
 use rmcp::model::SubscribeRequestParams;
 use serde_json::Value;
 
+use crate::support::eventually;
 use crate::support::observe::*;
 
 const DASHBOARD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/grafana/dashboards/mcp-resource-proxy.json");
@@ -147,16 +148,13 @@ impl Prometheus {
     }
 
     async fn wait_ready(&self) -> anyhow::Result<()> {
-        let deadline = tokio::time::Instant::now() + DEADLINE;
-        loop {
-            if let Ok(response) = reqwest::get(format!("{}/-/ready", self.base)).await
-                && response.status().is_success()
-            {
-                return Ok(());
+        eventually(DEADLINE, "prometheus is ready", || async {
+            match reqwest::get(format!("{}/-/ready", self.base)).await {
+                Ok(response) if response.status().is_success() => Ok(()),
+                other => Err(anyhow::anyhow!("{other:?}\n{}", self.log())),
             }
-            ensure!(tokio::time::Instant::now() < deadline, "prometheus not ready:\n{}", self.log());
-            tokio::time::sleep(Duration::from_millis(100)).await; // poll interval; the loop ends at its deadline
-        }
+        })
+        .await
     }
 
     /// An instant query; its samples (`data.result`), or an error unless `status` is success.
@@ -181,36 +179,27 @@ impl Prometheus {
 
     /// Wait until an instant `query` has one sample and it is `value`.
     async fn wait_value(&self, query: &str, value: f64) -> anyhow::Result<()> {
-        let deadline = tokio::time::Instant::now() + DEADLINE;
-        loop {
+        eventually(DEADLINE, &format!("`{query}` becomes {value}"), || async {
             let samples = self.query(query).await?;
-            if let [sample] = samples.as_slice()
-                && sample_value(sample) == Some(value)
-            {
-                return Ok(());
+            match samples.as_slice() {
+                [sample] if sample_value(sample) == Some(value) => Ok(()),
+                _ => Err(anyhow::anyhow!("{samples:?}")),
             }
-            ensure!(tokio::time::Instant::now() < deadline, "`{query}` never became {value}: {samples:?}");
-            tokio::time::sleep(Duration::from_millis(200)).await; // poll interval; the loop ends at its deadline
-        }
+        })
+        .await
     }
 
     /// Wait until Prometheus holds a successful scrape of the proxy taken after `unix_seconds`.
     async fn wait_scraped_after(&self, unix_seconds: f64) -> anyhow::Result<()> {
-        let deadline = tokio::time::Instant::now() + DEADLINE;
-        loop {
+        eventually(DEADLINE, &format!("a scrape after {unix_seconds}"), || async {
             let samples = self.query("timestamp(mcp_proxy_build_info)").await?;
             let latest = samples.first().and_then(sample_value);
             if latest.is_some_and(|at| at > unix_seconds) {
                 return Ok(());
             }
-            ensure!(
-                tokio::time::Instant::now() < deadline,
-                "no scrape after {unix_seconds} (latest {latest:?}); targets: {}\n{}",
-                self.targets().await,
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await; // poll interval; the loop ends at its deadline
-        }
+            Err(anyhow::anyhow!("latest {latest:?}; targets: {}\n{}", self.targets().await, self.log()))
+        })
+        .await
     }
 
     async fn targets(&self) -> String {

@@ -126,12 +126,16 @@ impl ProxyProcess {
         .await
     }
 
-    /// Wait until `/status` shows `upstream` in a state other than up.
+    /// Wait until `/status` shows `upstream` gone down: not up, with the reason it went down
+    /// (`last_error` is set when a connection is lost or cannot be made, cleared when it is up).
     pub async fn wait_down(&self, upstream: &str) -> anyhow::Result<serde_json::Value> {
         let what = format!("upstream {upstream} down in /status");
         eventually(DEADLINE, &what, || async {
             let report = self.upstream_status(upstream).await?;
-            if report["state"] != "up" { Ok(report) } else { Err(anyhow::anyhow!("{report}")) }
+            match report["state"] != "up" && !report["last_error"].is_null() {
+                true => Ok(report),
+                false => Err(anyhow::anyhow!("{report}")),
+            }
         })
         .await
     }
