@@ -1,10 +1,11 @@
 //! Bad input on the proxy's streamable HTTP endpoint, sent raw with reqwest: each gets a clear
 //! error, never a hang or a 5xx, and loses nothing — a legacy session keeps working, and a
-//! well-formed request on a fresh connection still succeeds afterwards.
+//! well-formed request on a fresh connection still succeeds afterwards. The proxy runs in process
+//! (`support::inproc`): what is under test is what crosses its HTTP listener.
 
 use std::time::Duration;
 
-use crate::support::proxy::ProxyProcess;
+use crate::support::inproc::InProcessProxy;
 use anyhow::Context;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -121,7 +122,7 @@ async fn get_and_delete_in_the_2026_era_get_405() -> anyhow::Result<()> {
 /// The proxy (one `dir` upstream `docs` holding `a.txt`) and a reqwest client that opens a new
 /// connection for every request.
 struct Served {
-    proxy: ProxyProcess,
+    proxy: InProcessProxy,
     http: reqwest::Client,
     file_uri: String,
     _files: tempfile::TempDir,
@@ -150,7 +151,7 @@ impl Served {
             "[[upstreams]]\nname = \"docs\"\ndir = {}\n",
             crate::support::proxy::toml_str(root.to_str().unwrap())
         );
-        let proxy = ProxyProcess::start(&config).await?;
+        let proxy = InProcessProxy::start(&config).await?;
         proxy.wait_up("docs", 1).await?;
         Ok(Self { proxy, http: fresh_client()?, file_uri: "docs+file:///a.txt".to_string(), _files: files })
     }

@@ -2,9 +2,13 @@
 //! `input_required` reaches a 2026-07-28 host as it was sent, is never cached, and fails cleanly
 //! (an error, not a hang) for a legacy host. The upstream is the rmcp fixture, whose unlisted
 //! `fx://fx/needs-input` asks 2026-07-28 readers for input and counts every read.
+//!
+//! What is under test crosses the MCP wire, so both sides run in process: the library's proxy
+//! (`support::inproc`) and the fixture library, each serving HTTP on 127.0.0.1:0.
 
-use crate::support::fixture::{self, DEADLINE, Era, FixtureClient, HttpFixture, error_code, stats, wait_for_stats};
-use crate::support::proxy::{ProxyProcess, http_upstream};
+use crate::support::fixture::{self, DEADLINE, Era, FixtureClient, InProcess, error_code, stats, wait_for_stats};
+use crate::support::inproc::InProcessProxy;
+use crate::support::proxy::http_upstream;
 use rmcp::model::{InputRequest, ReadResourceRequestParams, ReadResourceResponse, ResourceContents};
 use serde_json::Value;
 
@@ -84,9 +88,9 @@ async fn input_required_is_an_error_for_a_legacy_host() -> anyhow::Result<()> {
 
 /// A proxy in front of one HTTP fixture spoken to in the 2026-07-28 era, and a side connection
 /// to the fixture for its counters.
-async fn proxy_with_modern_fixture() -> anyhow::Result<(ProxyProcess, HttpFixture, FixtureClient)> {
-    let upstream = HttpFixture::spawn(&["--era", "modern"]).await?;
-    let proxy = ProxyProcess::start(&http_upstream("fx", &upstream.url, "protocol = \"2026-07-28\"")).await?;
+async fn proxy_with_modern_fixture() -> anyhow::Result<(InProcessProxy, InProcess, FixtureClient)> {
+    let upstream = fixture::serve_in_process(&["--era", "modern"]).await?;
+    let proxy = InProcessProxy::start(&http_upstream("fx", &upstream.url, "protocol = \"2026-07-28\"")).await?;
     proxy.wait_up("fx", 1).await?;
     let (side, _) = fixture::connect_http(&upstream.url, Era::Modern).await?;
     Ok((proxy, upstream, side))

@@ -53,6 +53,7 @@ impl InProcessProxy {
         let shutdown = CancellationToken::new();
         let startup_wait = config.server.startup_wait;
         let proxy = Proxy::start(config, shutdown.clone());
+        proxy.watch_policies(shutdown.clone());
         let status = {
             let proxy = proxy.clone();
             move || proxy.status_report()
