@@ -61,6 +61,12 @@ pub struct Fixture {
     pub base: UriBase,
 }
 
+impl Default for Fixture {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Fixture {
     /// Files named relative to the folder (the default).
     pub fn new() -> Fixture {
