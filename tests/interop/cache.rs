@@ -13,7 +13,7 @@ use serde_json::json;
 /// npm server-everything's dynamic text resource (it embeds the time of the read, to the
 /// second): within the entry's lifetime (`unwatched_ttl`, 5 s by default: the server gives no
 /// `ttlMs` and is not trusted), once the upstream itself would answer differently, the proxy
-/// still answers with the text it cached. Past it, see `tests/never_stale.rs`.
+/// still answers with the text it cached. Past it, see `never_stale` in this tier.
 #[tokio::test]
 async fn server_everything_dynamic_text_is_served_from_cache_within_its_lifetime() -> anyhow::Result<()> {
     let everything = spawn_everything_http();
