@@ -2,7 +2,7 @@
 //! top-level `tests/*.rs`): the same harness, `tests/support`, under its old name, until the file
 //! is folded into a tier (`tests/fast/` or `tests/interop/`: move it there, add `mod NAME;` to the
 //! tier's `main.rs`, write `crate::support::` for `common::`). New tests go into a tier directly.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 #[path = "../support/mod.rs"]
 mod support;

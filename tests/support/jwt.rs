@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::support::fixture::{Era, FixtureClient, connect_http_with_token};
-use crate::support::proxy::{ProxyProcess, fixture_upstream, toml_str};
+use super::fixture::{Era, FixtureClient, connect_http_with_token};
+use super::proxy::{ProxyProcess, fixture_upstream, toml_str};
 use jsonwebtoken::jwk::{Jwk, JwkSet};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use rmcp::model::ReadResourceRequestParams;

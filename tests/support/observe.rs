@@ -4,10 +4,10 @@
 //! expects it, one policy file, and the small steps of their workloads. Waits poll with a deadline.
 use std::path::Path;
 
-use crate::support::eventually;
-use crate::support::exposition::Exposition;
-use crate::support::fixture::{self, DEADLINE, Era, FixtureClient, FixtureEvent, HttpFixture, call_json};
-use crate::support::proxy::{ProxyProcess, toml_str};
+use super::eventually;
+use super::exposition::Exposition;
+use super::fixture::{self, DEADLINE, Era, FixtureClient, FixtureEvent, HttpFixture, call_json};
+use super::proxy::{ProxyProcess, toml_str};
 use anyhow::{Context, ensure};
 use rmcp::RoleClient;
 use rmcp::model::{ReadResourceRequestParams, ReadResourceResult, ResourceContents};

@@ -3,8 +3,8 @@
 //! hear its `updated`, "the proxy handled an upstream coming up", and letting a lifetime pass.
 use std::time::{Duration, Instant};
 
-use crate::support::fixture::{self, Era, FixtureClient, FixtureEvent, stats};
-use crate::support::proxy::ProxyProcess;
+use super::fixture::{self, Era, FixtureClient, FixtureEvent, stats};
+use super::proxy::ProxyProcess;
 use rmcp::RoleClient;
 use rmcp::model::{ReadResourceRequestParams, ReadResourceResult, ResourceContents, SubscribeRequestParams};
 use rmcp::service::Peer;
