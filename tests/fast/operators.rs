@@ -69,7 +69,10 @@ async fn a_stdio_child_that_dies_shows_its_stderr_and_why_in_status_and_the_log(
     let script = format!("echo starting >&2; echo '{FATAL_LINE}' >&2; exit 3");
     let config = format!("[server]\nstartup_wait = \"0s\"\n\n{}", shell_upstream("gh", &script));
     let proxy = ProxyProcess::start(&config).await?;
-    let status = status_when(&proxy, "gh", |s| s["stderr_tail"].as_array().is_some_and(|t| !t.is_empty())).await?;
+    // Down lasts one backoff before the next attempt shows `connecting` (with the last tail
+    // kept): wait for a report taken while down, not just for the tail.
+    let down_with_tail = |s: &Value| s["state"] == "down" && s["stderr_tail"].as_array().is_some_and(|t| !t.is_empty());
+    let status = status_when(&proxy, "gh", down_with_tail).await?;
     assert_eq!(status["state"], "down", "{status}");
     assert_eq!(status["stderr_tail"], json!(["starting", FATAL_LINE]), "{status}");
     let error = status["last_error"].as_str().unwrap_or_default();
