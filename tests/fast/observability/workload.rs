@@ -60,7 +60,14 @@ async fn metrics_count_a_scripted_workload_with_the_right_labels() -> anyhow::Re
     scrape_until(&proxy, "fx up again", |m| up(m, "fx") == Some(1.0)).await?;
     // Updates may have been missed meanwhile: the proxy tells the host item 0 may have changed.
     wait_updated(&mut heard, &item(0)).await?;
-    let after = scrape(&proxy).await?;
+    // The event loop counts the reconnect's invalidations on its own time: scrape once they are in
+    // (the exact figure is checked below with every other series).
+    let flushed = |m: &Exposition| m.value("mcp_proxy_cache_invalidations_total", &[("cause", "reconnect")]);
+    let flushed_before = flushed(&before).unwrap_or(0.0);
+    let after = scrape_until(&proxy, "the reconnect's invalidations", |m| {
+        flushed(m).unwrap_or(0.0) >= flushed_before + (ITEMS - 1) as f64
+    })
+    .await?;
 
     let reads = ITEMS * (REREADS + 1);
     let version = env!("CARGO_PKG_VERSION");
