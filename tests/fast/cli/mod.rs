@@ -11,8 +11,8 @@ use std::path::Path;
 use std::process::{Output, Stdio};
 
 use crate::support::fixture::DEADLINE;
-use crate::support::peers::repo_root;
 use crate::support::proxy::{PROXY_BIN, toml_str, write_config};
+use crate::support::repo_root;
 use anyhow::Context;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
