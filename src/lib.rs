@@ -24,6 +24,7 @@
 //! - [`listener`]: the accept loop of both HTTP listeners (connection cap, header timeout, `TCP_NODELAY`), allowed `Host`s.
 //! - [`logging`]: what the logs leave out (rmcp's errors about a peer that went away).
 //! - [`admin`]: the admin listener: `/metrics`, `/healthz`, `/readyz`, `/status`.
+//! - [`ready_file`]: `serve --ready-file`: the bound addresses, written once serving.
 
 pub mod admin;
 pub mod auth;
@@ -43,6 +44,7 @@ pub mod policy;
 pub mod problem;
 pub mod protocol;
 pub mod proxy;
+pub mod ready_file;
 pub mod serve_dir;
 pub mod subscriptions;
 pub mod upstream;

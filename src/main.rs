@@ -52,6 +52,9 @@ enum Command {
         /// The principal policies apply to for the stdio host.
         #[arg(long, default_value = "local", requires = "stdio")]
         principal: String,
+        /// Once serving, write the bound listener addresses here as JSON (see `ready_file`).
+        #[arg(long)]
+        ready_file: Option<PathBuf>,
     },
     /// Validate the configuration and its policies without connecting; print every problem.
     /// Exit 0 when valid, 78 otherwise.
@@ -123,7 +126,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             serve_dir::serve_stdio(&dir, base).await.map_err(|e| anyhow::anyhow!(e))?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Serve { config, stdio, listen, admin_listen, principal } => {
+        Command::Serve { config, stdio, listen, admin_listen, principal, ready_file } => {
             if !policy::is_valid_principal(&principal) {
                 eprintln!(
                     "--principal `{principal}` is not a principal name (non-empty, no spaces or glob characters, not `group:…`)"
@@ -144,7 +147,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                     return Ok(ExitCode::from(EXIT_CONFIG));
                 }
             };
-            serve(config, stdio, principal).await?;
+            serve(config, stdio, principal, ready_file).await?;
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -203,7 +206,7 @@ fn explain_one(policies: &PolicySet, principal: &str, uri: &str) -> String {
     format!("  normalised: {normal}\n  {verdict}")
 }
 
-async fn serve(config: Config, stdio: bool, principal: String) -> anyhow::Result<()> {
+async fn serve(config: Config, stdio: bool, principal: String, ready_file: Option<PathBuf>) -> anyhow::Result<()> {
     apply_log_level(&config.server.log_level);
     for warning in config.warnings() {
         tracing::warn!("{warning}");
@@ -227,6 +230,7 @@ async fn serve(config: Config, stdio: bool, principal: String) -> anyhow::Result
         None => None,
     };
     let startup_wait = config.server.startup_wait;
+    let bound = (listener.as_ref().and_then(|l| l.local_addr().ok()), admin.as_ref().and_then(|l| l.local_addr().ok()));
     let proxy = Proxy::start(config, shutdown.clone());
     proxy.watch_policies(shutdown.clone());
     if let Some(admin) = admin {
@@ -246,6 +250,10 @@ async fn serve(config: Config, stdio: bool, principal: String) -> anyhow::Result
     let down: Vec<_> = proxy.statuses().into_iter().filter(|s| s.state != LinkState::Up).map(|s| s.name).collect();
     if !down.is_empty() {
         tracing::warn!(?down, "serving without upstreams that are not up yet; they join when they come up");
+    }
+    if let Some(path) = &ready_file {
+        mcp_resource_proxy::ready_file::write(path, bound.0, bound.1)
+            .with_context(|| format!("cannot write the ready file {}", path.display()))?;
     }
     let serving = shutdown.clone();
     let server = tokio::spawn(async move {

@@ -178,43 +178,19 @@ fn the_shipped_policies_load() {
     PolicySet::from_texts(&[("ci-bot.toml", &example)]).expect("the example is valid once renamed");
 }
 
-/// One section of the bypass corpus (see its header for the format).
-struct CorpusSection {
-    name: String,
-    policy: String,
-    denied: Vec<String>,
-    allowed: Vec<String>,
-}
-
-fn corpus_sections() -> Vec<CorpusSection> {
-    let text = include_str!("../../tests/data/bypass-corpus.txt");
-    let new = |name: &str| CorpusSection { name: name.into(), policy: String::new(), denied: vec![], allowed: vec![] };
-    let mut sections = vec![new("default")];
-    for line in text.lines() {
-        let section = sections.last_mut().expect("one section");
-        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
-            sections.push(new(name));
-        } else if let Some(toml) = line.strip_prefix("#| ") {
-            section.policy.push_str(toml);
-            section.policy.push('\n');
-        } else if let Some(control) = line.strip_prefix("allowed: ") {
-            section.allowed.push(control.split(" -> ").next().expect("a URI").to_string());
-        } else if !line.is_empty() && !line.starts_with('#') {
-            section.denied.push(line.to_string());
-        }
-    }
-    sections
-}
+/// The corpus parser the integration tests use too (plain std, no crate items).
+#[path = "../../tests/support/bypass_corpus.rs"]
+mod bypass_corpus;
 
 #[test]
 fn every_bypass_corpus_line_is_denied_or_refused() {
-    let sections = corpus_sections();
+    let sections = bypass_corpus::bypass_corpus();
     assert!(sections.len() >= 2, "{} sections", sections.len());
     assert!(sections[0].denied.len() >= 40, "{} lines", sections[0].denied.len());
     for section in sections {
         let set = PolicySet::from_texts(&[("corpus.toml", &section.policy)]).unwrap();
         assert!(!section.allowed.is_empty(), "[{}] has positive controls", section.name);
-        for line in &section.allowed {
+        for (line, _) in &section.allowed {
             let (normal, decision) = set.normalize_and_decide("anonymous", line).unwrap();
             assert!(decision.allowed, "[{}] control {line:?} (normalised {normal:?}) is denied", section.name);
         }

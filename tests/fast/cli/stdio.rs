@@ -1,0 +1,166 @@
+//! `serve-dir` speaks MCP over stdio, and `serve --stdio` keeps stdout for JSON-RPC alone (with
+//! debug logs on, too).
+
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+use crate::support::fixture::{DEADLINE, Era, EventRecorder, FixtureClient, list_all_resources};
+use crate::support::proxy::{PROXY_BIN, fixture_upstream, write_config};
+use anyhow::Context;
+use rmcp::ClientServiceExt;
+use rmcp::model::{ReadResourceRequestParams, ResourceContents};
+use rmcp::service::ClientCacheConfig;
+use rmcp::transport::TokioChildProcess;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::Command;
+
+/// `serve-dir DIR` is a stdio MCP server: an rmcp client of either era lists and reads DIR's files.
+#[tokio::test]
+async fn serve_dir_speaks_mcp_over_stdio() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    std::fs::write(dir.path().join("hello.txt"), "hello, folder")?;
+    let file_uri = "file:///hello.txt".to_string();
+    for era in [Era::Legacy, Era::Modern] {
+        let mut command = Command::new(PROXY_BIN);
+        command.arg("serve-dir").arg(dir.path()).env("RUST_LOG", "debug").kill_on_drop(true);
+        let client = connect_child(command, era).await?;
+        let (resources, _) = list_all_resources(&client).await?;
+        let uris: Vec<&str> = resources.iter().map(|r| r.uri.as_str()).collect();
+        assert_eq!(uris, [file_uri.as_str()], "{era:?}");
+        let read = client.read_resource(ReadResourceRequestParams::new(file_uri.clone())).await?;
+        let ResourceContents::TextResourceContents { uri, text, .. } = &read.contents[0] else {
+            panic!("{era:?}: expected text, got {:?}", read.contents);
+        };
+        assert_eq!((uri.as_str(), text.as_str()), (file_uri.as_str(), "hello, folder"), "{era:?}");
+        client.cancel().await?;
+    }
+    Ok(())
+}
+
+/// `serve --stdio` with every log on (debug) and an upstream that writes to its stderr: every
+/// line on stdout, from the first request until the proxy exits on stdin's end, is JSON-RPC 2.0;
+/// the logs (the upstream's stderr among them) are on stderr.
+#[tokio::test]
+async fn serve_stdio_writes_nothing_but_json_rpc_to_stdout() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let config = write_config(dir.path(), &chatty_upstream_config())?;
+    let mut child = Command::new(PROXY_BIN)
+        .args(["serve", "--stdio", "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "debug")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let logs = collect_stderr(child.stderr.take().context("stderr")?);
+    let mut stdin = child.stdin.take().context("stdin")?;
+    let mut stdout = BufReader::new(child.stdout.take().context("stdout")?);
+    let mut seen = Vec::new();
+
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "cli-test", "version": "0"}}});
+    send(&mut stdin, &initialize).await?;
+    read_until_response(&mut stdout, 1, &mut seen).await?;
+    send(&mut stdin, &json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await?;
+    send(&mut stdin, &json!({"jsonrpc": "2.0", "id": 2, "method": "resources/list"})).await?;
+    let list = read_until_response(&mut stdout, 2, &mut seen).await?;
+    assert!(list["result"]["resources"].as_array().is_some_and(|r| !r.is_empty()), "{list}");
+    let unknown = json!({"jsonrpc": "2.0", "id": 3, "method": "resources/read", "params": {"uri": "nope+x:y"}});
+    send(&mut stdin, &unknown).await?;
+    let error = read_until_response(&mut stdout, 3, &mut seen).await?;
+    assert_eq!(error["error"]["code"], -32002, "{error}");
+
+    drop(stdin);
+    let mut rest = String::new();
+    tokio::time::timeout(DEADLINE, stdout.read_to_string(&mut rest)).await.context("stdout never closed")??;
+    seen.extend(rest.lines().map(str::to_owned));
+    tokio::time::timeout(DEADLINE, child.wait()).await.context("no exit after stdin closed")??;
+    for line in &seen {
+        let value: Value = serde_json::from_str(line).with_context(|| format!("non-JSON on stdout: {line:?}"))?;
+        assert_eq!(value["jsonrpc"], "2.0", "not JSON-RPC on stdout: {line}");
+    }
+    let logs = logs.lock().unwrap().clone();
+    assert!(logs.contains("CONTROL http://"), "the upstream's stderr is logged on stderr:\n{logs}");
+    Ok(())
+}
+
+/// The same setup (debug logs, a chatty upstream) does not disturb an rmcp client of either era.
+#[tokio::test]
+async fn serve_stdio_with_debug_logs_serves_an_rmcp_client() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let config = write_config(dir.path(), &chatty_upstream_config())?;
+    for era in [Era::Legacy, Era::Modern] {
+        let mut command = Command::new(PROXY_BIN);
+        command.args(["serve", "--stdio", "--config"]).arg(&config).env("RUST_LOG", "debug").kill_on_drop(true);
+        let client = connect_child(command, era).await?;
+        let read = client.read_resource(ReadResourceRequestParams::new("fx+fx://fx/item/1")).await?;
+        let ResourceContents::TextResourceContents { text, .. } = &read.contents[0] else { panic!("text") };
+        assert_eq!(text, "item 1 v1", "{era:?}");
+        client.cancel().await?;
+    }
+    Ok(())
+}
+
+/// A fixture upstream that prints `CONTROL <url>` on its stderr at start.
+fn chatty_upstream_config() -> String {
+    fixture_upstream("fx", &["--control", "127.0.0.1:0"])
+}
+
+/// Connect an rmcp client in `era` to a stdio server `command` (its stderr drained, not shown).
+async fn connect_child(command: Command, era: Era) -> anyhow::Result<FixtureClient> {
+    let (transport, stderr) = TokioChildProcess::builder(command).stderr(Stdio::piped()).spawn()?;
+    if let Some(stderr) = stderr {
+        collect_stderr(stderr);
+    }
+    let (recorder, _events) = EventRecorder::new();
+    let client = tokio::time::timeout(DEADLINE, recorder.serve_with_lifecycle(transport, era.lifecycle()))
+        .await
+        .context("connect timed out")??;
+    client.set_response_cache_config(ClientCacheConfig::disabled()).await;
+    Ok(client)
+}
+
+/// Read `stderr` to its end in a task; the text so far is in the returned handle.
+fn collect_stderr(stderr: tokio::process::ChildStderr) -> Arc<Mutex<String>> {
+    let text = Arc::new(Mutex::new(String::new()));
+    let sink = text.clone();
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let mut text = sink.lock().unwrap();
+            text.push_str(&line);
+            text.push('\n');
+        }
+    });
+    text
+}
+
+async fn send(stdin: &mut tokio::process::ChildStdin, message: &Value) -> anyhow::Result<()> {
+    stdin.write_all(format!("{message}\n").as_bytes()).await?;
+    stdin.flush().await?;
+    Ok(())
+}
+
+/// Read stdout lines (each kept in `seen`) until the JSON-RPC response with `id`.
+async fn read_until_response(
+    stdout: &mut BufReader<tokio::process::ChildStdout>,
+    id: u64,
+    seen: &mut Vec<String>,
+) -> anyhow::Result<Value> {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let mut line = String::new();
+        let read = tokio::time::timeout_at(deadline, stdout.read_line(&mut line))
+            .await
+            .with_context(|| format!("no response {id} within {DEADLINE:?}; stdout so far: {seen:?}"))??;
+        anyhow::ensure!(read > 0, "stdout closed before response {id}; stdout so far: {seen:?}");
+        let line = line.trim_end().to_owned();
+        seen.push(line.clone());
+        let value: Value = serde_json::from_str(&line).with_context(|| format!("non-JSON on stdout: {line:?}"))?;
+        if value["id"] == id {
+            return Ok(value);
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! The proxy as an OAuth 2.1 resource server, end to end: a JWKS served over real HTTP on
+//! 127.0.0.1:0 by the test (counting its fetches), tokens signed in the test with the
+//! test-only keys of `tests/data/jwt` (`support::jwt`), the real proxy binary with a real fixture
+//! upstream, real rmcp clients and plain HTTP for the 401s and the metadata. (The Python SDK
+//! client with a JWT: the interop tier's `jwt`.)
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde_json::{Value, json};
+
+use crate::support::jwt::*;
+
+/// Principal rules, group rules (deny wins across them), the `*` fallback only for identities
+/// nothing names, RS256 and ES256 keys, and a static token alongside.
+#[tokio::test]
+async fn valid_tokens_read_what_principal_and_group_policies_allow_and_static_tokens_still_work() -> anyhow::Result<()>
+{
+    let jwks = JwksServer::start(vec![rsa_a().jwk(), ec_a().jwk()]).await?;
+    let (proxy, _policies) = start_proxy(&jwks.url, "jwks_min_refresh = \"30s\"").await?;
+    let cases: [(String, &[&str]); 6] = [
+        (rsa_a().sign(&claims("alice", &[])), &["item/1", "item/2", "item/3", "item/4"]),
+        (rsa_a().sign(&claims("alice", &["eng", "other"])), &["item/2", "item/3", "item/4", "blob"]),
+        (ec_a().sign(&claims("dave", &[])), &["item/4"]),
+        (ec_a().sign(&claims("dave", &["eng"])), &["item/3", "blob"]),
+        (rsa_a().sign(&claims("dave", &["unnamed-group"])), &["item/4"]),
+        (CI_TOKEN.to_string(), &["item/0", "item/1", "item/2", "item/3", "item/4", "blob"]),
+    ];
+    for (token, expected) in &cases {
+        assert_eq!(readable(&proxy, token).await?, *expected, "{}", &token[..12]);
+    }
+    Ok(())
+}
+
+/// Every bad token is answered 401 before MCP, naming the metadata; none reaches the logs.
+#[tokio::test]
+async fn bad_tokens_get_401_naming_the_metadata_and_are_never_logged() -> anyhow::Result<()> {
+    let jwks = JwksServer::start(vec![rsa_a().jwk()]).await?;
+    let (proxy, _policies) = start_proxy(&jwks.url, "jwks_min_refresh = \"1h\"").await?;
+    let key = rsa_a();
+    let with = |change: &dyn Fn(&mut Value)| {
+        let mut claims = claims("alice", &[]);
+        change(&mut claims);
+        key.sign(&claims)
+    };
+    let unsigned = format!(
+        "{}.{}.",
+        URL_SAFE_NO_PAD.encode(br#"{"alg":"none","typ":"JWT"}"#),
+        URL_SAFE_NO_PAD.encode(claims("alice", &[]).to_string())
+    );
+    // (what, token, the reason the proxy logs)
+    let bad = [
+        ("expired", with(&|c| c["exp"] = json!(now() - 120)), "InvalidJwt(Expired)"),
+        ("not yet valid", with(&|c| c["nbf"] = json!(now() + 600)), "InvalidJwt(NotYetValid)"),
+        ("wrong issuer", with(&|c| c["iss"] = json!("https://other-issuer.test")), "InvalidJwt(Issuer)"),
+        ("wrong audience", with(&|c| c["aud"] = json!("https://other-proxy.test/mcp")), "InvalidJwt(Audience)"),
+        ("no audience", with(&|c| drop(c.as_object_mut().expect("object").remove("aud"))), "InvalidJwt(Claims)"),
+        ("bad signature", rsa_b().sign_as("rsa-a", &claims("alice", &[])), "InvalidJwt(Signature)"),
+        ("unknown kid", rsa_b().sign(&claims("alice", &[])), "InvalidJwt(UnknownKey)"),
+        ("alg none", unsigned, "InvalidJwt(Malformed)"),
+        ("garbage", "not-a-known-token".to_string(), "UnknownToken"),
+    ];
+    let invalid = format!("Bearer error=\"invalid_token\", resource_metadata=\"{METADATA_URL}\"");
+    for (what, token, reason) in &bad {
+        let answer = post_initialize(&proxy, Some(&format!("Bearer {token}"))).await?;
+        assert_eq!(answer, (401, invalid.clone()), "{what}");
+        proxy.wait_log(&["unauthorized request", &format!("\"{reason}\"")]).await?;
+    }
+    let missing = post_initialize(&proxy, None).await?;
+    assert_eq!(missing, (401, format!("Bearer resource_metadata=\"{METADATA_URL}\"")));
+    // Positive control: the same request with a valid token passes.
+    let good = rsa_a().sign(&claims("alice", &[]));
+    assert_eq!(post_initialize(&proxy, Some(&format!("Bearer {good}"))).await?.0, 200);
+    let logs = proxy.logs().join("\n");
+    assert!(logs.contains("unauthorized request"), "the refusals are logged");
+    for (what, token) in bad.iter().map(|(what, token, _)| (*what, token.as_str())).chain([("good", good.as_str())]) {
+        let signature = token.rsplit('.').next().unwrap_or(token);
+        assert!(signature.is_empty() || !logs.contains(signature), "{what}: token in the logs");
+    }
+    Ok(())
+}
+
+/// RFC 9728 metadata at the path-suffixed and the bare well-known URL, without a token.
+#[tokio::test]
+async fn the_protected_resource_metadata_is_served_without_a_token() -> anyhow::Result<()> {
+    let jwks = JwksServer::start(vec![rsa_a().jwk()]).await?;
+    let (proxy, _policies) = start_proxy(&jwks.url, "jwks_min_refresh = \"30s\"").await?;
+    let base = proxy.url.trim_end_matches("/mcp");
+    let expected = json!({
+        "resource": RESOURCE,
+        "authorization_servers": [ISSUER],
+        "bearer_methods_supported": ["header"],
+        "scopes_supported": ["resources:read"],
+    });
+    for path in ["/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"] {
+        let response = reqwest::get(format!("{base}{path}")).await?;
+        assert_eq!(response.status(), 200, "{path}");
+        assert_eq!(response.json::<Value>().await?, expected, "{path}");
+    }
+    Ok(())
+}
+
+/// A key published after start is fetched when a token names its `kid`.
+#[tokio::test]
+async fn a_key_published_later_is_picked_up_by_its_kid() -> anyhow::Result<()> {
+    let jwks = JwksServer::start(vec![rsa_a().jwk()]).await?;
+    let (proxy, _policies) = start_proxy(&jwks.url, "jwks_min_refresh = \"0ms\"").await?;
+    let rotated = rsa_b().sign(&claims("alice", &[]));
+    assert_eq!(post_initialize(&proxy, Some(&format!("Bearer {rotated}"))).await?.0, 401, "not published yet");
+    jwks.publish(vec![rsa_a().jwk(), rsa_b().jwk()]);
+    let before = jwks.fetches();
+    assert_eq!(readable(&proxy, &rotated).await?, ["item/1", "item/2", "item/3", "item/4"]);
+    assert_eq!(jwks.fetches(), before + 1, "one fetch for the new kid, then cached");
+    Ok(())
+}
+
+/// Random `kid`s cost no fetch within `jwks_min_refresh`.
+#[tokio::test]
+async fn random_kids_do_not_make_the_proxy_fetch_the_jwks_again() -> anyhow::Result<()> {
+    let jwks = JwksServer::start(vec![rsa_a().jwk()]).await?;
+    let (proxy, _policies) = start_proxy(&jwks.url, "jwks_min_refresh = \"1h\"").await?;
+    let good = rsa_a().sign(&claims("alice", &[]));
+    assert_eq!(post_initialize(&proxy, Some(&format!("Bearer {good}"))).await?.0, 200);
+    assert_eq!(jwks.fetches(), 1);
+    for index in 0..20 {
+        let token = rsa_a().sign_as(&format!("random-{index}"), &claims("alice", &[]));
+        assert_eq!(post_initialize(&proxy, Some(&format!("Bearer {token}"))).await?.0, 401);
+    }
+    assert_eq!(jwks.fetches(), 1, "unknown kids within jwks_min_refresh fetch nothing");
+    Ok(())
+}
+
+/// `policy explain --group` decides for a principal with groups as a JWT would give them.
+#[tokio::test]
+async fn policy_explain_takes_groups() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    std::fs::create_dir(dir.path().join("policies"))?;
+    for (name, text) in POLICIES {
+        std::fs::write(dir.path().join("policies").join(name), text)?;
+    }
+    let config = "[policies]\ndir = \"policies\"\n";
+    let path = crate::support::proxy::write_config(dir.path(), config)?;
+    let explain = |groups: &[&str]| -> anyhow::Result<String> {
+        let mut command = std::process::Command::new(crate::support::proxy::PROXY_BIN);
+        command.args(["policy", "explain", "--principal", "alice", "--config"]).arg(&path);
+        for group in groups {
+            command.args(["--group", group]);
+        }
+        let output = command.args(["fx+fx://fx/item/1", "fx+fx://fx/blob"]).output()?;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        anyhow::ensure!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+        Ok(String::from_utf8(output.stdout)?)
+    };
+    let alone = explain(&[])?;
+    assert!(alone.contains("allowed by alice.toml: fx+fx://fx/item/*"), "{alone}");
+    assert!(alone.contains("denied: no rule allows it"), "{alone}");
+    let in_eng = explain(&["eng"])?;
+    assert!(in_eng.contains("denied by eng.toml: fx+fx://fx/item/1"), "{in_eng}");
+    assert!(in_eng.contains("allowed by eng.toml: fx+fx://fx/blob"), "{in_eng}");
+    Ok(())
+}
+
+/// A cache that is merely old is refreshed in the background: with the JWKS endpoint hanging,
+/// a token whose key is known is still answered at once (not after the 5 s fetch timeout).
+#[tokio::test]
+async fn a_hanging_jwks_refresh_does_not_hold_requests_with_known_keys() -> anyhow::Result<()> {
+    let jwks = JwksServer::start(vec![rsa_a().jwk()]).await?;
+    let (proxy, _policies) = start_proxy(&jwks.url, "jwks_refresh = \"0ms\"\njwks_min_refresh = \"0ms\"").await?;
+    let good = format!("Bearer {}", rsa_a().sign(&claims("alice", &[])));
+    assert_eq!(post_initialize(&proxy, Some(&good)).await?.0, 200);
+    jwks.stalled.store(true, Ordering::SeqCst);
+    for _ in 0..3 {
+        let answer = tokio::time::timeout(Duration::from_secs(2), post_initialize(&proxy, Some(&good))).await;
+        assert_eq!(answer.expect("answered while the JWKS fetch hangs")?.0, 200);
+    }
+    assert!(jwks.fetches() >= 2, "a background refresh was started: {}", jwks.fetches());
+    Ok(())
+}

@@ -1,0 +1,24 @@
+//! The fast tier: `cargo test --test fast`. The proxy (as its binary or in process) in front of
+//! the project's own fixture upstream and folder server; no npm, PyPI or Prometheus, nothing
+//! installed. Each module is one area; `support` is the shared harness (tests/support).
+
+#[path = "../support/mod.rs"]
+pub mod support;
+
+mod access;
+mod cache;
+mod cli;
+mod core;
+mod dashboard;
+mod faults;
+mod fixture;
+mod folder_policy;
+mod hardening_http;
+mod jwt;
+mod malformed_http;
+mod mrtr;
+mod never_stale;
+mod observability;
+mod operators;
+mod serve_dir;
+mod subscriptions;

@@ -1,0 +1,254 @@
+//! What an operator sees, through the real proxy binary and real upstream processes: why an
+//! upstream is down (`/status` and the log, in plain words, with a stdio child's last stderr
+//! lines), a quiet log (nothing while healthy and idle, one line per state change), a host
+//! answered without waiting for a dead upstream, few `list_changed` across a restart, and
+//! metric series present at 0 from the start.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::support::eventually;
+use crate::support::fixture::{self, DEADLINE, Era, FixtureEvent, HttpFixture, call_json, list_all_resources};
+use crate::support::proxy::{ProxyProcess, connect_stdio_proxy, http_upstream, toml_str, write_config};
+use anyhow::{Context, ensure};
+use rmcp::model::{ClientRequest, CustomRequest, ReadResourceRequestParams};
+use serde_json::{Value, json};
+
+/// A stdio upstream whose command says why it cannot start, and exits.
+const FATAL_LINE: &str = "fatal: GITHUB_TOKEN is not set";
+
+/// The window over which an idle proxy must stay silent: several health intervals (200 ms).
+/// A measurement window, not synchronisation: what it measures is that nothing happens.
+const QUIET_WINDOW: Duration = Duration::from_secs(3);
+
+/// How long after the last expected `list_changed` an extra one is still looked for (the
+/// debounce is 100 ms); a measurement window, not synchronisation.
+const LATE_NOTICE_WINDOW: Duration = Duration::from_secs(1);
+
+/// A `[[upstreams]]` entry running `sh -c SCRIPT`, retried quickly, not required.
+fn shell_upstream(name: &str, script: &str) -> String {
+    format!(
+        "[[upstreams]]\nname = \"{name}\"\ncommand = \"sh\"\nargs = [\"-c\", {}]\nrequired = false\n\
+         reconnect_max = \"250ms\"\n\n",
+        toml_str(script)
+    )
+}
+
+/// A folder upstream over `dir`, probed every 200 ms.
+fn folder_upstream(name: &str, dir: &Path) -> String {
+    format!(
+        "[[upstreams]]\nname = \"{name}\"\ndir = {}\nhealth_interval = \"200ms\"\n\n",
+        toml_str(dir.to_str().expect("utf-8"))
+    )
+}
+
+/// A folder with two files.
+fn folder() -> anyhow::Result<tempfile::TempDir> {
+    let dir = tempfile::tempdir()?;
+    std::fs::write(dir.path().join("README.md"), "# hello\n")?;
+    std::fs::write(dir.path().join("notes.txt"), "notes\n")?;
+    Ok(dir)
+}
+
+/// `upstream`'s entry in `/status`, once `done` holds for it (polled, with a deadline).
+async fn status_when(proxy: &ProxyProcess, upstream: &str, done: impl Fn(&Value) -> bool) -> anyhow::Result<Value> {
+    eventually(DEADLINE, &format!("{upstream} gets there in /status"), || async {
+        let status = proxy.upstream_status(upstream).await?;
+        if done(&status) { Ok(status) } else { Err(anyhow::anyhow!("{status}")) }
+    })
+    .await
+}
+
+/// The proxy's logs with the shipped default filter (`RUST_LOG` empty counts as unset).
+async fn start_with_default_logging(config: &str) -> anyhow::Result<ProxyProcess> {
+    ProxyProcess::start_with(config, &[], &[("RUST_LOG", "")]).await
+}
+
+#[tokio::test]
+async fn a_stdio_child_that_dies_shows_its_stderr_and_why_in_status_and_the_log() -> anyhow::Result<()> {
+    let script = format!("echo starting >&2; echo '{FATAL_LINE}' >&2; exit 3");
+    let config = format!("[server]\nstartup_wait = \"0s\"\n\n{}", shell_upstream("gh", &script));
+    let proxy = ProxyProcess::start(&config).await?;
+    // Down lasts one backoff before the next attempt shows `connecting` (with the last tail
+    // kept): wait for a report taken while down, not just for the tail.
+    let down_with_tail = |s: &Value| s["state"] == "down" && s["stderr_tail"].as_array().is_some_and(|t| !t.is_empty());
+    let status = status_when(&proxy, "gh", down_with_tail).await?;
+    assert_eq!(status["state"], "down", "{status}");
+    assert_eq!(status["stderr_tail"], json!(["starting", FATAL_LINE]), "{status}");
+    let error = status["last_error"].as_str().unwrap_or_default();
+    assert!(error.contains("`sh` exited") && error.contains("exit status: 3"), "a plain reason: {status}");
+    let line = proxy.wait_log(&["\"upstream down\"", "\"upstream\":\"gh\"", FATAL_LINE]).await?;
+    assert!(line.contains("\"level\":\"ERROR\""), "the down line is an error: {line}");
+    let event: Value = serde_json::from_str(&line)?;
+    assert_eq!(event["fields"]["upstream"], "gh", "`upstream` is a field of the event, not only of its span: {line}");
+    assert_eq!(event["fields"]["stderr"], format!("starting\n{FATAL_LINE}"), "{line}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_http_upstream_on_a_closed_port_says_connection_refused() -> anyhow::Result<()> {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.local_addr()?.port()
+    };
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let config = format!(
+        "[server]\nstartup_wait = \"0s\"\n\n{}",
+        http_upstream("remote", &url, "required = false\nreconnect_max = \"250ms\"")
+    );
+    let proxy = ProxyProcess::start(&config).await?;
+    let status = status_when(&proxy, "remote", |s| s["state"] == "down").await?;
+    assert_eq!(status["last_error"], json!(format!("connection refused ({url})")), "{status}");
+    assert!(status.get("stderr_tail").is_none(), "no stderr for HTTP: {status}");
+    Ok(())
+}
+
+/// A healthy proxy in front of folder upstreams probed every 200 ms, then idle: after startup
+/// it logs nothing. rmcp is held only at `warn` here (not the default's tighter hold), so a
+/// health probe answered with an error (`ping` to a 2026-07-28 server) would show.
+#[tokio::test]
+async fn a_healthy_idle_proxy_logs_nothing_after_startup() -> anyhow::Result<()> {
+    let (docs, more) = (folder()?, folder()?);
+    let config = format!("{}{}", folder_upstream("docs", docs.path()), folder_upstream("more", more.path()));
+    let proxy = ProxyProcess::start_with(&config, &[], &[("RUST_LOG", "info,rmcp=warn")]).await?;
+    proxy.wait_up("docs", 1).await?;
+    proxy.wait_up("more", 1).await?;
+    proxy.admin_url().await?;
+    let after_startup = proxy.logs();
+    tokio::time::sleep(QUIET_WINDOW).await;
+    let new: Vec<String> = proxy.logs().into_iter().skip(after_startup.len()).collect();
+    let startup_noise: Vec<&String> = after_startup.iter().filter(|l| !is_startup_line(l)).collect();
+    assert!(new.is_empty(), "logged while idle: {new:#?}");
+    assert!(startup_noise.is_empty(), "logged more than startup: {startup_noise:#?}");
+    Ok(())
+}
+
+/// A host's ordinary traffic — a list, a read of a missing URI, an unknown method, a
+/// disconnect — logs nothing at the default level.
+#[tokio::test]
+async fn ordinary_host_traffic_logs_nothing_by_default() -> anyhow::Result<()> {
+    let docs = folder()?;
+    let proxy = start_with_default_logging(&folder_upstream("docs", docs.path())).await?;
+    proxy.wait_up("docs", 1).await?;
+    proxy.admin_url().await?;
+    let after_startup = proxy.logs().len();
+    let (host, _) = fixture::connect_http(&proxy.url, Era::Legacy).await?;
+    let (listed, _) = list_all_resources(&host).await?;
+    ensure!(listed.len() == 2, "{listed:?}");
+    assert!(host.read_resource(ReadResourceRequestParams::new("docs+file:///missing")).await.is_err());
+    let unknown = ClientRequest::CustomRequest(CustomRequest::new("tools/list", None));
+    assert!(host.send_request(unknown).await.is_err(), "an unknown method is refused");
+    host.cancel().await?;
+    tokio::time::sleep(QUIET_WINDOW).await;
+    let new: Vec<String> = proxy.logs().into_iter().skip(after_startup).collect();
+    assert!(new.is_empty(), "ordinary traffic logged: {new:#?}");
+    Ok(())
+}
+
+/// The lines a healthy start logs: its listeners and each upstream coming up.
+fn is_startup_line(line: &str) -> bool {
+    ["serving MCP at", "admin listening at", "\"upstream up\""].iter().any(|m| line.contains(m))
+}
+
+/// An upstream that never comes up is retried many times; the default log says so once.
+#[tokio::test]
+async fn a_down_upstream_logs_one_line_across_its_retries() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let attempts = dir.path().join("attempts");
+    let script = format!("echo attempt >> '{}'; exit 1", attempts.display());
+    let config = format!("[server]\nstartup_wait = \"0s\"\n\n{}", shell_upstream("dead", &script));
+    let proxy = start_with_default_logging(&config).await?;
+    let deadline = Instant::now() + DEADLINE;
+    while std::fs::read_to_string(&attempts).unwrap_or_default().lines().count() < 4 {
+        ensure!(Instant::now() < deadline, "fewer than 4 attempts within {DEADLINE:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let down = proxy.matching(&["\"upstream\":\"dead\""]);
+    assert_eq!(down.len(), 1, "one line for the state change, none per retry: {down:#?}");
+    assert!(down[0].contains("\"upstream down\""), "{down:?}");
+    Ok(())
+}
+
+/// With one upstream dead and `startup_wait` at 20 s, a stdio host's first list comes as soon
+/// as the dead one failed its first attempt, and holds the reachable upstream's resources.
+#[tokio::test]
+async fn a_host_gets_its_first_list_without_waiting_for_a_dead_upstream() -> anyhow::Result<()> {
+    let docs = folder()?;
+    let dir = tempfile::tempdir()?;
+    let config = format!(
+        "[server]\nstartup_wait = \"20s\"\n\n{}{}",
+        folder_upstream("docs", docs.path()),
+        shell_upstream("dead", "exit 1")
+    );
+    let path = write_config(dir.path(), &config)?;
+    let started = Instant::now();
+    let (host, _) = connect_stdio_proxy(&path, Era::Legacy).await?;
+    let (listed, _) = list_all_resources(&host).await?;
+    let waited = started.elapsed();
+    ensure!(listed.iter().filter(|r| r.uri.starts_with("docs+")).count() == 2, "{listed:?}");
+    assert!(waited < Duration::from_secs(10), "the host waited {waited:?} (startup_wait is 20 s)");
+    Ok(())
+}
+
+/// A legacy session hears at most two `list_changed` when an upstream restarts: it left, it
+/// came back.
+#[tokio::test]
+async fn an_upstream_restart_costs_a_legacy_session_at_most_two_list_changed() -> anyhow::Result<()> {
+    let address = free_address()?;
+    let mut fx = HttpFixture::spawn_at(&address, &["--era", "legacy"]).await?;
+    let url = format!("http://{address}/mcp");
+    let tuning = "reconnect_max = \"250ms\"\nhealth_interval = \"200ms\"";
+    let proxy = ProxyProcess::start(&http_upstream("fx", &url, tuning)).await?;
+    proxy.wait_up("fx", 1).await?;
+    let (host, mut heard) = fixture::connect_http(&proxy.url, Era::Legacy).await?;
+    list_all_resources(&host).await?;
+    let (side, _) = fixture::connect_http(&url, Era::Legacy).await?;
+    let _ = call_json(&side, "exit", json!({ "code": 0 })).await;
+    fx.wait_exit().await?;
+    proxy.wait_log(&["\"upstream down\"", "\"upstream\":\"fx\""]).await?;
+    fx = HttpFixture::spawn_at(&address, &["--era", "legacy"]).await?;
+    proxy.wait_up("fx", 2).await?;
+    // Both changes are heard (a bound for the count), then the host reads the view again.
+    let mut list_changed = 0;
+    while list_changed < 2 {
+        match tokio::time::timeout(DEADLINE, heard.next()).await.context("no list_changed")?? {
+            FixtureEvent::ListChanged => list_changed += 1,
+            FixtureEvent::Updated(_) => {}
+        }
+    }
+    list_all_resources(&host).await?;
+    // A measurement window well past the debounce: any further list_changed would arrive in it.
+    tokio::time::sleep(LATE_NOTICE_WINDOW).await;
+    while let Some(event) = heard.try_next() {
+        list_changed += usize::from(event == FixtureEvent::ListChanged);
+    }
+    assert!(list_changed <= 2, "{list_changed} list_changed for one restart");
+    drop(fx);
+    Ok(())
+}
+
+/// Series whose labels are known at start (per upstream, per method and outcome) are exposed
+/// at 0 before anything happened, so dashboards show 0 rather than "No data".
+#[tokio::test]
+async fn a_fresh_proxy_exposes_known_series_at_zero() -> anyhow::Result<()> {
+    let docs = folder()?;
+    let proxy = ProxyProcess::start(&folder_upstream("docs", docs.path())).await?;
+    proxy.wait_up("docs", 1).await?;
+    let metrics = proxy.admin_get("/metrics").await?;
+    for series in [
+        "mcp_proxy_catalog_unlisted_total{upstream=\"docs\"} 0",
+        "mcp_proxy_cache_inserts_total{upstream=\"docs\"} 0",
+        "mcp_proxy_served_bytes_total{upstream=\"docs\"} 0",
+        "mcp_proxy_upstream_requests_total{method=\"resources/list\",outcome=\"upstream_failed\",upstream=\"docs\"} 0",
+        "mcp_proxy_upstream_reconnects_total{upstream=\"docs\"} 0",
+    ] {
+        assert!(metrics.lines().any(|l| l == series), "{series} missing from:\n{metrics}");
+    }
+    Ok(())
+}
+
+/// A loopback address nobody listens on right now.
+fn free_address() -> anyhow::Result<String> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.to_string())
+}

@@ -1,0 +1,16 @@
+//! The interop tier: `cargo test --test interop`. The proxy with real third-party peers — npm
+//! `@modelcontextprotocol/server-everything` and `server-memory`, the Python SDK (PyPI `mcp`) as
+//! server and client — and a real Prometheus. The peers install on first use
+//! (`.ci/install-peers.sh`, pinned, into the ignored `.peers/`); Prometheus comes from
+//! `.ci/install-prometheus.sh` (`bash .ci/run` runs both first).
+
+#[path = "../support/mod.rs"]
+pub mod support;
+
+mod cache;
+mod jwt;
+mod never_stale;
+mod prometheus;
+mod python_client;
+mod python_subscriptions;
+mod third_party;

@@ -1,0 +1,63 @@
+//! The one test harness every tier shares (`tests/fast`, `tests/interop`): what the tests start and
+//! how they wait.
+//!
+//! - [`fixture`]: the scriptable upstream (`crates/fixture`) as a process (stdio, `--http`) or in
+//!   process ([`fixture::serve_in_process`]), real rmcp clients in either era, their events.
+//! - [`proxy`]: the real `mcp-resource-proxy` binary (for tests about the binary: CLI, stdio,
+//!   signals, logs); [`inproc`]: the library's `Proxy` serving HTTP on 127.0.0.1:0 in the test
+//!   process. Both report "ready" without reading logs (`--ready-file`, or the library call).
+//! - [`peers`]: third-party peers (npm, PyPI) — only the interop tier may use them; they install
+//!   on first use.
+//! - [`exposition`]: a Prometheus text parser for `/metrics`.
+//! - [`eventually`]: the one way to wait for a condition: poll with a deadline.
+//!
+//! Invariants: nothing waits by sleeping; every wait ends at a deadline with an error that says
+//! what it waited for and what it last saw.
+
+pub mod bypass_corpus;
+pub mod exposition;
+pub mod fixture;
+pub mod folder;
+pub mod inproc;
+pub mod jwt;
+pub mod observe;
+pub mod peers;
+pub mod proxy;
+pub mod reads;
+
+use std::fmt::Display;
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How long spawning, connecting, or waiting for one event may take.
+pub const DEADLINE: Duration = Duration::from_secs(15);
+
+/// How often [`eventually`] asks again.
+const POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// The repository root (`CARGO_MANIFEST_DIR`).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Ask `probe` until it answers `Ok` (returned) or `within` has passed (an error naming `what`
+/// and the last `Err` the probe gave). The probe runs at least once, every [`POLL_INTERVAL`].
+pub async fn eventually<T, E, F, Fut>(within: Duration, what: &str, mut probe: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    E: Display,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let last = match probe().await {
+            Ok(value) => return Ok(value),
+            Err(last) => last,
+        };
+        if tokio::time::Instant::now() >= deadline {
+            anyhow::bail!("{what}: not within {within:?}; last: {last}");
+        }
+        tokio::time::sleep(POLL_INTERVAL).await; // poll interval; the deadline above ends the wait
+    }
+}

@@ -1,0 +1,265 @@
+//! The proxy under test, as its real binary: `mcp-resource-proxy serve` on a temporary config,
+//! HTTP on 127.0.0.1:0 (or stdio), with its JSON logs captured for tests about what it logs.
+//!
+//! - [`ProxyProcess::start`]: spawn with a config text; ready when the proxy has written its
+//!   `--ready-file` (listeners bound, startup wait over): the addresses come from that file, not logs.
+//! - [`ProxyProcess::wait_up`] / [`ProxyProcess::wait_down`]: an upstream's state in `/status`.
+//! - [`ProxyProcess::wait_log`]: wait on a log line, with a deadline (for tests about logging).
+//! - [`ProxyProcess::admin_url`] / [`ProxyProcess::admin_get`] / [`ProxyProcess::status`],
+//!   [`metric_value`]: the admin listener.
+//! - [`connect_stdio_proxy`] / [`connect_stdio_proxy_with`]: an rmcp client that spawns `serve --stdio`.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, bail};
+use rmcp::ClientServiceExt;
+use rmcp::service::ClientCacheConfig;
+use rmcp::transport::TokioChildProcess;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::Notify;
+
+use super::eventually;
+use super::fixture::{DEADLINE, Era, EventRecorder, Events, FixtureClient};
+
+pub const PROXY_BIN: &str = env!("CARGO_BIN_EXE_mcp-resource-proxy");
+
+/// A running proxy; killed on drop.
+pub struct ProxyProcess {
+    pub url: String,
+    admin: String,
+    child: Child,
+    logs: Arc<Logs>,
+    pub dir: tempfile::TempDir,
+}
+
+#[derive(Default)]
+struct Logs {
+    lines: Mutex<Vec<String>>,
+    changed: Notify,
+}
+
+impl ProxyProcess {
+    /// Write `config` to a temporary `config.toml` and serve it on 127.0.0.1:0.
+    pub async fn start(config: &str) -> anyhow::Result<Self> {
+        Self::start_with(config, &[], &[]).await
+    }
+
+    /// The same with extra CLI arguments and environment (which may override `RUST_LOG`).
+    pub async fn start_with(config: &str, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let path = write_config(dir.path(), config)?;
+        let ready_file = dir.path().join("ready.json");
+        let mut command = Command::new(PROXY_BIN);
+        command
+            .args([
+                "--log-format",
+                "json",
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
+                "--config",
+            ])
+            .arg(&path)
+            .arg("--ready-file")
+            .arg(&ready_file)
+            .args(args)
+            .env("RUST_LOG", "info,rmcp=warn,mcp_resource_proxy=debug")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command.spawn().context("spawn mcp-resource-proxy")?;
+        let logs = Arc::new(Logs::default());
+        tokio::spawn(collect(child.stderr.take().expect("piped"), logs.clone()));
+        let child = std::cell::RefCell::new(child);
+        let ready: serde_json::Value = eventually(DEADLINE, "the proxy writes its ready file", || async {
+            if let Ok(Some(status)) = child.borrow_mut().try_wait() {
+                let logs = logs.lines.lock().unwrap().join("\n");
+                bail!("the proxy exited with {status} before it was ready; logs:\n{logs}");
+            }
+            Ok(serde_json::from_str(&tokio::fs::read_to_string(&ready_file).await?)?)
+        })
+        .await?;
+        let mut proxy = Self { url: String::new(), admin: String::new(), child: child.into_inner(), logs, dir };
+        proxy.url = format!("http://{}/mcp", ready["mcp"].as_str().context("mcp address in the ready file")?);
+        proxy.admin = format!("http://{}", ready["admin"].as_str().context("admin address in the ready file")?);
+        Ok(proxy)
+    }
+
+    /// Wait for a log line that contains every one of `needles`; returns it.
+    pub async fn wait_log(&self, needles: &[&str]) -> anyhow::Result<String> {
+        self.wait_log_count(needles, 1).await
+    }
+
+    /// Wait until `count` log lines contain every one of `needles`; returns the last.
+    pub async fn wait_log_count(&self, needles: &[&str], count: usize) -> anyhow::Result<String> {
+        let deadline = tokio::time::Instant::now() + DEADLINE;
+        loop {
+            let changed = self.logs.changed.notified();
+            let found: Vec<String> = self.matching(needles);
+            if found.len() >= count {
+                return Ok(found[count - 1].clone());
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                bail!("no {count} log line(s) with {needles:?} within {DEADLINE:?}; logs:\n{}", self.logs().join("\n"));
+            }
+        }
+    }
+
+    /// Wait until `upstream` has come up `times` times since start: `/status` shows it up with
+    /// `times - 1` reconnections (or more).
+    pub async fn wait_up(&self, upstream: &str, times: u64) -> anyhow::Result<()> {
+        let what = format!("upstream {upstream} up {times} time(s) in /status");
+        eventually(DEADLINE, &what, || async {
+            let report = self.upstream_status(upstream).await?;
+            match report["state"] == "up" && report["reconnects"].as_u64() >= Some(times - 1) {
+                true => Ok(()),
+                false => Err(anyhow::anyhow!("{report}")),
+            }
+        })
+        .await
+    }
+
+    /// Wait until `/status` shows `upstream` gone down: not up, with the reason it went down
+    /// (`last_error` is set when a connection is lost or cannot be made, cleared when it is up).
+    pub async fn wait_down(&self, upstream: &str) -> anyhow::Result<serde_json::Value> {
+        let what = format!("upstream {upstream} down in /status");
+        eventually(DEADLINE, &what, || async {
+            let report = self.upstream_status(upstream).await?;
+            match report["state"] != "up" && !report["last_error"].is_null() {
+                true => Ok(report),
+                false => Err(anyhow::anyhow!("{report}")),
+            }
+        })
+        .await
+    }
+
+    /// `/status` as JSON.
+    pub async fn status(&self) -> anyhow::Result<serde_json::Value> {
+        Ok(serde_json::from_str(&self.admin_get("/status").await?)?)
+    }
+
+    /// One upstream's entry in `/status`.
+    pub async fn upstream_status(&self, upstream: &str) -> anyhow::Result<serde_json::Value> {
+        let status = self.status().await?;
+        let upstreams = status["upstreams"].as_array().context("upstreams in /status")?;
+        upstreams.iter().find(|u| u["name"] == upstream).cloned().with_context(|| format!("{upstream} in {status}"))
+    }
+
+    pub fn matching(&self, needles: &[&str]) -> Vec<String> {
+        self.logs().into_iter().filter(|l| needles.iter().all(|n| l.contains(n))).collect()
+    }
+
+    pub fn logs(&self) -> Vec<String> {
+        self.logs.lines.lock().unwrap().clone()
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// The admin listener's base URL (`http://ADDR`, no trailing slash), from the ready file.
+    pub async fn admin_url(&self) -> anyhow::Result<String> {
+        Ok(self.admin.clone())
+    }
+
+    /// `GET` an admin path (`/metrics`, `/status`, …); the body of a 2xx answer.
+    pub async fn admin_get(&self, path: &str) -> anyhow::Result<String> {
+        let url = format!("{}{path}", self.admin_url().await?);
+        let response =
+            tokio::time::timeout(DEADLINE, reqwest::get(&url)).await.context("admin request timed out")??;
+        let status = response.status();
+        let body = response.text().await?;
+        if !status.is_success() {
+            bail!("GET {url}: {status}: {body}");
+        }
+        Ok(body)
+    }
+}
+
+/// The value of an unlabelled sample `name` in a Prometheus text exposition.
+pub fn metric_value(exposition: &str, name: &str) -> Option<f64> {
+    exposition
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// Write a config file into `dir`.
+pub fn write_config(dir: &Path, config: &str) -> anyhow::Result<PathBuf> {
+    let path = dir.join("config.toml");
+    std::fs::write(&path, config)?;
+    Ok(path)
+}
+
+/// Spawn `mcp-resource-proxy serve --stdio --config PATH` and connect to it in `era`.
+pub async fn connect_stdio_proxy(config_path: &Path, era: Era) -> anyhow::Result<(FixtureClient, Events)> {
+    connect_stdio_proxy_with(config_path, era, &[], &[]).await
+}
+
+/// The same with extra `serve` arguments (e.g. `--principal NAME`) and environment.
+pub async fn connect_stdio_proxy_with(
+    config_path: &Path,
+    era: Era,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> anyhow::Result<(FixtureClient, Events)> {
+    let mut command = Command::new(PROXY_BIN);
+    command
+        .arg("serve")
+        .arg("--stdio")
+        .arg("--config")
+        .arg(config_path)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .envs(env.iter().copied())
+        .kill_on_drop(true);
+    let transport = TokioChildProcess::builder(command).stderr(Stdio::inherit()).spawn()?.0;
+    let (recorder, events) = EventRecorder::new();
+    let client = tokio::time::timeout(DEADLINE, recorder.serve_with_lifecycle(transport, era.lifecycle()))
+        .await
+        .context("connect timed out")??;
+    client.set_response_cache_config(ClientCacheConfig::disabled()).await;
+    Ok((client, events))
+}
+
+/// A TOML string literal.
+pub fn toml_str(text: &str) -> String {
+    toml_escape(text)
+}
+
+fn toml_escape(text: &str) -> String {
+    format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// A `[[upstreams]]` entry for the fixture binary over stdio.
+pub fn fixture_upstream(name: &str, args: &[&str]) -> String {
+    let args: Vec<String> = args.iter().map(|a| toml_escape(a)).collect();
+    format!(
+        "[[upstreams]]\nname = \"{name}\"\ncommand = {}\nargs = [{}]\n\n",
+        toml_escape(super::fixture::fixture_bin().to_str().expect("UTF-8 path")),
+        args.join(", ")
+    )
+}
+
+/// A `[[upstreams]]` entry for an HTTP upstream.
+pub fn http_upstream(name: &str, url: &str, extra: &str) -> String {
+    format!("[[upstreams]]\nname = \"{name}\"\nurl = {}\n{extra}\n\n", toml_escape(url))
+}
+
+async fn collect(stderr: tokio::process::ChildStderr, logs: Arc<Logs>) {
+    let mut lines = BufReader::new(stderr).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        if std::env::var_os("PROXY_TEST_LOGS").is_some() {
+            eprintln!("proxy: {line}");
+        }
+        logs.lines.lock().unwrap().push(line);
+        logs.changed.notify_waiters();
+    }
+}
