@@ -20,5 +20,6 @@ mod mrtr;
 mod never_stale;
 mod observability;
 mod operators;
+mod private_ca;
 mod serve_dir;
 mod subscriptions;

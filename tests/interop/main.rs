@@ -8,6 +8,8 @@
 pub mod support;
 
 mod cache;
+mod container;
+mod graceful_shutdown;
 mod jwt;
 mod never_stale;
 mod prometheus;

@@ -3,14 +3,13 @@
 //! not a lost subscription), and ordinary connects, disconnects and the shutdown itself add no
 //! log line but `shutting down` at the default level (no `ERROR … channel closed`).
 
-mod common;
 
 use std::process::{ExitStatus, Stdio};
 
 use anyhow::{Context, bail, ensure};
-use common::fixture::{self, DEADLINE, Era, list_all_resources};
-use common::peers::py_client;
-use common::proxy::{PROXY_BIN, toml_str, write_config};
+use crate::support::fixture::{self, DEADLINE, Era, list_all_resources};
+use crate::support::peers::py_client;
+use crate::support::proxy::{PROXY_BIN, toml_str, write_config};
 use rmcp::model::SubscriptionFilter;
 use rmcp::service::SubscriptionEnd;
 use serde_json::Value;

@@ -4,9 +4,8 @@
 //! And the file passes hadolint (pinned in tests/py/requirements.txt). No container engine is
 //! needed.
 
-mod common;
 
-use common::proxy::{PROXY_BIN, write_config};
+use crate::support::proxy::{PROXY_BIN, write_config};
 
 /// The JSON array of the first line starting with `instruction`.
 fn exec_form(containerfile: &str, instruction: &str) -> Vec<String> {
@@ -16,7 +15,7 @@ fn exec_form(containerfile: &str, instruction: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn the_containerfile_command_line_is_accepted_by_the_binary() -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(common::peers::repo_root().join("Containerfile"))?;
+    let text = std::fs::read_to_string(crate::support::peers::repo_root().join("Containerfile"))?;
     let entrypoint = exec_form(&text, "ENTRYPOINT");
     let command = exec_form(&text, "CMD");
     assert_eq!(entrypoint[0], "/usr/local/bin/mcp-resource-proxy");
@@ -36,8 +35,8 @@ async fn the_containerfile_command_line_is_accepted_by_the_binary() -> anyhow::R
 
 #[tokio::test]
 async fn the_containerfile_passes_hadolint() -> anyhow::Result<()> {
-    let hadolint = common::peers::python().with_file_name("hadolint");
-    let root = common::peers::repo_root();
+    let hadolint = crate::support::peers::python().with_file_name("hadolint");
+    let root = crate::support::peers::repo_root();
     let output = tokio::process::Command::new(&hadolint).arg("Containerfile").current_dir(&root).output().await?;
     let said = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     assert!(output.status.success(), "{}: {said}", hadolint.display());
