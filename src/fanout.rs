@@ -3,7 +3,9 @@
 //! Each outlet gets its own bounded queue and sender task, so a host that stops reading fills
 //! only its own queue: what does not fit is dropped and counted, and nobody else waits. An
 //! outlet whose transport is gone is reported on the `gone` channel so its subscriptions are
-//! released.
+//! released. That channel is bounded: when it is full, the reporting send task (which is
+//! ending anyway) waits for room, so no release is lost and nobody else waits. Send tasks run
+//! on the spine as `outlet:<id>` and end at shutdown.
 //!
 //! rmcp-free: `downstream` implements [`Outlet`] over rmcp peers and subscription sinks.
 //! Invariant: `deliver` and `broadcast_list_changed` never await a client.
@@ -17,6 +19,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
+use crate::spine::Spine;
 use crate::subscriptions::HolderId;
 
 /// Notifications per outlet that may wait for a slow host before new ones are dropped.
@@ -71,14 +74,6 @@ pub enum OutletKind {
     ListenStream,
 }
 
-/// Counters of what happened to notifications.
-#[derive(Debug, Default)]
-pub struct FanoutCounts {
-    pub delivered: AtomicU64,
-    pub dropped_full: AtomicU64,
-    pub dropped_timeout: AtomicU64,
-}
-
 /// A cheap `Clone` handle on the outlet registry.
 #[derive(Clone)]
 pub struct Fanout {
@@ -88,9 +83,9 @@ pub struct Fanout {
 struct Inner {
     outlets: Mutex<HashMap<HolderId, Registered>>,
     next_id: AtomicU64,
-    gone: mpsc::UnboundedSender<HolderId>,
-    counts: FanoutCounts,
+    gone: mpsc::Sender<HolderId>,
     hooks: Mutex<Option<DeliveryHook>>,
+    spine: Spine,
 }
 
 /// Called with every notification's fate.
@@ -113,14 +108,14 @@ struct Registered {
 }
 
 impl Fanout {
-    /// `gone` receives the id of every outlet whose host disappeared.
-    pub fn new(gone: mpsc::UnboundedSender<HolderId>) -> Self {
+    /// `gone` receives the id of every outlet whose host disappeared; send tasks run on `spine`.
+    pub fn new(gone: mpsc::Sender<HolderId>, spine: Spine) -> Self {
         let inner = Inner {
             outlets: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             gone,
-            counts: FanoutCounts::default(),
             hooks: Mutex::new(None),
+            spine,
         };
         Self { inner: Arc::new(inner) }
     }
@@ -142,7 +137,8 @@ impl Fanout {
         let (queue, receiver) = mpsc::channel(QUEUE_CAPACITY);
         let registered = Registered { info, queue, seen_view: view };
         self.inner.outlets.lock().expect("outlets lock").insert(id, registered);
-        tokio::spawn(send_loop(id, outlet, receiver, self.clone()));
+        let shutdown = self.inner.spine.shutdown();
+        self.inner.spine.spawn(format!("outlet:{id}"), send_loop(id, outlet, receiver, self.clone(), shutdown));
         id
     }
 
@@ -171,7 +167,6 @@ impl Fanout {
         match queue.try_send(message) {
             Ok(()) => true,
             Err(mpsc::error::TrySendError::Full(_)) => {
-                self.inner.counts.dropped_full.fetch_add(1, Ordering::Relaxed);
                 self.report(Delivery::DroppedFull(kind));
                 tracing::warn!(session = id, kind, "host is not reading its notifications; dropped one");
                 false
@@ -199,10 +194,6 @@ impl Fanout {
         targets.into_iter().filter(|id| self.deliver(*id, Outgoing::ListChanged)).count()
     }
 
-    pub fn counts(&self) -> &FanoutCounts {
-        &self.inner.counts
-    }
-
     fn report(&self, delivery: Delivery) {
         let hook = self.inner.hooks.lock().expect("hooks lock").clone();
         if let Some(hook) = hook {
@@ -211,21 +202,33 @@ impl Fanout {
     }
 }
 
-async fn send_loop(id: HolderId, outlet: Arc<dyn Outlet>, mut queue: mpsc::Receiver<Outgoing>, fanout: Fanout) {
-    while let Some(message) = queue.recv().await {
+async fn send_loop(
+    id: HolderId,
+    outlet: Arc<dyn Outlet>,
+    mut queue: mpsc::Receiver<Outgoing>,
+    fanout: Fanout,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    loop {
+        let message = tokio::select! {
+            Some(message) = queue.recv() => message,
+            _ = shutdown.cancelled() => return,
+            else => return,
+        };
         let kind = message.kind();
-        match tokio::time::timeout(SEND_TIMEOUT, outlet.send(message)).await {
-            Ok(Ok(())) => {
-                fanout.inner.counts.delivered.fetch_add(1, Ordering::Relaxed);
-                fanout.report(Delivery::Delivered(kind));
-            }
+        let sent = tokio::select! {
+            sent = tokio::time::timeout(SEND_TIMEOUT, outlet.send(message)) => sent,
+            _ = shutdown.cancelled() => return,
+        };
+        match sent {
+            Ok(Ok(())) => fanout.report(Delivery::Delivered(kind)),
             Ok(Err(SendError::Closed)) => {
                 tracing::debug!(session = id, "host gone; releasing its subscriptions");
-                let _ = fanout.inner.gone.send(id);
+                // Bounded: wait for room rather than lose the release.
+                let _ = fanout.inner.gone.send(id).await;
                 return;
             }
             Err(_) => {
-                fanout.inner.counts.dropped_timeout.fetch_add(1, Ordering::Relaxed);
                 fanout.report(Delivery::DroppedTimeout(kind));
                 tracing::warn!(session = id, kind, timeout = ?SEND_TIMEOUT, "send to host timed out; dropped");
             }
@@ -261,15 +264,22 @@ mod tests {
 
     #[tokio::test]
     async fn a_stuck_host_fills_only_its_own_queue() {
-        let (gone, _) = mpsc::unbounded_channel();
-        let fanout = Fanout::new(gone);
+        let (gone, _) = mpsc::channel(1);
+        let fanout = Fanout::new(gone, Spine::new());
+        let dropped = Arc::new(AtomicU64::new(0));
+        let counted = dropped.clone();
+        fanout.set_delivery_hook(Arc::new(move |delivery| {
+            if matches!(delivery, Delivery::DroppedFull(_)) {
+                counted.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
         let stuck = fanout.register(info(true), 0, Arc::new(Stuck));
         let (tx, mut rx) = mpsc::unbounded_channel();
         let healthy = fanout.register(info(true), 0, Arc::new(Recorder(tx)));
         for i in 0..QUEUE_CAPACITY + 10 {
             fanout.deliver(stuck, Outgoing::Updated(format!("a+x://{i}")));
         }
-        assert!(fanout.counts().dropped_full.load(Ordering::Relaxed) >= 9);
+        assert!(dropped.load(Ordering::Relaxed) >= 9);
         assert!(fanout.deliver(healthy, Outgoing::Updated("a+x://1".into())));
         let got = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.unwrap();
         assert_eq!(got, Some(Outgoing::Updated("a+x://1".into())));
@@ -277,8 +287,8 @@ mod tests {
 
     #[tokio::test]
     async fn list_changed_goes_to_those_who_want_it_and_whose_view_changed() {
-        let (gone, _) = mpsc::unbounded_channel();
-        let fanout = Fanout::new(gone);
+        let (gone, _) = mpsc::channel(1);
+        let fanout = Fanout::new(gone, Spine::new());
         let (tx, mut rx) = mpsc::unbounded_channel();
         let (tx2, mut rx2) = mpsc::unbounded_channel();
         let (tx3, mut rx3) = mpsc::unbounded_channel();
@@ -301,8 +311,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_closed_host_is_reported_gone() {
-        let (gone, mut gone_rx) = mpsc::unbounded_channel();
-        let fanout = Fanout::new(gone);
+        let (gone, mut gone_rx) = mpsc::channel(1);
+        let fanout = Fanout::new(gone, Spine::new());
         let (tx, rx) = mpsc::unbounded_channel();
         drop(rx);
         let id = fanout.register(info(true), 0, Arc::new(Recorder(tx)));

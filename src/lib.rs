@@ -35,6 +35,7 @@ pub mod namespace;
 pub mod policy;
 pub mod proxy;
 pub mod serve_dir;
+pub mod spine;
 pub mod subscriptions;
 pub mod upstream;
 pub mod uri;

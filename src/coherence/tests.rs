@@ -1,4 +1,3 @@
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use rmcp::model::{ReadResourceResult, ResourceContents};
@@ -20,7 +19,7 @@ fn config() -> CacheConfig {
 }
 
 fn with(config: CacheConfig) -> (Coherence, Arc<WatchBook>) {
-    let book = Arc::new(WatchBook::new(Arc::new(BTreeMap::new())));
+    let book = Arc::new(WatchBook::new(crate::upstream::Registry::default()));
     let coherence = Coherence::new(config, book.clone(), HOLDER, Metrics::new(), Duration::from_secs(5));
     (coherence, book)
 }
