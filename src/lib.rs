@@ -15,7 +15,8 @@
 //! - [`downstream`]: the rmcp `ServerHandler` hosts talk to, over stdio and streamable HTTP.
 //! - [`subscriptions`]: who holds which upstream URI; reference counts (pure).
 //! - [`fanout`]: per-host bounded queues and sender tasks for notifications.
-//! - [`proxy`]: the `Proxy` handle tying the parts together; the read path.
+//! - [`proxy`]: capability services (lists, reads, subscriptions, access) over one shared core, behind the `Proxy` handle; live config reload.
+//! - [`spine`]: every background task, named, owned and drained in one place.
 //! - [`serve_dir`]: the built-in folder server.
 //! - [`metrics`]: the one [`metrics::Metrics`] handle with its own prometheus registry; bounded labels only.
 //! - [`admin`]: the admin listener: `/metrics`, `/healthz`, `/readyz`, `/status`.

@@ -197,3 +197,48 @@ async fn a_file_write_removes_one_upstream_and_reconnects_a_changed_one() -> any
     }
     Ok(())
 }
+
+/// The process ids of `pid`'s children.
+fn children_of(pid: u32) -> Vec<u32> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten();
+    tasks
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|list| list.split_whitespace().filter_map(|p| p.parse().ok()).collect::<Vec<u32>>())
+        .collect()
+}
+
+/// Gone or a zombie (exited, not yet reaped).
+fn exited(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// SIGTERM drains everything on the spine within the grace period: the proxy exits without
+/// giving up on a task, and its stdio upstream children are closed with it.
+#[tokio::test]
+async fn sigterm_drains_the_server_and_closes_upstream_children() -> anyhow::Result<()> {
+    let fx = HttpFixture::spawn(&["--era", "modern"]).await?;
+    let config = [fixture_upstream("stdio", &[]), http_upstream("http", &fx.url, "")].concat();
+    let proxy = ProxyProcess::start(&config).await?;
+    proxy.wait_up("stdio", 1).await?;
+    proxy.wait_up("http", 1).await?;
+    let (host, _events) = fixture::connect_http(&proxy.url, Era::Modern).await?;
+    let _stream = host.listen(rmcp::model::SubscriptionFilter::builder().resources_list_changed().build()).await?;
+    let pid = proxy.pid().ok_or_else(|| anyhow::anyhow!("proxy exited"))?;
+    let children = children_of(pid);
+    assert!(!children.is_empty(), "the stdio upstream runs as a child");
+
+    let started = std::time::Instant::now();
+    std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status()?;
+    let deadline = started + DEADLINE;
+    while !exited(pid) || children.iter().any(|child| !exited(*child)) {
+        anyhow::ensure!(std::time::Instant::now() < deadline, "not drained within {DEADLINE:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "within the grace period: {:?}", started.elapsed());
+    proxy.wait_log(&["shutting down"]).await?;
+    assert!(proxy.matching(&["grace period over"]).is_empty(), "every task ended in time: {:?}", proxy.logs());
+    Ok(())
+}

@@ -132,6 +132,39 @@ async fn a_reconnect_flushes_only_that_upstream() {
     assert_eq!(read_value(&cache, "w", "x://a", "v2").await.outcome, Outcome::Hit);
 }
 
+/// "Everything of `u` changed" (a lost event, a reload): every entry of `u` goes, a load of
+/// `u` in flight is not kept, other upstreams keep theirs.
+#[tokio::test]
+async fn everything_of_an_upstream_changed_drops_all_of_it_and_its_loads_in_flight() {
+    let (cache, _) = cache();
+    for uri in ["x://a", "y://b/c"] {
+        read_value(&cache, "u", uri, "v1").await;
+    }
+    read_value(&cache, "w", "x://a", "v1").await;
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    let (started, in_flight) = tokio::sync::oneshot::channel::<()>();
+    let slow = {
+        let cache = cache.clone();
+        tokio::spawn(async move {
+            cache
+                .read(request("u", 0, "z://slow", "p"), || async move {
+                    started.send(()).unwrap();
+                    released.await.unwrap();
+                    Ok(Loaded::unwatched(text("old")))
+                })
+                .await
+        })
+    };
+    in_flight.await.unwrap();
+    assert_eq!(cache.invalidate_upstream("u"), 2);
+    release.send(()).unwrap();
+    slow.await.unwrap().unwrap();
+    for uri in ["x://a", "y://b/c", "z://slow"] {
+        assert_eq!(read_value(&cache, "u", uri, "v2").await.outcome, Outcome::Miss, "{uri}");
+    }
+    assert_eq!(read_value(&cache, "w", "x://a", "v2").await.outcome, Outcome::Hit);
+}
+
 #[tokio::test]
 async fn private_results_are_kept_per_principal() {
     let (cache, _) = cache();

@@ -153,3 +153,53 @@ impl Debounce {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::config::Config;
+    use crate::fanout::{Outgoing, Outlet, OutletInfo, OutletKind, SendError, SendFuture};
+    use crate::spine::Spine;
+
+    struct Recorder(mpsc::UnboundedSender<Outgoing>);
+
+    impl Outlet for Recorder {
+        fn send(&self, message: Outgoing) -> SendFuture<'_> {
+            let sent = self.0.send(message).map_err(|_| SendError::Closed);
+            Box::pin(async move { sent })
+        }
+    }
+
+    /// What the loop does with an overflowed upstream (its events were lost to a full queue):
+    /// every holder of one of its URIs hears `updated` for each, holders of other upstreams
+    /// hear nothing, and list views are compared again.
+    #[tokio::test]
+    async fn an_overflow_tells_every_holder_of_that_upstream() {
+        let config = Config::from_toml("", Path::new("/"), &|_| None).expect("config");
+        let spine = Spine::new();
+        let proxy = Proxy::start(config, &spine);
+        let (sent, mut heard) = mpsc::unbounded_channel();
+        let info = OutletInfo { principal: "p".into(), kind: OutletKind::Session, wants_list_changed: false };
+        let holder = proxy.register_outlet(info, Arc::new(Recorder(sent)));
+        for (upstream, uri) in [("a", "x://1"), ("a", "x://2/"), ("b", "x://3")] {
+            proxy.core.watches.hold(holder, upstream, uri);
+        }
+        let mut list_changed = Debounce::new(Duration::from_secs(3600));
+        proxy.on_inbound(Inbound::Overflowed("a".into()), &mut list_changed);
+        assert!(list_changed.deadline.is_some(), "list views are compared again");
+        proxy.core.fanout.deliver(holder, Outgoing::ListChanged);
+        let mut got = Vec::new();
+        while let Some(message) = tokio::time::timeout(Duration::from_secs(5), heard.recv()).await.unwrap() {
+            if message == Outgoing::ListChanged {
+                break;
+            }
+            got.push(message);
+        }
+        got.sort_by_key(|m| format!("{m:?}"));
+        assert_eq!(got, [Outgoing::Updated("a+x://1".into()), Outgoing::Updated("a+x://2/".into())]);
+        assert_eq!(spine.drain(Duration::from_secs(5)).await, Ok(()));
+    }
+}
