@@ -12,7 +12,7 @@
 //! - the rest is untouched.
 //!
 //! Then `list_changed` goes to the hosts whose view changed. The policies come with the config
-//! and are replaced as a policy reload would. Sections that cannot change live (`[server]`,
+//! and are replaced as a policy reload would (unless their folder changed: that needs a restart). Sections that cannot change live (`[server]`,
 //! `[auth]`, `[cache]`, the policies folder) keep their running values; a difference is logged
 //! as needing a restart.
 //!
@@ -92,7 +92,10 @@ impl Proxy {
             self.core.start_upstream(Upstream::new(config.clone(), self.core.metrics.clone()));
             tracing::info!(upstream = %config.name, "upstream added");
         }
-        self.replace_policy(next.policies.set.clone());
+        // From another folder, they would not be the ones the policies watch follows.
+        if next.policies.dir == self.core.config.policies.dir {
+            self.replace_policy(next.policies.set.clone());
+        }
         let names = |configs: &[UpstreamConfig]| configs.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
         let (added, changed) = (names(&diff.added), names(&diff.changed));
         let unchanged = added.is_empty() && changed.is_empty() && diff.removed.is_empty() && restart_needed.is_empty();

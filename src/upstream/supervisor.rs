@@ -319,8 +319,8 @@ impl Supervisor {
     }
 
     fn forward_update(&self, uri: String, heard: bool) {
-        let _ =
-            self.events.send(UpstreamEvent::ResourceUpdated { upstream: self.upstream.name().to_string(), uri, heard });
+        let upstream = self.upstream.name().to_string();
+        self.events.send(UpstreamEvent::ResourceUpdated { upstream, uri, heard });
     }
 
     /// Take what queued; true when a list change was among it. Updates pass on in order.
