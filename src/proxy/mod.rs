@@ -83,7 +83,7 @@ impl Proxy {
         fanout.set_delivery_hook(delivery_metrics(metrics.clone()));
         let watches = Arc::new(WatchBook::new(upstreams.clone()));
         let cache_holder = fanout.next_holder_id();
-        let max_load = config.upstreams.iter().map(|u| u.request_timeout).max().unwrap_or_default() + read::WATCH_WAIT;
+        let max_load = longest_request(&config) + read::WATCH_WAIT;
         let cache = Coherence::new(config.cache.clone(), watches.clone(), cache_holder, metrics.clone(), max_load);
         let access = Access::new(config.policies.set.clone(), upstreams.clone(), metrics.clone());
         let core = Core {
@@ -216,6 +216,16 @@ impl Proxy {
         self.subscriptions.subscribable(&self.caller(principal), uris)
     }
 }
+
+/// The longest upstream request the cache lets a load take (with the subscription wait): the
+/// longest `request_timeout` at start (the default when none is configured yet, for the
+/// upstreams a reload adds). A longer one added later is cut to it until a restart.
+pub(crate) fn longest_request(config: &Config) -> Duration {
+    config.upstreams.iter().map(|u| u.request_timeout).max().unwrap_or(DEFAULT_REQUEST_TIMEOUT)
+}
+
+/// `request_timeout`'s default.
+const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Every notification's fate, counted.
 fn delivery_metrics(metrics: Metrics) -> Arc<dyn Fn(Delivery) + Send + Sync> {

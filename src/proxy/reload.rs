@@ -92,6 +92,10 @@ impl Proxy {
             self.core.start_upstream(Upstream::new(config.clone(), self.core.metrics.clone()));
             tracing::info!(upstream = %config.name, "upstream added");
         }
+        let longest = super::longest_request(&self.core.config);
+        for config in diff.added.iter().chain(&diff.changed).filter(|c| c.request_timeout > longest) {
+            tracing::warn!(upstream = %config.name, cut_to = ?longest, "request_timeout longer than any at start: reads are cut to the longest until a restart");
+        }
         // From another folder, they would not be the ones the policies watch follows.
         if next.policies.dir == self.core.config.policies.dir {
             self.replace_policy(next.policies.set.clone());
