@@ -117,10 +117,16 @@ impl Proxy {
     /// Put a new policy in force: later requests use it, subscriptions it forbids are
     /// dropped, and hosts whose visible list changed hear `list_changed`.
     pub fn replace_policy(&self, next: PolicySet) {
-        self.core.access.install(next.clone());
-        self.subscriptions().drop_forbidden(&next);
+        self.install_policy(next.clone());
         let sent = self.core.announce_list_changes();
         tracing::info!(files = ?next.files(), hosts_told = sent, "policies reloaded");
+    }
+
+    /// Put a new policy in force and drop the subscriptions it forbids; `list_changed` is left
+    /// to the caller.
+    pub(crate) fn install_policy(&self, next: PolicySet) {
+        self.core.access.install(next.clone());
+        self.subscriptions().drop_forbidden(&next);
     }
 
     /// Load the policies folder again. On success the new rules are in force; on failure the

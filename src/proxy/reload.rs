@@ -98,7 +98,12 @@ impl Proxy {
         }
         // From another folder, they would not be the ones the policies watch follows.
         if next.policies.dir == self.core.config.policies.dir {
-            self.replace_policy(next.policies.set.clone());
+            self.install_policy(next.policies.set.clone());
+        }
+        // One list_changed per host whose view changed; with upstreams reconnecting, their
+        // `Up` (or `Down`) compares views once they settled, covering all of the above.
+        if diff.changed.is_empty() {
+            self.core.announce_list_changes();
         }
         let names = |configs: &[UpstreamConfig]| configs.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
         let (added, changed) = (names(&diff.added), names(&diff.changed));
@@ -127,7 +132,6 @@ impl Proxy {
         core.catalog.remove_upstream(name);
         core.cache.invalidate_upstream(name);
         core.metrics.upstream_removed(name);
-        core.announce_list_changes();
     }
 
     /// `config.name` reconnects with `config`: holds stay and are re-applied to the new
@@ -144,7 +148,6 @@ impl Proxy {
         core.start_upstream(Upstream::new(config, core.metrics.clone()));
         core.watches.attach(&name);
         self.everything_changed(&name);
-        core.announce_list_changes();
     }
 }
 
