@@ -14,9 +14,9 @@
 //! - `status`: the typed `/status` report.
 //! - `watch`: debounced folder/file change signals for the reload tasks.
 //!
-//! A new capability (tools, prompts) is a new service type holding `Arc<Core>` (from
-//! `Proxy::core`), taking a [`Caller`] per request and exposed by a `Proxy` accessor; the
-//! existing services do not change.
+//! A new capability (tools, prompts) is a new service type holding `Arc<Core>` (made in
+//! `Proxy::over` next to the others), taking a [`Caller`] per request and exposed by a `Proxy`
+//! accessor; the existing services do not change.
 //!
 //! Invariant: everything a client receives carries namespaced URIs; nothing un-namespaced and
 //! no upstream error text leaves this module; every request is decided with one policy
@@ -143,11 +143,6 @@ impl Proxy {
 
     pub fn subscriptions(&self) -> &Subscriptions {
         &self.subscriptions
-    }
-
-    /// The shared context, for a new capability service (`Tools::new(proxy.core().clone())`).
-    pub(crate) fn core(&self) -> &Arc<Core> {
-        &self.core
     }
 
     /// The caller of one request: `principal` and the policy in force now, taken once.
