@@ -24,6 +24,7 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::coherence::Tracked;
 use crate::listener::{self, ConnectionLimits, allowed_hosts};
 use crate::metrics::Metrics;
 use crate::protocol::Era;
@@ -41,10 +42,54 @@ pub struct AdminState {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct StatusReport {
     pub upstreams: Vec<UpstreamReport>,
-    /// Cache totals (entries, weighted bytes, …), as the cache reports them.
-    pub cache: serde_json::Value,
-    /// Subscription totals (downstream holders, upstream URIs, …).
-    pub subscriptions: serde_json::Value,
+    pub cache: CacheReport,
+    pub subscriptions: SubscriptionReport,
+    /// What the last reload of the configuration did (absent until one ran).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config_reload: Option<ReloadReport>,
+}
+
+/// Cache totals in `/status`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct CacheReport {
+    pub enabled: bool,
+    pub entries: u64,
+    pub weighted_bytes: u64,
+    pub max_bytes: u64,
+    /// Per-URI bookkeeping kept (bounded; returns to zero as entries expire).
+    pub tracked: Tracked,
+}
+
+/// Subscription totals in `/status`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SubscriptionReport {
+    /// Registered notification outlets (legacy sessions and listen streams).
+    pub hosts: usize,
+    /// Holder × URI pairs, the cache's own holds included.
+    pub held: usize,
+    /// Distinct upstream URIs held.
+    pub upstream_uris: usize,
+}
+
+/// The outcome of the last configuration reload in `/status`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReloadReport {
+    /// `applied`, `unchanged` or `rejected`.
+    pub outcome: &'static str,
+    /// Seconds since the Unix epoch.
+    pub at_unix: u64,
+    /// Every problem of a rejected config (`at: message`), or the sections that need a restart.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub added: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub removed: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub changed: Vec<String>,
+    /// Sections that differ but take effect only after a restart.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub restart_needed: Vec<String>,
 }
 
 /// One upstream in `/status`.
@@ -205,8 +250,9 @@ mod tests {
                 .iter()
                 .map(|&(name, state, required)| report(name, state, required))
                 .collect(),
-            cache: json!({ "entries": 3, "weighted_bytes": 4096 }),
-            subscriptions: json!({ "downstream": 2, "upstream": 1 }),
+            cache: CacheReport { entries: 3, weighted_bytes: 4096, ..CacheReport::default() },
+            subscriptions: SubscriptionReport { hosts: 2, held: 1, upstream_uris: 1 },
+            config_reload: None,
         });
         let state = AdminState { metrics: metrics.clone(), status };
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -282,8 +328,11 @@ mod tests {
                 { "name": "mem", "state": "down", "era": null, "required": true, "resources": 12,
                   "templates": 2, "last_error": "connection closed", "reconnects": 1 },
             ],
-            "cache": { "entries": 3, "weighted_bytes": 4096 },
-            "subscriptions": { "downstream": 2, "upstream": 1 },
+            "cache": {
+                "enabled": false, "entries": 3, "weighted_bytes": 4096, "max_bytes": 0,
+                "tracked": { "generations": 0, "hints": 0, "holds": 0, "stale": 0 }
+            },
+            "subscriptions": { "hosts": 2, "held": 1, "upstream_uris": 1 },
         });
         assert_eq!(status, expected);
         fixture.shutdown.cancel();

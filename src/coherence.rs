@@ -78,7 +78,7 @@ struct Inner {
 }
 
 /// Sizes of the per-URI state, for `/status` and tests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Tracked {
     pub generations: usize,
     pub hints: usize,
@@ -213,6 +213,15 @@ impl Coherence {
             false => self.inner.store.invalidate(upstream, uri),
         };
         usize::try_from(dropped).unwrap_or(usize::MAX)
+    }
+
+    /// Anything of `upstream` may have changed (events of it were lost, or it was replaced or
+    /// removed by a config reload): every key of it changes, so no load in flight is kept or
+    /// joined, and its entries are dropped. Returns how many.
+    pub fn invalidate_upstream(&self, upstream: &str) -> u64 {
+        self.inner.generations.raise_floor(upstream);
+        self.inner.stale.lock().expect("stale lock").retain(|key, _| *key.upstream != *upstream);
+        self.inner.store.flush_upstream(upstream, u64::MAX)
     }
 
     /// `upstream` reconnected as connection `epoch`: entries of earlier connections are no

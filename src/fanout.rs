@@ -3,7 +3,9 @@
 //! Each outlet gets its own bounded queue and sender task, so a host that stops reading fills
 //! only its own queue: what does not fit is dropped and counted, and nobody else waits. An
 //! outlet whose transport is gone is reported on the `gone` channel so its subscriptions are
-//! released.
+//! released. That channel is bounded: when it is full, the reporting send task (which is
+//! ending anyway) waits for room, so no release is lost and nobody else waits. Send tasks run
+//! on the spine as `outlet:<id>` and end at shutdown.
 //!
 //! rmcp-free: `downstream` implements [`Outlet`] over rmcp peers and subscription sinks.
 //! Invariant: `deliver` and `broadcast_list_changed` never await a client.
@@ -17,6 +19,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
+use crate::spine::Spine;
 use crate::subscriptions::HolderId;
 
 /// Notifications per outlet that may wait for a slow host before new ones are dropped.
@@ -80,8 +83,9 @@ pub struct Fanout {
 struct Inner {
     outlets: Mutex<HashMap<HolderId, Registered>>,
     next_id: AtomicU64,
-    gone: mpsc::UnboundedSender<HolderId>,
+    gone: mpsc::Sender<HolderId>,
     hooks: Mutex<Option<DeliveryHook>>,
+    spine: Spine,
 }
 
 /// Called with every notification's fate.
@@ -104,10 +108,15 @@ struct Registered {
 }
 
 impl Fanout {
-    /// `gone` receives the id of every outlet whose host disappeared.
-    pub fn new(gone: mpsc::UnboundedSender<HolderId>) -> Self {
-        let inner =
-            Inner { outlets: Mutex::new(HashMap::new()), next_id: AtomicU64::new(1), gone, hooks: Mutex::new(None) };
+    /// `gone` receives the id of every outlet whose host disappeared; send tasks run on `spine`.
+    pub fn new(gone: mpsc::Sender<HolderId>, spine: Spine) -> Self {
+        let inner = Inner {
+            outlets: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            gone,
+            hooks: Mutex::new(None),
+            spine,
+        };
         Self { inner: Arc::new(inner) }
     }
 
@@ -128,7 +137,8 @@ impl Fanout {
         let (queue, receiver) = mpsc::channel(QUEUE_CAPACITY);
         let registered = Registered { info, queue, seen_view: view };
         self.inner.outlets.lock().expect("outlets lock").insert(id, registered);
-        tokio::spawn(send_loop(id, outlet, receiver, self.clone()));
+        let shutdown = self.inner.spine.shutdown();
+        self.inner.spine.spawn(format!("outlet:{id}"), send_loop(id, outlet, receiver, self.clone(), shutdown));
         id
     }
 
@@ -192,16 +202,30 @@ impl Fanout {
     }
 }
 
-async fn send_loop(id: HolderId, outlet: Arc<dyn Outlet>, mut queue: mpsc::Receiver<Outgoing>, fanout: Fanout) {
-    while let Some(message) = queue.recv().await {
+async fn send_loop(
+    id: HolderId,
+    outlet: Arc<dyn Outlet>,
+    mut queue: mpsc::Receiver<Outgoing>,
+    fanout: Fanout,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    loop {
+        let message = tokio::select! {
+            Some(message) = queue.recv() => message,
+            _ = shutdown.cancelled() => return,
+            else => return,
+        };
         let kind = message.kind();
-        match tokio::time::timeout(SEND_TIMEOUT, outlet.send(message)).await {
-            Ok(Ok(())) => {
-                fanout.report(Delivery::Delivered(kind));
-            }
+        let sent = tokio::select! {
+            sent = tokio::time::timeout(SEND_TIMEOUT, outlet.send(message)) => sent,
+            _ = shutdown.cancelled() => return,
+        };
+        match sent {
+            Ok(Ok(())) => fanout.report(Delivery::Delivered(kind)),
             Ok(Err(SendError::Closed)) => {
                 tracing::debug!(session = id, "host gone; releasing its subscriptions");
-                let _ = fanout.inner.gone.send(id);
+                // Bounded: wait for room rather than lose the release.
+                let _ = fanout.inner.gone.send(id).await;
                 return;
             }
             Err(_) => {
@@ -240,15 +264,22 @@ mod tests {
 
     #[tokio::test]
     async fn a_stuck_host_fills_only_its_own_queue() {
-        let (gone, _) = mpsc::unbounded_channel();
-        let fanout = Fanout::new(gone);
+        let (gone, _) = mpsc::channel(1);
+        let fanout = Fanout::new(gone, Spine::new());
+        let dropped = Arc::new(AtomicU64::new(0));
+        let counted = dropped.clone();
+        fanout.set_delivery_hook(Arc::new(move |delivery| {
+            if matches!(delivery, Delivery::DroppedFull(_)) {
+                counted.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
         let stuck = fanout.register(info(true), 0, Arc::new(Stuck));
         let (tx, mut rx) = mpsc::unbounded_channel();
         let healthy = fanout.register(info(true), 0, Arc::new(Recorder(tx)));
-        let dropped = (0..QUEUE_CAPACITY + 10)
-            .filter(|i| !fanout.deliver(stuck, Outgoing::Updated(format!("a+x://{i}"))))
-            .count();
-        assert!(dropped >= 9);
+        for i in 0..QUEUE_CAPACITY + 10 {
+            fanout.deliver(stuck, Outgoing::Updated(format!("a+x://{i}")));
+        }
+        assert!(dropped.load(Ordering::Relaxed) >= 9);
         assert!(fanout.deliver(healthy, Outgoing::Updated("a+x://1".into())));
         let got = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.unwrap();
         assert_eq!(got, Some(Outgoing::Updated("a+x://1".into())));
@@ -256,8 +287,8 @@ mod tests {
 
     #[tokio::test]
     async fn list_changed_goes_to_those_who_want_it_and_whose_view_changed() {
-        let (gone, _) = mpsc::unbounded_channel();
-        let fanout = Fanout::new(gone);
+        let (gone, _) = mpsc::channel(1);
+        let fanout = Fanout::new(gone, Spine::new());
         let (tx, mut rx) = mpsc::unbounded_channel();
         let (tx2, mut rx2) = mpsc::unbounded_channel();
         let (tx3, mut rx3) = mpsc::unbounded_channel();
@@ -280,8 +311,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_closed_host_is_reported_gone() {
-        let (gone, mut gone_rx) = mpsc::unbounded_channel();
-        let fanout = Fanout::new(gone);
+        let (gone, mut gone_rx) = mpsc::channel(1);
+        let fanout = Fanout::new(gone, Spine::new());
         let (tx, rx) = mpsc::unbounded_channel();
         drop(rx);
         let id = fanout.register(info(true), 0, Arc::new(Recorder(tx)));

@@ -18,7 +18,8 @@
 //! - [`downstream`]: the rmcp `ServerHandler` hosts talk to, over stdio and streamable HTTP.
 //! - [`subscriptions`]: who holds which upstream URI; reference counts (pure).
 //! - [`fanout`]: per-host bounded queues and sender tasks for notifications.
-//! - [`proxy`]: the `Proxy` handle tying the parts together; the read path.
+//! - [`proxy`]: capability services (lists, reads, subscriptions, access) over one shared core, behind the `Proxy` handle; live config reload.
+//! - [`spine`]: every background task, named, owned and drained in one place.
 //! - [`serve_dir`]: the built-in folder server.
 //! - [`metrics`]: the one [`metrics::Metrics`] handle with its own prometheus registry; bounded labels only.
 //! - [`listener`]: the accept loop of both HTTP listeners (connection cap, header timeout, `TCP_NODELAY`), allowed `Host`s.
@@ -46,6 +47,7 @@ pub mod protocol;
 pub mod proxy;
 pub mod ready_file;
 pub mod serve_dir;
+pub mod spine;
 pub mod subscriptions;
 pub mod upstream;
 pub mod uri;

@@ -10,8 +10,10 @@ use clap::{Parser, Subcommand, ValueEnum};
 use mcp_resource_proxy::admin::{self, AdminState};
 use mcp_resource_proxy::config::{CliOverrides, Config, ConfigError};
 use mcp_resource_proxy::policy::{self, PolicySet};
+use mcp_resource_proxy::proxy::{ConfigSource, Proxy};
+use mcp_resource_proxy::spine::Spine;
 use mcp_resource_proxy::upstream::LinkState;
-use mcp_resource_proxy::{downstream, proxy::Proxy, serve_dir};
+use mcp_resource_proxy::{downstream, serve_dir};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
@@ -127,6 +129,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Serve { config, stdio, listen, admin_listen, principal, ready_file } => {
+            let (config_path, listen_override, admin_override) = (config.clone(), listen.clone(), admin_listen.clone());
             if !policy::is_valid_principal(&principal) {
                 eprintln!(
                     "--principal `{principal}` is not a principal name (non-empty, no spaces or glob characters, not `group:…`)"
@@ -147,7 +150,12 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                     return Ok(ExitCode::from(EXIT_CONFIG));
                 }
             };
-            serve(config, stdio, principal, ready_file).await?;
+            let source = config_source(
+                config_path,
+                CliOverrides { listen: listen_override, admin_listen: admin_override },
+                stdio && !admin_asked,
+            );
+            serve(config, stdio, principal, source, ready_file).await?;
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -206,7 +214,32 @@ fn explain_one(policies: &PolicySet, principal: &str, uri: &str) -> String {
     format!("  normalised: {normal}\n  {verdict}")
 }
 
-async fn serve(config: Config, stdio: bool, principal: String, ready_file: Option<PathBuf>) -> anyhow::Result<()> {
+/// How the configuration is loaded again on reload: the same file, environment and command
+/// line as at start (a stdio proxy keeps its admin listener off unless asked for one).
+fn config_source(path: PathBuf, cli: CliOverrides, admin_off: bool) -> (PathBuf, ConfigSource) {
+    let load_path = path.clone();
+    let source: ConfigSource = Arc::new(move || {
+        let mut config = Config::load(&load_path, &cli)?;
+        if admin_off {
+            config.server.admin_listen = None;
+        }
+        Ok(config)
+    });
+    (path, source)
+}
+
+/// Every task runs on one [`Spine`]: the signal handlers, the admin listener, the MCP server,
+/// and the proxy's own (supervisors, event loop, housekeeping, watches). On SIGTERM/ctrl-c the
+/// spine's shutdown is cancelled and everything is drained within [`SHUTDOWN_GRACE`]: the
+/// server stops taking requests and upstream connections are closed (children end, listen
+/// streams are cancelled).
+async fn serve(
+    config: Config,
+    stdio: bool,
+    principal: String,
+    source: (PathBuf, ConfigSource),
+    ready_file: Option<PathBuf>,
+) -> anyhow::Result<()> {
     apply_log_level(&config.server.log_level);
     for warning in config.warnings() {
         tracing::warn!("{warning}");
@@ -214,8 +247,51 @@ async fn serve(config: Config, stdio: bool, principal: String, ready_file: Optio
     for missing in config.missing_folders() {
         tracing::warn!(at = missing.at, "{}; the upstream stays down until it exists", missing.message);
     }
-    let shutdown = CancellationToken::new();
-    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    let spine = Spine::new();
+    let shutdown = spine.shutdown();
+    spine.spawn("signals", cancel_on_signal(shutdown.clone()));
+    let (listener, admin) = bind(&config, stdio).await?;
+    let startup_wait = config.server.startup_wait;
+    let bound = (listener.as_ref().and_then(|l| l.local_addr().ok()), admin.as_ref().and_then(|l| l.local_addr().ok()));
+    let proxy = Proxy::start(config, &spine);
+    let (path, source) = source;
+    proxy.watch_config(&path, source.clone());
+    if let Some(admin) = admin {
+        serve_admin(&spine, &proxy, admin);
+    }
+    spine.spawn("sighup", reload_on_hangup(proxy.clone(), source, shutdown.clone()));
+    proxy.wait_settled(startup_wait).await;
+    let down: Vec<_> = proxy.statuses().into_iter().filter(|s| s.state != LinkState::Up).map(|s| s.name).collect();
+    if !down.is_empty() {
+        tracing::warn!(?down, "serving without upstreams that are not up yet; they join when they come up");
+    }
+    if let Some(path) = &ready_file {
+        mcp_resource_proxy::ready_file::write(path, bound.0, bound.1)
+            .with_context(|| format!("cannot write the ready file {}", path.display()))?;
+    }
+    let serving = shutdown.clone();
+    let server = spine.spawn("mcp-server", async move {
+        let result = match listener {
+            None => downstream::serve_stdio(proxy, &principal, serving.clone()).await.map_err(|e| anyhow::anyhow!(e)),
+            Some(listener) => downstream::serve_http(proxy, listener, serving.clone()).await.map_err(Into::into),
+        };
+        // The server ending on its own (stdin closed) ends the process too.
+        serving.cancel();
+        result
+    });
+    shutdown.cancelled().await;
+    if let Err(late) = spine.drain(SHUTDOWN_GRACE).await {
+        tracing::warn!(?late, "shutdown grace period over; exiting");
+        return Ok(());
+    }
+    server.await?
+}
+
+/// The MCP listener (none with `--stdio`) and the admin listener (when configured).
+async fn bind(
+    config: &Config,
+    stdio: bool,
+) -> anyhow::Result<(Option<tokio::net::TcpListener>, Option<tokio::net::TcpListener>)> {
     let listen = config.server.listen;
     let listener = match stdio {
         true => None,
@@ -229,59 +305,33 @@ async fn serve(config: Config, stdio: bool, principal: String, ready_file: Optio
         }
         None => None,
     };
-    let startup_wait = config.server.startup_wait;
-    let bound = (listener.as_ref().and_then(|l| l.local_addr().ok()), admin.as_ref().and_then(|l| l.local_addr().ok()));
-    let proxy = Proxy::start(config, shutdown.clone());
-    proxy.watch_policies(shutdown.clone());
-    if let Some(admin) = admin {
-        let state = AdminState {
-            metrics: proxy.metrics().clone(),
-            status: Arc::new({
-                let proxy = proxy.clone();
-                move || proxy.status_report()
-            }),
-        };
-        let server = &proxy.config().server;
-        let limits = mcp_resource_proxy::listener::ConnectionLimits::of(server);
-        tokio::spawn(admin::serve_admin(admin, state, limits, server.allowed_hosts.clone(), shutdown.clone()));
-    }
-    tokio::spawn(reload_on_hangup(proxy.clone()));
-    proxy.wait_settled(startup_wait).await;
-    let down: Vec<_> = proxy.statuses().into_iter().filter(|s| s.state != LinkState::Up).map(|s| s.name).collect();
-    if !down.is_empty() {
-        tracing::warn!(?down, "serving without upstreams that are not up yet; they join when they come up");
-    }
-    if let Some(path) = &ready_file {
-        mcp_resource_proxy::ready_file::write(path, bound.0, bound.1)
-            .with_context(|| format!("cannot write the ready file {}", path.display()))?;
-    }
-    let serving = shutdown.clone();
-    let server = tokio::spawn(async move {
-        match listener {
-            None => downstream::serve_stdio(proxy, &principal, serving).await.map_err(|e| anyhow::anyhow!(e)),
-            Some(listener) => Ok(downstream::serve_http(proxy, listener, serving).await?),
-        }
-    });
-    let mut server = std::pin::pin!(server);
-    tokio::select! {
-        result = &mut server => return result?,
-        _ = shutdown.cancelled() => {}
-    }
-    match tokio::time::timeout(SHUTDOWN_GRACE, server).await {
-        Ok(result) => result?,
-        Err(_) => {
-            tracing::warn!("shutdown grace period over; exiting");
-            Ok(())
-        }
-    }
+    Ok((listener, admin))
 }
 
-/// SIGHUP reloads the policies.
-async fn reload_on_hangup(proxy: Proxy) {
+fn serve_admin(spine: &Spine, proxy: &Proxy, admin: tokio::net::TcpListener) {
+    let state = AdminState {
+        metrics: proxy.metrics().clone(),
+        status: Arc::new({
+            let proxy = proxy.clone();
+            move || proxy.status_report()
+        }),
+    };
+    let server = &proxy.config().server;
+    let limits = mcp_resource_proxy::listener::ConnectionLimits::of(server);
+    spine.spawn("admin", admin::serve_admin(admin, state, limits, server.allowed_hosts.clone(), spine.shutdown()));
+}
+
+/// SIGHUP reloads the configuration: the upstream set and the policies.
+async fn reload_on_hangup(proxy: Proxy, source: ConfigSource, shutdown: CancellationToken) {
     let Ok(mut hangups) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else { return };
-    while hangups.recv().await.is_some() {
-        tracing::info!("SIGHUP: reloading policies");
-        proxy.reload_policies();
+    loop {
+        tokio::select! {
+            Some(()) = hangups.recv() => {
+                tracing::info!("SIGHUP: reloading the configuration and policies");
+                proxy.reload_config(source()).await;
+            }
+            _ = shutdown.cancelled() => return,
+        }
     }
 }
 
@@ -291,6 +341,7 @@ async fn cancel_on_signal(shutdown: CancellationToken) {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = terminate.recv() => {}
+        _ = shutdown.cancelled() => return,
     }
     tracing::info!("shutting down");
     shutdown.cancel();

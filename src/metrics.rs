@@ -216,6 +216,20 @@ impl Metrics {
         }
     }
 
+    /// An upstream left the configuration: its gauges go (its counters stay, as history).
+    pub fn upstream_removed(&self, upstream: &str) {
+        let (i, upstream) = (&self.inner, upstream_label(upstream));
+        for gauge in [
+            &i.upstream_up,
+            &i.catalog_resources,
+            &i.catalog_templates,
+            &i.downstream_subscriptions,
+            &i.upstream_subscriptions,
+        ] {
+            let _ = gauge.remove_label_values(&[upstream]);
+        }
+    }
+
     pub fn set_upstream_up(&self, upstream: &str, up: bool) {
         self.inner.upstream_up.with_label_values(&[upstream_label(upstream)]).set(i64::from(up));
     }

@@ -11,7 +11,19 @@ use std::path::{Path, PathBuf};
 /// its own floor or a higher one.
 const FLOORS: &[&[&str]] = &[
     // Facts and pure values: no imports of the crate at all.
-    &["protocol", "problem", "logging", "error", "namespace", "uri", "cursor", "subscriptions", "catalog"],
+    &[
+        "protocol",
+        "problem",
+        "logging",
+        "error",
+        "namespace",
+        "uri",
+        "cursor",
+        "subscriptions",
+        "catalog",
+        "spine",
+        "ready_file",
+    ],
     // Pure decisions over the facts, and the folder server (an MCP server of its own).
     &["policy", "serve_dir"],
     // Validated configuration.

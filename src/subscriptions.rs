@@ -80,8 +80,19 @@ impl Subscriptions {
         found
     }
 
+    /// Every holder of a URI of `upstream`, with the URIs it holds there.
+    pub fn holders_in(&self, upstream: &str) -> BTreeMap<HolderId, Vec<String>> {
+        let mut found: BTreeMap<HolderId, Vec<String>> = BTreeMap::new();
+        let from = (upstream.to_string(), String::new());
+        for ((_, held), holders) in self.by_key.range(from..).take_while(|((u, _), _)| u == upstream) {
+            for holder in holders {
+                found.entry(*holder).or_default().push(held.clone());
+            }
+        }
+        found
+    }
+
     /// The URIs of `upstream` somebody holds.
-    #[cfg(test)]
     pub fn watched(&self, upstream: &str) -> BTreeSet<String> {
         let from = (upstream.to_string(), String::new());
         self.by_key.range(from..).take_while(|((u, _), _)| u == upstream).map(|((_, uri), _)| uri.clone()).collect()

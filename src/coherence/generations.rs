@@ -66,6 +66,16 @@ impl Generations {
         false
     }
 
+    /// Everything of `upstream` changed: its floor rises above every generation handed out.
+    pub fn raise_floor(&self, upstream: &str) {
+        let mut state = self.state.lock().expect("generations lock");
+        state.last += 1;
+        let generation = state.last;
+        let dropped = state.records.remove(upstream).map_or(0, |records| records.len());
+        state.count -= dropped;
+        state.floors.insert(upstream.into(), generation);
+    }
+
     /// Forget records older than `horizon`.
     pub fn prune(&self, horizon: Duration) {
         let now = Instant::now();

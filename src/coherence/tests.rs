@@ -1,4 +1,3 @@
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use rmcp::model::{ReadResourceResult, ResourceContents};
@@ -20,7 +19,7 @@ fn config() -> CacheConfig {
 }
 
 fn with(config: CacheConfig) -> (Coherence, Arc<WatchBook>) {
-    let book = Arc::new(WatchBook::new(Arc::new(BTreeMap::new())));
+    let book = Arc::new(WatchBook::new(crate::upstream::Registry::default()));
     let coherence = Coherence::new(config, book.clone(), HOLDER, Metrics::new(), Duration::from_secs(5));
     (coherence, book)
 }
@@ -130,6 +129,39 @@ async fn a_reconnect_flushes_only_that_upstream() {
     let loaded = Loaded::unwatched(text("v2"));
     let fresh = cache.read(request("u", 1, "x://a", "p"), || async { Ok(loaded) }).await.unwrap();
     assert_eq!(fresh.outcome, Outcome::Miss);
+    assert_eq!(read_value(&cache, "w", "x://a", "v2").await.outcome, Outcome::Hit);
+}
+
+/// "Everything of `u` changed" (a lost event, a reload): every entry of `u` goes, a load of
+/// `u` in flight is not kept, other upstreams keep theirs.
+#[tokio::test]
+async fn everything_of_an_upstream_changed_drops_all_of_it_and_its_loads_in_flight() {
+    let (cache, _) = cache();
+    for uri in ["x://a", "y://b/c"] {
+        read_value(&cache, "u", uri, "v1").await;
+    }
+    read_value(&cache, "w", "x://a", "v1").await;
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    let (started, in_flight) = tokio::sync::oneshot::channel::<()>();
+    let slow = {
+        let cache = cache.clone();
+        tokio::spawn(async move {
+            cache
+                .read(request("u", 0, "z://slow", "p"), || async move {
+                    started.send(()).unwrap();
+                    released.await.unwrap();
+                    Ok(Loaded::unwatched(text("old")))
+                })
+                .await
+        })
+    };
+    in_flight.await.unwrap();
+    assert_eq!(cache.invalidate_upstream("u"), 2);
+    release.send(()).unwrap();
+    slow.await.unwrap().unwrap();
+    for uri in ["x://a", "y://b/c", "z://slow"] {
+        assert_eq!(read_value(&cache, "u", uri, "v2").await.outcome, Outcome::Miss, "{uri}");
+    }
     assert_eq!(read_value(&cache, "w", "x://a", "v2").await.outcome, Outcome::Hit);
 }
 

@@ -3,24 +3,55 @@
 //!
 //! Each change reaches the upstream as a delta (one URI added or removed) made under the
 //! book's lock, so the watch set is never copied per change and changes are applied in the
-//! order they were decided. Invariant: an upstream's watch set is exactly the URIs of it that
-//! somebody holds.
+//! order they were decided. The upstreams come from the registry, which a config reload may
+//! change: an upstream that joins again (reconnecting with a changed config) is given every URI
+//! of it held ([`WatchBook::attach`]); one that leaves takes its holds with it
+//! ([`WatchBook::release_upstream`]).
+//!
+//! Invariant: an upstream's watch set is exactly the URIs of it that somebody holds.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use crate::subscriptions::{HolderId, Key, Subscriptions};
-use crate::upstream::Upstream;
+use crate::upstream::Registry;
 
 /// Shared by the proxy and the cache's holds.
 pub(crate) struct WatchBook {
     subscriptions: Mutex<Subscriptions>,
-    upstreams: Arc<BTreeMap<String, Upstream>>,
+    upstreams: Registry,
 }
 
 impl WatchBook {
-    pub fn new(upstreams: Arc<BTreeMap<String, Upstream>>) -> Self {
+    pub fn new(upstreams: Registry) -> Self {
         Self { subscriptions: Mutex::new(Subscriptions::new()), upstreams }
+    }
+
+    /// `upstream` (just put in the registry) gets every URI of it somebody holds.
+    pub fn attach(&self, upstream: &str) {
+        let subscriptions = self.lock();
+        for uri in subscriptions.watched(upstream) {
+            self.apply(upstream, &uri, true);
+        }
+    }
+
+    /// `upstream` left: every hold of one of its URIs is released. Returns what was released.
+    pub fn release_upstream(&self, upstream: &str) -> BTreeMap<HolderId, Vec<String>> {
+        let mut subscriptions = self.lock();
+        let held = subscriptions.holders_in(upstream);
+        for (holder, uris) in &held {
+            for uri in uris {
+                if subscriptions.release(*holder, &(upstream.to_string(), uri.clone())) {
+                    self.apply(upstream, uri, false);
+                }
+            }
+        }
+        held
+    }
+
+    /// Every holder of a URI of `upstream`, with the URIs it holds there.
+    pub fn holders_in(&self, upstream: &str) -> BTreeMap<HolderId, Vec<String>> {
+        self.lock().holders_in(upstream)
     }
 
     pub fn hold(&self, holder: HolderId, upstream: &str, uri: &str) {
@@ -63,6 +94,7 @@ impl WatchBook {
     pub fn per_upstream(&self, except: HolderId) -> Vec<(String, usize, usize)> {
         let subscriptions = self.lock();
         self.upstreams
+            .snapshot()
             .keys()
             .map(|name| {
                 let (uris, hosts) = subscriptions.counts_for(name, except);
@@ -90,13 +122,13 @@ mod tests {
     use super::*;
     use crate::config::Config;
     use crate::metrics::Metrics;
+    use crate::upstream::Upstream;
 
     fn book_with(name: &str) -> (WatchBook, Upstream) {
         let text = format!("[[upstreams]]\nname = \"{name}\"\nurl = \"http://127.0.0.1:1/mcp\"\n");
         let config = Config::from_toml(&text, Path::new("/"), &|_| None).expect("config");
         let upstream = Upstream::new(config.upstreams[0].clone(), Metrics::new());
-        let upstreams = BTreeMap::from([(name.to_string(), upstream.clone())]);
-        (WatchBook::new(Arc::new(upstreams)), upstream)
+        (WatchBook::new(Registry::new([upstream.clone()])), upstream)
     }
 
     /// 5,000 subscribes on one holder: each reaches the upstream as a delta, the watch set is

@@ -1,78 +1,41 @@
-//! Subscriptions from hosts and notifications from upstreams: the event loop over
-//! [`UpstreamEvent`]s, fan-out of `updated` to holders, and debounced `list_changed`.
+//! The proxy's own background tasks: the `event-loop` over what upstreams report
+//! ([`Inbound`]) and hosts that went away, with debounced `list_changed`; and
+//! `cache-housekeeping`, which lets the cache finish its bookkeeping and samples gauges on its
+//! own tick, so the event loop never waits for it.
 //!
-//! The life of an upstream `updated`: the upstream's supervisor reports it → the cache drops
-//! the URI and everything under it → every holder of the URI (or of a parent) that may still
-//! see it is queued one `updated` — legacy sessions the URI itself, listen streams the URI
-//! their filter named.
+//! Both are spawned on the spine and select on its shutdown. Ingress is bounded: upstream
+//! events through [`crate::upstream::events`] (overflow coalesces per upstream), gone holders
+//! through the fan-out's bounded channel (an ending send task waits for room).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::Proxy;
-use crate::error::ProxyError;
-use crate::fanout::{Outgoing, Outlet, OutletInfo, OutletKind};
-use crate::metrics::{DenialAction, InvalidationCause, NotificationKind};
+use crate::metrics::{InvalidationCause, NotificationKind};
 use crate::namespace;
 use crate::subscriptions::HolderId;
-use crate::upstream::UpstreamEvent;
+use crate::upstream::{EventInbox, Inbound, UpstreamEvent};
+
+/// How often the cache's bookkeeping runs and sampled gauges are refreshed.
+const HOUSEKEEPING_INTERVAL: Duration = Duration::from_secs(1);
 
 impl Proxy {
-    /// Register a host's notification outlet (a legacy session or a listen stream).
-    pub fn register_outlet(&self, info: OutletInfo, outlet: Arc<dyn Outlet>) -> HolderId {
-        // What the host sees now: it hears `list_changed` only once that changes.
-        let view = if info.wants_list_changed { self.view_of(&info.principal) } else { 0 };
-        self.inner.fanout.register(info, view, outlet)
+    pub(super) fn spawn_tasks(&self, events: EventInbox, gone: mpsc::Receiver<HolderId>) {
+        let spine = &self.core.spine;
+        spine.spawn("event-loop", self.clone().event_loop(events, gone, spine.shutdown()));
+        spine.spawn("cache-housekeeping", self.clone().housekeeping(spine.shutdown()));
     }
 
-    /// `holder` is gone: drop its outlet and everything it held.
-    pub fn release(&self, holder: HolderId) {
-        self.inner.fanout.deregister(holder);
-        self.inner.watches.release_all(holder);
-    }
-
-    /// Does `holder` hold any subscription?
-    pub fn holds_anything(&self, holder: HolderId) -> bool {
-        !self.inner.watches.held_by(holder).is_empty()
-    }
-
-    /// `holder` subscribes to a namespaced URI. Unknown and forbidden URIs are not found.
-    pub fn subscribe(&self, holder: HolderId, principal: &str, uri: &str) -> Result<(), ProxyError> {
-        let route = self.route_for(principal, uri, DenialAction::Subscribe)?;
-        self.inner.watches.hold(holder, &route.upstream, &route.original);
-        Ok(())
-    }
-
-    /// `holder` lets go of a namespaced URI (a no-op when it did not hold it).
-    pub fn unsubscribe(&self, holder: HolderId, principal: &str, uri: &str) -> Result<(), ProxyError> {
-        let route = self.route_for(principal, uri, DenialAction::Subscribe)?;
-        self.inner.watches.release(holder, &route.upstream, &route.original);
-        Ok(())
-    }
-
-    /// The subset of `uris` that `principal` may subscribe to: known namespaces, allowed.
-    pub fn subscribable(&self, principal: &str, uris: &[String]) -> Vec<String> {
-        uris.iter().filter(|uri| self.route_for(principal, uri, DenialAction::Subscribe).is_ok()).cloned().collect()
-    }
-
-    pub(super) async fn event_loop(
-        self,
-        mut events: mpsc::UnboundedReceiver<UpstreamEvent>,
-        mut gone: mpsc::UnboundedReceiver<HolderId>,
-        shutdown: CancellationToken,
-    ) {
-        let mut list_changed = Debounce::new(self.inner.config.server.list_changed_debounce);
-        let mut gauges = tokio::time::interval(GAUGE_INTERVAL);
+    async fn event_loop(self, mut events: EventInbox, mut gone: mpsc::Receiver<HolderId>, shutdown: CancellationToken) {
+        let mut list_changed = Debounce::new(self.core.config.server.list_changed_debounce);
         loop {
             tokio::select! {
-                _ = gauges.tick() => self.update_gauges().await,
-                Some(event) = events.recv() => self.on_upstream_event(event, &mut list_changed),
-                Some(holder) = gone.recv() => self.release(holder),
+                Some(inbound) = events.recv() => self.on_inbound(inbound, &mut list_changed),
+                Some(holder) = gone.recv() => self.subscriptions().release(holder),
                 _ = list_changed.fired() => {
-                    let sent = self.announce_list_changes();
+                    let sent = self.core.announce_list_changes();
                     tracing::debug!(sent, "list_changed sent to hosts whose view changed");
                 }
                 _ = shutdown.cancelled() => return,
@@ -80,76 +43,75 @@ impl Proxy {
         }
     }
 
-    fn on_upstream_event(&self, event: UpstreamEvent, list_changed: &mut Debounce) {
+    fn on_inbound(&self, inbound: Inbound, list_changed: &mut Debounce) {
+        let event = match inbound {
+            Inbound::Event(event) => event,
+            Inbound::Overflowed(upstream) => {
+                self.everything_changed(&upstream);
+                return list_changed.poke();
+            }
+        };
         match event {
             UpstreamEvent::ResourceUpdated { upstream, uri, heard } => {
                 // Keys are normalised URIs; the upstream may spell them its own way.
                 let normalized = normalized_original(&upstream, &uri);
-                let dropped = self.inner.cache.invalidate(&upstream, &normalized);
+                let dropped = self.core.cache.invalidate(&upstream, &normalized);
                 // Unheard ones follow a reconnect, whose flush was counted already.
                 if heard {
-                    self.inner.metrics.notification_received(&upstream, NotificationKind::Updated);
-                    self.inner.metrics.cache_invalidation(InvalidationCause::Updated, dropped as u64);
+                    self.core.metrics.notification_received(&upstream, NotificationKind::Updated);
+                    self.core.metrics.cache_invalidation(InvalidationCause::Updated, dropped as u64);
                 }
-                self.fan_out_update(&upstream, &normalized);
+                self.subscriptions().updated(&upstream, &normalized);
             }
             UpstreamEvent::Up { upstream, reconnected, .. } => {
                 // Updates may have been missed while it was away.
                 if reconnected {
-                    let connection = self.inner.upstreams.get(&upstream).map_or(0, |u| u.connection());
-                    let dropped = self.inner.cache.flush_upstream(&upstream, connection);
-                    self.inner.metrics.cache_invalidation(InvalidationCause::Reconnect, dropped);
+                    let connection = self.core.upstreams.get(&upstream).map_or(0, |u| u.connection());
+                    let dropped = self.core.cache.flush_upstream(&upstream, connection);
+                    self.core.metrics.cache_invalidation(InvalidationCause::Reconnect, dropped);
                 }
                 list_changed.poke();
             }
             UpstreamEvent::CatalogChanged { upstream } => {
-                self.inner.metrics.notification_received(&upstream, NotificationKind::ListChanged);
+                self.core.metrics.notification_received(&upstream, NotificationKind::ListChanged);
                 list_changed.poke();
             }
             UpstreamEvent::Down { .. } => list_changed.poke(),
         }
     }
 
+    /// Events of `upstream` were lost (ingress full), or it was replaced: anything of it may
+    /// have changed. Its cache entries go and every holder of its URIs hears `updated` (the
+    /// caller has list views compared again).
+    pub(super) fn everything_changed(&self, upstream: &str) {
+        let dropped = self.core.cache.invalidate_upstream(upstream);
+        self.core.metrics.cache_invalidation(InvalidationCause::Reconnect, dropped);
+        self.subscriptions().all_updated(upstream);
+    }
+
+    async fn housekeeping(self, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(HOUSEKEEPING_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => self.update_gauges().await,
+                _ = shutdown.cancelled() => return,
+            }
+        }
+    }
+
     /// Gauges that are cheaper to sample than to track on every change.
     async fn update_gauges(&self) {
         // Let the cache finish its bookkeeping (evictions, expiries) even while nobody reads.
-        self.inner.cache.settle().await;
-        let (entries, bytes) = self.inner.cache.size();
-        self.inner.metrics.set_cache_size(entries, bytes);
-        for (upstream, uris, hosts) in self.inner.watches.per_upstream(self.inner.cache_holder) {
-            self.inner.metrics.set_upstream_subscriptions(&upstream, uris);
-            self.inner.metrics.set_downstream_subscriptions(&upstream, hosts);
-        }
-    }
-
-    /// Tell every holder of `uri` (or of a parent of it) that it changed. Legacy sessions hear
-    /// the URI itself; listen streams hear the URI they asked for, since their filter is exact.
-    /// Either way only when the holder's principal may see `uri` itself: a change of a denied
-    /// sub-resource is not news to a holder of its parent (it would reveal that it exists).
-    fn fan_out_update(&self, upstream: &str, uri: &str) {
-        let policy = self.policy();
-        let Some(changed) = namespace::namespaced(upstream, uri) else { return };
-        for (holder, held) in self.inner.watches.holders_of_update(upstream, uri) {
-            let Some(info) = self.inner.fanout.info(holder) else { continue };
-            if !self.visible(&policy, &info.principal, &changed) {
-                continue;
-            }
-            let uris = match info.kind {
-                OutletKind::Session => vec![uri.to_string()],
-                OutletKind::ListenStream => held,
-            };
-            for original in uris {
-                let Some(namespaced) = namespace::namespaced(upstream, &original) else { continue };
-                if self.visible(&policy, &info.principal, &namespaced) {
-                    self.inner.fanout.deliver(holder, Outgoing::Updated(namespaced));
-                }
-            }
+        self.core.cache.settle().await;
+        let (entries, bytes) = self.core.cache.size();
+        self.core.metrics.set_cache_size(entries, bytes);
+        for (upstream, uris, hosts) in self.core.watches.per_upstream(self.core.cache_holder) {
+            self.core.metrics.set_upstream_subscriptions(&upstream, uris);
+            self.core.metrics.set_downstream_subscriptions(&upstream, hosts);
         }
     }
 }
-
-/// How often sampled gauges (cache size, subscription counts) are refreshed.
-const GAUGE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// `uri` of `upstream` in the normalised form the proxy keys everything by (as is when it
 /// cannot be normalised).
@@ -189,5 +151,55 @@ impl Debounce {
             }
             None => std::future::pending().await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::config::Config;
+    use crate::fanout::{Outgoing, Outlet, OutletInfo, OutletKind, SendError, SendFuture};
+    use crate::spine::Spine;
+
+    struct Recorder(mpsc::UnboundedSender<Outgoing>);
+
+    impl Outlet for Recorder {
+        fn send(&self, message: Outgoing) -> SendFuture<'_> {
+            let sent = self.0.send(message).map_err(|_| SendError::Closed);
+            Box::pin(async move { sent })
+        }
+    }
+
+    /// What the loop does with an overflowed upstream (its events were lost to a full queue):
+    /// every holder of one of its URIs hears `updated` for each, holders of other upstreams
+    /// hear nothing, and list views are compared again.
+    #[tokio::test]
+    async fn an_overflow_tells_every_holder_of_that_upstream() {
+        let config = Config::from_toml("", Path::new("/"), &|_| None).expect("config");
+        let spine = Spine::new();
+        let proxy = Proxy::start(config, &spine);
+        let (sent, mut heard) = mpsc::unbounded_channel();
+        let info = OutletInfo { principal: "p".into(), kind: OutletKind::Session, wants_list_changed: false };
+        let holder = proxy.register_outlet(info, Arc::new(Recorder(sent)));
+        for (upstream, uri) in [("a", "x://1"), ("a", "x://2/"), ("b", "x://3")] {
+            proxy.core.watches.hold(holder, upstream, uri);
+        }
+        let mut list_changed = Debounce::new(Duration::from_secs(3600));
+        proxy.on_inbound(Inbound::Overflowed("a".into()), &mut list_changed);
+        assert!(list_changed.deadline.is_some(), "list views are compared again");
+        proxy.core.fanout.deliver(holder, Outgoing::ListChanged);
+        let mut got = Vec::new();
+        while let Some(message) = tokio::time::timeout(Duration::from_secs(5), heard.recv()).await.unwrap() {
+            if message == Outgoing::ListChanged {
+                break;
+            }
+            got.push(message);
+        }
+        got.sort_by_key(|m| format!("{m:?}"));
+        assert_eq!(got, [Outgoing::Updated("a+x://1".into()), Outgoing::Updated("a+x://2/".into())]);
+        assert_eq!(spine.drain(Duration::from_secs(5)).await, Ok(()));
     }
 }

@@ -1,167 +1,175 @@
-//! The `Proxy` handle: the catalog, the upstreams, the read cache, the watch book and the
-//! fan-out, and the paths every downstream request takes: lists (here), reads (`read`),
-//! subscriptions and notifications (`events`).
+//! The proxy: capability services over one shared [`Core`](core), behind the thin [`Proxy`]
+//! handle.
 //!
-//! Lists are cut from the catalog's immutable snapshot: no upstream call per page.
+//! - `core`: the shared context (catalog, upstream registry, cache, watch book, fan-out,
+//!   access, views, metrics, startup config, spine).
+//! - `caller`: [`Caller`], the principal and the policy snapshot one request is decided with.
+//! - `access`: [`Access`], the policy in force, routing and list-denial counting; policy reload.
+//! - `lists`: [`Lists`], pages of the merged resource and template lists.
+//! - `read`: [`Reads`], the read path through the cache.
+//! - `subscriptions`: [`Subscriptions`], outlets, holds and fan-out of `updated`.
+//! - `events`: the `event-loop` and `cache-housekeeping` tasks.
+//! - `views`: per-principal view digests, so `list_changed` goes only where a view changed.
+//! - `reload`: live reload of the upstream set (SIGHUP, config file change).
+//! - `status`: the typed `/status` report.
+//! - `watch`: debounced folder/file change signals for the reload tasks.
+//!
+//! A new capability (tools, prompts) is a new service type holding `Arc<Core>` (made in
+//! `Proxy::over` next to the others), taking a [`Caller`] per request and exposed by a `Proxy`
+//! accessor; the existing services do not change.
 //!
 //! Invariant: everything a client receives carries namespaced URIs; nothing un-namespaced and
-//! no upstream error text leaves this module.
+//! no upstream error text leaves this module; every request is decided with one policy
+//! snapshot (its [`Caller`]).
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rmcp::model::{ListResourceTemplatesResult, ListResourcesResult};
+use rmcp::model::{CacheScope, ListResourceTemplatesResult, ListResourcesResult};
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
-use crate::admin::{StatusReport, UpstreamReport};
-use crate::catalog::{Catalog, Snapshot};
+use crate::catalog::Catalog;
 use crate::coherence::{Coherence, WatchBook};
 use crate::config::Config;
-use crate::cursor::{CursorKey, ListKind, Position};
+use crate::cursor::CursorKey;
 use crate::error::ProxyError;
-use crate::fanout::Delivery;
-use crate::fanout::Fanout;
+use crate::fanout::{Delivery, Fanout, Outlet, OutletInfo};
 use crate::metrics::{Metrics, NotificationKind};
 use crate::policy::PolicySet;
+use crate::spine::Spine;
 use crate::subscriptions::HolderId;
-use crate::upstream::{Upstream, UpstreamStatus};
+use crate::upstream::{Registry, Upstream};
 
 mod access;
+mod caller;
+mod core;
 mod events;
+mod lists;
 mod read;
+mod reload;
+mod status;
+mod subscriptions;
 mod views;
+mod watch;
 
-pub use self::read::ReadAnswer;
+pub use self::access::Access;
+pub use self::caller::Caller;
+pub(crate) use self::core::Core;
+pub use self::lists::Lists;
+pub use self::read::{ReadAnswer, Reads};
+pub use self::reload::ConfigSource;
+pub use self::subscriptions::Subscriptions;
 
-/// A cheap `Clone` handle on the running proxy.
+/// Hosts gone (their send task saw the transport closed) that may wait for the event loop.
+const GONE_CAPACITY: usize = 256;
+
+/// A cheap `Clone` handle on the running proxy and its capability services.
 #[derive(Clone)]
 pub struct Proxy {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    config: Config,
-    catalog: Catalog,
-    upstreams: Arc<BTreeMap<String, Upstream>>,
-    cursor_key: CursorKey,
-    watches: Arc<WatchBook>,
-    fanout: Fanout,
-    /// The read cache and its coherence (generations, watch holds, admission).
-    cache: Coherence,
-    /// The cache's own holder id in the watch book.
-    cache_holder: HolderId,
-    policy: RwLock<PolicySet>,
-    /// Per-principal digests of the visible catalog, for `list_changed`.
-    views: views::ViewDigests,
-    metrics: Metrics,
+    core: Arc<Core>,
+    lists: Lists,
+    reads: Reads,
+    subscriptions: Subscriptions,
 }
 
 impl Proxy {
-    /// Start a supervisor per upstream (all connect concurrently) and the event loop.
-    pub fn start(config: Config, shutdown: CancellationToken) -> Proxy {
-        let catalog = Catalog::new();
-        let (events_tx, events) = mpsc::unbounded_channel();
+    /// Start a supervisor per upstream (all connect concurrently), the event loop, cache
+    /// housekeeping and the policies watch, all on `spine`.
+    pub fn start(config: Config, spine: &Spine) -> Proxy {
         let metrics = Metrics::new();
-        let upstreams: BTreeMap<_, _> =
-            config.upstreams.iter().map(|u| (u.name.clone(), Upstream::new(u.clone(), metrics.clone()))).collect();
-        for upstream in upstreams.values() {
-            upstream.spawn(catalog.clone(), events_tx.clone(), shutdown.clone());
-        }
-        let upstreams = Arc::new(upstreams);
-        let (gone_tx, gone) = mpsc::unbounded_channel();
-        let fanout = Fanout::new(gone_tx);
+        let upstreams = Registry::default();
+        let (events, inbox) = crate::upstream::events::channel(crate::upstream::events::EVENT_CAPACITY);
+        let (gone_tx, gone) = mpsc::channel(GONE_CAPACITY);
+        let fanout = Fanout::new(gone_tx, spine.clone());
+        fanout.set_delivery_hook(delivery_metrics(metrics.clone()));
         let watches = Arc::new(WatchBook::new(upstreams.clone()));
         let cache_holder = fanout.next_holder_id();
-        fanout.set_delivery_hook(delivery_metrics(metrics.clone()));
-        let max_load = config.upstreams.iter().map(|u| u.request_timeout).max().unwrap_or_default() + read::WATCH_WAIT;
+        let max_load = longest_request(&config) + read::WATCH_WAIT;
         let cache = Coherence::new(config.cache.clone(), watches.clone(), cache_holder, metrics.clone(), max_load);
-        let policy = RwLock::new(config.policies.set.clone());
-        let inner = Inner {
-            metrics,
-            policy,
-            config,
-            catalog,
+        let access = Access::new(config.policies.set.clone(), upstreams.clone(), metrics.clone());
+        let core = Core {
+            catalog: Catalog::new(),
             upstreams,
             cursor_key: CursorKey::random(),
             watches,
             fanout,
             cache,
             cache_holder,
+            access,
             views: views::ViewDigests::default(),
+            metrics,
+            spine: spine.clone(),
+            events,
+            last_reload: Mutex::new(None),
+            reloading: tokio::sync::Mutex::new(()),
+            config,
         };
-        let proxy = Proxy { inner: Arc::new(inner) };
-        tokio::spawn(proxy.clone().event_loop(events, gone, shutdown));
+        let proxy = Proxy::over(Arc::new(core));
+        for upstream in &proxy.core.config.upstreams {
+            proxy.core.start_upstream(Upstream::new(upstream.clone(), proxy.core.metrics.clone()));
+        }
+        proxy.spawn_tasks(inbox, gone);
+        proxy.watch_policies();
         proxy
     }
 
-    pub fn config(&self) -> &Config {
-        &self.inner.config
+    fn over(core: Arc<Core>) -> Proxy {
+        let lists = Lists::new(core.clone());
+        let reads = Reads::new(core.clone());
+        let subscriptions = Subscriptions::new(core.clone());
+        Proxy { core, lists, reads, subscriptions }
     }
 
-    pub fn catalog(&self) -> &Catalog {
-        &self.inner.catalog
+    /// The configuration the proxy started with (upstreams may have been reloaded since).
+    pub fn config(&self) -> &Config {
+        &self.core.config
     }
 
     pub fn metrics(&self) -> &Metrics {
-        &self.inner.metrics
+        &self.core.metrics
     }
 
-    /// What `/status` and `/readyz` show.
-    pub fn status_report(&self) -> StatusReport {
-        let counts = self.inner.catalog.snapshot().counts();
-        let upstreams = self
-            .inner
-            .upstreams
-            .values()
-            .map(|upstream| {
-                let (resources, templates) =
-                    counts.iter().find(|(n, _, _)| n == upstream.name()).map_or((0, 0), |(_, r, t)| (*r, *t));
-                UpstreamReport::new(upstream.status(), upstream.config().required, resources, templates)
-            })
-            .collect();
-        let (entries, weighted_bytes) = self.inner.cache.size();
-        let (upstream_uris, holds) = self.inner.watches.counts();
-        StatusReport {
-            upstreams,
-            cache: serde_json::json!({
-                "enabled": self.inner.config.cache.enabled,
-                "entries": entries,
-                "weighted_bytes": weighted_bytes,
-                "max_bytes": self.inner.config.cache.max_bytes,
-                "tracked": self.inner.cache.tracked(),
-            }),
-            subscriptions: serde_json::json!({
-                "hosts": self.inner.fanout.outlets().len(),
-                "held": holds,
-                "upstream_uris": upstream_uris,
-            }),
-        }
+    pub fn access(&self) -> &Access {
+        &self.core.access
     }
 
-    pub fn statuses(&self) -> Vec<UpstreamStatus> {
-        self.inner.upstreams.values().map(Upstream::status).collect()
+    pub fn lists(&self) -> &Lists {
+        &self.lists
+    }
+
+    pub fn reads(&self) -> &Reads {
+        &self.reads
+    }
+
+    pub fn subscriptions(&self) -> &Subscriptions {
+        &self.subscriptions
+    }
+
+    /// The caller of one request: `principal` and the policy in force now, taken once.
+    pub fn caller(&self, principal: &str) -> Caller {
+        self.core.access.caller(principal)
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> PolicySet {
+        self.core.access.policy()
     }
 
     /// Wait (at most `timeout`) until every upstream is up or has failed its first attempt,
     /// so a host's first list holds whatever is reachable without waiting for what is not.
     /// True when they all settled in time.
     pub async fn wait_settled(&self, timeout: Duration) -> bool {
-        let all_settled = futures::future::join_all(self.inner.upstreams.values().map(Upstream::wait_settled));
+        let upstreams = self.core.upstreams.snapshot();
+        let all_settled = futures::future::join_all(upstreams.values().map(Upstream::wait_settled));
         tokio::time::timeout(timeout, all_settled).await.is_ok()
     }
+}
 
+/// One call per downstream request, each making its request's [`Caller`] once.
+impl Proxy {
     /// One page of the merged resource list.
     pub fn list_resources(&self, principal: &str, cursor: Option<&str>) -> Result<ListResourcesResult, ProxyError> {
-        let snapshot = self.inner.catalog.snapshot();
-        let offset = self.offset(principal, ListKind::Resources, cursor, &snapshot)?;
-        let policy = self.policy();
-        let page = snapshot
-            .resources_page(offset, self.inner.config.server.page_size, &|uri| self.listable(&policy, principal, uri));
-        let mut result = ListResourcesResult::with_all_items(page.items);
-        result.next_cursor = page.next.map(|next| self.cursor(principal, ListKind::Resources, &snapshot, next));
-        Ok(result)
+        self.lists.resources(&self.caller(principal), cursor)
     }
 
     /// One page of the merged template list.
@@ -170,37 +178,55 @@ impl Proxy {
         principal: &str,
         cursor: Option<&str>,
     ) -> Result<ListResourceTemplatesResult, ProxyError> {
-        let snapshot = self.inner.catalog.snapshot();
-        let offset = self.offset(principal, ListKind::Templates, cursor, &snapshot)?;
-        let policy = self.policy();
-        let page = snapshot.templates_page(offset, self.inner.config.server.page_size, &|template| {
-            self.template_visible(&policy, principal, template)
-        });
-        let mut result = ListResourceTemplatesResult::with_all_items(page.items);
-        result.next_cursor = page.next.map(|next| self.cursor(principal, ListKind::Templates, &snapshot, next));
-        Ok(result)
+        self.lists.templates(&self.caller(principal), cursor)
     }
 
-    fn offset(
-        &self,
-        principal: &str,
-        list: ListKind,
-        cursor: Option<&str>,
-        snapshot: &Snapshot,
-    ) -> Result<usize, ProxyError> {
-        let Some(cursor) = cursor else { return Ok(0) };
-        let position = self.inner.cursor_key.decode(principal, list, cursor).map_err(|_| ProxyError::InvalidCursor)?;
-        if position.generation != snapshot.generation {
-            return Err(ProxyError::InvalidCursor);
-        }
-        usize::try_from(position.offset).map_err(|_| ProxyError::InvalidCursor)
+    /// Read a namespaced URI for `principal`.
+    pub async fn read(&self, principal: &str, uri: &str) -> Result<ReadAnswer, ProxyError> {
+        self.reads.read(&self.caller(principal), uri).await
     }
 
-    fn cursor(&self, principal: &str, list: ListKind, snapshot: &Snapshot, offset: usize) -> String {
-        let position = Position { list, generation: snapshot.generation, offset: offset as u64 };
-        self.inner.cursor_key.encode(principal, position)
+    /// The `cacheScope` a host is told under the policy in force (a read's answer already
+    /// carries the one decided with its caller's snapshot; applying this again changes nothing
+    /// unless the policy changed since).
+    pub fn downstream_scope(&self, upstream_scope: CacheScope) -> CacheScope {
+        self.caller("").downstream_scope(upstream_scope)
+    }
+
+    pub fn register_outlet(&self, info: OutletInfo, outlet: Arc<dyn Outlet>) -> HolderId {
+        self.subscriptions.register_outlet(info, outlet)
+    }
+
+    pub fn release(&self, holder: HolderId) {
+        self.subscriptions.release(holder)
+    }
+
+    pub fn holds_anything(&self, holder: HolderId) -> bool {
+        self.subscriptions.holds_anything(holder)
+    }
+
+    pub fn subscribe(&self, holder: HolderId, principal: &str, uri: &str) -> Result<(), ProxyError> {
+        self.subscriptions.subscribe(&self.caller(principal), holder, uri)
+    }
+
+    pub fn unsubscribe(&self, holder: HolderId, principal: &str, uri: &str) -> Result<(), ProxyError> {
+        self.subscriptions.unsubscribe(&self.caller(principal), holder, uri)
+    }
+
+    pub fn subscribable(&self, principal: &str, uris: &[String]) -> Vec<String> {
+        self.subscriptions.subscribable(&self.caller(principal), uris)
     }
 }
+
+/// The longest upstream request the cache lets a load take (with the subscription wait): the
+/// longest `request_timeout` at start (the default when none is configured yet, for the
+/// upstreams a reload adds). A longer one added later is cut to it until a restart.
+pub(crate) fn longest_request(config: &Config) -> Duration {
+    config.upstreams.iter().map(|u| u.request_timeout).max().unwrap_or(DEFAULT_REQUEST_TIMEOUT)
+}
+
+/// `request_timeout`'s default.
+const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Every notification's fate, counted.
 fn delivery_metrics(metrics: Metrics) -> Arc<dyn Fn(Delivery) + Send + Sync> {

@@ -1,6 +1,7 @@
-//! The read path: route → coherence (cache) → upstream → namespaced contents.
+//! The reads capability: route → coherence (cache) → upstream → namespaced contents.
 //!
-//! The life of a `resources/read`, top to bottom in [`Proxy::read`]: split the namespace
+//! The life of a `resources/read`, top to bottom in [`Reads::read`]: the caller's policy
+//! snapshot decides the URI (denied or unknown → not found), split the namespace
 //! (unknown → not found) → [`Coherence::read`] (a fresh entry: done) → on a miss, when the
 //! upstream can notify and [`Coherence::watch`] gives a ticket, wait until the upstream
 //! acknowledged the subscription (so no change between the read and the subscription can be
@@ -8,11 +9,13 @@
 //! namespace every `contents[*].uri` → coherence keeps it per the lifetime rules → contents
 //! the principal may not see are removed → truthful `ttlMs` / `cacheScope`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{CacheScope, ReadResourceResponse, ReadResourceResult, ResourceContents};
 
-use super::Proxy;
+use super::caller::Caller;
+use super::core::Core;
 use crate::coherence::{Cached, Loaded, Outcome, ReadRequest};
 use crate::error::ProxyError;
 use crate::metrics::DenialAction;
@@ -37,11 +40,24 @@ pub enum ReadAnswer {
     InputRequired(ReadResourceResponse),
 }
 
-impl Proxy {
-    /// Read a namespaced URI for `principal`.
-    pub async fn read(&self, principal: &str, uri: &str) -> Result<ReadAnswer, ProxyError> {
-        let super::access::Route { upstream: name, original } = self.route_for(principal, uri, DenialAction::Read)?;
-        let upstream = &self.inner.upstreams[&name];
+/// The reads service.
+#[derive(Clone)]
+pub struct Reads {
+    core: Arc<Core>,
+}
+
+impl Reads {
+    pub(crate) fn new(core: Arc<Core>) -> Self {
+        Self { core }
+    }
+
+    /// Read a namespaced URI for `caller`. The answer's `scope` is the one a host may be told.
+    pub async fn read(&self, caller: &Caller, uri: &str) -> Result<ReadAnswer, ProxyError> {
+        let route = self.core.access.route(caller, uri, DenialAction::Read)?;
+        let (name, original) = (route.upstream, route.original);
+        // Gone since the route was decided (a reload removed it): like any unknown namespace.
+        let upstream = &self.core.upstreams.get(&name).ok_or_else(|| ProxyError::not_found(uri))?;
+        let principal = caller.principal();
         let request = ReadRequest {
             upstream: &name,
             epoch: upstream.connection(),
@@ -50,16 +66,16 @@ impl Proxy {
             settings: &upstream.config().cache,
         };
         let load = || self.load(upstream, &name, &original, uri);
-        match self.inner.cache.read(request, load).await {
+        match self.core.cache.read(request, load).await {
             Ok(Cached { mut result, ttl, scope, outcome }) => {
                 // One read may carry several resources (a folder's entries, say): each must be
                 // one this principal may see.
-                let policy = self.policy();
-                result.contents.retain(|content| self.visible(&policy, principal, content_uri(content)));
+                result.contents.retain(|content| caller.may_see(content_uri(content)));
                 if result.contents.is_empty() {
                     return Err(ProxyError::not_found(uri));
                 }
-                let metrics = &self.inner.metrics;
+                let scope = caller.downstream_scope(scope);
+                let metrics = &self.core.metrics;
                 match outcome {
                     Outcome::Hit | Outcome::Stale => metrics.cache_hit(&name),
                     Outcome::Miss | Outcome::Bypass => metrics.cache_miss(&name),
@@ -77,7 +93,7 @@ impl Proxy {
 
     /// One upstream read, watched when the upstream acknowledges the subscription first.
     async fn load(&self, upstream: &Upstream, name: &str, original: &str, uri: &str) -> Result<Loaded, ProxyError> {
-        let coherence = &self.inner.cache;
+        let coherence = &self.core.cache;
         let settings = &upstream.config().cache;
         let mut watch = upstream.can_notify().then(|| coherence.watch(name, original, settings)).flatten();
         if watch.is_some() {

@@ -16,13 +16,14 @@ use std::collections::{BTreeSet, HashMap};
 use std::hash::{DefaultHasher, Hasher};
 use std::sync::Mutex;
 
-use super::Proxy;
+use super::caller::Caller;
+use super::core::Core;
 use crate::catalog::Snapshot;
 use crate::policy::PolicySet;
 
 /// The last digest computed per principal, with what it was computed from.
 #[derive(Default)]
-pub(super) struct ViewDigests {
+pub(crate) struct ViewDigests {
     memo: Mutex<HashMap<String, Memo>>,
 }
 
@@ -32,19 +33,18 @@ struct Memo {
     digest: u64,
 }
 
-impl Proxy {
+impl Core {
     /// The digest of what `principal` sees now.
-    pub(super) fn view_of(&self, principal: &str) -> u64 {
-        self.view_digest(&self.inner.catalog.snapshot(), &self.policy(), principal)
+    pub(crate) fn view_of(&self, principal: &str) -> u64 {
+        self.view_digest(&self.catalog.snapshot(), &self.access.policy(), principal)
     }
 
     /// One `list_changed` to every host that wants it and whose principal's view changed since
     /// it last heard; how many were told.
-    pub(super) fn announce_list_changes(&self) -> usize {
-        let snapshot = self.inner.catalog.snapshot();
-        let policy = self.policy();
+    pub(crate) fn announce_list_changes(&self) -> usize {
+        let snapshot = self.catalog.snapshot();
+        let policy = self.access.policy();
         let principals: BTreeSet<String> = self
-            .inner
             .fanout
             .outlets()
             .into_iter()
@@ -58,13 +58,13 @@ impl Proxy {
                 (principal, digest)
             })
             .collect();
-        self.inner.fanout.broadcast_list_changed(|info| views.get(&info.principal).copied())
+        self.fanout.broadcast_list_changed(|info| views.get(&info.principal).copied())
     }
 
     /// The digest of what `principal` sees in `snapshot` under `policy`, from the memo when it
     /// was computed from the same two.
     fn view_digest(&self, snapshot: &Snapshot, policy: &PolicySet, principal: &str) -> u64 {
-        let views = &self.inner.views;
+        let views = &self.views;
         let fresh = |memo: &Memo| memo.generation == snapshot.generation && memo.policy.same(policy);
         if let Some(memo) = views.memo.lock().expect("views lock").get(principal).filter(|m| fresh(m)) {
             return memo.digest;
@@ -77,14 +77,15 @@ impl Proxy {
 
     fn compute_view_digest(&self, snapshot: &Snapshot, policy: &PolicySet, principal: &str) -> u64 {
         let hasher = RefCell::new(DefaultHasher::new());
+        let caller = Caller::new(principal, policy.clone());
         snapshot.any_resource(|resource| {
-            if self.visible(policy, principal, &resource.uri) {
+            if caller.may_see(&resource.uri) {
                 hash_json(&mut hasher.borrow_mut(), b'r', resource);
             }
             false
         });
         snapshot.any_template(|template| {
-            if self.template_visible(policy, principal, template) {
+            if caller.may_see_template(template) {
                 hash_json(&mut hasher.borrow_mut(), b't', template);
             }
             false

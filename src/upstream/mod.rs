@@ -13,10 +13,12 @@
 
 mod client;
 mod connect;
+pub mod events;
 mod faults;
 mod http;
 mod listing;
 mod reason;
+mod registry;
 mod scan;
 mod stdio;
 mod supervisor;
@@ -26,15 +28,17 @@ use std::sync::{Arc, Mutex};
 
 use rmcp::model::{ErrorCode, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities};
 use rmcp::service::{Peer, RoleClient, ServiceError};
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
+pub use self::events::{EventInbox, EventSender, Inbound};
+pub use self::registry::Registry;
 use crate::catalog::Catalog;
 use crate::config::UpstreamConfig;
 use crate::error::ProxyError;
 use crate::metrics::Metrics;
 use crate::protocol::{Era, method};
+use crate::spine::Spine;
 
 /// What upstreams tell the rest of the proxy.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,6 +52,18 @@ pub enum UpstreamEvent {
     /// This (un-namespaced) URI changed: the upstream said so (`heard`), or it may have changed
     /// unseen (after a reconnect, or when a listen stream ended).
     ResourceUpdated { upstream: String, uri: String, heard: bool },
+}
+
+impl UpstreamEvent {
+    /// The upstream it is about.
+    pub fn upstream(&self) -> &str {
+        match self {
+            UpstreamEvent::Up { upstream, .. }
+            | UpstreamEvent::Down { upstream }
+            | UpstreamEvent::CatalogChanged { upstream }
+            | UpstreamEvent::ResourceUpdated { upstream, .. } => upstream,
+        }
+    }
 }
 
 /// What became of a subscription the proxy asked an upstream for.
@@ -112,6 +128,8 @@ struct Inner {
     child_output: Arc<reason::ChildOutput>,
     /// True once the first connection attempt ended, either way.
     settled: watch::Sender<bool>,
+    /// The running supervisor: what stops it, and its task.
+    supervisor: Mutex<Option<(CancellationToken, tokio::task::JoinHandle<()>)>>,
 }
 
 /// The live connection: what requests need.
@@ -146,6 +164,7 @@ impl Upstream {
             watch_set_copies: std::sync::atomic::AtomicU64::new(0),
             child_output: Arc::default(),
             settled: watch::Sender::new(false),
+            supervisor: Mutex::new(None),
         };
         Self { inner: Arc::new(inner) }
     }
@@ -158,16 +177,21 @@ impl Upstream {
         self.inner.status.lock().expect("status lock").clone()
     }
 
-    /// Start the supervisor task: connect, load the catalog, keep it connected.
-    pub fn spawn(
-        &self,
-        catalog: Catalog,
-        events: mpsc::UnboundedSender<UpstreamEvent>,
-        shutdown: CancellationToken,
-    ) -> tokio::task::JoinHandle<()> {
-        let supervisor = supervisor::Supervisor::new(self.clone(), catalog, events, shutdown);
-        let span = tracing::info_span!("supervisor", upstream = %self.name());
-        tokio::spawn(supervisor.run().instrument(span))
+    /// Start the supervisor task on `spine` (`supervisor:<name>`): connect, load the catalog,
+    /// keep it connected, until the spine shuts down or [`Self::stop`].
+    pub fn spawn(&self, catalog: Catalog, events: EventSender, spine: &Spine) {
+        let stop = spine.shutdown().child_token();
+        let supervisor = supervisor::Supervisor::new(self.clone(), catalog, events, stop.clone(), spine.clone());
+        let task = spine.spawn(format!("supervisor:{}", self.name()), supervisor.run());
+        *self.inner.supervisor.lock().expect("supervisor lock") = Some((stop, task));
+    }
+
+    /// Stop the supervisor: its connection is closed (a stdio child ends, a listen stream is
+    /// cancelled) and its catalog entries removed. True when it ended within `grace`.
+    pub async fn stop(&self, grace: std::time::Duration) -> bool {
+        let Some((stop, task)) = self.inner.supervisor.lock().expect("supervisor lock").take() else { return true };
+        stop.cancel();
+        tokio::time::timeout(grace, task).await.is_ok()
     }
 
     /// Read `uri` (un-namespaced) from this upstream.

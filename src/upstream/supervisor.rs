@@ -1,6 +1,9 @@
 //! The supervisor of one upstream: connect, load the catalog, serve until the connection ends,
 //! reconnect with capped exponential backoff. One task per upstream, looping over a closed set
-//! of events and selecting on shutdown.
+//! of events and selecting on its stop token (a child of the process's shutdown, so a config
+//! reload can stop one upstream alone). On stop the connection is closed, not dropped: rmcp's
+//! service is cancelled (a stdio child's stdin closes, a listen stream ends) within
+//! [`CLOSE_GRACE`].
 
 use std::time::Duration;
 
@@ -11,21 +14,25 @@ use tokio_util::sync::CancellationToken;
 
 use super::client::Notice;
 use super::connect::{Running, connect};
-use super::{Era, Link, LinkState, Upstream, UpstreamEvent};
+use super::{Era, EventSender, Link, LinkState, Upstream, UpstreamEvent};
 use crate::catalog::Catalog;
 use crate::config::{UpstreamTransport, redact_urls_in};
+use crate::spine::Spine;
 
 const BACKOFF_MIN: Duration = Duration::from_millis(250);
 /// How long to wait for a dead child's last stderr lines before reporting it down.
 const STDERR_SETTLE: Duration = Duration::from_secs(1);
+/// How long a stopping supervisor waits for its connection to close.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
 pub(super) struct Supervisor {
     upstream: Upstream,
     /// Whether it has been up before (so the next `Up` is a reconnect).
     was_up: std::sync::Mutex<bool>,
     catalog: Catalog,
-    events: mpsc::UnboundedSender<UpstreamEvent>,
+    events: EventSender,
     shutdown: CancellationToken,
+    spine: Spine,
 }
 
 /// What a catalog load found.
@@ -46,10 +53,11 @@ impl Supervisor {
     pub fn new(
         upstream: Upstream,
         catalog: Catalog,
-        events: mpsc::UnboundedSender<UpstreamEvent>,
+        events: EventSender,
         shutdown: CancellationToken,
+        spine: Spine,
     ) -> Self {
-        Self { upstream, was_up: std::sync::Mutex::new(false), catalog, events, shutdown }
+        Self { upstream, was_up: std::sync::Mutex::new(false), catalog, events, shutdown, spine }
     }
 
     pub async fn run(self) {
@@ -66,6 +74,10 @@ impl Supervisor {
             self.catalog.remove_upstream(self.upstream.name());
             if self.upstream.connection() != connections {
                 reported = false;
+            }
+            if self.shutdown.is_cancelled() {
+                self.upstream.update_status(|s| s.state = LinkState::Down);
+                return;
             }
             let error = match end {
                 End::Shutdown => return,
@@ -107,7 +119,7 @@ impl Supervisor {
         let metrics = &self.upstream.inner.metrics;
         metrics.set_upstream_up(name, false);
         metrics.set_catalog_size(name, 0, 0);
-        let _ = self.events.send(UpstreamEvent::Down { upstream: name.to_string() });
+        self.events.send(UpstreamEvent::Down { upstream: name.to_string() });
     }
 
     async fn connect_and_serve(&self, remembered: &mut Option<Era>, backoff: &mut Duration) -> End {
@@ -147,18 +159,21 @@ impl Supervisor {
             self.upstream.update_status(|s| s.reconnects += 1);
             self.upstream.inner.metrics.upstream_reconnected(self.upstream.name());
         }
-        let _ = self.events.send(UpstreamEvent::Up { upstream: self.upstream.name().to_string(), era, reconnected });
-        let watcher = CancellationToken::new();
+        self.events.send(UpstreamEvent::Up { upstream: self.upstream.name().to_string(), era, reconnected });
+        let watcher = self.shutdown.child_token();
         let upstream = self.upstream.clone();
-        tokio::spawn(super::watching::keep(
-            self.upstream.name().to_string(),
-            link.clone(),
-            self.upstream.inner.watched.subscribe(),
-            self.upstream.inner.applied.clone(),
-            notices_tx,
-            watcher.clone(),
-            move || upstream.inner.broken.notify_one(),
-        ));
+        self.spine.spawn(
+            format!("watching:{name}"),
+            super::watching::keep(
+                self.upstream.name().to_string(),
+                link.clone(),
+                self.upstream.inner.watched.subscribe(),
+                self.upstream.inner.applied.clone(),
+                notices_tx,
+                watcher.clone(),
+                move || upstream.inner.broken.notify_one(),
+            ),
+        );
         let end = self.serve(running, &link, &mut notices, refresh).await;
         watcher.cancel();
         self.upstream.inner.applied.send_replace(Default::default());
@@ -172,7 +187,8 @@ impl Supervisor {
         notices: &mut mpsc::UnboundedReceiver<Notice>,
         mut refresh: Option<Duration>,
     ) -> End {
-        let mut running = std::pin::pin!(running.waiting());
+        let closing = running.cancellation_token();
+        let mut waiting = std::pin::pin!(running.waiting());
         let far = Duration::from_secs(86_400 * 365);
         let mut refresh_at = tokio::time::Instant::now() + refresh.unwrap_or(far);
         let every = self.upstream.config().health_interval;
@@ -193,9 +209,15 @@ impl Supervisor {
                         return End::Lost(error);
                     }
                 }
-                quit = &mut running => return End::Lost(self.closed(quit)),
+                quit = &mut waiting => return End::Lost(self.closed(quit)),
                 _ = self.upstream.inner.broken.notified() => return End::Lost("transport broken".into()),
-                _ = self.shutdown.cancelled() => return End::Shutdown,
+                _ = self.shutdown.cancelled() => {
+                    closing.cancel();
+                    if tokio::time::timeout(CLOSE_GRACE, &mut waiting).await.is_err() {
+                        tracing::debug!(upstream = self.upstream.name(), "connection did not close in time; dropped");
+                    }
+                    return End::Shutdown;
+                }
                 Some(notice) = notices.recv() => {
                     if let Err(error) = self.on_notice(notice, link, notices).await {
                         return End::Lost(error);
@@ -273,7 +295,7 @@ impl Supervisor {
             ),
         }
         if changed {
-            let _ = self.events.send(UpstreamEvent::CatalogChanged { upstream: self.upstream.name().to_string() });
+            self.events.send(UpstreamEvent::CatalogChanged { upstream: self.upstream.name().to_string() });
         }
     }
 
@@ -297,8 +319,8 @@ impl Supervisor {
     }
 
     fn forward_update(&self, uri: String, heard: bool) {
-        let _ =
-            self.events.send(UpstreamEvent::ResourceUpdated { upstream: self.upstream.name().to_string(), uri, heard });
+        let upstream = self.upstream.name().to_string();
+        self.events.send(UpstreamEvent::ResourceUpdated { upstream, uri, heard });
     }
 
     /// Take what queued; true when a list change was among it. Updates pass on in order.
@@ -323,7 +345,10 @@ impl Supervisor {
     /// Every page of resources and templates, namespaced, into the catalog. Returns when the
     /// lists must be fetched again (the shortest `ttlMs` they came with), if ever.
     async fn load_catalog(&self, peer: &Peer<RoleClient>) -> Result<Reload, String> {
-        let listing = super::listing::fetch(&self.upstream, peer).await?;
+        let listing = tokio::select! {
+            listing = super::listing::fetch(&self.upstream, peer) => listing?,
+            _ = self.shutdown.cancelled() => return Err("stopped".into()),
+        };
         let name = self.upstream.name();
         let (resources, templates) = (listing.entries.resources.len(), listing.entries.templates.len());
         self.upstream.inner.metrics.set_catalog_size(name, resources, templates);

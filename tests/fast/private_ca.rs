@@ -4,13 +4,12 @@
 //! upstream's resources; without it the upstream stays down and `/status` says why in plain
 //! words.
 
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
 use crate::support::fixture::{self, DEADLINE, Era, HttpFixture, list_all_resources};
 use crate::support::proxy::{ProxyProcess, http_upstream, toml_str};
+use anyhow::{Context, bail};
 use rmcp::model::{ReadResourceRequestParams, ResourceContents};
 use serde_json::Value;
 use tokio::net::{TcpListener, TcpStream};

@@ -4,7 +4,6 @@
 //! And the file passes hadolint (pinned in tests/py/requirements.txt). No container engine is
 //! needed.
 
-
 use crate::support::proxy::{PROXY_BIN, write_config};
 
 /// The JSON array of the first line starting with `instruction`.

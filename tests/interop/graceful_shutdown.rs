@@ -3,13 +3,12 @@
 //! not a lost subscription), and ordinary connects, disconnects and the shutdown itself add no
 //! log line but `shutting down` at the default level (no `ERROR … channel closed`).
 
-
 use std::process::{ExitStatus, Stdio};
 
-use anyhow::{Context, bail, ensure};
 use crate::support::fixture::{self, DEADLINE, Era, list_all_resources};
 use crate::support::peers::py_client;
 use crate::support::proxy::{PROXY_BIN, toml_str, write_config};
+use anyhow::{Context, bail, ensure};
 use rmcp::model::SubscriptionFilter;
 use rmcp::service::SubscriptionEnd;
 use serde_json::Value;

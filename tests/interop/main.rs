@@ -15,4 +15,5 @@ mod never_stale;
 mod prometheus;
 mod python_client;
 mod python_subscriptions;
+mod reload;
 mod third_party;

@@ -6,7 +6,7 @@
 //! - [`InProcessProxy::start`]: config text → serving; returns once the startup wait is over.
 //! - [`InProcessProxy::wait_up`]: an upstream's state, from the `Proxy` itself.
 //!
-//! Invariant: dropping the handle cancels every task the proxy started (its shutdown token).
+//! Invariant: dropping the handle cancels every task the proxy started (its spine's shutdown).
 
 use std::sync::Arc;
 
@@ -16,9 +16,9 @@ use mcp_resource_proxy::config::{CliOverrides, Config};
 use mcp_resource_proxy::downstream;
 use mcp_resource_proxy::listener::ConnectionLimits;
 use mcp_resource_proxy::proxy::Proxy;
+use mcp_resource_proxy::spine::Spine;
 use mcp_resource_proxy::upstream::LinkState;
 use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
 
 use super::proxy::write_config;
 use super::{DEADLINE, eventually};
@@ -30,13 +30,13 @@ pub struct InProcessProxy {
     /// `http://127.0.0.1:PORT` of the admin listener.
     pub admin: String,
     pub proxy: Proxy,
-    shutdown: CancellationToken,
+    spine: Spine,
     pub dir: tempfile::TempDir,
 }
 
 impl Drop for InProcessProxy {
     fn drop(&mut self) {
-        self.shutdown.cancel();
+        self.spine.shutdown().cancel();
     }
 }
 
@@ -51,10 +51,10 @@ impl InProcessProxy {
         let admin_listener = TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}/mcp", listener.local_addr()?);
         let admin = format!("http://{}", admin_listener.local_addr()?);
-        let shutdown = CancellationToken::new();
+        let spine = Spine::new();
+        let shutdown = spine.shutdown();
         let startup_wait = config.server.startup_wait;
-        let proxy = Proxy::start(config, shutdown.clone());
-        proxy.watch_policies(shutdown.clone());
+        let proxy = Proxy::start(config, &spine);
         let status = {
             let proxy = proxy.clone();
             move || proxy.status_report()
@@ -62,10 +62,13 @@ impl InProcessProxy {
         let state = AdminState { metrics: proxy.metrics().clone(), status: Arc::new(status) };
         let server = &proxy.config().server;
         let limits = ConnectionLimits::of(server);
-        tokio::spawn(admin::serve_admin(admin_listener, state, limits, server.allowed_hosts.clone(), shutdown.clone()));
+        spine.spawn(
+            "admin",
+            admin::serve_admin(admin_listener, state, limits, server.allowed_hosts.clone(), shutdown.clone()),
+        );
         proxy.wait_settled(startup_wait).await;
-        tokio::spawn(downstream::serve_http(proxy.clone(), listener, shutdown.clone()));
-        Ok(Self { url, admin, proxy, shutdown, dir })
+        spine.spawn("mcp-server", downstream::serve_http(proxy.clone(), listener, shutdown));
+        Ok(Self { url, admin, proxy, spine, dir })
     }
 
     /// Wait until `upstream` has come up `times` times since start.

@@ -1,0 +1,244 @@
+//! Live reload of the configuration (SIGHUP, or a change of the config file): the upstream set
+//! changes without a restart, hosts and their other subscriptions untouched.
+//!
+//! A config with problems changes nothing: every problem is logged (one line each) and shown in
+//! `/status` (`config_reload`). Otherwise the upstream sets are compared by name:
+//! - new ones join (supervisor started; their entries appear once they are up);
+//! - removed ones leave: supervisor stopped (connection closed), every hold of their URIs
+//!   released, cache entries dropped, catalog entries removed;
+//! - changed ones (any field of their config differs) reconnect: the old supervisor is stopped,
+//!   a new one started; holds of their URIs are kept and re-applied, their cache entries
+//!   dropped and every holder told `updated` (anything may have changed meanwhile);
+//! - the rest is untouched.
+//!
+//! Then `list_changed` goes to the hosts whose view changed. The policies come with the config
+//! and are replaced as a policy reload would (unless their folder changed: that needs a restart). Sections that cannot change live (`[server]`,
+//! `[auth]`, `[cache]`, the policies folder) keep their running values; a difference is logged
+//! as needing a restart.
+//!
+//! Invariant: reloads apply one at a time, and a rejected config leaves everything as it was.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::Proxy;
+use super::status::ReloadReport;
+use crate::config::{Config, ConfigError, UpstreamConfig};
+use crate::upstream::Upstream;
+
+/// Loads the configuration again, as at start (file, environment, command line).
+pub type ConfigSource = Arc<dyn Fn() -> Result<Config, ConfigError> + Send + Sync>;
+
+/// Quiet time after the last write to the config file before it is reloaded.
+const CONFIG_SETTLE: Duration = Duration::from_millis(200);
+/// How long a leaving upstream's supervisor may take to close its connection.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// How the upstream sets differ.
+#[derive(Debug, Default)]
+struct UpstreamDiff {
+    added: Vec<UpstreamConfig>,
+    removed: Vec<String>,
+    changed: Vec<UpstreamConfig>,
+}
+
+impl Proxy {
+    /// Apply a freshly loaded configuration (or report why it cannot be).
+    pub async fn reload_config(&self, loaded: Result<Config, ConfigError>) -> ReloadReport {
+        let _one_at_a_time = self.core.reloading.lock().await;
+        let report = match loaded {
+            Err(error) => rejected(&error),
+            Ok(next) => self.apply(next).await,
+        };
+        *self.core.last_reload.lock().expect("reload lock") = Some(report.clone());
+        report
+    }
+
+    /// Reload whenever the config file at `path` changes (bursts coalesced): the
+    /// `config-watch` task.
+    pub fn watch_config(&self, path: &Path, source: ConfigSource) {
+        let (Some(dir), Some(file)) = (path.parent(), path.file_name()) else { return };
+        let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+        let Some(mut changes) = super::watch::FileChanges::watch(dir, Some(file.to_owned()), "config file") else {
+            return;
+        };
+        let proxy = self.clone();
+        let shutdown = self.core.spine.shutdown();
+        self.core.spine.spawn("config-watch", async move {
+            while changes.next_burst(CONFIG_SETTLE, &shutdown).await {
+                tracing::info!("config file changed: reloading");
+                proxy.reload_config(source()).await;
+            }
+        });
+    }
+
+    async fn apply(&self, next: Config) -> ReloadReport {
+        let restart_needed = restart_needed(&self.core.config, &next);
+        for section in &restart_needed {
+            tracing::warn!(section, "changed in the configuration; takes effect only after a restart");
+        }
+        let diff = diff(&self.core.upstreams.snapshot(), &next.upstreams);
+        for name in &diff.removed {
+            self.leave(name).await;
+            tracing::info!(upstream = %name, "upstream removed");
+        }
+        for config in &diff.changed {
+            self.reconnect(config.clone()).await;
+            tracing::info!(upstream = %config.name, "upstream changed; reconnecting");
+        }
+        for config in &diff.added {
+            self.core.start_upstream(Upstream::new(config.clone(), self.core.metrics.clone()));
+            tracing::info!(upstream = %config.name, "upstream added");
+        }
+        let longest = super::longest_request(&self.core.config);
+        for config in diff.added.iter().chain(&diff.changed).filter(|c| c.request_timeout > longest) {
+            tracing::warn!(upstream = %config.name, cut_to = ?longest, "request_timeout longer than any at start: reads are cut to the longest until a restart");
+        }
+        // From another folder, they would not be the ones the policies watch follows.
+        if next.policies.dir == self.core.config.policies.dir {
+            self.install_policy(next.policies.set.clone());
+        }
+        // One list_changed per host whose view changed; with upstreams reconnecting, their
+        // `Up` (or `Down`) compares views once they settled, covering all of the above.
+        if diff.changed.is_empty() {
+            self.core.announce_list_changes();
+        }
+        let names = |configs: &[UpstreamConfig]| configs.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
+        let (added, changed) = (names(&diff.added), names(&diff.changed));
+        let unchanged = added.is_empty() && changed.is_empty() && diff.removed.is_empty() && restart_needed.is_empty();
+        tracing::info!(?added, removed = ?diff.removed, ?changed, "configuration reloaded");
+        ReloadReport {
+            outcome: if unchanged { "unchanged" } else { "applied" },
+            at_unix: now_unix(),
+            problems: Vec::new(),
+            added,
+            removed: diff.removed,
+            changed,
+            restart_needed,
+        }
+    }
+
+    /// `name` leaves: stop it, release what was held of it, forget its entries.
+    async fn leave(&self, name: &str) {
+        let core = &self.core;
+        if let Some(old) = core.upstreams.remove(name)
+            && !old.stop(STOP_GRACE).await
+        {
+            tracing::warn!(upstream = name, "supervisor did not stop in time");
+        }
+        core.watches.release_upstream(name);
+        core.catalog.remove_upstream(name);
+        core.cache.invalidate_upstream(name);
+        core.metrics.upstream_removed(name);
+    }
+
+    /// `config.name` reconnects with `config`: holds stay and are re-applied to the new
+    /// connection; anything of it may have changed meanwhile.
+    async fn reconnect(&self, config: UpstreamConfig) {
+        let core = &self.core;
+        let name = config.name.clone();
+        if let Some(old) = core.upstreams.remove(&name)
+            && !old.stop(STOP_GRACE).await
+        {
+            tracing::warn!(upstream = %name, "supervisor did not stop in time");
+        }
+        core.catalog.remove_upstream(&name);
+        core.start_upstream(Upstream::new(config, core.metrics.clone()));
+        core.watches.attach(&name);
+        self.everything_changed(&name);
+    }
+}
+
+/// What changed between the running upstreams and the configured ones.
+fn diff(running: &BTreeMap<String, Upstream>, next: &[UpstreamConfig]) -> UpstreamDiff {
+    let mut diff = UpstreamDiff::default();
+    for config in next {
+        match running.get(&config.name) {
+            None => diff.added.push(config.clone()),
+            // Every field counts; the derived `Debug` shows every field.
+            Some(upstream) if format!("{:?}", upstream.config()) != format!("{config:?}") => {
+                diff.changed.push(config.clone())
+            }
+            Some(_) => {}
+        }
+    }
+    let names: std::collections::BTreeSet<&str> = next.iter().map(|c| c.name.as_str()).collect();
+    diff.removed = running.keys().filter(|name| !names.contains(name.as_str())).cloned().collect();
+    diff
+}
+
+/// The sections that differ but cannot change while the proxy runs.
+fn restart_needed(running: &Config, next: &Config) -> Vec<String> {
+    let differs = |a: &dyn std::fmt::Debug, b: &dyn std::fmt::Debug| format!("{a:?}") != format!("{b:?}");
+    let mut sections = Vec::new();
+    if differs(&running.server, &next.server) {
+        sections.push("server".to_string());
+    }
+    if differs(&running.auth, &next.auth) {
+        sections.push("auth".to_string());
+    }
+    if differs(&running.cache, &next.cache) {
+        sections.push("cache".to_string());
+    }
+    if running.policies.dir != next.policies.dir {
+        sections.push("policies.dir".to_string());
+    }
+    sections
+}
+
+fn rejected(error: &ConfigError) -> ReloadReport {
+    for problem in &error.problems {
+        tracing::error!(at = %problem.at, problem = %problem.message, "config reload refused");
+    }
+    tracing::warn!(count = error.problems.len(), "configuration unchanged: the new one has problems");
+    ReloadReport {
+        outcome: "rejected",
+        at_unix: now_unix(),
+        problems: error.problems.iter().map(|p| format!("{}: {}", p.at, p.message)).collect(),
+        added: Vec::new(),
+        removed: Vec::new(),
+        changed: Vec::new(),
+        restart_needed: Vec::new(),
+    }
+}
+
+fn now_unix() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Metrics;
+
+    fn config(text: &str) -> Config {
+        Config::from_toml(text, Path::new("/"), &|_| None).expect("config")
+    }
+
+    fn upstream(name: &str, port: u16) -> String {
+        format!("[[upstreams]]\nname = \"{name}\"\nurl = \"http://127.0.0.1:{port}/mcp\"\n")
+    }
+
+    #[test]
+    fn the_diff_names_added_removed_and_changed_upstreams() {
+        let running = config(&[upstream("a", 1), upstream("b", 2), upstream("c", 3)].concat());
+        let running: BTreeMap<String, Upstream> =
+            running.upstreams.into_iter().map(|u| (u.name.clone(), Upstream::new(u, Metrics::new()))).collect();
+        let next = config(&[upstream("a", 1), upstream("c", 4), upstream("d", 5)].concat());
+        let diff = diff(&running, &next.upstreams);
+        let names = |configs: &[UpstreamConfig]| configs.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&diff.added), ["d"]);
+        assert_eq!(diff.removed, ["b"]);
+        assert_eq!(names(&diff.changed), ["c"]);
+    }
+
+    #[test]
+    fn sections_that_cannot_change_live_are_named() {
+        let running = config(&upstream("a", 1));
+        let next = config(&format!("[server]\npage_size = 7\n[cache]\nenabled = false\n{}", upstream("b", 2)));
+        assert_eq!(restart_needed(&running, &next), ["server", "cache"]);
+        assert!(restart_needed(&running, &running.clone()).is_empty());
+    }
+}

@@ -1,0 +1,133 @@
+//! The bounded ingress from upstream supervisors to the proxy's event loop.
+//!
+//! Supervisors never wait on the event loop: [`EventSender::send`] queues without awaiting. When
+//! the queue ([`EVENT_CAPACITY`]) is full, the event is not queued; its upstream is marked
+//! *overflowed* instead, and the loop's next [`EventInbox::recv`] answers
+//! [`Inbound::Overflowed`] for it before anything else: "anything of this upstream may have
+//! changed". The loop treats that as every URI of the upstream updated and its catalog changed
+//! (cache flushed, every holder told, list views recomputed), which covers whatever the lost
+//! events said.
+//!
+//! Invariant: no invalidation is lost. Every event sent is either received, or its upstream is
+//! reported overflowed after the moment it was dropped.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{Notify, mpsc};
+
+use super::UpstreamEvent;
+
+/// Events that may wait for the event loop before they are coalesced per upstream.
+pub const EVENT_CAPACITY: usize = 1024;
+
+/// What the event loop receives.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Inbound {
+    Event(UpstreamEvent),
+    /// Events of this upstream were dropped (the queue was full): anything of it may have changed.
+    Overflowed(String),
+}
+
+/// The supervisors' side: cheap to clone.
+#[derive(Clone)]
+pub struct EventSender {
+    queue: mpsc::Sender<UpstreamEvent>,
+    overflow: Arc<Overflow>,
+}
+
+/// The event loop's side.
+pub struct EventInbox {
+    queue: mpsc::Receiver<UpstreamEvent>,
+    overflow: Arc<Overflow>,
+}
+
+#[derive(Default)]
+struct Overflow {
+    upstreams: Mutex<BTreeSet<String>>,
+    wake: Notify,
+}
+
+/// A bounded event channel holding at most `capacity` events.
+pub fn channel(capacity: usize) -> (EventSender, EventInbox) {
+    let (queue, receiver) = mpsc::channel(capacity);
+    let overflow = Arc::new(Overflow::default());
+    (EventSender { queue, overflow: overflow.clone() }, EventInbox { queue: receiver, overflow })
+}
+
+impl EventSender {
+    /// Queue `event` without waiting; when the queue is full, mark its upstream overflowed.
+    pub fn send(&self, event: UpstreamEvent) {
+        match self.queue.try_send(event) {
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+            Err(mpsc::error::TrySendError::Full(event)) => {
+                let upstream = event.upstream().to_string();
+                tracing::debug!(upstream, "event queue full; the upstream counts as changed everywhere");
+                self.overflow.upstreams.lock().expect("overflow lock").insert(upstream);
+                self.overflow.wake.notify_one();
+            }
+        }
+    }
+}
+
+impl EventInbox {
+    /// The next overflowed upstream, else the next event; `None` once every sender is gone
+    /// and nothing is left.
+    pub async fn recv(&mut self) -> Option<Inbound> {
+        loop {
+            if let Some(upstream) = self.overflow.upstreams.lock().expect("overflow lock").pop_first() {
+                return Some(Inbound::Overflowed(upstream));
+            }
+            tokio::select! {
+                biased;
+                _ = self.overflow.wake.notified() => continue,
+                event = self.queue.recv() => match event {
+                    Some(event) => return Some(Inbound::Event(event)),
+                    None => {
+                        let last = self.overflow.upstreams.lock().expect("overflow lock").pop_first();
+                        return last.map(Inbound::Overflowed);
+                    }
+                },
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn updated(upstream: &str, uri: &str) -> UpstreamEvent {
+        UpstreamEvent::ResourceUpdated { upstream: upstream.into(), uri: uri.into(), heard: true }
+    }
+
+    /// Three updates into a queue of one: the first arrives as sent, the two that did not fit
+    /// arrive as "everything of `a` changed" — before anything queued later.
+    #[tokio::test]
+    async fn a_full_queue_turns_lost_events_into_an_overflow_of_their_upstream() {
+        let (sender, mut inbox) = channel(1);
+        sender.send(updated("a", "x://1"));
+        sender.send(updated("a", "x://2"));
+        sender.send(updated("b", "x://3"));
+        assert_eq!(inbox.recv().await, Some(Inbound::Overflowed("a".into())));
+        assert_eq!(inbox.recv().await, Some(Inbound::Overflowed("b".into())));
+        assert_eq!(inbox.recv().await, Some(Inbound::Event(updated("a", "x://1"))));
+        sender.send(updated("a", "x://4"));
+        assert_eq!(inbox.recv().await, Some(Inbound::Event(updated("a", "x://4"))));
+        drop(sender);
+        assert_eq!(inbox.recv().await, None);
+    }
+
+    /// A loop already waiting on an empty queue wakes for an overflow.
+    #[tokio::test]
+    async fn a_waiting_loop_wakes_for_an_overflow() {
+        let (sender, mut inbox) = channel(1);
+        let waiting = tokio::spawn(async move { (inbox.recv().await, inbox.recv().await) });
+        sender.send(updated("a", "x://1"));
+        sender.send(updated("a", "x://2"));
+        let got = tokio::time::timeout(std::time::Duration::from_secs(5), waiting).await.unwrap().unwrap();
+        let expected = [Inbound::Event(updated("a", "x://1")), Inbound::Overflowed("a".into())];
+        let got = [got.0.unwrap(), got.1.unwrap()];
+        assert!(got == expected || got == [expected[1].clone(), expected[0].clone()], "{got:?}");
+    }
+}
