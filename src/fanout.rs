@@ -31,6 +31,10 @@ pub enum Outgoing {
     Updated(String),
     /// `notifications/resources/list_changed`.
     ListChanged,
+    /// `notifications/tools/list_changed`.
+    ToolsListChanged,
+    /// `notifications/prompts/list_changed`.
+    PromptsListChanged,
 }
 
 impl Outgoing {
@@ -38,6 +42,8 @@ impl Outgoing {
         match self {
             Outgoing::Updated(_) => "updated",
             Outgoing::ListChanged => "list_changed",
+            Outgoing::ToolsListChanged => "tools_list_changed",
+            Outgoing::PromptsListChanged => "prompts_list_changed",
         }
     }
 }
@@ -63,6 +69,10 @@ pub struct OutletInfo {
     pub kind: OutletKind,
     /// Legacy sessions always; listen streams when their filter asked for it.
     pub wants_list_changed: bool,
+    /// `tools/list_changed` and `prompts/list_changed`: legacy sessions always; listen streams
+    /// when their filter asked for them.
+    pub wants_tools_list_changed: bool,
+    pub wants_prompts_list_changed: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -256,7 +266,13 @@ mod tests {
     }
 
     fn info(wants_list_changed: bool) -> OutletInfo {
-        OutletInfo { principal: "p".into(), kind: OutletKind::Session, wants_list_changed }
+        OutletInfo {
+            principal: "p".into(),
+            kind: OutletKind::Session,
+            wants_list_changed,
+            wants_tools_list_changed: false,
+            wants_prompts_list_changed: false,
+        }
     }
 
     #[tokio::test]

@@ -16,6 +16,7 @@
 //! - [`subscriptions`]: who holds which upstream URI; reference counts (pure).
 //! - [`fanout`]: per-host bounded queues and sender tasks for notifications.
 //! - [`proxy`]: the `Proxy` handle tying the parts together; the read path.
+//! - [`tools`]: tools, prompts and completion of every upstream under `<upstream>__<name>`; merged lists, routed calls, policy over `tool://`/`prompt://`.
 //! - [`serve_dir`]: the built-in folder server.
 //! - [`metrics`]: the one [`metrics::Metrics`] handle with its own prometheus registry; bounded labels only.
 //! - [`admin`]: the admin listener: `/metrics`, `/healthz`, `/readyz`, `/status`.
@@ -36,5 +37,6 @@ pub mod policy;
 pub mod proxy;
 pub mod serve_dir;
 pub mod subscriptions;
+pub mod tools;
 pub mod upstream;
 pub mod uri;

@@ -44,6 +44,11 @@ pub const DOWNSTREAM_METHODS: &[&str] = &[
     "resources/subscribe",
     "resources/unsubscribe",
     "subscriptions/listen",
+    "tools/list",
+    "tools/call",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
 ];
 
 /// The `outcome` label of a request's result: `ok`, or the error's bounded [`ProxyError::kind`].

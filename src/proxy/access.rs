@@ -95,7 +95,8 @@ impl Proxy {
     /// Put a new policy in force: later requests use it, subscriptions it forbids are
     /// dropped, and hosts whose visible list changed hear `list_changed`.
     pub fn replace_policy(&self, next: PolicySet) {
-        *self.inner.policy.write().expect("policy lock") = next.clone();
+        let previous = std::mem::replace(&mut *self.inner.policy.write().expect("policy lock"), next.clone());
+        self.inner.tools.policy_replaced(&previous, &next);
         for (holder, info) in self.inner.fanout.outlets() {
             for (upstream, original) in self.inner.watches.held_by(holder) {
                 let Some(namespaced) = namespace::namespaced(&upstream, &original) else { continue };

@@ -81,6 +81,7 @@ impl Proxy {
     }
 
     fn on_upstream_event(&self, event: UpstreamEvent, list_changed: &mut Debounce) {
+        self.inner.tools.on_upstream_event(&event);
         match event {
             UpstreamEvent::ResourceUpdated { upstream, uri, heard } => {
                 // Keys are normalised URIs; the upstream may spell them its own way.
@@ -107,6 +108,9 @@ impl Proxy {
                 list_changed.poke();
             }
             UpstreamEvent::Down { .. } => list_changed.poke(),
+            UpstreamEvent::OfferingsChanged { upstream } => {
+                self.inner.metrics.notification_received(&upstream, NotificationKind::ListChanged);
+            }
         }
     }
 

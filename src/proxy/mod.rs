@@ -26,6 +26,7 @@ use crate::fanout::Fanout;
 use crate::metrics::{Metrics, NotificationKind};
 use crate::policy::PolicySet;
 use crate::subscriptions::HolderId;
+use crate::tools::{Tools, ToolsParts};
 use crate::upstream::{Upstream, UpstreamStatus};
 
 mod access;
@@ -52,7 +53,10 @@ struct Inner {
     cache: Coherence,
     /// The cache's own holder id in the watch book.
     cache_holder: HolderId,
-    policy: RwLock<PolicySet>,
+    /// Shared with the tools-and-prompts service.
+    policy: Arc<RwLock<PolicySet>>,
+    /// Tools, prompts and completion (`crate::tools`).
+    tools: Tools,
     /// Per-principal digests of the visible catalog, for `list_changed`.
     views: views::ViewDigests,
     metrics: Metrics,
@@ -77,14 +81,27 @@ impl Proxy {
         fanout.set_delivery_hook(delivery_metrics(metrics.clone()));
         let max_load = config.upstreams.iter().map(|u| u.request_timeout).max().unwrap_or_default() + read::WATCH_WAIT;
         let cache = Coherence::new(config.cache.clone(), watches.clone(), cache_holder, metrics.clone(), max_load);
-        let policy = RwLock::new(config.policies.set.clone());
+        let policy = Arc::new(RwLock::new(config.policies.set.clone()));
+        let cursor_key = CursorKey::random();
+        let tools = Tools::start(
+            ToolsParts {
+                upstreams: upstreams.clone(),
+                fanout: fanout.clone(),
+                metrics: metrics.clone(),
+                cursor_key: cursor_key.clone(),
+                page_size: config.server.page_size,
+                policy: policy.clone(),
+            },
+            shutdown.clone(),
+        );
         let inner = Inner {
+            tools,
             metrics,
             policy,
             config,
             catalog,
             upstreams,
-            cursor_key: CursorKey::random(),
+            cursor_key,
             watches,
             fanout,
             cache,
@@ -102,6 +119,11 @@ impl Proxy {
 
     pub fn catalog(&self) -> &Catalog {
         &self.inner.catalog
+    }
+
+    /// Tools, prompts and completion.
+    pub fn tools(&self) -> &Tools {
+        &self.inner.tools
     }
 
     pub fn metrics(&self) -> &Metrics {

@@ -16,6 +16,8 @@ pub(crate) enum Notice {
     Updated(String),
     /// The URI may have changed unseen (a fresh connection, a listen stream that ended).
     MayHaveChanged(String),
+    /// It said `tools/list_changed` or `prompts/list_changed`.
+    OfferingsChanged,
     /// The upstream sent something faulty that no request could be failed for (for `/status`).
     Fault(String),
 }
@@ -49,5 +51,13 @@ impl ClientHandler for UpstreamClient {
 
     async fn on_resource_list_changed(&self, _: NotificationContext<RoleClient>) {
         let _ = self.notices.send(Notice::ListChanged);
+    }
+
+    async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {
+        let _ = self.notices.send(Notice::OfferingsChanged);
+    }
+
+    async fn on_prompt_list_changed(&self, _: NotificationContext<RoleClient>) {
+        let _ = self.notices.send(Notice::OfferingsChanged);
     }
 }

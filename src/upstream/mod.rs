@@ -16,6 +16,7 @@ mod connect;
 mod faults;
 mod http;
 mod listing;
+mod offerings;
 mod reason;
 mod scan;
 mod stdio;
@@ -34,6 +35,8 @@ use crate::catalog::Catalog;
 use crate::config::UpstreamConfig;
 use crate::error::ProxyError;
 use crate::metrics::Metrics;
+
+pub use self::offerings::Offered;
 
 /// The protocol era spoken on a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -66,6 +69,8 @@ pub enum UpstreamEvent {
     /// This (un-namespaced) URI changed: the upstream said so (`heard`), or it may have changed
     /// unseen (after a reconnect, or when a listen stream ended).
     ResourceUpdated { upstream: String, uri: String, heard: bool },
+    /// It said `tools/list_changed` or `prompts/list_changed` (see `crate::tools`).
+    OfferingsChanged { upstream: String },
 }
 
 /// What became of a subscription the proxy asked an upstream for.

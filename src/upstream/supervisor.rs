@@ -224,6 +224,10 @@ impl Supervisor {
                 self.upstream.record_fault(fault);
                 Ok(())
             }
+            Notice::OfferingsChanged => {
+                self.forward_offerings_changed();
+                Ok(())
+            }
             Notice::ListChanged => {
                 // A burst of list_changed costs one reload (two when more arrive during the
                 // first) and one event.
@@ -301,6 +305,11 @@ impl Supervisor {
             self.events.send(UpstreamEvent::ResourceUpdated { upstream: self.upstream.name().to_string(), uri, heard });
     }
 
+    /// Tools and prompts are fetched by their owner (`crate::tools`), not here.
+    fn forward_offerings_changed(&self) {
+        let _ = self.events.send(UpstreamEvent::OfferingsChanged { upstream: self.upstream.name().to_string() });
+    }
+
     /// Take what queued; true when a list change was among it. Updates pass on in order.
     fn drain_list_changes(&self, notices: &mut mpsc::UnboundedReceiver<Notice>) -> bool {
         let mut changed = false;
@@ -310,6 +319,7 @@ impl Supervisor {
                 Notice::Updated(uri) => self.forward_update(uri, true),
                 Notice::MayHaveChanged(uri) => self.forward_update(uri, false),
                 Notice::Fault(fault) => self.upstream.record_fault(fault),
+                Notice::OfferingsChanged => self.forward_offerings_changed(),
             }
         }
         changed
