@@ -9,7 +9,7 @@
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult, GetPromptRequestParams,
-    GetPromptResponse, Reference,
+    GetPromptResponse, Reference, ResultType,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -36,6 +36,9 @@ impl Tools {
             CallToolResponse::Complete(mut result) => {
                 let (content, dropped) = rewrite::blocks_for(upstream.name(), result.content, &policy, principal);
                 result.content = content;
+                // A 2025-era upstream's result has no `resultType`; 2026-07-28 hosts need it
+                // (rmcp clears it again for 2025 hosts).
+                result.result_type = Some(ResultType::COMPLETE);
                 result.meta = result.meta.map(|meta| {
                     rewrite::meta_for(rewrite::meta_from_upstream(upstream.name(), meta), &policy, principal)
                 });
@@ -65,6 +68,7 @@ impl Tools {
         params.name = original;
         let answer = until_cancelled(cancelled, upstream.get_prompt(params)).await?;
         let GetPromptResponse::Complete(mut result) = answer else { return Ok(answer) };
+        result.result_type = Some(ResultType::COMPLETE);
         let policy = self.policy();
         result.messages.retain_mut(|message| {
             let block = std::mem::replace(&mut message.content, rmcp::model::ContentBlock::text(""));
@@ -102,7 +106,9 @@ impl Tools {
         if !upstream.offers().2 {
             return Ok(CompleteResult::default());
         }
-        until_cancelled(cancelled, upstream.complete(params)).await
+        let mut result = until_cancelled(cancelled, upstream.complete(params)).await?;
+        result.result_type = Some(ResultType::COMPLETE);
+        Ok(result)
     }
 
     /// The upstream and its own name for a presented name the caller may use; otherwise the

@@ -259,11 +259,7 @@ impl Tools {
 
     /// One `tools/list_changed` / `prompts/list_changed` to each host that wants it and whose
     /// principal's visible list differs between `before` and `after`; how many were told.
-    fn announce(
-        &self,
-        before: (&OfferingsSnapshot, &PolicySet),
-        after: (&OfferingsSnapshot, &PolicySet),
-    ) -> usize {
+    fn announce(&self, before: (&OfferingsSnapshot, &PolicySet), after: (&OfferingsSnapshot, &PolicySet)) -> usize {
         let mut memo: HashMap<String, (bool, bool)> = HashMap::new();
         let mut told = 0;
         for (holder, info) in self.inner.fanout.outlets() {

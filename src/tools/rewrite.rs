@@ -100,8 +100,11 @@ mod tests {
     use rmcp::model::{EmbeddedResource, Resource};
 
     fn deny_secret() -> PolicySet {
-        PolicySet::from_texts(&[("p.toml", "principals = [\"*\"]\nallow = [\"**\"]\ndeny = [\"*+demo://secret/**\"]\n")])
-            .expect("valid policy")
+        PolicySet::from_texts(&[(
+            "p.toml",
+            "principals = [\"*\"]\nallow = [\"**\"]\ndeny = [\"*+demo://secret/**\"]\n",
+        )])
+        .expect("valid policy")
     }
 
     #[test]

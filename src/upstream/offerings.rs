@@ -42,7 +42,8 @@ impl Upstream {
             false => Ok((Vec::new(), None)),
             true => {
                 all_pages(timeout, |cursor| async {
-                    let page = link.peer.list_tools(Some(PaginatedRequestParams::default().with_cursor(cursor))).await?;
+                    let page =
+                        link.peer.list_tools(Some(PaginatedRequestParams::default().with_cursor(cursor))).await?;
                     Ok((page.tools, page.next_cursor, None))
                 })
                 .await
@@ -111,7 +112,12 @@ impl Upstream {
         if let ServiceError::McpError(e) = &error
             && let Some(fault) = super::faults::Fault::of(e)
         {
-            tracing::warn!(upstream = self.name(), method, fault = fault.kind(), "upstream request failed: faulty reply");
+            tracing::warn!(
+                upstream = self.name(),
+                method,
+                fault = fault.kind(),
+                "upstream request failed: faulty reply"
+            );
             self.record_fault(format!("{method}: {}", fault.describe()));
             return self.failed(fault.describe());
         }

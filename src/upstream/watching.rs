@@ -338,7 +338,8 @@ async fn next_of(current: &mut Option<(Subscription, BTreeSet<String>)>) -> Opti
             Ok(Some(ServerNotification::ResourceUpdatedNotification(n))) => return Some(Notice::Updated(n.params.uri)),
             Ok(Some(ServerNotification::ResourceListChangedNotification(_))) => return Some(Notice::ListChanged),
             Ok(Some(
-                ServerNotification::ToolListChangedNotification(_) | ServerNotification::PromptListChangedNotification(_),
+                ServerNotification::ToolListChangedNotification(_)
+                | ServerNotification::PromptListChangedNotification(_),
             )) => return Some(Notice::OfferingsChanged),
             Ok(Some(_)) => continue,
             Ok(None) | Err(_) => return None,
