@@ -244,6 +244,9 @@ async fn server_memory_create_entities_through_the_proxy_notifies_a_subscribed_h
     let uri = "mem+memory://knowledge-graph";
     #[allow(deprecated)]
     client.subscribe(SubscribeRequestParams::new(uri)).await?;
+    // A read through the proxy waits until the upstream acknowledged the subscription for
+    // the URI, so the change below cannot slip in before it.
+    client.read_resource(rmcp::model::ReadResourceRequestParams::new(uri)).await?;
     let entities =
         json!({"entities": [{"name": "proxy", "entityType": "service", "observations": ["forwards tools"]}]});
     let call = CallToolRequestParams::new("mem__create_entities")
@@ -376,4 +379,28 @@ async fn an_upstream_leaving_tells_hosts_tools_and_prompts_changed_after_the_lis
     assert!(after.iter().any(|t| t.name.starts_with("stays__")));
     wait_heard(&mut heard, &Heard::PromptsListChanged).await?;
     Ok(())
+}
+
+/// A 2026-07-28-only upstream (the rmcp fixture): its tools list and answer through the proxy
+/// for hosts of both eras, and a tool that changes a resource makes `updated` reach a host
+/// subscribed through the proxy.
+#[tokio::test]
+async fn a_2026_07_28_upstreams_tools_serve_hosts_of_both_eras() -> anyhow::Result<()> {
+    let config = common::proxy::fixture_upstream("fx", &["--era", "modern"]);
+    let proxy = start_proxy(&config, &[], &["fx"]).await?;
+    let (modern, _) = host(&proxy.url, Era::Modern, None).await?;
+    let tools = modern.list_all_tools().await?;
+    assert!(tools.iter().any(|t| t.name == "fx__touch") && tools.iter().any(|t| t.name == "fx__stats"));
+    let stats = modern.call_tool(CallToolRequestParams::new("fx__stats")).await?;
+    assert_ne!(stats.is_error, Some(true), "{stats:?}");
+
+    let (legacy, mut heard) = host(&proxy.url, Era::Legacy, None).await?;
+    let uri = "fx+fx://fx/item/1";
+    #[allow(deprecated)]
+    legacy.subscribe(SubscribeRequestParams::new(uri)).await?;
+    // Returns once the upstream acknowledged the subscription (see the memory test).
+    legacy.read_resource(rmcp::model::ReadResourceRequestParams::new(uri)).await?;
+    let touch = json!({"uri": "fx://fx/item/1"}).as_object().cloned().expect("object");
+    legacy.call_tool(CallToolRequestParams::new("fx__touch").with_arguments(touch)).await?;
+    wait_heard(&mut heard, &Heard::Updated(uri.into())).await
 }
