@@ -13,10 +13,10 @@ use common::fixture::{DEADLINE, Era, error_code};
 use common::peers::{everything_stdio_command, memory_stdio_command, parse_json_lines, py_script, python};
 use common::proxy::{PROXY_BIN, ProxyProcess, toml_str};
 use rmcp::model::{
-    CallToolRequestParams, PaginatedRequestParams, ProtocolVersion, ResourceUpdatedNotificationParam,
-    SubscribeRequestParams,
+    CallToolRequest, CallToolRequestParams, ClientRequest, NumberOrString, PaginatedRequestParams,
+    ProgressNotificationParam, ProtocolVersion, ResourceUpdatedNotificationParam, SubscribeRequestParams,
 };
-use rmcp::service::{ClientCacheConfig, NotificationContext, RunningService};
+use rmcp::service::{ClientCacheConfig, NotificationContext, PeerRequestOptions, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient};
@@ -33,6 +33,8 @@ enum Heard {
     Updated(String),
     ToolsListChanged,
     PromptsListChanged,
+    /// A progress notification: its token and progress.
+    Progress(String, u64),
 }
 
 #[derive(Clone)]
@@ -41,6 +43,14 @@ struct Recorder(mpsc::UnboundedSender<Heard>);
 impl ClientHandler for Recorder {
     async fn on_resource_updated(&self, params: ResourceUpdatedNotificationParam, _: NotificationContext<RoleClient>) {
         let _ = self.0.send(Heard::Updated(params.uri));
+    }
+
+    async fn on_progress(&self, params: ProgressNotificationParam, _: NotificationContext<RoleClient>) {
+        let token = match params.progress_token.0 {
+            NumberOrString::String(token) => token.to_string(),
+            NumberOrString::Number(n) => n.to_string(),
+        };
+        let _ = self.0.send(Heard::Progress(token, params.progress as u64));
     }
 
     async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {
@@ -403,4 +413,31 @@ async fn a_2026_07_28_upstreams_tools_serve_hosts_of_both_eras() -> anyhow::Resu
     let touch = json!({"uri": "fx://fx/item/1"}).as_object().cloned().expect("object");
     legacy.call_tool(CallToolRequestParams::new("fx__touch").with_arguments(touch)).await?;
     wait_heard(&mut heard, &Heard::Updated(uri.into())).await
+}
+
+/// A host that asks for progress on a long-running tool hears each step with its own token
+/// (rmcp gives the proxy's upstream request a token of its own; the proxy maps it back), from
+/// an rmcp host and from the Python SDK's `progress_callback`.
+#[tokio::test]
+async fn progress_of_a_long_running_tool_reaches_the_host_with_its_own_token() -> anyhow::Result<()> {
+    let proxy = start_proxy(&everything_upstream("ev"), &[], &["ev"]).await?;
+    let (client, mut heard) = host(&proxy.url, Era::Legacy, None).await?;
+    let args = json!({"duration": 0.6, "steps": 3}).as_object().cloned().expect("object");
+    let call = CallToolRequestParams::new("ev__trigger-long-running-operation").with_arguments(args);
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(call));
+    let handle = client.send_request_with_option(request, PeerRequestOptions::no_options()).await?;
+    let token = match &handle.progress_token.0 {
+        NumberOrString::String(token) => token.to_string(),
+        NumberOrString::Number(n) => n.to_string(),
+    };
+    handle.await_response().await?;
+    for step in 1..=3 {
+        wait_heard(&mut heard, &Heard::Progress(token.clone(), step)).await?;
+    }
+    let op = "call_progress:ev__trigger-long-running-operation:{\"duration\": 0.6, \"steps\": 3}";
+    for mode in ["legacy", "2026-07-28"] {
+        let answers = python_ops(&proxy.url, mode, &[], &[op]).await?;
+        assert_eq!(answers[0]["progress"], json!([1.0, 2.0, 3.0]), "{mode}: {}", answers[0]);
+    }
+    Ok(())
 }

@@ -10,9 +10,42 @@ use rmcp::model::{
     GetPromptResponse, ListPromptsResult, ListToolsResult, PaginatedRequestParams, PromptsCapability,
     ServerCapabilities, ToolsCapability,
 };
-use rmcp::service::{RequestContext, RoleServer};
+use rmcp::model::{ProgressNotificationParam, ProgressToken};
+use rmcp::service::{Peer, RequestContext, RoleServer};
+use tokio::sync::mpsc;
 
 use super::ProxyServer;
+use crate::tools::ProgressOutlet;
+
+/// Progress notifications that may wait for a slow host before new ones are dropped.
+const PROGRESS_QUEUE: usize = 64;
+
+/// One call's progress to its host, with the host's own token, in order, by a task of its own
+/// (so the proxy's event loop never waits on a host); it ends when the call is over.
+struct HostProgress {
+    queue: mpsc::Sender<ProgressNotificationParam>,
+}
+
+impl HostProgress {
+    fn start(peer: Peer<RoleServer>, token: ProgressToken) -> std::sync::Arc<dyn ProgressOutlet> {
+        let (queue, mut pending) = mpsc::channel::<ProgressNotificationParam>(PROGRESS_QUEUE);
+        tokio::spawn(async move {
+            while let Some(mut progress) = pending.recv().await {
+                progress.progress_token = token.clone();
+                if peer.notify_progress(progress).await.is_err() {
+                    return;
+                }
+            }
+        });
+        std::sync::Arc::new(HostProgress { queue })
+    }
+}
+
+impl ProgressOutlet for HostProgress {
+    fn send(&self, progress: ProgressNotificationParam) {
+        let _ = self.queue.try_send(progress);
+    }
+}
 
 /// Tools, prompts (both with `listChanged`) and completions, whatever the upstreams offer.
 pub(super) fn advertise(capabilities: &mut ServerCapabilities) {
@@ -55,7 +88,9 @@ impl ProxyServer {
     ) -> Result<CallToolResponse, ErrorData> {
         self.check_principal(&context.extensions)?;
         let started = Instant::now();
-        let answer = self.proxy.tools().call_tool(&self.principal, request, &context.ct).await;
+        let token = context.meta.get_progress_token().or_else(|| request.meta.as_ref()?.get_progress_token());
+        let progress = token.map(|token| HostProgress::start(context.peer.clone(), token));
+        let answer = self.proxy.tools().call_tool(&self.principal, request, &context.ct, progress).await;
         self.record("tools/call", started, answer)
     }
 

@@ -108,6 +108,7 @@ impl Proxy {
                 list_changed.poke();
             }
             UpstreamEvent::Down { .. } => list_changed.poke(),
+            UpstreamEvent::Progress { .. } => {}
             UpstreamEvent::OfferingsChanged { upstream } => {
                 self.inner.metrics.notification_received(&upstream, NotificationKind::ListChanged);
             }

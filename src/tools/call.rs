@@ -9,12 +9,14 @@
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult, GetPromptRequestParams,
-    GetPromptResponse, Reference, ResultType,
+    GetPromptResponse, Reference, RequestMetaObject, ResultType,
 };
+use std::sync::Arc;
+
 use tokio_util::sync::CancellationToken;
 
 use super::names::{self, Offering};
-use super::{Tools, rewrite};
+use super::{ProgressOutlet, Tools, rewrite};
 use crate::error::ProxyError;
 use crate::metrics::DenialAction;
 use crate::namespace;
@@ -22,15 +24,25 @@ use crate::upstream::Upstream;
 
 impl Tools {
     /// Call a namespaced tool for `principal`.
+    /// With a `progress` outlet (the host asked for progress), the upstream's progress of
+    /// this call reaches it.
     pub async fn call_tool(
         &self,
         principal: &str,
         mut params: CallToolRequestParams,
         cancelled: &CancellationToken,
+        progress: Option<Arc<dyn ProgressOutlet>>,
     ) -> Result<CallToolResponse, ProxyError> {
         let (upstream, original) = self.route(principal, Offering::Tool, &params.name)?;
         params.name = original.into();
-        let answer = until_cancelled(cancelled, upstream.call_tool(params)).await?;
+        params.meta = meta_upstream(params.meta.take());
+        let mut ticket = None;
+        let sent = |token: &rmcp::model::ProgressToken| {
+            ticket = progress.map(|outlet| self.inner.progress.register(upstream.name(), token, outlet));
+        };
+        let answer = until_cancelled(cancelled, upstream.call_tool(params, sent)).await;
+        drop(ticket);
+        let answer = answer?;
         let policy = self.policy();
         match answer {
             CallToolResponse::Complete(mut result) => {
@@ -66,6 +78,7 @@ impl Tools {
     ) -> Result<GetPromptResponse, ProxyError> {
         let (upstream, original) = self.route(principal, Offering::Prompt, &params.name)?;
         params.name = original;
+        params.meta = meta_upstream(params.meta.take());
         let answer = until_cancelled(cancelled, upstream.get_prompt(params)).await?;
         let GetPromptResponse::Complete(mut result) = answer else { return Ok(answer) };
         result.result_type = Some(ResultType::COMPLETE);
@@ -103,6 +116,7 @@ impl Tools {
             }
             _ => return Err(ProxyError::InvalidParams("unsupported completion reference".into())),
         };
+        params.meta = meta_upstream(params.meta.take());
         if !upstream.offers().2 {
             return Ok(CompleteResult::default());
         }
@@ -145,6 +159,11 @@ impl Tools {
         }
         Ok((upstream, original.to_string()))
     }
+}
+
+/// The host's `_meta` as it may go upstream (`None` when nothing is left).
+fn meta_upstream(meta: Option<RequestMetaObject>) -> Option<RequestMetaObject> {
+    Some(super::progress::upstream_meta(meta)).filter(|meta| !meta.0.0.is_empty())
 }
 
 /// The request's answer, or an error once the host cancelled it (the upstream request is

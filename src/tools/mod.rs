@@ -21,6 +21,7 @@
 mod call;
 mod catalog;
 pub mod names;
+mod progress;
 mod rewrite;
 
 use std::collections::{BTreeMap, HashMap};
@@ -32,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use self::catalog::{OfferingsCatalog, OfferingsSnapshot, UpstreamOfferings};
 use self::names::Offering;
+pub use self::progress::ProgressOutlet;
 use crate::cursor::{CursorKey, ListKind, Position};
 use crate::error::ProxyError;
 use crate::fanout::{Fanout, Outgoing};
@@ -55,6 +57,8 @@ struct Inner {
     /// The policy in force (shared with the rest of the proxy).
     policy: Arc<RwLock<PolicySet>>,
     refresh: mpsc::UnboundedSender<Refresh>,
+    /// Calls whose progress goes to their host.
+    progress: progress::ProgressBook,
 }
 
 /// Work for the refresher task.
@@ -89,6 +93,7 @@ impl Tools {
             page_size: parts.page_size,
             policy: parts.policy,
             refresh,
+            progress: Default::default(),
         };
         let tools = Tools { inner: Arc::new(inner) };
         tokio::spawn(tools.clone().refresher(work, shutdown));
@@ -102,6 +107,9 @@ impl Tools {
                 Refresh::Fetch(upstream.clone())
             }
             UpstreamEvent::Down { upstream } => Refresh::Drop(upstream.clone()),
+            UpstreamEvent::Progress { upstream, progress } => {
+                return self.inner.progress.deliver(upstream, progress.clone());
+            }
             UpstreamEvent::ResourceUpdated { .. } | UpstreamEvent::CatalogChanged { .. } => return,
         };
         let _ = self.inner.refresh.send(work);

@@ -71,6 +71,8 @@ pub enum UpstreamEvent {
     ResourceUpdated { upstream: String, uri: String, heard: bool },
     /// It said `tools/list_changed` or `prompts/list_changed` (see `crate::tools`).
     OfferingsChanged { upstream: String },
+    /// `notifications/progress` for a request the proxy sent it (see `crate::tools`).
+    Progress { upstream: String, progress: rmcp::model::ProgressNotificationParam },
 }
 
 /// What became of a subscription the proxy asked an upstream for.

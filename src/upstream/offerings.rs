@@ -7,10 +7,11 @@
 //! request.
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult, ErrorCode, GetPromptRequestParams,
-    GetPromptResponse, PaginatedRequestParams, Prompt, Tool,
+    CallToolRequest, CallToolRequestParams, CallToolResponse, CancelledNotificationParam, ClientRequest,
+    CompleteRequestParams, CompleteResult, ErrorCode, GetPromptRequestParams, GetPromptResponse,
+    PaginatedRequestParams, ProgressToken, Prompt, RequestId, ServerResult, Tool,
 };
-use rmcp::service::ServiceError;
+use rmcp::service::{Peer, PeerRequestOptions, RoleClient, ServiceError};
 
 use super::Upstream;
 use super::listing::{PageError, all_pages};
@@ -68,11 +69,30 @@ impl Upstream {
         Ok(Offered { tools, prompts })
     }
 
-    /// `tools/call` with the upstream's own tool name. Dropping the future before it answers
-    /// sends the upstream `notifications/cancelled`.
-    pub async fn call_tool(&self, params: CallToolRequestParams) -> Result<CallToolResponse, ProxyError> {
+    /// `tools/call` with the upstream's own tool name. `sent` learns the progress token rmcp
+    /// gave the request (it sets its own on every request) as soon as it is sent. Dropping
+    /// the future before the answer sends the upstream `notifications/cancelled`.
+    pub async fn call_tool(
+        &self,
+        params: CallToolRequestParams,
+        sent: impl FnOnce(&ProgressToken),
+    ) -> Result<CallToolResponse, ProxyError> {
         let link = self.link()?;
-        let request = link.peer.call_tool_once(params);
+        let peer = link.peer.clone();
+        let request = async move {
+            let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+            let handle = peer.send_request_with_option(request, PeerRequestOptions::no_options()).await?;
+            sent(&handle.progress_token);
+            let mut abandoned = Abandoned { peer: peer.clone(), id: Some(handle.id.clone()) };
+            let answer = handle.await_response().await;
+            abandoned.id = None;
+            match answer? {
+                ServerResult::CallToolResult(result) => Ok(CallToolResponse::Complete(result)),
+                ServerResult::InputRequiredResult(needs) => Ok(CallToolResponse::InputRequired(needs)),
+                ServerResult::CreateTaskResult(task) => Ok(CallToolResponse::Task(task)),
+                _ => Err(ServiceError::UnexpectedResponse),
+            }
+        };
         self.timed("tools/call", request, !link.peer.is_transport_closed()).await
     }
 
@@ -146,5 +166,20 @@ impl Upstream {
     fn count<T>(&self, method: &'static str, result: &Result<T, PageError>, started: std::time::Instant) {
         let outcome = if result.is_ok() { "ok" } else { "upstream_failed" };
         self.inner.metrics.upstream_request(self.name(), method, outcome, started.elapsed());
+    }
+}
+
+/// A request whose answer is no longer awaited: the upstream is told to stop.
+struct Abandoned {
+    peer: Peer<RoleClient>,
+    id: Option<RequestId>,
+}
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else { return };
+        let peer = self.peer.clone();
+        let cancelled = CancelledNotificationParam::new(Some(id), Some("the host cancelled the request".into()));
+        tokio::spawn(async move { peer.notify_cancelled(cancelled).await });
     }
 }

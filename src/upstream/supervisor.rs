@@ -228,6 +228,10 @@ impl Supervisor {
                 self.forward_offerings_changed();
                 Ok(())
             }
+            Notice::Progress(progress) => {
+                self.forward_progress(progress);
+                Ok(())
+            }
             Notice::ListChanged => {
                 // A burst of list_changed costs one reload (two when more arrive during the
                 // first) and one event.
@@ -310,6 +314,10 @@ impl Supervisor {
         let _ = self.events.send(UpstreamEvent::OfferingsChanged { upstream: self.upstream.name().to_string() });
     }
 
+    fn forward_progress(&self, progress: rmcp::model::ProgressNotificationParam) {
+        let _ = self.events.send(UpstreamEvent::Progress { upstream: self.upstream.name().to_string(), progress });
+    }
+
     /// Take what queued; true when a list change was among it. Updates pass on in order.
     fn drain_list_changes(&self, notices: &mut mpsc::UnboundedReceiver<Notice>) -> bool {
         let mut changed = false;
@@ -320,6 +328,7 @@ impl Supervisor {
                 Notice::MayHaveChanged(uri) => self.forward_update(uri, false),
                 Notice::Fault(fault) => self.upstream.record_fault(fault),
                 Notice::OfferingsChanged => self.forward_offerings_changed(),
+                Notice::Progress(progress) => self.forward_progress(progress),
             }
         }
         changed

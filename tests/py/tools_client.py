@@ -7,6 +7,7 @@ OPs run in order on one connection; each prints one JSON line on stdout:
   tools_all                 {"op":"tools_all","names":[...],"pages":n,"tools":[raw]}   (follows nextCursor)
   prompts_all               {"op":"prompts_all","names":[...],"pages":n}
   call:NAME:JSONARGS        {"op":"call","name":NAME,"result":{raw CallToolResult}} | {"op":..,"error":{code,message}}
+  call_progress:NAME:JSON   the same, asking for progress: {"op":..,"progress":[values seen by progress_callback],..}
   prompt:NAME:JSONARGS      {"op":"prompt","name":NAME,"result":{raw GetPromptResult}} | error
   complete:PROMPT:ARG:VALUE {"op":"complete","values":[...]} | error
 """
@@ -62,6 +63,19 @@ async def run_op(client, op):
             name, _, args = rest.partition(":")
             result = await client.call_tool(name, json.loads(args or "{}"))
             return {"op": kind, "name": name, "result": dump(result)}
+        if kind == "call_progress":
+            name, _, args = rest.partition(":")
+            seen = []
+
+            async def on_progress(progress, total, message):
+                seen.append(progress)
+
+            result = await client.call_tool(name, json.loads(args or "{}"), progress_callback=on_progress)
+            # Progress sent before the result may be handled just after it.
+            with anyio.move_on_after(5):
+                while len(seen) < 3:
+                    await anyio.sleep(0.05)
+            return {"op": kind, "name": name, "progress": seen, "result": dump(result)}
         if kind == "prompt":
             name, _, args = rest.partition(":")
             result = await client.get_prompt(name, json.loads(args or "{}"))
