@@ -416,8 +416,9 @@ async fn a_2026_07_28_upstreams_tools_serve_hosts_of_both_eras() -> anyhow::Resu
 }
 
 /// A host that asks for progress on a long-running tool hears each step with its own token
-/// (rmcp gives the proxy's upstream request a token of its own; the proxy maps it back), from
-/// an rmcp host and from the Python SDK's `progress_callback`.
+/// (rmcp gives the proxy's upstream request a token of its own; the proxy maps it back): every
+/// step at an rmcp 2025 host (a late one too), and steps in order at the Python SDK's
+/// `progress_callback` in both eras.
 #[tokio::test]
 async fn progress_of_a_long_running_tool_reaches_the_host_with_its_own_token() -> anyhow::Result<()> {
     let proxy = start_proxy(&everything_upstream("ev"), &[], &["ev"]).await?;
@@ -435,9 +436,15 @@ async fn progress_of_a_long_running_tool_reaches_the_host_with_its_own_token() -
         wait_heard(&mut heard, &Heard::Progress(token.clone(), step)).await?;
     }
     let op = "call_progress:ev__trigger-long-running-operation:{\"duration\": 0.6, \"steps\": 3}";
+    // The Python SDK calls `progress_callback` only while its request waits, and a step the
+    // upstream sends just before its result can reach the proxy after it (see README); a
+    // 2026-07-28 host's reply stream even closes with the result. What arrives arrives in
+    // order, under the host's own token.
     for mode in ["legacy", "2026-07-28"] {
         let answers = python_ops(&proxy.url, mode, &[], &[op]).await?;
-        assert_eq!(answers[0]["progress"], json!([1.0, 2.0, 3.0]), "{mode}: {}", answers[0]);
+        let seen = answers[0]["progress"].as_array().context("progress")?.clone();
+        assert!(!seen.is_empty() && seen.len() <= 3, "{mode}: {}", answers[0]);
+        assert_eq!(seen, json!([1.0, 2.0, 3.0]).as_array().expect("array")[..seen.len()], "{mode}: {}", answers[0]);
     }
     Ok(())
 }

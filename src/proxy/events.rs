@@ -109,7 +109,7 @@ impl Proxy {
             }
             UpstreamEvent::Down { .. } => list_changed.poke(),
             UpstreamEvent::Progress { .. } => {}
-            UpstreamEvent::OfferingsChanged { upstream } => {
+            UpstreamEvent::OfferingsChanged { upstream, .. } => {
                 self.inner.metrics.notification_received(&upstream, NotificationKind::ListChanged);
             }
         }

@@ -83,17 +83,14 @@ impl Proxy {
         let cache = Coherence::new(config.cache.clone(), watches.clone(), cache_holder, metrics.clone(), max_load);
         let policy = Arc::new(RwLock::new(config.policies.set.clone()));
         let cursor_key = CursorKey::random();
-        let tools = Tools::start(
-            ToolsParts {
-                upstreams: upstreams.clone(),
-                fanout: fanout.clone(),
-                metrics: metrics.clone(),
-                cursor_key: cursor_key.clone(),
-                page_size: config.server.page_size,
-                policy: policy.clone(),
-            },
-            shutdown.clone(),
-        );
+        let tools = Tools::new(ToolsParts {
+            upstreams: upstreams.clone(),
+            fanout: fanout.clone(),
+            metrics: metrics.clone(),
+            cursor_key: cursor_key.clone(),
+            page_size: config.server.page_size,
+            policy: policy.clone(),
+        });
         let inner = Inner {
             tools,
             metrics,

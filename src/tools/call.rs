@@ -41,7 +41,13 @@ impl Tools {
             ticket = progress.map(|outlet| self.inner.progress.register(upstream.name(), token, outlet));
         };
         let answer = until_cancelled(cancelled, upstream.call_tool(params, sent)).await;
-        drop(ticket);
+        if let Some(ticket) = ticket {
+            // Progress sent just before the result may still be on its way.
+            tokio::spawn(async move {
+                tokio::time::sleep(super::progress::PROGRESS_GRACE).await;
+                drop(ticket);
+            });
+        }
         let answer = answer?;
         let policy = self.policy();
         match answer {

@@ -4,8 +4,9 @@
 //! `tools/call`, `prompts/get` and `completion/complete` routed to the owning upstream
 //! (`call`).
 //!
-//! The lists are fetched when an upstream comes up and again when it says
-//! `tools/list_changed` or `prompts/list_changed`; they leave with the upstream. A change
+//! The lists are fetched by the upstream's supervisor when it comes up (before it counts as
+//! up) and again when it says `tools/list_changed` or `prompts/list_changed`, and arrive here
+//! with its events; they leave with the upstream. A change
 //! reaches hosts as `tools/list_changed` / `prompts/list_changed` after the merged list has
 //! it, and only hosts whose principal's visible list changed hear it (the same holds for a
 //! policy reload).
@@ -28,8 +29,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 
 use rmcp::model::{ListPromptsResult, ListToolsResult, Prompt, Tool};
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
 pub use self::catalog::{OfferingsCatalog, OfferingsSnapshot, UpstreamOfferings};
 use self::names::Offering;
@@ -56,18 +55,8 @@ struct Inner {
     page_size: usize,
     /// The policy in force (shared with the rest of the proxy).
     policy: Arc<RwLock<PolicySet>>,
-    refresh: mpsc::UnboundedSender<Refresh>,
     /// Calls whose progress goes to their host.
-    progress: progress::ProgressBook,
-}
-
-/// Work for the refresher task.
-#[derive(Debug)]
-enum Refresh {
-    /// Fetch the upstream's lists (it came up, or said they changed).
-    Fetch(String),
-    /// It went down: its tools and prompts leave.
-    Drop(String),
+    progress: Arc<progress::ProgressBook>,
 }
 
 /// What [`Tools::start`] needs from the proxy.
@@ -81,9 +70,7 @@ pub struct ToolsParts {
 }
 
 impl Tools {
-    /// Start the refresher task (ends with `shutdown`).
-    pub fn start(parts: ToolsParts, shutdown: CancellationToken) -> Tools {
-        let (refresh, work) = mpsc::unbounded_channel();
+    pub fn new(parts: ToolsParts) -> Tools {
         let inner = Inner {
             catalog: OfferingsCatalog::default(),
             upstreams: parts.upstreams,
@@ -92,27 +79,36 @@ impl Tools {
             cursor_key: parts.cursor_key,
             page_size: parts.page_size,
             policy: parts.policy,
-            refresh,
             progress: Default::default(),
         };
-        let tools = Tools { inner: Arc::new(inner) };
-        tokio::spawn(tools.clone().refresher(work, shutdown));
-        tools
+        Tools { inner: Arc::new(inner) }
     }
 
-    /// What an upstream event means here; never waits.
+    /// What an upstream event means here: its tools and prompts (fetched by its supervisor)
+    /// come, change or go; progress goes to its call. Never waits.
     pub fn on_upstream_event(&self, event: &UpstreamEvent) {
-        let work = match event {
-            UpstreamEvent::Up { upstream, .. } | UpstreamEvent::OfferingsChanged { upstream } => {
-                Refresh::Fetch(upstream.clone())
+        let (upstream, offerings) = match event {
+            UpstreamEvent::Up { upstream, offered, .. } | UpstreamEvent::OfferingsChanged { upstream, offered } => {
+                (upstream, Some(self.namespaced(upstream, offered.clone())))
             }
-            UpstreamEvent::Down { upstream } => Refresh::Drop(upstream.clone()),
+            UpstreamEvent::Down { upstream } => (upstream, None),
             UpstreamEvent::Progress { upstream, progress } => {
                 return self.inner.progress.deliver(upstream, progress.clone());
             }
             UpstreamEvent::ResourceUpdated { .. } | UpstreamEvent::CatalogChanged { .. } => return,
         };
-        let _ = self.inner.refresh.send(work);
+        self.replace(upstream, offerings);
+    }
+
+    /// Swap in what `upstream` offers, then tell hosts whose view changed.
+    fn replace(&self, upstream: &str, offerings: Option<UpstreamOfferings>) {
+        let Some((before, after)) = self.inner.catalog.replace(upstream, offerings) else { return };
+        let policy = self.policy();
+        let told = self.announce((&before, &policy), (&after, &policy));
+        let counts = after.counts();
+        let (tools, prompts) = counts.iter().find(|(n, _, _)| n == upstream).map_or((0, 0), |c| (c.1, c.2));
+        // The upstream's own up/down line is the one state-change line; this is detail.
+        tracing::debug!(upstream, tools, prompts, hosts_told = told, "tools and prompts changed");
     }
 
     /// The merged snapshot (for `/status` and tests).
@@ -190,42 +186,6 @@ impl Tools {
     fn cursor(&self, principal: &str, list: ListKind, snapshot: &OfferingsSnapshot, offset: usize) -> String {
         let position = Position { list, generation: snapshot.generation, offset: offset as u64 };
         self.inner.cursor_key.encode(principal, position)
-    }
-
-    /// One task: fetches run one at a time, in the order the events came.
-    async fn refresher(self, mut work: mpsc::UnboundedReceiver<Refresh>, shutdown: CancellationToken) {
-        loop {
-            let next = tokio::select! {
-                Some(next) = work.recv() => next,
-                _ = shutdown.cancelled() => return,
-            };
-            let (upstream, offerings) = match next {
-                Refresh::Drop(upstream) => (upstream, None),
-                Refresh::Fetch(upstream) => match self.fetch(&upstream).await {
-                    Some(offerings) => (upstream, Some(offerings)),
-                    None => continue,
-                },
-            };
-            if let Some((before, after)) = self.inner.catalog.replace(&upstream, offerings) {
-                let policy = self.policy();
-                let told = self.announce((&before, &policy), (&after, &policy));
-                let counts = after.counts();
-                let (tools, prompts) = counts.iter().find(|(n, _, _)| *n == upstream).map_or((0, 0), |c| (c.1, c.2));
-                tracing::info!(upstream, tools, prompts, hosts_told = told, "tools and prompts changed");
-            }
-        }
-    }
-
-    /// Its lists, namespaced; `None` (logged) when they cannot be had or it is gone.
-    async fn fetch(&self, name: &str) -> Option<UpstreamOfferings> {
-        let upstream = self.inner.upstreams.get(name)?;
-        match upstream.list_offerings().await {
-            Ok(offered) => Some(self.namespaced(name, offered)),
-            Err(error) => {
-                tracing::warn!(upstream = name, error = %error, "tools and prompts not loaded; the previous lists stay");
-                None
-            }
-        }
     }
 
     /// Namespace every name (skipping, logging and counting those outside the spec's rules)

@@ -4,7 +4,7 @@
 //! the host that asked, with the host's own token.
 //!
 //! Invariant: progress reaches only the host whose call it belongs to, and only from the
-//! upstream that call went to; the token is forgotten when the call ends.
+//! upstream that call went to; the token is forgotten [`PROGRESS_GRACE`] after the call ends.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -24,22 +24,26 @@ pub(super) struct ProgressBook {
 }
 
 /// A registered call; dropping it forgets the token.
-pub(super) struct ProgressTicket<'a> {
-    book: &'a ProgressBook,
+pub(super) struct ProgressTicket {
+    book: Arc<ProgressBook>,
     key: (String, ProgressToken),
 }
+
+/// How long progress of a call that has answered is still passed on: it travels apart from the
+/// result and may arrive just after it.
+pub(super) const PROGRESS_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl ProgressBook {
     /// Progress `upstream` sends for `token` goes to `outlet` until the ticket is dropped.
     pub fn register(
-        &self,
+        self: &Arc<Self>,
         upstream: &str,
         token: &ProgressToken,
         outlet: Arc<dyn ProgressOutlet>,
-    ) -> ProgressTicket<'_> {
+    ) -> ProgressTicket {
         let key = (upstream.to_string(), token.clone());
         self.calls.lock().expect("progress lock").insert(key.clone(), outlet);
-        ProgressTicket { book: self, key }
+        ProgressTicket { book: self.clone(), key }
     }
 
     /// Progress `upstream` sent: to its call's host, if it is one of ours.
@@ -57,7 +61,7 @@ impl ProgressBook {
     }
 }
 
-impl Drop for ProgressTicket<'_> {
+impl Drop for ProgressTicket {
     fn drop(&mut self) {
         self.book.calls.lock().expect("progress lock").remove(&self.key);
     }
@@ -95,7 +99,7 @@ mod tests {
 
     #[test]
     fn progress_goes_only_to_its_call_and_only_from_its_upstream() {
-        let book = ProgressBook::default();
+        let book = Arc::new(ProgressBook::default());
         let outlet = Arc::new(Collect(Mutex::default()));
         let token = ProgressToken(NumberOrString::Number(6));
         let ticket = book.register("ev", &token, outlet.clone());

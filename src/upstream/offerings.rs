@@ -13,8 +13,8 @@ use rmcp::model::{
 };
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient, ServiceError};
 
-use super::Upstream;
 use super::listing::{PageError, all_pages};
+use super::{Link, Upstream};
 use crate::error::ProxyError;
 
 /// What an upstream offers besides resources.
@@ -33,11 +33,19 @@ impl Upstream {
         })
     }
 
-    /// Every page of its tools and prompts (an upstream that lacks one offers none of it).
-    pub async fn list_offerings(&self) -> Result<Offered, String> {
-        let link = self.link().map_err(|e| e.to_string())?;
+    /// Every page of its tools and prompts on `link` (an upstream that lacks one offers none
+    /// of it); `None`, logged, when they cannot be had.
+    pub(super) async fn fetch_offerings(&self, link: &Link) -> Option<Offered> {
+        let fetched = self.list_offerings(link).await;
+        if let Err(error) = &fetched {
+            tracing::warn!(upstream = self.name(), error = %error, "tools and prompts not loaded");
+        }
+        fetched.ok()
+    }
+
+    async fn list_offerings(&self, link: &Link) -> Result<Offered, String> {
         let timeout = self.config().request_timeout;
-        let (has_tools, has_prompts, _) = self.offers();
+        let (has_tools, has_prompts) = (link.capabilities.tools.is_some(), link.capabilities.prompts.is_some());
         let started = std::time::Instant::now();
         let tools = match has_tools {
             false => Ok((Vec::new(), None)),

@@ -23,6 +23,8 @@ pub(super) struct Supervisor {
     upstream: Upstream,
     /// Whether it has been up before (so the next `Up` is a reconnect).
     was_up: std::sync::Mutex<bool>,
+    /// A tools or prompts `list_changed` was taken while draining: fetch them again.
+    offerings_stale: std::sync::atomic::AtomicBool,
     catalog: Catalog,
     events: mpsc::UnboundedSender<UpstreamEvent>,
     shutdown: CancellationToken,
@@ -49,7 +51,8 @@ impl Supervisor {
         events: mpsc::UnboundedSender<UpstreamEvent>,
         shutdown: CancellationToken,
     ) -> Self {
-        Self { upstream, was_up: std::sync::Mutex::new(false), catalog, events, shutdown }
+        let offerings_stale = Default::default();
+        Self { upstream, was_up: std::sync::Mutex::new(false), offerings_stale, catalog, events, shutdown }
     }
 
     pub async fn run(self) {
@@ -130,6 +133,8 @@ impl Supervisor {
             Ok(reload) => reload.refresh,
             Err(error) => return End::Lost(error),
         };
+        // Before `Up`, so they are in when the upstream counts as up.
+        let offered = self.upstream.fetch_offerings(&link).await.unwrap_or_default();
         *backoff = BACKOFF_MIN;
         self.upstream.set_link(Some(link.clone()));
         self.upstream.update_status(|s| {
@@ -147,7 +152,8 @@ impl Supervisor {
             self.upstream.update_status(|s| s.reconnects += 1);
             self.upstream.inner.metrics.upstream_reconnected(self.upstream.name());
         }
-        let _ = self.events.send(UpstreamEvent::Up { upstream: self.upstream.name().to_string(), era, reconnected });
+        let name = self.upstream.name().to_string();
+        let _ = self.events.send(UpstreamEvent::Up { upstream: name, era, reconnected, offered });
         let watcher = CancellationToken::new();
         let upstream = self.upstream.clone();
         tokio::spawn(super::watching::keep(
@@ -225,7 +231,11 @@ impl Supervisor {
                 Ok(())
             }
             Notice::OfferingsChanged => {
-                self.forward_offerings_changed();
+                // A burst costs one fetch per kind of notice that queued meanwhile.
+                while self.drain_list_changes(notices) {
+                    self.reloaded(self.load_catalog(&link.peer).await?.changed);
+                }
+                self.refetch_offerings(link).await;
                 Ok(())
             }
             Notice::Progress(progress) => {
@@ -241,6 +251,9 @@ impl Supervisor {
                     changed |= self.load_catalog(&link.peer).await?.changed;
                 }
                 self.reloaded(changed);
+                if self.offerings_stale.load(std::sync::atomic::Ordering::Relaxed) {
+                    self.refetch_offerings(link).await;
+                }
                 Ok(())
             }
         }
@@ -309,9 +322,13 @@ impl Supervisor {
             self.events.send(UpstreamEvent::ResourceUpdated { upstream: self.upstream.name().to_string(), uri, heard });
     }
 
-    /// Tools and prompts are fetched by their owner (`crate::tools`), not here.
-    fn forward_offerings_changed(&self) {
-        let _ = self.events.send(UpstreamEvent::OfferingsChanged { upstream: self.upstream.name().to_string() });
+    /// Fetch the tools and prompts again and pass them on (`crate::tools` owns them).
+    async fn refetch_offerings(&self, link: &Link) {
+        self.offerings_stale.store(false, std::sync::atomic::Ordering::Relaxed);
+        if let Some(offered) = self.upstream.fetch_offerings(link).await {
+            let upstream = self.upstream.name().to_string();
+            let _ = self.events.send(UpstreamEvent::OfferingsChanged { upstream, offered });
+        }
     }
 
     fn forward_progress(&self, progress: rmcp::model::ProgressNotificationParam) {
@@ -327,7 +344,8 @@ impl Supervisor {
                 Notice::Updated(uri) => self.forward_update(uri, true),
                 Notice::MayHaveChanged(uri) => self.forward_update(uri, false),
                 Notice::Fault(fault) => self.upstream.record_fault(fault),
-                Notice::OfferingsChanged => self.forward_offerings_changed(),
+                // Fetched when the notice is taken (or right after, when drained here).
+                Notice::OfferingsChanged => self.offerings_stale.store(true, std::sync::atomic::Ordering::Relaxed),
                 Notice::Progress(progress) => self.forward_progress(progress),
             }
         }

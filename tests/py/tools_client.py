@@ -71,10 +71,6 @@ async def run_op(client, op):
                 seen.append(progress)
 
             result = await client.call_tool(name, json.loads(args or "{}"), progress_callback=on_progress)
-            # Progress sent before the result may be handled just after it.
-            with anyio.move_on_after(5):
-                while len(seen) < 3:
-                    await anyio.sleep(0.05)
             return {"op": kind, "name": name, "progress": seen, "result": dump(result)}
         if kind == "prompt":
             name, _, args = rest.partition(":")
