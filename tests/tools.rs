@@ -13,8 +13,9 @@ use common::fixture::{DEADLINE, Era, error_code};
 use common::peers::{everything_stdio_command, memory_stdio_command, parse_json_lines, py_script, python};
 use common::proxy::{PROXY_BIN, ProxyProcess, toml_str};
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, ClientRequest, NumberOrString, PaginatedRequestParams,
-    ProgressNotificationParam, ProtocolVersion, ResourceUpdatedNotificationParam, SubscribeRequestParams,
+    ArgumentInfo, CallToolRequest, CallToolRequestParams, ClientRequest, CompleteRequestParams, NumberOrString,
+    PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, Reference, ResourceUpdatedNotificationParam,
+    SubscribeRequestParams,
 };
 use rmcp::service::{ClientCacheConfig, NotificationContext, PeerRequestOptions, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -446,5 +447,32 @@ async fn progress_of_a_long_running_tool_reaches_the_host_with_its_own_token() -
         assert!(!seen.is_empty() && seen.len() <= 3, "{mode}: {}", answers[0]);
         assert_eq!(seen, json!([1.0, 2.0, 3.0]).as_array().expect("array")[..seen.len()], "{mode}: {}", answers[0]);
     }
+    Ok(())
+}
+
+/// `completion/complete` for a namespaced resource template goes to its upstream (which
+/// completes positive integers only); a template the caller may not see answers like a
+/// template that does not exist.
+#[tokio::test]
+async fn completion_for_a_namespaced_template_is_routed_and_policy_checked() -> anyhow::Result<()> {
+    let policies = tempfile::tempdir()?;
+    let alice = "principals = [\"alice\"]\nallow = [\"**\"]\ndeny = [\"ev+demo://resource/dynamic/blob/**\"]\n";
+    std::fs::write(policies.path().join("alice.toml"), alice)?;
+    std::fs::write(policies.path().join("bob.toml"), "principals = [\"bob\"]\nallow = [\"tool://ev/echo\"]\n")?;
+    let config = access_config(policies.path(), 100, &everything_upstream("ev"));
+    let proxy = start_proxy(&config, &TOKENS, &["ev"]).await?;
+    let (client, _) = host(&proxy.url, Era::Legacy, Some(ALICE_TOKEN)).await?;
+    let complete = |template: &str, value: &str| {
+        let argument = ArgumentInfo::new("resourceId", value);
+        CompleteRequestParams::new(Reference::for_resource(template), argument)
+    };
+    let text = "ev+demo://resource/dynamic/text/{resourceId}";
+    let answer = client.complete(complete(text, "7")).await?;
+    assert_eq!(answer.completion.values, ["7"]);
+    assert!(client.complete(complete(text, "x")).await?.completion.values.is_empty());
+    let denied = client.complete(complete("ev+demo://resource/dynamic/blob/{resourceId}", "7")).await;
+    let missing = client.complete(complete("ev+demo://resource/nothing/{resourceId}", "7")).await;
+    let (denied, missing) = (denied.expect_err("denied"), missing.expect_err("missing"));
+    assert_eq!(error_code(&denied), error_code(&missing), "{denied} / {missing}");
     Ok(())
 }

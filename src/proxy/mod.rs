@@ -84,6 +84,7 @@ impl Proxy {
         let policy = Arc::new(RwLock::new(config.policies.set.clone()));
         let cursor_key = CursorKey::random();
         let tools = Tools::new(ToolsParts {
+            resources: catalog.clone(),
             upstreams: upstreams.clone(),
             fanout: fanout.clone(),
             metrics: metrics.clone(),

@@ -153,11 +153,15 @@ impl Tools {
         Ok((upstream, original.to_string()))
     }
 
-    /// A namespaced URI template the caller may see templates of, and its upstream.
+    /// A listed, namespaced URI template the caller may see, and its upstream; otherwise the
+    /// one not-found answer.
     fn route_template(&self, principal: &str, template: &str) -> Result<(&Upstream, String), ProxyError> {
         let not_found = || ProxyError::not_found(template);
         let (name, original) = namespace::split(template).ok_or_else(not_found)?;
         let upstream = self.inner.upstreams.get(name).ok_or_else(not_found)?;
+        if !self.inner.resources.snapshot().any_template(|t| t.uri_template == template) {
+            return Err(not_found());
+        }
         let policy = self.policy();
         if !policy.is_allow_all() && !policy.template_visible(principal, template) {
             self.inner.metrics.policy_denied(DenialAction::Use, None);

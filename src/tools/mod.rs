@@ -33,6 +33,7 @@ use rmcp::model::{ListPromptsResult, ListToolsResult, Prompt, Tool};
 pub use self::catalog::{OfferingsCatalog, OfferingsSnapshot, UpstreamOfferings};
 use self::names::Offering;
 pub use self::progress::ProgressOutlet;
+use crate::catalog::Catalog;
 use crate::cursor::{CursorKey, ListKind, Position};
 use crate::error::ProxyError;
 use crate::fanout::{Fanout, Outgoing};
@@ -48,6 +49,8 @@ pub struct Tools {
 
 struct Inner {
     catalog: OfferingsCatalog,
+    /// The resource catalog: completion is offered for the templates it lists.
+    resources: Catalog,
     upstreams: Arc<BTreeMap<String, Upstream>>,
     fanout: Fanout,
     metrics: Metrics,
@@ -61,6 +64,7 @@ struct Inner {
 
 /// What [`Tools::start`] needs from the proxy.
 pub struct ToolsParts {
+    pub resources: Catalog,
     pub upstreams: Arc<BTreeMap<String, Upstream>>,
     pub fanout: Fanout,
     pub metrics: Metrics,
@@ -73,6 +77,7 @@ impl Tools {
     pub fn new(parts: ToolsParts) -> Tools {
         let inner = Inner {
             catalog: OfferingsCatalog::default(),
+            resources: parts.resources,
             upstreams: parts.upstreams,
             fanout: parts.fanout,
             metrics: parts.metrics,
