@@ -149,11 +149,13 @@ impl Snapshot {
 /// Scan from `offset`, keep visible items, stop at `limit` of them — or after scanning a bounded
 /// number of hidden ones, so a page stays cheap under a restrictive policy (a short page with a
 /// cursor is a valid page).
-fn page<T: Clone>(
-    parts: &[(String, Arc<UpstreamCatalog>)],
+/// Generic over what each upstream contributes, so every merged list (resources, templates,
+/// tools, prompts) pages the same way.
+pub(crate) fn page<P, T: Clone>(
+    parts: &[(String, Arc<P>)],
     offset: usize,
     limit: usize,
-    list: impl Fn(&UpstreamCatalog) -> &Vec<T>,
+    list: impl Fn(&P) -> &Vec<T>,
     visible: impl Fn(&T) -> bool,
 ) -> Page<T> {
     let max_scanned = limit.saturating_mul(64).max(4096);

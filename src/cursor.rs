@@ -23,6 +23,8 @@ const BODY_LEN: usize = 1 + 1 + 8 + 8;
 pub enum ListKind {
     Resources = 1,
     Templates = 2,
+    Tools = 3,
+    Prompts = 4,
 }
 
 /// Where the next page starts.
@@ -81,6 +83,8 @@ impl CursorKey {
         let kind = match body[1] {
             1 => ListKind::Resources,
             2 => ListKind::Templates,
+            3 => ListKind::Tools,
+            4 => ListKind::Prompts,
             _ => return Err(CursorError::Malformed),
         };
         if kind != list {

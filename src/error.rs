@@ -16,6 +16,11 @@ pub enum ProxyError {
     /// not reveal which).
     #[error("resource not found: {uri}")]
     NotFound { uri: String },
+    /// A tool or prompt name that names nothing the caller may use: unknown, denied, or of an
+    /// upstream that is not connected (the proxy does not reveal which). `-32602`, as the spec
+    /// asks for an unknown tool.
+    #[error("unknown {offering}: {name}")]
+    UnknownName { offering: &'static str, name: String },
     /// A list cursor that was not minted by this proxy for this caller, or whose catalog
     /// generation is gone.
     #[error("invalid or expired cursor: list again without a cursor")]
@@ -42,7 +47,7 @@ impl ProxyError {
     /// A bounded label for logs and metrics.
     pub fn kind(&self) -> &'static str {
         match self {
-            Self::NotFound { .. } => "not_found",
+            Self::NotFound { .. } | Self::UnknownName { .. } => "not_found",
             Self::InvalidCursor => "invalid_cursor",
             Self::InvalidParams(_) => "invalid_params",
             Self::UpstreamDown { .. } => "upstream_down",
@@ -62,7 +67,9 @@ impl ProxyError {
         let message = self.to_string();
         match self {
             Self::NotFound { uri } => ErrorData::resource_not_found(message, Some(json!({ "uri": uri }))),
-            Self::InvalidCursor | Self::InvalidParams(_) => ErrorData::invalid_params(message, None),
+            Self::InvalidCursor | Self::InvalidParams(_) | Self::UnknownName { .. } => {
+                ErrorData::invalid_params(message, None)
+            }
             Self::InputRequired(_) => ErrorData::internal_error(message, None),
             Self::UpstreamDown { upstream }
             | Self::UpstreamTimeout { upstream, .. }

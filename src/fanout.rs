@@ -34,6 +34,10 @@ pub enum Outgoing {
     Updated(String),
     /// `notifications/resources/list_changed`.
     ListChanged,
+    /// `notifications/tools/list_changed`.
+    ToolsListChanged,
+    /// `notifications/prompts/list_changed`.
+    PromptsListChanged,
 }
 
 impl Outgoing {
@@ -41,6 +45,8 @@ impl Outgoing {
         match self {
             Outgoing::Updated(_) => "updated",
             Outgoing::ListChanged => "list_changed",
+            Outgoing::ToolsListChanged => "tools_list_changed",
+            Outgoing::PromptsListChanged => "prompts_list_changed",
         }
     }
 }
@@ -66,6 +72,10 @@ pub struct OutletInfo {
     pub kind: OutletKind,
     /// Legacy sessions always; listen streams when their filter asked for it.
     pub wants_list_changed: bool,
+    /// `tools/list_changed` and `prompts/list_changed`: legacy sessions always; listen streams
+    /// when their filter asked for them.
+    pub wants_tools_list_changed: bool,
+    pub wants_prompts_list_changed: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -259,7 +269,13 @@ mod tests {
     }
 
     fn info(wants_list_changed: bool) -> OutletInfo {
-        OutletInfo { principal: "p".into(), kind: OutletKind::Session, wants_list_changed }
+        OutletInfo {
+            principal: "p".into(),
+            kind: OutletKind::Session,
+            wants_list_changed,
+            wants_tools_list_changed: false,
+            wants_prompts_list_changed: false,
+        }
     }
 
     #[tokio::test]

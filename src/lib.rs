@@ -20,6 +20,7 @@
 //! - [`fanout`]: per-host bounded queues and sender tasks for notifications.
 //! - [`proxy`]: capability services (lists, reads, subscriptions, access) over one shared core, behind the `Proxy` handle; live config reload.
 //! - [`spine`]: every background task, named, owned and drained in one place.
+//! - [`tools`]: tools, prompts and completion of every upstream under `<upstream>__<name>`; merged lists, routed calls, policy over `tool://`/`prompt://`.
 //! - [`serve_dir`]: the built-in folder server.
 //! - [`metrics`]: the one [`metrics::Metrics`] handle with its own prometheus registry; bounded labels only.
 //! - [`listener`]: the accept loop of both HTTP listeners (connection cap, header timeout, `TCP_NODELAY`), allowed `Host`s.
@@ -49,6 +50,7 @@ pub mod ready_file;
 pub mod serve_dir;
 pub mod spine;
 pub mod subscriptions;
+pub mod tools;
 pub mod upstream;
 pub mod uri;
 

@@ -35,7 +35,7 @@ const FLOORS: &[&[&str]] = &[
     // Upstream connections.
     &["upstream"],
     // Cache coherence (holds upstream handles in its watch book).
-    &["coherence"],
+    &["coherence", "tools"],
     // The admin listener (given the status by whoever serves it).
     &["admin"],
     // The proxy core.

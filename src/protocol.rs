@@ -35,6 +35,11 @@ pub mod method {
     pub const RESOURCES_SUBSCRIBE: &str = "resources/subscribe";
     pub const RESOURCES_UNSUBSCRIBE: &str = "resources/unsubscribe";
     pub const SUBSCRIPTIONS_LISTEN: &str = "subscriptions/listen";
+    pub const TOOLS_LIST: &str = "tools/list";
+    pub const TOOLS_CALL: &str = "tools/call";
+    pub const PROMPTS_LIST: &str = "prompts/list";
+    pub const PROMPTS_GET: &str = "prompts/get";
+    pub const COMPLETION_COMPLETE: &str = "completion/complete";
 }
 
 /// Every method a host may call on the proxy.
@@ -45,6 +50,11 @@ pub const DOWNSTREAM_METHODS: &[&str] = &[
     method::RESOURCES_SUBSCRIBE,
     method::RESOURCES_UNSUBSCRIBE,
     method::SUBSCRIPTIONS_LISTEN,
+    method::TOOLS_LIST,
+    method::TOOLS_CALL,
+    method::PROMPTS_LIST,
+    method::PROMPTS_GET,
+    method::COMPLETION_COMPLETE,
 ];
 
 /// Whether the proxy serves `method` to hosts.
@@ -117,6 +127,6 @@ mod tests {
         for method in DOWNSTREAM_METHODS {
             assert!(is_downstream_method(method));
         }
-        assert!(!is_downstream_method("tools/list"));
+        assert!(!is_downstream_method("sampling/createMessage"));
     }
 }

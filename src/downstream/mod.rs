@@ -5,6 +5,7 @@
 mod closing;
 mod gate;
 mod http;
+mod offerings;
 mod outlets;
 mod sessions;
 
@@ -12,6 +13,10 @@ use std::collections::HashSet;
 use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 use std::time::Instant;
 
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult, GetPromptRequestParams,
+    GetPromptResponse, ListPromptsResult, ListToolsResult,
+};
 use rmcp::model::{
     Implementation, ListResourceTemplatesResult, ListResourcesResult, PaginatedRequestParams,
     ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig, SubscribeRequestParams,
@@ -32,11 +37,14 @@ use crate::subscriptions::HolderId;
 
 /// What the proxy tells hosts about itself; the same for every host.
 static SERVER_INFO: LazyLock<ServerConfig> = LazyLock::new(|| {
-    let capabilities = ServerCapabilities::builder()
+    let mut capabilities = ServerCapabilities::builder()
         .enable_resources()
         .enable_resources_subscribe()
         .enable_resources_list_changed()
         .build();
+    // Always offered (see `offerings`): capabilities are fixed at a session's start, before
+    // every upstream is known, and an empty list is an honest answer.
+    offerings::advertise(&mut capabilities);
     ServerConfig::new(capabilities)
         .with_server_info(Implementation::new(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")))
         .with_instructions(
@@ -137,6 +145,8 @@ impl ProxyServer {
                     principal: self.principal.to_string(),
                     kind: OutletKind::Session,
                     wants_list_changed: true,
+                    wants_tools_list_changed: true,
+                    wants_prompts_list_changed: true,
                 };
                 let id = self.proxy.register_outlet(info, Arc::new(SessionOutlet(peer.clone())));
                 // A legacy HTTP session is counted by the session book from `initialize` on.
@@ -201,6 +211,48 @@ impl ServerHandler for ProxyServer {
             }
             ReadAnswer::InputRequired(response) => response,
         })
+    }
+
+    // Tools, prompts and completion: see `offerings`.
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        self.offerings_list_tools(request, context).await
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        self.offerings_call_tool(request, context).await
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        self.offerings_list_prompts(request, context).await
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        self.offerings_get_prompt(request, context).await
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        self.offerings_complete(request, context).await
     }
 
     /// rmcp hands a known method whose params do not parse (a read without `uri`) here: it is
@@ -270,6 +322,8 @@ impl ServerHandler for ProxyServer {
     fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
         let mut accepted = SubscriptionFilter::new();
         accepted.resources_list_changed = requested.resources_list_changed.filter(|wanted| *wanted);
+        accepted.tools_list_changed = requested.tools_list_changed.filter(|wanted| *wanted);
+        accepted.prompts_list_changed = requested.prompts_list_changed.filter(|wanted| *wanted);
         accepted.resource_subscriptions = requested
             .resource_subscriptions
             .as_ref()
@@ -290,6 +344,8 @@ impl ServerHandler for ProxyServer {
             principal: self.principal.to_string(),
             kind: OutletKind::ListenStream,
             wants_list_changed: accepted.resources_list_changed == Some(true),
+            wants_tools_list_changed: accepted.tools_list_changed == Some(true),
+            wants_prompts_list_changed: accepted.prompts_list_changed == Some(true),
         };
         let holder = self.proxy.register_outlet(info, Arc::new(ListenOutlet(context.sink().clone())));
         // Released however this ends: returned, or dropped with its request.

@@ -16,6 +16,8 @@ impl Outlet for SessionOutlet {
                     self.0.notify_resource_updated(ResourceUpdatedNotificationParam::new(uri)).await
                 }
                 Outgoing::ListChanged => self.0.notify_resource_list_changed().await,
+                Outgoing::ToolsListChanged => self.0.notify_tool_list_changed().await,
+                Outgoing::PromptsListChanged => self.0.notify_prompt_list_changed().await,
             };
             match sent {
                 Ok(()) => Ok(()),
@@ -38,6 +40,8 @@ impl Outlet for ListenOutlet {
             let sent = match message {
                 Outgoing::Updated(uri) => self.0.notify_resource_updated(uri).await,
                 Outgoing::ListChanged => self.0.notify_resource_list_changed().await,
+                Outgoing::ToolsListChanged => self.0.notify_tool_list_changed().await,
+                Outgoing::PromptsListChanged => self.0.notify_prompt_list_changed().await,
             };
             sent.map_err(|_| SendError::Closed)
         })

@@ -52,6 +52,9 @@ pub enum DenialAction {
     List,
     /// A subscription (legacy subscribe or a URI of a listen stream).
     Subscribe,
+    /// A `tools/call`, `prompts/get` or `completion/complete` (and a tool or prompt hidden from
+    /// a list page counts as `list`).
+    Use,
 }
 
 impl Transport {
@@ -104,13 +107,15 @@ impl InvalidationCause {
 }
 
 impl DenialAction {
-    pub const ALL: [DenialAction; 3] = [DenialAction::Read, DenialAction::List, DenialAction::Subscribe];
+    pub const ALL: [DenialAction; 4] =
+        [DenialAction::Read, DenialAction::List, DenialAction::Subscribe, DenialAction::Use];
 
     pub fn label(self) -> &'static str {
         match self {
             DenialAction::Read => "read",
             DenialAction::List => "list",
             DenialAction::Subscribe => "subscribe",
+            DenialAction::Use => "use",
         }
     }
 }

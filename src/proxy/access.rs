@@ -8,7 +8,7 @@
 //! or notifications.
 
 use std::path::Path;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use super::Proxy;
 use super::caller::Caller;
@@ -32,14 +32,15 @@ pub(crate) struct Route {
 
 /// The access service.
 pub struct Access {
-    policy: RwLock<PolicySet>,
+    /// Shared with the tools-and-prompts service (`crate::tools`), which reads it per request.
+    policy: Arc<RwLock<PolicySet>>,
     upstreams: Registry,
     metrics: Metrics,
 }
 
 impl Access {
     pub(crate) fn new(policy: PolicySet, upstreams: Registry, metrics: Metrics) -> Self {
-        Self { policy: RwLock::new(policy), upstreams, metrics }
+        Self { policy: Arc::new(RwLock::new(policy)), upstreams, metrics }
     }
 
     /// Load a policies folder: every problem is logged (one line each) and the set refused.
@@ -66,9 +67,14 @@ impl Access {
         Caller::new(principal, self.policy())
     }
 
-    /// Put `next` in force; later callers decide with it.
-    pub(crate) fn install(&self, next: PolicySet) {
-        *self.policy.write().expect("policy lock") = next;
+    /// Put `next` in force; later callers decide with it. The policy it replaced.
+    pub(crate) fn install(&self, next: PolicySet) -> PolicySet {
+        std::mem::replace(&mut *self.policy.write().expect("policy lock"), next)
+    }
+
+    /// The policy in force, as the handle the tools service reads it through.
+    pub(crate) fn shared_policy(&self) -> Arc<RwLock<PolicySet>> {
+        self.policy.clone()
     }
 
     /// Check a URI a host named: normalise it, decide, and route it. Denied, unroutable and
@@ -125,8 +131,9 @@ impl Proxy {
     /// Put a new policy in force and drop the subscriptions it forbids; `list_changed` is left
     /// to the caller.
     pub(crate) fn install_policy(&self, next: PolicySet) {
-        self.core.access.install(next.clone());
+        let previous = self.core.access.install(next.clone());
         self.subscriptions().drop_forbidden(&next);
+        self.tools.policy_replaced(&previous, &next);
     }
 
     /// Load the policies folder again. On success the new rules are in force; on failure the

@@ -51,6 +51,7 @@ impl Proxy {
                 return list_changed.poke();
             }
         };
+        self.tools.on_upstream_event(&event);
         match event {
             UpstreamEvent::ResourceUpdated { upstream, uri, heard } => {
                 // Keys are normalised URIs; the upstream may spell them its own way.
@@ -77,6 +78,10 @@ impl Proxy {
                 list_changed.poke();
             }
             UpstreamEvent::Down { .. } => list_changed.poke(),
+            UpstreamEvent::Progress { .. } => {}
+            UpstreamEvent::OfferingsChanged { upstream, .. } => {
+                self.core.metrics.notification_received(&upstream, NotificationKind::ListChanged);
+            }
         }
     }
 
@@ -182,7 +187,13 @@ mod tests {
         let spine = Spine::new();
         let proxy = Proxy::start(config, &spine);
         let (sent, mut heard) = mpsc::unbounded_channel();
-        let info = OutletInfo { principal: "p".into(), kind: OutletKind::Session, wants_list_changed: false };
+        let info = OutletInfo {
+            principal: "p".into(),
+            kind: OutletKind::Session,
+            wants_list_changed: false,
+            wants_tools_list_changed: false,
+            wants_prompts_list_changed: false,
+        };
         let holder = proxy.register_outlet(info, Arc::new(Recorder(sent)));
         for (upstream, uri) in [("a", "x://1"), ("a", "x://2/"), ("b", "x://3")] {
             proxy.core.watches.hold(holder, upstream, uri);

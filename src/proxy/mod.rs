@@ -38,6 +38,7 @@ use crate::metrics::{Metrics, NotificationKind};
 use crate::policy::PolicySet;
 use crate::spine::Spine;
 use crate::subscriptions::HolderId;
+use crate::tools::{Tools, ToolsParts};
 use crate::upstream::{Registry, Upstream};
 
 mod access;
@@ -70,6 +71,8 @@ pub struct Proxy {
     lists: Lists,
     reads: Reads,
     subscriptions: Subscriptions,
+    /// Tools, prompts and completion (`crate::tools`): one per process, like the core.
+    tools: Tools,
 }
 
 impl Proxy {
@@ -104,7 +107,16 @@ impl Proxy {
             reloading: tokio::sync::Mutex::new(()),
             config,
         };
-        let proxy = Proxy::over(Arc::new(core));
+        let tools = Tools::new(ToolsParts {
+            resources: core.catalog.clone(),
+            upstreams: core.upstreams.clone(),
+            fanout: core.fanout.clone(),
+            metrics: core.metrics.clone(),
+            cursor_key: core.cursor_key.clone(),
+            page_size: core.config.server.page_size,
+            policy: core.access.shared_policy(),
+        });
+        let proxy = Proxy::over(Arc::new(core), tools);
         for upstream in &proxy.core.config.upstreams {
             proxy.core.start_upstream(Upstream::new(upstream.clone(), proxy.core.metrics.clone()));
         }
@@ -113,11 +125,11 @@ impl Proxy {
         proxy
     }
 
-    fn over(core: Arc<Core>) -> Proxy {
+    fn over(core: Arc<Core>, tools: Tools) -> Proxy {
         let lists = Lists::new(core.clone());
         let reads = Reads::new(core.clone());
         let subscriptions = Subscriptions::new(core.clone());
-        Proxy { core, lists, reads, subscriptions }
+        Proxy { core, lists, reads, subscriptions, tools }
     }
 
     /// The configuration the proxy started with (upstreams may have been reloaded since).
@@ -127,6 +139,11 @@ impl Proxy {
 
     pub fn metrics(&self) -> &Metrics {
         &self.core.metrics
+    }
+
+    /// Tools, prompts and completion.
+    pub fn tools(&self) -> &Tools {
+        &self.tools
     }
 
     pub fn access(&self) -> &Access {

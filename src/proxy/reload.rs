@@ -130,6 +130,7 @@ impl Proxy {
         }
         core.watches.release_upstream(name);
         core.catalog.remove_upstream(name);
+        self.tools.upstream_left(name);
         core.cache.invalidate_upstream(name);
         core.metrics.upstream_removed(name);
     }
@@ -145,6 +146,7 @@ impl Proxy {
             tracing::warn!(upstream = %name, "supervisor did not stop in time");
         }
         core.catalog.remove_upstream(&name);
+        self.tools.upstream_left(&name);
         core.start_upstream(Upstream::new(config, core.metrics.clone()));
         core.watches.attach(&name);
         self.everything_changed(&name);

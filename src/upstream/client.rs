@@ -3,7 +3,8 @@
 
 use rmcp::ClientHandler;
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, Implementation, ProtocolVersion, ResourceUpdatedNotificationParam,
+    ClientCapabilities, ClientConfig, Implementation, ProgressNotificationParam, ProtocolVersion,
+    ResourceUpdatedNotificationParam,
 };
 use rmcp::service::{NotificationContext, RoleClient};
 use tokio::sync::mpsc;
@@ -16,6 +17,10 @@ pub(crate) enum Notice {
     Updated(String),
     /// The URI may have changed unseen (a fresh connection, a listen stream that ended).
     MayHaveChanged(String),
+    /// It said `tools/list_changed` or `prompts/list_changed`.
+    OfferingsChanged,
+    /// Progress of a request the proxy sent it.
+    Progress(ProgressNotificationParam),
     /// The upstream sent something faulty that no request could be failed for (for `/status`).
     Fault(String),
 }
@@ -49,5 +54,17 @@ impl ClientHandler for UpstreamClient {
 
     async fn on_resource_list_changed(&self, _: NotificationContext<RoleClient>) {
         let _ = self.notices.send(Notice::ListChanged);
+    }
+
+    async fn on_progress(&self, params: ProgressNotificationParam, _: NotificationContext<RoleClient>) {
+        let _ = self.notices.send(Notice::Progress(params));
+    }
+
+    async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {
+        let _ = self.notices.send(Notice::OfferingsChanged);
+    }
+
+    async fn on_prompt_list_changed(&self, _: NotificationContext<RoleClient>) {
+        let _ = self.notices.send(Notice::OfferingsChanged);
     }
 }

@@ -8,10 +8,16 @@
 //! (cache flushed, every holder told, list views recomputed), which covers whatever the lost
 //! events said.
 //!
+//! Events that carry an upstream's state (`Up`, `Down`, `OfferingsChanged`: what it offers as
+//! tools and prompts) are never dropped: when one does not fit, it waits in a slot per upstream
+//! that keeps only the newest, and later state events of that upstream go to the slot too (so
+//! none overtakes another); the slot is delivered once the queue is empty.
+//!
 //! Invariant: no invalidation is lost. Every event sent is either received, or its upstream is
-//! reported overflowed after the moment it was dropped.
+//! reported overflowed after the moment it was dropped; the last state event of an upstream is
+//! always received, after every earlier one.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{Notify, mpsc};
@@ -45,7 +51,15 @@ pub struct EventInbox {
 #[derive(Default)]
 struct Overflow {
     upstreams: Mutex<BTreeSet<String>>,
+    /// The newest state event per upstream that did not fit (or followed one that did not).
+    states: Mutex<BTreeMap<String, UpstreamEvent>>,
     wake: Notify,
+}
+
+/// Whether `event` carries state that a later event of its upstream replaces (and that must
+/// not be lost).
+fn carries_state(event: &UpstreamEvent) -> bool {
+    matches!(event, UpstreamEvent::Up { .. } | UpstreamEvent::Down { .. } | UpstreamEvent::OfferingsChanged { .. })
 }
 
 /// A bounded event channel holding at most `capacity` events.
@@ -58,8 +72,23 @@ pub fn channel(capacity: usize) -> (EventSender, EventInbox) {
 impl EventSender {
     /// Queue `event` without waiting; when the queue is full, mark its upstream overflowed.
     pub fn send(&self, event: UpstreamEvent) {
+        if carries_state(&event) {
+            let mut states = self.overflow.states.lock().expect("overflow lock");
+            if states.contains_key(event.upstream()) {
+                states.insert(event.upstream().to_string(), event);
+                drop(states);
+                self.overflow.wake.notify_one();
+                return;
+            }
+        }
         match self.queue.try_send(event) {
             Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+            Err(mpsc::error::TrySendError::Full(event)) if carries_state(&event) => {
+                let upstream = event.upstream().to_string();
+                tracing::debug!(upstream, "event queue full; its state waits in its slot");
+                self.overflow.states.lock().expect("overflow lock").insert(upstream, event);
+                self.overflow.wake.notify_one();
+            }
             Err(mpsc::error::TrySendError::Full(event)) => {
                 let upstream = event.upstream().to_string();
                 tracing::debug!(upstream, "event queue full; the upstream counts as changed everywhere");
@@ -78,6 +107,15 @@ impl EventInbox {
             if let Some(upstream) = self.overflow.upstreams.lock().expect("overflow lock").pop_first() {
                 return Some(Inbound::Overflowed(upstream));
             }
+            match self.queue.try_recv() {
+                Ok(event) => return Some(Inbound::Event(event)),
+                Err(mpsc::error::TryRecvError::Empty) => {
+                    if let Some((_, event)) = self.overflow.states.lock().expect("overflow lock").pop_first() {
+                        return Some(Inbound::Event(event));
+                    }
+                }
+                Err(mpsc::error::TryRecvError::Disconnected) => {}
+            }
             tokio::select! {
                 biased;
                 _ = self.overflow.wake.notified() => continue,
@@ -85,7 +123,11 @@ impl EventInbox {
                     Some(event) => return Some(Inbound::Event(event)),
                     None => {
                         let last = self.overflow.upstreams.lock().expect("overflow lock").pop_first();
-                        return last.map(Inbound::Overflowed);
+                        if let Some(upstream) = last {
+                            return Some(Inbound::Overflowed(upstream));
+                        }
+                        let state = self.overflow.states.lock().expect("overflow lock").pop_first();
+                        return state.map(|(_, event)| Inbound::Event(event));
                     }
                 },
             }
@@ -114,6 +156,31 @@ mod tests {
         assert_eq!(inbox.recv().await, Some(Inbound::Event(updated("a", "x://1"))));
         sender.send(updated("a", "x://4"));
         assert_eq!(inbox.recv().await, Some(Inbound::Event(updated("a", "x://4"))));
+        drop(sender);
+        assert_eq!(inbox.recv().await, None);
+    }
+
+    fn down(upstream: &str) -> UpstreamEvent {
+        UpstreamEvent::Down { upstream: upstream.into() }
+    }
+
+    /// State events that do not fit are never lost, and none overtakes another: the newest
+    /// waits in its upstream's slot and arrives after everything queued before it.
+    #[tokio::test]
+    async fn state_events_that_do_not_fit_arrive_last_and_newest() {
+        let (sender, mut inbox) = channel(1);
+        sender.send(updated("a", "x://1"));
+        sender.send(down("a"));
+        let changed = UpstreamEvent::CatalogChanged { upstream: "a".into() };
+        assert!(!carries_state(&changed));
+        assert_eq!(inbox.recv().await, Some(Inbound::Event(updated("a", "x://1"))));
+        // The slot of `a` is taken: its next state event joins it even though there is room.
+        sender.send(down("a"));
+        sender.send(updated("a", "x://2"));
+        assert_eq!(inbox.recv().await, Some(Inbound::Event(updated("a", "x://2"))));
+        assert_eq!(inbox.recv().await, Some(Inbound::Event(down("a"))));
+        sender.send(down("b"));
+        assert_eq!(inbox.recv().await, Some(Inbound::Event(down("b"))));
         drop(sender);
         assert_eq!(inbox.recv().await, None);
     }

@@ -93,14 +93,14 @@ fn namespace_template(
 
 /// A failed page fetch.
 #[derive(Debug)]
-enum PageError {
+pub(super) enum PageError {
     Service(ServiceError),
     Timeout,
     Loop,
 }
 
 impl PageError {
-    fn is_method_not_found(&self) -> bool {
+    pub(super) fn is_method_not_found(&self) -> bool {
         matches!(self, PageError::Service(ServiceError::McpError(e)) if e.code == rmcp::model::ErrorCode::METHOD_NOT_FOUND)
     }
 }
@@ -122,7 +122,7 @@ impl From<ServiceError> for PageError {
 }
 
 /// Follow cursors to the end; the items and the shortest `ttlMs` of any page.
-async fn all_pages<T, F, Fut>(timeout: Duration, mut fetch: F) -> Result<(Vec<T>, Option<u64>), PageError>
+pub(super) async fn all_pages<T, F, Fut>(timeout: Duration, mut fetch: F) -> Result<(Vec<T>, Option<u64>), PageError>
 where
     F: FnMut(Option<String>) -> Fut,
     Fut: std::future::Future<Output = Result<(Vec<T>, Option<String>, Option<u64>), ServiceError>>,

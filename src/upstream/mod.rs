@@ -17,6 +17,7 @@ pub mod events;
 mod faults;
 mod http;
 mod listing;
+mod offerings;
 mod reason;
 mod registry;
 mod scan;
@@ -40,11 +41,14 @@ use crate::metrics::Metrics;
 use crate::protocol::{Era, method};
 use crate::spine::Spine;
 
+pub use self::offerings::Offered;
+
 /// What upstreams tell the rest of the proxy.
 #[derive(Debug, Clone, PartialEq)]
 pub enum UpstreamEvent {
     /// Connected and its catalog is loaded; `reconnected` when it had been up before.
-    Up { upstream: String, era: Era, reconnected: bool },
+    /// `offered`: its tools and prompts, fetched before this is sent (none when that failed).
+    Up { upstream: String, era: Era, reconnected: bool, offered: Offered },
     /// Lost; its catalog entries are gone until it is back.
     Down { upstream: String },
     /// Its catalog was reloaded after it said `list_changed`.
@@ -52,6 +56,11 @@ pub enum UpstreamEvent {
     /// This (un-namespaced) URI changed: the upstream said so (`heard`), or it may have changed
     /// unseen (after a reconnect, or when a listen stream ended).
     ResourceUpdated { upstream: String, uri: String, heard: bool },
+    /// It said `tools/list_changed` or `prompts/list_changed`; its lists fetched again
+    /// (see `crate::tools`).
+    OfferingsChanged { upstream: String, offered: Offered },
+    /// `notifications/progress` for a request the proxy sent it (see `crate::tools`).
+    Progress { upstream: String, progress: rmcp::model::ProgressNotificationParam },
 }
 
 impl UpstreamEvent {
@@ -61,7 +70,9 @@ impl UpstreamEvent {
             UpstreamEvent::Up { upstream, .. }
             | UpstreamEvent::Down { upstream }
             | UpstreamEvent::CatalogChanged { upstream }
-            | UpstreamEvent::ResourceUpdated { upstream, .. } => upstream,
+            | UpstreamEvent::ResourceUpdated { upstream, .. }
+            | UpstreamEvent::OfferingsChanged { upstream, .. }
+            | UpstreamEvent::Progress { upstream, .. } => upstream,
         }
     }
 }

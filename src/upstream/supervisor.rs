@@ -29,6 +29,8 @@ pub(super) struct Supervisor {
     upstream: Upstream,
     /// Whether it has been up before (so the next `Up` is a reconnect).
     was_up: std::sync::Mutex<bool>,
+    /// A tools or prompts `list_changed` was taken while draining: fetch them again.
+    offerings_stale: std::sync::atomic::AtomicBool,
     catalog: Catalog,
     events: EventSender,
     shutdown: CancellationToken,
@@ -57,7 +59,8 @@ impl Supervisor {
         shutdown: CancellationToken,
         spine: Spine,
     ) -> Self {
-        Self { upstream, was_up: std::sync::Mutex::new(false), catalog, events, shutdown, spine }
+        let offerings_stale = Default::default();
+        Self { upstream, was_up: std::sync::Mutex::new(false), offerings_stale, catalog, events, shutdown, spine }
     }
 
     pub async fn run(self) {
@@ -142,6 +145,8 @@ impl Supervisor {
             Ok(reload) => reload.refresh,
             Err(error) => return End::Lost(error),
         };
+        // Before `Up`, so they are in when the upstream counts as up.
+        let offered = self.upstream.fetch_offerings(&link).await.unwrap_or_default();
         *backoff = BACKOFF_MIN;
         self.upstream.set_link(Some(link.clone()));
         self.upstream.update_status(|s| {
@@ -159,7 +164,8 @@ impl Supervisor {
             self.upstream.update_status(|s| s.reconnects += 1);
             self.upstream.inner.metrics.upstream_reconnected(self.upstream.name());
         }
-        self.events.send(UpstreamEvent::Up { upstream: self.upstream.name().to_string(), era, reconnected });
+        let name = self.upstream.name().to_string();
+        self.events.send(UpstreamEvent::Up { upstream: name.clone(), era, reconnected, offered });
         let watcher = self.shutdown.child_token();
         let upstream = self.upstream.clone();
         self.spine.spawn(
@@ -246,6 +252,18 @@ impl Supervisor {
                 self.upstream.record_fault(fault);
                 Ok(())
             }
+            Notice::OfferingsChanged => {
+                // A burst costs one fetch per kind of notice that queued meanwhile.
+                while self.drain_list_changes(notices) {
+                    self.reloaded(self.load_catalog(&link.peer).await?.changed);
+                }
+                self.refetch_offerings(link).await;
+                Ok(())
+            }
+            Notice::Progress(progress) => {
+                self.forward_progress(progress);
+                Ok(())
+            }
             Notice::ListChanged => {
                 // A burst of list_changed costs one reload (two when more arrive during the
                 // first) and one event.
@@ -255,6 +273,9 @@ impl Supervisor {
                     changed |= self.load_catalog(&link.peer).await?.changed;
                 }
                 self.reloaded(changed);
+                if self.offerings_stale.load(std::sync::atomic::Ordering::Relaxed) {
+                    self.refetch_offerings(link).await;
+                }
                 Ok(())
             }
         }
@@ -323,6 +344,19 @@ impl Supervisor {
         self.events.send(UpstreamEvent::ResourceUpdated { upstream, uri, heard });
     }
 
+    /// Fetch the tools and prompts again and pass them on (`crate::tools` owns them).
+    async fn refetch_offerings(&self, link: &Link) {
+        self.offerings_stale.store(false, std::sync::atomic::Ordering::Relaxed);
+        if let Some(offered) = self.upstream.fetch_offerings(link).await {
+            let upstream = self.upstream.name().to_string();
+            self.events.send(UpstreamEvent::OfferingsChanged { upstream, offered });
+        }
+    }
+
+    fn forward_progress(&self, progress: rmcp::model::ProgressNotificationParam) {
+        self.events.send(UpstreamEvent::Progress { upstream: self.upstream.name().to_string(), progress });
+    }
+
     /// Take what queued; true when a list change was among it. Updates pass on in order.
     fn drain_list_changes(&self, notices: &mut mpsc::UnboundedReceiver<Notice>) -> bool {
         let mut changed = false;
@@ -332,6 +366,9 @@ impl Supervisor {
                 Notice::Updated(uri) => self.forward_update(uri, true),
                 Notice::MayHaveChanged(uri) => self.forward_update(uri, false),
                 Notice::Fault(fault) => self.upstream.record_fault(fault),
+                // Fetched when the notice is taken (or right after, when drained here).
+                Notice::OfferingsChanged => self.offerings_stale.store(true, std::sync::atomic::Ordering::Relaxed),
+                Notice::Progress(progress) => self.forward_progress(progress),
             }
         }
         changed

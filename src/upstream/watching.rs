@@ -50,7 +50,10 @@ pub(super) async fn keep(
 ) {
     let resources = link.capabilities.resources.clone().unwrap_or_default();
     let can_subscribe = resources.subscribe == Some(true);
-    let lists_change = resources.list_changed == Some(true);
+    let caps = &link.capabilities;
+    let offerings_change = caps.tools.as_ref().is_some_and(|t| t.list_changed == Some(true))
+        || caps.prompts.as_ref().is_some_and(|p| p.list_changed == Some(true));
+    let lists_change = resources.list_changed == Some(true) || offerings_change;
     if !can_subscribe {
         tracing::info!(upstream, "upstream does not offer subscriptions: URIs held there are never notified");
     }
@@ -304,8 +307,15 @@ impl Listen<'_> {
         wanted: &BTreeSet<String>,
     ) -> Result<(), ServiceError> {
         let mut builder = SubscriptionFilter::builder();
-        if self.lists_change {
+        let caps = &self.link.capabilities;
+        if caps.resources.as_ref().is_some_and(|r| r.list_changed == Some(true)) {
             builder = builder.resources_list_changed();
+        }
+        if caps.tools.as_ref().is_some_and(|t| t.list_changed == Some(true)) {
+            builder = builder.tools_list_changed();
+        }
+        if caps.prompts.as_ref().is_some_and(|p| p.list_changed == Some(true)) {
+            builder = builder.prompts_list_changed();
         }
         if !wanted.is_empty() {
             builder = builder.resource_subscriptions(wanted.iter().cloned());
@@ -328,6 +338,10 @@ async fn next_of(current: &mut Option<(Subscription, BTreeSet<String>)>) -> Opti
         match subscription.next().await {
             Ok(Some(ServerNotification::ResourceUpdatedNotification(n))) => return Some(Notice::Updated(n.params.uri)),
             Ok(Some(ServerNotification::ResourceListChangedNotification(_))) => return Some(Notice::ListChanged),
+            Ok(Some(
+                ServerNotification::ToolListChangedNotification(_)
+                | ServerNotification::PromptListChangedNotification(_),
+            )) => return Some(Notice::OfferingsChanged),
             Ok(Some(_)) => continue,
             Ok(None) | Err(_) => return None,
         }

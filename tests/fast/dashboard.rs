@@ -130,7 +130,17 @@ fn dashboard_is_current_grafana_schema_with_the_two_variables() {
         .filter(|p| p["type"] == "row")
         .filter_map(|p| p["title"].as_str())
         .collect();
-    assert_eq!(rows, ["Overview", "Upstreams", "Cache", "Subscriptions & notifications", "Access control"]);
+    assert_eq!(
+        rows,
+        [
+            "Overview",
+            "Upstreams",
+            "Cache",
+            "Subscriptions & notifications",
+            "Access control",
+            "Tools, prompts & completion"
+        ]
+    );
 }
 
 #[test]

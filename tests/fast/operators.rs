@@ -136,7 +136,7 @@ async fn ordinary_host_traffic_logs_nothing_by_default() -> anyhow::Result<()> {
     let (listed, _) = list_all_resources(&host).await?;
     ensure!(listed.len() == 2, "{listed:?}");
     assert!(host.read_resource(ReadResourceRequestParams::new("docs+file:///missing")).await.is_err());
-    let unknown = ClientRequest::CustomRequest(CustomRequest::new("tools/list", None));
+    let unknown = ClientRequest::CustomRequest(CustomRequest::new("unknown/method", None));
     assert!(host.send_request(unknown).await.is_err(), "an unknown method is refused");
     host.cancel().await?;
     tokio::time::sleep(QUIET_WINDOW).await;

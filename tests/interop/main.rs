@@ -17,3 +17,4 @@ mod python_client;
 mod python_subscriptions;
 mod reload;
 mod third_party;
+mod tools;

@@ -70,6 +70,9 @@ async fn dashboard_workload(
     list_all_resources(&legacy).await?;
     list_all_resources(&modern).await?;
     legacy.list_resource_templates(None).await?;
+    // The tools row: its lists, from both eras.
+    legacy.list_tools(None).await?;
+    modern.list_prompts(None).await?;
     for host in [&legacy, &modern] {
         for upstream in ["fx", "st"] {
             for id in 0..3 {

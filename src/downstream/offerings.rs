@@ -1,0 +1,118 @@
+//! The `ServerHandler` side of tools, prompts and completion: each request goes to
+//! [`crate::tools::Tools`] with the caller's principal and its cancellation token, and is
+//! counted like every other request.
+
+use std::time::Instant;
+
+use rmcp::ErrorData;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult, GetPromptRequestParams,
+    GetPromptResponse, ListPromptsResult, ListToolsResult, PaginatedRequestParams, PromptsCapability,
+    ServerCapabilities, ToolsCapability,
+};
+use rmcp::model::{ProgressNotificationParam, ProgressToken};
+use rmcp::service::{Peer, RequestContext, RoleServer};
+use tokio::sync::mpsc;
+
+use super::ProxyServer;
+use crate::tools::ProgressOutlet;
+
+/// Progress notifications that may wait for a slow host before new ones are dropped.
+const PROGRESS_QUEUE: usize = 64;
+
+/// One call's progress to its host, with the host's own token, in order, by a task of its own
+/// (so the proxy's event loop never waits on a host); it ends when the call is over.
+struct HostProgress {
+    queue: mpsc::Sender<ProgressNotificationParam>,
+}
+
+impl HostProgress {
+    fn start(peer: Peer<RoleServer>, token: ProgressToken) -> std::sync::Arc<dyn ProgressOutlet> {
+        let (queue, mut pending) = mpsc::channel::<ProgressNotificationParam>(PROGRESS_QUEUE);
+        tokio::spawn(async move {
+            while let Some(mut progress) = pending.recv().await {
+                progress.progress_token = token.clone();
+                if peer.notify_progress(progress).await.is_err() {
+                    return;
+                }
+            }
+        });
+        std::sync::Arc::new(HostProgress { queue })
+    }
+}
+
+impl ProgressOutlet for HostProgress {
+    fn send(&self, progress: ProgressNotificationParam) {
+        let _ = self.queue.try_send(progress);
+    }
+}
+
+/// Tools, prompts (both with `listChanged`) and completions, whatever the upstreams offer.
+pub(super) fn advertise(capabilities: &mut ServerCapabilities) {
+    let mut tools = ToolsCapability::default();
+    tools.list_changed = Some(true);
+    let mut prompts = PromptsCapability::default();
+    prompts.list_changed = Some(true);
+    capabilities.tools = Some(tools);
+    capabilities.prompts = Some(prompts);
+    capabilities.completions = Some(Default::default());
+}
+
+impl ProxyServer {
+    pub(super) async fn offerings_list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        self.check_principal(&context.extensions)?;
+        let started = Instant::now();
+        let cursor = request.and_then(|r| r.cursor);
+        self.record("tools/list", started, self.proxy.tools().list_tools(&self.principal, cursor.as_deref()))
+    }
+
+    pub(super) async fn offerings_list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        self.check_principal(&context.extensions)?;
+        let started = Instant::now();
+        let cursor = request.and_then(|r| r.cursor);
+        self.record("prompts/list", started, self.proxy.tools().list_prompts(&self.principal, cursor.as_deref()))
+    }
+
+    pub(super) async fn offerings_call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        self.check_principal(&context.extensions)?;
+        let started = Instant::now();
+        let token = context.meta.get_progress_token().or_else(|| request.meta.as_ref()?.get_progress_token());
+        let progress = token.map(|token| HostProgress::start(context.peer.clone(), token));
+        let answer = self.proxy.tools().call_tool(&self.principal, request, &context.ct, progress).await;
+        self.record("tools/call", started, answer)
+    }
+
+    pub(super) async fn offerings_get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        self.check_principal(&context.extensions)?;
+        let started = Instant::now();
+        let answer = self.proxy.tools().get_prompt(&self.principal, request, &context.ct).await;
+        self.record("prompts/get", started, answer)
+    }
+
+    pub(super) async fn offerings_complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        self.check_principal(&context.extensions)?;
+        let started = Instant::now();
+        let answer = self.proxy.tools().complete(&self.principal, request, &context.ct).await;
+        self.record("completion/complete", started, answer)
+    }
+}

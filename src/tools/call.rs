@@ -1,0 +1,189 @@
+//! `tools/call`, `prompts/get` and `completion/complete`, routed: the presented name is split,
+//! decided for the caller and looked up in the merged snapshot (denied, unknown and of an
+//! upstream that is down all answer alike), renamed to the upstream's own, sent with the
+//! upstream's timeout, and the answer's URIs rewritten for the caller (`rewrite`).
+//!
+//! A host that cancels its request (`notifications/cancelled`) drops the upstream request,
+//! which sends the upstream `notifications/cancelled` in turn. MRTR (`input_required`)
+//! answers pass through to the host as they are; nothing is cached.
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult, GetPromptRequestParams,
+    GetPromptResponse, Reference, RequestMetaObject, ResultType,
+};
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use super::names::{self, Offering};
+use super::{ProgressOutlet, Tools, rewrite};
+use crate::error::ProxyError;
+use crate::metrics::DenialAction;
+use crate::namespace;
+use crate::upstream::Upstream;
+
+impl Tools {
+    /// Call a namespaced tool for `principal`.
+    /// With a `progress` outlet (the host asked for progress), the upstream's progress of
+    /// this call reaches it.
+    pub async fn call_tool(
+        &self,
+        principal: &str,
+        mut params: CallToolRequestParams,
+        cancelled: &CancellationToken,
+        progress: Option<Arc<dyn ProgressOutlet>>,
+    ) -> Result<CallToolResponse, ProxyError> {
+        let (upstream, original) = self.route(principal, Offering::Tool, &params.name)?;
+        params.name = original.into();
+        params.meta = meta_upstream(params.meta.take());
+        let mut ticket = None;
+        let sent = |token: &rmcp::model::ProgressToken| {
+            ticket = progress.map(|outlet| self.inner.progress.register(upstream.name(), token, outlet));
+        };
+        let answer = until_cancelled(cancelled, upstream.call_tool(params, sent)).await;
+        if let Some(ticket) = ticket {
+            // Progress sent just before the result may still be on its way.
+            tokio::spawn(async move {
+                tokio::time::sleep(super::progress::PROGRESS_GRACE).await;
+                drop(ticket);
+            });
+        }
+        let answer = answer?;
+        let policy = self.policy();
+        match answer {
+            CallToolResponse::Complete(mut result) => {
+                let (content, dropped) = rewrite::blocks_for(upstream.name(), result.content, &policy, principal);
+                result.content = content;
+                // A 2025-era upstream's result has no `resultType`; 2026-07-28 hosts need it
+                // (rmcp clears it again for 2025 hosts).
+                result.result_type = Some(ResultType::COMPLETE);
+                result.meta = result.meta.map(|meta| {
+                    rewrite::meta_for(rewrite::meta_from_upstream(upstream.name(), meta), &policy, principal)
+                });
+                if dropped > 0 {
+                    self.inner.metrics.policy_denied(DenialAction::Read, None);
+                    tracing::debug!(upstream = upstream.name(), principal, dropped, "tool result blocks withheld");
+                }
+                Ok(CallToolResponse::Complete(result))
+            }
+            CallToolResponse::InputRequired(needs) => Ok(CallToolResponse::InputRequired(needs)),
+            // A task (SEP-2663) and whatever comes later are not passed through.
+            _ => Err(ProxyError::UpstreamFailed {
+                upstream: upstream.name().to_string(),
+                reason: "it answered with a task, which the proxy does not pass through".into(),
+            }),
+        }
+    }
+
+    /// Get a namespaced prompt for `principal`.
+    pub async fn get_prompt(
+        &self,
+        principal: &str,
+        mut params: GetPromptRequestParams,
+        cancelled: &CancellationToken,
+    ) -> Result<GetPromptResponse, ProxyError> {
+        let (upstream, original) = self.route(principal, Offering::Prompt, &params.name)?;
+        params.name = original;
+        params.meta = meta_upstream(params.meta.take());
+        let answer = until_cancelled(cancelled, upstream.get_prompt(params)).await?;
+        let GetPromptResponse::Complete(mut result) = answer else { return Ok(answer) };
+        result.result_type = Some(ResultType::COMPLETE);
+        let policy = self.policy();
+        result.messages.retain_mut(|message| {
+            let block = std::mem::replace(&mut message.content, rmcp::model::ContentBlock::text(""));
+            match rewrite::block_for(upstream.name(), block, &policy, principal) {
+                Some(block) => {
+                    message.content = block;
+                    true
+                }
+                None => false,
+            }
+        });
+        Ok(GetPromptResponse::Complete(result))
+    }
+
+    /// Completion for a namespaced prompt or resource template, from its upstream.
+    pub async fn complete(
+        &self,
+        principal: &str,
+        mut params: CompleteRequestParams,
+        cancelled: &CancellationToken,
+    ) -> Result<CompleteResult, ProxyError> {
+        let upstream = match &mut params.r#ref {
+            Reference::Prompt(prompt) => {
+                let (upstream, original) = self.route(principal, Offering::Prompt, &prompt.name)?;
+                prompt.name = original.to_string();
+                upstream
+            }
+            Reference::Resource(template) => {
+                let (upstream, original) = self.route_template(principal, &template.uri)?;
+                template.uri = original;
+                upstream
+            }
+            _ => return Err(ProxyError::InvalidParams("unsupported completion reference".into())),
+        };
+        params.meta = meta_upstream(params.meta.take());
+        if !upstream.offers().2 {
+            return Ok(CompleteResult::default());
+        }
+        let mut result = until_cancelled(cancelled, upstream.complete(params)).await?;
+        result.result_type = Some(ResultType::COMPLETE);
+        Ok(result)
+    }
+
+    /// The upstream and its own name for a presented name the caller may use; otherwise the
+    /// one answer for unknown, denied and unavailable alike.
+    fn route(&self, principal: &str, offering: Offering, presented: &str) -> Result<(Upstream, String), ProxyError> {
+        let unknown = || ProxyError::UnknownName { offering: offering.label(), name: presented.to_string() };
+        let (name, original) = names::split(presented).ok_or_else(unknown)?;
+        let upstream = self.inner.upstreams.get(name).ok_or_else(unknown)?;
+        let snapshot = self.inner.catalog.snapshot();
+        let listed = match offering {
+            Offering::Tool => snapshot.tool(name, presented).is_some(),
+            Offering::Prompt => snapshot.prompt(name, presented).is_some(),
+        };
+        if !listed {
+            return Err(unknown());
+        }
+        if !self.allowed(&self.policy(), principal, offering, presented) {
+            tracing::debug!(principal, name = presented, offering = offering.label(), "denied");
+            self.inner.metrics.policy_denied(DenialAction::Use, None);
+            return Err(unknown());
+        }
+        Ok((upstream, original.to_string()))
+    }
+
+    /// A listed, namespaced URI template the caller may see, and its upstream; otherwise the
+    /// one not-found answer.
+    fn route_template(&self, principal: &str, template: &str) -> Result<(Upstream, String), ProxyError> {
+        let not_found = || ProxyError::not_found(template);
+        let (name, original) = namespace::split(template).ok_or_else(not_found)?;
+        let upstream = self.inner.upstreams.get(name).ok_or_else(not_found)?;
+        if !self.inner.resources.snapshot().any_template(|t| t.uri_template == template) {
+            return Err(not_found());
+        }
+        let policy = self.policy();
+        if !policy.is_allow_all() && !policy.template_visible(principal, template) {
+            self.inner.metrics.policy_denied(DenialAction::Use, None);
+            return Err(not_found());
+        }
+        Ok((upstream, original.to_string()))
+    }
+}
+
+/// The host's `_meta` as it may go upstream (`None` when nothing is left).
+fn meta_upstream(meta: Option<RequestMetaObject>) -> Option<RequestMetaObject> {
+    Some(super::progress::upstream_meta(meta)).filter(|meta| !meta.0.0.is_empty())
+}
+
+/// The request's answer, or an error once the host cancelled it (the upstream request is
+/// dropped, which cancels it upstream; rmcp sends the host nothing for a cancelled request).
+async fn until_cancelled<T>(
+    cancelled: &CancellationToken,
+    request: impl Future<Output = Result<T, ProxyError>>,
+) -> Result<T, ProxyError> {
+    tokio::select! {
+        answer = request => answer,
+        _ = cancelled.cancelled() => Err(ProxyError::InvalidParams("the request was cancelled".into())),
+    }
+}

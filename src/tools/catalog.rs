@@ -1,0 +1,154 @@
+//! The offerings catalog: per upstream, its tools and prompts (every upstream page, names
+//! already namespaced), and the merged, immutable snapshots pages are cut from — the same
+//! pattern as [`crate::catalog`] (and its [`crate::catalog::page`]), kept apart so resources
+//! and offerings change independently.
+//!
+//! Invariant: the generation grows with every change; a snapshot never changes once built.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use rmcp::model::{Prompt, Tool};
+
+use crate::catalog::{Page, page};
+
+/// What one upstream offers, with namespaced names.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct UpstreamOfferings {
+    pub tools: Vec<Tool>,
+    pub prompts: Vec<Prompt>,
+}
+
+/// An immutable merged view: the upstreams in name order, each in its own order.
+#[derive(Debug, Default)]
+pub struct OfferingsSnapshot {
+    pub generation: u64,
+    parts: Vec<(String, Arc<UpstreamOfferings>)>,
+}
+
+/// The live offerings catalog. A cheap `Clone` handle.
+#[derive(Debug, Clone, Default)]
+pub struct OfferingsCatalog {
+    inner: Arc<Mutex<State>>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    generation: u64,
+    upstreams: BTreeMap<String, Arc<UpstreamOfferings>>,
+    snapshot: Arc<OfferingsSnapshot>,
+}
+
+impl OfferingsCatalog {
+    /// Replace what `upstream` offers (`None`: it left). Returns the snapshots before and
+    /// after, or `None` when nothing changed.
+    pub fn replace(
+        &self,
+        upstream: &str,
+        offerings: Option<UpstreamOfferings>,
+    ) -> Option<(Arc<OfferingsSnapshot>, Arc<OfferingsSnapshot>)> {
+        let mut state = self.inner.lock().expect("offerings lock");
+        if state.upstreams.get(upstream).map(|current| &**current) == offerings.as_ref() {
+            return None;
+        }
+        match offerings {
+            Some(offerings) => state.upstreams.insert(upstream.to_string(), Arc::new(offerings)),
+            None => state.upstreams.remove(upstream),
+        };
+        state.generation += 1;
+        let parts = state.upstreams.iter().map(|(name, part)| (name.clone(), part.clone())).collect();
+        let next = Arc::new(OfferingsSnapshot { generation: state.generation, parts });
+        let before = std::mem::replace(&mut state.snapshot, next.clone());
+        Some((before, next))
+    }
+
+    /// The current merged view.
+    pub fn snapshot(&self) -> Arc<OfferingsSnapshot> {
+        self.inner.lock().expect("offerings lock").snapshot.clone()
+    }
+}
+
+impl OfferingsSnapshot {
+    /// Counts per upstream: `(name, tools, prompts)`.
+    pub fn counts(&self) -> Vec<(String, usize, usize)> {
+        self.parts.iter().map(|(n, p)| (n.clone(), p.tools.len(), p.prompts.len())).collect()
+    }
+
+    /// The tool a host names (namespaced), if `upstream` offers it.
+    pub fn tool(&self, upstream: &str, presented: &str) -> Option<&Tool> {
+        self.part(upstream)?.tools.iter().find(|t| t.name == presented)
+    }
+
+    /// The prompt a host names (namespaced), if `upstream` offers it.
+    pub fn prompt(&self, upstream: &str, presented: &str) -> Option<&Prompt> {
+        self.part(upstream)?.prompts.iter().find(|p| p.name == presented)
+    }
+
+    /// Up to `limit` visible tools from `offset` of the merged list.
+    pub fn tools_page(&self, offset: usize, limit: usize, visible: &dyn Fn(&Tool) -> bool) -> Page<Tool> {
+        page(&self.parts, offset, limit, |p| &p.tools, visible)
+    }
+
+    /// Up to `limit` visible prompts from `offset` of the merged list.
+    pub fn prompts_page(&self, offset: usize, limit: usize, visible: &dyn Fn(&Prompt) -> bool) -> Page<Prompt> {
+        page(&self.parts, offset, limit, |p| &p.prompts, visible)
+    }
+
+    /// Every tool and prompt, in list order.
+    pub fn all(&self) -> impl Iterator<Item = (Option<&Tool>, Option<&Prompt>)> {
+        self.parts.iter().flat_map(|(_, part)| {
+            let tools = part.tools.iter().map(|t| (Some(t), None));
+            tools.chain(part.prompts.iter().map(|p| (None, Some(p))))
+        })
+    }
+
+    fn part(&self, upstream: &str) -> Option<&UpstreamOfferings> {
+        let at = self.parts.binary_search_by(|(name, _)| name.as_str().cmp(upstream)).ok()?;
+        Some(&self.parts[at].1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offerings(upstream: &str, tools: usize) -> UpstreamOfferings {
+        let tool = |i| Tool::new(format!("{upstream}__t{i}"), "a tool", Arc::new(Default::default()));
+        UpstreamOfferings { tools: (0..tools).map(tool).collect(), prompts: Vec::new() }
+    }
+
+    fn all_tools(snapshot: &OfferingsSnapshot, limit: usize) -> Vec<String> {
+        let mut names = Vec::new();
+        let mut offset = Some(0);
+        while let Some(at) = offset {
+            let page = snapshot.tools_page(at, limit, &|_| true);
+            assert!(page.items.len() <= limit);
+            names.extend(page.items.into_iter().map(|t| t.name.to_string()));
+            offset = page.next;
+        }
+        names
+    }
+
+    #[test]
+    fn pages_cross_upstreams_in_name_order() {
+        let catalog = OfferingsCatalog::default();
+        catalog.replace("b", Some(offerings("b", 2)));
+        catalog.replace("a", Some(offerings("a", 3)));
+        let names = all_tools(&catalog.snapshot(), 2);
+        assert_eq!(names, ["a__t0", "a__t1", "a__t2", "b__t0", "b__t1"]);
+        assert!(catalog.snapshot().tool("b", "b__t1").is_some());
+        assert!(catalog.snapshot().tool("a", "b__t1").is_none());
+    }
+
+    #[test]
+    fn an_unchanged_upstream_makes_no_generation_and_removal_does() {
+        let catalog = OfferingsCatalog::default();
+        let (_, first) = catalog.replace("a", Some(offerings("a", 1))).expect("a change");
+        assert!(catalog.replace("a", Some(offerings("a", 1))).is_none());
+        let (before, after) = catalog.replace("a", None).expect("a change");
+        assert_eq!(before.generation, first.generation);
+        assert_eq!(after.generation, first.generation + 1);
+        assert!(after.counts().is_empty());
+        assert!(catalog.replace("a", None).is_none());
+    }
+}

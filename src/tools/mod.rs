@@ -1,0 +1,282 @@
+//! Tools, prompts and completion: the upstreams' tools and prompts under namespaced names
+//! (`<upstream>__<name>`, see [`names`]), merged into one list per kind with cross-upstream
+//! pagination (immutable snapshots and the proxy's encrypted cursors, as for resources), and
+//! `tools/call`, `prompts/get` and `completion/complete` routed to the owning upstream
+//! (`call`).
+//!
+//! The lists are fetched by the upstream's supervisor when it comes up (before it counts as
+//! up) and again when it says `tools/list_changed` or `prompts/list_changed`, and arrive here
+//! with its events; they leave with the upstream. A change
+//! reaches hosts as `tools/list_changed` / `prompts/list_changed` after the merged list has
+//! it, and only hosts whose principal's visible list changed hear it (the same holds for a
+//! policy reload).
+//!
+//! Policies decide tools and prompts over pseudo-URIs (`tool://<upstream>/<name>`,
+//! `prompt://<upstream>/<name>`) in the same files as resources; deny wins.
+//!
+//! Invariant: a tool or prompt a principal may not use is invisible to it: not listed, and a
+//! call or get answers exactly like an unknown name. Every URI inside what is passed through
+//! (resource links, embedded resources, `_meta.ui.resourceUri`) is namespaced and checked like a
+//! read; one the principal may not see is dropped. Results are never cached.
+
+mod call;
+mod catalog;
+pub mod names;
+mod progress;
+mod rewrite;
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use rmcp::model::{ListPromptsResult, ListToolsResult, Prompt, Tool};
+
+pub use self::catalog::{OfferingsCatalog, OfferingsSnapshot, UpstreamOfferings};
+use self::names::Offering;
+pub use self::progress::ProgressOutlet;
+use crate::catalog::Catalog;
+use crate::cursor::{CursorKey, ListKind, Position};
+use crate::error::ProxyError;
+use crate::fanout::{Fanout, Outgoing};
+use crate::metrics::{DenialAction, Metrics};
+use crate::policy::PolicySet;
+use crate::upstream::{Offered, Registry, UpstreamEvent};
+
+/// A cheap `Clone` handle on the tools-and-prompts service.
+#[derive(Clone)]
+pub struct Tools {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    catalog: OfferingsCatalog,
+    /// The resource catalog: completion is offered for the templates it lists.
+    resources: Catalog,
+    upstreams: Registry,
+    fanout: Fanout,
+    metrics: Metrics,
+    cursor_key: CursorKey,
+    page_size: usize,
+    /// The policy in force (shared with the rest of the proxy).
+    policy: Arc<RwLock<PolicySet>>,
+    /// Calls whose progress goes to their host.
+    progress: Arc<progress::ProgressBook>,
+}
+
+/// What [`Tools::start`] needs from the proxy.
+pub struct ToolsParts {
+    pub resources: Catalog,
+    pub upstreams: Registry,
+    pub fanout: Fanout,
+    pub metrics: Metrics,
+    pub cursor_key: CursorKey,
+    pub page_size: usize,
+    pub policy: Arc<RwLock<PolicySet>>,
+}
+
+impl Tools {
+    pub fn new(parts: ToolsParts) -> Tools {
+        let inner = Inner {
+            catalog: OfferingsCatalog::default(),
+            resources: parts.resources,
+            upstreams: parts.upstreams,
+            fanout: parts.fanout,
+            metrics: parts.metrics,
+            cursor_key: parts.cursor_key,
+            page_size: parts.page_size,
+            policy: parts.policy,
+            progress: Default::default(),
+        };
+        Tools { inner: Arc::new(inner) }
+    }
+
+    /// What an upstream event means here: its tools and prompts (fetched by its supervisor)
+    /// come, change or go; progress goes to its call. Never waits.
+    pub fn on_upstream_event(&self, event: &UpstreamEvent) {
+        let (upstream, offerings) = match event {
+            UpstreamEvent::Up { upstream, offered, .. } | UpstreamEvent::OfferingsChanged { upstream, offered } => {
+                (upstream, Some(self.namespaced(upstream, offered.clone())))
+            }
+            UpstreamEvent::Down { upstream } => (upstream, None),
+            UpstreamEvent::Progress { upstream, progress } => {
+                return self.inner.progress.deliver(upstream, progress.clone());
+            }
+            UpstreamEvent::ResourceUpdated { .. } | UpstreamEvent::CatalogChanged { .. } => return,
+        };
+        self.replace(upstream, offerings);
+    }
+
+    /// `upstream` left the configuration: its tools and prompts go (hosts whose view changed
+    /// are told).
+    pub fn upstream_left(&self, upstream: &str) {
+        self.replace(upstream, None);
+    }
+
+    /// Swap in what `upstream` offers, then tell hosts whose view changed.
+    fn replace(&self, upstream: &str, offerings: Option<UpstreamOfferings>) {
+        let Some((before, after)) = self.inner.catalog.replace(upstream, offerings) else { return };
+        let policy = self.policy();
+        let told = self.announce((&before, &policy), (&after, &policy));
+        let counts = after.counts();
+        let (tools, prompts) = counts.iter().find(|(n, _, _)| n == upstream).map_or((0, 0), |c| (c.1, c.2));
+        // The upstream's own up/down line is the one state-change line; this is detail.
+        tracing::debug!(upstream, tools, prompts, hosts_told = told, "tools and prompts changed");
+    }
+
+    /// The merged snapshot (for `/status` and tests).
+    pub fn snapshot(&self) -> Arc<OfferingsSnapshot> {
+        self.inner.catalog.snapshot()
+    }
+
+    /// One page of the merged tool list.
+    pub fn list_tools(&self, principal: &str, cursor: Option<&str>) -> Result<ListToolsResult, ProxyError> {
+        let snapshot = self.inner.catalog.snapshot();
+        let offset = self.offset(principal, ListKind::Tools, cursor, &snapshot)?;
+        let policy = self.policy();
+        let visible = |tool: &Tool| self.listable(&policy, principal, Offering::Tool, &tool.name);
+        let page = snapshot.tools_page(offset, self.inner.page_size, &visible);
+        let items = page.items.into_iter().map(|tool| rewrite::tool_for(tool, &policy, principal)).collect();
+        let mut result = ListToolsResult::with_all_items(items);
+        result.next_cursor = page.next.map(|next| self.cursor(principal, ListKind::Tools, &snapshot, next));
+        Ok(result)
+    }
+
+    /// One page of the merged prompt list.
+    pub fn list_prompts(&self, principal: &str, cursor: Option<&str>) -> Result<ListPromptsResult, ProxyError> {
+        let snapshot = self.inner.catalog.snapshot();
+        let offset = self.offset(principal, ListKind::Prompts, cursor, &snapshot)?;
+        let policy = self.policy();
+        let visible = |prompt: &Prompt| self.listable(&policy, principal, Offering::Prompt, &prompt.name);
+        let page = snapshot.prompts_page(offset, self.inner.page_size, &visible);
+        let mut result = ListPromptsResult::with_all_items(page.items);
+        result.next_cursor = page.next.map(|next| self.cursor(principal, ListKind::Prompts, &snapshot, next));
+        Ok(result)
+    }
+
+    /// Tell hosts whose visible tools or prompts differ between two policy sets.
+    pub fn policy_replaced(&self, before: &PolicySet, after: &PolicySet) -> usize {
+        let snapshot = self.inner.catalog.snapshot();
+        self.announce((&snapshot, before), (&snapshot, after))
+    }
+
+    fn policy(&self) -> PolicySet {
+        self.inner.policy.read().expect("policy lock").clone()
+    }
+
+    /// May `principal` use the tool or prompt a host sees as `presented`?
+    fn allowed(&self, policy: &PolicySet, principal: &str, offering: Offering, presented: &str) -> bool {
+        policy.is_allow_all()
+            || names::split(presented).is_some_and(|(upstream, name)| {
+                policy.decide(principal, &names::policy_uri(offering, upstream, name)).allowed
+            })
+    }
+
+    /// `allowed` for a list entry; a hidden one is counted as a list denial.
+    fn listable(&self, policy: &PolicySet, principal: &str, offering: Offering, presented: &str) -> bool {
+        let allowed = self.allowed(policy, principal, offering, presented);
+        if !allowed {
+            self.inner.metrics.policy_denied(DenialAction::List, None);
+        }
+        allowed
+    }
+
+    fn offset(
+        &self,
+        principal: &str,
+        list: ListKind,
+        cursor: Option<&str>,
+        snapshot: &OfferingsSnapshot,
+    ) -> Result<usize, ProxyError> {
+        let Some(cursor) = cursor else { return Ok(0) };
+        let position = self.inner.cursor_key.decode(principal, list, cursor).map_err(|_| ProxyError::InvalidCursor)?;
+        if position.generation != snapshot.generation {
+            return Err(ProxyError::InvalidCursor);
+        }
+        usize::try_from(position.offset).map_err(|_| ProxyError::InvalidCursor)
+    }
+
+    fn cursor(&self, principal: &str, list: ListKind, snapshot: &OfferingsSnapshot, offset: usize) -> String {
+        let position = Position { list, generation: snapshot.generation, offset: offset as u64 };
+        self.inner.cursor_key.encode(principal, position)
+    }
+
+    /// Namespace every name (skipping, logging and counting those outside the spec's rules)
+    /// and every `_meta.ui.resourceUri`.
+    fn namespaced(&self, upstream: &str, offered: Offered) -> UpstreamOfferings {
+        let skipped = |kind: &str, name: &str, error: names::NameError| {
+            tracing::warn!(upstream, kind, name, error = %error, "not offered: its name breaks the spec's rules");
+            self.inner.metrics.catalog_entry_unlisted(upstream);
+        };
+        let mut seen = std::collections::HashSet::new();
+        let tools = offered.tools.into_iter().filter_map(|mut tool| match names::join(upstream, &tool.name) {
+            Ok(name) if seen.insert(name.clone()) => {
+                tool.name = name.into();
+                tool.meta = tool.meta.map(|meta| rewrite::meta_from_upstream(upstream, meta));
+                Some(tool)
+            }
+            Ok(_) => None,
+            Err(error) => {
+                skipped("tool", &tool.name, error);
+                None
+            }
+        });
+        let tools = tools.collect();
+        seen.clear();
+        let prompts = offered.prompts.into_iter().filter_map(|mut prompt| match names::join(upstream, &prompt.name) {
+            Ok(name) if seen.insert(name.clone()) => {
+                prompt.name = name;
+                prompt.meta = prompt.meta.map(|meta| rewrite::meta_from_upstream(upstream, meta));
+                Some(prompt)
+            }
+            Ok(_) => None,
+            Err(error) => {
+                skipped("prompt", &prompt.name, error);
+                None
+            }
+        });
+        UpstreamOfferings { tools, prompts: prompts.collect() }
+    }
+
+    /// One `tools/list_changed` / `prompts/list_changed` to each host that wants it and whose
+    /// principal's visible list differs between `before` and `after`; how many were told.
+    fn announce(&self, before: (&OfferingsSnapshot, &PolicySet), after: (&OfferingsSnapshot, &PolicySet)) -> usize {
+        let mut memo: HashMap<String, (bool, bool)> = HashMap::new();
+        let mut told = 0;
+        for (holder, info) in self.inner.fanout.outlets() {
+            if !info.wants_tools_list_changed && !info.wants_prompts_list_changed {
+                continue;
+            }
+            let (tools, prompts) = *memo.entry(info.principal.clone()).or_insert_with(|| {
+                let old = self.view(before.0, before.1, &info.principal);
+                let new = self.view(after.0, after.1, &info.principal);
+                (old.0 != new.0, old.1 != new.1)
+            });
+            if tools && info.wants_tools_list_changed {
+                told += usize::from(self.inner.fanout.deliver(holder, Outgoing::ToolsListChanged));
+            }
+            if prompts && info.wants_prompts_list_changed {
+                told += usize::from(self.inner.fanout.deliver(holder, Outgoing::PromptsListChanged));
+            }
+        }
+        told
+    }
+
+    /// What `principal` sees of a snapshot: its tools and its prompts.
+    fn view<'a>(
+        &self,
+        snapshot: &'a OfferingsSnapshot,
+        policy: &PolicySet,
+        principal: &str,
+    ) -> (Vec<&'a Tool>, Vec<&'a Prompt>) {
+        let mut view = (Vec::new(), Vec::new());
+        for entry in snapshot.all() {
+            match entry {
+                (Some(tool), _) if self.allowed(policy, principal, Offering::Tool, &tool.name) => view.0.push(tool),
+                (_, Some(prompt)) if self.allowed(policy, principal, Offering::Prompt, &prompt.name) => {
+                    view.1.push(prompt)
+                }
+                _ => {}
+            }
+        }
+        view
+    }
+}

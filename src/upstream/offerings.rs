@@ -1,0 +1,193 @@
+//! Tools, prompts and completion on one upstream: whole lists (every page), and the calls
+//! routed to it, each with the upstream's timeout. Names here are the upstream's own; the
+//! namespacing is `crate::tools`'s.
+//!
+//! Invariant: as for reads, no upstream error text reaches a client: an error reply becomes a
+//! [`ProxyError`] in the proxy's words (its code kept), and a faulty reply fails only its own
+//! request.
+
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResponse, CancelledNotificationParam, ClientRequest,
+    CompleteRequestParams, CompleteResult, ErrorCode, GetPromptRequestParams, GetPromptResponse,
+    PaginatedRequestParams, ProgressToken, Prompt, RequestId, ServerResult, Tool,
+};
+use rmcp::service::{Peer, PeerRequestOptions, RoleClient, ServiceError};
+
+use super::listing::{PageError, all_pages};
+use super::{Link, Upstream};
+use crate::error::ProxyError;
+
+/// What an upstream offers besides resources.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Offered {
+    pub tools: Vec<Tool>,
+    pub prompts: Vec<Prompt>,
+}
+
+impl Upstream {
+    /// Does the current connection offer tools, prompts, completion?
+    pub fn offers(&self) -> (bool, bool, bool) {
+        self.link().map_or((false, false, false), |link| {
+            let c = &link.capabilities;
+            (c.tools.is_some(), c.prompts.is_some(), c.completions.is_some())
+        })
+    }
+
+    /// Every page of its tools and prompts on `link` (an upstream that lacks one offers none
+    /// of it); `None`, logged, when they cannot be had.
+    pub(super) async fn fetch_offerings(&self, link: &Link) -> Option<Offered> {
+        let fetched = self.list_offerings(link).await;
+        if let Err(error) = &fetched {
+            tracing::warn!(upstream = self.name(), error = %error, "tools and prompts not loaded");
+        }
+        fetched.ok()
+    }
+
+    async fn list_offerings(&self, link: &Link) -> Result<Offered, String> {
+        let timeout = self.config().request_timeout;
+        let (has_tools, has_prompts) = (link.capabilities.tools.is_some(), link.capabilities.prompts.is_some());
+        let started = std::time::Instant::now();
+        let tools = match has_tools {
+            false => Ok((Vec::new(), None)),
+            true => {
+                all_pages(timeout, |cursor| async {
+                    let page =
+                        link.peer.list_tools(Some(PaginatedRequestParams::default().with_cursor(cursor))).await?;
+                    Ok((page.tools, page.next_cursor, None))
+                })
+                .await
+            }
+        };
+        self.count("tools/list", &tools, started);
+        let tools = tools.map_err(|e| format!("tools/list: {e}"))?.0;
+        let started = std::time::Instant::now();
+        let prompts = match has_prompts {
+            false => Ok((Vec::new(), None)),
+            true => {
+                all_pages(timeout, |cursor| async {
+                    let params = PaginatedRequestParams::default().with_cursor(cursor);
+                    let page = link.peer.list_prompts(Some(params)).await?;
+                    Ok((page.prompts, page.next_cursor, None))
+                })
+                .await
+            }
+        };
+        self.count("prompts/list", &prompts, started);
+        let prompts = prompts.map_err(|e| format!("prompts/list: {e}"))?.0;
+        Ok(Offered { tools, prompts })
+    }
+
+    /// `tools/call` with the upstream's own tool name. `sent` learns the progress token rmcp
+    /// gave the request (it sets its own on every request) as soon as it is sent. Dropping
+    /// the future before the answer sends the upstream `notifications/cancelled`.
+    pub async fn call_tool(
+        &self,
+        params: CallToolRequestParams,
+        sent: impl FnOnce(&ProgressToken),
+    ) -> Result<CallToolResponse, ProxyError> {
+        let link = self.link()?;
+        let peer = link.peer.clone();
+        let request = async move {
+            let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+            let handle = peer.send_request_with_option(request, PeerRequestOptions::no_options()).await?;
+            sent(&handle.progress_token);
+            let mut abandoned = Abandoned { peer: peer.clone(), id: Some(handle.id.clone()) };
+            let answer = handle.await_response().await;
+            abandoned.id = None;
+            match answer? {
+                ServerResult::CallToolResult(result) => Ok(CallToolResponse::Complete(result)),
+                ServerResult::InputRequiredResult(needs) => Ok(CallToolResponse::InputRequired(needs)),
+                ServerResult::CreateTaskResult(task) => Ok(CallToolResponse::Task(task)),
+                _ => Err(ServiceError::UnexpectedResponse),
+            }
+        };
+        self.timed("tools/call", request, !link.peer.is_transport_closed()).await
+    }
+
+    /// `prompts/get` with the upstream's own prompt name.
+    pub async fn get_prompt(&self, params: GetPromptRequestParams) -> Result<GetPromptResponse, ProxyError> {
+        let link = self.link()?;
+        let request = link.peer.get_prompt_once(params);
+        self.timed("prompts/get", request, !link.peer.is_transport_closed()).await
+    }
+
+    /// `completion/complete` with the upstream's own prompt name or URI template.
+    pub async fn complete(&self, params: CompleteRequestParams) -> Result<CompleteResult, ProxyError> {
+        let link = self.link()?;
+        let request = link.peer.complete(params);
+        self.timed("completion/complete", request, !link.peer.is_transport_closed()).await
+    }
+
+    async fn timed<T>(
+        &self,
+        method: &'static str,
+        request: impl Future<Output = Result<T, ServiceError>>,
+        connection_open: bool,
+    ) -> Result<T, ProxyError> {
+        let started = std::time::Instant::now();
+        let timeout = self.config().request_timeout;
+        let result = match tokio::time::timeout(timeout, request).await {
+            Err(_) => Err(ProxyError::UpstreamTimeout { upstream: self.name().to_string(), timeout }),
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(error)) => Err(self.request_error(method, error, connection_open)),
+        };
+        let elapsed = started.elapsed();
+        self.inner.metrics.upstream_request(self.name(), method, crate::metrics::outcome(&result), elapsed);
+        result
+    }
+
+    fn request_error(&self, method: &'static str, error: ServiceError, connection_open: bool) -> ProxyError {
+        if let ServiceError::McpError(e) = &error
+            && let Some(fault) = super::faults::Fault::of(e)
+        {
+            tracing::warn!(
+                upstream = self.name(),
+                method,
+                fault = fault.kind(),
+                "upstream request failed: faulty reply"
+            );
+            self.record_fault(format!("{method}: {}", fault.describe()));
+            return self.failed(fault.describe());
+        }
+        if let Some(reason) = self.reply_failure(&error, connection_open) {
+            tracing::warn!(upstream = self.name(), method, error = %error, "upstream request failed; connection kept");
+            return self.failed(reason);
+        }
+        match error {
+            ServiceError::McpError(e) if e.code == ErrorCode::INVALID_PARAMS => {
+                tracing::debug!(upstream = self.name(), method, error = %e.message, "upstream refused the params");
+                ProxyError::InvalidParams(format!("upstream `{}` refused the {method} arguments", self.name()))
+            }
+            ServiceError::McpError(e) => {
+                tracing::debug!(upstream = self.name(), method, error = %e.message, "upstream request failed");
+                self.failed(format!("it answered with error {}", e.code.0))
+            }
+            ServiceError::UnexpectedResponse => self.failed("it sent an unexpected response".into()),
+            other => {
+                tracing::warn!(upstream = self.name(), method, error = %other, "upstream connection broken");
+                self.inner.broken.notify_one();
+                ProxyError::UpstreamDown { upstream: self.name().to_string() }
+            }
+        }
+    }
+
+    fn count<T>(&self, method: &'static str, result: &Result<T, PageError>, started: std::time::Instant) {
+        let outcome = if result.is_ok() { "ok" } else { "upstream_failed" };
+        self.inner.metrics.upstream_request(self.name(), method, outcome, started.elapsed());
+    }
+}
+
+/// A request whose answer is no longer awaited: the upstream is told to stop.
+struct Abandoned {
+    peer: Peer<RoleClient>,
+    id: Option<RequestId>,
+}
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else { return };
+        let peer = self.peer.clone();
+        let cancelled = CancelledNotificationParam::new(Some(id), Some("the host cancelled the request".into()));
+        tokio::spawn(async move { peer.notify_cancelled(cancelled).await });
+    }
+}

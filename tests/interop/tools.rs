@@ -1,0 +1,477 @@
+//! Tools, prompts and completion through the proxy, end to end: the real server-everything and
+//! server-memory as upstreams, the real proxy binary, the Python SDK client (tests/py/tools_client.py)
+//! and rmcp clients of both eras. Names are `<upstream>__<name>`; policies decide them over
+//! `tool://<upstream>/<name>` and `prompt://<upstream>/<name>`.
+
+
+use std::collections::BTreeSet;
+use std::process::Stdio;
+
+use anyhow::{Context, bail};
+use crate::support::fixture::{DEADLINE, Era, error_code};
+use crate::support::peers::{everything_stdio_command, memory_stdio_command, parse_json_lines, py_script, python};
+use crate::support::proxy::{PROXY_BIN, ProxyProcess, toml_str};
+use rmcp::model::{
+    ArgumentInfo, CallToolRequest, CallToolRequestParams, ClientRequest, CompleteRequestParams, NumberOrString,
+    PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, Reference, ResourceUpdatedNotificationParam,
+    SubscribeRequestParams,
+};
+use rmcp::service::{ClientCacheConfig, NotificationContext, PeerRequestOptions, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+const ALICE_TOKEN: &str = "alice-tok-5b1e9c3a7d2f4e60";
+const BOB_TOKEN: &str = "bob-tok-2c8f6a0e4b1d9f73";
+const TOKENS: [(&str, &str); 2] = [("ALICE_TOKEN", ALICE_TOKEN), ("BOB_TOKEN", BOB_TOKEN)];
+
+/// What a host heard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Heard {
+    Updated(String),
+    ToolsListChanged,
+    PromptsListChanged,
+    /// A progress notification: its token and progress.
+    Progress(String, u64),
+}
+
+#[derive(Clone)]
+struct Recorder(mpsc::UnboundedSender<Heard>);
+
+impl ClientHandler for Recorder {
+    async fn on_resource_updated(&self, params: ResourceUpdatedNotificationParam, _: NotificationContext<RoleClient>) {
+        let _ = self.0.send(Heard::Updated(params.uri));
+    }
+
+    async fn on_progress(&self, params: ProgressNotificationParam, _: NotificationContext<RoleClient>) {
+        let token = match params.progress_token.0 {
+            NumberOrString::String(token) => token.to_string(),
+            NumberOrString::Number(n) => n.to_string(),
+        };
+        let _ = self.0.send(Heard::Progress(token, params.progress as u64));
+    }
+
+    async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {
+        let _ = self.0.send(Heard::ToolsListChanged);
+    }
+
+    async fn on_prompt_list_changed(&self, _: NotificationContext<RoleClient>) {
+        let _ = self.0.send(Heard::PromptsListChanged);
+    }
+}
+
+type Host = RunningService<RoleClient, Recorder>;
+
+/// An rmcp host over HTTP in `era` (`token`: bearer), with what it hears.
+async fn host(url: &str, era: Era, token: Option<&str>) -> anyhow::Result<(Host, mpsc::UnboundedReceiver<Heard>)> {
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url).reinit_on_expired_session(false);
+    if let Some(token) = token {
+        config = config.auth_header(token);
+    }
+    let (tx, heard) = mpsc::unbounded_channel();
+    let lifecycle = match era {
+        Era::Modern => ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] },
+        _ => ClientLifecycleMode::Initialize,
+    };
+    let connecting = Recorder(tx).serve_with_lifecycle(StreamableHttpClientTransport::from_config(config), lifecycle);
+    let client = tokio::time::timeout(DEADLINE, connecting).await.context("connect timed out")??;
+    client.set_response_cache_config(ClientCacheConfig::disabled()).await;
+    Ok((client, heard))
+}
+
+/// Wait (at most [`DEADLINE`]) until the host hears `wanted`.
+async fn wait_heard(heard: &mut mpsc::UnboundedReceiver<Heard>, wanted: &Heard) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        match tokio::time::timeout_at(deadline, heard.recv()).await {
+            Ok(Some(event)) if &event == wanted => return Ok(()),
+            Ok(Some(_)) => continue,
+            Ok(None) => bail!("the host closed"),
+            Err(_) => bail!("{wanted:?} not heard within {DEADLINE:?}"),
+        }
+    }
+}
+
+/// A `[[upstreams]]` entry running the installed server-everything over stdio.
+fn everything_upstream(name: &str) -> String {
+    let (program, args) = everything_stdio_command();
+    let args: Vec<String> = args.iter().map(|a| toml_str(a)).collect();
+    format!("[[upstreams]]\nname = \"{name}\"\ncommand = {}\nargs = [{}]\n\n", toml_str(&program), args.join(", "))
+}
+
+/// A `[[upstreams]]` entry running server-memory over stdio on `file`.
+fn memory_upstream(name: &str, file: &std::path::Path) -> String {
+    let (program, args) = memory_stdio_command();
+    let args: Vec<String> = args.iter().map(|a| toml_str(a)).collect();
+    format!(
+        "[[upstreams]]\nname = \"{name}\"\ncommand = {}\nargs = [{}]\nenv = {{ MEMORY_FILE_PATH = {} }}\n\n",
+        toml_str(&program),
+        args.join(", "),
+        toml_str(&file.display().to_string()),
+    )
+}
+
+/// Start the proxy and wait until every named upstream's tools are in.
+async fn start_proxy(config: &str, env: &[(&str, &str)], upstreams: &[&str]) -> anyhow::Result<ProxyProcess> {
+    let proxy = ProxyProcess::start_with(config, &[], env).await?;
+    for upstream in upstreams {
+        let tag = format!("\"upstream\":\"{upstream}\"");
+        proxy.wait_log(&["tools and prompts changed", &tag]).await?;
+    }
+    Ok(proxy)
+}
+
+/// Run tests/py/tools_client.py against `url` in `mode`; one JSON value per op.
+async fn python_ops(url: &str, mode: &str, headers: &[&str], ops: &[&str]) -> anyhow::Result<Vec<Value>> {
+    let mut command = tokio::process::Command::new(python());
+    command.arg(py_script("tools_client.py")).args(["--url", url, "--mode", mode]);
+    for header in headers {
+        command.args(["--header", header]);
+    }
+    command.args(ops).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+    let output = tokio::time::timeout(DEADLINE * 2, command.output()).await.context("tools_client.py timed out")??;
+    let lines = parse_json_lines(&output.stdout);
+    if lines.len() != ops.len() {
+        bail!(
+            "tools_client.py: {} answers for {} ops; stderr:\n{}",
+            lines.len(),
+            ops.len(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(lines)
+}
+
+fn texts(result: &Value) -> Vec<String> {
+    let content = result["content"].as_array().cloned().unwrap_or_default();
+    content.iter().filter_map(|block| block["text"].as_str().map(str::to_owned)).collect()
+}
+
+/// server-everything's tools and prompts, listed, called, got and completed through the proxy
+/// by the Python SDK, in both eras; the resource links one of its tools returns come back
+/// namespaced and readable through the proxy.
+#[tokio::test]
+async fn everything_tools_and_prompts_work_from_the_python_client_in_both_eras() -> anyhow::Result<()> {
+    let proxy = start_proxy(&everything_upstream("everything"), &[], &["everything"]).await?;
+    for mode in ["legacy", "2026-07-28"] {
+        let ops = [
+            "tools_all",
+            "prompts_all",
+            "call:everything__get-sum:{\"a\": 2, \"b\": 3}",
+            "call:everything__echo:{\"message\": \"through the proxy\"}",
+            "call:everything__get-resource-links:{\"count\": 2}",
+            "prompt:everything__args-prompt:{\"city\": \"Lisbon\"}",
+            "complete:everything__completable-prompt:department:E",
+            "call:everything__no-such-tool:{}",
+        ];
+        let answers = python_ops(&proxy.url, mode, &[], &ops).await?;
+        let tools: BTreeSet<&str> =
+            answers[0]["names"].as_array().context("names")?.iter().filter_map(Value::as_str).collect();
+        for expected in ["everything__echo", "everything__get-sum", "everything__toggle-subscriber-updates"] {
+            assert!(tools.contains(expected), "{mode}: {expected} missing from {tools:?}");
+        }
+        assert!(tools.iter().all(|name| name.starts_with("everything__")), "{mode}: {tools:?}");
+        let prompts = answers[1]["names"].as_array().context("prompt names")?;
+        assert!(prompts.contains(&json!("everything__simple-prompt")), "{mode}: {prompts:?}");
+        assert!(texts(&answers[2]["result"]).iter().any(|t| t.contains('5')), "{mode}: {}", answers[2]);
+        assert!(texts(&answers[3]["result"]).iter().any(|t| t.contains("through the proxy")), "{mode}: {}", answers[3]);
+        let links: Vec<&str> = answers[4]["result"]["content"]
+            .as_array()
+            .context("content")?
+            .iter()
+            .filter(|block| block["type"] == "resource_link")
+            .filter_map(|block| block["uri"].as_str())
+            .collect();
+        assert_eq!(links.len(), 2, "{mode}: {}", answers[4]);
+        assert!(links.iter().all(|uri| uri.starts_with("everything+demo://")), "{mode}: {links:?}");
+        let prompt = answers[5]["result"].to_string();
+        assert!(prompt.contains("Lisbon"), "{mode}: {prompt}");
+        let values = answers[6]["values"].as_array().context("completion values")?;
+        assert!(values.iter().any(|v| v.as_str().is_some_and(|v| v.starts_with('E'))), "{mode}: {values:?}");
+        assert_eq!(answers[7]["error"]["code"], -32602, "{mode}: {}", answers[7]);
+    }
+    // A link is a resource of the proxy's: it reads through it.
+    let answers =
+        python_ops(&proxy.url, "legacy", &[], &["call:everything__get-resource-links:{\"count\": 1}"]).await?;
+    let uri = answers[0]["result"]["content"]
+        .as_array()
+        .and_then(|c| c.iter().find_map(|b| b["uri"].as_str()))
+        .context("a link")?
+        .to_string();
+    let (client, _) = host(&proxy.url, Era::Legacy, None).await?;
+    let read = client.read_resource(rmcp::model::ReadResourceRequestParams::new(uri.clone())).await?;
+    assert!(!read.contents.is_empty(), "{uri} reads through the proxy");
+    Ok(())
+}
+
+/// rmcp hosts of both eras list and call tools through the proxy; the upstream's `isError`
+/// result passes through as a result, not a protocol error.
+#[tokio::test]
+async fn rmcp_hosts_of_both_eras_list_and_call_tools() -> anyhow::Result<()> {
+    let proxy = start_proxy(&everything_upstream("ev"), &[], &["ev"]).await?;
+    for era in [Era::Legacy, Era::Modern] {
+        let (client, _) = host(&proxy.url, era, None).await?;
+        let tools = client.list_tools(Some(PaginatedRequestParams::default())).await?;
+        assert!(tools.tools.iter().any(|t| t.name == "ev__get-sum"), "{era:?}");
+        let args = json!({"a": 40, "b": 2}).as_object().cloned().expect("object");
+        let sum = client.call_tool(CallToolRequestParams::new("ev__get-sum").with_arguments(args)).await?;
+        let text: String = sum.content.iter().filter_map(|c| c.as_text().map(|t| t.text.clone())).collect();
+        assert!(text.contains("42"), "{era:?}: {text}");
+        // Arguments the tool's schema refuses: server-everything answers with `isError`.
+        let bad = json!({"a": "not a number"}).as_object().cloned().expect("object");
+        match client.call_tool(CallToolRequestParams::new("ev__get-sum").with_arguments(bad)).await {
+            Ok(result) => assert_eq!(result.is_error, Some(true), "{era:?}: {result:?}"),
+            Err(error) => assert_eq!(error_code(&error), Some(-32602), "{era:?}: {error}"),
+        }
+        let prompts = client.list_prompts(Some(PaginatedRequestParams::default())).await?;
+        assert!(prompts.prompts.iter().any(|p| p.name == "ev__simple-prompt"), "{era:?}");
+    }
+    Ok(())
+}
+
+/// The host subscribes to a resource, calls `toggle-subscriber-updates` through the proxy: the
+/// upstream now notifies the proxy's session, and the `updated` reaches the host.
+#[tokio::test]
+async fn toggle_subscriber_updates_through_the_proxy_makes_updates_reach_a_subscribed_host() -> anyhow::Result<()> {
+    let proxy = start_proxy(&everything_upstream("ev"), &[], &["ev"]).await?;
+    let (client, mut heard) = host(&proxy.url, Era::Legacy, None).await?;
+    let uri = "ev+demo://resource/static/document/architecture.md";
+    #[allow(deprecated)]
+    client.subscribe(SubscribeRequestParams::new(uri)).await?;
+    client.call_tool(CallToolRequestParams::new("ev__toggle-subscriber-updates")).await?;
+    wait_heard(&mut heard, &Heard::Updated(uri.into())).await
+}
+
+/// server-memory's `create_entities`, called through the proxy, changes its knowledge graph:
+/// a host subscribed to `mem+memory://knowledge-graph` hears `updated`.
+#[tokio::test]
+async fn server_memory_create_entities_through_the_proxy_notifies_a_subscribed_host() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let proxy = start_proxy(&memory_upstream("mem", &dir.path().join("memory.jsonl")), &[], &["mem"]).await?;
+    let (client, mut heard) = host(&proxy.url, Era::Legacy, None).await?;
+    let uri = "mem+memory://knowledge-graph";
+    #[allow(deprecated)]
+    client.subscribe(SubscribeRequestParams::new(uri)).await?;
+    // A read through the proxy waits until the upstream acknowledged the subscription for
+    // the URI, so the change below cannot slip in before it.
+    client.read_resource(rmcp::model::ReadResourceRequestParams::new(uri)).await?;
+    let entities =
+        json!({"entities": [{"name": "proxy", "entityType": "service", "observations": ["forwards tools"]}]});
+    let call = CallToolRequestParams::new("mem__create_entities")
+        .with_arguments(entities.as_object().cloned().expect("object"));
+    let result = client.call_tool(call).await?;
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    wait_heard(&mut heard, &Heard::Updated(uri.into())).await?;
+    let graph = client.read_resource(rmcp::model::ReadResourceRequestParams::new(uri)).await?;
+    assert!(format!("{graph:?}").contains("forwards tools"));
+    Ok(())
+}
+
+/// The `[server]`, `[auth]` (alice and bob) and `[policies]` sections.
+fn access_config(policies: &std::path::Path, page_size: usize, upstreams: &str) -> String {
+    format!(
+        "[server]\npage_size = {page_size}\n\n[auth]\nmode = \"bearer\"\n\n\
+         [[auth.tokens]]\nprincipal = \"alice\"\ntoken_env = \"ALICE_TOKEN\"\n\n\
+         [[auth.tokens]]\nprincipal = \"bob\"\ntoken_env = \"BOB_TOKEN\"\n\n\
+         [policies]\ndir = {}\n\n{upstreams}",
+        toml_str(policies.to_str().expect("utf-8 path"))
+    )
+}
+
+/// alice may use everything but `get-env`, `args-prompt` and the blob resources; bob only
+/// `echo`. A denied tool is not listed and its call answers exactly like an unknown tool;
+/// a resource link a policy denies is dropped from a tool's result; `policy explain` says why.
+#[tokio::test]
+async fn a_denied_tool_is_invisible_and_its_call_answers_like_an_unknown_tool() -> anyhow::Result<()> {
+    let policies = tempfile::tempdir()?;
+    let alice = "principals = [\"alice\"]\nallow = [\"**\"]\n\
+                 deny = [\"tool://ev/get-env\", \"prompt://ev/args-prompt\", \"ev+demo://resource/dynamic/blob/**\"]\n";
+    std::fs::write(policies.path().join("alice.toml"), alice)?;
+    std::fs::write(policies.path().join("bob.toml"), "principals = [\"bob\"]\nallow = [\"tool://ev/echo\"]\n")?;
+    let config = access_config(policies.path(), 100, &everything_upstream("ev"));
+    let proxy = start_proxy(&config, &TOKENS, &["ev"]).await?;
+
+    let bearer = format!("Authorization: Bearer {ALICE_TOKEN}");
+    let ops = [
+        "tools_all",
+        "prompts_all",
+        "call:ev__get-env:{}",
+        "call:ev__no-such-tool:{}",
+        "prompt:ev__args-prompt:{\"city\": \"Porto\"}",
+        "prompt:ev__no-such-prompt:{}",
+        "call:ev__get-resource-links:{\"count\": 4}",
+    ];
+    let answers = python_ops(&proxy.url, "legacy", &[&bearer], &ops).await?;
+    let tools = answers[0]["names"].as_array().context("names")?;
+    assert!(!tools.contains(&json!("ev__get-env")) && tools.contains(&json!("ev__echo")), "{tools:?}");
+    assert!(!answers[1]["names"].as_array().context("prompts")?.contains(&json!("ev__args-prompt")));
+    let unknown = |answer: &Value, name: &str| {
+        let error = &answer["error"];
+        (error["code"].clone(), error["message"].as_str().unwrap_or_default().replace(name, "NAME"))
+    };
+    assert_eq!(unknown(&answers[2], "ev__get-env"), unknown(&answers[3], "ev__no-such-tool"));
+    assert_eq!(unknown(&answers[4], "ev__args-prompt"), unknown(&answers[5], "ev__no-such-prompt"));
+    assert_eq!(answers[2]["error"]["code"], -32602);
+    // server-everything's links alternate text and blob resources: the blob ones are denied.
+    let links: Vec<String> = answers[6]["result"]["content"]
+        .as_array()
+        .context("content")?
+        .iter()
+        .filter_map(|b| b["uri"].as_str().map(str::to_owned))
+        .collect();
+    assert!(!links.is_empty(), "{}", answers[6]);
+    assert_eq!(links, ["ev+demo://resource/dynamic/text/2", "ev+demo://resource/dynamic/text/4"]);
+
+    let bearer = format!("Authorization: Bearer {BOB_TOKEN}");
+    let answers = python_ops(&proxy.url, "2026-07-28", &[&bearer], &["tools_all", "prompts_all"]).await?;
+    assert_eq!(answers[0]["names"], json!(["ev__echo"]));
+    assert_eq!(answers[1]["names"], json!([]));
+
+    let explained = std::process::Command::new(PROXY_BIN)
+        .args(["policy", "explain", "--config"])
+        .arg(proxy.dir.path().join("config.toml"))
+        .args(["--principal", "alice", "tool://ev/get-env", "tool://ev/echo"])
+        .output()?;
+    let text = String::from_utf8_lossy(&explained.stdout);
+    assert!(text.contains("denied by alice.toml: tool://ev/get-env"), "{text}");
+    assert!(text.contains("allowed by alice.toml: **"), "{text}");
+    Ok(())
+}
+
+/// Two upstreams, pages of 5: the Python client follows the proxy's cursors across both and
+/// gets every tool once, in upstream name order.
+#[tokio::test]
+async fn tools_and_prompts_page_across_two_upstreams() -> anyhow::Result<()> {
+    let config = format!("[server]\npage_size = 5\n\n{}{}", everything_upstream("ev-b"), everything_upstream("ev-a"));
+    let proxy = start_proxy(&config, &[], &["ev-a", "ev-b"]).await?;
+    for mode in ["legacy", "2026-07-28"] {
+        let answers = python_ops(&proxy.url, mode, &[], &["tools_all", "prompts_all"]).await?;
+        let names: Vec<&str> =
+            answers[0]["names"].as_array().context("names")?.iter().filter_map(Value::as_str).collect();
+        let unique: BTreeSet<&str> = names.iter().copied().collect();
+        assert_eq!(unique.len(), names.len(), "{mode}: no tool twice");
+        let split = names.iter().position(|n| n.starts_with("ev-b__")).context("ev-b's tools")?;
+        assert!(split > 0 && names[..split].iter().all(|n| n.starts_with("ev-a__")), "{mode}: {names:?}");
+        assert!(names[split..].iter().all(|n| n.starts_with("ev-b__")), "{mode}: {names:?}");
+        assert_eq!(split * 2, names.len(), "{mode}: as many of each");
+        let pages = answers[0]["pages"].as_u64().context("pages")? as usize;
+        assert_eq!(pages, names.len().div_ceil(5), "{mode}");
+        let prompts = answers[1]["names"].as_array().context("prompts")?;
+        assert!(prompts.contains(&json!("ev-a__simple-prompt")) && prompts.contains(&json!("ev-b__simple-prompt")));
+    }
+    Ok(())
+}
+
+/// An upstream that leaves takes its tools and prompts along: a host hears
+/// `tools/list_changed` and `prompts/list_changed`, after which the list no longer has them.
+#[tokio::test]
+async fn an_upstream_leaving_tells_hosts_tools_and_prompts_changed_after_the_list_has_it() -> anyhow::Result<()> {
+    let everything = crate::support::peers::spawn_everything_http();
+    let config = format!(
+        "{}{}",
+        everything_upstream("stays"),
+        crate::support::proxy::http_upstream("leaves", &everything.url, "reconnect_max = \"60s\"")
+    );
+    let proxy = start_proxy(&config, &[], &["stays", "leaves"]).await?;
+    let (client, mut heard) = host(&proxy.url, Era::Legacy, None).await?;
+    let before = client.list_all_tools().await?;
+    assert!(before.iter().any(|t| t.name.starts_with("leaves__")));
+    drop(everything);
+    wait_heard(&mut heard, &Heard::ToolsListChanged).await?;
+    let after = client.list_all_tools().await?;
+    assert!(
+        after.iter().all(|t| !t.name.starts_with("leaves__")),
+        "{:?}",
+        after.iter().map(|t| &t.name).collect::<Vec<_>>()
+    );
+    assert!(after.iter().any(|t| t.name.starts_with("stays__")));
+    wait_heard(&mut heard, &Heard::PromptsListChanged).await?;
+    Ok(())
+}
+
+/// A 2026-07-28-only upstream (the rmcp fixture): its tools list and answer through the proxy
+/// for hosts of both eras, and a tool that changes a resource makes `updated` reach a host
+/// subscribed through the proxy.
+#[tokio::test]
+async fn a_2026_07_28_upstreams_tools_serve_hosts_of_both_eras() -> anyhow::Result<()> {
+    let config = crate::support::proxy::fixture_upstream("fx", &["--era", "modern"]);
+    let proxy = start_proxy(&config, &[], &["fx"]).await?;
+    let (modern, _) = host(&proxy.url, Era::Modern, None).await?;
+    let tools = modern.list_all_tools().await?;
+    assert!(tools.iter().any(|t| t.name == "fx__touch") && tools.iter().any(|t| t.name == "fx__stats"));
+    let stats = modern.call_tool(CallToolRequestParams::new("fx__stats")).await?;
+    assert_ne!(stats.is_error, Some(true), "{stats:?}");
+
+    let (legacy, mut heard) = host(&proxy.url, Era::Legacy, None).await?;
+    let uri = "fx+fx://fx/item/1";
+    #[allow(deprecated)]
+    legacy.subscribe(SubscribeRequestParams::new(uri)).await?;
+    // Returns once the upstream acknowledged the subscription (see the memory test).
+    legacy.read_resource(rmcp::model::ReadResourceRequestParams::new(uri)).await?;
+    let touch = json!({"uri": "fx://fx/item/1"}).as_object().cloned().expect("object");
+    legacy.call_tool(CallToolRequestParams::new("fx__touch").with_arguments(touch)).await?;
+    wait_heard(&mut heard, &Heard::Updated(uri.into())).await
+}
+
+/// A host that asks for progress on a long-running tool hears each step with its own token
+/// (rmcp gives the proxy's upstream request a token of its own; the proxy maps it back): every
+/// step at an rmcp 2025 host (a late one too), and steps in order at the Python SDK's
+/// `progress_callback` in both eras.
+#[tokio::test]
+async fn progress_of_a_long_running_tool_reaches_the_host_with_its_own_token() -> anyhow::Result<()> {
+    let proxy = start_proxy(&everything_upstream("ev"), &[], &["ev"]).await?;
+    let (client, mut heard) = host(&proxy.url, Era::Legacy, None).await?;
+    let args = json!({"duration": 0.6, "steps": 3}).as_object().cloned().expect("object");
+    let call = CallToolRequestParams::new("ev__trigger-long-running-operation").with_arguments(args);
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(call));
+    let handle = client.send_request_with_option(request, PeerRequestOptions::no_options()).await?;
+    let token = match &handle.progress_token.0 {
+        NumberOrString::String(token) => token.to_string(),
+        NumberOrString::Number(n) => n.to_string(),
+    };
+    handle.await_response().await?;
+    for step in 1..=3 {
+        wait_heard(&mut heard, &Heard::Progress(token.clone(), step)).await?;
+    }
+    let op = "call_progress:ev__trigger-long-running-operation:{\"duration\": 0.6, \"steps\": 3}";
+    // The Python SDK calls `progress_callback` only while its request waits, and a step the
+    // upstream sends just before its result can reach the proxy after it (see README); a
+    // 2026-07-28 host's reply stream even closes with the result. What arrives arrives in
+    // order, under the host's own token.
+    for mode in ["legacy", "2026-07-28"] {
+        let answers = python_ops(&proxy.url, mode, &[], &[op]).await?;
+        let seen = answers[0]["progress"].as_array().context("progress")?.clone();
+        assert!(!seen.is_empty() && seen.len() <= 3, "{mode}: {}", answers[0]);
+        assert_eq!(seen, json!([1.0, 2.0, 3.0]).as_array().expect("array")[..seen.len()], "{mode}: {}", answers[0]);
+    }
+    Ok(())
+}
+
+/// `completion/complete` for a namespaced resource template goes to its upstream (which
+/// completes positive integers only); a template the caller may not see answers like a
+/// template that does not exist.
+#[tokio::test]
+async fn completion_for_a_namespaced_template_is_routed_and_policy_checked() -> anyhow::Result<()> {
+    let policies = tempfile::tempdir()?;
+    let alice = "principals = [\"alice\"]\nallow = [\"**\"]\ndeny = [\"ev+demo://resource/dynamic/blob/**\"]\n";
+    std::fs::write(policies.path().join("alice.toml"), alice)?;
+    std::fs::write(policies.path().join("bob.toml"), "principals = [\"bob\"]\nallow = [\"tool://ev/echo\"]\n")?;
+    let config = access_config(policies.path(), 100, &everything_upstream("ev"));
+    let proxy = start_proxy(&config, &TOKENS, &["ev"]).await?;
+    let (client, _) = host(&proxy.url, Era::Legacy, Some(ALICE_TOKEN)).await?;
+    let complete = |template: &str, value: &str| {
+        let argument = ArgumentInfo::new("resourceId", value);
+        CompleteRequestParams::new(Reference::for_resource(template), argument)
+    };
+    let text = "ev+demo://resource/dynamic/text/{resourceId}";
+    let answer = client.complete(complete(text, "7")).await?;
+    assert_eq!(answer.completion.values, ["7"]);
+    assert!(client.complete(complete(text, "x")).await?.completion.values.is_empty());
+    let denied = client.complete(complete("ev+demo://resource/dynamic/blob/{resourceId}", "7")).await;
+    let missing = client.complete(complete("ev+demo://resource/nothing/{resourceId}", "7")).await;
+    let (denied, missing) = (denied.expect_err("denied"), missing.expect_err("missing"));
+    assert_eq!(error_code(&denied), error_code(&missing), "{denied} / {missing}");
+    Ok(())
+}
