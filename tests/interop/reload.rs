@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::support::eventually;
 use crate::support::fixture::{
     self, DEADLINE, Era, FixtureClient, FixtureEvent, HttpFixture, call_json, wait_for_stats,
 };
@@ -177,7 +178,17 @@ async fn a_file_write_removes_one_upstream_and_reconnects_a_changed_one() -> any
     wait_watchers(&setup.side, "fx://fx/item/2", 1).await?;
     let subscribes = fixture::stats(&setup.side).await?["subscribes"].as_u64().unwrap_or(0);
     std::fs::write(&config, http_upstream("fx", &setup.fx_url, "request_timeout = \"9s\""))?;
-    setup.proxy.wait_up("fx", 2).await?;
+    // The changed upstream is a new connection (its reconnect count starts again): wait for the
+    // reload to name it, then for it to be up.
+    eventually(DEADLINE, "the reload to name fx as changed", || async {
+        let status = setup.status().await?;
+        match status["config_reload"]["changed"] == json!(["fx"]) {
+            true => Ok(()),
+            false => Err(anyhow::anyhow!("{status}")),
+        }
+    })
+    .await?;
+    setup.proxy.wait_up("fx", 1).await?;
     // The new connection subscribes again to what the host holds (two URIs).
     wait_for_stats(&setup.side, |s| s["subscribes"].as_u64().unwrap_or(0) >= subscribes + 2).await?;
     let status = setup.status().await?;

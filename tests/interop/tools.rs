@@ -3,14 +3,13 @@
 //! and rmcp clients of both eras. Names are `<upstream>__<name>`; policies decide them over
 //! `tool://<upstream>/<name>` and `prompt://<upstream>/<name>`.
 
-
 use std::collections::BTreeSet;
 use std::process::Stdio;
 
-use anyhow::{Context, bail};
 use crate::support::fixture::{DEADLINE, Era, error_code};
 use crate::support::peers::{everything_stdio_command, memory_stdio_command, parse_json_lines, py_script, python};
 use crate::support::proxy::{PROXY_BIN, ProxyProcess, toml_str};
+use anyhow::{Context, bail};
 use rmcp::model::{
     ArgumentInfo, CallToolRequest, CallToolRequestParams, ClientRequest, CompleteRequestParams, NumberOrString,
     PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, Reference, ResourceUpdatedNotificationParam,
