@@ -2,7 +2,8 @@
 //! requests on one endpoint, behind [`crate::auth`]: every request is authenticated (or
 //! refused with 401) before rmcp sees it, and carries its [`crate::auth::Principal`] in the
 //! extensions of the `http::request::Parts` rmcp hands to the handler. Inside that,
-//! [`super::gate`] admits legacy sessions and binds each to its principal.
+//! [`super::gate`] admits legacy sessions and binds each to its principal, and
+//! [`super::fast`] answers reads and lists in front of rmcp.
 //!
 //! `Host` must be loopback, the listen address or one of `server.allowed_hosts`; a request
 //! with an `Origin` header must name one of `server.allowed_origins` (none by default: browser
@@ -18,6 +19,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::ProxyServer;
+use super::fast::{self, FastPath};
 use super::gate::{Gate, guard_sessions};
 use super::listener::{self, ConnectionLimits};
 use super::sessions::{SessionBook, reap};
@@ -41,28 +43,31 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     let metrics = proxy.metrics().clone();
     let book = Arc::new(SessionBook::new(server.max_sessions, server.max_sessions_per_principal));
     tokio::spawn(reap(book.clone(), sessions.clone(), proxy.clone(), shutdown.clone()));
+    let hosts: Arc<[String]> = allowed_hosts(local, &server.allowed_hosts).into();
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(true)
         // A stateless request answered by one message gets plain JSON: the client reads the
         // body to its end and keeps the connection (SSE bodies were dropped mid-stream, which
         // closed a connection per request). Listen streams still get SSE.
         .with_json_response(true)
-        .with_allowed_hosts(allowed_hosts(local, &server.allowed_hosts))
+        .with_allowed_hosts(hosts.to_vec())
         .with_allowed_origins(server.allowed_origins.clone())
         .enforce_origin_validation()
         .with_cancellation_token(shutdown.child_token());
     // rmcp builds one handler per legacy session and per stateless request, inside the request
     // the middleware authenticated: each handler belongs to that request's principal.
     let gate = Gate { book: book.clone(), manager: sessions.clone(), metrics: metrics.clone() };
+    let fast = FastPath { proxy: proxy.clone(), book: book.clone(), manager: sessions.clone(), hosts };
     let factory = move || {
         let principal = auth::current_principal().unwrap_or_else(|| auth::ANONYMOUS.to_string());
         Ok(ProxyServer::new(proxy.clone(), &principal, Transport::Http).with_session_book(book.clone()))
     };
     let service = StreamableHttpService::new(factory, sessions, config);
     let authenticator = Authenticator::new(&proxy_auth);
-    // Layers run outside in: authentication first, then the session gate.
+    // Layers run outside in: authentication first, then the session gate, then the fast path.
     let mut app = axum::Router::new()
         .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state(fast, fast::answer))
         .layer(axum::middleware::from_fn_with_state(gate, guard_sessions))
         .layer(axum::middleware::from_fn_with_state(authenticator, auth::require_principal));
     // The protected resource metadata is public: merged after the layers, outside them.
