@@ -330,3 +330,6 @@ fn reply(status: StatusCode, content_type: &'static str, body: Vec<u8>) -> Respo
     response.headers_mut().insert(CONTENT_TYPE, http::HeaderValue::from_static(content_type));
     response
 }
+
+#[cfg(test)]
+mod tests;
