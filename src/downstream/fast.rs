@@ -48,11 +48,15 @@ const MAX_BODY: u64 = 64 * 1024;
 const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
 /// The `_meta` keys a 2026-07-28 request may carry on the fast path.
-const MODERN_META: [&str; 3] = [
+const MODERN_META: [&str; 4] = [
     "io.modelcontextprotocol/protocolVersion",
     "io.modelcontextprotocol/clientCapabilities",
     "io.modelcontextprotocol/clientInfo",
+    PROGRESS_TOKEN,
 ];
+/// The one `_meta` key a session request may carry (rmcp clients send one with every request;
+/// these handlers report no progress, on either path).
+const PROGRESS_TOKEN: &str = "progressToken";
 
 /// The middleware's state; a cheap `Clone`.
 #[derive(Clone)]
@@ -78,6 +82,16 @@ enum Op {
     Templates(Option<String>),
 }
 
+impl Op {
+    fn method(&self) -> &'static str {
+        match self {
+            Op::Read(_) => "resources/read",
+            Op::List(_) => "resources/list",
+            Op::Templates(_) => "resources/templates/list",
+        }
+    }
+}
+
 /// The middleware: `axum::middleware::from_fn_with_state(fast, fast::answer)`, inside the
 /// session gate.
 pub(super) async fn answer(State(fast): State<FastPath>, request: Request, next: Next) -> Response {
@@ -96,6 +110,7 @@ pub(super) async fn answer(State(fast): State<FastPath>, request: Request, next:
     };
     let principal = principal.expect("matched above");
     let modern = call.session.is_none();
+    tracing::debug!(method = call.op.method(), modern, "answered on the fast path");
     let message = fast.serve(&principal, call, modern).await;
     if modern { json_reply(&message) } else { sse_reply(&message) }
 }
@@ -222,24 +237,24 @@ fn classify(headers: &HeaderMap, body: &Bytes) -> Option<Call> {
     let ClientJsonRpcMessage::Request(request) = serde_json::from_slice(body).ok()? else { return None };
     let session = single(headers, SESSION_HEADER)?;
     let modern = modern_era(headers, request.request.get_meta(), session.is_some())?;
-    let (op, method, name) = match request.request {
+    let op = match request.request {
         ClientRequest::ReadResourceRequest(read) => {
             let params = read.params;
             if params.input_responses.is_some() || params.request_state.is_some() {
                 return None;
             }
-            (Op::Read(params.uri.clone()), "resources/read", Some(params.uri))
+            Op::Read(params.uri)
         }
-        ClientRequest::ListResourcesRequest(list) => {
-            (Op::List(list.params.and_then(|p| p.cursor)), "resources/list", None)
-        }
-        ClientRequest::ListResourceTemplatesRequest(list) => {
-            (Op::Templates(list.params.and_then(|p| p.cursor)), "resources/templates/list", None)
-        }
+        ClientRequest::ListResourcesRequest(list) => Op::List(list.params.and_then(|p| p.cursor)),
+        ClientRequest::ListResourceTemplatesRequest(list) => Op::Templates(list.params.and_then(|p| p.cursor)),
         _ => return None,
     };
+    let name = match &op {
+        Op::Read(uri) => Some(uri.as_str()),
+        _ => None,
+    };
     let agree = if modern {
-        standard_headers_agree(headers, method, name.as_deref())
+        standard_headers_agree(headers, op.method(), name)
     } else {
         mcp_headers(headers).all(|h| [SESSION_HEADER, VERSION_HEADER].contains(&h))
     };
@@ -248,7 +263,8 @@ fn classify(headers: &HeaderMap, body: &Bytes) -> Option<Call> {
 
 /// `Some(true)` for a 2026-07-28 stateless request (complete request metadata and nothing
 /// else in `_meta`, the version header agreeing, no session); `Some(false)` for a request on
-/// a 2025-era session (no request metadata, a known pre-2026 version header or none).
+/// a 2025-era session (no request metadata but a progress token, a known pre-2026 version
+/// header or none).
 fn modern_era(headers: &HeaderMap, meta: &RequestMetaObject, in_session: bool) -> Option<bool> {
     let version = single(headers, VERSION_HEADER)?;
     match (in_session, meta.protocol_version()) {
@@ -257,7 +273,7 @@ fn modern_era(headers: &HeaderMap, meta: &RequestMetaObject, in_session: bool) -
             let known = meta.keys().all(|k| MODERN_META.contains(&k.as_str()));
             (complete && known).then_some(true)
         }
-        (true, None) if meta.is_empty() && version.is_none_or(legacy_version) => Some(false),
+        (true, None) if meta.keys().all(|k| k == PROGRESS_TOKEN) && version.is_none_or(legacy_version) => Some(false),
         _ => None,
     }
 }

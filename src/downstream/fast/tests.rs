@@ -76,8 +76,10 @@ impl Stack {
     }
 }
 
+/// Request metadata as the rmcp client sends it (with a progress token on every request).
 fn modern_meta() -> Value {
-    json!({"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {}})
+    json!({"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {},
+        "progressToken": 3})
 }
 
 /// A POST as the rmcp client sends it, as `principal`.
@@ -139,7 +141,9 @@ async fn stateless_reads_and_lists_are_answered_in_front_of_rmcp_and_counted() {
 async fn a_session_is_served_only_when_known_handshaken_held_and_of_the_same_principal() {
     let stack = Stack::start("").await;
     let ready = stack.session("alice", true).await;
-    let read = |principal: &str, session: &str| session_call(principal, session, "resources/read", json!({"uri": URI}));
+    let read = |principal: &str, session: &str| {
+        session_call(principal, session, "resources/read", json!({"uri": URI, "_meta": {"progressToken": 4}}))
+    };
     let (status, kind, body) = stack.send(read("alice", &ready)).await;
     assert_eq!((status, kind.as_str()), (StatusCode::OK, "text/event-stream"), "{body}");
     let data = body.strip_prefix("data: ").and_then(|b| b.strip_suffix("\n\n")).expect("one SSE event");
@@ -163,7 +167,7 @@ async fn anything_it_is_not_sure_of_reaches_rmcp_with_the_same_body() {
         json!({"jsonrpc": "2.0", "id": 1, "method": "resources/read", "params": {"uri": URI, "_meta": modern_meta()}});
     let modern = [("mcp-protocol-version", MODERN), ("mcp-method", "resources/read"), ("mcp-name", URI)];
     let mut extra_meta = read.clone();
-    extra_meta["params"]["_meta"]["progressToken"] = json!(1);
+    extra_meta["params"]["_meta"]["io.modelcontextprotocol/other"] = json!(1);
     let mut mrtr = read.clone();
     mrtr["params"]["requestState"] = json!("opaque");
     let cases: Vec<(&str, Request<Body>)> = vec![
@@ -181,7 +185,7 @@ async fn anything_it_is_not_sure_of_reaches_rmcp_with_the_same_body() {
         ),
         (
             "session with _meta",
-            session_call("alice", &session, "resources/read", json!({"uri": URI, "_meta": {"progressToken": 1}})),
+            session_call("alice", &session, "resources/read", json!({"uri": URI, "_meta": {"other": 1}})),
         ),
         ("session at 2026", {
             let body = json!({"jsonrpc": "2.0", "id": 1, "method": "resources/list"});
