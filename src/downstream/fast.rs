@@ -138,19 +138,23 @@ impl FastPath {
                 .record("resources/templates/list", started, self.proxy.list_templates(principal, cursor.as_deref()))
                 .map(ServerResult::ListResourceTemplatesResult),
         };
-        match result {
-            Ok(mut result) => {
-                // What rmcp's `ServerHandler` dispatch does to every result of these eras.
-                if modern {
-                    result.fill_missing_cache_hints();
-                } else {
-                    result.strip_result_type_for_legacy_peer();
-                    result.strip_non_object_output_for_legacy_peer();
-                }
-                JsonRpcMessage::response(result, call.id)
+        // What rmcp's `ServerHandler` dispatch does to every result and error of these eras.
+        let result = result.and_then(|mut result| {
+            if modern {
+                result.fill_missing_cache_hints();
+            } else if matches!(result, ServerResult::InputRequiredResult(_)) {
+                let message = "InputRequiredResult requires negotiated protocol version 2026-07-28 or newer";
+                return Err(ErrorData::invalid_request(message, None));
+            } else {
+                result.strip_result_type_for_legacy_peer();
+                result.strip_non_object_output_for_legacy_peer();
             }
+            Ok(result)
+        });
+        match result {
+            Ok(result) => JsonRpcMessage::response(result, call.id),
             Err(mut error) => {
-                // rmcp: 2026-07-28 peers get INVALID_PARAMS for a resource not found.
+                // 2026-07-28 peers get INVALID_PARAMS for a resource not found.
                 if modern && error.code == ErrorCode::RESOURCE_NOT_FOUND {
                     error.code = ErrorCode::INVALID_PARAMS;
                 }
