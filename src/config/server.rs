@@ -46,6 +46,9 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// A connection must send a whole request head within this, or it is closed.
     pub header_read_timeout: Duration,
+    /// Answer reads and lists of plain 2026-07-28 requests and open 2025 sessions in front of
+    /// rmcp (`downstream::fast`); `false` sends every request through rmcp.
+    pub fast_path: bool,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -65,6 +68,7 @@ pub(super) struct RawServer {
     max_subscriptions_per_session: Option<i64>,
     max_connections: Option<i64>,
     header_read_timeout: Option<String>,
+    fast_path: Option<bool>,
     #[serde(flatten)]
     unknown: BTreeMap<String, Value>,
 }
@@ -122,6 +126,7 @@ pub(super) fn validate_server(raw: RawServer, problems: &mut Vec<Problem>) -> Se
         max_subscriptions_per_session,
         max_connections,
         header_read_timeout,
+        fast_path: raw.fast_path.unwrap_or(true),
     }
 }
 

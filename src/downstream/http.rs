@@ -2,7 +2,8 @@
 //! requests on one endpoint, behind [`crate::auth`]: every request is authenticated (or
 //! refused with 401) before rmcp sees it, and carries its [`crate::auth::Principal`] in the
 //! extensions of the `http::request::Parts` rmcp hands to the handler. Inside that,
-//! [`super::gate`] admits legacy sessions and binds each to its principal.
+//! [`super::gate`] admits legacy sessions and binds each to its principal, and
+//! [`super::fast`] answers reads and lists in front of rmcp.
 //!
 //! `Host` must be loopback, the listen address or one of `server.allowed_hosts`; a request
 //! with an `Origin` header must name one of `server.allowed_origins` (none by default: browser
@@ -18,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::ProxyServer;
 use super::closing::{ClosingStreams, track_streams};
+use super::fast::{self, FastPath};
 use super::gate::{Gate, guard_sessions};
 use super::sessions::{SessionBook, reap};
 use crate::auth::{self, Authenticator};
@@ -45,13 +47,14 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     let streams = ClosingStreams::default();
     let stop_rmcp = CancellationToken::new();
     tokio::spawn(streams.clone().close_in_order(shutdown.clone(), stop_rmcp.clone()));
+    let hosts: Arc<[String]> = allowed_hosts(local, &server.allowed_hosts).into();
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(true)
         // A stateless request answered by one message gets plain JSON: the client reads the
         // body to its end and keeps the connection (SSE bodies were dropped mid-stream, which
         // closed a connection per request). Listen streams still get SSE.
         .with_json_response(true)
-        .with_allowed_hosts(allowed_hosts(local, &server.allowed_hosts))
+        .with_allowed_hosts(hosts.to_vec())
         .with_allowed_origins(server.allowed_origins.clone())
         .enforce_origin_validation()
         .with_cancellation_token(stop_rmcp);
@@ -59,6 +62,7 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     // the middleware authenticated: each handler belongs to that request's principal.
     let gate = Gate { book: book.clone(), manager: sessions.clone(), metrics: metrics.clone() };
     let closing = streams.closing.clone();
+    let fast = FastPath { proxy: proxy.clone(), book: book.clone(), manager: sessions.clone(), hosts };
     let factory = move || {
         let principal = auth::current_principal().unwrap_or_else(|| auth::ANONYMOUS.to_string());
         let server = ProxyServer::new(proxy.clone(), &principal, Transport::Http);
@@ -66,10 +70,11 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     };
     let service = StreamableHttpService::new(factory, sessions, config);
     let authenticator = Authenticator::new(&proxy_auth);
-    // Layers run outside in: authentication first, then the session gate.
+    // Layers run outside in: authentication first, then the session gate, then the fast path.
     let mut app = axum::Router::new()
         .nest_service("/mcp", service)
         .layer(axum::middleware::from_fn_with_state(streams, track_streams))
+        .layer(axum::middleware::from_fn_with_state(fast, fast::answer))
         .layer(axum::middleware::from_fn_with_state(gate, guard_sessions))
         .layer(axum::middleware::from_fn_with_state(authenticator, auth::require_principal));
     // The protected resource metadata is public: merged after the layers, outside them.

@@ -3,6 +3,7 @@
 //! it decides nothing itself.
 
 mod closing;
+mod fast;
 mod gate;
 mod http;
 mod offerings;
@@ -111,9 +112,7 @@ impl ProxyServer {
     /// Note a legacy HTTP session's request, for the reaper.
     fn seen(&self, extensions: &rmcp::model::Extensions) {
         let Some(book) = &self.book else { return };
-        let parts = extensions.get::<::http::request::Parts>();
-        let session = parts.and_then(|p| p.headers.get("mcp-session-id")).and_then(|v| v.to_str().ok());
-        if let Some(session) = session {
+        if let Some(session) = session_header(extensions) {
             book.touch(session, self.session.get().map(|s| s.id));
         }
     }
@@ -199,18 +198,8 @@ impl ServerHandler for ProxyServer {
             tracing::debug!(uri = %request.uri, principal = %self.principal, error = %error, kind = error.kind(), "read failed");
         });
         let answer = self.record(method::RESOURCES_READ, started, answer)?;
-        Ok(match answer {
-            ReadAnswer::Result { mut result, ttl, scope, .. } => {
-                // 2026-07-28 hosts learn how long and for whom the answer may be kept.
-                let modern = Era::of_negotiated(context.protocol_version().as_ref()) == Era::Modern;
-                result.ttl_ms = modern.then(|| u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
-                result.cache_scope = modern.then(|| self.proxy.downstream_scope(scope));
-                // A 2025-era upstream's result has no `resultType`; 2026-07-28 hosts need it.
-                result.result_type = modern.then_some(rmcp::model::ResultType::COMPLETE);
-                ReadResourceResponse::Complete(result)
-            }
-            ReadAnswer::InputRequired(response) => response,
-        })
+        let modern = Era::of_negotiated(context.protocol_version().as_ref()) == Era::Modern;
+        Ok(read_response(&self.proxy, answer, modern))
     }
 
     // Tools, prompts and completion: see `offerings`.
@@ -272,6 +261,11 @@ impl ServerHandler for ProxyServer {
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
         self.session(&context.peer);
         self.seen(&context.extensions);
+        // The fast path serves this session once it knows the era its handshake chose.
+        let legacy = context.peer.peer_info().is_some_and(|info| info.protocol_version.has_initialize());
+        if let (Some(book), Some(session), true) = (&self.book, session_header(&context.extensions), legacy) {
+            book.handshake_done(session);
+        }
     }
 
     async fn subscribe(
@@ -365,6 +359,27 @@ impl ServerHandler for ProxyServer {
         }
         Ok(())
     }
+}
+
+/// A `resources/read` answer as the host receives it: 2026-07-28 hosts (`modern`) learn how
+/// long and for whom it may be kept. Shared by the rmcp handler and the fast path.
+fn read_response(proxy: &Proxy, answer: ReadAnswer, modern: bool) -> ReadResourceResponse {
+    match answer {
+        ReadAnswer::Result { mut result, ttl, scope, .. } => {
+            result.ttl_ms = modern.then(|| u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+            result.cache_scope = modern.then(|| proxy.downstream_scope(scope));
+            // A 2025-era upstream's result has no `resultType`; 2026-07-28 hosts need it.
+            result.result_type = modern.then_some(rmcp::model::ResultType::COMPLETE);
+            ReadResourceResponse::Complete(result)
+        }
+        ReadAnswer::InputRequired(response) => response,
+    }
+}
+
+/// The `Mcp-Session-Id` of the HTTP request behind a handler call, if any.
+fn session_header(extensions: &rmcp::model::Extensions) -> Option<&str> {
+    let parts = extensions.get::<::http::request::Parts>()?;
+    parts.headers.get("mcp-session-id").and_then(|v| v.to_str().ok())
 }
 
 /// Serve one host over stdin/stdout until it disconnects or `shutdown` fires.

@@ -33,6 +33,9 @@ struct Seen {
     principal: Arc<str>,
     last: Instant,
     holder: Option<HolderId>,
+    /// The session finished a handshake that chose a 2025-era version: the fast path may
+    /// answer its reads and lists.
+    legacy_ready: bool,
     _counted: SessionGuard,
 }
 
@@ -60,7 +63,13 @@ impl SessionBook {
         if of_principal >= self.max_per_principal {
             return Err(OverCap::Principal(self.max_per_principal));
         }
-        let seen = Seen { principal: principal.into(), last: Instant::now(), holder: None, _counted: counted };
+        let seen = Seen {
+            principal: principal.into(),
+            last: Instant::now(),
+            holder: None,
+            legacy_ready: false,
+            _counted: counted,
+        };
         sessions.insert(session.to_string(), seen);
         Ok(())
     }
@@ -68,6 +77,19 @@ impl SessionBook {
     /// The principal that opened `session`, if the book knows it.
     pub fn owner(&self, session: &str) -> Option<Arc<str>> {
         self.sessions.lock().expect("sessions lock").get(session).map(|seen| seen.principal.clone())
+    }
+
+    /// The principal that opened `session`, once it finished a 2025-era handshake.
+    pub fn legacy_owner(&self, session: &str) -> Option<Arc<str>> {
+        let sessions = self.sessions.lock().expect("sessions lock");
+        sessions.get(session).filter(|seen| seen.legacy_ready).map(|seen| seen.principal.clone())
+    }
+
+    /// `session` finished its handshake with a 2025-era protocol version.
+    pub fn handshake_done(&self, session: &str) {
+        if let Some(seen) = self.sessions.lock().expect("sessions lock").get_mut(session) {
+            seen.legacy_ready = true;
+        }
     }
 
     /// The session made a request (sessions the book does not know are ignored).

@@ -9,6 +9,7 @@ pub mod support;
 
 mod cache;
 mod container;
+mod fast_path;
 mod graceful_shutdown;
 mod jwt;
 mod never_stale;

@@ -46,7 +46,10 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     }
     let (per_era, repeats) = if options.quick { (200, 3) } else { (1_000, 10) };
     let fixture = Fixture::spawn(&["--resources", "4"]).await?;
-    let proxy = ProxyProcess::start(&http_upstream("fx", &fixture.url)).await?;
+    // Every host holds a connection (a legacy session its GET stream, a listen host its
+    // stream): past `server.max_connections` (1,024 by default) the rest would wait forever.
+    let server = format!("[server]\nmax_connections = {}\n\n", 2 * per_era + 64);
+    let proxy = ProxyProcess::start(&format!("{server}{}", http_upstream("fx", &fixture.url))).await?;
     let side = clients::connect_with(&fixture.url, Era::Auto, Default::default()).await?;
     let (updates, mut heard) = mpsc::unbounded_channel();
     let connecting = Instant::now();

@@ -2,7 +2,9 @@
 //! 2026-07-28 stateless) × upstream kind (the rmcp fixture over HTTP; npm server-everything over
 //! HTTP; server-everything over stdio, spawned by the proxy) × hit/miss, next to each HTTP
 //! upstream read directly and next to npm `mcp-proxy` in front of server-everything (stdio) —
-//! all in one run, in interleaved rounds, with the raw clients of `raw`.
+//! all in one run, in interleaved rounds, with the raw clients of `raw`. Hit and miss are also
+//! measured through proxies with `server.fast_path = false` ("rmcp path"), so the fast path's
+//! effect is a ratio within one run.
 //!
 //! Per cell: p50/p99 at concurrency 1, p50/p99 and requests per second at concurrency 8, and the
 //! CPU the answering process (the proxy; the server itself when direct) used per request, from
@@ -32,6 +34,9 @@ enum Via {
     Direct,
     Hit,
     Miss,
+    /// The same proxies with `server.fast_path = false`: every request through rmcp.
+    HitRmcp,
+    MissRmcp,
     /// npm `mcp-proxy`.
     Other,
 }
@@ -64,6 +69,8 @@ struct Setup {
     other: PeerProcess,
     hit: ProxyProcess,
     miss: ProxyProcess,
+    hit_rmcp: ProxyProcess,
+    miss_rmcp: ProxyProcess,
 }
 
 pub async fn run(options: &Options) -> anyhow::Result<Report> {
@@ -92,6 +99,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
         slice.as_secs_f64()
     ));
     report.note("upstreams: fx = the rmcp fixture over HTTP (1 KiB text, ttlMs 1 h); ev = npm server-everything over HTTP; evs = server-everything over stdio, spawned by the proxy; mcp-proxy = npm mcp-proxy (pinned in .ci/install-bench-peers.sh) in front of server-everything over stdio (no cache: compare with miss)");
+    report.note("rmcp path = a proxy with `server.fast_path = false` (every request through rmcp's streamable HTTP service, as before the fast path), in the same run");
     report.note("CPU/req = utime + stime of the answering process (the proxy, or the server when direct) over the timed phases / requests; bench CPU/req = the load generator's");
     drop(setup);
     Ok(report)
@@ -108,7 +116,10 @@ async fn start() -> anyhow::Result<Setup> {
     let upstreams = format!("{}{}{stdio}", http_upstream("fx", &fixture.url), http_upstream("ev", &everything.url));
     let hit = ProxyProcess::start(&upstreams).await?;
     let miss = ProxyProcess::start(&format!("{upstreams}[cache]\nenabled = false\n")).await?;
-    Ok(Setup { fixture, everything, other, hit, miss })
+    let rmcp = "[server]\nfast_path = false\n";
+    let hit_rmcp = ProxyProcess::start(&format!("{rmcp}{upstreams}")).await?;
+    let miss_rmcp = ProxyProcess::start(&format!("{rmcp}{upstreams}[cache]\nenabled = false\n")).await?;
+    Ok(Setup { fixture, everything, other, hit, miss, hit_rmcp, miss_rmcp })
 }
 
 /// A cell to connect: (upstream, via, url, uri, pid of the answering process).
@@ -117,12 +128,16 @@ type Spec = (&'static str, Via, String, String, u32);
 /// Every cell for `era`.
 fn specs(setup: &Setup, era: HostEra) -> anyhow::Result<Vec<Spec>> {
     let (hit, miss) = (setup.hit.pid()?, setup.miss.pid()?);
+    let (hit_rmcp, miss_rmcp) = (setup.hit_rmcp.pid()?, setup.miss_rmcp.pid()?);
     let mut specs = vec![
         ("fx", Via::Hit, setup.hit.url.clone(), format!("fx+{FIXTURE_URI}"), hit),
+        ("fx", Via::HitRmcp, setup.hit_rmcp.url.clone(), format!("fx+{FIXTURE_URI}"), hit_rmcp),
         ("fx", Via::Miss, setup.miss.url.clone(), format!("fx+{FIXTURE_URI}"), miss),
         ("ev", Via::Direct, setup.everything.url.clone(), EVERYTHING_URI.to_owned(), setup.everything.pid),
         ("ev", Via::Hit, setup.hit.url.clone(), format!("ev+{EVERYTHING_URI}"), hit),
+        ("ev", Via::HitRmcp, setup.hit_rmcp.url.clone(), format!("ev+{EVERYTHING_URI}"), hit_rmcp),
         ("ev", Via::Miss, setup.miss.url.clone(), format!("ev+{EVERYTHING_URI}"), miss),
+        ("ev", Via::MissRmcp, setup.miss_rmcp.url.clone(), format!("ev+{EVERYTHING_URI}"), miss_rmcp),
         ("evs", Via::Hit, setup.hit.url.clone(), format!("evs+{EVERYTHING_URI}"), hit),
         ("evs", Via::Miss, setup.miss.url.clone(), format!("evs+{EVERYTHING_URI}"), miss),
         ("evs", Via::Other, setup.other.url.clone(), EVERYTHING_URI.to_owned(), setup.other.pid),
@@ -187,6 +202,8 @@ impl Via {
             Via::Direct => "direct",
             Via::Hit => "proxy hit",
             Via::Miss => "proxy miss",
+            Via::HitRmcp => "proxy hit, rmcp path",
+            Via::MissRmcp => "proxy miss, rmcp path",
             Via::Other => "mcp-proxy (npm)",
         }
     }

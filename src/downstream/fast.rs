@@ -1,0 +1,355 @@
+//! The fast path: `resources/read`, `resources/list` and `resources/templates/list` on `/mcp`
+//! answered in the axum layer, in front of rmcp's streamable HTTP service, for the two shapes
+//! hosts send most — a 2026-07-28 stateless request (JSON reply) and a request on an open
+//! 2025-era session (SSE reply). rmcp's per-request service (a serve loop, channels and task
+//! spawns for a stateless request; the session worker's hop and a response stream for a
+//! session) is what a cache hit used to pay for; the proxy's own work is the same here.
+//!
+//! Invariants:
+//! - the same proxy code answers: [`Proxy::read`] / [`Proxy::list_resources`] /
+//!   [`Proxy::list_templates`] (access, policy, cache, namespace), the same
+//!   `downstream_request` metrics (method, outcome, duration), the same read post-processing
+//!   ([`super::read_response`]) and rmcp's own era rules for results and error codes — so a
+//!   reply is byte for byte the JSON-RPC message rmcp would send;
+//! - it runs inside authentication and the session gate: a session is served only when the
+//!   gate's book knows it, the request's principal opened it, it finished its 2025-era
+//!   handshake (`notifications/initialized` with a version before 2026-07-28), and rmcp still
+//!   holds it; the gate has already noted the request for the idle reaper;
+//! - anything it is not sure of goes to rmcp untouched (same head, same body bytes): other
+//!   methods, notifications, batches, unknown fields (MRTR input), `Origin` headers, hosts it
+//!   does not recognise exactly, headers rmcp would validate otherwise, chunked or large bodies,
+//!   and everything when `server.fast_path = false`;
+//! - a 2025 session reply carries the message as one SSE event without an event id (rmcp's ids
+//!   count the session's streams; a complete reply in one body has nothing to resume).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http::header::{ACCEPT, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, HOST, ORIGIN};
+use http::{HeaderMap, Method, StatusCode};
+use rmcp::model::{
+    ClientJsonRpcMessage, ClientRequest, ErrorCode, ErrorData, GetMeta, JsonRpcMessage, ProtocolVersion, RequestId,
+    RequestMetaObject, ServerJsonRpcMessage, ServerResult,
+};
+use rmcp::transport::streamable_http_server::session::SessionManager;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+
+use super::sessions::SessionBook;
+use crate::auth::Principal;
+use crate::error::ProxyError;
+use crate::proxy::Proxy;
+
+/// Bodies larger than this (or without `Content-Length`) go to rmcp, which has its own limit.
+const MAX_BODY: u64 = 64 * 1024;
+const SESSION_HEADER: &str = "mcp-session-id";
+const VERSION_HEADER: &str = "mcp-protocol-version";
+/// The `_meta` keys a 2026-07-28 request may carry on the fast path.
+const MODERN_META: [&str; 4] = [
+    "io.modelcontextprotocol/protocolVersion",
+    "io.modelcontextprotocol/clientCapabilities",
+    "io.modelcontextprotocol/clientInfo",
+    PROGRESS_TOKEN,
+];
+/// The one `_meta` key a session request may carry (rmcp clients send one with every request;
+/// these handlers report no progress, on either path).
+const PROGRESS_TOKEN: &str = "progressToken";
+
+/// The middleware's state; a cheap `Clone`.
+#[derive(Clone)]
+pub(super) struct FastPath {
+    pub proxy: Proxy,
+    pub book: Arc<SessionBook>,
+    pub manager: Arc<LocalSessionManager>,
+    /// The `Host` values rmcp accepts (`StreamableHttpServerConfig::allowed_hosts`).
+    pub hosts: Arc<[String]>,
+}
+
+/// One request the fast path answers.
+struct Call {
+    id: RequestId,
+    op: Op,
+    /// The 2025-era session it arrived on; `None` for a 2026-07-28 stateless request.
+    session: Option<Arc<str>>,
+}
+
+enum Op {
+    Read(String),
+    List(Option<String>),
+    Templates(Option<String>),
+}
+
+impl Op {
+    fn method(&self) -> &'static str {
+        match self {
+            Op::Read(_) => "resources/read",
+            Op::List(_) => "resources/list",
+            Op::Templates(_) => "resources/templates/list",
+        }
+    }
+}
+
+/// The middleware: `axum::middleware::from_fn_with_state(fast, fast::answer)`, inside the
+/// session gate.
+pub(super) async fn answer(State(fast): State<FastPath>, request: Request, next: Next) -> Response {
+    if !fast.proxy.config().server.fast_path || !head_is_plain(request.method(), request.headers(), &fast.hosts) {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY as usize).await else {
+        // The body was announced but did not arrive whole: nobody is waiting for an answer.
+        return (StatusCode::BAD_REQUEST, "Bad Request: incomplete body").into_response();
+    };
+    let principal = parts.extensions.get::<Principal>().map(|p| p.0.clone());
+    let call = match (&principal, classify(&parts.headers, &bytes)) {
+        (Some(principal), Some(call)) if fast.admits(principal, &call).await => call,
+        _ => return next.run(Request::from_parts(parts, Body::from(bytes))).await,
+    };
+    let principal = principal.expect("matched above");
+    let modern = call.session.is_none();
+    tracing::debug!(method = call.op.method(), modern, "answered on the fast path");
+    let message = fast.serve(&principal, call, modern).await;
+    if modern { json_reply(&message) } else { sse_reply(&message) }
+}
+
+impl FastPath {
+    /// A stateless request is always admitted; a session request only on a session of this
+    /// principal that finished a 2025-era handshake and that rmcp still holds.
+    async fn admits(&self, principal: &str, call: &Call) -> bool {
+        let Some(session) = &call.session else { return true };
+        if self.book.legacy_owner(session).is_none_or(|owner| *owner != *principal) {
+            return false;
+        }
+        self.manager.has_session(session).await.unwrap_or(false)
+    }
+
+    /// Answer `call` with the proxy's own methods; rmcp's era rules applied to the result.
+    async fn serve(&self, principal: &str, call: Call, modern: bool) -> ServerJsonRpcMessage {
+        let started = Instant::now();
+        let result = match call.op {
+            Op::Read(uri) => self.read(principal, &uri, modern, started).await,
+            Op::List(cursor) => self
+                .record("resources/list", started, self.proxy.list_resources(principal, cursor.as_deref()))
+                .map(ServerResult::ListResourcesResult),
+            Op::Templates(cursor) => self
+                .record("resources/templates/list", started, self.proxy.list_templates(principal, cursor.as_deref()))
+                .map(ServerResult::ListResourceTemplatesResult),
+        };
+        // What rmcp's `ServerHandler` dispatch does to every result and error of these eras.
+        let result = result.and_then(|mut result| {
+            if modern {
+                result.fill_missing_cache_hints();
+            } else if matches!(result, ServerResult::InputRequiredResult(_)) {
+                let message = "InputRequiredResult requires negotiated protocol version 2026-07-28 or newer";
+                return Err(ErrorData::invalid_request(message, None));
+            } else {
+                result.strip_result_type_for_legacy_peer();
+                result.strip_non_object_output_for_legacy_peer();
+            }
+            Ok(result)
+        });
+        match result {
+            Ok(result) => JsonRpcMessage::response(result, call.id),
+            Err(mut error) => {
+                // 2026-07-28 peers get INVALID_PARAMS for a resource not found.
+                if modern && error.code == ErrorCode::RESOURCE_NOT_FOUND {
+                    error.code = ErrorCode::INVALID_PARAMS;
+                }
+                JsonRpcMessage::error(error, Some(call.id))
+            }
+        }
+    }
+
+    async fn read(
+        &self,
+        principal: &str,
+        uri: &str,
+        modern: bool,
+        started: Instant,
+    ) -> Result<ServerResult, ErrorData> {
+        let answer = self.proxy.read(principal, uri).await.inspect_err(|error| {
+            tracing::debug!(uri, principal, error = %error, kind = error.kind(), "read failed");
+        });
+        let answer = self.record("resources/read", started, answer)?;
+        Ok(ServerResult::from(super::read_response(&self.proxy, answer, modern)))
+    }
+
+    /// Count a request in the metrics exactly as the rmcp-served handler does.
+    fn record<T>(&self, method: &'static str, started: Instant, result: Result<T, ProxyError>) -> Result<T, ErrorData> {
+        self.proxy.metrics().downstream_request(method, crate::metrics::outcome(&result), started.elapsed());
+        Ok(result?)
+    }
+}
+
+/// A POST whose head rmcp would accept without a word: no `Origin`, a `Host` it allows, both
+/// media types accepted (no weights), a JSON body of known, small length.
+fn head_is_plain(method: &Method, headers: &HeaderMap, hosts: &[String]) -> bool {
+    if method != Method::POST || headers.contains_key(ORIGIN) || !host_allowed(headers, hosts) {
+        return false;
+    }
+    let length = headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if length.is_none_or(|n| n > MAX_BODY) {
+        return false;
+    }
+    let content_type = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let essence = content_type.split(';').next().unwrap_or_default().trim();
+    if !essence.eq_ignore_ascii_case("application/json") {
+        return false;
+    }
+    let (mut json, mut sse) = (false, false);
+    for value in headers.get_all(ACCEPT) {
+        let Ok(value) = value.to_str() else { return false };
+        for range in value.split(',') {
+            let mut pieces = range.split(';');
+            let essence = pieces.next().unwrap_or_default().trim();
+            if pieces.next().is_some() {
+                return false;
+            }
+            json |= essence.eq_ignore_ascii_case("application/json");
+            sse |= essence.eq_ignore_ascii_case("text/event-stream");
+        }
+    }
+    json && sse
+}
+
+/// rmcp's `Host` rule (host equal, port equal when the allowed entry names one), exactly.
+fn host_allowed(headers: &HeaderMap, hosts: &[String]) -> bool {
+    let Some(host) = headers.get(HOST).and_then(|v| v.to_str().ok()) else { return false };
+    let Ok(authority) = http::uri::Authority::try_from(host) else { return false };
+    let name = normalize(authority.host());
+    hosts.iter().any(|allowed| {
+        let allowed = allowed.trim();
+        if allowed.is_empty() {
+            return false;
+        }
+        match http::uri::Authority::try_from(allowed) {
+            Ok(a) => normalize(a.host()) == name && a.port_u16().is_none_or(|p| authority.port_u16() == Some(p)),
+            Err(_) => normalize(allowed) == name,
+        }
+    })
+}
+
+fn normalize(host: &str) -> String {
+    host.trim_matches('[').trim_matches(']').to_ascii_lowercase()
+}
+
+/// The call in `body`, when it is one the fast path answers exactly as rmcp would.
+fn classify(headers: &HeaderMap, body: &Bytes) -> Option<Call> {
+    let ClientJsonRpcMessage::Request(request) = serde_json::from_slice(body).ok()? else { return None };
+    let session = single(headers, SESSION_HEADER)?;
+    let modern = modern_era(headers, request.request.get_meta(), session.is_some())?;
+    let op = match request.request {
+        ClientRequest::ReadResourceRequest(read) => {
+            let params = read.params;
+            if params.input_responses.is_some() || params.request_state.is_some() {
+                return None;
+            }
+            Op::Read(params.uri)
+        }
+        ClientRequest::ListResourcesRequest(list) => Op::List(list.params.and_then(|p| p.cursor)),
+        ClientRequest::ListResourceTemplatesRequest(list) => Op::Templates(list.params.and_then(|p| p.cursor)),
+        _ => return None,
+    };
+    let name = match &op {
+        Op::Read(uri) => Some(uri.as_str()),
+        _ => None,
+    };
+    let agree = if modern {
+        standard_headers_agree(headers, op.method(), name)
+    } else {
+        mcp_headers(headers).all(|h| [SESSION_HEADER, VERSION_HEADER].contains(&h))
+    };
+    agree.then(|| Call { id: request.id, op, session: session.map(Arc::from) })
+}
+
+/// `Some(true)` for a 2026-07-28 stateless request (complete request metadata and nothing
+/// else in `_meta`, the version header agreeing, no session); `Some(false)` for a request on
+/// a 2025-era session (no request metadata but a progress token, a known pre-2026 version
+/// header or none).
+fn modern_era(headers: &HeaderMap, meta: &RequestMetaObject, in_session: bool) -> Option<bool> {
+    let version = single(headers, VERSION_HEADER)?;
+    match (in_session, meta.protocol_version()) {
+        (false, Some(v)) if v == ProtocolVersion::V_2026_07_28 && version == Some(v.as_str()) => {
+            let complete = meta.missing_required_keys(&ProtocolVersion::V_2026_07_28).is_empty();
+            let known = meta.keys().all(|k| MODERN_META.contains(&k.as_str()));
+            (complete && known).then_some(true)
+        }
+        (true, None) if meta.keys().all(|k| k == PROGRESS_TOKEN) && version.is_none_or(legacy_version) => Some(false),
+        _ => None,
+    }
+}
+
+/// The names of the request's `Mcp-*` headers.
+fn mcp_headers(headers: &HeaderMap) -> impl Iterator<Item = &str> {
+    headers.keys().map(http::HeaderName::as_str).filter(|h| h.starts_with("mcp-"))
+}
+
+/// The value of a header that may appear at most once; `None` when it appears twice or is
+/// not text (rmcp has an answer for those).
+fn single<'a>(headers: &'a HeaderMap, name: &str) -> Option<Option<&'a str>> {
+    let mut values = headers.get_all(name).iter();
+    let Some(first) = values.next() else { return Some(None) };
+    if values.next().is_some() {
+        return None;
+    }
+    first.to_str().ok().map(Some)
+}
+
+fn legacy_version(version: &str) -> bool {
+    ProtocolVersion::KNOWN_VERSIONS.iter().any(|v| v.as_str() == version && v.has_initialize())
+}
+
+/// SEP-2243 headers of a 2026-07-28 request: `Mcp-Method` is the method, `Mcp-Name` (reads)
+/// the URI verbatim, no other `Mcp-*` header but the version.
+fn standard_headers_agree(headers: &HeaderMap, method: &str, name: Option<&str>) -> bool {
+    if mcp_headers(headers).any(|h| !["mcp-method", "mcp-name", VERSION_HEADER].contains(&h)) {
+        return false;
+    }
+    let named = single(headers, "mcp-name");
+    single(headers, "mcp-method") == Some(Some(method))
+        && match name {
+            Some(uri) => named == Some(Some(uri)) && !uri.starts_with("=?"),
+            None => named.is_some_and(|n| n.is_none()),
+        }
+}
+
+/// A 2026-07-28 reply: the message as `application/json`, the status rmcp gives it.
+fn json_reply(message: &ServerJsonRpcMessage) -> Response {
+    let status = match message {
+        JsonRpcMessage::Error(error) => match error.error.code {
+            ErrorCode::UNSUPPORTED_PROTOCOL_VERSION
+            | ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
+            | ErrorCode::HEADER_MISMATCH => StatusCode::BAD_REQUEST,
+            ErrorCode::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
+            _ => StatusCode::OK,
+        },
+        _ => StatusCode::OK,
+    };
+    let body = serde_json::to_vec(message).expect("a JSON-RPC message serialises");
+    reply(status, "application/json", body)
+}
+
+/// A 2025 session reply: the message as one SSE event, headers as rmcp sends them.
+fn sse_reply(message: &ServerJsonRpcMessage) -> Response {
+    let mut body = b"data: ".to_vec();
+    serde_json::to_writer(&mut body, message).expect("a JSON-RPC message serialises");
+    body.extend_from_slice(b"\n\n");
+    let mut response = reply(StatusCode::OK, "text/event-stream", body);
+    let headers = response.headers_mut();
+    headers.insert(CACHE_CONTROL, http::HeaderValue::from_static("no-cache"));
+    headers.insert("x-accel-buffering", http::HeaderValue::from_static("no"));
+    response
+}
+
+fn reply(status: StatusCode, content_type: &'static str, body: Vec<u8>) -> Response {
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = status;
+    response.headers_mut().insert(CONTENT_TYPE, http::HeaderValue::from_static(content_type));
+    response
+}
+
+#[cfg(test)]
+mod tests;
