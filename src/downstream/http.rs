@@ -42,11 +42,12 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     let sessions = Arc::new(sessions);
     let metrics = proxy.metrics().clone();
     let book = Arc::new(SessionBook::new(server.max_sessions, server.max_sessions_per_principal));
-    tokio::spawn(reap(book.clone(), sessions.clone(), proxy.clone(), shutdown.clone()));
+    let spine = proxy.spine();
+    spine.spawn("session-reaper", reap(book.clone(), sessions.clone(), proxy.clone(), shutdown.clone()));
     // At shutdown listen streams end first, rmcp stops after them (see `closing`).
     let streams = ClosingStreams::default();
     let stop_rmcp = CancellationToken::new();
-    tokio::spawn(streams.clone().close_in_order(shutdown.clone(), stop_rmcp.clone()));
+    spine.spawn("listen-closing", streams.clone().close_in_order(shutdown.clone(), stop_rmcp.clone()));
     let hosts: Arc<[String]> = allowed_hosts(local, &server.allowed_hosts).into();
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(true)

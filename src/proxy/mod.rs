@@ -141,6 +141,11 @@ impl Proxy {
         &self.core.metrics
     }
 
+    /// The task owner everything of this proxy runs on (listeners add their long-lived tasks).
+    pub fn spine(&self) -> &Spine {
+        &self.core.spine
+    }
+
     /// Tools, prompts and completion.
     pub fn tools(&self) -> &Tools {
         &self.tools
