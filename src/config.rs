@@ -28,11 +28,13 @@ use crate::policy::PolicySet;
 pub use crate::serve_dir::UriBase;
 
 mod access;
+mod bridge;
 mod cache;
 mod checks;
 mod server;
 mod upstream;
 
+pub use self::bridge::BridgeConfig;
 pub use self::cache::{CacheConfig, UpstreamCache, parse_size};
 pub use self::server::ServerConfig;
 pub use self::upstream::{redact_url, redact_urls_in};
@@ -45,6 +47,8 @@ pub struct Config {
     pub auth: AuthConfig,
     pub policies: PoliciesConfig,
     pub cache: CacheConfig,
+    /// `[bridge]`: resources as the proxy's own tools, for models.
+    pub bridge: BridgeConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -244,6 +248,8 @@ struct RawConfig {
     policies: access::RawPolicies,
     #[serde(default)]
     cache: cache::RawCache,
+    #[serde(default)]
+    bridge: bridge::RawBridge,
     #[serde(flatten)]
     unknown: BTreeMap<String, Value>,
 }
@@ -288,6 +294,7 @@ fn validate(
     let auth = access::validate_auth(raw.auth, server.listen, base, lookup, problems);
     let policies = access::validate_policies(raw.policies, base, problems);
     let cache = cache::validate_cache(raw.cache, problems);
+    let bridge = bridge::validate_bridge(raw.bridge, problems);
     let mut seen = BTreeSet::new();
     let upstreams = raw
         .upstreams
@@ -295,7 +302,7 @@ fn validate(
         .enumerate()
         .filter_map(|(index, upstream)| validate_upstream(index, upstream, base, lookup, &mut seen, problems))
         .collect();
-    Config { server, upstreams, auth, policies, cache }
+    Config { server, upstreams, auth, policies, cache, bridge }
 }
 
 fn validate_upstream(

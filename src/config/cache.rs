@@ -119,7 +119,7 @@ pub(super) fn validate_upstream_cache(
     }
 }
 
-fn size(value: Option<&Value>, default: u64, at: &str, problems: &mut Vec<Problem>) -> u64 {
+pub(super) fn size(value: Option<&Value>, default: u64, at: &str, problems: &mut Vec<Problem>) -> u64 {
     let parsed = match value {
         None => return default,
         Some(Value::Num(_, n)) => n.to_u128().and_then(|n| u64::try_from(n).ok()),
