@@ -64,6 +64,10 @@ mod tests {
         let config = Config::from_toml(text, Path::new("."), &|_| None).expect("valid");
         assert!(config.bridge.enabled);
         assert_eq!(config.bridge.max_blob_bytes, 1024);
+        // A plain TOML integer is a number of bytes (the same for `[cache]` sizes).
+        let text = "[bridge]\nmax_blob_bytes = 16\n[cache]\nmax_entry_bytes = 2048\n";
+        let config = Config::from_toml(text, Path::new("."), &|_| None).expect("valid");
+        assert_eq!((config.bridge.max_blob_bytes, config.cache.max_entry_bytes), (16, 2048));
         let text = "[bridge]\nmax_blob_bytes = \"lots\"\nmax_search_results = 0\ncolour = 1\n";
         let error = Config::from_toml(text, Path::new("."), &|_| None).expect_err("invalid");
         let at: Vec<&str> = error.problems.iter().map(|p| p.at.as_str()).collect();
