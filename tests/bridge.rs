@@ -6,10 +6,12 @@
 
 mod common;
 
-use anyhow::Context;
+use std::process::Stdio;
+
+use anyhow::{Context, bail};
 use common::exposition::Exposition;
 use common::fixture::{DEADLINE, error_code};
-use common::peers::everything_stdio_command;
+use common::peers::{everything_stdio_command, parse_json_lines, py_script, python};
 use common::proxy::{ProxyProcess, toml_str};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, ResourceContents};
 use rmcp::service::{ClientCacheConfig, RunningService};
@@ -201,5 +203,49 @@ async fn with_the_bridge_off_its_tools_are_absent() -> anyhow::Result<()> {
     let error: rmcp::ServiceError = read.expect_err("no such tool").downcast()?;
     assert_eq!(error_code(&error), Some(-32602));
     assert!(error.to_string().contains("unknown tool"), "{error}");
+    Ok(())
+}
+
+/// Run tests/py/tools_client.py (PyPI `mcp`) against `url` in `mode` as `token`; one JSON value per op.
+async fn python_ops(url: &str, mode: &str, token: &str, ops: &[&str]) -> anyhow::Result<Vec<Value>> {
+    let mut command = tokio::process::Command::new(python());
+    command.arg(py_script("tools_client.py")).args(["--url", url, "--mode", mode]);
+    command.args(["--header", &format!("Authorization: Bearer {token}")]);
+    command.args(ops).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+    let output = tokio::time::timeout(DEADLINE * 2, command.output()).await.context("tools_client.py timed out")??;
+    let lines = parse_json_lines(&output.stdout);
+    if lines.len() != ops.len() {
+        bail!("{} answers for {} ops; stderr:\n{}", lines.len(), ops.len(), String::from_utf8_lossy(&output.stderr));
+    }
+    Ok(lines)
+}
+
+/// The Python SDK as a tools-only host, in both eras: it finds the bridge's tools, searches,
+/// reads a document and is told a denied one is not found, exactly as for a missing one.
+#[tokio::test]
+async fn the_python_sdk_uses_the_bridge_in_both_eras() -> anyhow::Result<()> {
+    let policies = policies()?;
+    let proxy = start(&config(policies.path(), Some("enabled = true"))).await?;
+    let search = "call:proxy_resources_search:{\"query\": \"features\"}";
+    let read = format!("call:proxy_resources_read:{{\"uri\": \"{DOCS}/features.md\"}}");
+    let denied = format!("call:proxy_resources_read:{{\"uri\": \"{DOCS}/architecture.md\"}}");
+    let missing = format!("call:proxy_resources_read:{{\"uri\": \"{DOCS}/missing.md\"}}");
+    for mode in ["legacy", "2026-07-28"] {
+        let answers =
+            python_ops(&proxy.url, mode, ALICE_TOKEN, &["tools_all", search, &read, &denied, &missing]).await?;
+        let names = answers[0]["names"].as_array().context("names")?;
+        assert!(names.contains(&json!("proxy_resources_read")), "{mode}: {names:?}");
+        let found = &answers[1]["result"]["structuredContent"]["resources"];
+        assert_eq!(found[0]["uri"], json!(format!("{DOCS}/features.md")), "{mode}: {}", answers[1]);
+        let text = answers[2]["result"]["content"][0]["text"].as_str().unwrap_or_default();
+        assert!(text.contains("# "), "{mode}: {}", answers[2]);
+        let refusal = |answer: &Value, name: &str| {
+            let result = &answer["result"];
+            (result["isError"].clone(), result["content"][0]["text"].as_str().unwrap_or_default().replace(name, "URI"))
+        };
+        let denied = refusal(&answers[3], &format!("{DOCS}/architecture.md"));
+        assert_eq!(denied, refusal(&answers[4], &format!("{DOCS}/missing.md")), "{mode}");
+        assert_eq!(denied, (json!(true), "resource not found: URI".to_owned()), "{mode}");
+    }
     Ok(())
 }
