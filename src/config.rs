@@ -30,6 +30,7 @@ use crate::protocol::KNOWN_VERSIONS;
 pub use crate::serve_dir::UriBase;
 
 mod access;
+mod bridge;
 mod cache;
 mod checks;
 mod extract;
@@ -37,6 +38,7 @@ mod server;
 mod transport;
 mod upstream;
 
+pub use self::bridge::BridgeConfig;
 pub use self::cache::{CacheConfig, UpstreamCache, parse_size};
 pub use self::server::ServerConfig;
 pub use self::transport::CaFile;
@@ -50,6 +52,8 @@ pub struct Config {
     pub auth: AuthConfig,
     pub policies: PoliciesConfig,
     pub cache: CacheConfig,
+    /// `[bridge]`: resources as the proxy's own tools, for models.
+    pub bridge: BridgeConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -186,6 +190,8 @@ struct RawConfig {
     policies: access::RawPolicies,
     #[serde(default)]
     cache: cache::RawCache,
+    #[serde(default)]
+    bridge: bridge::RawBridge,
     #[serde(flatten)]
     unknown: BTreeMap<String, Value>,
 }
@@ -231,6 +237,7 @@ fn validate(
     let auth = access::validate_auth(raw.auth, server.listen, base, lookup, problems);
     let policies = access::validate_policies(raw.policies, base, problems);
     let cache = cache::validate_cache(raw.cache, problems);
+    let bridge = bridge::validate_bridge(raw.bridge, problems);
     let mut seen = BTreeSet::new();
     let upstreams = raw
         .upstreams
@@ -238,7 +245,7 @@ fn validate(
         .enumerate()
         .filter_map(|(index, upstream)| validate_upstream(index, upstream, base, lookup, &mut seen, problems))
         .collect();
-    Config { server, upstreams, auth, policies, cache }
+    Config { server, upstreams, auth, policies, cache, bridge }
 }
 
 fn validate_upstream(

@@ -21,6 +21,7 @@
 //! - [`proxy`]: capability services (lists, reads, subscriptions, access) over one shared core, behind the `Proxy` handle; live config reload.
 //! - [`spine`]: every background task, named, owned and drained in one place.
 //! - [`tools`]: tools, prompts and completion of every upstream under `<upstream>__<name>`; merged lists, routed calls, policy over `tool://`/`prompt://`.
+//! - [`bridge`]: `[bridge]`: resources as the proxy's own tools for models (list, search, read, templates), through the resource paths with the caller's principal.
 //! - [`serve_dir`]: the built-in folder server.
 //! - [`metrics`]: the one [`metrics::Metrics`] handle with its own prometheus registry; bounded labels only.
 //! - [`listener`]: the accept loop of both HTTP listeners (connection cap, header timeout, `TCP_NODELAY`), allowed `Host`s.
@@ -30,6 +31,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod bridge;
 pub mod cache;
 pub mod catalog;
 pub mod coherence;

@@ -119,10 +119,13 @@ pub(super) fn validate_upstream_cache(
     }
 }
 
-fn size(value: Option<&Value>, default: u64, at: &str, problems: &mut Vec<Problem>) -> u64 {
+pub(super) fn size(value: Option<&Value>, default: u64, at: &str, problems: &mut Vec<Problem>) -> u64 {
     let parsed = match value {
         None => return default,
-        Some(Value::Num(_, n)) => n.to_u128().and_then(|n| u64::try_from(n).ok()),
+        // A TOML integer is signed: `max_bytes = 1024` must count too.
+        Some(Value::Num(_, n)) => {
+            n.to_u128().or_else(|| n.to_i128().and_then(|i| u128::try_from(i).ok())).and_then(|n| u64::try_from(n).ok())
+        }
         Some(Value::String(_, text)) => parse_size(text),
         Some(_) => None,
     };

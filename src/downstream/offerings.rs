@@ -1,6 +1,7 @@
 //! The `ServerHandler` side of tools, prompts and completion: each request goes to
 //! [`crate::tools::Tools`] with the caller's principal and its cancellation token, and is
-//! counted like every other request.
+//! counted like every other request. The bridge's tools ([`crate::bridge`]) head the first
+//! `tools/list` page and their calls go to the bridge.
 
 use std::time::Instant;
 
@@ -67,7 +68,14 @@ impl ProxyServer {
         self.check_principal(&context.extensions)?;
         let started = Instant::now();
         let cursor = request.and_then(|r| r.cursor);
-        self.record("tools/list", started, self.proxy.tools().list_tools(&self.principal, cursor.as_deref()))
+        let mut answer = self.proxy.tools().list_tools(&self.principal, cursor.as_deref());
+        if let (Ok(page), None) = (&mut answer, &cursor) {
+            // The bridge's tools (when on) head the first page; the cursors page the upstreams'.
+            let mut tools = crate::bridge::tools_for(&self.proxy, &self.principal);
+            tools.append(&mut page.tools);
+            page.tools = tools;
+        }
+        self.record("tools/list", started, answer)
     }
 
     pub(super) async fn offerings_list_prompts(
@@ -88,6 +96,10 @@ impl ProxyServer {
     ) -> Result<CallToolResponse, ErrorData> {
         self.check_principal(&context.extensions)?;
         let started = Instant::now();
+        if crate::bridge::is_bridge_tool(&request.name) {
+            let answer = crate::bridge::call(&self.proxy, &self.principal, request).await;
+            return self.record("tools/call", started, answer.map(CallToolResponse::Complete));
+        }
         let token = context.meta.get_progress_token().or_else(|| request.meta.as_ref()?.get_progress_token());
         let progress = token.map(|token| HostProgress::start(context.peer.clone(), token));
         let answer = self.proxy.tools().call_tool(&self.principal, request, &context.ct, progress).await;
