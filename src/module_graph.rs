@@ -40,6 +40,8 @@ const FLOORS: &[&[&str]] = &[
     &["admin"],
     // The proxy core.
     &["proxy"],
+    // Resources as the proxy's own tools, over the proxy's resource paths.
+    &["bridge"],
     // The hosts' side.
     &["downstream"],
 ];

@@ -7,6 +7,7 @@
 #[path = "../support/mod.rs"]
 pub mod support;
 
+mod bridge;
 mod cache;
 mod container;
 mod fast_path;

@@ -4,15 +4,13 @@
 //! policy decides both the bridge's tools (`tool://proxy.bridge/<name>`) and the resources
 //! they reach (denied answers exactly like missing); with the bridge off its tools are absent.
 
-mod common;
-
 use std::process::Stdio;
 
+use crate::support::exposition::Exposition;
+use crate::support::fixture::{DEADLINE, error_code};
+use crate::support::peers::{everything_stdio_command, parse_json_lines, py_script, python};
+use crate::support::proxy::{ProxyProcess, toml_str};
 use anyhow::{Context, bail};
-use common::exposition::Exposition;
-use common::fixture::{DEADLINE, error_code};
-use common::peers::{everything_stdio_command, parse_json_lines, py_script, python};
-use common::proxy::{ProxyProcess, toml_str};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, ResourceContents};
 use rmcp::service::{ClientCacheConfig, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
