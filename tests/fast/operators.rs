@@ -50,15 +50,6 @@ fn folder() -> anyhow::Result<tempfile::TempDir> {
     Ok(dir)
 }
 
-/// `upstream`'s entry in `/status`, once `done` holds for it (polled, with a deadline).
-async fn status_when(proxy: &ProxyProcess, upstream: &str, done: impl Fn(&Value) -> bool) -> anyhow::Result<Value> {
-    eventually(DEADLINE, &format!("{upstream} gets there in /status"), || async {
-        let status = proxy.upstream_status(upstream).await?;
-        if done(&status) { Ok(status) } else { Err(anyhow::anyhow!("{status}")) }
-    })
-    .await
-}
-
 /// The proxy's logs with the shipped default filter (`RUST_LOG` empty counts as unset).
 async fn start_with_default_logging(config: &str) -> anyhow::Result<ProxyProcess> {
     ProxyProcess::start_with(config, &[], &[("RUST_LOG", "")]).await
@@ -72,7 +63,7 @@ async fn a_stdio_child_that_dies_shows_its_stderr_and_why_in_status_and_the_log(
     // Down lasts one backoff before the next attempt shows `connecting` (with the last tail
     // kept): wait for a report taken while down, not just for the tail.
     let down_with_tail = |s: &Value| s["state"] == "down" && s["stderr_tail"].as_array().is_some_and(|t| !t.is_empty());
-    let status = status_when(&proxy, "gh", down_with_tail).await?;
+    let status = proxy.status_when("gh", down_with_tail).await?;
     assert_eq!(status["state"], "down", "{status}");
     assert_eq!(status["stderr_tail"], json!(["starting", FATAL_LINE]), "{status}");
     let error = status["last_error"].as_str().unwrap_or_default();
@@ -97,7 +88,7 @@ async fn an_http_upstream_on_a_closed_port_says_connection_refused() -> anyhow::
         http_upstream("remote", &url, "required = false\nreconnect_max = \"250ms\"")
     );
     let proxy = ProxyProcess::start(&config).await?;
-    let status = status_when(&proxy, "remote", |s| s["state"] == "down").await?;
+    let status = proxy.status_when("remote", |s| s["state"] == "down").await?;
     assert_eq!(status["last_error"], json!(format!("connection refused ({url})")), "{status}");
     assert!(status.get("stderr_tail").is_none(), "no stderr for HTTP: {status}");
     Ok(())
@@ -158,11 +149,13 @@ async fn a_down_upstream_logs_one_line_across_its_retries() -> anyhow::Result<()
     let script = format!("echo attempt >> '{}'; exit 1", attempts.display());
     let config = format!("[server]\nstartup_wait = \"0s\"\n\n{}", shell_upstream("dead", &script));
     let proxy = start_with_default_logging(&config).await?;
-    let deadline = Instant::now() + DEADLINE;
-    while std::fs::read_to_string(&attempts).unwrap_or_default().lines().count() < 4 {
-        ensure!(Instant::now() < deadline, "fewer than 4 attempts within {DEADLINE:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(DEADLINE, "4 attempts", || async {
+        match std::fs::read_to_string(&attempts).unwrap_or_default().lines().count() {
+            n if n >= 4 => Ok(()),
+            n => Err(format!("{n} attempts")),
+        }
+    })
+    .await?;
     let down = proxy.matching(&["\"upstream\":\"dead\""]);
     assert_eq!(down.len(), 1, "one line for the state change, none per retry: {down:#?}");
     assert!(down[0].contains("\"upstream down\""), "{down:?}");

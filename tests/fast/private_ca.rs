@@ -5,15 +5,12 @@
 //! words.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use crate::support::fixture::{self, DEADLINE, Era, HttpFixture, list_all_resources};
+use crate::support::fixture::{self, Era, HttpFixture, list_all_resources};
 use crate::support::proxy::{ProxyProcess, http_upstream, toml_str};
 use anyhow::{Context, bail};
 use rmcp::model::{ReadResourceRequestParams, ResourceContents};
-use serde_json::Value;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
@@ -66,20 +63,6 @@ async fn https_fixture(pki: &Pki) -> anyhow::Result<(HttpFixture, String)> {
     Ok((fixture, url))
 }
 
-/// `upstream`'s entry in `/status` once `done` holds (bounded poll).
-async fn status_when(proxy: &ProxyProcess, upstream: &str, done: impl Fn(&Value) -> bool) -> anyhow::Result<Value> {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        let status: Value = serde_json::from_str(&proxy.admin_get("/status").await?)?;
-        let entry = status["upstreams"].as_array().and_then(|all| all.iter().find(|u| u["name"] == upstream));
-        match entry {
-            Some(entry) if done(entry) => return Ok(entry.clone()),
-            _ if Instant::now() > deadline => bail!("{upstream} never got there in /status: {status}"),
-            _ => tokio::time::sleep(Duration::from_millis(50)).await,
-        }
-    }
-}
-
 #[tokio::test]
 async fn an_https_upstream_with_a_private_ca_connects_with_its_ca_file() -> anyhow::Result<()> {
     let pki = private_pki()?;
@@ -113,7 +96,7 @@ async fn without_its_ca_file_the_upstream_stays_down_and_status_says_why() -> an
         http_upstream("secure", &url, "required = false\nreconnect_max = \"250ms\"")
     );
     let proxy = ProxyProcess::start(&config).await?;
-    let status = status_when(&proxy, "secure", |s| s["state"] == "down" && s["last_error"].is_string()).await?;
+    let status = proxy.status_when("secure", |s| s["state"] == "down" && s["last_error"].is_string()).await?;
     let reason = status["last_error"].as_str().unwrap_or_default();
     assert!(reason.contains("certificate"), "a plain-words reason naming the certificate: {status}");
     assert!(reason.contains("ca_file"), "the reason points at the fix: {status}");

@@ -16,6 +16,7 @@ use crate::support::exposition::Exposition;
 use crate::support::fixture::{Era, EventRecorder, FixtureClient};
 use crate::support::peers::{parse_json_lines, py_client};
 use crate::support::proxy::{ProxyProcess, fixture_upstream, toml_str};
+use crate::support::{DEADLINE, eventually};
 use anyhow::Context;
 use rmcp::ClientServiceExt;
 use rmcp::model::{PaginatedRequestParams, ReadResourceRequestParams};
@@ -30,7 +31,6 @@ const TOKENS: [(&str, &str); 2] = [("ALICE_TOKEN", ALICE), ("BOB_TOKEN", BOB)];
 /// The one `Origin` the proxy allows; requests carrying it are always served by rmcp.
 const ORIGIN: &str = "http://localhost:1";
 const FAST: &str = "answered on the fast path";
-const DEADLINE: Duration = Duration::from_secs(15);
 const LEGACY: &str = "2025-11-25";
 /// alice may read everything of `fx` but item 0; bob everything.
 const ALICE_POLICY: &str = "principals = [\"alice\"]\nallow = [\"fx+**\"]\ndeny = [\"fx+fx://fx/item/0\"]\n";
@@ -88,15 +88,15 @@ impl Served {
     /// Wait until a 2025 session's handshake has reached the fast path: a list on it is
     /// answered there (bounded by the deadline).
     async fn until_fast(&self, client: &FixtureClient) -> anyhow::Result<()> {
-        let deadline = tokio::time::Instant::now() + DEADLINE;
-        loop {
+        eventually(DEADLINE, "the session on the fast path", || async {
             let before = self.fast_answers();
             client.list_resource_templates(None).await?;
-            if self.fast_answers() > before {
-                return Ok(());
+            match self.fast_answers() > before {
+                true => Ok(()),
+                false => Err(anyhow::anyhow!("answered by rmcp")),
             }
-            anyhow::ensure!(tokio::time::Instant::now() < deadline, "the session never reached the fast path");
-        }
+        })
+        .await
     }
 
     async fn metrics(&self) -> anyhow::Result<Exposition> {
@@ -234,15 +234,15 @@ impl Raw<'_> {
 
     /// Read on `session` until the fast path answers (its handshake has reached it); bounded.
     async fn until_fast(&self, session: &str) -> anyhow::Result<Reply> {
-        let deadline = tokio::time::Instant::now() + DEADLINE;
-        loop {
+        eventually(DEADLINE, "the session on the fast path", || async {
             let before = self.served.fast_answers();
             let reply = self.post(ALICE, Some(session), false, call("resources/read", "fx+fx://fx/item/1")).await?;
-            if self.served.fast_answers() > before {
-                return Ok(reply);
+            match self.served.fast_answers() > before {
+                true => Ok(reply),
+                false => Err(anyhow::anyhow!("answered by rmcp")),
             }
-            anyhow::ensure!(tokio::time::Instant::now() < deadline, "the session never reached the fast path");
-        }
+        })
+        .await
     }
 }
 
@@ -315,6 +315,7 @@ async fn fast_path_requests_are_counted_and_keep_their_session_from_the_idle_rea
         let reply = raw.post(ALICE, Some(&session), false, read.clone()).await?;
         assert_eq!(reply.message().context("message")?["result"]["contents"][0]["uri"], "fx+fx://fx/item/1");
         reads += 1.0;
+        // Pacing, not synchronisation: the session's activity is spread over three idle timeouts.
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     raw.post(ALICE, Some(&session), false, call("resources/read", "fx+fx://fx/item/0")).await?;
@@ -337,11 +338,13 @@ async fn fast_path_requests_are_counted_and_keep_their_session_from_the_idle_rea
     // listener, which is no activity of the session).
     let legacy = [("transport", "http"), ("era", "2025")];
     assert_eq!(after.sum("mcp_proxy_downstream_sessions", &legacy), 1.0, "the session is open");
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    while served.metrics().await?.sum("mcp_proxy_downstream_sessions", &legacy) > 0.0 {
-        anyhow::ensure!(tokio::time::Instant::now() < deadline, "the silent session was never closed");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(DEADLINE, "the silent session closed", || async {
+        match served.metrics().await?.sum("mcp_proxy_downstream_sessions", &legacy) {
+            0.0 => Ok(()),
+            open => Err(anyhow::anyhow!("{open} open")),
+        }
+    })
+    .await?;
     let closed = raw.post(ALICE, Some(&session), false, read).await?;
     assert_eq!((closed.status, closed.body.as_str()), (404, "Not Found: Session not found"));
     Ok(())

@@ -5,6 +5,7 @@
 
 use std::process::{ExitStatus, Stdio};
 
+use crate::support::eventually;
 use crate::support::fixture::{self, DEADLINE, Era, list_all_resources};
 use crate::support::peers::py_client;
 use crate::support::proxy::{PROXY_BIN, toml_str, write_config};
@@ -105,16 +106,15 @@ impl Served {
     /// Poll `/metrics` (bounded) until the open 2026-07-28 HTTP sessions number `count`.
     async fn wait_listen_sessions(&self, count: f64) -> anyhow::Result<()> {
         let series = "mcp_proxy_downstream_sessions{era=\"2026-07-28\",transport=\"http\"}";
-        let deadline = Instant::now() + DEADLINE;
-        loop {
+        eventually(DEADLINE, &format!("{series} at {count}"), || async {
             let text = reqwest::get(format!("{}/metrics", self.admin)).await?.text().await?;
             let value = text.lines().find_map(|l| l.strip_prefix(series)).and_then(|v| v.trim().parse::<f64>().ok());
-            if value.unwrap_or(0.0) == count {
-                return Ok(());
+            match value.unwrap_or(0.0) == count {
+                true => Ok(()),
+                false => Err(anyhow::anyhow!("{value:?}")),
             }
-            ensure!(Instant::now() < deadline, "{series} never became {count}: {value:?}");
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
+        })
+        .await
     }
 }
 

@@ -152,6 +152,19 @@ impl ProxyProcess {
         upstreams.iter().find(|u| u["name"] == upstream).cloned().with_context(|| format!("{upstream} in {status}"))
     }
 
+    /// `upstream`'s entry in `/status`, once `done` holds for it (polled, with a deadline).
+    pub async fn status_when(
+        &self,
+        upstream: &str,
+        done: impl Fn(&serde_json::Value) -> bool,
+    ) -> anyhow::Result<serde_json::Value> {
+        eventually(DEADLINE, &format!("{upstream} gets there in /status"), || async {
+            let status = self.upstream_status(upstream).await?;
+            if done(&status) { Ok(status) } else { Err(anyhow::anyhow!("{status}")) }
+        })
+        .await
+    }
+
     pub fn matching(&self, needles: &[&str]) -> Vec<String> {
         self.logs().into_iter().filter(|l| needles.iter().all(|n| l.contains(n))).collect()
     }
