@@ -20,6 +20,7 @@ use super::{ProgressOutlet, Tools, rewrite};
 use crate::error::ProxyError;
 use crate::metrics::DenialAction;
 use crate::namespace;
+use crate::policy::PolicySet;
 use crate::upstream::Upstream;
 
 impl Tools {
@@ -33,7 +34,9 @@ impl Tools {
         cancelled: &CancellationToken,
         progress: Option<Arc<dyn ProgressOutlet>>,
     ) -> Result<CallToolResponse, ProxyError> {
-        let (upstream, original) = self.route(principal, Offering::Tool, &params.name)?;
+        // One policy snapshot decides the call and what of its result is passed on.
+        let policy = self.policy();
+        let (upstream, original) = self.route(&policy, principal, Offering::Tool, &params.name)?;
         params.name = original.into();
         params.meta = meta_upstream(params.meta.take());
         let mut ticket = None;
@@ -49,7 +52,6 @@ impl Tools {
             });
         }
         let answer = answer?;
-        let policy = self.policy();
         match answer {
             CallToolResponse::Complete(mut result) => {
                 let (content, dropped) = rewrite::blocks_for(upstream.name(), result.content, &policy, principal);
@@ -82,13 +84,13 @@ impl Tools {
         mut params: GetPromptRequestParams,
         cancelled: &CancellationToken,
     ) -> Result<GetPromptResponse, ProxyError> {
-        let (upstream, original) = self.route(principal, Offering::Prompt, &params.name)?;
+        let policy = self.policy();
+        let (upstream, original) = self.route(&policy, principal, Offering::Prompt, &params.name)?;
         params.name = original;
         params.meta = meta_upstream(params.meta.take());
         let answer = until_cancelled(cancelled, upstream.get_prompt(params)).await?;
         let GetPromptResponse::Complete(mut result) = answer else { return Ok(answer) };
         result.result_type = Some(ResultType::COMPLETE);
-        let policy = self.policy();
         result.messages.retain_mut(|message| {
             let block = std::mem::replace(&mut message.content, rmcp::model::ContentBlock::text(""));
             match rewrite::block_for(upstream.name(), block, &policy, principal) {
@@ -109,14 +111,15 @@ impl Tools {
         mut params: CompleteRequestParams,
         cancelled: &CancellationToken,
     ) -> Result<CompleteResult, ProxyError> {
+        let policy = self.policy();
         let upstream = match &mut params.r#ref {
             Reference::Prompt(prompt) => {
-                let (upstream, original) = self.route(principal, Offering::Prompt, &prompt.name)?;
+                let (upstream, original) = self.route(&policy, principal, Offering::Prompt, &prompt.name)?;
                 prompt.name = original.to_string();
                 upstream
             }
             Reference::Resource(template) => {
-                let (upstream, original) = self.route_template(principal, &template.uri)?;
+                let (upstream, original) = self.route_template(&policy, principal, &template.uri)?;
                 template.uri = original;
                 upstream
             }
@@ -133,7 +136,13 @@ impl Tools {
 
     /// The upstream and its own name for a presented name the caller may use; otherwise the
     /// one answer for unknown, denied and unavailable alike.
-    fn route(&self, principal: &str, offering: Offering, presented: &str) -> Result<(Upstream, String), ProxyError> {
+    fn route(
+        &self,
+        policy: &PolicySet,
+        principal: &str,
+        offering: Offering,
+        presented: &str,
+    ) -> Result<(Upstream, String), ProxyError> {
         let unknown = || ProxyError::UnknownName { offering: offering.label(), name: presented.to_string() };
         let (name, original) = names::split(presented).ok_or_else(unknown)?;
         let upstream = self.inner.upstreams.get(name).ok_or_else(unknown)?;
@@ -145,7 +154,7 @@ impl Tools {
         if !listed {
             return Err(unknown());
         }
-        if !self.allowed(&self.policy(), principal, offering, presented) {
+        if !self.allowed(policy, principal, offering, presented) {
             tracing::debug!(principal, name = presented, offering = offering.label(), "denied");
             self.inner.metrics.policy_denied(DenialAction::Use, None);
             return Err(unknown());
@@ -155,14 +164,18 @@ impl Tools {
 
     /// A listed, namespaced URI template the caller may see, and its upstream; otherwise the
     /// one not-found answer.
-    fn route_template(&self, principal: &str, template: &str) -> Result<(Upstream, String), ProxyError> {
+    fn route_template(
+        &self,
+        policy: &PolicySet,
+        principal: &str,
+        template: &str,
+    ) -> Result<(Upstream, String), ProxyError> {
         let not_found = || ProxyError::not_found(template);
         let (name, original) = namespace::split(template).ok_or_else(not_found)?;
         let upstream = self.inner.upstreams.get(name).ok_or_else(not_found)?;
         if !self.inner.resources.snapshot().any_template(|t| t.uri_template == template) {
             return Err(not_found());
         }
-        let policy = self.policy();
         if !policy.is_allow_all() && !policy.template_visible(principal, template) {
             self.inner.metrics.policy_denied(DenialAction::Use, None);
             return Err(not_found());
