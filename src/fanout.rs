@@ -247,10 +247,11 @@ async fn send_loop(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    struct Recorder(mpsc::UnboundedSender<Outgoing>);
+    /// An outlet that hands every message to a channel (also used by the proxy's tests).
+    pub(crate) struct Recorder(pub mpsc::UnboundedSender<Outgoing>);
 
     impl Outlet for Recorder {
         fn send(&self, message: Outgoing) -> SendFuture<'_> {

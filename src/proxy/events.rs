@@ -166,17 +166,9 @@ mod tests {
 
     use super::*;
     use crate::config::Config;
-    use crate::fanout::{Outgoing, Outlet, OutletInfo, OutletKind, SendError, SendFuture};
+    use crate::fanout::tests::Recorder;
+    use crate::fanout::{Outgoing, OutletInfo, OutletKind};
     use crate::spine::Spine;
-
-    struct Recorder(mpsc::UnboundedSender<Outgoing>);
-
-    impl Outlet for Recorder {
-        fn send(&self, message: Outgoing) -> SendFuture<'_> {
-            let sent = self.0.send(message).map_err(|_| SendError::Closed);
-            Box::pin(async move { sent })
-        }
-    }
 
     /// What the loop does with an overflowed upstream (its events were lost to a full queue):
     /// every holder of one of its URIs hears `updated` for each, holders of other upstreams

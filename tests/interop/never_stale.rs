@@ -10,8 +10,8 @@
 use std::time::{Duration, Instant};
 
 use crate::support::fixture::{self, Era};
-use crate::support::peers::{memory_stdio_command, spawn_everything_http};
-use crate::support::proxy::{ProxyProcess, http_upstream, toml_str};
+use crate::support::peers::{memory_upstream, spawn_everything_http};
+use crate::support::proxy::{ProxyProcess, http_upstream};
 use crate::support::reads::{outlive, read, text};
 use serde_json::Value;
 
@@ -48,18 +48,6 @@ async fn server_everything_dynamic_text_is_fresh_past_its_lifetime_unless_truste
     let trusted_second = read(&host, "trusted+demo://resource/dynamic/text/1").await?;
     assert_eq!(text(&trusted_second), text(&trusted_first), "trusted: kept until an `updated` (none came)");
     Ok(())
-}
-
-/// A `[[upstreams]]` entry running server-memory over stdio on `file`.
-fn memory_upstream(name: &str, file: &std::path::Path, extra: &str) -> String {
-    let (program, args) = memory_stdio_command();
-    let args: Vec<String> = args.iter().map(|a| toml_str(a)).collect();
-    format!(
-        "[[upstreams]]\nname = \"{name}\"\ncommand = {}\nargs = [{}]\nenv = {{ MEMORY_FILE_PATH = {} }}\n{extra}\n\n",
-        toml_str(&program),
-        args.join(", "),
-        toml_str(&file.display().to_string()),
-    )
 }
 
 /// server-memory, default config: after a second process changed its file (server-memory

@@ -3,28 +3,16 @@
 //! HTTP and stdio, and the real npm server-memory over stdio. A host with a live 2025 session
 //! and subscriptions stays connected through every reload.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::support::eventually;
 use crate::support::fixture::{
     self, DEADLINE, Era, FixtureClient, FixtureEvent, HttpFixture, call_json, wait_for_stats,
 };
-use crate::support::peers::memory_stdio_command;
-use crate::support::proxy::{ProxyProcess, fixture_upstream, http_upstream, toml_str};
+use crate::support::peers::memory_upstream;
+use crate::support::proxy::{ProxyProcess, fixture_upstream, http_upstream};
 use rmcp::model::{ReadResourceRequestParams, SubscribeRequestParams};
 use serde_json::{Value, json};
-
-/// A `[[upstreams]]` entry running server-memory over stdio on `file`.
-fn memory_upstream(name: &str, file: &Path) -> String {
-    let (program, args) = memory_stdio_command();
-    let args: Vec<String> = args.iter().map(|a| toml_str(a)).collect();
-    format!(
-        "[[upstreams]]\nname = \"{name}\"\ncommand = {}\nargs = [{}]\nenv = {{ MEMORY_FILE_PATH = {} }}\n\n",
-        toml_str(&program),
-        args.join(", "),
-        toml_str(&file.display().to_string()),
-    )
-}
 
 /// The proxy, the HTTP fixture `fx` (driven through `side`), and the host's 2025 session.
 struct Setup {
@@ -43,7 +31,7 @@ impl Setup {
         let fx = HttpFixture::spawn(&["--era", "legacy", "--resources", "3"]).await?;
         let memory_dir = tempfile::tempdir()?;
         let memory_file = memory_dir.keep().join("memory.jsonl");
-        let config = [http_upstream("fx", &fx.url, ""), memory_upstream("mem", &memory_file)].concat();
+        let config = [http_upstream("fx", &fx.url, ""), memory_upstream("mem", &memory_file, "")].concat();
         let proxy = ProxyProcess::start(&config).await?;
         proxy.wait_up("fx", 1).await?;
         proxy.wait_up("mem", 1).await?;
@@ -59,7 +47,8 @@ impl Setup {
     }
 
     fn config_with(&self, extra: &str) -> String {
-        [http_upstream("fx", &self.fx_url, ""), memory_upstream("mem", &self.memory_file), extra.to_string()].concat()
+        [http_upstream("fx", &self.fx_url, ""), memory_upstream("mem", &self.memory_file, ""), extra.to_string()]
+            .concat()
     }
 
     async fn uris(&self) -> anyhow::Result<Vec<String>> {

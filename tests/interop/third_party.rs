@@ -6,8 +6,8 @@
 use std::collections::BTreeSet;
 
 use crate::support::fixture::{self, Era, error_code, list_all_resources};
-use crate::support::peers::{everything_stdio_command, spawn_everything_http};
-use crate::support::proxy::{ProxyProcess, http_upstream, toml_str};
+use crate::support::peers::{everything_upstream, spawn_everything_http};
+use crate::support::proxy::{ProxyProcess, http_upstream};
 use base64::Engine;
 use rmcp::model::{ReadResourceRequestParams, ResourceContents};
 
@@ -19,7 +19,7 @@ const DOCUMENT_PREFIX: &str = "demo://resource/static/document/";
 /// namespaced to clients of both eras.
 #[tokio::test]
 async fn everything_over_stdio_is_served_namespaced_to_both_eras() -> anyhow::Result<()> {
-    let proxy = ProxyProcess::start(&everything_stdio_upstream("everything", "2025-11-25")).await?;
+    let proxy = ProxyProcess::start(&everything_upstream("everything", "protocol = \"2025-11-25\"")).await?;
     proxy.wait_up("everything", 1).await?;
     assert_everything_served(&proxy, "everything").await
 }
@@ -29,7 +29,7 @@ async fn everything_over_stdio_is_served_namespaced_to_both_eras() -> anyhow::Re
 /// 2025 era and serves as with a pinned era.
 #[tokio::test]
 async fn everything_over_stdio_with_auto_protocol_falls_back_to_the_2025_era() -> anyhow::Result<()> {
-    let proxy = ProxyProcess::start(&everything_stdio_upstream("auto", "auto")).await?;
+    let proxy = ProxyProcess::start(&everything_upstream("auto", "protocol = \"auto\"")).await?;
     proxy.wait_up("auto", 1).await?;
     let up = proxy.matching(&["\"upstream up\"", "\"upstream\":\"auto\""]);
     assert!(up.iter().all(|line| line.contains("\"era\":\"2025")), "came up in the 2025 era: {up:?}");
@@ -44,17 +44,6 @@ async fn everything_over_streamable_http_is_served_namespaced_to_both_eras() -> 
     let proxy = ProxyProcess::start(&http_upstream("web", &everything.url, "")).await?;
     proxy.wait_up("web", 1).await?;
     assert_everything_served(&proxy, "web").await
-}
-
-/// A `[[upstreams]]` entry running the installed server-everything with `node … stdio`.
-fn everything_stdio_upstream(name: &str, protocol: &str) -> String {
-    let (program, args) = everything_stdio_command();
-    let args: Vec<String> = args.iter().map(|a| toml_str(a)).collect();
-    format!(
-        "[[upstreams]]\nname = \"{name}\"\ncommand = {}\nargs = [{}]\nprotocol = \"{protocol}\"\n\n",
-        toml_str(&program),
-        args.join(", ")
-    )
 }
 
 /// Through the proxy, for a legacy and a 2026-07-28 client: the 7 static documents and the two

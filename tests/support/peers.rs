@@ -19,6 +19,8 @@ use std::sync::OnceLock;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use super::proxy::toml_str;
+
 /// Pinned in `.ci/install-peers.sh`; kept here for messages only.
 pub const EVERYTHING_PKG: &str = "@modelcontextprotocol/server-everything";
 
@@ -67,6 +69,12 @@ pub fn everything_stdio_command() -> (String, Vec<String>) {
     ("node".to_string(), vec![path_str(&entry), "stdio".to_string()])
 }
 
+/// A `[[upstreams]]` entry `name` running the installed server-everything over stdio; `extra`:
+/// more keys of the entry (`protocol = "auto"`, …), one per line.
+pub fn everything_upstream(name: &str, extra: &str) -> String {
+    stdio_upstream(name, everything_stdio_command(), extra)
+}
+
 /// Pinned in `.ci/install-peers.sh`; kept here for paths and messages.
 pub const MEMORY_PKG: &str = "@modelcontextprotocol/server-memory";
 
@@ -76,6 +84,22 @@ pub fn memory_stdio_command() -> (String, Vec<String>) {
     ensure_installed();
     let entry = repo_root().join(".peers/npm/node_modules").join(MEMORY_PKG).join("dist/index.js");
     ("node".to_string(), vec![path_str(&entry)])
+}
+
+/// A `[[upstreams]]` entry `name` running the installed server-memory over stdio with its graph
+/// in `file`; `extra`: more keys of the entry, one per line.
+pub fn memory_upstream(name: &str, file: &std::path::Path, extra: &str) -> String {
+    let env = format!("env = {{ MEMORY_FILE_PATH = {} }}\n{extra}", toml_str(&file.display().to_string()));
+    stdio_upstream(name, memory_stdio_command(), &env)
+}
+
+fn stdio_upstream(name: &str, (program, args): (String, Vec<String>), extra: &str) -> String {
+    let args: Vec<String> = args.iter().map(|a| toml_str(a)).collect();
+    format!(
+        "[[upstreams]]\nname = \"{name}\"\ncommand = {}\nargs = [{}]\n{extra}\n\n",
+        toml_str(&program),
+        args.join(", ")
+    )
 }
 
 /// The venv interpreter that has PyPI `mcp` installed.

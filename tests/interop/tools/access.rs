@@ -24,7 +24,7 @@ async fn a_denied_tool_is_invisible_and_its_call_answers_like_an_unknown_tool() 
                  deny = [\"tool://ev/get-env\", \"prompt://ev/args-prompt\", \"ev+demo://resource/dynamic/blob/**\"]\n";
     std::fs::write(policies.path().join("alice.toml"), alice)?;
     std::fs::write(policies.path().join("bob.toml"), "principals = [\"bob\"]\nallow = [\"tool://ev/echo\"]\n")?;
-    let config = access_config(policies.path(), 100, &everything_upstream("ev"));
+    let config = access_config(policies.path(), 100, &everything_upstream("ev", ""));
     let proxy = start_proxy(&config, &TOKENS, &["ev"]).await?;
 
     let bearer = format!("Authorization: Bearer {ALICE_TOKEN}");
@@ -78,7 +78,8 @@ async fn a_denied_tool_is_invisible_and_its_call_answers_like_an_unknown_tool() 
 /// gets every tool once, in upstream name order.
 #[tokio::test]
 async fn tools_and_prompts_page_across_two_upstreams() -> anyhow::Result<()> {
-    let config = format!("[server]\npage_size = 5\n\n{}{}", everything_upstream("ev-b"), everything_upstream("ev-a"));
+    let config =
+        format!("[server]\npage_size = 5\n\n{}{}", everything_upstream("ev-b", ""), everything_upstream("ev-a", ""));
     let proxy = start_proxy(&config, &[], &["ev-a", "ev-b"]).await?;
     for mode in ["legacy", "2026-07-28"] {
         let answers = python_ops(&proxy.url, mode, &[], &["tools_all", "prompts_all"]).await?;
@@ -105,7 +106,7 @@ async fn an_upstream_leaving_tells_hosts_tools_and_prompts_changed_after_the_lis
     let everything = crate::support::peers::spawn_everything_http();
     let config = format!(
         "{}{}",
-        everything_upstream("stays"),
+        everything_upstream("stays", ""),
         crate::support::proxy::http_upstream("leaves", &everything.url, "reconnect_max = \"60s\"")
     );
     let proxy = start_proxy(&config, &[], &["stays", "leaves"]).await?;
@@ -155,7 +156,7 @@ async fn a_2026_07_28_upstreams_tools_serve_hosts_of_both_eras() -> anyhow::Resu
 /// `progress_callback` in both eras.
 #[tokio::test]
 async fn progress_of_a_long_running_tool_reaches_the_host_with_its_own_token() -> anyhow::Result<()> {
-    let proxy = start_proxy(&everything_upstream("ev"), &[], &["ev"]).await?;
+    let proxy = start_proxy(&everything_upstream("ev", ""), &[], &["ev"]).await?;
     let (client, mut heard) = host(&proxy.url, Era::Legacy, None).await?;
     let args = json!({"duration": 0.6, "steps": 3}).as_object().cloned().expect("object");
     let call = CallToolRequestParams::new("ev__trigger-long-running-operation").with_arguments(args);
@@ -192,7 +193,7 @@ async fn completion_for_a_namespaced_template_is_routed_and_policy_checked() -> 
     let alice = "principals = [\"alice\"]\nallow = [\"**\"]\ndeny = [\"ev+demo://resource/dynamic/blob/**\"]\n";
     std::fs::write(policies.path().join("alice.toml"), alice)?;
     std::fs::write(policies.path().join("bob.toml"), "principals = [\"bob\"]\nallow = [\"tool://ev/echo\"]\n")?;
-    let config = access_config(policies.path(), 100, &everything_upstream("ev"));
+    let config = access_config(policies.path(), 100, &everything_upstream("ev", ""));
     let proxy = start_proxy(&config, &TOKENS, &["ev"]).await?;
     let (client, _) = host(&proxy.url, Era::Legacy, Some(ALICE_TOKEN)).await?;
     let complete = |template: &str, value: &str| {

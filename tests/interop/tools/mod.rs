@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::process::Stdio;
 
 use crate::support::fixture::{DEADLINE, Era, error_code};
-use crate::support::peers::{everything_stdio_command, memory_stdio_command, parse_json_lines, py_script, python};
+use crate::support::peers::{everything_upstream, memory_upstream, parse_json_lines, py_script, python};
 use crate::support::proxy::{PROXY_BIN, ProxyProcess, toml_str};
 use anyhow::{Context, bail};
 use rmcp::model::{
@@ -95,25 +95,6 @@ async fn wait_heard(heard: &mut mpsc::UnboundedReceiver<Heard>, wanted: &Heard) 
     }
 }
 
-/// A `[[upstreams]]` entry running the installed server-everything over stdio.
-fn everything_upstream(name: &str) -> String {
-    let (program, args) = everything_stdio_command();
-    let args: Vec<String> = args.iter().map(|a| toml_str(a)).collect();
-    format!("[[upstreams]]\nname = \"{name}\"\ncommand = {}\nargs = [{}]\n\n", toml_str(&program), args.join(", "))
-}
-
-/// A `[[upstreams]]` entry running server-memory over stdio on `file`.
-fn memory_upstream(name: &str, file: &std::path::Path) -> String {
-    let (program, args) = memory_stdio_command();
-    let args: Vec<String> = args.iter().map(|a| toml_str(a)).collect();
-    format!(
-        "[[upstreams]]\nname = \"{name}\"\ncommand = {}\nargs = [{}]\nenv = {{ MEMORY_FILE_PATH = {} }}\n\n",
-        toml_str(&program),
-        args.join(", "),
-        toml_str(&file.display().to_string()),
-    )
-}
-
 /// Start the proxy and wait until every named upstream's tools are in.
 async fn start_proxy(config: &str, env: &[(&str, &str)], upstreams: &[&str]) -> anyhow::Result<ProxyProcess> {
     let proxy = ProxyProcess::start_with(config, &[], env).await?;
@@ -155,7 +136,7 @@ fn texts(result: &Value) -> Vec<String> {
 /// namespaced and readable through the proxy.
 #[tokio::test]
 async fn everything_tools_and_prompts_work_from_the_python_client_in_both_eras() -> anyhow::Result<()> {
-    let proxy = start_proxy(&everything_upstream("everything"), &[], &["everything"]).await?;
+    let proxy = start_proxy(&everything_upstream("everything", ""), &[], &["everything"]).await?;
     for mode in ["legacy", "2026-07-28"] {
         let ops = [
             "tools_all",
@@ -211,7 +192,7 @@ async fn everything_tools_and_prompts_work_from_the_python_client_in_both_eras()
 /// result passes through as a result, not a protocol error.
 #[tokio::test]
 async fn rmcp_hosts_of_both_eras_list_and_call_tools() -> anyhow::Result<()> {
-    let proxy = start_proxy(&everything_upstream("ev"), &[], &["ev"]).await?;
+    let proxy = start_proxy(&everything_upstream("ev", ""), &[], &["ev"]).await?;
     for era in [Era::Legacy, Era::Modern] {
         let (client, _) = host(&proxy.url, era, None).await?;
         let tools = client.list_tools(Some(PaginatedRequestParams::default())).await?;
@@ -236,7 +217,7 @@ async fn rmcp_hosts_of_both_eras_list_and_call_tools() -> anyhow::Result<()> {
 /// upstream now notifies the proxy's session, and the `updated` reaches the host.
 #[tokio::test]
 async fn toggle_subscriber_updates_through_the_proxy_makes_updates_reach_a_subscribed_host() -> anyhow::Result<()> {
-    let proxy = start_proxy(&everything_upstream("ev"), &[], &["ev"]).await?;
+    let proxy = start_proxy(&everything_upstream("ev", ""), &[], &["ev"]).await?;
     let (client, mut heard) = host(&proxy.url, Era::Legacy, None).await?;
     let uri = "ev+demo://resource/static/document/architecture.md";
     #[allow(deprecated)]
@@ -250,7 +231,7 @@ async fn toggle_subscriber_updates_through_the_proxy_makes_updates_reach_a_subsc
 #[tokio::test]
 async fn server_memory_create_entities_through_the_proxy_notifies_a_subscribed_host() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let proxy = start_proxy(&memory_upstream("mem", &dir.path().join("memory.jsonl")), &[], &["mem"]).await?;
+    let proxy = start_proxy(&memory_upstream("mem", &dir.path().join("memory.jsonl"), ""), &[], &["mem"]).await?;
     let (client, mut heard) = host(&proxy.url, Era::Legacy, None).await?;
     let uri = "mem+memory://knowledge-graph";
     #[allow(deprecated)]
