@@ -12,6 +12,9 @@ use crate::namespace;
 
 /// A guard against upstreams whose cursors never end.
 const MAX_PAGES: usize = 100_000;
+/// A guard against an upstream that lists without end: one list (resources, templates, tools
+/// or prompts) holds at most this many items; a longer one fails its fetch.
+const MAX_ITEMS: usize = 100_000;
 /// Lists are not fetched again more often than this, whatever `ttlMs` says.
 const MIN_REFRESH: Duration = Duration::from_secs(1);
 
@@ -97,6 +100,7 @@ pub(super) enum PageError {
     Service(ServiceError),
     Timeout,
     Loop,
+    TooMany,
 }
 
 impl PageError {
@@ -111,6 +115,7 @@ impl std::fmt::Display for PageError {
             PageError::Service(e) => f.write_str(&super::reason::service_failure(e)),
             PageError::Timeout => f.write_str("timed out"),
             PageError::Loop => f.write_str("the upstream's cursors do not end"),
+            PageError::TooMany => write!(f, "the upstream lists more than {MAX_ITEMS} items"),
         }
     }
 }
@@ -135,6 +140,9 @@ where
         let (page, next, page_ttl) =
             tokio::time::timeout(timeout, fetch(cursor)).await.map_err(|_| PageError::Timeout)??;
         items.extend(page);
+        if items.len() > MAX_ITEMS {
+            return Err(PageError::TooMany);
+        }
         ttl = match (ttl, page_ttl) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -146,4 +154,24 @@ where
         }
     }
     Err(PageError::Loop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An upstream whose pages never end with fresh cursors fails the fetch once the list
+    /// outgrows the bound, instead of growing without end.
+    #[tokio::test]
+    async fn a_list_without_end_fails_at_the_item_bound() {
+        let mut pages = 0usize;
+        let fetched = all_pages(Duration::from_secs(5), |_| {
+            pages += 1;
+            let next = Some(format!("page-{pages}"));
+            async move { Ok((vec![0u8; 1_000], next, None)) }
+        })
+        .await;
+        assert!(matches!(fetched, Err(PageError::TooMany)));
+        assert_eq!(pages, MAX_ITEMS / 1_000 + 1);
+    }
 }
