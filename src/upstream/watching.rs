@@ -223,6 +223,8 @@ impl Listen<'_> {
             if current.as_ref().is_none_or(|(_, set)| *set != wanted) {
                 match self.apply(&mut current, &wanted, &mut dropped, &mut resumed).await {
                     Ok(()) => retry = RETRY_MIN,
+                    // Shutting down closes the connection under the listen: nothing to say.
+                    Err(_) if stop.is_cancelled() => return,
                     Err(error) => {
                         tracing::warn!(upstream = self.upstream, error = %error, "listen failed; retrying");
                         if !pause(&mut retry, stop).await {
