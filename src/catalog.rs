@@ -8,7 +8,7 @@
 //! Invariant: the generation grows with every change; a snapshot never changes once built, so
 //! an offset is meaningful only together with the generation it was taken from.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{Resource, ResourceTemplate};
@@ -144,6 +144,18 @@ impl Snapshot {
     ) -> Page<ResourceTemplate> {
         page(&self.parts, offset, limit, |p| &p.templates, visible)
     }
+
+    /// The URI schemes (lowercase) of `upstream`'s own resources and templates: what it serves.
+    pub fn schemes_of(&self, upstream: &str) -> BTreeSet<String> {
+        let Some((_, part)) = self.parts.iter().find(|(name, _)| name == upstream) else { return BTreeSet::new() };
+        let uris = part.resources.iter().map(|r| r.uri.as_str());
+        let templates = part.templates.iter().map(|t| t.uri_template.as_str());
+        uris.chain(templates)
+            .filter_map(|namespaced| namespaced.strip_prefix(upstream)?.strip_prefix('+'))
+            .filter_map(|original| original.split_once(':'))
+            .map(|(scheme, _)| scheme.to_ascii_lowercase())
+            .collect()
+    }
 }
 
 /// Scan from `offset`, keep visible items, stop at `limit` of them — or after scanning a bounded
@@ -205,6 +217,22 @@ mod tests {
             offset = page.next;
         }
         uris
+    }
+
+    #[test]
+    fn schemes_of_an_upstream_are_those_of_its_own_resources_and_templates() {
+        let catalog = Catalog::new();
+        let mut a = entries("a", 1);
+        a.templates.push(ResourceTemplate::new("a+Demo://t/{id}", "t2"));
+        catalog.set_upstream("a", a);
+        catalog.set_upstream(
+            "b",
+            UpstreamCatalog { resources: vec![Resource::new("b+file:///x", "x")], templates: vec![] },
+        );
+        let snapshot = catalog.snapshot();
+        assert_eq!(snapshot.schemes_of("a").into_iter().collect::<Vec<_>>(), ["demo", "x"]);
+        assert_eq!(snapshot.schemes_of("b").into_iter().collect::<Vec<_>>(), ["file"]);
+        assert!(snapshot.schemes_of("c").is_empty());
     }
 
     #[test]

@@ -8,8 +8,8 @@
 //! answers pass through to the host as they are; nothing is cached.
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult, GetPromptRequestParams,
-    GetPromptResponse, Reference, RequestMetaObject, ResultType,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
+    GetPromptRequestParams, GetPromptResponse, Reference, RequestMetaObject, ResultType,
 };
 use std::sync::Arc;
 
@@ -53,20 +53,8 @@ impl Tools {
         }
         let answer = answer?;
         match answer {
-            CallToolResponse::Complete(mut result) => {
-                let (content, dropped) = rewrite::blocks_for(upstream.name(), result.content, &policy, principal);
-                result.content = content;
-                // A 2025-era upstream's result has no `resultType`; 2026-07-28 hosts need it
-                // (rmcp clears it again for 2025 hosts).
-                result.result_type = Some(ResultType::COMPLETE);
-                result.meta = result.meta.map(|meta| {
-                    rewrite::meta_for(rewrite::meta_from_upstream(upstream.name(), meta), &policy, principal)
-                });
-                if dropped > 0 {
-                    self.inner.metrics.policy_denied(DenialAction::Read, None);
-                    tracing::debug!(upstream = upstream.name(), principal, dropped, "tool result blocks withheld");
-                }
-                Ok(CallToolResponse::Complete(result))
+            CallToolResponse::Complete(result) => {
+                Ok(CallToolResponse::Complete(self.result_for(upstream.name(), result, &policy, principal)))
             }
             CallToolResponse::InputRequired(needs) => Ok(CallToolResponse::InputRequired(needs)),
             // A task (SEP-2663) and whatever comes later are not passed through.
@@ -75,6 +63,43 @@ impl Tools {
                 reason: "it answered with a task, which the proxy does not pass through".into(),
             }),
         }
+    }
+
+    /// A complete tool result from `upstream` as `principal` may see it: URIs in its blocks,
+    /// `_meta` and `structuredContent` namespaced, and what it may not read withheld.
+    fn result_for(
+        &self,
+        upstream: &str,
+        mut result: CallToolResult,
+        policy: &PolicySet,
+        principal: &str,
+    ) -> CallToolResult {
+        let (content, dropped) = rewrite::blocks_for(upstream, result.content, policy, principal);
+        result.content = content;
+        // A 2025-era upstream's result has no `resultType`; 2026-07-28 hosts need it
+        // (rmcp clears it again for 2025 hosts).
+        result.result_type = Some(ResultType::COMPLETE);
+        result.meta =
+            result.meta.map(|meta| rewrite::meta_for(rewrite::meta_from_upstream(upstream, meta), policy, principal));
+        if dropped > 0 {
+            self.inner.metrics.policy_denied(DenialAction::Read, None);
+            tracing::debug!(upstream, principal, dropped, "tool result blocks withheld");
+        }
+        if result.structured_content.is_some() {
+            let schemes = self.inner.resources.snapshot().schemes_of(upstream);
+            if rewrite::structured_for(upstream, &schemes, &mut result, policy, principal)
+                == rewrite::Structured::Withheld
+            {
+                self.inner.metrics.policy_denied(DenialAction::Read, None);
+                tracing::debug!(
+                    upstream,
+                    principal,
+                    "tool result withheld: its structuredContent names a denied resource"
+                );
+            }
+            result.result_type = Some(ResultType::COMPLETE);
+        }
+        result
     }
 
     /// Get a namespaced prompt for `principal`.
