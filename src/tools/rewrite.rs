@@ -129,12 +129,17 @@ pub(super) fn structured_for(
     match rewrite_strings(&mut rewritten, &|s| resource_uri(upstream, schemes, s), policy, principal) {
         Ok(0) => result.structured_content = Some(original),
         Ok(_) => {
-            let serialized = serde_json::to_string(&rewritten).unwrap_or_default();
             for block in &mut result.content {
                 if let ContentBlock::Text(text) = block
                     && serde_json::from_str::<Value>(&text.text).is_ok_and(|v| v == original)
                 {
-                    text.text = serialized.clone();
+                    // Pretty when it came pretty (two-space indents, as the SDKs write it).
+                    let serialized = if text.text.contains('\n') {
+                        serde_json::to_string_pretty(&rewritten)
+                    } else {
+                        serde_json::to_string(&rewritten)
+                    };
+                    text.text = serialized.unwrap_or_default();
                 }
             }
             result.structured_content = Some(rewritten);

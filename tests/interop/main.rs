@@ -20,3 +20,4 @@ mod python_subscriptions;
 mod reload;
 mod third_party;
 mod tools;
+mod ts_client;

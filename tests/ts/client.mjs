@@ -8,7 +8,8 @@
 // to the modern era, no fallback), runs the OPs in order on that one connection and prints one
 // JSON line per OP on stdout (logs go to stderr):
 //   era                        {"op":"era","version":V,"era":E}
-//   tools_all                  {"op":"tools_all","names":[...],"pages":n,"tools":[raw]}   (follows nextCursor)
+//   tools_all                  {"op":"tools_all","names":[...],"pages":n,"tools":[raw]}   (n: the pages the
+//                              client walked itself, following nextCursor)
 //   prompts_all                {"op":"prompts_all","names":[...],"pages":n}
 //   resources_all              {"op":"resources_all","uris":[...],"pages":n}
 //   templates_all              {"op":"templates_all","uriTemplates":[...],"pages":n}
@@ -21,7 +22,8 @@
 //                              {"op":"subscribe","honored":[uris] | null}
 //   wait_updated:URI           waits (20 s) until notifications/resources/updated for URI arrives:
 //                              {"op":"wait_updated","uri":URI,"heard":true|false}
-// The client's response cache is bypassed on every request, so each answer is the proxy's.
+// Lists and reads ask the proxy every time (cacheMode 'refresh'). The client checks a tool's
+// structuredContent against the outputSchema of the last listing: list tools before calling.
 
 import { readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
@@ -39,7 +41,9 @@ async function load(pkg) {
 const { Client, StreamableHTTPClientTransport } = await load('@modelcontextprotocol/client');
 
 const WAIT_MS = 20_000;
-const NO_CACHE = { cacheMode: 'bypass' };
+// Every answer is the proxy's; lists are still written to the client's cache, which is where
+// callTool finds the outputSchema it validates structuredContent against.
+const NO_CACHE = { cacheMode: 'refresh' };
 
 function out(obj) {
     process.stdout.write(JSON.stringify(obj) + '\n');
@@ -59,21 +63,23 @@ function parseArgs(argv) {
     return args;
 }
 
-async function allPages(fetch, items, pick) {
-    const picked = [];
-    const raw = [];
-    let pages = 0;
-    let cursor;
-    do {
-        const page = await fetch(cursor === undefined ? {} : { cursor });
-        pages += 1;
-        for (const item of page[items]) {
-            picked.push(pick(item));
-            raw.push(item);
-        }
-        cursor = page.nextCursor;
-    } while (cursor);
-    return { picked, raw, pages };
+/** Requests the client sent, by method (its own page walks included). */
+const sent = {};
+
+function countRequests(transport) {
+    const send = transport.send.bind(transport);
+    transport.send = (message, options) => {
+        if (message.method !== undefined && message.id !== undefined) sent[message.method] = (sent[message.method] ?? 0) + 1;
+        return send(message, options);
+    };
+}
+
+/** A whole list as the client gets it (called without a cursor, it walks every page itself),
+ * and how many pages that took. */
+async function allPages(method, fetch, items, pick) {
+    const before = sent[method] ?? 0;
+    const list = await fetch();
+    return { picked: list[items].map(pick), raw: list[items], pages: (sent[method] ?? 0) - before };
 }
 
 /** Notifications/resources/updated as heard, and waiters for them. */
@@ -109,20 +115,23 @@ async function runOp(client, updates, subscriptions, mode, op) {
         case 'era':
             return { op: kind, version: client.getNegotiatedProtocolVersion(), era: client.getProtocolEra() };
         case 'tools_all': {
-            const { picked, raw, pages } = await allPages(p => client.listTools(p, NO_CACHE), 'tools', t => t.name);
+            const fetch = () => client.listTools(undefined, NO_CACHE);
+            const { picked, raw, pages } = await allPages('tools/list', fetch, 'tools', t => t.name);
             return { op: kind, names: picked, pages, tools: raw };
         }
         case 'prompts_all': {
-            const { picked, pages } = await allPages(p => client.listPrompts(p, NO_CACHE), 'prompts', p => p.name);
+            const fetch = () => client.listPrompts(undefined, NO_CACHE);
+            const { picked, pages } = await allPages('prompts/list', fetch, 'prompts', p => p.name);
             return { op: kind, names: picked, pages };
         }
         case 'resources_all': {
-            const { picked, pages } = await allPages(p => client.listResources(p, NO_CACHE), 'resources', r => r.uri);
+            const fetch = () => client.listResources(undefined, NO_CACHE);
+            const { picked, pages } = await allPages('resources/list', fetch, 'resources', r => r.uri);
             return { op: kind, uris: picked, pages };
         }
         case 'templates_all': {
-            const fetch = p => client.listResourceTemplates(p, NO_CACHE);
-            const { picked, pages } = await allPages(fetch, 'resourceTemplates', t => t.uriTemplate);
+            const fetch = () => client.listResourceTemplates(undefined, NO_CACHE);
+            const { picked, pages } = await allPages('resources/templates/list', fetch, 'resourceTemplates', t => t.uriTemplate);
             return { op: kind, uriTemplates: picked, pages };
         }
         case 'call': {
@@ -169,6 +178,7 @@ async function main() {
     const transport = new StreamableHTTPClientTransport(new URL(args.url), {
         requestInit: { headers: args.headers },
     });
+    countRequests(transport);
     await client.connect(transport);
     const subscriptions = [];
     for (const op of args.ops) {
