@@ -18,9 +18,16 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, bail};
+use rmcp::ServiceExt;
+use rmcp::model::{
+    ArgumentInfo, CallToolRequestParams, CompleteRequestParams, GetPromptRequestParams, Reference, ResourceContents,
+};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 
-use crate::support::peers::{conformance_entry, spawn_py_script_http};
-use crate::support::proxy::{ProxyProcess, http_upstream};
+use crate::support::fixture::error_code;
+use crate::support::peers::{conformance_entry, everything_upstream, spawn_py_script_http};
+use crate::support::proxy::{PROXY_BIN, ProxyProcess, http_upstream, toml_str};
 
 /// The suite's tools, prompts and completion scenarios (as of 0.1.13).
 const SCENARIOS: [&str; 20] = [
@@ -76,9 +83,87 @@ async fn tools_and_prompts_scenarios_pass_through_the_proxy_as_directly_in_both_
         let extra = format!("unprefixed = true\nprotocol = \"{era}\"");
         let proxy = ProxyProcess::start(&http_upstream("conformance", &upstream.url, &extra)).await?;
         proxy.wait_up("conformance", 1).await?;
+        let spoken = proxy.upstream_status("conformance").await?["era"].clone();
+        assert_eq!(spoken, if era == "2026-07-28" { "modern" } else { "legacy" }, "the era spoken upstream");
         let through = run_suite(&proxy.url).await.with_context(|| format!("the suite through the proxy ({era})"))?;
         compare(era, &direct, &through)?;
     }
+    Ok(())
+}
+
+/// Next to a prefixed upstream (server-everything as `ev`), the un-prefixed one's tools and
+/// prompts are listed under their own names, decided by policies over
+/// `tool://conformance/<name>` (a denied one answers like an unknown one; `policy explain`
+/// shows it), routed (calls, prompts, completion), and never reachable as `conformance__<name>`;
+/// a resource its tool embeds stays namespaced.
+#[tokio::test(flavor = "multi_thread")]
+async fn unprefixed_names_are_listed_decided_and_routed_next_to_prefixed_ones() -> anyhow::Result<()> {
+    let upstream = spawn_py_script_http("conformance_server.py", &[]);
+    let policies = tempfile::tempdir()?;
+    let alice = "principals = [\"alice\"]\nallow = [\"**\"]\n\
+                 deny = [\"tool://conformance/test_error_handling\", \"prompt://conformance/test_simple_prompt\"]\n";
+    std::fs::write(policies.path().join("alice.toml"), alice)?;
+    let config = format!(
+        "[auth]\nmode = \"bearer\"\n\n[[auth.tokens]]\nprincipal = \"alice\"\ntoken_env = \"ALICE_TOKEN\"\n\n\
+         [policies]\ndir = {}\n\n{}{}",
+        toml_str(policies.path().to_str().context("a UTF-8 path")?),
+        http_upstream("conformance", &upstream.url, "unprefixed = true"),
+        everything_upstream("ev", ""),
+    );
+    let token = "alice-tok-9d3e1f7a0c5b2e84";
+    let proxy = ProxyProcess::start_with(&config, &[], &[("ALICE_TOKEN", token)]).await?;
+    proxy.wait_up("conformance", 1).await?;
+    proxy.wait_up("ev", 1).await?;
+    let transport = StreamableHttpClientTransportConfig::with_uri(proxy.url.as_str()).auth_header(token);
+    let host = ().serve(StreamableHttpClientTransport::from_config(transport)).await?;
+
+    let tools: Vec<String> = host.list_all_tools().await?.into_iter().map(|t| t.name.to_string()).collect();
+    for listed in ["test_simple_text", "json_schema_2020_12_tool", "ev__echo"] {
+        assert!(tools.iter().any(|t| t == listed), "{listed} in {tools:?}");
+    }
+    assert!(!tools.iter().any(|t| t == "test_error_handling" || t.starts_with("conformance__")), "{tools:?}");
+    let prompts: Vec<String> = host.list_all_prompts().await?.into_iter().map(|p| p.name).collect();
+    assert!(prompts.iter().any(|p| p == "test_prompt_with_arguments"), "{prompts:?}");
+    assert!(!prompts.iter().any(|p| p == "test_simple_prompt"), "{prompts:?}");
+
+    let call = |name: &str| host.call_tool(CallToolRequestParams::new(name.to_string()));
+    let text = call("test_simple_text").await?;
+    assert_eq!(text.content[0].as_text().map(|t| t.text.as_str()), Some("This is a simple text response for testing."));
+    let embedded = call("test_embedded_resource").await?;
+    let uri = match &embedded.content[0].as_resource().context("an embedded resource")?.resource {
+        ResourceContents::TextResourceContents { uri, .. } => uri.clone(),
+        other => bail!("not text: {other:?}"),
+    };
+    assert_eq!(uri, "conformance+test://embedded-resource");
+    fn code<T>(result: Result<T, rmcp::ServiceError>) -> Option<i32> {
+        result.err().and_then(|e| error_code(&e))
+    }
+    let unknown = code(call("no_such_tool").await);
+    assert_eq!(unknown, Some(-32602));
+    assert_eq!(code(call("test_error_handling").await), unknown, "denied answers like unknown");
+    assert_eq!(code(call("conformance__test_simple_text").await), unknown, "never prefixed");
+    let denied = host.get_prompt(GetPromptRequestParams::new("test_simple_prompt")).await;
+    let missing = host.get_prompt(GetPromptRequestParams::new("no_such_prompt")).await;
+    assert_eq!(code(denied), code(missing));
+
+    let mut params = GetPromptRequestParams::new("test_prompt_with_arguments");
+    params.arguments = Some(serde_json::from_value(serde_json::json!({"arg1": "a1", "arg2": "b2"}))?);
+    let prompt = host.get_prompt(params).await?;
+    assert!(serde_json::to_string(&prompt.messages)?.contains("arg1='a1', arg2='b2'"), "{prompt:?}");
+    let reference = Reference::for_prompt("test_prompt_with_arguments");
+    let argument = ArgumentInfo::new("arg1", "par");
+    let completion = host.complete(CompleteRequestParams::new(reference, argument)).await?;
+    assert_eq!(completion.completion.values, ["paris", "park", "party"]);
+    host.cancel().await?;
+
+    let explained = std::process::Command::new(PROXY_BIN)
+        .args(["policy", "explain", "--config"])
+        .arg(proxy.dir.path().join("config.toml"))
+        .args(["--principal", "alice", "tool://conformance/test_error_handling", "tool://conformance/test_simple_text"])
+        .output()?;
+    let explained = String::from_utf8_lossy(&explained.stdout);
+    assert!(explained.contains("denied by alice.toml: tool://conformance/test_error_handling"), "{explained}");
+    assert!(explained.contains("allowed by alice.toml: **"), "{explained}");
     Ok(())
 }
 
