@@ -27,7 +27,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 
 use crate::support::fixture::error_code;
 use crate::support::peers::{conformance_entry, everything_upstream, spawn_py_script_http};
-use crate::support::proxy::{PROXY_BIN, ProxyProcess, http_upstream, toml_str};
+use crate::support::proxy::{PROXY_BIN, ProxyProcess, http_upstream, metric_value, toml_str};
 
 /// The suite's tools, prompts and completion scenarios (as of 0.1.13).
 const SCENARIOS: [&str; 20] = [
@@ -91,21 +91,25 @@ async fn tools_and_prompts_scenarios_pass_through_the_proxy_as_directly_in_both_
     Ok(())
 }
 
-/// Next to a prefixed upstream (server-everything as `ev`), the un-prefixed one's tools and
-/// prompts are listed under their own names, decided by policies over
+/// Next to a prefixed upstream (server-everything as `ev`) and the bridge, the un-prefixed
+/// one's tools and prompts are listed under their own names, decided by policies over
 /// `tool://conformance/<name>` (a denied one answers like an unknown one; `policy explain`
 /// shows it), routed (calls, prompts, completion), and never reachable as `conformance__<name>`;
-/// a resource its tool embeds stays namespaced.
+/// a resource its tool embeds stays namespaced. Its tools named like another upstream's
+/// (`ev__echo`, `docs__search`) or the bridge's (`proxy_resources_read`) are not offered, and
+/// counted: those names stay the other upstream's and the bridge's.
 #[tokio::test(flavor = "multi_thread")]
 async fn unprefixed_names_are_listed_decided_and_routed_next_to_prefixed_ones() -> anyhow::Result<()> {
-    let upstream = spawn_py_script_http("conformance_server.py", &[]);
+    let ambiguous = ["ev__echo", "docs__search", "proxy_resources_read"];
+    let extra: Vec<&str> = ambiguous.iter().flat_map(|name| ["--extra-tool", name]).collect();
+    let upstream = spawn_py_script_http("conformance_server.py", &extra);
     let policies = tempfile::tempdir()?;
     let alice = "principals = [\"alice\"]\nallow = [\"**\"]\n\
                  deny = [\"tool://conformance/test_error_handling\", \"prompt://conformance/test_simple_prompt\"]\n";
     std::fs::write(policies.path().join("alice.toml"), alice)?;
     let config = format!(
         "[auth]\nmode = \"bearer\"\n\n[[auth.tokens]]\nprincipal = \"alice\"\ntoken_env = \"ALICE_TOKEN\"\n\n\
-         [policies]\ndir = {}\n\n{}{}",
+         [policies]\ndir = {}\n\n[bridge]\nenabled = true\n\n{}{}",
         toml_str(policies.path().to_str().context("a UTF-8 path")?),
         http_upstream("conformance", &upstream.url, "unprefixed = true"),
         everything_upstream("ev", ""),
@@ -122,6 +126,13 @@ async fn unprefixed_names_are_listed_decided_and_routed_next_to_prefixed_ones() 
         assert!(tools.iter().any(|t| t == listed), "{listed} in {tools:?}");
     }
     assert!(!tools.iter().any(|t| t == "test_error_handling" || t.starts_with("conformance__")), "{tools:?}");
+    // The other upstream's and the bridge's once; no upstream is called `docs`.
+    for (name, times) in [("ev__echo", 1), ("proxy_resources_read", 1), ("docs__search", 0)] {
+        assert_eq!(tools.iter().filter(|t| *t == name).count(), times, "{name}: {tools:?}");
+    }
+    let metrics = proxy.admin_get("/metrics").await?;
+    let unlisted = metric_value(&metrics, "mcp_proxy_catalog_unlisted_total{upstream=\"conformance\"}");
+    assert_eq!(unlisted, Some(3.0), "the three ambiguous names are counted");
     let prompts: Vec<String> = host.list_all_prompts().await?.into_iter().map(|p| p.name).collect();
     assert!(prompts.iter().any(|p| p == "test_prompt_with_arguments"), "{prompts:?}");
     assert!(!prompts.iter().any(|p| p == "test_simple_prompt"), "{prompts:?}");
@@ -129,6 +140,11 @@ async fn unprefixed_names_are_listed_decided_and_routed_next_to_prefixed_ones() 
     let call = |name: &str| host.call_tool(CallToolRequestParams::new(name.to_string()));
     let text = call("test_simple_text").await?;
     assert_eq!(text.content[0].as_text().map(|t| t.text.as_str()), Some("This is a simple text response for testing."));
+    // `ev__echo` is server-everything's, not the un-prefixed upstream's tool of that name.
+    let mut echo = CallToolRequestParams::new("ev__echo");
+    echo.arguments = Some(serde_json::from_value(serde_json::json!({"message": "hi"}))?);
+    let echoed = host.call_tool(echo).await?;
+    assert_eq!(echoed.content[0].as_text().map(|t| t.text.as_str()), Some("Echo: hi"));
     let embedded = call("test_embedded_resource").await?;
     let uri = match &embedded.content[0].as_resource().context("an embedded resource")?.resource {
         ResourceContents::TextResourceContents { uri, .. } => uri.clone(),

@@ -7,6 +7,7 @@ suite's repository, not published to any registry; this one is the Python SDK's 
 the same written requirements, so the proxy is measured against a real SDK, not a fixture of its own.
 
     conformance_server.py --http PORT     # streamable HTTP on 127.0.0.1:PORT/mcp (0 = a free port)
+        [--extra-tool NAME]...            # more tools, beyond the suite's (each returns its name)
 
 Readiness: once the socket listens, ONE line `LISTENING http://127.0.0.1:<port>/mcp` goes to
 stdout. Logs go to stderr. Serves the 2025 era (initialize) and 2026-07-28 (server/discover).
@@ -39,6 +40,9 @@ WAV = "UklGRigAAABXQVZFZm10IBAAAAABAAEAQB8AAIA+AAACABAAZGF0YQQAAAAAAAAA"
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--http", type=int, metavar="PORT", required=True)
+parser.add_argument(
+    "--extra-tool", action="append", default=[], metavar="NAME", help="one more tool NAME (returns its name)"
+)
 ARGS = parser.parse_args()
 
 mcp = MCPServer("conformance-python", version="1.0.0", log_level="WARNING")
@@ -186,6 +190,11 @@ mcp._tool_manager._tools["json_schema_2020_12_tool"].parameters = {  # pyright: 
     "properties": {"name": {"type": "string"}, "address": {"$ref": "#/$defs/address"}},
     "additionalProperties": False,
 }
+
+
+for extra in ARGS.extra_tool:
+    # Beyond the suite: names a proxy must not offer un-prefixed (`docs__search`, `proxy_…`).
+    mcp.add_tool(lambda name=extra: f"extra tool {name}", name=extra, description=f"Extra tool {extra}")
 
 
 @mcp.prompt(description="A simple prompt without arguments")
