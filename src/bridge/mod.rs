@@ -188,6 +188,8 @@ mod tests {
     fn bridge_names_can_never_be_an_upstream_tool_or_its_pseudo_uri() {
         for name in TOOL_NAMES {
             assert!(crate::tools::names::split(name).is_none(), "{name} splits like an upstream tool");
+            // An un-prefixed upstream's names never start so (tools::names::Naming::present).
+            assert!(name.starts_with(crate::tools::names::RESERVED_PREFIX), "{name}");
             assert!(name.len() <= crate::tools::names::MAX_NAME_LEN);
             let uri = policy_uri(name);
             assert_eq!(crate::uri::normalize(&uri).as_deref(), Ok(uri.as_str()), "{uri} is already normal");

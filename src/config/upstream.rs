@@ -1,7 +1,8 @@
 //! Checks of the `[[upstreams]]` settings that guard the proxy against its upstreams:
 //! `inherit_env` (what a stdio child may see of the proxy's environment) and
-//! `max_response_bytes` (the largest single message accepted from an upstream), and `uri_base`
-//! (how a folder upstream names its files).
+//! `max_response_bytes` (the largest single message accepted from an upstream), `uri_base`
+//! (how a folder upstream names its files), and `unprefixed` (at most one upstream presents
+//! its tools and prompts under their own names).
 
 use figment::value::Value;
 
@@ -13,6 +14,21 @@ pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 16 << 20;
 const MIN_RESPONSE_BYTES: u64 = 4 << 10;
 /// … nor above this.
 const MAX_RESPONSE_BYTES: u64 = 1 << 30;
+
+/// `unprefixed = true` on more than one upstream: each one after the first is a problem
+/// (`(index, name)` of every upstream that sets it, in config order).
+pub(super) fn at_most_one_unprefixed(setting: &[(usize, Option<String>)], problems: &mut Vec<Problem>) {
+    let Some(((_, first), rest)) = setting.split_first() else { return };
+    let first = first.as_deref().unwrap_or("?");
+    for (index, name) in rest {
+        let at = match name {
+            Some(name) => format!("upstreams[{index}] ({name}).unprefixed"),
+            None => format!("upstreams[{index}].unprefixed"),
+        };
+        let message = format!("`{first}` already presents its names unprefixed; at most one upstream may");
+        push(problems, &at, message);
+    }
+}
 
 /// `inherit_env`: names of variables of the proxy's environment a stdio child also gets. Each
 /// must be a plain variable name (`[A-Za-z_][A-Za-z0-9_]*`); duplicates are dropped.
@@ -163,10 +179,18 @@ mod tests {
             inherit_env = ["X"]
             max_response_bytes = "2GiB"
 
+            unprefixed = true
+
             [[upstreams]]
             name = "c"
             url = "ftp://u:p@h/?k=s3cret"
             max_response_bytes = "64KiB"
+            unprefixed = true
+
+            [[upstreams]]
+            name = "d"
+            url = "http://h/mcp"
+            unprefixed = true
         "#;
         let error = super::super::Config::from_toml(text, std::path::Path::new("/"), &|_| None).unwrap_err();
         let problems: Vec<String> = error.problems.iter().map(|p| format!("{}: {}", p.at, p.message)).collect();
@@ -179,6 +203,8 @@ mod tests {
                 "upstreams[1] (b).inherit_env: applies only to `command` upstreams",
                 "upstreams[1] (b).max_response_bytes: 2147483648 bytes is outside 4KiB..=1GiB",
                 "upstreams[2] (c).url: `ftp://***@h/?k=***` is not an http:// or https:// URL",
+                "upstreams[2] (c).unprefixed: `b` already presents its names unprefixed; at most one upstream may",
+                "upstreams[3] (d).unprefixed: `b` already presents its names unprefixed; at most one upstream may",
             ]
         );
     }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use super::names::{self, Offering};
+use super::names::Offering;
 use super::{ProgressOutlet, Tools, rewrite};
 use crate::error::ProxyError;
 use crate::metrics::DenialAction;
@@ -169,9 +169,10 @@ impl Tools {
         presented: &str,
     ) -> Result<(Upstream, String), ProxyError> {
         let unknown = || ProxyError::UnknownName { offering: offering.label(), name: presented.to_string() };
-        let (name, original) = names::split(presented).ok_or_else(unknown)?;
-        let upstream = self.inner.upstreams.get(name).ok_or_else(unknown)?;
         let snapshot = self.inner.catalog.snapshot();
+        let naming = snapshot.naming();
+        let (name, original) = naming.origin(presented).ok_or_else(unknown)?;
+        let upstream = self.inner.upstreams.get(name).ok_or_else(unknown)?;
         let listed = match offering {
             Offering::Tool => snapshot.tool(name, presented).is_some(),
             Offering::Prompt => snapshot.prompt(name, presented).is_some(),
@@ -179,7 +180,7 @@ impl Tools {
         if !listed {
             return Err(unknown());
         }
-        if !self.allowed(policy, principal, offering, presented) {
+        if !self.allowed(policy, principal, naming, offering, presented) {
             tracing::debug!(principal, name = presented, offering = offering.label(), "denied");
             self.inner.metrics.policy_denied(DenialAction::Use, None);
             return Err(unknown());

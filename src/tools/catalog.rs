@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use rmcp::model::{Prompt, Tool};
 
+use super::names::Naming;
 use crate::catalog::{Page, page};
 
 /// What one upstream offers, with namespaced names.
@@ -17,6 +18,8 @@ use crate::catalog::{Page, page};
 pub struct UpstreamOfferings {
     pub tools: Vec<Tool>,
     pub prompts: Vec<Prompt>,
+    /// Its names are presented as they are (`unprefixed = true`), not `<upstream>__<name>`.
+    pub unprefixed: bool,
 }
 
 /// An immutable merged view: the upstreams in name order, each in its own order.
@@ -74,6 +77,13 @@ impl OfferingsSnapshot {
         self.parts.iter().map(|(n, p)| (n.clone(), p.tools.len(), p.prompts.len())).collect()
     }
 
+    /// How this snapshot's names are presented: the upstream whose names are un-prefixed, if
+    /// one is up.
+    pub fn naming(&self) -> Naming<'_> {
+        let unprefixed = self.parts.iter().find(|(_, part)| part.unprefixed).map(|(name, _)| name.as_str());
+        Naming { unprefixed }
+    }
+
     /// The tool a host names (namespaced), if `upstream` offers it.
     pub fn tool(&self, upstream: &str, presented: &str) -> Option<&Tool> {
         self.part(upstream)?.tools.iter().find(|t| t.name == presented)
@@ -114,7 +124,7 @@ mod tests {
 
     fn offerings(upstream: &str, tools: usize) -> UpstreamOfferings {
         let tool = |i| Tool::new(format!("{upstream}__t{i}"), "a tool", Arc::new(Default::default()));
-        UpstreamOfferings { tools: (0..tools).map(tool).collect(), prompts: Vec::new() }
+        UpstreamOfferings { tools: (0..tools).map(tool).collect(), ..Default::default() }
     }
 
     fn all_tools(snapshot: &OfferingsSnapshot, limit: usize) -> Vec<String> {

@@ -11,8 +11,10 @@
 //! it, and only hosts whose principal's visible list changed hear it (the same holds for a
 //! policy reload).
 //!
-//! Policies decide tools and prompts over pseudo-URIs (`tool://<upstream>/<name>`,
-//! `prompt://<upstream>/<name>`) in the same files as resources; deny wins.
+//! One upstream may present its names un-prefixed (`unprefixed = true`; the rules that keep
+//! that unambiguous are in [`names`]). Policies decide tools and prompts over pseudo-URIs
+//! (`tool://<upstream>/<name>`, `prompt://<upstream>/<name>`, the upstream's own name, prefixed
+//! or not) in the same files as resources; deny wins.
 //!
 //! Invariant: a tool or prompt a principal may not use is invisible to it: not listed, and a
 //! call or get answers exactly like an unknown name. Every URI inside what is passed through
@@ -31,7 +33,7 @@ use std::sync::{Arc, RwLock};
 use rmcp::model::{ListPromptsResult, ListToolsResult, Prompt, Tool};
 
 pub use self::catalog::{OfferingsCatalog, OfferingsSnapshot, UpstreamOfferings};
-use self::names::Offering;
+use self::names::{Naming, Offering};
 pub use self::progress::ProgressOutlet;
 use crate::catalog::Catalog;
 use crate::cursor::{CursorKey, ListKind, Position};
@@ -132,7 +134,8 @@ impl Tools {
         let snapshot = self.inner.catalog.snapshot();
         let offset = self.offset(principal, ListKind::Tools, cursor, &snapshot)?;
         let policy = self.policy();
-        let visible = |tool: &Tool| self.listable(&policy, principal, Offering::Tool, &tool.name);
+        let naming = snapshot.naming();
+        let visible = |tool: &Tool| self.listable(&policy, principal, naming, Offering::Tool, &tool.name);
         let page = snapshot.tools_page(offset, self.inner.page_size, &visible);
         let items = page.items.into_iter().map(|tool| rewrite::tool_for(tool, &policy, principal)).collect();
         let mut result = ListToolsResult::with_all_items(items);
@@ -145,7 +148,8 @@ impl Tools {
         let snapshot = self.inner.catalog.snapshot();
         let offset = self.offset(principal, ListKind::Prompts, cursor, &snapshot)?;
         let policy = self.policy();
-        let visible = |prompt: &Prompt| self.listable(&policy, principal, Offering::Prompt, &prompt.name);
+        let naming = snapshot.naming();
+        let visible = |prompt: &Prompt| self.listable(&policy, principal, naming, Offering::Prompt, &prompt.name);
         let page = snapshot.prompts_page(offset, self.inner.page_size, &visible);
         let mut result = ListPromptsResult::with_all_items(page.items);
         result.next_cursor = page.next.map(|next| self.cursor(principal, ListKind::Prompts, &snapshot, next));
@@ -163,16 +167,30 @@ impl Tools {
     }
 
     /// May `principal` use the tool or prompt a host sees as `presented`?
-    fn allowed(&self, policy: &PolicySet, principal: &str, offering: Offering, presented: &str) -> bool {
+    fn allowed(
+        &self,
+        policy: &PolicySet,
+        principal: &str,
+        naming: Naming,
+        offering: Offering,
+        presented: &str,
+    ) -> bool {
         policy.is_allow_all()
-            || names::split(presented).is_some_and(|(upstream, name)| {
+            || naming.origin(presented).is_some_and(|(upstream, name)| {
                 policy.decide(principal, &names::policy_uri(offering, upstream, name)).allowed
             })
     }
 
     /// `allowed` for a list entry; a hidden one is counted as a list denial.
-    fn listable(&self, policy: &PolicySet, principal: &str, offering: Offering, presented: &str) -> bool {
-        let allowed = self.allowed(policy, principal, offering, presented);
+    fn listable(
+        &self,
+        policy: &PolicySet,
+        principal: &str,
+        naming: Naming,
+        offering: Offering,
+        presented: &str,
+    ) -> bool {
+        let allowed = self.allowed(policy, principal, naming, offering, presented);
         if !allowed {
             self.inner.metrics.policy_denied(DenialAction::List, None);
         }
@@ -202,12 +220,14 @@ impl Tools {
     /// Namespace every name (skipping, logging and counting those outside the spec's rules)
     /// and every `_meta.ui.resourceUri`.
     fn namespaced(&self, upstream: &str, offered: Offered) -> UpstreamOfferings {
+        let unprefixed = self.inner.upstreams.get(upstream).is_some_and(|u| u.config().unprefixed);
+        let naming = Naming { unprefixed: unprefixed.then_some(upstream) };
         let skipped = |kind: &str, name: &str, error: names::NameError| {
             tracing::warn!(upstream, kind, name, error = %error, "not offered: its name breaks the spec's rules");
             self.inner.metrics.catalog_entry_unlisted(upstream);
         };
         let mut seen = std::collections::HashSet::new();
-        let tools = offered.tools.into_iter().filter_map(|mut tool| match names::join(upstream, &tool.name) {
+        let tools = offered.tools.into_iter().filter_map(|mut tool| match naming.present(upstream, &tool.name) {
             Ok(name) if seen.insert(name.clone()) => {
                 tool.name = name.into();
                 tool.meta = tool.meta.map(|meta| rewrite::meta_from_upstream(upstream, meta));
@@ -221,19 +241,20 @@ impl Tools {
         });
         let tools = tools.collect();
         seen.clear();
-        let prompts = offered.prompts.into_iter().filter_map(|mut prompt| match names::join(upstream, &prompt.name) {
-            Ok(name) if seen.insert(name.clone()) => {
-                prompt.name = name;
-                prompt.meta = prompt.meta.map(|meta| rewrite::meta_from_upstream(upstream, meta));
-                Some(prompt)
-            }
-            Ok(_) => None,
-            Err(error) => {
-                skipped("prompt", &prompt.name, error);
-                None
-            }
-        });
-        UpstreamOfferings { tools, prompts: prompts.collect() }
+        let prompts =
+            offered.prompts.into_iter().filter_map(|mut prompt| match naming.present(upstream, &prompt.name) {
+                Ok(name) if seen.insert(name.clone()) => {
+                    prompt.name = name;
+                    prompt.meta = prompt.meta.map(|meta| rewrite::meta_from_upstream(upstream, meta));
+                    Some(prompt)
+                }
+                Ok(_) => None,
+                Err(error) => {
+                    skipped("prompt", &prompt.name, error);
+                    None
+                }
+            });
+        UpstreamOfferings { tools, prompts: prompts.collect(), unprefixed }
     }
 
     /// One `tools/list_changed` / `prompts/list_changed` to each host that wants it and whose
@@ -268,10 +289,13 @@ impl Tools {
         principal: &str,
     ) -> (Vec<&'a Tool>, Vec<&'a Prompt>) {
         let mut view = (Vec::new(), Vec::new());
+        let naming = snapshot.naming();
         for entry in snapshot.all() {
             match entry {
-                (Some(tool), _) if self.allowed(policy, principal, Offering::Tool, &tool.name) => view.0.push(tool),
-                (_, Some(prompt)) if self.allowed(policy, principal, Offering::Prompt, &prompt.name) => {
+                (Some(tool), _) if self.allowed(policy, principal, naming, Offering::Tool, &tool.name) => {
+                    view.0.push(tool)
+                }
+                (_, Some(prompt)) if self.allowed(policy, principal, naming, Offering::Prompt, &prompt.name) => {
                     view.1.push(prompt)
                 }
                 _ => {}

@@ -9,6 +9,7 @@ pub mod support;
 
 mod bridge;
 mod cache;
+mod conformance;
 mod container;
 mod fast_path;
 mod graceful_shutdown;

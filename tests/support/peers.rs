@@ -7,6 +7,8 @@
 //! - server-everything (2025 era only): [`everything_stdio_command`], [`spawn_everything_http`].
 //! - server-memory (stdio, 2025 era; its graph in the file `MEMORY_FILE_PATH`): [`memory_stdio_command`].
 //! - tests/py/server.py (both eras): [`py_server_stdio_command`], [`spawn_py_server_http`].
+//! - tests/py/conformance_server.py (both eras): [`spawn_py_script_http`].
+//! - the official conformance suite's CLI: [`conformance_entry`].
 //! - tests/py/client.py: [`py_client`] (a `Command` ready for ops; see the script's docstring).
 //!
 //! HTTP peers come back as a [`PeerHttp`] guard that kills the child on drop.
@@ -102,6 +104,15 @@ fn stdio_upstream(name: &str, (program, args): (String, Vec<String>), extra: &st
     )
 }
 
+/// Pinned in `.ci/install-peers.sh`; kept here for paths and messages.
+pub const CONFORMANCE_PKG: &str = "@modelcontextprotocol/conformance";
+
+/// The installed conformance suite's CLI (`node <it> server --url … -o …`).
+pub fn conformance_entry() -> PathBuf {
+    ensure_installed();
+    repo_root().join(".peers/conformance/node_modules").join(CONFORMANCE_PKG).join("dist/index.js")
+}
+
 /// The venv interpreter that has PyPI `mcp` installed.
 pub fn python() -> PathBuf {
     ensure_installed();
@@ -194,8 +205,13 @@ pub fn spawn_everything_http() -> EverythingHttp {
 /// Starts `tests/py/server.py --http 0` (it binds a free port itself and prints
 /// `LISTENING http://127.0.0.1:<port>/mcp` once the socket listens). `extra` is appended.
 pub fn spawn_py_server_http(extra: &[&str]) -> PeerHttp {
+    spawn_py_script_http("server.py", extra)
+}
+
+/// Starts `tests/py/<script> --http 0`, a script that announces itself as server.py does.
+pub fn spawn_py_script_http(script: &str, extra: &[&str]) -> PeerHttp {
     let mut child = Command::new(python())
-        .arg(py_script("server.py"))
+        .arg(py_script(script))
         .args(["--http", "0"])
         .args(extra)
         .current_dir(repo_root())
@@ -203,7 +219,7 @@ pub fn spawn_py_server_http(extra: &[&str]) -> PeerHttp {
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
-        .unwrap_or_else(|e| panic!("cannot spawn tests/py/server.py: {e}"));
+        .unwrap_or_else(|e| panic!("cannot spawn tests/py/{script}: {e}"));
     let (tx, lines) = mpsc::channel();
     drain_lines(child.stdout.take().unwrap(), "py-server", tx);
     let deadline = Instant::now() + STARTUP_DEADLINE;
@@ -224,16 +240,16 @@ pub fn spawn_py_server_http(extra: &[&str]) -> PeerHttp {
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 let status = child.wait();
-                panic!("tests/py/server.py exited before listening: {status:?}");
+                panic!("tests/py/{script} exited before listening: {status:?}");
             }
         }
         if let Ok(Some(status)) = child.try_wait() {
-            panic!("tests/py/server.py exited before listening: {status}");
+            panic!("tests/py/{script} exited before listening: {status}");
         }
         if Instant::now() >= deadline {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("tests/py/server.py did not print LISTENING within {STARTUP_DEADLINE:?}");
+            panic!("tests/py/{script} did not print LISTENING within {STARTUP_DEADLINE:?}");
         }
     }
 }
