@@ -32,13 +32,13 @@ use rmcp::model::{ListPromptsResult, ListToolsResult, Prompt, Tool};
 
 pub use self::catalog::{OfferingsCatalog, OfferingsSnapshot, UpstreamOfferings};
 use self::names::Offering;
-pub use self::progress::ProgressOutlet;
 use crate::catalog::Catalog;
 use crate::cursor::{CursorKey, ListKind, Position};
 use crate::error::ProxyError;
 use crate::fanout::{Fanout, Outgoing};
 use crate::metrics::{DenialAction, Metrics};
 use crate::policy::PolicySet;
+pub use crate::upstream::ProgressOutlet;
 use crate::upstream::{Offered, Registry, UpstreamEvent};
 
 /// A cheap `Clone` handle on the tools-and-prompts service.
@@ -58,8 +58,6 @@ struct Inner {
     page_size: usize,
     /// The policy in force (shared with the rest of the proxy).
     policy: Arc<RwLock<PolicySet>>,
-    /// Calls whose progress goes to their host.
-    progress: Arc<progress::ProgressBook>,
 }
 
 /// What [`Tools::start`] needs from the proxy.
@@ -84,22 +82,18 @@ impl Tools {
             cursor_key: parts.cursor_key,
             page_size: parts.page_size,
             policy: parts.policy,
-            progress: Default::default(),
         };
         Tools { inner: Arc::new(inner) }
     }
 
     /// What an upstream event means here: its tools and prompts (fetched by its supervisor)
-    /// come, change or go; progress goes to its call. Never waits.
+    /// come, change or go. Never waits.
     pub fn on_upstream_event(&self, event: &UpstreamEvent) {
         let (upstream, offerings) = match event {
             UpstreamEvent::Up { upstream, offered, .. } | UpstreamEvent::OfferingsChanged { upstream, offered } => {
                 (upstream, Some(self.namespaced(upstream, offered.clone())))
             }
             UpstreamEvent::Down { upstream } => (upstream, None),
-            UpstreamEvent::Progress { upstream, progress } => {
-                return self.inner.progress.deliver(upstream, progress.clone());
-            }
             UpstreamEvent::ResourceUpdated { .. } | UpstreamEvent::CatalogChanged { .. } => return,
         };
         self.replace(upstream, offerings);
