@@ -22,6 +22,7 @@
 mod call;
 mod catalog;
 pub mod names;
+pub mod own;
 mod progress;
 mod rewrite;
 
@@ -58,6 +59,8 @@ struct Inner {
     page_size: usize,
     /// The policy in force (shared with the rest of the proxy).
     policy: Arc<RwLock<PolicySet>>,
+    /// The bridge's tools are offered (`[bridge]`): a principal's view includes them.
+    bridge: bool,
 }
 
 /// What [`Tools::start`] needs from the proxy.
@@ -69,6 +72,8 @@ pub struct ToolsParts {
     pub cursor_key: CursorKey,
     pub page_size: usize,
     pub policy: Arc<RwLock<PolicySet>>,
+    /// `[bridge]` is on: the proxy's own tools ([`own`]) are listed too.
+    pub bridge: bool,
 }
 
 impl Tools {
@@ -82,6 +87,7 @@ impl Tools {
             cursor_key: parts.cursor_key,
             page_size: parts.page_size,
             policy: parts.policy,
+            bridge: parts.bridge,
         };
         Tools { inner: Arc::new(inner) }
     }
@@ -242,7 +248,7 @@ impl Tools {
             let (tools, prompts) = *memo.entry(info.principal.clone()).or_insert_with(|| {
                 let old = self.view(before.0, before.1, &info.principal);
                 let new = self.view(after.0, after.1, &info.principal);
-                (old.0 != new.0, old.1 != new.1)
+                (old.tools != new.tools || old.own != new.own, old.prompts != new.prompts)
             });
             if tools && info.wants_tools_list_changed {
                 told += usize::from(self.inner.fanout.deliver(holder, Outgoing::ToolsListChanged));
@@ -254,23 +260,31 @@ impl Tools {
         told
     }
 
-    /// What `principal` sees of a snapshot: its tools and its prompts.
-    fn view<'a>(
-        &self,
-        snapshot: &'a OfferingsSnapshot,
-        policy: &PolicySet,
-        principal: &str,
-    ) -> (Vec<&'a Tool>, Vec<&'a Prompt>) {
-        let mut view = (Vec::new(), Vec::new());
+    /// What `principal` sees of a snapshot: its tools (the bridge's too, when on) and its prompts.
+    fn view<'a>(&self, snapshot: &'a OfferingsSnapshot, policy: &PolicySet, principal: &str) -> View<'a> {
+        let mut view = View::default();
         for entry in snapshot.all() {
             match entry {
-                (Some(tool), _) if self.allowed(policy, principal, Offering::Tool, &tool.name) => view.0.push(tool),
+                (Some(tool), _) if self.allowed(policy, principal, Offering::Tool, &tool.name) => view.tools.push(tool),
                 (_, Some(prompt)) if self.allowed(policy, principal, Offering::Prompt, &prompt.name) => {
-                    view.1.push(prompt)
+                    view.prompts.push(prompt)
                 }
                 _ => {}
             }
         }
+        if self.inner.bridge {
+            let allowed =
+                |name: &&str| policy.is_allow_all() || policy.decide(principal, &own::policy_uri(name)).allowed;
+            view.own = own::BRIDGE_TOOLS.iter().copied().filter(allowed).collect();
+        }
         view
     }
+}
+
+/// What one principal sees: the upstreams' tools and prompts, and the proxy's own tools.
+#[derive(Default, PartialEq)]
+struct View<'a> {
+    tools: Vec<&'a Tool>,
+    prompts: Vec<&'a Prompt>,
+    own: Vec<&'static str>,
 }
