@@ -14,6 +14,7 @@ mod faults;
 mod fixture;
 mod folder_policy;
 mod hardening_http;
+mod hostile_tools;
 mod jwt;
 mod malformed_http;
 mod mrtr;
