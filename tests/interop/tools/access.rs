@@ -184,7 +184,7 @@ async fn progress_of_a_long_running_tool_reaches_the_host_before_its_result() ->
 
 /// `completion/complete` for a namespaced resource template goes to its upstream (which
 /// completes positive integers only); a template the caller may not see answers like a
-/// template that does not exist.
+/// template that does not exist, and a prompt it may not use like a prompt that does not.
 #[tokio::test]
 async fn completion_for_a_namespaced_template_is_routed_and_policy_checked() -> anyhow::Result<()> {
     let policies = tempfile::tempdir()?;
@@ -206,5 +206,16 @@ async fn completion_for_a_namespaced_template_is_routed_and_policy_checked() -> 
     let missing = client.complete(complete("ev+demo://resource/nothing/{resourceId}", "7")).await;
     let (denied, missing) = (denied.expect_err("denied"), missing.expect_err("missing"));
     assert_eq!(error_code(&denied), error_code(&missing), "{denied} / {missing}");
+
+    // bob may use none of ev's prompts: completing one answers exactly like an unknown prompt.
+    let (bob, _) = host(&proxy.url, Era::Legacy, Some(BOB_TOKEN)).await?;
+    let complete_prompt = |name: &str| {
+        let argument = ArgumentInfo::new("city", "Par");
+        bob.complete(CompleteRequestParams::new(Reference::for_prompt(name), argument))
+    };
+    let shape = |error: rmcp::ServiceError, name: &str| (error_code(&error), error.to_string().replace(name, "NAME"));
+    let denied = complete_prompt("ev__args-prompt").await.expect_err("denied prompt");
+    let unknown = complete_prompt("ev__no-such-prompt").await.expect_err("unknown prompt");
+    assert_eq!(shape(denied, "ev__args-prompt"), shape(unknown, "ev__no-such-prompt"));
     Ok(())
 }
