@@ -138,6 +138,7 @@ impl ProxyServer {
             let answer = crate::bridge::call(&self.proxy, &self.principal, request).await;
             return self.record("tools/call", started, answer.map(CallToolResponse::Complete));
         }
+        let _permit = self.admit_call("tools/call", started)?;
         let token = context.meta.get_progress_token().or_else(|| request.meta.as_ref()?.get_progress_token());
         let (progress, outlet) = token.map(|token| HostProgress::start(context.peer.clone(), token)).unzip();
         let answer = self.proxy.tools().call_tool(&self.principal, request, &context.ct, outlet).await;
@@ -154,6 +155,7 @@ impl ProxyServer {
     ) -> Result<GetPromptResponse, ErrorData> {
         self.check_principal(&context.extensions)?;
         let started = Instant::now();
+        let _permit = self.admit_call("prompts/get", started)?;
         let answer = self.proxy.tools().get_prompt(&self.principal, request, &context.ct).await;
         self.record("prompts/get", started, answer)
     }
@@ -165,7 +167,20 @@ impl ProxyServer {
     ) -> Result<CompleteResult, ErrorData> {
         self.check_principal(&context.extensions)?;
         let started = Instant::now();
+        let _permit = self.admit_call("completion/complete", started)?;
         let answer = self.proxy.tools().complete(&self.principal, request, &context.ct).await;
         self.record("completion/complete", started, answer)
+    }
+
+    /// A permit for one more routed call of this principal, or the error naming the limit.
+    fn admit_call(&self, method: &'static str, started: Instant) -> Result<crate::tools::CallPermit, ErrorData> {
+        self.proxy.tools().admit_call(&self.principal).map_err(|limit| {
+            self.proxy.metrics().downstream_request(method, "over_limit", started.elapsed());
+            let message = format!(
+                "call limit reached: {limit} calls of this principal are in flight \
+                 (server.max_calls_per_principal); try again when one has answered"
+            );
+            ErrorData::invalid_request(message, None)
+        })
     }
 }

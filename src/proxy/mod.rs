@@ -116,6 +116,7 @@ impl Proxy {
             page_size: core.config.server.page_size,
             policy: core.access.shared_policy(),
             bridge: core.config.bridge.enabled,
+            max_calls_per_principal: core.config.server.max_calls_per_principal,
         });
         let proxy = Proxy::over(Arc::new(core), tools);
         for upstream in &proxy.core.config.upstreams {

@@ -21,6 +21,7 @@
 
 mod call;
 mod catalog;
+mod inflight;
 pub mod names;
 pub mod own;
 mod progress;
@@ -32,6 +33,7 @@ use std::sync::{Arc, RwLock};
 use rmcp::model::{ListPromptsResult, ListToolsResult, Prompt, Tool};
 
 pub use self::catalog::{OfferingsCatalog, OfferingsSnapshot, UpstreamOfferings};
+pub use self::inflight::CallPermit;
 use self::names::Offering;
 use crate::catalog::Catalog;
 use crate::cursor::{CursorKey, ListKind, Position};
@@ -61,6 +63,8 @@ struct Inner {
     policy: Arc<RwLock<PolicySet>>,
     /// The bridge's tools are offered (`[bridge]`): a principal's view includes them.
     bridge: bool,
+    /// Routed calls in flight per principal (`server.max_calls_per_principal`).
+    calls: inflight::CallsInFlight,
 }
 
 /// What [`Tools::start`] needs from the proxy.
@@ -74,6 +78,8 @@ pub struct ToolsParts {
     pub policy: Arc<RwLock<PolicySet>>,
     /// `[bridge]` is on: the proxy's own tools ([`own`]) are listed too.
     pub bridge: bool,
+    /// `server.max_calls_per_principal`.
+    pub max_calls_per_principal: usize,
 }
 
 impl Tools {
@@ -88,6 +94,7 @@ impl Tools {
             page_size: parts.page_size,
             policy: parts.policy,
             bridge: parts.bridge,
+            calls: inflight::CallsInFlight::new(parts.max_calls_per_principal),
         };
         Tools { inner: Arc::new(inner) }
     }
@@ -120,6 +127,12 @@ impl Tools {
         let (tools, prompts) = counts.iter().find(|(n, _, _)| n == upstream).map_or((0, 0), |c| (c.1, c.2));
         // The upstream's own up/down line is the one state-change line; this is detail.
         tracing::debug!(upstream, tools, prompts, hosts_told = told, "tools and prompts changed");
+    }
+
+    /// A permit for one more routed call of `principal` (held until the call ends), or the
+    /// limit it has reached.
+    pub fn admit_call(&self, principal: &str) -> Result<CallPermit, usize> {
+        self.inner.calls.admit(principal).ok_or(self.inner.calls.limit())
     }
 
     /// The merged snapshot (for `/status` and tests).

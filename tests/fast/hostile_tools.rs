@@ -28,11 +28,16 @@ const BOB: &str = "principals = [\"bob\"]\nallow = [\"tool://fx/*\", \"fx+**\"]\
 
 /// The proxy binary with alice and bob by bearer token, in front of the fixture (stdio).
 async fn start() -> anyhow::Result<(ProxyProcess, tempfile::TempDir)> {
+    start_with("").await
+}
+
+/// The same with `server` as the `[server]` section's body.
+async fn start_with(server: &str) -> anyhow::Result<(ProxyProcess, tempfile::TempDir)> {
     let policies = tempfile::tempdir()?;
     std::fs::write(policies.path().join("alice.toml"), ALICE)?;
     std::fs::write(policies.path().join("bob.toml"), BOB)?;
     let config = format!(
-        "[auth]\nmode = \"bearer\"\n\n\
+        "[server]\n{server}\n\n[auth]\nmode = \"bearer\"\n\n\
          [[auth.tokens]]\nprincipal = \"alice\"\ntoken_env = \"ALICE_TOKEN\"\n\n\
          [[auth.tokens]]\nprincipal = \"bob\"\ntoken_env = \"BOB_TOKEN\"\n\n\
          [policies]\ndir = {}\n\n{}",
@@ -152,5 +157,37 @@ async fn a_denied_tool_or_template_answers_like_an_unknown_one_and_is_not_logged
     let names = |line: &&String| line.contains("stats") || line.contains("sized");
     let naming: Vec<String> = proxy.logs().iter().filter(loud).filter(names).cloned().collect();
     assert!(naming.is_empty(), "log lines at info or above name what bob may not use: {naming:#?}");
+    Ok(())
+}
+
+/// One principal's hosts may hold `server.max_calls_per_principal` calls in flight: the next
+/// is refused at once with an error naming the limit, another principal is served meanwhile, and
+/// the permits come back when the calls answer.
+#[tokio::test]
+async fn calls_in_flight_are_bounded_per_principal() -> anyhow::Result<()> {
+    let (proxy, _policies) = start_with("max_calls_per_principal = 2").await?;
+    let (bob, bob_log) = wire::connect(&proxy.url, Era::Legacy, Some(BOB_TOKEN)).await?;
+    let (bob_modern, _) = wire::connect(&proxy.url, Era::Modern, Some(BOB_TOKEN)).await?;
+    let held = [
+        send_progress_call(&bob, json!({"count": 1, "hold_ms": 1500})).await?,
+        send_progress_call(&bob, json!({"count": 1, "hold_ms": 1500})).await?,
+    ];
+    eventually(DEADLINE, "both held calls in flight", || async {
+        let steps = bob_log.reads().iter().filter(|r| matches!(r, wire::Read::Progress(..))).count();
+        if steps == 2 { Ok(()) } else { Err(format!("{steps} steps read")) }
+    })
+    .await?;
+    let quick = || {
+        let arguments = json!({"count": 0}).as_object().cloned().expect("object");
+        CallToolRequestParams::new("fx__progress").with_arguments(arguments)
+    };
+    let refused = bob_modern.call_tool(quick()).await.expect_err("over the limit");
+    assert!(refused.to_string().contains("server.max_calls_per_principal"), "{refused}");
+    let (alice, _) = wire::connect(&proxy.url, Era::Legacy, Some(ALICE_TOKEN)).await?;
+    alice.call_tool(quick()).await?;
+    for handle in held {
+        tokio::time::timeout(DEADLINE, handle.await_response()).await??;
+    }
+    bob_modern.call_tool(quick()).await?;
     Ok(())
 }
