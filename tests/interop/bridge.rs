@@ -261,7 +261,7 @@ impl rmcp::ClientHandler for ToolsChanged {
 /// A host of either era that listens for `tools/list_changed`.
 enum Listener {
     Legacy { _host: RunningService<RoleClient, ToolsChanged>, heard: tokio::sync::mpsc::UnboundedReceiver<()> },
-    Modern { _host: Host, stream: rmcp::service::Subscription },
+    Modern { _host: Host, stream: Box<rmcp::service::Subscription> },
 }
 
 impl Listener {
@@ -283,7 +283,7 @@ impl Listener {
             ClientLifecycleMode::Discover { preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28] };
         let host = tokio::time::timeout(DEADLINE, ().serve_with_lifecycle(transport, lifecycle)).await??;
         let stream = host.listen(rmcp::model::SubscriptionFilter::builder().tools_list_changed().build()).await?;
-        Ok(Listener::Modern { _host: host, stream })
+        Ok(Listener::Modern { _host: host, stream: Box::new(stream) })
     }
 
     /// Wait (at most [`DEADLINE`]) for one `tools/list_changed`.
