@@ -30,11 +30,10 @@ use crate::error::ProxyError;
 use crate::metrics::DenialAction;
 use crate::proxy::Proxy;
 
-/// The pseudo-URI host policies decide bridge tools on (no upstream is named like it).
-pub const POLICY_HOST: &str = "proxy.bridge";
-
-/// The bridge's tools, in the order they are listed.
-pub const TOOL_NAMES: [&str; 5] = [LIST, SEARCH, READ, TEMPLATES, EXPAND];
+/// The bridge's tools, in the order they are listed (named in `crate::tools` so that policy
+/// reloads weigh them; `DEFINITIONS` follows the same order).
+pub use crate::tools::own::BRIDGE_TOOLS as TOOL_NAMES;
+pub use crate::tools::own::{POLICY_HOST, policy_uri};
 
 const LIST: &str = "proxy_resources_list";
 const SEARCH: &str = "proxy_resources_search";
@@ -45,11 +44,6 @@ const EXPAND: &str = "proxy_resource_template_expand";
 /// Is `name` one of the bridge's tools (whether or not the bridge is on)?
 pub fn is_bridge_tool(name: &str) -> bool {
     TOOL_NAMES.contains(&name)
-}
-
-/// The pseudo-URI a policy decides a bridge tool on: `tool://proxy.bridge/proxy_resources_read`.
-pub fn policy_uri(name: &str) -> String {
-    format!("tool://{POLICY_HOST}/{name}")
 }
 
 /// The bridge tools `principal` may use; none when the bridge is off.
@@ -197,5 +191,6 @@ mod tests {
         assert!(!crate::namespace::is_valid_upstream_name(POLICY_HOST));
         let defined: Vec<&str> = DEFINITIONS.iter().map(|t| t.name.as_ref()).collect();
         assert_eq!(defined, TOOL_NAMES);
+        assert_eq!([LIST, SEARCH, READ, TEMPLATES, EXPAND], TOOL_NAMES);
     }
 }

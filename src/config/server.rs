@@ -44,6 +44,9 @@ pub struct ServerConfig {
     pub max_subscriptions_per_session: usize,
     /// Open connections per listener (`/mcp` and admin each); more wait to be accepted.
     pub max_connections: usize,
+    /// Routed calls (`tools/call`, `prompts/get`, `completion/complete`) one principal's hosts
+    /// may have in flight at once; the next is refused.
+    pub max_calls_per_principal: usize,
     /// A connection must send a whole request head within this, or it is closed.
     pub header_read_timeout: Duration,
     /// Answer reads and lists of plain 2026-07-28 requests and open 2025 sessions in front of
@@ -67,6 +70,7 @@ pub(super) struct RawServer {
     max_sessions_per_principal: Option<i64>,
     max_subscriptions_per_session: Option<i64>,
     max_connections: Option<i64>,
+    max_calls_per_principal: Option<i64>,
     header_read_timeout: Option<String>,
     fast_path: Option<bool>,
     #[serde(flatten)]
@@ -104,6 +108,7 @@ pub(super) fn validate_server(raw: RawServer, problems: &mut Vec<Problem>) -> Se
     let max_subscriptions_per_session =
         count(raw.max_subscriptions_per_session, 1_000, "server.max_subscriptions_per_session", problems);
     let max_connections = count(raw.max_connections, 1_024, "server.max_connections", problems);
+    let max_calls_per_principal = count(raw.max_calls_per_principal, 256, "server.max_calls_per_principal", problems);
     let header_read_timeout =
         duration(raw.header_read_timeout.as_deref(), "10s", "server.header_read_timeout", problems);
     if header_read_timeout.is_zero() {
@@ -125,6 +130,7 @@ pub(super) fn validate_server(raw: RawServer, problems: &mut Vec<Problem>) -> Se
         max_sessions_per_principal,
         max_subscriptions_per_session,
         max_connections,
+        max_calls_per_principal,
         header_read_timeout,
         fast_path: raw.fast_path.unwrap_or(true),
     }

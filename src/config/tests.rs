@@ -292,6 +292,7 @@ fn server_limits_have_defaults_and_every_bad_one_is_reported() {
         (10_000, 1_000, 1_000)
     );
     assert_eq!((server.max_connections, server.header_read_timeout), (1_024, Duration::from_secs(10)));
+    assert_eq!(server.max_calls_per_principal, 256);
     assert!(server.allowed_origins.is_empty());
     let found = problems(
         r#"
@@ -300,6 +301,7 @@ fn server_limits_have_defaults_and_every_bad_one_is_reported() {
         max_sessions_per_principal = -1
         max_subscriptions_per_session = 2000000
         max_connections = 0
+        max_calls_per_principal = 0
         header_read_timeout = "0s"
         allowed_origins = ["app.example.com", "null", "https://ok.example:443"]
         "#,
@@ -309,10 +311,11 @@ fn server_limits_have_defaults_and_every_bad_one_is_reported() {
         "server.max_sessions_per_principal:",
         "server.max_subscriptions_per_session:",
         "server.max_connections:",
+        "server.max_calls_per_principal:",
         "server.header_read_timeout:",
         "server.allowed_origins: `app.example.com`",
     ] {
         assert!(found.iter().any(|p| p.starts_with(at)), "{at} in {found:#?}");
     }
-    assert_eq!(found.len(), 6, "{found:#?}");
+    assert_eq!(found.len(), 7, "{found:#?}");
 }

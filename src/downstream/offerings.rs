@@ -3,6 +3,7 @@
 //! counted like every other request. The bridge's tools ([`crate::bridge`]) head the first
 //! `tools/list` page and their calls go to the bridge.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use rmcp::ErrorData;
@@ -21,30 +22,67 @@ use crate::tools::ProgressOutlet;
 /// Progress notifications that may wait for a slow host before new ones are dropped.
 const PROGRESS_QUEUE: usize = 64;
 
+/// How long a call's result waits for its progress to reach the host first; after that the
+/// rest of its progress is dropped (never sent after the result).
+const PROGRESS_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// One call's progress to its host, with the host's own token, in order, by a task of its own
-/// (so the proxy's event loop never waits on a host); it ends when the call is over.
+/// (so the upstream connection never waits on a host). The call's result goes out only after
+/// [`HostProgress::flushed`]: progress before its result, as the spec has it (a 2026-07-28
+/// host's reply stream even closes with the result).
 struct HostProgress {
-    queue: mpsc::Sender<ProgressNotificationParam>,
+    queue: mpsc::Sender<Step>,
+    sender: tokio::task::JoinHandle<()>,
 }
 
+/// What the sending task is given.
+enum Step {
+    Progress(ProgressNotificationParam),
+    /// Everything queued before this has reached the host.
+    Flushed(tokio::sync::oneshot::Sender<()>),
+}
+
+/// The outlet the upstream connection fills; owned by the call (the connection holds it weakly).
+struct ProgressQueue(mpsc::Sender<Step>);
+
 impl HostProgress {
-    fn start(peer: Peer<RoleServer>, token: ProgressToken) -> std::sync::Arc<dyn ProgressOutlet> {
-        let (queue, mut pending) = mpsc::channel::<ProgressNotificationParam>(PROGRESS_QUEUE);
-        tokio::spawn(async move {
-            while let Some(mut progress) = pending.recv().await {
-                progress.progress_token = token.clone();
-                if peer.notify_progress(progress).await.is_err() {
-                    return;
+    fn start(peer: Peer<RoleServer>, token: ProgressToken) -> (HostProgress, Arc<dyn ProgressOutlet>) {
+        let (queue, mut pending) = mpsc::channel::<Step>(PROGRESS_QUEUE);
+        let sender = tokio::spawn(async move {
+            while let Some(step) = pending.recv().await {
+                match step {
+                    Step::Progress(mut progress) => {
+                        progress.progress_token = token.clone();
+                        if peer.notify_progress(progress).await.is_err() {
+                            return;
+                        }
+                    }
+                    Step::Flushed(done) => drop(done.send(())),
                 }
             }
         });
-        std::sync::Arc::new(HostProgress { queue })
+        let outlet = Arc::new(ProgressQueue(queue.clone()));
+        (HostProgress { queue, sender }, outlet)
+    }
+
+    /// Wait (at most [`PROGRESS_FLUSH`]) until the progress queued so far reached the host;
+    /// then nothing more is sent.
+    async fn flushed(self) {
+        let (done, reached) = tokio::sync::oneshot::channel();
+        let flush = async {
+            self.queue.send(Step::Flushed(done)).await.ok()?;
+            reached.await.ok()
+        };
+        if tokio::time::timeout(PROGRESS_FLUSH, flush).await.is_err() {
+            tracing::debug!("a host took too long to take a call's progress; the rest is dropped");
+        }
+        self.sender.abort();
     }
 }
 
-impl ProgressOutlet for HostProgress {
+impl ProgressOutlet for ProgressQueue {
     fn send(&self, progress: ProgressNotificationParam) {
-        let _ = self.queue.try_send(progress);
+        let _ = self.0.try_send(Step::Progress(progress));
     }
 }
 
@@ -100,9 +138,13 @@ impl ProxyServer {
             let answer = crate::bridge::call(&self.proxy, &self.principal, request).await;
             return self.record("tools/call", started, answer.map(CallToolResponse::Complete));
         }
+        let _permit = self.admit_call("tools/call", started)?;
         let token = context.meta.get_progress_token().or_else(|| request.meta.as_ref()?.get_progress_token());
-        let progress = token.map(|token| HostProgress::start(context.peer.clone(), token));
-        let answer = self.proxy.tools().call_tool(&self.principal, request, &context.ct, progress).await;
+        let (progress, outlet) = token.map(|token| HostProgress::start(context.peer.clone(), token)).unzip();
+        let answer = self.proxy.tools().call_tool(&self.principal, request, &context.ct, outlet).await;
+        if let Some(progress) = progress {
+            progress.flushed().await;
+        }
         self.record("tools/call", started, answer)
     }
 
@@ -113,6 +155,7 @@ impl ProxyServer {
     ) -> Result<GetPromptResponse, ErrorData> {
         self.check_principal(&context.extensions)?;
         let started = Instant::now();
+        let _permit = self.admit_call("prompts/get", started)?;
         let answer = self.proxy.tools().get_prompt(&self.principal, request, &context.ct).await;
         self.record("prompts/get", started, answer)
     }
@@ -124,7 +167,20 @@ impl ProxyServer {
     ) -> Result<CompleteResult, ErrorData> {
         self.check_principal(&context.extensions)?;
         let started = Instant::now();
+        let _permit = self.admit_call("completion/complete", started)?;
         let answer = self.proxy.tools().complete(&self.principal, request, &context.ct).await;
         self.record("completion/complete", started, answer)
+    }
+
+    /// A permit for one more routed call of this principal, or the error naming the limit.
+    fn admit_call(&self, method: &'static str, started: Instant) -> Result<crate::tools::CallPermit, ErrorData> {
+        self.proxy.tools().admit_call(&self.principal).map_err(|limit| {
+            self.proxy.metrics().downstream_request(method, "over_limit", started.elapsed());
+            let message = format!(
+                "call limit reached: {limit} calls of this principal are in flight \
+                 (server.max_calls_per_principal); try again when one has answered"
+            );
+            ErrorData::invalid_request(message, None)
+        })
     }
 }

@@ -123,17 +123,18 @@ impl Proxy {
     /// Put a new policy in force: later requests use it, subscriptions it forbids are
     /// dropped, and hosts whose visible list changed hear `list_changed`.
     pub fn replace_policy(&self, next: PolicySet) {
-        self.install_policy(next.clone());
+        let tools_told = self.install_policy(next.clone());
         let sent = self.core.announce_list_changes();
-        tracing::info!(files = ?next.files(), hosts_told = sent, "policies reloaded");
+        tracing::info!(files = ?next.files(), hosts_told = sent, tools_told, "policies reloaded");
     }
 
-    /// Put a new policy in force and drop the subscriptions it forbids; `list_changed` is left
-    /// to the caller.
-    pub(crate) fn install_policy(&self, next: PolicySet) {
+    /// Put a new policy in force and drop the subscriptions it forbids; hosts whose tools or
+    /// prompts (the bridge's tools included) changed are told, and counted in the answer; the
+    /// resources' `list_changed` is left to the caller.
+    pub(crate) fn install_policy(&self, next: PolicySet) -> usize {
         let previous = self.core.access.install(next.clone());
         self.subscriptions().drop_forbidden(&next);
-        self.tools.policy_replaced(&previous, &next);
+        self.tools.policy_replaced(&previous, &next)
     }
 
     /// Load the policies folder again. On success the new rules are in force; on failure the

@@ -78,7 +78,6 @@ impl Proxy {
                 list_changed.poke();
             }
             UpstreamEvent::Down { .. } => list_changed.poke(),
-            UpstreamEvent::Progress { .. } => {}
             UpstreamEvent::OfferingsChanged { upstream, .. } => {
                 self.core.metrics.notification_received(&upstream, NotificationKind::ListChanged);
             }

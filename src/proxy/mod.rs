@@ -115,6 +115,8 @@ impl Proxy {
             cursor_key: core.cursor_key.clone(),
             page_size: core.config.server.page_size,
             policy: core.access.shared_policy(),
+            bridge: core.config.bridge.enabled,
+            max_calls_per_principal: core.config.server.max_calls_per_principal,
         });
         let proxy = Proxy::over(Arc::new(core), tools);
         for upstream in &proxy.core.config.upstreams {

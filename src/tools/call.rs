@@ -26,7 +26,8 @@ use crate::upstream::Upstream;
 impl Tools {
     /// Call a namespaced tool for `principal`.
     /// With a `progress` outlet (the host asked for progress), the upstream's progress of
-    /// this call reaches it.
+    /// this call reaches it: every step sent before the answer is in the outlet before this
+    /// returns.
     pub async fn call_tool(
         &self,
         principal: &str,
@@ -39,19 +40,8 @@ impl Tools {
         let (upstream, original) = self.route(&policy, principal, Offering::Tool, &params.name)?;
         params.name = original.into();
         params.meta = meta_upstream(params.meta.take());
-        let mut ticket = None;
-        let sent = |token: &rmcp::model::ProgressToken| {
-            ticket = progress.map(|outlet| self.inner.progress.register(upstream.name(), token, outlet));
-        };
-        let answer = until_cancelled(cancelled, upstream.call_tool(params, sent)).await;
-        if let Some(ticket) = ticket {
-            // Progress sent just before the result may still be on its way.
-            tokio::spawn(async move {
-                tokio::time::sleep(super::progress::PROGRESS_GRACE).await;
-                drop(ticket);
-            });
-        }
-        let answer = answer?;
+        // Every step the upstream sent before its answer is in `progress` when this returns.
+        let answer = until_cancelled(cancelled, upstream.call_tool(params, progress)).await?;
         match answer {
             CallToolResponse::Complete(result) => {
                 Ok(CallToolResponse::Complete(self.result_for(upstream.name(), result, &policy, principal)))

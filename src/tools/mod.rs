@@ -23,7 +23,9 @@
 
 mod call;
 mod catalog;
+mod inflight;
 pub mod names;
+pub mod own;
 mod progress;
 mod rewrite;
 
@@ -33,14 +35,15 @@ use std::sync::{Arc, RwLock};
 use rmcp::model::{ListPromptsResult, ListToolsResult, Prompt, Tool};
 
 pub use self::catalog::{OfferingsCatalog, OfferingsSnapshot, UpstreamOfferings};
+pub use self::inflight::CallPermit;
 use self::names::{Naming, Offering};
-pub use self::progress::ProgressOutlet;
 use crate::catalog::Catalog;
 use crate::cursor::{CursorKey, ListKind, Position};
 use crate::error::ProxyError;
 use crate::fanout::{Fanout, Outgoing};
 use crate::metrics::{DenialAction, Metrics};
 use crate::policy::PolicySet;
+pub use crate::upstream::ProgressOutlet;
 use crate::upstream::{Offered, Registry, UpstreamEvent};
 
 /// A cheap `Clone` handle on the tools-and-prompts service.
@@ -60,8 +63,10 @@ struct Inner {
     page_size: usize,
     /// The policy in force (shared with the rest of the proxy).
     policy: Arc<RwLock<PolicySet>>,
-    /// Calls whose progress goes to their host.
-    progress: Arc<progress::ProgressBook>,
+    /// The bridge's tools are offered (`[bridge]`): a principal's view includes them.
+    bridge: bool,
+    /// Routed calls in flight per principal (`server.max_calls_per_principal`).
+    calls: inflight::CallsInFlight,
 }
 
 /// What [`Tools::start`] needs from the proxy.
@@ -73,6 +78,10 @@ pub struct ToolsParts {
     pub cursor_key: CursorKey,
     pub page_size: usize,
     pub policy: Arc<RwLock<PolicySet>>,
+    /// `[bridge]` is on: the proxy's own tools ([`own`]) are listed too.
+    pub bridge: bool,
+    /// `server.max_calls_per_principal`.
+    pub max_calls_per_principal: usize,
 }
 
 impl Tools {
@@ -86,22 +95,20 @@ impl Tools {
             cursor_key: parts.cursor_key,
             page_size: parts.page_size,
             policy: parts.policy,
-            progress: Default::default(),
+            bridge: parts.bridge,
+            calls: inflight::CallsInFlight::new(parts.max_calls_per_principal),
         };
         Tools { inner: Arc::new(inner) }
     }
 
     /// What an upstream event means here: its tools and prompts (fetched by its supervisor)
-    /// come, change or go; progress goes to its call. Never waits.
+    /// come, change or go. Never waits.
     pub fn on_upstream_event(&self, event: &UpstreamEvent) {
         let (upstream, offerings) = match event {
             UpstreamEvent::Up { upstream, offered, .. } | UpstreamEvent::OfferingsChanged { upstream, offered } => {
                 (upstream, Some(self.namespaced(upstream, offered.clone())))
             }
             UpstreamEvent::Down { upstream } => (upstream, None),
-            UpstreamEvent::Progress { upstream, progress } => {
-                return self.inner.progress.deliver(upstream, progress.clone());
-            }
             UpstreamEvent::ResourceUpdated { .. } | UpstreamEvent::CatalogChanged { .. } => return,
         };
         self.replace(upstream, offerings);
@@ -122,6 +129,12 @@ impl Tools {
         let (tools, prompts) = counts.iter().find(|(n, _, _)| n == upstream).map_or((0, 0), |c| (c.1, c.2));
         // The upstream's own up/down line is the one state-change line; this is detail.
         tracing::debug!(upstream, tools, prompts, hosts_told = told, "tools and prompts changed");
+    }
+
+    /// A permit for one more routed call of `principal` (held until the call ends), or the
+    /// limit it has reached.
+    pub fn admit_call(&self, principal: &str) -> Result<CallPermit, usize> {
+        self.inner.calls.admit(principal).ok_or(self.inner.calls.limit())
     }
 
     /// The merged snapshot (for `/status` and tests).
@@ -269,7 +282,7 @@ impl Tools {
             let (tools, prompts) = *memo.entry(info.principal.clone()).or_insert_with(|| {
                 let old = self.view(before.0, before.1, &info.principal);
                 let new = self.view(after.0, after.1, &info.principal);
-                (old.0 != new.0, old.1 != new.1)
+                (old.tools != new.tools || old.own != new.own, old.prompts != new.prompts)
             });
             if tools && info.wants_tools_list_changed {
                 told += usize::from(self.inner.fanout.deliver(holder, Outgoing::ToolsListChanged));
@@ -281,26 +294,34 @@ impl Tools {
         told
     }
 
-    /// What `principal` sees of a snapshot: its tools and its prompts.
-    fn view<'a>(
-        &self,
-        snapshot: &'a OfferingsSnapshot,
-        policy: &PolicySet,
-        principal: &str,
-    ) -> (Vec<&'a Tool>, Vec<&'a Prompt>) {
-        let mut view = (Vec::new(), Vec::new());
+    /// What `principal` sees of a snapshot: its tools (the bridge's too, when on) and its prompts.
+    fn view<'a>(&self, snapshot: &'a OfferingsSnapshot, policy: &PolicySet, principal: &str) -> View<'a> {
+        let mut view = View::default();
         let naming = snapshot.naming();
         for entry in snapshot.all() {
             match entry {
                 (Some(tool), _) if self.allowed(policy, principal, naming, Offering::Tool, &tool.name) => {
-                    view.0.push(tool)
+                    view.tools.push(tool)
                 }
                 (_, Some(prompt)) if self.allowed(policy, principal, naming, Offering::Prompt, &prompt.name) => {
-                    view.1.push(prompt)
+                    view.prompts.push(prompt)
                 }
                 _ => {}
             }
         }
+        if self.inner.bridge {
+            let allowed =
+                |name: &&str| policy.is_allow_all() || policy.decide(principal, &own::policy_uri(name)).allowed;
+            view.own = own::BRIDGE_TOOLS.iter().copied().filter(allowed).collect();
+        }
         view
     }
+}
+
+/// What one principal sees: the upstreams' tools and prompts, and the proxy's own tools.
+#[derive(Default, PartialEq)]
+struct View<'a> {
+    tools: Vec<&'a Tool>,
+    prompts: Vec<&'a Prompt>,
+    own: Vec<&'static str>,
 }

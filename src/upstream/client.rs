@@ -3,8 +3,7 @@
 
 use rmcp::ClientHandler;
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, Implementation, ProgressNotificationParam, ProtocolVersion,
-    ResourceUpdatedNotificationParam,
+    ClientCapabilities, ClientConfig, Implementation, ProtocolVersion, ResourceUpdatedNotificationParam,
 };
 use rmcp::service::{NotificationContext, RoleClient};
 use tokio::sync::mpsc;
@@ -19,8 +18,6 @@ pub(crate) enum Notice {
     MayHaveChanged(String),
     /// It said `tools/list_changed` or `prompts/list_changed`.
     OfferingsChanged,
-    /// Progress of a request the proxy sent it.
-    Progress(ProgressNotificationParam),
     /// The upstream sent something faulty that no request could be failed for (for `/status`).
     Fault(String),
 }
@@ -54,10 +51,6 @@ impl ClientHandler for UpstreamClient {
 
     async fn on_resource_list_changed(&self, _: NotificationContext<RoleClient>) {
         let _ = self.notices.send(Notice::ListChanged);
-    }
-
-    async fn on_progress(&self, params: ProgressNotificationParam, _: NotificationContext<RoleClient>) {
-        let _ = self.notices.send(Notice::Progress(params));
     }
 
     async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {

@@ -1,11 +1,13 @@
 //! Opening one upstream connection: the transport (stdio child, streamable HTTP, in-process
 //! folder server) and the protocol era (probe, pinned, or remembered from the last connect).
+//! Every transport is tapped for progress (`progress`).
 
 use std::collections::HashMap;
 
 use rmcp::model::ProtocolVersion;
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RoleClient, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ServiceExt, service::ClientCacheConfig};
 use std::sync::Arc;
@@ -14,6 +16,7 @@ use tokio::sync::mpsc;
 
 use super::client::{Notice, UpstreamClient};
 use super::http::GuardedHttpClient;
+use super::progress::{ProgressRoutes, Tapped};
 use super::reason::{ChildOutput, initialize_failure};
 use super::stdio::{StdioUpstream, child_environment};
 use crate::config::{ProtocolChoice, UpstreamConfig, UpstreamTransport};
@@ -36,11 +39,12 @@ enum Plan {
 pub(crate) async fn connect(
     config: &UpstreamConfig,
     notices: mpsc::UnboundedSender<Notice>,
+    progress: &ProgressRoutes,
     remembered: Option<Era>,
     output: &Arc<ChildOutput>,
 ) -> Result<(Running, Era), String> {
     let plan = plan(&config.protocol, remembered);
-    let start = |plan| start(config, &notices, plan, output);
+    let start = |plan| start(config, &notices, progress, plan, output);
     let running = match plan {
         Plan::Auto => match start(Plan::Auto).await {
             Ok(running) => running,
@@ -84,6 +88,7 @@ fn lifecycle(plan: &Plan) -> ClientLifecycleMode {
 async fn start(
     config: &UpstreamConfig,
     notices: &mpsc::UnboundedSender<Notice>,
+    progress: &ProgressRoutes,
     plan: Plan,
     output: &Arc<ChildOutput>,
 ) -> Result<Running, String> {
@@ -106,7 +111,9 @@ async fn start(
                     Err(e) => tracing::warn!(upstream, error = %e, "folder server ended"),
                 }
             });
-            handler.serve_with_lifecycle(client_side, mode).await.map_err(|e| initialize_failure(&e, None))
+            let (read, write) = tokio::io::split(client_side);
+            let transport = Tapped::new(AsyncRwTransport::new_client(read, write), progress.clone());
+            handler.serve_with_lifecycle(transport, mode).await.map_err(|e| initialize_failure(&e, None))
         }
         UpstreamTransport::Command { program, args, env, inherit_env, cwd } => {
             let mut command = tokio::process::Command::new(program);
@@ -117,6 +124,7 @@ async fn start(
             let transport =
                 StdioUpstream::spawn(command, config.max_response_bytes, notices.clone(), output.clone(), name)
                     .map_err(|e| format!("cannot start `{program}`: {e}"))?;
+            let transport = Tapped::new(transport, progress.clone());
             handler.serve_with_lifecycle(transport, mode).await.map_err(|e| match output.exit() {
                 Some(exit) => format!("`{program}` exited ({exit}) during the handshake"),
                 None => initialize_failure(&e, None),
@@ -133,6 +141,7 @@ async fn start(
                     .max_sse_event_size(limit)
                     .reinit_on_expired_session(false),
             );
+            let transport = Tapped::new(transport, progress.clone());
             handler.serve_with_lifecycle(transport, mode).await.map_err(|e| initialize_failure(&e, Some(url.as_str())))
         }
     }

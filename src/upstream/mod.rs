@@ -18,6 +18,7 @@ mod faults;
 mod http;
 mod listing;
 mod offerings;
+mod progress;
 mod reason;
 mod registry;
 mod scan;
@@ -42,6 +43,7 @@ use crate::protocol::{Era, method};
 use crate::spine::Spine;
 
 pub use self::offerings::Offered;
+pub use self::progress::ProgressOutlet;
 
 /// What upstreams tell the rest of the proxy.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,8 +61,6 @@ pub enum UpstreamEvent {
     /// It said `tools/list_changed` or `prompts/list_changed`; its lists fetched again
     /// (see `crate::tools`).
     OfferingsChanged { upstream: String, offered: Offered },
-    /// `notifications/progress` for a request the proxy sent it (see `crate::tools`).
-    Progress { upstream: String, progress: rmcp::model::ProgressNotificationParam },
 }
 
 impl UpstreamEvent {
@@ -71,8 +71,7 @@ impl UpstreamEvent {
             | UpstreamEvent::Down { upstream }
             | UpstreamEvent::CatalogChanged { upstream }
             | UpstreamEvent::ResourceUpdated { upstream, .. }
-            | UpstreamEvent::OfferingsChanged { upstream, .. }
-            | UpstreamEvent::Progress { upstream, .. } => upstream,
+            | UpstreamEvent::OfferingsChanged { upstream, .. } => upstream,
         }
     }
 }
@@ -149,6 +148,8 @@ pub(crate) struct Link {
     pub peer: Peer<RoleClient>,
     pub era: Era,
     pub capabilities: ServerCapabilities,
+    /// Where this connection's progress goes (see `progress`).
+    pub progress: progress::ProgressRoutes,
 }
 
 impl Upstream {

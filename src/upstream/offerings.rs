@@ -7,15 +7,17 @@
 //! request.
 
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResponse, CancelledNotificationParam, ClientRequest,
-    CompleteRequestParams, CompleteResult, ErrorCode, GetPromptRequestParams, GetPromptResponse,
-    PaginatedRequestParams, ProgressToken, Prompt, RequestId, ServerResult, Tool,
+    CallToolRequest, CallToolRequestParams, CallToolResponse, CancelledNotificationParam, CompleteRequestParams,
+    CompleteResult, ErrorCode, GetPromptRequestParams, GetPromptResponse, PaginatedRequestParams, Prompt, RequestId,
+    ServerResult, Tool,
 };
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient, ServiceError};
 
 use super::listing::{PageError, all_pages};
-use super::{Link, Upstream};
+use super::progress::{ProgressClaim, ProgressRoutes};
+use super::{Link, ProgressOutlet, Upstream};
 use crate::error::ProxyError;
+use std::sync::Arc;
 
 /// What an upstream offers besides resources.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -77,20 +79,24 @@ impl Upstream {
         Ok(Offered { tools, prompts })
     }
 
-    /// `tools/call` with the upstream's own tool name. `sent` learns the progress token rmcp
-    /// gave the request (it sets its own on every request) as soon as it is sent. Dropping
-    /// the future before the answer sends the upstream `notifications/cancelled`.
+    /// `tools/call` with the upstream's own tool name. With a `progress` outlet, the upstream's
+    /// progress of this call goes there (by the token rmcp gives the request, one per request),
+    /// every step sent before the answer before this returns (see `progress`). Dropping the
+    /// future before the answer sends the upstream `notifications/cancelled`.
     pub async fn call_tool(
         &self,
         params: CallToolRequestParams,
-        sent: impl FnOnce(&ProgressToken),
+        progress: Option<Arc<dyn ProgressOutlet>>,
     ) -> Result<CallToolResponse, ProxyError> {
         let link = self.link()?;
-        let peer = link.peer.clone();
+        let (peer, routes) = (link.peer.clone(), link.progress.clone());
         let request = async move {
-            let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-            let handle = peer.send_request_with_option(request, PeerRequestOptions::no_options()).await?;
-            sent(&handle.progress_token);
+            let mut request = CallToolRequest::new(params);
+            if let Some(outlet) = &progress {
+                request.extensions.insert(ProgressClaim(Arc::downgrade(outlet)));
+            }
+            let handle = peer.send_request_with_option(request.into(), PeerRequestOptions::no_options()).await?;
+            let _forget = Forget { routes: &routes, token: handle.progress_token.clone() };
             let mut abandoned = Abandoned { peer: peer.clone(), id: Some(handle.id.clone()) };
             let answer = handle.await_response().await;
             abandoned.id = None;
@@ -189,5 +195,17 @@ impl Drop for Abandoned {
         let peer = self.peer.clone();
         let cancelled = CancelledNotificationParam::new(Some(id), Some("the host cancelled the request".into()));
         tokio::spawn(async move { peer.notify_cancelled(cancelled).await });
+    }
+}
+
+/// Forgets a call's progress token when the call is over, however it ends.
+struct Forget<'a> {
+    routes: &'a ProgressRoutes,
+    token: rmcp::model::ProgressToken,
+}
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        self.routes.forget(&self.token);
     }
 }

@@ -127,8 +127,10 @@ impl Supervisor {
 
     async fn connect_and_serve(&self, remembered: &mut Option<Era>, backoff: &mut Duration) -> End {
         let (notices_tx, mut notices) = mpsc::unbounded_channel();
+        let progress = super::progress::ProgressRoutes::default();
+        let output = &self.upstream.inner.child_output;
         let connected = tokio::select! {
-            connected = connect(self.upstream.config(), notices_tx.clone(), *remembered, &self.upstream.inner.child_output) => connected,
+            connected = connect(self.upstream.config(), notices_tx.clone(), &progress, *remembered, output) => connected,
             _ = self.shutdown.cancelled() => return End::Shutdown,
         };
         let (running, era) = match connected {
@@ -140,7 +142,7 @@ impl Supervisor {
         };
         *remembered = Some(era);
         let capabilities = running.peer_info().map(|i| i.capabilities.clone()).unwrap_or_default();
-        let link = Link { peer: running.peer().clone(), era, capabilities };
+        let link = Link { peer: running.peer().clone(), era, capabilities, progress };
         let refresh = match self.load_catalog(&link.peer).await {
             Ok(reload) => reload.refresh,
             Err(error) => return End::Lost(error),
@@ -260,10 +262,6 @@ impl Supervisor {
                 self.refetch_offerings(link).await;
                 Ok(())
             }
-            Notice::Progress(progress) => {
-                self.forward_progress(progress);
-                Ok(())
-            }
             Notice::ListChanged => {
                 // A burst of list_changed costs one reload (two when more arrive during the
                 // first) and one event.
@@ -353,10 +351,6 @@ impl Supervisor {
         }
     }
 
-    fn forward_progress(&self, progress: rmcp::model::ProgressNotificationParam) {
-        self.events.send(UpstreamEvent::Progress { upstream: self.upstream.name().to_string(), progress });
-    }
-
     /// Take what queued; true when a list change was among it. Updates pass on in order.
     fn drain_list_changes(&self, notices: &mut mpsc::UnboundedReceiver<Notice>) -> bool {
         let mut changed = false;
@@ -368,7 +362,6 @@ impl Supervisor {
                 Notice::Fault(fault) => self.upstream.record_fault(fault),
                 // Fetched when the notice is taken (or right after, when drained here).
                 Notice::OfferingsChanged => self.offerings_stale.store(true, std::sync::atomic::Ordering::Relaxed),
-                Notice::Progress(progress) => self.forward_progress(progress),
             }
         }
         changed

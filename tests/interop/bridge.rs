@@ -247,3 +247,109 @@ async fn the_python_sdk_uses_the_bridge_in_both_eras() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Counts the `tools/list_changed` a 2025 session hears.
+#[derive(Clone)]
+struct ToolsChanged(tokio::sync::mpsc::UnboundedSender<()>);
+
+impl rmcp::ClientHandler for ToolsChanged {
+    async fn on_tool_list_changed(&self, _: rmcp::service::NotificationContext<RoleClient>) {
+        let _ = self.0.send(());
+    }
+}
+
+/// A host of either era that listens for `tools/list_changed`.
+enum Listener {
+    Legacy { _host: RunningService<RoleClient, ToolsChanged>, heard: tokio::sync::mpsc::UnboundedReceiver<()> },
+    Modern { _host: Host, stream: Box<rmcp::service::Subscription> },
+}
+
+impl Listener {
+    async fn legacy(url: &str, token: &str) -> anyhow::Result<Listener> {
+        let (tx, heard) = tokio::sync::mpsc::unbounded_channel();
+        let transport = StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(url).auth_header(token),
+        );
+        let connecting = ToolsChanged(tx).serve_with_lifecycle(transport, ClientLifecycleMode::Initialize);
+        let host = tokio::time::timeout(DEADLINE, connecting).await.context("connect timed out")??;
+        Ok(Listener::Legacy { _host: host, heard })
+    }
+
+    async fn modern(url: &str, token: &str) -> anyhow::Result<Listener> {
+        let transport = StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(url).auth_header(token),
+        );
+        let lifecycle =
+            ClientLifecycleMode::Discover { preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28] };
+        let host = tokio::time::timeout(DEADLINE, ().serve_with_lifecycle(transport, lifecycle)).await??;
+        let stream = host.listen(rmcp::model::SubscriptionFilter::builder().tools_list_changed().build()).await?;
+        Ok(Listener::Modern { _host: host, stream: Box::new(stream) })
+    }
+
+    /// Wait (at most [`DEADLINE`]) for one `tools/list_changed`.
+    async fn heard(&mut self) -> anyhow::Result<()> {
+        let heard = async {
+            match self {
+                Listener::Legacy { heard, .. } => heard.recv().await.context("the host closed"),
+                Listener::Modern { stream, .. } => loop {
+                    match stream.next().await? {
+                        Some(rmcp::model::ServerNotification::ToolListChangedNotification(_)) => return Ok(()),
+                        Some(_) => continue,
+                        None => bail!("the listen stream ended"),
+                    }
+                },
+            }
+        };
+        tokio::time::timeout(DEADLINE, heard).await.context("no tools/list_changed")?
+    }
+}
+
+/// Replace a policy file in one step (a rename), so the watcher never loads half of it.
+fn replace_policy(dir: &std::path::Path, name: &str, text: &str) -> anyhow::Result<()> {
+    let staged = dir.with_extension(name);
+    std::fs::write(&staged, text)?;
+    Ok(std::fs::rename(staged, dir.join(name))?)
+}
+
+/// A policy reload that changes which bridge tools a principal may use tells that principal's
+/// hosts `tools/list_changed` — a 2025 session and a 2026-07-28 listen stream — and only them
+/// (the reload's log counts the hosts told); the list then has the change.
+#[tokio::test]
+async fn a_policy_reload_that_changes_the_bridge_tools_a_principal_sees_tells_only_its_hosts() -> anyhow::Result<()> {
+    let policies = policies()?;
+    let proxy = start(&config(policies.path(), Some("enabled = true"))).await?;
+    let mut alice =
+        [Listener::legacy(&proxy.url, ALICE_TOKEN).await?, Listener::modern(&proxy.url, ALICE_TOKEN).await?];
+    let mut bob = [Listener::legacy(&proxy.url, BOB_TOKEN).await?, Listener::modern(&proxy.url, BOB_TOKEN).await?];
+
+    // bob may now read too: bob's two hosts are told, alice's are not.
+    let read = "tool://proxy.bridge/proxy_resources_read";
+    let bob_policy = format!(
+        "principals = [\"bob\"]\nallow = [\"tool://proxy.bridge/proxy_resources_search\", \"{read}\", \"{DOCS}/**\"]\n"
+    );
+    replace_policy(policies.path(), "bob.toml", &bob_policy)?;
+    proxy.wait_log(&["policies reloaded", "\"tools_told\":2"]).await?;
+    for host in &mut bob {
+        host.heard().await?;
+    }
+    let bob_host = host(&proxy.url, BOB_TOKEN).await?;
+    assert_eq!(tool_names(&bob_host).await?, ["proxy_resources_search", "proxy_resources_read"]);
+
+    // alice may no longer list: alice's two hosts are told (the first they hear).
+    let alice_policy = format!(
+        "principals = [\"alice\"]\nallow = [\"**\"]\ndeny = [\"{DOCS}/architecture.md\", \"tool://proxy.bridge/proxy_resources_list\"]\n"
+    );
+    replace_policy(policies.path(), "alice.toml", &alice_policy)?;
+    proxy.wait_log_count(&["policies reloaded", "\"tools_told\":2"], 2).await?;
+    for host in &mut alice {
+        host.heard().await?;
+    }
+    let names = tool_names(&host(&proxy.url, ALICE_TOKEN).await?).await?;
+    assert!(!names.contains(&"proxy_resources_list".to_owned()) && names.contains(&"ev__echo".to_owned()));
+
+    // A reload that changes no one's tools tells no one.
+    let quiet = bob_policy.replace(&format!("\"{DOCS}/**\""), &format!("\"{DOCS}/features.md\""));
+    replace_policy(policies.path(), "bob.toml", &quiet)?;
+    proxy.wait_log(&["policies reloaded", "\"tools_told\":0"]).await?;
+    Ok(())
+}

@@ -9,6 +9,7 @@
 //! - [`peers`]: third-party peers (npm, PyPI) — only the interop tier may use them; they install
 //!   on first use.
 //! - [`exposition`]: a Prometheus text parser for `/metrics`.
+//! - [`wire`]: an rmcp host that logs what it reads in wire order (progress before answers).
 //! - [`eventually`]: the one way to wait for a condition: poll with a deadline.
 //!
 //! Invariants: nothing waits by sleeping; every wait ends at a deadline with an error that says
@@ -24,6 +25,7 @@ pub mod observe;
 pub mod peers;
 pub mod proxy;
 pub mod reads;
+pub mod wire;
 
 use std::fmt::Display;
 use std::future::Future;

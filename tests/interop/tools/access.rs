@@ -150,43 +150,41 @@ async fn a_2026_07_28_upstreams_tools_serve_hosts_of_both_eras() -> anyhow::Resu
     wait_heard(&mut heard, &Heard::Updated(uri.into())).await
 }
 
-/// A host that asks for progress on a long-running tool hears each step with its own token
-/// (rmcp gives the proxy's upstream request a token of its own; the proxy maps it back): every
-/// step at an rmcp 2025 host (a late one too), and steps in order at the Python SDK's
-/// `progress_callback` in both eras.
+/// A host that asks for progress on server-everything's long-running tool reads every step
+/// before the result, with its own token (rmcp gives the proxy's upstream request a token of its
+/// own; the proxy maps it back): rmcp hosts of both eras (what they read logged in wire order),
+/// and the Python SDK's `progress_callback` in both modes. The tool sends its last step right
+/// before its result, so the two race on every call.
 #[tokio::test]
-async fn progress_of_a_long_running_tool_reaches_the_host_with_its_own_token() -> anyhow::Result<()> {
+async fn progress_of_a_long_running_tool_reaches_the_host_before_its_result() -> anyhow::Result<()> {
     let proxy = start_proxy(&everything_upstream("ev", ""), &[], &["ev"]).await?;
-    let (client, mut heard) = host(&proxy.url, Era::Legacy, None).await?;
-    let args = json!({"duration": 0.6, "steps": 3}).as_object().cloned().expect("object");
-    let call = CallToolRequestParams::new("ev__trigger-long-running-operation").with_arguments(args);
-    let request = ClientRequest::CallToolRequest(CallToolRequest::new(call));
-    let handle = client.send_request_with_option(request, PeerRequestOptions::no_options()).await?;
-    let token = match &handle.progress_token.0 {
-        NumberOrString::String(token) => token.to_string(),
-        NumberOrString::Number(n) => n.to_string(),
-    };
-    handle.await_response().await?;
-    for step in 1..=3 {
-        wait_heard(&mut heard, &Heard::Progress(token.clone(), step)).await?;
+    let steps = json!([1.0, 2.0, 3.0]);
+    for era in [Era::Legacy, Era::Modern] {
+        let (client, log) = crate::support::wire::connect(&proxy.url, era, None).await?;
+        for call in 0..3 {
+            let args = json!({"duration": 0.15, "steps": 3}).as_object().cloned().expect("object");
+            let params = CallToolRequestParams::new("ev__trigger-long-running-operation").with_arguments(args);
+            let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+            let handle = client.send_request_with_option(request, PeerRequestOptions::no_options()).await?;
+            let (id, token) = (handle.id.clone(), handle.progress_token.clone());
+            tokio::time::timeout(DEADLINE, handle.await_response()).await??;
+            let seen = log.progress_before_answer(&token, &id).context("the answer was not read")?;
+            assert_eq!(json!(seen), steps, "{era:?} host, call {call}");
+        }
     }
-    let op = "call_progress:ev__trigger-long-running-operation:{\"duration\": 0.6, \"steps\": 3}";
-    // The Python SDK calls `progress_callback` only while its request waits, and a step the
-    // upstream sends just before its result can reach the proxy after it (see README); a
-    // 2026-07-28 host's reply stream even closes with the result. What arrives arrives in
-    // order, under the host's own token.
+    let op = "call_progress:ev__trigger-long-running-operation:{\"duration\": 0.15, \"steps\": 3}";
     for mode in ["legacy", "2026-07-28"] {
-        let answers = python_ops(&proxy.url, mode, &[], &[op]).await?;
-        let seen = answers[0]["progress"].as_array().context("progress")?.clone();
-        assert!(!seen.is_empty() && seen.len() <= 3, "{mode}: {}", answers[0]);
-        assert_eq!(seen, json!([1.0, 2.0, 3.0]).as_array().expect("array")[..seen.len()], "{mode}: {}", answers[0]);
+        let answers = python_ops(&proxy.url, mode, &[], &[op, op, op]).await?;
+        for answer in answers {
+            assert_eq!(answer["progress"], steps, "{mode}: {answer}");
+        }
     }
     Ok(())
 }
 
 /// `completion/complete` for a namespaced resource template goes to its upstream (which
 /// completes positive integers only); a template the caller may not see answers like a
-/// template that does not exist.
+/// template that does not exist, and a prompt it may not use like a prompt that does not.
 #[tokio::test]
 async fn completion_for_a_namespaced_template_is_routed_and_policy_checked() -> anyhow::Result<()> {
     let policies = tempfile::tempdir()?;
@@ -208,5 +206,16 @@ async fn completion_for_a_namespaced_template_is_routed_and_policy_checked() -> 
     let missing = client.complete(complete("ev+demo://resource/nothing/{resourceId}", "7")).await;
     let (denied, missing) = (denied.expect_err("denied"), missing.expect_err("missing"));
     assert_eq!(error_code(&denied), error_code(&missing), "{denied} / {missing}");
+
+    // bob may use none of ev's prompts: completing one answers exactly like an unknown prompt.
+    let (bob, _) = host(&proxy.url, Era::Legacy, Some(BOB_TOKEN)).await?;
+    let complete_prompt = |name: &str| {
+        let argument = ArgumentInfo::new("city", "Par");
+        bob.complete(CompleteRequestParams::new(Reference::for_prompt(name), argument))
+    };
+    let shape = |error: rmcp::ServiceError, name: &str| (error_code(&error), error.to_string().replace(name, "NAME"));
+    let denied = complete_prompt("ev__args-prompt").await.expect_err("denied prompt");
+    let unknown = complete_prompt("ev__no-such-prompt").await.expect_err("unknown prompt");
+    assert_eq!(shape(denied, "ev__args-prompt"), shape(unknown, "ev__no-such-prompt"));
     Ok(())
 }

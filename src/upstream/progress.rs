@@ -1,0 +1,167 @@
+//! Progress of the proxy's calls, in order with their answers. Each connection's transport is
+//! tapped ([`Tapped`]): a `notifications/progress` goes to its call's [`ProgressOutlet`] the
+//! moment it is read, before anything read after it — the call's own answer included — reaches
+//! rmcp (which runs each notification callback in a task of its own, so progress passed on from
+//! there can fall behind the answer).
+//!
+//! Invariant: progress the upstream sent before a call's answer is in that call's outlet before
+//! the call returns; progress reaches only the call whose token it carries, on the connection the
+//! call went out on; the tap never waits (an outlet takes progress or drops it).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
+use rmcp::model::{
+    ClientRequest, GetExtensions, GetMeta, JsonRpcMessage, JsonRpcNotification, ProgressNotificationParam,
+    ProgressToken, ServerNotification,
+};
+use rmcp::service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+
+/// Where one call's progress goes (a host's request); never waits.
+pub trait ProgressOutlet: Send + Sync + 'static {
+    /// Pass on progress (with the upstream request's token; the outlet puts the host's own in).
+    fn send(&self, progress: ProgressNotificationParam);
+}
+
+/// Put on a request (its extensions) that wants its progress: the tap registers the outlet under
+/// the token rmcp gave the request as the request is written, before the upstream can answer.
+/// Weak: the call owns its outlet, and progress stops reaching it when the call is over.
+#[derive(Clone)]
+pub(crate) struct ProgressClaim(pub Weak<dyn ProgressOutlet>);
+
+/// One connection's calls that want their progress, by the token rmcp gave the request (one
+/// per request on a connection, so two hosts' calls never share one).
+#[derive(Clone, Default)]
+pub(crate) struct ProgressRoutes {
+    calls: Arc<Mutex<HashMap<ProgressToken, Weak<dyn ProgressOutlet>>>>,
+}
+
+/// A transport whose incoming progress goes straight to [`ProgressRoutes`].
+pub(crate) struct Tapped<T> {
+    transport: T,
+    routes: ProgressRoutes,
+}
+
+impl ProgressRoutes {
+    /// Progress for `token` goes to `outlet` while the outlet lives; calls that are over are
+    /// forgotten on the way.
+    fn register(&self, token: ProgressToken, outlet: Weak<dyn ProgressOutlet>) {
+        let mut calls = self.calls.lock().expect("progress lock");
+        calls.retain(|_, outlet| outlet.strong_count() > 0);
+        calls.insert(token, outlet);
+    }
+
+    /// The call is over: forget its token.
+    pub fn forget(&self, token: &ProgressToken) {
+        self.calls.lock().expect("progress lock").remove(token);
+    }
+
+    /// Progress the upstream sent: to its call, if one of ours waits for it (else dropped).
+    fn deliver(&self, progress: ProgressNotificationParam) {
+        let calls = self.calls.lock().expect("progress lock");
+        if let Some(outlet) = calls.get(&progress.progress_token).and_then(Weak::upgrade) {
+            // `send` never waits, so holding the lock is short.
+            outlet.send(progress);
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.calls.lock().expect("progress lock").len()
+    }
+}
+
+impl<T> Tapped<T> {
+    pub fn new(transport: T, routes: ProgressRoutes) -> Self {
+        Tapped { transport, routes }
+    }
+
+    /// A `tools/call` that claims its progress is registered before it is written.
+    fn claim(&self, item: &TxJsonRpcMessage<RoleClient>) {
+        let JsonRpcMessage::Request(request) = item else { return };
+        let ClientRequest::CallToolRequest(call) = &request.request else { return };
+        let Some(ProgressClaim(outlet)) = call.extensions().get::<ProgressClaim>() else { return };
+        if let Some(token) = request.request.get_meta().get_progress_token() {
+            self.routes.register(token, outlet.clone());
+        }
+    }
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for Tapped<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.claim(&item);
+        self.transport.send(item)
+    }
+
+    /// The next message that is not progress; progress read on the way is delivered first.
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        loop {
+            match self.transport.receive().await? {
+                JsonRpcMessage::Notification(JsonRpcNotification { jsonrpc, notification }) => match notification {
+                    ServerNotification::ProgressNotification(progress) => self.routes.deliver(progress.params),
+                    notification => {
+                        return Some(JsonRpcMessage::Notification(JsonRpcNotification { jsonrpc, notification }));
+                    }
+                },
+                message => return Some(message),
+            }
+        }
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.transport.close()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmcp::model::NumberOrString;
+
+    struct Collect(Mutex<Vec<f64>>);
+
+    impl ProgressOutlet for Collect {
+        fn send(&self, progress: ProgressNotificationParam) {
+            self.0.lock().unwrap().push(progress.progress);
+        }
+    }
+
+    fn progress(token: i64, value: f64) -> ProgressNotificationParam {
+        ProgressNotificationParam::new(ProgressToken(NumberOrString::Number(token)), value)
+    }
+
+    #[test]
+    fn progress_goes_only_to_its_call_while_the_call_waits() {
+        let routes = ProgressRoutes::default();
+        let other_connection = ProgressRoutes::default();
+        let outlet = Arc::new(Collect(Mutex::default()));
+        let weak = Arc::downgrade(&(outlet.clone() as Arc<dyn ProgressOutlet>));
+        routes.register(ProgressToken(NumberOrString::Number(6)), weak);
+        routes.deliver(progress(6, 1.0));
+        other_connection.deliver(progress(6, 2.0));
+        routes.deliver(progress(7, 3.0));
+        assert_eq!(*outlet.0.lock().unwrap(), [1.0]);
+        routes.forget(&ProgressToken(NumberOrString::Number(6)));
+        assert_eq!(routes.len(), 0);
+        routes.deliver(progress(6, 4.0));
+        assert_eq!(*outlet.0.lock().unwrap(), [1.0]);
+    }
+
+    #[test]
+    fn a_call_that_is_over_gets_no_progress_and_is_forgotten() {
+        let routes = ProgressRoutes::default();
+        let outlet: Arc<dyn ProgressOutlet> = Arc::new(Collect(Mutex::default()));
+        routes.register(ProgressToken(NumberOrString::Number(1)), Arc::downgrade(&outlet));
+        drop(outlet);
+        routes.deliver(progress(1, 1.0));
+        let live: Arc<dyn ProgressOutlet> = Arc::new(Collect(Mutex::default()));
+        routes.register(ProgressToken(NumberOrString::Number(2)), Arc::downgrade(&live));
+        assert_eq!(routes.len(), 1);
+    }
+}
