@@ -68,14 +68,6 @@ const NOT_FORWARDED: [&str; 5] = [
     "elicitation-sep1330-enums",
 ];
 
-/// A known race, not a missing feature: the outcome through the proxy may be a pass or exactly
-/// this failure. An upstream's progress travels to the host apart from the call's result
-/// (upstream connection -> event loop -> the host's progress queue), so its last step, sent
-/// just before the result, can reach the host after it; the suite's client (TS SDK) drops
-/// progress of a request that has answered. Seen in about 1 run of 5 on a loaded machine, in
-/// both upstream eras (src/tools/progress.rs, `PROGRESS_GRACE`).
-const RACY: [(&str, &str); 1] = [("tools-call-with-progress", "Expected at least 3 progress notifications, got 2")];
-
 /// One scenario's outcome: passed, or the failed checks' messages.
 type Outcomes = BTreeMap<String, Result<(), String>>;
 
@@ -207,16 +199,14 @@ fn explained(proxy: &ProxyProcess) -> anyhow::Result<()> {
 }
 
 /// Every scenario that passes directly passes through the proxy, but for [`NOT_FORWARDED`],
-/// which fail there, and the [`RACY`] failure; every outcome is printed.
+/// which fail there; every outcome is printed.
 fn compare(era: &str, direct: &Outcomes, through: &Outcomes) -> anyhow::Result<()> {
     let mut wrong = Vec::new();
     for scenario in SCENARIOS {
         let (direct, through) = (&direct[scenario], &through[scenario]);
         eprintln!("conformance [{era}] {scenario}: direct {}, proxy {}", label(direct), label(through));
         let expected_gap = NOT_FORWARDED.contains(&scenario);
-        let known_race = |why: &str| RACY.iter().any(|(racy, failure)| *racy == scenario && why.ends_with(failure));
         match (direct, through) {
-            (Ok(()), Err(why)) if known_race(why) => eprintln!("conformance [{era}] {scenario}: the known race: {why}"),
             (Ok(()), Err(why)) if !expected_gap => wrong.push(format!("{scenario} fails through the proxy: {why}")),
             (Ok(()), Ok(())) if expected_gap => {
                 wrong.push(format!("{scenario} passes through the proxy now: take it off NOT_FORWARDED"))
