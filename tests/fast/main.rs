@@ -21,5 +21,6 @@ mod never_stale;
 mod observability;
 mod operators;
 mod private_ca;
+mod rebinding;
 mod serve_dir;
 mod subscriptions;
