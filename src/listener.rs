@@ -1,6 +1,7 @@
 //! The accept loop both HTTP listeners (`/mcp` and the admin listener) run instead of
-//! `axum::serve`, which has no header timeout and no connection cap, and the `Host` values
-//! they accept. It sits below both (`downstream`, `admin`), so neither imports the other.
+//! `axum::serve`, which has no header timeout and no connection cap, the `Host` values they
+//! accept and the `Origin`s that are a listener's own. It sits below both (`downstream`,
+//! `admin`), so neither imports the other.
 //!
 //! Invariants:
 //! - at most [`ConnectionLimits::max_connections`] connections are open per listener: past it
@@ -30,6 +31,26 @@ pub fn allowed_hosts(local: std::net::SocketAddr, extra: &[String]) -> Vec<Strin
     hosts.push(local.ip().to_string());
     hosts.extend(extra.iter().cloned());
     hosts
+}
+
+/// The origins of a listener bound to `local` itself — what a browser sends as `Origin` for a
+/// page loaded from this listener (same-origin): `http://<ip>:<port>` (`http://[<ip>]:<port>`
+/// for IPv6), and when the listener answers on loopback (bound to a loopback address, or to
+/// every address) `http://localhost:<port>`, `http://127.0.0.1:<port>` and
+/// `http://[::1]:<port>`. The port is the bound one: with port 0 they are known only after
+/// bind. Any other port, scheme or name is another origin.
+pub fn own_origins(local: std::net::SocketAddr) -> Vec<String> {
+    let port = local.port();
+    let mut origins = vec![format!("http://{}", std::net::SocketAddr::new(local.ip(), port))];
+    if local.ip().is_loopback() || local.ip().is_unspecified() {
+        for name in ["localhost", "127.0.0.1", "[::1]"] {
+            let origin = format!("http://{name}:{port}");
+            if !origins.contains(&origin) {
+                origins.push(origin);
+            }
+        }
+    }
+    origins
 }
 
 /// Per-listener connection limits, from `[server]`.
@@ -88,4 +109,29 @@ pub async fn serve(
     }
     graceful.shutdown().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::own_origins;
+
+    fn check(local: &str, expected: &[&str]) {
+        let local: std::net::SocketAddr = local.parse().expect("a socket address");
+        assert_eq!(own_origins(local), expected, "bound to {local}");
+    }
+
+    #[test]
+    fn own_origins_are_the_bound_address_and_loopback_names_when_on_loopback() {
+        let loopback = ["http://127.0.0.1:8080", "http://localhost:8080", "http://[::1]:8080"];
+        check("127.0.0.1:8080", &loopback);
+        check("[::1]:8080", &["http://[::1]:8080", "http://localhost:8080", "http://127.0.0.1:8080"]);
+        check(
+            "127.0.0.2:8080",
+            &["http://127.0.0.2:8080", "http://localhost:8080", "http://127.0.0.1:8080", "http://[::1]:8080"],
+        );
+        check("0.0.0.0:81", &["http://0.0.0.0:81", "http://localhost:81", "http://127.0.0.1:81", "http://[::1]:81"]);
+        check("[::]:81", &["http://[::]:81", "http://localhost:81", "http://127.0.0.1:81", "http://[::1]:81"]);
+        check("10.1.2.3:8080", &["http://10.1.2.3:8080"]);
+        check("[2001:db8::7]:443", &["http://[2001:db8::7]:443"]);
+    }
 }

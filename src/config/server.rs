@@ -33,8 +33,10 @@ pub struct ServerConfig {
     /// How long `serve` waits for every upstream to connect before it answers hosts, so a
     /// host's first list is complete. Upstreams still down after it join when they come up.
     pub startup_wait: Duration,
-    /// `Origin` values `/mcp` accepts; a request with any other `Origin` gets 403, one without
-    /// an `Origin` header is served.
+    /// `Origin` values `/mcp` accepts besides the listener's own (`listener::own_origins`:
+    /// `http://<listen ip>:<port>` and, on loopback or every address, the loopback names with
+    /// the bound port); a request with any other `Origin` gets 403, one without an `Origin`
+    /// header is served.
     pub allowed_origins: Vec<String>,
     /// Open legacy HTTP sessions, in all; a new one past it gets 503.
     pub max_sessions: usize,

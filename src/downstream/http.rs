@@ -6,8 +6,10 @@
 //! [`super::fast`] answers reads and lists in front of rmcp.
 //!
 //! `Host` must be loopback, the listen address or one of `server.allowed_hosts`; a request
-//! with an `Origin` header must name one of `server.allowed_origins` (none by default: browser
-//! pages are refused, non-browser clients send no `Origin`) — both answered 403 by rmcp.
+//! with an `Origin` header must name the listener's own origin ([`listener::own_origins`], the
+//! bound address and port, known after bind) or one of `server.allowed_origins` — other
+//! browser pages (a DNS-rebinding page on the attacker's name, any other site) are refused,
+//! non-browser clients send no `Origin`. Both answered 403 by rmcp.
 
 use std::sync::Arc;
 
@@ -23,7 +25,7 @@ use super::fast::{self, FastPath};
 use super::gate::{Gate, guard_sessions};
 use super::sessions::{SessionBook, reap};
 use crate::auth::{self, Authenticator};
-use crate::listener::{self, ConnectionLimits, allowed_hosts};
+use crate::listener::{self, ConnectionLimits, allowed_hosts, own_origins};
 use crate::metrics::Transport;
 use crate::proxy::Proxy;
 
@@ -49,6 +51,7 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     let stop_rmcp = CancellationToken::new();
     spine.spawn("listen-closing", streams.clone().close_in_order(shutdown.clone(), stop_rmcp.clone()));
     let hosts: Arc<[String]> = allowed_hosts(local, &server.allowed_hosts).into();
+    let origins = server.allowed_origins.iter().cloned().chain(own_origins(local));
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(true)
         // A stateless request answered by one message gets plain JSON: the client reads the
@@ -56,7 +59,7 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
         // closed a connection per request). Listen streams still get SSE.
         .with_json_response(true)
         .with_allowed_hosts(hosts.to_vec())
-        .with_allowed_origins(server.allowed_origins.clone())
+        .with_allowed_origins(origins)
         .enforce_origin_validation()
         .with_cancellation_token(stop_rmcp);
     // rmcp builds one handler per legacy session and per stateless request, inside the request

@@ -23,5 +23,6 @@ mod observability;
 mod operators;
 mod private_ca;
 mod progress;
+mod rebinding;
 mod serve_dir;
 mod subscriptions;

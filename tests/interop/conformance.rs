@@ -10,6 +10,11 @@
 //! 2025-11-25, in 0.1.13), so the host side is always 2025; the upstream side is 2025-11-25 and
 //! 2026-07-28.
 //!
+//! Its `dns-rebinding-protection` scenario is about the HTTP listener itself (a 2025
+//! `initialize` whose `Host` and `Origin` name the attacker's domain must get a 4xx, one with
+//! the server URL's own `Host` and `Origin` a 2xx): it must pass through the proxy, and passes
+//! directly against the upstream.
+//!
 //! The suite writes `<out>/server-<scenario>-<timestamp>/checks.json` per scenario (an array
 //! of checks, each with a `status` of SUCCESS, FAILURE, WARNING or INFO) and exits 1 when any
 //! check failed; a scenario passes when none of its checks is a FAILURE.
@@ -87,6 +92,28 @@ async fn tools_and_prompts_scenarios_pass_through_the_proxy_as_directly_in_both_
         assert_eq!(spoken, if era == "2026-07-28" { "modern" } else { "legacy" }, "the era spoken upstream");
         let through = run_suite(&proxy.url).await.with_context(|| format!("the suite through the proxy ({era})"))?;
         compare(era, &direct, &through)?;
+    }
+    Ok(())
+}
+
+/// The scenario that checks the listener's DNS-rebinding protection (as of 0.1.13).
+const REBINDING: &str = "dns-rebinding-protection";
+
+/// `dns-rebinding-protection` passes directly against the upstream and through the proxy,
+/// whose own origin (`http://127.0.0.1:<port>`, the port bound at start) it sends.
+#[tokio::test(flavor = "multi_thread")]
+async fn dns_rebinding_protection_passes_directly_and_through_the_proxy() -> anyhow::Result<()> {
+    let upstream = spawn_py_script_http("conformance_server.py", &[]);
+    let direct = run_scenario(&upstream.url, REBINDING).await.context("the scenario against the upstream")?;
+    let proxy = ProxyProcess::start(&http_upstream("conformance", &upstream.url, "unprefixed = true")).await?;
+    proxy.wait_up("conformance", 1).await?;
+    let through = run_scenario(&proxy.url, REBINDING).await.context("the scenario through the proxy")?;
+    eprintln!("conformance {REBINDING}: direct {}, proxy {}", label(&direct), label(&through));
+    if let Err(why) = through {
+        bail!("{REBINDING} fails through the proxy: {why}");
+    }
+    if let Err(why) = direct {
+        bail!("{REBINDING} fails against the upstream itself: {why}");
     }
     Ok(())
 }
@@ -228,10 +255,30 @@ fn label(outcome: &Result<(), String>) -> &'static str {
 /// process, a few seconds) against `url`;
 /// the outcome of each of [`SCENARIOS`].
 async fn run_suite(url: &str) -> anyhow::Result<Outcomes> {
+    let (outcomes, printed) = run_conformance(url, &["--suite", "all"]).await?;
+    for scenario in SCENARIOS {
+        if !outcomes.contains_key(scenario) {
+            bail!("no results for {scenario}; the suite printed:\n{printed}");
+        }
+    }
+    Ok(outcomes)
+}
+
+/// Run the one server scenario `scenario` against `url`; its outcome.
+async fn run_scenario(url: &str, scenario: &str) -> anyhow::Result<Result<(), String>> {
+    let (mut outcomes, printed) = run_conformance(url, &["--scenario", scenario]).await?;
+    outcomes.remove(scenario).with_context(|| format!("no results for {scenario}; the suite printed:\n{printed}"))
+}
+
+/// Run the suite's server mode with `selection` against `url`: the outcome of each scenario
+/// run, and what the suite printed.
+async fn run_conformance(url: &str, selection: &[&str]) -> anyhow::Result<(Outcomes, String)> {
     let out = tempfile::tempdir()?;
     let run = tokio::process::Command::new("node")
         .arg(conformance_entry())
-        .args(["server", "--suite", "all", "--url", url, "-o"])
+        .arg("server")
+        .args(selection)
+        .args(["--url", url, "-o"])
         .arg(out.path())
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true)
@@ -241,13 +288,7 @@ async fn run_suite(url: &str) -> anyhow::Result<Outcomes> {
     if !matches!(output.status.code(), Some(0 | 1)) {
         bail!("the suite exited {}:\n{}", output.status, String::from_utf8_lossy(&output.stderr));
     }
-    let outcomes = read_outcomes(out.path())?;
-    for scenario in SCENARIOS {
-        if !outcomes.contains_key(scenario) {
-            bail!("no results for {scenario}; the suite printed:\n{}", String::from_utf8_lossy(&output.stdout));
-        }
-    }
-    Ok(outcomes)
+    Ok((read_outcomes(out.path())?, String::from_utf8_lossy(&output.stdout).into_owned()))
 }
 
 /// `<dir>/server-<scenario>-<timestamp>/checks.json`, one per scenario.
