@@ -15,11 +15,16 @@
 //! hosts do; a read's request bytes are prepared once per URI and its reply is checked with a
 //! typed parse that skips what it does not check, so the generator's own CPU stays small.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context as TaskContext, Waker};
+
 use anyhow::{Context, bail};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
-use hyper::client::conn::http1::SendRequest;
+use hyper::client::conn::http1::{self, SendRequest};
 use hyper::header::{ACCEPT, CONTENT_TYPE, HOST, HeaderMap, HeaderValue};
+use hyper::http::response::Parts;
 use hyper_util::rt::TokioIo;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
@@ -49,7 +54,7 @@ impl HostEra {
 
 /// One host on one connection.
 pub struct RawClient {
-    sender: SendRequest<Full<Bytes>>,
+    connection: Connection,
     authority: String,
     authority_header: HeaderValue,
     path: hyper::Uri,
@@ -66,9 +71,9 @@ impl RawClient {
     pub async fn connect(url: &str, era: HostEra) -> anyhow::Result<Self> {
         let rest = url.strip_prefix("http://").with_context(|| format!("{url}: only http:// URLs"))?;
         let (authority, path) = rest.split_once('/').map(|(a, p)| (a, format!("/{p}"))).unwrap_or((rest, "/".into()));
-        let sender = open(authority).await?;
+        let connection = open(authority).await?;
         let mut client = Self {
-            sender,
+            connection,
             authority: authority.to_owned(),
             authority_header: HeaderValue::from_str(authority)?,
             path: path.parse()?,
@@ -131,6 +136,34 @@ impl RawClient {
         method: &str,
         name: Option<HeaderValue>,
     ) -> anyhow::Result<(HeaderMap, Bytes)> {
+        // Node servers close keep-alive connections idle for 5 s (between rounds): reopen, and
+        // send once more when the connection turns out closed under the request (reads and
+        // the handshake's steps are safe to repeat); a 2025 session lives on across connections.
+        if self.connection.closed() {
+            self.connection = open(&self.authority).await?;
+        }
+        let first = self.connection.exchange(self.request(body.clone(), method, name.clone())?).await;
+        let (parts, body) = match first {
+            Ok(reply) => reply,
+            Err(_) if self.connection.closed() => {
+                self.connection = open(&self.authority).await?;
+                self.connection.exchange(self.request(body, method, name)?).await
+            }
+            .with_context(|| format!("{method}: after reconnecting"))?,
+            Err(error) => return Err(error.context(format!("{method}: exchange"))),
+        };
+        if !parts.status.is_success() {
+            bail!("{method}: HTTP {} {}", parts.status, String::from_utf8_lossy(&body));
+        }
+        Ok((parts.headers, body))
+    }
+
+    fn request(
+        &self,
+        body: Bytes,
+        method: &str,
+        name: Option<HeaderValue>,
+    ) -> anyhow::Result<hyper::Request<Full<Bytes>>> {
         let mut request = hyper::Request::new(Full::new(body));
         *request.method_mut() = hyper::Method::POST;
         *request.uri_mut() = self.path.clone();
@@ -152,21 +185,48 @@ impl RawClient {
             }
             (None, HostEra::Y2025) => {}
         }
-        // Node servers close keep-alive connections idle for 5 s (between rounds): reopen; a
-        // 2025 session lives on across connections.
-        if self.sender.ready().await.is_err() {
-            self.sender = open(&self.authority).await?;
-        }
-        let response = self.sender.send_request(request).await.with_context(|| format!("{method}: send"))?;
-        let (parts, body) = response.into_parts();
-        let body = body.collect().await.with_context(|| format!("{method}: body"))?.to_bytes();
-        if !parts.status.is_success() {
-            bail!("{method}: HTTP {} {}", parts.status, String::from_utf8_lossy(&body));
-        }
-        Ok((parts.headers, body))
+        Ok(request)
     }
 }
 
+/// One HTTP/1.1 connection, driven by the task that uses it (no connection task of its own:
+/// a request costs no wake-up of another task).
+struct Connection {
+    sender: SendRequest<Full<Bytes>>,
+    driver: Pin<Box<http1::Connection<TokioIo<TcpStream>, Full<Bytes>>>>,
+    ended: bool,
+}
+
+impl Connection {
+    /// Whether the connection has ended (the server closed it); polls it once to find out.
+    fn closed(&mut self) -> bool {
+        if !self.ended {
+            let mut cx = TaskContext::from_waker(Waker::noop());
+            self.ended = self.driver.as_mut().poll(&mut cx).is_ready();
+        }
+        self.ended
+    }
+
+    /// One request and its whole reply.
+    async fn exchange(&mut self, request: hyper::Request<Full<Bytes>>) -> anyhow::Result<(Parts, Bytes)> {
+        let Self { sender, driver, ended } = self;
+        let exchange = async {
+            sender.ready().await?;
+            let response = sender.send_request(request).await?;
+            let (parts, body) = response.into_parts();
+            anyhow::Ok((parts, body.collect().await?.to_bytes()))
+        };
+        tokio::select! {
+            biased;
+            reply = exchange => reply,
+            end = driver.as_mut() => {
+                *ended = true;
+                end?;
+                bail!("connection closed")
+            }
+        }
+    }
+}
 /// The bytes of a `resources/read` of one URI around its id, and its `Mcp-Name` value.
 struct Prepared {
     uri: String,
@@ -196,12 +256,11 @@ fn modern_meta() -> Value {
 }
 
 /// One HTTP/1.1 connection to `authority`, with `TCP_NODELAY`.
-async fn open(authority: &str) -> anyhow::Result<SendRequest<Full<Bytes>>> {
+async fn open(authority: &str) -> anyhow::Result<Connection> {
     let stream = TcpStream::connect(authority).await.with_context(|| format!("connect {authority}"))?;
     stream.set_nodelay(true)?;
-    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-    tokio::spawn(connection);
-    Ok(sender)
+    let (sender, driver) = http1::handshake(TokioIo::new(stream)).await?;
+    Ok(Connection { sender, driver: Box::pin(driver), ended: false })
 }
 
 /// The JSON-RPC response with `id` in a JSON or SSE body.
