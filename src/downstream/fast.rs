@@ -32,12 +32,15 @@ use axum::response::{IntoResponse, Response};
 use http::header::{ACCEPT, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, HOST, ORIGIN};
 use http::{HeaderMap, Method, StatusCode};
 use rmcp::model::{
-    ClientJsonRpcMessage, ClientRequest, ErrorCode, ErrorData, GetMeta, JsonRpcMessage, ProtocolVersion, RequestId,
-    RequestMetaObject, ServerJsonRpcMessage, ServerResult,
+    ErrorCode, ErrorData, JsonRpcMessage, ProtocolVersion, RequestId, ResourceContents, ServerJsonRpcMessage,
+    ServerResult,
 };
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 
+mod parse;
+
+use self::parse::MetaFacts;
 use super::sessions::SessionBook;
 use crate::auth::Principal;
 use crate::error::ProxyError;
@@ -47,16 +50,6 @@ use crate::proxy::Proxy;
 const MAX_BODY: u64 = 64 * 1024;
 const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
-/// The `_meta` keys a 2026-07-28 request may carry on the fast path.
-const MODERN_META: [&str; 4] = [
-    "io.modelcontextprotocol/protocolVersion",
-    "io.modelcontextprotocol/clientCapabilities",
-    "io.modelcontextprotocol/clientInfo",
-    PROGRESS_TOKEN,
-];
-/// The one `_meta` key a session request may carry (rmcp clients send one with every request;
-/// these handlers report no progress, on either path).
-const PROGRESS_TOKEN: &str = "progressToken";
 
 /// The middleware's state; a cheap `Clone`.
 #[derive(Clone)]
@@ -76,6 +69,7 @@ struct Call {
     session: Option<Arc<str>>,
 }
 
+#[derive(Debug, PartialEq)]
 enum Op {
     Read(String),
     List(Option<String>),
@@ -219,40 +213,33 @@ fn head_is_plain(method: &Method, headers: &HeaderMap, hosts: &[String]) -> bool
 fn host_allowed(headers: &HeaderMap, hosts: &[String]) -> bool {
     let Some(host) = headers.get(HOST).and_then(|v| v.to_str().ok()) else { return false };
     let Ok(authority) = http::uri::Authority::try_from(host) else { return false };
-    let name = normalize(authority.host());
+    let name = authority.host();
     hosts.iter().any(|allowed| {
         let allowed = allowed.trim();
         if allowed.is_empty() {
             return false;
         }
         match http::uri::Authority::try_from(allowed) {
-            Ok(a) => normalize(a.host()) == name && a.port_u16().is_none_or(|p| authority.port_u16() == Some(p)),
-            Err(_) => normalize(allowed) == name,
+            Ok(a) => same_host(a.host(), name) && a.port_u16().is_none_or(|p| authority.port_u16() == Some(p)),
+            Err(_) => same_host(allowed, name),
         }
     })
 }
 
-fn normalize(host: &str) -> String {
-    host.trim_matches('[').trim_matches(']').to_ascii_lowercase()
+/// Host names equal without their IPv6 brackets, ASCII case ignored (rmcp lowercases both).
+fn same_host(a: &str, b: &str) -> bool {
+    fn bare(host: &str) -> &str {
+        host.trim_matches('[').trim_matches(']')
+    }
+    bare(a).eq_ignore_ascii_case(bare(b))
 }
 
 /// The call in `body`, when it is one the fast path answers exactly as rmcp would.
 fn classify(headers: &HeaderMap, body: &Bytes) -> Option<Call> {
-    let ClientJsonRpcMessage::Request(request) = serde_json::from_slice(body).ok()? else { return None };
+    let request = parse::typed(body).or_else(|| parse::via_rmcp(body))?;
     let session = single(headers, SESSION_HEADER)?;
-    let modern = modern_era(headers, request.request.get_meta(), session.is_some())?;
-    let op = match request.request {
-        ClientRequest::ReadResourceRequest(read) => {
-            let params = read.params;
-            if params.input_responses.is_some() || params.request_state.is_some() {
-                return None;
-            }
-            Op::Read(params.uri)
-        }
-        ClientRequest::ListResourcesRequest(list) => Op::List(list.params.and_then(|p| p.cursor)),
-        ClientRequest::ListResourceTemplatesRequest(list) => Op::Templates(list.params.and_then(|p| p.cursor)),
-        _ => return None,
-    };
+    let modern = modern_era(headers, &request.meta, session.is_some())?;
+    let op = request.op;
     let name = match &op {
         Op::Read(uri) => Some(uri.as_str()),
         _ => None,
@@ -269,15 +256,15 @@ fn classify(headers: &HeaderMap, body: &Bytes) -> Option<Call> {
 /// else in `_meta`, the version header agreeing, no session); `Some(false)` for a request on
 /// a 2025-era session (no request metadata but a progress token, a known pre-2026 version
 /// header or none).
-fn modern_era(headers: &HeaderMap, meta: &RequestMetaObject, in_session: bool) -> Option<bool> {
+fn modern_era(headers: &HeaderMap, meta: &MetaFacts, in_session: bool) -> Option<bool> {
     let version = single(headers, VERSION_HEADER)?;
-    match (in_session, meta.protocol_version()) {
-        (false, Some(v)) if v == ProtocolVersion::V_2026_07_28 && version == Some(v.as_str()) => {
-            let complete = meta.missing_required_keys(&ProtocolVersion::V_2026_07_28).is_empty();
-            let known = meta.keys().all(|k| MODERN_META.contains(&k.as_str()));
-            (complete && known).then_some(true)
+    let modern = ProtocolVersion::V_2026_07_28.as_str();
+    match (in_session, meta.version.as_deref()) {
+        (false, Some(v)) if v == modern && version == Some(v) => {
+            // rmcp's `missing_required_keys`: the version (present here) and the capabilities.
+            (meta.capabilities && meta.only_known_keys).then_some(true)
         }
-        (true, None) if meta.keys().all(|k| k == PROGRESS_TOKEN) && version.is_none_or(legacy_version) => Some(false),
+        (true, None) if meta.only_progress_token && version.is_none_or(legacy_version) => Some(false),
         _ => None,
     }
 }
@@ -328,13 +315,15 @@ fn json_reply(message: &ServerJsonRpcMessage) -> Response {
         },
         _ => StatusCode::OK,
     };
-    let body = serde_json::to_vec(message).expect("a JSON-RPC message serialises");
+    let mut body = Vec::with_capacity(size_hint(message));
+    serde_json::to_writer(&mut body, message).expect("a JSON-RPC message serialises");
     reply(status, "application/json", body)
 }
 
 /// A 2025 session reply: the message as one SSE event, headers as rmcp sends them.
 fn sse_reply(message: &ServerJsonRpcMessage) -> Response {
-    let mut body = b"data: ".to_vec();
+    let mut body = Vec::with_capacity(size_hint(message) + 8);
+    body.extend_from_slice(b"data: ");
     serde_json::to_writer(&mut body, message).expect("a JSON-RPC message serialises");
     body.extend_from_slice(b"\n\n");
     let mut response = reply(StatusCode::OK, "text/event-stream", body);
@@ -342,6 +331,29 @@ fn sse_reply(message: &ServerJsonRpcMessage) -> Response {
     headers.insert(CACHE_CONTROL, http::HeaderValue::from_static("no-cache"));
     headers.insert("x-accel-buffering", http::HeaderValue::from_static("no"));
     response
+}
+
+/// Room for the serialised message in one allocation (a read's contents are most of it; the
+/// rest is a few hundred bytes): growing the buffer from empty copied the body several times.
+fn size_hint(message: &ServerJsonRpcMessage) -> usize {
+    let contents = match message {
+        JsonRpcMessage::Response(response) => match &response.result {
+            ServerResult::ReadResourceResult(read) => read
+                .contents
+                .iter()
+                .map(|c| match c {
+                    ResourceContents::TextResourceContents { uri, text, .. } => {
+                        uri.len() + text.len() + text.len() / 16
+                    }
+                    ResourceContents::BlobResourceContents { uri, blob, .. } => uri.len() + blob.len(),
+                    _ => 256,
+                })
+                .sum(),
+            _ => 1024,
+        },
+        _ => 0,
+    };
+    contents + 512
 }
 
 fn reply(status: StatusCode, content_type: &'static str, body: Vec<u8>) -> Response {

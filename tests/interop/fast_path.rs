@@ -266,6 +266,11 @@ async fn a_2025_session_gets_rmcps_messages_as_one_sse_event_and_the_session_che
         call("resources/read", "nope+fx://fx/item/1"),
         call("resources/list", ""),
         call("resources/templates/list", ""),
+        // Shapes the fast path's typed parse leaves to rmcp's parse: still answered there, alike.
+        json!({"jsonrpc": "2.0", "id": 7.0, "method": "resources/read", "params": {"uri": "fx+fx://fx/item/1"}}),
+        json!({"jsonrpc": "2.0", "id": "s-7", "method": "resources/list", "params": {"cursor": null, "other": 1}}),
+        json!({"params": {"_meta": {"progressToken": 1}, "uri": "fx+fx://fx/item/1"}, "method": "resources/read",
+            "id": 8, "jsonrpc": "2.0"}),
     ];
     for request in requests {
         let before = served.fast_answers();

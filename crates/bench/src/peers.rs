@@ -24,9 +24,9 @@ pub struct PeerProcess {
     _child: Child,
 }
 
-/// `.peers/` of this repository.
+/// `.peers/` of this repository (two levels above this crate).
 fn peers_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".peers")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.peers")
 }
 
 /// server-everything's entry point, as `node` arguments.

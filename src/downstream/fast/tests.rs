@@ -85,7 +85,11 @@ fn modern_meta() -> Value {
 
 /// A POST as the rmcp client sends it, as `principal`.
 fn post(principal: &str, body: &Value, headers: &[(&str, &str)]) -> Request<Body> {
-    let bytes = serde_json::to_vec(body).expect("json");
+    post_bytes(principal, serde_json::to_vec(body).expect("json"), headers)
+}
+
+/// A POST of these exact body bytes.
+fn post_bytes(principal: &str, bytes: Vec<u8>, headers: &[(&str, &str)]) -> Request<Body> {
     let mut builder = Request::post("/mcp")
         .header("host", "127.0.0.1:8080")
         .header("accept", "text/event-stream, application/json")
@@ -212,4 +216,36 @@ async fn anything_it_is_not_sure_of_reaches_rmcp_with_the_same_body() {
     }
     let off = Stack::start("fast_path = false").await;
     assert_eq!(off.send(modern_read(URI)).await.0, StatusCode::IM_A_TEAPOT, "server.fast_path = false");
+}
+
+/// Bodies the typed parse declines (float id, escaped key, `null` cursor, an unknown field)
+/// are read by rmcp's parse and still answered here, as a plain body is.
+#[tokio::test]
+async fn shapes_left_to_rmcps_parse_are_answered_alike() {
+    let stack = Stack::start("").await;
+    let headers = [("mcp-protocol-version", MODERN), ("mcp-method", "resources/read"), ("mcp-name", URI)];
+    let meta = modern_meta().to_string();
+    let bodies = [
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{{"uri":"{URI}","_meta":{meta}}}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":1.0,"method":"resources/read","params":{{"uri":"{URI}","_meta":{meta}}}}}"#),
+        format!(
+            r#"{{"jsonrpc":"2.0","\u0069d":1,"method":"resources/read","params":{{"uri":"{URI}","_meta":{meta}}}}}"#
+        ),
+        format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{{"uri":"{URI}","x":[],"_meta":{meta}}}}}"#
+        ),
+    ];
+    let mut answers = Vec::new();
+    for body in bodies {
+        let (status, kind, reply) = stack.send(post_bytes("alice", body.clone().into_bytes(), &headers)).await;
+        assert_eq!((status, kind.as_str()), (StatusCode::OK, "application/json"), "{body}: {reply}");
+        let mut reply: Value = serde_json::from_str(&reply).expect("json");
+        reply["result"]["ttlMs"] = json!("<remaining lifetime>");
+        answers.push(reply);
+    }
+    assert!(answers.iter().all(|a| *a == answers[0]), "{answers:#?}");
+    let list = r#"{"jsonrpc":"2.0","id":2,"method":"resources/list","params":{"cursor":null,"_meta":META}}"#;
+    let list = list.replace("META", &meta).into_bytes();
+    let request = post_bytes("alice", list, &[("mcp-protocol-version", MODERN), ("mcp-method", "resources/list")]);
+    assert_eq!(stack.send(request).await.0, StatusCode::OK, "a null cursor");
 }
