@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 use super::client::{Notice, UpstreamClient};
 use super::http::GuardedHttpClient;
 use super::reason::{ChildOutput, initialize_failure};
+use super::relay::RelayBook;
 use super::stdio::{StdioUpstream, child_environment};
 use crate::config::{ProtocolChoice, UpstreamConfig, UpstreamTransport};
 use crate::protocol::{Era, LEGACY_HANDSHAKE, version_of};
@@ -38,9 +39,10 @@ pub(crate) async fn connect(
     notices: mpsc::UnboundedSender<Notice>,
     remembered: Option<Era>,
     output: &Arc<ChildOutput>,
+    relays: &Arc<RelayBook>,
 ) -> Result<(Running, Era), String> {
     let plan = plan(&config.protocol, remembered);
-    let start = |plan| start(config, &notices, plan, output);
+    let start = |plan| start(config, &notices, plan, output, relays);
     let running = match plan {
         Plan::Auto => match start(Plan::Auto).await {
             Ok(running) => running,
@@ -86,12 +88,14 @@ async fn start(
     notices: &mpsc::UnboundedSender<Notice>,
     plan: Plan,
     output: &Arc<ChildOutput>,
+    relays: &Arc<RelayBook>,
 ) -> Result<Running, String> {
     let handshake_version = match &plan {
         Plan::Legacy(v) => v.clone(),
         _ => LEGACY_HANDSHAKE,
     };
-    let handler = UpstreamClient::new(notices.clone(), handshake_version);
+    let over_http = matches!(config.transport, UpstreamTransport::Http { .. });
+    let handler = UpstreamClient::new(notices.clone(), handshake_version, relays.clone(), over_http);
     let mode = lifecycle(&plan);
     let name = &config.name;
     match &config.transport {

@@ -20,6 +20,7 @@ mod listing;
 mod offerings;
 mod reason;
 mod registry;
+mod relay;
 mod scan;
 mod stdio;
 mod supervisor;
@@ -34,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use self::events::{EventInbox, EventSender, Inbound};
 pub use self::registry::Registry;
+pub use self::relay::HostRelay;
 use crate::catalog::Catalog;
 use crate::config::UpstreamConfig;
 use crate::error::ProxyError;
@@ -141,6 +143,8 @@ struct Inner {
     settled: watch::Sender<bool>,
     /// The running supervisor: what stops it, and its task.
     supervisor: Mutex<Option<(CancellationToken, tokio::task::JoinHandle<()>)>>,
+    /// Routed calls in flight whose sampling, elicitation and logging go to their host.
+    relays: Arc<relay::RelayBook>,
 }
 
 /// The live connection: what requests need.
@@ -176,6 +180,7 @@ impl Upstream {
             child_output: Arc::default(),
             settled: watch::Sender::new(false),
             supervisor: Mutex::new(None),
+            relays: Arc::default(),
         };
         Self { inner: Arc::new(inner) }
     }

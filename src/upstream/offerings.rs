@@ -8,13 +8,15 @@
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResponse, CancelledNotificationParam, ClientRequest,
-    CompleteRequestParams, CompleteResult, ErrorCode, GetPromptRequestParams, GetPromptResponse,
+    CompleteRequestParams, CompleteResult, ErrorCode, GetPromptRequest, GetPromptRequestParams, GetPromptResponse,
     PaginatedRequestParams, ProgressToken, Prompt, RequestId, ServerResult, Tool,
 };
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient, ServiceError};
 
+use std::sync::Arc;
+
 use super::listing::{PageError, all_pages};
-use super::{Link, Upstream};
+use super::{HostRelay, Link, Upstream};
 use crate::error::ProxyError;
 
 /// What an upstream offers besides resources.
@@ -79,22 +81,18 @@ impl Upstream {
 
     /// `tools/call` with the upstream's own tool name. `sent` learns the progress token rmcp
     /// gave the request (it sets its own on every request) as soon as it is sent. Dropping
-    /// the future before the answer sends the upstream `notifications/cancelled`.
+    /// the future before the answer sends the upstream `notifications/cancelled`. With a
+    /// `relay`, what the upstream sends for this call goes to it (see `relay`).
     pub async fn call_tool(
         &self,
         params: CallToolRequestParams,
         sent: impl FnOnce(&ProgressToken),
+        relay: Option<Arc<dyn HostRelay>>,
     ) -> Result<CallToolResponse, ProxyError> {
         let link = self.link()?;
-        let peer = link.peer.clone();
-        let request = async move {
-            let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-            let handle = peer.send_request_with_option(request, PeerRequestOptions::no_options()).await?;
-            sent(&handle.progress_token);
-            let mut abandoned = Abandoned { peer: peer.clone(), id: Some(handle.id.clone()) };
-            let answer = handle.await_response().await;
-            abandoned.id = None;
-            match answer? {
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let request = async {
+            match self.send_routed(&link, request, sent, relay).await? {
                 ServerResult::CallToolResult(result) => Ok(CallToolResponse::Complete(result)),
                 ServerResult::InputRequiredResult(needs) => Ok(CallToolResponse::InputRequired(needs)),
                 ServerResult::CreateTaskResult(task) => Ok(CallToolResponse::Task(task)),
@@ -104,10 +102,21 @@ impl Upstream {
         self.timed("tools/call", request, !link.peer.is_transport_closed()).await
     }
 
-    /// `prompts/get` with the upstream's own prompt name.
-    pub async fn get_prompt(&self, params: GetPromptRequestParams) -> Result<GetPromptResponse, ProxyError> {
+    /// `prompts/get` with the upstream's own prompt name; with a `relay`, as for a call.
+    pub async fn get_prompt(
+        &self,
+        params: GetPromptRequestParams,
+        relay: Option<Arc<dyn HostRelay>>,
+    ) -> Result<GetPromptResponse, ProxyError> {
         let link = self.link()?;
-        let request = link.peer.get_prompt_once(params);
+        let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
+        let request = async {
+            match self.send_routed(&link, request, |_| {}, relay).await? {
+                ServerResult::GetPromptResult(result) => Ok(GetPromptResponse::Complete(result)),
+                ServerResult::InputRequiredResult(needs) => Ok(GetPromptResponse::InputRequired(needs)),
+                _ => Err(ServiceError::UnexpectedResponse),
+            }
+        };
         self.timed("prompts/get", request, !link.peer.is_transport_closed()).await
     }
 
@@ -116,6 +125,26 @@ impl Upstream {
         let link = self.link()?;
         let request = link.peer.complete(params);
         self.timed("completion/complete", request, !link.peer.is_transport_closed()).await
+    }
+
+    /// Send a routed request and await its answer: `sent` learns its progress token, `relay`
+    /// gets what the upstream sends for it meanwhile. Dropping the future before the answer
+    /// sends the upstream `notifications/cancelled`.
+    async fn send_routed(
+        &self,
+        link: &Link,
+        request: ClientRequest,
+        sent: impl FnOnce(&ProgressToken),
+        relay: Option<Arc<dyn HostRelay>>,
+    ) -> Result<ServerResult, ServiceError> {
+        let peer = link.peer.clone();
+        let handle = peer.send_request_with_option(request, PeerRequestOptions::no_options()).await?;
+        sent(&handle.progress_token);
+        let _relayed = relay.map(|relay| self.inner.relays.register(handle.id.clone(), relay));
+        let mut abandoned = Abandoned { peer, id: Some(handle.id.clone()) };
+        let answer = handle.await_response().await;
+        abandoned.id = None;
+        answer
     }
 
     async fn timed<T>(

@@ -128,7 +128,7 @@ impl Supervisor {
     async fn connect_and_serve(&self, remembered: &mut Option<Era>, backoff: &mut Duration) -> End {
         let (notices_tx, mut notices) = mpsc::unbounded_channel();
         let connected = tokio::select! {
-            connected = connect(self.upstream.config(), notices_tx.clone(), *remembered, &self.upstream.inner.child_output) => connected,
+            connected = connect(self.upstream.config(), notices_tx.clone(), *remembered, &self.upstream.inner.child_output, &self.upstream.inner.relays) => connected,
             _ = self.shutdown.cancelled() => return End::Shutdown,
         };
         let (running, era) = match connected {
