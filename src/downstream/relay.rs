@@ -160,6 +160,10 @@ impl HostRelay for HostCall {
         self.ask(|answer| Job::Elicit(params, answer))
     }
 
+    fn log_level(&self) -> Option<LoggingLevel> {
+        *self.level.lock().expect("log level lock")
+    }
+
     fn log(&self, params: LoggingMessageNotificationParam) {
         let wanted = self.level.lock().expect("log level lock").is_none_or(|least| rank(params.level) >= rank(least));
         if wanted {

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use super::listing::{PageError, all_pages};
 use super::{HostRelay, Link, Upstream};
 use crate::error::ProxyError;
+use crate::protocol::Era;
 
 /// What an upstream offers besides resources.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -138,7 +139,9 @@ impl Upstream {
         relay: Option<Arc<dyn HostRelay>>,
     ) -> Result<ServerResult, ServiceError> {
         let peer = link.peer.clone();
-        let handle = peer.send_request_with_option(request, PeerRequestOptions::no_options()).await?;
+        let mut options = PeerRequestOptions::no_options();
+        options.meta = super::relay::request_meta(link.era == Era::Modern, relay.as_ref());
+        let handle = peer.send_request_with_option(request, options).await?;
         sent(&handle.progress_token);
         let _relayed = relay.map(|relay| self.inner.relays.register(handle.id.clone(), relay));
         let mut abandoned = Abandoned { peer, id: Some(handle.id.clone()) };

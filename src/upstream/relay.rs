@@ -28,9 +28,14 @@ use futures::future::BoxFuture;
 use rmcp::ErrorData;
 use rmcp::model::{
     CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult, Extensions, JsonObject,
-    LoggingMessageNotificationParam, NotificationMetaObject, NumberOrString, RequestId,
+    LoggingLevel, LoggingMessageNotificationParam, NotificationMetaObject, NumberOrString, RequestId,
+    RequestMetaObject,
 };
 use rmcp::service::InboundStreamOrigin;
+
+/// The request `_meta` key by which a 2026-07-28 request opts in to log messages of at least
+/// that level (there is no `logging/setLevel` in that era).
+const LOG_LEVEL_KEY: &str = "io.modelcontextprotocol/logLevel";
 
 /// The `_meta` key the HTTP guard puts on a notification that arrived on the response stream
 /// of a call's POST: the upstream request id of that call. Never passed on.
@@ -45,6 +50,8 @@ pub trait HostRelay: Send + Sync + 'static {
     fn elicit(&self, params: ElicitRequestParams) -> BoxFuture<'static, Result<ElicitResult, ErrorData>>;
     /// `notifications/message` to the host, if its level lets it through.
     fn log(&self, params: LoggingMessageNotificationParam);
+    /// The least level of log messages the host wants, if it said (`logging/setLevel`).
+    fn log_level(&self) -> Option<LoggingLevel>;
 }
 
 /// How a message from the upstream can be attributed.
@@ -110,6 +117,15 @@ impl Drop for RelayTicket {
     }
 }
 
+/// A routed request's `_meta` for a 2026-07-28 upstream (`modern`): the calling host's log
+/// level, so the upstream sends log messages for the call at all.
+pub(crate) fn request_meta(modern: bool, relay: Option<&Arc<dyn HostRelay>>) -> Option<RequestMetaObject> {
+    let level = relay.and_then(|relay| relay.log_level()).filter(|_| modern)?;
+    let mut meta = RequestMetaObject::default();
+    meta.0.0.insert(LOG_LEVEL_KEY.into(), serde_json::to_value(level).expect("a level serialises"));
+    Some(meta)
+}
+
 /// The origin of a request, from the marker rmcp's HTTP transport puts on it.
 pub(crate) fn request_origin(extensions: &Extensions) -> Origin {
     match extensions.get::<InboundStreamOrigin>() {
@@ -164,6 +180,9 @@ mod tests {
             Box::pin(async { Err(ErrorData::internal_error("unused", None)) })
         }
         fn log(&self, _: LoggingMessageNotificationParam) {}
+        fn log_level(&self) -> Option<LoggingLevel> {
+            None
+        }
     }
 
     fn name_of(found: Option<Arc<dyn HostRelay>>) -> Option<usize> {

@@ -58,13 +58,15 @@ const SCENARIOS: [&str; 20] = [
 /// gap shows here.
 /// - 2025-11-25 upstream: none. Sampling, elicitation and logging the upstream sends for a call
 ///   are relayed to the calling host (src/upstream/relay.rs, src/downstream/relay.rs).
-/// - 2026-07-28 upstream: sampling and elicitation come back as `input_required` (MRTR)
-///   results of the call, which the proxy passes through as they are; the suite's 2025 client
-///   cannot answer them (the proxy does not turn them into 2025 requests to the host and retry).
+/// - 2026-07-28 upstream: sampling and elicitation. That era forbids server-to-client requests,
+///   so the Python SDK server's `create_message` / `elicit` fail the call (-32600); a server of
+///   that era asks through an `input_required` (MRTR) result instead, which the proxy passes
+///   through as it is. Turning one into 2025 requests to a 2025 host and retrying the call with
+///   the answers is not done. (Logging passes: the proxy asks a 2026-07-28 upstream for the
+///   host's level per request, `io.modelcontextprotocol/logLevel`.)
 fn not_forwarded(era: &str) -> &'static [&'static str] {
     match era {
         "2026-07-28" => &[
-            "tools-call-with-logging",
             "tools-call-sampling",
             "tools-call-elicitation",
             "elicitation-sep1034-defaults",
