@@ -103,8 +103,13 @@ fn drained(heard: &mut mpsc::UnboundedReceiver<Sent>) -> Vec<Sent> {
 }
 
 async fn proxy_in_front() -> anyhow::Result<(crate::support::peers::PeerHttp, ProxyProcess)> {
+    proxy_with("").await
+}
+
+async fn proxy_with(extra: &str) -> anyhow::Result<(crate::support::peers::PeerHttp, ProxyProcess)> {
     let upstream = spawn_py_script_http("conformance_server.py", &[]);
-    let proxy = ProxyProcess::start(&http_upstream("py", &upstream.url, "protocol = \"2025-11-25\"")).await?;
+    let extra = format!("protocol = \"2025-11-25\"\n{extra}");
+    let proxy = ProxyProcess::start(&http_upstream("py", &upstream.url, &extra)).await?;
     proxy.wait_up("py", 1).await?;
     Ok((upstream, proxy))
 }
@@ -181,5 +186,25 @@ async fn log_messages_go_only_to_the_host_whose_call_sent_them_at_its_level() ->
     for host in [alice, bob] {
         host.cancel().await?;
     }
+    Ok(())
+}
+
+/// A host that never answers a relayed sampling request holds nothing up: its call fails at the
+/// upstream's `request_timeout`, and the next call on the same upstream is served.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_that_never_answers_sampling_fails_only_its_own_call_at_the_timeout() -> anyhow::Result<()> {
+    let (_upstream, proxy) = proxy_with("request_timeout = \"2s\"").await?;
+    // A barrier for two that only one ever reaches: this host never answers.
+    let never = Arc::new(Barrier::new(2));
+    let (silent, mut silent_heard) = host(&proxy.url, "silent", true, &never).await?;
+    let started = std::time::Instant::now();
+    let answer = call(&silent, "py__test_sampling", json!({"prompt": "question of silent"})).await;
+    let elapsed = started.elapsed();
+    assert!(answer.is_err(), "the call fails at the timeout: {answer:?}");
+    assert!(elapsed < std::time::Duration::from_secs(10), "within the call's timeout: {elapsed:?}");
+    assert!(matches!(&drained(&mut silent_heard)[..], [Sent::Sampling(_)]), "it was asked");
+    let after = call(&silent, "py__test_simple_text", json!({})).await?;
+    assert!(text_of(&after).contains("simple text response"), "{after:?}");
+    silent.cancel().await?;
     Ok(())
 }
