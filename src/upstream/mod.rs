@@ -6,7 +6,8 @@
 //! dies. Requests (`read`) go over the current connection with the upstream's timeout.
 //! The transports are guarded (`stdio`, `http`): a faulty reply — too large, not UTF-8, not
 //! JSON-RPC, the wrong id — fails its own request with a clear error (`faults`), never the
-//! connection; a stdio child sees only an allowlisted environment.
+//! connection; a stdio child sees only an allowlisted environment. Sampling, elicitation and
+//! log messages an upstream sends for a routed call go to that call's host (`relay`).
 //!
 //! Invariant: an upstream's entries are in the catalog only while it is connected; an upstream
 //! never takes another down, and no upstream error text reaches a client (see `error`).
