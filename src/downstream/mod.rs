@@ -8,6 +8,7 @@ mod gate;
 mod http;
 mod offerings;
 mod outlets;
+mod relay;
 mod sessions;
 
 use std::collections::HashSet;
@@ -66,6 +67,9 @@ pub struct ProxyServer {
     session: OnceLock<Session>,
     /// Cancelled when listen streams are to end gracefully (shutdown; see `closing`).
     closing: CancellationToken,
+    /// The level this host set with `logging/setLevel`, for the upstreams' log messages of its
+    /// calls (see `relay`).
+    log_level: relay::LogLevel,
 }
 
 struct Session {
@@ -95,7 +99,15 @@ impl Clone for ProxyServer {
 impl ProxyServer {
     pub fn new(proxy: Proxy, principal: &str, transport: Transport) -> Self {
         let closing = CancellationToken::new();
-        Self { proxy, principal: principal.into(), transport, book: None, session: OnceLock::new(), closing }
+        Self {
+            proxy,
+            principal: principal.into(),
+            transport,
+            book: None,
+            session: OnceLock::new(),
+            closing,
+            log_level: relay::LogLevel::default(),
+        }
     }
 
     /// Listen streams end gracefully (with their final result) when `closing` is cancelled.
@@ -242,6 +254,19 @@ impl ServerHandler for ProxyServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
         self.offerings_complete(request, context).await
+    }
+
+    /// Kept for this host session alone (an upstream connection is shared): it filters the
+    /// upstreams' log messages relayed for its calls (see `relay`).
+    #[allow(deprecated)] // Logging is deprecated by SEP-2577 but still in the 2025 era.
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.check_principal(&context.extensions)?;
+        *self.log_level.lock().expect("log level lock") = Some(request.level);
+        Ok(())
     }
 
     /// rmcp hands a known method whose params do not parse (a read without `uri`) here: it is

@@ -1,6 +1,7 @@
 //! The `ServerHandler` side of tools, prompts and completion: each request goes to
 //! [`crate::tools::Tools`] with the caller's principal and its cancellation token, and is
-//! counted like every other request. The bridge's tools ([`crate::bridge`]) head the first
+//! counted like every other request. What an upstream sends for a host's call (sampling,
+//! elicitation, logging) is relayed to that host by the call's own task (`relay`). The bridge's tools ([`crate::bridge`]) head the first
 //! `tools/list` page and their calls go to the bridge.
 
 use std::sync::Arc;
@@ -95,6 +96,8 @@ pub(super) fn advertise(capabilities: &mut ServerCapabilities) {
     capabilities.tools = Some(tools);
     capabilities.prompts = Some(prompts);
     capabilities.completions = Some(Default::default());
+    // What upstreams log for a host's call is relayed to it (see `relay`).
+    capabilities.logging = Some(Default::default());
 }
 
 impl ProxyServer {
@@ -141,7 +144,9 @@ impl ProxyServer {
         let _permit = self.admit_call("tools/call", started)?;
         let token = context.meta.get_progress_token().or_else(|| request.meta.as_ref()?.get_progress_token());
         let (progress, outlet) = token.map(|token| HostProgress::start(context.peer.clone(), token)).unzip();
-        let answer = self.proxy.tools().call_tool(&self.principal, request, &context.ct, outlet).await;
+        let (relay, jobs) = super::relay::for_call(&context, &self.log_level);
+        let call = self.proxy.tools().call_tool(&self.principal, request, &context.ct, outlet, Some(relay));
+        let answer = super::relay::serving(call, jobs, &context.peer).await;
         if let Some(progress) = progress {
             progress.flushed().await;
         }
@@ -156,7 +161,9 @@ impl ProxyServer {
         self.check_principal(&context.extensions)?;
         let started = Instant::now();
         let _permit = self.admit_call("prompts/get", started)?;
-        let answer = self.proxy.tools().get_prompt(&self.principal, request, &context.ct).await;
+        let (relay, jobs) = super::relay::for_call(&context, &self.log_level);
+        let get = self.proxy.tools().get_prompt(&self.principal, request, &context.ct, Some(relay));
+        let answer = super::relay::serving(get, jobs, &context.peer).await;
         self.record("prompts/get", started, answer)
     }
 

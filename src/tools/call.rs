@@ -5,7 +5,9 @@
 //!
 //! A host that cancels its request (`notifications/cancelled`) drops the upstream request,
 //! which sends the upstream `notifications/cancelled` in turn. MRTR (`input_required`)
-//! answers pass through to the host as they are; nothing is cached.
+//! answers pass through to the host as they are; nothing is cached. What a 2025-era upstream
+//! sends for the call (sampling, elicitation, logging) goes to the calling host's relay
+//! (`crate::upstream` attributes it).
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
@@ -21,19 +23,20 @@ use crate::error::ProxyError;
 use crate::metrics::DenialAction;
 use crate::namespace;
 use crate::policy::PolicySet;
-use crate::upstream::Upstream;
+use crate::upstream::{HostRelay, Upstream};
 
 impl Tools {
     /// Call a namespaced tool for `principal`.
     /// With a `progress` outlet (the host asked for progress), the upstream's progress of
     /// this call reaches it: every step sent before the answer is in the outlet before this
-    /// returns.
+    /// returns; with a `relay`, its sampling, elicitation and logging.
     pub async fn call_tool(
         &self,
         principal: &str,
         mut params: CallToolRequestParams,
         cancelled: &CancellationToken,
         progress: Option<Arc<dyn ProgressOutlet>>,
+        relay: Option<Arc<dyn HostRelay>>,
     ) -> Result<CallToolResponse, ProxyError> {
         // One policy snapshot decides the call and what of its result is passed on.
         let policy = self.policy();
@@ -41,7 +44,7 @@ impl Tools {
         params.name = original.into();
         params.meta = meta_upstream(params.meta.take());
         // Every step the upstream sent before its answer is in `progress` when this returns.
-        let answer = until_cancelled(cancelled, upstream.call_tool(params, progress)).await?;
+        let answer = until_cancelled(cancelled, upstream.call_tool(params, progress, relay)).await?;
         match answer {
             CallToolResponse::Complete(result) => {
                 Ok(CallToolResponse::Complete(self.result_for(upstream.name(), result, &policy, principal)))
@@ -92,18 +95,19 @@ impl Tools {
         result
     }
 
-    /// Get a namespaced prompt for `principal`.
+    /// Get a namespaced prompt for `principal`; with a `relay`, as for a call.
     pub async fn get_prompt(
         &self,
         principal: &str,
         mut params: GetPromptRequestParams,
         cancelled: &CancellationToken,
+        relay: Option<Arc<dyn HostRelay>>,
     ) -> Result<GetPromptResponse, ProxyError> {
         let policy = self.policy();
         let (upstream, original) = self.route(&policy, principal, Offering::Prompt, &params.name)?;
         params.name = original;
         params.meta = meta_upstream(params.meta.take());
-        let answer = until_cancelled(cancelled, upstream.get_prompt(params)).await?;
+        let answer = until_cancelled(cancelled, upstream.get_prompt(params, relay)).await?;
         let GetPromptResponse::Complete(mut result) = answer else { return Ok(answer) };
         result.result_type = Some(ResultType::COMPLETE);
         result.messages.retain_mut(|message| {

@@ -1,12 +1,22 @@
-//! The proxy's client side of one upstream connection: it identifies the proxy and turns the
-//! upstream's legacy notifications into [`Notice`]s for the supervisor.
+//! The proxy's client side of one upstream connection: it identifies the proxy, turns the
+//! upstream's legacy notifications into [`Notice`]s for the supervisor, and relays sampling,
+//! elicitation and logging of a routed call to the host that made it (`relay`).
 
-use rmcp::ClientHandler;
+#![allow(deprecated)] // Sampling and logging are deprecated by SEP-2577 but still in the 2025 era.
+
+use std::sync::Arc;
+
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, Implementation, ProtocolVersion, ResourceUpdatedNotificationParam,
+    ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams,
+    ElicitResult, ElicitationCapability, FormElicitationCapability, Implementation, LoggingMessageNotificationParam,
+    NotificationMetaObject, ProtocolVersion, ResourceUpdatedNotificationParam, SamplingCapability,
+    UrlElicitationCapability,
 };
-use rmcp::service::{NotificationContext, RoleClient};
+use rmcp::service::{NotificationContext, RequestContext, RoleClient};
+use rmcp::{ClientHandler, ErrorData};
 use tokio::sync::mpsc;
+
+use super::relay::{self, HostRelay, RelayBook};
 
 /// What an upstream said, for its supervisor.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,20 +37,48 @@ pub(crate) enum Notice {
 pub(crate) struct UpstreamClient {
     notices: mpsc::UnboundedSender<Notice>,
     protocol_version: ProtocolVersion,
+    /// The routed calls in flight on this upstream, for what it sends for them.
+    relays: Arc<RelayBook>,
+    /// Streamable HTTP: notifications of a call are marked by the guard (see `relay`).
+    over_http: bool,
 }
 
 impl UpstreamClient {
-    pub fn new(notices: mpsc::UnboundedSender<Notice>, protocol_version: ProtocolVersion) -> Self {
-        Self { notices, protocol_version }
+    pub fn new(
+        notices: mpsc::UnboundedSender<Notice>,
+        protocol_version: ProtocolVersion,
+        relays: Arc<RelayBook>,
+        over_http: bool,
+    ) -> Self {
+        Self { notices, protocol_version, relays, over_http }
     }
+
+    /// The host of the call a request from the upstream belongs to; otherwise the error the
+    /// upstream gets.
+    fn host_of(&self, context: &RequestContext<RoleClient>, method: &str) -> Result<Arc<dyn HostRelay>, ErrorData> {
+        self.relays.find(&relay::request_origin(&context.extensions)).ok_or_else(|| {
+            tracing::debug!(method, "a request from the upstream that belongs to no call in flight; refused");
+            ErrorData::invalid_params(format!("{method} is accepted only for a call in flight"), None)
+        })
+    }
+}
+
+/// What the proxy offers an upstream: what it relays to the calling host (which may still
+/// refuse it when it lacks the capability itself).
+fn capabilities() -> ClientCapabilities {
+    let mut capabilities = ClientCapabilities::default();
+    capabilities.sampling = Some(SamplingCapability::default());
+    let mut elicitation = ElicitationCapability::default();
+    elicitation.form = Some(FormElicitationCapability::default());
+    elicitation.url = Some(UrlElicitationCapability::default());
+    capabilities.elicitation = Some(elicitation);
+    capabilities
 }
 
 impl ClientHandler for UpstreamClient {
     fn get_info(&self) -> ClientConfig {
-        let mut info = ClientConfig::new(
-            ClientCapabilities::default(),
-            Implementation::new(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")),
-        );
+        let mut info =
+            ClientConfig::new(capabilities(), Implementation::new(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")));
         info.protocol_version = self.protocol_version.clone();
         info
     }
@@ -51,6 +89,39 @@ impl ClientHandler for UpstreamClient {
 
     async fn on_resource_list_changed(&self, _: NotificationContext<RoleClient>) {
         let _ = self.notices.send(Notice::ListChanged);
+    }
+
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        self.host_of(&context, "sampling/createMessage")?.sample(params).await
+    }
+
+    async fn create_elicitation(
+        &self,
+        params: ElicitRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        self.host_of(&context, "elicitation/create")?.elicit(params).await
+    }
+
+    async fn on_logging_message(
+        &self,
+        mut params: LoggingMessageNotificationParam,
+        mut context: NotificationContext<RoleClient>,
+    ) {
+        // rmcp 3.11 leaves a notification's `_meta` among the context's extensions.
+        let extension_meta = context.extensions.get_mut::<NotificationMetaObject>();
+        let metas = [params.meta.as_mut(), Some(&mut context.meta), extension_meta];
+        let origins = metas.into_iter().map(|meta| relay::notification_origin(meta, self.over_http));
+        let origin = origins.reduce(relay::Origin::or).unwrap_or(relay::Origin::Unknown);
+        params.meta = params.meta.filter(|meta| !meta.0.0.is_empty());
+        match self.relays.find(&origin) {
+            Some(host) => host.log(params),
+            None => tracing::debug!("a log message from the upstream that belongs to no call in flight; dropped"),
+        }
     }
 
     async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {

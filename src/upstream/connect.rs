@@ -18,6 +18,7 @@ use super::client::{Notice, UpstreamClient};
 use super::http::GuardedHttpClient;
 use super::progress::{ProgressRoutes, Tapped};
 use super::reason::{ChildOutput, initialize_failure};
+use super::relay::RelayBook;
 use super::stdio::{StdioUpstream, child_environment};
 use crate::config::{ProtocolChoice, UpstreamConfig, UpstreamTransport};
 use crate::protocol::{Era, LEGACY_HANDSHAKE, version_of};
@@ -42,9 +43,10 @@ pub(crate) async fn connect(
     progress: &ProgressRoutes,
     remembered: Option<Era>,
     output: &Arc<ChildOutput>,
+    relays: &Arc<RelayBook>,
 ) -> Result<(Running, Era), String> {
     let plan = plan(&config.protocol, remembered);
-    let start = |plan| start(config, &notices, progress, plan, output);
+    let start = |plan| start(config, &notices, progress, plan, output, relays);
     let running = match plan {
         Plan::Auto => match start(Plan::Auto).await {
             Ok(running) => running,
@@ -91,12 +93,14 @@ async fn start(
     progress: &ProgressRoutes,
     plan: Plan,
     output: &Arc<ChildOutput>,
+    relays: &Arc<RelayBook>,
 ) -> Result<Running, String> {
     let handshake_version = match &plan {
         Plan::Legacy(v) => v.clone(),
         _ => LEGACY_HANDSHAKE,
     };
-    let handler = UpstreamClient::new(notices.clone(), handshake_version);
+    let over_http = matches!(config.transport, UpstreamTransport::Http { .. });
+    let handler = UpstreamClient::new(notices.clone(), handshake_version, relays.clone(), over_http);
     let mode = lifecycle(&plan);
     let name = &config.name;
     match &config.transport {

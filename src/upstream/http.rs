@@ -8,6 +8,9 @@
 //! carrying another request's id becomes one too. Errors that are about the connection (refused,
 //! reset, HTTP status) pass through unchanged — without the URL, which may hold credentials.
 //!
+//! Notifications on a POST's response stream are marked with the request it carried, and marks
+//! are taken off whatever arrives elsewhere, so they can be relayed to that call's host (`relay`).
+//!
 //! Invariant: a request whose reply is faulty gets exactly one answer, the fault; nothing of
 //! the faulty reply reaches rmcp.
 
@@ -158,8 +161,18 @@ impl StreamableHttpClient for GuardedHttpClient {
                 max_sse_event_size,
             )
             .await
+            .map(|stream| stream.map(|event| event.map(|event| marked(event, None))).boxed())
             .map_err(without_url)
     }
+}
+
+/// An event with its notification marked as sent for `call` (or unmarked: see `relay`).
+fn marked(mut event: Sse, call: Option<&RequestId>) -> Sse {
+    let Some(data) = event.data.as_deref().filter(|data| data.contains("\"method\"")) else { return event };
+    let Ok(mut message) = serde_json::from_str::<serde_json::Value>(data) else { return event };
+    super::relay::mark_notification(&mut message, call);
+    event.data = Some(message.to_string());
+    event
 }
 
 /// A JSON reply to request `id`: a response for another id is a fault; an error without an id
@@ -210,7 +223,7 @@ fn guard_sse(stream: SseStream, id: RequestId, limit: usize) -> SseStream {
                 Err(_) => Some(Fault::Malformed),
             };
             match fault {
-                None => event,
+                None => event.map(|event| marked(event, Some(&id))),
                 Some(fault) => {
                     faulted.store(true, std::sync::atomic::Ordering::Relaxed);
                     Ok(fault_event(fault, &id))

@@ -6,7 +6,8 @@
 //! dies. Requests (`read`) go over the current connection with the upstream's timeout.
 //! The transports are guarded (`stdio`, `http`): a faulty reply — too large, not UTF-8, not
 //! JSON-RPC, the wrong id — fails its own request with a clear error (`faults`), never the
-//! connection; a stdio child sees only an allowlisted environment.
+//! connection; a stdio child sees only an allowlisted environment. Sampling, elicitation and
+//! log messages an upstream sends for a routed call go to that call's host (`relay`).
 //!
 //! Invariant: an upstream's entries are in the catalog only while it is connected; an upstream
 //! never takes another down, and no upstream error text reaches a client (see `error`).
@@ -21,6 +22,7 @@ mod offerings;
 mod progress;
 mod reason;
 mod registry;
+mod relay;
 mod scan;
 mod stdio;
 mod supervisor;
@@ -35,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use self::events::{EventInbox, EventSender, Inbound};
 pub use self::registry::Registry;
+pub use self::relay::HostRelay;
 use crate::catalog::Catalog;
 use crate::config::UpstreamConfig;
 use crate::error::ProxyError;
@@ -140,6 +143,8 @@ struct Inner {
     settled: watch::Sender<bool>,
     /// The running supervisor: what stops it, and its task.
     supervisor: Mutex<Option<(CancellationToken, tokio::task::JoinHandle<()>)>>,
+    /// Routed calls in flight whose sampling, elicitation and logging go to their host.
+    relays: Arc<relay::RelayBook>,
 }
 
 /// The live connection: what requests need.
@@ -177,6 +182,7 @@ impl Upstream {
             child_output: Arc::default(),
             settled: watch::Sender::new(false),
             supervisor: Mutex::new(None),
+            relays: Arc::default(),
         };
         Self { inner: Arc::new(inner) }
     }

@@ -7,17 +7,19 @@
 //! request.
 
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResponse, CancelledNotificationParam, CompleteRequestParams,
-    CompleteResult, ErrorCode, GetPromptRequestParams, GetPromptResponse, PaginatedRequestParams, Prompt, RequestId,
-    ServerResult, Tool,
+    CallToolRequest, CallToolRequestParams, CallToolResponse, CancelledNotificationParam, ClientRequest,
+    CompleteRequestParams, CompleteResult, ErrorCode, GetPromptRequest, GetPromptRequestParams, GetPromptResponse,
+    PaginatedRequestParams, Prompt, RequestId, ServerResult, Tool,
 };
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient, ServiceError};
 
+use std::sync::Arc;
+
 use super::listing::{PageError, all_pages};
 use super::progress::{ProgressClaim, ProgressRoutes};
-use super::{Link, ProgressOutlet, Upstream};
+use super::{HostRelay, Link, ProgressOutlet, Upstream};
 use crate::error::ProxyError;
-use std::sync::Arc;
+use crate::protocol::Era;
 
 /// What an upstream offers besides resources.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -81,26 +83,22 @@ impl Upstream {
 
     /// `tools/call` with the upstream's own tool name. With a `progress` outlet, the upstream's
     /// progress of this call goes there (by the token rmcp gives the request, one per request),
-    /// every step sent before the answer before this returns (see `progress`). Dropping the
-    /// future before the answer sends the upstream `notifications/cancelled`.
+    /// every step sent before the answer before this returns (see `progress`). With a `relay`,
+    /// what the upstream sends for this call goes to it (see `relay`). Dropping the future
+    /// before the answer sends the upstream `notifications/cancelled`.
     pub async fn call_tool(
         &self,
         params: CallToolRequestParams,
         progress: Option<Arc<dyn ProgressOutlet>>,
+        relay: Option<Arc<dyn HostRelay>>,
     ) -> Result<CallToolResponse, ProxyError> {
         let link = self.link()?;
-        let (peer, routes) = (link.peer.clone(), link.progress.clone());
-        let request = async move {
-            let mut request = CallToolRequest::new(params);
-            if let Some(outlet) = &progress {
-                request.extensions.insert(ProgressClaim(Arc::downgrade(outlet)));
-            }
-            let handle = peer.send_request_with_option(request.into(), PeerRequestOptions::no_options()).await?;
-            let _forget = Forget { routes: &routes, token: handle.progress_token.clone() };
-            let mut abandoned = Abandoned { peer: peer.clone(), id: Some(handle.id.clone()) };
-            let answer = handle.await_response().await;
-            abandoned.id = None;
-            match answer? {
+        let mut request = CallToolRequest::new(params);
+        if let Some(outlet) = &progress {
+            request.extensions.insert(ProgressClaim(Arc::downgrade(outlet)));
+        }
+        let request = async {
+            match self.send_routed(&link, ClientRequest::CallToolRequest(request), relay).await? {
                 ServerResult::CallToolResult(result) => Ok(CallToolResponse::Complete(result)),
                 ServerResult::InputRequiredResult(needs) => Ok(CallToolResponse::InputRequired(needs)),
                 ServerResult::CreateTaskResult(task) => Ok(CallToolResponse::Task(task)),
@@ -110,10 +108,21 @@ impl Upstream {
         self.timed("tools/call", request, !link.peer.is_transport_closed()).await
     }
 
-    /// `prompts/get` with the upstream's own prompt name.
-    pub async fn get_prompt(&self, params: GetPromptRequestParams) -> Result<GetPromptResponse, ProxyError> {
+    /// `prompts/get` with the upstream's own prompt name; with a `relay`, as for a call.
+    pub async fn get_prompt(
+        &self,
+        params: GetPromptRequestParams,
+        relay: Option<Arc<dyn HostRelay>>,
+    ) -> Result<GetPromptResponse, ProxyError> {
         let link = self.link()?;
-        let request = link.peer.get_prompt_once(params);
+        let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
+        let request = async {
+            match self.send_routed(&link, request, relay).await? {
+                ServerResult::GetPromptResult(result) => Ok(GetPromptResponse::Complete(result)),
+                ServerResult::InputRequiredResult(needs) => Ok(GetPromptResponse::InputRequired(needs)),
+                _ => Err(ServiceError::UnexpectedResponse),
+            }
+        };
         self.timed("prompts/get", request, !link.peer.is_transport_closed()).await
     }
 
@@ -122,6 +131,28 @@ impl Upstream {
         let link = self.link()?;
         let request = link.peer.complete(params);
         self.timed("completion/complete", request, !link.peer.is_transport_closed()).await
+    }
+
+    /// Send a routed request and await its answer; `relay` gets what the upstream sends for it
+    /// meanwhile. A progress claim in its extensions is routed by the tapped transport and
+    /// forgotten when this returns. Dropping the future before the answer sends the upstream
+    /// `notifications/cancelled`.
+    async fn send_routed(
+        &self,
+        link: &Link,
+        request: ClientRequest,
+        relay: Option<Arc<dyn HostRelay>>,
+    ) -> Result<ServerResult, ServiceError> {
+        let peer = link.peer.clone();
+        let mut options = PeerRequestOptions::no_options();
+        options.meta = super::relay::request_meta(link.era == Era::Modern, relay.as_ref());
+        let handle = peer.send_request_with_option(request, options).await?;
+        let _forget = Forget { routes: &link.progress, token: handle.progress_token.clone() };
+        let _relayed = relay.map(|relay| self.inner.relays.register(handle.id.clone(), relay));
+        let mut abandoned = Abandoned { peer, id: Some(handle.id.clone()) };
+        let answer = handle.await_response().await;
+        abandoned.id = None;
+        answer
     }
 
     async fn timed<T>(

@@ -130,7 +130,7 @@ impl Supervisor {
         let progress = super::progress::ProgressRoutes::default();
         let output = &self.upstream.inner.child_output;
         let connected = tokio::select! {
-            connected = connect(self.upstream.config(), notices_tx.clone(), &progress, *remembered, output) => connected,
+            connected = connect(self.upstream.config(), notices_tx.clone(), &progress, *remembered, output, &self.upstream.inner.relays) => connected,
             _ = self.shutdown.cancelled() => return End::Shutdown,
         };
         let (running, era) = match connected {

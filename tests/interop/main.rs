@@ -18,6 +18,7 @@ mod never_stale;
 mod prometheus;
 mod python_client;
 mod python_subscriptions;
+mod relay;
 mod reload;
 mod third_party;
 mod tools;

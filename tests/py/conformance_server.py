@@ -7,6 +7,7 @@ suite's repository, not published to any registry; this one is the Python SDK's 
 the same written requirements, so the proxy is measured against a real SDK, not a fixture of its own.
 
     conformance_server.py --http PORT     # streamable HTTP on 127.0.0.1:PORT/mcp (0 = a free port)
+    conformance_server.py --stdio         # stdio instead
         [--extra-tool NAME]...            # more tools, beyond the suite's (each returns its name)
 
 Readiness: once the socket listens, ONE line `LISTENING http://127.0.0.1:<port>/mcp` goes to
@@ -39,7 +40,9 @@ PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX
 WAV = "UklGRigAAABXQVZFZm10IBAAAAABAAEAQB8AAIA+AAACABAAZGF0YQQAAAAAAAAA"
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--http", type=int, metavar="PORT", required=True)
+transport = parser.add_mutually_exclusive_group(required=True)
+transport.add_argument("--http", type=int, metavar="PORT")
+transport.add_argument("--stdio", action="store_true", help="serve on stdin/stdout instead")
 parser.add_argument(
     "--extra-tool", action="append", default=[], metavar="NAME", help="one more tool NAME (returns its name)"
 )
@@ -240,4 +243,7 @@ async def serve_http(port: int) -> None:
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    anyio.run(serve_http, ARGS.http)
+    if ARGS.stdio:
+        mcp.run("stdio")
+    else:
+        anyio.run(serve_http, ARGS.http)

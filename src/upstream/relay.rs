@@ -1,0 +1,237 @@
+//! What an upstream sends *for* a routed call, relayed to the host that made it: the
+//! server-to-client requests `sampling/createMessage` and `elicitation/create`, and its
+//! `notifications/message` (logging).
+//!
+//! An upstream connection is shared by every host, so each such message is attributed to the
+//! call it belongs to before it goes anywhere:
+//! - streamable HTTP: the upstream sends them on the SSE response stream of the POST that
+//!   carried the call. rmcp marks a request arriving there with that POST's request id
+//!   (`InboundStreamOrigin`); the HTTP guard (`http`) marks a notification arriving there with
+//!   [`CALL_KEY`] in its `_meta` (and removes that key from whatever arrives elsewhere, so an
+//!   upstream cannot name a call itself).
+//! - stdio (and the in-process folder server): there is no per-request stream; a message is
+//!   relayed only when exactly one relaying call is in flight on the upstream, else the request
+//!   is answered with an error and the notification dropped.
+//!
+//! Each routed call registers its host's [`HostRelay`] under the upstream request's id while it
+//! is in flight ([`RelayBook`]).
+//!
+//! Invariant: a relayed request or notification reaches only the host whose call it belongs to,
+//! and only while that call is in flight; nothing unattributed is relayed.
+
+#![allow(deprecated)] // Sampling and logging are deprecated by SEP-2577 but still in the 2025 era.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+use rmcp::ErrorData;
+use rmcp::model::{
+    CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult, Extensions, JsonObject,
+    LoggingLevel, LoggingMessageNotificationParam, NotificationMetaObject, NumberOrString, RequestId,
+    RequestMetaObject,
+};
+use rmcp::service::InboundStreamOrigin;
+
+/// The request `_meta` key by which a 2026-07-28 request opts in to log messages of at least
+/// that level (there is no `logging/setLevel` in that era).
+const LOG_LEVEL_KEY: &str = "io.modelcontextprotocol/logLevel";
+
+/// The `_meta` key the HTTP guard puts on a notification that arrived on the response stream
+/// of a call's POST: the upstream request id of that call. Never passed on.
+pub(crate) const CALL_KEY: &str = "io.github.mcp-resource-proxy/call";
+
+/// The host side of one routed call: where what the upstream sends for it goes. Never waits
+/// on a host in `log`; `sample`/`elicit` end when the host answers or the call is over.
+pub trait HostRelay: Send + Sync + 'static {
+    /// `sampling/createMessage` to the host (an error when it did not declare `sampling`).
+    fn sample(&self, params: CreateMessageRequestParams) -> BoxFuture<'static, Result<CreateMessageResult, ErrorData>>;
+    /// `elicitation/create` to the host (an error when it did not declare `elicitation`).
+    fn elicit(&self, params: ElicitRequestParams) -> BoxFuture<'static, Result<ElicitResult, ErrorData>>;
+    /// `notifications/message` to the host, if its level lets it through.
+    fn log(&self, params: LoggingMessageNotificationParam);
+    /// The least level of log messages the host wants, if it said (`logging/setLevel`).
+    fn log_level(&self) -> Option<LoggingLevel>;
+}
+
+/// How a message from the upstream can be attributed.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Origin {
+    /// It arrived on the response stream of this upstream request.
+    Call(RequestId),
+    /// It arrived where no call's stream is (an HTTP listen stream).
+    Unassociated,
+    /// The transport has no per-request streams (stdio).
+    Unknown,
+}
+
+impl Origin {
+    /// The attribution found in either of two places of one message (each is searched).
+    pub fn or(self, other: Origin) -> Origin {
+        match self {
+            Origin::Call(_) => self,
+            _ => other,
+        }
+    }
+}
+
+/// The calls in flight on one upstream that relay, by upstream request id.
+#[derive(Default)]
+pub(crate) struct RelayBook {
+    calls: Mutex<HashMap<RequestId, Arc<dyn HostRelay>>>,
+}
+
+/// A registered call; dropping it (the call is over) unregisters it.
+pub(crate) struct RelayTicket {
+    book: Arc<RelayBook>,
+    id: RequestId,
+}
+
+impl RelayBook {
+    /// What the upstream sends for request `id` goes to `relay` until the ticket is dropped.
+    pub fn register(self: &Arc<Self>, id: RequestId, relay: Arc<dyn HostRelay>) -> RelayTicket {
+        self.calls.lock().expect("relay lock").insert(id.clone(), relay);
+        RelayTicket { book: self.clone(), id }
+    }
+
+    /// The host a message of this origin goes to, if it can be attributed.
+    pub fn find(&self, origin: &Origin) -> Option<Arc<dyn HostRelay>> {
+        let calls = self.calls.lock().expect("relay lock");
+        match origin {
+            Origin::Call(id) => calls.get(id).cloned(),
+            Origin::Unassociated => None,
+            Origin::Unknown if calls.len() == 1 => calls.values().next().cloned(),
+            Origin::Unknown => None,
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.calls.lock().expect("relay lock").len()
+    }
+}
+
+impl Drop for RelayTicket {
+    fn drop(&mut self) {
+        self.book.calls.lock().expect("relay lock").remove(&self.id);
+    }
+}
+
+/// A routed request's `_meta` for a 2026-07-28 upstream (`modern`): the calling host's log
+/// level, so the upstream sends log messages for the call at all.
+pub(crate) fn request_meta(modern: bool, relay: Option<&Arc<dyn HostRelay>>) -> Option<RequestMetaObject> {
+    let level = relay.and_then(|relay| relay.log_level()).filter(|_| modern)?;
+    let mut meta = RequestMetaObject::default();
+    meta.0.0.insert(LOG_LEVEL_KEY.into(), serde_json::to_value(level).expect("a level serialises"));
+    Some(meta)
+}
+
+/// The origin of a request, from the marker rmcp's HTTP transport puts on it.
+pub(crate) fn request_origin(extensions: &Extensions) -> Origin {
+    match extensions.get::<InboundStreamOrigin>() {
+        Some(InboundStreamOrigin::OutboundRequest(id)) => Origin::Call(id.clone()),
+        Some(InboundStreamOrigin::Unassociated) => Origin::Unassociated,
+        None => Origin::Unknown,
+    }
+}
+
+/// The origin of a notification on an HTTP connection (`over_http`), from the guard's
+/// [`CALL_KEY`]; on stdio, unknown. The key is taken out of `meta` either way.
+pub(crate) fn notification_origin(meta: Option<&mut NotificationMetaObject>, over_http: bool) -> Origin {
+    let tagged = meta.and_then(|meta| meta.0.0.remove(CALL_KEY));
+    if !over_http {
+        return Origin::Unknown;
+    }
+    match tagged.and_then(|value| serde_json::from_value::<NumberOrString>(value).ok()) {
+        Some(id) => Origin::Call(id),
+        None => Origin::Unassociated,
+    }
+}
+
+/// A notification's `params._meta` after the guard: [`CALL_KEY`] set to `call` when it arrived
+/// on that call's stream, removed otherwise. Other messages are left alone.
+pub(crate) fn mark_notification(message: &mut serde_json::Value, call: Option<&RequestId>) {
+    let is_notification = message.get("method").is_some() && message.get("id").is_none();
+    let Some(params) = message.get_mut("params").and_then(|p| p.as_object_mut()).filter(|_| is_notification) else {
+        return;
+    };
+    let meta = params.entry("_meta").or_insert_with(|| serde_json::Value::Object(JsonObject::new()));
+    let Some(meta) = meta.as_object_mut() else { return };
+    meta.remove(CALL_KEY);
+    if let Some(call) = call {
+        meta.insert(CALL_KEY.into(), serde_json::to_value(call).expect("a request id serialises"));
+    } else if meta.is_empty() {
+        params.remove("_meta");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    struct Named;
+
+    impl HostRelay for Named {
+        fn sample(&self, _: CreateMessageRequestParams) -> BoxFuture<'static, Result<CreateMessageResult, ErrorData>> {
+            Box::pin(async { Err(ErrorData::internal_error("unused", None)) })
+        }
+        fn elicit(&self, _: ElicitRequestParams) -> BoxFuture<'static, Result<ElicitResult, ErrorData>> {
+            Box::pin(async { Err(ErrorData::internal_error("unused", None)) })
+        }
+        fn log(&self, _: LoggingMessageNotificationParam) {}
+        fn log_level(&self) -> Option<LoggingLevel> {
+            None
+        }
+    }
+
+    fn name_of(found: Option<Arc<dyn HostRelay>>) -> Option<usize> {
+        found.map(|relay| Arc::as_ptr(&relay) as *const () as usize)
+    }
+
+    #[test]
+    fn a_message_goes_only_to_its_call_and_unattributed_only_when_unambiguous() {
+        let book = Arc::new(RelayBook::default());
+        let (a, b): (Arc<dyn HostRelay>, Arc<dyn HostRelay>) = (Arc::new(Named), Arc::new(Named));
+        let first = book.register(RequestId::Number(1), a.clone());
+        assert_eq!(name_of(book.find(&Origin::Unknown)), name_of(Some(a.clone())), "one call: unambiguous");
+        let second = book.register(RequestId::Number(2), b.clone());
+        assert_eq!(name_of(book.find(&Origin::Call(RequestId::Number(2)))), name_of(Some(b.clone())));
+        assert_eq!(name_of(book.find(&Origin::Call(RequestId::Number(1)))), name_of(Some(a)));
+        assert!(book.find(&Origin::Unknown).is_none(), "two calls: ambiguous");
+        assert!(book.find(&Origin::Unassociated).is_none());
+        assert!(book.find(&Origin::Call(RequestId::Number(3))).is_none());
+        drop((first, second));
+        assert_eq!(book.len(), 0);
+        assert!(book.find(&Origin::Call(RequestId::Number(2))).is_none());
+    }
+
+    #[test]
+    fn the_guard_marks_notifications_of_a_call_and_unmarks_all_others() {
+        let check = |mut message: serde_json::Value, call: Option<RequestId>, expected: serde_json::Value| {
+            mark_notification(&mut message, call.as_ref());
+            assert_eq!(message, expected);
+        };
+        let log = |meta: serde_json::Value| json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "x", "_meta": meta}});
+        let bare =
+            json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "x"}});
+        check(bare.clone(), Some(RequestId::Number(4)), log(json!({CALL_KEY: 4})));
+        check(log(json!({CALL_KEY: 9, "k": 1})), Some(RequestId::Number(4)), log(json!({CALL_KEY: 4, "k": 1})));
+        check(log(json!({CALL_KEY: 9})), None, bare.clone());
+        check(log(json!({CALL_KEY: 9, "k": 1})), None, log(json!({"k": 1})));
+        let request = json!({"jsonrpc": "2.0", "id": 1, "method": "sampling/createMessage", "params": {}});
+        check(request.clone(), Some(RequestId::Number(4)), request);
+    }
+
+    #[test]
+    fn a_notifications_origin_is_read_and_taken_out() {
+        let mut meta = NotificationMetaObject::default();
+        meta.0.0.insert(CALL_KEY.into(), json!("s-1"));
+        meta.0.0.insert("k".into(), json!(1));
+        let origin = notification_origin(Some(&mut meta), true);
+        assert_eq!(origin, Origin::Call(RequestId::String("s-1".into())));
+        assert_eq!(meta.0.0.keys().collect::<Vec<_>>(), ["k"]);
+        assert_eq!(notification_origin(Some(&mut meta), true), Origin::Unassociated);
+        assert_eq!(notification_origin(None, false), Origin::Unknown);
+    }
+}

@@ -1,0 +1,250 @@
+//! What an upstream sends for a routed call — `sampling/createMessage`, `elicitation/create`,
+//! `notifications/message` — reaches the host that made the call, and only that host: the real
+//! Python SDK server (tests/py/conformance_server.py, PyPI `mcp` 2.3.0) behind the proxy over
+//! streamable HTTP in the 2025 era (and over stdio, where only a lone call in flight is
+//! attributed), rmcp hosts in front.
+
+#![allow(deprecated)] // Sampling and logging are deprecated by SEP-2577 but still in the 2025 era.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, CreateMessageRequestParams,
+    CreateMessageResult, ElicitationCapability, FormElicitationCapability, Implementation, LoggingLevel,
+    LoggingMessageNotificationParam, SamplingCapability, SamplingMessage, SetLevelRequestParams,
+};
+use rmcp::service::{NotificationContext, RequestContext, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
+use serde_json::json;
+use tokio::sync::{Barrier, mpsc};
+
+use crate::support::fixture::DEADLINE;
+use crate::support::peers::{py_script, python, spawn_py_script_http};
+use crate::support::proxy::{ProxyProcess, http_upstream, toml_str};
+
+/// What a host was sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Sent {
+    /// A sampling request, with the prompt it carried.
+    Sampling(String),
+    /// A log message's data.
+    Log(String),
+}
+
+/// A host that records what it is sent; with `sampling`, it declares sampling and elicitation
+/// and answers sampling once every host of `together` is being asked (so their calls are in
+/// flight at once).
+#[derive(Clone)]
+struct RecordingHost {
+    name: &'static str,
+    sampling: bool,
+    sent: mpsc::UnboundedSender<Sent>,
+    together: Arc<Barrier>,
+}
+
+impl ClientHandler for RecordingHost {
+    fn get_info(&self) -> ClientConfig {
+        let mut capabilities = ClientCapabilities::default();
+        if self.sampling {
+            capabilities.sampling = Some(SamplingCapability::default());
+            let mut elicitation = ElicitationCapability::default();
+            elicitation.form = Some(FormElicitationCapability::default());
+            capabilities.elicitation = Some(elicitation);
+        }
+        ClientConfig::new(capabilities, Implementation::new(self.name, "1.0.0"))
+    }
+
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        _: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        let _ = self.sent.send(Sent::Sampling(serde_json::to_string(&params.messages).unwrap_or_default()));
+        self.together.wait().await;
+        let answer = SamplingMessage::assistant_text(format!("the answer of {}", self.name));
+        Ok(CreateMessageResult::new(answer, "test-model".into()).with_stop_reason("endTurn"))
+    }
+
+    async fn on_logging_message(&self, params: LoggingMessageNotificationParam, _: NotificationContext<RoleClient>) {
+        let _ = self.sent.send(Sent::Log(params.data.as_str().unwrap_or_default().to_string()));
+    }
+}
+
+type Host = RunningService<RoleClient, RecordingHost>;
+
+async fn host(
+    url: &str,
+    name: &'static str,
+    sampling: bool,
+    together: &Arc<Barrier>,
+) -> anyhow::Result<(Host, mpsc::UnboundedReceiver<Sent>)> {
+    let (sent, heard) = mpsc::unbounded_channel();
+    let handler = RecordingHost { name, sampling, sent, together: together.clone() };
+    let transport = StreamableHttpClientTransport::from_config(StreamableHttpClientTransportConfig::with_uri(url));
+    let host = tokio::time::timeout(DEADLINE, handler.serve(transport)).await.context("connect timed out")??;
+    Ok((host, heard))
+}
+
+async fn call(host: &Host, tool: &str, arguments: serde_json::Value) -> anyhow::Result<CallToolResult> {
+    let mut params = CallToolRequestParams::new(tool.to_string());
+    params.arguments = arguments.as_object().cloned();
+    Ok(tokio::time::timeout(DEADLINE, host.call_tool(params)).await.context("the call timed out")??)
+}
+
+fn text_of(result: &CallToolResult) -> String {
+    serde_json::to_string(&result.content).unwrap_or_default()
+}
+
+/// Everything sent to a host so far.
+fn drained(heard: &mut mpsc::UnboundedReceiver<Sent>) -> Vec<Sent> {
+    std::iter::from_fn(|| heard.try_recv().ok()).collect()
+}
+
+async fn proxy_in_front() -> anyhow::Result<(crate::support::peers::PeerHttp, ProxyProcess)> {
+    proxy_with("").await
+}
+
+async fn proxy_with(extra: &str) -> anyhow::Result<(crate::support::peers::PeerHttp, ProxyProcess)> {
+    let upstream = spawn_py_script_http("conformance_server.py", &[]);
+    let extra = format!("protocol = \"2025-11-25\"\n{extra}");
+    let proxy = ProxyProcess::start(&http_upstream("py", &upstream.url, &extra)).await?;
+    proxy.wait_up("py", 1).await?;
+    Ok((upstream, proxy))
+}
+
+/// Two hosts call the sampling tool at the same time on the one shared upstream connection:
+/// each is asked only its own call's question, and each call's result carries its own host's
+/// answer. A host that did not declare sampling is never asked; its call fails.
+#[tokio::test(flavor = "multi_thread")]
+async fn sampling_goes_only_to_the_host_whose_call_asked() -> anyhow::Result<()> {
+    let (_upstream, proxy) = proxy_in_front().await?;
+    let together = Arc::new(Barrier::new(2));
+    let (alice, mut alice_heard) = host(&proxy.url, "alice", true, &together).await?;
+    let (bob, mut bob_heard) = host(&proxy.url, "bob", true, &together).await?;
+    let (alice_result, bob_result) = tokio::join!(
+        call(&alice, "py__test_sampling", json!({"prompt": "question of alice"})),
+        call(&bob, "py__test_sampling", json!({"prompt": "question of bob"})),
+    );
+    let (alice_result, bob_result) = (alice_result?, bob_result?);
+    assert!(text_of(&alice_result).contains("LLM response: the answer of alice"), "{alice_result:?}");
+    assert!(text_of(&bob_result).contains("LLM response: the answer of bob"), "{bob_result:?}");
+    let asked = |sent: Vec<Sent>| -> Vec<bool> {
+        sent.iter().map(|s| matches!(s, Sent::Sampling(prompt) if prompt.contains("question of"))).collect()
+    };
+    let (alice_sent, bob_sent) = (drained(&mut alice_heard), drained(&mut bob_heard));
+    assert_eq!(asked(alice_sent.clone()), [true], "{alice_sent:?}");
+    assert!(matches!(&alice_sent[0], Sent::Sampling(p) if p.contains("question of alice")), "{alice_sent:?}");
+    assert!(matches!(&bob_sent[..], [Sent::Sampling(p)] if p.contains("question of bob")), "{bob_sent:?}");
+
+    let (carol, mut carol_heard) = host(&proxy.url, "carol", false, &together).await?;
+    let refused = call(&carol, "py__test_sampling", json!({"prompt": "question of carol"})).await;
+    let failed = match &refused {
+        Ok(result) => result.is_error == Some(true),
+        Err(_) => true,
+    };
+    assert!(failed, "a host without sampling gets no answer from it: {refused:?}");
+    assert_eq!(drained(&mut carol_heard), [], "never asked");
+    for host in [alice, bob, carol] {
+        host.cancel().await?;
+    }
+    Ok(())
+}
+
+/// Two hosts call the logging tool at the same time: each hears exactly its own call's three
+/// messages; a host whose level is `warning` hears none of the `info` ones of its call.
+#[tokio::test(flavor = "multi_thread")]
+async fn log_messages_go_only_to_the_host_whose_call_sent_them_at_its_level() -> anyhow::Result<()> {
+    let (_upstream, proxy) = proxy_in_front().await?;
+    let together = Arc::new(Barrier::new(1));
+    let (alice, mut alice_heard) = host(&proxy.url, "alice", true, &together).await?;
+    let (bob, mut bob_heard) = host(&proxy.url, "bob", true, &together).await?;
+    alice.set_level(SetLevelRequestParams::new(LoggingLevel::Debug)).await?;
+    let (a, b) = tokio::join!(
+        call(&alice, "py__test_tool_with_logging", json!({})),
+        call(&bob, "py__test_tool_with_logging", json!({})),
+    );
+    a?;
+    b?;
+    let expected =
+        ["Tool execution started", "Tool processing data", "Tool execution completed"].map(|m| Sent::Log(m.into()));
+    for heard in [&mut alice_heard, &mut bob_heard] {
+        let mut logs = Vec::new();
+        while logs.len() < 3 {
+            let next = tokio::time::timeout(DEADLINE, heard.recv()).await.context("a log message")?;
+            logs.push(next.context("the host closed")?);
+        }
+        assert_eq!(logs, expected);
+    }
+    bob.set_level(SetLevelRequestParams::new(LoggingLevel::Warning)).await?;
+    call(&bob, "py__test_tool_with_logging", json!({})).await?;
+    call(&alice, "py__test_simple_text", json!({})).await?;
+    // Bob's second call has answered: its info messages were dropped before it did.
+    assert_eq!(drained(&mut bob_heard), [], "below bob's level");
+    assert_eq!(drained(&mut alice_heard), [], "not alice's call");
+    for host in [alice, bob] {
+        host.cancel().await?;
+    }
+    Ok(())
+}
+
+/// A host that never answers a relayed sampling request holds nothing up: its call fails at the
+/// upstream's `request_timeout`, and the next call on the same upstream is served.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_that_never_answers_sampling_fails_only_its_own_call_at_the_timeout() -> anyhow::Result<()> {
+    let (_upstream, proxy) = proxy_with("request_timeout = \"2s\"").await?;
+    // A barrier for two that only one ever reaches: this host never answers.
+    let never = Arc::new(Barrier::new(2));
+    let (silent, mut silent_heard) = host(&proxy.url, "silent", true, &never).await?;
+    let started = std::time::Instant::now();
+    let answer = call(&silent, "py__test_sampling", json!({"prompt": "question of silent"})).await;
+    let elapsed = started.elapsed();
+    assert!(answer.is_err(), "the call fails at the timeout: {answer:?}");
+    assert!(elapsed < std::time::Duration::from_secs(10), "within the call's timeout: {elapsed:?}");
+    assert!(matches!(&drained(&mut silent_heard)[..], [Sent::Sampling(_)]), "it was asked");
+    let after = call(&silent, "py__test_simple_text", json!({})).await?;
+    assert!(text_of(&after).contains("simple text response"), "{after:?}");
+    silent.cancel().await?;
+    Ok(())
+}
+
+/// Over stdio nothing tells which call a request is for: one call alone in flight has its
+/// sampling relayed; two at once have theirs refused (both calls fail, neither host is asked).
+#[tokio::test(flavor = "multi_thread")]
+async fn over_stdio_sampling_is_relayed_only_for_a_lone_call_in_flight() -> anyhow::Result<()> {
+    let script = py_script("conformance_server.py");
+    let config = format!(
+        "[[upstreams]]\nname = \"py\"\ncommand = {}\nargs = [{}, \"--stdio\"]\nprotocol = \"2025-11-25\"\n",
+        toml_str(python().to_str().context("a UTF-8 path")?),
+        toml_str(script.to_str().context("a UTF-8 path")?),
+    );
+    let proxy = ProxyProcess::start(&config).await?;
+    proxy.wait_up("py", 1).await?;
+    let alone = Arc::new(Barrier::new(1));
+    let (alice, mut alice_heard) = host(&proxy.url, "alice", true, &alone).await?;
+    let answer = call(&alice, "py__test_sampling", json!({"prompt": "question of alice"})).await?;
+    assert!(text_of(&answer).contains("LLM response: the answer of alice"), "{answer:?}");
+    assert!(matches!(&drained(&mut alice_heard)[..], [Sent::Sampling(p)] if p.contains("question of alice")));
+
+    let (bob, mut bob_heard) = host(&proxy.url, "bob", true, &alone).await?;
+    let slow = |prompt: &'static str| json!({"prompt": prompt});
+    // Both calls are in flight before either's sampling request arrives only if they start
+    // together; when they do not overlap each is alone and relayed, so accept both outcomes
+    // per call but never a request at the wrong host.
+    let (a, b) = tokio::join!(
+        call(&alice, "py__test_sampling", slow("again alice")),
+        call(&bob, "py__test_sampling", slow("bob"))
+    );
+    for (result, heard, own) in [(a, &mut alice_heard, "again alice"), (b, &mut bob_heard, "bob")] {
+        let sent = drained(heard);
+        assert!(sent.iter().all(|s| matches!(s, Sent::Sampling(p) if p.contains(own))), "{sent:?}");
+        let relayed = matches!(&result, Ok(r) if text_of(r).contains("LLM response"));
+        assert_eq!(relayed, !sent.is_empty(), "a call is answered from its own host or refused: {result:?}");
+    }
+    for host in [alice, bob] {
+        host.cancel().await?;
+    }
+    Ok(())
+}
