@@ -28,6 +28,7 @@ use rmcp::model::{
 use rmcp::service::{Peer, RequestContext, RoleServer};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::protocol::Era;
 use crate::upstream::HostRelay;
 
 /// Relayed messages of one call that may wait for its task.
@@ -48,13 +49,16 @@ struct HostCall {
     jobs: mpsc::Sender<Job>,
     level: LogLevel,
     capabilities: ClientCapabilities,
+    /// The host negotiated 2026-07-28 (it answers `input_required` itself).
+    modern: bool,
 }
 
 /// A relay for the host request of `context`, and the jobs its task is to serve (`serving`).
 pub(super) fn for_call(context: &RequestContext<RoleServer>, level: &LogLevel) -> (Arc<dyn HostRelay>, Jobs) {
     let (jobs, pending) = mpsc::channel(RELAY_QUEUE);
     let capabilities = context.client_capabilities().unwrap_or_default();
-    (Arc::new(HostCall { jobs, level: level.clone(), capabilities }), Jobs(pending))
+    let modern = Era::of_negotiated(context.protocol_version().as_ref()) == Era::Modern;
+    (Arc::new(HostCall { jobs, level: level.clone(), capabilities, modern }), Jobs(pending))
 }
 
 /// The jobs of one call.
@@ -162,6 +166,10 @@ impl HostRelay for HostCall {
 
     fn log_level(&self) -> Option<LoggingLevel> {
         *self.level.lock().expect("log level lock")
+    }
+
+    fn takes_input_required(&self) -> bool {
+        self.modern
     }
 
     fn log(&self, params: LoggingMessageNotificationParam) {

@@ -5,19 +5,21 @@
 //!
 //! A host that cancels its request (`notifications/cancelled`) drops the upstream request,
 //! which sends the upstream `notifications/cancelled` in turn. MRTR (`input_required`)
-//! answers pass through to the host as they are; nothing is cached. What a 2025-era upstream
+//! answers pass through to a 2026-07-28 host as they are; for a 2025 host the proxy asks it
+//! and retries (`rounds`); nothing is cached. What a 2025-era upstream
 //! sends for the call (sampling, elicitation, logging) goes to the calling host's relay
 //! (`crate::upstream` attributes it).
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
-    GetPromptRequestParams, GetPromptResponse, Reference, RequestMetaObject, ResultType,
+    GetPromptRequestParams, GetPromptResponse, InputRequiredResult, Reference, RequestMetaObject, ResultType,
 };
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
 use super::names::Offering;
+use super::rounds::{self, Inputs};
 use super::{ProgressOutlet, Tools, rewrite};
 use crate::error::ProxyError;
 use crate::metrics::DenialAction;
@@ -44,7 +46,10 @@ impl Tools {
         params.name = original.into();
         params.meta = meta_upstream(params.meta.take());
         // Every step the upstream sent before its answer is in `progress` when this returns.
-        let answer = until_cancelled(cancelled, upstream.call_tool(params, progress, relay)).await?;
+        let rounds = rounds::bridged(&upstream, relay.as_deref(), tool_needs, |inputs| {
+            upstream.call_tool(with_inputs_tool(params.clone(), inputs), progress.clone(), relay.clone())
+        });
+        let answer = until_cancelled(cancelled, rounds).await?;
         match answer {
             CallToolResponse::Complete(result) => {
                 Ok(CallToolResponse::Complete(self.result_for(upstream.name(), result, &policy, principal)))
@@ -107,7 +112,10 @@ impl Tools {
         let (upstream, original) = self.route(&policy, principal, Offering::Prompt, &params.name)?;
         params.name = original;
         params.meta = meta_upstream(params.meta.take());
-        let answer = until_cancelled(cancelled, upstream.get_prompt(params, relay)).await?;
+        let rounds = rounds::bridged(&upstream, relay.as_deref(), prompt_needs, |inputs| {
+            upstream.get_prompt(with_inputs_prompt(params.clone(), inputs), relay.clone())
+        });
+        let answer = until_cancelled(cancelled, rounds).await?;
         let GetPromptResponse::Complete(mut result) = answer else { return Ok(answer) };
         result.result_type = Some(ResultType::COMPLETE);
         result.messages.retain_mut(|message| {
@@ -202,6 +210,37 @@ impl Tools {
         }
         Ok((upstream, original.to_string()))
     }
+}
+
+fn tool_needs(answer: &CallToolResponse) -> Option<&InputRequiredResult> {
+    match answer {
+        CallToolResponse::InputRequired(needs) => Some(needs),
+        _ => None,
+    }
+}
+
+fn prompt_needs(answer: &GetPromptResponse) -> Option<&InputRequiredResult> {
+    match answer {
+        GetPromptResponse::InputRequired(needs) => Some(needs),
+        _ => None,
+    }
+}
+
+/// A retried call carries the host's answers and the upstream's `requestState`.
+fn with_inputs_tool(mut params: CallToolRequestParams, inputs: Option<Inputs>) -> CallToolRequestParams {
+    if let Some(inputs) = inputs {
+        params.input_responses = Some(inputs.responses);
+        params.request_state = inputs.request_state;
+    }
+    params
+}
+
+fn with_inputs_prompt(mut params: GetPromptRequestParams, inputs: Option<Inputs>) -> GetPromptRequestParams {
+    if let Some(inputs) = inputs {
+        params.input_responses = Some(inputs.responses);
+        params.request_state = inputs.request_state;
+    }
+    params
 }
 
 /// The host's `_meta` as it may go upstream (`None` when nothing is left).

@@ -28,6 +28,7 @@ pub mod names;
 pub mod own;
 mod progress;
 mod rewrite;
+mod rounds;
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};

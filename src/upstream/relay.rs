@@ -52,6 +52,11 @@ pub trait HostRelay: Send + Sync + 'static {
     fn log(&self, params: LoggingMessageNotificationParam);
     /// The least level of log messages the host wants, if it said (`logging/setLevel`).
     fn log_level(&self) -> Option<LoggingLevel>;
+    /// Whether the host takes an `input_required` result itself (2026-07-28). When it does not
+    /// (2025), the proxy asks it each input request through `sample`/`elicit` and retries.
+    fn takes_input_required(&self) -> bool {
+        true
+    }
 }
 
 /// How a message from the upstream can be attributed.

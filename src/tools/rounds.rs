@@ -1,0 +1,104 @@
+//! Multi round-trip requests (MRTR) bridged for a 2025 host: a 2026-07-28 upstream answers a
+//! `tools/call` or `prompts/get` with `input_required` (its `inputRequests` and an opaque
+//! `requestState`), which a 2025 host cannot take. The proxy asks that host each input request
+//! as a 2025 server-to-client request (`elicitation/create`, `sampling/createMessage`, through
+//! the call's [`HostRelay`]) and retries the upstream call with the answers (`inputResponses`,
+//! keyed as the upstream named them) and the `requestState` as it was sent.
+//!
+//! Invariant: bridging is bounded: at most [`MAX_ROUNDS`] retries, all within the upstream's
+//! `request_timeout`; a host that did not declare what is asked, or an input request the proxy
+//! cannot relay (`roots/list`), fails the call with an error saying so. A 2026-07-28 host gets
+//! `input_required` as it was sent, and answers it itself.
+
+use std::future::Future;
+
+use rmcp::ErrorData;
+use rmcp::model::{ErrorCode, InputRequest, InputRequiredResult, InputResponses};
+
+use crate::error::ProxyError;
+use crate::upstream::{HostRelay, Upstream};
+
+/// How many times one call is retried with a host's answers before it fails.
+pub(super) const MAX_ROUNDS: usize = 8;
+
+/// What a retry carries: the host's answers and the upstream's `requestState`.
+pub(super) struct Inputs {
+    pub responses: InputResponses,
+    pub request_state: Option<String>,
+}
+
+/// Send a routed request with `send` and, while the upstream answers `input_required` to a host
+/// that cannot take it, ask the host and send again with its answers. `needs_of` finds the
+/// `input_required` result in an answer.
+pub(super) async fn bridged<R, Fut>(
+    upstream: &Upstream,
+    relay: Option<&dyn HostRelay>,
+    needs_of: fn(&R) -> Option<&InputRequiredResult>,
+    mut send: impl FnMut(Option<Inputs>) -> Fut,
+) -> Result<R, ProxyError>
+where
+    Fut: Future<Output = Result<R, ProxyError>>,
+{
+    let Some(relay) = relay.filter(|relay| !relay.takes_input_required()) else { return send(None).await };
+    let timeout = upstream.config().request_timeout;
+    let rounds = async {
+        let mut answer = send(None).await?;
+        for _ in 0..MAX_ROUNDS {
+            let Some(needs) = needs_of(&answer) else { return Ok(answer) };
+            let inputs = ask_host(upstream.name(), relay, needs).await?;
+            answer = send(Some(inputs)).await?;
+        }
+        match needs_of(&answer) {
+            None => Ok(answer),
+            Some(_) => Err(failed(upstream.name(), format!("it still needs input after {MAX_ROUNDS} rounds"))),
+        }
+    };
+    tokio::time::timeout(timeout, rounds)
+        .await
+        .unwrap_or_else(|_| Err(ProxyError::UpstreamTimeout { upstream: upstream.name().to_string(), timeout }))
+}
+
+/// Ask the host each of the upstream's input requests, in key order.
+async fn ask_host(upstream: &str, relay: &dyn HostRelay, needs: &InputRequiredResult) -> Result<Inputs, ProxyError> {
+    let mut responses = InputResponses::new();
+    for (key, request) in needs.input_requests.iter().flatten() {
+        let answer = match request {
+            InputRequest::Elicitation(request) => {
+                relay.elicit(request.params.clone()).await.map(|result| serde_json::to_value(result))
+            }
+            InputRequest::CreateMessage(request) => {
+                relay.sample(request.params.clone()).await.map(|result| serde_json::to_value(result))
+            }
+            _ => {
+                let reason =
+                    format!("it asks the host for `{key}` by roots/list or newer, which the proxy does not relay");
+                return Err(failed(upstream, reason));
+            }
+        };
+        let answer = answer.map_err(|error| host_refused(upstream, key, request, error))?;
+        let answer = answer.map_err(|_| failed(upstream, format!("the host's answer to `{key}` is not JSON")))?;
+        responses.insert(key.clone(), answer);
+    }
+    Ok(Inputs { responses, request_state: needs.request_state.clone() })
+}
+
+/// The call's error when the host could not answer input request `key`.
+fn host_refused(upstream: &str, key: &str, request: &InputRequest, error: ErrorData) -> ProxyError {
+    let what = match request {
+        InputRequest::Elicitation(_) => "elicitation",
+        InputRequest::CreateMessage(_) => "sampling",
+        _ => "roots",
+    };
+    if error.code == ErrorCode::METHOD_NOT_FOUND {
+        return failed(
+            upstream,
+            format!("it needs input (`{key}`) by {what}, which the calling host did not declare (capability `{what}`)"),
+        );
+    }
+    tracing::debug!(upstream, key, error = %error.message, "the host did not answer an input request");
+    failed(upstream, format!("the calling host did not answer its {what} request `{key}`"))
+}
+
+fn failed(upstream: &str, reason: String) -> ProxyError {
+    ProxyError::UpstreamFailed { upstream: upstream.to_string(), reason }
+}

@@ -1,0 +1,138 @@
+//! MRTR bridged for a 2025 host: a 2026-07-28 upstream answers a `tools/call` with
+//! `input_required` (the rmcp fixture's `ask` tool: one elicitation per round, a `requestState`
+//! that carries the names given so far); a 2025 host cannot take that, so the proxy asks it each
+//! input request as `elicitation/create` and retries the call with the answers until the
+//! upstream completes. A 2025 host that did not declare elicitation gets a clear error, and a
+//! 2026-07-28 host still gets `input_required` as it was sent.
+//!
+//! The upstream is the fixture rather than the PyPI `mcp` conformance server: that server's
+//! tools ask with `ctx.session.elicit`/`create_message` (standalone requests, relayed since the
+//! relay landed), not MRTR; its `input_required` path needs `Resolve` markers it does not use.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult,
+    ElicitationAction, Implementation, InputRequest,
+};
+use rmcp::service::{RequestContext, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::{ClientHandler, ClientServiceExt, ErrorData, RoleClient};
+use serde_json::{Value, json};
+
+use crate::support::fixture::{self, DEADLINE, Era, InProcess, error_code};
+use crate::support::inproc::InProcessProxy;
+use crate::support::proxy::http_upstream;
+
+/// The fixture's `ask` tool through the proxy.
+const ASK: &str = "fx__ask";
+
+/// A 2025 host that answers each elicitation with the next name (`name-1`, `name-2`, …), and
+/// counts them; `elicitation` says whether it declares the capability.
+#[derive(Clone)]
+struct NameGiver {
+    asked: Arc<AtomicUsize>,
+    elicitation: bool,
+}
+
+impl ClientHandler for NameGiver {
+    fn get_info(&self) -> ClientConfig {
+        let capabilities = match self.elicitation {
+            true => ClientCapabilities::builder().enable_elicitation().build(),
+            false => ClientCapabilities::default(),
+        };
+        ClientConfig::new(capabilities, Implementation::new("name-giver", "1.0.0"))
+    }
+
+    async fn create_elicitation(
+        &self,
+        _request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        let asked = self.asked.fetch_add(1, Ordering::SeqCst) + 1;
+        Ok(ElicitResult::new(ElicitationAction::Accept).with_content(json!({"name": format!("name-{asked}")})))
+    }
+}
+
+/// A 2025 host calling a tool that needs input for three rounds is asked three times and gets
+/// the completed result, carrying every answer in order (so each retry had the answer and the
+/// `requestState` of its round).
+#[tokio::test]
+async fn a_legacy_host_is_asked_each_round_and_gets_the_completed_call() -> anyhow::Result<()> {
+    let (proxy, _upstream) = proxy_with_modern_fixture().await?;
+    let (host, asked) = legacy_host(&proxy.url, true).await?;
+    let result = call_ask(&host, 3).await?;
+    let CallToolResponse::Complete(result) = result else { panic!("expected a complete result, got {result:?}") };
+    let text = result.content[0].as_text().unwrap_or_else(|| panic!("expected text: {:?}", result.content));
+    let answer: Value = serde_json::from_str(&text.text)?;
+    assert_eq!(answer["names"], json!(["name-1", "name-2", "name-3"]), "{answer}");
+    assert_eq!(asked.load(Ordering::SeqCst), 3, "one elicitation per round");
+    Ok(())
+}
+
+/// More rounds than the proxy bridges fail the call with an error, not a hang.
+#[tokio::test]
+async fn bridging_stops_after_a_bounded_number_of_rounds() -> anyhow::Result<()> {
+    let (proxy, _upstream) = proxy_with_modern_fixture().await?;
+    let (host, asked) = legacy_host(&proxy.url, true).await?;
+    let error = call_ask(&host, 20).await.expect_err("too many rounds");
+    let error: rmcp::ServiceError = error.downcast()?;
+    assert!(error_code(&error).is_some(), "a JSON-RPC error: {error}");
+    assert!(error.to_string().contains("still needs input"), "{error}");
+    assert_eq!(asked.load(Ordering::SeqCst), 8, "at most 8 rounds are asked");
+    Ok(())
+}
+
+/// A 2025 host without the elicitation capability is never asked: the call fails saying why.
+#[tokio::test]
+async fn a_legacy_host_without_elicitation_gets_a_clear_error() -> anyhow::Result<()> {
+    let (proxy, _upstream) = proxy_with_modern_fixture().await?;
+    let (host, asked) = legacy_host(&proxy.url, false).await?;
+    let error = call_ask(&host, 1).await.expect_err("the host cannot answer");
+    let error: rmcp::ServiceError = error.downcast()?;
+    assert!(error_code(&error).is_some(), "a JSON-RPC error: {error}");
+    assert!(error.to_string().contains("did not declare (capability `elicitation`)"), "{error}");
+    assert_eq!(asked.load(Ordering::SeqCst), 0);
+    Ok(())
+}
+
+/// A 2026-07-28 host gets the tool's `input_required` as the upstream sent it.
+#[tokio::test]
+async fn a_modern_host_gets_input_required_from_a_tool_as_it_was_sent() -> anyhow::Result<()> {
+    let (proxy, _upstream) = proxy_with_modern_fixture().await?;
+    let (host, _) = fixture::connect_http(&proxy.url, Era::Modern).await?;
+    let call = host.call_tool_once(CallToolRequestParams::new(ASK));
+    let response = tokio::time::timeout(DEADLINE, call).await??;
+    let CallToolResponse::InputRequired(needs) = response else { panic!("expected input_required: {response:?}") };
+    assert_eq!(needs.request_state.as_deref(), Some("fixture-ask:[]"));
+    let requests = needs.input_requests.expect("input requests passed through");
+    assert!(matches!(requests["who"], InputRequest::Elicitation(_)), "{:?}", requests["who"]);
+    Ok(())
+}
+
+async fn proxy_with_modern_fixture() -> anyhow::Result<(InProcessProxy, InProcess)> {
+    let upstream = fixture::serve_in_process(&["--era", "modern"]).await?;
+    let proxy = InProcessProxy::start(&http_upstream("fx", &upstream.url, "protocol = \"2026-07-28\"")).await?;
+    proxy.wait_up("fx", 1).await?;
+    Ok((proxy, upstream))
+}
+
+/// A 2025 (`initialize`) host at `url`, and how often it was asked.
+async fn legacy_host(
+    url: &str,
+    elicitation: bool,
+) -> anyhow::Result<(RunningService<RoleClient, NameGiver>, Arc<AtomicUsize>)> {
+    let asked = Arc::new(AtomicUsize::new(0));
+    let handler = NameGiver { asked: asked.clone(), elicitation };
+    let transport = StreamableHttpClientTransport::from_uri(url.to_owned());
+    let connecting = handler.serve_with_lifecycle(transport, Era::Legacy.lifecycle());
+    Ok((tokio::time::timeout(DEADLINE, connecting).await??, asked))
+}
+
+/// `fx__ask` with `rounds`, MRTR not driven by the client, within the deadline.
+async fn call_ask(host: &RunningService<RoleClient, NameGiver>, rounds: u64) -> anyhow::Result<CallToolResponse> {
+    let arguments = json!({"rounds": rounds}).as_object().cloned().unwrap_or_default();
+    let call = host.call_tool_once(CallToolRequestParams::new(ASK).with_arguments(arguments));
+    Ok(tokio::time::timeout(DEADLINE, call).await??)
+}
