@@ -63,11 +63,9 @@ async fn ask_host(upstream: &str, relay: &dyn HostRelay, needs: &InputRequiredRe
     let mut responses = InputResponses::new();
     for (key, request) in needs.input_requests.iter().flatten() {
         let answer = match request {
-            InputRequest::Elicitation(request) => {
-                relay.elicit(request.params.clone()).await.map(|result| serde_json::to_value(result))
-            }
+            InputRequest::Elicitation(request) => relay.elicit(request.params.clone()).await.map(serde_json::to_value),
             InputRequest::CreateMessage(request) => {
-                relay.sample(request.params.clone()).await.map(|result| serde_json::to_value(result))
+                relay.sample(request.params.clone()).await.map(serde_json::to_value)
             }
             _ => {
                 let reason =

@@ -5,9 +5,11 @@
 //! upstream completes. A 2025 host that did not declare elicitation gets a clear error, and a
 //! 2026-07-28 host still gets `input_required` as it was sent.
 //!
-//! The upstream is the fixture rather than the PyPI `mcp` conformance server: that server's
-//! tools ask with `ctx.session.elicit`/`create_message` (standalone requests, relayed since the
-//! relay landed), not MRTR; its `input_required` path needs `Resolve` markers it does not use.
+//! The upstream is the fixture rather than the PyPI `mcp` 2.3.0 conformance server: that
+//! server's tools ask with `ctx.session.elicit` / `create_message`, standalone requests, which
+//! under 2026-07-28 fail the call (`-32600`) instead of answering `input_required` (MCPServer
+//! answers that only for `Resolve(Elicit/Sample)` parameters, which the conformance tools do not
+//! use), so its four sampling/elicitation scenarios stay in `not_forwarded("2026-07-28")`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
