@@ -1,5 +1,5 @@
 //! MRTR bridged for a 2025 host: a 2026-07-28 upstream answers a `tools/call` with
-//! `input_required` (the rmcp fixture's `ask` tool: one elicitation per round, a `requestState`
+//! `input_required` (the rmcp fixture's `ask` tool: one elicitation or sampling request per round, a `requestState`
 //! that carries the names given so far); a 2025 host cannot take that, so the proxy asks it each
 //! input request as `elicitation/create` and retries the call with the answers until the
 //! upstream completes. A 2025 host that did not declare elicitation gets a clear error, and a
@@ -11,12 +11,15 @@
 //! answers that only for `Resolve(Elicit/Sample)` parameters, which the conformance tools do not
 //! use), so its four sampling/elicitation scenarios stay in `not_forwarded("2026-07-28")`.
 
+#![allow(deprecated)] // Sampling is deprecated by SEP-2577 but still in the 2025 era.
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult,
-    ElicitationAction, Implementation, InputRequest,
+    CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, CreateMessageRequestParams,
+    CreateMessageResult, ElicitRequestParams, ElicitResult, ElicitationAction, Implementation, InputRequest,
+    SamplingMessage,
 };
 use rmcp::service::{RequestContext, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -30,21 +33,39 @@ use crate::support::proxy::http_upstream;
 /// The fixture's `ask` tool through the proxy.
 const ASK: &str = "fx__ask";
 
-/// A 2025 host that answers each elicitation with the next name (`name-1`, `name-2`, …), and
-/// counts them; `elicitation` says whether it declares the capability.
+/// What a [`NameGiver`] declares.
+#[derive(Clone, Copy)]
+enum Declares {
+    Elicitation,
+    Sampling,
+    Nothing,
+}
+
+/// A 2025 host that answers each elicitation or sampling request with the next name (`name-1`,
+/// `name-2`, …), and counts them.
 #[derive(Clone)]
 struct NameGiver {
     asked: Arc<AtomicUsize>,
-    elicitation: bool,
+    declares: Declares,
 }
 
 impl ClientHandler for NameGiver {
     fn get_info(&self) -> ClientConfig {
-        let capabilities = match self.elicitation {
-            true => ClientCapabilities::builder().enable_elicitation().build(),
-            false => ClientCapabilities::default(),
+        let capabilities = match self.declares {
+            Declares::Elicitation => ClientCapabilities::builder().enable_elicitation().build(),
+            Declares::Sampling => ClientCapabilities::builder().enable_sampling().build(),
+            Declares::Nothing => ClientCapabilities::default(),
         };
         ClientConfig::new(capabilities, Implementation::new("name-giver", "1.0.0"))
+    }
+
+    async fn create_message(
+        &self,
+        _request: CreateMessageRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        let asked = self.asked.fetch_add(1, Ordering::SeqCst) + 1;
+        Ok(CreateMessageResult::new(SamplingMessage::assistant_text(format!("name-{asked}")), "test-model".into()))
     }
 
     async fn create_elicitation(
@@ -63,7 +84,7 @@ impl ClientHandler for NameGiver {
 #[tokio::test]
 async fn a_legacy_host_is_asked_each_round_and_gets_the_completed_call() -> anyhow::Result<()> {
     let (proxy, _upstream) = proxy_with_modern_fixture().await?;
-    let (host, asked) = legacy_host(&proxy.url, true).await?;
+    let (host, asked) = legacy_host(&proxy.url, Declares::Elicitation).await?;
     let result = call_ask(&host, 3).await?;
     let CallToolResponse::Complete(result) = result else { panic!("expected a complete result, got {result:?}") };
     let text = result.content[0].as_text().unwrap_or_else(|| panic!("expected text: {:?}", result.content));
@@ -73,11 +94,25 @@ async fn a_legacy_host_is_asked_each_round_and_gets_the_completed_call() -> anyh
     Ok(())
 }
 
+/// Sampling input requests are bridged the same way, for a host that declared `sampling`.
+#[tokio::test]
+async fn a_legacy_host_is_asked_by_sampling_too() -> anyhow::Result<()> {
+    let (proxy, _upstream) = proxy_with_modern_fixture().await?;
+    let (host, asked) = legacy_host(&proxy.url, Declares::Sampling).await?;
+    let result = call_ask_by(&host, 2, "sampling").await?;
+    let CallToolResponse::Complete(result) = result else { panic!("expected a complete result, got {result:?}") };
+    let text = result.content[0].as_text().unwrap_or_else(|| panic!("expected text: {:?}", result.content));
+    let answer: Value = serde_json::from_str(&text.text)?;
+    assert_eq!(answer["names"], json!(["name-1", "name-2"]), "{answer}");
+    assert_eq!(asked.load(Ordering::SeqCst), 2, "one sampling request per round");
+    Ok(())
+}
+
 /// More rounds than the proxy bridges fail the call with an error, not a hang.
 #[tokio::test]
 async fn bridging_stops_after_a_bounded_number_of_rounds() -> anyhow::Result<()> {
     let (proxy, _upstream) = proxy_with_modern_fixture().await?;
-    let (host, asked) = legacy_host(&proxy.url, true).await?;
+    let (host, asked) = legacy_host(&proxy.url, Declares::Elicitation).await?;
     let error = call_ask(&host, 20).await.expect_err("too many rounds");
     let error: rmcp::ServiceError = error.downcast()?;
     assert!(error_code(&error).is_some(), "a JSON-RPC error: {error}");
@@ -90,7 +125,7 @@ async fn bridging_stops_after_a_bounded_number_of_rounds() -> anyhow::Result<()>
 #[tokio::test]
 async fn a_legacy_host_without_elicitation_gets_a_clear_error() -> anyhow::Result<()> {
     let (proxy, _upstream) = proxy_with_modern_fixture().await?;
-    let (host, asked) = legacy_host(&proxy.url, false).await?;
+    let (host, asked) = legacy_host(&proxy.url, Declares::Nothing).await?;
     let error = call_ask(&host, 1).await.expect_err("the host cannot answer");
     let error: rmcp::ServiceError = error.downcast()?;
     assert!(error_code(&error).is_some(), "a JSON-RPC error: {error}");
@@ -123,18 +158,26 @@ async fn proxy_with_modern_fixture() -> anyhow::Result<(InProcessProxy, InProces
 /// A 2025 (`initialize`) host at `url`, and how often it was asked.
 async fn legacy_host(
     url: &str,
-    elicitation: bool,
+    declares: Declares,
 ) -> anyhow::Result<(RunningService<RoleClient, NameGiver>, Arc<AtomicUsize>)> {
     let asked = Arc::new(AtomicUsize::new(0));
-    let handler = NameGiver { asked: asked.clone(), elicitation };
+    let handler = NameGiver { asked: asked.clone(), declares };
     let transport = StreamableHttpClientTransport::from_uri(url.to_owned());
     let connecting = handler.serve_with_lifecycle(transport, Era::Legacy.lifecycle());
     Ok((tokio::time::timeout(DEADLINE, connecting).await??, asked))
 }
 
-/// `fx__ask` with `rounds`, MRTR not driven by the client, within the deadline.
+/// `fx__ask` by elicitation with `rounds`, MRTR not driven by the client, within the deadline.
 async fn call_ask(host: &RunningService<RoleClient, NameGiver>, rounds: u64) -> anyhow::Result<CallToolResponse> {
-    let arguments = json!({"rounds": rounds}).as_object().cloned().unwrap_or_default();
+    call_ask_by(host, rounds, "elicitation").await
+}
+
+async fn call_ask_by(
+    host: &RunningService<RoleClient, NameGiver>,
+    rounds: u64,
+    by: &str,
+) -> anyhow::Result<CallToolResponse> {
+    let arguments = json!({"rounds": rounds, "by": by}).as_object().cloned().unwrap_or_default();
     let call = host.call_tool_once(CallToolRequestParams::new(ASK).with_arguments(arguments));
     Ok(tokio::time::timeout(DEADLINE, call).await??)
 }
