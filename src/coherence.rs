@@ -153,7 +153,8 @@ impl Coherence {
         Fut: Future<Output = Result<Loaded, ProxyError>>,
     {
         if !(self.inner.config.enabled && request.settings.enabled) {
-            let loaded = load().await?;
+            // Boxed, as the load below.
+            let loaded = Box::pin(load()).await?;
             let scope = admission::scope_of(&loaded.result);
             return Ok(Cached { ttl: Duration::ZERO, scope, result: loaded.result, outcome: Outcome::Bypass });
         }
@@ -174,7 +175,10 @@ impl Coherence {
         let flight = if known_public { shared.clone() } else { private };
         let (inner, settings) = (self.inner.clone(), request.settings.clone());
         let max_load = self.inner.max_load;
-        let attempt = self.inner.store.load_once(flight.clone(), async move {
+        // Boxed: the load (an upstream read through rmcp) is a large future, and a hit, which
+        // never gets here, would otherwise carry its size — moved into every box the request's
+        // futures are put in on the way (the HTTP middlewares), at every hit.
+        let attempt = Box::pin(self.inner.store.load_once(flight.clone(), async move {
             let loaded = match tokio::time::timeout(max_load, load()).await {
                 Ok(loaded) => loaded.map_err(LoadError::Failed)?,
                 Err(_) => return Err(LoadError::Failed(too_slow(&flight))),
@@ -187,7 +191,7 @@ impl Coherence {
                 return Err(LoadError::StoredShared(entry));
             }
             Ok(entry)
-        });
+        }));
         let miss = |entry: &Entry| Cached { outcome: Outcome::Miss, ..admission::hit(entry, Instant::now()) };
         match attempt.await {
             Ok(entry) => Ok(miss(&entry)),
