@@ -190,7 +190,9 @@ async fn an_upstream_restart_costs_a_legacy_session_at_most_two_list_changed() -
     let address = free_address()?;
     let mut fx = HttpFixture::spawn_at(&address, &["--era", "legacy"]).await?;
     let url = format!("http://{address}/mcp");
-    let tuning = "reconnect_max = \"250ms\"\nhealth_interval = \"200ms\"";
+    // A health probe that meets the dying upstream may wait out its request timeout rather
+    // than fail at once (the connection closing under it): keep that well inside the wait below.
+    let tuning = "reconnect_max = \"250ms\"\nhealth_interval = \"200ms\"\nrequest_timeout = \"3s\"";
     let proxy = ProxyProcess::start(&http_upstream("fx", &url, tuning)).await?;
     proxy.wait_up("fx", 1).await?;
     let (host, mut heard) = fixture::connect_http(&proxy.url, Era::Legacy).await?;
