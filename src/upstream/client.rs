@@ -1,6 +1,7 @@
 //! The proxy's client side of one upstream connection: it identifies the proxy, turns the
-//! upstream's legacy notifications into [`Notice`]s for the supervisor, and relays sampling,
-//! elicitation and logging of a routed call to the host that made it (`relay`).
+//! upstream's legacy notifications into [`Notice`]s for the supervisor, and relays sampling and
+//! elicitation of a routed call to the host that made it (`relay`). Log messages never reach
+//! it: the connection's transport relays them as they are read (`relay::Relayed`).
 
 #![allow(deprecated)] // Sampling and logging are deprecated by SEP-2577 but still in the 2025 era.
 
@@ -8,9 +9,8 @@ use std::sync::Arc;
 
 use rmcp::model::{
     ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams,
-    ElicitResult, ElicitationCapability, FormElicitationCapability, Implementation, LoggingMessageNotificationParam,
-    NotificationMetaObject, ProtocolVersion, ResourceUpdatedNotificationParam, SamplingCapability,
-    UrlElicitationCapability,
+    ElicitResult, ElicitationCapability, FormElicitationCapability, Implementation, ProtocolVersion,
+    ResourceUpdatedNotificationParam, SamplingCapability, UrlElicitationCapability,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleClient};
 use rmcp::{ClientHandler, ErrorData};
@@ -37,10 +37,8 @@ pub(crate) enum Notice {
 pub(crate) struct UpstreamClient {
     notices: mpsc::UnboundedSender<Notice>,
     protocol_version: ProtocolVersion,
-    /// The routed calls in flight on this upstream, for what it sends for them.
+    /// The routed calls in flight on this upstream, for what it asks for them.
     relays: Arc<RelayBook>,
-    /// Streamable HTTP: notifications of a call are marked by the guard (see `relay`).
-    over_http: bool,
 }
 
 impl UpstreamClient {
@@ -48,9 +46,8 @@ impl UpstreamClient {
         notices: mpsc::UnboundedSender<Notice>,
         protocol_version: ProtocolVersion,
         relays: Arc<RelayBook>,
-        over_http: bool,
     ) -> Self {
-        Self { notices, protocol_version, relays, over_http }
+        Self { notices, protocol_version, relays }
     }
 
     /// The host of the call a request from the upstream belongs to; otherwise the error the
@@ -105,23 +102,6 @@ impl ClientHandler for UpstreamClient {
         context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
         self.host_of(&context, "elicitation/create")?.elicit(params).await
-    }
-
-    async fn on_logging_message(
-        &self,
-        mut params: LoggingMessageNotificationParam,
-        mut context: NotificationContext<RoleClient>,
-    ) {
-        // rmcp 3.11 leaves a notification's `_meta` among the context's extensions.
-        let extension_meta = context.extensions.get_mut::<NotificationMetaObject>();
-        let metas = [params.meta.as_mut(), Some(&mut context.meta), extension_meta];
-        let origins = metas.into_iter().map(|meta| relay::notification_origin(meta, self.over_http));
-        let origin = origins.reduce(relay::Origin::or).unwrap_or(relay::Origin::Unknown);
-        params.meta = params.meta.filter(|meta| !meta.0.0.is_empty());
-        match self.relays.find(&origin) {
-            Some(host) => host.log(params),
-            None => tracing::debug!("a log message from the upstream that belongs to no call in flight; dropped"),
-        }
     }
 
     async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {

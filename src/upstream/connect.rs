@@ -1,6 +1,6 @@
 //! Opening one upstream connection: the transport (stdio child, streamable HTTP, in-process
 //! folder server) and the protocol era (probe, pinned, or remembered from the last connect).
-//! Every transport is tapped for progress (`progress`).
+//! Every transport is tapped for progress (`progress`) and for log messages (`relay`).
 
 use std::collections::HashMap;
 
@@ -18,7 +18,7 @@ use super::client::{Notice, UpstreamClient};
 use super::http::GuardedHttpClient;
 use super::progress::{ProgressRoutes, Tapped};
 use super::reason::{ChildOutput, initialize_failure};
-use super::relay::RelayBook;
+use super::relay::{RelayBook, Relayed};
 use super::stdio::{StdioUpstream, child_environment};
 use crate::config::{ProtocolChoice, UpstreamConfig, UpstreamTransport};
 use crate::protocol::{Era, LEGACY_HANDSHAKE, version_of};
@@ -100,7 +100,8 @@ async fn start(
         _ => LEGACY_HANDSHAKE,
     };
     let over_http = matches!(config.transport, UpstreamTransport::Http { .. });
-    let handler = UpstreamClient::new(notices.clone(), handshake_version, relays.clone(), over_http);
+    let handler = UpstreamClient::new(notices.clone(), handshake_version, relays.clone());
+    let tap = Taps { progress, relays, over_http };
     let mode = lifecycle(&plan);
     let name = &config.name;
     match &config.transport {
@@ -116,7 +117,7 @@ async fn start(
                 }
             });
             let (read, write) = tokio::io::split(client_side);
-            let transport = Tapped::new(AsyncRwTransport::new_client(read, write), progress.clone());
+            let transport = tap.on(AsyncRwTransport::new_client(read, write));
             handler.serve_with_lifecycle(transport, mode).await.map_err(|e| initialize_failure(&e, None))
         }
         UpstreamTransport::Command { program, args, env, inherit_env, cwd } => {
@@ -128,7 +129,7 @@ async fn start(
             let transport =
                 StdioUpstream::spawn(command, config.max_response_bytes, notices.clone(), output.clone(), name)
                     .map_err(|e| format!("cannot start `{program}`: {e}"))?;
-            let transport = Tapped::new(transport, progress.clone());
+            let transport = tap.on(transport);
             handler.serve_with_lifecycle(transport, mode).await.map_err(|e| match output.exit() {
                 Some(exit) => format!("`{program}` exited ({exit}) during the handshake"),
                 None => initialize_failure(&e, None),
@@ -145,9 +146,23 @@ async fn start(
                     .max_sse_event_size(limit)
                     .reinit_on_expired_session(false),
             );
-            let transport = Tapped::new(transport, progress.clone());
+            let transport = tap.on(transport);
             handler.serve_with_lifecycle(transport, mode).await.map_err(|e| initialize_failure(&e, Some(url.as_str())))
         }
+    }
+}
+
+/// What each transport of a connection is wrapped in: its progress and its log messages are
+/// delivered as they are read.
+struct Taps<'a> {
+    progress: &'a ProgressRoutes,
+    relays: &'a Arc<RelayBook>,
+    over_http: bool,
+}
+
+impl Taps<'_> {
+    fn on<T>(&self, transport: T) -> Relayed<Tapped<T>> {
+        Relayed::new(Tapped::new(transport, self.progress.clone()), self.relays.clone(), self.over_http)
     }
 }
 

@@ -8,8 +8,8 @@
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResponse, CancelledNotificationParam, ClientRequest,
-    CompleteRequestParams, CompleteResult, ErrorCode, GetPromptRequest, GetPromptRequestParams, GetPromptResponse,
-    PaginatedRequestParams, Prompt, RequestId, ServerResult, Tool,
+    CompleteRequestParams, CompleteResult, ErrorCode, GetExtensions, GetPromptRequest, GetPromptRequestParams,
+    GetPromptResponse, PaginatedRequestParams, Prompt, RequestId, ServerResult, Tool,
 };
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient, ServiceError};
 
@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use super::listing::{PageError, all_pages};
 use super::progress::{ProgressClaim, ProgressRoutes};
+use super::relay::RelayClaim;
 use super::{HostRelay, Link, ProgressOutlet, Upstream};
 use crate::error::ProxyError;
 use crate::protocol::Era;
@@ -134,7 +135,7 @@ impl Upstream {
     }
 
     /// Send a routed request and await its answer; `relay` gets what the upstream sends for it
-    /// meanwhile. A progress claim in its extensions is routed by the tapped transport and
+    /// meanwhile (booked as the request is written, see `relay`). A progress claim in its extensions is routed by the tapped transport and
     /// forgotten when this returns. Dropping the future before the answer sends the upstream
     /// `notifications/cancelled`.
     async fn send_routed(
@@ -146,6 +147,10 @@ impl Upstream {
         let peer = link.peer.clone();
         let mut options = PeerRequestOptions::no_options();
         options.meta = super::relay::request_meta(link.era == Era::Modern, relay.as_ref());
+        let mut request = request;
+        if let Some(relay) = &relay {
+            request.extensions_mut().insert(RelayClaim(Arc::downgrade(relay)));
+        }
         let handle = peer.send_request_with_option(request, options).await?;
         let _forget = Forget { routes: &link.progress, token: handle.progress_token.clone() };
         let _relayed = relay.map(|relay| self.inner.relays.register(handle.id.clone(), relay));

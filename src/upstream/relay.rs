@@ -13,25 +13,39 @@
 //!   relayed only when exactly one relaying call is in flight on the upstream, else the request
 //!   is answered with an error and the notification dropped.
 //!
-//! Each routed call registers its host's [`HostRelay`] under the upstream request's id while it
-//! is in flight ([`RelayBook`]).
+//! Each routed call claims relaying for its host's [`HostRelay`] ([`RelayClaim`] in the request's
+//! extensions); the connection's transport is wrapped ([`Relayed`]), which books the claim under
+//! the upstream request's id as the request is written — before the upstream can send anything
+//! for it — and the call's [`RelayTicket`] takes it out of the [`RelayBook`] when the call is over.
+//!
+//! Log messages are handed to their call's host by that same transport wrapper, the moment they
+//! are read, before anything read after them reaches rmcp — the call's own answer included. rmcp
+//! runs each notification callback in a task of its own, and passes an answer to its waiting
+//! caller at once, so a log message passed on from the callback could arrive after the call was
+//! over (and be dropped): the last message before an answer was lost now and then under load.
+//! A log message that came on no call's stream (an HTTP listen stream, or a resumed stream,
+//! whose marks the guard removes) goes to no host at all, whether or not calls are in flight.
 //!
 //! Invariant: a relayed request or notification reaches only the host whose call it belongs to,
-//! and only while that call is in flight; nothing unattributed is relayed.
+//! and only while that call is in flight; nothing unattributed is relayed; a log message the
+//! upstream sent on a call's stream before its answer is in that call's relay before the call
+//! returns.
 
 #![allow(deprecated)] // Sampling and logging are deprecated by SEP-2577 but still in the 2025 era.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use futures::future::BoxFuture;
 use rmcp::ErrorData;
 use rmcp::model::{
-    CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult, Extensions, JsonObject,
-    LoggingLevel, LoggingMessageNotificationParam, NotificationMetaObject, NumberOrString, RequestId,
-    RequestMetaObject,
+    CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult, Extensions, GetExtensions,
+    JsonObject, JsonRpcMessage, JsonRpcNotification, LoggingLevel, LoggingMessageNotification,
+    LoggingMessageNotificationParam, NotificationMetaObject, NumberOrString, RequestId, RequestMetaObject,
+    ServerNotification,
 };
-use rmcp::service::InboundStreamOrigin;
+use rmcp::service::{InboundStreamOrigin, RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
 
 /// The request `_meta` key by which a 2026-07-28 request opts in to log messages of at least
 /// that level (there is no `logging/setLevel` in that era).
@@ -80,33 +94,78 @@ impl Origin {
     }
 }
 
-/// The calls in flight on one upstream that relay, by upstream request id.
+/// The calls in flight on one upstream that relay, by upstream request id. Weak: the call's
+/// [`RelayTicket`] owns its relay, so a claim written after its call was dropped relays nothing.
 #[derive(Default)]
 pub(crate) struct RelayBook {
-    calls: Mutex<HashMap<RequestId, Arc<dyn HostRelay>>>,
+    calls: Mutex<HashMap<RequestId, Weak<dyn HostRelay>>>,
 }
 
-/// A registered call; dropping it (the call is over) unregisters it.
+/// Put on a routed request (its extensions): [`Relayed`] books it under the request's id as the
+/// request is written.
+#[derive(Clone)]
+pub(crate) struct RelayClaim(pub Weak<dyn HostRelay>);
+
+/// A call's hold on its relay; dropping it (the call is over) unbooks the call.
 pub(crate) struct RelayTicket {
     book: Arc<RelayBook>,
     id: RequestId,
+    _relay: Arc<dyn HostRelay>,
+}
+
+/// A transport whose incoming log messages go straight to their call's host (see the module
+/// doc), and whose outgoing routed requests book their [`RelayClaim`].
+pub(crate) struct Relayed<T> {
+    transport: T,
+    relays: Arc<RelayBook>,
+    /// Streamable HTTP: a call's messages carry the guard's mark; stdio: they carry nothing.
+    over_http: bool,
 }
 
 impl RelayBook {
-    /// What the upstream sends for request `id` goes to `relay` until the ticket is dropped.
+    /// What the upstream sends for request `id` goes to `relay` while it lives; calls that are
+    /// over are forgotten on the way.
+    fn book(&self, id: RequestId, relay: Weak<dyn HostRelay>) {
+        let mut calls = self.calls.lock().expect("relay lock");
+        calls.retain(|_, relay| relay.strong_count() > 0);
+        calls.insert(id, relay);
+    }
+
+    /// The call of request `id` is in flight with `relay` until the ticket is dropped. Its
+    /// claim is usually booked already (as the request was written); this books it when not.
     pub fn register(self: &Arc<Self>, id: RequestId, relay: Arc<dyn HostRelay>) -> RelayTicket {
-        self.calls.lock().expect("relay lock").insert(id.clone(), relay);
-        RelayTicket { book: self.clone(), id }
+        self.book(id.clone(), Arc::downgrade(&relay));
+        RelayTicket { book: self.clone(), id, _relay: relay }
     }
 
     /// The host a message of this origin goes to, if it can be attributed.
     pub fn find(&self, origin: &Origin) -> Option<Arc<dyn HostRelay>> {
         let calls = self.calls.lock().expect("relay lock");
         match origin {
-            Origin::Call(id) => calls.get(id).cloned(),
+            Origin::Call(id) => calls.get(id).and_then(Weak::upgrade),
             Origin::Unassociated => None,
-            Origin::Unknown if calls.len() == 1 => calls.values().next().cloned(),
-            Origin::Unknown => None,
+            Origin::Unknown => {
+                let mut live = calls.values().filter_map(Weak::upgrade);
+                let only = live.next();
+                only.filter(|_| live.next().is_none())
+            }
+        }
+    }
+
+    /// A log message the upstream sent: to the host of its call, if it can be attributed
+    /// (else dropped). Never waits (`HostRelay::log` does not).
+    fn deliver_log(&self, mut log: LoggingMessageNotification, over_http: bool) {
+        let extension_meta = log.extensions.get_mut::<NotificationMetaObject>();
+        let metas = [log.params.meta.as_mut(), extension_meta];
+        let origins = metas.into_iter().map(|meta| notification_origin(meta, over_http));
+        let origin = origins.reduce(Origin::or).unwrap_or(Origin::Unknown);
+        let mut params = log.params;
+        params.meta = params.meta.filter(|meta| !meta.0.0.is_empty());
+        match self.find(&origin) {
+            Some(host) => host.log(params),
+            None => {
+                tracing::debug!(?origin, "a log message from the upstream that belongs to no call in flight; dropped")
+            }
         }
     }
 
@@ -119,6 +178,51 @@ impl RelayBook {
 impl Drop for RelayTicket {
     fn drop(&mut self) {
         self.book.calls.lock().expect("relay lock").remove(&self.id);
+    }
+}
+
+impl<T> Relayed<T> {
+    pub fn new(transport: T, relays: Arc<RelayBook>, over_http: bool) -> Self {
+        Relayed { transport, relays, over_http }
+    }
+
+    /// A request that claims relaying is booked before it is written.
+    fn claim(&self, item: &TxJsonRpcMessage<RoleClient>) {
+        let JsonRpcMessage::Request(request) = item else { return };
+        if let Some(RelayClaim(relay)) = request.request.extensions().get::<RelayClaim>() {
+            self.relays.book(request.id.clone(), relay.clone());
+        }
+    }
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for Relayed<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.claim(&item);
+        self.transport.send(item)
+    }
+
+    /// The next message that is not a log message; log messages read on the way are relayed.
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        loop {
+            match self.transport.receive().await? {
+                JsonRpcMessage::Notification(JsonRpcNotification { jsonrpc, notification }) => match notification {
+                    ServerNotification::LoggingMessageNotification(log) => self.relays.deliver_log(log, self.over_http),
+                    notification => {
+                        return Some(JsonRpcMessage::Notification(JsonRpcNotification { jsonrpc, notification }));
+                    }
+                },
+                message => return Some(message),
+            }
+        }
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.transport.close()
     }
 }
 
@@ -175,7 +279,15 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    struct Named;
+    /// A host that keeps the data of the log messages it is given.
+    #[derive(Default)]
+    struct Named(Mutex<Vec<String>>);
+
+    impl Named {
+        fn heard(&self) -> Vec<String> {
+            self.0.lock().unwrap().clone()
+        }
+    }
 
     impl HostRelay for Named {
         fn sample(&self, _: CreateMessageRequestParams) -> BoxFuture<'static, Result<CreateMessageResult, ErrorData>> {
@@ -184,7 +296,10 @@ mod tests {
         fn elicit(&self, _: ElicitRequestParams) -> BoxFuture<'static, Result<ElicitResult, ErrorData>> {
             Box::pin(async { Err(ErrorData::internal_error("unused", None)) })
         }
-        fn log(&self, _: LoggingMessageNotificationParam) {}
+        fn log(&self, params: LoggingMessageNotificationParam) {
+            assert!(params.meta.as_ref().is_none_or(|meta| !meta.0.0.contains_key(CALL_KEY)), "the mark is removed");
+            self.0.lock().unwrap().push(params.data.as_str().unwrap_or_default().into());
+        }
         fn log_level(&self) -> Option<LoggingLevel> {
             None
         }
@@ -197,7 +312,7 @@ mod tests {
     #[test]
     fn a_message_goes_only_to_its_call_and_unattributed_only_when_unambiguous() {
         let book = Arc::new(RelayBook::default());
-        let (a, b): (Arc<dyn HostRelay>, Arc<dyn HostRelay>) = (Arc::new(Named), Arc::new(Named));
+        let (a, b): (Arc<dyn HostRelay>, Arc<dyn HostRelay>) = (Arc::new(Named::default()), Arc::new(Named::default()));
         let first = book.register(RequestId::Number(1), a.clone());
         assert_eq!(name_of(book.find(&Origin::Unknown)), name_of(Some(a.clone())), "one call: unambiguous");
         let second = book.register(RequestId::Number(2), b.clone());
@@ -238,5 +353,94 @@ mod tests {
         assert_eq!(meta.0.0.keys().collect::<Vec<_>>(), ["k"]);
         assert_eq!(notification_origin(Some(&mut meta), true), Origin::Unassociated);
         assert_eq!(notification_origin(None, false), Origin::Unknown);
+    }
+
+    /// An upstream connection's incoming side, scripted; what is sent is kept.
+    struct Script(std::collections::VecDeque<serde_json::Value>);
+
+    impl Transport<RoleClient> for Script {
+        type Error = std::io::Error;
+
+        fn send(&mut self, _: TxJsonRpcMessage<RoleClient>) -> impl Future<Output = Result<(), Self::Error>> + 'static {
+            std::future::ready(Ok(()))
+        }
+
+        async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+            Some(serde_json::from_value(self.0.pop_front()?).expect("a server message"))
+        }
+
+        async fn close(&mut self) -> Result<(), Self::Error> {
+            Ok(())
+        }
+    }
+
+    /// A `tools/call` as rmcp writes it, with a claim for `relay` when given.
+    fn call(id: i64, relay: Option<&Arc<Named>>) -> TxJsonRpcMessage<RoleClient> {
+        let mut request = rmcp::model::CallToolRequest::new(rmcp::model::CallToolRequestParams::new("t"));
+        if let Some(relay) = relay {
+            let relay: Arc<dyn HostRelay> = relay.clone();
+            request.extensions.insert(RelayClaim(Arc::downgrade(&relay)));
+        }
+        JsonRpcMessage::request(rmcp::model::ClientRequest::CallToolRequest(request), RequestId::Number(id))
+    }
+
+    fn log_of(data: &str, call: Option<i64>) -> serde_json::Value {
+        let meta = call.map_or(json!({}), |call| json!({CALL_KEY: call}));
+        json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": data, "_meta": meta}})
+    }
+
+    #[tokio::test]
+    async fn log_messages_reach_their_call_before_anything_read_after_them() {
+        let book = Arc::new(RelayBook::default());
+        let (a, b) = (Arc::new(Named::default()), Arc::new(Named::default()));
+        let answer = json!({"jsonrpc": "2.0", "id": 1, "result": {"content": []}});
+        let script =
+            [log_of("a1", Some(1)), log_of("b1", Some(2)), log_of("nobody", None), answer, log_of("a2", Some(1))];
+        let mut transport = Relayed::new(Script(script.into()), book.clone(), true);
+        let unclaimed = call(3, None);
+        for request in [call(1, Some(&a)), call(2, Some(&b)), unclaimed] {
+            transport.send(request).await.unwrap();
+        }
+        assert_eq!(book.len(), 2, "claims are booked as the requests are written");
+        let keep: [Arc<dyn HostRelay>; 2] = [a.clone(), b.clone()];
+        let (first, _second) = (
+            book.register(RequestId::Number(1), keep[0].clone()),
+            book.register(RequestId::Number(2), keep[1].clone()),
+        );
+        let read = transport.receive().await.expect("the answer");
+        assert!(matches!(read, JsonRpcMessage::Response(_)), "log messages are not passed on: {read:?}");
+        assert_eq!((a.heard(), b.heard()), (vec!["a1".to_string()], vec!["b1".to_string()]), "before the answer");
+        drop(first);
+        assert!(transport.receive().await.is_none());
+        assert_eq!(a.heard(), ["a1"], "the call is over: nothing more");
+    }
+
+    #[tokio::test]
+    async fn over_stdio_a_log_message_goes_only_to_a_lone_call_and_marks_count_for_nothing() {
+        let book = Arc::new(RelayBook::default());
+        let a = Arc::new(Named::default());
+        let script = [log_of("alone", None), log_of("forged", Some(9))];
+        let mut transport = Relayed::new(Script(script.into()), book.clone(), false);
+        let _a = book.register(RequestId::Number(1), a.clone());
+        assert!(transport.receive().await.is_none());
+        assert_eq!(a.heard(), ["alone", "forged"], "a lone call takes what is unattributed");
+        let b = Arc::new(Named::default());
+        let _b = book.register(RequestId::Number(2), b.clone());
+        let mut transport = Relayed::new(Script([log_of("two", None)].into()), book.clone(), false);
+        assert!(transport.receive().await.is_none());
+        assert_eq!((a.heard().len(), b.heard().len()), (2, 0), "two calls: ambiguous, dropped");
+    }
+
+    #[test]
+    fn a_claim_whose_call_is_over_relays_nothing() {
+        let book = Arc::new(RelayBook::default());
+        let gone: Arc<dyn HostRelay> = Arc::new(Named::default());
+        book.book(RequestId::Number(1), Arc::downgrade(&gone));
+        drop(gone);
+        assert!(book.find(&Origin::Call(RequestId::Number(1))).is_none());
+        assert!(book.find(&Origin::Unknown).is_none());
+        let live: Arc<dyn HostRelay> = Arc::new(Named::default());
+        let _ticket = book.register(RequestId::Number(2), live);
+        assert_eq!(book.len(), 1, "forgotten on the way");
     }
 }
