@@ -9,6 +9,8 @@ the same written requirements, so the proxy is measured against a real SDK, not 
     conformance_server.py --http PORT     # streamable HTTP on 127.0.0.1:PORT/mcp (0 = a free port)
     conformance_server.py --stdio         # stdio instead
         [--extra-tool NAME]...            # more tools, beyond the suite's (each returns its name)
+        [--tagged-logging]                # one more tool, `log_tagged(tag)`: a debug, an info and a
+                                          # warning message, each naming the tag, then the result
 
 Readiness: once the socket listens, ONE line `LISTENING http://127.0.0.1:<port>/mcp` goes to
 stdout. Logs go to stderr. Serves the 2025 era (initialize) and 2026-07-28 (server/discover).
@@ -46,6 +48,7 @@ transport.add_argument("--stdio", action="store_true", help="serve on stdin/stdo
 parser.add_argument(
     "--extra-tool", action="append", default=[], metavar="NAME", help="one more tool NAME (returns its name)"
 )
+parser.add_argument("--tagged-logging", action="store_true", help="one more tool, log_tagged (see above)")
 ARGS = parser.parse_args()
 
 mcp = MCPServer("conformance-python", version="1.0.0", log_level="WARNING")
@@ -198,6 +201,20 @@ mcp._tool_manager._tools["json_schema_2020_12_tool"].parameters = {  # pyright: 
 for extra in ARGS.extra_tool:
     # Beyond the suite: names a proxy must not offer un-prefixed (`docs__search`, `proxy_…`).
     mcp.add_tool(lambda name=extra: f"extra tool {name}", name=extra, description=f"Extra tool {extra}")
+
+
+async def log_tagged(tag: str, ctx: Context) -> list[types.ContentBlock]:
+    """Beyond the suite: whose call a log message belongs to, for the proxy's relay tests."""
+    await ctx.debug(f"{tag} debug")
+    await anyio.sleep(0.01)
+    await ctx.info(f"{tag} info")
+    await anyio.sleep(0.01)
+    await ctx.warning(f"{tag} warning")
+    return [text(f"logged {tag}")]
+
+
+if ARGS.tagged_logging:
+    mcp.add_tool(log_tagged, description="Logs at debug, info and warning, each naming the tag", structured_output=False)
 
 
 @mcp.prompt(description="A simple prompt without arguments")
