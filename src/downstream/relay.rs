@@ -65,7 +65,9 @@ pub(super) fn for_call(context: &RequestContext<RoleServer>, level: &LogLevel) -
 pub(super) struct Jobs(mpsc::Receiver<Job>);
 
 /// Run `call` and, in the same task, the host requests its relay asks for; logs are sent in
-/// order. Once the call has answered, logs already queued are sent and the rest dropped.
+/// order. Once the call has answered, logs already queued are sent and the rest dropped: the
+/// upstream connection queues each log message before the answer that follows it can reach the
+/// call (`upstream`'s `relay`), so every one sent before the answer is queued by then.
 pub(super) async fn serving<T>(call: impl Future<Output = T>, mut jobs: Jobs, peer: &Peer<RoleServer>) -> T {
     let mut call = pin!(call);
     let mut asked = FuturesUnordered::new();
