@@ -220,9 +220,10 @@ async fn sampling_goes_only_to_the_host_whose_call_asked() -> anyhow::Result<()>
     Ok(())
 }
 
-/// Three hosts on one upstream call a tool that logs at three levels, at the same time, ten
-/// times over: each hears exactly its own call's messages (they name the call), in order, at its
-/// own level (`debug`, `warning`, none set: all), and nothing of the others' calls. The message
+/// Three rmcp hosts on one upstream call a tool that logs at three levels, at the same time, ten
+/// times over, while a Python SDK host calls it too: each hears exactly its own call's messages
+/// (they name the call), in order, at its own level (`debug`, `warning`, none set: all), and
+/// nothing of the others' calls. The message
 /// the upstream sends last, just before the call's result, is the one that was lost now and
 /// then under load when the relay ran in rmcp's notification callback.
 #[tokio::test(flavor = "multi_thread")]
@@ -239,18 +240,26 @@ async fn log_messages_go_only_to_the_host_whose_call_sent_them_at_its_level() ->
         }
         hosts.push((name, level, host, heard));
     }
-    for round in 0..10 {
-        let calls = hosts
-            .iter()
-            .map(|(name, _, host, _)| call(host, "py__log_tagged", json!({"tag": format!("{name}-{round}")})));
-        for result in futures::future::join_all(calls).await {
-            assert!(text_of(&result?).contains("logged"));
+    let mut python = PythonHost::start(&proxy.url).await?;
+    let rounds = async {
+        for round in 0..10 {
+            let calls = hosts
+                .iter()
+                .map(|(name, _, host, _)| call(host, "py__log_tagged", json!({"tag": format!("{name}-{round}")})));
+            for result in futures::future::join_all(calls).await {
+                assert!(text_of(&result?).contains("logged"));
+            }
+            for (name, level, _, heard) in &mut hosts {
+                let expected = tagged_logs(&format!("{name}-{round}"), *level);
+                assert_eq!(next(heard, expected.len()).await?, expected, "round {round}");
+            }
         }
-        for (name, level, _, heard) in &mut hosts {
-            let expected = tagged_logs(&format!("{name}-{round}"), *level);
-            assert_eq!(next(heard, expected.len()).await?, expected, "round {round}");
-        }
-    }
+        anyhow::Ok(())
+    };
+    let (rounds, python_heard) = tokio::join!(rounds, python.calls());
+    rounds?;
+    let python_expected: Vec<Vec<Sent>> = PythonHost::TAGS.iter().map(|tag| tagged_logs(tag, None)).collect();
+    assert_eq!(python_heard?, python_expected, "the Python SDK host");
     // Each host's own last call marks the end: anything sent to it before is read by then.
     for (name, level, host, heard) in &mut hosts {
         call(host, "py__log_tagged", json!({"tag": format!("{name}-end")})).await?;
@@ -261,6 +270,52 @@ async fn log_messages_go_only_to_the_host_whose_call_sent_them_at_its_level() ->
         host.cancel().await?;
     }
     Ok(())
+}
+
+/// A PyPI `mcp` 2.3.0 host (tests/py/tools_client.py), with no log level set, whose GET stream
+/// is open once it is started; it then calls `log_tagged` with each of [`PythonHost::TAGS`],
+/// one after the other, while the rmcp hosts call theirs.
+struct PythonHost {
+    child: tokio::process::Child,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+}
+
+impl PythonHost {
+    const TAGS: [&str; 11] = ["py-0", "py-1", "py-2", "py-3", "py-4", "py-5", "py-6", "py-7", "py-8", "py-9", "py-end"];
+
+    async fn start(url: &str) -> anyhow::Result<Self> {
+        use tokio::io::AsyncBufReadExt;
+        let mut command = tokio::process::Command::new(python());
+        command.arg(py_script("tools_client.py")).args(["--url", url, "logs_reach:py__test_tool_with_logging"]);
+        for tag in Self::TAGS {
+            command.arg(format!("call_logs:py__log_tagged:3:{}", json!({"tag": tag})));
+        }
+        command.stdout(std::process::Stdio::piped()).kill_on_drop(true);
+        let mut child = command.spawn()?;
+        let stdout = child.stdout.take().context("piped")?;
+        let mut host = PythonHost { child, lines: tokio::io::BufReader::new(stdout).lines() };
+        let ready = host.answer().await?;
+        anyhow::ensure!(ready["ready"] == true, "the Python host's log messages never arrived: {ready}");
+        Ok(host)
+    }
+
+    /// The next op's answer.
+    async fn answer(&mut self) -> anyhow::Result<serde_json::Value> {
+        let line = tokio::time::timeout(DEADLINE * 2, self.lines.next_line()).await.context("tools_client.py")??;
+        Ok(serde_json::from_str(&line.context("tools_client.py ended early")?)?)
+    }
+
+    /// The log messages each call heard, in order.
+    async fn calls(&mut self) -> anyhow::Result<Vec<Vec<Sent>>> {
+        let mut heard = Vec::new();
+        for _ in Self::TAGS {
+            let answer = self.answer().await?;
+            let logs = answer["logs"].as_array().with_context(|| format!("{answer}"))?;
+            heard.push(logs.iter().map(|log| Sent::Log(log.as_str().unwrap_or_default().to_string())).collect());
+        }
+        anyhow::ensure!(self.child.wait().await?.success(), "tools_client.py failed");
+        Ok(heard)
+    }
 }
 
 /// A host that never answers a relayed sampling request holds nothing up: its call fails at the

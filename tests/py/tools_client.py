@@ -10,6 +10,11 @@ OPs run in order on one connection; each prints one JSON line on stdout:
   call_progress:NAME:JSON   the same, asking for progress: {"op":..,"progress":[values seen by progress_callback],..}
   prompt:NAME:JSONARGS      {"op":"prompt","name":NAME,"result":{raw GetPromptResult}} | error
   complete:PROMPT:ARG:VALUE {"op":"complete","values":[...]} | error
+  logs_reach:NAME           call NAME (logging three messages) until a call's three log messages
+                            arrive (the host's GET stream is open), then {"op":..,"ready":true}
+  call_logs:NAME:N:JSONARGS call NAME, then wait for N log messages (the proxy relays them on the
+                            GET stream, which may be read after the result):
+                            {"op":..,"logs":[data of each message since the last op],"result":{..}}
 """
 
 from __future__ import annotations
@@ -50,9 +55,40 @@ async def all_pages(fetch, items):
             return names, raw, pages
 
 
+LOGS: list = []
+LOGGED = anyio.Event()
+
+
+async def on_log(params):
+    global LOGGED
+    LOGS.append(params.data)
+    LOGGED.set()
+    LOGGED = anyio.Event()
+
+
+async def logs_after(count, seconds):
+    """Wait until `count` log messages arrived (at most `seconds`); take them."""
+    with anyio.move_on_after(seconds):
+        while len(LOGS) < count:
+            await LOGGED.wait()
+    taken = LOGS[:]
+    LOGS.clear()
+    return taken
+
+
 async def run_op(client, op):
     kind, _, rest = op.partition(":")
     try:
+        if kind == "logs_reach":
+            for _ in range(10):
+                await client.call_tool(rest, {})
+                if len(await logs_after(3, 2)) == 3:
+                    return {"op": kind, "ready": True}
+            return {"op": kind, "ready": False}
+        if kind == "call_logs":
+            name, count, args = rest.split(":", 2)
+            result = await client.call_tool(name, json.loads(args or "{}"))
+            return {"op": kind, "logs": await logs_after(int(count), 15), "result": dump(result)}
         if kind == "tools_all":
             names, raw, pages = await all_pages(client.list_tools, "tools")
             return {"op": kind, "names": names, "pages": pages, "tools": raw}
@@ -101,7 +137,7 @@ async def main(argv):
             ops.append(argv[i])
             i += 1
     transport = streamable_http_client(url, http_client=create_mcp_http_client(headers=headers or None))
-    async with Client(transport, mode=mode, cache=None) as client:
+    async with Client(transport, mode=mode, cache=None, logging_callback=on_log) as client:
         for op in ops:
             out(await run_op(client, op))
 
