@@ -13,7 +13,8 @@ use serde_json::{Value, json};
 
 use crate::support::DEADLINE;
 use crate::support::peers::{
-    ensure_installed, everything_upstream, memory_upstream, parse_json_lines, py_script, python, repo_root,
+    ensure_installed, error_but_name, everything_upstream, memory_upstream, parse_json_lines, py_script, python,
+    repo_root,
 };
 use crate::support::proxy::{ProxyProcess, alice_and_bob_policies, alice_and_bob_under_policies, toml_str};
 
@@ -46,11 +47,6 @@ async fn ts_ops(url: &str, mode: &str, headers: &[&str], ops: &[&str]) -> anyhow
         );
     }
     Ok(lines)
-}
-
-/// `[auth]` with alice and bob as bearer principals, `[policies]` from `dir`, then `upstreams`.
-fn with_policies(dir: &std::path::Path, upstreams: &str) -> String {
-    alice_and_bob_under_policies("", dir, upstreams)
 }
 
 fn names(answer: &Value, key: &str) -> anyhow::Result<Vec<String>> {
@@ -184,15 +180,12 @@ async fn ts_client_sees_a_denied_tool_or_prompt_exactly_like_an_unknown_one() ->
                  deny = [\"tool://ev/get-env\", \"prompt://ev/args-prompt\"]\n";
     let policies = alice_and_bob_policies(alice, "allow = [\"tool://ev/echo\"]\n")?;
     let proxy = ProxyProcess::start_with_offerings(
-        &with_policies(policies.path(), &everything_upstream("ev", "")),
+        &alice_and_bob_under_policies("", policies.path(), &everything_upstream("ev", "")),
         &TOKENS,
         &["ev"],
     )
     .await?;
-    let unknown = |answer: &Value, name: &str| {
-        let error = &answer["error"];
-        (error["code"].clone(), error["message"].as_str().unwrap_or_default().replace(name, "NAME"))
-    };
+    let unknown = error_but_name;
     for mode in MODES {
         let bearer = format!("Authorization: Bearer {ALICE_TOKEN}");
         let ops = [
@@ -238,8 +231,12 @@ async fn structured_content_uris_are_namespaced_and_still_validate_at_the_ts_cli
         toml_str(&python().display().to_string()),
         toml_str(&py_script("linking_server.py").display().to_string())
     );
-    let proxy =
-        ProxyProcess::start_with_offerings(&with_policies(policies.path(), &upstream), &TOKENS, &["docs"]).await?;
+    let proxy = ProxyProcess::start_with_offerings(
+        &alice_and_bob_under_policies("", policies.path(), &upstream),
+        &TOKENS,
+        &["docs"],
+    )
+    .await?;
     let alice = format!("Authorization: Bearer {ALICE_TOKEN}");
     let bob = format!("Authorization: Bearer {BOB_TOKEN}");
     let ops = ["tools_all", "call:docs__find_docs:{}", "call:docs__find_docs:{\"include_secret\": true}"];

@@ -2,6 +2,7 @@
 //! progress and completion: the same real peers and hosts as the parent module.
 
 use super::*;
+use crate::support::peers::error_but_name;
 use crate::support::proxy::{alice_and_bob_policies, alice_and_bob_under_policies};
 
 /// The `[server]`, `[auth]` (alice and bob) and `[policies]` sections.
@@ -34,10 +35,7 @@ async fn a_denied_tool_is_invisible_and_its_call_answers_like_an_unknown_tool() 
     let tools = answers[0]["names"].as_array().context("names")?;
     assert!(!tools.contains(&json!("ev__get-env")) && tools.contains(&json!("ev__echo")), "{tools:?}");
     assert!(!answers[1]["names"].as_array().context("prompts")?.contains(&json!("ev__args-prompt")));
-    let unknown = |answer: &Value, name: &str| {
-        let error = &answer["error"];
-        (error["code"].clone(), error["message"].as_str().unwrap_or_default().replace(name, "NAME"))
-    };
+    let unknown = error_but_name;
     assert_eq!(unknown(&answers[2], "ev__get-env"), unknown(&answers[3], "ev__no-such-tool"));
     assert_eq!(unknown(&answers[4], "ev__args-prompt"), unknown(&answers[5], "ev__no-such-prompt"));
     assert_eq!(answers[2]["error"]["code"], -32602);
