@@ -66,7 +66,6 @@ struct Inner {
     upstream_duration: HistogramVec,
     upstream_up: IntGaugeVec,
     upstream_reconnects: IntCounterVec,
-    upstream_up_events: IntCounterVec,
     catalog_resources: IntGaugeVec,
     catalog_templates: IntGaugeVec,
     catalog_unlisted: IntCounterVec,
@@ -112,11 +111,6 @@ impl Metrics {
             ),
             upstream_up: b.gauge("upstream_up", "1 while the upstream is connected.", &["upstream"]),
             upstream_reconnects: b.counter("upstream_reconnects_total", "Upstream reconnections.", &["upstream"]),
-            upstream_up_events: b.counter(
-                "upstream_up_events_total",
-                "Upstream connections the proxy has taken in (its cache flushed after a reconnect).",
-                &["upstream"],
-            ),
             catalog_resources: b.gauge("catalog_resources", "Resources listed per upstream.", &["upstream"]),
             catalog_templates: b.gauge("catalog_templates", "Resource templates per upstream.", &["upstream"]),
             catalog_unlisted: b.counter(
@@ -204,7 +198,6 @@ impl Metrics {
         let (i, upstream) = (&self.inner, upstream_label(upstream));
         i.upstream_up.with_label_values(&[upstream]).set(0);
         i.upstream_reconnects.with_label_values(&[upstream]);
-        i.upstream_up_events.with_label_values(&[upstream]);
         i.catalog_resources.with_label_values(&[upstream]);
         i.catalog_templates.with_label_values(&[upstream]);
         i.cache_hits.with_label_values(&[upstream]);
@@ -243,11 +236,6 @@ impl Metrics {
 
     pub fn upstream_reconnected(&self, upstream: &str) {
         self.inner.upstream_reconnects.with_label_values(&[upstream_label(upstream)]).inc();
-    }
-
-    /// The proxy has taken in the upstream's new connection (after flushing its cache entries).
-    pub fn upstream_up_handled(&self, upstream: &str) {
-        self.inner.upstream_up_events.with_label_values(&[upstream_label(upstream)]).inc();
     }
 
     /// The upstream's catalog was (re)loaded with this many entries (0, 0 when it went down).

@@ -71,7 +71,6 @@ impl Proxy {
                     let dropped = self.core.cache.flush_upstream(&upstream, connection);
                     self.core.metrics.cache_invalidation(InvalidationCause::Reconnect, dropped);
                 }
-                self.core.metrics.upstream_up_handled(&upstream);
                 list_changed.poke();
             }
             UpstreamEvent::CatalogChanged { upstream } => {

@@ -10,12 +10,26 @@ use rmcp::model::{ReadResourceRequestParams, ReadResourceResult, ResourceContent
 use rmcp::service::Peer;
 
 /// Wait until the proxy has *handled* `upstream` coming up for the `times`-th time, not just
-/// seen it: `/status` shows it up before the event reaches the event loop, which flushes the
-/// upstream's cache entries and only then counts it in `mcp_proxy_upstream_up_events_total`.
+/// logged it: the `upstream up` line is written before the event reaches the event loop, which
+/// flushes the upstream's cache entries and then pokes the `list_changed` debounce. So the first
+/// debounced `list_changed sent to hosts` logged after that line comes after the flush.
+/// (Still a log wait: a counter of "up handled" alone is reached before the upstream's
+/// subscription keeper has made its first, empty pass, so a read right after it could be
+/// flushed by that pass's `may have changed`. The keeper's pass has no observable yet.)
 pub async fn wait_handled_up(proxy: &ProxyProcess, upstream: &str, times: u64) -> anyhow::Result<()> {
     proxy.wait_up(upstream, times).await?;
-    let labels = [("upstream", upstream)];
-    proxy.wait_metric("mcp_proxy_upstream_up_events_total", &labels, |n| n >= times as f64).await.map(drop)
+    let tag = format!("\"upstream\":\"{upstream}\"");
+    proxy.wait_log_count(&["\"upstream up\"", &tag], times as usize).await?;
+    let logs = proxy.logs();
+    let up_line = logs
+        .iter()
+        .enumerate()
+        .filter(|(_, line)| line.contains("\"upstream up\"") && line.contains(&tag))
+        .nth(times as usize - 1)
+        .map(|(at, _)| at)
+        .expect("waited for it");
+    let fired_before = logs[..up_line].iter().filter(|line| line.contains("list_changed sent to hosts")).count();
+    proxy.wait_log_count(&["list_changed sent to hosts"], fired_before + 1).await.map(drop)
 }
 
 /// How often the fixture has served `uri`.
