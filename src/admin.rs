@@ -295,7 +295,7 @@ mod tests {
         let last_error = (state == LinkState::Down).then(|| "connection closed".to_string());
         let status =
             UpstreamStatus { name: name.into(), state, era, last_error, stderr_tail: Vec::new(), reconnects: 1 };
-        UpstreamReport::new(status, required, 12, 2)
+        UpstreamReport::new(status, required, 12, 2).with_offerings(3, 1)
     }
 
     async fn get(fixture: &Fixture, path: &str) -> (u16, String, String) {
@@ -351,9 +351,9 @@ mod tests {
             "missing": ["mem"],
             "upstreams": [
                 { "name": "docs", "state": "up", "era": "modern", "required": true, "resources": 12,
-                  "templates": 2, "last_error": null, "reconnects": 1 },
+                  "templates": 2, "tools": 3, "prompts": 1, "last_error": null, "reconnects": 1 },
                 { "name": "mem", "state": "down", "era": null, "required": true, "resources": 12,
-                  "templates": 2, "last_error": "connection closed", "reconnects": 1 },
+                  "templates": 2, "tools": 3, "prompts": 1, "last_error": "connection closed", "reconnects": 1 },
             ],
             "cache": {
                 "enabled": false, "entries": 3, "weighted_bytes": 4096, "max_bytes": 0,

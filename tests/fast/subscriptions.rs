@@ -82,15 +82,16 @@ impl Host {
     /// the proxy's subscription upstream is in place, and go unheard.
     async fn hears_an_edit(&mut self, file: &std::path::Path, uri: &str) -> anyhow::Result<()> {
         let deadline = tokio::time::Instant::now() + fixture::DEADLINE;
-        for edit in 1.. {
-            std::fs::write(file, format!("edit {edit}"))?;
+        let mut edits = 0;
+        loop {
+            edits += 1;
+            std::fs::write(file, format!("edit {edits}"))?;
             match self.next_within(EDIT_HEARD_WITHIN).await {
                 Some(Heard::Updated(heard)) if heard == uri => return Ok(()),
                 _ if tokio::time::Instant::now() < deadline => continue,
-                last => anyhow::bail!("no updated for {uri} after {edit} edits; last heard {last:?}"),
+                last => anyhow::bail!("no updated for {uri} after {edits} edits; last heard {last:?}"),
             }
         }
-        unreachable!("the loop returns")
     }
 
     async fn next(&mut self) -> anyhow::Result<Heard> {
