@@ -39,61 +39,47 @@ flock 9 # exclusive; released when this process exits
 
 log() { echo "install-peers: $*" >&2; }
 
-# ---- npm: server-everything, server-memory ----------------------------------------------------
-npm_want="$EVERYTHING_PKG@$EVERYTHING_VERSION $MEMORY_PKG@$MEMORY_VERSION"
-npm_entry="$PEERS/npm/node_modules/$EVERYTHING_PKG/dist/index.js"
-memory_entry="$PEERS/npm/node_modules/$MEMORY_PKG/dist/index.js"
-if [[ "$(cat "$PEERS/npm.ok" 2>/dev/null || true)" == "$npm_want" && -f "$npm_entry" && -f "$memory_entry" ]]; then
-  log "npm: $npm_want already installed"
-else
+# install_npm_peer NAME ENTRY… -- PKG@VERSION…: the npm packages (exact pins) into .peers/NAME,
+# unless its marker .peers/NAME.ok already names them and every ENTRY (a path below its
+# node_modules) is there; otherwise from scratch, checking each package's installed version.
+install_npm_peer() {
+  local name="$1" entries=() entry spec pkg installed
+  shift
+  while [[ "$1" != "--" ]]; do entries+=("$PEERS/$name/node_modules/$1"); shift; done
+  shift
+  local want="$*" ready=1
+  [[ "$(cat "$PEERS/$name.ok" 2>/dev/null || true)" == "$want" ]] || ready=0
+  for entry in "${entries[@]}"; do [[ -f "$entry" ]] || ready=0; done
+  if ((ready)); then
+    log "npm: $want already installed"
+    return
+  fi
   command -v node >/dev/null || { log "node not found (needs Node.js >= 20 and npm)"; exit 1; }
   command -v npm >/dev/null || { log "npm not found"; exit 1; }
-  log "npm: installing $npm_want into .peers/npm"
-  rm -rf "$PEERS/npm" "$PEERS/npm.ok"
-  mkdir -p "$PEERS/npm"
-  # shellcheck disable=SC2086 # two package specs
-  npm install --prefix "$PEERS/npm" --no-audit --no-fund --loglevel=error $npm_want >&2
-  for entry in "$npm_entry" "$memory_entry"; do
+  log "npm: installing $want into .peers/$name"
+  rm -rf "${PEERS:?}/$name" "$PEERS/$name.ok"
+  mkdir -p "$PEERS/$name"
+  npm install --prefix "$PEERS/$name" --no-audit --no-fund --loglevel=error "$@" >&2
+  for entry in "${entries[@]}"; do
     [[ -f "$entry" ]] || { log "npm install finished but $entry is missing"; exit 1; }
   done
-  installed="$(node -p "require('$PEERS/npm/node_modules/$EVERYTHING_PKG/package.json').version")"
-  [[ "$installed" == "$EVERYTHING_VERSION" ]] || { log "got $EVERYTHING_PKG $installed, want $EVERYTHING_VERSION"; exit 1; }
-  installed="$(node -p "require('$PEERS/npm/node_modules/$MEMORY_PKG/package.json').version")"
-  [[ "$installed" == "$MEMORY_VERSION" ]] || { log "got $MEMORY_PKG $installed, want $MEMORY_VERSION"; exit 1; }
-  echo "$npm_want" >"$PEERS/npm.ok"
-fi
+  for spec in "$@"; do
+    pkg="${spec%@*}"
+    installed="$(node -p "require('$PEERS/$name/node_modules/$pkg/package.json').version")"
+    [[ "$installed" == "${spec##*@}" ]] || { log "got $pkg $installed, want ${spec##*@}"; exit 1; }
+  done
+  echo "$want" >"$PEERS/$name.ok"
+}
+
+# ---- npm: server-everything, server-memory ----------------------------------------------------
+install_npm_peer npm "$EVERYTHING_PKG/dist/index.js" "$MEMORY_PKG/dist/index.js" -- \
+  "$EVERYTHING_PKG@$EVERYTHING_VERSION" "$MEMORY_PKG@$MEMORY_VERSION"
 
 # ---- npm: the TypeScript SDK client ----------------------------------------------------------
-ts_want="$TS_CLIENT_PKG@$TS_CLIENT_VERSION"
-ts_entry="$PEERS/ts/node_modules/$TS_CLIENT_PKG/package.json"
-if [[ "$(cat "$PEERS/ts.ok" 2>/dev/null || true)" == "$ts_want" && -f "$ts_entry" ]]; then
-  log "npm: $ts_want already installed"
-else
-  command -v npm >/dev/null || { log "npm not found"; exit 1; }
-  log "npm: installing $ts_want into .peers/ts"
-  rm -rf "$PEERS/ts" "$PEERS/ts.ok"
-  mkdir -p "$PEERS/ts"
-  npm install --prefix "$PEERS/ts" --no-audit --no-fund --loglevel=error "$ts_want" >&2
-  installed="$(node -p "require('$ts_entry').version")"
-  [[ "$installed" == "$TS_CLIENT_VERSION" ]] || { log "got $TS_CLIENT_PKG $installed, want $TS_CLIENT_VERSION"; exit 1; }
-  echo "$ts_want" >"$PEERS/ts.ok"
-fi
+install_npm_peer ts "$TS_CLIENT_PKG/package.json" -- "$TS_CLIENT_PKG@$TS_CLIENT_VERSION"
 
 # ---- npm: the conformance suite (a prefix of its own: its pin moves apart from the servers') ---
-conformance_want="$CONFORMANCE_PKG@$CONFORMANCE_VERSION"
-conformance_entry="$PEERS/conformance/node_modules/$CONFORMANCE_PKG/dist/index.js"
-if [[ "$(cat "$PEERS/conformance.ok" 2>/dev/null || true)" == "$conformance_want" && -f "$conformance_entry" ]]; then
-  log "npm: $conformance_want already installed"
-else
-  log "npm: installing $conformance_want into .peers/conformance"
-  rm -rf "$PEERS/conformance" "$PEERS/conformance.ok"
-  mkdir -p "$PEERS/conformance"
-  npm install --prefix "$PEERS/conformance" --no-audit --no-fund --loglevel=error "$conformance_want" >&2
-  [[ -f "$conformance_entry" ]] || { log "npm install finished but $conformance_entry is missing"; exit 1; }
-  installed="$(node -p "require('$PEERS/conformance/node_modules/$CONFORMANCE_PKG/package.json').version")"
-  [[ "$installed" == "$CONFORMANCE_VERSION" ]] || { log "got $CONFORMANCE_PKG $installed, want $CONFORMANCE_VERSION"; exit 1; }
-  echo "$conformance_want" >"$PEERS/conformance.ok"
-fi
+install_npm_peer conformance "$CONFORMANCE_PKG/dist/index.js" -- "$CONFORMANCE_PKG@$CONFORMANCE_VERSION"
 
 # ---- Python venv: mcp -------------------------------------------------------------------------
 grep -qx "mcp==$MCP_PY_VERSION" "$REQS" || { log "$REQS does not pin mcp==$MCP_PY_VERSION"; exit 1; }

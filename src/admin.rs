@@ -47,6 +47,9 @@ pub struct StatusReport {
     /// What the last reload of the configuration did (absent until one ran).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub config_reload: Option<ReloadReport>,
+    /// What the last reload of the policies folder did (absent until one ran).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy_reload: Option<PolicyReloadReport>,
 }
 
 /// Cache totals in `/status`.
@@ -92,6 +95,19 @@ pub struct ReloadReport {
     pub restart_needed: Vec<String>,
 }
 
+/// The last reload of the policies folder in `/status`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PolicyReloadReport {
+    /// Reloads so far, applied or refused.
+    pub reloads: u64,
+    /// `applied`, or `refused` (the files had problems; the rules in force stay).
+    pub outcome: &'static str,
+    /// Hosts the last applied reload told their resource list changed.
+    pub hosts_told: usize,
+    /// Hosts the last applied reload told their tools or prompts changed.
+    pub tools_told: usize,
+}
+
 /// One upstream in `/status`.
 #[derive(Debug, Clone, Serialize)]
 pub struct UpstreamReport {
@@ -102,6 +118,9 @@ pub struct UpstreamReport {
     pub required: bool,
     pub resources: usize,
     pub templates: usize,
+    /// Its tools and prompts as hosts see them (0 until they are fetched, and while it is down).
+    pub tools: usize,
+    pub prompts: usize,
     /// Why it is (or last was) down, in plain words.
     pub last_error: Option<String>,
     /// What its stdio child last wrote to stderr before it went down (bounded).
@@ -186,7 +205,14 @@ impl UpstreamReport {
     /// From an upstream's health snapshot plus what the config and the catalog know.
     pub fn new(status: UpstreamStatus, required: bool, resources: usize, templates: usize) -> Self {
         let UpstreamStatus { name, state, era, last_error, stderr_tail, reconnects } = status;
-        Self { name, state, era, required, resources, templates, last_error, stderr_tail, reconnects }
+        let (tools, prompts) = (0, 0);
+        Self { name, state, era, required, resources, templates, tools, prompts, last_error, stderr_tail, reconnects }
+    }
+
+    /// With the tools and prompts the offerings catalog holds for it.
+    pub fn with_offerings(mut self, tools: usize, prompts: usize) -> Self {
+        (self.tools, self.prompts) = (tools, prompts);
+        self
     }
 }
 
@@ -253,6 +279,7 @@ mod tests {
             cache: CacheReport { entries: 3, weighted_bytes: 4096, ..CacheReport::default() },
             subscriptions: SubscriptionReport { hosts: 2, held: 1, upstream_uris: 1 },
             config_reload: None,
+            policy_reload: None,
         });
         let state = AdminState { metrics: metrics.clone(), status };
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -268,7 +295,7 @@ mod tests {
         let last_error = (state == LinkState::Down).then(|| "connection closed".to_string());
         let status =
             UpstreamStatus { name: name.into(), state, era, last_error, stderr_tail: Vec::new(), reconnects: 1 };
-        UpstreamReport::new(status, required, 12, 2)
+        UpstreamReport::new(status, required, 12, 2).with_offerings(3, 1)
     }
 
     async fn get(fixture: &Fixture, path: &str) -> (u16, String, String) {
@@ -324,9 +351,9 @@ mod tests {
             "missing": ["mem"],
             "upstreams": [
                 { "name": "docs", "state": "up", "era": "modern", "required": true, "resources": 12,
-                  "templates": 2, "last_error": null, "reconnects": 1 },
+                  "templates": 2, "tools": 3, "prompts": 1, "last_error": null, "reconnects": 1 },
                 { "name": "mem", "state": "down", "era": null, "required": true, "resources": 12,
-                  "templates": 2, "last_error": "connection closed", "reconnects": 1 },
+                  "templates": 2, "tools": 3, "prompts": 1, "last_error": "connection closed", "reconnects": 1 },
             ],
             "cache": {
                 "enabled": false, "entries": 3, "weighted_bytes": 4096, "max_bytes": 0,

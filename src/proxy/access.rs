@@ -8,10 +8,11 @@
 //! or notifications.
 
 use std::path::Path;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use super::Proxy;
 use super::caller::Caller;
+use crate::admin::PolicyReloadReport;
 use crate::error::ProxyError;
 use crate::metrics::{DenialAction, Metrics};
 use crate::namespace;
@@ -36,11 +37,29 @@ pub struct Access {
     policy: Arc<RwLock<PolicySet>>,
     upstreams: Registry,
     metrics: Metrics,
+    /// What the last reload of the policies folder did, for `/status`.
+    last_reload: Mutex<Option<PolicyReloadReport>>,
 }
 
 impl Access {
     pub(crate) fn new(policy: PolicySet, upstreams: Registry, metrics: Metrics) -> Self {
-        Self { policy: Arc::new(RwLock::new(policy)), upstreams, metrics }
+        Self { policy: Arc::new(RwLock::new(policy)), upstreams, metrics, last_reload: Mutex::default() }
+    }
+
+    /// What the last reload of the policies folder did (`None` until one ran).
+    pub fn last_reload(&self) -> Option<PolicyReloadReport> {
+        self.last_reload.lock().expect("policy reload lock").clone()
+    }
+
+    /// Count a reload of the policies folder: applied (with the hosts it told) or refused.
+    fn reloaded(&self, told: Option<(usize, usize)>) {
+        let mut last = self.last_reload.lock().expect("policy reload lock");
+        let reloads = last.as_ref().map_or(0, |report| report.reloads) + 1;
+        let (outcome, (hosts_told, tools_told)) = match told {
+            Some(told) => ("applied", told),
+            None => ("refused", (0, 0)),
+        };
+        *last = Some(PolicyReloadReport { reloads, outcome, hosts_told, tools_told });
     }
 
     /// Load a policies folder: every problem is logged (one line each) and the set refused.
@@ -125,6 +144,7 @@ impl Proxy {
     pub fn replace_policy(&self, next: PolicySet) {
         let tools_told = self.install_policy(next.clone());
         let sent = self.core.announce_list_changes();
+        self.core.access.reloaded(Some((sent, tools_told)));
         tracing::info!(files = ?next.files(), hosts_told = sent, tools_told, "policies reloaded");
     }
 
@@ -144,7 +164,11 @@ impl Proxy {
             tracing::info!("no policies folder configured; nothing to reload");
             return false;
         };
-        Access::load(&dir).map(|next| self.replace_policy(next)).is_some()
+        let applied = Access::load(&dir).map(|next| self.replace_policy(next)).is_some();
+        if !applied {
+            self.core.access.reloaded(None);
+        }
+        applied
     }
 
     /// Reload the policies whenever a file in their folder changes (bursts coalesced): the

@@ -12,6 +12,7 @@ impl Proxy {
     pub fn status_report(&self) -> StatusReport {
         let core = &self.core;
         let counts = core.catalog.snapshot().counts();
+        let offered = self.tools.snapshot().counts();
         let upstreams = core
             .upstreams
             .snapshot()
@@ -19,7 +20,10 @@ impl Proxy {
             .map(|upstream| {
                 let (resources, templates) =
                     counts.iter().find(|(n, _, _)| n == upstream.name()).map_or((0, 0), |(_, r, t)| (*r, *t));
+                let (tools, prompts) =
+                    offered.iter().find(|(n, _, _)| n == upstream.name()).map_or((0, 0), |(_, t, p)| (*t, *p));
                 UpstreamReport::new(upstream.status(), upstream.config().required, resources, templates)
+                    .with_offerings(tools, prompts)
             })
             .collect();
         let (entries, weighted_bytes) = core.cache.size();
@@ -35,6 +39,7 @@ impl Proxy {
             },
             subscriptions: SubscriptionReport { hosts: core.fanout.outlets().len(), held, upstream_uris },
             config_reload: core.last_reload.lock().expect("reload lock").clone(),
+            policy_reload: core.access.last_reload(),
         }
     }
 

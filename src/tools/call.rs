@@ -182,9 +182,8 @@ impl Tools {
         if !listed {
             return Err(unknown());
         }
-        if !self.allowed(policy, principal, naming, offering, presented) {
+        if !self.allowed(policy, principal, naming, offering, presented, Some(DenialAction::Use)) {
             tracing::debug!(principal, name = presented, offering = offering.label(), "denied");
-            self.inner.metrics.policy_denied(DenialAction::Use, None);
             return Err(unknown());
         }
         Ok((upstream, original.to_string()))

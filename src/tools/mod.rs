@@ -149,7 +149,8 @@ impl Tools {
         let offset = self.offset(principal, ListKind::Tools, cursor, &snapshot)?;
         let policy = self.policy();
         let naming = snapshot.naming();
-        let visible = |tool: &Tool| self.listable(&policy, principal, naming, Offering::Tool, &tool.name);
+        let list = Some(DenialAction::List);
+        let visible = |tool: &Tool| self.allowed(&policy, principal, naming, Offering::Tool, &tool.name, list);
         let page = snapshot.tools_page(offset, self.inner.page_size, &visible);
         let items = page.items.into_iter().map(|tool| rewrite::tool_for(tool, &policy, principal)).collect();
         let mut result = ListToolsResult::with_all_items(items);
@@ -163,7 +164,8 @@ impl Tools {
         let offset = self.offset(principal, ListKind::Prompts, cursor, &snapshot)?;
         let policy = self.policy();
         let naming = snapshot.naming();
-        let visible = |prompt: &Prompt| self.listable(&policy, principal, naming, Offering::Prompt, &prompt.name);
+        let list = Some(DenialAction::List);
+        let visible = |prompt: &Prompt| self.allowed(&policy, principal, naming, Offering::Prompt, &prompt.name, list);
         let page = snapshot.prompts_page(offset, self.inner.page_size, &visible);
         let mut result = ListPromptsResult::with_all_items(page.items);
         result.next_cursor = page.next.map(|next| self.cursor(principal, ListKind::Prompts, &snapshot, next));
@@ -180,7 +182,8 @@ impl Tools {
         self.inner.policy.read().expect("policy lock").clone()
     }
 
-    /// May `principal` use the tool or prompt a host sees as `presented`?
+    /// May `principal` use the tool or prompt a host sees as `presented`? A refusal is counted as
+    /// a policy denial of `counted`, when given (a list entry hidden, a call refused).
     fn allowed(
         &self,
         policy: &PolicySet,
@@ -188,25 +191,14 @@ impl Tools {
         naming: Naming,
         offering: Offering,
         presented: &str,
+        counted: Option<DenialAction>,
     ) -> bool {
-        policy.is_allow_all()
+        let allowed = policy.is_allow_all()
             || naming.origin(presented).is_some_and(|(upstream, name)| {
                 policy.decide(principal, &names::policy_uri(offering, upstream, name)).allowed
-            })
-    }
-
-    /// `allowed` for a list entry; a hidden one is counted as a list denial.
-    fn listable(
-        &self,
-        policy: &PolicySet,
-        principal: &str,
-        naming: Naming,
-        offering: Offering,
-        presented: &str,
-    ) -> bool {
-        let allowed = self.allowed(policy, principal, naming, offering, presented);
-        if !allowed {
-            self.inner.metrics.policy_denied(DenialAction::List, None);
+            });
+        if let (false, Some(action)) = (allowed, counted) {
+            self.inner.metrics.policy_denied(action, None);
         }
         allowed
     }
@@ -301,10 +293,10 @@ impl Tools {
         let naming = snapshot.naming();
         for entry in snapshot.all() {
             match entry {
-                (Some(tool), _) if self.allowed(policy, principal, naming, Offering::Tool, &tool.name) => {
+                (Some(tool), _) if self.allowed(policy, principal, naming, Offering::Tool, &tool.name, None) => {
                     view.tools.push(tool)
                 }
-                (_, Some(prompt)) if self.allowed(policy, principal, naming, Offering::Prompt, &prompt.name) => {
+                (_, Some(prompt)) if self.allowed(policy, principal, naming, Offering::Prompt, &prompt.name, None) => {
                     view.prompts.push(prompt)
                 }
                 _ => {}

@@ -164,8 +164,9 @@ async fn forged_and_stale_cursors_are_refused() -> anyhow::Result<()> {
     client.list_resources(Some(PaginatedRequestParams::default().with_cursor(Some(cursor.clone())))).await?;
     // … and is refused once the upstream's list changed under it.
     let (side, _) = fixture::connect_http(&read_control_file(&control_file).await?, Era::Legacy).await?;
+    let listed = proxy.upstream_status("fx").await?["resources"].as_u64();
     call_json(&side, "add", json!({"count": 1})).await?;
-    proxy.wait_log(&["upstream catalog reloaded"]).await?;
+    proxy.status_when("fx", |fx| fx["resources"].as_u64() > listed).await?;
     let error = client
         .list_resources(Some(PaginatedRequestParams::default().with_cursor(Some(cursor))))
         .await

@@ -7,19 +7,21 @@ use std::time::Duration;
 
 use crate::support::exposition::Exposition;
 use crate::support::proxy::{ProxyProcess, toml_str};
+use crate::support::raw_http::{self, LEGACY, Reply};
 use anyhow::Context;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-const LEGACY: &str = "2025-11-25";
 const MODERN: &str = "2026-07-28";
 /// How long one exchange, or the wait for an event, may take.
 const DEADLINE: Duration = Duration::from_secs(10);
 const ALICE: &str = "alice-token-hardening-1";
 const BOB: &str = "bob-token-hardening-2";
 const TOKENS: [(&str, &str); 2] = [("ALICE_TOKEN", ALICE), ("BOB_TOKEN", BOB)];
+/// The labels of legacy HTTP sessions in `mcp_proxy_downstream_sessions`.
+const LEGACY_HTTP: [(&str, &str); 2] = [("transport", "http"), ("era", "2025")];
 
 /// Past `max_sessions_per_principal` a principal's next `initialize` gets 503 saying which
 /// limit; past `max_sessions` anyone's does; open sessions keep working and are counted in
@@ -57,10 +59,10 @@ async fn an_initialize_only_session_is_closed_after_the_idle_timeout() -> anyhow
     let reply = served.initialize(ALICE).await?;
     let session = Session { id: reply.session.clone().context("no Mcp-Session-Id")?, token: ALICE };
     assert_eq!(served.legacy_sessions_metric().await?, 1.0, "counted from initialize on");
-    served.proxy.wait_log(&["closing idle session", &session.id]).await?;
+    // The reaper stops counting a session once it has closed it.
+    served.proxy.wait_metric("mcp_proxy_downstream_sessions", &LEGACY_HTTP, |n| n == 0.0).await?;
     let after = served.send(served.read(&session)).await?;
     assert_eq!(after.status, StatusCode::NOT_FOUND, "the reaped session is gone: {after:?}");
-    assert_eq!(served.legacy_sessions_metric().await?, 0.0, "and no longer counted");
     Ok(())
 }
 
@@ -244,13 +246,6 @@ struct Session {
     token: &'static str,
 }
 
-#[derive(Debug)]
-struct Reply {
-    status: StatusCode,
-    session: Option<String>,
-    body: String,
-}
-
 impl Served {
     async fn start(server_extra: &str) -> anyhow::Result<Self> {
         let files = tempfile::tempdir()?;
@@ -285,9 +280,7 @@ impl Served {
 
     /// `initialize` as `token`; the reply (with the new session id, if one was opened).
     async fn initialize(&self, token: &str) -> anyhow::Result<Reply> {
-        let body = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "hardening", "version": "0"}}});
-        self.send(self.post(token).json(&body)).await
+        self.send(self.post(token).json(&raw_http::initialize("hardening"))).await
     }
 
     /// `initialize` + `notifications/initialized`: an open session.
@@ -295,8 +288,7 @@ impl Served {
         let reply = self.initialize(token).await?;
         anyhow::ensure!(reply.status == StatusCode::OK, "initialize: {reply:?}");
         let session = Session { id: reply.session.context("no Mcp-Session-Id")?, token };
-        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-        let reply = self.send(self.in_session(self.post(token), &session).json(&initialized)).await?;
+        let reply = self.send(self.in_session(self.post(token), &session).json(&raw_http::initialized())).await?;
         anyhow::ensure!(reply.status.is_success(), "initialized: {reply:?}");
         Ok(session)
     }
@@ -339,39 +331,16 @@ impl Served {
 
     async fn assert_reads(&self, session: &Session) -> anyhow::Result<()> {
         let reply = self.send(self.read(session)).await?;
-        let text = reply.message().and_then(|m| m["result"]["contents"][0]["text"].as_str().map(str::to_owned));
-        anyhow::ensure!(text.as_deref() == Some("alpha"), "session {} reads: {reply:?}", session.id);
+        anyhow::ensure!(reply.contents_text().as_deref() == Some("alpha"), "session {} reads: {reply:?}", session.id);
         Ok(())
     }
 
     async fn legacy_sessions_metric(&self) -> anyhow::Result<f64> {
         let exposition = Exposition::parse(&self.proxy.admin_get("/metrics").await?)?;
-        Ok(exposition.value("mcp_proxy_downstream_sessions", &[("transport", "http"), ("era", "2025")]).unwrap_or(0.0))
+        Ok(exposition.value("mcp_proxy_downstream_sessions", &LEGACY_HTTP).unwrap_or(0.0))
     }
 
-    /// Send, and read the body to its end or (SSE) to the first JSON-RPC answer.
     async fn send(&self, request: reqwest::RequestBuilder) -> anyhow::Result<Reply> {
-        let mut response = tokio::time::timeout(DEADLINE, request.send()).await.context("no reply")??;
-        let status = response.status();
-        let session = response.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
-        let mut reply = Reply { status, session, body: String::new() };
-        let deadline = tokio::time::Instant::now() + DEADLINE;
-        while let Some(chunk) = tokio::time::timeout_at(deadline, response.chunk()).await.context("body hung")?? {
-            reply.body.push_str(&String::from_utf8_lossy(&chunk));
-            if reply.message().is_some_and(|m| m.get("id").is_some()) && reply.body.ends_with('\n') {
-                break;
-            }
-        }
-        Ok(reply)
-    }
-}
-
-impl Reply {
-    /// The JSON-RPC message: the whole body, or the first SSE `data:` line that is JSON.
-    fn message(&self) -> Option<Value> {
-        if let Ok(value) = serde_json::from_str::<Value>(&self.body) {
-            return Some(value);
-        }
-        self.body.lines().filter_map(|l| l.strip_prefix("data:")).find_map(|d| serde_json::from_str(d.trim()).ok())
+        raw_http::send(request).await
     }
 }

@@ -44,8 +44,7 @@ async fn start_with(server: &str) -> anyhow::Result<(ProxyProcess, tempfile::Tem
         toml_str(policies.path().to_str().expect("utf-8 path")),
         fixture_upstream("fx", &[])
     );
-    let proxy = ProxyProcess::start_with(&config, &[], &TOKENS).await?;
-    proxy.wait_log(&["tools and prompts changed", "\"upstream\":\"fx\""]).await?;
+    let proxy = ProxyProcess::start_with_offerings(&config, &TOKENS, &["fx"]).await?;
     Ok((proxy, policies))
 }
 

@@ -5,19 +5,15 @@
 //! allowed get 403 — above all the rebinding page itself, whose `Host` and `Origin` both name
 //! the attacker's domain.
 
-use std::time::Duration;
-
 use anyhow::Context;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::support::inproc::InProcessProxy;
 use crate::support::proxy::toml_str;
+use crate::support::raw_http::{self, LEGACY, Reply};
 
-const LEGACY: &str = "2025-11-25";
 const MODERN: &str = "2026-07-28";
-/// How long one exchange may take.
-const DEADLINE: Duration = Duration::from_secs(10);
 const URI: &str = "docs+file:///a.txt";
 
 #[derive(Debug, Clone, Copy)]
@@ -73,7 +69,7 @@ async fn foreign_origins_are_refused_in_both_eras() -> anyhow::Result<()> {
     }
     // The session itself is untouched.
     let reply = served.send(served.in_session(&session, None).json(&read(Era::Legacy))).await?;
-    assert_eq!(contents_text(&reply).as_deref(), Some("alpha"), "{reply:?}");
+    assert_eq!(reply.contents_text().as_deref(), Some("alpha"), "{reply:?}");
     Ok(())
 }
 
@@ -109,13 +105,6 @@ struct Served {
     _files: tempfile::TempDir,
 }
 
-#[derive(Debug)]
-struct Reply {
-    status: StatusCode,
-    session: Option<String>,
-    body: String,
-}
-
 impl Served {
     async fn start(server_extra: &str) -> anyhow::Result<Self> {
         let files = tempfile::tempdir()?;
@@ -138,7 +127,7 @@ impl Served {
             Era::Modern => self.post(era, origin),
         };
         let reply = self.send(request.json(&read(era))).await?;
-        contents_text(&reply).with_context(|| format!("no contents: {reply:?}"))
+        reply.contents_text().with_context(|| format!("no contents: {reply:?}"))
     }
 
     /// A 2025 session: `initialize` and `notifications/initialized`, with `origin`.
@@ -146,8 +135,7 @@ impl Served {
         let reply = self.send(self.post(Era::Legacy, origin).json(&initialize())).await?;
         anyhow::ensure!(reply.status == StatusCode::OK, "initialize: {reply:?}");
         let session = reply.session.context("no Mcp-Session-Id")?;
-        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-        let reply = self.send(self.in_session(&session, origin).json(&initialized)).await?;
+        let reply = self.send(self.in_session(&session, origin).json(&raw_http::initialized())).await?;
         anyhow::ensure!(reply.status.is_success(), "initialized: {reply:?}");
         Ok(session)
     }
@@ -171,26 +159,13 @@ impl Served {
         self.post(Era::Legacy, origin).header("Mcp-Session-Id", session).header("MCP-Protocol-Version", LEGACY)
     }
 
-    /// Send, and read the body to its end or (SSE) to the first JSON-RPC answer.
     async fn send(&self, request: reqwest::RequestBuilder) -> anyhow::Result<Reply> {
-        let mut response = tokio::time::timeout(DEADLINE, request.send()).await.context("no reply")??;
-        let status = response.status();
-        let session = response.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
-        let mut reply = Reply { status, session, body: String::new() };
-        let deadline = tokio::time::Instant::now() + DEADLINE;
-        while let Some(chunk) = tokio::time::timeout_at(deadline, response.chunk()).await.context("body hung")?? {
-            reply.body.push_str(&String::from_utf8_lossy(&chunk));
-            if message(&reply.body).is_some_and(|m| m.get("id").is_some()) && reply.body.ends_with('\n') {
-                break;
-            }
-        }
-        Ok(reply)
+        raw_http::send(request).await
     }
 }
 
 fn initialize() -> Value {
-    json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "rebinding", "version": "0"}}})
+    raw_http::initialize("rebinding")
 }
 
 fn read(era: Era) -> Value {
@@ -202,17 +177,4 @@ fn read(era: Era) -> Value {
             "io.modelcontextprotocol/clientInfo": {"name": "rebinding", "version": "0"}});
     }
     json!({"jsonrpc": "2.0", "id": 1, "method": "resources/read", "params": params})
-}
-
-fn contents_text(reply: &Reply) -> Option<String> {
-    let message = message(&reply.body)?;
-    message["result"]["contents"][0]["text"].as_str().map(str::to_owned)
-}
-
-/// The JSON-RPC message: the whole body, or the first SSE `data:` line that is JSON.
-fn message(body: &str) -> Option<Value> {
-    if let Ok(value) = serde_json::from_str::<Value>(body) {
-        return Some(value);
-    }
-    body.lines().filter_map(|l| l.strip_prefix("data:")).find_map(|d| serde_json::from_str(d.trim()).ok())
 }

@@ -66,9 +66,7 @@ fn policies() -> anyhow::Result<tempfile::TempDir> {
 
 /// Start the proxy and wait until server-everything is up (its tools are in).
 async fn start(config: &str) -> anyhow::Result<ProxyProcess> {
-    let proxy = ProxyProcess::start_with(config, &[], &TOKENS).await?;
-    proxy.wait_log(&["tools and prompts changed", "\"upstream\":\"ev\""]).await?;
-    Ok(proxy)
+    ProxyProcess::start_with_offerings(config, &TOKENS, &["ev"]).await
 }
 
 async fn call(host: &Host, tool: &str, arguments: Value) -> anyhow::Result<CallToolResult> {
@@ -328,7 +326,8 @@ async fn a_policy_reload_that_changes_the_bridge_tools_a_principal_sees_tells_on
         "principals = [\"bob\"]\nallow = [\"tool://proxy.bridge/proxy_resources_search\", \"{read}\", \"{DOCS}/**\"]\n"
     );
     replace_policy(policies.path(), "bob.toml", &bob_policy)?;
-    proxy.wait_log(&["policies reloaded", "\"tools_told\":2"]).await?;
+    let reload = proxy.wait_policy_reloads(1).await?;
+    assert_eq!((reload["outcome"].as_str(), reload["tools_told"].as_u64()), (Some("applied"), Some(2)), "{reload}");
     for host in &mut bob {
         host.heard().await?;
     }
@@ -340,7 +339,8 @@ async fn a_policy_reload_that_changes_the_bridge_tools_a_principal_sees_tells_on
         "principals = [\"alice\"]\nallow = [\"**\"]\ndeny = [\"{DOCS}/architecture.md\", \"tool://proxy.bridge/proxy_resources_list\"]\n"
     );
     replace_policy(policies.path(), "alice.toml", &alice_policy)?;
-    proxy.wait_log_count(&["policies reloaded", "\"tools_told\":2"], 2).await?;
+    let reload = proxy.wait_policy_reloads(2).await?;
+    assert_eq!((reload["outcome"].as_str(), reload["tools_told"].as_u64()), (Some("applied"), Some(2)), "{reload}");
     for host in &mut alice {
         host.heard().await?;
     }
@@ -350,6 +350,7 @@ async fn a_policy_reload_that_changes_the_bridge_tools_a_principal_sees_tells_on
     // A reload that changes no one's tools tells no one.
     let quiet = bob_policy.replace(&format!("\"{DOCS}/**\""), &format!("\"{DOCS}/features.md\""));
     replace_policy(policies.path(), "bob.toml", &quiet)?;
-    proxy.wait_log(&["policies reloaded", "\"tools_told\":0"]).await?;
+    let reload = proxy.wait_policy_reloads(3).await?;
+    assert_eq!((reload["outcome"].as_str(), reload["tools_told"].as_u64()), (Some("applied"), Some(0)), "{reload}");
     Ok(())
 }

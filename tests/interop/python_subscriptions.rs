@@ -7,7 +7,9 @@
 use std::collections::BTreeSet;
 use std::process::Stdio;
 
-use crate::support::fixture::{self, DEADLINE, Era, FixtureClient, FixtureEvent, HttpFixture, call_json};
+use crate::support::fixture::{
+    self, DEADLINE, Era, FixtureClient, FixtureEvent, HttpFixture, call_json, wait_for_stats, watched,
+};
 use crate::support::peers::{everything_stdio_command, py_client, spawn_py_server_http};
 use crate::support::proxy::{ProxyProcess, http_upstream, toml_str};
 use rmcp::model::{ServerNotification, SubscribeRequestParams, SubscriptionFilter};
@@ -128,9 +130,8 @@ async fn python_client_receives_updates_in_both_modes() -> anyhow::Result<()> {
         assert_eq!(subscribed["op"], subscribe, "{mode}: {subscribed}");
         assert!(subscribed.get("error").is_none(), "{mode}: {subscribed}");
         assert_eq!(client.next_line().await?, json!({"op": "ready"}), "{mode}");
-        wait_applied(&proxy, "fx", 1).await?;
-
         let (side, _) = fixture::connect_http(&upstream.url, Era::Auto).await?;
+        wait_for_stats(&side, |s| watched(s).iter().any(|w| w == "fx://fx/item/1")).await?;
         call_json(&side, "touch", json!({"uri": "fx://fx/item/1"})).await?;
         let waited = client.next_line().await?;
         assert_eq!(waited, json!({"op": "wait_updated", "uri": uri, "received": true, "via": via}), "{mode}");

@@ -13,9 +13,10 @@ use serde_json::{Value, json};
 
 use crate::support::DEADLINE;
 use crate::support::peers::{
-    ensure_installed, everything_upstream, memory_upstream, parse_json_lines, py_script, python, repo_root,
+    ensure_installed, error_but_name, everything_upstream, memory_upstream, parse_json_lines, py_script, python,
+    repo_root,
 };
-use crate::support::proxy::{ProxyProcess, toml_str};
+use crate::support::proxy::{ProxyProcess, alice_and_bob_policies, alice_and_bob_under_policies, toml_str};
 
 /// The eras the TypeScript SDK v2 client speaks, as `client.mjs --mode` values.
 const MODES: [&str; 2] = ["legacy", "2026-07-28"];
@@ -48,27 +49,6 @@ async fn ts_ops(url: &str, mode: &str, headers: &[&str], ops: &[&str]) -> anyhow
     Ok(lines)
 }
 
-/// Start the proxy and wait until every named upstream's tools are in.
-async fn start_proxy(config: &str, env: &[(&str, &str)], upstreams: &[&str]) -> anyhow::Result<ProxyProcess> {
-    let proxy = ProxyProcess::start_with(config, &[], env).await?;
-    for upstream in upstreams {
-        let tag = format!("\"upstream\":\"{upstream}\"");
-        proxy.wait_log(&["tools and prompts changed", &tag]).await?;
-    }
-    Ok(proxy)
-}
-
-/// `[auth]` with alice and bob as bearer principals, `[policies]` from `dir`, then `upstreams`.
-fn with_policies(dir: &std::path::Path, upstreams: &str) -> String {
-    format!(
-        "[auth]\nmode = \"bearer\"\n\n\
-         [[auth.tokens]]\nprincipal = \"alice\"\ntoken_env = \"ALICE_TOKEN\"\n\n\
-         [[auth.tokens]]\nprincipal = \"bob\"\ntoken_env = \"BOB_TOKEN\"\n\n\
-         [policies]\ndir = {}\n\n{upstreams}",
-        toml_str(dir.to_str().expect("utf-8 path"))
-    )
-}
-
 fn names(answer: &Value, key: &str) -> anyhow::Result<Vec<String>> {
     let list = answer[key].as_array().with_context(|| format!("{key} in {answer}"))?;
     Ok(list.iter().filter_map(Value::as_str).map(str::to_owned).collect())
@@ -92,7 +72,7 @@ async fn ts_client_lists_calls_gets_and_completes_across_two_upstreams_in_both_e
         memory_upstream("mem", &dir.path().join("memory.jsonl"), ""),
         everything_upstream("ev", "")
     );
-    let proxy = start_proxy(&config, &[], &["ev", "mem"]).await?;
+    let proxy = ProxyProcess::start_with_offerings(&config, &[], &["ev", "mem"]).await?;
     for mode in MODES {
         let ops = [
             "era",
@@ -156,7 +136,7 @@ async fn ts_client_reads_subscribes_and_hears_updated_after_tool_calls_in_both_e
             everything_upstream("ev", ""),
             memory_upstream("mem", &dir.path().join("memory.jsonl"), "")
         );
-        let proxy = start_proxy(&config, &[], &["ev", "mem"]).await?;
+        let proxy = ProxyProcess::start_with_offerings(&config, &[], &["ev", "mem"]).await?;
         let (subscribe_doc, subscribe_graph) = (format!("subscribe:{doc}"), format!("subscribe:{graph}"));
         let (wait_doc, wait_graph) = (format!("wait_updated:{doc}"), format!("wait_updated:{graph}"));
         let (read_doc, read_graph) = (format!("read:{doc}"), format!("read:{graph}"));
@@ -196,16 +176,16 @@ async fn ts_client_reads_subscribes_and_hears_updated_after_tool_calls_in_both_e
 /// not listed, and a call or get answers exactly like an unknown name, in both eras.
 #[tokio::test]
 async fn ts_client_sees_a_denied_tool_or_prompt_exactly_like_an_unknown_one() -> anyhow::Result<()> {
-    let policies = tempfile::tempdir()?;
-    let alice = "principals = [\"alice\"]\nallow = [\"**\"]\n\
+    let alice = "allow = [\"**\"]\n\
                  deny = [\"tool://ev/get-env\", \"prompt://ev/args-prompt\"]\n";
-    std::fs::write(policies.path().join("alice.toml"), alice)?;
-    std::fs::write(policies.path().join("bob.toml"), "principals = [\"bob\"]\nallow = [\"tool://ev/echo\"]\n")?;
-    let proxy = start_proxy(&with_policies(policies.path(), &everything_upstream("ev", "")), &TOKENS, &["ev"]).await?;
-    let unknown = |answer: &Value, name: &str| {
-        let error = &answer["error"];
-        (error["code"].clone(), error["message"].as_str().unwrap_or_default().replace(name, "NAME"))
-    };
+    let policies = alice_and_bob_policies(alice, "allow = [\"tool://ev/echo\"]\n")?;
+    let proxy = ProxyProcess::start_with_offerings(
+        &alice_and_bob_under_policies("", policies.path(), &everything_upstream("ev", "")),
+        &TOKENS,
+        &["ev"],
+    )
+    .await?;
+    let unknown = error_but_name;
     for mode in MODES {
         let bearer = format!("Authorization: Bearer {ALICE_TOKEN}");
         let ops = [
@@ -244,16 +224,19 @@ async fn ts_client_sees_a_denied_tool_or_prompt_exactly_like_an_unknown_one() ->
 /// caller may not read is withheld as a tool error.
 #[tokio::test]
 async fn structured_content_uris_are_namespaced_and_still_validate_at_the_ts_client() -> anyhow::Result<()> {
-    let policies = tempfile::tempdir()?;
-    let alice = "principals = [\"alice\"]\nallow = [\"**\"]\ndeny = [\"docs+py://doc/secret/**\"]\n";
-    std::fs::write(policies.path().join("alice.toml"), alice)?;
-    std::fs::write(policies.path().join("bob.toml"), "principals = [\"bob\"]\nallow = [\"**\"]\n")?;
+    let alice = "allow = [\"**\"]\ndeny = [\"docs+py://doc/secret/**\"]\n";
+    let policies = alice_and_bob_policies(alice, "allow = [\"**\"]\n")?;
     let upstream = format!(
         "[[upstreams]]\nname = \"docs\"\ncommand = {}\nargs = [{}]\nprotocol = \"2025-11-25\"\n\n",
         toml_str(&python().display().to_string()),
         toml_str(&py_script("linking_server.py").display().to_string())
     );
-    let proxy = start_proxy(&with_policies(policies.path(), &upstream), &TOKENS, &["docs"]).await?;
+    let proxy = ProxyProcess::start_with_offerings(
+        &alice_and_bob_under_policies("", policies.path(), &upstream),
+        &TOKENS,
+        &["docs"],
+    )
+    .await?;
     let alice = format!("Authorization: Bearer {ALICE_TOKEN}");
     let bob = format!("Authorization: Bearer {BOB_TOKEN}");
     let ops = ["tools_all", "call:docs__find_docs:{}", "call:docs__find_docs:{\"include_secret\": true}"];

@@ -265,6 +265,14 @@ pub async fn wait_for_stats(peer: &Peer<RoleClient>, ready: impl Fn(&Value) -> b
     .await
 }
 
+/// URIs the fixture holds upstream subscriptions for (its `stats`), whatever the era it was
+/// asked in: legacy `subscribed` and 2026-07-28 `listen_uris`.
+pub fn watched(stats: &Value) -> Vec<String> {
+    let legacy = stats["subscribed"].as_array().cloned().unwrap_or_default();
+    let modern = stats["listen_uris"].as_array().cloned().unwrap_or_default();
+    legacy.into_iter().chain(modern).filter_map(|v| v.as_str().map(str::to_owned)).collect()
+}
+
 /// Follow `nextCursor` to the end; returns every resource and the number of pages.
 pub async fn list_all_resources(peer: &Peer<RoleClient>) -> anyhow::Result<(Vec<Resource>, usize)> {
     let mut resources = Vec::new();

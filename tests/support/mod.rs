@@ -9,6 +9,7 @@
 //! - [`peers`]: third-party peers (npm, PyPI) — only the interop tier may use them; they install
 //!   on first use.
 //! - [`exposition`]: a Prometheus text parser for `/metrics`.
+//! - [`raw_http`]: raw MCP-over-HTTP exchanges (status, session header, body) for tests of the listener.
 //! - [`wire`]: an rmcp host that logs what it reads in wire order (progress before answers).
 //! - [`eventually`]: the one way to wait for a condition: poll with a deadline.
 //!
@@ -24,6 +25,7 @@ pub mod jwt;
 pub mod observe;
 pub mod peers;
 pub mod proxy;
+pub mod raw_http;
 pub mod reads;
 pub mod wire;
 

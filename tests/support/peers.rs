@@ -149,6 +149,13 @@ pub fn parse_json_lines(stdout: &[u8]) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// A client's JSON answer's error as a host can tell it apart: its code and its message with
+/// `name` written `NAME` (a denied name must answer exactly like an unknown one).
+pub fn error_but_name(answer: &serde_json::Value, name: &str) -> (serde_json::Value, String) {
+    let error = &answer["error"];
+    (error["code"].clone(), error["message"].as_str().unwrap_or_default().replace(name, "NAME"))
+}
+
 /// An HTTP peer process; killed (and reaped) on drop.
 pub struct PeerHttp {
     pub child: Child,

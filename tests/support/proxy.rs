@@ -3,10 +3,13 @@
 //!
 //! - [`ProxyProcess::start`]: spawn with a config text; ready when the proxy has written its
 //!   `--ready-file` (listeners bound, startup wait over): the addresses come from that file, not logs.
-//! - [`ProxyProcess::wait_up`] / [`ProxyProcess::wait_down`]: an upstream's state in `/status`.
+//! - [`ProxyProcess::wait_up`] / [`ProxyProcess::wait_down`] / [`ProxyProcess::wait_offerings`]: an
+//!   upstream's state, or its tools and prompts, in `/status`.
+//! - [`ProxyProcess::wait_policy_reloads`]: reloads of the policies folder in `/status`.
+//! - [`ProxyProcess::start_with_offerings`]: start, then wait until the named upstreams' tools are in.
 //! - [`ProxyProcess::wait_log`]: wait on a log line, with a deadline (for tests about logging).
 //! - [`ProxyProcess::admin_url`] / [`ProxyProcess::admin_get`] / [`ProxyProcess::status`],
-//!   [`metric_value`]: the admin listener.
+//!   [`ProxyProcess::wait_metric`], [`metric_value`]: the admin listener.
 //! - [`connect_stdio_proxy`] / [`connect_stdio_proxy_with`]: an rmcp client that spawns `serve --stdio`.
 
 use std::path::{Path, PathBuf};
@@ -22,6 +25,7 @@ use tokio::process::{Child, Command};
 use tokio::sync::Notify;
 
 use super::eventually;
+use super::exposition::Exposition;
 use super::fixture::{DEADLINE, Era, EventRecorder, Events, FixtureClient};
 
 pub const PROXY_BIN: &str = env!("CARGO_BIN_EXE_mcp-resource-proxy");
@@ -126,6 +130,36 @@ impl ProxyProcess {
         .await
     }
 
+    /// `start_with` (no extra arguments), then wait until every one of `upstreams` has its tools
+    /// and prompts in ([`Self::wait_offerings`]).
+    pub async fn start_with_offerings(config: &str, env: &[(&str, &str)], upstreams: &[&str]) -> anyhow::Result<Self> {
+        let proxy = Self::start_with(config, &[], env).await?;
+        for upstream in upstreams {
+            proxy.wait_offerings(upstream).await?;
+        }
+        Ok(proxy)
+    }
+
+    /// Wait until `/status` shows tools or prompts of `upstream`: its offerings are in the
+    /// proxy's catalog, so hosts list them.
+    pub async fn wait_offerings(&self, upstream: &str) -> anyhow::Result<serde_json::Value> {
+        self.status_when(upstream, |report| report["tools"].as_u64() > Some(0) || report["prompts"].as_u64() > Some(0))
+            .await
+    }
+
+    /// Wait until `/status` shows `reloads` reloads of the policies folder (or more); the last
+    /// one's report (`outcome`, `hosts_told`, `tools_told`).
+    pub async fn wait_policy_reloads(&self, reloads: u64) -> anyhow::Result<serde_json::Value> {
+        eventually(DEADLINE, &format!("{reloads} policy reload(s) in /status"), || async {
+            let report = self.status().await?["policy_reload"].clone();
+            match report["reloads"].as_u64() >= Some(reloads) {
+                true => Ok(report),
+                false => Err(anyhow::anyhow!("policy_reload: {report}")),
+            }
+        })
+        .await
+    }
+
     /// Wait until `/status` shows `upstream` gone down: not up, with the reason it went down
     /// (`last_error` is set when a connection is lost or cannot be made, cleared when it is up).
     pub async fn wait_down(&self, upstream: &str) -> anyhow::Result<serde_json::Value> {
@@ -161,6 +195,21 @@ impl ProxyProcess {
         eventually(DEADLINE, &format!("{upstream} gets there in /status"), || async {
             let status = self.upstream_status(upstream).await?;
             if done(&status) { Ok(status) } else { Err(anyhow::anyhow!("{status}")) }
+        })
+        .await
+    }
+
+    /// Wait until the `/metrics` sample `name` with exactly `labels` (0 while absent) satisfies
+    /// `done`; its value.
+    pub async fn wait_metric(
+        &self,
+        name: &str,
+        labels: &[(&str, &str)],
+        done: impl Fn(f64) -> bool,
+    ) -> anyhow::Result<f64> {
+        eventually(DEADLINE, &format!("{name}{labels:?} in /metrics"), || async {
+            let value = Exposition::parse(&self.admin_get("/metrics").await?)?.value(name, labels).unwrap_or(0.0);
+            if done(value) { Ok(value) } else { Err(anyhow::anyhow!("{name}{labels:?} = {value}")) }
         })
         .await
     }
@@ -259,6 +308,29 @@ pub fn fixture_upstream(name: &str, args: &[&str]) -> String {
         toml_escape(super::fixture::fixture_bin().to_str().expect("UTF-8 path")),
         args.join(", ")
     )
+}
+
+/// A config with `server` (the `[server]` section's lines; none when empty), bearer principals
+/// alice and bob (tokens from `$ALICE_TOKEN` and `$BOB_TOKEN`), `[policies]` from `policies`, then
+/// `upstreams`.
+pub fn alice_and_bob_under_policies(server: &str, policies: &Path, upstreams: &str) -> String {
+    let server = if server.is_empty() { String::new() } else { format!("[server]\n{server}\n\n") };
+    format!(
+        "{server}[auth]\nmode = \"bearer\"\n\n\
+         [[auth.tokens]]\nprincipal = \"alice\"\ntoken_env = \"ALICE_TOKEN\"\n\n\
+         [[auth.tokens]]\nprincipal = \"bob\"\ntoken_env = \"BOB_TOKEN\"\n\n\
+         [policies]\ndir = {}\n\n{upstreams}",
+        toml_escape(policies.to_str().expect("utf-8 path"))
+    )
+}
+
+/// A policies folder holding `alice.toml` and `bob.toml`: each principal's line, then its rules
+/// (`allow = […]`, `deny = […]`).
+pub fn alice_and_bob_policies(alice: &str, bob: &str) -> anyhow::Result<tempfile::TempDir> {
+    let policies = tempfile::tempdir()?;
+    std::fs::write(policies.path().join("alice.toml"), format!("principals = [\"alice\"]\n{alice}"))?;
+    std::fs::write(policies.path().join("bob.toml"), format!("principals = [\"bob\"]\n{bob}"))?;
+    Ok(policies)
 }
 
 /// A `[[upstreams]]` entry for an HTTP upstream.

@@ -13,6 +13,9 @@ use rmcp::service::Peer;
 /// logged it: the `upstream up` line is written before the event reaches the event loop, which
 /// flushes the upstream's cache entries and then pokes the `list_changed` debounce. So the first
 /// debounced `list_changed sent to hosts` logged after that line comes after the flush.
+/// (Still a log wait: a counter of "up handled" alone is reached before the upstream's
+/// subscription keeper has made its first, empty pass, so a read right after it could be
+/// flushed by that pass's `may have changed`. The keeper's pass has no observable yet.)
 pub async fn wait_handled_up(proxy: &ProxyProcess, upstream: &str, times: u64) -> anyhow::Result<()> {
     proxy.wait_up(upstream, times).await?;
     let tag = format!("\"upstream\":\"{upstream}\"");

@@ -16,7 +16,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use crate::support::fixture::{
-    self, Era, Events, FixtureClient, FixtureEvent, HttpFixture, call_json, connect_http_with_token, list_all_resources,
+    self, Era, Events, FixtureClient, FixtureEvent, HttpFixture, call_json, connect_http_with_token,
+    list_all_resources, watched,
 };
 use crate::support::proxy::{ProxyProcess, connect_stdio_proxy_with, http_upstream, toml_str};
 use rmcp::model::{ReadResourceRequestParams, ResourceContents, ServerNotification, SubscribeRequestParams};
@@ -210,13 +211,6 @@ async fn next_stream_updated(stream: &mut Subscription) -> anyhow::Result<String
             Err(_) => anyhow::bail!("no update on the stream within {:?}", fixture::DEADLINE),
         }
     }
-}
-
-/// URIs the fixture holds upstream subscriptions for, whatever the era.
-fn watched(stats: &Value) -> Vec<String> {
-    let legacy = stats["subscribed"].as_array().cloned().unwrap_or_default();
-    let modern = stats["listen_uris"].as_array().cloned().unwrap_or_default();
-    legacy.into_iter().chain(modern).filter_map(|v| v.as_str().map(str::to_owned)).collect()
 }
 
 async fn touch(side: &FixtureClient, uri: &str) -> anyhow::Result<()> {

@@ -74,7 +74,7 @@ async fn a_policy_change_applies_to_a_subscribed_host_without_restart() -> anyho
     let narrowed = format!("{ALICE_POLICY}deny = [\"alpha+fx://fx/item/0\"]\n");
     rewrite_policy(policies.path(), "alice.toml", &narrowed)?;
     assert_eq!(events.next().await?, FixtureEvent::ListChanged, "the host hears its list changed");
-    proxy.wait_log(&["policies reloaded"]).await?;
+    assert_eq!(proxy.wait_policy_reloads(1).await?["outcome"], "applied");
     let (resources, _) = list_all_resources(&alice).await?;
     let listed = set(resources.into_iter().map(|r| r.uri));
     assert!(!listed.contains("alpha+fx://fx/item/0"), "{listed:?}");
@@ -89,12 +89,13 @@ async fn a_policy_change_applies_to_a_subscribed_host_without_restart() -> anyho
     std::fs::write(policies.path().join("broken.toml"), "principals = [\"alice\"\nallow = [")?;
     let refused = proxy.wait_log(&["policy reload refused"]).await?;
     assert!(refused.contains("broken.toml"), "the log names the file: {refused}");
-    proxy.wait_log(&["policies unchanged"]).await?;
+    assert_eq!(proxy.wait_policy_reloads(2).await?["outcome"], "refused", "the rules in force stay");
     let read = alice.read_resource(ReadResourceRequestParams::new("alpha+fx://fx/item/1")).await?;
     assert!(!read.contents.is_empty(), "an allowed read still works");
     let error = read_error(&alice, "alpha+fx://fx/item/0").await;
     assert_eq!(error_shape(&error, "alpha+fx://fx/item/0").0, NOT_FOUND_LEGACY, "the deny still holds");
-    assert_eq!(proxy.matching(&["policies reloaded"]).len(), 1, "the broken file was not applied");
+    let reload = proxy.status().await?["policy_reload"].clone();
+    assert_eq!(reload["outcome"], "refused", "the broken file was not applied: {reload}");
     Ok(())
 }
 

@@ -2,16 +2,12 @@
 //! progress and completion: the same real peers and hosts as the parent module.
 
 use super::*;
+use crate::support::peers::error_but_name;
+use crate::support::proxy::{alice_and_bob_policies, alice_and_bob_under_policies};
 
 /// The `[server]`, `[auth]` (alice and bob) and `[policies]` sections.
 fn access_config(policies: &std::path::Path, page_size: usize, upstreams: &str) -> String {
-    format!(
-        "[server]\npage_size = {page_size}\n\n[auth]\nmode = \"bearer\"\n\n\
-         [[auth.tokens]]\nprincipal = \"alice\"\ntoken_env = \"ALICE_TOKEN\"\n\n\
-         [[auth.tokens]]\nprincipal = \"bob\"\ntoken_env = \"BOB_TOKEN\"\n\n\
-         [policies]\ndir = {}\n\n{upstreams}",
-        toml_str(policies.to_str().expect("utf-8 path"))
-    )
+    alice_and_bob_under_policies(&format!("page_size = {page_size}"), policies, upstreams)
 }
 
 /// alice may use everything but `get-env`, `args-prompt` and the blob resources; bob only
@@ -19,11 +15,9 @@ fn access_config(policies: &std::path::Path, page_size: usize, upstreams: &str) 
 /// a resource link a policy denies is dropped from a tool's result; `policy explain` says why.
 #[tokio::test]
 async fn a_denied_tool_is_invisible_and_its_call_answers_like_an_unknown_tool() -> anyhow::Result<()> {
-    let policies = tempfile::tempdir()?;
-    let alice = "principals = [\"alice\"]\nallow = [\"**\"]\n\
+    let alice = "allow = [\"**\"]\n\
                  deny = [\"tool://ev/get-env\", \"prompt://ev/args-prompt\", \"ev+demo://resource/dynamic/blob/**\"]\n";
-    std::fs::write(policies.path().join("alice.toml"), alice)?;
-    std::fs::write(policies.path().join("bob.toml"), "principals = [\"bob\"]\nallow = [\"tool://ev/echo\"]\n")?;
+    let policies = alice_and_bob_policies(alice, "allow = [\"tool://ev/echo\"]\n")?;
     let config = access_config(policies.path(), 100, &everything_upstream("ev", ""));
     let proxy = start_proxy(&config, &TOKENS, &["ev"]).await?;
 
@@ -41,10 +35,7 @@ async fn a_denied_tool_is_invisible_and_its_call_answers_like_an_unknown_tool() 
     let tools = answers[0]["names"].as_array().context("names")?;
     assert!(!tools.contains(&json!("ev__get-env")) && tools.contains(&json!("ev__echo")), "{tools:?}");
     assert!(!answers[1]["names"].as_array().context("prompts")?.contains(&json!("ev__args-prompt")));
-    let unknown = |answer: &Value, name: &str| {
-        let error = &answer["error"];
-        (error["code"].clone(), error["message"].as_str().unwrap_or_default().replace(name, "NAME"))
-    };
+    let unknown = error_but_name;
     assert_eq!(unknown(&answers[2], "ev__get-env"), unknown(&answers[3], "ev__no-such-tool"));
     assert_eq!(unknown(&answers[4], "ev__args-prompt"), unknown(&answers[5], "ev__no-such-prompt"));
     assert_eq!(answers[2]["error"]["code"], -32602);
@@ -187,10 +178,8 @@ async fn progress_of_a_long_running_tool_reaches_the_host_before_its_result() ->
 /// template that does not exist, and a prompt it may not use like a prompt that does not.
 #[tokio::test]
 async fn completion_for_a_namespaced_template_is_routed_and_policy_checked() -> anyhow::Result<()> {
-    let policies = tempfile::tempdir()?;
-    let alice = "principals = [\"alice\"]\nallow = [\"**\"]\ndeny = [\"ev+demo://resource/dynamic/blob/**\"]\n";
-    std::fs::write(policies.path().join("alice.toml"), alice)?;
-    std::fs::write(policies.path().join("bob.toml"), "principals = [\"bob\"]\nallow = [\"tool://ev/echo\"]\n")?;
+    let alice = "allow = [\"**\"]\ndeny = [\"ev+demo://resource/dynamic/blob/**\"]\n";
+    let policies = alice_and_bob_policies(alice, "allow = [\"tool://ev/echo\"]\n")?;
     let config = access_config(policies.path(), 100, &everything_upstream("ev", ""));
     let proxy = start_proxy(&config, &TOKENS, &["ev"]).await?;
     let (client, _) = host(&proxy.url, Era::Legacy, Some(ALICE_TOKEN)).await?;

@@ -8,7 +8,7 @@ use std::process::Stdio;
 
 use crate::support::fixture::{DEADLINE, Era, error_code};
 use crate::support::peers::{everything_upstream, memory_upstream, parse_json_lines, py_script, python};
-use crate::support::proxy::{PROXY_BIN, ProxyProcess, toml_str};
+use crate::support::proxy::{PROXY_BIN, ProxyProcess};
 use anyhow::{Context, bail};
 use rmcp::model::{
     ArgumentInfo, CallToolRequest, CallToolRequestParams, ClientRequest, CompleteRequestParams, NumberOrString,
@@ -95,14 +95,9 @@ async fn wait_heard(heard: &mut mpsc::UnboundedReceiver<Heard>, wanted: &Heard) 
     }
 }
 
-/// Start the proxy and wait until every named upstream's tools are in.
+/// Start the proxy and wait until every named upstream's tools are in (`/status`).
 async fn start_proxy(config: &str, env: &[(&str, &str)], upstreams: &[&str]) -> anyhow::Result<ProxyProcess> {
-    let proxy = ProxyProcess::start_with(config, &[], env).await?;
-    for upstream in upstreams {
-        let tag = format!("\"upstream\":\"{upstream}\"");
-        proxy.wait_log(&["tools and prompts changed", &tag]).await?;
-    }
-    Ok(proxy)
+    ProxyProcess::start_with_offerings(config, env, upstreams).await
 }
 
 /// Run tests/py/tools_client.py against `url` in `mode`; one JSON value per op.

@@ -1,0 +1,112 @@
+//! The `ServerHandler` side of subscriptions: a legacy session's `resources/subscribe` and
+//! `unsubscribe` (at most `server.max_subscriptions_per_session` URIs per session), and a
+//! 2026-07-28 listen stream, registered as an outlet for as long as its request lives.
+//!
+//! Invariant: a session or listen stream holds no more than `server.max_subscriptions_per_session`
+//! URIs; its holds are released when it ends (`Session`'s drop).
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use rmcp::ErrorData;
+use rmcp::model::{SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams};
+use rmcp::service::{RequestContext, RoleServer, SubscriptionContext};
+
+use super::outlets::ListenOutlet;
+use super::{ProxyServer, Session};
+use crate::fanout::{OutletInfo, OutletKind};
+use crate::protocol::{Era, method};
+
+impl ProxyServer {
+    pub(super) async fn subscriptions_subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.check_principal(&context.extensions)?;
+        let started = Instant::now();
+        let holder = self.session(&context.peer);
+        self.seen(&context.extensions);
+        let session = self.session.get().expect("registered just above");
+        let mut subscribed = session.subscribed.lock().expect("subscribed lock");
+        let limit = self.proxy.config().server.max_subscriptions_per_session;
+        if !subscribed.contains(&request.uri) && subscribed.len() >= limit {
+            self.proxy.metrics().downstream_request(method::RESOURCES_SUBSCRIBE, "over_limit", started.elapsed());
+            let message = format!(
+                "subscription limit reached: this session holds {limit} subscriptions \
+                 (server.max_subscriptions_per_session); unsubscribe from one first"
+            );
+            return Err(ErrorData::invalid_request(message, None));
+        }
+        let result = self.proxy.subscribe(holder, &self.principal, &request.uri);
+        if result.is_ok() {
+            subscribed.insert(request.uri.clone());
+        }
+        self.record(method::RESOURCES_SUBSCRIBE, started, result)
+    }
+
+    pub(super) async fn subscriptions_unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.check_principal(&context.extensions)?;
+        let started = Instant::now();
+        let holder = self.session(&context.peer);
+        if let Some(session) = self.session.get() {
+            session.subscribed.lock().expect("subscribed lock").remove(&request.uri);
+        }
+        self.record(
+            method::RESOURCES_UNSUBSCRIBE,
+            started,
+            self.proxy.unsubscribe(holder, &self.principal, &request.uri),
+        )
+    }
+
+    pub(super) fn subscriptions_accepted_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        let mut accepted = SubscriptionFilter::new();
+        accepted.resources_list_changed = requested.resources_list_changed.filter(|wanted| *wanted);
+        accepted.tools_list_changed = requested.tools_list_changed.filter(|wanted| *wanted);
+        accepted.prompts_list_changed = requested.prompts_list_changed.filter(|wanted| *wanted);
+        accepted.resource_subscriptions = requested
+            .resource_subscriptions
+            .as_ref()
+            .map(|uris| {
+                // A listen stream holds at most `server.max_subscriptions_per_session` URIs;
+                // the accepted filter tells the host which.
+                let mut uris = self.proxy.subscribable(&self.principal, uris);
+                uris.truncate(self.proxy.config().server.max_subscriptions_per_session);
+                uris
+            })
+            .filter(|uris| !uris.is_empty());
+        Some(accepted)
+    }
+
+    pub(super) async fn subscriptions_listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let accepted = context.accepted().clone();
+        let info = OutletInfo {
+            principal: self.principal.to_string(),
+            kind: OutletKind::ListenStream,
+            wants_list_changed: accepted.resources_list_changed == Some(true),
+            wants_tools_list_changed: accepted.tools_list_changed == Some(true),
+            wants_prompts_list_changed: accepted.prompts_list_changed == Some(true),
+        };
+        let holder = self.proxy.register_outlet(info, Arc::new(ListenOutlet(context.sink().clone())));
+        // Released however this ends: returned, or dropped with its request.
+        let counted = self.proxy.metrics().downstream_session(self.transport, Era::Modern);
+        let _held =
+            Session { proxy: self.proxy.clone(), id: holder, _counted: Some(counted), subscribed: Mutex::default() };
+        self.proxy.metrics().downstream_request(method::SUBSCRIPTIONS_LISTEN, "ok", std::time::Duration::ZERO);
+        for uri in accepted.resource_subscriptions.iter().flatten() {
+            if let Err(error) = self.proxy.subscribe(holder, &self.principal, uri) {
+                tracing::debug!(uri, error = %error, "listen URI not held");
+            }
+        }
+        // Returning ends the stream with its final result: at shutdown, before rmcp stops.
+        tokio::select! {
+            _ = context.cancelled() => {}
+            _ = self.closing.cancelled() => tracing::debug!(principal = %self.principal, "listen stream closed for shutdown"),
+        }
+        Ok(())
+    }
+}
