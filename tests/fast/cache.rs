@@ -43,10 +43,11 @@ async fn hold_reads(side: &FixtureClient, on: bool) -> anyhow::Result<()> {
 }
 
 /// 100 concurrent reads of one cold URI make one upstream read (single flight); reads after
-/// that are hits.
+/// that are hits. The entry outlives the test even if the upstream's subscription is not
+/// acknowledged within the read's wait (a loaded machine), which would keep it `unwatched_ttl`.
 #[tokio::test]
 async fn concurrent_cold_reads_make_one_upstream_read_and_later_reads_hit() -> anyhow::Result<()> {
-    let (proxy, _upstream, side) = proxy_with_fixture(&["--era", "legacy"], "", "").await?;
+    let (proxy, _upstream, side) = proxy_with_fixture(&["--era", "legacy"], "", "unwatched_ttl = \"10m\"").await?;
     let mut hosts = Vec::new();
     for _ in 0..4 {
         hosts.push(fixture::connect_http(&proxy.url, Era::Legacy).await?.0);
