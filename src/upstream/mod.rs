@@ -26,6 +26,7 @@ mod relay;
 mod scan;
 mod stdio;
 mod supervisor;
+mod thin;
 mod watching;
 
 use std::sync::{Arc, Mutex};
@@ -155,6 +156,8 @@ pub(crate) struct Link {
     pub capabilities: ServerCapabilities,
     /// Where this connection's progress goes (see `progress`).
     pub progress: progress::ProgressRoutes,
+    /// Streamable HTTP: reads go here first, without rmcp's peer (see `thin`).
+    pub thin: Option<thin::ThinReader>,
 }
 
 impl Upstream {
@@ -226,18 +229,29 @@ impl Upstream {
         result
     }
 
+    /// One read within the request timeout: on the thin client of an HTTP connection when it
+    /// can, else (or when it hands the read back) on rmcp's peer.
     async fn read_once(&self, uri: &str) -> Result<ReadResourceResponse, ProxyError> {
         let link = self.link()?;
-        let request = link.peer.read_resource_once(ReadResourceRequestParams::new(uri));
-        let result = tokio::time::timeout(self.inner.config.request_timeout, request).await;
-        match result {
-            Err(_) => Err(ProxyError::UpstreamTimeout {
+        let read = async {
+            if let Some(thin) = link.thin.as_ref().filter(|_| !link.peer.is_transport_closed()) {
+                match thin.read(uri).await {
+                    thin::ThinRead::Done(Ok(response)) => return Ok(response),
+                    thin::ThinRead::Done(Err(error)) => return Err(self.read_error(uri, error, false)),
+                    thin::ThinRead::Fallback(why) => {
+                        tracing::debug!(upstream = self.name(), uri, why, "read sent on rmcp's path")
+                    }
+                }
+            }
+            let request = link.peer.read_resource_once(ReadResourceRequestParams::new(uri));
+            request.await.map_err(|error| self.read_error(uri, error, !link.peer.is_transport_closed()))
+        };
+        tokio::time::timeout(self.inner.config.request_timeout, read).await.unwrap_or_else(|_| {
+            Err(ProxyError::UpstreamTimeout {
                 upstream: self.name().to_string(),
                 timeout: self.inner.config.request_timeout,
-            }),
-            Ok(Ok(response)) => Ok(response),
-            Ok(Err(error)) => Err(self.read_error(uri, error, !link.peer.is_transport_closed())),
-        }
+            })
+        })
     }
 
     fn read_error(&self, uri: &str, error: ServiceError, connection_open: bool) -> ProxyError {
