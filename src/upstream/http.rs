@@ -11,6 +11,9 @@
 //! Notifications on a POST's response stream are marked with the request it carried, and marks
 //! are taken off whatever arrives elsewhere, so they can be relayed to that call's host (`relay`).
 //!
+//! The guard also records what rmcp's list and read requests carry (session, headers, `_meta`)
+//! for the connection's thin read client (`thin`).
+//!
 //! Invariant: a request whose reply is faulty gets exactly one answer, the fault; nothing of
 //! the faulty reply reaches rmcp.
 

@@ -3,7 +3,8 @@
 //! Each [`Upstream`] is a cheap handle; its supervisor task (see `supervisor`) connects (stdio
 //! child, streamable HTTP, or the in-process folder server), detects the protocol era, loads the
 //! upstream's full catalog, and reconnects with capped exponential backoff when the connection
-//! dies. Requests (`read`) go over the current connection with the upstream's timeout.
+//! dies. Requests (`read`) go over the current connection with the upstream's timeout; an HTTP
+//! upstream's reads go on its thin client (`thin`), without rmcp's peer, when they can.
 //! The transports are guarded (`stdio`, `http`): a faulty reply — too large, not UTF-8, not
 //! JSON-RPC, the wrong id — fails its own request with a clear error (`faults`), never the
 //! connection; a stdio child sees only an allowlisted environment. Sampling, elicitation and

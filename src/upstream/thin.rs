@@ -79,7 +79,9 @@ impl Recorder {
                 "mcp-method" => standard_headers = true,
                 "mcp-name" => {}
                 other if other.starts_with("mcp-param-") => {}
-                _ => drop(headers.insert(name.clone(), value.clone())),
+                _ => {
+                    headers.insert(name.clone(), value.clone());
+                }
             }
         }
         let template = Template {
@@ -292,11 +294,10 @@ fn fault(fault: Fault, id: &RequestId) -> ThinRead {
 /// Whether rmcp would send `value` as a header as it is (printable ASCII, no Base64 wrapping).
 fn plain_header_value(value: &str) -> bool {
     let bytes = value.as_bytes();
-    !value.is_empty()
-        && !matches!(bytes.first(), Some(b' ' | b'\t'))
-        && !matches!(bytes.last(), Some(b' ' | b'\t'))
-        && bytes.iter().all(|b| (0x20..=0x7e).contains(b))
-        && !(value.starts_with("=?base64?") && value.ends_with("?="))
+    let padded = matches!(bytes.first(), Some(b' ' | b'\t')) || matches!(bytes.last(), Some(b' ' | b'\t'));
+    let sentinel = value.starts_with("=?base64?") && value.ends_with("?=");
+    let printable = bytes.iter().all(|b| (0x20..=0x7e).contains(b));
+    !value.is_empty() && printable && !padded && !sentinel
 }
 
 /// A transport whose receive side also yields what thin reads handed on (see the module doc).
