@@ -7,6 +7,8 @@
 #
 #   bash scripts/callgrind_read.sh target/release/mcp-resource-proxy [N] [extra config]
 #   MISS=1 bash scripts/callgrind_read.sh ...   # the cache off: every read a miss
+#   UPSTREAM_URL=http://127.0.0.1:PORT/mcp READ_URI='fx+demo://resource/static/document/architecture.md' \
+#     MISS=1 bash scripts/callgrind_read.sh ...  # another upstream (e.g. server-everything), named fx
 #
 # Needs valgrind, python3, and `cargo build --release --bins` (the fixture is taken next to the
 # proxy binary). Prints `<era> <instructions per read>`.
@@ -21,10 +23,15 @@ trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-"$(dirname "$PROXY")/mcp-proxy-fixture" --http "127.0.0.1:$(free_port)" --text-bytes 1024 --resources 16 \
-  --ttl-ms 3600000 >"$WORK/fixture.out" 2>/dev/null &
-until grep -q LISTENING "$WORK/fixture.out" 2>/dev/null; do sleep 0.1; done
-URL="$(sed -n 's/^LISTENING //p' "$WORK/fixture.out")"
+URI="${READ_URI:-fx+fx://fx/item/1}"
+if [[ -n "${UPSTREAM_URL:-}" ]]; then
+  URL="$UPSTREAM_URL"
+else
+  "$(dirname "$PROXY")/mcp-proxy-fixture" --http "127.0.0.1:$(free_port)" --text-bytes 1024 --resources 16 \
+    --ttl-ms 3600000 >"$WORK/fixture.out" 2>/dev/null &
+  until grep -q LISTENING "$WORK/fixture.out" 2>/dev/null; do sleep 0.1; done
+  URL="$(sed -n 's/^LISTENING //p' "$WORK/fixture.out")"
+fi
 {
   printf '%s\n' "$EXTRA"
   printf '[[upstreams]]\nname = "fx"\nurl = "%s"\n' "$URL"
@@ -38,9 +45,9 @@ VG=$!
 until python3 -c "import socket; socket.create_connection(('127.0.0.1', $PORT))" 2>/dev/null; do sleep 0.5; done
 
 for era in 2026 2025; do
-  python3 "$HERE/read_driver.py" "$PORT" "$era" 50 "fx+fx://fx/item/1"
+  python3 "$HERE/read_driver.py" "$PORT" "$era" 50 "$URI"
   callgrind_control -z "$VG" >/dev/null 2>&1
-  python3 "$HERE/read_driver.py" "$PORT" "$era" "$N" "fx+fx://fx/item/1"
+  python3 "$HERE/read_driver.py" "$PORT" "$era" "$N" "$URI"
   callgrind_control -d "era$era" "$VG" >/dev/null 2>&1
 done
 kill -INT "$VG"

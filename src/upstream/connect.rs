@@ -20,6 +20,7 @@ use super::progress::{ProgressRoutes, Tapped};
 use super::reason::{ChildOutput, initialize_failure};
 use super::relay::{RelayBook, Relayed};
 use super::stdio::{StdioUpstream, child_environment};
+use super::thin::{Inlet, ThinReader};
 use crate::config::{ProtocolChoice, UpstreamConfig, UpstreamTransport};
 use crate::protocol::{Era, LEGACY_HANDSHAKE, version_of};
 use crate::serve_dir::FolderServer;
@@ -36,7 +37,8 @@ enum Plan {
 
 /// Connect once. `remembered` is the era found on the last successful connect, which skips the
 /// probe. A stdio child's stderr goes to `output`. The error text, in plain words (see
-/// `reason`), is for logs and `/status`, never for clients.
+/// `reason`), is for logs and `/status`, never for clients. A streamable HTTP connection comes
+/// with its thin read client (`thin`).
 pub(crate) async fn connect(
     config: &UpstreamConfig,
     notices: mpsc::UnboundedSender<Notice>,
@@ -44,10 +46,10 @@ pub(crate) async fn connect(
     remembered: Option<Era>,
     output: &Arc<ChildOutput>,
     relays: &Arc<RelayBook>,
-) -> Result<(Running, Era), String> {
+) -> Result<(Running, Era, Option<ThinReader>), String> {
     let plan = plan(&config.protocol, remembered);
     let start = |plan| start(config, &notices, progress, plan, output, relays);
-    let running = match plan {
+    let (running, thin) = match plan {
         Plan::Auto => match start(Plan::Auto).await {
             Ok(running) => running,
             Err(probe_error) => {
@@ -61,7 +63,7 @@ pub(crate) async fn connect(
     };
     running.set_response_cache_config(ClientCacheConfig::disabled()).await;
     let era = Era::of_negotiated(running.peer_info().as_ref().map(|info| &info.protocol_version));
-    Ok((running, era))
+    Ok((running, era, thin))
 }
 
 fn plan(choice: &ProtocolChoice, remembered: Option<Era>) -> Plan {
@@ -94,7 +96,7 @@ async fn start(
     plan: Plan,
     output: &Arc<ChildOutput>,
     relays: &Arc<RelayBook>,
-) -> Result<Running, String> {
+) -> Result<(Running, Option<ThinReader>), String> {
     let handshake_version = match &plan {
         Plan::Legacy(v) => v.clone(),
         _ => LEGACY_HANDSHAKE,
@@ -118,7 +120,8 @@ async fn start(
             });
             let (read, write) = tokio::io::split(client_side);
             let transport = tap.on(AsyncRwTransport::new_client(read, write));
-            handler.serve_with_lifecycle(transport, mode).await.map_err(|e| initialize_failure(&e, None))
+            let running = handler.serve_with_lifecycle(transport, mode).await;
+            running.map(|running| (running, None)).map_err(|e| initialize_failure(&e, None))
         }
         UpstreamTransport::Command { program, args, env, inherit_env, cwd } => {
             let mut command = tokio::process::Command::new(program);
@@ -130,7 +133,8 @@ async fn start(
                 StdioUpstream::spawn(command, config.max_response_bytes, notices.clone(), output.clone(), name)
                     .map_err(|e| format!("cannot start `{program}`: {e}"))?;
             let transport = tap.on(transport);
-            handler.serve_with_lifecycle(transport, mode).await.map_err(|e| match output.exit() {
+            let running = handler.serve_with_lifecycle(transport, mode).await;
+            running.map(|running| (running, None)).map_err(|e| match output.exit() {
                 Some(exit) => format!("`{program}` exited ({exit}) during the handshake"),
                 None => initialize_failure(&e, None),
             })
@@ -138,16 +142,20 @@ async fn start(
         UpstreamTransport::Http { url, headers, ca } => {
             let limit = config.max_response_bytes;
             let roots = ca.as_ref().map(|ca| ca.certificates()).unwrap_or_default();
+            let client = GuardedHttpClient::new(limit, roots);
+            let (inlet, handed_on) = mpsc::unbounded_channel();
+            let thin = client.thin_reader(inlet);
             let transport = StreamableHttpClientTransport::with_client(
-                GuardedHttpClient::new(limit, roots),
+                client,
                 StreamableHttpClientTransportConfig::with_uri(url.as_str())
                     .custom_headers(header_map(headers))
                     .max_json_response_size(limit)
                     .max_sse_event_size(limit)
                     .reinit_on_expired_session(false),
             );
-            let transport = tap.on(transport);
-            handler.serve_with_lifecycle(transport, mode).await.map_err(|e| initialize_failure(&e, Some(url.as_str())))
+            let transport = tap.on(Inlet::new(transport, handed_on));
+            let running = handler.serve_with_lifecycle(transport, mode).await;
+            running.map(|running| (running, Some(thin))).map_err(|e| initialize_failure(&e, Some(url.as_str())))
         }
     }
 }

@@ -11,6 +11,9 @@
 //! Notifications on a POST's response stream are marked with the request it carried, and marks
 //! are taken off whatever arrives elsewhere, so they can be relayed to that call's host (`relay`).
 //!
+//! The guard also records what rmcp's list and read requests carry (session, headers, `_meta`)
+//! for the connection's thin read client (`thin`).
+//!
 //! Invariant: a request whose reply is faulty gets exactly one answer, the fault; nothing of
 //! the faulty reply reaches rmcp.
 
@@ -37,12 +40,23 @@ pub(crate) struct GuardedHttpClient {
     inner: reqwest::Client,
     /// The limit the transport was configured with, for the error text.
     max_response_bytes: usize,
+    /// What rmcp's requests carry, for the thin read client of this connection (`thin`).
+    recorder: super::thin::Recorder,
 }
 
 impl GuardedHttpClient {
     /// `roots`: CA certificates trusted for this upstream besides the system's (`ca_file`).
     pub fn new(max_response_bytes: usize, roots: Vec<reqwest::Certificate>) -> Self {
-        Self { inner: pooled_client(roots), max_response_bytes }
+        Self { inner: pooled_client(roots), max_response_bytes, recorder: Default::default() }
+    }
+
+    /// The thin read client of this connection: the same pooled client, and the requests rmcp
+    /// sends through this guard as its template; what it hands on goes to `inlet`.
+    pub fn thin_reader(
+        &self,
+        inlet: tokio::sync::mpsc::UnboundedSender<ServerJsonRpcMessage>,
+    ) -> super::thin::ThinReader {
+        super::thin::ThinReader::new(self.inner.clone(), self.max_response_bytes, self.recorder.clone(), inlet)
     }
 
     /// A POST's outcome, with a faulty reply to a request replaced by that request's fault.
@@ -113,6 +127,7 @@ impl StreamableHttpClient for GuardedHttpClient {
             JsonRpcMessage::Request(request) => Some(request.id.clone()),
             _ => None,
         };
+        self.recorder.note(&uri, &message, &session_id, &auth_header, &custom_headers);
         let outcome = self
             .inner
             .post_message_with_response_limits(uri, message, session_id, auth_header, custom_headers, limits)

@@ -3,7 +3,8 @@
 //! Each [`Upstream`] is a cheap handle; its supervisor task (see `supervisor`) connects (stdio
 //! child, streamable HTTP, or the in-process folder server), detects the protocol era, loads the
 //! upstream's full catalog, and reconnects with capped exponential backoff when the connection
-//! dies. Requests (`read`) go over the current connection with the upstream's timeout.
+//! dies. Requests (`read`) go over the current connection with the upstream's timeout; an HTTP
+//! upstream's reads go on its thin client (`thin`), without rmcp's peer, when they can.
 //! The transports are guarded (`stdio`, `http`): a faulty reply — too large, not UTF-8, not
 //! JSON-RPC, the wrong id — fails its own request with a clear error (`faults`), never the
 //! connection; a stdio child sees only an allowlisted environment. Sampling, elicitation and
@@ -26,6 +27,7 @@ mod relay;
 mod scan;
 mod stdio;
 mod supervisor;
+mod thin;
 mod watching;
 
 use std::sync::{Arc, Mutex};
@@ -155,6 +157,8 @@ pub(crate) struct Link {
     pub capabilities: ServerCapabilities,
     /// Where this connection's progress goes (see `progress`).
     pub progress: progress::ProgressRoutes,
+    /// Streamable HTTP: reads go here first, without rmcp's peer (see `thin`).
+    pub thin: Option<thin::ThinReader>,
 }
 
 impl Upstream {
@@ -226,18 +230,29 @@ impl Upstream {
         result
     }
 
+    /// One read within the request timeout: on the thin client of an HTTP connection when it
+    /// can, else (or when it hands the read back) on rmcp's peer.
     async fn read_once(&self, uri: &str) -> Result<ReadResourceResponse, ProxyError> {
         let link = self.link()?;
-        let request = link.peer.read_resource_once(ReadResourceRequestParams::new(uri));
-        let result = tokio::time::timeout(self.inner.config.request_timeout, request).await;
-        match result {
-            Err(_) => Err(ProxyError::UpstreamTimeout {
+        let read = async {
+            if let Some(thin) = link.thin.as_ref().filter(|_| !link.peer.is_transport_closed()) {
+                match thin.read(uri).await {
+                    thin::ThinRead::Done(Ok(response)) => return Ok(response),
+                    thin::ThinRead::Done(Err(error)) => return Err(self.read_error(uri, error, false)),
+                    thin::ThinRead::Fallback(why) => {
+                        tracing::debug!(upstream = self.name(), uri, why, "read sent on rmcp's path")
+                    }
+                }
+            }
+            let request = link.peer.read_resource_once(ReadResourceRequestParams::new(uri));
+            request.await.map_err(|error| self.read_error(uri, error, !link.peer.is_transport_closed()))
+        };
+        tokio::time::timeout(self.inner.config.request_timeout, read).await.unwrap_or_else(|_| {
+            Err(ProxyError::UpstreamTimeout {
                 upstream: self.name().to_string(),
                 timeout: self.inner.config.request_timeout,
-            }),
-            Ok(Ok(response)) => Ok(response),
-            Ok(Err(error)) => Err(self.read_error(uri, error, !link.peer.is_transport_closed())),
-        }
+            })
+        })
     }
 
     fn read_error(&self, uri: &str, error: ServiceError, connection_open: bool) -> ProxyError {

@@ -133,7 +133,7 @@ impl Supervisor {
             connected = connect(self.upstream.config(), notices_tx.clone(), &progress, *remembered, output, &self.upstream.inner.relays) => connected,
             _ = self.shutdown.cancelled() => return End::Shutdown,
         };
-        let (running, era) = match connected {
+        let (running, era, thin) = match connected {
             Ok(connected) => connected,
             Err(error) => {
                 *remembered = None;
@@ -142,7 +142,7 @@ impl Supervisor {
         };
         *remembered = Some(era);
         let capabilities = running.peer_info().map(|i| i.capabilities.clone()).unwrap_or_default();
-        let link = Link { peer: running.peer().clone(), era, capabilities, progress };
+        let link = Link { peer: running.peer().clone(), era, capabilities, progress, thin };
         let refresh = match self.load_catalog(&link.peer).await {
             Ok(reload) => reload.refresh,
             Err(error) => return End::Lost(error),

@@ -27,3 +27,4 @@ mod progress;
 mod rebinding;
 mod serve_dir;
 mod subscriptions;
+mod thin_reads;

@@ -1,0 +1,340 @@
+//! The thin read client of streamable HTTP upstreams: a `resources/read` sent straight over the
+//! connection's pooled reqwest client, without rmcp's peer, worker task and channels.
+//!
+//! What the request carries is copied from rmcp's own requests on the same connection: the guard
+//! (`http`) records, from each `resources/list`, `resources/templates/list` or `resources/read`
+//! rmcp posts, the URL, the `Mcp-Session-Id`, the auth header, the headers rmcp adds (custom ones
+//! and `MCP-Protocol-Version`), whether it sends the SEP-2243 standard headers, and the protocol
+//! keys of the request's `_meta` (2026-07-28: protocol version, client info and capabilities).
+//! Until such a request was recorded, reads take rmcp's path.
+//!
+//! The reply, JSON or an SSE stream, is parsed once. Anything else on that stream before the
+//! answer (a notification, a request from the upstream) goes to rmcp as if rmcp had read it
+//! ([`Inlet`]), marked with the read's id like the guard marks it. A faulty reply becomes its
+//! read's [`Fault`]; a refused or reset connection is the same transport error rmcp would give.
+//! Anything unusual — no recorded request, an HTTP status other than 200 (404 is an expired
+//! session: rmcp's path re-initialises), an unknown content type, a stream that breaks off or
+//! ends before the answer, a URI that would need a Base64 `Mcp-Name` — sends the read again on
+//! rmcp's path (reads are idempotent), within the same request timeout.
+//!
+//! Invariant: a thin request's id is a string with a prefix of its own, so it never collides
+//! with rmcp's numeric ids on the same session; nothing of a faulty reply reaches rmcp.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use http::{HeaderMap, HeaderName, HeaderValue};
+use rmcp::model::{
+    ClientJsonRpcMessage, GetExtensions, JsonRpcMessage, ReadResourceResponse, RequestId, ServerJsonRpcMessage,
+    ServerResult,
+};
+use rmcp::service::{InboundStreamOrigin, RoleClient, RxJsonRpcMessage, ServiceError, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+
+use super::faults::Fault;
+
+/// The prefix of every thin request id.
+pub(crate) const ID_PREFIX: &str = "mcp-proxy-read-";
+
+/// What rmcp's last comparable request on this connection carried (see the module doc).
+#[derive(Debug)]
+struct Template {
+    url: Arc<str>,
+    session: Option<Arc<str>>,
+    auth: Option<String>,
+    headers: HeaderMap,
+    standard_headers: bool,
+    meta: Option<Map<String, Value>>,
+}
+
+/// Kept by the guard: records rmcp's requests for the thin reader of the same connection.
+#[derive(Clone, Default)]
+pub(crate) struct Recorder {
+    template: Arc<Mutex<Option<Arc<Template>>>>,
+}
+
+impl Recorder {
+    /// Note what rmcp posts, when it is a request the thin read can copy.
+    pub fn note(
+        &self,
+        url: &Arc<str>,
+        message: &ClientJsonRpcMessage,
+        session: &Option<Arc<str>>,
+        auth: &Option<String>,
+        custom: &HashMap<HeaderName, HeaderValue>,
+    ) {
+        let JsonRpcMessage::Request(request) = message else { return };
+        let method = request.request.method();
+        if !matches!(method, "resources/list" | "resources/templates/list" | "resources/read") {
+            return;
+        }
+        let mut headers = HeaderMap::with_capacity(custom.len());
+        let mut standard_headers = false;
+        for (name, value) in custom {
+            match name.as_str() {
+                "mcp-method" => standard_headers = true,
+                "mcp-name" => {}
+                other if other.starts_with("mcp-param-") => {}
+                _ => {
+                    headers.insert(name.clone(), value.clone());
+                }
+            }
+        }
+        let template = Template {
+            url: url.clone(),
+            session: session.clone(),
+            auth: auth.clone(),
+            headers,
+            standard_headers,
+            meta: protocol_meta(message),
+        };
+        *self.template.lock().expect("template lock") = Some(Arc::new(template));
+    }
+
+    fn current(&self) -> Option<Arc<Template>> {
+        self.template.lock().expect("template lock").clone()
+    }
+}
+
+/// The `io.modelcontextprotocol/…` keys of a request's `_meta`, if it has any.
+fn protocol_meta(message: &ClientJsonRpcMessage) -> Option<Map<String, Value>> {
+    let mut value = serde_json::to_value(message).ok()?;
+    let Value::Object(meta) = value.get_mut("params")?.get_mut("_meta")?.take() else { return None };
+    let meta: Map<String, Value> =
+        meta.into_iter().filter(|(key, _)| key.starts_with("io.modelcontextprotocol/")).collect();
+    (!meta.is_empty()).then_some(meta)
+}
+
+/// What became of a thin read.
+pub(crate) enum ThinRead {
+    /// Answered, or failed the way rmcp's path would have failed it.
+    Done(Result<ReadResourceResponse, ServiceError>),
+    /// Send it on rmcp's path instead (why, for the debug log).
+    Fallback(&'static str),
+}
+
+/// One connection's thin reader: a cheap `Clone` handle.
+#[derive(Clone)]
+pub(crate) struct ThinReader {
+    inner: Arc<ReaderInner>,
+}
+
+struct ReaderInner {
+    client: reqwest::Client,
+    limit: usize,
+    recorder: Recorder,
+    next_id: AtomicU64,
+    /// What the upstream sent on a read's stream besides the answer, for rmcp.
+    inlet: mpsc::UnboundedSender<ServerJsonRpcMessage>,
+}
+
+impl ThinReader {
+    pub fn new(
+        client: reqwest::Client,
+        limit: usize,
+        recorder: Recorder,
+        inlet: mpsc::UnboundedSender<ServerJsonRpcMessage>,
+    ) -> Self {
+        let inner = ReaderInner { client, limit, recorder, next_id: AtomicU64::new(1), inlet };
+        Self { inner: Arc::new(inner) }
+    }
+
+    /// Read `uri` with one POST (see the module doc).
+    pub async fn read(&self, uri: &str) -> ThinRead {
+        let Some(template) = self.inner.recorder.current() else {
+            return ThinRead::Fallback("no request recorded yet");
+        };
+        if template.standard_headers && !plain_header_value(uri) {
+            return ThinRead::Fallback("the URI needs a Base64 Mcp-Name");
+        }
+        let n = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let id = RequestId::String(format!("{ID_PREFIX}{n}").into());
+        let response = match self.post(&template, &id, uri).await {
+            Ok(response) => response,
+            Err(error) => {
+                tracing::debug!(error = %error.without_url(), "thin read: the request failed");
+                return ThinRead::Done(Err(ServiceError::TransportClosed));
+            }
+        };
+        self.reply(response, &id).await
+    }
+
+    async fn post(&self, template: &Template, id: &RequestId, uri: &str) -> Result<reqwest::Response, reqwest::Error> {
+        let mut params = Map::with_capacity(2);
+        params.insert("uri".into(), Value::String(uri.to_owned()));
+        if let Some(meta) = &template.meta {
+            params.insert("_meta".into(), Value::Object(meta.clone()));
+        }
+        let body = serde_json::json!({ "jsonrpc": "2.0", "id": id, "method": "resources/read", "params": params });
+        let mut request = self
+            .inner
+            .client
+            .post(template.url.as_ref())
+            .header(http::header::ACCEPT, "text/event-stream, application/json")
+            .headers(template.headers.clone());
+        if let Some(auth) = &template.auth {
+            request = request.bearer_auth(auth);
+        }
+        if let Some(session) = &template.session {
+            request = request.header("mcp-session-id", session.as_ref());
+        }
+        if template.standard_headers {
+            request = request.header("mcp-method", "resources/read").header("mcp-name", uri);
+        }
+        request.json(&body).send().await
+    }
+
+    async fn reply(&self, response: reqwest::Response, id: &RequestId) -> ThinRead {
+        if response.status() != reqwest::StatusCode::OK {
+            return ThinRead::Fallback("an HTTP status other than 200");
+        }
+        let content_type = response.headers().get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+        let media = content_type.unwrap_or_default().split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+        match media.as_str() {
+            "application/json" => self.json_reply(response, id).await,
+            "text/event-stream" => self.sse_reply(response, id).await,
+            _ => ThinRead::Fallback("an unexpected content type"),
+        }
+    }
+
+    async fn json_reply(&self, response: reqwest::Response, id: &RequestId) -> ThinRead {
+        let mut body = Vec::new();
+        let mut chunks = response.bytes_stream();
+        while let Some(chunk) = chunks.next().await {
+            let Ok(chunk) = chunk else { return ThinRead::Fallback("the reply broke off") };
+            if body.len() + chunk.len() > self.inner.limit {
+                return fault(Fault::TooLarge(self.inner.limit), id);
+            }
+            body.extend_from_slice(&chunk);
+        }
+        match serde_json::from_slice::<ServerJsonRpcMessage>(&body) {
+            Ok(message) => match self.classify(message, id) {
+                Some(done) => done,
+                None => fault(Fault::Malformed, id),
+            },
+            Err(_) => fault(Fault::Malformed, id),
+        }
+    }
+
+    async fn sse_reply(&self, response: reqwest::Response, id: &RequestId) -> ThinRead {
+        let limit = self.inner.limit;
+        let pending = Arc::new(AtomicUsize::new(0));
+        let counted = pending.clone();
+        let bytes = response.bytes_stream().map(move |chunk| {
+            let chunk = chunk.map_err(std::io::Error::other)?;
+            match counted.fetch_add(chunk.len(), Ordering::Relaxed) + chunk.len() > limit {
+                true => Err(std::io::Error::other("over the size limit")),
+                false => Ok(chunk),
+            }
+        });
+        let mut events = sse_stream::SseStream::from_bytes_stream(bytes);
+        while let Some(event) = events.next().await {
+            let event = match event {
+                Ok(event) => event,
+                Err(_) if pending.load(Ordering::Relaxed) > limit => return fault(Fault::TooLarge(limit), id),
+                Err(sse_stream::Error::Body(_)) => return ThinRead::Fallback("the reply broke off"),
+                Err(sse_stream::Error::Utf8Parse(_)) => return fault(Fault::InvalidUtf8, id),
+                Err(_) => return fault(Fault::Malformed, id),
+            };
+            pending.store(0, Ordering::Relaxed);
+            let Some(data) = event.data.as_deref().filter(|data| !data.trim().is_empty()) else { continue };
+            let Ok(message) = serde_json::from_str::<ServerJsonRpcMessage>(data) else {
+                return fault(Fault::Malformed, id);
+            };
+            match self.classify(message, id) {
+                Some(done) => return done,
+                None => self.hand_on(data, id),
+            }
+        }
+        ThinRead::Fallback("the reply ended before the answer")
+    }
+
+    /// The outcome, when `message` answers a request; `None` for anything else.
+    fn classify(&self, message: ServerJsonRpcMessage, id: &RequestId) -> Option<ThinRead> {
+        let result = match message {
+            JsonRpcMessage::Response(response) if response.id == *id => match response.result {
+                ServerResult::ReadResourceResult(result) => Ok(ReadResourceResponse::Complete(result)),
+                ServerResult::InputRequiredResult(result) => Ok(ReadResourceResponse::InputRequired(result)),
+                _ => Err(ServiceError::UnexpectedResponse),
+            },
+            JsonRpcMessage::Error(error) if error.id.as_ref().is_none_or(|answered| answered == id) => {
+                Err(ServiceError::McpError(error.error))
+            }
+            JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_) => return Some(fault(Fault::WrongId, id)),
+            _ => return None,
+        };
+        Some(ThinRead::Done(result))
+    }
+
+    /// A notification or request on the read's stream: to rmcp, as the guard would pass it.
+    fn hand_on(&self, data: &str, id: &RequestId) {
+        let Ok(mut value) = serde_json::from_str::<Value>(data) else { return };
+        super::relay::mark_notification(&mut value, Some(id));
+        let Ok(mut message) = serde_json::from_value::<ServerJsonRpcMessage>(value) else { return };
+        if let JsonRpcMessage::Request(request) = &mut message {
+            request.request.extensions_mut().insert(InboundStreamOrigin::OutboundRequest(id.clone()));
+        }
+        let _ = self.inner.inlet.send(message);
+    }
+}
+
+/// A read that failed with `fault`, as the guard would have failed it.
+fn fault(fault: Fault, id: &RequestId) -> ThinRead {
+    tracing::warn!(fault = fault.kind(), "faulty upstream reply; failing its request");
+    match fault.reply(id.clone()) {
+        JsonRpcMessage::Error(error) => ThinRead::Done(Err(ServiceError::McpError(error.error))),
+        _ => unreachable!("a fault reply is an error"),
+    }
+}
+
+/// Whether rmcp would send `value` as a header as it is (printable ASCII, no Base64 wrapping).
+fn plain_header_value(value: &str) -> bool {
+    let bytes = value.as_bytes();
+    let padded = matches!(bytes.first(), Some(b' ' | b'\t')) || matches!(bytes.last(), Some(b' ' | b'\t'));
+    let sentinel = value.starts_with("=?base64?") && value.ends_with("?=");
+    let printable = bytes.iter().all(|b| (0x20..=0x7e).contains(b));
+    !value.is_empty() && printable && !padded && !sentinel
+}
+
+/// A transport whose receive side also yields what thin reads handed on (see the module doc).
+pub(crate) struct Inlet<T> {
+    transport: T,
+    handed_on: mpsc::UnboundedReceiver<ServerJsonRpcMessage>,
+}
+
+impl<T> Inlet<T> {
+    pub fn new(transport: T, handed_on: mpsc::UnboundedReceiver<ServerJsonRpcMessage>) -> Self {
+        Self { transport, handed_on }
+    }
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for Inlet<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.transport.send(item)
+    }
+
+    /// Both sources are cancel-safe (channels), so neither loses a message to the other.
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        tokio::select! {
+            biased;
+            Some(message) = self.handed_on.recv() => Some(message),
+            message = self.transport.receive() => message,
+        }
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.transport.close()
+    }
+}
+
+#[cfg(test)]
+mod tests;
