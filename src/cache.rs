@@ -39,7 +39,19 @@ pub struct Entry {
     /// Past `fresh_until`, until here it may still be served when the upstream fails.
     pub keep_until: Instant,
     pub scope: CacheScope,
+    /// The size of the contents (text as stored, blobs as base64): what `max_entry_bytes` bounds.
     pub bytes: u32,
+    /// `result.contents` as the JSON a reply carries, written once when the entry is kept (a
+    /// hit then copies it instead of escaping the text again); `None` until then.
+    pub contents_json: Option<Arc<str>>,
+}
+
+impl Entry {
+    /// What the entry weighs against `max_bytes`: its contents, typed and as JSON.
+    pub fn weight(&self) -> u32 {
+        let json = self.contents_json.as_ref().map_or(0, |json| json.len());
+        self.bytes.saturating_add(u32::try_from(json).unwrap_or(u32::MAX))
+    }
 }
 
 /// The store behind the coherence layer.
@@ -64,7 +76,7 @@ impl LocalStore {
     pub fn new(max_bytes: u64, metrics: Option<Metrics>) -> Self {
         let entries = Cache::builder()
             .max_capacity(max_bytes)
-            .weigher(|_, entry: &Arc<Entry>| entry.bytes)
+            .weigher(|_, entry: &Arc<Entry>| entry.weight())
             .expire_after(KeepUntil)
             .support_invalidation_closures()
             .eviction_listener(move |_key, _entry, cause| {

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use rmcp::model::CacheScope;
 
-pub use self::admission::{Cached, Loaded, Outcome, content_bytes, lifetime};
+pub use self::admission::{Cached, Loaded, Outcome, content_bytes, contents_json, lifetime};
 pub use self::holds::WatchTicket;
 pub(crate) use self::watches::WatchBook;
 use crate::cache::{Entry, Key, LocalStore, Store};
@@ -156,7 +156,8 @@ impl Coherence {
             // Boxed, as the load below.
             let loaded = Box::pin(load()).await?;
             let scope = admission::scope_of(&loaded.result);
-            return Ok(Cached { ttl: Duration::ZERO, scope, result: loaded.result, outcome: Outcome::Bypass });
+            let outcome = Outcome::Bypass;
+            return Ok(Cached { ttl: Duration::ZERO, scope, result: loaded.result, outcome, contents_json: None });
         }
         let (shared, private) = self.keys(&request);
         let now = Instant::now();
@@ -303,7 +304,7 @@ impl Inner {
             true => self.unkept.set(upstream, uri, (), Instant::now() + self.config.max_ttl.min(UNKEPT_FOR)),
             false => self.unkept.remove(upstream, uri),
         }
-        let entry = admission::entry(&self.config, result, ttl);
+        let mut entry = admission::entry(&self.config, result, ttl);
         let public = entry.scope == CacheScope::Public;
         self.public.set(upstream, uri, public, entry.keep_until.max(Instant::now() + self.config.unwatched_ttl));
         let superseded = self.generations.current(upstream, uri) != flight.generation;
@@ -313,12 +314,13 @@ impl Inner {
                 self.metrics.cache_invalidation(InvalidationCause::UpdatedDuringLoad, 1);
             }
             let (outcome, ttl) = if superseded { (Outcome::Miss, Duration::ZERO) } else { (Outcome::Bypass, ttl) };
-            let cached = Cached { result: entry.result, ttl, scope: entry.scope, outcome };
+            let cached = Cached { result: entry.result, ttl, scope: entry.scope, outcome, contents_json: None };
             return Err(LoadError::Uncacheable(Box::new(cached)));
         }
         if let Some(watch) = watch {
             watch.keep_until(entry.keep_until);
         }
+        entry.contents_json = admission::contents_json(&entry.result.contents);
         self.metrics.cache_insert(upstream);
         Ok(Arc::new(entry))
     }

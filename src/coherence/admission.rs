@@ -6,6 +6,7 @@
 //! subscription for this URI; an unwatched entry at most `cache.unwatched_ttl`.
 //! `ttlMs`/`cacheScope` told to 2026-07-28 hosts are what is left of exactly this lifetime.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rmcp::model::{CacheScope, ReadResourceResult, ResourceContents};
@@ -33,6 +34,8 @@ pub struct Cached {
     pub ttl: Duration,
     pub scope: CacheScope,
     pub outcome: Outcome,
+    /// `result.contents` as JSON, when the result came from a kept entry (see [`Entry`]).
+    pub contents_json: Option<Arc<str>>,
 }
 
 /// What a load from upstream produced.
@@ -72,6 +75,7 @@ pub(super) fn entry(config: &CacheConfig, result: ReadResourceResult, ttl: Durat
         fresh_until: now + ttl,
         keep_until: now + ttl + config.stale_if_error,
         bytes: u32::try_from(bytes).unwrap_or(u32::MAX),
+        contents_json: None,
     }
 }
 
@@ -81,11 +85,17 @@ pub(super) fn hit(entry: &Entry, now: Instant) -> Cached {
         ttl: entry.fresh_until.saturating_duration_since(now),
         scope: entry.scope,
         outcome: Outcome::Hit,
+        contents_json: entry.contents_json.clone(),
     }
 }
 
 pub(super) fn scope_of(result: &ReadResourceResult) -> CacheScope {
     result.cache_scope.unwrap_or(CacheScope::Public)
+}
+
+/// `contents` as the JSON a reply carries them in (serde_json's compact form, as rmcp writes).
+pub fn contents_json(contents: &[ResourceContents]) -> Option<Arc<str>> {
+    serde_json::to_string(contents).ok().map(Arc::from)
 }
 
 /// The weight of a result: the size of its contents.

@@ -190,6 +190,21 @@ async fn the_byte_bound_holds() {
     assert!(bytes <= config().max_bytes, "{bytes} > {}", config().max_bytes);
 }
 
+/// A kept entry carries its contents as JSON (weighed with them); results not kept do not.
+#[tokio::test]
+async fn kept_entries_carry_their_contents_as_json() {
+    let (cache, _) = cache();
+    let miss = read_value(&cache, "u", "x://a", "say \"hi\"\n").await;
+    let hit = read_value(&cache, "u", "x://a", "unused").await;
+    let json = serde_json::to_string(&miss.result.contents).unwrap();
+    assert_eq!((miss.outcome, miss.contents_json.as_deref()), (Outcome::Miss, Some(json.as_str())));
+    assert_eq!((hit.outcome, hit.contents_json.as_deref()), (Outcome::Hit, Some(json.as_str())));
+    cache.settle().await;
+    assert_eq!(cache.size().1, content_bytes(&hit.result) + json.len() as u64);
+    let too_big = read_value(&cache, "u", "x://big", &"x".repeat(65 << 10)).await;
+    assert_eq!((too_big.outcome, too_big.contents_json), (Outcome::Bypass, None));
+}
+
 #[tokio::test]
 async fn some_results_are_never_kept() {
     let (cache, _) = cache();

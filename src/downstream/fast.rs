@@ -29,18 +29,19 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use http::header::{ACCEPT, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, HOST, ORIGIN};
+use http::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, HOST, ORIGIN};
 use http::{HeaderMap, Method, StatusCode};
 use rmcp::model::{
-    ErrorCode, ErrorData, JsonRpcMessage, ProtocolVersion, RequestId, ResourceContents, ServerJsonRpcMessage,
-    ServerResult,
+    ErrorCode, ErrorData, JsonRpcMessage, ProtocolVersion, RequestId, ServerJsonRpcMessage, ServerResult,
 };
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 
 mod parse;
+mod reply;
 
 use self::parse::MetaFacts;
+use self::reply::{Reply, SetAside, json_reply, sse_reply};
 use super::sessions::SessionBook;
 use crate::auth::Principal;
 use crate::error::ProxyError;
@@ -105,8 +106,8 @@ pub(super) async fn answer(State(fast): State<FastPath>, request: Request, next:
     let principal = principal.expect("matched above");
     let modern = call.session.is_none();
     tracing::debug!(method = call.op.method(), modern, "answered on the fast path");
-    let message = fast.serve(&principal, call, modern).await;
-    if modern { json_reply(&message) } else { sse_reply(&message) }
+    let reply = fast.serve(&principal, call, modern).await;
+    if modern { json_reply(reply) } else { sse_reply(reply) }
 }
 
 impl FastPath {
@@ -121,10 +122,11 @@ impl FastPath {
     }
 
     /// Answer `call` with the proxy's own methods; rmcp's era rules applied to the result.
-    async fn serve(&self, principal: &str, call: Call, modern: bool) -> ServerJsonRpcMessage {
+    async fn serve(&self, principal: &str, call: Call, modern: bool) -> Reply {
         let started = Instant::now();
+        let mut contents = None;
         let result = match call.op {
-            Op::Read(uri) => self.read(principal, &uri, modern, started).await,
+            Op::Read(uri) => self.read(principal, &uri, modern, started, &mut contents).await,
             Op::List(cursor) => self
                 .record("resources/list", started, self.proxy.list_resources(principal, cursor.as_deref()))
                 .map(ServerResult::ListResourcesResult),
@@ -145,7 +147,7 @@ impl FastPath {
             }
             Ok(result)
         });
-        match result {
+        let message: ServerJsonRpcMessage = match result {
             Ok(result) => JsonRpcMessage::response(result, call.id),
             Err(mut error) => {
                 // 2026-07-28 peers get INVALID_PARAMS for a resource not found.
@@ -154,7 +156,8 @@ impl FastPath {
                 }
                 JsonRpcMessage::error(error, Some(call.id))
             }
-        }
+        };
+        Reply { message, contents }
     }
 
     async fn read(
@@ -163,11 +166,14 @@ impl FastPath {
         uri: &str,
         modern: bool,
         started: Instant,
+        contents: &mut Option<SetAside>,
     ) -> Result<ServerResult, ErrorData> {
         let answer = self.proxy.read(principal, uri).await.inspect_err(|error| {
             tracing::debug!(uri, principal, error = %error, kind = error.kind(), "read failed");
         });
-        let answer = self.record("resources/read", started, answer)?;
+        let mut answer = self.record("resources/read", started, answer)?;
+        // The cache entry's JSON goes into the reply instead of the contents serialised again.
+        *contents = reply::set_aside(&mut answer);
         Ok(ServerResult::from(super::read_response(&self.proxy, answer, modern)))
     }
 
@@ -301,66 +307,6 @@ fn standard_headers_agree(headers: &HeaderMap, method: &str, name: Option<&str>)
             Some(uri) => named == Some(Some(uri)) && !uri.starts_with("=?"),
             None => named.is_some_and(|n| n.is_none()),
         }
-}
-
-/// A 2026-07-28 reply: the message as `application/json`, the status rmcp gives it.
-fn json_reply(message: &ServerJsonRpcMessage) -> Response {
-    let status = match message {
-        JsonRpcMessage::Error(error) => match error.error.code {
-            ErrorCode::UNSUPPORTED_PROTOCOL_VERSION
-            | ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
-            | ErrorCode::HEADER_MISMATCH => StatusCode::BAD_REQUEST,
-            ErrorCode::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
-            _ => StatusCode::OK,
-        },
-        _ => StatusCode::OK,
-    };
-    let mut body = Vec::with_capacity(size_hint(message));
-    serde_json::to_writer(&mut body, message).expect("a JSON-RPC message serialises");
-    reply(status, "application/json", body)
-}
-
-/// A 2025 session reply: the message as one SSE event, headers as rmcp sends them.
-fn sse_reply(message: &ServerJsonRpcMessage) -> Response {
-    let mut body = Vec::with_capacity(size_hint(message) + 8);
-    body.extend_from_slice(b"data: ");
-    serde_json::to_writer(&mut body, message).expect("a JSON-RPC message serialises");
-    body.extend_from_slice(b"\n\n");
-    let mut response = reply(StatusCode::OK, "text/event-stream", body);
-    let headers = response.headers_mut();
-    headers.insert(CACHE_CONTROL, http::HeaderValue::from_static("no-cache"));
-    headers.insert("x-accel-buffering", http::HeaderValue::from_static("no"));
-    response
-}
-
-/// Room for the serialised message in one allocation (a read's contents are most of it; the
-/// rest is a few hundred bytes): growing the buffer from empty copied the body several times.
-fn size_hint(message: &ServerJsonRpcMessage) -> usize {
-    let contents = match message {
-        JsonRpcMessage::Response(response) => match &response.result {
-            ServerResult::ReadResourceResult(read) => read
-                .contents
-                .iter()
-                .map(|c| match c {
-                    ResourceContents::TextResourceContents { uri, text, .. } => {
-                        uri.len() + text.len() + text.len() / 16
-                    }
-                    ResourceContents::BlobResourceContents { uri, blob, .. } => uri.len() + blob.len(),
-                    _ => 256,
-                })
-                .sum(),
-            _ => 1024,
-        },
-        _ => 0,
-    };
-    contents + 512
-}
-
-fn reply(status: StatusCode, content_type: &'static str, body: Vec<u8>) -> Response {
-    let mut response = Response::new(Body::from(body));
-    *response.status_mut() = status;
-    response.headers_mut().insert(CONTENT_TYPE, http::HeaderValue::from_static(content_type));
-    response
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@
 
 use std::sync::Arc;
 
+use axum::handler::Handler;
 use rmcp::transport::StreamableHttpServerConfig;
 use rmcp::transport::streamable_http_server::StreamableHttpService;
 use rmcp::transport::streamable_http_server::session::local::{LocalSessionManager, SessionConfig};
@@ -72,11 +73,18 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
         let server = ProxyServer::new(proxy.clone(), &principal, Transport::Http);
         Ok(server.with_session_book(book.clone()).closing_with(closing.clone()))
     };
-    let service = StreamableHttpService::new(factory, sessions, config);
+    // axum and each `from_fn` layer clone the service behind them at every request; rmcp's
+    // clone copies its config (the allowed hosts and origins with it) — a dozen times per
+    // request, most of a cache hit's allocations. Behind an `Arc` a clone is a counter.
+    let service = Arc::new(StreamableHttpService::new(factory, sessions, config));
+    let service = move |request: axum::extract::Request| {
+        let service = service.clone();
+        async move { service.handle(request).await }
+    };
     let authenticator = Authenticator::new(&proxy_auth);
     // Layers run outside in: authentication first, then the session gate, then the fast path.
     let mut app = axum::Router::new()
-        .nest_service("/mcp", service)
+        .nest_service("/mcp", service.with_state(()))
         .layer(axum::middleware::from_fn_with_state(streams, track_streams))
         .layer(axum::middleware::from_fn_with_state(fast, fast::answer))
         .layer(axum::middleware::from_fn_with_state(gate, guard_sessions))

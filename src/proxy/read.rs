@@ -35,6 +35,9 @@ pub enum ReadAnswer {
         ttl: Duration,
         scope: CacheScope,
         outcome: Outcome,
+        /// `result.contents` as JSON, when they are exactly the cache entry's (none removed
+        /// for this caller): a reply may carry these bytes instead of serialising the contents.
+        contents_json: Option<Arc<str>>,
     },
     /// 2026-07-28 MRTR: the upstream needs input first; passed through, never cached.
     InputRequired(ReadResourceResponse),
@@ -67,13 +70,16 @@ impl Reads {
         };
         let load = || self.load(upstream, &name, &original, uri);
         match self.core.cache.read(request, load).await {
-            Ok(Cached { mut result, ttl, scope, outcome }) => {
+            Ok(Cached { mut result, ttl, scope, outcome, contents_json }) => {
                 // One read may carry several resources (a folder's entries, say): each must be
                 // one this principal may see.
+                let kept = result.contents.len();
                 result.contents.retain(|content| caller.may_see(content_uri(content)));
                 if result.contents.is_empty() {
                     return Err(ProxyError::not_found(uri));
                 }
+                // The entry's JSON stands for these contents only when none was removed.
+                let contents_json = contents_json.filter(|_| result.contents.len() == kept);
                 let scope = caller.downstream_scope(scope);
                 let metrics = &self.core.metrics;
                 match outcome {
@@ -81,7 +87,7 @@ impl Reads {
                     Outcome::Miss | Outcome::Bypass => metrics.cache_miss(&name),
                 }
                 metrics.bytes_served(&name, served_bytes(&result));
-                Ok(ReadAnswer::Result { result, ttl, scope, outcome })
+                Ok(ReadAnswer::Result { result, ttl, scope, outcome, contents_json })
             }
             Err(ProxyError::InputRequired(needs)) => {
                 Ok(ReadAnswer::InputRequired(ReadResourceResponse::InputRequired(*needs)))

@@ -190,6 +190,12 @@ impl Reply {
         let mut data = self.body.lines().filter_map(|l| l.strip_prefix("data:"));
         data.find_map(|d| serde_json::from_str::<Value>(d.trim()).ok().filter(|m| m.get("id").is_some()))
     }
+
+    /// The text of the SSE event's data carrying the JSON-RPC message with an `id`.
+    fn message_text(&self) -> Option<&str> {
+        let mut data = self.body.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim);
+        data.find(|d| serde_json::from_str::<Value>(d).is_ok_and(|m| m.get("id").is_some()))
+    }
 }
 
 /// Raw POSTs (reqwest) as alice or bob, with or without the allowed `Origin`.
@@ -262,6 +268,7 @@ async fn a_2025_session_gets_rmcps_messages_as_one_sse_event_and_the_session_che
     raw.until_fast(&session).await?;
     let requests = [
         call("resources/read", "fx+fx://fx/item/1"),
+        call("resources/read", "fx+fx://fx/multi"),
         call("resources/read", "fx+fx://fx/item/0"),
         call("resources/read", "nope+fx://fx/item/1"),
         call("resources/list", ""),
@@ -283,6 +290,8 @@ async fn a_2025_session_gets_rmcps_messages_as_one_sse_event_and_the_session_che
         let data = data.with_context(|| format!("{request}: not one SSE event: {:?}", fast.body))?;
         assert!(!data.contains('\n'), "{request}: one data line");
         assert_eq!(Some(serde_json::from_str::<Value>(data)?), rmcp.message(), "{request}");
+        // Byte for byte, too: a hit's contents come from the cache entry's JSON, spliced in.
+        assert_eq!(Some(data), rmcp.message_text(), "{request}: the same bytes");
     }
     let denied = raw.post(ALICE, Some(&session), false, call("resources/read", "fx+fx://fx/item/0")).await?;
     assert_eq!(denied.message().context("message")?["error"]["code"], -32002, "denied looks like not found");

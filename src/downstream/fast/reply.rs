@@ -1,0 +1,161 @@
+//! The fast path's replies: a JSON-RPC message as the bytes rmcp sends it — `application/json`
+//! for a 2026-07-28 request, one SSE event for a 2025 session — with a read's contents copied
+//! in from the cache entry's JSON when the reply carries exactly the entry's contents (escaping
+//! a cached text again at every hit was the largest single cost of a hit's reply).
+//!
+//! Invariant: a reply with the entry's JSON spliced in is byte for byte the reply serialised
+//! from the typed message holding those contents; the splice is made only where the emptied
+//! `"contents":[]` of the read result is the one such place in the message, otherwise the
+//! contents go back into the message and it is serialised whole.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::response::Response;
+use http::StatusCode;
+use http::header::{CACHE_CONTROL, CONTENT_TYPE};
+use rmcp::model::{ErrorCode, JsonRpcMessage, ResourceContents, ServerJsonRpcMessage, ServerResult};
+
+use crate::proxy::ReadAnswer;
+
+/// Where the set-aside contents go: the read result's emptied array.
+const EMPTY_CONTENTS: &[u8] = br#""contents":[]"#;
+
+/// A message to send, and the read result's contents when they were set aside for splicing.
+pub(super) struct Reply {
+    pub message: ServerJsonRpcMessage,
+    pub contents: Option<SetAside>,
+}
+
+/// A read result's contents, taken out of it, with the JSON they serialise to.
+pub(super) struct SetAside {
+    json: Arc<str>,
+    typed: Vec<ResourceContents>,
+}
+
+/// Take the contents out of `answer` when its cache entry's JSON stands for them.
+pub(super) fn set_aside(answer: &mut ReadAnswer) -> Option<SetAside> {
+    match answer {
+        ReadAnswer::Result { result, contents_json: Some(json), .. } => {
+            Some(SetAside { json: json.clone(), typed: std::mem::take(&mut result.contents) })
+        }
+        _ => None,
+    }
+}
+
+/// A 2026-07-28 reply: the message as `application/json`, the status rmcp gives it.
+pub(super) fn json_reply(reply: Reply) -> Response {
+    let status = match &reply.message {
+        JsonRpcMessage::Error(error) => match error.error.code {
+            ErrorCode::UNSUPPORTED_PROTOCOL_VERSION
+            | ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
+            | ErrorCode::HEADER_MISMATCH => StatusCode::BAD_REQUEST,
+            ErrorCode::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
+            _ => StatusCode::OK,
+        },
+        _ => StatusCode::OK,
+    };
+    let mut body = Vec::with_capacity(reply.size_hint());
+    reply.write(&mut body);
+    response(status, "application/json", body)
+}
+
+/// A 2025 session reply: the message as one SSE event, headers as rmcp sends them.
+pub(super) fn sse_reply(reply: Reply) -> Response {
+    let mut body = Vec::with_capacity(reply.size_hint() + 8);
+    body.extend_from_slice(b"data: ");
+    reply.write(&mut body);
+    body.extend_from_slice(b"\n\n");
+    let mut response = response(StatusCode::OK, "text/event-stream", body);
+    let headers = response.headers_mut();
+    headers.insert(CACHE_CONTROL, http::HeaderValue::from_static("no-cache"));
+    headers.insert("x-accel-buffering", http::HeaderValue::from_static("no"));
+    response
+}
+
+impl Reply {
+    /// Append the message's JSON to `body`.
+    pub fn write(self, body: &mut Vec<u8>) {
+        let Reply { mut message, contents } = self;
+        let start = body.len();
+        let emptied = read_contents(&mut message).is_some_and(|contents| contents.is_empty());
+        let contents = contents.filter(|_| emptied);
+        serde_json::to_writer(&mut *body, &message).expect("a JSON-RPC message serialises");
+        let Some(contents) = contents else { return };
+        if let Some(at) = only_place(&body[start..]) {
+            splice(body, start + at + EMPTY_CONTENTS.len() - 2, contents.json.as_bytes());
+            return;
+        }
+        body.truncate(start);
+        if let Some(slot) = read_contents(&mut message) {
+            *slot = contents.typed;
+        }
+        serde_json::to_writer(&mut *body, &message).expect("a JSON-RPC message serialises");
+    }
+
+    /// Room for the serialised message in one allocation (a read's contents are most of it;
+    /// the rest is a few hundred bytes): growing the buffer from empty copied the body several
+    /// times.
+    fn size_hint(&self) -> usize {
+        let spliced = self.contents.as_ref().map_or(0, |contents| contents.json.len());
+        let typed = match &self.message {
+            JsonRpcMessage::Response(response) => match &response.result {
+                ServerResult::ReadResourceResult(read) => read.contents.iter().map(content_hint).sum(),
+                _ => 1024,
+            },
+            _ => 0,
+        };
+        spliced + typed + 512
+    }
+}
+
+fn content_hint(content: &ResourceContents) -> usize {
+    match content {
+        ResourceContents::TextResourceContents { uri, text, .. } => uri.len() + text.len() + text.len() / 16,
+        ResourceContents::BlobResourceContents { uri, blob, .. } => uri.len() + blob.len(),
+        _ => 256,
+    }
+}
+
+/// The contents of the read result `message` answers with, if it is one.
+fn read_contents(message: &mut ServerJsonRpcMessage) -> Option<&mut Vec<ResourceContents>> {
+    match message {
+        JsonRpcMessage::Response(response) => match &mut response.result {
+            ServerResult::ReadResourceResult(read) => Some(&mut read.contents),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Where `"contents":[]` is in `json`, when it is there exactly once. (Inside a JSON string a
+/// `"` is escaped, so only a key can match.)
+fn only_place(json: &[u8]) -> Option<usize> {
+    let at = find(json, EMPTY_CONTENTS)?;
+    find(&json[at + 1..], EMPTY_CONTENTS).is_none().then_some(at)
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    let last = haystack.len().checked_sub(needle.len())?;
+    (0..=last).find(|&i| haystack[i] == needle[0] && haystack[i..i + needle.len()] == *needle)
+}
+
+/// Replace the two bytes `[]` at `at` in `body` with `json` (a JSON array, so at least `[]`).
+fn splice(body: &mut Vec<u8>, at: usize, json: &[u8]) {
+    debug_assert_eq!(&body[at..at + 2], b"[]");
+    let (end, grow) = (body.len(), json.len() - 2);
+    body.resize(end + grow, 0);
+    body.copy_within(at + 2..end, at + 2 + grow);
+    body[at..at + json.len()].copy_from_slice(json);
+}
+
+fn response(status: StatusCode, content_type: &'static str, body: Vec<u8>) -> Response {
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = status;
+    response.headers_mut().insert(CONTENT_TYPE, http::HeaderValue::from_static(content_type));
+    response
+}
+
+#[cfg(test)]
+#[path = "reply_tests.rs"]
+mod tests;
