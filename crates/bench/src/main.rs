@@ -31,6 +31,7 @@ mod raw;
 mod read_latency;
 mod report;
 mod throughput;
+mod wire;
 
 use std::process::ExitCode;
 
@@ -145,7 +146,7 @@ async fn run(scenario: Scenario, options: &Options) -> Vec<Report> {
         let result = match scenario {
             Scenario::ReadLatency => read_latency::run(options).await,
             Scenario::Throughput => throughput::run(options).await,
-            Scenario::Matrix => matrix::run(options).await,
+            Scenario::Matrix => matrix_on_one_thread(options).await,
             Scenario::Catalog => catalog::run(options).await,
             Scenario::Fanout => fanout::run(options).await,
             Scenario::Memory => memory::run(options).await,
@@ -154,4 +155,20 @@ async fn run(scenario: Scenario, options: &Options) -> Vec<Report> {
         reports.push(result.unwrap_or_else(|error| Report::failure(&name, &error)));
     }
     reports
+}
+
+/// `matrix` on a current-thread runtime of its own: the raw hosts' I/O is then woken on the
+/// thread that drives them (no cross-thread wake-up per request), which lowers the load
+/// generator's CPU per request. `PROXY_BENCH_MULTI_THREAD=1` keeps it on the shared
+/// multi-thread runtime, to compare.
+async fn matrix_on_one_thread(options: &Options) -> anyhow::Result<Report> {
+    if std::env::var_os("PROXY_BENCH_MULTI_THREAD").is_some() {
+        return matrix::run(options).await;
+    }
+    let options = options.clone();
+    tokio::task::spawn_blocking(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        runtime.block_on(matrix::run(&options))
+    })
+    .await?
 }

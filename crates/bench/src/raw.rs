@@ -1,5 +1,5 @@
-//! A raw streamable-HTTP MCP client: one keep-alive HTTP/1.1 connection (hyper), hand-written
-//! JSON-RPC, for the `matrix` scenario. Two host eras:
+//! A raw streamable-HTTP MCP client: one keep-alive HTTP/1.1 connection (the codec of `wire`:
+//! TCP_NODELAY, one request per `write`, a reused read buffer), hand-written JSON-RPC, for the `matrix` scenario. Two host eras:
 //! - 2025: `initialize` + `notifications/initialized`, then every request with `Mcp-Session-Id`
 //!   and `MCP-Protocol-Version`; replies are SSE bodies (or JSON) — what Claude Desktop and the
 //!   Python and TypeScript SDKs do today;
@@ -15,21 +15,14 @@
 //! hosts do; a read's request bytes are prepared once per URI and its reply is checked with a
 //! typed parse that skips what it does not check, so the generator's own CPU stays small.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context as TaskContext, Waker};
-
 use anyhow::{Context, bail};
-use http_body_util::{BodyExt, Full};
-use hyper::body::Bytes;
-use hyper::client::conn::http1::{self, SendRequest};
-use hyper::header::{ACCEPT, CONTENT_TYPE, HOST, HeaderMap, HeaderValue};
-use hyper::http::response::Parts;
-use hyper_util::rt::TokioIo;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
+
+use crate::wire::{self, Head, Reader};
 
 /// The era a raw host speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,13 +47,15 @@ impl HostEra {
 
 /// One host on one connection.
 pub struct RawClient {
-    connection: Connection,
+    stream: Option<TcpStream>,
+    reader: Reader,
+    /// The request being sent, reused.
+    out: Vec<u8>,
     authority: String,
-    authority_header: HeaderValue,
-    path: hyper::Uri,
+    path: String,
     era: HostEra,
     /// 2025: the session id and the negotiated version.
-    session: Option<(HeaderValue, HeaderValue)>,
+    session: Option<(String, String)>,
     next_id: u64,
     /// The last URI read, ready to send.
     prepared: Option<Prepared>,
@@ -71,12 +66,13 @@ impl RawClient {
     pub async fn connect(url: &str, era: HostEra) -> anyhow::Result<Self> {
         let rest = url.strip_prefix("http://").with_context(|| format!("{url}: only http:// URLs"))?;
         let (authority, path) = rest.split_once('/').map(|(a, p)| (a, format!("/{p}"))).unwrap_or((rest, "/".into()));
-        let connection = open(authority).await?;
+        let stream = open(authority).await?;
         let mut client = Self {
-            connection,
+            stream: Some(stream),
+            reader: Reader::default(),
+            out: Vec::with_capacity(1024),
             authority: authority.to_owned(),
-            authority_header: HeaderValue::from_str(authority)?,
-            path: path.parse()?,
+            path,
             era,
             session: None,
             next_id: 1,
@@ -89,23 +85,23 @@ impl RawClient {
     }
 
     /// `resources/read`; the number of contents in the result. The request is written from
-    /// bytes prepared once per URI and the reply checked with a typed parse (id, `result` with
-    /// its `contents`), so the load generator spends little per request.
+    /// bytes prepared once per URI (only the id and the length change) and the reply checked
+    /// with a typed parse (id, `result` with its `contents`), so the load generator spends
+    /// little per request.
     pub async fn read(&mut self, uri: &str) -> anyhow::Result<usize> {
         let id = self.next_id;
         self.next_id += 1;
         if self.prepared.as_ref().is_none_or(|p| p.uri != uri) {
-            self.prepared = Some(Prepared::new(uri, self.era)?);
+            self.prepared = Some(Prepared::new(uri, self.head("resources/read", Some(uri))?, self.era));
         }
         let prepared = self.prepared.as_ref().expect("prepared above");
-        let mut body = Vec::with_capacity(prepared.body_head.len() + prepared.body_tail.len() + 20);
-        body.extend_from_slice(&prepared.body_head);
-        body.extend_from_slice(id.to_string().as_bytes());
-        body.extend_from_slice(&prepared.body_tail);
-        let name = prepared.name.clone();
-        let (headers, reply) = self.send(Bytes::from(body), "resources/read", Some(name)).await?;
-        let checked = read_reply_with_id(&headers, &reply, id)?;
-        checked.with_context(|| format!("read {uri}: {}", String::from_utf8_lossy(&reply)))
+        let mut digits = [0; 20];
+        let id_text = wire::decimal(id, &mut digits);
+        wire::request(&mut self.out, &prepared.head, &[&prepared.body_head, id_text, &prepared.body_tail]);
+        let head = self.exchange("resources/read").await?;
+        let body = self.reader.body();
+        let checked = read_reply_with_id(head.sse, body, id)?;
+        checked.with_context(|| format!("read {uri}: {}", String::from_utf8_lossy(body)))
     }
 
     async fn initialize(&mut self) -> anyhow::Result<()> {
@@ -115,135 +111,94 @@ impl RawClient {
             "clientInfo": { "name": "proxy-bench", "version": "0" },
         });
         let body = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params });
-        let (headers, reply) = self.post(&body, "initialize", None).await?;
-        let session = headers.get("mcp-session-id").cloned().context("initialize: no Mcp-Session-Id")?;
-        let value = response_with_id(&headers, &reply, 0)?;
+        let head = self.post(&body, "initialize").await?;
+        let session = head.session.context("initialize: no Mcp-Session-Id")?;
+        let value = response_with_id(head.sse, self.reader.body(), 0)?;
         let version = value["result"]["protocolVersion"].as_str().with_context(|| format!("initialize: {value}"))?;
-        self.session = Some((session, HeaderValue::from_str(version)?));
+        self.session = Some((session, version.to_owned()));
         let initialized = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
-        self.post(&initialized, "notifications/initialized", None).await?;
+        self.post(&initialized, "notifications/initialized").await?;
         Ok(())
     }
 
-    async fn post(&mut self, body: &Value, method: &str, name: Option<&str>) -> anyhow::Result<(HeaderMap, Bytes)> {
-        let name = name.map(HeaderValue::from_str).transpose()?;
-        self.send(Bytes::from(serde_json::to_vec(body)?), method, name).await
+    async fn post(&mut self, body: &Value, method: &str) -> anyhow::Result<Head> {
+        let head = self.head(method, None)?;
+        wire::request(&mut self.out, &head, &[&serde_json::to_vec(body)?]);
+        self.exchange(method).await
     }
 
-    async fn send(
-        &mut self,
-        body: Bytes,
-        method: &str,
-        name: Option<HeaderValue>,
-    ) -> anyhow::Result<(HeaderMap, Bytes)> {
-        // Node servers close keep-alive connections idle for 5 s (between rounds): reopen, and
-        // send once more when the connection turns out closed under the request (reads and
-        // the handshake's steps are safe to repeat); a 2025 session lives on across connections.
-        if self.connection.closed() {
-            self.connection = open(&self.authority).await?;
-        }
-        let first = self.connection.exchange(self.request(body.clone(), method, name.clone())?).await;
-        let (parts, body) = match first {
-            Ok(reply) => reply,
-            Err(_) if self.connection.closed() => {
-                self.connection = open(&self.authority).await?;
-                self.connection.exchange(self.request(body, method, name)?).await
-            }
-            .with_context(|| format!("{method}: after reconnecting"))?,
-            Err(error) => return Err(error.context(format!("{method}: exchange"))),
-        };
-        if !parts.status.is_success() {
-            bail!("{method}: HTTP {} {}", parts.status, String::from_utf8_lossy(&body));
-        }
-        Ok((parts.headers, body))
-    }
-
-    fn request(
-        &self,
-        body: Bytes,
-        method: &str,
-        name: Option<HeaderValue>,
-    ) -> anyhow::Result<hyper::Request<Full<Bytes>>> {
-        let mut request = hyper::Request::new(Full::new(body));
-        *request.method_mut() = hyper::Method::POST;
-        *request.uri_mut() = self.path.clone();
-        let headers = request.headers_mut();
-        headers.insert(HOST, self.authority_header.clone());
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        headers.insert(ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
+    /// The request head a host sends for `method` (and the `Mcp-Name` of a read).
+    fn head(&self, method: &str, name: Option<&str>) -> anyhow::Result<Vec<u8>> {
+        let mut headers = Vec::new();
         match (&self.session, self.era) {
             (Some((session, version)), _) => {
-                headers.insert("mcp-session-id", session.clone());
-                headers.insert("mcp-protocol-version", version.clone());
+                headers.push(("mcp-session-id", session.as_str()));
+                headers.push(("mcp-protocol-version", version.as_str()));
             }
             (None, HostEra::Y2026) => {
-                headers.insert("mcp-protocol-version", HeaderValue::from_static(MODERN));
-                headers.insert("mcp-method", HeaderValue::from_str(method)?);
+                headers.push(("mcp-protocol-version", MODERN));
+                headers.push(("mcp-method", method));
                 if let Some(name) = name {
-                    headers.insert("mcp-name", name);
+                    headers.push(("mcp-name", name));
                 }
             }
             (None, HostEra::Y2025) => {}
         }
-        Ok(request)
-    }
-}
-
-/// One HTTP/1.1 connection, driven by the task that uses it (no connection task of its own:
-/// a request costs no wake-up of another task).
-struct Connection {
-    sender: SendRequest<Full<Bytes>>,
-    driver: Pin<Box<http1::Connection<TokioIo<TcpStream>, Full<Bytes>>>>,
-    ended: bool,
-}
-
-impl Connection {
-    /// Whether the connection has ended (the server closed it); polls it once to find out.
-    fn closed(&mut self) -> bool {
-        if !self.ended {
-            let mut cx = TaskContext::from_waker(Waker::noop());
-            self.ended = self.driver.as_mut().poll(&mut cx).is_ready();
-        }
-        self.ended
+        wire::post_head(&self.path, &self.authority, &headers)
     }
 
-    /// One request and its whole reply.
-    async fn exchange(&mut self, request: hyper::Request<Full<Bytes>>) -> anyhow::Result<(Parts, Bytes)> {
-        let Self { sender, driver, ended } = self;
-        let exchange = async {
-            sender.ready().await?;
-            let response = sender.send_request(request).await?;
-            let (parts, body) = response.into_parts();
-            anyhow::Ok((parts, body.collect().await?.to_bytes()))
-        };
-        tokio::select! {
-            biased;
-            reply = exchange => reply,
-            end = driver.as_mut() => {
-                *ended = true;
-                end?;
-                bail!("connection closed")
+    /// Sends `self.out` and reads the whole reply (its body in `self.reader`). Node servers
+    /// close keep-alive connections idle for 5 s (between rounds): when the connection turns out
+    /// closed under the request, reopen and send once more (reads and the handshake's steps are
+    /// safe to repeat); a 2025 session lives on across connections.
+    async fn exchange(&mut self, method: &str) -> anyhow::Result<Head> {
+        for attempt in 0..2 {
+            let Self { stream, reader, out, authority, .. } = self;
+            if stream.is_none() {
+                *stream = Some(open(authority).await?);
+                reader.reset();
             }
+            let io = stream.as_mut().expect("opened above");
+            let reply = match io.write_all(out).await {
+                Ok(()) => reader.read(io).await.with_context(|| format!("{method}: reply"))?,
+                Err(_) => None,
+            };
+            let Some(head) = reply else {
+                *stream = None;
+                if attempt == 0 {
+                    continue;
+                }
+                bail!("{method}: connection closed again after reconnecting");
+            };
+            if head.close {
+                *stream = None;
+            }
+            if !(200..300).contains(&head.status) {
+                bail!("{method}: HTTP {} {}", head.status, String::from_utf8_lossy(reader.body()));
+            }
+            return Ok(head);
         }
+        unreachable!("the second attempt returns")
     }
 }
-/// The bytes of a `resources/read` of one URI around its id, and its `Mcp-Name` value.
+
+/// The bytes of a `resources/read` of one URI around its id, and its request head.
 struct Prepared {
     uri: String,
+    head: Vec<u8>,
     body_head: Vec<u8>,
     body_tail: Vec<u8>,
-    name: HeaderValue,
 }
 
 impl Prepared {
-    fn new(uri: &str, era: HostEra) -> anyhow::Result<Self> {
+    fn new(uri: &str, head: Vec<u8>, era: HostEra) -> Self {
         let mut params = json!({ "uri": uri });
         if era == HostEra::Y2026 {
             params["_meta"] = modern_meta();
         }
         let body_tail = format!(r#","method":"resources/read","params":{params}}}"#).into_bytes();
         let body_head = br#"{"jsonrpc":"2.0","id":"#.to_vec();
-        Ok(Self { uri: uri.to_owned(), body_head, body_tail, name: HeaderValue::from_str(uri)? })
+        Self { uri: uri.to_owned(), head, body_head, body_tail }
     }
 }
 
@@ -255,17 +210,15 @@ fn modern_meta() -> Value {
     })
 }
 
-/// One HTTP/1.1 connection to `authority`, with `TCP_NODELAY`.
-async fn open(authority: &str) -> anyhow::Result<Connection> {
+/// A TCP connection to `authority`, with `TCP_NODELAY`.
+async fn open(authority: &str) -> anyhow::Result<TcpStream> {
     let stream = TcpStream::connect(authority).await.with_context(|| format!("connect {authority}"))?;
     stream.set_nodelay(true)?;
-    let (sender, driver) = http1::handshake(TokioIo::new(stream)).await?;
-    Ok(Connection { sender, driver: Box::pin(driver), ended: false })
+    Ok(stream)
 }
 
 /// The JSON-RPC response with `id` in a JSON or SSE body.
-fn response_with_id(headers: &HeaderMap, body: &[u8], id: u64) -> anyhow::Result<Value> {
-    let sse = is_sse(headers);
+fn response_with_id(sse: bool, body: &[u8], id: u64) -> anyhow::Result<Value> {
     let matches = |value: &Value| value.get("id").and_then(Value::as_u64) == Some(id);
     if !sse {
         let value: Value = serde_json::from_slice(body).context("JSON reply")?;
@@ -304,7 +257,7 @@ struct ReadResult {
 
 /// The number of contents of the read result with `id` in a JSON or SSE body; `None` when the
 /// reply is an error; an error when no response with `id` is in the body.
-fn read_reply_with_id(headers: &HeaderMap, body: &[u8], id: u64) -> anyhow::Result<Option<usize>> {
+fn read_reply_with_id(sse: bool, body: &[u8], id: u64) -> anyhow::Result<Option<usize>> {
     let check = |json: &[u8]| -> anyhow::Result<Option<Option<usize>>> {
         let reply: ReadReply = serde_json::from_slice(json).context("reply is not a JSON-RPC response")?;
         match (reply.id.and_then(|v| v.as_u64()) == Some(id), reply.result, reply.error) {
@@ -314,7 +267,7 @@ fn read_reply_with_id(headers: &HeaderMap, body: &[u8], id: u64) -> anyhow::Resu
             (true, _, _) => bail!("neither result nor error"),
         }
     };
-    if !is_sse(headers) {
+    if !sse {
         return check(body)?.with_context(|| format!("reply without id {id}"));
     }
     for event in split_events(body) {
@@ -331,15 +284,11 @@ fn read_reply_with_id(headers: &HeaderMap, body: &[u8], id: u64) -> anyhow::Resu
             return Ok(answer);
         }
     }
-    let value = response_with_id(headers, body, id)?;
+    let value = response_with_id(sse, body, id)?;
     match value.get("result").and_then(|r| r["contents"].as_array()) {
         Some(contents) => Ok(Some(contents.len())),
         None => Ok(None),
     }
-}
-
-fn is_sse(headers: &HeaderMap) -> bool {
-    headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|t| t.starts_with("text/event-stream"))
 }
 
 /// The events of an SSE body (separated by an empty line).
@@ -358,3 +307,6 @@ fn split_events(body: &[u8]) -> impl Iterator<Item = &[u8]> {
         Some(event)
     })
 }
+
+#[cfg(test)]
+mod tests;
