@@ -20,7 +20,7 @@ use super::progress::{ProgressRoutes, Tapped};
 use super::reason::{ChildOutput, initialize_failure};
 use super::relay::{RelayBook, Relayed};
 use super::stdio::{StdioUpstream, child_environment};
-use super::thin::{Inlet, ThinReader};
+use super::thin::{HANDED_ON_QUEUE, Inlet, ThinReader};
 use crate::config::{ProtocolChoice, UpstreamConfig, UpstreamTransport};
 use crate::protocol::{Era, LEGACY_HANDSHAKE, version_of};
 use crate::serve_dir::FolderServer;
@@ -143,7 +143,7 @@ async fn start(
             let limit = config.max_response_bytes;
             let roots = ca.as_ref().map(|ca| ca.certificates()).unwrap_or_default();
             let client = GuardedHttpClient::new(limit, roots);
-            let (inlet, handed_on) = mpsc::unbounded_channel();
+            let (inlet, handed_on) = mpsc::channel(HANDED_ON_QUEUE);
             let thin = client.thin_reader(inlet);
             let transport = StreamableHttpClientTransport::with_client(
                 client,

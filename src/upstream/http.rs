@@ -52,10 +52,7 @@ impl GuardedHttpClient {
 
     /// The thin read client of this connection: the same pooled client, and the requests rmcp
     /// sends through this guard as its template; what it hands on goes to `inlet`.
-    pub fn thin_reader(
-        &self,
-        inlet: tokio::sync::mpsc::UnboundedSender<ServerJsonRpcMessage>,
-    ) -> super::thin::ThinReader {
+    pub fn thin_reader(&self, inlet: tokio::sync::mpsc::Sender<ServerJsonRpcMessage>) -> super::thin::ThinReader {
         super::thin::ThinReader::new(self.inner.clone(), self.max_response_bytes, self.recorder.clone(), inlet)
     }
 

@@ -40,6 +40,10 @@ use super::faults::Fault;
 /// The prefix of every thin request id.
 pub(crate) const ID_PREFIX: &str = "mcp-proxy-read-";
 
+/// How many messages a read's stream may hand on ahead of rmcp taking them; past it, the read
+/// waits (so a hostile upstream cannot queue without bound).
+pub(crate) const HANDED_ON_QUEUE: usize = 64;
+
 /// What rmcp's last comparable request on this connection carried (see the module doc).
 #[derive(Debug)]
 struct Template {
@@ -129,7 +133,7 @@ struct ReaderInner {
     recorder: Recorder,
     next_id: AtomicU64,
     /// What the upstream sent on a read's stream besides the answer, for rmcp.
-    inlet: mpsc::UnboundedSender<ServerJsonRpcMessage>,
+    inlet: mpsc::Sender<ServerJsonRpcMessage>,
 }
 
 impl ThinReader {
@@ -137,7 +141,7 @@ impl ThinReader {
         client: reqwest::Client,
         limit: usize,
         recorder: Recorder,
-        inlet: mpsc::UnboundedSender<ServerJsonRpcMessage>,
+        inlet: mpsc::Sender<ServerJsonRpcMessage>,
     ) -> Self {
         let inner = ReaderInner { client, limit, recorder, next_id: AtomicU64::new(1), inlet };
         Self { inner: Arc::new(inner) }
@@ -247,7 +251,7 @@ impl ThinReader {
             };
             match self.classify(message, id) {
                 Some(done) => return done,
-                None => self.hand_on(data, id),
+                None => self.hand_on(data, id).await,
             }
         }
         ThinRead::Fallback("the reply ended before the answer")
@@ -271,14 +275,15 @@ impl ThinReader {
     }
 
     /// A notification or request on the read's stream: to rmcp, as the guard would pass it.
-    fn hand_on(&self, data: &str, id: &RequestId) {
+    async fn hand_on(&self, data: &str, id: &RequestId) {
         let Ok(mut value) = serde_json::from_str::<Value>(data) else { return };
         super::relay::mark_notification(&mut value, Some(id));
         let Ok(mut message) = serde_json::from_value::<ServerJsonRpcMessage>(value) else { return };
         if let JsonRpcMessage::Request(request) = &mut message {
             request.request.extensions_mut().insert(InboundStreamOrigin::OutboundRequest(id.clone()));
         }
-        let _ = self.inner.inlet.send(message);
+        // Bounded: a stream of notifications waits for rmcp to take them, as on rmcp's own path.
+        let _ = self.inner.inlet.send(message).await;
     }
 }
 
@@ -303,11 +308,11 @@ fn plain_header_value(value: &str) -> bool {
 /// A transport whose receive side also yields what thin reads handed on (see the module doc).
 pub(crate) struct Inlet<T> {
     transport: T,
-    handed_on: mpsc::UnboundedReceiver<ServerJsonRpcMessage>,
+    handed_on: mpsc::Receiver<ServerJsonRpcMessage>,
 }
 
 impl<T> Inlet<T> {
-    pub fn new(transport: T, handed_on: mpsc::UnboundedReceiver<ServerJsonRpcMessage>) -> Self {
+    pub fn new(transport: T, handed_on: mpsc::Receiver<ServerJsonRpcMessage>) -> Self {
         Self { transport, handed_on }
     }
 }

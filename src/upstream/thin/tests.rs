@@ -25,8 +25,8 @@ impl Transport<RoleClient> for Silent {
     }
 }
 
-fn reader() -> (ThinReader, Recorder, mpsc::UnboundedReceiver<ServerJsonRpcMessage>) {
-    let (inlet, handed_on) = mpsc::unbounded_channel();
+fn reader() -> (ThinReader, Recorder, mpsc::Receiver<ServerJsonRpcMessage>) {
+    let (inlet, handed_on) = mpsc::channel(HANDED_ON_QUEUE);
     let recorder = Recorder::default();
     (ThinReader::new(reqwest::Client::new(), 1024, recorder.clone(), inlet), recorder, handed_on)
 }
@@ -41,7 +41,7 @@ async fn a_notification_before_the_answer_reaches_rmcp_marked_with_the_read() {
     let id = RequestId::String(format!("{ID_PREFIX}1").into());
     let note = json!({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": "x://a"}});
     assert!(reader.classify(server_message(note.clone()), &id).is_none(), "not an answer");
-    reader.hand_on(&note.to_string(), &id);
+    reader.hand_on(&note.to_string(), &id).await;
     let mut inlet = Inlet::new(Silent, handed_on);
     let Some(JsonRpcMessage::Notification(received)) = inlet.receive().await else { panic!("not handed on") };
     let received = serde_json::to_value(&received).expect("serialises");
