@@ -21,6 +21,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::ProxyServer;
+use super::call_streams::CallStreams;
 use super::closing::{ClosingStreams, track_streams};
 use super::fast::{self, FastPath};
 use super::gate::{Gate, guard_sessions};
@@ -76,7 +77,8 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     // axum and each `from_fn` layer clone the service behind them at every request; rmcp's
     // clone copies its config (the allowed hosts and origins with it) — a dozen times per
     // request, most of a cache hit's allocations. Behind an `Arc` a clone is a counter.
-    let service = Arc::new(StreamableHttpService::new(factory, sessions, config));
+    // A call's log messages ride its own response stream, not the GET stream (see `call_streams`).
+    let service = Arc::new(StreamableHttpService::new(factory, Arc::new(CallStreams::new(sessions)), config));
     let service = move |request: axum::extract::Request| {
         let service = service.clone();
         async move { service.handle(request).await }

@@ -8,6 +8,10 @@
 //! `logging/setLevel` (kept per host session, never sent upstream: an upstream connection is
 //! shared); with no level set, all go.
 //!
+//! Each log message names the host request it belongs to (rmcp's `OriginatingRequestId` in its
+//! extensions), so over streamable HTTP it goes on that call's own response stream, before the
+//! call's answer (`call_streams`): a 2025 host that never opens the GET stream gets it too.
+//!
 //! Invariant: a host's relayed requests are bounded by its call: once the call has answered
 //! (or timed out upstream), what is still pending is dropped and the upstream gets an error.
 
@@ -22,10 +26,10 @@ use futures::stream::FuturesUnordered;
 use rmcp::ErrorData;
 use rmcp::model::{
     ClientCapabilities, ClientResult, CreateMessageRequest, CreateMessageRequestParams, CreateMessageResult,
-    ElicitRequest, ElicitRequestParams, ElicitResult, ErrorCode, LoggingLevel, LoggingMessageNotificationParam,
-    ServerRequest,
+    ElicitRequest, ElicitRequestParams, ElicitResult, ErrorCode, LoggingLevel, LoggingMessageNotification,
+    LoggingMessageNotificationParam, RequestId, ServerRequest,
 };
-use rmcp::service::{Peer, RequestContext, RoleServer};
+use rmcp::service::{OriginatingRequestId, Peer, RequestContext, RoleServer};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::protocol::Era;
@@ -58,11 +62,15 @@ pub(super) fn for_call(context: &RequestContext<RoleServer>, level: &LogLevel) -
     let (jobs, pending) = mpsc::channel(RELAY_QUEUE);
     let capabilities = context.client_capabilities().unwrap_or_default();
     let modern = Era::of_negotiated(context.protocol_version().as_ref()) == Era::Modern;
-    (Arc::new(HostCall { jobs, level: level.clone(), capabilities, modern }), Jobs(pending))
+    let jobs_of_call = Jobs { pending, call: context.id.clone() };
+    (Arc::new(HostCall { jobs, level: level.clone(), capabilities, modern }), jobs_of_call)
 }
 
-/// The jobs of one call.
-pub(super) struct Jobs(mpsc::Receiver<Job>);
+/// The jobs of one call, and the host request they belong to.
+pub(super) struct Jobs {
+    pending: mpsc::Receiver<Job>,
+    call: RequestId,
+}
 
 /// Run `call` and, in the same task, the host requests its relay asks for; logs are sent in
 /// order. Once the call has answered, logs already queued are sent and the rest dropped: the
@@ -75,22 +83,29 @@ pub(super) async fn serving<T>(call: impl Future<Output = T>, mut jobs: Jobs, pe
         tokio::select! {
             biased;
             answer = &mut call => {
-                while let Ok(job) = jobs.0.try_recv() {
+                while let Ok(job) = jobs.pending.try_recv() {
                     if let Job::Log(params) = job {
-                        let _ = peer.notify_logging_message(params).await;
+                        log(peer, &jobs.call, params).await;
                     }
                 }
                 return answer;
             }
-            Some(job) = jobs.0.recv() => match job {
-                Job::Log(params) => {
-                    let _ = peer.notify_logging_message(params).await;
-                }
+            Some(job) = jobs.pending.recv() => match job {
+                Job::Log(params) => log(peer, &jobs.call, params).await,
                 job => asked.push(ask(peer.clone(), job)),
             },
             Some(()) = asked.next(), if !asked.is_empty() => {}
         }
     }
+}
+
+/// Send the host one log message of its request `call`, marked as that request's (see the
+/// module doc). Returns once the session's transport has taken it: on the call's own stream it
+/// is then ahead of the call's answer.
+async fn log(peer: &Peer<RoleServer>, call: &RequestId, params: LoggingMessageNotificationParam) {
+    let mut notification = LoggingMessageNotification::new(params);
+    notification.extensions.insert(OriginatingRequestId(call.clone()));
+    let _ = peer.send_notification(notification.into()).await;
 }
 
 /// Send the host one relayed request; its answer goes back to the waiting upstream handler.

@@ -27,7 +27,7 @@ use crate::support::proxy::{ProxyProcess, http_upstream, toml_str};
 
 /// What a host was sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Sent {
+pub(super) enum Sent {
     /// A sampling request, with the prompt it carried.
     Sampling(String),
     /// A log message's data.
@@ -38,7 +38,7 @@ enum Sent {
 /// and answers sampling once every host of `together` is being asked (so their calls are in
 /// flight at once).
 #[derive(Clone)]
-struct RecordingHost {
+pub(super) struct RecordingHost {
     name: &'static str,
     sampling: bool,
     sent: mpsc::UnboundedSender<Sent>,
@@ -103,9 +103,9 @@ impl Transport<RoleClient> for RecordingTransport {
     }
 }
 
-type Host = RunningService<RoleClient, RecordingHost>;
+pub(super) type Host = RunningService<RoleClient, RecordingHost>;
 
-async fn host(
+pub(super) async fn host(
     url: &str,
     name: &'static str,
     sampling: bool,
@@ -119,7 +119,7 @@ async fn host(
     Ok((host, heard))
 }
 
-async fn call(host: &Host, tool: &str, arguments: serde_json::Value) -> anyhow::Result<CallToolResult> {
+pub(super) async fn call(host: &Host, tool: &str, arguments: serde_json::Value) -> anyhow::Result<CallToolResult> {
     let mut params = CallToolRequestParams::new(tool.to_string());
     params.arguments = arguments.as_object().cloned();
     Ok(tokio::time::timeout(DEADLINE, host.call_tool(params)).await.context("the call timed out")??)
@@ -135,7 +135,7 @@ fn drained(heard: &mut mpsc::UnboundedReceiver<Sent>) -> Vec<Sent> {
 }
 
 /// The next `count` things sent to a host, each within [`DEADLINE`].
-async fn next(heard: &mut mpsc::UnboundedReceiver<Sent>, count: usize) -> anyhow::Result<Vec<Sent>> {
+pub(super) async fn next(heard: &mut mpsc::UnboundedReceiver<Sent>, count: usize) -> anyhow::Result<Vec<Sent>> {
     let mut got = Vec::new();
     while got.len() < count {
         let one = tokio::time::timeout(DEADLINE, heard.recv()).await;
@@ -145,17 +145,16 @@ async fn next(heard: &mut mpsc::UnboundedReceiver<Sent>, count: usize) -> anyhow
 }
 
 /// What a host at `level` (none: every level) hears of a `log_tagged` call with `tag`.
-fn tagged_logs(tag: &str, level: Option<LoggingLevel>) -> Vec<Sent> {
+pub(super) fn tagged_logs(tag: &str, level: Option<LoggingLevel>) -> Vec<Sent> {
     let levels = [("debug", LoggingLevel::Debug), ("info", LoggingLevel::Info), ("warning", LoggingLevel::Warning)];
     let wanted = |at: LoggingLevel| level.is_none_or(|least| at as u8 >= least as u8);
     levels.into_iter().filter(|(_, at)| wanted(*at)).map(|(name, _)| Sent::Log(format!("{tag} {name}"))).collect()
 }
 
-/// Wait until `host` hears a whole call's log messages. rmcp sends a 2025 host's notifications
-/// on its standalone GET stream, which its client opens on its own after the handshake; what is
-/// sent before that stream is open is lost. Each try waits for one call's three messages; a try
-/// that began before the stream opened hears fewer and leaves nothing behind.
-async fn logs_reach(host: &Host, heard: &mut mpsc::UnboundedReceiver<Sent>) -> anyhow::Result<()> {
+/// Wait until `host` hears a whole call's log messages (they ride the call's own stream, so the
+/// first try hears them; the retries stay for the GET stream, which carries everything else and
+/// is open only some time after the handshake). Each try waits for one call's three messages.
+pub(super) async fn logs_reach(host: &Host, heard: &mut mpsc::UnboundedReceiver<Sent>) -> anyhow::Result<()> {
     let deadline = tokio::time::Instant::now() + DEADLINE;
     while tokio::time::Instant::now() < deadline {
         call(host, "py__test_tool_with_logging", json!({})).await?;
@@ -170,7 +169,7 @@ async fn logs_reach(host: &Host, heard: &mut mpsc::UnboundedReceiver<Sent>) -> a
     anyhow::bail!("no call's log messages reached the host within {DEADLINE:?}")
 }
 
-async fn proxy_in_front() -> anyhow::Result<(crate::support::peers::PeerHttp, ProxyProcess)> {
+pub(super) async fn proxy_in_front() -> anyhow::Result<(crate::support::peers::PeerHttp, ProxyProcess)> {
     proxy_with("").await
 }
 

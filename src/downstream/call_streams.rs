@@ -1,0 +1,331 @@
+//! Legacy sessions whose calls' own notifications ride the call's own response stream.
+//!
+//! rmcp's `LocalSessionManager` puts every server-to-host notification but progress and
+//! cancellation on the session's standalone (GET) stream, so a log message an upstream sent for
+//! a host's `tools/call` never reached a 2025 host that only POSTs (many hosts never open the
+//! GET stream), and reached one that does on a stream that is meant for messages unrelated to
+//! any request. The spec lets a server send a request's notifications on that request's SSE
+//! stream before its answer; [`CallStreams`] does so. It wraps rmcp's manager (which keeps
+//! everything else: sessions, priming, event ids, resumption):
+//! - the response stream of each `tools/call` and `prompts/get` (the requests whose upstream
+//!   messages are relayed, see `relay`) is rmcp's stream merged with a queue of the call's own,
+//!   booked under (session, request id) while the stream is open;
+//! - the session's transport ([`CallStreamTransport`]) puts a notification that names its
+//!   request with rmcp's [`OriginatingRequestId`] marker (the SEP-2260 association rmcp itself
+//!   honours only for requests) on that queue. A notification without the marker, or whose
+//!   call's stream is gone, goes on to rmcp as before.
+//!
+//! Invariant: a marked notification reaches its host once — on its call's stream while that
+//! stream is open, else where rmcp puts it — and before the call's answer whenever it was sent
+//! before the answer: the merged stream takes the call's queue first, and the queue is filled as
+//! the notification is sent, before the handler can answer.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use futures::Stream;
+use futures::future::Either;
+use rmcp::RoleServer;
+use rmcp::model::{
+    ClientJsonRpcMessage, ClientRequest, GetExtensions, JsonRpcMessage, RequestId, ServerJsonRpcMessage,
+};
+use rmcp::service::{OriginatingRequestId, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use rmcp::transport::streamable_http_server::SessionManager;
+use rmcp::transport::streamable_http_server::session::local::{LocalSessionManager, SessionTransport};
+use rmcp::transport::streamable_http_server::session::{RestoreOutcome, ServerSseMessage, SessionId};
+use tokio::sync::mpsc;
+
+/// A call's own messages that may wait for its stream (as many as rmcp's own stream holds).
+const CALL_QUEUE: usize = 16;
+
+/// rmcp's session manager, with each relaying call's notifications on the call's own stream.
+pub(super) struct CallStreams {
+    local: Arc<LocalSessionManager>,
+    open: Arc<OpenCalls>,
+}
+
+/// A session's transport: marked notifications go to their call's stream (see the module doc).
+pub(super) struct CallStreamTransport {
+    transport: SessionTransport,
+    session: SessionId,
+    open: Arc<OpenCalls>,
+}
+
+/// The response streams open for relaying calls, by (session, request id), with a serial so a
+/// stream that ends forgets only its own booking.
+#[derive(Default)]
+struct OpenCalls {
+    streams: Mutex<HashMap<CallKey, OpenStream>>,
+    serial: AtomicU64,
+}
+
+/// A call: its session and its request id there.
+type CallKey = (SessionId, RequestId);
+
+/// One booked stream: which booking it is, and its queue.
+struct OpenStream {
+    serial: u64,
+    queue: mpsc::Sender<ServerSseMessage>,
+}
+
+/// One call's response stream: its own queue first, then rmcp's stream, which ends it.
+struct CallStream<S> {
+    own: mpsc::Receiver<ServerSseMessage>,
+    answers: S,
+    _booking: Booking,
+}
+
+/// A call's place in [`OpenCalls`], given up when its stream is dropped.
+struct Booking {
+    open: Arc<OpenCalls>,
+    key: CallKey,
+    serial: u64,
+}
+
+/// A booked call's own queue, before it is joined to rmcp's stream.
+struct CallQueue {
+    own: mpsc::Receiver<ServerSseMessage>,
+    booking: Booking,
+}
+
+impl CallStreams {
+    /// Over `local`, which the rest of the listener (gate, reaper, fast path) shares.
+    pub fn new(local: Arc<LocalSessionManager>) -> Self {
+        CallStreams { local, open: Arc::default() }
+    }
+
+    fn transport(&self, session: &SessionId, transport: SessionTransport) -> CallStreamTransport {
+        CallStreamTransport { transport, session: session.clone(), open: self.open.clone() }
+    }
+}
+
+impl OpenCalls {
+    /// Book a stream of its own for `message` if it is a relaying call.
+    fn book(self: &Arc<Self>, session: &SessionId, message: &ClientJsonRpcMessage) -> Option<CallQueue> {
+        let JsonRpcMessage::Request(request) = message else { return None };
+        if !matches!(request.request, ClientRequest::CallToolRequest(_) | ClientRequest::GetPromptRequest(_)) {
+            return None;
+        }
+        let (sender, own) = mpsc::channel(CALL_QUEUE);
+        let serial = self.serial.fetch_add(1, Ordering::Relaxed);
+        let key = (session.clone(), request.id.clone());
+        self.streams.lock().expect("call streams lock").insert(key.clone(), OpenStream { serial, queue: sender });
+        Some(CallQueue { own, booking: Booking { open: self.clone(), key, serial } })
+    }
+
+    /// The queue of the call `message` names, if it is a notification that names one whose
+    /// stream is open.
+    fn queue_of(&self, session: &SessionId, message: &ServerJsonRpcMessage) -> Option<mpsc::Sender<ServerSseMessage>> {
+        let JsonRpcMessage::Notification(notification) = message else { return None };
+        let OriginatingRequestId(call) = notification.notification.extensions().get::<OriginatingRequestId>()?;
+        let streams = self.streams.lock().expect("call streams lock");
+        let open = streams.get(&(session.clone(), call.clone()))?;
+        (!open.queue.is_closed()).then(|| open.queue.clone())
+    }
+}
+
+impl Drop for Booking {
+    fn drop(&mut self) {
+        let mut streams = self.open.streams.lock().expect("call streams lock");
+        if streams.get(&self.key).is_some_and(|open| open.serial == self.serial) {
+            streams.remove(&self.key);
+        }
+    }
+}
+
+impl<S: Stream<Item = ServerSseMessage> + Unpin> Stream for CallStream<S> {
+    type Item = ServerSseMessage;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ServerSseMessage>> {
+        if let Poll::Ready(Some(message)) = self.own.poll_recv(cx) {
+            return Poll::Ready(Some(message));
+        }
+        Pin::new(&mut self.answers).poll_next(cx)
+    }
+}
+
+impl SessionManager for CallStreams {
+    type Error = <LocalSessionManager as SessionManager>::Error;
+    type Transport = CallStreamTransport;
+
+    async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
+        let (id, transport) = self.local.create_session().await?;
+        let transport = self.transport(&id, transport);
+        Ok((id, transport))
+    }
+
+    async fn initialize_session(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<ServerJsonRpcMessage, Self::Error> {
+        self.local.initialize_session(id, message).await
+    }
+
+    async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
+        self.local.has_session(id).await
+    }
+
+    async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
+        self.local.close_session(id).await
+    }
+
+    /// A relaying call's queue is booked before rmcp hands the request to the handler, so
+    /// nothing the handler sends for it can miss it.
+    async fn create_stream(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        let queue = self.open.book(id, &message);
+        let answers = self.local.create_stream(id, message).await?;
+        Ok(match queue {
+            Some(CallQueue { own, booking }) => Either::Left(CallStream { own, answers, _booking: booking }),
+            None => Either::Right(answers),
+        })
+    }
+
+    async fn accept_message(&self, id: &SessionId, message: ClientJsonRpcMessage) -> Result<(), Self::Error> {
+        self.local.accept_message(id, message).await
+    }
+
+    async fn create_standalone_stream(
+        &self,
+        id: &SessionId,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        self.local.create_standalone_stream(id).await
+    }
+
+    async fn resume(
+        &self,
+        id: &SessionId,
+        last_event_id: String,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        self.local.resume(id, last_event_id).await
+    }
+
+    async fn restore_session(&self, id: SessionId) -> Result<RestoreOutcome<Self::Transport>, Self::Error> {
+        let session = id.clone();
+        Ok(match self.local.restore_session(id).await? {
+            RestoreOutcome::Restored(transport) => RestoreOutcome::Restored(self.transport(&session, transport)),
+            RestoreOutcome::AlreadyPresent => RestoreOutcome::AlreadyPresent,
+            _ => RestoreOutcome::NotSupported,
+        })
+    }
+
+    fn event_store(&self) -> Option<Arc<dyn rmcp::transport::streamable_http_server::session::EventStore>> {
+        self.local.event_store()
+    }
+}
+
+impl Transport<RoleServer> for CallStreamTransport {
+    type Error = <SessionTransport as Transport<RoleServer>>::Error;
+
+    /// A marked notification goes to its call's queue as it is sent (waiting only when the
+    /// queue is full); anything else, and one whose call's stream is gone, to rmcp.
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleServer>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let Some(queue) = self.open.queue_of(&self.session, &item) else {
+            return Either::Left(self.transport.send(item));
+        };
+        let message = match queue.try_send(ServerSseMessage::from_message(item)) {
+            Ok(()) => None,
+            Err(mpsc::error::TrySendError::Full(message)) => Some(message),
+            Err(mpsc::error::TrySendError::Closed(message)) => {
+                let message = message.message.map(Arc::unwrap_or_clone).expect("a message");
+                return Either::Left(self.transport.send(message));
+            }
+        };
+        Either::Right(async move {
+            if let Some(message) = message
+                && queue.send(message).await.is_err()
+            {
+                tracing::debug!("a call's notification found its stream closed; dropped");
+            }
+            Ok(())
+        })
+    }
+
+    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleServer>>> + Send {
+        self.transport.receive()
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.transport.close()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(deprecated)] // Logging is deprecated by SEP-2577 but still in the 2025 era.
+
+    use super::*;
+    use futures::StreamExt;
+    use rmcp::model::{
+        CallToolRequest, CallToolRequestParams, ClientRequest, ListToolsRequest, LoggingLevel,
+        LoggingMessageNotification, LoggingMessageNotificationParam, ServerNotification,
+    };
+
+    fn request(id: i64, request: ClientRequest) -> ClientJsonRpcMessage {
+        JsonRpcMessage::request(request, RequestId::Number(id))
+    }
+
+    fn tool_call(id: i64) -> ClientJsonRpcMessage {
+        request(id, ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new("t"))))
+    }
+
+    /// A log message, marked as request `call`'s when given.
+    fn log(data: &str, call: Option<i64>) -> ServerJsonRpcMessage {
+        let params = LoggingMessageNotificationParam::new(LoggingLevel::Info, data.into());
+        let mut notification = LoggingMessageNotification::new(params);
+        if let Some(call) = call {
+            notification.extensions.insert(OriginatingRequestId(RequestId::Number(call)));
+        }
+        JsonRpcMessage::notification(ServerNotification::LoggingMessageNotification(notification))
+    }
+
+    fn data_of(message: &ServerSseMessage) -> String {
+        serde_json::to_value(message.message.as_deref().expect("a message")).expect("serialises")["params"]["data"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    #[test]
+    fn a_marked_notification_finds_its_calls_stream_only_while_it_is_open() {
+        let open = Arc::new(OpenCalls::default());
+        let (one, two): (SessionId, SessionId) = (Arc::from("one"), Arc::from("two"));
+        assert!(open.book(&one, &request(9, ClientRequest::ListToolsRequest(ListToolsRequest::default()))).is_none());
+        let booked = open.book(&one, &tool_call(1)).expect("a call relays");
+        assert!(open.queue_of(&one, &log("mine", Some(1))).is_some());
+        assert!(open.queue_of(&one, &log("unmarked", None)).is_none(), "no mark: rmcp's way");
+        assert!(open.queue_of(&one, &log("other call", Some(2))).is_none());
+        assert!(open.queue_of(&two, &log("other session", Some(1))).is_none());
+        let again = open.book(&one, &tool_call(1)).expect("the same id again");
+        drop(booked);
+        assert!(open.queue_of(&one, &log("the later stream keeps its booking", Some(1))).is_some());
+        drop(again);
+        assert!(open.queue_of(&one, &log("gone", Some(1))).is_none());
+        assert!(open.streams.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_calls_own_messages_go_out_before_rmcps_and_rmcps_end_ends_the_stream() {
+        let open = Arc::new(OpenCalls::default());
+        let session: SessionId = Arc::from("s");
+        let CallQueue { own, booking } = open.book(&session, &tool_call(1)).expect("booked");
+        let queue = open.queue_of(&session, &log("before the answer", Some(1))).expect("its queue");
+        let answers = futures::stream::iter([ServerSseMessage::from_message(log("the answer", None))]);
+        queue.try_send(ServerSseMessage::from_message(log("before the answer", Some(1)))).expect("room");
+        let stream = CallStream { own, answers, _booking: booking };
+        let heard: Vec<String> = stream.map(|message| data_of(&message)).collect().await;
+        assert_eq!(heard, ["before the answer", "the answer"]);
+        assert!(open.streams.lock().unwrap().is_empty(), "the ended stream gave up its booking");
+    }
+}
