@@ -1,7 +1,7 @@
 //! The proxy's client side of one upstream connection: it identifies the proxy, turns the
 //! upstream's legacy notifications into [`Notice`]s for the supervisor, and relays sampling and
 //! elicitation of a routed call to the host that made it (`relay`). Log messages never reach
-//! it: the connection's transport relays them as they are read (`relay::Relayed`).
+//! it: the connection's transport relays them as they are read (`tap`).
 
 #![allow(deprecated)] // Sampling and logging are deprecated by SEP-2577 but still in the 2025 era.
 

@@ -1,6 +1,6 @@
 //! Opening one upstream connection: the transport (stdio child, streamable HTTP, in-process
 //! folder server) and the protocol era (probe, pinned, or remembered from the last connect).
-//! Every transport is tapped for progress (`progress`) and for log messages (`relay`).
+//! Every transport is tapped for its calls' progress and log messages (`tap`).
 
 use std::collections::HashMap;
 
@@ -16,10 +16,11 @@ use tokio::sync::mpsc;
 
 use super::client::{Notice, UpstreamClient};
 use super::http::GuardedHttpClient;
-use super::progress::{ProgressRoutes, Tapped};
+use super::progress::ProgressRoutes;
 use super::reason::{ChildOutput, initialize_failure};
-use super::relay::{RelayBook, Relayed};
+use super::relay::RelayBook;
 use super::stdio::{StdioUpstream, child_environment};
+use super::tap::Taps;
 use super::thin::{HANDED_ON_QUEUE, Inlet, ThinReader};
 use crate::config::{ProtocolChoice, UpstreamConfig, UpstreamTransport};
 use crate::protocol::{Era, LEGACY_HANDSHAKE, version_of};
@@ -103,7 +104,7 @@ async fn start(
     };
     let over_http = matches!(config.transport, UpstreamTransport::Http { .. });
     let handler = UpstreamClient::new(notices.clone(), handshake_version, relays.clone());
-    let tap = Taps { progress, relays, over_http };
+    let tap = Taps { progress: progress.clone(), relays: relays.clone(), over_http };
     let mode = lifecycle(&plan);
     let name = &config.name;
     match &config.transport {
@@ -157,20 +158,6 @@ async fn start(
             let running = handler.serve_with_lifecycle(transport, mode).await;
             running.map(|running| (running, Some(thin))).map_err(|e| initialize_failure(&e, Some(url.as_str())))
         }
-    }
-}
-
-/// What each transport of a connection is wrapped in: its progress and its log messages are
-/// delivered as they are read.
-struct Taps<'a> {
-    progress: &'a ProgressRoutes,
-    relays: &'a Arc<RelayBook>,
-    over_http: bool,
-}
-
-impl Taps<'_> {
-    fn on<T>(&self, transport: T) -> Relayed<Tapped<T>> {
-        Relayed::new(Tapped::new(transport, self.progress.clone()), self.relays.clone(), self.over_http)
     }
 }
 

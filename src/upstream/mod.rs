@@ -27,6 +27,7 @@ mod relay;
 mod scan;
 mod stdio;
 mod supervisor;
+mod tap;
 mod thin;
 mod watching;
 

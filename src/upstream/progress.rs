@@ -1,8 +1,9 @@
 //! Progress of the proxy's calls, in order with their answers. Each connection's transport is
-//! tapped ([`Tapped`]): a `notifications/progress` goes to its call's [`ProgressOutlet`] the
-//! moment it is read, before anything read after it — the call's own answer included — reaches
-//! rmcp (which runs each notification callback in a task of its own, so progress passed on from
-//! there can fall behind the answer).
+//! tapped (`tap`): a `tools/call` that claims its progress ([`ProgressClaim`]) is registered in
+//! the connection's [`ProgressRoutes`] as it is written, and a `notifications/progress` goes to
+//! its call's [`ProgressOutlet`] the moment it is read, before anything read after it — the
+//! call's own answer included — reaches rmcp (which runs each notification callback in a task of
+//! its own, so progress passed on from there can fall behind the answer).
 //!
 //! Invariant: progress the upstream sent before a call's answer is in that call's outlet before
 //! the call returns; progress reaches only the call whose token it carries, on the connection the
@@ -11,12 +12,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
-use rmcp::model::{
-    ClientRequest, GetExtensions, GetMeta, JsonRpcMessage, JsonRpcNotification, ProgressNotificationParam,
-    ProgressToken, ServerNotification,
-};
-use rmcp::service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
-use rmcp::transport::Transport;
+use rmcp::model::{ClientRequest, GetExtensions, GetMeta, JsonRpcRequest, ProgressNotificationParam, ProgressToken};
 
 /// Where one call's progress goes (a host's request); never waits.
 pub trait ProgressOutlet: Send + Sync + 'static {
@@ -37,12 +33,6 @@ pub(crate) struct ProgressRoutes {
     calls: Arc<Mutex<HashMap<ProgressToken, Weak<dyn ProgressOutlet>>>>,
 }
 
-/// A transport whose incoming progress goes straight to [`ProgressRoutes`].
-pub(crate) struct Tapped<T> {
-    transport: T,
-    routes: ProgressRoutes,
-}
-
 impl ProgressRoutes {
     /// Progress for `token` goes to `outlet` while the outlet lives; calls that are over are
     /// forgotten on the way.
@@ -57,8 +47,17 @@ impl ProgressRoutes {
         self.calls.lock().expect("progress lock").remove(token);
     }
 
+    /// A `tools/call` that claims its progress is registered before it is written.
+    pub(super) fn claim(&self, request: &JsonRpcRequest<ClientRequest>) {
+        let ClientRequest::CallToolRequest(call) = &request.request else { return };
+        let Some(ProgressClaim(outlet)) = call.extensions().get::<ProgressClaim>() else { return };
+        if let Some(token) = request.request.get_meta().get_progress_token() {
+            self.register(token, outlet.clone());
+        }
+    }
+
     /// Progress the upstream sent: to its call, if one of ours waits for it (else dropped).
-    fn deliver(&self, progress: ProgressNotificationParam) {
+    pub(super) fn deliver(&self, progress: ProgressNotificationParam) {
         let calls = self.calls.lock().expect("progress lock");
         if let Some(outlet) = calls.get(&progress.progress_token).and_then(Weak::upgrade) {
             // `send` never waits, so holding the lock is short.
@@ -69,53 +68,6 @@ impl ProgressRoutes {
     #[cfg(test)]
     fn len(&self) -> usize {
         self.calls.lock().expect("progress lock").len()
-    }
-}
-
-impl<T> Tapped<T> {
-    pub fn new(transport: T, routes: ProgressRoutes) -> Self {
-        Tapped { transport, routes }
-    }
-
-    /// A `tools/call` that claims its progress is registered before it is written.
-    fn claim(&self, item: &TxJsonRpcMessage<RoleClient>) {
-        let JsonRpcMessage::Request(request) = item else { return };
-        let ClientRequest::CallToolRequest(call) = &request.request else { return };
-        let Some(ProgressClaim(outlet)) = call.extensions().get::<ProgressClaim>() else { return };
-        if let Some(token) = request.request.get_meta().get_progress_token() {
-            self.routes.register(token, outlet.clone());
-        }
-    }
-}
-
-impl<T: Transport<RoleClient>> Transport<RoleClient> for Tapped<T> {
-    type Error = T::Error;
-
-    fn send(
-        &mut self,
-        item: TxJsonRpcMessage<RoleClient>,
-    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        self.claim(&item);
-        self.transport.send(item)
-    }
-
-    /// The next message that is not progress; progress read on the way is delivered first.
-    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
-        loop {
-            match self.transport.receive().await? {
-                JsonRpcMessage::Notification(JsonRpcNotification { jsonrpc, notification }) => match notification {
-                    ServerNotification::ProgressNotification(progress) => self.routes.deliver(progress.params),
-                    notification => {
-                        return Some(JsonRpcMessage::Notification(JsonRpcNotification { jsonrpc, notification }));
-                    }
-                },
-                message => return Some(message),
-            }
-        }
-    }
-
-    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
-        self.transport.close()
     }
 }
 

@@ -14,11 +14,11 @@
 //!   is answered with an error and the notification dropped.
 //!
 //! Each routed call claims relaying for its host's [`HostRelay`] ([`RelayClaim`] in the request's
-//! extensions); the connection's transport is wrapped ([`Relayed`]), which books the claim under
+//! extensions); the connection's transport is tapped (`tap`), which books the claim under
 //! the upstream request's id as the request is written — before the upstream can send anything
 //! for it — and the call's [`RelayTicket`] takes it out of the [`RelayBook`] when the call is over.
 //!
-//! Log messages are handed to their call's host by that same transport wrapper, the moment they
+//! Log messages are handed to their call's host by that same tap, the moment they
 //! are read, before anything read after them reaches rmcp — the call's own answer included. rmcp
 //! runs each notification callback in a task of its own, and passes an answer to its waiting
 //! caller at once, so a log message passed on from the callback could arrive after the call was
@@ -39,15 +39,11 @@ use std::sync::{Arc, Mutex, Weak};
 use futures::future::BoxFuture;
 use rmcp::ErrorData;
 use rmcp::model::{
-    CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult, Extensions, JsonObject,
-    LoggingLevel, LoggingMessageNotification, LoggingMessageNotificationParam, NotificationMetaObject, NumberOrString,
-    RequestId, RequestMetaObject,
+    ClientRequest, CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult, Extensions,
+    GetExtensions, JsonObject, JsonRpcRequest, LoggingLevel, LoggingMessageNotification,
+    LoggingMessageNotificationParam, NotificationMetaObject, NumberOrString, RequestId, RequestMetaObject,
 };
 use rmcp::service::InboundStreamOrigin;
-
-mod tap;
-
-pub(crate) use self::tap::Relayed;
 
 /// The request `_meta` key by which a 2026-07-28 request opts in to log messages of at least
 /// that level (there is no `logging/setLevel` in that era).
@@ -103,7 +99,7 @@ pub(crate) struct RelayBook {
     calls: Mutex<HashMap<RequestId, Weak<dyn HostRelay>>>,
 }
 
-/// Put on a routed request (its extensions): [`Relayed`] books it under the request's id as the
+/// Put on a routed request (its extensions): the connection's tap books it under the request's id as the
 /// request is written.
 #[derive(Clone)]
 pub(crate) struct RelayClaim(pub Weak<dyn HostRelay>);
@@ -145,9 +141,16 @@ impl RelayBook {
         }
     }
 
+    /// A request that claims relaying is booked before it is written.
+    pub(super) fn claim(&self, request: &JsonRpcRequest<ClientRequest>) {
+        if let Some(RelayClaim(relay)) = request.request.extensions().get::<RelayClaim>() {
+            self.book(request.id.clone(), relay.clone());
+        }
+    }
+
     /// A log message the upstream sent: to the host of its call, if it can be attributed
     /// (else dropped). Never waits (`HostRelay::log` does not).
-    fn deliver_log(&self, mut log: LoggingMessageNotification, over_http: bool) {
+    pub(super) fn deliver_log(&self, mut log: LoggingMessageNotification, over_http: bool) {
         let extension_meta = log.extensions.get_mut::<NotificationMetaObject>();
         let metas = [log.params.meta.as_mut(), extension_meta];
         let origins = metas.into_iter().map(|meta| notification_origin(meta, over_http));
@@ -163,7 +166,7 @@ impl RelayBook {
     }
 
     #[cfg(test)]
-    fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.calls.lock().expect("relay lock").len()
     }
 }
@@ -223,16 +226,16 @@ pub(crate) fn mark_notification(message: &mut serde_json::Value, call: Option<&R
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use serde_json::json;
 
     /// A host that keeps the data of the log messages it is given.
     #[derive(Default)]
-    pub(super) struct Named(Mutex<Vec<String>>);
+    pub(crate) struct Named(Mutex<Vec<String>>);
 
     impl Named {
-        pub(super) fn heard(&self) -> Vec<String> {
+        pub(crate) fn heard(&self) -> Vec<String> {
             self.0.lock().unwrap().clone()
         }
     }
