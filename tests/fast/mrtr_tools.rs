@@ -35,7 +35,7 @@ const ASK: &str = "fx__ask";
 
 /// What a [`NameGiver`] declares.
 #[derive(Clone, Copy)]
-enum Declares {
+pub(crate) enum Declares {
     Elicitation,
     Sampling,
     Nothing,
@@ -44,7 +44,7 @@ enum Declares {
 /// A 2025 host that answers each elicitation or sampling request with the next name (`name-1`,
 /// `name-2`, …), and counts them.
 #[derive(Clone)]
-struct NameGiver {
+pub(crate) struct NameGiver {
     asked: Arc<AtomicUsize>,
     declares: Declares,
 }
@@ -148,7 +148,7 @@ async fn a_modern_host_gets_input_required_from_a_tool_as_it_was_sent() -> anyho
     Ok(())
 }
 
-async fn proxy_with_modern_fixture() -> anyhow::Result<(InProcessProxy, InProcess)> {
+pub(crate) async fn proxy_with_modern_fixture() -> anyhow::Result<(InProcessProxy, InProcess)> {
     let upstream = fixture::serve_in_process(&["--era", "modern"]).await?;
     let proxy = InProcessProxy::start(&http_upstream("fx", &upstream.url, "protocol = \"2026-07-28\"")).await?;
     proxy.wait_up("fx", 1).await?;
@@ -156,7 +156,7 @@ async fn proxy_with_modern_fixture() -> anyhow::Result<(InProcessProxy, InProces
 }
 
 /// A 2025 (`initialize`) host at `url`, and how often it was asked.
-async fn legacy_host(
+pub(crate) async fn legacy_host(
     url: &str,
     declares: Declares,
 ) -> anyhow::Result<(RunningService<RoleClient, NameGiver>, Arc<AtomicUsize>)> {
