@@ -108,6 +108,34 @@ impl Tools {
         })
     }
 
+    /// A `prompts/get` for a 2026-07-28 `host`, as [`Self::call_parked`] for a call.
+    async fn prompt_parked(
+        &self,
+        upstream: &Upstream,
+        principal: &str,
+        presented: &str,
+        mut params: GetPromptRequestParams,
+        host: Arc<dyn HostRelay>,
+    ) -> Result<GetPromptResponse, ProxyError> {
+        let who = Resume { principal, name: presented, timeout: upstream.config().request_timeout };
+        let gets = &self.inner.parked_prompts;
+        let outcome = match params.request_state.take() {
+            Some(state) if parked::is_ours(Some(&state)) => {
+                gets.resume(who, &state, params.input_responses.as_ref(), host).await?
+            }
+            state => {
+                params.request_state = state;
+                let upstream = upstream.clone();
+                gets.start(who, host, move |relay| async move { upstream.get_prompt(params, Some(relay)).await })
+                    .await?
+            }
+        };
+        Ok(match outcome {
+            Outcome::Answered(answer) => answer,
+            Outcome::Asks(needs) => GetPromptResponse::InputRequired(needs),
+        })
+    }
+
     /// A complete tool result from `upstream` as `principal` may see it: URIs in its blocks,
     /// `_meta` and `structuredContent` namespaced, and what it may not read withheld.
     fn result_for(
@@ -155,12 +183,20 @@ impl Tools {
     ) -> Result<GetPromptResponse, ProxyError> {
         let policy = self.policy();
         let (upstream, original) = self.route(&policy, principal, Offering::Prompt, &params.name)?;
-        params.name = original;
+        let presented = std::mem::replace(&mut params.name, original);
         params.meta = meta_upstream(params.meta.take());
-        let rounds = rounds::bridged(&upstream, relay.as_deref(), prompt_needs, |inputs| {
-            upstream.get_prompt(with_inputs_prompt(params.clone(), inputs), relay.clone())
-        });
-        let answer = until_cancelled(cancelled, rounds).await?;
+        let answer = match relay.clone().filter(|relay| relay.takes_input_required()) {
+            Some(host) => {
+                let parked = self.prompt_parked(&upstream, principal, &presented, params, host);
+                until_cancelled(cancelled, parked).await?
+            }
+            None => {
+                let rounds = rounds::bridged(&upstream, relay.as_deref(), prompt_needs, |inputs| {
+                    upstream.get_prompt(with_inputs_prompt(params.clone(), inputs), relay.clone())
+                });
+                until_cancelled(cancelled, rounds).await?
+            }
+        };
         let GetPromptResponse::Complete(mut result) = answer else { return Ok(answer) };
         result.result_type = Some(ResultType::COMPLETE);
         result.messages.retain_mut(|message| {

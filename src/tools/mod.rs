@@ -71,6 +71,7 @@ struct Inner {
     calls: inflight::CallsInFlight,
     /// Calls of 2026-07-28 hosts waiting for their host's input (`parked`).
     parked_tools: parked::ParkedCalls<rmcp::model::CallToolResponse>,
+    parked_prompts: parked::ParkedCalls<rmcp::model::GetPromptResponse>,
 }
 
 /// What [`Tools::start`] needs from the proxy.
@@ -102,6 +103,7 @@ impl Tools {
             bridge: parts.bridge,
             calls: inflight::CallsInFlight::new(parts.max_calls_per_principal),
             parked_tools: parked::ParkedCalls::default(),
+            parked_prompts: parked::ParkedCalls::default(),
         };
         Tools { inner: Arc::new(inner) }
     }

@@ -1,6 +1,7 @@
 //! Server-to-client requests of a routed call bridged for a 2026-07-28 host — `rounds` the
 //! other way round. A 2025 upstream asks for `sampling/createMessage` or `elicitation/create`
-//! while it serves a call; a 2026-07-28 host takes no server-to-client requests, it takes
+//! while it serves a call (`tools/call` or `prompts/get`); a 2026-07-28 host takes no
+//! server-to-client requests, it takes
 //! `input_required`. So the upstream call runs in a task of its own; when it asks, the host's
 //! call is answered with `input_required` carrying that request (key [`INPUT_KEY`]) and a
 //! `requestState` of the proxy's own, and the upstream call waits (parked). When the host sends

@@ -160,10 +160,19 @@ pub(crate) async fn legacy_host(
     url: &str,
     declares: Declares,
 ) -> anyhow::Result<(RunningService<RoleClient, NameGiver>, Arc<AtomicUsize>)> {
+    host_in(url, declares, Era::Legacy).await
+}
+
+/// A host of `era` at `url` that gives names, and how often it was asked.
+pub(crate) async fn host_in(
+    url: &str,
+    declares: Declares,
+    era: Era,
+) -> anyhow::Result<(RunningService<RoleClient, NameGiver>, Arc<AtomicUsize>)> {
     let asked = Arc::new(AtomicUsize::new(0));
     let handler = NameGiver { asked: asked.clone(), declares };
     let transport = StreamableHttpClientTransport::from_uri(url.to_owned());
-    let connecting = handler.serve_with_lifecycle(transport, Era::Legacy.lifecycle());
+    let connecting = handler.serve_with_lifecycle(transport, era.lifecycle());
     Ok((tokio::time::timeout(DEADLINE, connecting).await??, asked))
 }
 
