@@ -189,6 +189,14 @@ impl HostRelay for HostCall {
         self.modern
     }
 
+    fn declares_sampling(&self) -> bool {
+        self.capabilities.sampling.is_some()
+    }
+
+    fn declares_elicitation(&self) -> bool {
+        self.capabilities.elicitation.is_some()
+    }
+
     fn log(&self, params: LoggingMessageNotificationParam) {
         let wanted = self.level.lock().expect("log level lock").is_none_or(|least| rank(params.level) >= rank(least));
         if wanted {

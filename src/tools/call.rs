@@ -8,7 +8,8 @@
 //! answers pass through to a 2026-07-28 host as they are; for a 2025 host the proxy asks it
 //! and retries (`rounds`); nothing is cached. What a 2025-era upstream
 //! sends for the call (sampling, elicitation, logging) goes to the calling host's relay
-//! (`crate::upstream` attributes it).
+//! (`crate::upstream` attributes it); a 2026-07-28 host's `tools/call` gets such a request as
+//! `input_required` and resumes the waiting upstream call with its retry (`parked`).
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
@@ -19,6 +20,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::names::Offering;
+use super::parked::{self, Outcome, Resume};
 use super::rounds::{self, Inputs};
 use super::{ProgressOutlet, Tools, rewrite};
 use crate::error::ProxyError;
@@ -43,13 +45,21 @@ impl Tools {
         // One policy snapshot decides the call and what of its result is passed on.
         let policy = self.policy();
         let (upstream, original) = self.route(&policy, principal, Offering::Tool, &params.name)?;
-        params.name = original.into();
+        let presented = std::mem::replace(&mut params.name, original.into());
         params.meta = meta_upstream(params.meta.take());
         // Every step the upstream sent before its answer is in `progress` when this returns.
-        let rounds = rounds::bridged(&upstream, relay.as_deref(), tool_needs, |inputs| {
-            upstream.call_tool(with_inputs_tool(params.clone(), inputs), progress.clone(), relay.clone())
-        });
-        let answer = until_cancelled(cancelled, rounds).await?;
+        let answer = match relay.clone().filter(|relay| relay.takes_input_required()) {
+            Some(host) => {
+                let parked = self.call_parked(&upstream, principal, &presented, params, progress, host);
+                until_cancelled(cancelled, parked).await?
+            }
+            None => {
+                let rounds = rounds::bridged(&upstream, relay.as_deref(), tool_needs, |inputs| {
+                    upstream.call_tool(with_inputs_tool(params.clone(), inputs), progress.clone(), relay.clone())
+                });
+                until_cancelled(cancelled, rounds).await?
+            }
+        };
         match answer {
             CallToolResponse::Complete(result) => {
                 Ok(CallToolResponse::Complete(self.result_for(upstream.name(), result, &policy, principal)))
@@ -61,6 +71,69 @@ impl Tools {
                 reason: "it answered with a task, which the proxy does not pass through".into(),
             }),
         }
+    }
+
+    /// A call for a 2026-07-28 `host`: what the upstream asks of it while the call runs is
+    /// answered as `input_required`, and a retry with the proxy's `requestState` resumes the
+    /// call (`parked`).
+    async fn call_parked(
+        &self,
+        upstream: &Upstream,
+        principal: &str,
+        presented: &str,
+        mut params: CallToolRequestParams,
+        progress: Option<Arc<dyn ProgressOutlet>>,
+        host: Arc<dyn HostRelay>,
+    ) -> Result<CallToolResponse, ProxyError> {
+        let who = Resume { principal, name: presented, timeout: upstream.config().request_timeout };
+        let calls = &self.inner.parked_tools;
+        let outcome =
+            match params.request_state.take() {
+                Some(state) if parked::is_ours(Some(&state)) => {
+                    calls.resume(who, &state, params.input_responses.as_ref(), host).await?
+                }
+                state => {
+                    params.request_state = state;
+                    let upstream = upstream.clone();
+                    calls
+                        .start(who, host, move |relay| async move {
+                            upstream.call_tool(params, progress, Some(relay)).await
+                        })
+                        .await?
+                }
+            };
+        Ok(match outcome {
+            Outcome::Answered(answer) => answer,
+            Outcome::Asks(needs) => CallToolResponse::InputRequired(needs),
+        })
+    }
+
+    /// A `prompts/get` for a 2026-07-28 `host`, as [`Self::call_parked`] for a call.
+    async fn prompt_parked(
+        &self,
+        upstream: &Upstream,
+        principal: &str,
+        presented: &str,
+        mut params: GetPromptRequestParams,
+        host: Arc<dyn HostRelay>,
+    ) -> Result<GetPromptResponse, ProxyError> {
+        let who = Resume { principal, name: presented, timeout: upstream.config().request_timeout };
+        let gets = &self.inner.parked_prompts;
+        let outcome = match params.request_state.take() {
+            Some(state) if parked::is_ours(Some(&state)) => {
+                gets.resume(who, &state, params.input_responses.as_ref(), host).await?
+            }
+            state => {
+                params.request_state = state;
+                let upstream = upstream.clone();
+                gets.start(who, host, move |relay| async move { upstream.get_prompt(params, Some(relay)).await })
+                    .await?
+            }
+        };
+        Ok(match outcome {
+            Outcome::Answered(answer) => answer,
+            Outcome::Asks(needs) => GetPromptResponse::InputRequired(needs),
+        })
     }
 
     /// A complete tool result from `upstream` as `principal` may see it: URIs in its blocks,
@@ -110,12 +183,20 @@ impl Tools {
     ) -> Result<GetPromptResponse, ProxyError> {
         let policy = self.policy();
         let (upstream, original) = self.route(&policy, principal, Offering::Prompt, &params.name)?;
-        params.name = original;
+        let presented = std::mem::replace(&mut params.name, original);
         params.meta = meta_upstream(params.meta.take());
-        let rounds = rounds::bridged(&upstream, relay.as_deref(), prompt_needs, |inputs| {
-            upstream.get_prompt(with_inputs_prompt(params.clone(), inputs), relay.clone())
-        });
-        let answer = until_cancelled(cancelled, rounds).await?;
+        let answer = match relay.clone().filter(|relay| relay.takes_input_required()) {
+            Some(host) => {
+                let parked = self.prompt_parked(&upstream, principal, &presented, params, host);
+                until_cancelled(cancelled, parked).await?
+            }
+            None => {
+                let rounds = rounds::bridged(&upstream, relay.as_deref(), prompt_needs, |inputs| {
+                    upstream.get_prompt(with_inputs_prompt(params.clone(), inputs), relay.clone())
+                });
+                until_cancelled(cancelled, rounds).await?
+            }
+        };
         let GetPromptResponse::Complete(mut result) = answer else { return Ok(answer) };
         result.result_type = Some(ResultType::COMPLETE);
         result.messages.retain_mut(|message| {

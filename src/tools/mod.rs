@@ -26,6 +26,7 @@ mod catalog;
 mod inflight;
 pub mod names;
 pub mod own;
+mod parked;
 mod progress;
 mod rewrite;
 mod rounds;
@@ -68,6 +69,9 @@ struct Inner {
     bridge: bool,
     /// Routed calls in flight per principal (`server.max_calls_per_principal`).
     calls: inflight::CallsInFlight,
+    /// Calls of 2026-07-28 hosts waiting for their host's input (`parked`).
+    parked_tools: parked::ParkedCalls<rmcp::model::CallToolResponse>,
+    parked_prompts: parked::ParkedCalls<rmcp::model::GetPromptResponse>,
 }
 
 /// What [`Tools::start`] needs from the proxy.
@@ -98,6 +102,8 @@ impl Tools {
             policy: parts.policy,
             bridge: parts.bridge,
             calls: inflight::CallsInFlight::new(parts.max_calls_per_principal),
+            parked_tools: parked::ParkedCalls::default(),
+            parked_prompts: parked::ParkedCalls::default(),
         };
         Tools { inner: Arc::new(inner) }
     }

@@ -69,6 +69,14 @@ pub trait HostRelay: Send + Sync + 'static {
     fn takes_input_required(&self) -> bool {
         true
     }
+    /// Whether the host declared `sampling`: it may be asked for a message.
+    fn declares_sampling(&self) -> bool {
+        true
+    }
+    /// Whether the host declared `elicitation`: it may be asked for input.
+    fn declares_elicitation(&self) -> bool {
+        true
+    }
 }
 
 /// How a message from the upstream can be attributed.

@@ -18,6 +18,7 @@ mod hostile_tools;
 mod jwt;
 mod malformed_http;
 mod mrtr;
+mod mrtr_prompts;
 mod mrtr_tools;
 mod never_stale;
 mod observability;

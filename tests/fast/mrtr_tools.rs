@@ -35,7 +35,7 @@ const ASK: &str = "fx__ask";
 
 /// What a [`NameGiver`] declares.
 #[derive(Clone, Copy)]
-enum Declares {
+pub(crate) enum Declares {
     Elicitation,
     Sampling,
     Nothing,
@@ -44,7 +44,7 @@ enum Declares {
 /// A 2025 host that answers each elicitation or sampling request with the next name (`name-1`,
 /// `name-2`, …), and counts them.
 #[derive(Clone)]
-struct NameGiver {
+pub(crate) struct NameGiver {
     asked: Arc<AtomicUsize>,
     declares: Declares,
 }
@@ -148,7 +148,7 @@ async fn a_modern_host_gets_input_required_from_a_tool_as_it_was_sent() -> anyho
     Ok(())
 }
 
-async fn proxy_with_modern_fixture() -> anyhow::Result<(InProcessProxy, InProcess)> {
+pub(crate) async fn proxy_with_modern_fixture() -> anyhow::Result<(InProcessProxy, InProcess)> {
     let upstream = fixture::serve_in_process(&["--era", "modern"]).await?;
     let proxy = InProcessProxy::start(&http_upstream("fx", &upstream.url, "protocol = \"2026-07-28\"")).await?;
     proxy.wait_up("fx", 1).await?;
@@ -156,14 +156,23 @@ async fn proxy_with_modern_fixture() -> anyhow::Result<(InProcessProxy, InProces
 }
 
 /// A 2025 (`initialize`) host at `url`, and how often it was asked.
-async fn legacy_host(
+pub(crate) async fn legacy_host(
     url: &str,
     declares: Declares,
+) -> anyhow::Result<(RunningService<RoleClient, NameGiver>, Arc<AtomicUsize>)> {
+    host_in(url, declares, Era::Legacy).await
+}
+
+/// A host of `era` at `url` that gives names, and how often it was asked.
+pub(crate) async fn host_in(
+    url: &str,
+    declares: Declares,
+    era: Era,
 ) -> anyhow::Result<(RunningService<RoleClient, NameGiver>, Arc<AtomicUsize>)> {
     let asked = Arc::new(AtomicUsize::new(0));
     let handler = NameGiver { asked: asked.clone(), declares };
     let transport = StreamableHttpClientTransport::from_uri(url.to_owned());
-    let connecting = handler.serve_with_lifecycle(transport, Era::Legacy.lifecycle());
+    let connecting = handler.serve_with_lifecycle(transport, era.lifecycle());
     Ok((tokio::time::timeout(DEADLINE, connecting).await??, asked))
 }
 

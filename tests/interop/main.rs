@@ -19,6 +19,7 @@ mod prometheus;
 mod python_client;
 mod python_subscriptions;
 mod relay;
+mod relay_modern;
 mod relay_post_only;
 mod reload;
 mod third_party;
