@@ -9,6 +9,7 @@
 #   MISS=1 bash scripts/callgrind_read.sh ...   # the cache off: every read a miss
 #   UPSTREAM_URL=http://127.0.0.1:PORT/mcp READ_URI='fx+demo://resource/static/document/architecture.md' \
 #     MISS=1 bash scripts/callgrind_read.sh ...  # another upstream (e.g. server-everything), named fx
+#   CG_KEEP=/tmp/cg bash scripts/callgrind_read.sh ...  # keep the dumps (cg.<era>) for callgrind_annotate
 #
 # Needs valgrind, python3, and `cargo build --release --bins` (the fixture is taken next to the
 # proxy binary). Prints `<era> <instructions per read>`.
@@ -56,4 +57,5 @@ for era in 2026 2025; do
   file="$(grep -l "desc: Trigger: dump era$era" "$WORK"/cg.* | head -1)"
   total="$(sed -n 's/^summary: //p; s/^totals: //p' "$file" | head -1)"
   echo "$era $((total / N))"
+  if [[ -n "${CG_KEEP:-}" ]]; then mkdir -p "$CG_KEEP" && cp "$file" "$CG_KEEP/cg.$era"; fi
 done

@@ -60,6 +60,7 @@
 
 mod identity;
 mod load;
+mod memo;
 mod rules;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -69,6 +70,8 @@ use std::sync::Arc;
 
 pub use self::identity::{GROUP_PREFIX, identity, is_valid_group, split_identity};
 use self::load::{PolicyFile, parse_file, read_dir};
+use self::memo::Memo;
+pub use self::memo::{Judged, Judgement};
 use self::rules::{Rule, Rules};
 use crate::problem::Problem;
 use crate::uri::{self, UriError};
@@ -77,6 +80,8 @@ use crate::uri::{self, UriError};
 #[derive(Clone)]
 pub struct PolicySet {
     inner: Arc<Inner>,
+    /// The judgements of this set (and of no other): see [`PolicySet::judge`].
+    memo: Arc<Memo>,
 }
 
 /// The outcome for one (principal, URI), and what decided it.
@@ -110,7 +115,7 @@ struct RuleSet {
 impl PolicySet {
     /// Everything is allowed: for configurations without a policies directory.
     pub fn allow_all() -> PolicySet {
-        PolicySet { inner: Arc::new(Inner::AllowAll) }
+        PolicySet::of(Inner::AllowAll)
     }
 
     /// Read and compile every `*.toml` in `dir`; every problem of every file at once.
@@ -163,6 +168,16 @@ impl PolicySet {
         Ok((normal, decision))
     }
 
+    /// [`PolicySet::normalize_and_decide`], memoised in this set for short URIs: the same
+    /// answer, from one lookup when this (principal, URI) was judged before. A reload makes a
+    /// new set, with a memo of its own.
+    pub fn judge(&self, principal: &str, uri: &str) -> Judgement {
+        self.memo.get_or(principal, uri, || {
+            let (normalized, decision) = self.normalize_and_decide(principal, uri)?;
+            Ok(Arc::new(Judged { normalized, decision }))
+        })
+    }
+
     /// Shorthand: normalises and is allowed.
     pub fn allows(&self, principal: &str, uri: &str) -> bool {
         self.normalize_and_decide(principal, uri).is_ok_and(|(_, decision)| decision.allowed)
@@ -213,6 +228,10 @@ impl PolicySet {
         }
     }
 
+    fn of(inner: Inner) -> PolicySet {
+        PolicySet { inner: Arc::new(inner), memo: Arc::default() }
+    }
+
     fn from_files(files: Vec<PolicyFile>) -> Result<PolicySet, Vec<Problem>> {
         let entries: BTreeSet<&str> =
             files.iter().flat_map(|f| f.principals.iter().map(String::as_str)).filter(|p| *p != "*").collect();
@@ -239,7 +258,7 @@ impl PolicySet {
             Ok(fallback) if problems.is_empty() => {
                 let files = files.iter().map(|f| f.name.clone()).collect();
                 let fallback = Box::new(fallback);
-                Ok(PolicySet { inner: Arc::new(Inner::Files { files, named, groups, fallback }) })
+                Ok(PolicySet::of(Inner::Files { files, named, groups, fallback }))
             }
             _ => Err(problems),
         }

@@ -59,7 +59,7 @@ pub(super) struct FastPath {
     pub book: Arc<SessionBook>,
     pub manager: Arc<LocalSessionManager>,
     /// The `Host` values rmcp accepts (`StreamableHttpServerConfig::allowed_hosts`).
-    pub hosts: Arc<[String]>,
+    pub hosts: Arc<AllowedHosts>,
 }
 
 /// One request the fast path answers.
@@ -186,7 +186,7 @@ impl FastPath {
 
 /// A POST whose head rmcp would accept without a word: no `Origin`, a `Host` it allows, both
 /// media types accepted (no weights), a JSON body of known, small length.
-fn head_is_plain(method: &Method, headers: &HeaderMap, hosts: &[String]) -> bool {
+fn head_is_plain(method: &Method, headers: &HeaderMap, hosts: &AllowedHosts) -> bool {
     if method != Method::POST || headers.contains_key(ORIGIN) || !host_allowed(headers, hosts) {
         return false;
     }
@@ -215,20 +215,42 @@ fn head_is_plain(method: &Method, headers: &HeaderMap, hosts: &[String]) -> bool
     json && sse
 }
 
+/// The `Host` values rmcp accepts (`StreamableHttpServerConfig::allowed_hosts`), each parsed
+/// once: rmcp's rule is applied to every request, and parsing every allowed entry again per
+/// request was a large part of checking a head.
+pub(super) struct AllowedHosts(Vec<AllowedHost>);
+
+/// One allowed entry as rmcp reads it: an authority (a host, maybe with a port), or, when it
+/// does not parse as one (`::1`), the text itself compared as a host name.
+enum AllowedHost {
+    Authority { host: String, port: Option<u16> },
+    Name(String),
+}
+
+impl AllowedHosts {
+    pub(super) fn new(hosts: &[String]) -> Self {
+        let parsed = hosts.iter().map(|allowed| allowed.trim()).filter(|allowed| !allowed.is_empty());
+        Self(
+            parsed
+                .map(|allowed| match http::uri::Authority::try_from(allowed) {
+                    Ok(a) => AllowedHost::Authority { host: a.host().to_string(), port: a.port_u16() },
+                    Err(_) => AllowedHost::Name(allowed.to_string()),
+                })
+                .collect(),
+        )
+    }
+}
+
 /// rmcp's `Host` rule (host equal, port equal when the allowed entry names one), exactly.
-fn host_allowed(headers: &HeaderMap, hosts: &[String]) -> bool {
+fn host_allowed(headers: &HeaderMap, hosts: &AllowedHosts) -> bool {
     let Some(host) = headers.get(HOST).and_then(|v| v.to_str().ok()) else { return false };
     let Ok(authority) = http::uri::Authority::try_from(host) else { return false };
     let name = authority.host();
-    hosts.iter().any(|allowed| {
-        let allowed = allowed.trim();
-        if allowed.is_empty() {
-            return false;
+    hosts.0.iter().any(|allowed| match allowed {
+        AllowedHost::Authority { host, port } => {
+            same_host(host, name) && port.is_none_or(|p| authority.port_u16() == Some(p))
         }
-        match http::uri::Authority::try_from(allowed) {
-            Ok(a) => same_host(a.host(), name) && a.port_u16().is_none_or(|p| authority.port_u16() == Some(p)),
-            Err(_) => same_host(allowed, name),
-        }
+        AllowedHost::Name(allowed) => same_host(allowed, name),
     })
 }
 

@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use super::ProxyServer;
 use super::call_streams::CallStreams;
 use super::closing::{ClosingStreams, track_streams};
-use super::fast::{self, FastPath};
+use super::fast::{self, AllowedHosts, FastPath};
 use super::gate::{Gate, guard_sessions};
 use super::sessions::{SessionBook, reap};
 use crate::auth::{self, Authenticator};
@@ -68,6 +68,7 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     // the middleware authenticated: each handler belongs to that request's principal.
     let gate = Gate { book: book.clone(), manager: sessions.clone(), metrics: metrics.clone() };
     let closing = streams.closing.clone();
+    let hosts = Arc::new(AllowedHosts::new(&hosts));
     let fast = FastPath { proxy: proxy.clone(), book: book.clone(), manager: sessions.clone(), hosts };
     let factory = move || {
         let principal = auth::current_principal().unwrap_or_else(|| auth::ANONYMOUS.to_string());
@@ -85,12 +86,17 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     };
     let authenticator = Authenticator::new(&proxy_auth);
     // Layers run outside in: authentication first, then the session gate, then the fast path.
-    let mut app = axum::Router::new()
-        .nest_service("/mcp", service.with_state(()))
-        .layer(axum::middleware::from_fn_with_state(streams, track_streams))
-        .layer(axum::middleware::from_fn_with_state(fast, fast::answer))
-        .layer(axum::middleware::from_fn_with_state(gate, guard_sessions))
-        .layer(axum::middleware::from_fn_with_state(authenticator, auth::require_principal));
+    // One composite layer (a tuple: its first element outermost) instead of one `layer` call
+    // each: the router boxes what each call wraps, and every middleware clones and boxes the
+    // service behind it at every request — with the four in one, the chain between them is
+    // plain values (a clone is a few counters), boxed once.
+    let layers = (
+        axum::middleware::from_fn_with_state(authenticator, auth::require_principal),
+        axum::middleware::from_fn_with_state(gate, guard_sessions),
+        axum::middleware::from_fn_with_state(fast, fast::answer),
+        axum::middleware::from_fn_with_state(streams, track_streams),
+    );
+    let mut app = axum::Router::new().nest_service("/mcp", service.with_state(())).layer(layers);
     // The protected resource metadata is public: merged after the layers, outside them.
     if let Some(jwt) = &proxy_auth.jwt {
         app = app.merge(auth::metadata::routes(jwt));

@@ -37,6 +37,12 @@ fn check(principal: &str, uri: &str, expected: Expect) {
     };
     let got = (decision.allowed, decision.file.as_deref(), decision.pattern.as_deref());
     assert_eq!(got, want, "{principal} reading {uri} (normalised {normal})");
+    // The memoised judgement is the same, first (judged) and second time (remembered).
+    let set = policies();
+    for _ in 0..2 {
+        let judged = set.judge(principal, uri).expect("normalises");
+        assert_eq!((&judged.normalized, &judged.decision), (&normal, &decision), "{principal} judging {uri}");
+    }
 }
 
 #[test]
@@ -273,4 +279,64 @@ fn group_entries_and_principal_names_are_checked() {
     assert_eq!(problems.len(), 3, "{problems:?}");
     assert!(problems.iter().all(|p| p.message.contains("is not a group name")), "{problems:?}");
     assert!(!is_valid_principal("group:eng"), "a principal name cannot pose as a group entry");
+}
+
+/// The memo answers exactly what normalising and deciding answers, refusals included, for
+/// every principal and URI of a table, asked in any order and again.
+#[test]
+fn judgements_are_the_decisions_of_their_own_set() {
+    let set = policies();
+    let uris = [
+        "docs+file:///guide.md",
+        "DOCS+FILE:///a/../guide.md",
+        "everything+demo://resource/static/x",
+        "x+file:///srv/.env",
+        "x+file:///srv/%2e%2e/secrets/k",
+        "docs+file:///private/p",
+        "no scheme",
+        "x+file:///a%2Fb",
+        "",
+    ];
+    for round in 0..2 {
+        let grouped = identity("ci-bot", &["eng"]);
+        for principal in ["anyone", "ci-bot", "auditor", grouped.as_str()] {
+            for uri in uris {
+                let expected = set.normalize_and_decide(principal, uri);
+                let judged = set.judge(principal, uri).map(|j| (j.normalized.clone(), j.decision.clone()));
+                assert_eq!(judged, expected, "round {round}: {principal} judging {uri:?}");
+            }
+        }
+    }
+}
+
+/// A reload installs a new set, and the new set answers with its own rules at once: nothing
+/// the old set remembered is answered by it.
+#[test]
+fn a_new_set_does_not_answer_with_the_old_sets_memory() {
+    let open = PolicySet::from_texts(&[("a.toml", "principals = [\"*\"]\nallow = [\"**\"]\n")]).expect("valid");
+    let uri = "docs+file:///guide.md";
+    assert!(open.judge("alice", uri).expect("normalises").decision.allowed);
+    assert!(open.judge("alice", uri).expect("normalises").decision.allowed, "remembered");
+    let closed = PolicySet::from_texts(&[("a.toml", "principals = [\"*\"]\nallow = [\"**\"]\ndeny = [\"docs+**\"]\n")])
+        .expect("valid");
+    let denied = closed.judge("alice", uri).expect("normalises");
+    assert!(!denied.decision.allowed);
+    assert_eq!(denied.decision.pattern.as_deref(), Some("docs+**"));
+    assert!(open.judge("alice", uri).expect("normalises").decision.allowed, "each set keeps its own answers");
+}
+
+/// The memo stays bounded: long URIs are not kept, and it empties itself when full, still
+/// answering correctly after.
+#[test]
+fn the_memo_is_bounded() {
+    let set = PolicySet::allow_all();
+    let long = format!("docs+file:///{}", "a".repeat(memo::MAX_URI_BYTES));
+    assert!(set.judge("alice", &long).expect("normalises").decision.allowed);
+    assert_eq!(set.memo.len(), 0, "a long URI is judged, not kept");
+    for i in 0..memo::MAX_ENTRIES + 10 {
+        let uri = format!("docs+file:///{i}");
+        assert_eq!(set.judge("alice", &uri).expect("normalises").normalized, uri);
+    }
+    assert!(set.memo.len() <= memo::MAX_ENTRIES, "{}", set.memo.len());
+    assert!(set.memo.len() >= 10, "it keeps answering and keeping after emptying");
 }

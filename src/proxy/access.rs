@@ -103,18 +103,19 @@ impl Access {
     pub(crate) fn route(&self, caller: &Caller, requested: &str, action: DenialAction) -> Result<Route, ProxyError> {
         let not_found = || ProxyError::not_found(requested);
         let principal = caller.principal();
-        let (normalized, decision) =
-            caller.policy().normalize_and_decide(principal, requested).map_err(|error| match error {
-                // Says nothing about any resource, and a not-found would echo the whole URI back.
-                uri::UriError::TooLong => ProxyError::InvalidParams(format!("URI {error}")),
-                _ => not_found(),
-            })?;
+        // Memoised in the caller's policy snapshot: the same answer as normalising and deciding.
+        let judged = caller.policy().judge(principal, requested).map_err(|error| match error {
+            // Says nothing about any resource, and a not-found would echo the whole URI back.
+            uri::UriError::TooLong => ProxyError::InvalidParams(format!("URI {error}")),
+            _ => not_found(),
+        })?;
+        let (normalized, decision) = (&judged.normalized, &judged.decision);
         if !decision.allowed {
             tracing::debug!(principal, uri = requested, file = ?decision.file, pattern = ?decision.pattern, "denied");
             self.metrics.policy_denied(action, decision.file.as_deref());
             return Err(not_found());
         }
-        let (upstream, original) = namespace::split(&normalized).ok_or_else(not_found)?;
+        let (upstream, original) = namespace::split(normalized).ok_or_else(not_found)?;
         if !self.upstreams.contains(upstream) {
             return Err(not_found());
         }

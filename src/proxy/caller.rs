@@ -9,7 +9,6 @@
 use rmcp::model::{CacheScope, ResourceTemplate};
 
 use crate::policy::PolicySet;
-use crate::uri;
 
 /// One principal and the policies in force when its request began. Cheap to clone.
 #[derive(Clone)]
@@ -35,8 +34,7 @@ impl Caller {
     /// May this caller see a namespaced URI (as the proxy presents it)?
     pub fn may_see(&self, namespaced: &str) -> bool {
         self.policy.is_allow_all()
-            || uri::normalize(namespaced)
-                .is_ok_and(|normalized| self.policy.decide(&self.principal, &normalized).allowed)
+            || self.policy.judge(&self.principal, namespaced).is_ok_and(|judged| judged.decision.allowed)
     }
 
     pub fn may_see_template(&self, template: &ResourceTemplate) -> bool {

@@ -13,7 +13,7 @@ use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use serde_json::{Value, json};
 
-use super::{FastPath, answer};
+use super::{AllowedHosts, FastPath, answer};
 use crate::auth::Principal;
 use crate::config::Config;
 use crate::downstream::sessions::SessionBook;
@@ -44,7 +44,7 @@ impl Stack {
         assert!(proxy.wait_settled(std::time::Duration::from_secs(10)).await, "upstream up");
         let book = Arc::new(SessionBook::new(10, 10));
         let manager = Arc::new(LocalSessionManager::default());
-        let hosts: Arc<[String]> = vec!["127.0.0.1".to_owned(), "localhost".to_owned()].into();
+        let hosts = Arc::new(AllowedHosts::new(&["127.0.0.1".to_owned(), "localhost".to_owned()]));
         Self { fast: FastPath { proxy, book, manager, hosts }, _files: files, _shutdown: shutdown.drop_guard() }
     }
 
@@ -248,4 +248,53 @@ async fn shapes_left_to_rmcps_parse_are_answered_alike() {
     let list = list.replace("META", &meta).into_bytes();
     let request = post_bytes("alice", list, &[("mcp-protocol-version", MODERN), ("mcp-method", "resources/list")]);
     assert_eq!(stack.send(request).await.0, StatusCode::OK, "a null cursor");
+}
+
+/// The `Host` rule with the allowed entries parsed once answers as parsing them per request
+/// did (rmcp's rule: host equal without brackets and ASCII case, port equal when the entry
+/// names one; an entry that is no authority compared as a name), for a table of both.
+#[test]
+fn allowed_hosts_parsed_once_answer_as_parsed_per_request() {
+    fn per_request(host: &str, hosts: &[String]) -> bool {
+        let Ok(authority) = http::uri::Authority::try_from(host) else { return false };
+        hosts.iter().any(|allowed| {
+            let allowed = allowed.trim();
+            if allowed.is_empty() {
+                return false;
+            }
+            match http::uri::Authority::try_from(allowed) {
+                Ok(a) => {
+                    super::same_host(a.host(), authority.host())
+                        && a.port_u16().is_none_or(|p| authority.port_u16() == Some(p))
+                }
+                Err(_) => super::same_host(allowed, authority.host()),
+            }
+        })
+    }
+    let allowed: Vec<String> =
+        ["localhost", "127.0.0.1", "::1", "[::1]", " Example.COM:8443 ", "", "10.0.0.1"].map(String::from).to_vec();
+    let parsed = AllowedHosts::new(&allowed);
+    let hosts = [
+        "localhost",
+        "LOCALHOST:80",
+        "127.0.0.1:8080",
+        "[::1]:9",
+        "[::1]",
+        "example.com:8443",
+        "example.com",
+        "example.com:443",
+        "evil.example",
+        "10.0.0.1:1",
+        "10.0.0.2",
+        "",
+        "::1",
+        "a b",
+    ];
+    for host in hosts {
+        let mut headers = http::HeaderMap::new();
+        let Ok(value) = http::HeaderValue::from_str(host) else { continue };
+        headers.insert(http::header::HOST, value);
+        assert_eq!(super::host_allowed(&headers, &parsed), per_request(host, &allowed), "Host: {host:?}");
+    }
+    assert!(!super::host_allowed(&http::HeaderMap::new(), &parsed), "no Host at all");
 }

@@ -99,6 +99,37 @@ async fn a_policy_change_applies_to_a_subscribed_host_without_restart() -> anyho
     Ok(())
 }
 
+/// A read decided once — remembered by the policy set's memo, and served from the cache — is
+/// decided by the new rules the moment a reload puts them in force: in both host eras the next
+/// read of the now-denied URI gets the not-found answer, and a read still allowed is served.
+#[tokio::test]
+async fn a_reload_changes_a_remembered_read_decision_at_once() -> anyhow::Result<()> {
+    let alpha = HttpFixture::spawn(&["--era", "legacy", "--resources", "3"]).await?;
+    let policies = policies_folder(&[("alice.toml", ALICE_POLICY)])?;
+    let config = access_config(policies.path(), &http_upstream("alpha", &alpha.url, ""));
+    let proxy = ProxyProcess::start_with(&config, &[], &TOKENS).await?;
+    proxy.wait_up("alpha", 1).await?;
+    let (legacy, _) = connect_http_with_token(&proxy.url, Era::Legacy, ALICE_TOKEN).await?;
+    let (modern, _) = connect_http_with_token(&proxy.url, Era::Modern, ALICE_TOKEN).await?;
+    for client in [&legacy, &modern] {
+        for _ in 0..3 {
+            let read = client.read_resource(ReadResourceRequestParams::new("alpha+fx://fx/item/0")).await?;
+            assert!(!read.contents.is_empty(), "allowed before the change");
+        }
+    }
+
+    let narrowed = format!("{ALICE_POLICY}deny = [\"alpha+fx://fx/item/0\"]\n");
+    rewrite_policy(policies.path(), "alice.toml", &narrowed)?;
+    assert_eq!(proxy.wait_policy_reloads(1).await?["outcome"], "applied");
+    for (client, code) in [(&legacy, NOT_FOUND_LEGACY), (&modern, NOT_FOUND_MODERN)] {
+        let error = read_error(client, "alpha+fx://fx/item/0").await;
+        assert_eq!(error_shape(&error, "alpha+fx://fx/item/0").0, code, "denied at once after the reload");
+        let read = client.read_resource(ReadResourceRequestParams::new("alpha+fx://fx/item/1")).await?;
+        assert!(!read.contents.is_empty(), "a read the new rules allow is still served");
+    }
+    Ok(())
+}
+
 /// A catalog change only bob can see (beta gains an item) tells bob `list_changed`, and tells
 /// neither alice's legacy session nor her 2026 listen stream (which asked for list changes);
 /// a change she can see (alpha gains one) tells her on both. Order proves absence: once bob
