@@ -6,6 +6,7 @@
 //! - HTTP reads go on the thin client in both eras (a 2026-07-28 `input_required` too); stdio
 //!   reads stay on rmcp;
 //! - a faulty reply fails its read alone with the same errors, and the thin client goes on;
+//! - a thin read that times out is cancelled upstream (`notifications/cancelled`), in both eras;
 //! - an upstream restarted under the proxy (its session gone) comes back, and reads go on the
 //!   thin client of the new connection.
 
