@@ -145,7 +145,7 @@ async fn start(
             let roots = ca.as_ref().map(|ca| ca.certificates()).unwrap_or_default();
             let client = GuardedHttpClient::new(limit, roots);
             let (inlet, handed_on) = mpsc::channel(HANDED_ON_QUEUE);
-            let thin = client.thin_reader(inlet);
+            let thin = client.thin_reader(url.as_str(), inlet);
             let transport = StreamableHttpClientTransport::with_client(
                 client,
                 StreamableHttpClientTransportConfig::with_uri(url.as_str())

@@ -50,10 +50,16 @@ impl GuardedHttpClient {
         Self { inner: pooled_client(roots), max_response_bytes, recorder: Default::default() }
     }
 
-    /// The thin read client of this connection: the same pooled client, and the requests rmcp
-    /// sends through this guard as its template; what it hands on goes to `inlet`.
-    pub fn thin_reader(&self, inlet: tokio::sync::mpsc::Sender<ServerJsonRpcMessage>) -> super::thin::ThinReader {
-        super::thin::ThinReader::new(self.inner.clone(), self.max_response_bytes, self.recorder.clone(), inlet)
+    /// The thin read client of this connection to `url`: the same pooled client (or, for a
+    /// plain `http://` URL, connections of its own), and the requests rmcp sends through this
+    /// guard as its template; what it hands on goes to `inlet`.
+    pub fn thin_reader(
+        &self,
+        url: &str,
+        inlet: tokio::sync::mpsc::Sender<ServerJsonRpcMessage>,
+    ) -> super::thin::ThinReader {
+        let (limit, recorder) = (self.max_response_bytes, self.recorder.clone());
+        super::thin::ThinReader::new(self.inner.clone(), url, limit, recorder, inlet)
     }
 
     /// A POST's outcome, with a faulty reply to a request replaced by that request's fault.

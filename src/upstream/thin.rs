@@ -1,5 +1,8 @@
-//! The thin read client of streamable HTTP upstreams: a `resources/read` sent straight over the
-//! connection's pooled reqwest client, without rmcp's peer, worker task and channels.
+//! The thin read client of streamable HTTP upstreams: a `resources/read` sent straight over
+//! HTTP, without rmcp's peer, worker task and channels — on kept-alive connections of its own
+//! driven by the reading task for a plain `http://` upstream ([`wire`]), else on the
+//! connection's pooled reqwest client ([`send`]). A read abandoned before its answer (its
+//! timeout dropped it) is cancelled upstream with `notifications/cancelled`, as rmcp does.
 //!
 //! What the request carries is copied from rmcp's own requests on the same connection: the guard
 //! (`http`) records, from each `resources/list`, `resources/templates/list` or `resources/read`
@@ -35,6 +38,7 @@ use rmcp::transport::Transport;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
+use self::send::{Answer, Chunks, Sender};
 use super::faults::Fault;
 
 /// The prefix of every thin request id.
@@ -128,7 +132,7 @@ pub(crate) struct ThinReader {
 }
 
 struct ReaderInner {
-    client: reqwest::Client,
+    sender: Sender,
     limit: usize,
     recorder: Recorder,
     next_id: AtomicU64,
@@ -137,13 +141,16 @@ struct ReaderInner {
 }
 
 impl ThinReader {
+    /// `url`: the upstream's; a plain `http://` one gets connections of its own (`wire`).
     pub fn new(
         client: reqwest::Client,
+        url: &str,
         limit: usize,
         recorder: Recorder,
         inlet: mpsc::Sender<ServerJsonRpcMessage>,
     ) -> Self {
-        let inner = ReaderInner { client, limit, recorder, next_id: AtomicU64::new(1), inlet };
+        let sender = wire::Plain::new(url).map_or(Sender::Pooled(client), Sender::Plain);
+        let inner = ReaderInner { sender, limit, recorder, next_id: AtomicU64::new(1), inlet };
         Self { inner: Arc::new(inner) }
     }
 
@@ -157,57 +164,36 @@ impl ThinReader {
         }
         let n = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let id = RequestId::String(format!("{ID_PREFIX}{n}").into());
-        let response = match self.post(&template, &id, uri).await {
-            Ok(response) => response,
-            Err(error) => {
-                tracing::debug!(error = %error.without_url(), "thin read: the request failed");
-                return ThinRead::Done(Err(ServiceError::TransportClosed));
-            }
-        };
-        self.reply(response, &id).await
-    }
-
-    async fn post(&self, template: &Template, id: &RequestId, uri: &str) -> Result<reqwest::Response, reqwest::Error> {
+        // Armed until the read is answered: dropped before (its timeout), it is cancelled.
+        let mut abandoned = Abandoned { reader: self, template: &template, id: Some(id.clone()) };
         let mut params = Map::with_capacity(2);
         params.insert("uri".into(), Value::String(uri.to_owned()));
-        if let Some(meta) = &template.meta {
-            params.insert("_meta".into(), Value::Object(meta.clone()));
-        }
-        let body = serde_json::json!({ "jsonrpc": "2.0", "id": id, "method": "resources/read", "params": params });
-        let mut request = self
-            .inner
-            .client
-            .post(template.url.as_ref())
-            .header(http::header::ACCEPT, "text/event-stream, application/json")
-            .headers(template.headers.clone());
-        if let Some(auth) = &template.auth {
-            request = request.bearer_auth(auth);
-        }
-        if let Some(session) = &template.session {
-            request = request.header("mcp-session-id", session.as_ref());
-        }
-        if template.standard_headers {
-            request = request.header("mcp-method", "resources/read").header("mcp-name", uri);
-        }
-        request.json(&body).send().await
+        let sent = self.inner.sender.post(&template, Some(&id), "resources/read", Some(uri), params).await;
+        let outcome = match sent {
+            None => ThinRead::Fallback("a header value the template cannot send"),
+            Some(Ok(answer)) => self.reply(answer, &id).await,
+            Some(Err(error)) => {
+                tracing::debug!(error = %error, "thin read: the request failed");
+                ThinRead::Done(Err(ServiceError::TransportClosed))
+            }
+        };
+        abandoned.id = None;
+        outcome
     }
 
-    async fn reply(&self, response: reqwest::Response, id: &RequestId) -> ThinRead {
-        if response.status() != reqwest::StatusCode::OK {
+    async fn reply(&self, answer: Answer, id: &RequestId) -> ThinRead {
+        if answer.status != http::StatusCode::OK {
             return ThinRead::Fallback("an HTTP status other than 200");
         }
-        let content_type = response.headers().get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
-        let media = content_type.unwrap_or_default().split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
-        match media.as_str() {
-            "application/json" => self.json_reply(response, id).await,
-            "text/event-stream" => self.sse_reply(response, id).await,
+        match answer.media.as_str() {
+            "application/json" => self.json_reply(answer.body, id).await,
+            "text/event-stream" => self.sse_reply(answer.body, id).await,
             _ => ThinRead::Fallback("an unexpected content type"),
         }
     }
 
-    async fn json_reply(&self, response: reqwest::Response, id: &RequestId) -> ThinRead {
+    async fn json_reply(&self, mut chunks: Chunks, id: &RequestId) -> ThinRead {
         let mut body = Vec::new();
-        let mut chunks = response.bytes_stream();
         while let Some(chunk) = chunks.next().await {
             let Ok(chunk) = chunk else { return ThinRead::Fallback("the reply broke off") };
             if body.len() + chunk.len() > self.inner.limit {
@@ -224,12 +210,12 @@ impl ThinReader {
         }
     }
 
-    async fn sse_reply(&self, response: reqwest::Response, id: &RequestId) -> ThinRead {
+    async fn sse_reply(&self, chunks: Chunks, id: &RequestId) -> ThinRead {
         let limit = self.inner.limit;
         let pending = Arc::new(AtomicUsize::new(0));
         let counted = pending.clone();
-        let bytes = response.bytes_stream().map(move |chunk| {
-            let chunk = chunk.map_err(std::io::Error::other)?;
+        let bytes = chunks.map(move |chunk| {
+            let chunk = chunk?;
             match counted.fetch_add(chunk.len(), Ordering::Relaxed) + chunk.len() > limit {
                 true => Err(std::io::Error::other("over the size limit")),
                 false => Ok(chunk),
@@ -287,6 +273,24 @@ impl ThinReader {
     }
 }
 
+/// A thin read in flight: dropped while `id` is still set (the read's timeout ended it), the
+/// upstream is told with `notifications/cancelled`, from a task of its own.
+struct Abandoned<'a> {
+    reader: &'a ThinReader,
+    template: &'a Arc<Template>,
+    id: Option<RequestId>,
+}
+
+impl Drop for Abandoned<'_> {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let (reader, template) = (self.reader.clone(), self.template.clone());
+        tracing::debug!(id = ?id, "thin read abandoned; cancelling it upstream");
+        runtime.spawn(async move { reader.inner.sender.cancel(&template, id).await });
+    }
+}
+
 /// A read that failed with `fault`, as the guard would have failed it.
 fn fault(fault: Fault, id: &RequestId) -> ThinRead {
     tracing::warn!(fault = fault.kind(), "faulty upstream reply; failing its request");
@@ -341,5 +345,7 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Inlet<T> {
     }
 }
 
+mod send;
 #[cfg(test)]
 mod tests;
+mod wire;

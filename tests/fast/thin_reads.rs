@@ -6,6 +6,7 @@
 //! - HTTP reads go on the thin client in both eras (a 2026-07-28 `input_required` too); stdio
 //!   reads stay on rmcp;
 //! - a faulty reply fails its read alone with the same errors, and the thin client goes on;
+//! - a thin read that times out is cancelled upstream (`notifications/cancelled`), in both eras;
 //! - an upstream restarted under the proxy (its session gone) comes back, and reads go on the
 //!   thin client of the new connection.
 
@@ -15,7 +16,7 @@ use rmcp::model::{ReadResourceRequestParams, ReadResourceResponse, ResourceConte
 use serde_json::json;
 
 use crate::support::eventually;
-use crate::support::fixture::{self, DEADLINE, Era, FixtureClient, HttpFixture, call_json};
+use crate::support::fixture::{self, DEADLINE, Era, FixtureClient, HttpFixture, call_json, wait_for_stats};
 use crate::support::proxy::{ProxyProcess, fixture_upstream, http_upstream};
 
 /// The prefix of the thin client's request ids (`upstream::thin::ID_PREFIX`), as JSON.
@@ -126,5 +127,34 @@ async fn after_the_upstream_restarts_reads_go_on_the_thin_client_of_the_new_sess
     proxy.wait_up("hl", 2).await?;
     let after = request_id(&client, "hl").await?;
     assert!(after.starts_with(THIN_ID), "after the restart, the read came with id {after}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_thin_read_that_times_out_is_cancelled_upstream_in_both_eras() -> anyhow::Result<()> {
+    let legacy = HttpFixture::spawn(&["--era", "legacy"]).await?;
+    let modern = HttpFixture::spawn(&["--era", "modern"]).await?;
+    let extra = "request_timeout = \"400ms\"\nrequired = false";
+    let config = [
+        http_upstream("hl", &legacy.url, extra),
+        http_upstream("hm", &modern.url, &format!("{extra}\nprotocol = \"2026-07-28\"")),
+    ]
+    .concat();
+    let proxy = ProxyProcess::start(&config).await?;
+    let (client, _) = fixture::connect_http(&proxy.url, Era::Legacy).await?;
+    for (upstream, fixture, era) in [("hl", &legacy, Era::Legacy), ("hm", &modern, Era::Modern)] {
+        proxy.wait_up(upstream, 1).await?;
+        // The thin client is used once the proxy recorded rmcp's first request.
+        assert!(request_id(&client, upstream).await?.starts_with(THIN_ID), "{upstream}: not on the thin client");
+        let (side, _) = fixture::connect_http(&fixture.url, era).await?;
+        call_json(&side, "hold_reads", json!({"on": true})).await?;
+        let held = text(&client, &format!("{upstream}+fx://fx/item/3")).await;
+        assert!(held.is_err(), "{upstream}: a held read must time out, got {held:?}");
+        // Still held upstream: only the cancellation ends the read there.
+        let stats = wait_for_stats(&side, |s| s["reads_in_flight"] == 0).await?;
+        assert_eq!((&stats["reads_held"], &stats["reads_cancelled"]), (&json!(true), &json!(1)), "{upstream}: {stats}");
+        call_json(&side, "hold_reads", json!({"on": false})).await?;
+        assert_eq!(text(&client, &format!("{upstream}+fx://fx/item/3")).await?, "item 3 v1");
+    }
     Ok(())
 }

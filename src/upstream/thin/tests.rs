@@ -28,7 +28,11 @@ impl Transport<RoleClient> for Silent {
 fn reader() -> (ThinReader, Recorder, mpsc::Receiver<ServerJsonRpcMessage>) {
     let (inlet, handed_on) = mpsc::channel(HANDED_ON_QUEUE);
     let recorder = Recorder::default();
-    (ThinReader::new(reqwest::Client::new(), 1024, recorder.clone(), inlet), recorder, handed_on)
+    (
+        ThinReader::new(reqwest::Client::new(), "http://127.0.0.1:9/mcp", 1024, recorder.clone(), inlet),
+        recorder,
+        handed_on,
+    )
 }
 
 fn server_message(value: Value) -> ServerJsonRpcMessage {
