@@ -158,12 +158,26 @@ async fn deliver(
                     delays.push(when.saturating_duration_since(touched));
                 }
             }
-            _ => bail!("only {} of {hosts} hosts heard the update within {DELIVERY_DEADLINE:?}", seen.len()),
+            _ => bail!(
+                "only {} of {hosts} hosts heard the update within {DELIVERY_DEADLINE:?}; missing: {}",
+                seen.len(),
+                missing(&seen, hosts)
+            ),
         }
     }
     let percentiles = Percentiles::of(delays.clone());
     let last = delays.into_iter().max().unwrap_or_default();
     Ok(Delivery { median: percentiles.p50, last, notified_upstream })
+}
+
+/// The hosts that did not hear an update, by era: legacy hosts are numbered first, then listen hosts.
+fn missing(seen: &HashSet<usize>, hosts: usize) -> String {
+    let per_era = hosts / 2;
+    let names: Vec<String> = (0..hosts)
+        .filter(|host| !seen.contains(host))
+        .map(|host| if host < per_era { format!("legacy #{host}") } else { format!("listen #{}", host - per_era) })
+        .collect();
+    names.join(", ")
 }
 
 fn add_delivery_rows(report: &mut Report, deliveries: &[Delivery]) {
