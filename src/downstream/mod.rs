@@ -54,6 +54,9 @@ pub struct ProxyServer {
     /// The level this host set with `logging/setLevel`, for the upstreams' log messages of its
     /// calls (see `relay`).
     log_level: relay::LogLevel,
+    /// Listen streams registered before rmcp acknowledged them, by the request's task, until
+    /// `listen` takes them (see `subscribing`); released with the server otherwise.
+    pending_listens: subscribing::PendingListens,
 }
 
 struct Session {
@@ -91,6 +94,7 @@ impl ProxyServer {
             session: OnceLock::new(),
             closing,
             log_level: relay::LogLevel::default(),
+            pending_listens: subscribing::PendingListens::default(),
         }
     }
 

@@ -2,17 +2,24 @@
 //! `unsubscribe` (at most `server.max_subscriptions_per_session` URIs per session), and a
 //! 2026-07-28 listen stream, registered as an outlet for as long as its request lives.
 //!
+//! A listen stream is registered and its URIs subscribed in `accepted_subscription_filter`,
+//! which rmcp calls on the request's task before it sends the acknowledgement; `listen`, on the
+//! same task, then attaches rmcp's sink to the buffering outlet. So every update after the
+//! acknowledgement reaches the host.
+//!
 //! Invariant: a session or listen stream holds no more than `server.max_subscriptions_per_session`
 //! URIs; its holds are released when it ends (`Session`'s drop).
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use rmcp::ErrorData;
 use rmcp::model::{SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams};
 use rmcp::service::{RequestContext, RoleServer, SubscriptionContext};
+use rmcp::{ErrorData, ServerHandler};
+use tokio::task;
 
-use super::outlets::ListenOutlet;
+use super::outlets::{BufferedOutlet, ListenOutlet};
 use super::{ProxyServer, Session};
 use crate::fanout::{OutletInfo, OutletKind};
 use crate::protocol::{Era, method};
@@ -64,6 +71,20 @@ impl ProxyServer {
     }
 
     pub(super) fn subscriptions_accepted_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        let candidate = self.listen_candidate(requested);
+        // What rmcp acknowledges: the candidate cut to what was requested and advertised.
+        let advertised = requested.supported_by(&self.get_info().capabilities);
+        let accepted = requested.intersection(&candidate).intersection(&advertised);
+        if let Some(request_task) = task::try_id() {
+            let (session, outlet) = self.open_listen(&accepted);
+            let pending = PendingListen { accepted, session, outlet };
+            // A stale entry of an earlier task with this id (its acknowledgement failed) goes.
+            self.pending_listens.0.lock().expect("pending listens lock").insert(request_task, pending);
+        }
+        Some(candidate)
+    }
+
+    fn listen_candidate(&self, requested: &SubscriptionFilter) -> SubscriptionFilter {
         let mut accepted = SubscriptionFilter::new();
         accepted.resources_list_changed = requested.resources_list_changed.filter(|wanted| *wanted);
         accepted.tools_list_changed = requested.tools_list_changed.filter(|wanted| *wanted);
@@ -79,11 +100,12 @@ impl ProxyServer {
                 uris
             })
             .filter(|uris| !uris.is_empty());
-        Some(accepted)
+        accepted
     }
 
-    pub(super) async fn subscriptions_listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
-        let accepted = context.accepted().clone();
+    /// Registers a listen stream's outlet and subscribes its URIs; the holds go with the
+    /// returned `Session`.
+    fn open_listen(&self, accepted: &SubscriptionFilter) -> (Session, Arc<BufferedOutlet>) {
         let info = OutletInfo {
             principal: self.principal.to_string(),
             kind: OutletKind::ListenStream,
@@ -91,17 +113,38 @@ impl ProxyServer {
             wants_tools_list_changed: accepted.tools_list_changed == Some(true),
             wants_prompts_list_changed: accepted.prompts_list_changed == Some(true),
         };
-        let holder = self.proxy.register_outlet(info, Arc::new(ListenOutlet(context.sink().clone())));
-        // Released however this ends: returned, or dropped with its request.
-        let counted = self.proxy.metrics().downstream_session(self.transport, Era::Modern);
-        let _held =
-            Session { proxy: self.proxy.clone(), id: holder, _counted: Some(counted), subscribed: Mutex::default() };
-        self.proxy.metrics().downstream_request(method::SUBSCRIPTIONS_LISTEN, "ok", std::time::Duration::ZERO);
+        let outlet = Arc::new(BufferedOutlet::new());
+        let holder = self.proxy.register_outlet(info, outlet.clone());
+        let session = Session { proxy: self.proxy.clone(), id: holder, _counted: None, subscribed: Mutex::default() };
         for uri in accepted.resource_subscriptions.iter().flatten() {
             if let Err(error) = self.proxy.subscribe(holder, &self.principal, uri) {
                 tracing::debug!(uri, error = %error, "listen URI not held");
             }
         }
+        (session, outlet)
+    }
+
+    /// The stream `accepted_subscription_filter` opened on this task, if it is the one rmcp
+    /// acknowledged; else a new one.
+    fn take_listen(&self, accepted: &SubscriptionFilter) -> (Session, Arc<BufferedOutlet>) {
+        let pending = task::try_id().and_then(|request_task| {
+            self.pending_listens.0.lock().expect("pending listens lock").remove(&request_task)
+        });
+        match pending {
+            Some(pending) if pending.accepted == *accepted => (pending.session, pending.outlet),
+            _ => {
+                tracing::debug!(principal = %self.principal, "listen stream not opened before its acknowledgement");
+                self.open_listen(accepted)
+            }
+        }
+    }
+
+    pub(super) async fn subscriptions_listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        // Released however this ends: returned, or dropped with its request.
+        let (_held, outlet) = self.take_listen(context.accepted());
+        let _counted = self.proxy.metrics().downstream_session(self.transport, Era::Modern);
+        self.proxy.metrics().downstream_request(method::SUBSCRIPTIONS_LISTEN, "ok", std::time::Duration::ZERO);
+        outlet.attach(Box::new(ListenOutlet(context.sink().clone()))).await;
         // Returning ends the stream with its final result: at shutdown, before rmcp stops.
         tokio::select! {
             _ = context.cancelled() => {}
@@ -110,3 +153,17 @@ impl ProxyServer {
         Ok(())
     }
 }
+
+/// Listen streams opened before their acknowledgement, by the task of their request.
+#[derive(Default)]
+pub(super) struct PendingListens(Mutex<HashMap<task::Id, PendingListen>>);
+
+pub(super) struct PendingListen {
+    /// The filter rmcp will acknowledge, as computed before it did.
+    accepted: SubscriptionFilter,
+    session: Session,
+    outlet: Arc<BufferedOutlet>,
+}
+
+#[cfg(test)]
+mod tests;

@@ -16,6 +16,7 @@ mod folder_policy;
 mod hardening_http;
 mod hostile_tools;
 mod jwt;
+mod listen_ack;
 mod malformed_http;
 mod mrtr;
 mod mrtr_prompts;
