@@ -91,6 +91,8 @@ enum LoadError {
     Uncacheable(Box<Cached>),
     /// Loaded under a principal's key, found public, and kept under the shared key instead.
     StoredShared(Arc<Entry>),
+    /// Not loaded: a load that finished meanwhile had kept a fresh entry under the shared key.
+    FoundShared(Arc<Entry>),
     Failed(ProxyError),
 }
 
@@ -180,6 +182,12 @@ impl Coherence {
         // never gets here, would otherwise carry its size — moved into every box the request's
         // futures are put in on the way (the HTTP middlewares), at every hit.
         let attempt = Box::pin(self.inner.store.load_once(flight.clone(), async move {
+            // A load of this URI that ended between this request's look-up and this flight
+            // kept its entry under the shared key before it told of it (see `remember_scope`):
+            // found there, it is served without reading upstream again.
+            if let Some(entry) = inner.store.get(&shared).await.filter(|entry| entry.fresh_until > Instant::now()) {
+                return Err(LoadError::FoundShared(entry));
+            }
             let loaded = match tokio::time::timeout(max_load, load()).await {
                 Ok(loaded) => loaded.map_err(LoadError::Failed)?,
                 Err(_) => return Err(LoadError::Failed(too_slow(&flight))),
@@ -189,8 +197,10 @@ impl Coherence {
                 // Public after all: keep it once, under the shared key, before saying so —
                 // later readers then find it there instead of loading again.
                 inner.store.insert(shared, entry.clone()).await;
+                inner.remember_scope(&flight, &entry);
                 return Err(LoadError::StoredShared(entry));
             }
+            inner.remember_scope(&flight, &entry);
             Ok(entry)
         }));
         let miss = |entry: &Entry| Cached { outcome: Outcome::Miss, ..admission::hit(entry, Instant::now()) };
@@ -198,6 +208,7 @@ impl Coherence {
             Ok(entry) => Ok(miss(&entry)),
             Err(error) => match &*error {
                 LoadError::StoredShared(entry) => Ok(miss(entry)),
+                LoadError::FoundShared(entry) => Ok(admission::hit(entry, Instant::now())),
                 LoadError::Uncacheable(cached) => Ok((**cached).clone()),
                 LoadError::Failed(failure) => self.stale_or(fallback, failure),
             },
@@ -306,10 +317,10 @@ impl Inner {
         }
         let mut entry = admission::entry(&self.config, result, ttl);
         let public = entry.scope == CacheScope::Public;
-        self.public.set(upstream, uri, public, entry.keep_until.max(Instant::now() + self.config.unwatched_ttl));
         let superseded = self.generations.current(upstream, uri) != flight.generation;
         let shareable = public || flight.principal.is_some();
         if ttl.is_zero() || u64::from(entry.bytes) > self.config.max_entry_bytes || superseded || !shareable {
+            self.remember_scope(flight, &entry);
             if superseded {
                 self.metrics.cache_invalidation(InvalidationCause::UpdatedDuringLoad, 1);
             }
@@ -323,6 +334,15 @@ impl Inner {
         entry.contents_json = admission::contents_json(&entry.result.contents);
         self.metrics.cache_insert(upstream);
         Ok(Arc::new(entry))
+    }
+
+    /// Remember whether `entry`'s URI answers the same to everyone, so later loads fly under
+    /// the shared key. Told only once the entry is stored where such loads look for it: a load
+    /// that learnt "public" before the entry was there would read upstream a second time.
+    fn remember_scope(&self, flight: &Key, entry: &Entry) {
+        let public = entry.scope == CacheScope::Public;
+        let until = entry.keep_until.max(Instant::now() + self.config.unwatched_ttl);
+        self.public.set(&flight.upstream, &flight.uri, public, until);
     }
 
     fn sweep(&self) {
