@@ -114,21 +114,29 @@ impl Authenticator {
 }
 
 /// The middleware: `axum::middleware::from_fn_with_state(Authenticator::new(..), require_principal)`.
-pub async fn require_principal(State(auth): State<Authenticator>, mut request: Request, next: Next) -> Response {
+pub async fn require_principal(State(auth): State<Authenticator>, request: Request, next: Next) -> Response {
     match auth.authenticate(request.headers()).await {
-        Ok(principal) => {
-            tracing::trace!(principal = %principal.0, "authenticated");
-            let name = principal.0.clone();
-            request.extensions_mut().insert(principal);
-            // Also in scope for the whole request, so the MCP service factory (which rmcp calls
-            // without the request) builds the handler for this principal.
-            REQUEST_PRINCIPAL.scope(name, next.run(request)).await
-        }
-        Err(rejection) => {
-            tracing::debug!(reason = ?rejection, method = %request.method(), "unauthorized request");
-            auth.unauthorized(rejection)
-        }
+        Ok(principal) => run_as(principal, request, next).await,
+        Err(rejection) => auth.refuse(rejection, request.method()),
     }
+}
+
+impl Authenticator {
+    /// The 401 for a request refused for `rejection`, noted in the log.
+    pub fn refuse(&self, rejection: Rejection, method: &http::Method) -> Response {
+        tracing::debug!(reason = ?rejection, %method, "unauthorized request");
+        self.unauthorized(rejection)
+    }
+}
+
+/// Run the rest of the chain for an authenticated request: its [`Principal`] in the request's
+/// extensions and, for the whole request, in [`current_principal`] (the MCP service factory,
+/// which rmcp calls without the request, builds the handler for this principal).
+pub async fn run_as(principal: Principal, mut request: Request, next: Next) -> Response {
+    tracing::trace!(principal = %principal.0, "authenticated");
+    let name = principal.0.clone();
+    request.extensions_mut().insert(principal);
+    REQUEST_PRINCIPAL.scope(name, next.run(request)).await
 }
 
 tokio::task_local! {

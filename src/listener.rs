@@ -11,7 +11,12 @@
 //!   [`ConnectionLimits::header_read_timeout`] — its first request and every keep-alive request
 //!   after it — or it is closed (slowloris, idle half-open connections);
 //! - every accepted socket has `TCP_NODELAY`: replies written in pieces (SSE frames) leave at
-//!   once instead of waiting ~40 ms for the peer's delayed ACK (Nagle's algorithm).
+//!   once instead of waiting ~40 ms for the peer's delayed ACK (Nagle's algorithm);
+//! - a connection's task is polled again in place when it wakes itself ([`repoll`]): hyper's
+//!   body channel does so on every request with a body, which tokio would otherwise treat as
+//!   a yield and answer by waking an idle worker.
+
+mod repoll;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -99,7 +104,7 @@ pub async fn serve(
             tracing::debug!(error = %error, peer = %peer, "TCP_NODELAY not set");
         }
         let connection = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
-        let connection = graceful.watch(connection);
+        let connection = repoll::Repoll::new(graceful.watch(connection));
         tokio::spawn(async move {
             if let Err(error) = connection.await {
                 tracing::debug!(error = %error, peer = %peer, "connection ended with an error");

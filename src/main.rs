@@ -21,6 +21,11 @@ use tracing_subscriber::Layer;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
+/// mimalloc instead of glibc's allocator: a cache hit makes about a hundred small allocations,
+/// and glibc's malloc and free were a quarter of its instructions (BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// EX_CONFIG from sysexits.h: the configuration is invalid.
 const EXIT_CONFIG: u8 = 78;
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);

@@ -43,7 +43,7 @@ mod reply;
 use self::parse::MetaFacts;
 use self::reply::{Reply, SetAside, json_reply, sse_reply};
 use super::sessions::SessionBook;
-use crate::auth::Principal;
+use crate::auth::{self, Authenticator};
 use crate::error::ProxyError;
 use crate::proxy::Proxy;
 
@@ -87,27 +87,54 @@ impl Op {
     }
 }
 
-/// The middleware: `axum::middleware::from_fn_with_state(fast, fast::answer)`, inside the
-/// session gate.
-pub(super) async fn answer(State(fast): State<FastPath>, request: Request, next: Next) -> Response {
-    if !fast.proxy.config().server.fast_path || !head_is_plain(request.method(), request.headers(), &fast.hosts) {
-        return next.run(request).await;
+/// What the outermost `/mcp` middleware holds; a cheap `Clone`.
+#[derive(Clone)]
+pub(super) struct Front {
+    pub auth: Authenticator,
+    pub fast: FastPath,
+}
+
+/// The outermost middleware of `/mcp`: `axum::middleware::from_fn_with_state(front,
+/// fast::front)`. Every request is authenticated (or refused with 401) first; what the fast
+/// path answers is answered here; anything else goes on with its principal
+/// ([`auth::run_as`]) through the session gate to rmcp. One middleware for both, so a cache
+/// hit passes one layer, not three.
+pub(super) async fn front(State(front): State<Front>, request: Request, next: Next) -> Response {
+    let principal = match front.auth.authenticate(request.headers()).await {
+        Ok(principal) => principal,
+        Err(rejection) => return front.auth.refuse(rejection, request.method()),
+    };
+    match front.fast.answer(&principal.0, request).await {
+        Ok(response) => response,
+        Err(request) => auth::run_as(principal, request, next).await,
     }
-    let (parts, body) = request.into_parts();
-    let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY as usize).await else {
-        // The body was announced but did not arrive whole: nobody is waiting for an answer.
-        return (StatusCode::BAD_REQUEST, "Bad Request: incomplete body").into_response();
-    };
-    let principal = parts.extensions.get::<Principal>().map(|p| p.0.clone());
-    let call = match (&principal, classify(&parts.headers, &bytes)) {
-        (Some(principal), Some(call)) if fast.admits(principal, &call).await => call,
-        _ => return next.run(Request::from_parts(parts, Body::from(bytes))).await,
-    };
-    let principal = principal.expect("matched above");
-    let modern = call.session.is_none();
-    tracing::debug!(method = call.op.method(), modern, "answered on the fast path");
-    let reply = fast.serve(&principal, call, modern).await;
-    if modern { json_reply(reply) } else { sse_reply(reply) }
+}
+
+impl FastPath {
+    /// The reply when the fast path answers `request` for `principal`; else the request back,
+    /// the same head and the same body bytes.
+    async fn answer(&self, principal: &str, request: Request) -> Result<Response, Request> {
+        if !self.proxy.config().server.fast_path || !head_is_plain(request.method(), request.headers(), &self.hosts) {
+            return Err(request);
+        }
+        let (parts, body) = request.into_parts();
+        let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY as usize).await else {
+            // The body was announced but did not arrive whole: nobody is waiting for an answer.
+            return Ok((StatusCode::BAD_REQUEST, "Bad Request: incomplete body").into_response());
+        };
+        let call = match classify(&parts.headers, &bytes) {
+            Some(call) if self.admits(principal, &call).await => call,
+            _ => return Err(Request::from_parts(parts, Body::from(bytes))),
+        };
+        if let Some(session) = &call.session {
+            // What the session gate does for the requests it passes: activity for the reaper.
+            self.book.touch(session, None);
+        }
+        let modern = call.session.is_none();
+        tracing::debug!(method = call.op.method(), modern, "answered on the fast path");
+        let reply = self.serve(principal, call, modern).await;
+        Ok(if modern { json_reply(reply) } else { sse_reply(reply) })
+    }
 }
 
 impl FastPath {

@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use super::ProxyServer;
 use super::call_streams::CallStreams;
 use super::closing::{ClosingStreams, track_streams};
-use super::fast::{self, AllowedHosts, FastPath};
+use super::fast::{self, AllowedHosts, FastPath, Front};
 use super::gate::{Gate, guard_sessions};
 use super::sessions::{SessionBook, reap};
 use crate::auth::{self, Authenticator};
@@ -84,16 +84,15 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
         let service = service.clone();
         async move { service.handle(request).await }
     };
-    let authenticator = Authenticator::new(&proxy_auth);
-    // Layers run outside in: authentication first, then the session gate, then the fast path.
+    let front = Front { auth: Authenticator::new(&proxy_auth), fast };
+    // Layers run outside in: authentication and the fast path first, then the session gate.
     // One composite layer (a tuple: its first element outermost) instead of one `layer` call
     // each: the router boxes what each call wraps, and every middleware clones and boxes the
     // service behind it at every request — with the four in one, the chain between them is
     // plain values (a clone is a few counters), boxed once.
     let layers = (
-        axum::middleware::from_fn_with_state(authenticator, auth::require_principal),
+        axum::middleware::from_fn_with_state(front, fast::front),
         axum::middleware::from_fn_with_state(gate, guard_sessions),
-        axum::middleware::from_fn_with_state(fast, fast::answer),
         axum::middleware::from_fn_with_state(streams, track_streams),
     );
     let mut app = axum::Router::new().nest_service("/mcp", service.with_state(())).layer(layers);

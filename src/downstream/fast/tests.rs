@@ -13,9 +13,10 @@ use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use serde_json::{Value, json};
 
-use super::{AllowedHosts, FastPath, answer};
-use crate::auth::Principal;
+use super::{AllowedHosts, FastPath, Front, front};
+use crate::auth::Authenticator;
 use crate::config::Config;
+use crate::config::{AuthConfig, AuthMode, TokenDigest};
 use crate::downstream::sessions::SessionBook;
 use crate::metrics::Transport;
 use crate::protocol::Era;
@@ -27,6 +28,7 @@ const MODERN: &str = "2026-07-28";
 
 struct Stack {
     fast: FastPath,
+    auth: Authenticator,
     _files: tempfile::TempDir,
     _shutdown: tokio_util::sync::DropGuard,
 }
@@ -45,7 +47,8 @@ impl Stack {
         let book = Arc::new(SessionBook::new(10, 10));
         let manager = Arc::new(LocalSessionManager::default());
         let hosts = Arc::new(AllowedHosts::new(&["127.0.0.1".to_owned(), "localhost".to_owned()]));
-        Self { fast: FastPath { proxy, book, manager, hosts }, _files: files, _shutdown: shutdown.drop_guard() }
+        let fast = FastPath { proxy, book, manager, hosts };
+        Self { fast, auth: bearer(&["alice", "bob"]), _files: files, _shutdown: shutdown.drop_guard() }
     }
 
     /// A session rmcp holds, entered in the book for `owner`; handshaken when `ready`.
@@ -62,7 +65,8 @@ impl Stack {
     async fn send(&self, request: Request<Body>) -> (StatusCode, String, String) {
         let inner = axum::Router::new()
             .route("/mcp", axum::routing::any(|body: Bytes| async move { (StatusCode::IM_A_TEAPOT, body) }));
-        let app = inner.layer(axum::middleware::from_fn_with_state(self.fast.clone(), answer));
+        let state = Front { auth: self.auth.clone(), fast: self.fast.clone() };
+        let app = inner.layer(axum::middleware::from_fn_with_state(state, front));
         let response: Response = TowerToHyperService::new(app).call(request).await.expect("infallible");
         let status = response.status();
         let kind = response.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
@@ -75,6 +79,19 @@ impl Stack {
         let series = format!("mcp_proxy_downstream_requests_total{{method=\"{method}\",outcome=\"{outcome}\"}} ");
         text.lines().find_map(|l| l.strip_prefix(&series)).map_or(0.0, |v| v.parse().expect("number"))
     }
+}
+
+/// Bearer authentication where `<name>-token` is the token of each principal `name`.
+fn bearer(principals: &[&str]) -> Authenticator {
+    let digest = |token: String| -> [u8; 32] { <sha2::Sha256 as sha2::Digest>::digest(token.as_bytes()).into() };
+    let tokens =
+        principals.iter().map(|p| TokenDigest { principal: p.to_string(), sha256: digest(format!("{p}-token")) });
+    Authenticator::new(&AuthConfig {
+        mode: AuthMode::Bearer,
+        allow_unauthenticated: false,
+        tokens: tokens.collect(),
+        jwt: None,
+    })
 }
 
 /// Request metadata as the rmcp client sends it (with a progress token on every request).
@@ -91,6 +108,7 @@ fn post(principal: &str, body: &Value, headers: &[(&str, &str)]) -> Request<Body
 /// A POST of these exact body bytes.
 fn post_bytes(principal: &str, bytes: Vec<u8>, headers: &[(&str, &str)]) -> Request<Body> {
     let mut builder = Request::post("/mcp")
+        .header("authorization", format!("Bearer {principal}-token"))
         .header("host", "127.0.0.1:8080")
         .header("accept", "text/event-stream, application/json")
         .header("content-type", "application/json")
@@ -99,7 +117,6 @@ fn post_bytes(principal: &str, bytes: Vec<u8>, headers: &[(&str, &str)]) -> Requ
         builder = builder.header(*name, *value);
     }
     let mut request = builder.body(Body::from(bytes.clone())).expect("request");
-    request.extensions_mut().insert(Principal(principal.to_owned()));
     request.extensions_mut().insert(Sent(String::from_utf8(bytes).expect("utf-8")));
     request
 }
@@ -196,17 +213,22 @@ async fn anything_it_is_not_sure_of_reaches_rmcp_with_the_same_body() {
             let body = json!({"jsonrpc": "2.0", "id": 1, "method": "resources/list"});
             post("alice", &body, &[("mcp-session-id", &session), ("mcp-protocol-version", MODERN)])
         }),
-        ("no principal", {
-            let mut request = modern_read(URI);
-            request.extensions_mut().remove::<Principal>();
-            request
-        }),
     ];
     for (what, request) in cases {
         let sent = request.extensions().get::<Sent>().cloned().expect("sent body").0;
         let (status, _, body) = stack.send(request).await;
         assert_eq!(status, StatusCode::IM_A_TEAPOT, "{what}: answered by the fast path: {body}");
         assert_eq!(body, sent, "{what}: body changed on the way to rmcp");
+    }
+    // Authentication comes first: no token, or one nobody holds, is 401 and reaches nothing.
+    for token in [None, Some("Bearer mallory-token")] {
+        let mut request = modern_read(URI);
+        match token {
+            None => request.headers_mut().remove("authorization"),
+            Some(value) => request.headers_mut().insert("authorization", value.parse().expect("header")),
+        };
+        let (status, _, body) = stack.send(request).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{token:?}: {body}");
     }
     let head_cases = [("origin", "https://evil.example"), ("host", "evil.example"), ("accept", "application/json")];
     for (name, value) in head_cases {
