@@ -11,10 +11,11 @@
 //!   `downstream_request` metrics (method, outcome, duration), the same read post-processing
 //!   ([`super::read_response`]) and rmcp's own era rules for results and error codes — so a
 //!   reply is byte for byte the JSON-RPC message rmcp would send;
-//! - it runs inside authentication and the session gate: a session is served only when the
-//!   gate's book knows it, the request's principal opened it, it finished its 2025-era
-//!   handshake (`notifications/initialized` with a version before 2026-07-28), and rmcp still
-//!   holds it; the gate has already noted the request for the idle reaper;
+//! - it runs after authentication, in the same middleware ([`front`]), before the session gate:
+//!   a session is served only when the gate's book knows it, the request's principal opened it,
+//!   it finished its 2025-era handshake (`notifications/initialized` with a version before
+//!   2026-07-28), and rmcp still holds it; it notes the request for the idle reaper as the gate
+//!   does, and leaves every other session request to the gate (another principal's: 404);
 //! - anything it is not sure of goes to rmcp untouched (same head, same body bytes): other
 //!   methods, notifications, batches, unknown fields (MRTR input), `Origin` headers, hosts it
 //!   does not recognise exactly, headers rmcp would validate otherwise, chunked or large bodies,

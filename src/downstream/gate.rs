@@ -1,5 +1,6 @@
-//! The session gate: an axum middleware between [`crate::auth`] and rmcp's streamable HTTP
-//! service that owns the legacy sessions' admission and ownership.
+//! The session gate: an axum middleware between the front middleware (authentication and the
+//! fast path, [`super::fast::front`]) and rmcp's streamable HTTP service that owns the legacy
+//! sessions' admission and ownership.
 //!
 //! - A request naming a session (`Mcp-Session-Id`) that another principal opened gets the
 //!   same `404 Not Found: Session not found` as an unknown session — POST, GET (the SSE
@@ -37,7 +38,7 @@ pub(super) struct Gate {
 }
 
 /// The middleware: `axum::middleware::from_fn_with_state(gate, guard_sessions)`, inside the
-/// authentication layer (it reads the [`Principal`] that layer put in).
+/// front middleware (it reads the [`Principal`] that [`crate::auth::run_as`] put in).
 pub(super) async fn guard_sessions(State(gate): State<Gate>, request: Request, next: Next) -> Response {
     let principal = request.extensions().get::<Principal>().map(|p| p.0.clone()).unwrap_or_default();
     let named = request.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);

@@ -1,9 +1,9 @@
 //! Streamable HTTP at `/mcp`: legacy sessions (`Mcp-Session-Id`) and stateless 2026-07-28
 //! requests on one endpoint, behind [`crate::auth`]: every request is authenticated (or
 //! refused with 401) before rmcp sees it, and carries its [`crate::auth::Principal`] in the
-//! extensions of the `http::request::Parts` rmcp hands to the handler. Inside that,
-//! [`super::gate`] admits legacy sessions and binds each to its principal, and
-//! [`super::fast`] answers reads and lists in front of rmcp.
+//! extensions of the `http::request::Parts` rmcp hands to the handler. In the same middleware
+//! ([`super::fast::front`]) the fast path answers reads and lists in front of rmcp; for the
+//! rest, [`super::gate`] admits legacy sessions and binds each to its principal.
 //!
 //! `Host` must be loopback, the listen address or one of `server.allowed_hosts`; a request
 //! with an `Origin` header must name the listener's own origin ([`listener::own_origins`], the
