@@ -11,7 +11,8 @@
 //! keys of the request's `_meta` (2026-07-28: protocol version, client info and capabilities).
 //! Until such a request was recorded, reads take rmcp's path.
 //!
-//! The reply, JSON or an SSE stream, is parsed once. Anything else on that stream before the
+//! The reply, JSON or an SSE stream, is parsed once: a plain answer straight into the read's
+//! result ([`answered`]), any other message by rmcp's parse. Anything else on that stream before the
 //! answer (a notification, a request from the upstream) goes to rmcp as if rmcp had read it
 //! ([`Inlet`]), marked with the read's id like the guard marks it. A faulty reply becomes its
 //! read's [`Fault`]; a refused or reset connection is the same transport error rmcp would give.
@@ -30,7 +31,7 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use rmcp::model::{
-    ClientJsonRpcMessage, GetExtensions, JsonRpcMessage, ReadResourceResponse, RequestId, ServerJsonRpcMessage,
+    ClientJsonRpcMessage, GetExtensions, JsonRpcMessage, JsonRpcVersion2_0, ReadResourceResponse, ReadResourceResult, RequestId, ServerJsonRpcMessage,
     ServerResult,
 };
 use rmcp::service::{InboundStreamOrigin, RoleClient, RxJsonRpcMessage, ServiceError, TxJsonRpcMessage};
@@ -201,6 +202,9 @@ impl ThinReader {
             }
             body.extend_from_slice(&chunk);
         }
+        if let Some(result) = answered(&body, id) {
+            return ThinRead::Done(Ok(ReadResourceResponse::Complete(result)));
+        }
         match serde_json::from_slice::<ServerJsonRpcMessage>(&body) {
             Ok(message) => match self.classify(message, id) {
                 Some(done) => done,
@@ -232,6 +236,9 @@ impl ThinReader {
             };
             pending.store(0, Ordering::Relaxed);
             let Some(data) = event.data.as_deref().filter(|data| !data.trim().is_empty()) else { continue };
+            if let Some(result) = answered(data.as_bytes(), id) {
+                return ThinRead::Done(Ok(ReadResourceResponse::Complete(result)));
+            }
             let Ok(message) = serde_json::from_str::<ServerJsonRpcMessage>(data) else {
                 return fault(Fault::Malformed, id);
             };
@@ -271,6 +278,24 @@ impl ThinReader {
         // Bounded: a stream of notifications waits for rmcp to take them, as on rmcp's own path.
         let _ = self.inner.inlet.send(message).await;
     }
+}
+
+/// The read's answer when `data` is plainly one: `{"jsonrpc": "2.0", "id": <the read's>,
+/// "result": <a read result>}` and nothing else, parsed straight into its types. rmcp's message
+/// parse tries each kind of message and then each kind of result in turn, building an error for
+/// every kind that does not fit — a third of a miss's instructions. Anything else (another
+/// shape, another id, a notification, an error) is left to that parse, as before.
+fn answered(data: &[u8], id: &RequestId) -> Option<ReadResourceResult> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Answer {
+        #[allow(dead_code, reason = "read to check it is 2.0")]
+        jsonrpc: JsonRpcVersion2_0,
+        id: RequestId,
+        result: ReadResourceResult,
+    }
+    let answer: Answer = serde_json::from_slice(data).ok()?;
+    (answer.id == *id).then_some(answer.result)
 }
 
 /// A thin read in flight: dropped while `id` is still set (the read's timeout ended it), the

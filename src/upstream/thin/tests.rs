@@ -74,6 +74,39 @@ fn only_a_response_with_the_reads_id_answers_it() {
     ));
 }
 
+/// The typed parse of a plain answer gives what rmcp's message parse gives, and takes nothing
+/// else: another id, an extra key, another kind of message or result are left to that parse.
+#[test]
+fn a_plain_answer_is_read_as_rmcps_parse_reads_it_and_nothing_else_is_taken() {
+    let (reader, _, _) = reader();
+    let id = RequestId::String(format!("{ID_PREFIX}3").into());
+    let contents = json!([
+        {"uri": "x://a", "mimeType": "text/plain", "text": "alpha é \"q\" \\n", "_meta": {"k": 1}},
+        {"uri": "x://b", "blob": "AAEC"}
+    ]);
+    for result in [json!({"contents": contents}), json!({"contents": [], "resultType": "complete", "_meta": {"m": 2}})] {
+        let answer = json!({"jsonrpc": "2.0", "id": format!("{ID_PREFIX}3"), "result": result});
+        let typed = answered(answer.to_string().as_bytes(), &id).expect("a plain answer");
+        let Some(ThinRead::Done(Ok(ReadResourceResponse::Complete(parsed)))) =
+            reader.classify(server_message(answer.clone()), &id)
+        else {
+            panic!("rmcp's parse reads a read result: {answer}")
+        };
+        assert_eq!(typed, parsed, "{answer}");
+    }
+    let left = [
+        json!({"jsonrpc": "2.0", "id": 3, "result": {"contents": []}}),
+        json!({"jsonrpc": "2.0", "id": format!("{ID_PREFIX}3"), "result": {"contents": []}, "extra": 1}),
+        json!({"jsonrpc": "1.0", "id": format!("{ID_PREFIX}3"), "result": {"contents": []}}),
+        json!({"jsonrpc": "2.0", "id": format!("{ID_PREFIX}3"), "error": {"code": -32002, "message": "no"}}),
+        json!({"jsonrpc": "2.0", "id": format!("{ID_PREFIX}3"), "result": {"resultType": "input_required"}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": 1}}),
+    ];
+    for message in left {
+        assert!(answered(message.to_string().as_bytes(), &id).is_none(), "taken: {message}");
+    }
+}
+
 #[test]
 fn the_template_keeps_session_and_headers_but_not_the_per_request_ones() {
     let (_, recorder, _) = reader();
