@@ -69,7 +69,8 @@ pub trait Store: Send + Sync + 'static {
 /// moka, in this process; also runs the single flight (`load_once`).
 #[derive(Clone)]
 pub struct LocalStore {
-    entries: Cache<Key, Arc<Entry>>,
+    /// foldhash, seeded per process, instead of SipHash: a hit hashes its key twice or more.
+    entries: Cache<Key, Arc<Entry>, foldhash::fast::RandomState>,
 }
 
 impl LocalStore {
@@ -89,7 +90,7 @@ impl LocalStore {
                     metrics.cache_eviction(cause);
                 }
             })
-            .build();
+            .build_with_hasher(foldhash::fast::RandomState::default());
         Self { entries }
     }
 

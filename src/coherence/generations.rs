@@ -26,7 +26,9 @@ pub(super) struct Generations {
 }
 
 /// upstream → URI → (generation, when recorded).
-type Records = HashMap<Arc<str>, HashMap<Box<str>, (u64, Instant)>>;
+/// foldhash (seeded per map) instead of SipHash: a hit looks up every parent of its URI.
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+type Records = Map<Arc<str>, Map<Box<str>, (u64, Instant)>>;
 
 #[derive(Default)]
 struct State {
@@ -36,7 +38,7 @@ struct State {
     records: Records,
     count: usize,
     /// upstream → the lowest generation any of its URIs has.
-    floors: HashMap<Arc<str>, u64>,
+    floors: Map<Arc<str>, u64>,
 }
 
 impl Generations {

@@ -11,6 +11,8 @@
 //! most a few hundred KiB.
 
 use std::collections::HashMap;
+
+use foldhash::fast::RandomState;
 use std::sync::{Arc, Mutex};
 
 use super::Decision;
@@ -40,7 +42,8 @@ pub(super) struct Memo {
 
 #[derive(Default)]
 struct Answers {
-    by_principal: HashMap<String, HashMap<String, Judgement>>,
+    /// foldhash (seeded per map) instead of SipHash: asked on every read.
+    by_principal: HashMap<String, HashMap<String, Judgement, RandomState>, RandomState>,
     count: usize,
 }
 

@@ -31,8 +31,8 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use rmcp::model::{
-    ClientJsonRpcMessage, GetExtensions, JsonRpcMessage, JsonRpcVersion2_0, ReadResourceResponse, ReadResourceResult, RequestId, ServerJsonRpcMessage,
-    ServerResult,
+    ClientJsonRpcMessage, GetExtensions, JsonRpcMessage, JsonRpcVersion2_0, ReadResourceResponse, ReadResourceResult,
+    RequestId, ServerJsonRpcMessage, ServerResult,
 };
 use rmcp::service::{InboundStreamOrigin, RoleClient, RxJsonRpcMessage, ServiceError, TxJsonRpcMessage};
 use rmcp::transport::Transport;

@@ -84,7 +84,8 @@ fn a_plain_answer_is_read_as_rmcps_parse_reads_it_and_nothing_else_is_taken() {
         {"uri": "x://a", "mimeType": "text/plain", "text": "alpha é \"q\" \\n", "_meta": {"k": 1}},
         {"uri": "x://b", "blob": "AAEC"}
     ]);
-    for result in [json!({"contents": contents}), json!({"contents": [], "resultType": "complete", "_meta": {"m": 2}})] {
+    for result in [json!({"contents": contents}), json!({"contents": [], "resultType": "complete", "_meta": {"m": 2}})]
+    {
         let answer = json!({"jsonrpc": "2.0", "id": format!("{ID_PREFIX}3"), "result": result});
         let typed = answered(answer.to_string().as_bytes(), &id).expect("a plain answer");
         let Some(ThinRead::Done(Ok(ReadResourceResponse::Complete(parsed)))) =
