@@ -21,24 +21,8 @@ N="${2:-20000}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 WORK="$(mktemp -d)"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
-URI="${READ_URI:-fx+fx://fx/item/1}"
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
-if [[ -n "${UPSTREAM_URL:-}" ]]; then
-  URL="$UPSTREAM_URL"
-else
-  "$(dirname "$PROXY")/mcp-proxy-fixture" --http "127.0.0.1:$(free_port)" --text-bytes 1024 --resources 16 \
-    --ttl-ms 3600000 >"$WORK/fixture.out" 2>/dev/null &
-  until grep -q LISTENING "$WORK/fixture.out" 2>/dev/null; do sleep 0.1; done
-  URL="$(sed -n 's/^LISTENING //p' "$WORK/fixture.out")"
-fi
-{
-  printf '[[upstreams]]\nname = "fx"\nurl = "%s"\n' "$URL"
-  [[ -n "${MISS:-}" ]] && printf '\n[cache]\nenabled = false\n'
-} >"$WORK/config.toml"
-
-PORT="$(free_port)"
+# shellcheck source=scripts/read_setup.sh
+source "$HERE/read_setup.sh"
 "$PROXY" serve --config "$WORK/config.toml" --listen "127.0.0.1:$PORT" --admin-listen off 2>/dev/null &
 PID=$!
 until python3 -c "import socket; socket.create_connection(('127.0.0.1', $PORT))" 2>/dev/null; do sleep 0.2; done
