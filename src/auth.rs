@@ -1,6 +1,7 @@
-//! Who is calling over HTTP: an axum middleware in front of `/mcp` that turns the
-//! `Authorization` header into a [`Principal`] in the request extensions, or answers 401
-//! before any MCP processing.
+//! Who is calling over HTTP: the first thing `/mcp`'s front middleware
+//! (`downstream::fast::front`) does — [`Authenticator::authenticate`] turns the
+//! `Authorization` header into a [`Principal`], carried on by [`run_as`] in the request
+//! extensions, or [`Authenticator::refuse`] answers 401 before any MCP processing.
 //!
 //! `mode = "bearer"`: the request needs exactly one `Authorization: Bearer <token>` header
 //! (scheme case-insensitive, one space, a token of visible ASCII). The token is hashed with
@@ -23,7 +24,7 @@ pub mod metadata;
 
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http::header::{AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
@@ -110,14 +111,6 @@ impl Authenticator {
         };
         let headers = [(WWW_AUTHENTICATE, challenge), (CONTENT_TYPE, "text/plain; charset=utf-8".to_string())];
         (StatusCode::UNAUTHORIZED, headers, "missing or invalid bearer token\n").into_response()
-    }
-}
-
-/// The middleware: `axum::middleware::from_fn_with_state(Authenticator::new(..), require_principal)`.
-pub async fn require_principal(State(auth): State<Authenticator>, request: Request, next: Next) -> Response {
-    match auth.authenticate(request.headers()).await {
-        Ok(principal) => run_as(principal, request, next).await,
-        Err(rejection) => auth.refuse(rejection, request.method()),
     }
 }
 

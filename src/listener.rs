@@ -12,9 +12,9 @@
 //!   after it — or it is closed (slowloris, idle half-open connections);
 //! - every accepted socket has `TCP_NODELAY`: replies written in pieces (SSE frames) leave at
 //!   once instead of waiting ~40 ms for the peer's delayed ACK (Nagle's algorithm);
-//! - a connection's task is polled again in place when it wakes itself ([`repoll`]): hyper's
-//!   body channel does so on every request with a body, which tokio would otherwise treat as
-//!   a yield and answer by waking an idle worker.
+//! - a connection's task is polled again in place when it wakes itself (`listener/repoll.rs`):
+//!   hyper's body channel does so on every request with a body, which tokio would otherwise
+//!   treat as a yield and answer by waking an idle worker.
 
 mod repoll;
 

@@ -5,6 +5,7 @@ use http::HeaderValue;
 
 use super::*;
 use crate::config::TokenDigest;
+use axum::extract::State;
 
 const CI_TOKEN: &str = "ci-bot-t0ken-Zq9";
 const ALICE_TOKEN: &str = "alice.token_~+/=";
@@ -74,6 +75,14 @@ impl Write for Captured {
     }
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
+    }
+}
+
+/// Authentication alone as a middleware: what `downstream::fast::front` does before the fast path.
+async fn require_principal(State(auth): State<Authenticator>, request: Request, next: Next) -> Response {
+    match auth.authenticate(request.headers()).await {
+        Ok(principal) => run_as(principal, request, next).await,
+        Err(rejection) => auth.refuse(rejection, request.method()),
     }
 }
 
