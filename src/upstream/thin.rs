@@ -11,7 +11,8 @@
 //! keys of the request's `_meta` (2026-07-28: protocol version, client info and capabilities).
 //! Until such a request was recorded, reads take rmcp's path.
 //!
-//! The reply, JSON or an SSE stream, is parsed once: a plain answer straight into the read's
+//! The reply, JSON or an SSE stream (split into events by [`sse`], by the rules and with the
+//! errors of rmcp's own SSE parser), is parsed once: a plain answer straight into the read's
 //! result ([`answered`]), any other message by rmcp's parse. Anything else on that stream before the
 //! answer (a notification, a request from the upstream) goes to rmcp as if rmcp had read it
 //! ([`Inlet`]), marked with the read's id like the guard marks it. A faulty reply becomes its
@@ -25,7 +26,7 @@
 //! with rmcp's numeric ids on the same session; nothing of a faulty reply reaches rmcp.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
@@ -202,10 +203,12 @@ impl ThinReader {
             }
             body.extend_from_slice(&chunk);
         }
-        if let Some(result) = answered(&body, id) {
+        // Not UTF-8 is not JSON, as for rmcp's parse; checked once here, not string by string.
+        let Ok(body) = std::str::from_utf8(&body) else { return fault(Fault::Malformed, id) };
+        if let Some(result) = answered(body, id) {
             return ThinRead::Done(Ok(ReadResourceResponse::Complete(result)));
         }
-        match serde_json::from_slice::<ServerJsonRpcMessage>(&body) {
+        match serde_json::from_str::<ServerJsonRpcMessage>(body) {
             Ok(message) => match self.classify(message, id) {
                 Some(done) => done,
                 None => fault(Fault::Malformed, id),
@@ -214,37 +217,37 @@ impl ThinReader {
         }
     }
 
-    async fn sse_reply(&self, chunks: Chunks, id: &RequestId) -> ThinRead {
+    async fn sse_reply(&self, mut chunks: Chunks, id: &RequestId) -> ThinRead {
         let limit = self.inner.limit;
-        let pending = Arc::new(AtomicUsize::new(0));
-        let counted = pending.clone();
-        let bytes = chunks.map(move |chunk| {
-            let chunk = chunk?;
-            match counted.fetch_add(chunk.len(), Ordering::Relaxed) + chunk.len() > limit {
-                true => Err(std::io::Error::other("over the size limit")),
-                false => Ok(chunk),
+        let (mut events, mut ended) = (sse::Events::default(), Vec::new());
+        // Bytes since the last event: one event may not be larger than the limit.
+        let mut pending = 0;
+        while let Some(chunk) = chunks.next().await {
+            let Ok(chunk) = chunk else { return ThinRead::Fallback("the reply broke off") };
+            pending += chunk.len();
+            if pending > limit {
+                return fault(Fault::TooLarge(limit), id);
             }
-        });
-        let mut events = sse_stream::SseStream::from_bytes_stream(bytes);
-        while let Some(event) = events.next().await {
-            let event = match event {
-                Ok(event) => event,
-                Err(_) if pending.load(Ordering::Relaxed) > limit => return fault(Fault::TooLarge(limit), id),
-                Err(sse_stream::Error::Body(_)) => return ThinRead::Fallback("the reply broke off"),
-                Err(sse_stream::Error::Utf8Parse(_)) => return fault(Fault::InvalidUtf8, id),
-                Err(_) => return fault(Fault::Malformed, id),
-            };
-            pending.store(0, Ordering::Relaxed);
-            let Some(data) = event.data.as_deref().filter(|data| !data.trim().is_empty()) else { continue };
-            if let Some(result) = answered(data.as_bytes(), id) {
-                return ThinRead::Done(Ok(ReadResourceResponse::Complete(result)));
+            match events.feed(&chunk, &mut ended) {
+                Ok(()) => {}
+                Err(sse::SseError::Utf8) => return fault(Fault::InvalidUtf8, id),
+                Err(sse::SseError::Malformed) => return fault(Fault::Malformed, id),
             }
-            let Ok(message) = serde_json::from_str::<ServerJsonRpcMessage>(data) else {
-                return fault(Fault::Malformed, id);
-            };
-            match self.classify(message, id) {
-                Some(done) => return done,
-                None => self.hand_on(data, id).await,
+            if !ended.is_empty() {
+                pending = 0;
+            }
+            for data in std::mem::take(&mut ended) {
+                let Some(data) = data.filter(|data| !data.trim().is_empty()) else { continue };
+                if let Some(result) = answered(&data, id) {
+                    return ThinRead::Done(Ok(ReadResourceResponse::Complete(result)));
+                }
+                let Ok(message) = serde_json::from_str::<ServerJsonRpcMessage>(&data) else {
+                    return fault(Fault::Malformed, id);
+                };
+                match self.classify(message, id) {
+                    Some(done) => return done,
+                    None => self.hand_on(&data, id).await,
+                }
             }
         }
         ThinRead::Fallback("the reply ended before the answer")
@@ -285,7 +288,7 @@ impl ThinReader {
 /// parse tries each kind of message and then each kind of result in turn, building an error for
 /// every kind that does not fit — a third of a miss's instructions. Anything else (another
 /// shape, another id, a notification, an error) is left to that parse, as before.
-fn answered(data: &[u8], id: &RequestId) -> Option<ReadResourceResult> {
+fn answered(data: &str, id: &RequestId) -> Option<ReadResourceResult> {
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Answer {
@@ -294,7 +297,7 @@ fn answered(data: &[u8], id: &RequestId) -> Option<ReadResourceResult> {
         id: RequestId,
         result: ReadResourceResult,
     }
-    let answer: Answer = serde_json::from_slice(data).ok()?;
+    let answer: Answer = serde_json::from_str(data).ok()?;
     (answer.id == *id).then_some(answer.result)
 }
 
@@ -371,6 +374,7 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Inlet<T> {
 }
 
 mod send;
+mod sse;
 #[cfg(test)]
 mod tests;
 mod wire;

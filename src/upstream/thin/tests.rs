@@ -82,12 +82,20 @@ fn a_plain_answer_is_read_as_rmcps_parse_reads_it_and_nothing_else_is_taken() {
     let id = RequestId::String(format!("{ID_PREFIX}3").into());
     let contents = json!([
         {"uri": "x://a", "mimeType": "text/plain", "text": "alpha é \"q\" \\n", "_meta": {"k": 1}},
-        {"uri": "x://b", "blob": "AAEC"}
+        {"uri": "x://b", "blob": "AAEC"},
+        {"uri": "x://c", "mimeType": "image/png", "blob": "AAEC", "_meta": null, "annotations": {"audience": ["user"]}},
+        {"uri": "x://d", "text": "both", "blob": "AAEC", "mimeType": null},
+        {"uri": "x://e", "text": null, "blob": "AAEC"},
+        {"text": "", "uri": "x://f", "size": 0}
     ]);
-    for result in [json!({"contents": contents}), json!({"contents": [], "resultType": "complete", "_meta": {"m": 2}})]
-    {
+    let results = [
+        json!({"contents": contents}),
+        json!({"contents": [], "resultType": "complete", "_meta": {"m": 2}}),
+        json!({"ttlMs": 5000, "cacheScope": "private", "contents": [{"uri": "x://a", "text": "t"}], "resultType": "complete"}),
+    ];
+    for result in results {
         let answer = json!({"jsonrpc": "2.0", "id": format!("{ID_PREFIX}3"), "result": result});
-        let typed = answered(answer.to_string().as_bytes(), &id).expect("a plain answer");
+        let typed = answered(&answer.to_string(), &id).expect("a plain answer");
         let Some(ThinRead::Done(Ok(ReadResourceResponse::Complete(parsed)))) =
             reader.classify(server_message(answer.clone()), &id)
         else {
@@ -101,10 +109,12 @@ fn a_plain_answer_is_read_as_rmcps_parse_reads_it_and_nothing_else_is_taken() {
         json!({"jsonrpc": "1.0", "id": format!("{ID_PREFIX}3"), "result": {"contents": []}}),
         json!({"jsonrpc": "2.0", "id": format!("{ID_PREFIX}3"), "error": {"code": -32002, "message": "no"}}),
         json!({"jsonrpc": "2.0", "id": format!("{ID_PREFIX}3"), "result": {"resultType": "input_required"}}),
+        json!({"jsonrpc": "2.0", "id": format!("{ID_PREFIX}3"), "result": {"contents": [{"uri": "x://a"}]}}),
+        json!({"jsonrpc": "2.0", "id": format!("{ID_PREFIX}3"), "result": {"contents": [{"uri": 1, "text": "t"}]}}),
         json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": 1}}),
     ];
     for message in left {
-        assert!(answered(message.to_string().as_bytes(), &id).is_none(), "taken: {message}");
+        assert!(answered(&message.to_string(), &id).is_none(), "taken: {message}");
     }
 }
 
