@@ -14,6 +14,7 @@
 //! Invariant: a read begun after an `updated` was received never returns older content.
 
 mod admission;
+pub mod contents_json;
 mod generations;
 mod hints;
 mod holds;
@@ -26,7 +27,8 @@ use std::time::{Duration, Instant};
 
 use rmcp::model::CacheScope;
 
-pub use self::admission::{Cached, Loaded, Outcome, content_bytes, contents_json, lifetime};
+pub use self::admission::{Cached, Loaded, Outcome, content_bytes, lifetime};
+pub use self::contents_json::contents_json;
 pub use self::holds::WatchTicket;
 pub(crate) use self::watches::WatchBook;
 use crate::cache::{Entry, Key, LocalStore, Store};
@@ -331,7 +333,7 @@ impl Inner {
         if let Some(watch) = watch {
             watch.keep_until(entry.keep_until);
         }
-        entry.contents_json = admission::contents_json(&entry.result.contents);
+        entry.contents_json = contents_json(&entry.result.contents);
         self.metrics.cache_insert(upstream);
         Ok(Arc::new(entry))
     }

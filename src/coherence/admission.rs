@@ -93,11 +93,6 @@ pub(super) fn scope_of(result: &ReadResourceResult) -> CacheScope {
     result.cache_scope.unwrap_or(CacheScope::Public)
 }
 
-/// `contents` as the JSON a reply carries them in (serde_json's compact form, as rmcp writes).
-pub fn contents_json(contents: &[ResourceContents]) -> Option<Arc<str>> {
-    serde_json::to_string(contents).ok().map(Arc::from)
-}
-
 /// The weight of a result: the size of its contents.
 pub fn content_bytes(result: &ReadResourceResult) -> u64 {
     result

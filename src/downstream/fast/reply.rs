@@ -1,7 +1,9 @@
 //! The fast path's replies: a JSON-RPC message as the bytes rmcp sends it — `application/json`
 //! for a 2026-07-28 request, one SSE event for a 2025 session — with a read's contents copied
 //! in from the cache entry's JSON when the reply carries exactly the entry's contents (escaping
-//! a cached text again at every hit was the largest single cost of a hit's reply).
+//! a cached text again at every hit was the largest single cost of a hit's reply), else from
+//! the same JSON written for this reply by [`contents_json::written`] (serde_json's bytes, made
+//! faster).
 //!
 //! Invariant: a reply with the entry's JSON spliced in is byte for byte the reply serialised
 //! from the typed message holding those contents; the splice is made only where the emptied
@@ -16,6 +18,7 @@ use http::StatusCode;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use rmcp::model::{ErrorCode, JsonRpcMessage, ResourceContents, ServerJsonRpcMessage, ServerResult};
 
+use crate::coherence::contents_json;
 use crate::proxy::ReadAnswer;
 
 /// Where the set-aside contents go: the read result's emptied array.
@@ -29,18 +32,34 @@ pub(super) struct Reply {
 
 /// A read result's contents, taken out of it, with the JSON they serialise to.
 pub(super) struct SetAside {
-    json: Arc<str>,
+    json: Json,
     typed: Vec<ResourceContents>,
 }
 
-/// Take the contents out of `answer` when its cache entry's JSON stands for them.
-pub(super) fn set_aside(answer: &mut ReadAnswer) -> Option<SetAside> {
-    match answer {
-        ReadAnswer::Result { result, contents_json: Some(json), .. } => {
-            Some(SetAside { json: json.clone(), typed: std::mem::take(&mut result.contents) })
+/// The cache entry's JSON, or JSON written for one reply.
+enum Json {
+    Entry(Arc<str>),
+    Written(String),
+}
+
+impl Json {
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            Json::Entry(json) => json.as_bytes(),
+            Json::Written(json) => json.as_bytes(),
         }
-        _ => None,
     }
+}
+
+/// Take the contents out of `answer`, with the cache entry's JSON when it stands for them, else
+/// their JSON written now.
+pub(super) fn set_aside(answer: &mut ReadAnswer) -> Option<SetAside> {
+    let ReadAnswer::Result { result, contents_json: entry_json, .. } = answer else { return None };
+    let json = match entry_json {
+        Some(json) => Json::Entry(json.clone()),
+        None => Json::Written(contents_json::written(&result.contents)?),
+    };
+    Some(SetAside { json, typed: std::mem::take(&mut result.contents) })
 }
 
 /// A 2026-07-28 reply: the message as `application/json`, the status rmcp gives it.
@@ -97,7 +116,7 @@ impl Reply {
     /// the rest is a few hundred bytes): growing the buffer from empty copied the body several
     /// times.
     fn size_hint(&self) -> usize {
-        let spliced = self.contents.as_ref().map_or(0, |contents| contents.json.len());
+        let spliced = self.contents.as_ref().map_or(0, |contents| contents.json.as_bytes().len());
         let typed = match &self.message {
             JsonRpcMessage::Response(response) => match &response.result {
                 ServerResult::ReadResourceResult(read) => read.contents.iter().map(content_hint).sum(),

@@ -1,5 +1,6 @@
-//! A reply carrying a cache entry's contents JSON is byte for byte the reply serialised from
-//! the typed message, in both host eras and both framings, whatever the contents hold.
+//! A reply carrying a cache entry's contents JSON, or its contents' JSON written for the reply,
+//! is byte for byte the reply serialised from the typed message, in both host eras and both
+//! framings, whatever the contents hold.
 
 use std::time::Duration;
 
@@ -54,12 +55,22 @@ async fn bytes(response: Response) -> Sent {
 
 type Sent = (u16, Vec<(String, String)>, Vec<u8>);
 
-/// `result` answering `id` in both framings (JSON, SSE): typed when `splice` is false, else
-/// with its contents set aside and their JSON spliced in.
-async fn framings(result: &ReadResourceResult, id: &RequestId, splice: bool) -> Vec<Sent> {
+/// How a reply's contents are written.
+#[derive(Clone, Copy, PartialEq)]
+enum Splice {
+    /// Serialised with the message (the reference).
+    Typed,
+    /// The cache entry's JSON spliced in.
+    EntryJson,
+    /// No entry JSON (a bypass): theirs written for the reply, spliced in.
+    WrittenNow,
+}
+
+/// `result` answering `id` in both framings (JSON, SSE), its contents written as `splice` says.
+async fn framings(result: &ReadResourceResult, id: &RequestId, splice: Splice) -> Vec<Sent> {
     let mut sent = Vec::new();
     for sse in [false, true] {
-        let contents_json = splice.then(|| contents_json(&result.contents).expect("serialises"));
+        let contents_json = (splice == Splice::EntryJson).then(|| contents_json(&result.contents).expect("serialises"));
         let mut answer = ReadAnswer::Result {
             result: result.clone(),
             ttl: Duration::from_secs(1),
@@ -67,8 +78,7 @@ async fn framings(result: &ReadResourceResult, id: &RequestId, splice: bool) -> 
             outcome: Outcome::Hit,
             contents_json,
         };
-        let contents = set_aside(&mut answer);
-        assert_eq!(contents.is_some(), splice);
+        let contents = (splice != Splice::Typed).then(|| set_aside(&mut answer).expect("a result"));
         let ReadAnswer::Result { result, .. } = answer else { unreachable!("a result") };
         let reply = Reply { message: message(result, id.clone()), contents };
         sent.push(bytes(if sse { sse_reply(reply) } else { json_reply(reply) }).await);
@@ -85,8 +95,10 @@ async fn spliced_contents_give_the_typed_replys_bytes_in_both_eras_and_framings(
             value["contents"] = contents.clone();
             let result: ReadResourceResult = serde_json::from_value(value).expect("a read result");
             for id in ids() {
-                let (typed, via_json) = (framings(&result, &id, false).await, framings(&result, &id, true).await);
+                let typed = framings(&result, &id, Splice::Typed).await;
+                let via_json = framings(&result, &id, Splice::EntryJson).await;
                 assert_eq!(typed, via_json, "{shell} {contents} {id:?}");
+                assert_eq!(typed, framings(&result, &id, Splice::WrittenNow).await, "{shell} {contents} {id:?}");
                 let text = String::from_utf8(via_json[0].2.clone()).expect("utf-8");
                 let parsed: Value = serde_json::from_str(&text).expect("json");
                 assert_eq!(parsed["result"]["contents"], contents, "{text}");
