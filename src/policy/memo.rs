@@ -11,9 +11,9 @@
 //! most a few hundred KiB.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use foldhash::fast::RandomState;
-use std::sync::{Arc, Mutex};
 
 use super::Decision;
 use crate::uri::UriError;

@@ -205,15 +205,10 @@ impl ThinReader {
         }
         // Not UTF-8 is not JSON, as for rmcp's parse; checked once here, not string by string.
         let Ok(body) = std::str::from_utf8(&body) else { return fault(Fault::Malformed, id) };
-        if let Some(result) = answered(body, id) {
-            return ThinRead::Done(Ok(ReadResourceResponse::Complete(result)));
-        }
-        match serde_json::from_str::<ServerJsonRpcMessage>(body) {
-            Ok(message) => match self.classify(message, id) {
-                Some(done) => done,
-                None => fault(Fault::Malformed, id),
-            },
-            Err(_) => fault(Fault::Malformed, id),
+        match self.judge(body, id) {
+            Ok(Some(done)) => done,
+            // A JSON reply is the answer or nothing.
+            Ok(None) | Err(NotAMessage) => fault(Fault::Malformed, id),
         }
     }
 
@@ -238,19 +233,25 @@ impl ThinReader {
             }
             for data in std::mem::take(&mut ended) {
                 let Some(data) = data.filter(|data| !data.trim().is_empty()) else { continue };
-                if let Some(result) = answered(&data, id) {
-                    return ThinRead::Done(Ok(ReadResourceResponse::Complete(result)));
-                }
-                let Ok(message) = serde_json::from_str::<ServerJsonRpcMessage>(&data) else {
-                    return fault(Fault::Malformed, id);
-                };
-                match self.classify(message, id) {
-                    Some(done) => return done,
-                    None => self.hand_on(&data, id).await,
+                match self.judge(&data, id) {
+                    Ok(Some(done)) => return done,
+                    Ok(None) => self.hand_on(&data, id).await,
+                    Err(NotAMessage) => return fault(Fault::Malformed, id),
                 }
             }
         }
         ThinRead::Fallback("the reply ended before the answer")
+    }
+
+    /// What one message of a reply does to the read: the outcome when it answers it, `None`
+    /// when it is another message. A plain answer is parsed straight into its types
+    /// ([`answered`]), anything else by rmcp's parse.
+    fn judge(&self, data: &str, id: &RequestId) -> Result<Option<ThinRead>, NotAMessage> {
+        if let Some(result) = answered(data, id) {
+            return Ok(Some(ThinRead::Done(Ok(ReadResourceResponse::Complete(result)))));
+        }
+        let message = serde_json::from_str::<ServerJsonRpcMessage>(data).map_err(|_| NotAMessage)?;
+        Ok(self.classify(message, id))
     }
 
     /// The outcome, when `message` answers a request; `None` for anything else.
@@ -282,6 +283,9 @@ impl ThinReader {
         let _ = self.inner.inlet.send(message).await;
     }
 }
+
+/// A reply's message that is not a JSON-RPC message rmcp would read.
+struct NotAMessage;
 
 /// The read's answer when `data` is plainly one: `{"jsonrpc": "2.0", "id": <the read's>,
 /// "result": <a read result>}` and nothing else, parsed straight into its types. rmcp's message
