@@ -14,7 +14,7 @@
 //! Invariant: a read begun after an `updated` was received never returns older content.
 
 mod admission;
-mod contents_json;
+pub mod contents_json;
 mod generations;
 mod hints;
 mod holds;

@@ -14,6 +14,11 @@ use rmcp::model::ResourceContents;
 
 /// `contents` as the JSON a reply carries them in (serde_json's compact form, as rmcp writes).
 pub fn contents_json(contents: &[ResourceContents]) -> Option<Arc<str>> {
+    written(contents).map(Arc::from)
+}
+
+/// The same, as a `String` of its own (a reply's, not shared).
+pub fn written(contents: &[ResourceContents]) -> Option<String> {
     let size: usize = contents.iter().map(size_hint).sum();
     let mut out = String::with_capacity(size + 2);
     out.push('[');
@@ -24,7 +29,7 @@ pub fn contents_json(contents: &[ResourceContents]) -> Option<Arc<str>> {
         write_content(&mut out, content).ok()?;
     }
     out.push(']');
-    Some(Arc::from(out))
+    Some(out)
 }
 
 fn write_content(out: &mut String, content: &ResourceContents) -> serde_json::Result<()> {

@@ -2,7 +2,8 @@
 //! for a 2026-07-28 request, one SSE event for a 2025 session — with a read's contents copied
 //! in from the cache entry's JSON when the reply carries exactly the entry's contents (escaping
 //! a cached text again at every hit was the largest single cost of a hit's reply), else from
-//! the same JSON written for this reply by [`contents_json`] (serde_json's bytes, made faster).
+//! the same JSON written for this reply by [`contents_json::written`] (serde_json's bytes, made
+//! faster).
 //!
 //! Invariant: a reply with the entry's JSON spliced in is byte for byte the reply serialised
 //! from the typed message holding those contents; the splice is made only where the emptied
@@ -31,8 +32,24 @@ pub(super) struct Reply {
 
 /// A read result's contents, taken out of it, with the JSON they serialise to.
 pub(super) struct SetAside {
-    json: Arc<str>,
+    json: Json,
     typed: Vec<ResourceContents>,
+}
+
+/// The cache entry's JSON, or JSON written for this reply alone (not copied into an `Arc`: on a
+/// miss that copy was ~2k instructions).
+enum Json {
+    Entry(Arc<str>),
+    Written(String),
+}
+
+impl Json {
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            Json::Entry(json) => json.as_bytes(),
+            Json::Written(json) => json.as_bytes(),
+        }
+    }
 }
 
 /// Take the contents out of `answer`, with the cache entry's JSON when it stands for them, else
@@ -40,8 +57,8 @@ pub(super) struct SetAside {
 pub(super) fn set_aside(answer: &mut ReadAnswer) -> Option<SetAside> {
     let ReadAnswer::Result { result, contents_json: entry_json, .. } = answer else { return None };
     let json = match entry_json {
-        Some(json) => json.clone(),
-        None => contents_json(&result.contents)?,
+        Some(json) => Json::Entry(json.clone()),
+        None => Json::Written(contents_json::written(&result.contents)?),
     };
     Some(SetAside { json, typed: std::mem::take(&mut result.contents) })
 }
@@ -100,7 +117,7 @@ impl Reply {
     /// the rest is a few hundred bytes): growing the buffer from empty copied the body several
     /// times.
     fn size_hint(&self) -> usize {
-        let spliced = self.contents.as_ref().map_or(0, |contents| contents.json.len());
+        let spliced = self.contents.as_ref().map_or(0, |contents| contents.json.as_bytes().len());
         let typed = match &self.message {
             JsonRpcMessage::Response(response) => match &response.result {
                 ServerResult::ReadResourceResult(read) => read.contents.iter().map(content_hint).sum(),
