@@ -36,8 +36,8 @@ pub(super) struct SetAside {
     typed: Vec<ResourceContents>,
 }
 
-/// The cache entry's JSON, or JSON written for this reply alone (not copied into an `Arc`: on a
-/// miss that copy was ~2k instructions).
+/// The cache entry's JSON, or JSON written for this reply alone (used as it is, not copied into
+/// an `Arc` it would not be shared through).
 enum Json {
     Entry(Arc<str>),
     Written(String),
