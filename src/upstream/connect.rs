@@ -8,6 +8,7 @@ use rmcp::model::ProtocolVersion;
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RoleClient, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::async_rw::AsyncRwTransport;
+use rmcp::transport::common::client_side_sse::SseRetryPolicy;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ServiceExt, service::ClientCacheConfig};
 use std::sync::Arc;
@@ -146,18 +147,33 @@ async fn start(
             let client = GuardedHttpClient::new(limit, roots);
             let (inlet, handed_on) = mpsc::channel(HANDED_ON_QUEUE);
             let thin = client.thin_reader(url.as_str(), inlet);
-            let transport = StreamableHttpClientTransport::with_client(
-                client,
-                StreamableHttpClientTransportConfig::with_uri(url.as_str())
-                    .custom_headers(header_map(headers))
-                    .max_json_response_size(limit)
-                    .max_sse_event_size(limit)
-                    .reinit_on_expired_session(false),
-            );
+            let mut transport_config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                .custom_headers(header_map(headers))
+                .max_json_response_size(limit)
+                .max_sse_event_size(limit)
+                .reinit_on_expired_session(false);
+            transport_config.retry_config = Arc::new(ResumeBriefly);
+            let transport = StreamableHttpClientTransport::with_client(client, transport_config);
             let transport = tap.on(Inlet::new(transport, handed_on));
             let running = handler.serve_with_lifecycle(transport, mode).await;
             running.map(|running| (running, Some(thin))).map_err(|e| initialize_failure(&e, Some(url.as_str())))
         }
+    }
+}
+
+/// How a broken SSE stream from an upstream is resumed: three tries, 250 ms, 500 ms and 1 s
+/// apart; then the stream is given up (a request waiting on it fails with a transport error).
+/// rmcp's default tries for ever with doubling waits, so a request whose reply stream broke
+/// because the upstream died waited out its whole `request_timeout` (30 s by default), and a
+/// health probe caught that way kept a dead upstream "up" as long. A stream the upstream closes
+/// cleanly is reopened after the first wait every time (SEP-1699), so a live upstream that
+/// closes its streams now and then is unaffected.
+#[derive(Debug)]
+struct ResumeBriefly;
+
+impl SseRetryPolicy for ResumeBriefly {
+    fn retry(&self, tries: usize) -> Option<std::time::Duration> {
+        (tries < 3).then(|| std::time::Duration::from_millis(250 << tries))
     }
 }
 
@@ -171,4 +187,16 @@ fn header_map(headers: &std::collections::BTreeMap<String, String>) -> HashMap<h
             Some((name, value))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_broken_stream_is_resumed_three_times_then_given_up() {
+        let waits: Vec<_> = (0..5).map(|tries| ResumeBriefly.retry(tries)).collect();
+        let ms = std::time::Duration::from_millis;
+        assert_eq!(waits, [Some(ms(250)), Some(ms(500)), Some(ms(1000)), None, None]);
+    }
 }
