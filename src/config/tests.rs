@@ -319,3 +319,32 @@ fn server_limits_have_defaults_and_every_bad_one_is_reported() {
     }
     assert_eq!(found.len(), 7, "{found:#?}");
 }
+
+#[test]
+fn roots_are_file_uris_and_every_bad_one_is_named() {
+    let config = load(
+        "[[upstreams]]\nname = \"fs\"\ncommand = \"fs\"\nroots = [\"file:///srv/data\", \"file://host/share\"]\n",
+    )
+    .unwrap();
+    assert_eq!(config.upstreams[0].roots, ["file:///srv/data", "file://host/share"]);
+    let found = problems(
+        r#"
+        [[upstreams]]
+        name = "fs"
+        command = "fs"
+        roots = ["file:///ok", "/srv/data", "file:///a b", "file:///srv/../etc", "file://host", "file:///ok", "https://x/y", "file:///q?x=1"]
+        "#,
+    );
+    assert_eq!(
+        found,
+        [
+            "upstreams[0] (fs).roots[1]: `/srv/data` is not a file:// URI (like file:///srv/data)",
+            "upstreams[0] (fs).roots[2]: `file:///a b` holds whitespace or control characters (percent-encode them)",
+            "upstreams[0] (fs).roots[3]: `file:///srv/../etc` has a `.` or `..` segment",
+            "upstreams[0] (fs).roots[4]: `file://host` has no absolute path (like file:///srv/data)",
+            "upstreams[0] (fs).roots[5]: `file:///ok` is named twice",
+            "upstreams[0] (fs).roots[6]: `https://x/y` is not a file:// URI (like file:///srv/data)",
+            "upstreams[0] (fs).roots[7]: `file:///q?x=1` has a query or fragment",
+        ]
+    );
+}

@@ -1,8 +1,9 @@
 //! Checks of the `[[upstreams]]` settings that guard the proxy against its upstreams:
 //! `inherit_env` (what a stdio child may see of the proxy's environment) and
 //! `max_response_bytes` (the largest single message accepted from an upstream), `uri_base`
-//! (how a folder upstream names its files), and `unprefixed` (at most one upstream presents
-//! its tools and prompts under their own names).
+//! (how a folder upstream names its files), `unprefixed` (at most one upstream presents
+//! its tools and prompts under their own names), and `roots` (the `file://` roots an upstream
+//! is given).
 
 use figment::value::Value;
 
@@ -28,6 +29,45 @@ pub(super) fn at_most_one_unprefixed(setting: &[(usize, Option<String>)], proble
         let message = format!("`{first}` already presents its names unprefixed; at most one upstream may");
         push(problems, &at, message);
     }
+}
+
+/// `roots`: each a `file://` URI of an absolute path (`file:///srv/data`, or with a host:
+/// `file://host/srv/data`), without whitespace, control characters, `.`/`..` segments or a
+/// query or fragment, and named once. Every bad entry is a problem of its own.
+pub(super) fn roots(at: &str, roots: Vec<String>, problems: &mut Vec<Problem>) -> Vec<String> {
+    let mut kept: Vec<String> = Vec::with_capacity(roots.len());
+    for (index, root) in roots.into_iter().enumerate() {
+        let at = format!("{at}.roots[{index}]");
+        if let Err(why) = check_root(&root) {
+            push(problems, &at, format!("`{root}` {why}"));
+        } else if kept.contains(&root) {
+            push(problems, &at, format!("`{root}` is named twice"));
+        } else {
+            kept.push(root);
+        }
+    }
+    kept
+}
+
+/// Why `root` is not a root the proxy can hand an upstream.
+fn check_root(root: &str) -> Result<(), &'static str> {
+    let Some(rest) = root.strip_prefix("file://") else {
+        return Err("is not a file:// URI (like file:///srv/data)");
+    };
+    if root.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("holds whitespace or control characters (percent-encode them)");
+    }
+    if root.contains(['?', '#']) {
+        return Err("has a query or fragment");
+    }
+    let Some(slash) = rest.find('/') else {
+        return Err("has no absolute path (like file:///srv/data)");
+    };
+    let path = &rest[slash..];
+    if path.split('/').any(|segment| segment == "." || segment == "..") {
+        return Err("has a `.` or `..` segment");
+    }
+    Ok(())
 }
 
 /// `inherit_env`: names of variables of the proxy's environment a stdio child also gets. Each

@@ -9,6 +9,9 @@
 //! - changed ones (any field of their config differs) reconnect: the old supervisor is stopped,
 //!   a new one started; holds of their URIs are kept and re-applied, their cache entries
 //!   dropped and every holder told `updated` (anything may have changed meanwhile);
+//! - ones whose `roots` alone changed (from some to others) keep their connection: the new
+//!   roots are answered from then on and the upstream is told `notifications/roots/list_changed`
+//!   (to or from none, the roots capability declared at connect differs: they reconnect);
 //! - the rest is untouched.
 //!
 //! Then `list_changed` goes to the hosts whose view changed. The policies come with the config
@@ -26,7 +29,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use super::Proxy;
 use super::status::ReloadReport;
 use crate::config::{Config, ConfigError, UpstreamConfig};
-use crate::upstream::Upstream;
+use crate::upstream::{RootsChange, Upstream};
 
 /// Loads the configuration again, as at start (file, environment, command line).
 pub type ConfigSource = Arc<dyn Fn() -> Result<Config, ConfigError> + Send + Sync>;
@@ -42,6 +45,8 @@ struct UpstreamDiff {
     added: Vec<UpstreamConfig>,
     removed: Vec<String>,
     changed: Vec<UpstreamConfig>,
+    /// Only their `roots` differ: given in place (see [`Upstream::set_roots`]).
+    rerooted: Vec<UpstreamConfig>,
 }
 
 impl Proxy {
@@ -84,7 +89,16 @@ impl Proxy {
             self.leave(name).await;
             tracing::info!(upstream = %name, "upstream removed");
         }
-        for config in &diff.changed {
+        let mut changed_configs = diff.changed.clone();
+        for config in &diff.rerooted {
+            match self.core.upstreams.get(&config.name) {
+                Some(upstream) if upstream.set_roots(&config.roots).await == RootsChange::Changed => {
+                    tracing::info!(upstream = %config.name, roots = config.roots.len(), "upstream roots changed; told it");
+                }
+                _ => changed_configs.push(config.clone()),
+            }
+        }
+        for config in &changed_configs {
             self.reconnect(config.clone()).await;
             tracing::info!(upstream = %config.name, "upstream changed; reconnecting");
         }
@@ -93,7 +107,7 @@ impl Proxy {
             tracing::info!(upstream = %config.name, "upstream added");
         }
         let longest = super::longest_request(&self.core.config);
-        for config in diff.added.iter().chain(&diff.changed).filter(|c| c.request_timeout > longest) {
+        for config in diff.added.iter().chain(&changed_configs).filter(|c| c.request_timeout > longest) {
             tracing::warn!(upstream = %config.name, cut_to = ?longest, "request_timeout longer than any at start: reads are cut to the longest until a restart");
         }
         // From another folder, they would not be the ones the policies watch follows.
@@ -102,11 +116,11 @@ impl Proxy {
         }
         // One list_changed per host whose view changed; with upstreams reconnecting, their
         // `Up` (or `Down`) compares views once they settled, covering all of the above.
-        if diff.changed.is_empty() {
+        if changed_configs.is_empty() {
             self.core.announce_list_changes();
         }
         let names = |configs: &[UpstreamConfig]| configs.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
-        let (added, changed) = (names(&diff.added), names(&diff.changed));
+        let (added, changed) = (names(&diff.added), names(&[changed_configs, diff.rerooted].concat()));
         let unchanged = added.is_empty() && changed.is_empty() && diff.removed.is_empty() && restart_needed.is_empty();
         tracing::info!(?added, removed = ?diff.removed, ?changed, "configuration reloaded");
         ReloadReport {
@@ -159,16 +173,22 @@ fn diff(running: &BTreeMap<String, Upstream>, next: &[UpstreamConfig]) -> Upstre
     for config in next {
         match running.get(&config.name) {
             None => diff.added.push(config.clone()),
-            // Every field counts; the derived `Debug` shows every field.
-            Some(upstream) if format!("{:?}", upstream.config()) != format!("{config:?}") => {
+            // Every field counts; the derived `Debug` shows every field. Roots are compared
+            // with the ones it has now (a reload may have changed them in place).
+            Some(upstream) if format!("{:?}", without_roots(upstream.config())) != format!("{:?}", without_roots(config)) => {
                 diff.changed.push(config.clone())
             }
+            Some(upstream) if upstream.roots().as_slice() != config.roots.as_slice() => diff.rerooted.push(config.clone()),
             Some(_) => {}
         }
     }
     let names: std::collections::BTreeSet<&str> = next.iter().map(|c| c.name.as_str()).collect();
     diff.removed = running.keys().filter(|name| !names.contains(name.as_str())).cloned().collect();
     diff
+}
+
+fn without_roots(config: &UpstreamConfig) -> UpstreamConfig {
+    UpstreamConfig { roots: Vec::new(), ..config.clone() }
 }
 
 /// The sections that differ but cannot change while the proxy runs.
@@ -234,6 +254,18 @@ mod tests {
         assert_eq!(names(&diff.added), ["d"]);
         assert_eq!(diff.removed, ["b"]);
         assert_eq!(names(&diff.changed), ["c"]);
+    }
+
+    #[test]
+    fn a_change_of_roots_alone_is_made_in_place() {
+        let rooted = |name: &str, root: &str| format!("{}roots = [\"{root}\"]\n", upstream(name, 1));
+        let running = config(&[rooted("a", "file:///x"), rooted("b", "file:///x")].concat());
+        let running: BTreeMap<String, Upstream> =
+            running.upstreams.into_iter().map(|u| (u.name.clone(), Upstream::new(u, Metrics::new()))).collect();
+        let next = config(&[rooted("a", "file:///y"), rooted("b", "file:///x")].concat());
+        let diff = diff(&running, &next.upstreams);
+        assert!(diff.changed.is_empty());
+        assert_eq!(diff.rerooted.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["a"]);
     }
 
     #[test]

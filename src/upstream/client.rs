@@ -1,6 +1,7 @@
 //! The proxy's client side of one upstream connection: it identifies the proxy, turns the
 //! upstream's legacy notifications into [`Notice`]s for the supervisor, and relays sampling and
-//! elicitation of a routed call to the host that made it (`relay`). Log messages never reach
+//! elicitation of a routed call to the host that made it (`relay`), and answers `roots/list`
+//! with the upstream's configured roots (`roots`). Log messages never reach
 //! it: the connection's transport relays them as they are read (`tap`).
 
 #![allow(deprecated)] // Sampling and logging are deprecated by SEP-2577 but still in the 2025 era.
@@ -9,7 +10,7 @@ use std::sync::Arc;
 
 use rmcp::model::{
     ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams,
-    ElicitResult, ElicitationCapability, FormElicitationCapability, Implementation, ProtocolVersion,
+    ElicitResult, ElicitationCapability, FormElicitationCapability, Implementation, ListRootsResult, ProtocolVersion,
     ResourceUpdatedNotificationParam, SamplingCapability, UrlElicitationCapability,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleClient};
@@ -17,6 +18,7 @@ use rmcp::{ClientHandler, ErrorData};
 use tokio::sync::mpsc;
 
 use super::relay::{self, HostRelay, RelayBook};
+use super::roots::Roots;
 
 /// What an upstream said, for its supervisor.
 #[derive(Debug, Clone, PartialEq)]
@@ -39,6 +41,8 @@ pub(crate) struct UpstreamClient {
     protocol_version: ProtocolVersion,
     /// The routed calls in flight on this upstream, for what it asks for them.
     relays: Arc<RelayBook>,
+    /// What it is answered for `roots/list`.
+    roots: Roots,
 }
 
 impl UpstreamClient {
@@ -46,8 +50,9 @@ impl UpstreamClient {
         notices: mpsc::UnboundedSender<Notice>,
         protocol_version: ProtocolVersion,
         relays: Arc<RelayBook>,
+        roots: Roots,
     ) -> Self {
-        Self { notices, protocol_version, relays }
+        Self { notices, protocol_version, relays, roots }
     }
 
     /// The host of the call a request from the upstream belongs to; otherwise the error the
@@ -61,9 +66,10 @@ impl UpstreamClient {
 }
 
 /// What the proxy offers an upstream: what it relays to the calling host (which may still
-/// refuse it when it lacks the capability itself).
-fn capabilities() -> ClientCapabilities {
+/// refuse it when it lacks the capability itself), and roots when it is given some.
+fn capabilities(roots: &Roots) -> ClientCapabilities {
     let mut capabilities = ClientCapabilities::default();
+    capabilities.roots = roots.capability();
     capabilities.sampling = Some(SamplingCapability::default());
     let mut elicitation = ElicitationCapability::default();
     elicitation.form = Some(FormElicitationCapability::default());
@@ -75,7 +81,7 @@ fn capabilities() -> ClientCapabilities {
 impl ClientHandler for UpstreamClient {
     fn get_info(&self) -> ClientConfig {
         let mut info =
-            ClientConfig::new(capabilities(), Implementation::new(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")));
+            ClientConfig::new(capabilities(&self.roots), Implementation::new(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")));
         info.protocol_version = self.protocol_version.clone();
         info
     }
@@ -102,6 +108,14 @@ impl ClientHandler for UpstreamClient {
         context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
         self.host_of(&context, "elicitation/create")?.elicit(params).await
+    }
+
+    /// Its configured roots; without any, the capability was not declared: -32601.
+    async fn list_roots(&self, _: RequestContext<RoleClient>) -> Result<ListRootsResult, ErrorData> {
+        match self.roots.capability() {
+            Some(_) => Ok(self.roots.list()),
+            None => Err(ErrorData::method_not_found::<rmcp::model::ListRootsRequestMethod>()),
+        }
     }
 
     async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {

@@ -1,5 +1,7 @@
 //! Opening one upstream connection: the transport (stdio child, streamable HTTP, in-process
-//! folder server) and the protocol era (probe, pinned, or remembered from the last connect).
+//! folder server) and the protocol era (probe, pinned, or remembered from the last connect;
+//! `auto` keeps the 2025 era for an upstream that would lose sampling, elicitation or roots in
+//! 2026-07-28).
 //! Every transport is tapped for its calls' progress and log messages (`tap`).
 
 use std::collections::HashMap;
@@ -20,6 +22,7 @@ use super::http::GuardedHttpClient;
 use super::progress::ProgressRoutes;
 use super::reason::{ChildOutput, initialize_failure};
 use super::relay::RelayBook;
+use super::roots::Roots;
 use super::stdio::{StdioUpstream, child_environment};
 use super::tap::Taps;
 use super::thin::{HANDED_ON_QUEUE, Inlet, ThinReader};
@@ -41,6 +44,14 @@ enum Plan {
 /// probe. A stdio child's stderr goes to `output`. The error text, in plain words (see
 /// `reason`), is for logs and `/status`, never for clients. A streamable HTTP connection comes
 /// with its thin read client (`thin`).
+///
+/// `auto` with nothing remembered probes 2026-07-28 (`server/discover`) and falls back to the
+/// 2025 handshake. When the probe finds a 2026-07-28 upstream that would lose something in that
+/// era — it offers tools or prompts (whose calls may ask the host for sampling or elicitation,
+/// server-to-client requests that era forbids) or it is given roots (`roots/list`, likewise)
+/// — it is asked for the 2025 handshake on a fresh connection, and that is kept when it
+/// answers (see [`wants_2025`]); an upstream that speaks only 2026-07-28 is connected to again
+/// in that era.
 pub(crate) async fn connect(
     config: &UpstreamConfig,
     notices: mpsc::UnboundedSender<Notice>,
@@ -48,11 +59,23 @@ pub(crate) async fn connect(
     remembered: Option<Era>,
     output: &Arc<ChildOutput>,
     relays: &Arc<RelayBook>,
+    roots: &Roots,
 ) -> Result<(Running, Era, Option<ThinReader>), String> {
     let plan = plan(&config.protocol, remembered);
-    let start = |plan| start(config, &notices, progress, plan, output, relays);
+    let start = |plan| start(config, &notices, progress, plan, output, relays, roots);
     let (running, thin) = match plan {
         Plan::Auto => match start(Plan::Auto).await {
+            Ok(running) if wants_2025(&running.0, roots) => {
+                tracing::debug!(upstream = %config.name, "speaks 2026-07-28; asking for the 2025 handshake");
+                drop(running.0.cancel().await);
+                match start(Plan::Legacy(LEGACY_HANDSHAKE)).await {
+                    Ok(running) => running,
+                    Err(error) => {
+                        tracing::debug!(upstream = %config.name, error = %error, "no 2025 handshake; 2026-07-28 it is");
+                        start(Plan::Modern).await?
+                    }
+                }
+            }
             Ok(running) => running,
             Err(probe_error) => {
                 // rmcp's Auto can fail against legacy-only servers instead of falling back:
@@ -66,6 +89,19 @@ pub(crate) async fn connect(
     running.set_response_cache_config(ClientCacheConfig::disabled()).await;
     let era = Era::of_negotiated(running.peer_info().as_ref().map(|info| &info.protocol_version));
     Ok((running, era, thin))
+}
+
+/// Would this 2026-07-28 connection lose what the 2025 era carries? Sampling, elicitation and
+/// roots are requests from the server to the client, which 2026-07-28 forbids (a server of that
+/// era asks through `input_required`, which the proxy bridges, but SDKs that serve both eras,
+/// such as the Python SDK 2.x, fail such a request instead). They happen in tool calls and
+/// prompts, and roots are asked when given; an upstream with resources only keeps 2026-07-28
+/// and its cache hints (`ttlMs`, `cacheScope`).
+fn wants_2025(running: &Running, roots: &Roots) -> bool {
+    let Some(info) = running.peer_info() else { return false };
+    let capabilities = &info.capabilities;
+    Era::of_negotiated(Some(&info.protocol_version)) == Era::Modern
+        && (capabilities.tools.is_some() || capabilities.prompts.is_some() || roots.capability().is_some())
 }
 
 fn plan(choice: &ProtocolChoice, remembered: Option<Era>) -> Plan {
@@ -98,13 +134,14 @@ async fn start(
     plan: Plan,
     output: &Arc<ChildOutput>,
     relays: &Arc<RelayBook>,
+    roots: &Roots,
 ) -> Result<(Running, Option<ThinReader>), String> {
     let handshake_version = match &plan {
         Plan::Legacy(v) => v.clone(),
         _ => LEGACY_HANDSHAKE,
     };
     let over_http = matches!(config.transport, UpstreamTransport::Http { .. });
-    let handler = UpstreamClient::new(notices.clone(), handshake_version, relays.clone());
+    let handler = UpstreamClient::new(notices.clone(), handshake_version, relays.clone(), roots.clone());
     let tap = Taps { progress: progress.clone(), relays: relays.clone(), over_http };
     let mode = lifecycle(&plan);
     let name = &config.name;

@@ -1,12 +1,16 @@
 //! Fetching an upstream's whole catalog: every page of its resources and templates,
 //! namespaced, with the shortest `ttlMs` the pages came with.
+//!
+//! Invariant: an upstream that did not declare `resources` is never asked for them, and a list
+//! it answers with -32601 is empty (counted: `outcome="method_not_found"`), never a failed
+//! connection.
 
 use std::time::Duration;
 
 use rmcp::model::{PaginatedRequestParams, Resource, ResourceTemplate};
-use rmcp::service::{Peer, RoleClient, ServiceError};
+use rmcp::service::ServiceError;
 
-use super::Upstream;
+use super::{Link, Upstream};
 use crate::catalog::UpstreamCatalog;
 use crate::namespace;
 
@@ -26,8 +30,12 @@ pub(super) struct Listing {
     pub refresh: Option<Duration>,
 }
 
-pub(super) async fn fetch(upstream: &Upstream, peer: &Peer<RoleClient>) -> Result<Listing, String> {
-    let name = upstream.name();
+pub(super) async fn fetch(upstream: &Upstream, link: &Link) -> Result<Listing, String> {
+    if link.capabilities.resources.is_none() {
+        // Not declared: the upstream has no resources, and is not asked for them.
+        return Ok(Listing { entries: UpstreamCatalog::default(), refresh: None });
+    }
+    let (name, peer) = (upstream.name(), &link.peer);
     let metrics = &upstream.inner.metrics;
     let timeout = upstream.config().request_timeout;
     let started = std::time::Instant::now();
@@ -35,21 +43,18 @@ pub(super) async fn fetch(upstream: &Upstream, peer: &Peer<RoleClient>) -> Resul
         let page = peer.list_resources(Some(PaginatedRequestParams::default().with_cursor(cursor))).await?;
         Ok((page.resources, page.next_cursor, page.ttl_ms))
     })
-    .await
-    .map_err(|e| format!("resources/list: {e}"));
-    let outcome = if resources.is_ok() { "ok" } else { "upstream_failed" };
-    metrics.upstream_request(name, "resources/list", outcome, started.elapsed());
-    let (resources, resources_ttl) = resources?;
+    .await;
+    metrics.upstream_request(name, "resources/list", list_outcome(&resources), started.elapsed());
+    let (resources, resources_ttl) = empty_if_unsupported(resources).map_err(|e| format!("resources/list: {e}"))?;
+    let started = std::time::Instant::now();
     let templates = all_pages(timeout, |cursor| async {
         let page = peer.list_resource_templates(Some(PaginatedRequestParams::default().with_cursor(cursor))).await?;
         Ok((page.resource_templates, page.next_cursor, page.ttl_ms))
     })
     .await;
-    let (templates, templates_ttl) = match templates {
-        Ok(found) => found,
-        Err(e) if e.is_method_not_found() => (Vec::new(), None),
-        Err(e) => return Err(format!("resources/templates/list: {e}")),
-    };
+    metrics.upstream_request(name, "resources/templates/list", list_outcome(&templates), started.elapsed());
+    let (templates, templates_ttl) =
+        empty_if_unsupported(templates).map_err(|e| format!("resources/templates/list: {e}"))?;
     let unlisted = |uri: &str| {
         tracing::warn!(upstream = name, uri, "URI has no scheme; not listed");
         metrics.catalog_entry_unlisted(name);
@@ -92,6 +97,27 @@ fn namespace_template(
     };
     template.uri_template = uri_template;
     Some(template)
+}
+
+/// The `outcome` label of a list fetch: `ok`, `method_not_found` (the upstream answered
+/// -32601: an empty list), or `upstream_failed`.
+pub(super) fn list_outcome<T>(fetched: &Result<T, PageError>) -> &'static str {
+    match fetched {
+        Ok(_) => "ok",
+        Err(e) if e.is_method_not_found() => "method_not_found",
+        Err(_) => "upstream_failed",
+    }
+}
+
+/// A list the upstream answers with -32601 (method not found) is empty, never a failure: a
+/// server that does not have a kind of thing need not implement its list.
+pub(super) fn empty_if_unsupported<T>(
+    fetched: Result<(Vec<T>, Option<u64>), PageError>,
+) -> Result<(Vec<T>, Option<u64>), PageError> {
+    match fetched {
+        Err(e) if e.is_method_not_found() => Ok((Vec::new(), None)),
+        other => other,
+    }
 }
 
 /// A failed page fetch.

@@ -24,6 +24,7 @@ mod progress;
 mod reason;
 mod registry;
 mod relay;
+mod roots;
 mod scan;
 mod stdio;
 mod supervisor;
@@ -41,6 +42,7 @@ use tokio_util::sync::CancellationToken;
 pub use self::events::{EventInbox, EventSender, Inbound};
 pub use self::registry::Registry;
 pub use self::relay::HostRelay;
+pub use self::roots::RootsChange;
 use crate::catalog::Catalog;
 use crate::config::UpstreamConfig;
 use crate::error::ProxyError;
@@ -148,6 +150,8 @@ struct Inner {
     supervisor: Mutex<Option<(CancellationToken, tokio::task::JoinHandle<()>)>>,
     /// Routed calls in flight whose sampling, elicitation and logging go to their host.
     relays: Arc<relay::RelayBook>,
+    /// The roots it is given (its config's, until a reload changes them).
+    roots: roots::Roots,
 }
 
 /// The live connection: what requests need.
@@ -173,6 +177,7 @@ impl Upstream {
             stderr_tail: Vec::new(),
             reconnects: 0,
         };
+        let roots = roots::Roots::new(&config.roots);
         let inner = Inner {
             config,
             metrics,
@@ -188,6 +193,7 @@ impl Upstream {
             settled: watch::Sender::new(false),
             supervisor: Mutex::new(None),
             relays: Arc::default(),
+            roots,
         };
         Self { inner: Arc::new(inner) }
     }
@@ -217,6 +223,26 @@ impl Upstream {
         tokio::time::timeout(grace, task).await.is_ok()
     }
 
+    /// The roots it is given now.
+    pub fn roots(&self) -> Arc<Vec<String>> {
+        self.inner.roots.uris()
+    }
+
+    /// Give it `next` as its roots. A change between some roots and others is made in place
+    /// and the connected upstream told `notifications/roots/list_changed` (it asks
+    /// `roots/list` again); a change to or from none needs a reconnect (the capability is
+    /// declared at connect), which the caller makes.
+    pub async fn set_roots(&self, next: &[String]) -> RootsChange {
+        let change = self.inner.roots.replace(next);
+        if change == RootsChange::Changed
+            && let Ok(link) = self.link()
+            && let Err(error) = link.peer.notify_roots_list_changed().await
+        {
+            tracing::warn!(upstream = self.name(), error = %error, "roots/list_changed not sent");
+        }
+        change
+    }
+
     /// Read `uri` (un-namespaced) from this upstream.
     pub async fn read(&self, uri: &str) -> Result<ReadResourceResponse, ProxyError> {
         let started = std::time::Instant::now();
@@ -235,6 +261,10 @@ impl Upstream {
     /// can, else (or when it hands the read back) on rmcp's peer.
     async fn read_once(&self, uri: &str) -> Result<ReadResourceResponse, ProxyError> {
         let link = self.link()?;
+        if link.capabilities.resources.is_none() {
+            // It has no resources (it did not declare them): not asked.
+            return Err(ProxyError::not_found(uri));
+        }
         let read = async {
             if let Some(thin) = link.thin.as_ref().filter(|_| !link.peer.is_transport_closed()) {
                 match thin.read(uri).await {

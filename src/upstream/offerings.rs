@@ -15,12 +15,19 @@ use rmcp::service::{Peer, PeerRequestOptions, RoleClient, ServiceError};
 
 use std::sync::Arc;
 
-use super::listing::{PageError, all_pages};
+use super::listing::{PageError, all_pages, empty_if_unsupported, list_outcome};
 use super::progress::{ProgressClaim, ProgressRoutes};
 use super::relay::RelayClaim;
 use super::{HostRelay, Link, ProgressOutlet, Upstream};
 use crate::error::ProxyError;
 use crate::protocol::Era;
+
+/// Why a 2026-07-28 upstream failed a call with -32600, in the host's words: what servers that
+/// serve both eras (the Python SDK 2.x) answer when a call asks the host for sampling,
+/// elicitation or roots, requests that era has no channel for.
+const NO_BACK_CHANNEL: &str = "it refused the call as invalid (-32600); the proxy speaks 2026-07-28 to it, and in that era a \
+     server cannot ask the host for sampling, elicitation or roots during a call (its operator can set \
+     `protocol = \"2025-11-25\"` for this upstream)";
 
 /// What an upstream offers besides resources.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -64,7 +71,7 @@ impl Upstream {
             }
         };
         self.count("tools/list", &tools, started);
-        let tools = tools.map_err(|e| format!("tools/list: {e}"))?.0;
+        let tools = empty_if_unsupported(tools).map_err(|e| format!("tools/list: {e}"))?.0;
         let started = std::time::Instant::now();
         let prompts = match has_prompts {
             false => Ok((Vec::new(), None)),
@@ -78,7 +85,7 @@ impl Upstream {
             }
         };
         self.count("prompts/list", &prompts, started);
-        let prompts = prompts.map_err(|e| format!("prompts/list: {e}"))?.0;
+        let prompts = empty_if_unsupported(prompts).map_err(|e| format!("prompts/list: {e}"))?.0;
         Ok(Offered { tools, prompts })
     }
 
@@ -200,6 +207,10 @@ impl Upstream {
                 tracing::debug!(upstream = self.name(), method, error = %e.message, "upstream refused the params");
                 ProxyError::InvalidParams(format!("upstream `{}` refused the {method} arguments", self.name()))
             }
+            ServiceError::McpError(e) if e.code == ErrorCode::INVALID_REQUEST && self.speaks_2026(method) => {
+                tracing::debug!(upstream = self.name(), method, error = %e.message, "upstream refused a request of its era");
+                self.failed(NO_BACK_CHANNEL.into())
+            }
             ServiceError::McpError(e) => {
                 tracing::debug!(upstream = self.name(), method, error = %e.message, "upstream request failed");
                 self.failed(format!("it answered with error {}", e.code.0))
@@ -213,9 +224,14 @@ impl Upstream {
         }
     }
 
+    /// Is `method` a routed call on a 2026-07-28 connection (where the upstream cannot ask the
+    /// host anything by a request of its own)?
+    fn speaks_2026(&self, method: &str) -> bool {
+        matches!(method, "tools/call" | "prompts/get") && self.link().is_ok_and(|link| link.era == Era::Modern)
+    }
+
     fn count<T>(&self, method: &'static str, result: &Result<T, PageError>, started: std::time::Instant) {
-        let outcome = if result.is_ok() { "ok" } else { "upstream_failed" };
-        self.inner.metrics.upstream_request(self.name(), method, outcome, started.elapsed());
+        self.inner.metrics.upstream_request(self.name(), method, list_outcome(result), started.elapsed());
     }
 }
 

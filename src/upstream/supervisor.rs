@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use rmcp::model::{ClientRequest, DiscoverRequest, DiscoverRequestParams};
-use rmcp::service::{Peer, RoleClient, ServiceError};
+use rmcp::service::ServiceError;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -130,7 +130,7 @@ impl Supervisor {
         let progress = super::progress::ProgressRoutes::default();
         let output = &self.upstream.inner.child_output;
         let connected = tokio::select! {
-            connected = connect(self.upstream.config(), notices_tx.clone(), &progress, *remembered, output, &self.upstream.inner.relays) => connected,
+            connected = connect(self.upstream.config(), notices_tx.clone(), &progress, *remembered, output, &self.upstream.inner.relays, &self.upstream.inner.roots) => connected,
             _ = self.shutdown.cancelled() => return End::Shutdown,
         };
         let (running, era, thin) = match connected {
@@ -143,7 +143,7 @@ impl Supervisor {
         *remembered = Some(era);
         let capabilities = running.peer_info().map(|i| i.capabilities.clone()).unwrap_or_default();
         let link = Link { peer: running.peer().clone(), era, capabilities, progress, thin };
-        let refresh = match self.load_catalog(&link.peer).await {
+        let refresh = match self.load_catalog(&link).await {
             Ok(reload) => reload.refresh,
             Err(error) => return End::Lost(error),
         };
@@ -257,7 +257,7 @@ impl Supervisor {
             Notice::OfferingsChanged => {
                 // A burst costs one fetch per kind of notice that queued meanwhile.
                 while self.drain_list_changes(notices) {
-                    self.reloaded(self.load_catalog(&link.peer).await?.changed);
+                    self.reloaded(self.load_catalog(link).await?.changed);
                 }
                 self.refetch_offerings(link).await;
                 Ok(())
@@ -266,9 +266,9 @@ impl Supervisor {
                 // A burst of list_changed costs one reload (two when more arrive during the
                 // first) and one event.
                 self.drain_list_changes(notices);
-                let mut changed = self.load_catalog(&link.peer).await?.changed;
+                let mut changed = self.load_catalog(link).await?.changed;
                 while self.drain_list_changes(notices) {
-                    changed |= self.load_catalog(&link.peer).await?.changed;
+                    changed |= self.load_catalog(link).await?.changed;
                 }
                 self.reloaded(changed);
                 if self.offerings_stale.load(std::sync::atomic::Ordering::Relaxed) {
@@ -294,7 +294,7 @@ impl Supervisor {
 
     /// Fetch the lists again (their `ttlMs` ran out); returns when to do so next.
     async fn reload(&self, link: &Link) -> Result<Option<Duration>, String> {
-        let reload = self.load_catalog(&link.peer).await?;
+        let reload = self.load_catalog(link).await?;
         self.reloaded(reload.changed);
         Ok(reload.refresh)
     }
@@ -374,9 +374,9 @@ impl Supervisor {
 
     /// Every page of resources and templates, namespaced, into the catalog. Returns when the
     /// lists must be fetched again (the shortest `ttlMs` they came with), if ever.
-    async fn load_catalog(&self, peer: &Peer<RoleClient>) -> Result<Reload, String> {
+    async fn load_catalog(&self, link: &Link) -> Result<Reload, String> {
         let listing = tokio::select! {
-            listing = super::listing::fetch(&self.upstream, peer) => listing?,
+            listing = super::listing::fetch(&self.upstream, link) => listing?,
             _ = self.shutdown.cancelled() => return Err("stopped".into()),
         };
         let name = self.upstream.name();

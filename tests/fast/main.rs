@@ -7,6 +7,7 @@ pub mod support;
 
 mod access;
 mod cache;
+mod capabilities;
 mod cli;
 mod core;
 mod dashboard;

@@ -1,14 +1,15 @@
 //! The official MCP conformance suite (npm `@modelcontextprotocol/conformance`, pinned in
 //! `.ci/install-peers.sh`) run in its `server` mode, once straight against an upstream and once
-//! through the proxy in front of it, with that upstream presented un-prefixed
-//! (`unprefixed = true`), the proxy speaking each protocol era to it in turn. Its tools, prompts
-//! and completion scenarios must pass through the proxy wherever they pass directly.
+//! through the proxy in front of it: with default settings (the upstream's names prefixed,
+//! `protocol = "auto"`), and presented un-prefixed (`unprefixed = true`) with `auto` and each
+//! protocol era pinned in turn. Its tools, prompts and completion scenarios must pass through the
+//! proxy wherever they pass directly, but for the gaps [`not_forwarded`] names with their reasons.
 //!
 //! The upstream is `tests/py/conformance_server.py`: the Python SDK (PyPI `mcp` 2.3.0) built to
 //! the scenarios' written requirements (the suite's own reference server is an unpublished
 //! example of its repository). The suite's client speaks the 2025 era only (2025-06-18 and
-//! 2025-11-25, in 0.1.13), so the host side is always 2025; the upstream side is 2025-11-25 and
-//! 2026-07-28.
+//! 2025-11-25, in 0.1.13), so the host side is always 2025; the upstream side is what `auto`
+//! picks (2025-11-25: the upstream offers tools), 2025-11-25 and 2026-07-28.
 //!
 //! Its `dns-rebinding-protection` scenario is about the HTTP listener itself (a 2025
 //! `initialize` whose `Host` and `Origin` name the attacker's domain must get a 4xx, one with
@@ -58,20 +59,55 @@ const SCENARIOS: [&str; 20] = [
     "completion-complete",
 ];
 
-/// Scenarios that need what the proxy does not pass to hosts, per upstream era, each with the
-/// reason. They are asserted to fail through the proxy (while passing directly), so closing a
-/// gap shows here.
-/// - 2025-11-25 upstream: none. Sampling, elicitation and logging the upstream sends for a call
-///   are relayed to the calling host (src/upstream/relay.rs, src/downstream/relay.rs).
-/// - 2026-07-28 upstream: sampling and elicitation. That era forbids server-to-client requests,
-///   so the Python SDK server's `create_message` / `elicit` fail the call (-32600); a server of
-///   that era asks through an `input_required` (MRTR) result instead, which the proxy passes
-///   through as it is. Turning one into 2025 requests to a 2025 host and retrying the call with
-///   the answers is not done. (Logging passes: the proxy asks a 2026-07-28 upstream for the
-///   host's level per request, `io.modelcontextprotocol/logLevel`.)
-fn not_forwarded(era: &str) -> &'static [&'static str] {
-    match era {
-        "2026-07-28" => &[
+/// How the proxy is set up in front of the upstream, for one run of the suite: a name, the
+/// extra keys of the upstream's entry, and the era it must speak to the upstream.
+const RUNS: [(&str, &str, &str); 4] = [
+    // What the issue asks for: nothing set (`protocol` at its default, `auto`; names prefixed).
+    ("default", "", "legacy"),
+    ("unprefixed, auto", "unprefixed = true", "legacy"),
+    ("unprefixed, 2025-11-25", "unprefixed = true\nprotocol = \"2025-11-25\"", "legacy"),
+    ("unprefixed, 2026-07-28", "unprefixed = true\nprotocol = \"2026-07-28\"", "modern"),
+];
+
+/// Scenarios that fail through the proxy while passing directly, per run, each with the reason.
+/// They are asserted to fail through the proxy, so closing a gap shows here.
+/// - default: the scenarios that call a tool or get a prompt by the upstream's own name
+///   (`test_simple_text`, `test_simple_prompt`, …) or complete against it. The proxy lists them
+///   as `conformance__<name>` (every upstream's names are prefixed unless it is the one
+///   `unprefixed` upstream), so the un-namespaced name is unknown to it (-32602).
+///   `json-schema-2020-12` looks for `json_schema_2020_12_tool` by that name in the tools list,
+///   where it is `conformance__json_schema_2020_12_tool`. `tools-list` and `prompts-list` only
+///   list, and pass.
+/// - unprefixed, auto and 2025-11-25: none. `auto` speaks the 2025 era to an upstream that offers
+///   tools or prompts, so its sampling, elicitation and logging reach the calling host
+///   (src/upstream/relay.rs, src/downstream/relay.rs).
+/// - unprefixed, 2026-07-28 (pinned): sampling and elicitation. That era forbids
+///   server-to-client requests, so the Python SDK server's `create_message` / `elicit` fail the
+///   call (-32600); the host is told so in words
+///   ([`a_pinned_2026_upstream_that_cannot_ask_the_host_is_named_as_the_reason`]).
+fn not_forwarded(run: &str) -> &'static [&'static str] {
+    match run {
+        "default" => &[
+            "tools-call-simple-text",
+            "tools-call-image",
+            "tools-call-audio",
+            "tools-call-embedded-resource",
+            "tools-call-mixed-content",
+            "tools-call-with-logging",
+            "tools-call-error",
+            "tools-call-with-progress",
+            "tools-call-sampling",
+            "tools-call-elicitation",
+            "json-schema-2020-12",
+            "elicitation-sep1034-defaults",
+            "elicitation-sep1330-enums",
+            "prompts-get-simple",
+            "prompts-get-with-args",
+            "prompts-get-embedded-resource",
+            "prompts-get-with-image",
+            "completion-complete",
+        ],
+        "unprefixed, 2026-07-28" => &[
             "tools-call-sampling",
             "tools-call-elicitation",
             "elicitation-sep1034-defaults",
@@ -85,22 +121,45 @@ fn not_forwarded(era: &str) -> &'static [&'static str] {
 type Outcomes = BTreeMap<String, Result<(), String>>;
 
 #[tokio::test(flavor = "multi_thread")]
-async fn tools_and_prompts_scenarios_pass_through_the_proxy_as_directly_in_both_eras() -> anyhow::Result<()> {
+async fn tools_and_prompts_scenarios_pass_through_the_proxy_as_directly() -> anyhow::Result<()> {
     let upstream = spawn_py_script_http("conformance_server.py", &[]);
     let direct = run_suite(&upstream.url).await.context("the suite against the upstream")?;
     let failing_directly: Vec<_> = SCENARIOS.iter().filter(|s| direct[**s].is_err()).collect();
     if !failing_directly.is_empty() {
         eprintln!("conformance: failing against the upstream itself (compared anyway): {failing_directly:?}");
     }
-    for era in ["2025-11-25", "2026-07-28"] {
-        let extra = format!("unprefixed = true\nprotocol = \"{era}\"");
-        let proxy = ProxyProcess::start(&http_upstream("conformance", &upstream.url, &extra)).await?;
+    let mut wrong = Vec::new();
+    for (run, extra, era) in RUNS {
+        let proxy = ProxyProcess::start(&http_upstream("conformance", &upstream.url, extra)).await?;
         proxy.wait_up("conformance", 1).await?;
         let spoken = proxy.upstream_status("conformance").await?["era"].clone();
-        assert_eq!(spoken, if era == "2026-07-28" { "modern" } else { "legacy" }, "the era spoken upstream");
-        let through = run_suite(&proxy.url).await.with_context(|| format!("the suite through the proxy ({era})"))?;
-        compare(era, &direct, &through)?;
+        assert_eq!(spoken, era, "{run}: the era spoken upstream");
+        let through = run_suite(&proxy.url).await.with_context(|| format!("the suite through the proxy ({run})"))?;
+        wrong.extend(compare(run, &direct, &through));
     }
+    if !wrong.is_empty() {
+        bail!("{}", wrong.join("\n"));
+    }
+    Ok(())
+}
+
+/// An upstream pinned to 2026-07-28 whose tool asks the host for sampling fails the call
+/// (-32600, the era has no channel for it): the host's error says so in words, naming the era
+/// and what it cannot carry, not a bare "-32603 … -32600".
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pinned_2026_upstream_that_cannot_ask_the_host_is_named_as_the_reason() -> anyhow::Result<()> {
+    let upstream = spawn_py_script_http("conformance_server.py", &[]);
+    let proxy = ProxyProcess::start(&http_upstream("c", &upstream.url, "protocol = \"2026-07-28\"")).await?;
+    proxy.wait_up("c", 1).await?;
+    let host = ().serve(StreamableHttpClientTransport::from_uri(proxy.url.as_str())).await?;
+    let mut params = CallToolRequestParams::new("c__test_sampling");
+    params.arguments = Some(serde_json::from_value(serde_json::json!({"prompt": "hi"}))?);
+    let failed = host.call_tool(params).await.err().context("the call must fail")?;
+    let rmcp::ServiceError::McpError(error) = failed else { bail!("not an MCP error: {failed}") };
+    for words in ["2026-07-28", "cannot ask the host for sampling, elicitation or roots"] {
+        assert!(error.message.contains(words), "{words:?} in {:?}", error.message);
+    }
+    host.cancel().await?;
     Ok(())
 }
 
@@ -234,28 +293,25 @@ fn explained(proxy: &ProxyProcess) -> anyhow::Result<()> {
 }
 
 /// Every scenario that passes directly passes through the proxy, but for [`not_forwarded`],
-/// which fail there; every outcome is printed.
-fn compare(era: &str, direct: &Outcomes, through: &Outcomes) -> anyhow::Result<()> {
+/// which fail there; every outcome is printed. What is wrong, one line each.
+fn compare(run: &str, direct: &Outcomes, through: &Outcomes) -> Vec<String> {
     let mut wrong = Vec::new();
     for scenario in SCENARIOS {
         let (direct, through) = (&direct[scenario], &through[scenario]);
-        eprintln!("conformance [{era}] {scenario}: direct {}, proxy {}", label(direct), label(through));
+        eprintln!("conformance [{run}] {scenario}: direct {}, proxy {}", label(direct), label(through));
         if let Err(why) = through {
-            eprintln!("conformance [{era}] {scenario} through the proxy: {why}");
+            eprintln!("conformance [{run}] {scenario} through the proxy: {why}");
         }
-        let expected_gap = not_forwarded(era).contains(&scenario);
+        let expected_gap = not_forwarded(run).contains(&scenario);
         match (direct, through) {
-            (Ok(()), Err(why)) if !expected_gap => wrong.push(format!("{scenario} fails through the proxy: {why}")),
+            (Ok(()), Err(why)) if !expected_gap => wrong.push(format!("[{run}] {scenario} fails through the proxy: {why}")),
             (Ok(()), Ok(())) if expected_gap => {
-                wrong.push(format!("{scenario} passes through the proxy now: take it off not_forwarded({era})"))
+                wrong.push(format!("[{run}] {scenario} passes through the proxy now: take it off not_forwarded"))
             }
             _ => {}
         }
     }
-    if !wrong.is_empty() {
-        bail!("upstream protocol {era}:\n  {}", wrong.join("\n  "));
-    }
-    Ok(())
+    wrong
 }
 
 fn label(outcome: &Result<(), String>) -> &'static str {

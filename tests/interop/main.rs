@@ -22,6 +22,7 @@ mod relay;
 mod relay_modern;
 mod relay_post_only;
 mod reload;
+mod servers_people_run;
 mod third_party;
 mod tools;
 mod ts_client;

@@ -105,6 +105,33 @@ fn stdio_upstream(name: &str, (program, args): (String, Vec<String>), extra: &st
 }
 
 /// Pinned in `.ci/install-peers.sh`; kept here for paths and messages.
+pub const FILESYSTEM_PKG: &str = "@modelcontextprotocol/server-filesystem";
+/// Pinned in `.ci/install-peers.sh`; kept here for paths and messages.
+pub const THINKING_PKG: &str = "@modelcontextprotocol/server-sequential-thinking";
+
+/// A `[[upstreams]]` entry `name` running the installed server-filesystem over stdio with no
+/// directory arguments (it serves the roots it is given); `extra`: more keys (`roots = […]`).
+pub fn filesystem_upstream(name: &str, extra: &str) -> String {
+    ensure_installed();
+    let entry = repo_root().join(".peers/servers/node_modules").join(FILESYSTEM_PKG).join("dist/index.js");
+    stdio_upstream(name, ("node".to_string(), vec![path_str(&entry)]), extra)
+}
+
+/// A `[[upstreams]]` entry `name` running the installed server-sequential-thinking over stdio.
+pub fn thinking_upstream(name: &str, extra: &str) -> String {
+    ensure_installed();
+    let entry = repo_root().join(".peers/servers/node_modules").join(THINKING_PKG).join("dist/index.js");
+    stdio_upstream(name, ("node".to_string(), vec![path_str(&entry)]), extra)
+}
+
+/// A `[[upstreams]]` entry `name` running `tests/py/one_kind_server.py KIND` (`prompts` or
+/// `resources`: it declares that kind alone) over stdio.
+pub fn one_kind_upstream(name: &str, kind: &str, extra: &str) -> String {
+    let command = (path_str(&python()), vec![path_str(&py_script("one_kind_server.py")), kind.to_string()]);
+    stdio_upstream(name, command, extra)
+}
+
+/// Pinned in `.ci/install-peers.sh`; kept here for paths and messages.
 pub const CONFORMANCE_PKG: &str = "@modelcontextprotocol/conformance";
 
 /// The installed conformance suite's CLI (`node <it> server --url … -o …`).

@@ -1,0 +1,99 @@
+//! The servers people run, with default settings: npm `@modelcontextprotocol/server-filesystem`
+//! and `server-sequential-thinking` (they declare only tools and answer `resources/list` with
+//! -32601), a prompts-only and a resources-only server (`tests/py/one_kind_server.py`, the
+//! Python SDK's low-level server) all come up behind one proxy (`/readyz` 200) and are fully
+//! usable by hosts of both eras over HTTP and by a stdio host (`serve --stdio`).
+//! server-filesystem is started without directories: it serves the `roots` its config gives it
+//! (a temporary folder), which it asks the proxy for with `roots/list`.
+
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use rmcp::model::{CallToolRequestParams, GetPromptRequestParams, ReadResourceRequestParams, ResourceContents};
+use rmcp::service::{Peer, RoleClient};
+use serde_json::{Value, json};
+
+use crate::support::eventually;
+use crate::support::fixture::{self, DEADLINE, Era, list_all_resources};
+use crate::support::peers::{filesystem_upstream, one_kind_upstream, thinking_upstream};
+use crate::support::proxy::{ProxyProcess, connect_stdio_proxy, toml_str, write_config};
+
+const GREETING: &str = "hello from the filesystem";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tools_prompts_and_resources_only_servers_are_up_and_usable_by_every_kind_of_host() -> anyhow::Result<()> {
+    let data = tempfile::tempdir()?;
+    let folder = data.path().canonicalize()?;
+    std::fs::write(folder.join("hello.txt"), GREETING)?;
+    std::fs::create_dir(folder.join("inner"))?;
+    let root = format!("file://{}", folder.display());
+    let config = [
+        filesystem_upstream("fs", &format!("roots = [{}]", toml_str(&root))),
+        thinking_upstream("think", ""),
+        one_kind_upstream("greet", "prompts", ""),
+        one_kind_upstream("notes", "resources", ""),
+    ]
+    .concat();
+    let proxy = ProxyProcess::start(&config).await?;
+    for name in ["fs", "think", "greet", "notes"] {
+        proxy.wait_up(name, 1).await?;
+    }
+    let ready = eventually(DEADLINE, "/readyz 200", || proxy.admin_get("/readyz")).await?;
+    assert_eq!(serde_json::from_str::<Value>(&ready)?, json!({ "ready": true, "missing": [] }));
+    for era in [Era::Legacy, Era::Modern] {
+        let (host, _) = fixture::connect_http(&proxy.url, era).await?;
+        use_every_server(host.peer(), &folder).await.with_context(|| format!("HTTP host, {era:?}"))?;
+    }
+    let dir = tempfile::tempdir()?;
+    let path = write_config(dir.path(), &config)?;
+    for era in [Era::Legacy, Era::Modern] {
+        let (host, _) = connect_stdio_proxy(&path, era).await?;
+        let used = eventually(DEADLINE, "every server usable through serve --stdio", || {
+            use_every_server(host.peer(), &folder)
+        });
+        used.await.with_context(|| format!("stdio host, {era:?}"))?;
+    }
+    Ok(())
+}
+
+/// List a directory and read a file through server-filesystem, think one thought, get the
+/// prompt, list and read the resources.
+async fn use_every_server(host: &Peer<RoleClient>, folder: &Path) -> anyhow::Result<()> {
+    let listing = eventually(DEADLINE, "server-filesystem lists its root", || {
+        call_text(host, "fs__list_directory", json!({ "path": folder }))
+    })
+    .await?;
+    assert!(listing.contains("[FILE] hello.txt") && listing.contains("[DIR] inner"), "{listing}");
+    let read = call_text(host, "fs__read_text_file", json!({ "path": folder.join("hello.txt") })).await?;
+    assert_eq!(read, GREETING);
+
+    let thought = json!({"thought": "one step", "thoughtNumber": 1, "totalThoughts": 1, "nextThoughtNeeded": false});
+    let answer: Value = serde_json::from_str(&call_text(host, "think__sequentialthinking", thought).await?)?;
+    assert_eq!((&answer["thoughtNumber"], &answer["nextThoughtNeeded"]), (&json!(1), &json!(false)), "{answer}");
+
+    let mut arguments = serde_json::Map::new();
+    arguments.insert("name".into(), json!("Ann"));
+    let prompt = host.get_prompt(GetPromptRequestParams::new("greet__greet").with_arguments(arguments)).await?;
+    let message = prompt.messages.first().context("a message")?;
+    let text = message.content.as_text().map(|t| t.text.as_str());
+    assert_eq!(text, Some("Hello, Ann!"), "{prompt:?}");
+
+    let (resources, _) = list_all_resources(host).await?;
+    let uris: Vec<&str> = resources.iter().map(|r| r.uri.as_str()).collect();
+    assert_eq!(uris, ["notes+one://note/1", "notes+one://note/2"]);
+    let read = host.read_resource(ReadResourceRequestParams::new("notes+one://note/2")).await?;
+    let ResourceContents::TextResourceContents { text, .. } = &read.contents[0] else { bail!("{read:?}") };
+    assert_eq!(text, "note 2");
+    Ok(())
+}
+
+/// The text of a successful tool call.
+async fn call_text(host: &Peer<RoleClient>, tool: &str, arguments: Value) -> anyhow::Result<String> {
+    let Value::Object(arguments) = arguments else { bail!("arguments must be an object") };
+    let result = host.call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments)).await?;
+    let text = result.content.first().and_then(|c| c.as_text()).map(|t| t.text.clone()).unwrap_or_default();
+    match result.is_error {
+        Some(true) => bail!("{tool} failed: {text}"),
+        _ => Ok(text),
+    }
+}
