@@ -85,6 +85,27 @@ async fn concurrent_misses_make_one_load_and_then_hit() {
     assert_eq!(book.held_by(HOLDER), [("u".to_string(), "x://a".to_string())], "one hold for the watched entry");
 }
 
+/// Results nobody said may be kept (no `ttlMs`, untrusted, no opt-in) are not kept, yet
+/// concurrent readers of the same URI still share one load.
+#[tokio::test]
+async fn results_not_kept_are_still_loaded_once_for_concurrent_readers() {
+    let (cache, book) = with(CacheConfig { unwatched_ttl: Duration::ZERO, ..config() });
+    let loads = Arc::new(AtomicUsize::new(0));
+    let load = |loads: Arc<AtomicUsize>| async move {
+        loads.fetch_add(1, Ordering::SeqCst);
+        tokio::task::yield_now().await;
+        Ok(Loaded::unwatched(text("v1")))
+    };
+    let untrusted = || ReadRequest { settings: &UNTRUSTED, ..request("u", 0, "x://a", "p") };
+    let reads = (0..100).map(|_| cache.read(untrusted(), || load(loads.clone())));
+    let results = futures::future::join_all(reads).await;
+    assert_eq!(loads.load(Ordering::SeqCst), 1, "one upstream read for 100 concurrent readers");
+    assert!(results.iter().all(|r| r.as_ref().is_ok_and(|r| body(r) == "v1" && r.outcome == Outcome::Bypass)));
+    let later = cache.read(untrusted(), || load(loads.clone())).await.unwrap();
+    assert_eq!((later.outcome, loads.load(Ordering::SeqCst)), (Outcome::Bypass, 2), "not kept: read again");
+    assert_eq!(book.counts(), (0, 0), "nothing subscribed for it");
+}
+
 #[tokio::test]
 async fn an_update_during_a_load_wins() {
     let (cache, _) = cache();
