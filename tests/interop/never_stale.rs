@@ -16,7 +16,7 @@ use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientServiceExt, RoleClient};
 use serde_json::{Value, json};
 
-use crate::support::fixture::{self, DEADLINE, Era, EventRecorder, FixtureClient, call_json};
+use crate::support::fixture::{self, DEADLINE, Era, EventRecorder, FixtureClient};
 use crate::support::peers::{memory_stdio_command, memory_upstream, py_client, spawn_everything_http};
 use crate::support::proxy::{ProxyProcess, http_upstream};
 use crate::support::reads::{read, text};
