@@ -36,8 +36,12 @@ pub struct Key {
 pub struct Entry {
     pub result: ReadResourceResult,
     pub fresh_until: Instant,
+    /// Until here a host may be told the result is fresh (the upstream's own `ttlMs`); never
+    /// past `fresh_until`.
+    pub told_until: Instant,
     /// Past `fresh_until`, until here it may still be served when the upstream fails.
     pub keep_until: Instant,
+    /// Whom the entry may serve: `private` keeps it per principal.
     pub scope: CacheScope,
     /// The size of the contents (text as stored, blobs as base64): what `max_entry_bytes` bounds.
     pub bytes: u32,

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use rmcp::model::CacheScope;
 
-pub use self::admission::{Cached, Loaded, Outcome, content_bytes, lifetime};
+pub use self::admission::{Cached, Loaded, Outcome, content_bytes, lifetime, told_scope, told_ttl, unwatched_ttl};
 pub use self::contents_json::contents_json;
 pub use self::holds::WatchTicket;
 pub(crate) use self::watches::WatchBook;
@@ -41,6 +41,8 @@ use crate::subscriptions::{HolderId, is_same_or_parent};
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// How long "results of this URI could not be kept" is remembered, at most.
 const UNKEPT_FOR: Duration = Duration::from_secs(60);
+/// How long a URI's last scope steers its loads (shared or per principal) at least, kept or not.
+const SCOPE_KNOWN_FOR: Duration = Duration::from_secs(5);
 
 /// One read, as the coherence layer sees it.
 #[derive(Debug, Clone, Copy)]
@@ -133,10 +135,18 @@ impl Coherence {
 
     /// Should a load of `uri` subscribe upstream first? A ticket when it should (cache on for
     /// the upstream, its results can be kept, the watch cap allows); the load waits for the
-    /// acknowledgement and hands the ticket back in [`Loaded`] — or drops it.
+    /// acknowledgement and hands the ticket back in [`Loaded`] — or drops it. An upstream not
+    /// trusted to notify, with no `unwatched_ttl` opted into, is never watched for the cache:
+    /// its acknowledgement would keep nothing longer (only its own `ttlMs` keeps its results).
     pub fn watch(&self, upstream: &str, uri: &str, settings: &UpstreamCache) -> Option<WatchTicket> {
         let on = self.inner.config.enabled && settings.enabled;
-        if !on || self.inner.unkept.get(upstream, uri).is_some() || self.inner.refused.get(upstream, uri).is_some() {
+        let worth_it =
+            settings.trust_notifications || !admission::unwatched_ttl(&self.inner.config, settings).is_zero();
+        if !on
+            || !worth_it
+            || self.inner.unkept.get(upstream, uri).is_some()
+            || self.inner.refused.get(upstream, uri).is_some()
+        {
             return None;
         }
         self.inner.holds.ticket(upstream, uri)
@@ -159,7 +169,7 @@ impl Coherence {
         if !(self.inner.config.enabled && request.settings.enabled) {
             // Boxed, as the load below.
             let loaded = Box::pin(load()).await?;
-            let scope = admission::scope_of(&loaded.result);
+            let scope = admission::told_scope(&loaded.result);
             let outcome = Outcome::Bypass;
             return Ok(Cached { ttl: Duration::ZERO, scope, result: loaded.result, outcome, contents_json: None });
         }
@@ -326,8 +336,12 @@ impl Inner {
             if superseded {
                 self.metrics.cache_invalidation(InvalidationCause::UpdatedDuringLoad, 1);
             }
-            let (outcome, ttl) = if superseded { (Outcome::Miss, Duration::ZERO) } else { (Outcome::Bypass, ttl) };
-            let cached = Cached { result: entry.result, ttl, scope: entry.scope, outcome, contents_json: None };
+            let (outcome, ttl) = match superseded {
+                true => (Outcome::Miss, Duration::ZERO),
+                false => (Outcome::Bypass, admission::told_ttl(entry.result.ttl_ms, ttl)),
+            };
+            let scope = admission::told_scope(&entry.result);
+            let cached = Cached { result: entry.result, ttl, scope, outcome, contents_json: None };
             return Err(LoadError::Uncacheable(Box::new(cached)));
         }
         if let Some(watch) = watch {
@@ -343,7 +357,7 @@ impl Inner {
     /// that learnt "public" before the entry was there would read upstream a second time.
     fn remember_scope(&self, flight: &Key, entry: &Entry) {
         let public = entry.scope == CacheScope::Public;
-        let until = entry.keep_until.max(Instant::now() + self.config.unwatched_ttl);
+        let until = entry.keep_until.max(Instant::now() + SCOPE_KNOWN_FOR);
         self.public.set(&flight.upstream, &flight.uri, public, until);
     }
 

@@ -302,7 +302,8 @@ fn validate_upstream(
     let required = raw.required.unwrap_or(true);
     let health_interval = duration(raw.health_interval.as_deref(), "10s", &format!("{at}.health_interval"), problems);
     let max_response_bytes = upstream::max_response_bytes(&at, raw.max_response_bytes.as_ref(), problems);
-    let cache = cache::validate_upstream_cache(&at, raw.trust_notifications, raw.cache, problems);
+    let folder = matches!(transport, Some(UpstreamTransport::Dir { .. }));
+    let cache = cache::validate_upstream_cache(&at, folder, raw.trust_notifications, raw.cache, problems);
     let unprefixed = raw.unprefixed.unwrap_or(false);
     let roots = upstream::roots(&at, raw.roots, problems);
     Some(UpstreamConfig {

@@ -6,6 +6,8 @@ use super::*;
 
 const HOLDER: HolderId = 7;
 
+/// An operator who opted into 5 s for results that come without a `ttlMs` (the shipped default
+/// is zero: see `lifetimes`).
 fn config() -> CacheConfig {
     CacheConfig {
         enabled: true,
@@ -28,8 +30,9 @@ fn cache() -> (Coherence, Arc<WatchBook>) {
     with(config())
 }
 
-const UNTRUSTED: UpstreamCache = UpstreamCache { enabled: true, max_ttl: None, trust_notifications: false };
-const TRUSTED: UpstreamCache = UpstreamCache { enabled: true, max_ttl: None, trust_notifications: true };
+const UNTRUSTED: UpstreamCache =
+    UpstreamCache { enabled: true, max_ttl: None, trust_notifications: false, unwatched_ttl: None };
+const TRUSTED: UpstreamCache = UpstreamCache { trust_notifications: true, ..UNTRUSTED };
 
 fn request<'a>(upstream: &'a str, epoch: u64, uri: &'a str, principal: &'a str) -> ReadRequest<'a> {
     ReadRequest { upstream, epoch, uri, principal, settings: &TRUSTED }
@@ -80,6 +83,27 @@ async fn concurrent_misses_make_one_load_and_then_hit() {
     let again = cache.read(request("u", 0, "x://a", "p"), || async { panic!("must hit") }).await.unwrap();
     assert_eq!(again.outcome, Outcome::Hit);
     assert_eq!(book.held_by(HOLDER), [("u".to_string(), "x://a".to_string())], "one hold for the watched entry");
+}
+
+/// Results nobody said may be kept (no `ttlMs`, untrusted, no opt-in) are not kept, yet
+/// concurrent readers of the same URI still share one load.
+#[tokio::test]
+async fn results_not_kept_are_still_loaded_once_for_concurrent_readers() {
+    let (cache, book) = with(CacheConfig { unwatched_ttl: Duration::ZERO, ..config() });
+    let loads = Arc::new(AtomicUsize::new(0));
+    let load = |loads: Arc<AtomicUsize>| async move {
+        loads.fetch_add(1, Ordering::SeqCst);
+        tokio::task::yield_now().await;
+        Ok(Loaded::unwatched(text("v1")))
+    };
+    let untrusted = || ReadRequest { settings: &UNTRUSTED, ..request("u", 0, "x://a", "p") };
+    let reads = (0..100).map(|_| cache.read(untrusted(), || load(loads.clone())));
+    let results = futures::future::join_all(reads).await;
+    assert_eq!(loads.load(Ordering::SeqCst), 1, "one upstream read for 100 concurrent readers");
+    assert!(results.iter().all(|r| r.as_ref().is_ok_and(|r| body(r) == "v1" && r.outcome == Outcome::Bypass)));
+    let later = cache.read(untrusted(), || load(loads.clone())).await.unwrap();
+    assert_eq!((later.outcome, loads.load(Ordering::SeqCst)), (Outcome::Bypass, 2), "not kept: read again");
+    assert_eq!(book.counts(), (0, 0), "nothing subscribed for it");
 }
 
 #[tokio::test]
@@ -221,22 +245,61 @@ async fn some_results_are_never_kept() {
 
 #[test]
 fn lifetimes() {
-    let c = config();
+    // The shipped default: nothing is kept on the proxy's own say.
+    let c = CacheConfig { unwatched_ttl: Duration::ZERO, ..config() };
     let own = UpstreamCache { max_ttl: Some(Duration::from_secs(60)), ..TRUSTED };
+    let opted = UpstreamCache { unwatched_ttl: Some(Duration::from_secs(30)), ..UNTRUSTED };
+    let second = Duration::from_secs(1);
     let cases = [
-        (TRUSTED, None, true, c.max_ttl, "trusted and acknowledged: until invalidated (max_ttl)"),
-        (TRUSTED, Some(0), true, c.max_ttl, "trusted notifications outrank ttlMs 0"),
-        (own.clone(), None, true, Duration::from_secs(60), "the upstream's own max_ttl"),
-        (UNTRUSTED, None, true, c.unwatched_ttl, "untrusted, no ttlMs: unwatched_ttl even when subscribed"),
-        (UNTRUSTED, Some(2000), true, Duration::from_secs(2), "untrusted: the upstream's ttlMs"),
-        (UNTRUSTED, Some(600_000), true, Duration::from_secs(600), "untrusted but subscribed: ttlMs as said"),
-        (TRUSTED, None, false, c.unwatched_ttl, "trusted but not acknowledged: unwatched_ttl"),
-        (TRUSTED, Some(600_000), false, c.unwatched_ttl, "unwatched: never past unwatched_ttl"),
-        (TRUSTED, Some(1000), false, Duration::from_secs(1), "unwatched: the upstream's shorter ttlMs"),
+        (&c, TRUSTED, None, true, c.max_ttl, "trusted and acknowledged: until invalidated (max_ttl)"),
+        (&c, TRUSTED, Some(0), true, c.max_ttl, "trusted notifications outrank ttlMs 0"),
+        (&c, own.clone(), None, true, Duration::from_secs(60), "the upstream's own max_ttl"),
+        (&c, UNTRUSTED, None, true, Duration::ZERO, "untrusted, no ttlMs: not kept even when subscribed"),
+        (&c, UNTRUSTED, None, false, Duration::ZERO, "no word from anyone: not kept"),
+        (&c, TRUSTED, None, false, Duration::ZERO, "trusted but not acknowledged, no ttlMs: not kept"),
+        (&c, UNTRUSTED, Some(2000), true, Duration::from_secs(2), "untrusted: the upstream's ttlMs"),
+        (&c, UNTRUSTED, Some(600_000), false, Duration::from_secs(600), "unwatched: the upstream's ttlMs as said"),
+        (&c, TRUSTED, Some(1000), false, second, "trusted, unwatched: the upstream's ttlMs"),
+        (&c, opted.clone(), None, false, Duration::from_secs(30), "the operator's opt-in for this upstream"),
+        (&c, opted.clone(), Some(1000), false, second, "the upstream's own ttlMs outranks the opt-in"),
+        (&config(), UNTRUSTED, None, false, config().unwatched_ttl, "the opt-in for every upstream"),
+        (&config(), opted, None, false, Duration::from_secs(30), "an upstream's own opt-in outranks the global one"),
     ];
-    for (settings, ttl_ms, acknowledged, expected, what) in cases {
-        assert_eq!(lifetime(&c, &settings, ttl_ms, acknowledged), expected, "{what}");
+    for (config, settings, ttl_ms, acknowledged, expected, what) in cases {
+        assert_eq!(lifetime(config, &settings, ttl_ms, acknowledged), expected, "{what}");
     }
+}
+
+/// A host is told only what the upstream gave: what is left of its `ttlMs` (none: 0) and its
+/// `cacheScope` (none: `private`) — also when the proxy keeps the entry much longer.
+#[tokio::test]
+async fn hosts_are_told_only_the_upstreams_own_lifetime_and_scope() {
+    let (cache, _) = with(CacheConfig { unwatched_ttl: Duration::ZERO, ..config() });
+    let cases = [
+        ("x://said", Some(60_000), Some(CacheScope::Public), 60_000, CacheScope::Public),
+        ("x://said-private", Some(60_000), Some(CacheScope::Private), 60_000, CacheScope::Private),
+        ("x://silent", None, None, 0, CacheScope::Private),
+        ("x://zero", Some(0), Some(CacheScope::Public), 0, CacheScope::Public),
+    ];
+    for (uri, ttl_ms, scope, told_ms, told_scope) in cases {
+        let mut result = text("v");
+        (result.ttl_ms, result.cache_scope) = (ttl_ms, scope);
+        let loaded = watched(&cache, uri, result);
+        let miss = cache.read(request("u", 0, uri, "p"), || async { Ok(loaded) }).await.unwrap();
+        let hit = cache.read(request("u", 0, uri, "p"), || async { panic!("{uri}: kept (trusted)") }).await.unwrap();
+        for (what, cached) in [("miss", &miss), ("hit", &hit)] {
+            let told = cached.ttl.as_millis() as u64;
+            assert!(
+                told <= told_ms && told + 5_000 >= told_ms,
+                "{uri} {what}: told {told} ms, upstream said {ttl_ms:?}"
+            );
+            assert_eq!(cached.scope, told_scope, "{uri} {what}");
+        }
+    }
+    let silent = || async { Ok(Loaded::unwatched(text("v"))) };
+    let passed = cache.read(ReadRequest { settings: &UNTRUSTED, ..request("u", 0, "x://p", "p") }, silent);
+    let passed = passed.await.unwrap();
+    assert_eq!((passed.outcome, passed.ttl, passed.scope), (Outcome::Bypass, Duration::ZERO, CacheScope::Private));
 }
 
 /// Steps of the seeded coherence test; `COHERENCE_STEPS` runs it longer.
@@ -391,4 +454,15 @@ async fn an_upstream_with_its_cache_off_is_read_through_and_never_watched() {
         assert_eq!((body(&read), read.outcome, read.ttl), (value.to_string(), Outcome::Bypass, Duration::ZERO));
     }
     assert_eq!(book.counts(), (0, 0));
+}
+
+/// An untrusted upstream's acknowledgement keeps nothing longer: without an opt-in it is not
+/// subscribed to for the cache at all; with one (or trusted) it is.
+#[test]
+fn only_a_subscription_that_can_keep_something_is_taken() {
+    let (silent, _) = with(CacheConfig { unwatched_ttl: Duration::ZERO, ..config() });
+    assert!(silent.watch("u", "x://a", &UNTRUSTED).is_none(), "untrusted, no opt-in");
+    assert!(silent.watch("u", "x://b", &TRUSTED).is_some(), "trusted");
+    let opted = UpstreamCache { unwatched_ttl: Some(Duration::from_secs(1)), ..UNTRUSTED };
+    assert!(silent.watch("u", "x://c", &opted).is_some(), "opted in: an `updated` ends the entry early");
 }

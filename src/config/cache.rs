@@ -17,8 +17,10 @@ pub struct CacheConfig {
     pub max_bytes: u64,
     /// A result larger than this is passed through, not cached.
     pub max_entry_bytes: u64,
-    /// Lifetime of entries from upstreams that cannot notify (or beyond the watch cap);
-    /// zero means such results are not cached.
+    /// The operator's opt-in, for every upstream that sets none of its own
+    /// (`[upstreams.cache] unwatched_ttl`): how long a result that came without a `ttlMs` is
+    /// kept when no trusted, acknowledged subscription covers it. Zero (the default): such
+    /// results are not kept.
     pub unwatched_ttl: Duration,
     /// Upper bound on any entry's lifetime, watched or not.
     pub max_ttl: Duration,
@@ -57,7 +59,7 @@ pub(super) fn validate_cache(raw: RawCache, problems: &mut Vec<Problem>) -> Cach
         enabled: raw.enabled.unwrap_or(true),
         max_bytes,
         max_entry_bytes,
-        unwatched_ttl: duration(raw.unwatched_ttl.as_deref(), "5s", "cache.unwatched_ttl", problems),
+        unwatched_ttl: duration(raw.unwatched_ttl.as_deref(), "0s", "cache.unwatched_ttl", problems),
         max_ttl: duration(raw.max_ttl.as_deref(), "1h", "cache.max_ttl", problems),
         stale_if_error: duration(raw.stale_if_error.as_deref(), "0s", "cache.stale_if_error", problems),
         max_watched_per_upstream,
@@ -72,14 +74,19 @@ pub struct UpstreamCache {
     /// This upstream's own bound on entry lifetimes; never above `cache.max_ttl`.
     pub max_ttl: Option<Duration>,
     /// Its `updated` notifications are reliable: an entry whose subscription it acknowledged
-    /// lives until invalidated (up to `max_ttl`), past its `ttlMs`. Off by default: many
-    /// servers advertise `subscribe` but notify only some changes.
+    /// lives until invalidated (up to `max_ttl`), past its `ttlMs`. Off by default (many
+    /// servers advertise `subscribe` but notify only some changes); on by default for the
+    /// built-in folder server, which notifies every change of its files.
     pub trust_notifications: bool,
+    /// The operator's opt-in for this upstream: how long a result of it that came without a
+    /// `ttlMs` is kept when no trusted, acknowledged subscription covers it; `None` takes
+    /// `cache.unwatched_ttl`. Reads may then be that stale.
+    pub unwatched_ttl: Option<Duration>,
 }
 
 impl Default for UpstreamCache {
     fn default() -> Self {
-        Self { enabled: true, max_ttl: None, trust_notifications: false }
+        Self { enabled: true, max_ttl: None, trust_notifications: false, unwatched_ttl: None }
     }
 }
 
@@ -88,14 +95,17 @@ pub(super) struct RawUpstreamCache {
     enabled: Option<bool>,
     max_ttl: Option<String>,
     trust_notifications: Option<bool>,
+    unwatched_ttl: Option<String>,
     #[serde(flatten)]
     unknown: BTreeMap<String, Value>,
 }
 
 /// `[upstreams.cache]`, plus the older `[[upstreams]] trust_notifications` (still accepted;
-/// giving both is an error, so no setting silently loses).
+/// giving both is an error, so no setting silently loses). `folder`: the upstream is the
+/// built-in folder server, trusted unless told otherwise.
 pub(super) fn validate_upstream_cache(
     at: &str,
+    folder: bool,
     legacy_trust: Option<bool>,
     raw: Option<RawUpstreamCache>,
     problems: &mut Vec<Problem>,
@@ -112,10 +122,13 @@ pub(super) fn validate_upstream_cache(
         );
     }
     let max_ttl = raw.max_ttl.as_deref().map(|text| duration(Some(text), "1h", &format!("{at}.max_ttl"), problems));
+    let unwatched_ttl =
+        raw.unwatched_ttl.as_deref().map(|text| duration(Some(text), "0s", &format!("{at}.unwatched_ttl"), problems));
     UpstreamCache {
         enabled: raw.enabled.unwrap_or(true),
         max_ttl,
-        trust_notifications: raw.trust_notifications.or(legacy_trust).unwrap_or(false),
+        trust_notifications: raw.trust_notifications.or(legacy_trust).unwrap_or(folder),
+        unwatched_ttl,
     }
 }
 
@@ -172,13 +185,50 @@ mod tests {
     fn upstream_cache_settings_default_to_untrusted_and_on() {
         assert_eq!(upstream_cache("").unwrap(), UpstreamCache::default());
         assert!(!UpstreamCache::default().trust_notifications, "safe by default");
+        assert_eq!(UpstreamCache::default().unwatched_ttl, None, "no lifetime the upstream did not give");
+    }
+
+    #[test]
+    fn nothing_is_kept_without_a_word_unless_the_operator_opts_in() {
+        let global = |body: &str| {
+            let text = format!("{body}\n[[upstreams]]\nname = \"a\"\nurl = \"http://127.0.0.1:1/mcp\"\n");
+            Config::from_toml(&text, Path::new("/"), &|_| None).map(|config| config.cache.unwatched_ttl)
+        };
+        assert_eq!(global("").unwrap(), Duration::ZERO, "not kept by default");
+        assert_eq!(
+            global("[cache]\nunwatched_ttl = \"5s\"").unwrap(),
+            Duration::from_secs(5),
+            "older configs keep theirs"
+        );
+        let own = upstream_cache("[upstreams.cache]\nunwatched_ttl = \"30s\"").unwrap();
+        assert_eq!(own.unwatched_ttl, Some(Duration::from_secs(30)));
+        let problems = upstream_cache("[upstreams.cache]\nunwatched_ttl = \"a while\"").unwrap_err();
+        assert!(
+            problems[0].starts_with("upstreams[0] (a).cache.unwatched_ttl: `a while` is not a duration"),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn the_folder_server_is_trusted_unless_told_otherwise() {
+        let folder = |body: &str| {
+            let dir = tempfile::tempdir().unwrap();
+            let text = format!("[[upstreams]]\nname = \"f\"\ndir = \".\"\n{body}");
+            Config::from_toml(&text, dir.path(), &|_| None).unwrap().upstreams[0].cache.trust_notifications
+        };
+        assert!(folder(""), "its notifications cover every change of its files");
+        assert!(!folder("[upstreams.cache]\ntrust_notifications = false"));
     }
 
     #[test]
     fn upstream_cache_table_and_the_older_key_both_work() {
         let table = "[upstreams.cache]\nenabled = false\nmax_ttl = \"10m\"\ntrust_notifications = true";
-        let expected =
-            UpstreamCache { enabled: false, max_ttl: Some(Duration::from_secs(600)), trust_notifications: true };
+        let expected = UpstreamCache {
+            enabled: false,
+            max_ttl: Some(Duration::from_secs(600)),
+            trust_notifications: true,
+            unwatched_ttl: None,
+        };
         assert_eq!(upstream_cache(table).unwrap(), expected);
         assert!(upstream_cache("trust_notifications = true").unwrap().trust_notifications);
     }

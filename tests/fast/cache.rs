@@ -66,17 +66,21 @@ async fn concurrent_cold_reads_make_one_upstream_read_and_later_reads_hit() -> a
     Ok(())
 }
 
+/// The fixture notifies every change of a subscribed URI to every session: it may be trusted.
+const TRUSTED: &str = "[upstreams.cache]\ntrust_notifications = true";
+
 /// A host that never subscribed reads X (cached); the upstream changes X and notifies; the next
-/// read returns the new content, with exactly one more upstream read. For a 2025 upstream and a
-/// 2026-07-28 one (which must send a `ttlMs` to be cacheable at all).
+/// read returns the new content, with exactly one more upstream read. For a trusted 2025
+/// upstream (no `ttlMs`: kept on its acknowledged subscription) and an untrusted 2026-07-28 one
+/// (kept on its own `ttlMs`, ended early by the `updated`).
 #[tokio::test]
 async fn an_upstream_update_makes_the_next_read_fresh_with_one_more_upstream_read() -> anyhow::Result<()> {
-    let eras: [(&str, &[&str]); 2] = [
-        ("legacy", &["--era", "legacy"]),
-        ("2026-07-28", &["--era", "modern", "--ttl-ms", "600000", "--scope", "public"]),
+    let eras: [(&str, &[&str], &str); 2] = [
+        ("legacy", &["--era", "legacy"], TRUSTED),
+        ("2026-07-28", &["--era", "modern", "--ttl-ms", "600000", "--scope", "public"], ""),
     ];
-    for (era, args) in eras {
-        let (proxy, _upstream, side) = proxy_with_fixture(args, "", "").await?;
+    for (era, args, trust) in eras {
+        let (proxy, _upstream, side) = proxy_with_fixture(args, trust, "").await?;
         let (reader, _) = fixture::connect_http(&proxy.url, Era::Legacy).await?;
         assert_eq!(text(&read(&reader, PROXIED_ITEM).await?), "item 1 v1", "{era}");
         assert_eq!(text(&read(&reader, PROXIED_ITEM).await?), "item 1 v1", "{era}");
@@ -96,10 +100,11 @@ async fn an_upstream_update_makes_the_next_read_fresh_with_one_more_upstream_rea
 }
 
 /// A read blocked in the upstream while an `updated` for its URI arrives: whatever it loaded is
-/// not kept, so the next read goes upstream again and returns the new version.
+/// not kept (though the trusted upstream's results otherwise are), so the next read goes
+/// upstream again and returns the new version.
 #[tokio::test]
 async fn a_read_in_flight_across_an_update_is_not_kept() -> anyhow::Result<()> {
-    let (proxy, _upstream, side) = proxy_with_fixture(&["--era", "legacy"], "", "").await?;
+    let (proxy, _upstream, side) = proxy_with_fixture(&["--era", "legacy"], TRUSTED, "").await?;
     let mut watcher = Watcher::subscribe(&proxy.url, PROXIED_ITEM).await?;
     wait_for_stats(&side, |s| s["subscribed"].as_array().is_some_and(|uris| uris.contains(&json!(ITEM)))).await?;
     let (reader, _) = fixture::connect_http(&proxy.url, Era::Legacy).await?;
@@ -121,6 +126,8 @@ async fn a_read_in_flight_across_an_update_is_not_kept() -> anyhow::Result<()> {
 
     assert_eq!(text(&read(&reader, PROXIED_ITEM).await?), "item 1 v2");
     assert_eq!(upstream_reads(&side, ITEM).await?, 2, "the read after the update went upstream again");
+    assert_eq!(text(&read(&reader, PROXIED_ITEM).await?), "item 1 v2");
+    assert_eq!(upstream_reads(&side, ITEM).await?, 2, "and its result is kept");
     Ok(())
 }
 
@@ -157,8 +164,9 @@ async fn a_reconnected_upstream_starts_with_no_cached_entries() -> anyhow::Resul
     Ok(())
 }
 
-/// An upstream that cannot notify gets `unwatched_ttl`: a read within it hits, a read after it
-/// misses. The 2026-07-28 host is told at most what is left of it.
+/// An upstream that cannot notify and gives no `ttlMs`, with the operator's opt-in
+/// `unwatched_ttl`: a read within it hits, a read after it misses. The 2026-07-28 host is told
+/// `ttlMs: 0`: the lifetime is the operator's, not the upstream's.
 #[tokio::test]
 async fn entries_of_an_upstream_that_cannot_notify_expire_after_unwatched_ttl() -> anyhow::Result<()> {
     // Long enough that two reads on a busy machine fit well within it.
@@ -174,8 +182,7 @@ async fn entries_of_an_upstream_that_cannot_notify_expire_after_unwatched_ttl() 
     let within = started.elapsed();
     assert!(within < TTL, "two reads took {within:?}, longer than the TTL under test: inconclusive");
     assert_eq!(upstream_reads(&side, ITEM).await?, 1, "a read within the TTL hits");
-    let told = hit.ttl_ms.expect("2026-07-28 results carry ttlMs");
-    assert!(told > 0 && told <= TTL.as_millis() as u64, "ttlMs {told} within (0, {TTL:?}]");
+    assert_eq!(hit.ttl_ms, Some(0), "told no lifetime the upstream did not give");
 
     // Not synchronisation: the TTL is the behaviour under test. The entry was stored before the
     // first read returned, so it has expired once TTL has passed since then.

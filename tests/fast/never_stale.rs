@@ -1,8 +1,10 @@
-//! Never stale, in front of the fixture: the proxy keeps an entry past the upstream's own
-//! lifetime (its `ttlMs`, or `cache.unwatched_ttl` when it gives none) only where
-//! `trust_notifications` was configured and the subscription was acknowledged. A subscription the
-//! upstream refuses is never believed; per-URI state ages out. (In front of third-party servers
-//! that notify only some changes: the interop tier's `never_stale`.)
+//! Never stale, in front of the fixture and the folder server: the proxy keeps a result only as
+//! long as someone who knows said it may be — past the upstream's own `ttlMs` (or the operator's
+//! `unwatched_ttl` opt-in when it gives none) only where `trust_notifications` was configured
+//! (the folder server's default) and the subscription was acknowledged; by default, an
+//! upstream that says nothing is read every time. A subscription the upstream refuses is never
+//! believed; per-URI state ages out. (In front of third-party servers that notify only some
+//! changes: the interop tier's `never_stale`.)
 //!
 //! The waits here are the lifetimes under test (an entry expires when its lifetime has passed),
 //! never synchronisation.
@@ -10,17 +12,19 @@
 use std::time::{Duration, Instant};
 
 use crate::support::eventually;
-use crate::support::fixture::{self, Era, HttpFixture};
-use crate::support::proxy::{ProxyProcess, http_upstream};
-use crate::support::reads::{outlive, read, text, upstream_reads};
-use rmcp::model::ResourceContents;
+use crate::support::exposition::Exposition;
+use crate::support::fixture::{self, Era, HttpFixture, stats};
+use crate::support::proxy::{ProxyProcess, http_upstream, toml_str};
+use crate::support::reads::{Watcher, outlive, read, text, upstream_reads};
+use rmcp::model::{CacheScope, ResourceContents};
 use serde_json::Value;
 
 const TRUSTED: &str = "[upstreams.cache]\ntrust_notifications = true";
 
 /// A trusted upstream refuses the subscription for one URI (a 2025 error reply; a 2026-07-28
-/// listen acknowledgement that leaves it out): that URI is cached no longer than
-/// `unwatched_ttl` and a 2026-07-28 host is told so; an acknowledged URI stays cached.
+/// listen acknowledgement that leaves it out): that URI is cached no longer than the
+/// `unwatched_ttl` opted into; an acknowledged URI stays cached. The fixture gives no `ttlMs`,
+/// so a 2026-07-28 host is told `ttlMs: 0` for both: its own cache would hear no invalidation.
 #[tokio::test]
 async fn a_refused_subscription_is_never_cached_past_unwatched_ttl() -> anyhow::Result<()> {
     const TTL: Duration = Duration::from_millis(1000);
@@ -35,10 +39,8 @@ async fn a_refused_subscription_is_never_cached_past_unwatched_ttl() -> anyhow::
         let refused = read(&host, "fx+fx://fx/item/1").await?;
         let stored_by = Instant::now();
         let acknowledged = read(&host, "fx+fx://fx/item/2").await?;
-        let told = refused.ttl_ms.expect("ttlMs");
-        assert!(told <= TTL.as_millis() as u64, "{era}: refused, told ttlMs {told}");
-        let told = acknowledged.ttl_ms.expect("ttlMs");
-        assert!(told > TTL.as_millis() as u64, "{era}: acknowledged and trusted, told ttlMs {told}");
+        assert_eq!(refused.ttl_ms, Some(0), "{era}: refused");
+        assert_eq!(acknowledged.ttl_ms, Some(0), "{era}: acknowledged and trusted, kept by the proxy only");
 
         outlive(stored_by, TTL).await;
         read(&host, "fx+fx://fx/item/1").await?;
@@ -46,6 +48,59 @@ async fn a_refused_subscription_is_never_cached_past_unwatched_ttl() -> anyhow::
         assert_eq!(upstream_reads(&side, "fx://fx/item/1").await?, 2, "{era}: the refused URI was read again");
         assert_eq!(upstream_reads(&side, "fx://fx/item/2").await?, 1, "{era}: the acknowledged one still cached");
     }
+    Ok(())
+}
+
+/// An upstream that states no lifetime (the 2025 fixture: no `ttlMs`), default config: nothing
+/// is kept — every read goes upstream, nothing is subscribed for the cache — and a 2026-07-28
+/// host is told `ttlMs: 0`, `cacheScope: private`, so its own cache keeps nothing either.
+#[tokio::test]
+async fn an_upstream_that_states_no_lifetime_is_read_every_time_by_default() -> anyhow::Result<()> {
+    let upstream = HttpFixture::spawn(&["--era", "legacy"]).await?;
+    let proxy = ProxyProcess::start(&http_upstream("fx", &upstream.url, "")).await?;
+    proxy.wait_up("fx", 1).await?;
+    let (side, _) = fixture::connect_http(&upstream.url, Era::Legacy).await?;
+    let (host, _) = fixture::connect_http(&proxy.url, Era::Modern).await?;
+    for reads in 1..=3 {
+        let result = read(&host, "fx+fx://fx/item/1").await?;
+        assert_eq!(text(&result), "item 1 v1");
+        assert_eq!((result.ttl_ms, result.cache_scope), (Some(0), Some(CacheScope::Private)), "told nothing more");
+        assert_eq!(upstream_reads(&side, "fx://fx/item/1").await?, reads, "read {reads} went upstream");
+    }
+    assert_eq!(stats(&side).await?["subscribed"], serde_json::json!([]), "no subscription that would keep nothing");
+    Ok(())
+}
+
+/// The built-in folder server is ours and notifies every change of its files: its reads are kept
+/// (a repeated read is a hit) and fresh the moment the proxy hears the change. A host is still
+/// told `ttlMs: 0`: it would hear none of the proxy's invalidations.
+#[tokio::test]
+async fn the_folder_server_is_kept_until_a_file_changes() -> anyhow::Result<()> {
+    let folder = tempfile::tempdir()?;
+    let file = folder.path().join("note.md");
+    std::fs::write(&file, "v1")?;
+    let config = format!("[[upstreams]]\nname = \"docs\"\ndir = {}\n", toml_str(&folder.path().display().to_string()));
+    let proxy = ProxyProcess::start(&config).await?;
+    proxy.wait_up("docs", 1).await?;
+    let (host, _) = fixture::connect_http(&proxy.url, Era::Modern).await?;
+    let uri = "docs+file:///note.md";
+    let hits = || async {
+        let metrics = Exposition::parse(&proxy.admin_get("/metrics").await?)?;
+        anyhow::Ok(metrics.sum("mcp_proxy_cache_hits_total", &[("upstream", "docs")]))
+    };
+
+    let first = read(&host, uri).await?;
+    assert_eq!((text(&first), first.ttl_ms), ("v1", Some(0)));
+    assert_eq!(text(&read(&host, uri).await?), "v1");
+    assert_eq!(hits().await?, 1.0, "the second read was a hit");
+
+    let mut watcher = Watcher::subscribe(&proxy.url, uri).await?;
+    std::fs::write(&file, "v2")?;
+    watcher.heard_update().await?;
+    assert_eq!(text(&read(&host, uri).await?), "v2", "fresh once the change was heard");
+    assert_eq!(hits().await?, 1.0, "that read went to the folder");
+    assert_eq!(text(&read(&host, uri).await?), "v2");
+    assert_eq!(hits().await?, 2.0, "and its result is kept in turn");
     Ok(())
 }
 

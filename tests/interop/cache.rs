@@ -11,13 +11,15 @@ use rmcp::model::CacheScope;
 use serde_json::json;
 
 /// npm server-everything's dynamic text resource (it embeds the time of the read, to the
-/// second): within the entry's lifetime (`unwatched_ttl`, 5 s by default: the server gives no
-/// `ttlMs` and is not trusted), once the upstream itself would answer differently, the proxy
-/// still answers with the text it cached. Past it, see `never_stale` in this tier.
+/// second), with the operator's opt-in `[upstreams.cache] unwatched_ttl` (the server gives no
+/// `ttlMs` and is not trusted: by default nothing of it is kept, see `never_stale`): within
+/// that lifetime, once the upstream itself would answer differently, the proxy still answers
+/// with the text it cached.
 #[tokio::test]
-async fn server_everything_dynamic_text_is_served_from_cache_within_its_lifetime() -> anyhow::Result<()> {
+async fn server_everything_dynamic_text_is_served_from_cache_within_an_opted_in_lifetime() -> anyhow::Result<()> {
     let everything = spawn_everything_http();
-    let proxy = ProxyProcess::start(&http_upstream("web", &everything.url, "")).await?;
+    let opt_in = "[upstreams.cache]\nunwatched_ttl = \"10m\"";
+    let proxy = ProxyProcess::start(&http_upstream("web", &everything.url, opt_in)).await?;
     wait_handled_up(&proxy, "web", 1).await?;
     let (reader, _) = fixture::connect_http(&proxy.url, Era::Legacy).await?;
     let first = text(&read(&reader, "web+demo://resource/dynamic/text/1").await?).to_owned();

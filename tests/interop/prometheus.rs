@@ -24,10 +24,12 @@ const DASHBOARD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/grafana/dashboards
 async fn prometheus_returns_data_for_every_dashboard_panel_query() -> anyhow::Result<()> {
     let mut fx = RestartableFixture::spawn(&["--era", "legacy", "--bad-uri"]).await?;
     let policies = policies_folder()?;
+    // The fixture gives no `ttlMs` and notifies every change: trusted, its reads are kept.
+    let trusted = "[upstreams.cache]\ntrust_notifications = true\n\n";
     let config = format!(
-        "{}[cache]\nmax_bytes = \"16KiB\"\n\n{}{}",
+        "{}[cache]\nmax_bytes = \"16KiB\"\n\n{}{}{trusted}",
         policies_section(policies.path()),
-        http_upstream("fx", &fx.url(), TUNING),
+        http_upstream("fx", &fx.url(), &format!("{TUNING}\n{trusted}")),
         fixture_upstream("st", &["--era", "legacy"])
     );
     let proxy = ProxyProcess::start(&config).await?;

@@ -3,10 +3,12 @@
 
 Usage:
     client.py (--url URL | --stdio PROGRAM [ARG...] [--]) [--mode legacy|2026-07-28|auto]
-              [--header 'K: V']... [--timeout S] OP...
+              [--header 'K: V']... [--timeout S] [--client-cache off|default] OP...
 
 `--stdio` takes every following token as the program and its args until one of this script's own
-options (`--mode`, `--header`, `--url`, `--timeout`) or a lone `--` (consumed). Everything after the
+options (`--mode`, `--header`, `--url`, `--timeout`, `--client-cache`) or a lone `--` (consumed).
+`--client-cache default` keeps the SDK's own response cache as a host has it out of the box (it honours
+the `ttlMs`/`cacheScope` it is told); `off` (the default here) turns it off. Everything after the
 options is an OP. OPs run in order on ONE connection; each prints exactly one JSON line on stdout
 (flushed). Diagnostics go to stderr. Exit status: 0 unless connecting failed or the connection broke
 with a non-MCP error (then 1); a failed op is reported as `"error": {"code", "message"[, "data"]}`.
@@ -60,7 +62,7 @@ from mcp.shared.exceptions import MCPError
 warnings.simplefilter("ignore")  # subscribe_resource etc. are deprecated-for-2026 and warn
 
 SUBSCRIPTION_ID_META_KEY = "io.modelcontextprotocol/subscriptionId"
-OWN_OPTIONS = {"--mode", "--header", "--url", "--timeout"}
+OWN_OPTIONS = {"--mode", "--header", "--url", "--timeout", "--client-cache"}
 KNOWN_OPS = {
     "list_all", "templates_all", "read", "list_cursor", "subscribe", "unsubscribe", "listen", "wait_updated",
     "wait_list_changed", "call", "ready", "sleep_until_stdin", "sleep", "info", "discover",
@@ -95,7 +97,9 @@ def wire_cache(result: Any) -> tuple[int | None, str | None]:
 
 
 def parse_args(argv: list[str]) -> dict[str, Any]:
-    cfg: dict[str, Any] = {"url": None, "stdio": None, "mode": "legacy", "headers": {}, "timeout": 30.0, "ops": []}
+    cfg: dict[str, Any] = {
+        "url": None, "stdio": None, "mode": "legacy", "headers": {}, "timeout": 30.0, "client_cache": "off", "ops": [],
+    }
     i = 0
     while i < len(argv):
         a = argv[i]
@@ -125,6 +129,11 @@ def parse_args(argv: list[str]) -> dict[str, Any]:
             i += 2
         elif a == "--timeout":
             cfg["timeout"] = float(argv[i + 1])
+            i += 2
+        elif a == "--client-cache":
+            if argv[i + 1] not in ("off", "default"):
+                die(f"--client-cache takes off or default, not {argv[i + 1]!r}")
+            cfg["client_cache"] = argv[i + 1]
             i += 2
         elif a.startswith("--"):
             die(f"unknown option {a}")
@@ -183,14 +192,16 @@ async def run(cfg: dict[str, Any]) -> int:
             http = create_mcp_http_client(headers=cfg["headers"] or None)
             await stack.enter_async_context(http)
             server = streamable_http_client(cfg["url"], http_client=http)
+        # The SDK's default cache is what a host gets when it passes no `cache`.
+        cache: dict[str, Any] = {"cache": None} if cfg["client_cache"] == "off" else {}
         try:
             client = await stack.enter_async_context(
                 Client(
                     server,
                     mode=cfg["mode"],
-                    cache=None,
                     message_handler=on_message,
                     read_timeout_seconds=cfg["timeout"],
+                    **cache,
                 )
             )
         except BaseException as e:  # noqa: BLE001 - report the real cause of a failed connect

@@ -16,7 +16,9 @@ async fn ten_thousand_distinct_uris_do_not_grow_the_number_of_series() -> anyhow
     const READS: u64 = 10_000;
     const FIRST: u64 = 100;
     let upstream = HttpFixture::spawn(&["--era", "legacy", "--no-subscribe"]).await?;
-    let config = format!("[cache]\nmax_bytes = \"64KiB\"\n\n{}", http_upstream("fx", &upstream.url, ""));
+    // The upstream gives no `ttlMs` and cannot notify: its reads are kept only with the opt-in.
+    let cache = "[cache]\nmax_bytes = \"64KiB\"\nunwatched_ttl = \"1h\"\n\n";
+    let config = format!("{cache}{}", http_upstream("fx", &upstream.url, ""));
     let proxy = ProxyProcess::start(&config).await?;
     proxy.wait_up("fx", 1).await?;
     let mut hosts = Vec::new();

@@ -101,7 +101,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
         "{rounds} interleaved rounds; per round and cell {each} reads at c=1 and {} s at c={CONCURRENCY}; raw HTTP/1.1 keep-alive clients; 2025 = initialize + Mcp-Session-Id, SSE replies parsed; 2026 = stateless with protocol `_meta`",
         slice.as_secs_f64()
     ));
-    report.note("upstreams: fx = the rmcp fixture over HTTP (1 KiB text, ttlMs 1 h); ev = npm server-everything over HTTP; evs = server-everything over stdio, spawned by the proxy; mcp-proxy = npm mcp-proxy (pinned in .ci/install-bench-peers.sh) in front of server-everything over stdio (no cache: compare with miss)");
+    report.note("upstreams: fx = the rmcp fixture over HTTP (1 KiB text, ttlMs 1 h); ev = npm server-everything over HTTP; evs = server-everything over stdio, spawned by the proxy (both give no ttlMs: kept by the hit proxies through `[upstreams.cache] unwatched_ttl = \"1h\"`, the operator's opt-in); mcp-proxy = npm mcp-proxy (pinned in .ci/install-bench-peers.sh) in front of server-everything over stdio (no cache: compare with miss)");
     report.note("rmcp path = a proxy with `server.fast_path = false` (every request through rmcp's streamable HTTP service, as before the fast path), in the same run");
     report.note(format!("miss / direct, paired: per round, {each} c=1 reads alternating one direct (2025) and one through the miss proxy, so both see the same machine load; the ratio of their p50s per round, median over the rounds (the target row); `ev miss / direct p50, c=1` compares the cells' own phases, which run at different moments of a round"));
     report.note("CPU/req = utime + stime of the answering process (the proxy, or the server when direct) over the timed phases / requests; bench CPU/req = the load generator's");
@@ -113,11 +113,15 @@ async fn start() -> anyhow::Result<Setup> {
     let fixture = Fixture::spawn(&["--text-bytes", "1024", "--resources", "16", "--ttl-ms", UPSTREAM_TTL_MS]).await?;
     let everything = PeerProcess::everything_http().await?;
     let other = PeerProcess::mcp_proxy_over_everything().await?;
+    // server-everything gives no `ttlMs` and is not trusted to notify: its results are kept
+    // only with the operator's opt-in, which the hit cells measure (an hour: no expiry inside a run).
+    let opt_in = "[upstreams.cache]\nunwatched_ttl = \"1h\"\n\n";
     let stdio = format!(
-        "[[upstreams]]\nname = \"evs\"\ncommand = \"node\"\nargs = [{}, \"stdio\"]\n\n",
+        "[[upstreams]]\nname = \"evs\"\ncommand = \"node\"\nargs = [{}, \"stdio\"]\n{opt_in}",
         toml_string(&everything_entry()?)
     );
-    let upstreams = format!("{}{}{stdio}", http_upstream("fx", &fixture.url), http_upstream("ev", &everything.url));
+    let ev = format!("{}\n{opt_in}", http_upstream("ev", &everything.url).trim_end());
+    let upstreams = format!("{}{ev}{stdio}", http_upstream("fx", &fixture.url));
     let hit = ProxyProcess::start(&upstreams).await?;
     let miss = ProxyProcess::start(&format!("{upstreams}[cache]\nenabled = false\n")).await?;
     let rmcp = "[server]\nfast_path = false\n";

@@ -19,7 +19,10 @@ async fn metrics_count_a_scripted_workload_with_the_right_labels() -> anyhow::Re
     const REREADS: u64 = 2;
     let mut fx = RestartableFixture::spawn(&["--era", "legacy"]).await?;
     let policies = policies_folder()?;
-    let config = format!("{}{}", policies_section(policies.path()), http_upstream("fx", &fx.url(), TUNING));
+    // The fixture notifies every change: trusted, its reads are kept (its results carry no `ttlMs`).
+    let fx_upstream =
+        http_upstream("fx", &fx.url(), &format!("{TUNING}\n[upstreams.cache]\ntrust_notifications = true"));
+    let config = format!("{}{fx_upstream}", policies_section(policies.path()));
     let proxy = ProxyProcess::start(&config).await?;
     proxy.wait_up("fx", 1).await?;
     scrape_until(&proxy, "fx up", |m| up(m, "fx") == Some(1.0)).await?;
