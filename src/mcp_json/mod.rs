@@ -68,8 +68,9 @@ pub struct Origin {
 
 impl Origin {
     /// The workspace of a file at `path`: the parent of its `.vscode`/`.cursor` folder, or its
-    /// own folder.
+    /// own folder (made absolute from the current directory).
     pub fn of_file(path: &std::path::Path) -> Origin {
+        let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
         let dir = path.parent().map(std::path::Path::to_path_buf);
         let workspace = dir.map(|dir| match dir.file_name().and_then(|n| n.to_str()) {
             Some(".vscode" | ".cursor") => dir.parent().map(std::path::Path::to_path_buf).unwrap_or(dir),
