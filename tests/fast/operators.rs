@@ -94,13 +94,20 @@ async fn an_http_upstream_on_a_closed_port_says_connection_refused() -> anyhow::
     Ok(())
 }
 
-/// A healthy proxy in front of folder upstreams probed every 200 ms, then idle: after startup
-/// it logs nothing. rmcp is held only at `warn` here (not the default's tighter hold), so a
-/// health probe answered with an error (`ping` to a 2026-07-28 server) would show.
+/// A healthy proxy (with policies: without, it warns that everything is allowed) in front of
+/// folder upstreams probed every 200 ms, then idle: after startup it logs nothing. rmcp is held
+/// only at `warn` here (not the default's tighter hold), so a health probe answered with an
+/// error (`ping` to a 2026-07-28 server) would show.
 #[tokio::test]
 async fn a_healthy_idle_proxy_logs_nothing_after_startup() -> anyhow::Result<()> {
-    let (docs, more) = (folder()?, folder()?);
-    let config = format!("{}{}", folder_upstream("docs", docs.path()), folder_upstream("more", more.path()));
+    let (docs, more, policies) = (folder()?, folder()?, tempfile::tempdir()?);
+    std::fs::write(policies.path().join("all.toml"), "principals = [\"*\"]\nallow = [\"**\"]\n")?;
+    let config = format!(
+        "[policies]\ndir = {}\n\n{}{}",
+        toml_str(policies.path().to_str().unwrap()),
+        folder_upstream("docs", docs.path()),
+        folder_upstream("more", more.path())
+    );
     let proxy = ProxyProcess::start_with(&config, &[], &[("RUST_LOG", "info,rmcp=warn")]).await?;
     proxy.wait_up("docs", 1).await?;
     proxy.wait_up("more", 1).await?;
