@@ -161,10 +161,20 @@ impl Config {
         }
         let figment = Figment::new()
             .merge(Toml::file_exact(path))
-            .merge(Env::prefixed("MCP_PROXY_").split("__").lowercase(true))
+            .merge(settings_from_env())
             .merge(Serialized::default("server", cli));
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
         Self::from_figment(&figment, &base, lookup)
+    }
+
+    /// Like [`Config::load`] for a configuration that is no file of its own (`serve
+    /// --mcp-json`): `text` stands for the file, its paths relative to `base`.
+    pub fn load_text(text: &str, base: &Path, cli: &CliOverrides) -> Result<Config, ConfigError> {
+        let figment = Figment::new()
+            .merge(Toml::string(text))
+            .merge(settings_from_env())
+            .merge(Serialized::default("server", cli));
+        Self::from_figment(&figment, base, &|name| std::env::var(name).ok())
     }
 
     /// Validate a TOML text (paths relative to `base`), with `lookup` standing in for the
@@ -320,6 +330,15 @@ fn validate_upstream(
         roots,
     })
 }
+
+/// `MCP_PROXY_<SECTION>__<KEY>` variables as settings. `MCP_PROXY_CONFIG` names the config
+/// file itself (the command line's `--config`), so it is no setting.
+fn settings_from_env() -> Env {
+    Env::prefixed("MCP_PROXY_").filter(|key| key != CONFIG_PATH_KEY).split("__").lowercase(true)
+}
+
+/// `MCP_PROXY_CONFIG` without its prefix.
+const CONFIG_PATH_KEY: &str = "config";
 
 /// Replace every `${VAR}` with its value; `Err(name)` of the first one that is not set.
 pub fn expand_vars(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {

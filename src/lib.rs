@@ -23,6 +23,7 @@
 //! - [`tools`]: tools, prompts and completion of every upstream under `<upstream>__<name>`; merged lists, routed calls, policy over `tool://`/`prompt://`.
 //! - [`bridge`]: `[bridge]`: resources as the proxy's own tools for models (list, search, read, templates), through the resource paths with the caller's principal.
 //! - [`serve_dir`]: the built-in folder server.
+//! - [`mcp_json`]: host `mcpServers` files (Claude Desktop, Cursor, VS Code) → upstreams, secrets as `${VAR}` (pure).
 //! - [`metrics`]: the one [`metrics::Metrics`] handle with its own prometheus registry; bounded labels only.
 //! - [`listener`]: the accept loop of both HTTP listeners (connection cap, header timeout, `TCP_NODELAY`), allowed `Host`s.
 //! - [`logging`]: what the logs leave out (rmcp's errors about a peer that went away).
@@ -42,6 +43,7 @@ pub mod error;
 pub mod fanout;
 pub mod listener;
 pub mod logging;
+pub mod mcp_json;
 pub mod metrics;
 pub mod namespace;
 pub mod policy;

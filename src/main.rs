@@ -1,4 +1,5 @@
-//! The `mcp-resource-proxy` command line: `serve`, `check`, `policy explain`, `serve-dir`.
+//! The `mcp-resource-proxy` command line: `serve`, `check`, `policy explain`, `serve-dir`,
+//! `import`.
 //! Logs go to stderr; stdout belongs to stdio MCP.
 
 use std::path::PathBuf;
@@ -13,7 +14,7 @@ use mcp_resource_proxy::policy::{self, PolicySet};
 use mcp_resource_proxy::proxy::{ConfigSource, Proxy};
 use mcp_resource_proxy::spine::Spine;
 use mcp_resource_proxy::upstream::LinkState;
-use mcp_resource_proxy::{downstream, serve_dir};
+use mcp_resource_proxy::{downstream, mcp_json, serve_dir};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
@@ -40,6 +41,8 @@ fn return_freed_memory_at_once() {
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) };
 }
 
+/// The environment variable naming the config file (what `--config` names).
+const CONFIG_ENV: &str = "MCP_PROXY_CONFIG";
 /// EX_CONFIG from sysexits.h: the configuration is invalid.
 const EXIT_CONFIG: u8 = 78;
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -58,8 +61,12 @@ struct Cli {
 enum Command {
     /// Serve the merged endpoint (streamable HTTP at /mcp, or one host over stdio).
     Serve {
-        #[arg(long, default_value = "config.toml")]
+        #[arg(long, env = CONFIG_ENV, default_value = "config.toml")]
         config: PathBuf,
+        /// Serve the servers of a host's `mcpServers` file (Claude Desktop, Cursor, VS Code
+        /// `mcp.json`) instead of a config file, every other setting at its default.
+        #[arg(long, value_name = "FILE")]
+        mcp_json: Option<PathBuf>,
         /// Serve one host over stdin/stdout instead of HTTP.
         #[arg(long)]
         stdio: bool,
@@ -80,8 +87,20 @@ enum Command {
     /// Validate the configuration and its policies without connecting; print every problem.
     /// Exit 0 when valid, 78 otherwise.
     Check {
-        #[arg(long, default_value = "config.toml")]
+        #[arg(long, env = CONFIG_ENV, default_value = "config.toml")]
         config: PathBuf,
+    },
+    /// Write a config from a host's `mcpServers` file (Claude Desktop, Cursor `.cursor/mcp.json`,
+    /// VS Code `.vscode/mcp.json`). Secrets become `${VAR}` references; what was changed or
+    /// left out is reported on stderr. Exit 0 when written, 78 when the file has problems.
+    Import {
+        file: PathBuf,
+        /// Write the config here instead of stdout (an existing file is kept unless --force).
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+        /// Overwrite the --output file.
+        #[arg(long, requires = "output")]
+        force: bool,
     },
     /// Access policies.
     Policy {
@@ -109,7 +128,7 @@ enum PolicyCommand {
         /// A group the principal belongs to (as a JWT groups claim gives it); repeatable.
         #[arg(long = "group")]
         groups: Vec<String>,
-        #[arg(long, default_value = "config.toml")]
+        #[arg(long, env = CONFIG_ENV, default_value = "config.toml")]
         config: PathBuf,
         /// Namespaced URIs, as a client would send them (`docs+file:///guide.md`).
         #[arg(required = true)]
@@ -148,7 +167,9 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             serve_dir::serve_stdio(&dir, base).await.map_err(|e| anyhow::anyhow!(e))?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Serve { config, stdio, listen, admin_listen, principal, ready_file } => {
+        Command::Import { file, output, force } => Ok(import(&file, output.as_deref(), force)),
+        Command::Serve { config, mcp_json, stdio, listen, admin_listen, principal, ready_file } => {
+            let config = Loaded::of(config, mcp_json);
             let (config_path, listen_override, admin_override) = (config.clone(), listen.clone(), admin_listen.clone());
             if !policy::is_valid_principal(&principal) {
                 eprintln!(
@@ -159,7 +180,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             // A host may start several stdio proxies at once: they open the admin listener only
             // when asked to on the command line, so they never fight over its port.
             let admin_asked = admin_listen.is_some();
-            let config = match Config::load(&config, &CliOverrides { listen, admin_listen }) {
+            let config = match config.load(&CliOverrides { listen, admin_listen }, true) {
                 Ok(mut config) if stdio && !admin_asked => {
                     config.server.admin_listen = None;
                     config
@@ -179,6 +200,73 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// Where `serve` takes its configuration from: a config file, or a host's servers file.
+#[derive(Clone)]
+enum Loaded {
+    ConfigFile(PathBuf),
+    McpJson(PathBuf),
+}
+
+impl Loaded {
+    fn of(config: PathBuf, mcp_json: Option<PathBuf>) -> Loaded {
+        mcp_json.map_or(Loaded::ConfigFile(config), Loaded::McpJson)
+    }
+
+    fn path(&self) -> &std::path::Path {
+        match self {
+            Loaded::ConfigFile(path) | Loaded::McpJson(path) => path,
+        }
+    }
+
+    /// The configuration; with `report`, what an import changed is logged.
+    fn load(&self, cli: &CliOverrides, report: bool) -> Result<Config, ConfigError> {
+        match self {
+            Loaded::ConfigFile(path) => Config::load(path, cli),
+            Loaded::McpJson(path) => mcp_json::load_config(path, cli).map(|(config, notes)| {
+                for note in notes.iter().filter(|_| report) {
+                    tracing::warn!(entry = %note.entry, "{}", note.message);
+                }
+                config
+            }),
+        }
+    }
+}
+
+/// `import FILE [--output OUT]`: the config on stdout or in OUT, the notes on stderr.
+fn import(file: &std::path::Path, output: Option<&std::path::Path>, force: bool) -> ExitCode {
+    let imported = std::fs::read_to_string(file)
+        .map_err(|e| format!("{}: cannot read: {e}\n", file.display()))
+        .and_then(|text| mcp_json::import(&text, &mcp_json::Origin::of_file(file)).map_err(|e| e.to_string()));
+    let imported = match imported {
+        Ok(imported) => imported,
+        Err(error) => {
+            eprint!("{}: {error}", file.display());
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    for note in &imported.notes {
+        eprintln!("{}: `{}`: {}", file.display(), note.entry, note.message);
+    }
+    let text = imported.to_toml(&file.display().to_string());
+    let written = match output {
+        None => {
+            print!("{text}");
+            Ok(())
+        }
+        Some(out) if out.exists() && !force => Err(format!("{} exists (--force to overwrite)", out.display())),
+        Some(out) => std::fs::write(out, &text).map_err(|e| format!("cannot write {}: {e}", out.display())),
+    };
+    if let Err(error) = written {
+        eprintln!("{error}");
+        return ExitCode::FAILURE;
+    }
+    let names: Vec<&str> = imported.variables.iter().map(String::as_str).collect();
+    if !names.is_empty() {
+        eprintln!("set in the proxy's environment before `check` or `serve`: {}", names.join(", "));
+    }
+    ExitCode::SUCCESS
 }
 
 fn check(path: &std::path::Path) -> ExitCode {
@@ -236,10 +324,10 @@ fn explain_one(policies: &PolicySet, principal: &str, uri: &str) -> String {
 
 /// How the configuration is loaded again on reload: the same file, environment and command
 /// line as at start (a stdio proxy keeps its admin listener off unless asked for one).
-fn config_source(path: PathBuf, cli: CliOverrides, admin_off: bool) -> (PathBuf, ConfigSource) {
-    let load_path = path.clone();
+fn config_source(loaded: Loaded, cli: CliOverrides, admin_off: bool) -> (PathBuf, ConfigSource) {
+    let path = loaded.path().to_path_buf();
     let source: ConfigSource = Arc::new(move || {
-        let mut config = Config::load(&load_path, &cli)?;
+        let mut config = loaded.load(&cli, false)?;
         if admin_off {
             config.server.admin_listen = None;
         }

@@ -29,7 +29,7 @@ const FLOORS: &[&[&str]] = &[
     // Validated configuration.
     &["config"],
     // Identity, instruments and the accept loop.
-    &["auth", "metrics", "listener"],
+    &["auth", "metrics", "listener", "mcp_json"],
     // Stores and queues.
     &["cache", "fanout"],
     // Upstream connections.

@@ -43,6 +43,13 @@ impl Config {
                  authentication and answer anyone who can reach it"
             ));
         }
+        if self.policies.dir.is_none() {
+            warnings.push(
+                "no policies: no `[policies] dir` and no `policies` folder beside the config file, so every \
+                 caller may see and use everything"
+                    .to_string(),
+            );
+        }
         warnings
     }
 }
@@ -85,6 +92,18 @@ mod tests {
     fn an_admin_listener_off_loopback_is_warned_about() {
         let open = config("[server]\nadmin_listen = \"0.0.0.0:9464\"\n").warnings();
         assert!(open.iter().any(|w| w.contains("0.0.0.0:9464") && w.contains("authentication")), "{open:?}");
-        assert!(config("[server]\nadmin_listen = \"127.0.0.1:9464\"\n").warnings().is_empty());
+        let loopback = config("[server]\nadmin_listen = \"127.0.0.1:9464\"\n").warnings();
+        assert!(!loopback.iter().any(|w| w.contains("admin_listen")), "{loopback:?}");
+    }
+
+    #[test]
+    fn allow_all_without_a_policies_folder_is_warned_about() {
+        let open = config("").warnings();
+        assert!(open.iter().any(|w| w.starts_with("no policies") && w.contains("everything")), "{open:?}");
+        let policies = tempfile::tempdir().expect("tempdir");
+        std::fs::write(policies.path().join("all.toml"), "principals = [\"*\"]\nallow = [\"**\"]\n").expect("policy");
+        let text = format!("[policies]\ndir = {:?}\n", policies.path());
+        let guarded = Config::from_toml(&text, Path::new("/"), &|_| None).expect("valid").warnings();
+        assert!(guarded.is_empty(), "{guarded:?}");
     }
 }

@@ -207,6 +207,10 @@ fn restart_needed(running: &Config, next: &Config) -> Vec<String> {
     if running.policies.dir != next.policies.dir {
         sections.push("policies.dir".to_string());
     }
+    // The bridge's tools are offered (or not) from the start: its settings are read once.
+    if running.bridge != next.bridge {
+        sections.push("bridge".to_string());
+    }
     sections
 }
 
@@ -271,8 +275,11 @@ mod tests {
     #[test]
     fn sections_that_cannot_change_live_are_named() {
         let running = config(&upstream("a", 1));
-        let next = config(&format!("[server]\npage_size = 7\n[cache]\nenabled = false\n{}", upstream("b", 2)));
-        assert_eq!(restart_needed(&running, &next), ["server", "cache"]);
+        let next = config(&format!(
+            "[server]\npage_size = 7\n[cache]\nenabled = false\n[bridge]\nenabled = true\n{}",
+            upstream("b", 2)
+        ));
+        assert_eq!(restart_needed(&running, &next), ["server", "cache", "bridge"]);
         assert!(restart_needed(&running, &running.clone()).is_empty());
     }
 }

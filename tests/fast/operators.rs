@@ -94,13 +94,20 @@ async fn an_http_upstream_on_a_closed_port_says_connection_refused() -> anyhow::
     Ok(())
 }
 
-/// A healthy proxy in front of folder upstreams probed every 200 ms, then idle: after startup
-/// it logs nothing. rmcp is held only at `warn` here (not the default's tighter hold), so a
-/// health probe answered with an error (`ping` to a 2026-07-28 server) would show.
+/// A healthy proxy (with policies: without, it warns that everything is allowed) in front of
+/// folder upstreams probed every 200 ms, then idle: after startup it logs nothing. rmcp is held
+/// only at `warn` here (not the default's tighter hold), so a health probe answered with an
+/// error (`ping` to a 2026-07-28 server) would show.
 #[tokio::test]
 async fn a_healthy_idle_proxy_logs_nothing_after_startup() -> anyhow::Result<()> {
-    let (docs, more) = (folder()?, folder()?);
-    let config = format!("{}{}", folder_upstream("docs", docs.path()), folder_upstream("more", more.path()));
+    let (docs, more, policies) = (folder()?, folder()?, tempfile::tempdir()?);
+    std::fs::write(policies.path().join("all.toml"), "principals = [\"*\"]\nallow = [\"**\"]\n")?;
+    let config = format!(
+        "[policies]\ndir = {}\n\n{}{}",
+        toml_str(policies.path().to_str().unwrap()),
+        folder_upstream("docs", docs.path()),
+        folder_upstream("more", more.path())
+    );
     let proxy = ProxyProcess::start_with(&config, &[], &[("RUST_LOG", "info,rmcp=warn")]).await?;
     proxy.wait_up("docs", 1).await?;
     proxy.wait_up("more", 1).await?;
@@ -246,4 +253,60 @@ async fn a_fresh_proxy_exposes_known_series_at_zero() -> anyhow::Result<()> {
 fn free_address() -> anyhow::Result<String> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     Ok(listener.local_addr()?.to_string())
+}
+
+/// A reload that changes sections the running proxy cannot change (`[server]`, `[cache]`,
+/// `[bridge]`) applies the rest and names each of them in `/status` `config_reload.restart_needed`;
+/// the bridge's tools stay off until a restart. (The file watch may reload once more after the
+/// SIGHUP: each reload compares with the running configuration, so each names the same sections.)
+#[tokio::test]
+async fn a_reload_names_every_section_that_needs_a_restart() -> anyhow::Result<()> {
+    let docs = folder()?;
+    let proxy = ProxyProcess::start(&folder_upstream("docs", docs.path())).await?;
+    proxy.wait_up("docs", 1).await?;
+    let more = folder()?;
+    let next = format!(
+        "[server]\npage_size = 7\n\n[cache]\nenabled = false\n\n[bridge]\nenabled = true\n\n{}{}",
+        folder_upstream("docs", docs.path()),
+        folder_upstream("more", more.path())
+    );
+    write_config(proxy.dir.path(), &next)?;
+    let pid = proxy.pid().context("pid")?;
+    ensure!(std::process::Command::new("kill").args(["-HUP", &pid.to_string()]).status()?.success());
+    let reload = eventually(DEADLINE, "a reload that names restart_needed", || async {
+        let reload = proxy.status().await?["config_reload"].clone();
+        match reload["restart_needed"].as_array().is_some_and(|sections| !sections.is_empty()) {
+            true => Ok(reload),
+            false => Err(anyhow::anyhow!("config_reload: {reload}")),
+        }
+    })
+    .await?;
+    assert_eq!(reload["restart_needed"], json!(["server", "cache", "bridge"]), "{reload}");
+    proxy.wait_up("more", 1).await.context("the rest applied")?;
+    let (host, _) = fixture::connect_http(&proxy.url, Era::Legacy).await?;
+    let tools = host.list_all_tools().await?;
+    assert!(tools.iter().all(|tool| !tool.name.starts_with("proxy_")), "bridge tools offered: {tools:?}");
+    Ok(())
+}
+
+/// Without a policies folder everything is allowed to everyone: `check` says so as a warning.
+#[tokio::test]
+async fn check_warns_that_no_policies_allow_everything() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let config = write_config(dir.path(), "[server]\npage_size = 10\n")?;
+    let output = tokio::process::Command::new(crate::support::proxy::PROXY_BIN)
+        .args(["check", "--config", config.to_str().unwrap()])
+        .output()
+        .await?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("warning: no policies") && l.contains("everything")), "{text}");
+    std::fs::create_dir(dir.path().join("policies"))?;
+    std::fs::write(dir.path().join("policies/all.toml"), "principals = [\"*\"]\nallow = [\"**\"]\n")?;
+    let guarded = tokio::process::Command::new(crate::support::proxy::PROXY_BIN)
+        .args(["check", "--config", config.to_str().unwrap()])
+        .output()
+        .await?;
+    assert!(!String::from_utf8_lossy(&guarded.stdout).contains("warning"), "{guarded:?}");
+    Ok(())
 }

@@ -13,6 +13,7 @@ mod conformance;
 mod container;
 mod fast_path;
 mod graceful_shutdown;
+mod import;
 mod jwt;
 mod never_stale;
 mod prometheus;

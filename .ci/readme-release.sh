@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The README's release-build commands, run literally (tests/fast/readme.rs runs the rest, and
+# these in debug): `cargo run --release -- serve` from the repository root until /readyz answers
+# 200, then stopped; `cargo install --path . --root DIR` (the README's /usr/local swapped for a
+# temporary folder) and the installed binary's `check` of the shipped config. Needs ports 8080
+# and 9464 free (the shipped config's) and curl.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+root="$(mktemp -d)"
+serve_pid=""
+cleanup() {
+  if [[ -n "$serve_pid" ]]; then kill "$serve_pid" 2>/dev/null || true; fi
+  rm -rf "$root"
+}
+trap cleanup EXIT
+
+cargo build --release --bin mcp-resource-proxy   # the build first, so that the wait below is for the proxy alone
+cargo run --release -- serve &
+serve_pid=$!
+for _ in $(seq 1 300); do
+  if curl -fsS http://127.0.0.1:9464/readyz >/dev/null 2>&1; then break; fi
+  if ! kill -0 "$serve_pid" 2>/dev/null; then echo "cargo run --release -- serve exited"; exit 1; fi
+  sleep 0.2
+done
+curl -fsS http://127.0.0.1:9464/readyz
+echo
+kill -TERM "$serve_pid"
+wait "$serve_pid" || { echo "serve did not exit cleanly on SIGTERM"; exit 1; }
+serve_pid=""
+echo "cargo run --release -- serve: ready, stopped"
+
+cargo install --path . --root "$root" --locked
+"$root/bin/mcp-resource-proxy" check --config config.toml
+echo "cargo install --path . --root DIR: installed, check passes"

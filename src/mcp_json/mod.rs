@@ -1,0 +1,154 @@
+//! `mcpServers` files as proxy upstreams: the JSON hosts are configured with (Claude Desktop and
+//! Cursor `{"mcpServers": {…}}`, VS Code `.vscode/mcp.json` `{"servers": {…}, "inputs": […]}`)
+//! turned into `[[upstreams]]` entries and written out as TOML (`import`), or loaded directly
+//! (`serve --mcp-json`). Pure but for [`load_config`], which reads the file: text in,
+//! entries and notes out.
+//!
+//! Invariant: no secret is written in clear. A literal secret-looking value (an `env` value or
+//! header whose name or shape says secret, a password or key in a URL or argument) becomes a
+//! `${VAR}` reference, and the note names the variable; host variables (`${input:x}`,
+//! `${env:X}`, `${userHome}`) become the proxy's `${VAR}` references. Every change made to an
+//! entry (a rename, a moved secret, a key with no equivalent, an entry skipped) is a [`Note`];
+//! every entry that cannot be read is a [`Problem`] naming it, all of them at once.
+
+mod entry;
+mod secrets;
+mod toml_out;
+mod vars;
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use serde_json::{Map, Value};
+
+use crate::config::{CliOverrides, Config, ConfigError};
+use crate::problem::Problem;
+
+/// What the import made of a file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Import {
+    /// The upstreams, in the file's order of names (sorted).
+    pub upstreams: Vec<ImportedUpstream>,
+    /// What was changed or left out, per entry.
+    pub notes: Vec<Note>,
+    /// The variables the proxy's environment must set (the `${VAR}` references written).
+    pub variables: BTreeSet<String>,
+}
+
+/// One upstream as imported.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImportedUpstream {
+    /// A valid upstream name (`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`), unique in the import.
+    pub name: String,
+    /// The entry's name in the file.
+    pub entry: String,
+    pub transport: ImportedTransport,
+}
+
+/// How the imported upstream is reached (the transports the proxy speaks).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ImportedTransport {
+    Command { command: String, args: Vec<String>, env: Vec<(String, String)>, cwd: Option<String> },
+    Http { url: String, headers: Vec<(String, String)> },
+}
+
+/// A change made to an entry, or an entry left out, in plain words.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Note {
+    /// The entry's name in the file.
+    pub entry: String,
+    pub message: String,
+}
+
+/// Where the file is, for `${workspaceFolder}`: the folder holding `.vscode/` or `.cursor/`.
+#[derive(Debug, Clone, Default)]
+pub struct Origin {
+    pub workspace: Option<PathBuf>,
+}
+
+impl Origin {
+    /// The workspace of a file at `path`: the parent of its `.vscode`/`.cursor` folder, or its
+    /// own folder (made absolute from the current directory).
+    pub fn of_file(path: &std::path::Path) -> Origin {
+        let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        let dir = path.parent().map(std::path::Path::to_path_buf);
+        let workspace = dir.map(|dir| match dir.file_name().and_then(|n| n.to_str()) {
+            Some(".vscode" | ".cursor") => dir.parent().map(std::path::Path::to_path_buf).unwrap_or(dir),
+            _ => dir,
+        });
+        Origin { workspace }
+    }
+}
+
+/// Every problem of a file that cannot be imported.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{}", render_problems(.problems))]
+pub struct ImportError {
+    pub problems: Vec<Problem>,
+}
+
+/// Read an `mcpServers` / `servers` file.
+pub fn import(text: &str, origin: &Origin) -> Result<Import, ImportError> {
+    let root: Value = serde_json::from_str(text)
+        .map_err(|e| ImportError { problems: vec![Problem::new("file", format!("not JSON: {e}"))] })?;
+    let Some(root) = root.as_object() else {
+        return Err(ImportError { problems: vec![Problem::new("file", "not a JSON object")] });
+    };
+    let (key, servers) = servers_of(root).ok_or_else(|| ImportError {
+        problems: vec![Problem::new(
+            "file",
+            "no `mcpServers` (Claude Desktop, Cursor) or `servers` (VS Code) object of servers",
+        )],
+    })?;
+    let inputs = vars::inputs(root.get("inputs").or_else(|| root.get("mcp").and_then(|m| m.get("inputs"))));
+    let mut state = entry::State::new(origin, inputs);
+    for (name, value) in servers {
+        state.entry(&format!("{key}.{name}"), name, value);
+    }
+    state.finish()
+}
+
+impl Import {
+    /// The imported upstreams as a config file (`source` named in its header).
+    pub fn to_toml(&self, source: &str) -> String {
+        toml_out::config(self, source)
+    }
+}
+
+/// The configuration `serve --mcp-json PATH` serves: the file's servers as upstreams, every
+/// other setting at its default (the environment and `cli` apply as with a config file;
+/// a `policies` folder beside the file is used). The notes say what the import changed.
+pub fn load_config(path: &std::path::Path, cli: &CliOverrides) -> Result<(Config, Vec<Note>), ConfigError> {
+    let at = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError { problems: vec![Problem::new(at.clone(), format!("cannot read: {e}"))] })?;
+    let imported = import(&text, &Origin::of_file(path)).map_err(|e| ConfigError {
+        problems: e.problems.into_iter().map(|p| Problem::new(format!("{at}: {}", p.at), p.message)).collect(),
+    })?;
+    let base = path.parent().map(std::path::Path::to_path_buf).unwrap_or_default();
+    let config = Config::load_text(&imported.to_toml(&at), &base, cli)?;
+    Ok((config, imported.notes))
+}
+
+/// `mcpServers`, `servers`, or VS Code settings' `mcp.servers`.
+fn servers_of(root: &Map<String, Value>) -> Option<(&'static str, &Map<String, Value>)> {
+    if let Some(servers) = root.get("mcpServers").and_then(Value::as_object) {
+        return Some(("mcpServers", servers));
+    }
+    if let Some(servers) = root.get("servers").and_then(Value::as_object) {
+        return Some(("servers", servers));
+    }
+    root.get("mcp").and_then(|m| m.get("servers")).and_then(Value::as_object).map(|s| ("mcp.servers", s))
+}
+
+fn render_problems(problems: &[Problem]) -> String {
+    let count = problems.len();
+    let mut text = format!("{count} problem{} in the servers file:\n", if count == 1 { "" } else { "s" });
+    for problem in problems {
+        text.push_str(&format!("  - {problem}\n"));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,100 @@
+//! Host variables → the proxy's `${VAR}` references (read from the proxy's environment at
+//! start): VS Code `${input:id}` → `${ID}`, `${env:X}` → `${X}`, `${userHome}` → `${HOME}`,
+//! `${workspaceFolder}` → the workspace's path; `${X}` already is one. Anything else is a
+//! problem naming it.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::entry::State;
+
+/// VS Code `inputs`: id → its description.
+pub(super) type Inputs = BTreeMap<String, String>;
+
+/// The `inputs` array of a VS Code file (entries without an `id` are left out).
+pub(super) fn inputs(value: Option<&Value>) -> Inputs {
+    let Some(Value::Array(items)) = value else { return Inputs::new() };
+    items
+        .iter()
+        .filter_map(|item| {
+            let id = item.get("id")?.as_str()?.to_string();
+            let description = item.get("description").and_then(Value::as_str).unwrap_or_default().to_string();
+            Some((id, description))
+        })
+        .collect()
+}
+
+/// `text` with every host variable replaced; each proxy variable it now needs is recorded.
+pub(super) fn map(state: &mut State<'_>, at: &str, text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            out.push_str(&rest[start..]);
+            return out;
+        };
+        out.push_str(&replace(state, at, &after[..end]));
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// What `${inner}` becomes.
+fn replace(state: &mut State<'_>, at: &str, inner: &str) -> String {
+    if let Some(id) = inner.strip_prefix("input:") {
+        let variable = variable_name(id);
+        let description = state.inputs.get(id).cloned();
+        let entry = state.current.clone();
+        let message = match description.as_deref() {
+            Some("") | None => format!("input `{id}` is read from `{variable}` in the proxy's environment"),
+            Some(text) => format!("input `{id}` ({text}) is read from `{variable}` in the proxy's environment"),
+        };
+        state.note(&entry, &message);
+        return reference(state, &variable);
+    }
+    if let Some(name) = inner.strip_prefix("env:") {
+        return reference(state, name);
+    }
+    match inner {
+        "userHome" => reference(state, "HOME"),
+        "workspaceFolder" | "workspaceRoot" => match &state.origin.workspace {
+            Some(folder) => folder.display().to_string(),
+            None => {
+                state.problem(at, &format!("`${{{inner}}}`: the workspace folder is not known"));
+                String::new()
+            }
+        },
+        name if is_variable_name(name) => reference(state, name),
+        other => {
+            let message = format!("`${{{other}}}` is not a variable the proxy can supply");
+            state.problem(at, &message);
+            String::new()
+        }
+    }
+}
+
+/// `${name}`, and `name` recorded as needed.
+pub(super) fn reference(state: &mut State<'_>, name: &str) -> String {
+    state.variables.insert(name.to_string());
+    format!("${{{name}}}")
+}
+
+/// An environment variable name made from free text: upper case, `_` for anything else.
+pub(super) fn variable_name(text: &str) -> String {
+    let mut name: String =
+        text.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' }).collect();
+    if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
+        name.insert(0, '_');
+    }
+    name
+}
+
+pub(super) fn is_variable_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}

@@ -1,0 +1,308 @@
+//! The README's commands, as written. Every shell command in a `sh` code block of README.md must
+//! be listed in [`COVERED`] with the tests (or CI steps) that run it, so a new command without a
+//! test fails here; the tests below run them: the quick start's `cargo run -- serve` until
+//! `/readyz`, the repository commands (`check`, `policy explain`, `import`), the import section's
+//! `import` / `check` / `serve --mcp-json` in a folder holding `.vscode/mcp.json`, the unit's
+//! install steps into a temporary folder (then its `ExecStartPre` check), and the container's
+//! mounts. Release builds (the literal first command, `cargo install`) run in CI
+//! (`.ci/readme-release.sh`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use crate::support::fixture::fixture_bin;
+use crate::support::proxy::PROXY_BIN;
+use crate::support::{eventually, repo_root};
+use anyhow::Context;
+use mcp_resource_proxy::config::{CliOverrides, Config, UpstreamTransport};
+use tokio::process::Command;
+
+/// A `cargo run` may wait for the build lock of another cargo in this tree.
+const CARGO_DEADLINE: Duration = Duration::from_secs(300);
+
+/// Each README command and where it is run: a test's function name, or `FILE: TEXT` for a CI
+/// script that runs it (FILE must contain TEXT).
+const COVERED: &[(&str, &[&str])] = &[
+    (
+        "cargo run --release -- serve",
+        &[
+            "readme_quick_start_serves_the_shipped_config_until_readyz",
+            ".ci/readme-release.sh: cargo run --release -- serve",
+        ],
+    ),
+    ("cargo test --test fast -- --test-threads 4", &[".ci/run: cargo test"]),
+    ("cargo test", &[".ci/run: cargo test"]),
+    ("cargo run -- check", &["readme_repository_commands_run_as_written"]),
+    (
+        "cargo run -- policy explain --principal local policies+file:///default.toml grafana+file:///secrets/key.json",
+        &["readme_repository_commands_run_as_written"],
+    ),
+    (
+        "cargo run -- import tests/data/mcp-servers/claude_desktop_config.json",
+        &["readme_repository_commands_run_as_written"],
+    ),
+    (
+        "cargo install --path . --root /usr/local",
+        &[
+            ".ci/readme-release.sh: cargo install --path . --root",
+            "the_units_install_steps_give_a_config_check_accepts",
+        ],
+    ),
+    (
+        "docker build -f Containerfile -t mcp-resource-proxy .",
+        &["the_containerfile_command_line_is_accepted_by_the_binary", "the_containerfile_passes_hadolint"],
+    ),
+    (
+        "docker run --rm -p 127.0.0.1:8080:8080 -v \"$PWD/config.toml:/etc/mcp-resource-proxy/config.toml:ro\" -v \"$PWD/policies:/etc/mcp-resource-proxy/policies:ro\" -v \"$PWD/grafana:/etc/mcp-resource-proxy/grafana:ro\" --env-file ./proxy.env mcp-resource-proxy",
+        &[
+            "the_containerfile_command_line_is_accepted_by_the_binary",
+            "readme_docker_run_mounts_every_folder_the_shipped_config_names",
+        ],
+    ),
+    (
+        "mcp-resource-proxy import .vscode/mcp.json --output config.toml",
+        &["readme_import_check_and_serve_run_as_written"],
+    ),
+    ("mcp-resource-proxy check --config config.toml", &["readme_import_check_and_serve_run_as_written"]),
+    ("mcp-resource-proxy serve --mcp-json .vscode/mcp.json", &["readme_import_check_and_serve_run_as_written"]),
+];
+
+/// The shell commands of README.md's `sh` blocks: continuation lines joined, comments dropped.
+fn readme_commands() -> Vec<String> {
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).expect("README.md");
+    let (mut commands, mut in_shell, mut pending) = (Vec::new(), false, String::new());
+    for line in readme.lines() {
+        if let Some(info) = line.trim_start().strip_prefix("```") {
+            in_shell = !in_shell && ["sh", "bash", "shell", "console"].contains(&info.trim());
+            continue;
+        }
+        if !in_shell {
+            continue;
+        }
+        let line = line.split(" #").next().unwrap_or_default().trim();
+        match line.strip_suffix('\\') {
+            Some(start) => pending.push_str(&format!("{} ", start.trim())),
+            None => {
+                pending.push_str(line);
+                if !pending.trim().is_empty() {
+                    commands.push(pending.trim().to_string());
+                }
+                pending.clear();
+            }
+        }
+    }
+    commands
+}
+
+/// Every README command is listed in [`COVERED`] (and nothing listed is gone from it); every
+/// test named there exists, and every CI step named is in its script.
+#[test]
+fn every_readme_command_is_covered_by_a_test() {
+    let commands = readme_commands();
+    assert!(commands.len() >= 10, "{commands:#?}");
+    let listed: Vec<&str> = COVERED.iter().map(|(command, _)| *command).collect();
+    for command in &commands {
+        assert!(listed.contains(&command.as_str()), "README command without a test (add it to COVERED): {command}");
+    }
+    for command in &listed {
+        assert!(commands.iter().any(|c| c == command), "COVERED lists a command the README no longer has: {command}");
+    }
+    let sources = test_sources();
+    for (command, runs) in COVERED {
+        assert!(!runs.is_empty(), "{command}");
+        for run in *runs {
+            match run.split_once(": ") {
+                Some((script, text)) => {
+                    let script_text = std::fs::read_to_string(repo_root().join(script)).expect(script);
+                    assert!(script_text.contains(text), "{script} runs `{text}` (for `{command}`)");
+                }
+                None => assert!(sources.contains(&format!("fn {run}(")), "no test `{run}` (for `{command}`)"),
+            }
+        }
+    }
+}
+
+/// The quick start's first command (`--release` dropped; the listeners moved to free ports and
+/// a ready file added so that the test knows them) serves the shipped config until `/readyz`.
+#[tokio::test]
+async fn readme_quick_start_serves_the_shipped_config_until_readyz() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let ready = dir.path().join("ready.json");
+    let line = "cargo run --release -- serve".replace(" --release", "");
+    let mut command = shell_line(&line, &repo_root());
+    command.arg("--ready-file").arg(&ready).envs(FREE_PORTS).kill_on_drop(true).stdout(Stdio::null()).stderr(Stdio::null());
+    let _serving = command.spawn()?;
+    let ready: serde_json::Value = eventually(CARGO_DEADLINE, "the proxy writes its ready file", || async {
+        Ok::<_, anyhow::Error>(serde_json::from_str(&tokio::fs::read_to_string(&ready).await?)?)
+    })
+    .await?;
+    let readyz = format!("http://{}/readyz", ready["admin"].as_str().context("admin address")?);
+    eventually(crate::support::fixture::DEADLINE, "/readyz answers 200", || async {
+        let status = reqwest::get(&readyz).await?.status();
+        anyhow::ensure!(status == 200, "{status}");
+        Ok(())
+    })
+    .await
+}
+
+/// The quick start's repository commands, from the repository root.
+#[tokio::test]
+async fn readme_repository_commands_run_as_written() -> anyhow::Result<()> {
+    let root = repo_root();
+    let check = output(shell_line(COVERED[3].0, &root)).await?;
+    assert_eq!(check.status.code(), Some(0), "{}", text(&check));
+    assert!(text(&check).contains("config.toml: valid"), "{}", text(&check));
+    let explain = output(shell_line(COVERED[4].0, &root)).await?;
+    let said = text(&explain);
+    assert_eq!(explain.status.code(), Some(0), "{said}");
+    assert!(said.contains("allowed by") && said.contains("denied by"), "{said}");
+    let import = output(shell_line(COVERED[5].0, &root)).await?;
+    assert_eq!(import.status.code(), Some(0), "{}", text(&import));
+    assert!(String::from_utf8_lossy(&import.stdout).contains("[[upstreams]]"), "{}", text(&import));
+    Ok(())
+}
+
+/// The import section's three commands in a folder holding `.vscode/mcp.json` (the fixture and
+/// the folder server, and a token in clear): `import` writes `config.toml` without the token,
+/// `check` accepts it once the named variable is set, `serve --mcp-json` brings both up.
+#[tokio::test]
+async fn readme_import_check_and_serve_run_as_written() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    std::fs::create_dir(dir.path().join(".vscode"))?;
+    let servers = serde_json::json!({"servers": {
+        "fixture": {"type": "stdio", "command": fixture_bin().to_str().unwrap(), "env": {"FIXTURE_TOKEN": "ghp_0123456789abcdefABCDEF"}},
+        "Docs": {"type": "stdio", "command": PROXY_BIN, "args": ["serve-dir", "${workspaceFolder}/.vscode"]},
+    }});
+    std::fs::write(dir.path().join(".vscode/mcp.json"), serde_json::to_string_pretty(&servers)?)?;
+    let [import, check, serve] = [COVERED[9].0, COVERED[10].0, COVERED[11].0];
+    let imported = output(shell_line(import, dir.path())).await?;
+    assert_eq!(imported.status.code(), Some(0), "{}", text(&imported));
+    assert!(text(&imported).contains("set `FIXTURE_TOKEN`"), "{}", text(&imported));
+    let config = std::fs::read_to_string(dir.path().join("config.toml"))?;
+    assert!(!config.contains("ghp_") && config.contains("${FIXTURE_TOKEN}"), "{config}");
+    let mut checking = shell_line(check, dir.path());
+    checking.env("FIXTURE_TOKEN", "t");
+    let checked = output(checking).await?;
+    assert_eq!(checked.status.code(), Some(0), "{}", text(&checked));
+    let ready = dir.path().join("ready.json");
+    let mut serving = shell_line(serve, dir.path());
+    serving.arg("--ready-file").arg(&ready).envs(FREE_PORTS).env("FIXTURE_TOKEN", "t").stdout(Stdio::null()).stderr(Stdio::null());
+    let _serving = serving.spawn()?;
+    let deadline = crate::support::fixture::DEADLINE;
+    let ready: serde_json::Value = eventually(deadline, "the ready file", || async {
+        Ok::<_, anyhow::Error>(serde_json::from_str(&tokio::fs::read_to_string(&ready).await?)?)
+    })
+    .await?;
+    let status = format!("http://{}/status", ready["admin"].as_str().context("admin address")?);
+    eventually(deadline, "both upstreams up in /status", || async {
+        let report: serde_json::Value = reqwest::get(&status).await?.json().await?;
+        let up = |name: &str| {
+            report["upstreams"]
+                .as_array()
+                .is_some_and(|all| all.iter().any(|u| u["name"] == name && u["state"] == "up"))
+        };
+        anyhow::ensure!(up("fixture") && up("docs"), "{report}");
+        Ok(())
+    })
+    .await
+}
+
+/// The unit header's install steps, into a temporary folder for /etc/mcp-resource-proxy (the
+/// binary from this build; `systemctl` and /etc/systemd left out), give a config its
+/// `ExecStartPre` check accepts.
+#[tokio::test]
+async fn the_units_install_steps_give_a_config_check_accepts() -> anyhow::Result<()> {
+    let unit = std::fs::read_to_string(repo_root().join("deploy/mcp-resource-proxy.service"))?;
+    let etc = tempfile::tempdir()?;
+    let etc_dir = etc.path().join("mcp-resource-proxy");
+    let steps: Vec<&str> = unit.lines().filter_map(|line| line.strip_prefix("#   ")).collect();
+    assert!(steps.iter().any(|s| s.contains("cp config.toml")), "{steps:?}");
+    for step in steps {
+        let step = step.split("  #").next().unwrap_or_default().trim();
+        if step.starts_with("cargo install") || step.starts_with("systemctl") || step.contains("/etc/systemd") {
+            continue;
+        }
+        let step = step.replace("/etc/mcp-resource-proxy", etc_dir.to_str().unwrap());
+        let mut command = Command::new("sh");
+        command.args(["-c", &step]).current_dir(repo_root());
+        let done = output(command).await?;
+        assert_eq!(done.status.code(), Some(0), "{step}: {}", text(&done));
+    }
+    let pre = unit.lines().find_map(|line| line.strip_prefix("ExecStartPre=")).context("ExecStartPre")?;
+    let pre = pre
+        .replace("/usr/local/bin/mcp-resource-proxy", PROXY_BIN)
+        .replace("/etc/mcp-resource-proxy", etc_dir.to_str().unwrap());
+    let mut command = Command::new("sh");
+    command.args(["-c", &pre]).current_dir(etc.path());
+    let checked = output(command).await?;
+    assert_eq!(checked.status.code(), Some(0), "{pre}: {}", text(&checked));
+    Ok(())
+}
+
+/// The README's `docker run` mounts the config and every folder it names beside it.
+#[test]
+fn readme_docker_run_mounts_every_folder_the_shipped_config_names() {
+    let run = COVERED[8].0;
+    let mounted: Vec<&str> = run
+        .split("-v \"$PWD/")
+        .skip(1)
+        .filter_map(|mount| mount.split_once(':'))
+        .filter(|(local, rest)| rest.starts_with(&format!("/etc/mcp-resource-proxy/{local}:")))
+        .map(|(local, _)| local)
+        .collect();
+    let config = Config::load(&repo_root().join("config.toml"), &CliOverrides::default()).expect("shipped config");
+    let mut needed = vec!["config.toml".to_string()];
+    let folders = config.upstreams.iter().filter_map(|u| match &u.transport {
+        UpstreamTransport::Dir { path, .. } => Some(path.clone()),
+        _ => None,
+    });
+    for folder in folders.chain(config.policies.dir.clone()) {
+        needed.push(folder.strip_prefix(repo_root()).unwrap_or(&folder).display().to_string());
+    }
+    for path in needed {
+        assert!(mounted.contains(&path.as_str()), "`{path}` is not mounted by: {run}");
+    }
+}
+
+/// The listeners on free ports, so that the shipped config's fixed ones never collide.
+const FREE_PORTS: [(&str, &str); 2] =
+    [("MCP_PROXY_SERVER__LISTEN", "127.0.0.1:0"), ("MCP_PROXY_SERVER__ADMIN_LISTEN", "127.0.0.1:0")];
+
+/// A README line as a command: `cargo` is this cargo, `mcp-resource-proxy` this build's binary.
+fn shell_line(line: &str, cwd: &Path) -> Command {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let program = match words[0] {
+        "cargo" => PathBuf::from(env!("CARGO")),
+        "mcp-resource-proxy" => PathBuf::from(PROXY_BIN),
+        other => panic!("no runner for `{other}`"),
+    };
+    let mut command = Command::new(program);
+    command.args(&words[1..]).current_dir(cwd).stdin(Stdio::null()).kill_on_drop(true);
+    command
+}
+
+async fn output(mut command: Command) -> anyhow::Result<Output> {
+    tokio::time::timeout(CARGO_DEADLINE, command.output()).await.context("did not exit")?.map_err(Into::into)
+}
+
+fn text(output: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
+}
+
+/// The text of every test source file.
+fn test_sources() -> String {
+    let mut text = String::new();
+    let mut dirs = vec![repo_root().join("tests")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("tests/").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                text.push_str(&std::fs::read_to_string(&path).unwrap_or_default());
+            }
+        }
+    }
+    text
+}
