@@ -8,6 +8,7 @@ pub mod support;
 mod access;
 mod cache;
 mod cli;
+mod closed_sessions;
 mod core;
 mod dashboard;
 mod faults;
