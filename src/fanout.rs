@@ -5,7 +5,8 @@
 //! outlet whose transport is gone is reported on the `gone` channel so its subscriptions are
 //! released. That channel is bounded: when it is full, the reporting send task (which is
 //! ending anyway) waits for room, so no release is lost and nobody else waits. Send tasks run
-//! on the spine as `outlet:<id>` and end at shutdown.
+//! on the spine as `outlet:<id>` and end when their outlet is deregistered (its queue closes) or
+//! at shutdown.
 //!
 //! rmcp-free: `downstream` implements [`Outlet`] over rmcp peers and subscription sinks.
 //! Invariant: `deliver` and `broadcast_list_changed` never await a client.
@@ -220,10 +221,15 @@ async fn send_loop(
     shutdown: tokio_util::sync::CancellationToken,
 ) {
     loop {
+        // A closed queue (the outlet was deregistered) must end the task: a `Some(..)` pattern
+        // would only disable that branch and leave the task waiting on shutdown, holding the
+        // host's peer, for the life of the process.
         let message = tokio::select! {
-            Some(message) = queue.recv() => message,
+            message = queue.recv() => match message {
+                Some(message) => message,
+                None => return,
+            },
             _ = shutdown.cancelled() => return,
-            else => return,
         };
         let kind = message.kind();
         let sent = tokio::select! {

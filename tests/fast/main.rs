@@ -9,6 +9,7 @@ mod access;
 mod cache;
 mod capabilities;
 mod cli;
+mod closed_sessions;
 mod core;
 mod dashboard;
 mod faults;
