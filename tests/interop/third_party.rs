@@ -28,7 +28,7 @@ async fn everything_over_stdio_is_served_namespaced_to_both_eras() -> anyhow::Re
 /// server-everything (it offers tools): the upstream comes up in the 2025 era and serves as with
 /// a pinned era.
 #[tokio::test]
-async fn everything_over_stdio_with_auto_protocol_falls_back_to_the_2025_era() -> anyhow::Result<()> {
+async fn everything_over_stdio_with_auto_protocol_comes_up_in_the_2025_era() -> anyhow::Result<()> {
     let proxy = ProxyProcess::start(&everything_upstream("auto", "protocol = \"auto\"")).await?;
     proxy.wait_up("auto", 1).await?;
     let up = proxy.matching(&["\"upstream up\"", "\"upstream\":\"auto\""]);
