@@ -106,7 +106,9 @@ pub enum UpstreamTransport {
 /// Which protocol era to speak to an upstream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProtocolChoice {
-    /// Probe 2026-07-28 (`server/discover`), fall back to the 2025 handshake.
+    /// The 2025 handshake, kept for an upstream that offers tools or prompts or is given roots;
+    /// for the others a probe of 2026-07-28 (`server/discover`), falling back to the handshake
+    /// (see `upstream::connect`).
     Auto,
     /// The given version, no probing.
     Pinned(String),

@@ -322,10 +322,9 @@ fn server_limits_have_defaults_and_every_bad_one_is_reported() {
 
 #[test]
 fn roots_are_file_uris_and_every_bad_one_is_named() {
-    let config = load(
-        "[[upstreams]]\nname = \"fs\"\ncommand = \"fs\"\nroots = [\"file:///srv/data\", \"file://host/share\"]\n",
-    )
-    .unwrap();
+    let config =
+        load("[[upstreams]]\nname = \"fs\"\ncommand = \"fs\"\nroots = [\"file:///srv/data\", \"file://host/share\"]\n")
+            .unwrap();
     assert_eq!(config.upstreams[0].roots, ["file:///srv/data", "file://host/share"]);
     let found = problems(
         r#"

@@ -175,10 +175,14 @@ fn diff(running: &BTreeMap<String, Upstream>, next: &[UpstreamConfig]) -> Upstre
             None => diff.added.push(config.clone()),
             // Every field counts; the derived `Debug` shows every field. Roots are compared
             // with the ones it has now (a reload may have changed them in place).
-            Some(upstream) if format!("{:?}", without_roots(upstream.config())) != format!("{:?}", without_roots(config)) => {
+            Some(upstream)
+                if format!("{:?}", without_roots(upstream.config())) != format!("{:?}", without_roots(config)) =>
+            {
                 diff.changed.push(config.clone())
             }
-            Some(upstream) if upstream.roots().as_slice() != config.roots.as_slice() => diff.rerooted.push(config.clone()),
+            Some(upstream) if upstream.roots().as_slice() != config.roots.as_slice() => {
+                diff.rerooted.push(config.clone())
+            }
             Some(_) => {}
         }
     }

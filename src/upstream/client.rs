@@ -80,8 +80,10 @@ fn capabilities(roots: &Roots) -> ClientCapabilities {
 
 impl ClientHandler for UpstreamClient {
     fn get_info(&self) -> ClientConfig {
-        let mut info =
-            ClientConfig::new(capabilities(&self.roots), Implementation::new(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")));
+        let mut info = ClientConfig::new(
+            capabilities(&self.roots),
+            Implementation::new(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")),
+        );
         info.protocol_version = self.protocol_version.clone();
         info
     }

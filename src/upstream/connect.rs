@@ -1,7 +1,7 @@
 //! Opening one upstream connection: the transport (stdio child, streamable HTTP, in-process
 //! folder server) and the protocol era (probe, pinned, or remembered from the last connect;
 //! `auto` keeps the 2025 era for an upstream that would lose sampling, elicitation or roots in
-//! 2026-07-28).
+//! 2026-07-28, and probes 2026-07-28 for the others).
 //! Every transport is tapped for its calls' progress and log messages (`tap`).
 
 use std::collections::HashMap;
@@ -31,6 +31,8 @@ use crate::protocol::{Era, LEGACY_HANDSHAKE, version_of};
 use crate::serve_dir::FolderServer;
 
 pub(crate) type Running = RunningService<RoleClient, UpstreamClient>;
+/// A connection and, over streamable HTTP, its thin read client.
+type Connected = (Running, Option<ThinReader>);
 
 /// How to start the lifecycle.
 #[derive(Debug, Clone)]
@@ -45,13 +47,13 @@ enum Plan {
 /// `reason`), is for logs and `/status`, never for clients. A streamable HTTP connection comes
 /// with its thin read client (`thin`).
 ///
-/// `auto` with nothing remembered probes 2026-07-28 (`server/discover`) and falls back to the
-/// 2025 handshake. When the probe finds a 2026-07-28 upstream that would lose something in that
-/// era — it offers tools or prompts (whose calls may ask the host for sampling or elicitation,
-/// server-to-client requests that era forbids) or it is given roots (`roots/list`, likewise)
-/// — it is asked for the 2025 handshake on a fresh connection, and that is kept when it
-/// answers (see [`wants_2025`]); an upstream that speaks only 2026-07-28 is connected to again
-/// in that era.
+/// `auto` with nothing remembered starts with the 2025 handshake, and keeps it when the
+/// upstream would lose something in 2026-07-28 (see [`keeps_2025`]): it offers tools or prompts
+/// (whose calls may ask the host for sampling or elicitation, server-to-client requests that
+/// era forbids) or it is given roots (`roots/list`, likewise). Otherwise — an upstream with
+/// resources only, or one that refuses the handshake — a fresh connection probes 2026-07-28
+/// (`server/discover`), falling back to the 2025 handshake, so an upstream that speaks
+/// 2026-07-28 keeps that era's cache hints.
 pub(crate) async fn connect(
     config: &UpstreamConfig,
     notices: mpsc::UnboundedSender<Notice>,
@@ -64,24 +66,16 @@ pub(crate) async fn connect(
     let plan = plan(&config.protocol, remembered);
     let start = |plan| start(config, &notices, progress, plan, output, relays, roots);
     let (running, thin) = match plan {
-        Plan::Auto => match start(Plan::Auto).await {
-            Ok(running) if wants_2025(&running.0, roots) => {
-                tracing::debug!(upstream = %config.name, "speaks 2026-07-28; asking for the 2025 handshake");
+        Plan::Auto => match start(Plan::Legacy(LEGACY_HANDSHAKE)).await {
+            Ok(running) if keeps_2025(&running.0, roots) => running,
+            Ok(running) => {
+                tracing::debug!(upstream = %config.name, "resources only; probing 2026-07-28 for its cache hints");
                 drop(running.0.cancel().await);
-                match start(Plan::Legacy(LEGACY_HANDSHAKE)).await {
-                    Ok(running) => running,
-                    Err(error) => {
-                        tracing::debug!(upstream = %config.name, error = %error, "no 2025 handshake; 2026-07-28 it is");
-                        start(Plan::Modern).await?
-                    }
-                }
+                probe(start(Plan::Auto).await, start).await?
             }
-            Ok(running) => running,
-            Err(probe_error) => {
-                // rmcp's Auto can fail against legacy-only servers instead of falling back:
-                // retry with the 2025 handshake on a fresh transport.
-                tracing::debug!(upstream = %config.name, error = %probe_error, "probe failed; trying the 2025 handshake");
-                start(Plan::Legacy(LEGACY_HANDSHAKE)).await?
+            Err(handshake_error) => {
+                tracing::debug!(upstream = %config.name, error = %handshake_error, "no 2025 handshake; probing 2026-07-28");
+                start(Plan::Auto).await?
             }
         },
         plan => start(plan).await?,
@@ -91,17 +85,36 @@ pub(crate) async fn connect(
     Ok((running, era, thin))
 }
 
-/// Would this 2026-07-28 connection lose what the 2025 era carries? Sampling, elicitation and
-/// roots are requests from the server to the client, which 2026-07-28 forbids (a server of that
-/// era asks through `input_required`, which the proxy bridges, but SDKs that serve both eras,
-/// such as the Python SDK 2.x, fail such a request instead). They happen in tool calls and
-/// prompts, and roots are asked when given; an upstream with resources only keeps 2026-07-28
-/// and its cache hints (`ttlMs`, `cacheScope`).
-fn wants_2025(running: &Running, roots: &Roots) -> bool {
-    let Some(info) = running.peer_info() else { return false };
+/// rmcp's Auto can fail against legacy-only servers instead of falling back: retry with the
+/// 2025 handshake on a fresh transport.
+async fn probe<F, Fut>(probed: Result<Connected, String>, start: F) -> Result<Connected, String>
+where
+    F: Fn(Plan) -> Fut,
+    Fut: Future<Output = Result<Connected, String>>,
+{
+    match probed {
+        Ok(connected) => Ok(connected),
+        Err(probe_error) => {
+            tracing::debug!(error = %probe_error, "probe failed; trying the 2025 handshake again");
+            start(Plan::Legacy(LEGACY_HANDSHAKE)).await
+        }
+    }
+}
+
+/// Keep this 2025 connection rather than probe 2026-07-28? Sampling, elicitation and roots are
+/// requests from the server to the client, which 2026-07-28 forbids (a server of that era asks
+/// through `input_required`, which the proxy bridges, but SDKs that serve both eras, such as
+/// the Python SDK 2.x, fail such a request instead). They happen in tool calls and prompts, and
+/// roots are asked when given. An upstream with resources only loses nothing in 2026-07-28 and
+/// gains its cache hints (`ttlMs`, `cacheScope`). A connection whose handshake already settled
+/// on 2026-07-28 is kept as it is.
+fn keeps_2025(running: &Running, roots: &Roots) -> bool {
+    let Some(info) = running.peer_info() else { return true };
     let capabilities = &info.capabilities;
     Era::of_negotiated(Some(&info.protocol_version)) == Era::Modern
-        && (capabilities.tools.is_some() || capabilities.prompts.is_some() || roots.capability().is_some())
+        || capabilities.tools.is_some()
+        || capabilities.prompts.is_some()
+        || roots.capability().is_some()
 }
 
 fn plan(choice: &ProtocolChoice, remembered: Option<Era>) -> Plan {
@@ -135,7 +148,7 @@ async fn start(
     output: &Arc<ChildOutput>,
     relays: &Arc<RelayBook>,
     roots: &Roots,
-) -> Result<(Running, Option<ThinReader>), String> {
+) -> Result<Connected, String> {
     let handshake_version = match &plan {
         Plan::Legacy(v) => v.clone(),
         _ => LEGACY_HANDSHAKE,

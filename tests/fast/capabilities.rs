@@ -10,11 +10,11 @@ use mcp_resource_proxy::config::{CliOverrides, Config};
 use rmcp::model::ReadResourceRequestParams;
 use serde_json::{Value, json};
 
+use crate::support::eventually;
 use crate::support::exposition::Exposition;
 use crate::support::fixture::{self, DEADLINE, Era, call_json, list_all_resources, stats};
 use crate::support::inproc::InProcessProxy;
 use crate::support::proxy::{http_upstream, write_config};
-use crate::support::eventually;
 
 /// Each kind alone: up, ready, its own offerings served to both host eras, nothing else asked.
 #[tokio::test]

@@ -9,7 +9,8 @@
 //! server's tools ask with `ctx.session.elicit` / `create_message`, standalone requests, which
 //! under 2026-07-28 fail the call (`-32600`) instead of answering `input_required` (MCPServer
 //! answers that only for `Resolve(Elicit/Sample)` parameters, which the conformance tools do not
-//! use), so its four sampling/elicitation scenarios stay in `not_forwarded("unprefixed, 2026-07-28")` (its pinned run; `auto` speaks 2025 to it).
+//! use), so its four sampling/elicitation scenarios stay in `not_forwarded("unprefixed,
+//! 2026-07-28")` (its pinned run; `auto` speaks 2025 to it).
 
 #![allow(deprecated)] // Sampling is deprecated by SEP-2577 but still in the 2025 era.
 

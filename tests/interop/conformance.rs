@@ -304,7 +304,9 @@ fn compare(run: &str, direct: &Outcomes, through: &Outcomes) -> Vec<String> {
         }
         let expected_gap = not_forwarded(run).contains(&scenario);
         match (direct, through) {
-            (Ok(()), Err(why)) if !expected_gap => wrong.push(format!("[{run}] {scenario} fails through the proxy: {why}")),
+            (Ok(()), Err(why)) if !expected_gap => {
+                wrong.push(format!("[{run}] {scenario} fails through the proxy: {why}"))
+            }
             (Ok(()), Ok(())) if expected_gap => {
                 wrong.push(format!("[{run}] {scenario} passes through the proxy now: take it off not_forwarded"))
             }

@@ -1,5 +1,6 @@
 //! The interop tier: `cargo test --test interop`. The proxy with real third-party peers — npm
-//! `@modelcontextprotocol/server-everything` and `server-memory`, the Python SDK (PyPI `mcp`) as
+//! `@modelcontextprotocol/server-everything`, `server-memory`, `server-filesystem` and
+//! `server-sequential-thinking`, the Python SDK (PyPI `mcp`) as
 //! server and client — and a real Prometheus. The peers install on first use
 //! (`.ci/install-peers.sh`, pinned, into the ignored `.peers/`); Prometheus comes from
 //! `.ci/install-prometheus.sh` (`bash .ci/run` runs both first).

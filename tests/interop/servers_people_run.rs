@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use anyhow::{Context, bail};
+use anyhow::{Context, bail, ensure};
 use rmcp::model::{CallToolRequestParams, GetPromptRequestParams, ReadResourceRequestParams, ResourceContents};
 use rmcp::service::{Peer, RoleClient};
 use serde_json::{Value, json};
@@ -48,7 +48,7 @@ async fn tools_prompts_and_resources_only_servers_are_up_and_usable_by_every_kin
     let path = write_config(dir.path(), &config)?;
     for era in [Era::Legacy, Era::Modern] {
         let (host, _) = connect_stdio_proxy(&path, era).await?;
-        let used = eventually(DEADLINE, "every server usable through serve --stdio", || {
+        let used = eventually(DEADLINE * 3, "every server usable through serve --stdio", || {
             use_every_server(host.peer(), &folder)
         });
         used.await.with_context(|| format!("stdio host, {era:?}"))?;
@@ -57,33 +57,34 @@ async fn tools_prompts_and_resources_only_servers_are_up_and_usable_by_every_kin
 }
 
 /// List a directory and read a file through server-filesystem, think one thought, get the
-/// prompt, list and read the resources.
+/// prompt, list and read the resources. Every check is an error, not a panic, so a caller can
+/// wait for a stdio proxy whose upstreams are still coming up.
 async fn use_every_server(host: &Peer<RoleClient>, folder: &Path) -> anyhow::Result<()> {
     let listing = eventually(DEADLINE, "server-filesystem lists its root", || {
         call_text(host, "fs__list_directory", json!({ "path": folder }))
     })
     .await?;
-    assert!(listing.contains("[FILE] hello.txt") && listing.contains("[DIR] inner"), "{listing}");
+    ensure!(listing.contains("[FILE] hello.txt") && listing.contains("[DIR] inner"), "{listing}");
     let read = call_text(host, "fs__read_text_file", json!({ "path": folder.join("hello.txt") })).await?;
-    assert_eq!(read, GREETING);
+    ensure!(read == GREETING, "{read}");
 
     let thought = json!({"thought": "one step", "thoughtNumber": 1, "totalThoughts": 1, "nextThoughtNeeded": false});
     let answer: Value = serde_json::from_str(&call_text(host, "think__sequentialthinking", thought).await?)?;
-    assert_eq!((&answer["thoughtNumber"], &answer["nextThoughtNeeded"]), (&json!(1), &json!(false)), "{answer}");
+    ensure!(answer["thoughtNumber"] == json!(1) && answer["nextThoughtNeeded"] == json!(false), "{answer}");
 
     let mut arguments = serde_json::Map::new();
     arguments.insert("name".into(), json!("Ann"));
     let prompt = host.get_prompt(GetPromptRequestParams::new("greet__greet").with_arguments(arguments)).await?;
     let message = prompt.messages.first().context("a message")?;
     let text = message.content.as_text().map(|t| t.text.as_str());
-    assert_eq!(text, Some("Hello, Ann!"), "{prompt:?}");
+    ensure!(text == Some("Hello, Ann!"), "{prompt:?}");
 
     let (resources, _) = list_all_resources(host).await?;
     let uris: Vec<&str> = resources.iter().map(|r| r.uri.as_str()).collect();
-    assert_eq!(uris, ["notes+one://note/1", "notes+one://note/2"]);
+    ensure!(uris == ["notes+one://note/1", "notes+one://note/2"], "{uris:?}");
     let read = host.read_resource(ReadResourceRequestParams::new("notes+one://note/2")).await?;
     let ResourceContents::TextResourceContents { text, .. } = &read.contents[0] else { bail!("{read:?}") };
-    assert_eq!(text, "note 2");
+    ensure!(text == "note 2", "{text}");
     Ok(())
 }
 

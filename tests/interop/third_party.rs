@@ -1,6 +1,6 @@
 //! The real npm `@modelcontextprotocol/server-everything@2026.8.31` (a 2025-era server) as an
-//! upstream of the real proxy, over stdio (pinned era, and `auto` to prove the era probe falls
-//! back) and over streamable HTTP (whose replies open with an empty SSE priming event), driven
+//! upstream of the real proxy, over stdio (pinned era, and `auto` to prove it lands in the 2025
+//! era) and over streamable HTTP (whose replies open with an empty SSE priming event), driven
 //! by rmcp clients in both eras. Installed by `.ci/install-peers.sh`; never downloaded by npx.
 
 use std::collections::BTreeSet;
@@ -24,11 +24,11 @@ async fn everything_over_stdio_is_served_namespaced_to_both_eras() -> anyhow::Re
     assert_everything_served(&proxy, "everything").await
 }
 
-/// With `protocol = "auto"` the proxy probes `server/discover`, which server-everything answers
-/// with -32601 over stdio, and falls back to the 2025 handshake: the upstream comes up in the
-/// 2025 era and serves as with a pinned era.
+/// With `protocol = "auto"` the proxy starts with the 2025 handshake, which it keeps for
+/// server-everything (it offers tools): the upstream comes up in the 2025 era and serves as with
+/// a pinned era.
 #[tokio::test]
-async fn everything_over_stdio_with_auto_protocol_falls_back_to_the_2025_era() -> anyhow::Result<()> {
+async fn everything_over_stdio_with_auto_protocol_comes_up_in_the_2025_era() -> anyhow::Result<()> {
     let proxy = ProxyProcess::start(&everything_upstream("auto", "protocol = \"auto\"")).await?;
     proxy.wait_up("auto", 1).await?;
     let up = proxy.matching(&["\"upstream up\"", "\"upstream\":\"auto\""]);

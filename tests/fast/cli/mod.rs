@@ -224,11 +224,12 @@ url = "http://127.0.0.1:1/mcp"
 headers = { Authorization = "Bearer ${MCP_PROXY_CLI_TEST_SURELY_UNSET}" }
 protocol = "1999-01-01"
 request_timeout = "soon"
+roots = ["/srv/data", "file:///srv/../etc"]
 colour = "blue"
 "#;
 
 /// (where, what) of every problem in [`SEVERAL_PROBLEMS`].
-const SEVERAL_PROBLEMS_REPORTED: [(&str, &str); 10] = [
+const SEVERAL_PROBLEMS_REPORTED: [(&str, &str); 12] = [
     ("bogus", "unknown key"),
     ("server.listen", "nowhere"),
     ("server.page_size", "0"),
@@ -239,6 +240,8 @@ const SEVERAL_PROBLEMS_REPORTED: [(&str, &str); 10] = [
     ("upstreams[4] (remote).headers.Authorization", "MCP_PROXY_CLI_TEST_SURELY_UNSET"),
     ("upstreams[4] (remote).protocol", "1999-01-01"),
     ("upstreams[4] (remote).request_timeout", "soon"),
+    ("upstreams[4] (remote).roots[0]", "not a file:// URI"),
+    ("upstreams[4] (remote).roots[1]", "`..` segment"),
 ];
 
 /// Run the binary to completion (at most [`DEADLINE`]) with stdin closed.
