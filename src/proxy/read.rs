@@ -3,9 +3,9 @@
 //! The life of a `resources/read`, top to bottom in [`Reads::read`]: the caller's policy
 //! snapshot decides the URI (denied or unknown → not found), split the namespace
 //! (unknown → not found) → [`Coherence::read`] (a fresh entry: done) → on a miss, when the
-//! upstream can notify and [`Coherence::watch`] gives a ticket, wait until the upstream
-//! acknowledged the subscription (so no change between the read and the subscription can be
-//! missed; a refusal or no answer reads unwatched) → read upstream with its timeout →
+//! upstream can notify and [`Coherence::watch`] gives a ticket (or a host holds the URI), wait
+//! until the upstream acknowledged the subscription (so no change between the read and the
+//! subscription can be missed; a refusal or no answer reads unwatched) → read upstream with its timeout →
 //! namespace every `contents[*].uri` → coherence keeps it per the lifetime rules → contents
 //! the principal may not see are removed → truthful `ttlMs` / `cacheScope`.
 
@@ -101,8 +101,11 @@ impl Reads {
     async fn load(&self, upstream: &Upstream, name: &str, original: &str, uri: &str) -> Result<Loaded, ProxyError> {
         let coherence = &self.core.cache;
         let settings = &upstream.config().cache;
-        let mut watch = upstream.can_notify().then(|| coherence.watch(name, original, settings)).flatten();
-        if watch.is_some() {
+        let can_notify = upstream.can_notify();
+        let mut watch = can_notify.then(|| coherence.watch(name, original, settings)).flatten();
+        // A URI a host subscribed to is waited for too, ticket or not (its results may not be
+        // kept): a read after a subscribe then shows the upstream as of its acknowledgement.
+        if watch.is_some() || (can_notify && upstream.wants_watched(original)) {
             match upstream.wait_watching(original, WATCH_WAIT).await {
                 Watching::Acknowledged => {}
                 Watching::Refused => {

@@ -368,6 +368,11 @@ impl Upstream {
         self.inner.watch_set_copies.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Does the proxy want `uri` watched on this upstream (for a host or for the cache)?
+    pub fn wants_watched(&self, uri: &str) -> bool {
+        self.inner.watched.borrow().contains(uri)
+    }
+
     /// The URIs the proxy wants watched on this upstream.
     pub fn watch_set_len(&self) -> usize {
         self.inner.watched.borrow().len()

@@ -87,6 +87,11 @@ async fn an_upstream_update_makes_the_next_read_fresh_with_one_more_upstream_rea
         assert_eq!(upstream_reads(&side, ITEM).await?, 1, "{era}: the second read is a hit");
 
         let mut watcher = Watcher::subscribe(&proxy.url, PROXIED_ITEM).await?;
+        // The untrusted upstream's URI was not subscribed for the cache: the host's subscription
+        // must be in place upstream before the change, or the change is not notified at all.
+        let holds = |s: &Value, key: &str| s[key].as_array().is_some_and(|uris| uris.contains(&json!(ITEM)));
+        let subscribed = |s: &Value| holds(s, "subscribed") || holds(s, "listen_uris");
+        wait_for_stats(&side, subscribed).await?;
         let touched = touch(&side, ITEM).await?;
         assert_eq!(touched["version"], 2, "{era}: {touched}");
         watcher.heard_update().await?;

@@ -55,8 +55,8 @@ async fn paired_reads_never_differ_beyond_the_upstreams_own_lifetime() -> anyhow
 
 /// A 2026-07-28 Python host with the SDK's default client cache: its own `mem__create_entities`
 /// through the proxy shows at once in its next read of the graph — after a read of the graph
-/// before the write, which a cache told a lifetime would have kept. Both reads are told
-/// `ttlMs: 0`, `cacheScope: private` (server-memory says neither).
+/// before the write, which a cache told a lifetime would have kept. Both reads, and the
+/// resource list, are told `ttlMs: 0`, `cacheScope: private` (server-memory says neither).
 #[tokio::test]
 async fn a_python_host_with_its_default_cache_reads_its_own_write_at_once() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
@@ -69,14 +69,15 @@ async fn a_python_host_with_its_default_cache_reads_its_own_write_at_once() -> a
     let read = format!("read:mem+{GRAPH}");
     let call = format!("call:mem__create_entities:{entity}");
     let args = ["--url", &proxy.url, "--mode", "2026-07-28", "--client-cache", "default"];
-    let all: Vec<&str> = args.iter().copied().chain([read.as_str(), call.as_str(), read.as_str()]).collect();
+    let ops = [read.as_str(), call.as_str(), read.as_str(), "list_all"];
+    let all: Vec<&str> = args.iter().copied().chain(ops).collect();
     let mut command = tokio::process::Command::from(py_client(&all));
     command.stdin(std::process::Stdio::null()).kill_on_drop(true);
     let output = tokio::time::timeout(Duration::from_secs(60), command.output()).await??;
     let stderr = String::from_utf8_lossy(&output.stderr);
     anyhow::ensure!(output.status.success(), "client.py failed ({}):\n{stderr}", output.status);
     let lines = crate::support::peers::parse_json_lines(&output.stdout);
-    anyhow::ensure!(lines.len() == 3, "client.py printed {lines:?}; stderr:\n{stderr}");
+    anyhow::ensure!(lines.len() == ops.len(), "client.py printed {lines:?}; stderr:\n{stderr}");
 
     let names = |line: &Value| -> anyhow::Result<BTreeSet<String>> {
         let text = line["contents"][0]["text"].as_str().with_context(|| format!("no text: {line}"))?;
@@ -85,7 +86,7 @@ async fn a_python_host_with_its_default_cache_reads_its_own_write_at_once() -> a
     assert!(names(&lines[0])?.is_empty(), "the graph starts empty: {}", lines[0]);
     assert!(lines[1].get("error").is_none() && lines[1]["result"]["isError"] != true, "the write: {}", lines[1]);
     assert_eq!(names(&lines[2])?, BTreeSet::from(["Ada".to_string()]), "the host reads its own write at once");
-    for line in [&lines[0], &lines[2]] {
+    for line in [&lines[0], &lines[2], &lines[3]] {
         assert_eq!((&line["ttlMs"], &line["cacheScope"]), (&json!(0), &json!("private")), "told: {line}");
     }
     Ok(())
@@ -93,8 +94,9 @@ async fn a_python_host_with_its_default_cache_reads_its_own_write_at_once() -> a
 
 /// Trusting notifications is the operator's word: server-everything configured with
 /// `trust_notifications` (it acknowledges the subscription but will not notify this change)
-/// keeps its dynamic text until an `updated` — and still tells the host `ttlMs: 0`, since the
-/// host would hear none of the proxy's invalidations.
+/// keeps its dynamic text until an `updated` — and still tells the host `ttlMs: 0` (for the
+/// read and for the resource and tool lists), since the host would hear none of the proxy's
+/// invalidations.
 #[tokio::test]
 async fn a_trusted_upstream_is_kept_by_the_proxy_but_never_by_the_host() -> anyhow::Result<()> {
     let everything = spawn_everything_http();
@@ -105,6 +107,9 @@ async fn a_trusted_upstream_is_kept_by_the_proxy_but_never_by_the_host() -> anyh
     let uri = format!("trusted+{DYNAMIC_TEXT}");
     let first = read(&host, &uri).await?;
     assert_eq!((first.ttl_ms, first.cache_scope), (Some(0), Some(CacheScope::Private)), "told no lifetime");
+    let (resources, tools) = (host.list_resources(None).await?, host.list_tools(None).await?);
+    let lists = [(resources.ttl_ms, resources.cache_scope), (tools.ttl_ms, tools.cache_scope)];
+    assert_eq!(lists, [(Some(0), Some(CacheScope::Private)); 2], "lists: told no lifetime either");
 
     let (direct, _) = fixture::connect_http(&everything.url, Era::Legacy).await?;
     crate::support::eventually(DEADLINE, "server-everything's own answer moves on", || async {
