@@ -176,7 +176,8 @@ impl<'a> State<'a> {
                 String::new()
             }
         };
-        if !url.is_empty() && !(url.starts_with("http://") || url.starts_with("https://")) {
+        let http = url.starts_with("http://") || url.starts_with("https://");
+        if !url.is_empty() && !http {
             self.problem(&format!("{at}.url"), "not an http:// or https:// URL");
         }
         let url = secrets::url(self, entry, name, url);
