@@ -152,6 +152,9 @@ impl<'a> State<'a> {
         let args = args.iter().map(|arg| self.text(&format!("{at}.args"), arg)).collect();
         let args = secrets::args(self, entry, name, args);
         let env = self.pairs(&format!("{at}.env"), fields.get("env"));
+        for (key, _) in env.iter().filter(|(key, _)| !vars::is_variable_name(key)) {
+            self.problem(&format!("{at}.env.{key}"), "not a variable name like API_KEY");
+        }
         let env = secrets::env(self, entry, name, env);
         let cwd = match fields.get("cwd") {
             None => None,
@@ -179,6 +182,11 @@ impl<'a> State<'a> {
         let http = url.starts_with("http://") || url.starts_with("https://");
         if !url.is_empty() && !http {
             self.problem(&format!("{at}.url"), "not an http:// or https:// URL");
+        }
+        if fields.get("type").is_none() && url.split(['?', '#']).next().is_some_and(|path| path.ends_with("/sse")) {
+            let message = "its URL ends in `/sse`: taken as streamable HTTP; a server that speaks only the 2024 \
+                           HTTP+SSE transport stays down (its `/status` says why)";
+            self.note(entry, message);
         }
         let url = secrets::url(self, entry, name, url);
         let headers = self.pairs(&format!("{at}.headers"), fields.get("headers"));
