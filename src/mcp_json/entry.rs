@@ -158,7 +158,12 @@ impl<'a> State<'a> {
         let env = secrets::env(self, entry, name, env);
         let cwd = match fields.get("cwd") {
             None => None,
-            Some(Value::String(cwd)) => Some(self.path(&format!("{at}.cwd"), cwd)),
+            Some(Value::String(cwd)) => {
+                if !std::path::Path::new(cwd).is_absolute() && !cwd.starts_with("${") {
+                    self.note(entry, "`cwd` is relative: the proxy takes it relative to the config file");
+                }
+                Some(self.path(&format!("{at}.cwd"), cwd))
+            }
             Some(_) => {
                 self.problem(&format!("{at}.cwd"), "not a string");
                 None
