@@ -44,19 +44,27 @@ impl Loaded {
 
 /// `import FILE [--output OUT]`: the config on stdout or in OUT, the notes on stderr.
 pub(crate) fn import(file: &Path, output: Option<&Path>, force: bool) -> ExitCode {
-    let imported = std::fs::read_to_string(file)
-        .map_err(|e| format!("{}: cannot read: {e}\n", file.display()))
-        .and_then(|text| mcp_json::import(&text, &mcp_json::Origin::of_file(file)).map_err(|e| e.to_string()));
-    let imported = match imported {
+    let text = match std::fs::read_to_string(file) {
+        Ok(text) => text,
+        Err(error) => {
+            eprintln!("{}: cannot read: {error}", file.display());
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let print_notes = |notes: &[mcp_json::Note]| {
+        for note in notes {
+            eprintln!("{}: `{}`: {}", file.display(), note.entry, note.message);
+        }
+    };
+    let imported = match mcp_json::import(&text, &mcp_json::Origin::of_file(file)) {
         Ok(imported) => imported,
         Err(error) => {
+            print_notes(&error.notes);
             eprint!("{}: {error}", file.display());
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    for note in &imported.notes {
-        eprintln!("{}: `{}`: {}", file.display(), note.entry, note.message);
-    }
+    print_notes(&imported.notes);
     let text = imported.to_toml(&file.display().to_string());
     let written = match output {
         None => {

@@ -80,11 +80,11 @@ impl<'a> State<'a> {
 
     pub(super) fn finish(self) -> Result<Import, ImportError> {
         if !self.problems.is_empty() {
-            return Err(ImportError { problems: self.problems });
+            return Err(ImportError { problems: self.problems, notes: self.notes });
         }
         if self.upstreams.is_empty() {
             let problem = Problem::new("file", "no server could be imported (see the notes above)");
-            return Err(ImportError { problems: vec![problem] });
+            return Err(ImportError { problems: vec![problem], notes: self.notes });
         }
         Ok(Import { upstreams: self.upstreams, notes: self.notes, variables: self.variables })
     }
