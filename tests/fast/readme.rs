@@ -42,13 +42,7 @@ const COVERED: &[(&str, &[&str])] = &[
         "cargo run -- import tests/data/mcp-servers/claude_desktop_config.json",
         &["readme_repository_commands_run_as_written"],
     ),
-    (
-        "cargo install --path . --root /usr/local",
-        &[
-            ".ci/readme-release.sh: cargo install --path . --root",
-            "the_units_install_steps_give_a_config_check_accepts",
-        ],
-    ),
+    ("cargo install --path . --root /usr/local", &[".ci/readme-release.sh: cargo install --path . --root"]),
     (
         "docker build -f Containerfile -t mcp-resource-proxy .",
         &["the_containerfile_command_line_is_accepted_by_the_binary", "the_containerfile_passes_hadolint"],
