@@ -9,12 +9,12 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use mcp_resource_proxy::admin::{self, AdminState};
-use mcp_resource_proxy::config::{CliOverrides, Config, ConfigError};
-use mcp_resource_proxy::policy::{self, PolicySet};
+use mcp_resource_proxy::config::{CliOverrides, Config};
+use mcp_resource_proxy::policy;
 use mcp_resource_proxy::proxy::{ConfigSource, Proxy};
 use mcp_resource_proxy::spine::Spine;
 use mcp_resource_proxy::upstream::LinkState;
-use mcp_resource_proxy::{downstream, mcp_json, serve_dir};
+use mcp_resource_proxy::{downstream, serve_dir};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
@@ -43,6 +43,11 @@ fn return_freed_memory_at_once() {
 
 /// The environment variable naming the config file (what `--config` names).
 const CONFIG_ENV: &str = "MCP_PROXY_CONFIG";
+#[path = "main/commands.rs"]
+mod commands;
+
+use commands::{Loaded, check, explain, import};
+
 /// EX_CONFIG from sysexits.h: the configuration is invalid.
 const EXIT_CONFIG: u8 = 78;
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -200,126 +205,6 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
-}
-
-/// Where `serve` takes its configuration from: a config file, or a host's servers file.
-#[derive(Clone)]
-enum Loaded {
-    ConfigFile(PathBuf),
-    McpJson(PathBuf),
-}
-
-impl Loaded {
-    fn of(config: PathBuf, mcp_json: Option<PathBuf>) -> Loaded {
-        mcp_json.map_or(Loaded::ConfigFile(config), Loaded::McpJson)
-    }
-
-    fn path(&self) -> &std::path::Path {
-        match self {
-            Loaded::ConfigFile(path) | Loaded::McpJson(path) => path,
-        }
-    }
-
-    /// The configuration; with `report`, what an import changed is logged.
-    fn load(&self, cli: &CliOverrides, report: bool) -> Result<Config, ConfigError> {
-        match self {
-            Loaded::ConfigFile(path) => Config::load(path, cli),
-            Loaded::McpJson(path) => mcp_json::load_config(path, cli).map(|(config, notes)| {
-                for note in notes.iter().filter(|_| report) {
-                    tracing::warn!(entry = %note.entry, "{}", note.message);
-                }
-                config
-            }),
-        }
-    }
-}
-
-/// `import FILE [--output OUT]`: the config on stdout or in OUT, the notes on stderr.
-fn import(file: &std::path::Path, output: Option<&std::path::Path>, force: bool) -> ExitCode {
-    let imported = std::fs::read_to_string(file)
-        .map_err(|e| format!("{}: cannot read: {e}\n", file.display()))
-        .and_then(|text| mcp_json::import(&text, &mcp_json::Origin::of_file(file)).map_err(|e| e.to_string()));
-    let imported = match imported {
-        Ok(imported) => imported,
-        Err(error) => {
-            eprint!("{}: {error}", file.display());
-            return ExitCode::from(EXIT_CONFIG);
-        }
-    };
-    for note in &imported.notes {
-        eprintln!("{}: `{}`: {}", file.display(), note.entry, note.message);
-    }
-    let text = imported.to_toml(&file.display().to_string());
-    let written = match output {
-        None => {
-            print!("{text}");
-            Ok(())
-        }
-        Some(out) if out.exists() && !force => Err(format!("{} exists (--force to overwrite)", out.display())),
-        Some(out) => std::fs::write(out, &text).map_err(|e| format!("cannot write {}: {e}", out.display())),
-    };
-    if let Err(error) = written {
-        eprintln!("{error}");
-        return ExitCode::FAILURE;
-    }
-    let names: Vec<&str> = imported.variables.iter().map(String::as_str).collect();
-    if !names.is_empty() {
-        eprintln!("set in the proxy's environment before `check` or `serve`: {}", names.join(", "));
-    }
-    ExitCode::SUCCESS
-}
-
-fn check(path: &std::path::Path) -> ExitCode {
-    let loaded = Config::load(path, &CliOverrides::default()).and_then(|config| {
-        let missing = config.missing_folders();
-        if missing.is_empty() { Ok(config) } else { Err(ConfigError { problems: missing }) }
-    });
-    match loaded {
-        Ok(config) => {
-            let policies = match config.policy_set().files() {
-                [] => "no policies: everything is allowed".to_string(),
-                files => format!("policy files {}", files.join(", ")),
-            };
-            for warning in config.warnings() {
-                println!("warning: {warning}");
-            }
-            println!("{}: valid ({} upstreams; {policies})", path.display(), config.upstreams.len());
-            ExitCode::SUCCESS
-        }
-        Err(error) => {
-            print!("{}: {error}", path.display());
-            ExitCode::from(EXIT_CONFIG)
-        }
-    }
-}
-
-fn explain(path: &std::path::Path, principal: &str, uris: &[String]) -> ExitCode {
-    // Deciding needs the policies only: token variables may be unset where this runs.
-    let config = match Config::load_without_secrets(path) {
-        Ok(config) => config,
-        Err(error) => {
-            print!("{}: {error}", path.display());
-            return ExitCode::from(EXIT_CONFIG);
-        }
-    };
-    for uri in uris {
-        println!("{uri}\n{}", explain_one(config.policy_set(), principal, uri));
-    }
-    ExitCode::SUCCESS
-}
-
-fn explain_one(policies: &PolicySet, principal: &str, uri: &str) -> String {
-    let (normal, decision) = match policies.normalize_and_decide(principal, uri) {
-        Ok(decided) => decided,
-        Err(error) => return format!("  refused ({error}): answered as not found"),
-    };
-    let verdict = match (&decision.file, &decision.pattern, decision.allowed) {
-        (Some(file), Some(pattern), true) => format!("allowed by {file}: {pattern}"),
-        (Some(file), Some(pattern), false) => format!("denied by {file}: {pattern}"),
-        (_, _, true) => "allowed: no policies are configured".to_string(),
-        (_, _, false) => "denied: no rule allows it".to_string(),
-    };
-    format!("  normalised: {normal}\n  {verdict}")
 }
 
 /// How the configuration is loaded again on reload: the same file, environment and command

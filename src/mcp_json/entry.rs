@@ -80,11 +80,11 @@ impl<'a> State<'a> {
 
     pub(super) fn finish(self) -> Result<Import, ImportError> {
         if !self.problems.is_empty() {
-            return Err(ImportError { problems: self.problems });
+            return Err(ImportError { problems: self.problems, notes: self.notes });
         }
         if self.upstreams.is_empty() {
             let problem = Problem::new("file", "no server could be imported (see the notes above)");
-            return Err(ImportError { problems: vec![problem] });
+            return Err(ImportError { problems: vec![problem], notes: self.notes });
         }
         Ok(Import { upstreams: self.upstreams, notes: self.notes, variables: self.variables })
     }
@@ -152,10 +152,18 @@ impl<'a> State<'a> {
         let args = args.iter().map(|arg| self.text(&format!("{at}.args"), arg)).collect();
         let args = secrets::args(self, entry, name, args);
         let env = self.pairs(&format!("{at}.env"), fields.get("env"));
+        for (key, _) in env.iter().filter(|(key, _)| !vars::is_variable_name(key)) {
+            self.problem(&format!("{at}.env.{key}"), "not a variable name like API_KEY");
+        }
         let env = secrets::env(self, entry, name, env);
         let cwd = match fields.get("cwd") {
             None => None,
-            Some(Value::String(cwd)) => Some(self.path(&format!("{at}.cwd"), cwd)),
+            Some(Value::String(cwd)) => {
+                if !std::path::Path::new(cwd).is_absolute() && !cwd.starts_with("${") {
+                    self.note(entry, "`cwd` is relative: the proxy takes it relative to the config file");
+                }
+                Some(self.path(&format!("{at}.cwd"), cwd))
+            }
             Some(_) => {
                 self.problem(&format!("{at}.cwd"), "not a string");
                 None
@@ -176,8 +184,14 @@ impl<'a> State<'a> {
                 String::new()
             }
         };
-        if !url.is_empty() && !(url.starts_with("http://") || url.starts_with("https://")) {
+        let http = url.starts_with("http://") || url.starts_with("https://");
+        if !url.is_empty() && !http {
             self.problem(&format!("{at}.url"), "not an http:// or https:// URL");
+        }
+        if fields.get("type").is_none() && url.split(['?', '#']).next().is_some_and(|path| path.ends_with("/sse")) {
+            let message = "its URL ends in `/sse`: taken as streamable HTTP; a server that speaks only the 2024 \
+                           HTTP+SSE transport stays down (its `/status` says why)";
+            self.note(entry, message);
         }
         let url = secrets::url(self, entry, name, url);
         let headers = self.pairs(&format!("{at}.headers"), fields.get("headers"));

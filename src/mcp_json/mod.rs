@@ -85,20 +85,18 @@ impl Origin {
 #[error("{}", render_problems(.problems))]
 pub struct ImportError {
     pub problems: Vec<Problem>,
+    /// What was noted of the other entries meanwhile.
+    pub notes: Vec<Note>,
 }
 
 /// Read an `mcpServers` / `servers` file.
 pub fn import(text: &str, origin: &Origin) -> Result<Import, ImportError> {
-    let root: Value = serde_json::from_str(text)
-        .map_err(|e| ImportError { problems: vec![Problem::new("file", format!("not JSON: {e}"))] })?;
+    let root: Value = serde_json::from_str(text).map_err(|e| ImportError::one(format!("not JSON: {e}")))?;
     let Some(root) = root.as_object() else {
-        return Err(ImportError { problems: vec![Problem::new("file", "not a JSON object")] });
+        return Err(ImportError::one("not a JSON object".into()));
     };
-    let (key, servers) = servers_of(root).ok_or_else(|| ImportError {
-        problems: vec![Problem::new(
-            "file",
-            "no `mcpServers` (Claude Desktop, Cursor) or `servers` (VS Code) object of servers",
-        )],
+    let (key, servers) = servers_of(root).ok_or_else(|| {
+        ImportError::one("no `mcpServers` (Claude Desktop, Cursor) or `servers` (VS Code) object of servers".into())
     })?;
     let inputs = vars::inputs(root.get("inputs").or_else(|| root.get("mcp").and_then(|m| m.get("inputs"))));
     let mut state = entry::State::new(origin, inputs);
@@ -106,6 +104,13 @@ pub fn import(text: &str, origin: &Origin) -> Result<Import, ImportError> {
         state.entry(&format!("{key}.{name}"), name, value);
     }
     state.finish()
+}
+
+impl ImportError {
+    /// One problem with the file as a whole.
+    fn one(message: String) -> ImportError {
+        ImportError { problems: vec![Problem::new("file", message)], notes: Vec::new() }
+    }
 }
 
 impl Import {

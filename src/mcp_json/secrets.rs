@@ -137,14 +137,19 @@ pub(super) fn args(state: &mut State<'_>, entry: &str, upstream: &str, args: Vec
         let flag_before = out.last().filter(|last| last.starts_with('-') && !last.contains('=')).cloned();
         let arg = if arg.contains("${") {
             arg
-        } else if let Some((flag, value)) = arg.split_once('=').filter(|(flag, _)| flag.starts_with('-'))
+        } else if let Some((flag, value)) =
+            arg.split_once('=').filter(|(flag, _)| flag.starts_with('-') || is_variable_name(flag))
             && secret_name(flag)
             && !value.is_empty()
         {
-            let preferred = format!("{}_{}", variable_name(upstream), variable_name(flag.trim_start_matches('-')));
+            // `--api-key=…`, or `NAME=…` (as `docker run -e NAME=…` passes it).
+            let preferred = match is_variable_name(flag) {
+                true => flag.to_string(),
+                false => format!("{}_{}", variable_name(upstream), variable_name(flag.trim_start_matches('-'))),
+            };
             let variable = moved(state, entry, upstream, &preferred, value, &format!("argument `{flag}`"));
             format!("{flag}={variable}")
-        } else if let Some(flag) = flag_before.filter(|flag| secret_name(flag)) {
+        } else if let Some(flag) = flag_before.filter(|flag| secret_name(flag) && !arg.starts_with('-')) {
             let preferred = format!("{}_{}", variable_name(upstream), variable_name(flag.trim_start_matches('-')));
             moved(state, entry, upstream, &preferred, &arg, &format!("the argument after `{flag}`"))
         } else if arg.contains("://") {

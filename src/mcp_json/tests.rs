@@ -198,3 +198,35 @@ fn the_workspace_of_a_vs_code_file_is_above_its_folder() {
     let origin = Origin::of_file(Path::new("/w/claude/claude_desktop_config.json"));
     assert_eq!(origin.workspace.as_deref(), Some(Path::new("/w/claude")));
 }
+
+#[test]
+fn an_env_name_the_proxy_cannot_pass_is_a_problem_and_an_sse_looking_url_a_note() {
+    let error =
+        import(r#"{"mcpServers": {"a": {"command": "x", "env": {"MY-VAR": "1"}}}}"#, &origin()).expect_err("bad name");
+    assert_eq!(error.problems[0].at, "mcpServers.a.env.MY-VAR", "{error}");
+    let import = imported(r#"{"mcpServers": {"old": {"url": "http://localhost:8931/sse"}}}"#);
+    assert!(notes_of(&import, "old").iter().any(|n| n.contains("`/sse`")), "{:?}", import.notes);
+}
+
+#[test]
+fn secrets_in_arguments_keep_their_names() {
+    let import = imported(
+        r#"{"mcpServers": {"gh": {"command": "docker", "args": ["run", "-e", "GITHUB_TOKEN=ghp_0123456789abcdefABCDEF", "--api-key-file", "--verbose", "--token", "t0k3n", "image"]}}}"#,
+    );
+    match &import.upstreams[0].transport {
+        ImportedTransport::Command { args, .. } => assert_eq!(
+            args,
+            &[
+                "run",
+                "-e",
+                "GITHUB_TOKEN=${GITHUB_TOKEN}",
+                "--api-key-file",
+                "--verbose",
+                "--token",
+                "${GH_TOKEN}",
+                "image"
+            ]
+        ),
+        other => panic!("{other:?}"),
+    }
+}

@@ -42,13 +42,7 @@ const COVERED: &[(&str, &[&str])] = &[
         "cargo run -- import tests/data/mcp-servers/claude_desktop_config.json",
         &["readme_repository_commands_run_as_written"],
     ),
-    (
-        "cargo install --path . --root /usr/local",
-        &[
-            ".ci/readme-release.sh: cargo install --path . --root",
-            "the_units_install_steps_give_a_config_check_accepts",
-        ],
-    ),
+    ("cargo install --path . --root /usr/local", &[".ci/readme-release.sh: cargo install --path . --root"]),
     (
         "docker build -f Containerfile -t mcp-resource-proxy .",
         &["the_containerfile_command_line_is_accepted_by_the_binary", "the_containerfile_passes_hadolint"],
@@ -131,7 +125,13 @@ async fn readme_quick_start_serves_the_shipped_config_until_readyz() -> anyhow::
     let ready = dir.path().join("ready.json");
     let line = "cargo run --release -- serve".replace(" --release", "");
     let mut command = shell_line(&line, &repo_root());
-    command.arg("--ready-file").arg(&ready).envs(FREE_PORTS).kill_on_drop(true).stdout(Stdio::null()).stderr(Stdio::null());
+    command
+        .arg("--ready-file")
+        .arg(&ready)
+        .envs(FREE_PORTS)
+        .kill_on_drop(true)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
     let _serving = command.spawn()?;
     let ready: serde_json::Value = eventually(CARGO_DEADLINE, "the proxy writes its ready file", || async {
         Ok::<_, anyhow::Error>(serde_json::from_str(&tokio::fs::read_to_string(&ready).await?)?)
@@ -187,7 +187,13 @@ async fn readme_import_check_and_serve_run_as_written() -> anyhow::Result<()> {
     assert_eq!(checked.status.code(), Some(0), "{}", text(&checked));
     let ready = dir.path().join("ready.json");
     let mut serving = shell_line(serve, dir.path());
-    serving.arg("--ready-file").arg(&ready).envs(FREE_PORTS).env("FIXTURE_TOKEN", "t").stdout(Stdio::null()).stderr(Stdio::null());
+    serving
+        .arg("--ready-file")
+        .arg(&ready)
+        .envs(FREE_PORTS)
+        .env("FIXTURE_TOKEN", "t")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
     let _serving = serving.spawn()?;
     let deadline = crate::support::fixture::DEADLINE;
     let ready: serde_json::Value = eventually(deadline, "the ready file", || async {

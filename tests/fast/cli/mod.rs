@@ -31,10 +31,11 @@ async fn version_prints_name_and_version() -> anyhow::Result<()> {
 /// `--help` and `<sub> --help` exit 0 and name every subcommand and flag of the contract.
 #[tokio::test]
 async fn help_of_each_command_exits_0_and_mentions_its_flags() -> anyhow::Result<()> {
-    let cases: [(&[&str], &[&str]); 4] = [
-        (&["--help"], &["serve", "check", "serve-dir", "--version", "--help", "--log-format"]),
-        (&["serve", "--help"], &["--config", "--stdio", "--listen", "--admin-listen", "config.toml"]),
-        (&["check", "--help"], &["--config", "config.toml", "78"]),
+    let cases: [(&[&str], &[&str]); 5] = [
+        (&["--help"], &["serve", "check", "serve-dir", "import", "--version", "--help", "--log-format"]),
+        (&["serve", "--help"], &["--config", "--mcp-json", "--stdio", "--listen", "--admin-listen", "config.toml"]),
+        (&["check", "--help"], &["--config", "config.toml", "MCP_PROXY_CONFIG", "78"]),
+        (&["import", "--help"], &["<FILE>", "--output", "--force", "78"]),
         (&["serve-dir", "--help"], &["<DIR>", "stdio"]),
     ];
     for (args, needles) in cases {
