@@ -17,6 +17,7 @@ mod folder_policy;
 mod hardening_http;
 mod hostile_tools;
 mod jwt;
+mod late_relay;
 mod listen_ack;
 mod malformed_http;
 mod mrtr;
