@@ -22,6 +22,7 @@ mod listen_ack;
 mod malformed_http;
 mod mrtr;
 mod mrtr_prompts;
+mod mrtr_replay;
 mod mrtr_tools;
 mod never_stale;
 mod observability;
