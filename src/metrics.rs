@@ -84,6 +84,7 @@ struct Inner {
     notifications_dropped: IntCounterVec,
     policy_denials: IntCounterVec,
     served_bytes: IntCounterVec,
+    relay_unattributed: IntCounterVec,
 }
 
 impl Metrics {
@@ -157,6 +158,11 @@ impl Metrics {
                 &["action", "policy"],
             ),
             served_bytes: b.counter("served_bytes_total", "Resource content bytes served.", &["upstream"]),
+            relay_unattributed: b.counter(
+                "relay_unattributed_total",
+                "Log messages dropped and requests refused: an upstream sent them for no call in flight it named.",
+                &["upstream", "kind"],
+            ),
             registry: b.registry,
             family_names: b.family_names,
         };
@@ -314,6 +320,11 @@ impl Metrics {
     /// Resource content of `bytes` bytes (text as UTF-8, blobs decoded) was sent to a client.
     pub fn bytes_served(&self, upstream: &str, bytes: u64) {
         self.inner.served_bytes.with_label_values(&[upstream_label(upstream)]).inc_by(bytes);
+    }
+
+    /// `upstream` sent a `kind` (`log`, `sampling`, `elicitation`) that names no call in flight.
+    pub fn relay_unattributed(&self, upstream: &str, kind: &'static str) {
+        self.inner.relay_unattributed.with_label_values(&[upstream_label(upstream), kind]).inc();
     }
 
     fn precreate(&self) {

@@ -35,7 +35,9 @@
 //! - **deny globs also see the URI without its query, cut at an encoded `?`/`#`, and those
 //!   with and without a trailing `/`**, so `…/.env?x=1`, `…/.env%23x` and `…/.env/` are denied
 //!   by `**/.env`, and `…/secrets` (the folder itself, whose listing names what is inside) by
-//!   `**/secrets/**`.
+//!   `**/secrets/**`; and, when the URI names a port, **the same without the port**, so a
+//!   deny on `web+web://secret.corp/**` also covers `web+web://secret.corp:80/…` (an upstream
+//!   may resolve a custom scheme by its host alone; its default port is unknowable).
 //!
 //! Query and fragment, allow and deny alike: the fragment never reaches a decision
 //! (normalisation drops it: RFC 3986 never sends it to a server). The query is sent, and an
@@ -291,8 +293,18 @@ impl RuleSet {
 /// What deny globs are matched against: the URI; without its query (and fragment); that cut
 /// at an encoded `?` or `#` (`%3F`, `%23`: an upstream that decodes a URI before parsing it
 /// reads a query there); and each of those with and without a trailing `/` (servers often
-/// treat `dir` and `dir/` as one resource).
+/// treat `dir` and `dir/` as one resource). When the authority has a port, all of that again
+/// without the port (a deny on a host covers every port of it).
 fn deny_views(uri: &str) -> Vec<String> {
+    let mut views = spelling_views(uri);
+    if let Some(portless) = uri::without_port(uri) {
+        views.extend(spelling_views(&portless));
+    }
+    views
+}
+
+/// [`deny_views`] of one spelling of the authority.
+fn spelling_views(uri: &str) -> Vec<String> {
     let bare = uri::without_query(uri);
     let mut views = vec![uri.to_string()];
     let cut = [bare.find("%3F"), bare.find("%23")].into_iter().flatten().min().map(|end| &bare[..end]);

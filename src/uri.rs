@@ -17,8 +17,17 @@
 //! - **Non-ASCII** is percent-encoded as UTF-8 (the RFC 3987 IRI → URI mapping), as are the
 //!   ASCII characters RFC 3986 never allows raw (`"<>^`{|}`). No Unicode normalisation
 //!   (NFC/NFKC) is done: encoded bytes are compared as bytes.
-//! - **Scheme** lower-cased (`DOCS+FILE:` → `docs+file:`). **Host** lower-cased; user info and
-//!   port are kept as they are.
+//! - **Scheme** lower-cased (`DOCS+FILE:` → `docs+file:`).
+//! - **Authority: one spelling per host.** An upstream that resolves URIs with a URL parser
+//!   reads `//@h/`, `//u@h/`, `//h:/`, `//h:80/` and `//h./` all as host `h`, while a glob sees
+//!   five other strings. So: **user info is refused** (`u@h`, and the empty `@h`: resource
+//!   URIs carry no credentials, and stripping it would forward what the host did not ask for);
+//!   the **host** is lower-cased and **one trailing `.` is dropped** (`h.` → `h`; `h..` and an
+//!   empty host before a `.` are refused); an **empty port is dropped** (`h:` → `h`); an
+//!   **explicit port is kept** without leading zeros (`h:080` → `h:80`), and a non-numeric or
+//!   out-of-range port is refused. Which port a custom scheme defaults to is unknowable, so
+//!   `h:80` stays its own authority for allow globs, but deny globs also judge it without the
+//!   port ([`without_port`], see `policy`): a deny on host `h` covers every port of `h`.
 //! - **Percent-encoding:** hex upper-cased (`%2f` → `%2F`); encoded unreserved characters
 //!   (`A–Z a–z 0–9 - . _ ~`) decoded (`%73ecrets` → `secrets`, `%2e%2e` → `..`), so that
 //!   encoded dots become dot segments and are removed below.
@@ -84,6 +93,12 @@ pub enum UriError {
     Invisible,
     #[error("longer than {MAX_URI_BYTES} bytes")]
     TooLong,
+    #[error("user info in the authority (`user@host`, also an empty one)")]
+    UserInfo,
+    #[error("a port that is not a number from 0 to 65535")]
+    InvalidPort,
+    #[error("a host that is empty or ends in more than one `.`")]
+    AmbiguousHost,
 }
 
 /// Normalise `uri` (see the module doc for every rule), or say why it cannot be.
@@ -214,11 +229,68 @@ fn encode_raw(uri: &str) -> Result<String, UriError> {
     Ok(out)
 }
 
+/// `host[:port]` in its one spelling (see the module doc): no user info; the host lower-cased,
+/// without a trailing `.`; the port without leading zeros, or gone when empty.
 fn normalize_authority(raw: &str) -> Result<String, UriError> {
     let text = normalize_percent(raw, Component::Authority)?;
-    let host_start = text.rfind('@').map_or(0, |at| at + 1);
-    let (userinfo, host) = text.split_at(host_start);
-    Ok(format!("{userinfo}{}", lowercase_outside_escapes(host)))
+    if text.contains('@') {
+        return Err(UriError::UserInfo);
+    }
+    let (host, port) = split_port(&text)?;
+    let mut host = lowercase_outside_escapes(host);
+    if !host.starts_with('[') && host.ends_with('.') {
+        host.pop();
+        if host.is_empty() || host.ends_with('.') {
+            return Err(UriError::AmbiguousHost);
+        }
+    }
+    Ok(match port {
+        Some(port) => format!("{host}:{port}"),
+        None => host,
+    })
+}
+
+/// The host and the port (digits, leading zeros dropped; `None` when absent or empty) of an
+/// authority without user info. An IP literal (`[…]`) keeps its colons.
+fn split_port(authority: &str) -> Result<(&str, Option<&str>), UriError> {
+    let host_end = match authority.strip_prefix('[') {
+        Some(literal) => literal.find(']').map(|end| end + 2).ok_or(UriError::AmbiguousHost)?,
+        None => authority.find(':').unwrap_or(authority.len()),
+    };
+    let (host, rest) = authority.split_at(host_end);
+    let port = match rest.strip_prefix(':') {
+        None if rest.is_empty() => return Ok((host, None)),
+        None => return Err(UriError::InvalidPort),
+        Some(port) => port,
+    };
+    if port.is_empty() {
+        return Ok((host, None));
+    }
+    let digits = port.trim_start_matches('0');
+    let in_range = digits.len() <= 5 && digits.parse::<u32>().unwrap_or(0) <= 65535;
+    if !port.bytes().all(|b| b.is_ascii_digit()) || !in_range {
+        return Err(UriError::InvalidPort);
+    }
+    let port = if digits.is_empty() { "0" } else { digits };
+    Ok((host, Some(port)))
+}
+
+/// The URI with its authority's port removed, when it has one: deny globs judge this form too
+/// (see `policy`), because a default port is unknowable for a custom scheme and many
+/// upstreams resolve a URI by its host alone. `uri` must be normalised.
+pub fn without_port(uri: &str) -> Option<String> {
+    let (scheme, rest) = uri.split_once(':')?;
+    let after = rest.strip_prefix("//")?;
+    let end = after.find(['/', '?', '#']).unwrap_or(after.len());
+    let authority = &after[..end];
+    let host_end = match authority.strip_prefix('[') {
+        Some(literal) => literal.find(']')? + 2,
+        None => authority.find(':')?,
+    };
+    if host_end >= authority.len() {
+        return None;
+    }
+    Some(format!("{scheme}://{}{}", &authority[..host_end], &after[end..]))
 }
 
 /// Lower-case letters, but not the hex digits of `%XX` (those stay upper-case).

@@ -5,7 +5,8 @@
 //!
 //! A host that cancels its request (`notifications/cancelled`) drops the upstream request,
 //! which sends the upstream `notifications/cancelled` in turn. MRTR (`input_required`)
-//! answers pass through to a 2026-07-28 host as they are; for a 2025 host the proxy asks it
+//! answers pass through to a 2026-07-28 host with the upstream's `requestState` sealed to the
+//! caller (`sealed`); for a 2025 host the proxy asks it
 //! and retries (`rounds`); nothing is cached. What a 2025-era upstream
 //! sends for the call (sampling, elicitation, logging) goes to the calling host's relay
 //! (`crate::upstream` attributes it); a 2026-07-28 host's `tools/call` gets such a request as
@@ -22,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use super::names::Offering;
 use super::parked::{self, Outcome, Resume};
 use super::rounds::{self, Inputs};
+use super::sealed::Holder;
 use super::{ProgressOutlet, Tools, rewrite};
 use crate::error::ProxyError;
 use crate::metrics::DenialAction;
@@ -86,6 +88,7 @@ impl Tools {
         host: Arc<dyn HostRelay>,
     ) -> Result<CallToolResponse, ProxyError> {
         let who = Resume { principal, name: presented, timeout: upstream.config().request_timeout };
+        let holder = Holder { principal, name: presented, upstream: upstream.name() };
         let calls = &self.inner.parked_tools;
         let outcome =
             match params.request_state.take() {
@@ -93,7 +96,7 @@ impl Tools {
                     calls.resume(who, &state, params.input_responses.as_ref(), host).await?
                 }
                 state => {
-                    params.request_state = state;
+                    params.request_state = self.opened_state(&holder, state)?;
                     let upstream = upstream.clone();
                     calls
                         .start(who, host, move |relay| async move {
@@ -103,6 +106,9 @@ impl Tools {
                 }
             };
         Ok(match outcome {
+            Outcome::Answered(CallToolResponse::InputRequired(needs)) => {
+                CallToolResponse::InputRequired(self.sealed_needs(&holder, needs))
+            }
             Outcome::Answered(answer) => answer,
             Outcome::Asks(needs) => CallToolResponse::InputRequired(needs),
         })
@@ -118,22 +124,45 @@ impl Tools {
         host: Arc<dyn HostRelay>,
     ) -> Result<GetPromptResponse, ProxyError> {
         let who = Resume { principal, name: presented, timeout: upstream.config().request_timeout };
+        let holder = Holder { principal, name: presented, upstream: upstream.name() };
         let gets = &self.inner.parked_prompts;
         let outcome = match params.request_state.take() {
             Some(state) if parked::is_ours(Some(&state)) => {
                 gets.resume(who, &state, params.input_responses.as_ref(), host).await?
             }
             state => {
-                params.request_state = state;
+                params.request_state = self.opened_state(&holder, state)?;
                 let upstream = upstream.clone();
                 gets.start(who, host, move |relay| async move { upstream.get_prompt(params, Some(relay)).await })
                     .await?
             }
         };
         Ok(match outcome {
+            Outcome::Answered(GetPromptResponse::InputRequired(needs)) => {
+                GetPromptResponse::InputRequired(self.sealed_needs(&holder, needs))
+            }
             Outcome::Answered(answer) => answer,
             Outcome::Asks(needs) => GetPromptResponse::InputRequired(needs),
         })
+    }
+
+    /// The upstream's own `requestState` inside the one a host sent back (see `sealed`); a
+    /// state this holder was not handed answers like an unknown one.
+    fn opened_state(&self, holder: &Holder<'_>, state: Option<String>) -> Result<Option<String>, ProxyError> {
+        let Some(state) = state else { return Ok(None) };
+        match self.inner.state_seal.open(holder, &state) {
+            Some(opened) => Ok(Some(opened)),
+            None => {
+                tracing::debug!(principal = holder.principal, name = holder.name, "a requestState not handed to this caller");
+                Err(parked::unknown_state())
+            }
+        }
+    }
+
+    /// An upstream's `input_required` as the host gets it: its `requestState` sealed.
+    fn sealed_needs(&self, holder: &Holder<'_>, mut needs: InputRequiredResult) -> InputRequiredResult {
+        needs.request_state = needs.request_state.map(|state| self.inner.state_seal.seal(holder, &state));
+        needs
     }
 
     /// A complete tool result from `upstream` as `principal` may see it: URIs in its blocks,

@@ -30,6 +30,7 @@ mod parked;
 mod progress;
 mod rewrite;
 mod rounds;
+mod sealed;
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -72,6 +73,8 @@ struct Inner {
     /// Calls of 2026-07-28 hosts waiting for their host's input (`parked`).
     parked_tools: parked::ParkedCalls<rmcp::model::CallToolResponse>,
     parked_prompts: parked::ParkedCalls<rmcp::model::GetPromptResponse>,
+    /// Seals upstreams' own `requestState`s to the principal they were handed to (`sealed`).
+    state_seal: sealed::StateSeal,
 }
 
 /// What [`Tools::start`] needs from the proxy.
@@ -104,6 +107,7 @@ impl Tools {
             calls: inflight::CallsInFlight::new(parts.max_calls_per_principal),
             parked_tools: parked::ParkedCalls::default(),
             parked_prompts: parked::ParkedCalls::default(),
+            state_seal: sealed::StateSeal::random(),
         };
         Tools { inner: Arc::new(inner) }
     }

@@ -194,11 +194,7 @@ impl<R: Send + 'static> ParkedCalls<R> {
 
     /// The call parked under `state`, if this principal may resume it for this name.
     fn take(&self, state: &str, principal: &str, name: &str) -> Result<RunningCall<R>, ProxyError> {
-        let unknown = || {
-            ProxyError::InvalidParams(
-                "requestState is unknown or expired: the call it continued is over; call again without it".into(),
-            )
-        };
+        let unknown = unknown_state;
         let mut calls = self.calls.lock().expect("parked lock");
         let parked = calls.get(state).ok_or_else(unknown)?;
         if parked.principal != principal || parked.name != name {
@@ -308,6 +304,14 @@ fn undeclared<T: Send + 'static>(what: &str) -> BoxFuture<'static, Result<T, Err
 }
 
 /// 256 random bits, base64url.
+/// The answer to a `requestState` that continues nothing this caller may continue: unknown,
+/// expired, another principal's or call's, tampered.
+pub(super) fn unknown_state() -> ProxyError {
+    ProxyError::InvalidParams(
+        "requestState is unknown or expired: the call it continued is over; call again without it".into(),
+    )
+}
+
 fn fresh_token() -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(rand::random::<[u8; 32]>())
 }

@@ -57,10 +57,19 @@ impl UpstreamClient {
 
     /// The host of the call a request from the upstream belongs to; otherwise the error the
     /// upstream gets.
-    fn host_of(&self, context: &RequestContext<RoleClient>, method: &str) -> Result<Arc<dyn HostRelay>, ErrorData> {
-        self.relays.find(&relay::request_origin(&context.extensions)).ok_or_else(|| {
-            tracing::debug!(method, "a request from the upstream that belongs to no call in flight; refused");
-            ErrorData::invalid_params(format!("{method} is accepted only for a call in flight"), None)
+    fn host_of(
+        &self,
+        context: &RequestContext<RoleClient>,
+        method: &str,
+        kind: &'static str,
+    ) -> Result<Arc<dyn HostRelay>, ErrorData> {
+        let origin = relay::request_origin(&context.extensions, &context.meta);
+        self.relays.find_for(&origin, kind).ok_or_else(|| {
+            let message = format!(
+                "{method} is accepted only for a call in flight that it names (over stdio: its \
+                 _meta.progressToken set to the call's)"
+            );
+            ErrorData::invalid_params(message, None)
         })
     }
 }
@@ -101,7 +110,7 @@ impl ClientHandler for UpstreamClient {
         params: CreateMessageRequestParams,
         context: RequestContext<RoleClient>,
     ) -> Result<CreateMessageResult, ErrorData> {
-        self.host_of(&context, "sampling/createMessage")?.sample(params).await
+        self.host_of(&context, "sampling/createMessage", "sampling")?.sample(params).await
     }
 
     async fn create_elicitation(
@@ -109,7 +118,7 @@ impl ClientHandler for UpstreamClient {
         params: ElicitRequestParams,
         context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
-        self.host_of(&context, "elicitation/create")?.elicit(params).await
+        self.host_of(&context, "elicitation/create", "elicitation")?.elicit(params).await
     }
 
     /// Its configured roots; without any, the capability was not declared: -32601.

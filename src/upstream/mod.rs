@@ -169,6 +169,10 @@ pub(crate) struct Link {
 impl Upstream {
     pub fn new(config: UpstreamConfig, metrics: Metrics) -> Self {
         metrics.upstream_configured(&config.name);
+        let relays = {
+            let (metrics, name) = (metrics.clone(), config.name.clone());
+            relay::RelayBook::counted(move |kind| metrics.relay_unattributed(&name, kind))
+        };
         let status = UpstreamStatus {
             name: config.name.clone(),
             state: LinkState::Connecting,
@@ -192,7 +196,7 @@ impl Upstream {
             child_output: Arc::default(),
             settled: watch::Sender::new(false),
             supervisor: Mutex::new(None),
-            relays: Arc::default(),
+            relays: Arc::new(relays),
             roots,
         };
         Self { inner: Arc::new(inner) }

@@ -9,9 +9,13 @@
 //!   (`InboundStreamOrigin`); the HTTP guard (`http`) marks a notification arriving there with
 //!   [`CALL_KEY`] in its `_meta` (and removes that key from whatever arrives elsewhere, so an
 //!   upstream cannot name a call itself).
-//! - stdio (and the in-process folder server): there is no per-request stream; a message is
-//!   relayed only when exactly one relaying call is in flight on the upstream, else the request
-//!   is answered with an error and the notification dropped.
+//! - stdio (and the in-process folder server): there is no per-request stream, and SEP-2260
+//!   defines no wire field for the association. A message is relayed only when it names its
+//!   call itself: `_meta.progressToken` set to the progress token the proxy gave that call
+//!   (taken out before the message goes on). Anything else is refused (a request) or dropped
+//!   (a log message), counted in `mcp_proxy_relay_unattributed_total` and logged at debug —
+//!   never guessed: "the only call in flight" is not evidence, since a message the upstream
+//!   sends after one host's call has answered would land on another host's call.
 //!
 //! Each routed call claims relaying for its host's [`HostRelay`] ([`RelayClaim`] in the request's
 //! extensions); the connection's transport is tapped (`tap`), which books the claim under
@@ -27,7 +31,8 @@
 //! whose marks the guard removes) goes to no host at all, whether or not calls are in flight.
 //!
 //! Invariant: a relayed request or notification reaches only the host whose call it belongs to,
-//! and only while that call is in flight; nothing unattributed is relayed; a log message the
+//! and only while that call is in flight; nothing unattributed is relayed, not even to a lone
+//! call in flight; a log message the
 //! upstream sent on a call's stream before its answer is in that call's relay before the call
 //! returns.
 
@@ -40,8 +45,9 @@ use futures::future::BoxFuture;
 use rmcp::ErrorData;
 use rmcp::model::{
     ClientRequest, CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult, Extensions,
-    GetExtensions, JsonObject, JsonRpcRequest, LoggingLevel, LoggingMessageNotification,
-    LoggingMessageNotificationParam, NotificationMetaObject, NumberOrString, RequestId, RequestMetaObject,
+    GetExtensions, GetMeta, JsonObject, JsonRpcRequest, LoggingLevel, LoggingMessageNotification,
+    LoggingMessageNotificationParam, NotificationMetaObject, NumberOrString, ProgressToken, RequestId,
+    RequestMetaObject,
 };
 use rmcp::service::InboundStreamOrigin;
 
@@ -52,6 +58,10 @@ const LOG_LEVEL_KEY: &str = "io.modelcontextprotocol/logLevel";
 /// The `_meta` key the HTTP guard puts on a notification that arrived on the response stream
 /// of a call's POST: the upstream request id of that call. Never passed on.
 pub(crate) const CALL_KEY: &str = "io.github.mcp-resource-proxy/call";
+
+/// The `_meta` key by which a message of a stdio upstream names its call: the progress token
+/// of the call's request.
+const PROGRESS_TOKEN_KEY: &str = "progressToken";
 
 /// The host side of one routed call: where what the upstream sends for it goes. Never waits
 /// on a host in `log`; `sample`/`elicit` end when the host answers or the call is over.
@@ -84,9 +94,11 @@ pub trait HostRelay: Send + Sync + 'static {
 pub(crate) enum Origin {
     /// It arrived on the response stream of this upstream request.
     Call(RequestId),
+    /// It names the call by the progress token the proxy gave it (`_meta.progressToken`).
+    Token(ProgressToken),
     /// It arrived where no call's stream is (an HTTP listen stream).
     Unassociated,
-    /// The transport has no per-request streams (stdio).
+    /// The transport has no per-request streams (stdio) and the message names no call.
     Unknown,
 }
 
@@ -94,7 +106,7 @@ impl Origin {
     /// The attribution found in either of two places of one message (each is searched).
     pub fn or(self, other: Origin) -> Origin {
         match self {
-            Origin::Call(_) => self,
+            Origin::Call(_) | Origin::Token(_) => self,
             _ => other,
         }
     }
@@ -104,7 +116,16 @@ impl Origin {
 /// [`RelayTicket`] owns its relay, so a claim written after its call was dropped relays nothing.
 #[derive(Default)]
 pub(crate) struct RelayBook {
-    calls: Mutex<HashMap<RequestId, Weak<dyn HostRelay>>>,
+    calls: Mutex<HashMap<RequestId, Booked>>,
+    /// Told the kind (`log`, `sampling`, `elicitation`) of each message that belongs to no call
+    /// in flight (for the metric).
+    unattributed: Option<Box<dyn Fn(&'static str) + Send + Sync>>,
+}
+
+/// One call in flight: its host's relay and the progress token its request carried.
+struct Booked {
+    relay: Weak<dyn HostRelay>,
+    token: Option<ProgressToken>,
 }
 
 /// Put on a routed request (its extensions): the connection's tap books it under the request's id as the
@@ -120,18 +141,24 @@ pub(crate) struct RelayTicket {
 }
 
 impl RelayBook {
-    /// What the upstream sends for request `id` goes to `relay` while it lives; calls that are
-    /// over are forgotten on the way.
-    fn book(&self, id: RequestId, relay: Weak<dyn HostRelay>) {
+    /// A book that tells `unattributed` the kind of each message it cannot attribute.
+    pub fn counted(unattributed: impl Fn(&'static str) + Send + Sync + 'static) -> Self {
+        Self { calls: Mutex::default(), unattributed: Some(Box::new(unattributed)) }
+    }
+
+    /// What the upstream sends for request `id` (or naming `token`) goes to `relay` while it
+    /// lives; calls that are over are forgotten on the way.
+    fn book(&self, id: RequestId, relay: Weak<dyn HostRelay>, token: Option<ProgressToken>) {
         let mut calls = self.calls.lock().expect("relay lock");
-        calls.retain(|_, relay| relay.strong_count() > 0);
-        calls.insert(id, relay);
+        calls.retain(|_, booked| booked.relay.strong_count() > 0);
+        let token = token.or_else(|| calls.get(&id).and_then(|booked| booked.token.clone()));
+        calls.insert(id, Booked { relay, token });
     }
 
     /// The call of request `id` is in flight with `relay` until the ticket is dropped. Its
     /// claim is usually booked already (as the request was written); this books it when not.
     pub fn register(self: &Arc<Self>, id: RequestId, relay: Arc<dyn HostRelay>) -> RelayTicket {
-        self.book(id.clone(), Arc::downgrade(&relay));
+        self.book(id.clone(), Arc::downgrade(&relay), None);
         RelayTicket { book: self.clone(), id, _relay: relay }
     }
 
@@ -139,20 +166,31 @@ impl RelayBook {
     pub fn find(&self, origin: &Origin) -> Option<Arc<dyn HostRelay>> {
         let calls = self.calls.lock().expect("relay lock");
         match origin {
-            Origin::Call(id) => calls.get(id).and_then(Weak::upgrade),
-            Origin::Unassociated => None,
-            Origin::Unknown => {
-                let mut live = calls.values().filter_map(Weak::upgrade);
-                let only = live.next();
-                only.filter(|_| live.next().is_none())
+            Origin::Call(id) => calls.get(id).and_then(|booked| booked.relay.upgrade()),
+            Origin::Token(token) => {
+                calls.values().find(|booked| booked.token.as_ref() == Some(token)).and_then(|b| b.relay.upgrade())
             }
+            Origin::Unassociated | Origin::Unknown => None,
         }
     }
 
-    /// A request that claims relaying is booked before it is written.
+    /// [`RelayBook::find`], counting and logging a `kind` of message that finds no call.
+    pub fn find_for(&self, origin: &Origin, kind: &'static str) -> Option<Arc<dyn HostRelay>> {
+        let found = self.find(origin);
+        if found.is_none() {
+            tracing::debug!(?origin, kind, "a message from the upstream that belongs to no call in flight; not relayed");
+            if let Some(count) = &self.unattributed {
+                count(kind);
+            }
+        }
+        found
+    }
+
+    /// A request that claims relaying is booked before it is written, with its progress token.
     pub(super) fn claim(&self, request: &JsonRpcRequest<ClientRequest>) {
         if let Some(RelayClaim(relay)) = request.request.extensions().get::<RelayClaim>() {
-            self.book(request.id.clone(), relay.clone());
+            let token = request.request.get_meta().get_progress_token();
+            self.book(request.id.clone(), relay.clone(), token);
         }
     }
 
@@ -165,11 +203,8 @@ impl RelayBook {
         let origin = origins.reduce(Origin::or).unwrap_or(Origin::Unknown);
         let mut params = log.params;
         params.meta = params.meta.filter(|meta| !meta.0.0.is_empty());
-        match self.find(&origin) {
-            Some(host) => host.log(params),
-            None => {
-                tracing::debug!(?origin, "a log message from the upstream that belongs to no call in flight; dropped")
-            }
+        if let Some(host) = self.find_for(&origin, "log") {
+            host.log(params);
         }
     }
 
@@ -194,21 +229,30 @@ pub(crate) fn request_meta(modern: bool, relay: Option<&Arc<dyn HostRelay>>) -> 
     Some(meta)
 }
 
-/// The origin of a request, from the marker rmcp's HTTP transport puts on it.
-pub(crate) fn request_origin(extensions: &Extensions) -> Origin {
+/// The origin of a request: the marker rmcp's HTTP transport puts on it; without one (stdio),
+/// the progress token its `meta` names, if any.
+pub(crate) fn request_origin(extensions: &Extensions, meta: &RequestMetaObject) -> Origin {
     match extensions.get::<InboundStreamOrigin>() {
         Some(InboundStreamOrigin::OutboundRequest(id)) => Origin::Call(id.clone()),
         Some(InboundStreamOrigin::Unassociated) => Origin::Unassociated,
-        None => Origin::Unknown,
+        None => meta.get_progress_token().map_or(Origin::Unknown, Origin::Token),
     }
 }
 
 /// The origin of a notification on an HTTP connection (`over_http`), from the guard's
-/// [`CALL_KEY`]; on stdio, unknown. The key is taken out of `meta` either way.
+/// [`CALL_KEY`]; on stdio, from the progress token it names (`progressToken`), taken out of
+/// `meta`. The guard's key is taken out of `meta` either way.
 pub(crate) fn notification_origin(meta: Option<&mut NotificationMetaObject>, over_http: bool) -> Origin {
-    let tagged = meta.and_then(|meta| meta.0.0.remove(CALL_KEY));
+    let Some(meta) = meta else {
+        return if over_http { Origin::Unassociated } else { Origin::Unknown };
+    };
+    let tagged = meta.0.0.remove(CALL_KEY);
     if !over_http {
-        return Origin::Unknown;
+        let token = meta.0.0.remove(PROGRESS_TOKEN_KEY);
+        return match token.and_then(|value| serde_json::from_value::<NumberOrString>(value).ok()) {
+            Some(token) => Origin::Token(ProgressToken(token)),
+            None => Origin::Unknown,
+        };
     }
     match tagged.and_then(|value| serde_json::from_value::<NumberOrString>(value).ok()) {
         Some(id) => Origin::Call(id),
@@ -269,20 +313,29 @@ pub(super) mod tests {
     }
 
     #[test]
-    fn a_message_goes_only_to_its_call_and_unattributed_only_when_unambiguous() {
-        let book = Arc::new(RelayBook::default());
+    fn a_message_goes_only_to_the_call_it_names_and_an_unnamed_one_nowhere() {
+        let counted = Arc::new(Mutex::new(Vec::new()));
+        let book = {
+            let counted = counted.clone();
+            Arc::new(RelayBook::counted(move |kind| counted.lock().unwrap().push(kind)))
+        };
         let (a, b): (Arc<dyn HostRelay>, Arc<dyn HostRelay>) = (Arc::new(Named::default()), Arc::new(Named::default()));
         let first = book.register(RequestId::Number(1), a.clone());
-        assert_eq!(name_of(book.find(&Origin::Unknown)), name_of(Some(a.clone())), "one call: unambiguous");
+        assert!(book.find_for(&Origin::Unknown, "log").is_none(), "a lone call in flight is no evidence");
+        book.book(RequestId::Number(2), Arc::downgrade(&b), Some(ProgressToken(NumberOrString::Number(7))));
         let second = book.register(RequestId::Number(2), b.clone());
         assert_eq!(name_of(book.find(&Origin::Call(RequestId::Number(2)))), name_of(Some(b.clone())));
         assert_eq!(name_of(book.find(&Origin::Call(RequestId::Number(1)))), name_of(Some(a)));
-        assert!(book.find(&Origin::Unknown).is_none(), "two calls: ambiguous");
-        assert!(book.find(&Origin::Unassociated).is_none());
+        let token = |n| Origin::Token(ProgressToken(NumberOrString::Number(n)));
+        assert_eq!(name_of(book.find(&token(7))), name_of(Some(b)), "registering kept the claimed token");
+        assert!(book.find_for(&token(1), "sampling").is_none(), "a request id is not a token");
+        assert!(book.find_for(&Origin::Unassociated, "elicitation").is_none());
         assert!(book.find(&Origin::Call(RequestId::Number(3))).is_none());
+        assert_eq!(*counted.lock().unwrap(), ["log", "sampling", "elicitation"]);
         drop((first, second));
         assert_eq!(book.len(), 0);
         assert!(book.find(&Origin::Call(RequestId::Number(2))).is_none());
+        assert!(book.find(&token(7)).is_none());
     }
 
     #[test]
@@ -307,10 +360,14 @@ pub(super) mod tests {
         let mut meta = NotificationMetaObject::default();
         meta.0.0.insert(CALL_KEY.into(), json!("s-1"));
         meta.0.0.insert("k".into(), json!(1));
-        let origin = notification_origin(Some(&mut meta), true);
-        assert_eq!(origin, Origin::Call(RequestId::String("s-1".into())));
-        assert_eq!(meta.0.0.keys().collect::<Vec<_>>(), ["k"]);
+        meta.0.0.insert(PROGRESS_TOKEN_KEY.into(), json!(5));
+        let origin = notification_origin(Some(&mut meta.clone()), true);
+        assert_eq!(origin, Origin::Call(RequestId::String("s-1".into())), "over HTTP the stream decides");
+        let origin = notification_origin(Some(&mut meta), false);
+        assert_eq!(origin, Origin::Token(ProgressToken(NumberOrString::Number(5))), "over stdio the token");
+        assert_eq!(meta.0.0.keys().collect::<Vec<_>>(), ["k"], "both taken out");
         assert_eq!(notification_origin(Some(&mut meta), true), Origin::Unassociated);
+        assert_eq!(notification_origin(Some(&mut meta), false), Origin::Unknown);
         assert_eq!(notification_origin(None, false), Origin::Unknown);
     }
 
@@ -318,7 +375,7 @@ pub(super) mod tests {
     fn a_claim_whose_call_is_over_relays_nothing() {
         let book = Arc::new(RelayBook::default());
         let gone: Arc<dyn HostRelay> = Arc::new(Named::default());
-        book.book(RequestId::Number(1), Arc::downgrade(&gone));
+        book.book(RequestId::Number(1), Arc::downgrade(&gone), None);
         drop(gone);
         assert!(book.find(&Origin::Call(RequestId::Number(1))).is_none());
         assert!(book.find(&Origin::Unknown).is_none());

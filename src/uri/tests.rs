@@ -20,7 +20,8 @@ fn already_normal_uris_are_unchanged() {
         "docs+file:///dir/",
         "docs+file:///",
         "vcs+svn+ssh://host/repo/trunk",
-        "a+http://user:Pw@example.com:8080/A/B?Q=%2F",
+        "a+http://example.com:8080/A/B?Q=%2F",
+        "a+http://[::1]:8080/x",
         "docs+file:///100%25.md",
     ] {
         check(uri, Ok(uri));
@@ -31,7 +32,7 @@ fn already_normal_uris_are_unchanged() {
 fn case_of_scheme_and_host_is_folded_and_path_case_kept() {
     check("DOCS+FILE:///Guide.md", Ok("docs+file:///Guide.md"));
     check("gh+Repo://ACME/App/README.md", Ok("gh+repo://acme/App/README.md"));
-    check("a+http://User@EXAMPLE.com/X", Ok("a+http://User@example.com/X"));
+    check("a+http://EXAMPLE.com:8080/X", Ok("a+http://example.com:8080/X"));
     check("a+http://ex%c3%a4mple.com/", Ok("a+http://ex%C3%A4mple.com/"));
 }
 
@@ -64,6 +65,35 @@ fn dot_segments_and_slash_runs_are_removed() {
     check("docs+file:///a/...b", Ok("docs+file:///a/...b"));
 }
 
+/// The spellings an upstream with a URL parser reads as one host (`secret.corp`) normalise to
+/// one string or are refused.
+#[test]
+fn an_authority_has_one_spelling() {
+    check("web+web://secret.corp./x", Ok("web+web://secret.corp/x"));
+    check("web+web://SECRET.corp.:/x", Ok("web+web://secret.corp/x"));
+    check("web+web://secret.corp:/x", Ok("web+web://secret.corp/x"));
+    check("web+web://secret.corp%2E/x", Ok("web+web://secret.corp/x"));
+    check("web+web://secret.corp:080/x", Ok("web+web://secret.corp:80/x"));
+    check("web+web://secret.corp:0/x", Ok("web+web://secret.corp:0/x"));
+    check("web+web://secret.corp:000/x", Ok("web+web://secret.corp:0/x"));
+    check("web+web://secret.corp:65535", Ok("web+web://secret.corp:65535"));
+    check("web+web://[::1]:/x", Ok("web+web://[::1]/x"));
+    check("web+web://@secret.corp/x", Err(UriError::UserInfo));
+    check("web+web://u@secret.corp/x", Err(UriError::UserInfo));
+    check("web+web://u:p@secret.corp/x", Err(UriError::UserInfo));
+    check("web+web://secret.corp:65536/x", Err(UriError::InvalidPort));
+    check("web+web://secret.corp:8o/x", Err(UriError::InvalidPort));
+    check("web+web://secret.corp:80:80/x", Err(UriError::InvalidPort));
+    check("web+web://[::1]x/x", Err(UriError::InvalidPort));
+    check("web+web://[::1/x", Err(UriError::AmbiguousHost));
+    check("web+web://secret.corp../x", Err(UriError::AmbiguousHost));
+    check("web+web://./x", Err(UriError::AmbiguousHost));
+    assert_eq!(without_port("web+web://secret.corp:80/x?y"), Some("web+web://secret.corp/x?y".into()));
+    assert_eq!(without_port("web+web://[::1]:80"), Some("web+web://[::1]".into()));
+    assert_eq!(without_port("web+web://secret.corp/x:80"), None);
+    assert_eq!(without_port("mem+urn:note:7"), None);
+}
+
 #[test]
 fn file_uris_have_one_form() {
     check("docs+file://localhost/a", Ok("docs+file:///a"));
@@ -72,7 +102,10 @@ fn file_uris_have_one_form() {
     check("file:///a", Ok("file:///a"));
     check("docs+file://server/share/a", Err(UriError::FileForm));
     check("docs+file:a/.env", Err(UriError::FileForm));
-    check("docs+file://user@localhost/a", Err(UriError::FileForm));
+    check("docs+file://user@localhost/a", Err(UriError::UserInfo));
+    check("docs+file://localhost:/a", Ok("docs+file:///a"));
+    check("docs+file://localhost./a", Ok("docs+file:///a"));
+    check("docs+file://localhost:80/a", Err(UriError::FileForm));
 }
 
 #[test]
