@@ -47,8 +47,12 @@ pub struct ServerConfig {
     /// URIs all of one principal's hosts may hold subscribed, across their sessions and listen
     /// streams.
     pub max_subscriptions_per_principal: usize,
-    /// Open connections per listener (`/mcp` and admin each); more wait to be accepted.
+    /// Open connections on `/mcp`; more wait to be accepted. At start lowered to what the file
+    /// descriptor limit allows (`listener::fds`).
     pub max_connections: usize,
+    /// Open connections on the admin listener: not a key of its own, `max_connections` at
+    /// first, then its share of the file descriptor limit (`listener::fds`).
+    pub admin_max_connections: usize,
     /// Routed calls (`tools/call`, `prompts/get`, `completion/complete`) one principal's hosts
     /// may have in flight at once; the next is refused.
     pub max_calls_per_principal: usize,
@@ -139,6 +143,7 @@ pub(super) fn validate_server(raw: RawServer, problems: &mut Vec<Problem>) -> Se
         max_subscriptions_per_session,
         max_subscriptions_per_principal,
         max_connections,
+        admin_max_connections: max_connections,
         max_calls_per_principal,
         header_read_timeout,
         fast_path: raw.fast_path.unwrap_or(true),

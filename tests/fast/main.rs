@@ -6,6 +6,7 @@
 pub mod support;
 
 mod access;
+mod bounds;
 mod cache;
 mod cli;
 mod core;
@@ -15,6 +16,7 @@ mod fixture;
 mod folder_policy;
 mod hardening_http;
 mod hostile_tools;
+mod jwks_fetch;
 mod jwt;
 mod listen_ack;
 mod malformed_http;
