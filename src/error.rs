@@ -37,6 +37,9 @@ pub enum ProxyError {
     /// The upstream answered with an error or an unusable result. `reason` is ours, not theirs.
     #[error("upstream `{upstream}` failed: {reason}")]
     UpstreamFailed { upstream: String, reason: String },
+    /// A subscribe past a cap on what one session (or listen stream) or one principal may hold.
+    #[error("subscription limit reached: {holder} holds {limit} subscriptions ({setting}); unsubscribe from one first")]
+    SubscriptionLimit { holder: &'static str, limit: usize, setting: &'static str },
     /// The upstream needs input from the host first (2026-07-28 MRTR). Not a failure: the read
     /// path passes it through to the host (uncached) instead of a result.
     #[error("the upstream needs input before it can answer")]
@@ -54,6 +57,7 @@ impl ProxyError {
             Self::UpstreamTimeout { .. } => "upstream_timeout",
             Self::UpstreamFailed { .. } => "upstream_failed",
             Self::InputRequired(_) => "input_required",
+            Self::SubscriptionLimit { .. } => "over_limit",
         }
     }
 
@@ -71,6 +75,7 @@ impl ProxyError {
                 ErrorData::invalid_params(message, None)
             }
             Self::InputRequired(_) => ErrorData::internal_error(message, None),
+            Self::SubscriptionLimit { .. } => ErrorData::invalid_request(message, None),
             Self::UpstreamDown { upstream }
             | Self::UpstreamTimeout { upstream, .. }
             | Self::UpstreamFailed { upstream, .. } => {

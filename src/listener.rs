@@ -4,9 +4,13 @@
 //! `admin`), so neither imports the other.
 //!
 //! Invariants:
-//! - at most [`ConnectionLimits::max_connections`] connections are open per listener: past it
-//!   the loop stops accepting, so further clients wait in the kernel's backlog (and no file
-//!   descriptor is spent on them) until a connection closes;
+//! - the caps leave file descriptors for upstreams, folder files and the admin listener,
+//!   whatever the process's limit ([`fds`]);
+//! - at most [`ConnectionLimits::max_connections`] connections are open per listener (one more
+//!   may wait, accepted, for a place): at the cap a newcomer makes room by closing the oldest
+//!   connection that has not yet sent a whole request head (`listener/unproven.rs`: a slowloris
+//!   cannot keep fresh clients waiting); when every connection has sent one, further clients
+//!   wait in the kernel's backlog until a connection closes;
 //! - a connection must deliver a complete request head within
 //!   [`ConnectionLimits::header_read_timeout`] — its first request and every keep-alive request
 //!   after it — or it is closed (slowloris, idle half-open connections);
@@ -16,7 +20,9 @@
 //!   hyper's body channel does so on every request with a body, which tokio would otherwise
 //!   treat as a yield and answer by waking an idle worker.
 
+pub mod fds;
 mod repoll;
+mod unproven;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,8 +33,10 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
+
+use self::unproven::{Proving, Unproven};
 
 /// `Host` values a listener on `local` accepts: loopback names, its own address, `extra`.
 pub fn allowed_hosts(local: std::net::SocketAddr, extra: &[String]) -> Vec<String> {
@@ -66,8 +74,14 @@ pub struct ConnectionLimits {
 }
 
 impl ConnectionLimits {
+    /// The `/mcp` listener's.
     pub fn of(server: &crate::config::ServerConfig) -> Self {
         Self { max_connections: server.max_connections, header_read_timeout: server.header_read_timeout }
+    }
+
+    /// The admin listener's (its own share of file descriptors, see [`fds`]).
+    pub fn admin(server: &crate::config::ServerConfig) -> Self {
+        Self { max_connections: server.admin_max_connections, header_read_timeout: server.header_read_timeout }
     }
 }
 
@@ -80,40 +94,76 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let unproven = Unproven::default();
     let graceful = GracefulShutdown::new();
     let mut builder = http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
+    let mut waiting = None;
     loop {
-        let permit = tokio::select! {
-            permit = permits.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
-            _ = shutdown.cancelled() => break,
-        };
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    // EMFILE and friends: back off briefly instead of spinning on the error.
-                    tracing::warn!(error = %error, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
+        let Some(permit) = next_place(&permits, &listener, &unproven, &mut waiting, &shutdown).await else { break };
+        let (stream, peer) = match waiting.take() {
+            Some(accepted) => accepted,
+            None => tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(error) => {
+                        // EMFILE and friends: back off briefly instead of spinning on the error.
+                        tracing::warn!(error = %error, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+                _ = shutdown.cancelled() => break,
             },
-            _ = shutdown.cancelled() => break,
         };
         if let Err(error) = stream.set_nodelay(true) {
             tracing::debug!(error = %error, peer = %peer, "TCP_NODELAY not set");
         }
-        let connection = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+        let place = Arc::new(unproven.enter());
+        let evicted = place.evicted.clone();
+        let service = Proving { inner: TowerToHyperService::new(app.clone()), place };
+        let connection = builder.serve_connection(TokioIo::new(stream), service);
         let connection = repoll::Repoll::new(graceful.watch(connection));
         tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(error = %error, peer = %peer, "connection ended with an error");
+            match unproven::until_evicted(connection, evicted).await {
+                Some(Err(error)) => tracing::debug!(error = %error, peer = %peer, "connection ended with an error"),
+                Some(Ok(())) => {}
+                None => tracing::debug!(peer = %peer, "connection without a request head closed to make room"),
             }
             drop(permit);
         });
     }
     graceful.shutdown().await;
     Ok(())
+}
+
+/// A place for the next connection. At the cap, a client that arrives meanwhile is accepted
+/// into `waiting` and the oldest unproven connection is closed for it. `None` at shutdown.
+async fn next_place(
+    permits: &Arc<Semaphore>,
+    listener: &TcpListener,
+    unproven: &Unproven,
+    waiting: &mut Option<(tokio::net::TcpStream, std::net::SocketAddr)>,
+    shutdown: &CancellationToken,
+) -> Option<OwnedSemaphorePermit> {
+    if let Ok(permit) = permits.clone().try_acquire_owned() {
+        return Some(permit);
+    }
+    tokio::select! {
+        permit = permits.clone().acquire_owned() => return Some(permit.expect("the semaphore is never closed")),
+        accepted = listener.accept() => match accepted {
+            Ok(accepted) => {
+                *waiting = Some(accepted);
+                unproven.evict_oldest();
+            }
+            Err(error) => tracing::warn!(error = %error, "accept failed"),
+        },
+        _ = shutdown.cancelled() => return None,
+    }
+    tokio::select! {
+        permit = permits.clone().acquire_owned() => Some(permit.expect("the semaphore is never closed")),
+        _ = shutdown.cancelled() => None,
+    }
 }
 
 #[cfg(test)]

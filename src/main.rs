@@ -227,7 +227,7 @@ fn config_source(loaded: Loaded, cli: CliOverrides, admin_off: bool) -> (PathBuf
 /// server stops taking requests and upstream connections are closed (children end, listen
 /// streams are cancelled).
 async fn serve(
-    config: Config,
+    mut config: Config,
     stdio: bool,
     principal: String,
     source: (PathBuf, ConfigSource),
@@ -240,6 +240,8 @@ async fn serve(
     for missing in config.missing_folders() {
         tracing::warn!(at = missing.at, "{}; the upstream stays down until it exists", missing.message);
     }
+    let upstreams = config.upstreams.len();
+    mcp_resource_proxy::listener::fds::settle(&mut config.server, upstreams);
     let spine = Spine::new();
     let shutdown = spine.shutdown();
     spine.spawn("signals", cancel_on_signal(shutdown.clone()));
@@ -310,7 +312,7 @@ fn serve_admin(spine: &Spine, proxy: &Proxy, admin: tokio::net::TcpListener) {
         }),
     };
     let server = &proxy.config().server;
-    let limits = mcp_resource_proxy::listener::ConnectionLimits::of(server);
+    let limits = mcp_resource_proxy::listener::ConnectionLimits::admin(server);
     spine.spawn("admin", admin::serve_admin(admin, state, limits, server.allowed_hosts.clone(), spine.shutdown()));
 }
 

@@ -1,10 +1,12 @@
 //! Who holds which upstream URI: reference counts across every downstream session, listen
 //! stream and the cache's own watch, and the per-upstream watch set derived from them.
 //!
-//! Pure bookkeeping, no IO. Invariant: an (upstream, URI) is in the watch set exactly while at
-//! least one holder holds it; releasing a holder releases everything it held.
+//! Pure bookkeeping, no IO. Invariants: an (upstream, URI) is in the watch set exactly while at
+//! least one holder holds it; releasing a holder releases everything it held; a host's holder
+//! held under [`Caps`] never holds more than its cap, nor its principal's holders more than theirs.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 /// A session, a listen stream, or the cache: anything that holds subscriptions.
 pub type HolderId = u64;
@@ -12,10 +14,35 @@ pub type HolderId = u64;
 /// An upstream and one of its (un-namespaced) URIs.
 pub type Key = (String, String);
 
+/// Caps on what a host's holder may hold: per holder (a session or listen stream) and, across
+/// all of them, per principal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caps {
+    pub per_holder: usize,
+    pub per_principal: usize,
+}
+
+/// Which cap a hold would break.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OverCap {
+    Holder(usize),
+    Principal(usize),
+}
+
+/// Every key is stored once (an `Arc` shared by the key's entry and each holder's set), so a
+/// hold costs a pointer in two sets, not two more copies of the upstream name and URI.
 #[derive(Debug, Default)]
 pub struct Subscriptions {
-    by_key: BTreeMap<Key, BTreeSet<HolderId>>,
-    by_holder: HashMap<HolderId, BTreeSet<Key>>,
+    by_key: BTreeMap<Arc<Key>, BTreeSet<HolderId>>,
+    by_holder: HashMap<HolderId, Held>,
+    /// Holds of each principal's holders (only holders held under [`Caps`] count).
+    by_principal: HashMap<Arc<str>, usize>,
+}
+
+#[derive(Debug)]
+struct Held {
+    principal: Option<Arc<str>>,
+    keys: BTreeSet<Arc<Key>>,
 }
 
 impl Subscriptions {
@@ -23,42 +50,64 @@ impl Subscriptions {
         Self::default()
     }
 
-    /// `holder` holds `key`. True when the key was held by nobody before (the upstream must
-    /// start watching it).
+    /// `holder` holds `key`, uncapped (the cache's own holds). True when the key was held by
+    /// nobody before (the upstream must start watching it).
     pub fn hold(&mut self, holder: HolderId, key: Key) -> bool {
-        self.by_holder.entry(holder).or_default().insert(key.clone());
-        let holders = self.by_key.entry(key).or_default();
-        holders.insert(holder);
-        holders.len() == 1
+        self.insert(holder, None, key)
+    }
+
+    /// A host's `holder`, of `principal`, holds `key` unless that breaks `caps`. Ok(true) when
+    /// the key was held by nobody before; holding a held key again is Ok and changes nothing.
+    pub fn hold_within(&mut self, holder: HolderId, principal: &str, key: Key, caps: Caps) -> Result<bool, OverCap> {
+        let held = self.by_holder.get(&holder);
+        if held.is_some_and(|held| held.keys.contains(&key)) {
+            return Ok(false);
+        }
+        if held.map_or(0, |held| held.keys.len()) >= caps.per_holder {
+            return Err(OverCap::Holder(caps.per_holder));
+        }
+        if self.principal_holds(principal) >= caps.per_principal {
+            return Err(OverCap::Principal(caps.per_principal));
+        }
+        Ok(self.insert(holder, Some(principal), key))
+    }
+
+    /// Holds of `principal`'s holders, across all of them.
+    pub fn principal_holds(&self, principal: &str) -> usize {
+        self.by_principal.get(principal).copied().unwrap_or(0)
     }
 
     /// `holder` lets go of `key`. True when nobody holds it any more.
     pub fn release(&mut self, holder: HolderId, key: &Key) -> bool {
-        if let Some(keys) = self.by_holder.get_mut(&holder) {
-            keys.remove(key);
-            if keys.is_empty() {
-                self.by_holder.remove(&holder);
-            }
+        let Some(held) = self.by_holder.get_mut(&holder) else { return false };
+        if !held.keys.remove(key) {
+            return false;
         }
+        let principal = held.principal.clone();
+        if held.keys.is_empty() {
+            self.by_holder.remove(&holder);
+        }
+        self.forget(principal.as_ref(), 1);
         let Some(holders) = self.by_key.get_mut(key) else { return false };
-        let was_held = holders.remove(&holder);
+        holders.remove(&holder);
         if holders.is_empty() {
             self.by_key.remove(key);
-            return was_held;
+            return true;
         }
         false
     }
 
     /// `holder` is gone: everything it held is released. Returns the keys nobody holds now.
     pub fn release_all(&mut self, holder: HolderId) -> Vec<Key> {
-        let keys = self.by_holder.remove(&holder).unwrap_or_default();
+        let Some(held) = self.by_holder.remove(&holder) else { return Vec::new() };
+        self.forget(held.principal.as_ref(), held.keys.len());
         let mut dropped = Vec::new();
-        for key in keys {
+        for key in held.keys {
             if let Some(holders) = self.by_key.get_mut(&key) {
                 holders.remove(&holder);
                 if holders.is_empty() {
                     self.by_key.remove(&key);
-                    dropped.push(key);
+                    dropped.push(Arc::unwrap_or_clone(key));
                 }
             }
         }
@@ -69,11 +118,10 @@ impl Subscriptions {
     /// URI it is a sub-resource of, each with the held URIs that matched.
     pub fn holders_of_update(&self, upstream: &str, uri: &str) -> BTreeMap<HolderId, Vec<String>> {
         let mut found: BTreeMap<HolderId, Vec<String>> = BTreeMap::new();
-        let from = (upstream.to_string(), String::new());
-        for ((_, held), holders) in self.by_key.range(from..).take_while(|((u, _), _)| u == upstream) {
-            if is_same_or_parent(held, uri) {
+        for (key, holders) in self.of_upstream(upstream) {
+            if is_same_or_parent(&key.1, uri) {
                 for holder in holders {
-                    found.entry(*holder).or_default().push(held.clone());
+                    found.entry(*holder).or_default().push(key.1.clone());
                 }
             }
         }
@@ -83,10 +131,9 @@ impl Subscriptions {
     /// Every holder of a URI of `upstream`, with the URIs it holds there.
     pub fn holders_in(&self, upstream: &str) -> BTreeMap<HolderId, Vec<String>> {
         let mut found: BTreeMap<HolderId, Vec<String>> = BTreeMap::new();
-        let from = (upstream.to_string(), String::new());
-        for ((_, held), holders) in self.by_key.range(from..).take_while(|((u, _), _)| u == upstream) {
+        for (key, holders) in self.of_upstream(upstream) {
             for holder in holders {
-                found.entry(*holder).or_default().push(held.clone());
+                found.entry(*holder).or_default().push(key.1.clone());
             }
         }
         found
@@ -94,19 +141,22 @@ impl Subscriptions {
 
     /// The URIs of `upstream` somebody holds.
     pub fn watched(&self, upstream: &str) -> BTreeSet<String> {
-        let from = (upstream.to_string(), String::new());
-        self.by_key.range(from..).take_while(|((u, _), _)| u == upstream).map(|((_, uri), _)| uri.clone()).collect()
+        self.of_upstream(upstream).map(|(key, _)| key.1.clone()).collect()
     }
 
     /// What `holder` holds.
     pub fn held_by(&self, holder: HolderId) -> Vec<Key> {
-        self.by_holder.get(&holder).map(|keys| keys.iter().cloned().collect()).unwrap_or_default()
+        self.by_holder.get(&holder).map(|held| held.keys.iter().map(|key| (**key).clone()).collect()).unwrap_or_default()
+    }
+
+    /// Does `holder` hold anything?
+    pub fn holds_anything(&self, holder: HolderId) -> bool {
+        self.by_holder.contains_key(&holder)
     }
 
     /// For `upstream`: (URIs held, holds by holders other than `except`).
     pub fn counts_for(&self, upstream: &str, except: HolderId) -> (usize, usize) {
-        let from = (upstream.to_string(), String::new());
-        self.by_key.range(from..).take_while(|((u, _), _)| u == upstream).fold((0, 0), |(uris, holds), (_, holders)| {
+        self.of_upstream(upstream).fold((0, 0), |(uris, holds), (_, holders)| {
             (uris + 1, holds + holders.iter().filter(|h| **h != except).count())
         })
     }
@@ -118,7 +168,43 @@ impl Subscriptions {
 
     /// Number of (holder, key) pairs.
     pub fn hold_count(&self) -> usize {
-        self.by_holder.values().map(BTreeSet::len).sum()
+        self.by_holder.values().map(|held| held.keys.len()).sum()
+    }
+
+    fn of_upstream<'a>(&'a self, upstream: &'a str) -> impl Iterator<Item = (&'a Arc<Key>, &'a BTreeSet<HolderId>)> {
+        let from: Key = (upstream.to_string(), String::new());
+        self.by_key.range::<Key, _>(from..).take_while(move |(key, _)| key.0 == upstream)
+    }
+
+    fn insert(&mut self, holder: HolderId, principal: Option<&str>, key: Key) -> bool {
+        let key = match self.by_key.get_key_value(&key) {
+            Some((shared, _)) => shared.clone(),
+            None => Arc::new(key),
+        };
+        let principal = principal.map(|name| match self.by_principal.get_key_value(name) {
+            Some((shared, _)) => shared.clone(),
+            None => Arc::from(name),
+        });
+        let held = self.by_holder.entry(holder).or_insert_with(|| Held { principal, keys: BTreeSet::new() });
+        if !held.keys.insert(key.clone()) {
+            return false;
+        }
+        if let Some(principal) = &held.principal {
+            *self.by_principal.entry(principal.clone()).or_default() += 1;
+        }
+        let holders = self.by_key.entry(key).or_default();
+        holders.insert(holder);
+        holders.len() == 1
+    }
+
+    fn forget(&mut self, principal: Option<&Arc<str>>, holds: usize) {
+        let Some(principal) = principal else { return };
+        if let Some(count) = self.by_principal.get_mut(principal) {
+            *count = count.saturating_sub(holds);
+            if *count == 0 {
+                self.by_principal.remove(principal);
+            }
+        }
     }
 }
 
@@ -165,6 +251,28 @@ mod tests {
         assert_eq!(subs.held_by(2), vec![key("b", "x://2")]);
         assert_eq!(subs.key_count(), 1);
         assert_eq!(subs.hold_count(), 1);
+    }
+
+    #[test]
+    fn caps_count_per_holder_and_across_a_principals_holders() {
+        let caps = Caps { per_holder: 2, per_principal: 3 };
+        let mut subs = Subscriptions::new();
+        assert_eq!(subs.hold_within(1, "bob", key("a", "x://1"), caps), Ok(true));
+        assert_eq!(subs.hold_within(1, "bob", key("a", "x://2"), caps), Ok(true));
+        assert_eq!(subs.hold_within(1, "bob", key("a", "x://1"), caps), Ok(false), "held again: no new hold");
+        assert_eq!(subs.hold_within(1, "bob", key("a", "x://3"), caps), Err(OverCap::Holder(2)));
+        assert_eq!(subs.hold_within(2, "bob", key("a", "x://1"), caps), Ok(false));
+        assert_eq!(subs.hold_within(2, "bob", key("a", "x://3"), caps), Err(OverCap::Principal(3)));
+        assert_eq!(subs.hold_within(3, "alice", key("a", "x://3"), caps), Ok(true), "others are not affected");
+        assert!(subs.hold(4, key("a", "x://4")), "the cache is not capped");
+        assert_eq!(subs.principal_holds("bob"), 3);
+        assert!(!subs.release(1, &key("a", "x://1")));
+        assert_eq!(subs.hold_within(2, "bob", key("a", "x://3"), caps), Ok(false), "a released place is free");
+        subs.release_all(2);
+        assert_eq!(subs.principal_holds("bob"), 1);
+        subs.release_all(1);
+        assert_eq!(subs.principal_holds("bob"), 0);
+        assert!(subs.by_principal.get("bob").is_none(), "nothing left of a principal without holds");
     }
 
     #[test]

@@ -3,18 +3,19 @@
 //!
 //! Invariant: at most one fetch per `jwks_min_refresh`, whatever tokens arrive — a client
 //! sending random `kid`s cannot make the proxy hammer the JWKS URL. Fetches are single-flight
-//! (one lock around the cache and the fetch). A failed fetch keeps the keys already known.
-//! A cache that is merely old is refreshed in the background (requests go on with the keys
-//! known); only an empty cache or an unknown `kid` makes a request wait for the fetch.
+//! (one lock held across the fetch), and the keys sit behind another lock that is never held
+//! across one: a token whose key is known is checked at once, whatever fetch is under way.
+//! A failed fetch keeps the keys already known. A cache that is merely old is refreshed in the
+//! background; only an empty cache or an unknown `kid` makes a request wait for the fetch (at
+//! most `FETCH_TIMEOUT`). A fetch follows no redirect and stops reading at `MAX_JWKS_BYTES`.
 //! Only asymmetric keys are kept: an `oct` key or a key marked `use = "enc"` is skipped, and
 //! key material in a token's header (`jwk`, `jku`) is never looked at.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use jsonwebtoken::jwk::{AlgorithmParameters, Jwk, PublicKeyUse};
 use jsonwebtoken::{Algorithm, DecodingKey};
-use tokio::sync::Mutex;
 
 use crate::config::JwksSource;
 
@@ -34,7 +35,10 @@ struct Inner {
     refresh: Duration,
     min_refresh: Duration,
     client: reqwest::Client,
+    /// The keys; never held across an await.
     state: Mutex<State>,
+    /// Held across a fetch a request waits for: one at a time.
+    fetching: tokio::sync::Mutex<()>,
 }
 
 #[derive(Default)]
@@ -55,39 +59,56 @@ struct Key {
 
 impl KeyStore {
     pub fn new(source: JwksSource, refresh: Duration, min_refresh: Duration) -> KeyStore {
-        let client = reqwest::Client::builder().timeout(FETCH_TIMEOUT).build().unwrap_or_default();
-        KeyStore { inner: Arc::new(Inner { source, refresh, min_refresh, client, state: Mutex::default() }) }
+        let client = reqwest::Client::builder()
+            .timeout(FETCH_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap_or_default();
+        let inner = Inner { source, refresh, min_refresh, client, state: Mutex::default(), fetching: Default::default() };
+        KeyStore { inner: Arc::new(inner) }
     }
 
-    /// The key for a token signed with `algorithm` under `kid`: fetched again first when the
-    /// cache is stale, or when the `kid` is unknown — both at most once per `min_refresh`.
+    /// The key for a token signed with `algorithm` under `kid`. A stale cache is refreshed in
+    /// the background; an unknown `kid` (or an empty cache) waits for one fetch — both at most
+    /// once per `min_refresh`.
     pub async fn key_for(&self, kid: Option<&str>, algorithm: Algorithm) -> Option<Arc<DecodingKey>> {
-        let inner = &self.inner;
-        let mut state = inner.state.lock().await;
-        let stale = state.fetched.is_none_or(|at| at.elapsed() >= inner.refresh);
-        if stale && inner.may_fetch(&state) {
-            if state.keys.is_empty() {
-                inner.fetch_into(&mut state).await;
-            } else {
-                state.attempted = Some(Instant::now());
-                let store = self.clone();
-                tokio::spawn(async move { store.refresh_in_background().await });
-            }
-        }
-        if let Some(key) = state.find(kid, algorithm) {
+        if let Some(key) = self.known_or_refresh(kid, algorithm) {
             return Some(key);
         }
-        if inner.may_fetch(&state) {
-            inner.fetch_into(&mut state).await;
-            return state.find(kid, algorithm);
+        let _flight = self.inner.fetching.lock().await;
+        {
+            let mut state = self.inner.lock();
+            if let Some(key) = state.find(kid, algorithm) {
+                return Some(key);
+            }
+            if !self.inner.may_fetch(&state) {
+                return None;
+            }
+            state.attempted = Some(Instant::now());
         }
-        None
+        let fetched = self.inner.fetch().await;
+        let mut state = self.inner.lock();
+        self.inner.install(&mut state, fetched);
+        state.find(kid, algorithm)
+    }
+
+    /// The key when it is known, starting a background refresh when the cache is stale.
+    fn known_or_refresh(&self, kid: Option<&str>, algorithm: Algorithm) -> Option<Arc<DecodingKey>> {
+        let inner = &self.inner;
+        let mut state = inner.lock();
+        let stale = state.fetched.is_none_or(|at| at.elapsed() >= inner.refresh);
+        if stale && !state.keys.is_empty() && inner.may_fetch(&state) {
+            state.attempted = Some(Instant::now());
+            let store = self.clone();
+            tokio::spawn(async move { store.refresh_in_background().await });
+        }
+        state.find(kid, algorithm)
     }
 
     /// Fetch while requests go on with the keys known; install the result.
     async fn refresh_in_background(&self) {
         let fetched = self.inner.fetch().await;
-        let mut state = self.inner.state.lock().await;
+        let mut state = self.inner.lock();
         self.inner.install(&mut state, fetched);
     }
 }
@@ -97,10 +118,8 @@ impl Inner {
         state.attempted.is_none_or(|at| at.elapsed() >= self.min_refresh)
     }
 
-    async fn fetch_into(&self, state: &mut State) {
-        state.attempted = Some(Instant::now());
-        let fetched = self.fetch().await;
-        self.install(state, fetched);
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("JWKS lock")
     }
 
     fn install(&self, state: &mut State, fetched: Result<Vec<Key>, String>) {
@@ -129,14 +148,26 @@ impl Inner {
 
     async fn download(&self, url: &str) -> Result<Vec<u8>, String> {
         let response = self.client.get(url).send().await.map_err(|e| format!("fetching {url}: {e}"))?;
+        if response.status().is_redirection() {
+            let status = response.status();
+            return Err(format!("fetching {url}: HTTP {status}; redirects are not followed (set the final URL)"));
+        }
         if !response.status().is_success() {
             return Err(format!("fetching {url}: HTTP {}", response.status()));
         }
         if response.content_length().is_some_and(|length| length > MAX_JWKS_BYTES as u64) {
             return Err(format!("the JWKS is larger than {MAX_JWKS_BYTES} bytes"));
         }
-        let bytes = response.bytes().await.map_err(|e| format!("fetching {url}: {e}"))?;
-        Ok(bytes.to_vec())
+        // Read in chunks, so a body without a (truthful) length stops at the limit.
+        let mut bytes = Vec::new();
+        let mut response = response;
+        while let Some(chunk) = response.chunk().await.map_err(|e| format!("fetching {url}: {e}"))? {
+            if bytes.len() + chunk.len() > MAX_JWKS_BYTES {
+                return Err(format!("the JWKS is larger than {MAX_JWKS_BYTES} bytes"));
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(bytes)
     }
 }
 

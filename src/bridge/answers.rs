@@ -9,7 +9,7 @@ use rmcp::model::{CallToolResult, ContentBlock, JsonObject, ResourceContents};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::{Answer, optional_string, string_argument};
+use super::{Answer, optional_string};
 use crate::proxy::{Proxy, ReadAnswer};
 
 /// The fields of a listed resource or template a model needs.
@@ -29,48 +29,6 @@ pub(super) fn templates(proxy: &Proxy, principal: &str, arguments: &JsonObject) 
     let page = proxy.list_templates(principal, cursor.as_deref()).map_err(|e| e.to_string())?;
     let templates: Vec<Value> = page.resource_templates.iter().map(listed).collect();
     Ok(structured(json!({ "resourceTemplates": templates, "nextCursor": page.next_cursor })))
-}
-
-/// `proxy_resources_search`: the first matches (at most `limit`, capped by
-/// `bridge.max_search_results`) of a case-insensitive substring over name, title, URI and
-/// description, walking the caller's whole list.
-pub(super) fn search(proxy: &Proxy, principal: &str, arguments: &JsonObject) -> Answer {
-    let query = string_argument(arguments, "query")?.to_lowercase();
-    let cap = proxy.config().bridge.max_search_results;
-    let limit = match arguments.get("limit") {
-        None | Some(Value::Null) => cap,
-        Some(value) => match value.as_u64() {
-            Some(n) if n >= 1 => usize::try_from(n).unwrap_or(cap).min(cap),
-            _ => return Err("`limit` must be a whole number of at least 1".into()),
-        },
-    };
-    let mut matches = Vec::new();
-    let mut cursor: Option<String> = None;
-    let mut more = false;
-    loop {
-        let page = proxy.list_resources(principal, cursor.as_deref()).map_err(|e| e.to_string())?;
-        for resource in page.resources.iter().map(listed) {
-            if matches_query(&resource, &query) {
-                if matches.len() == limit {
-                    more = true;
-                    break;
-                }
-                matches.push(resource);
-            }
-        }
-        cursor = page.next_cursor;
-        if more || cursor.is_none() {
-            break;
-        }
-    }
-    Ok(structured(json!({ "resources": matches, "truncated": more })))
-}
-
-fn matches_query(resource: &Value, query: &str) -> bool {
-    ["uri", "name", "title", "description"]
-        .iter()
-        .filter_map(|key| resource.get(key)?.as_str())
-        .any(|text| text.to_lowercase().contains(query))
 }
 
 /// `proxy_resources_read`: the caller's read of a namespaced URI, as tool content.
@@ -127,14 +85,14 @@ fn decoded_len(blob: &str) -> u64 {
 }
 
 /// A listed resource or template, cut to the fields a model needs.
-fn listed(item: &impl Serialize) -> Value {
+pub(super) fn listed(item: &impl Serialize) -> Value {
     let Ok(Value::Object(mut all)) = serde_json::to_value(item) else { return Value::Null };
     all.retain(|key, value| LISTED_FIELDS.contains(&key.as_str()) && !value.is_null());
     Value::Object(all)
 }
 
 /// A result a model reads as JSON text, also given as structured content.
-fn structured(value: Value) -> CallToolResult {
+pub(super) fn structured(value: Value) -> CallToolResult {
     let text = serde_json::to_string_pretty(&value).unwrap_or_default();
     let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
     result.structured_content = Some(value);
@@ -158,13 +116,5 @@ mod tests {
         assert!(summary.text.contains("a+x:///b") && summary.text.contains("image/png"), "{}", summary.text);
         assert!(summary.text.contains("11 bytes"), "{}", summary.text);
         assert_eq!(decoded_len("YQ=="), 1);
-    }
-
-    #[test]
-    fn search_matches_any_listed_text_field_case_insensitively() {
-        let resource = json!({"uri": "docs+file:///A.md", "name": "a", "description": "The Roadmap"});
-        assert!(matches_query(&resource, "roadmap"));
-        assert!(matches_query(&resource, "file:///a.md"));
-        assert!(!matches_query(&resource, "mimetype"));
     }
 }

@@ -19,6 +19,7 @@
 //! may not use is unlisted and answers like an unknown tool.
 
 mod answers;
+mod search;
 mod template;
 
 use std::sync::{Arc, LazyLock};
@@ -69,7 +70,7 @@ pub async fn call(proxy: &Proxy, principal: &str, params: CallToolRequestParams)
     let arguments = params.arguments.unwrap_or_default();
     let answer = match name.as_str() {
         LIST => answers::list(proxy, principal, &arguments),
-        SEARCH => answers::search(proxy, principal, &arguments),
+        SEARCH => search::search(proxy, principal, &arguments).await,
         READ => match string_argument(&arguments, "uri") {
             Ok(uri) => answers::read(proxy, principal, &uri).await,
             Err(error) => Err(error),
@@ -126,7 +127,8 @@ static DEFINITIONS: LazyLock<Vec<Tool>> = LazyLock::new(|| {
         "description": "The resource's URI exactly as listed, e.g. docs+file:///README.md"}}});
     let search = json!({"type": "object", "required": ["query"], "properties": {
         "query": {"type": "string", "description": "Text to look for (case-insensitive) in each resource's name, title, URI and description."},
-        "limit": {"type": "integer", "minimum": 1, "description": "At most this many matches (the server caps it)."}}});
+        "limit": {"type": "integer", "minimum": 1, "description": "At most this many matches (the server caps it)."},
+        "cursor": {"type": "string", "description": "The nextCursor of an incomplete search, to search the rest."}}});
     let expand = json!({"type": "object", "required": ["uriTemplate"], "properties": {
         "uriTemplate": {"type": "string", "description": "A uriTemplate exactly as proxy_resource_templates_list gives it."},
         "arguments": {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]},
@@ -144,7 +146,8 @@ static DEFINITIONS: LazyLock<Vec<Tool>> = LazyLock::new(|| {
             SEARCH,
             "Find resources whose name, title, URI or description contains some text (case-insensitive), across \
              every connected server. Returns the matching resources (uri, name, description, mimeType); read one \
-             with proxy_resources_read. Inputs: query (the text), optional limit.",
+             with proxy_resources_read. One call examines a bounded number of resources: when it says incomplete, \
+             call it again with its nextCursor as cursor. Inputs: query (the text), optional limit, optional cursor.",
             schema(search),
         ),
         Tool::new(

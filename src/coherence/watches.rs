@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use crate::subscriptions::{HolderId, Key, Subscriptions};
+use crate::subscriptions::{Caps, HolderId, Key, OverCap, Subscriptions};
 use crate::upstream::Registry;
 
 /// Shared by the proxy and the cache's holds.
@@ -59,6 +59,32 @@ impl WatchBook {
         if subscriptions.hold(holder, (upstream.to_string(), uri.to_string())) {
             self.apply(upstream, uri, true);
         }
+    }
+
+    /// A host's hold, within `caps` (see [`Subscriptions::hold_within`]).
+    pub fn hold_within(
+        &self,
+        holder: HolderId,
+        principal: &str,
+        upstream: &str,
+        uri: &str,
+        caps: Caps,
+    ) -> Result<(), OverCap> {
+        let mut subscriptions = self.lock();
+        if subscriptions.hold_within(holder, principal, (upstream.to_string(), uri.to_string()), caps)? {
+            self.apply(upstream, uri, true);
+        }
+        Ok(())
+    }
+
+    /// Holds of `principal`'s hosts, across their sessions and listen streams.
+    pub fn principal_holds(&self, principal: &str) -> usize {
+        self.lock().principal_holds(principal)
+    }
+
+    /// Does `holder` hold anything?
+    pub fn holds_anything(&self, holder: HolderId) -> bool {
+        self.lock().holds_anything(holder)
     }
 
     pub fn release(&self, holder: HolderId, upstream: &str, uri: &str) {

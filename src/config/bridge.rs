@@ -18,11 +18,14 @@ pub struct BridgeConfig {
     pub max_blob_bytes: u64,
     /// The most matches one `proxy_resources_search` returns (a call may ask for fewer).
     pub max_search_results: usize,
+    /// The most listed resources one `proxy_resources_search` call examines; past it the
+    /// answer says the search was cut and gives a cursor to go on from.
+    pub max_search_scan: usize,
 }
 
 impl Default for BridgeConfig {
     fn default() -> Self {
-        Self { enabled: false, max_blob_bytes: 64 << 10, max_search_results: 50 }
+        Self { enabled: false, max_blob_bytes: 64 << 10, max_search_results: 50, max_search_scan: 10_000 }
     }
 }
 
@@ -31,6 +34,7 @@ pub(super) struct RawBridge {
     enabled: Option<bool>,
     max_blob_bytes: Option<Value>,
     max_search_results: Option<i64>,
+    max_search_scan: Option<i64>,
     #[serde(flatten)]
     unknown: BTreeMap<String, Value>,
 }
@@ -46,7 +50,14 @@ pub(super) fn validate_bridge(raw: RawBridge, problems: &mut Vec<Problem>) -> Br
             defaults.max_search_results
         }
     };
-    BridgeConfig { enabled: raw.enabled.unwrap_or(false), max_blob_bytes, max_search_results }
+    let max_search_scan = match raw.max_search_scan.unwrap_or(defaults.max_search_scan as i64) {
+        n @ 1..=1_000_000 => n as usize,
+        n => {
+            push(problems, "bridge.max_search_scan", format!("{n} is outside 1..=1000000"));
+            defaults.max_search_scan
+        }
+    };
+    BridgeConfig { enabled: raw.enabled.unwrap_or(false), max_blob_bytes, max_search_results, max_search_scan }
 }
 
 #[cfg(test)]
@@ -68,11 +79,11 @@ mod tests {
         let text = "[bridge]\nmax_blob_bytes = 16\n[cache]\nmax_entry_bytes = 2048\n";
         let config = Config::from_toml(text, Path::new("."), &|_| None).expect("valid");
         assert_eq!((config.bridge.max_blob_bytes, config.cache.max_entry_bytes), (16, 2048));
-        let text = "[bridge]\nmax_blob_bytes = \"lots\"\nmax_search_results = 0\ncolour = 1\n";
+        let text = "[bridge]\nmax_blob_bytes = \"lots\"\nmax_search_results = 0\nmax_search_scan = 0\ncolour = 1\n";
         let error = Config::from_toml(text, Path::new("."), &|_| None).expect_err("invalid");
         let at: Vec<&str> = error.problems.iter().map(|p| p.at.as_str()).collect();
-        assert_eq!(at.len(), 3, "{error}");
-        for key in ["bridge.max_blob_bytes", "bridge.max_search_results", "bridge.colour"] {
+        assert_eq!(at.len(), 4, "{error}");
+        for key in ["bridge.max_blob_bytes", "bridge.max_search_results", "bridge.max_search_scan", "bridge.colour"] {
             assert!(at.contains(&key), "{key} in {error}");
         }
     }

@@ -44,8 +44,15 @@ pub struct ServerConfig {
     pub max_sessions_per_principal: usize,
     /// URIs one host session (or listen stream) may hold subscribed.
     pub max_subscriptions_per_session: usize,
-    /// Open connections per listener (`/mcp` and admin each); more wait to be accepted.
+    /// URIs all of one principal's hosts may hold subscribed, across their sessions and listen
+    /// streams.
+    pub max_subscriptions_per_principal: usize,
+    /// Open connections on `/mcp`; more wait to be accepted. At start lowered to what the file
+    /// descriptor limit allows (`listener::fds`).
     pub max_connections: usize,
+    /// Open connections on the admin listener: not a key of its own, `max_connections` at
+    /// first, then its share of the file descriptor limit (`listener::fds`).
+    pub admin_max_connections: usize,
     /// Routed calls (`tools/call`, `prompts/get`, `completion/complete`) one principal's hosts
     /// may have in flight at once; the next is refused.
     pub max_calls_per_principal: usize,
@@ -71,6 +78,7 @@ pub(super) struct RawServer {
     max_sessions: Option<i64>,
     max_sessions_per_principal: Option<i64>,
     max_subscriptions_per_session: Option<i64>,
+    max_subscriptions_per_principal: Option<i64>,
     max_connections: Option<i64>,
     max_calls_per_principal: Option<i64>,
     header_read_timeout: Option<String>,
@@ -109,6 +117,8 @@ pub(super) fn validate_server(raw: RawServer, problems: &mut Vec<Problem>) -> Se
         count(raw.max_sessions_per_principal, 1_000, "server.max_sessions_per_principal", problems);
     let max_subscriptions_per_session =
         count(raw.max_subscriptions_per_session, 1_000, "server.max_subscriptions_per_session", problems);
+    let max_subscriptions_per_principal =
+        count(raw.max_subscriptions_per_principal, 10_000, "server.max_subscriptions_per_principal", problems);
     let max_connections = count(raw.max_connections, 1_024, "server.max_connections", problems);
     let max_calls_per_principal = count(raw.max_calls_per_principal, 256, "server.max_calls_per_principal", problems);
     let header_read_timeout =
@@ -131,7 +141,9 @@ pub(super) fn validate_server(raw: RawServer, problems: &mut Vec<Problem>) -> Se
         max_sessions,
         max_sessions_per_principal,
         max_subscriptions_per_session,
+        max_subscriptions_per_principal,
         max_connections,
+        admin_max_connections: max_connections,
         max_calls_per_principal,
         header_read_timeout,
         fast_path: raw.fast_path.unwrap_or(true),

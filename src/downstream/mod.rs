@@ -19,8 +19,7 @@ mod resources;
 mod sessions;
 mod subscribing;
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use rmcp::ErrorData;
@@ -63,9 +62,6 @@ struct Session {
     proxy: Proxy,
     id: HolderId,
     _counted: Option<SessionGuard>,
-    /// The URIs this session subscribed, as the host wrote them; at most
-    /// `server.max_subscriptions_per_session`.
-    subscribed: Mutex<HashSet<String>>,
 }
 
 impl Drop for Session {
@@ -151,7 +147,7 @@ impl ProxyServer {
                 // A legacy HTTP session is counted by the session book from `initialize` on.
                 let counted =
                     self.book.is_none().then(|| self.proxy.metrics().downstream_session(self.transport, Era::Legacy));
-                Session { proxy: self.proxy.clone(), id, _counted: counted, subscribed: Mutex::default() }
+                Session { proxy: self.proxy.clone(), id, _counted: counted }
             })
             .id
     }

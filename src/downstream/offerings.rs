@@ -137,11 +137,12 @@ impl ProxyServer {
     ) -> Result<CallToolResponse, ErrorData> {
         self.check_principal(&context.extensions)?;
         let started = Instant::now();
+        // Bridge calls (searches, reads) count against the same per-principal limit.
+        let _permit = self.admit_call("tools/call", started)?;
         if crate::bridge::is_bridge_tool(&request.name) {
             let answer = crate::bridge::call(&self.proxy, &self.principal, request).await;
             return self.record("tools/call", started, answer.map(CallToolResponse::Complete));
         }
-        let _permit = self.admit_call("tools/call", started)?;
         let token = context.meta.get_progress_token().or_else(|| request.meta.as_ref()?.get_progress_token());
         let (progress, outlet) = token.map(|token| HostProgress::start(context.peer.clone(), token)).unzip();
         let (relay, jobs) = super::relay::for_call(&context, &self.log_level);

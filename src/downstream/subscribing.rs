@@ -1,5 +1,6 @@
 //! The `ServerHandler` side of subscriptions: a legacy session's `resources/subscribe` and
-//! `unsubscribe` (at most `server.max_subscriptions_per_session` URIs per session), and a
+//! `unsubscribe` (at most `server.max_subscriptions_per_session` URIs per session,
+//! `server.max_subscriptions_per_principal` per principal), and a
 //! 2026-07-28 listen stream, registered as an outlet for as long as its request lives.
 //!
 //! A listen stream is registered and its URIs subscribed in `accepted_subscription_filter`,
@@ -8,7 +9,9 @@
 //! acknowledgement reaches the host.
 //!
 //! Invariant: a session or listen stream holds no more than `server.max_subscriptions_per_session`
-//! URIs; its holds are released when it ends (`Session`'s drop).
+//! URIs, and one principal's together no more than `server.max_subscriptions_per_principal`
+//! (both kept by the watch book with the holds); its holds are released when it ends
+//! (`Session`'s drop).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -34,22 +37,8 @@ impl ProxyServer {
         let started = Instant::now();
         let holder = self.session(&context.peer);
         self.seen(&context.extensions);
-        let session = self.session.get().expect("registered just above");
-        let mut subscribed = session.subscribed.lock().expect("subscribed lock");
-        let limit = self.proxy.config().server.max_subscriptions_per_session;
-        if !subscribed.contains(&request.uri) && subscribed.len() >= limit {
-            self.proxy.metrics().downstream_request(method::RESOURCES_SUBSCRIBE, "over_limit", started.elapsed());
-            let message = format!(
-                "subscription limit reached: this session holds {limit} subscriptions \
-                 (server.max_subscriptions_per_session); unsubscribe from one first"
-            );
-            return Err(ErrorData::invalid_request(message, None));
-        }
-        let result = self.proxy.subscribe(holder, &self.principal, &request.uri);
-        if result.is_ok() {
-            subscribed.insert(request.uri.clone());
-        }
-        self.record(method::RESOURCES_SUBSCRIBE, started, result)
+        // The caps (per session, per principal) are kept with the holds themselves.
+        self.record(method::RESOURCES_SUBSCRIBE, started, self.proxy.subscribe(holder, &self.principal, &request.uri))
     }
 
     pub(super) async fn subscriptions_unsubscribe(
@@ -60,9 +49,6 @@ impl ProxyServer {
         self.check_principal(&context.extensions)?;
         let started = Instant::now();
         let holder = self.session(&context.peer);
-        if let Some(session) = self.session.get() {
-            session.subscribed.lock().expect("subscribed lock").remove(&request.uri);
-        }
         self.record(
             method::RESOURCES_UNSUBSCRIBE,
             started,
@@ -93,10 +79,11 @@ impl ProxyServer {
             .resource_subscriptions
             .as_ref()
             .map(|uris| {
-                // A listen stream holds at most `server.max_subscriptions_per_session` URIs;
-                // the accepted filter tells the host which.
+                // A listen stream holds at most `server.max_subscriptions_per_session` URIs, and
+                // no more than its principal has room for; the accepted filter tells the host which.
                 let mut uris = self.proxy.subscribable(&self.principal, uris);
-                uris.truncate(self.proxy.config().server.max_subscriptions_per_session);
+                let room = self.proxy.subscription_room(&self.principal);
+                uris.truncate(self.proxy.config().server.max_subscriptions_per_session.min(room));
                 uris
             })
             .filter(|uris| !uris.is_empty());
@@ -115,7 +102,7 @@ impl ProxyServer {
         };
         let outlet = Arc::new(BufferedOutlet::new());
         let holder = self.proxy.register_outlet(info, outlet.clone());
-        let session = Session { proxy: self.proxy.clone(), id: holder, _counted: None, subscribed: Mutex::default() };
+        let session = Session { proxy: self.proxy.clone(), id: holder, _counted: None };
         for uri in accepted.resource_subscriptions.iter().flatten() {
             if let Err(error) = self.proxy.subscribe(holder, &self.principal, uri) {
                 tracing::debug!(uri, error = %error, "listen URI not held");

@@ -240,6 +240,11 @@ impl Proxy {
     pub fn subscribable(&self, principal: &str, uris: &[String]) -> Vec<String> {
         self.subscriptions.subscribable(&self.caller(principal), uris)
     }
+
+    /// How many more URIs `principal`'s hosts may subscribe (`server.max_subscriptions_per_principal`).
+    pub fn subscription_room(&self, principal: &str) -> usize {
+        self.subscriptions.room(&self.caller(principal))
+    }
 }
 
 /// The longest upstream request the cache lets a load take (with the subscription wait): the

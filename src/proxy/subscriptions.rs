@@ -18,7 +18,7 @@ use crate::fanout::{Outgoing, Outlet, OutletInfo, OutletKind};
 use crate::metrics::DenialAction;
 use crate::namespace;
 use crate::policy::PolicySet;
-use crate::subscriptions::HolderId;
+use crate::subscriptions::{Caps, HolderId, OverCap};
 
 /// The subscriptions service.
 #[derive(Clone)]
@@ -46,14 +46,35 @@ impl Subscriptions {
 
     /// Does `holder` hold any subscription?
     pub fn holds_anything(&self, holder: HolderId) -> bool {
-        !self.core.watches.held_by(holder).is_empty()
+        self.core.watches.holds_anything(holder)
     }
 
-    /// `holder` subscribes to a namespaced URI. Unknown and forbidden URIs are not found.
+    /// `holder` subscribes to a namespaced URI, within `server.max_subscriptions_per_session`
+    /// for it and `server.max_subscriptions_per_principal` for all of its principal's. Unknown
+    /// and forbidden URIs are not found (whatever the caps).
     pub fn subscribe(&self, caller: &Caller, holder: HolderId, uri: &str) -> Result<(), ProxyError> {
         let route = self.core.access.route(caller, uri, DenialAction::Subscribe)?;
-        self.core.watches.hold(holder, &route.upstream, &route.original);
-        Ok(())
+        let server = &self.core.config.server;
+        let caps =
+            Caps { per_holder: server.max_subscriptions_per_session, per_principal: server.max_subscriptions_per_principal };
+        let held = self.core.watches.hold_within(holder, caller.principal(), &route.upstream, &route.original, caps);
+        held.map_err(|over| match over {
+            OverCap::Holder(limit) => {
+                ProxyError::SubscriptionLimit { holder: "this session", limit, setting: "server.max_subscriptions_per_session" }
+            }
+            OverCap::Principal(limit) => ProxyError::SubscriptionLimit {
+                holder: "this principal",
+                limit,
+                setting: "server.max_subscriptions_per_principal",
+            },
+        })
+    }
+
+    /// How many more URIs `caller`'s hosts may subscribe, across all their sessions and
+    /// listen streams.
+    pub fn room(&self, caller: &Caller) -> usize {
+        let cap = self.core.config.server.max_subscriptions_per_principal;
+        cap.saturating_sub(self.core.watches.principal_holds(caller.principal()))
     }
 
     /// `holder` lets go of a namespaced URI (a no-op when it did not hold it).

@@ -117,15 +117,18 @@ async fn a_half_sent_request_is_closed_within_the_header_timeout() -> anyhow::Re
     Ok(())
 }
 
-/// With `max_connections = 2`, a third connection is not served while two are open, the open
-/// ones keep working, and it is served once one of them closes — on both listeners.
+/// With `max_connections = 2`, a third connection is not served while two that have sent
+/// requests are open, the open ones keep working, and it is served once one of them closes — on
+/// both listeners. (A connection that never sent a request is closed for a newcomer instead:
+/// tests/fast/bounds.rs.)
 #[tokio::test]
 async fn past_the_connection_cap_new_connections_wait_and_open_ones_work() -> anyhow::Result<()> {
     let served = Served::start("max_connections = 2\nheader_read_timeout = \"60s\"\n").await?;
     for address in [served.mcp_address(), served.admin_address().await?] {
         let mut working = TcpStream::connect(&address).await?;
         raw_exchange(&mut working).await.context("first connection")?;
-        let idle = TcpStream::connect(&address).await?;
+        let mut idle = TcpStream::connect(&address).await?;
+        raw_exchange(&mut idle).await.context("second connection")?;
         let mut waiting = TcpStream::connect(&address).await?;
         waiting.write_all(HEALTHZ).await?;
         let mut byte = [0u8; 1];

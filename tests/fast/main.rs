@@ -6,6 +6,7 @@
 pub mod support;
 
 mod access;
+mod bounds;
 mod cache;
 mod capabilities;
 mod cli;
@@ -18,6 +19,7 @@ mod folder_policy;
 mod hardening_http;
 mod hostile_tools;
 mod import;
+mod jwks_fetch;
 mod jwt;
 mod late_relay;
 mod listen_ack;

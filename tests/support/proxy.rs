@@ -3,6 +3,7 @@
 //!
 //! - [`ProxyProcess::start`]: spawn with a config text; ready when the proxy has written its
 //!   `--ready-file` (listeners bound, startup wait over): the addresses come from that file, not logs.
+//!   [`ProxyProcess::start_with_fd_limit`]: the same under `ulimit -n`.
 //! - [`ProxyProcess::wait_up`] / [`ProxyProcess::wait_down`] / [`ProxyProcess::wait_offerings`]: an
 //!   upstream's state, or its tools and prompts, in `/status`.
 //! - [`ProxyProcess::wait_policy_reloads`]: reloads of the policies folder in `/status`.
@@ -53,10 +54,20 @@ impl ProxyProcess {
 
     /// The same with extra CLI arguments and environment (which may override `RUST_LOG`).
     pub async fn start_with(config: &str, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Self> {
+        Self::spawn(Command::new(PROXY_BIN), config, args, env).await
+    }
+
+    /// The same under a limit (soft and hard) of `open_files` file descriptors (`ulimit -n`).
+    pub async fn start_with_fd_limit(config: &str, env: &[(&str, &str)], open_files: u64) -> anyhow::Result<Self> {
+        let mut command = Command::new("sh");
+        command.args(["-c", &format!("ulimit -n {open_files} && exec \"$0\" \"$@\""), PROXY_BIN]);
+        Self::spawn(command, config, &[], env).await
+    }
+
+    async fn spawn(mut command: Command, config: &str, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
         let path = write_config(dir.path(), config)?;
         let ready_file = dir.path().join("ready.json");
-        let mut command = Command::new(PROXY_BIN);
         command
             .args([
                 "--log-format",
