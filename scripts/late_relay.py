@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Late messages of a stdio upstream: how many reach another principal's call. Starts the given
 proxy binary on 127.0.0.1:0 in front of the fixture (target/debug/examples/mcp-proxy-fixture,
-built by `cargo build --example mcp-proxy-fixture`) over stdio in the 2025 era, with principals alice and bob (bearer tokens, everything allowed), and runs
-ROUNDS rounds of: bob calls the fixture's `late` tool held for 600 ms; meanwhile alice calls it
-with `after_ms = 100, sample = true`, so 100 ms after her call answered the fixture logs
-`alice-<n> late` and asks `late sampling of alice-<n>` while bob's call is the only one in
-flight. Counts alice's messages that bob was sent. Needs the PyPI `mcp` client of .peers/venv:
+built by `cargo build --example mcp-proxy-fixture`) over stdio in the 2025 era, with principals
+alice and bob (bearer tokens, everything allowed), and runs ROUNDS rounds of: bob calls the
+fixture's `late` tool held for 600 ms; meanwhile alice calls it with `after_ms = 100,
+sample = true`, so 100 ms after her call answered the fixture logs `alice-<n> late` and asks
+`late sampling of alice-<n>` while bob's call is the only one in flight. Counts alice's
+messages that bob was sent. Needs the PyPI `mcp` client of .peers/venv:
 
     .peers/venv/bin/python scripts/late_relay.py target/debug/mcp-resource-proxy 100
 """
