@@ -146,7 +146,10 @@ impl Subscriptions {
 
     /// What `holder` holds.
     pub fn held_by(&self, holder: HolderId) -> Vec<Key> {
-        self.by_holder.get(&holder).map(|held| held.keys.iter().map(|key| (**key).clone()).collect()).unwrap_or_default()
+        self.by_holder
+            .get(&holder)
+            .map(|held| held.keys.iter().map(|key| (**key).clone()).collect())
+            .unwrap_or_default()
     }
 
     /// Does `holder` hold anything?
@@ -272,7 +275,7 @@ mod tests {
         assert_eq!(subs.principal_holds("bob"), 1);
         subs.release_all(1);
         assert_eq!(subs.principal_holds("bob"), 0);
-        assert!(subs.by_principal.get("bob").is_none(), "nothing left of a principal without holds");
+        assert!(!subs.by_principal.contains_key("bob"), "nothing left of a principal without holds");
     }
 
     #[test]
