@@ -24,5 +24,5 @@ mod relay_post_only;
 mod reload;
 mod third_party;
 mod tools;
-mod url_spellings;
 mod ts_client;
+mod url_spellings;
