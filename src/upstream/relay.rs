@@ -178,7 +178,11 @@ impl RelayBook {
     pub fn find_for(&self, origin: &Origin, kind: &'static str) -> Option<Arc<dyn HostRelay>> {
         let found = self.find(origin);
         if found.is_none() {
-            tracing::debug!(?origin, kind, "a message from the upstream that belongs to no call in flight; not relayed");
+            tracing::debug!(
+                ?origin,
+                kind,
+                "a message from the upstream that belongs to no call in flight; not relayed"
+            );
             if let Some(count) = &self.unattributed {
                 count(kind);
             }
