@@ -214,6 +214,9 @@ impl Metrics {
         for kind in NotificationKind::ALL {
             i.notifications_received.with_label_values(&[upstream, kind.label()]);
         }
+        for kind in ["log", "sampling", "elicitation"] {
+            i.relay_unattributed.with_label_values(&[upstream, kind]);
+        }
         for outcome in OUTCOMES {
             i.upstream_requests.with_label_values(&[upstream, method::RESOURCES_READ, outcome]);
         }
