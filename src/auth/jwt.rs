@@ -1,6 +1,6 @@
 //! JWT access tokens (`[auth.jwt]`): signature by a key of the JWKS ([`super::jwks`]), one of
 //! the configured algorithms, `iss`, `aud` (this resource), `exp` and `nbf` with the leeway;
-//! then the principal claim and the groups claim become a policy [`identity`].
+//! then the principal claim and the groups claim become a policy [`jwt_identity`].
 //!
 //! Invariant: a token is accepted only when every check passed; the token itself is never
 //! logged, only why it was refused ([`JwtRejection`]).
@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use super::jwks::KeyStore;
 use crate::config::JwtConfig;
-use crate::policy::{identity, is_valid_principal};
+use crate::policy::{is_valid_principal, jwt_identity};
 
 /// Why a JWT was refused (a bounded label for logs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,7 +62,7 @@ impl JwtValidator {
         if !is_valid_principal(principal) {
             return Err(JwtRejection::Claims);
         }
-        Ok(identity(principal, &self.groups(&claims)))
+        Ok(jwt_identity(principal, &self.groups(&claims)))
     }
 
     fn validation(&self, algorithm: jsonwebtoken::Algorithm) -> Validation {
@@ -156,7 +156,7 @@ mod tests {
         let exp = jsonwebtoken::get_current_timestamp() + 600;
         let claims = |email: &str| json!({"iss": "https://id.example", "aud": "https://p.example/mcp", "exp": exp, "sub": "u-1", "email": email, "team": "eng"});
         let cases = [
-            (token(Algorithm::RS256, claims("ann@example.com")), Ok("ann@example.com[eng]")),
+            (token(Algorithm::RS256, claims("ann@example.com")), Ok("ann@example.com[eng]{jwt}")),
             (token(Algorithm::RS256, claims("group:admins")), Err(JwtRejection::Claims)),
             (token(Algorithm::RS256, claims("*")), Err(JwtRejection::Claims)),
             (token(Algorithm::HS256, claims("ann@example.com")), Err(JwtRejection::Algorithm)),
