@@ -50,6 +50,12 @@ impl JwtValidator {
 
     /// The identity (principal and groups) a valid token stands for.
     pub async fn validate(&self, token: &str) -> Result<String, JwtRejection> {
+        self.validate_until(token).await.map(|(identity, _)| identity)
+    }
+
+    /// The identity a valid token stands for, and the first second the proxy refuses it
+    /// (`exp` plus the leeway, plus one: `exp` itself is still accepted), since the epoch.
+    pub async fn validate_until(&self, token: &str) -> Result<(String, u64), JwtRejection> {
         let header = decode_header(token).map_err(|_| JwtRejection::Malformed)?;
         if !self.config.algorithms.contains(&header.alg) {
             return Err(JwtRejection::Algorithm);
@@ -62,7 +68,9 @@ impl JwtValidator {
         if !is_valid_principal(principal) {
             return Err(JwtRejection::Claims);
         }
-        Ok(jwt_identity(principal, &self.groups(&claims)))
+        let exp = claims.get("exp").and_then(Value::as_u64).ok_or(JwtRejection::Claims)?;
+        let until = exp.saturating_add(self.config.leeway.as_secs()).saturating_add(1);
+        Ok((jwt_identity(principal, &self.groups(&claims)), until))
     }
 
     fn validation(&self, algorithm: jsonwebtoken::Algorithm) -> Validation {
