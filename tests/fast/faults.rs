@@ -74,7 +74,8 @@ async fn secrets_in_an_upstream_url_reach_neither_status_nor_logs() -> anyhow::R
         "[server]\nstartup_wait = \"0s\"\n\n{}",
         http_upstream("remote", url, "required = false\nreconnect_max = \"250ms\"")
     );
-    let proxy = ProxyProcess::start_with(&config, &[], &[("URL_KEY", "k3y-s3cret"), ("PATH_TOKEN", "pa7h-s3cret")]).await?;
+    let proxy =
+        ProxyProcess::start_with(&config, &[], &[("URL_KEY", "k3y-s3cret"), ("PATH_TOKEN", "pa7h-s3cret")]).await?;
     proxy.wait_log_count(&["upstream down", "\"upstream\":\"remote\""], 2).await?;
     let status = eventually(DEADLINE, "/status shows the failed connect", || async {
         let status = status_of(&proxy, "remote").await?;

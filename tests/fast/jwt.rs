@@ -11,8 +11,8 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::{Value, json};
 
-use crate::support::jwt::*;
 use crate::support::fixture::{Era, connect_http_with_token};
+use crate::support::jwt::*;
 use crate::support::proxy::ProxyProcess;
 
 /// Principal rules, group rules (deny wins across them), the `*` fallback only for identities
@@ -214,7 +214,12 @@ async fn ping(proxy: &ProxyProcess, token: &str, session: &str) -> anyhow::Resul
     Ok(post(proxy, token, Some(session), &body).await?.status().as_u16())
 }
 
-async fn post(proxy: &ProxyProcess, token: &str, session: Option<&str>, body: &Value) -> anyhow::Result<reqwest::Response> {
+async fn post(
+    proxy: &ProxyProcess,
+    token: &str,
+    session: Option<&str>,
+    body: &Value,
+) -> anyhow::Result<reqwest::Response> {
     let mut request = reqwest::Client::new()
         .post(&proxy.url)
         .bearer_auth(token)
@@ -273,10 +278,8 @@ async fn a_listen_stream_ends_when_its_jwt_expires() -> anyhow::Result<()> {
     let (client, _) = connect_http_with_token(&proxy.url, Era::Modern, &token).await?;
     let filter = SubscriptionFilter::builder().resource_subscriptions(["fx+fx://fx/item/1".to_string()]).build();
     let mut stream = client.listen(filter).await?;
-    let ended = tokio::time::timeout(Duration::from_secs(60), async {
-        while let Ok(Some(_)) = stream.next().await {}
-    })
-    .await;
+    let ended =
+        tokio::time::timeout(Duration::from_secs(60), async { while let Ok(Some(_)) = stream.next().await {} }).await;
     assert!(ended.is_ok(), "the listen stream outlived its token");
     assert!(now() >= claims_exp(&token), "the stream ended before the token expired");
     Ok(())
@@ -285,6 +288,7 @@ async fn a_listen_stream_ends_when_its_jwt_expires() -> anyhow::Result<()> {
 /// The `exp` claim of a token signed here.
 fn claims_exp(token: &str) -> u64 {
     let payload = token.split('.').nth(1).unwrap_or_default();
-    let claims: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).unwrap_or_default()).unwrap_or_default();
+    let claims: Value =
+        serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).unwrap_or_default()).unwrap_or_default();
     claims["exp"].as_u64().unwrap_or(u64::MAX)
 }
