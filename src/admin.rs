@@ -90,6 +90,9 @@ pub struct ReloadReport {
     pub removed: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub changed: Vec<String>,
+    /// Upstreams given other roots in place, without a reconnect (not in `changed`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub roots_changed: Vec<String>,
     /// Sections that differ but take effect only after a restart.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub restart_needed: Vec<String>,

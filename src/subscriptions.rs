@@ -146,7 +146,10 @@ impl Subscriptions {
 
     /// What `holder` holds.
     pub fn held_by(&self, holder: HolderId) -> Vec<Key> {
-        self.by_holder.get(&holder).map(|held| held.keys.iter().map(|key| (**key).clone()).collect()).unwrap_or_default()
+        self.by_holder
+            .get(&holder)
+            .map(|held| held.keys.iter().map(|key| (**key).clone()).collect())
+            .unwrap_or_default()
     }
 
     /// Does `holder` hold anything?

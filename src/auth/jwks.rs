@@ -64,7 +64,8 @@ impl KeyStore {
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .unwrap_or_default();
-        let inner = Inner { source, refresh, min_refresh, client, state: Mutex::default(), fetching: Default::default() };
+        let inner =
+            Inner { source, refresh, min_refresh, client, state: Mutex::default(), fetching: Default::default() };
         KeyStore { inner: Arc::new(inner) }
     }
 

@@ -55,15 +55,22 @@ struct HostCall {
     capabilities: ClientCapabilities,
     /// The host negotiated 2026-07-28 (it answers `input_required` itself).
     modern: bool,
+    /// The calling principal's identity key.
+    principal: Arc<str>,
 }
 
 /// A relay for the host request of `context`, and the jobs its task is to serve (`serving`).
-pub(super) fn for_call(context: &RequestContext<RoleServer>, level: &LogLevel) -> (Arc<dyn HostRelay>, Jobs) {
+pub(super) fn for_call(
+    context: &RequestContext<RoleServer>,
+    level: &LogLevel,
+    principal: &Arc<str>,
+) -> (Arc<dyn HostRelay>, Jobs) {
     let (jobs, pending) = mpsc::channel(RELAY_QUEUE);
     let capabilities = context.client_capabilities().unwrap_or_default();
     let modern = Era::of_negotiated(context.protocol_version().as_ref()) == Era::Modern;
     let jobs_of_call = Jobs { pending, call: context.id.clone() };
-    (Arc::new(HostCall { jobs, level: level.clone(), capabilities, modern }), jobs_of_call)
+    let principal = principal.clone();
+    (Arc::new(HostCall { jobs, level: level.clone(), capabilities, modern, principal }), jobs_of_call)
 }
 
 /// The jobs of one call, and the host request they belong to.
@@ -195,6 +202,10 @@ impl HostRelay for HostCall {
 
     fn declares_elicitation(&self) -> bool {
         self.capabilities.elicitation.is_some()
+    }
+
+    fn tenant(&self) -> Option<Arc<str>> {
+        Some(self.principal.clone())
     }
 
     fn log(&self, params: LoggingMessageNotificationParam) {

@@ -34,20 +34,22 @@ pub struct Budget {
 }
 
 /// Raise the soft limit toward the hard one, derive the caps from the limit in force, lower
-/// `server`'s caps to them and log what was chosen.
+/// `server`'s caps to them and log what was chosen (at `info` when the limit lowered a cap).
 pub fn settle(server: &mut ServerConfig, upstreams: usize) -> Budget {
     let (before, limit) = raise_soft_limit();
-    let budget = caps(limit, upstreams, server.max_connections);
+    let configured = server.max_connections;
+    let budget = caps(limit, upstreams, configured);
     server.max_connections = budget.mcp;
     server.admin_max_connections = budget.admin;
     let shown = |limit: Option<u64>| limit.map_or("unlimited".to_string(), |n| n.to_string());
-    tracing::info!(
-        fd_limit = %shown(limit),
-        fd_limit_before = %shown(before),
-        max_connections = budget.mcp,
-        admin_max_connections = budget.admin,
-        "connection caps from the file descriptor limit"
-    );
+    let (fd_limit, fd_limit_before) = (shown(limit), shown(before));
+    let message = "connection caps from the file descriptor limit";
+    // Said at `info` only when the limit lowered a cap; a healthy start stays quiet.
+    if budget.mcp < configured || budget.admin < configured {
+        tracing::info!(%fd_limit, %fd_limit_before, max_connections = budget.mcp, admin_max_connections = budget.admin, "{message}");
+    } else {
+        tracing::debug!(%fd_limit, %fd_limit_before, max_connections = budget.mcp, admin_max_connections = budget.admin, "{message}");
+    }
     budget
 }
 

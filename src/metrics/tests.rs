@@ -30,6 +30,7 @@ const FAMILIES: &[&str] = &[
     "mcp_proxy_notifications_dropped_total",
     "mcp_proxy_policy_denials_total",
     "mcp_proxy_served_bytes_total",
+    "mcp_proxy_relay_unattributed_total",
 ];
 
 /// One call of every recording method, with `upstream` wherever an upstream name goes.
@@ -55,6 +56,7 @@ fn exercise_every_method(metrics: &Metrics, upstream: &str) -> SessionGuard {
     metrics.notification_dropped(NotificationKind::ListChanged);
     metrics.policy_denied(DenialAction::Read, Some("team-a.toml"));
     metrics.bytes_served(upstream, 100);
+    metrics.relay_unattributed(upstream, "log");
     metrics.downstream_session(Transport::Http, Era::Modern)
 }
 

@@ -89,15 +89,8 @@ impl Proxy {
             self.leave(name).await;
             tracing::info!(upstream = %name, "upstream removed");
         }
-        let mut changed_configs = diff.changed.clone();
-        for config in &diff.rerooted {
-            match self.core.upstreams.get(&config.name) {
-                Some(upstream) if upstream.set_roots(&config.roots).await == RootsChange::Changed => {
-                    tracing::info!(upstream = %config.name, roots = config.roots.len(), "upstream roots changed; told it");
-                }
-                _ => changed_configs.push(config.clone()),
-            }
-        }
+        let (roots_changed, mut changed_configs) = self.reroot(&diff.rerooted).await;
+        changed_configs.extend(diff.changed);
         for config in &changed_configs {
             self.reconnect(config.clone()).await;
             tracing::info!(upstream = %config.name, "upstream changed; reconnecting");
@@ -120,9 +113,10 @@ impl Proxy {
             self.core.announce_list_changes();
         }
         let names = |configs: &[UpstreamConfig]| configs.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
-        let (added, changed) = (names(&diff.added), names(&[changed_configs, diff.rerooted].concat()));
+        let (added, changed) = (names(&diff.added), names(&changed_configs));
         let unchanged = added.is_empty() && changed.is_empty() && diff.removed.is_empty() && restart_needed.is_empty();
-        tracing::info!(?added, removed = ?diff.removed, ?changed, "configuration reloaded");
+        let unchanged = unchanged && roots_changed.is_empty();
+        tracing::info!(?added, removed = ?diff.removed, ?changed, ?roots_changed, "configuration reloaded");
         ReloadReport {
             outcome: if unchanged { "unchanged" } else { "applied" },
             at_unix: now_unix(),
@@ -130,8 +124,26 @@ impl Proxy {
             added,
             removed: diff.removed,
             changed,
+            roots_changed,
             restart_needed,
         }
+    }
+
+    /// Give each upstream whose roots alone changed its new roots in place: the names of those
+    /// told, and the configs of those that must reconnect instead (roots to or from none, or
+    /// not running).
+    async fn reroot(&self, rerooted: &[UpstreamConfig]) -> (Vec<String>, Vec<UpstreamConfig>) {
+        let (mut told, mut reconnect) = (Vec::new(), Vec::new());
+        for config in rerooted {
+            match self.core.upstreams.get(&config.name) {
+                Some(upstream) if upstream.set_roots(&config.roots).await == RootsChange::Changed => {
+                    tracing::info!(upstream = %config.name, roots = config.roots.len(), "upstream roots changed; told it");
+                    told.push(config.name.clone());
+                }
+                _ => reconnect.push(config.clone()),
+            }
+        }
+        (told, reconnect)
     }
 
     /// `name` leaves: stop it, release what was held of it, forget its entries.
@@ -230,6 +242,7 @@ fn rejected(error: &ConfigError) -> ReloadReport {
         added: Vec::new(),
         removed: Vec::new(),
         changed: Vec::new(),
+        roots_changed: Vec::new(),
         restart_needed: Vec::new(),
     }
 }

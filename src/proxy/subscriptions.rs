@@ -55,13 +55,17 @@ impl Subscriptions {
     pub fn subscribe(&self, caller: &Caller, holder: HolderId, uri: &str) -> Result<(), ProxyError> {
         let route = self.core.access.route(caller, uri, DenialAction::Subscribe)?;
         let server = &self.core.config.server;
-        let caps =
-            Caps { per_holder: server.max_subscriptions_per_session, per_principal: server.max_subscriptions_per_principal };
+        let caps = Caps {
+            per_holder: server.max_subscriptions_per_session,
+            per_principal: server.max_subscriptions_per_principal,
+        };
         let held = self.core.watches.hold_within(holder, caller.principal(), &route.upstream, &route.original, caps);
         held.map_err(|over| match over {
-            OverCap::Holder(limit) => {
-                ProxyError::SubscriptionLimit { holder: "this session", limit, setting: "server.max_subscriptions_per_session" }
-            }
+            OverCap::Holder(limit) => ProxyError::SubscriptionLimit {
+                holder: "this session",
+                limit,
+                setting: "server.max_subscriptions_per_session",
+            },
             OverCap::Principal(limit) => ProxyError::SubscriptionLimit {
                 holder: "this principal",
                 limit,

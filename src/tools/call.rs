@@ -153,7 +153,11 @@ impl Tools {
         match self.inner.state_seal.open(holder, &state) {
             Some(opened) => Ok(Some(opened)),
             None => {
-                tracing::debug!(principal = holder.principal, name = holder.name, "a requestState not handed to this caller");
+                tracing::debug!(
+                    principal = holder.principal,
+                    name = holder.name,
+                    "a requestState not handed to this caller"
+                );
                 Err(parked::unknown_state())
             }
         }

@@ -296,6 +296,10 @@ impl HostRelay for ParkingRelay {
     fn log_level(&self) -> Option<LoggingLevel> {
         self.host().log_level()
     }
+
+    fn tenant(&self) -> Option<Arc<str>> {
+        self.host().tenant()
+    }
 }
 
 fn undeclared<T: Send + 'static>(what: &str) -> BoxFuture<'static, Result<T, ErrorData>> {

@@ -15,7 +15,10 @@
 //!   (taken out before the message goes on). Anything else is refused (a request) or dropped
 //!   (a log message), counted in `mcp_proxy_relay_unattributed_total` and logged at debug —
 //!   never guessed: "the only call in flight" is not evidence, since a message the upstream
-//!   sends after one host's call has answered would land on another host's call.
+//!   sends after one host's call has answered would land on another host's call. The one
+//!   exception keeps a single-principal setup whole (a `serve --stdio` host, one user): while
+//!   every call the upstream was ever sent came from one principal, an unnamed message goes to
+//!   that principal's lone call in flight — it cannot be another principal's.
 //!
 //! Each routed call claims relaying for its host's [`HostRelay`] ([`RelayClaim`] in the request's
 //! extensions); the connection's transport is tapped (`tap`), which books the claim under
@@ -31,8 +34,8 @@
 //! whose marks the guard removes) goes to no host at all, whether or not calls are in flight.
 //!
 //! Invariant: a relayed request or notification reaches only the host whose call it belongs to,
-//! and only while that call is in flight; nothing unattributed is relayed, not even to a lone
-//! call in flight; a log message the
+//! and only while that call is in flight; nothing unattributed is relayed to a principal other
+//! than the only one the upstream has served; a log message the
 //! upstream sent on a call's stream before its answer is in that call's relay before the call
 //! returns.
 
@@ -87,6 +90,12 @@ pub trait HostRelay: Send + Sync + 'static {
     fn declares_elicitation(&self) -> bool {
         true
     }
+    /// Whose call this is (the principal's identity key), when known. A stdio upstream whose
+    /// calls have all come from one principal may have its unnamed messages relayed to that
+    /// principal's lone call in flight; an unknown tenant counts as another principal.
+    fn tenant(&self) -> Option<Arc<str>> {
+        None
+    }
 }
 
 /// How a message from the upstream can be attributed.
@@ -120,6 +129,30 @@ pub(crate) struct RelayBook {
     /// Told the kind (`log`, `sampling`, `elicitation`) of each message that belongs to no call
     /// in flight (for the metric).
     unattributed: Option<Box<dyn Fn(&'static str) + Send + Sync>>,
+    /// Whose calls this upstream has been sent since it was booked first.
+    tenancy: Mutex<Tenancy>,
+}
+
+/// The principals whose calls one upstream has been sent, as far as relaying needs to know.
+#[derive(Default, Clone, PartialEq)]
+enum Tenancy {
+    #[default]
+    Nobody,
+    /// Every call so far came from this principal.
+    One(Arc<str>),
+    /// Calls of two principals, or of one whose principal was not known.
+    Several,
+}
+
+impl Tenancy {
+    fn with(self, tenant: Option<Arc<str>>) -> Tenancy {
+        match (self, tenant) {
+            (_, None) | (Tenancy::Several, _) => Tenancy::Several,
+            (Tenancy::Nobody, Some(tenant)) => Tenancy::One(tenant),
+            (Tenancy::One(one), Some(tenant)) if one == tenant => Tenancy::One(one),
+            (Tenancy::One(_), Some(_)) => Tenancy::Several,
+        }
+    }
 }
 
 /// One call in flight: its host's relay and the progress token its request carried.
@@ -143,12 +176,17 @@ pub(crate) struct RelayTicket {
 impl RelayBook {
     /// A book that tells `unattributed` the kind of each message it cannot attribute.
     pub fn counted(unattributed: impl Fn(&'static str) + Send + Sync + 'static) -> Self {
-        Self { calls: Mutex::default(), unattributed: Some(Box::new(unattributed)) }
+        Self { calls: Mutex::default(), unattributed: Some(Box::new(unattributed)), tenancy: Mutex::default() }
     }
 
     /// What the upstream sends for request `id` (or naming `token`) goes to `relay` while it
     /// lives; calls that are over are forgotten on the way.
     fn book(&self, id: RequestId, relay: Weak<dyn HostRelay>, token: Option<ProgressToken>) {
+        let tenant = relay.upgrade().and_then(|relay| relay.tenant());
+        {
+            let mut tenancy = self.tenancy.lock().expect("tenancy lock");
+            *tenancy = std::mem::take(&mut *tenancy).with(tenant);
+        }
         let mut calls = self.calls.lock().expect("relay lock");
         calls.retain(|_, booked| booked.relay.strong_count() > 0);
         let token = token.or_else(|| calls.get(&id).and_then(|booked| booked.token.clone()));
@@ -170,15 +208,32 @@ impl RelayBook {
             Origin::Token(token) => {
                 calls.values().find(|booked| booked.token.as_ref() == Some(token)).and_then(|b| b.relay.upgrade())
             }
-            Origin::Unassociated | Origin::Unknown => None,
+            Origin::Unassociated => None,
+            Origin::Unknown => self.lone_call_of_the_only_tenant(&calls),
         }
+    }
+
+    /// A message that names no call (stdio) goes to the lone call in flight only when every
+    /// call this upstream was ever sent came from one principal: then it cannot be another
+    /// principal's, even if it is late. With two principals (or one unknown) it goes nowhere.
+    fn lone_call_of_the_only_tenant(&self, calls: &HashMap<RequestId, Booked>) -> Option<Arc<dyn HostRelay>> {
+        if !matches!(*self.tenancy.lock().expect("tenancy lock"), Tenancy::One(_)) {
+            return None;
+        }
+        let mut live = calls.values().filter_map(|booked| booked.relay.upgrade());
+        let only = live.next();
+        only.filter(|_| live.next().is_none())
     }
 
     /// [`RelayBook::find`], counting and logging a `kind` of message that finds no call.
     pub fn find_for(&self, origin: &Origin, kind: &'static str) -> Option<Arc<dyn HostRelay>> {
         let found = self.find(origin);
         if found.is_none() {
-            tracing::debug!(?origin, kind, "a message from the upstream that belongs to no call in flight; not relayed");
+            tracing::debug!(
+                ?origin,
+                kind,
+                "a message from the upstream that belongs to no call in flight; not relayed"
+            );
             if let Some(count) = &self.unattributed {
                 count(kind);
             }
@@ -336,6 +391,43 @@ pub(super) mod tests {
         assert_eq!(book.len(), 0);
         assert!(book.find(&Origin::Call(RequestId::Number(2))).is_none());
         assert!(book.find(&token(7)).is_none());
+    }
+
+    /// A host call of a known principal.
+    struct Of(Arc<str>);
+
+    impl HostRelay for Of {
+        fn sample(&self, _: CreateMessageRequestParams) -> BoxFuture<'static, Result<CreateMessageResult, ErrorData>> {
+            Box::pin(async { Err(ErrorData::internal_error("unused", None)) })
+        }
+        fn elicit(&self, _: ElicitRequestParams) -> BoxFuture<'static, Result<ElicitResult, ErrorData>> {
+            Box::pin(async { Err(ErrorData::internal_error("unused", None)) })
+        }
+        fn log(&self, _: LoggingMessageNotificationParam) {}
+        fn log_level(&self) -> Option<LoggingLevel> {
+            None
+        }
+        fn tenant(&self) -> Option<Arc<str>> {
+            Some(self.0.clone())
+        }
+    }
+
+    #[test]
+    fn an_unnamed_message_reaches_a_lone_call_only_while_one_principal_ever_called() {
+        let book = Arc::new(RelayBook::default());
+        let alice: Arc<dyn HostRelay> = Arc::new(Of("alice".into()));
+        let first = book.register(RequestId::Number(1), alice.clone());
+        assert_eq!(name_of(book.find(&Origin::Unknown)), name_of(Some(alice.clone())), "alice's own upstream");
+        let again: Arc<dyn HostRelay> = Arc::new(Of("alice".into()));
+        let second = book.register(RequestId::Number(2), again);
+        assert!(book.find(&Origin::Unknown).is_none(), "two calls in flight: no evidence which");
+        drop(second);
+        assert_eq!(name_of(book.find(&Origin::Unknown)), name_of(Some(alice)));
+        drop(first);
+        let bob: Arc<dyn HostRelay> = Arc::new(Of("bob".into()));
+        let _third = book.register(RequestId::Number(3), bob);
+        assert!(book.find(&Origin::Unknown).is_none(), "alice's late message must not reach bob");
+        assert!(book.find(&Origin::Unassociated).is_none());
     }
 
     #[test]

@@ -7,7 +7,9 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use rmcp::model::{CallToolRequestParams, CallToolResult, SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
+};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -151,7 +153,10 @@ async fn exchange(stream: &mut TcpStream) -> anyhow::Result<String> {
 
 /// The proxy with the bridge on and a fixture upstream `fx` (`fixture_args`), for alice and bob.
 async fn bridged(server: &str, bridge: &str, fixture_args: &[&str]) -> anyhow::Result<ProxyProcess> {
-    let rest = format!("[bridge]\nenabled = true\n{bridge}\n\n[cache]\nenabled = false\n\n{}", fixture_upstream("fx", fixture_args));
+    let rest = format!(
+        "[bridge]\nenabled = true\n{bridge}\n\n[cache]\nenabled = false\n\n{}",
+        fixture_upstream("fx", fixture_args)
+    );
     let proxy = ProxyProcess::start_with(&config(server, &rest), &[], &TOKENS).await?;
     proxy.wait_up("fx", 1).await?;
     Ok(proxy)
@@ -244,8 +249,9 @@ async fn a_bridge_search_is_cut_at_its_scan_budget_and_says_so() -> anyhow::Resu
 #[tokio::test]
 async fn subscriptions_are_capped_per_principal_across_sessions_and_listen_streams() -> anyhow::Result<()> {
     let server = "max_subscriptions_per_session = 3\nmax_subscriptions_per_principal = 4";
-    let proxy = ProxyProcess::start_with(&config(server, &fixture_upstream("fx", &["--resources", "10"])), &[], &TOKENS)
-        .await?;
+    let proxy =
+        ProxyProcess::start_with(&config(server, &fixture_upstream("fx", &["--resources", "10"])), &[], &TOKENS)
+            .await?;
     proxy.wait_up("fx", 1).await?;
     let item = |i: usize| format!("fx+fx://fx/item/{i}");
     let (first, _) = connect_http_with_token(&proxy.url, Era::Legacy, ALICE).await?;
@@ -264,7 +270,8 @@ async fn subscriptions_are_capped_per_principal_across_sessions_and_listen_strea
     subscribe(&bob, &item, 4).await.context("another principal is not affected")?;
 
     let (modern, _) = connect_http_with_token(&proxy.url, Era::Modern, ALICE).await?;
-    let filter = || SubscriptionFilter::builder().resources_list_changed().resource_subscriptions((5..8).map(item)).build();
+    let filter =
+        || SubscriptionFilter::builder().resources_list_changed().resource_subscriptions((5..8).map(item)).build();
     let full = modern.listen(filter()).await?;
     let acknowledged = full.acknowledged().resource_subscriptions.clone().unwrap_or_default();
     assert!(acknowledged.is_empty(), "no room left for alice: {acknowledged:?}");

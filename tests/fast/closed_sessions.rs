@@ -86,7 +86,8 @@ async fn open_and_walk_away(http: &reqwest::Client, url: &str) -> anyhow::Result
     let opened = post(raw_http::initialize("walks-away"), None).await?;
     let session = opened.session.context("no Mcp-Session-Id")?;
     post(raw_http::initialized(), Some(&session)).await?;
-    let listed = post(serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "resources/list"}), Some(&session)).await?;
+    let listed =
+        post(serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "resources/list"}), Some(&session)).await?;
     anyhow::ensure!(listed.message().is_some_and(|m| m.get("result").is_some()), "{listed:?}");
     Ok(())
 }

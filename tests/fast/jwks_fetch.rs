@@ -121,7 +121,8 @@ async fn a_hanging_fetch_for_an_unknown_kid_does_not_hold_tokens_with_known_keys
     let answer = tokio::time::timeout(DEADLINE, post_initialize(&proxy, Some(&good))).await.context("no answer")??;
     assert_eq!(answer.0, 200);
     assert!(!waiting.is_finished(), "the known key was answered only once the hanging fetch gave up");
-    let refused = tokio::time::timeout(Duration::from_secs(30), waiting).await.context("the fetch never timed out")???;
+    let refused =
+        tokio::time::timeout(Duration::from_secs(30), waiting).await.context("the fetch never timed out")???;
     assert_eq!(refused.0, 401, "the unknown kid is refused once its fetch fails");
     Ok(())
 }

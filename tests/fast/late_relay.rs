@@ -74,12 +74,14 @@ async fn host(url: &str, name: &'static str, token: &str) -> anyhow::Result<(Hos
     let (heard, received) = mpsc::unbounded_channel();
     let config = StreamableHttpClientTransportConfig::with_uri(url).auth_header(token);
     let transport = StreamableHttpClientTransport::from_config(config.reinit_on_expired_session(false));
-    let host = tokio::time::timeout(DEADLINE, Recording { name, heard }.serve(transport)).await.context("connect")??;
+    let host =
+        tokio::time::timeout(DEADLINE, Recording { name, heard }.serve(transport)).await.context("connect")??;
     Ok((host, received))
 }
 
 async fn late(host: &Peer<RoleClient>, arguments: serde_json::Value) -> anyhow::Result<()> {
-    let params = CallToolRequestParams::new("fx__late").with_arguments(arguments.as_object().cloned().unwrap_or_default());
+    let params =
+        CallToolRequestParams::new("fx__late").with_arguments(arguments.as_object().cloned().unwrap_or_default());
     let result = tokio::time::timeout(DEADLINE, host.call_tool(params)).await.context("the call hung")??;
     anyhow::ensure!(result.is_error != Some(true), "{result:?}");
     Ok(())
@@ -92,7 +94,10 @@ fn drained(heard: &mut mpsc::UnboundedReceiver<Heard>) -> Vec<Heard> {
 async fn start() -> anyhow::Result<(ProxyProcess, tempfile::TempDir)> {
     let policies = tempfile::tempdir()?;
     for principal in ["alice", "bob"] {
-        std::fs::write(policies.path().join(format!("{principal}.toml")), format!("principals = [\"{principal}\"]\n{EVERYTHING}"))?;
+        std::fs::write(
+            policies.path().join(format!("{principal}.toml")),
+            format!("principals = [\"{principal}\"]\n{EVERYTHING}"),
+        )?;
     }
     let config = format!(
         "[auth]\nmode = \"bearer\"\n\n\

@@ -32,12 +32,14 @@ enum Step {
 }
 
 #[tokio::test]
-async fn another_principal_replaying_an_upstreams_request_state_gets_the_unknown_state_answer() -> anyhow::Result<()>
-{
+async fn another_principal_replaying_an_upstreams_request_state_gets_the_unknown_state_answer() -> anyhow::Result<()> {
     let upstream = fixture::serve_in_process(&["--era", "modern"]).await?;
     let policies = alice_and_bob_policies("allow = [\"**\"]\n", "allow = [\"**\"]\n")?;
-    let config =
-        alice_and_bob_under_policies("", policies.path(), &http_upstream("fx", &upstream.url, "protocol = \"2026-07-28\""));
+    let config = alice_and_bob_under_policies(
+        "",
+        policies.path(),
+        &http_upstream("fx", &upstream.url, "protocol = \"2026-07-28\""),
+    );
     let proxy = ProxyProcess::start_with_offerings(&config, &TOKENS, &["fx"]).await?;
     let (alice, _) = connect_http_with_token(&proxy.url, Era::Modern, ALICE_TOKEN).await?;
     let (bob, _) = connect_http_with_token(&proxy.url, Era::Modern, BOB_TOKEN).await?;
@@ -73,8 +75,7 @@ async fn another_principal_replaying_an_upstreams_request_state_gets_the_unknown
 /// with `name` and sending `state`.
 async fn step(host: &FixtureClient, kind: Kind, name: Option<&str>, state: Option<String>) -> anyhow::Result<Step> {
     let tool = "fx__ask";
-    let answers =
-        name.map(|name| [("who".to_owned(), json!({"action": "accept", "content": {"name": name}}))].into());
+    let answers = name.map(|name| [("who".to_owned(), json!({"action": "accept", "content": {"name": name}}))].into());
     let step = match kind {
         Kind::Tool => {
             let mut params = CallToolRequestParams::new(tool.to_owned())

@@ -27,5 +27,5 @@ mod reload;
 mod servers_people_run;
 mod third_party;
 mod tools;
-mod url_spellings;
 mod ts_client;
+mod url_spellings;

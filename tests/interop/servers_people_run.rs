@@ -98,3 +98,32 @@ async fn call_text(host: &Peer<RoleClient>, tool: &str, arguments: Value) -> any
         _ => Ok(text),
     }
 }
+
+/// server-filesystem follows its roots: a config write that moves its `roots` to another folder
+/// keeps its connection (no reconnect) and tells it `notifications/roots/list_changed`, after
+/// which it serves the new folder and refuses the old one.
+#[tokio::test(flavor = "multi_thread")]
+async fn server_filesystem_follows_a_change_of_its_roots_without_a_reconnect() -> anyhow::Result<()> {
+    let (first, second) = (tempfile::tempdir()?, tempfile::tempdir()?);
+    let (first, second) = (first.path().canonicalize()?, second.path().canonicalize()?);
+    std::fs::write(first.join("first.txt"), "one")?;
+    std::fs::write(second.join("second.txt"), "two")?;
+    let config = |folder: &Path| {
+        filesystem_upstream("fs", &format!("roots = [{}]", toml_str(&format!("file://{}", folder.display()))))
+    };
+    let proxy = ProxyProcess::start(&config(&first)).await?;
+    proxy.wait_up("fs", 1).await?;
+    let (host, _) = fixture::connect_http(&proxy.url, Era::Legacy).await?;
+    let read =
+        |folder: &Path, file: &str| call_text(host.peer(), "fs__read_text_file", json!({ "path": folder.join(file) }));
+    let one = eventually(DEADLINE, "the first root served", || read(&first, "first.txt")).await?;
+    assert_eq!(one, "one");
+
+    write_config(proxy.dir.path(), &config(&second))?;
+    let two = eventually(DEADLINE, "the second root served", || read(&second, "second.txt")).await?;
+    assert_eq!(two, "two");
+    assert!(read(&first, "first.txt").await.is_err(), "the old root is no longer served");
+    let reload = proxy.status().await?["config_reload"].clone();
+    assert_eq!((&reload["roots_changed"], &reload["changed"]), (&json!(["fs"]), &Value::Null), "{reload}");
+    Ok(())
+}

@@ -247,9 +247,11 @@ fn is_updated(notification: &ServerNotification, uri: &str) -> bool {
 }
 
 /// `line` with `root` (an absolute path, without its leading `/`) inserted after the `file:`
-/// scheme's `//authority` and leading slashes; the line's own quirks stay as they are.
+/// scheme's `//authority` and leading slashes; the line's own quirks stay as they are. A line
+/// that is no `file:` URI aims at no file and stays as it is.
 fn under_root(line: &str, root: &str) -> String {
-    let scheme_end = line.to_ascii_lowercase().find("file:").expect("a file: URI") + "file:".len();
+    let Some(scheme) = line.to_ascii_lowercase().find("file:") else { return line.to_owned() };
+    let scheme_end = scheme + "file:".len();
     let mut cut = scheme_end;
     if line[cut..].starts_with("//") {
         cut += 2 + line[cut + 2..].find('/').unwrap_or(line.len() - cut - 2);
