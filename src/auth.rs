@@ -16,8 +16,11 @@
 //! rmcp's streamable HTTP service hands each request's `http::request::Parts` (extensions
 //! included) to the handler, so the handler reads the principal with [`principal_of`].
 //!
+//! A JWT's stream ends when the token stops being accepted ([`expiry`]).
+//!
 //! Invariant: a token is never logged, stored or echoed; only its digest is compared.
 
+pub mod expiry;
 mod jwks;
 pub mod jwt;
 pub mod metadata;
@@ -32,6 +35,7 @@ use http::{HeaderMap, StatusCode};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use self::expiry::TokenExpiry;
 use self::jwt::{JwtRejection, JwtValidator};
 use crate::config::{AuthConfig, AuthMode};
 
@@ -75,17 +79,24 @@ impl Authenticator {
 
     /// The principal for a request with these headers.
     pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, Rejection> {
+        self.authenticate_until(headers).await.map(|(principal, _)| principal)
+    }
+
+    /// The principal for a request with these headers, and when its token stops being
+    /// accepted (a JWT's; static tokens and `mode = "none"` do not expire).
+    pub async fn authenticate_until(&self, headers: &HeaderMap) -> Result<(Principal, Option<TokenExpiry>), Rejection> {
         if self.inner.mode == AuthMode::None {
-            return Ok(Principal(ANONYMOUS.into()));
+            return Ok((Principal(ANONYMOUS.into()), None));
         }
         let token = bearer_token(headers)?;
         if let Some(principal) = self.static_principal(token) {
-            return Ok(Principal(principal.to_string()));
+            return Ok((Principal(principal.to_string()), None));
         }
         match &self.inner.jwt {
-            Some(jwt) if JwtValidator::looks_like_jwt(token) => {
-                jwt.validate(token).await.map(Principal).map_err(Rejection::InvalidJwt)
-            }
+            Some(jwt) if JwtValidator::looks_like_jwt(token) => match jwt.validate_until(token).await {
+                Ok((identity, until)) => Ok((Principal(identity), Some(TokenExpiry(until)))),
+                Err(rejection) => Err(Rejection::InvalidJwt(rejection)),
+            },
             _ => Err(Rejection::UnknownToken),
         }
     }

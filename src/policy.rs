@@ -70,7 +70,7 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use self::identity::{GROUP_PREFIX, identity, is_valid_group, split_identity};
+pub use self::identity::{GROUP_PREFIX, JWT_MARK, identity, is_valid_group, jwt_identity, split_identity};
 use self::load::{PolicyFile, parse_file, read_dir};
 use self::memo::Memo;
 pub use self::memo::{Judged, Judgement};

@@ -1,6 +1,6 @@
 //! JWT access tokens (`[auth.jwt]`): signature by a key of the JWKS ([`super::jwks`]), one of
 //! the configured algorithms, `iss`, `aud` (this resource), `exp` and `nbf` with the leeway;
-//! then the principal claim and the groups claim become a policy [`identity`].
+//! then the principal claim and the groups claim become a policy [`jwt_identity`].
 //!
 //! Invariant: a token is accepted only when every check passed; the token itself is never
 //! logged, only why it was refused ([`JwtRejection`]).
@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use super::jwks::KeyStore;
 use crate::config::JwtConfig;
-use crate::policy::{identity, is_valid_principal};
+use crate::policy::{is_valid_principal, jwt_identity};
 
 /// Why a JWT was refused (a bounded label for logs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +50,12 @@ impl JwtValidator {
 
     /// The identity (principal and groups) a valid token stands for.
     pub async fn validate(&self, token: &str) -> Result<String, JwtRejection> {
+        self.validate_until(token).await.map(|(identity, _)| identity)
+    }
+
+    /// The identity a valid token stands for, and the first second the proxy refuses it
+    /// (`exp` plus the leeway, plus one: `exp` itself is still accepted), since the epoch.
+    pub async fn validate_until(&self, token: &str) -> Result<(String, u64), JwtRejection> {
         let header = decode_header(token).map_err(|_| JwtRejection::Malformed)?;
         if !self.config.algorithms.contains(&header.alg) {
             return Err(JwtRejection::Algorithm);
@@ -62,7 +68,9 @@ impl JwtValidator {
         if !is_valid_principal(principal) {
             return Err(JwtRejection::Claims);
         }
-        Ok(identity(principal, &self.groups(&claims)))
+        let exp = claims.get("exp").and_then(Value::as_u64).ok_or(JwtRejection::Claims)?;
+        let until = exp.saturating_add(self.config.leeway.as_secs()).saturating_add(1);
+        Ok((jwt_identity(principal, &self.groups(&claims)), until))
     }
 
     fn validation(&self, algorithm: jsonwebtoken::Algorithm) -> Validation {
@@ -156,7 +164,7 @@ mod tests {
         let exp = jsonwebtoken::get_current_timestamp() + 600;
         let claims = |email: &str| json!({"iss": "https://id.example", "aud": "https://p.example/mcp", "exp": exp, "sub": "u-1", "email": email, "team": "eng"});
         let cases = [
-            (token(Algorithm::RS256, claims("ann@example.com")), Ok("ann@example.com[eng]")),
+            (token(Algorithm::RS256, claims("ann@example.com")), Ok("ann@example.com[eng]{jwt}")),
             (token(Algorithm::RS256, claims("group:admins")), Err(JwtRejection::Claims)),
             (token(Algorithm::RS256, claims("*")), Err(JwtRejection::Claims)),
             (token(Algorithm::HS256, claims("ann@example.com")), Err(JwtRejection::Algorithm)),

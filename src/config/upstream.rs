@@ -125,9 +125,10 @@ pub(super) fn is_variable_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-/// `url` as it may be shown (logs, `/status`, problems): user and password, every query value
-/// and the fragment replaced by `***`. Scheme, host, port and path stay, so it is still clear
-/// which upstream is meant.
+/// `url` as it may be shown (logs, `/status`, errors, problems): user and password, the path,
+/// every query value and the fragment replaced by `***`. Only scheme, host, port and the query's
+/// keys stay — with the upstream's name beside it that says which upstream is meant, and a token
+/// anywhere in the path (`https://host/mcp/${TOKEN}`) cannot show.
 pub fn redact_url(url: &str) -> String {
     let (scheme, rest) = match url.find("://") {
         Some(at) => url.split_at(at + 3),
@@ -147,6 +148,7 @@ pub fn redact_url(url: &str) -> String {
         Some((_, host)) => format!("***@{host}"),
         None => authority.to_string(),
     };
+    let path = if path.trim_matches('/').is_empty() { path } else { "/***" };
     let query = query.map(|query| {
         let pairs: Vec<String> = query
             .split('&')
@@ -191,13 +193,15 @@ mod tests {
 
     #[test]
     fn credentials_query_values_and_fragments_are_redacted() {
-        check("http://127.0.0.1:9/mcp", "http://127.0.0.1:9/mcp");
-        check("https://user:pass@host/mcp", "https://***@host/mcp");
-        check("http://h/mcp?api_key=s3cret&x", "http://h/mcp?api_key=***&x");
-        check("http://h/mcp?a=1&b=2#frag", "http://h/mcp?a=***&b=***#***");
+        check("http://127.0.0.1:9/mcp", "http://127.0.0.1:9/***");
+        check("http://127.0.0.1:9/", "http://127.0.0.1:9/");
+        check("https://host/mcp/SECRET_TOKEN", "https://host/***");
+        check("https://user:pass@host/mcp", "https://***@host/***");
+        check("http://h/mcp?api_key=s3cret&x", "http://h/***?api_key=***&x");
+        check("http://h/mcp?a=1&b=2#frag", "http://h/***?a=***&b=***#***");
         check(
             "error sending request for url (HTTPS://u:p@h:1/m?k=v): refused",
-            "error sending request for url (HTTPS://***@h:1/m?k=***): refused",
+            "error sending request for url (HTTPS://***@h:1/***?k=***): refused",
         );
         check("two http://a@b/ and https://c/?d=e.", "two http://***@b/ and https://c/?d=***");
         check("no url here", "no url here");

@@ -99,16 +99,17 @@ pub(super) struct Front {
 /// fast::front)`. Every request is authenticated (or refused with 401) first; what the fast
 /// path answers is answered here; anything else goes on with its principal
 /// ([`auth::run_as`]) through the session gate to rmcp. One middleware for both, so a cache
-/// hit passes one layer, not three.
+/// hit passes one layer, not three. An event stream ends when a JWT expires ([`auth::expiry`]).
 pub(super) async fn front(State(front): State<Front>, request: Request, next: Next) -> Response {
-    let principal = match front.auth.authenticate(request.headers()).await {
-        Ok(principal) => principal,
+    let (principal, expiry) = match front.auth.authenticate_until(request.headers()).await {
+        Ok(authenticated) => authenticated,
         Err(rejection) => return front.auth.refuse(rejection, request.method()),
     };
-    match front.fast.answer(&principal.0, request).await {
+    let response = match front.fast.answer(&principal.0, request).await {
         Ok(response) => response,
         Err(request) => auth::run_as(principal, request, next).await,
-    }
+    };
+    auth::expiry::end_stream_at(expiry, response)
 }
 
 impl FastPath {

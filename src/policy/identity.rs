@@ -7,6 +7,11 @@
 //! a group name holds `[`, `]` or `,`, so the first `[` always ends the name. One token, no
 //! spaces: it reads as one field in logs.
 //!
+//! A principal vouched for by a JWT ends in [`JWT_MARK`] (`alice{jwt}`, `alice[eng]{jwt}`): it
+//! is a different identity from the static-token principal of the same name — its own sessions,
+//! cursors, caps and cache views — while policy files still name both as `alice` (no principal
+//! name holds `{`, so the mark cannot be forged by a name).
+//!
 //! Invariant: only groups a policy file could name are kept (valid principal names without
 //! `,`). Dropping the others changes no decision: no file can name them.
 
@@ -27,8 +32,17 @@ pub fn identity<S: AsRef<str>>(principal: &str, groups: &[S]) -> String {
     format!("{principal}[{}]", joined.join(","))
 }
 
-/// The principal name and the groups of an identity string.
+/// What ends the identity of a principal that a JWT vouched for (see the module doc).
+pub const JWT_MARK: &str = "{jwt}";
+
+/// The identity string of `principal` with `groups`, as vouched for by a JWT.
+pub fn jwt_identity<S: AsRef<str>>(principal: &str, groups: &[S]) -> String {
+    format!("{}{JWT_MARK}", identity(principal, groups))
+}
+
+/// The principal name and the groups of an identity string (a JWT's mark dropped).
 pub fn split_identity(identity: &str) -> (&str, Vec<&str>) {
+    let identity = identity.strip_suffix(JWT_MARK).unwrap_or(identity);
     match identity.split_once('[') {
         None => (identity, Vec::new()),
         Some((name, rest)) => {
@@ -57,6 +71,9 @@ mod tests {
     #[test]
     fn identities_round_trip_and_keep_only_nameable_groups() {
         check("alice", &[], "alice", ("alice", &[]));
+        assert_eq!(split_identity(&jwt_identity::<&str>("alice", &[])), ("alice", Vec::new()));
+        assert_eq!(split_identity(&jwt_identity("alice", &["eng"])), ("alice", vec!["eng"]));
+        assert_ne!(jwt_identity::<&str>("alice", &[]), identity::<&str>("alice", &[]));
         check("alice", &["ops", "eng", "ops"], "alice[eng,ops]", ("alice", &["eng", "ops"]));
         check("bob@example.com", &["Domain Users", "a,b", "", "g*"], "bob@example.com", ("bob@example.com", &[]));
         check("carol", &["x", "bad group"], "carol[x]", ("carol", &["x"]));

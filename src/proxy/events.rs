@@ -16,7 +16,7 @@ use super::Proxy;
 use crate::metrics::{InvalidationCause, NotificationKind};
 use crate::namespace;
 use crate::subscriptions::HolderId;
-use crate::upstream::{EventInbox, Inbound, UpstreamEvent};
+use crate::upstream::{EventInbox, Inbound, Lost, UpstreamEvent};
 
 /// How often the cache's bookkeeping runs and sampled gauges are refreshed.
 const HOUSEKEEPING_INTERVAL: Duration = Duration::from_secs(1);
@@ -46,8 +46,8 @@ impl Proxy {
     fn on_inbound(&self, inbound: Inbound, list_changed: &mut Debounce) {
         let event = match inbound {
             Inbound::Event(event) => event,
-            Inbound::Overflowed(upstream) => {
-                self.everything_changed(&upstream);
+            Inbound::Overflowed(upstream, lost) => {
+                self.overflowed(&upstream, lost);
                 return list_changed.poke();
             }
         };
@@ -84,9 +84,21 @@ impl Proxy {
         }
     }
 
-    /// Events of `upstream` were lost (ingress full), or it was replaced: anything of it may
-    /// have changed. Its cache entries go and every holder of its URIs hears `updated` (the
-    /// caller has list views compared again).
+    /// Events of `upstream` were lost (ingress full): its cache entries go (whatever the lost
+    /// events said), and holders hear `updated` for the lost URIs — for all they hold of it
+    /// when those were not kept.
+    fn overflowed(&self, upstream: &str, lost: Lost) {
+        let Lost::Updated(uris) = lost else { return self.everything_changed(upstream) };
+        let dropped = self.core.cache.invalidate_upstream(upstream);
+        self.core.metrics.cache_invalidation(InvalidationCause::Reconnect, dropped);
+        for uri in uris {
+            self.subscriptions().updated(upstream, &normalized_original(upstream, &uri));
+        }
+    }
+
+    /// Anything of `upstream` may have changed (events lost past the bound, or it was replaced).
+    /// Its cache entries go and every holder of its URIs hears `updated` (the caller has list
+    /// views compared again).
     pub(super) fn everything_changed(&self, upstream: &str) {
         let dropped = self.core.cache.invalidate_upstream(upstream);
         self.core.metrics.cache_invalidation(InvalidationCause::Reconnect, dropped);
@@ -174,6 +186,20 @@ mod tests {
     /// hear nothing, and list views are compared again.
     #[tokio::test]
     async fn an_overflow_tells_every_holder_of_that_upstream() {
+        let got = overflow_heard(Lost::Everything).await;
+        assert_eq!(got, [Outgoing::Updated("a+x://1".into()), Outgoing::Updated("a+x://2/".into())]);
+    }
+
+    /// An overflow that kept the lost URIs tells holders `updated` for those alone.
+    #[tokio::test]
+    async fn an_overflow_with_its_uris_tells_only_their_holders() {
+        let got = overflow_heard(Lost::Updated(["x://1".to_string()].into())).await;
+        assert_eq!(got, [Outgoing::Updated("a+x://1".into())]);
+    }
+
+    /// What a holder of `a`'s `x://1` and `x://2/` and of `b`'s `x://3` hears for an overflow of
+    /// `a` that lost `lost` (list views are compared again either way).
+    async fn overflow_heard(lost: Lost) -> Vec<Outgoing> {
         let config = Config::from_toml("", Path::new("/"), &|_| None).expect("config");
         let spine = Spine::new();
         let proxy = Proxy::start(config, &spine);
@@ -190,7 +216,7 @@ mod tests {
             proxy.core.watches.hold(holder, upstream, uri);
         }
         let mut list_changed = Debounce::new(Duration::from_secs(3600));
-        proxy.on_inbound(Inbound::Overflowed("a".into()), &mut list_changed);
+        proxy.on_inbound(Inbound::Overflowed("a".into(), lost), &mut list_changed);
         assert!(list_changed.deadline.is_some(), "list views are compared again");
         proxy.core.fanout.deliver(holder, Outgoing::ListChanged);
         let mut got = Vec::new();
@@ -201,7 +227,7 @@ mod tests {
             got.push(message);
         }
         got.sort_by_key(|m| format!("{m:?}"));
-        assert_eq!(got, [Outgoing::Updated("a+x://1".into()), Outgoing::Updated("a+x://2/".into())]);
         assert_eq!(spine.drain(Duration::from_secs(5)).await, Ok(()));
+        got
     }
 }

@@ -3,10 +3,12 @@
 //! Supervisors never wait on the event loop: [`EventSender::send`] queues without awaiting. When
 //! the queue ([`EVENT_CAPACITY`]) is full, the event is not queued; its upstream is marked
 //! *overflowed* instead, and the loop's next [`EventInbox::recv`] answers
-//! [`Inbound::Overflowed`] for it before anything else: "anything of this upstream may have
-//! changed". The loop treats that as every URI of the upstream updated and its catalog changed
-//! (cache flushed, every holder told, list views recomputed), which covers whatever the lost
-//! events said.
+//! [`Inbound::Overflowed`] for it before anything else, with what was lost ([`Lost`]): the URIs
+//! of the dropped `updated` events while they are at most [`LOST_URIS_MAX`], else (or when any
+//! other event was dropped) "anything of this upstream may have changed". The loop flushes the
+//! upstream's cache and has list views compared again either way, but tells holders `updated`
+//! only for the lost URIs — for every URI they hold of the upstream only when the set was not
+//! kept. A spurious `updated` is safe and a missing one is not, so the fallback is "all".
 //!
 //! Events that carry an upstream's state (`Up`, `Down`, `OfferingsChanged`: what it offers as
 //! tools and prompts) are never dropped: when one does not fit, it waits in a slot per upstream
@@ -18,6 +20,7 @@
 //! always received, after every earlier one.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::mem;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{Notify, mpsc};
@@ -27,12 +30,38 @@ use super::UpstreamEvent;
 /// Events that may wait for the event loop before they are coalesced per upstream.
 pub const EVENT_CAPACITY: usize = 1024;
 
+/// At most this many URIs of dropped `updated` events are kept per upstream; past it, the
+/// overflow counts as [`Lost::Everything`].
+pub const LOST_URIS_MAX: usize = 256;
+
 /// What the event loop receives.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Inbound {
     Event(UpstreamEvent),
-    /// Events of this upstream were dropped (the queue was full): anything of it may have changed.
-    Overflowed(String),
+    /// Events of this upstream were dropped (the queue was full).
+    Overflowed(String, Lost),
+}
+
+/// What the dropped events of one upstream may have said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lost {
+    /// Only `updated` of these (un-namespaced, as the upstream spelt them) URIs.
+    Updated(BTreeSet<String>),
+    /// Anything of the upstream may have changed.
+    Everything,
+}
+
+impl Lost {
+    /// `self` with `event` (which was dropped) added.
+    fn with(self, event: &UpstreamEvent) -> Lost {
+        match (self, event) {
+            (Lost::Updated(mut uris), UpstreamEvent::ResourceUpdated { uri, .. }) => {
+                uris.insert(uri.clone());
+                if uris.len() > LOST_URIS_MAX { Lost::Everything } else { Lost::Updated(uris) }
+            }
+            _ => Lost::Everything,
+        }
+    }
 }
 
 /// The supervisors' side: cheap to clone.
@@ -50,7 +79,7 @@ pub struct EventInbox {
 
 #[derive(Default)]
 struct Overflow {
-    upstreams: Mutex<BTreeSet<String>>,
+    upstreams: Mutex<BTreeMap<String, Lost>>,
     /// The newest state event per upstream that did not fit (or followed one that did not).
     states: Mutex<BTreeMap<String, UpstreamEvent>>,
     wake: Notify,
@@ -91,8 +120,11 @@ impl EventSender {
             }
             Err(mpsc::error::TrySendError::Full(event)) => {
                 let upstream = event.upstream().to_string();
-                tracing::debug!(upstream, "event queue full; the upstream counts as changed everywhere");
-                self.overflow.upstreams.lock().expect("overflow lock").insert(upstream);
+                tracing::debug!(upstream, "event queue full; the lost event is coalesced per upstream");
+                let mut upstreams = self.overflow.upstreams.lock().expect("overflow lock");
+                let lost = upstreams.entry(upstream).or_insert_with(|| Lost::Updated(BTreeSet::new()));
+                *lost = mem::replace(lost, Lost::Everything).with(&event);
+                drop(upstreams);
                 self.overflow.wake.notify_one();
             }
         }
@@ -104,8 +136,8 @@ impl EventInbox {
     /// and nothing is left.
     pub async fn recv(&mut self) -> Option<Inbound> {
         loop {
-            if let Some(upstream) = self.overflow.upstreams.lock().expect("overflow lock").pop_first() {
-                return Some(Inbound::Overflowed(upstream));
+            if let Some((upstream, lost)) = self.overflow.upstreams.lock().expect("overflow lock").pop_first() {
+                return Some(Inbound::Overflowed(upstream, lost));
             }
             match self.queue.try_recv() {
                 Ok(event) => return Some(Inbound::Event(event)),
@@ -123,8 +155,8 @@ impl EventInbox {
                     Some(event) => return Some(Inbound::Event(event)),
                     None => {
                         let last = self.overflow.upstreams.lock().expect("overflow lock").pop_first();
-                        if let Some(upstream) = last {
-                            return Some(Inbound::Overflowed(upstream));
+                        if let Some((upstream, lost)) = last {
+                            return Some(Inbound::Overflowed(upstream, lost));
                         }
                         let state = self.overflow.states.lock().expect("overflow lock").pop_first();
                         return state.map(|(_, event)| Inbound::Event(event));
@@ -143,21 +175,43 @@ mod tests {
         UpstreamEvent::ResourceUpdated { upstream: upstream.into(), uri: uri.into(), heard: true }
     }
 
-    /// Three updates into a queue of one: the first arrives as sent, the two that did not fit
-    /// arrive as "everything of `a` changed" — before anything queued later.
+    fn lost(uris: &[&str]) -> Lost {
+        Lost::Updated(uris.iter().map(|uri| uri.to_string()).collect())
+    }
+
+    /// Updates into a queue of one: the first arrives as sent, those that did not fit arrive
+    /// as an overflow of their upstream naming their URIs — before anything queued later.
     #[tokio::test]
     async fn a_full_queue_turns_lost_events_into_an_overflow_of_their_upstream() {
         let (sender, mut inbox) = channel(1);
         sender.send(updated("a", "x://1"));
         sender.send(updated("a", "x://2"));
+        sender.send(updated("a", "x://5"));
+        sender.send(updated("a", "x://2"));
         sender.send(updated("b", "x://3"));
-        assert_eq!(inbox.recv().await, Some(Inbound::Overflowed("a".into())));
-        assert_eq!(inbox.recv().await, Some(Inbound::Overflowed("b".into())));
+        assert_eq!(inbox.recv().await, Some(Inbound::Overflowed("a".into(), lost(&["x://2", "x://5"]))));
+        assert_eq!(inbox.recv().await, Some(Inbound::Overflowed("b".into(), lost(&["x://3"]))));
         assert_eq!(inbox.recv().await, Some(Inbound::Event(updated("a", "x://1"))));
         sender.send(updated("a", "x://4"));
         assert_eq!(inbox.recv().await, Some(Inbound::Event(updated("a", "x://4"))));
         drop(sender);
         assert_eq!(inbox.recv().await, None);
+    }
+
+    /// Past [`LOST_URIS_MAX`] URIs, or with any other event lost, the overflow is "everything".
+    #[tokio::test]
+    async fn an_overflow_past_the_bound_or_of_other_events_is_everything() {
+        let (sender, mut inbox) = channel(1);
+        sender.send(updated("a", "x://0"));
+        for n in 1..=LOST_URIS_MAX + 1 {
+            sender.send(updated("a", &format!("x://{n}")));
+        }
+        sender.send(updated("b", "x://1"));
+        sender.send(UpstreamEvent::CatalogChanged { upstream: "b".into() });
+        sender.send(updated("b", "x://2"));
+        assert_eq!(inbox.recv().await, Some(Inbound::Overflowed("a".into(), Lost::Everything)));
+        assert_eq!(inbox.recv().await, Some(Inbound::Overflowed("b".into(), Lost::Everything)));
+        assert_eq!(inbox.recv().await, Some(Inbound::Event(updated("a", "x://0"))));
     }
 
     fn down(upstream: &str) -> UpstreamEvent {
@@ -193,7 +247,7 @@ mod tests {
         sender.send(updated("a", "x://1"));
         sender.send(updated("a", "x://2"));
         let got = tokio::time::timeout(std::time::Duration::from_secs(5), waiting).await.unwrap().unwrap();
-        let expected = [Inbound::Event(updated("a", "x://1")), Inbound::Overflowed("a".into())];
+        let expected = [Inbound::Event(updated("a", "x://1")), Inbound::Overflowed("a".into(), lost(&["x://2"]))];
         let got = [got.0.unwrap(), got.1.unwrap()];
         assert!(got == expected || got == [expected[1].clone(), expected[0].clone()], "{got:?}");
     }

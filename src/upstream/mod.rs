@@ -39,7 +39,7 @@ use rmcp::service::{Peer, RoleClient, ServiceError};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
-pub use self::events::{EventInbox, EventSender, Inbound};
+pub use self::events::{EventInbox, EventSender, Inbound, Lost};
 pub use self::registry::Registry;
 pub use self::relay::HostRelay;
 pub use self::roots::RootsChange;

@@ -69,12 +69,13 @@ async fn stdio_children_see_only_the_allowlist_inherit_env_and_their_env() -> an
 #[tokio::test]
 async fn secrets_in_an_upstream_url_reach_neither_status_nor_logs() -> anyhow::Result<()> {
     // Port 1 on loopback refuses: the connect fails and its error quotes the URL.
-    let url = "http://bob:pa55word@127.0.0.1:1/mcp?api_key=${URL_KEY}";
+    let url = "http://bob:pa55word@127.0.0.1:1/mcp/${PATH_TOKEN}/sse?api_key=${URL_KEY}";
     let config = format!(
         "[server]\nstartup_wait = \"0s\"\n\n{}",
         http_upstream("remote", url, "required = false\nreconnect_max = \"250ms\"")
     );
-    let proxy = ProxyProcess::start_with(&config, &[], &[("URL_KEY", "k3y-s3cret")]).await?;
+    let proxy =
+        ProxyProcess::start_with(&config, &[], &[("URL_KEY", "k3y-s3cret"), ("PATH_TOKEN", "pa7h-s3cret")]).await?;
     proxy.wait_log_count(&["upstream down", "\"upstream\":\"remote\""], 2).await?;
     let status = eventually(DEADLINE, "/status shows the failed connect", || async {
         let status = status_of(&proxy, "remote").await?;
@@ -83,7 +84,8 @@ async fn secrets_in_an_upstream_url_reach_neither_status_nor_logs() -> anyhow::R
     .await?;
     let last_error = status["last_error"].as_str().unwrap_or_default().to_string();
     assert!(!last_error.is_empty(), "a failed connect is shown: {status}");
-    for secret in ["pa55word", "k3y-s3cret"] {
+    assert!(last_error.contains("127.0.0.1:1/***"), "the host and port still show: {last_error}");
+    for secret in ["pa55word", "k3y-s3cret", "pa7h-s3cret"] {
         assert!(!last_error.contains(secret), "/status shows {secret}: {last_error}");
         let leaks = proxy.matching(&[secret]);
         assert!(leaks.is_empty(), "the log shows {secret}: {leaks:?}");

@@ -11,7 +11,9 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::{Value, json};
 
+use crate::support::fixture::{Era, connect_http_with_token};
 use crate::support::jwt::*;
+use crate::support::proxy::ProxyProcess;
 
 /// Principal rules, group rules (deny wins across them), the `*` fallback only for identities
 /// nothing names, RS256 and ES256 keys, and a static token alongside.
@@ -177,4 +179,116 @@ async fn a_hanging_jwks_refresh_does_not_hold_requests_with_known_keys() -> anyh
     }
     assert!(jwks.fetches() >= 2, "a background refresh was started: {}", jwks.fetches());
     Ok(())
+}
+
+/// A JWT with `sub: ci-bot` is not the static token's ci-bot: the same policy file applies by
+/// name, but the legacy session the static token opened answers it 404 like an unknown one.
+#[tokio::test]
+async fn a_jwt_principal_is_not_the_static_principal_of_the_same_name() -> anyhow::Result<()> {
+    let jwks = JwksServer::start(vec![rsa_a().jwk()]).await?;
+    let (proxy, _policies) = start_proxy(&jwks.url, "").await?;
+    let jwt = rsa_a().sign(&claims("ci-bot", &[]));
+    let everything = ["item/0", "item/1", "item/2", "item/3", "item/4", "blob"];
+    assert_eq!(readable(&proxy, &jwt).await?, everything, "ci-bot's policy applies to the JWT by name");
+    let session = open_session(&proxy, CI_TOKEN).await?;
+    assert_eq!(ping(&proxy, CI_TOKEN, &session).await?, 200, "the static token uses its own session");
+    assert_eq!(ping(&proxy, &jwt, &session).await?, 404, "the JWT ci-bot used the static ci-bot's session");
+    Ok(())
+}
+
+/// A legacy session opened with `token`: its `Mcp-Session-Id`, initialized.
+async fn open_session(proxy: &ProxyProcess, token: &str) -> anyhow::Result<String> {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let response = post(proxy, token, None, &body).await?;
+    let session = response.headers().get("mcp-session-id").map(|v| v.to_str().map(str::to_owned));
+    let session = session.ok_or_else(|| anyhow::anyhow!("no Mcp-Session-Id: {}", response.status()))??;
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    post(proxy, token, Some(&session), &initialized).await?;
+    Ok(session)
+}
+
+/// The status of a `ping` in `session` with `token`.
+async fn ping(proxy: &ProxyProcess, token: &str, session: &str) -> anyhow::Result<u16> {
+    let body = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"});
+    Ok(post(proxy, token, Some(session), &body).await?.status().as_u16())
+}
+
+async fn post(
+    proxy: &ProxyProcess,
+    token: &str,
+    session: Option<&str>,
+    body: &Value,
+) -> anyhow::Result<reqwest::Response> {
+    let mut request = reqwest::Client::new()
+        .post(&proxy.url)
+        .bearer_auth(token)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(body);
+    if let Some(session) = session {
+        request = request.header("mcp-session-id", session);
+    }
+    Ok(request.send().await?)
+}
+
+/// A JWT accepted for a few more seconds, with `leeway = "0s"`.
+fn expiring_token(seconds: u64) -> String {
+    let mut claims = claims("alice", &[]);
+    claims["exp"] = json!(now() + seconds);
+    rsa_a().sign(&claims)
+}
+
+/// A 2025 GET stream opened with a JWT is closed at the token's `exp`; the host coming back
+/// with that token is refused.
+#[tokio::test]
+async fn a_get_stream_ends_when_its_jwt_expires() -> anyhow::Result<()> {
+    let jwks = JwksServer::start(vec![rsa_a().jwk()]).await?;
+    let (proxy, _policies) = start_proxy(&jwks.url, "leeway = \"0s\"").await?;
+    let token = expiring_token(4);
+    let session = open_session(&proxy, &token).await?;
+    let stream = reqwest::Client::new()
+        .get(&proxy.url)
+        .bearer_auth(&token)
+        .header("accept", "text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .header("mcp-session-id", &session)
+        .send()
+        .await?;
+    assert_eq!(stream.status().as_u16(), 200, "the GET stream opens");
+    let mut body = stream.bytes_stream();
+    let ended = tokio::time::timeout(Duration::from_secs(60), async {
+        use futures::StreamExt;
+        while let Some(Ok(_)) = body.next().await {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the GET stream outlived its token");
+    assert!(now() >= claims_exp(&token), "the stream ended before the token expired");
+    assert_eq!(ping(&proxy, &token, &session).await?, 401, "the expired token is refused");
+    Ok(())
+}
+
+/// A 2026-07-28 listen stream opened with a JWT ends at the token's `exp`.
+#[tokio::test]
+async fn a_listen_stream_ends_when_its_jwt_expires() -> anyhow::Result<()> {
+    use rmcp::model::SubscriptionFilter;
+    let jwks = JwksServer::start(vec![rsa_a().jwk()]).await?;
+    let (proxy, _policies) = start_proxy(&jwks.url, "leeway = \"0s\"").await?;
+    let token = expiring_token(4);
+    let (client, _) = connect_http_with_token(&proxy.url, Era::Modern, &token).await?;
+    let filter = SubscriptionFilter::builder().resource_subscriptions(["fx+fx://fx/item/1".to_string()]).build();
+    let mut stream = client.listen(filter).await?;
+    let ended =
+        tokio::time::timeout(Duration::from_secs(60), async { while let Ok(Some(_)) = stream.next().await {} }).await;
+    assert!(ended.is_ok(), "the listen stream outlived its token");
+    assert!(now() >= claims_exp(&token), "the stream ended before the token expired");
+    Ok(())
+}
+
+/// The `exp` claim of a token signed here.
+fn claims_exp(token: &str) -> u64 {
+    let payload = token.split('.').nth(1).unwrap_or_default();
+    let claims: Value =
+        serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).unwrap_or_default()).unwrap_or_default();
+    claims["exp"].as_u64().unwrap_or(u64::MAX)
 }
