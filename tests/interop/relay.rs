@@ -339,7 +339,8 @@ async fn a_host_that_never_answers_sampling_fails_only_its_own_call_at_the_timeo
 
 /// The Python SDK over stdio: a sampling request names no call (SEP-2260 defines no field; it
 /// names no progress token). While every call the upstream was sent came from one principal, it
-/// is asked of that principal's lone call in flight (a late one cannot be anyone else's).
+/// is asked of that principal's lone call in flight (a late one cannot be anyone else's). With
+/// two principals it goes nowhere: `tests/fast/late_relay.rs`.
 #[tokio::test(flavor = "multi_thread")]
 async fn over_stdio_sampling_that_names_no_call_is_asked_while_one_principal_ever_called() -> anyhow::Result<()> {
     let proxy = stdio_sampling_proxy().await?;
@@ -349,27 +350,6 @@ async fn over_stdio_sampling_that_names_no_call_is_asked_while_one_principal_eve
     assert!(text_of(&answer).contains("the answer of alice"), "{answer:?}");
     assert!(matches!(&drained(&mut alice_heard)[..], [Sent::Sampling(prompt)] if prompt.contains("question of alice")));
     alice.cancel().await?;
-    Ok(())
-}
-
-/// Once a second principal has called the stdio upstream, an unnamed sampling request is refused
-/// — even for a call alone in flight, since a request sent after one host's call answered would
-/// otherwise be asked of whoever's call is in flight then — and no host is asked.
-#[tokio::test(flavor = "multi_thread")]
-async fn over_stdio_sampling_that_names_no_call_is_refused_once_two_principals_called() -> anyhow::Result<()> {
-    let proxy = stdio_sampling_proxy().await?;
-    let alone = Arc::new(Barrier::new(1));
-    let (bob, _bob_heard) = host(&proxy.url, "bob", true, &alone).await?;
-    let simple = call(&bob, "py__test_simple_text", json!({})).await?;
-    assert!(text_of(&simple).contains("simple text response"), "{simple:?}");
-    let (alice, mut alice_heard) = host(&proxy.url, "alice", true, &alone).await?;
-    let answer = call(&alice, "py__test_sampling", json!({"prompt": "question of alice"})).await;
-    assert!(!matches!(&answer, Ok(r) if text_of(r).contains("the answer of")), "{answer:?}");
-    assert!(drained(&mut alice_heard).is_empty(), "nobody is asked");
-    let labels = [("upstream", "py"), ("kind", "sampling")];
-    proxy.wait_metric("mcp_proxy_relay_unattributed_total", &labels, |n| n >= 1.0).await?;
-    alice.cancel().await?;
-    bob.cancel().await?;
     Ok(())
 }
 
