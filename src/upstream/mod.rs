@@ -44,7 +44,7 @@ pub use self::registry::Registry;
 pub use self::relay::HostRelay;
 pub use self::roots::RootsChange;
 use crate::catalog::Catalog;
-use crate::config::UpstreamConfig;
+use crate::config::{UpstreamConfig, UpstreamTransport};
 use crate::error::ProxyError;
 use crate::metrics::Metrics;
 use crate::protocol::{Era, method};
@@ -206,6 +206,11 @@ impl Upstream {
         &self.inner.config.name
     }
 
+    /// Is it the built-in folder server (in process, the proxy's own code)?
+    fn is_folder(&self) -> bool {
+        matches!(self.inner.config.transport, UpstreamTransport::Dir { .. })
+    }
+
     pub fn status(&self) -> UpstreamStatus {
         self.inner.status.lock().expect("status lock").clone()
     }
@@ -307,6 +312,8 @@ impl Upstream {
             {
                 ProxyError::not_found(uri)
             }
+            // The folder server is the proxy's own: its message is ours, and names the cause.
+            ServiceError::McpError(e) if self.is_folder() => self.failed(e.message.to_string()),
             ServiceError::McpError(e) => {
                 tracing::debug!(upstream = self.name(), uri, error = %e.message, "upstream read failed");
                 self.failed(format!("it answered with error {}", e.code.0))

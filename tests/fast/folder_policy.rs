@@ -1,6 +1,6 @@
 //! The built-in folder server behind the real proxy binary (HTTP, bearer principal) with a
 //! deny policy: a symlink inside the folder cannot carry a denied file out under its own URI,
-//! and a directory read names nothing the principal may not read.
+//! and a directory read names nothing the principal may not read; a refusal of its own names its cause.
 
 use std::path::{Path, PathBuf};
 
@@ -113,6 +113,25 @@ async fn a_directory_read_names_nothing_the_principal_may_not_read() -> anyhow::
     for answer in [&notes, &top] {
         let seen = format!("{answer:?}");
         assert!(!seen.contains("secret") && !seen.contains(".env") && !seen.contains(ENV_TEXT), "leak: {seen}");
+    }
+    Ok(())
+}
+
+/// A file over the folder server's reply cap is refused with the folder server's own reason
+/// (it is the proxy's code, not a third party's), not a bare error code.
+#[tokio::test]
+async fn a_file_over_the_folder_cap_is_refused_naming_the_cause() -> anyhow::Result<()> {
+    let (_folder, root) = folder()?;
+    std::fs::write(root.join("notes/big.txt"), vec![b'a'; 17 * 1024 * 1024])?;
+    let (proxy, _policies) = proxy(&root).await?;
+    for era in [Era::Legacy, Era::Modern] {
+        let (client, _) = connect_http_with_token(&proxy.url, era, TOKEN).await?;
+        let answer = read(&client, &uri(&root, "notes/big.txt")).await;
+        let error = answer.expect_err("over the cap");
+        assert!(error.contains("too large"), "{era:?}: the cause is named: {error}");
+        assert!(!error.contains("answered with error"), "{era:?}: {error}");
+        let readme = read(&client, &uri(&root, "notes/readme.md")).await;
+        assert_eq!(readme, Ok(vec![(uri(&root, "notes/readme.md"), "readme".into())]), "control");
     }
     Ok(())
 }
