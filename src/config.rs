@@ -344,6 +344,12 @@ const CONFIG_PATH_KEY: &str = "config";
 
 /// Replace every `${VAR}` with its value; `Err(name)` of the first one that is not set.
 pub fn expand_vars(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+    replace_vars(text, |name| lookup(name).ok_or_else(|| name.to_string()))
+}
+
+/// `text` with every `${…}` replaced by what `replace` makes of what is inside the braces; an
+/// unclosed `${` stays as written. The first error ends it.
+pub fn replace_vars<E>(text: &str, mut replace: impl FnMut(&str) -> Result<String, E>) -> Result<String, E> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(start) = rest.find("${") {
@@ -353,8 +359,7 @@ pub fn expand_vars(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Resul
             out.push_str(&rest[start..]);
             return Ok(out);
         };
-        let name = &after[..end];
-        out.push_str(&lookup(name).ok_or_else(|| name.to_string())?);
+        out.push_str(&replace(&after[..end])?);
         rest = &after[end + 1..];
     }
     out.push_str(rest);

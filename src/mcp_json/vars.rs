@@ -4,6 +4,7 @@
 //! problem naming it.
 
 use std::collections::BTreeMap;
+use std::convert::Infallible;
 
 use serde_json::Value;
 
@@ -27,20 +28,8 @@ pub(super) fn inputs(value: Option<&Value>) -> Inputs {
 
 /// `text` with every host variable replaced; each proxy variable it now needs is recorded.
 pub(super) fn map(state: &mut State<'_>, at: &str, text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(start) = rest.find("${") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 2..];
-        let Some(end) = after.find('}') else {
-            out.push_str(&rest[start..]);
-            return out;
-        };
-        out.push_str(&replace(state, at, &after[..end]));
-        rest = &after[end + 1..];
-    }
-    out.push_str(rest);
-    out
+    let mapped = crate::config::replace_vars(text, |inner| Ok::<_, Infallible>(replace(state, at, inner)));
+    mapped.unwrap_or_else(|never| match never {})
 }
 
 /// What `${inner}` becomes.
