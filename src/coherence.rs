@@ -14,7 +14,6 @@
 //! Invariant: a read begun after an `updated` was received never returns older content.
 
 mod admission;
-pub mod contents_json;
 mod generations;
 mod hints;
 mod holds;
@@ -28,7 +27,6 @@ use std::time::{Duration, Instant};
 use rmcp::model::CacheScope;
 
 pub use self::admission::{Cached, Loaded, Outcome, content_bytes, lifetime, told_scope, told_ttl, unwatched_ttl};
-pub use self::contents_json::contents_json;
 pub use self::holds::WatchTicket;
 pub(crate) use self::watches::WatchBook;
 use crate::cache::{Entry, Key, LocalStore, Store};
@@ -36,6 +34,7 @@ use crate::config::{CacheConfig, UpstreamCache};
 use crate::error::ProxyError;
 use crate::metrics::{InvalidationCause, Metrics};
 use crate::subscriptions::{HolderId, is_same_or_parent};
+use crate::wire::contents_json::contents_json;
 
 /// How often expired per-URI state is forgotten.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);

@@ -3,6 +3,7 @@
 //! Module map (each module imports only from modules on a lower floor: the floors are listed
 //! in ARCHITECTURE.md and checked by the `module_graph` test):
 //! - [`protocol`]: the protocol facts: eras, version strings, the served methods, era detection.
+//! - [`wire`]: the byte-level rules of MCP over HTTP the proxy writes itself (headers, request era, error statuses, SSE, contents JSON), mirroring rmcp.
 //! - [`problem`]: one validation problem (where, what), as config and policy report them.
 //! - [`config`]: figment config → validated [`config::Config`], every problem at once.
 //! - [`error`]: [`error::ProxyError`], its `kind()` label and the one conversion to the wire.
@@ -57,6 +58,7 @@ pub mod subscriptions;
 pub mod tools;
 pub mod upstream;
 pub mod uri;
+pub mod wire;
 
 #[cfg(test)]
 mod module_graph;

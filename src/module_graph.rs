@@ -24,8 +24,9 @@ const FLOORS: &[&[&str]] = &[
         "spine",
         "ready_file",
     ],
-    // Pure decisions over the facts, and the folder server (an MCP server of its own).
-    &["policy", "serve_dir"],
+    // Pure decisions over the facts, the folder server (an MCP server of its own), and the
+    // byte-level rules of MCP over HTTP (from `protocol` only).
+    &["policy", "serve_dir", "wire"],
     // Validated configuration.
     &["config"],
     // Identity, instruments and the accept loop.

@@ -3,8 +3,9 @@
 //! negotiated version. Everything above (config, metrics, upstreams, hosts) takes these from
 //! here; this module imports nothing of the crate.
 //!
-//! Invariant: era detection exists once ([`Era::of`]); a version string the proxy accepts in
-//! config is in [`KNOWN_VERSIONS`], and the 2026-07-28 one is [`MODERN_VERSION`].
+//! Invariant: era detection exists once ([`Era::of_text`]; [`Era::of`] and [`Era::of_known`]
+//! apply it — the wire floor's request era too); a version string the proxy accepts in config
+//! is in [`KNOWN_VERSIONS`] (rmcp's list), and the 2026-07-28 one is [`MODERN_VERSION`].
 
 use rmcp::model::ProtocolVersion;
 
@@ -64,9 +65,9 @@ pub fn is_downstream_method(method: &str) -> bool {
 
 impl Era {
     /// The era of a negotiated version: a version whose lifecycle starts with `initialize`
-    /// is legacy, anything newer is 2026-07-28.
+    /// (one before 2026-07-28: rmcp's `has_initialize`) is legacy, anything newer is 2026-07-28.
     pub fn of(version: &ProtocolVersion) -> Era {
-        if version.has_initialize() { Era::Legacy } else { Era::Modern }
+        Era::of_text(version.as_str())
     }
 
     /// The era of a connection whose version may be unknown (no handshake seen yet): legacy.
@@ -74,9 +75,16 @@ impl Era {
         version.map_or(Era::Legacy, Era::of)
     }
 
-    /// The era of a version string from config: [`MODERN_VERSION`] or a legacy one.
+    /// The era of a version string: the one rule every era is told by (versions compare as
+    /// dates, the form they have).
     pub fn of_text(version: &str) -> Era {
-        if version == MODERN_VERSION { Era::Modern } else { Era::Legacy }
+        if version < MODERN_VERSION { Era::Legacy } else { Era::Modern }
+    }
+
+    /// The era of a version the proxy (and rmcp) knows; `None` for any other string (a request
+    /// header naming one is refused by rmcp).
+    pub fn of_known(version: &str) -> Option<Era> {
+        KNOWN_VERSIONS.contains(&version).then(|| Era::of_text(version))
     }
 
     /// Its `era` metric label and the name `/status` shows.
@@ -120,6 +128,21 @@ mod tests {
         assert_eq!(Era::of_negotiated(None), Era::Legacy);
         assert_eq!(Era::of(&Era::Modern.version()), Era::Modern);
         assert_eq!(Era::of(&Era::Legacy.version()), Era::Legacy);
+        assert_eq!(Era::of_known("2025-11-25"), Some(Era::Legacy));
+        assert_eq!(Era::of_known(MODERN_VERSION), Some(Era::Modern));
+        assert_eq!(Era::of_known("2025-11-26"), None);
+    }
+
+    /// The versions known here are rmcp's, and both tell eras alike (the wire floor mirrors
+    /// rmcp's checks of version headers with this list).
+    #[test]
+    fn the_known_versions_and_their_eras_are_rmcps() {
+        let rmcp: Vec<&str> = ProtocolVersion::KNOWN_VERSIONS.iter().map(ProtocolVersion::as_str).collect();
+        assert_eq!(rmcp, KNOWN_VERSIONS);
+        for version in ProtocolVersion::KNOWN_VERSIONS.iter().chain([&version_of("2027-01-01"), &version_of("x")]) {
+            let expected = if version.has_initialize() { Era::Legacy } else { Era::Modern };
+            assert_eq!(Era::of(version), expected, "{version}");
+        }
     }
 
     #[test]

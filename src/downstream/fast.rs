@@ -30,28 +30,27 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use http::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, HOST, ORIGIN};
+use http::header::{CONTENT_LENGTH, ORIGIN};
 use http::{HeaderMap, Method, StatusCode};
-use rmcp::model::{
-    ErrorCode, ErrorData, JsonRpcMessage, ProtocolVersion, RequestId, ServerJsonRpcMessage, ServerResult,
-};
+use rmcp::model::{ErrorData, JsonRpcMessage, RequestId, ServerJsonRpcMessage, ServerResult};
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 
 mod parse;
 mod reply;
 
-use self::parse::MetaFacts;
 use self::reply::{Reply, SetAside, json_reply, sse_reply};
 use super::sessions::SessionBook;
 use crate::auth::{self, Authenticator};
 use crate::error::ProxyError;
+use crate::protocol::Era;
 use crate::proxy::Proxy;
+use crate::wire::era;
+use crate::wire::headers::{self, AllowedHosts};
+use crate::wire::status;
 
 /// Bodies larger than this (or without `Content-Length`) go to rmcp, which has its own limit.
 const MAX_BODY: u64 = 64 * 1024;
-const SESSION_HEADER: &str = "mcp-session-id";
-const VERSION_HEADER: &str = "mcp-protocol-version";
 
 /// The middleware's state; a cheap `Clone`.
 #[derive(Clone)]
@@ -179,10 +178,7 @@ impl FastPath {
         let message: ServerJsonRpcMessage = match result {
             Ok(result) => JsonRpcMessage::response(result, call.id),
             Err(mut error) => {
-                // 2026-07-28 peers get INVALID_PARAMS for a resource not found.
-                if modern && error.code == ErrorCode::RESOURCE_NOT_FOUND {
-                    error.code = ErrorCode::INVALID_PARAMS;
-                }
+                error.code = status::code_for(if modern { Era::Modern } else { Era::Legacy }, error.code);
                 JsonRpcMessage::error(error, Some(call.id))
             }
         };
@@ -215,149 +211,32 @@ impl FastPath {
 
 /// A POST whose head rmcp would accept without a word: no `Origin`, a `Host` it allows, both
 /// media types accepted (no weights), a JSON body of known, small length.
-fn head_is_plain(method: &Method, headers: &HeaderMap, hosts: &AllowedHosts) -> bool {
-    if method != Method::POST || headers.contains_key(ORIGIN) || !host_allowed(headers, hosts) {
+fn head_is_plain(method: &Method, head: &HeaderMap, hosts: &AllowedHosts) -> bool {
+    if method != Method::POST || head.contains_key(ORIGIN) || !hosts.allow(head) {
         return false;
     }
-    let length = headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    let length = head.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if length.is_none_or(|n| n > MAX_BODY) {
         return false;
     }
-    let content_type = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
-    let essence = content_type.split(';').next().unwrap_or_default().trim();
-    if !essence.eq_ignore_ascii_case("application/json") {
-        return false;
-    }
-    let (mut json, mut sse) = (false, false);
-    for value in headers.get_all(ACCEPT) {
-        let Ok(value) = value.to_str() else { return false };
-        for range in value.split(',') {
-            let mut pieces = range.split(';');
-            let essence = pieces.next().unwrap_or_default().trim();
-            if pieces.next().is_some() {
-                return false;
-            }
-            json |= essence.eq_ignore_ascii_case("application/json");
-            sse |= essence.eq_ignore_ascii_case("text/event-stream");
-        }
-    }
-    json && sse
-}
-
-/// The `Host` values rmcp accepts (`StreamableHttpServerConfig::allowed_hosts`), each parsed
-/// once: rmcp's rule is applied to every request, and parsing every allowed entry again per
-/// request was a large part of checking a head.
-pub(super) struct AllowedHosts(Vec<AllowedHost>);
-
-/// One allowed entry as rmcp reads it: an authority (a host, maybe with a port), or, when it
-/// does not parse as one (`::1`), the text itself compared as a host name.
-enum AllowedHost {
-    Authority { host: String, port: Option<u16> },
-    Name(String),
-}
-
-impl AllowedHosts {
-    pub(super) fn new(hosts: &[String]) -> Self {
-        let parsed = hosts.iter().map(|allowed| allowed.trim()).filter(|allowed| !allowed.is_empty());
-        Self(
-            parsed
-                .map(|allowed| match http::uri::Authority::try_from(allowed) {
-                    Ok(a) => AllowedHost::Authority { host: a.host().to_string(), port: a.port_u16() },
-                    Err(_) => AllowedHost::Name(allowed.to_string()),
-                })
-                .collect(),
-        )
-    }
-}
-
-/// rmcp's `Host` rule (host equal, port equal when the allowed entry names one), exactly.
-fn host_allowed(headers: &HeaderMap, hosts: &AllowedHosts) -> bool {
-    let Some(host) = headers.get(HOST).and_then(|v| v.to_str().ok()) else { return false };
-    let Ok(authority) = http::uri::Authority::try_from(host) else { return false };
-    let name = authority.host();
-    hosts.0.iter().any(|allowed| match allowed {
-        AllowedHost::Authority { host, port } => {
-            same_host(host, name) && port.is_none_or(|p| authority.port_u16() == Some(p))
-        }
-        AllowedHost::Name(allowed) => same_host(allowed, name),
-    })
-}
-
-/// Host names equal without their IPv6 brackets, ASCII case ignored (rmcp lowercases both).
-fn same_host(a: &str, b: &str) -> bool {
-    fn bare(host: &str) -> &str {
-        host.trim_matches('[').trim_matches(']')
-    }
-    bare(a).eq_ignore_ascii_case(bare(b))
+    headers::content_type_is_json(head) && headers::accepts_json_and_sse(head)
 }
 
 /// The call in `body`, when it is one the fast path answers exactly as rmcp would.
-fn classify(headers: &HeaderMap, body: &Bytes) -> Option<Call> {
+fn classify(head: &HeaderMap, body: &Bytes) -> Option<Call> {
     let request = parse::typed(body).or_else(|| parse::via_rmcp(body))?;
-    let session = single(headers, SESSION_HEADER)?;
-    let modern = modern_era(headers, &request.meta, session.is_some())?;
+    let session = headers::single(head, headers::SESSION_ID)?;
+    let era = era::of_request(head, &request.meta, session.is_some())?;
     let op = request.op;
     let name = match &op {
         Op::Read(uri) => Some(uri.as_str()),
         _ => None,
     };
-    let agree = if modern {
-        standard_headers_agree(headers, op.method(), name)
-    } else {
-        mcp_headers(headers).all(|h| [SESSION_HEADER, VERSION_HEADER].contains(&h))
+    let agree = match era {
+        Era::Modern => headers::standard_headers_agree(head, op.method(), name),
+        Era::Legacy => headers::only_session_headers(head),
     };
     agree.then(|| Call { id: request.id, op, session: session.map(Arc::from) })
-}
-
-/// `Some(true)` for a 2026-07-28 stateless request (complete request metadata and nothing
-/// else in `_meta`, the version header agreeing, no session); `Some(false)` for a request on
-/// a 2025-era session (no request metadata but a progress token, a known pre-2026 version
-/// header or none).
-fn modern_era(headers: &HeaderMap, meta: &MetaFacts, in_session: bool) -> Option<bool> {
-    let version = single(headers, VERSION_HEADER)?;
-    let modern = ProtocolVersion::V_2026_07_28.as_str();
-    match (in_session, meta.version.as_deref()) {
-        (false, Some(v)) if v == modern && version == Some(v) => {
-            // rmcp's `missing_required_keys`: the version (present here) and the capabilities.
-            (meta.capabilities && meta.only_known_keys).then_some(true)
-        }
-        (true, None) if meta.only_progress_token && version.is_none_or(legacy_version) => Some(false),
-        _ => None,
-    }
-}
-
-/// The names of the request's `Mcp-*` headers.
-fn mcp_headers(headers: &HeaderMap) -> impl Iterator<Item = &str> {
-    headers.keys().map(http::HeaderName::as_str).filter(|h| h.starts_with("mcp-"))
-}
-
-/// The value of a header that may appear at most once; `None` when it appears twice or is
-/// not text (rmcp has an answer for those).
-fn single<'a>(headers: &'a HeaderMap, name: &str) -> Option<Option<&'a str>> {
-    let mut values = headers.get_all(name).iter();
-    let Some(first) = values.next() else { return Some(None) };
-    if values.next().is_some() {
-        return None;
-    }
-    first.to_str().ok().map(Some)
-}
-
-fn legacy_version(version: &str) -> bool {
-    ProtocolVersion::KNOWN_VERSIONS.iter().any(|v| v.as_str() == version && v.has_initialize())
-}
-
-/// SEP-2243 headers of a 2026-07-28 request: `Mcp-Method` is the method, `Mcp-Name` (reads)
-/// the URI verbatim, no other `Mcp-*` header but the version.
-fn standard_headers_agree(headers: &HeaderMap, method: &str, name: Option<&str>) -> bool {
-    if mcp_headers(headers).any(|h| !["mcp-method", "mcp-name", VERSION_HEADER].contains(&h)) {
-        return false;
-    }
-    let named = single(headers, "mcp-name");
-    single(headers, "mcp-method") == Some(Some(method))
-        && match name {
-            Some(uri) => named == Some(Some(uri)) && !uri.starts_with("=?"),
-            None => named.is_some_and(|n| n.is_none()),
-        }
 }
 
 #[cfg(test)]

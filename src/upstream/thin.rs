@@ -1,6 +1,6 @@
 //! The thin read client of streamable HTTP upstreams: a `resources/read` sent straight over
 //! HTTP, without rmcp's peer, worker task and channels — on kept-alive connections of its own
-//! driven by the reading task for a plain `http://` upstream ([`wire`]), else on the
+//! driven by the reading task for a plain `http://` upstream ([`plain`]), else on the
 //! connection's pooled reqwest client ([`send`]). A read abandoned before its answer (its
 //! timeout dropped it) is cancelled upstream with `notifications/cancelled`, as rmcp does.
 //!
@@ -11,7 +11,7 @@
 //! keys of the request's `_meta` (2026-07-28: protocol version, client info and capabilities).
 //! Until such a request was recorded, reads take rmcp's path.
 //!
-//! The reply, JSON or an SSE stream (split into events by [`sse`], by the rules and with the
+//! The reply, JSON or an SSE stream (split into events by [`sse_parse`], by the rules and with the
 //! errors of rmcp's own SSE parser), is parsed once: a plain answer straight into the read's
 //! result ([`answered`]), any other message by rmcp's parse. Anything else on that stream before the
 //! answer (a notification, a request from the upstream) goes to rmcp as if rmcp had read it
@@ -42,6 +42,8 @@ use tokio::sync::mpsc;
 
 use self::send::{Answer, Chunks, Sender};
 use super::faults::Fault;
+use crate::wire::era::META_PROTOCOL_PREFIX;
+use crate::wire::{headers, sse_parse};
 
 /// The prefix of every thin request id.
 pub(crate) const ID_PREFIX: &str = "mcp-proxy-read-";
@@ -86,9 +88,9 @@ impl Recorder {
         let mut standard_headers = false;
         for (name, value) in custom {
             match name.as_str() {
-                "mcp-method" => standard_headers = true,
-                "mcp-name" => {}
-                other if other.starts_with("mcp-param-") => {}
+                headers::METHOD => standard_headers = true,
+                headers::NAME => {}
+                other if other.starts_with(headers::PARAM_PREFIX) => {}
                 _ => {
                     headers.insert(name.clone(), value.clone());
                 }
@@ -115,7 +117,7 @@ fn protocol_meta(message: &ClientJsonRpcMessage) -> Option<Map<String, Value>> {
     let mut value = serde_json::to_value(message).ok()?;
     let Value::Object(meta) = value.get_mut("params")?.get_mut("_meta")?.take() else { return None };
     let meta: Map<String, Value> =
-        meta.into_iter().filter(|(key, _)| key.starts_with("io.modelcontextprotocol/")).collect();
+        meta.into_iter().filter(|(key, _)| key.starts_with(META_PROTOCOL_PREFIX)).collect();
     (!meta.is_empty()).then_some(meta)
 }
 
@@ -143,7 +145,7 @@ struct ReaderInner {
 }
 
 impl ThinReader {
-    /// `url`: the upstream's; a plain `http://` one gets connections of its own (`wire`).
+    /// `url`: the upstream's; a plain `http://` one gets connections of its own (`plain`).
     pub fn new(
         client: reqwest::Client,
         url: &str,
@@ -151,7 +153,7 @@ impl ThinReader {
         recorder: Recorder,
         inlet: mpsc::Sender<ServerJsonRpcMessage>,
     ) -> Self {
-        let sender = wire::Plain::new(url).map_or(Sender::Pooled(client), Sender::Plain);
+        let sender = plain::Plain::new(url).map_or(Sender::Pooled(client), Sender::Plain);
         let inner = ReaderInner { sender, limit, recorder, next_id: AtomicU64::new(1), inlet };
         Self { inner: Arc::new(inner) }
     }
@@ -161,7 +163,7 @@ impl ThinReader {
         let Some(template) = self.inner.recorder.current() else {
             return ThinRead::Fallback("no request recorded yet");
         };
-        if template.standard_headers && !plain_header_value(uri) {
+        if template.standard_headers && !headers::plain_value(uri) {
             return ThinRead::Fallback("the URI needs a Base64 Mcp-Name");
         }
         let n = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
@@ -188,8 +190,8 @@ impl ThinReader {
             return ThinRead::Fallback("an HTTP status other than 200");
         }
         match answer.media.as_str() {
-            "application/json" => self.json_reply(answer.body, id).await,
-            "text/event-stream" => self.sse_reply(answer.body, id).await,
+            headers::JSON => self.json_reply(answer.body, id).await,
+            headers::EVENT_STREAM => self.sse_reply(answer.body, id).await,
             _ => ThinRead::Fallback("an unexpected content type"),
         }
     }
@@ -214,7 +216,7 @@ impl ThinReader {
 
     async fn sse_reply(&self, mut chunks: Chunks, id: &RequestId) -> ThinRead {
         let limit = self.inner.limit;
-        let (mut events, mut ended) = (sse::Events::default(), Vec::new());
+        let (mut events, mut ended) = (sse_parse::Events::default(), Vec::new());
         // Bytes since the last event: one event may not be larger than the limit.
         let mut pending = 0;
         while let Some(chunk) = chunks.next().await {
@@ -225,8 +227,8 @@ impl ThinReader {
             }
             match events.feed(&chunk, &mut ended) {
                 Ok(()) => {}
-                Err(sse::SseError::Utf8) => return fault(Fault::InvalidUtf8, id),
-                Err(sse::SseError::Malformed) => return fault(Fault::Malformed, id),
+                Err(sse_parse::SseError::Utf8) => return fault(Fault::InvalidUtf8, id),
+                Err(sse_parse::SseError::Malformed) => return fault(Fault::Malformed, id),
             }
             if !ended.is_empty() {
                 pending = 0;
@@ -332,15 +334,6 @@ fn fault(fault: Fault, id: &RequestId) -> ThinRead {
     }
 }
 
-/// Whether rmcp would send `value` as a header as it is (printable ASCII, no Base64 wrapping).
-fn plain_header_value(value: &str) -> bool {
-    let bytes = value.as_bytes();
-    let padded = matches!(bytes.first(), Some(b' ' | b'\t')) || matches!(bytes.last(), Some(b' ' | b'\t'));
-    let sentinel = value.starts_with("=?base64?") && value.ends_with("?=");
-    let printable = bytes.iter().all(|b| (0x20..=0x7e).contains(b));
-    !value.is_empty() && printable && !padded && !sentinel
-}
-
 /// A transport whose receive side also yields what thin reads handed on (see the module doc).
 pub(crate) struct Inlet<T> {
     transport: T,
@@ -377,8 +370,7 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Inlet<T> {
     }
 }
 
+mod plain;
 mod send;
-mod sse;
 #[cfg(test)]
 mod tests;
-mod wire;

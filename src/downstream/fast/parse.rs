@@ -19,10 +19,10 @@ use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 
 use super::Op;
 
-const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
-const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
-const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
-pub(super) const PROGRESS_TOKEN: &str = "progressToken";
+use crate::wire::era::{
+    META_CLIENT_CAPABILITIES as CLIENT_CAPABILITIES, META_CLIENT_INFO as CLIENT_INFO, META_PROGRESS_TOKEN as PROGRESS_TOKEN,
+    META_PROTOCOL_VERSION as PROTOCOL_VERSION, MetaFacts,
+};
 
 /// A request of one of the three methods, as far as the fast path needs it.
 #[derive(Debug, PartialEq)]
@@ -30,19 +30,6 @@ pub(super) struct Parsed {
     pub id: RequestId,
     pub op: Op,
     pub meta: MetaFacts,
-}
-
-/// What the fast path asks of a request's `_meta`.
-#[derive(Debug, Default, PartialEq)]
-pub(super) struct MetaFacts {
-    /// `protocolVersion`, when it is a string (rmcp's `RequestMetaObject::protocol_version`).
-    pub version: Option<String>,
-    /// `clientCapabilities` is present and decodes as rmcp's `ClientCapabilities`.
-    pub capabilities: bool,
-    /// Every key is one of protocol version, client capabilities, client info, progress token.
-    pub only_known_keys: bool,
-    /// Every key is `progressToken` (true for no `_meta`).
-    pub only_progress_token: bool,
 }
 
 /// The typed parse; `None` when the body is not plainly one of ours (ask [`via_rmcp`]).
@@ -53,7 +40,7 @@ pub(super) fn typed(body: &[u8]) -> Option<Parsed> {
 /// rmcp's parse, reduced to the same facts; `None` when it is not a request of the three.
 pub(super) fn via_rmcp(body: &[u8]) -> Option<Parsed> {
     let ClientJsonRpcMessage::Request(request) = serde_json::from_slice(body).ok()? else { return None };
-    let meta = MetaFacts::of(request.request.get_meta());
+    let meta = meta_facts(request.request.get_meta());
     let op = match request.request {
         ClientRequest::ReadResourceRequest(read) => {
             let params = read.params;
@@ -69,15 +56,13 @@ pub(super) fn via_rmcp(body: &[u8]) -> Option<Parsed> {
     Some(Parsed { id: request.id, op, meta })
 }
 
-impl MetaFacts {
-    fn of(meta: &RequestMetaObject) -> Self {
-        let known = [PROTOCOL_VERSION, CLIENT_CAPABILITIES, CLIENT_INFO, PROGRESS_TOKEN];
-        Self {
-            version: meta.protocol_version().map(|v| v.as_str().to_owned()),
-            capabilities: meta.client_capabilities().is_some(),
-            only_known_keys: meta.keys().all(|k| known.contains(&k.as_str())),
-            only_progress_token: meta.keys().all(|k| k == PROGRESS_TOKEN),
-        }
+/// The era facts of rmcp's parsed `_meta`.
+fn meta_facts(meta: &RequestMetaObject) -> MetaFacts {
+    MetaFacts {
+        version: meta.protocol_version().map(|v| v.as_str().to_owned()),
+        capabilities: meta.client_capabilities().is_some(),
+        only_known_keys: meta.keys().all(|k| MetaFacts::known_key(k)),
+        only_progress_token: meta.keys().all(|k| k == PROGRESS_TOKEN),
     }
 }
 
@@ -109,7 +94,7 @@ impl Envelope {
         };
         // A read without `params` is not a read for rmcp (the `uri` is required): covered by
         // `uri` being `None` above.
-        let meta = meta.unwrap_or(MetaFacts { only_known_keys: true, only_progress_token: true, ..Default::default() });
+        let meta = meta.unwrap_or_else(MetaFacts::absent);
         Some(Parsed { id, op, meta })
     }
 }
@@ -258,7 +243,7 @@ impl<'de> Visitor<'de> for MetaVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Meta, A::Error> {
         let mut seen = [false; 4];
-        let mut facts = MetaFacts { only_known_keys: true, only_progress_token: true, ..Default::default() };
+        let mut facts = MetaFacts::absent();
         while let Some(key) = map.next_key::<&str>()? {
             let slot = match key {
                 PROTOCOL_VERSION => 0,

@@ -14,12 +14,12 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::response::Response;
-use http::StatusCode;
-use http::header::{CACHE_CONTROL, CONTENT_TYPE};
-use rmcp::model::{ErrorCode, JsonRpcMessage, ResourceContents, ServerJsonRpcMessage, ServerResult};
+use http::header::CONTENT_TYPE;
+use http::{HeaderValue, StatusCode};
+use rmcp::model::{JsonRpcMessage, ResourceContents, ServerJsonRpcMessage, ServerResult};
 
-use crate::coherence::contents_json;
 use crate::proxy::ReadAnswer;
+use crate::wire::{contents_json, headers, sse, status};
 
 /// Where the set-aside contents go: the read result's emptied array.
 const EMPTY_CONTENTS: &[u8] = br#""contents":[]"#;
@@ -63,33 +63,26 @@ pub(super) fn set_aside(answer: &mut ReadAnswer) -> Option<SetAside> {
     Some(SetAside { json, typed: std::mem::take(&mut result.contents) })
 }
 
-/// A 2026-07-28 reply: the message as `application/json`, the status rmcp gives it.
+/// A 2026-07-28 reply: the message as `application/json`, the status rmcp gives it (the
+/// request's `_meta` was complete, or the fast path would not answer it).
 pub(super) fn json_reply(reply: Reply) -> Response {
     let status = match &reply.message {
-        JsonRpcMessage::Error(error) => match error.error.code {
-            ErrorCode::UNSUPPORTED_PROTOCOL_VERSION
-            | ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
-            | ErrorCode::HEADER_MISMATCH => StatusCode::BAD_REQUEST,
-            ErrorCode::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
-            _ => StatusCode::OK,
-        },
+        JsonRpcMessage::Error(error) => status::http_status(error.error.code, false),
         _ => StatusCode::OK,
     };
     let mut body = Vec::with_capacity(reply.size_hint());
     reply.write(&mut body);
-    response(status, "application/json", body)
+    let mut response = response(status, body);
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(headers::JSON));
+    response
 }
 
 /// A 2025 session reply: the message as one SSE event, headers as rmcp sends them.
 pub(super) fn sse_reply(reply: Reply) -> Response {
-    let mut body = Vec::with_capacity(reply.size_hint() + 8);
-    body.extend_from_slice(b"data: ");
-    reply.write(&mut body);
-    body.extend_from_slice(b"\n\n");
-    let mut response = response(StatusCode::OK, "text/event-stream", body);
-    let headers = response.headers_mut();
-    headers.insert(CACHE_CONTROL, http::HeaderValue::from_static("no-cache"));
-    headers.insert("x-accel-buffering", http::HeaderValue::from_static("no"));
+    let mut body = Vec::with_capacity(reply.size_hint() + sse::DATA.len() + sse::END.len());
+    sse::event(&mut body, |body| reply.write(body));
+    let mut response = response(StatusCode::OK, body);
+    sse::reply_headers(response.headers_mut());
     response
 }
 
@@ -169,10 +162,9 @@ fn splice(body: &mut Vec<u8>, at: usize, json: &[u8]) {
     body[at..at + json.len()].copy_from_slice(json);
 }
 
-fn response(status: StatusCode, content_type: &'static str, body: Vec<u8>) -> Response {
+fn response(status: StatusCode, body: Vec<u8>) -> Response {
     let mut response = Response::new(Body::from(body));
     *response.status_mut() = status;
-    response.headers_mut().insert(CONTENT_TYPE, http::HeaderValue::from_static(content_type));
     response
 }
 

@@ -1,5 +1,5 @@
 //! A thin request on the wire: its headers and body from the template, sent on hyper's
-//! connection-level client for plain `http://` upstreams ([`wire`](super::wire)) or on the
+//! connection-level client for plain `http://` upstreams ([`plain`](super::plain)) or on the
 //! connection's pooled reqwest client (https, a private CA, a proxy in the environment); and
 //! the `notifications/cancelled` for a read that was abandoned.
 
@@ -15,7 +15,8 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::Template;
-use super::wire::{Plain, WireError};
+use super::plain::{Plain, WireError};
+use crate::wire;
 
 /// How long the `notifications/cancelled` of an abandoned read may take.
 const CANCEL_FOR: Duration = Duration::from_secs(5);
@@ -68,14 +69,14 @@ impl Sender {
                     let chunk = body.chunk().await?;
                     Some((chunk.map_err(std::io::Error::other), body))
                 });
-                Answer { status: reply.status, media: media(&reply.headers), body: chunks.boxed() }
+                Answer { status: reply.status, media: wire::headers::media_type(&reply.headers), body: chunks.boxed() }
             }),
             Self::Pooled(client) => {
                 let sent = client.post(template.url.as_ref()).headers(headers).body(body).send().await;
                 match sent {
                     Ok(response) => Ok(Answer {
                         status: response.status(),
-                        media: media(response.headers()),
+                        media: wire::headers::media_type(response.headers()),
                         body: response.bytes_stream().map(|chunk| chunk.map_err(std::io::Error::other)).boxed(),
                     }),
                     Err(error) => Err(error.without_url().into()),
@@ -104,26 +105,14 @@ impl Sender {
 /// The request headers: the template's, and the per-request ones rmcp would add.
 fn headers(template: &Template, method: &str, name: Option<&str>) -> Option<HeaderMap> {
     let mut headers = template.headers.clone();
-    headers.insert(header::ACCEPT, HeaderValue::from_static("text/event-stream, application/json"));
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    wire::headers::set_client_request(&mut headers, template.standard_headers, method, name)?;
     if let Some(auth) = &template.auth {
         let mut value = HeaderValue::from_str(&format!("Bearer {auth}")).ok()?;
         value.set_sensitive(true);
         headers.insert(header::AUTHORIZATION, value);
     }
     if let Some(session) = &template.session {
-        headers.insert("mcp-session-id", HeaderValue::from_str(session).ok()?);
-    }
-    if template.standard_headers {
-        headers.insert("mcp-method", HeaderValue::from_str(method).ok()?);
-        if let Some(name) = name {
-            headers.insert("mcp-name", HeaderValue::from_str(name).ok()?);
-        }
+        headers.insert(wire::headers::SESSION_ID, HeaderValue::from_str(session).ok()?);
     }
     Some(headers)
-}
-
-fn media(headers: &HeaderMap) -> String {
-    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
-    content_type.split(';').next().unwrap_or_default().trim().to_ascii_lowercase()
 }

@@ -146,19 +146,3 @@ fn the_template_keeps_session_and_headers_but_not_the_per_request_ones() {
     let meta = template.meta.as_ref().expect("protocol meta");
     assert_eq!(meta.keys().collect::<Vec<_>>(), ["io.modelcontextprotocol/protocolVersion"]);
 }
-
-#[test]
-fn only_plain_printable_uris_go_in_a_header_as_they_are() {
-    for (uri, plain) in [
-        ("fx://fx/item/1", true),
-        ("demo://resource/static/document/a.md", true),
-        ("file:///a b.md", true),
-        (" lead", false),
-        ("trail\t", false),
-        ("ünï", false),
-        ("=?base64?abc?=", false),
-        ("", false),
-    ] {
-        assert_eq!(plain_header_value(uri), plain, "{uri}");
-    }
-}

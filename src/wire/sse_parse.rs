@@ -1,5 +1,5 @@
-//! A thin read's SSE reply, split into events by the rules of rmcp's own SSE parser (the
-//! `sse-stream` crate): the same events, the same errors, at a fraction of the cost. That parser
+//! An SSE stream read (a thin read's reply), split into events by the rules of rmcp's own SSE
+//! parser (the `sse-stream` crate): the same events, the same errors, at a fraction of the cost. That parser
 //! looks for line ends byte by byte and copies every field into an owned event; here lines are
 //! found with `memchr` and only `data` is kept, the one field a read's reply is read for (the
 //! other fields are still checked as rmcp checks them). Against server-everything that parser
@@ -18,7 +18,7 @@ const BOM: &[u8] = b"\xEF\xBB\xBF";
 
 /// Why a reply is not an SSE stream rmcp would read.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) enum SseError {
+pub enum SseError {
     /// A field value that is not UTF-8.
     Utf8,
     /// Any other broken line.
@@ -35,7 +35,7 @@ struct Event {
 }
 
 /// An SSE stream's parse, fed one chunk at a time.
-pub(super) struct Events {
+pub struct Events {
     /// A line not yet ended, from earlier chunks.
     partial: Vec<u8>,
     /// Started by any field; ended (and handed out) by an empty line.
@@ -138,5 +138,5 @@ fn once(seen: &mut bool) -> Result<(), SseError> {
 }
 
 #[cfg(test)]
-#[path = "sse_tests.rs"]
+#[path = "sse_parse_tests.rs"]
 mod tests;

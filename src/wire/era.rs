@@ -1,0 +1,65 @@
+//! The era of a streamable HTTP POST, told from its head and its request metadata, as rmcp's
+//! server tells it: a 2026-07-28 stateless request carries complete protocol `_meta` and the
+//! same version in `MCP-Protocol-Version`; a request on a 2025-era session carries none.
+//!
+//! Invariant: versions are classified by [`Era::of_known`] alone (the one era rule,
+//! `crate::protocol`); this module adds only what the head and `_meta` must look like.
+
+use http::HeaderMap;
+
+use super::headers::{self, PROTOCOL_VERSION};
+use crate::protocol::Era;
+
+/// The `_meta` key of a 2026-07-28 request's protocol version.
+pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// The `_meta` key of a 2026-07-28 request's client capabilities (required).
+pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+/// The `_meta` key of a 2026-07-28 request's client info.
+pub const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+/// What every protocol key of `_meta` starts with.
+pub const META_PROTOCOL_PREFIX: &str = "io.modelcontextprotocol/";
+/// The one `_meta` key a 2025-era request carries that concerns the transport.
+pub const META_PROGRESS_TOKEN: &str = "progressToken";
+
+/// What the era rule asks of a request's `_meta`.
+#[derive(Debug, Default, PartialEq)]
+pub struct MetaFacts {
+    /// `protocolVersion`, when it is a string (rmcp's `RequestMetaObject::protocol_version`).
+    pub version: Option<String>,
+    /// `clientCapabilities` is present and decodes as rmcp's `ClientCapabilities`.
+    pub capabilities: bool,
+    /// Every key is one of protocol version, client capabilities, client info, progress token.
+    pub only_known_keys: bool,
+    /// Every key is `progressToken` (true for no `_meta`).
+    pub only_progress_token: bool,
+}
+
+impl MetaFacts {
+    /// The facts of a request without `_meta`.
+    pub fn absent() -> Self {
+        Self { only_known_keys: true, only_progress_token: true, ..Self::default() }
+    }
+
+    /// Whether `key` is one of the four keys [`MetaFacts`] knows.
+    pub fn known_key(key: &str) -> bool {
+        [META_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PROGRESS_TOKEN].contains(&key)
+    }
+}
+
+/// `Some(Era::Modern)` for a plain 2026-07-28 stateless request (complete request metadata and
+/// nothing else in `_meta`, the version header agreeing, no session); `Some(Era::Legacy)` for a
+/// plain request on a 2025-era session (no request metadata but a progress token, a known
+/// pre-2026 version header or none); `None` for anything else (rmcp has an answer for it).
+pub fn of_request(head: &HeaderMap, meta: &MetaFacts, in_session: bool) -> Option<Era> {
+    let header = headers::single(head, PROTOCOL_VERSION)?;
+    match (in_session, meta.version.as_deref()) {
+        (false, Some(v)) if Era::of_known(v) == Some(Era::Modern) && header == Some(v) => {
+            // rmcp's `missing_required_keys`: the version (present here) and the capabilities.
+            (meta.capabilities && meta.only_known_keys).then_some(Era::Modern)
+        }
+        (true, None) if meta.only_progress_token && header.is_none_or(|v| Era::of_known(v) == Some(Era::Legacy)) => {
+            Some(Era::Legacy)
+        }
+        _ => None,
+    }
+}

@@ -1,0 +1,26 @@
+//! SSE framing written: a complete reply as one event, as rmcp's session stream writes a message
+//! (`data: <json>` and a blank line, no event name), and the headers rmcp sends an SSE reply with.
+
+use http::header::{CACHE_CONTROL, CONTENT_TYPE};
+use http::{HeaderMap, HeaderValue};
+
+use super::headers::{EVENT_STREAM, X_ACCEL_BUFFERING};
+
+/// What opens an event carrying one line of data.
+pub const DATA: &[u8] = b"data: ";
+/// What ends an event.
+pub const END: &[u8] = b"\n\n";
+
+/// Append one event to `body` whose data `write` appends (one line: JSON has no raw line end).
+pub fn event(body: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) {
+    body.extend_from_slice(DATA);
+    write(body);
+    body.extend_from_slice(END);
+}
+
+/// The headers of an SSE reply: the media type, no caching, no buffering on the way.
+pub fn reply_headers(head: &mut HeaderMap) {
+    head.insert(CONTENT_TYPE, HeaderValue::from_static(EVENT_STREAM));
+    head.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    head.insert(X_ACCEL_BUFFERING, HeaderValue::from_static("no"));
+}
