@@ -24,13 +24,13 @@ use super::ProxyServer;
 use super::call_streams::CallStreams;
 use super::closing::{ClosingStreams, track_streams};
 use super::fast::{self, FastPath, Front};
-use crate::wire::headers::AllowedHosts;
 use super::gate::{Gate, guard_sessions};
 use super::sessions::{SessionBook, reap};
 use crate::auth::{self, Authenticator};
 use crate::listener::{self, ConnectionLimits, allowed_hosts, own_origins};
 use crate::metrics::Transport;
 use crate::proxy::Proxy;
+use crate::wire::headers::AllowedHosts;
 
 /// Serve on `listener` until `shutdown`. Authentication follows `proxy.config().auth`; the
 /// handler's own principal (`anonymous`) is only a fallback for requests without HTTP parts.

@@ -116,8 +116,7 @@ impl Recorder {
 fn protocol_meta(message: &ClientJsonRpcMessage) -> Option<Map<String, Value>> {
     let mut value = serde_json::to_value(message).ok()?;
     let Value::Object(meta) = value.get_mut("params")?.get_mut("_meta")?.take() else { return None };
-    let meta: Map<String, Value> =
-        meta.into_iter().filter(|(key, _)| key.starts_with(META_PROTOCOL_PREFIX)).collect();
+    let meta: Map<String, Value> = meta.into_iter().filter(|(key, _)| key.starts_with(META_PROTOCOL_PREFIX)).collect();
     (!meta.is_empty()).then_some(meta)
 }
 

@@ -20,8 +20,8 @@ use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use super::Op;
 
 use crate::wire::era::{
-    META_CLIENT_CAPABILITIES as CLIENT_CAPABILITIES, META_CLIENT_INFO as CLIENT_INFO, META_PROGRESS_TOKEN as PROGRESS_TOKEN,
-    META_PROTOCOL_VERSION as PROTOCOL_VERSION, MetaFacts,
+    META_CLIENT_CAPABILITIES as CLIENT_CAPABILITIES, META_CLIENT_INFO as CLIENT_INFO,
+    META_PROGRESS_TOKEN as PROGRESS_TOKEN, META_PROTOCOL_VERSION as PROTOCOL_VERSION, MetaFacts,
 };
 
 /// A request of one of the three methods, as far as the fast path needs it.

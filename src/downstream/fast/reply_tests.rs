@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 
 use super::{EMPTY_CONTENTS, Reply, json_reply, only_place, set_aside, sse_reply};
 use crate::coherence::Outcome;
-use crate::wire::contents_json::contents_json;
 use crate::proxy::ReadAnswer;
+use crate::wire::contents_json::contents_json;
 
 /// Contents as upstreams send them: escapes of every kind, non-ASCII text, blobs, metadata.
 fn contents() -> Vec<Value> {
