@@ -22,6 +22,10 @@
 //!   and everything when `server.fast_path = false`;
 //! - a 2025 session reply carries the message as one SSE event without an event id (rmcp's ids
 //!   count the session's streams; a complete reply in one body has nothing to resume).
+//!
+//! Every byte-level rule it applies — the head's checks, the request's era, error codes and
+//! HTTP statuses, SSE framing, the contents JSON — is the wire floor's ([`crate::wire`]); the
+//! differential test (`tests/fast/differential.rs`) holds its replies to rmcp's, byte for byte.
 
 use std::sync::Arc;
 use std::time::Instant;

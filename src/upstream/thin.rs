@@ -9,7 +9,9 @@
 //! rmcp posts, the URL, the `Mcp-Session-Id`, the auth header, the headers rmcp adds (custom ones
 //! and `MCP-Protocol-Version`), whether it sends the SEP-2243 standard headers, and the protocol
 //! keys of the request's `_meta` (2026-07-28: protocol version, client info and capabilities).
-//! Until such a request was recorded, reads take rmcp's path.
+//! Until such a request was recorded, reads take rmcp's path. The header names, the headers an
+//! MCP client's POST carries, which URIs travel as a bare `Mcp-Name` and the SSE parse are the
+//! wire floor's ([`crate::wire`]).
 //!
 //! The reply, JSON or an SSE stream (split into events by [`sse_parse`], by the rules and with the
 //! errors of rmcp's own SSE parser), is parsed once: a plain answer straight into the read's

@@ -89,13 +89,15 @@ async fn the_fast_path_answers_a_generated_corpus_byte_for_byte_as_rmcp_does() -
     for case in corpus::generate(SEED, CASES, &uris) {
         let before = fast_answers.load(Ordering::SeqCst);
         let on_fast = fast.send(&case.request).await.with_context(|| case.label.clone())?;
-        answered_fast += fast_answers.load(Ordering::SeqCst) - before;
+        let fast_here = fast_answers.load(Ordering::SeqCst) - before;
+        answered_fast += fast_here;
         let on_rmcp = rmcp.send(&case.request).await.with_context(|| case.label.clone())?;
         let (on_fast, on_rmcp) = (fast.normalise(on_fast), rmcp.normalise(on_rmcp));
         if on_fast != on_rmcp {
             differences.push(describe(&case, &on_fast, &on_rmcp));
         } else if std::env::var_os("DIFFERENTIAL_SHOW").is_some() {
-            eprintln!("same: {}: {} {}", case.label, on_fast.status, String::from_utf8_lossy(&on_fast.body));
+            let path = if fast_here > 0 { "fast" } else { "rmcp" };
+            eprintln!("same ({path}): {}: {} {}", case.label, on_fast.status, String::from_utf8_lossy(&on_fast.body));
         }
     }
     eprintln!("differential: {CASES} cases, {answered_fast} answered on the fast path, {} differ", differences.len());

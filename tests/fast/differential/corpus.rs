@@ -112,7 +112,7 @@ fn case(rng: &mut Seeded, n: usize, uris: &[&str]) -> Case {
         )
     });
     let params = match (call.params.as_deref(), meta.as_deref()) {
-        (Some(p), Some(m)) if p == "{}" => Some(format!("{{{m}}}")),
+        (Some("{}"), Some(m)) => Some(format!("{{{m}}}")),
         (Some(p), Some(m)) => Some(format!("{},{m}}}", &p[..p.len() - 1])),
         (None, Some(m)) => Some(format!("{{{m}}}")),
         (p, None) => p.map(str::to_owned),
@@ -138,7 +138,7 @@ fn call(rng: &mut Seeded, uris: &[&str]) -> Call {
     };
     let list = |method, params: Option<&str>| Call { method, params: params.map(str::to_owned), name: None };
     match rng.below(14) {
-        0..=3 => read(*rng.pick(uris)),
+        0..=3 => read(uris[rng.below(uris.len())]),
         4 => read("docs+file:///missing.txt"),
         5 => read("nope+file:///a.txt"),
         6 => list("resources/list", None),
@@ -175,11 +175,18 @@ fn mutate(rng: &mut Seeded, headers: &mut Vec<(String, String)>, body: &mut Stri
                 Some("application/json;q=0.9, text/event-stream"),
                 Some("*/*"),
                 Some("text/event-stream, application/json, text/html"),
+                Some("Application/JSON,TEXT/EVENT-STREAM"),
             ];
             set("Accept", *rng.pick(&accepts))
         }
         1 => {
-            let types = [None, Some("text/plain"), Some("application/json; charset=utf-8"), Some("APPLICATION/JSON")];
+            let types = [
+                None,
+                Some("text/plain"),
+                Some("application/json; charset=utf-8"),
+                Some("APPLICATION/JSON"),
+                Some("application/jsonx"),
+            ];
             set("Content-Type", *rng.pick(&types))
         }
         2 => {
@@ -222,7 +229,7 @@ fn mutate(rng: &mut Seeded, headers: &mut Vec<(String, String)>, body: &mut Stri
 }
 
 fn body_change(rng: &mut Seeded, body: &mut String) -> String {
-    let (what, changed) = match rng.below(12) {
+    let (what, changed) = match rng.below(16) {
         0 => ("cut in half", body[..body.len() / 2].to_string()),
         1 => ("a batch", format!("[{body}]")),
         2 => ("empty", String::new()),
@@ -234,6 +241,13 @@ fn body_change(rng: &mut Seeded, body: &mut String) -> String {
         8 => ("uri a number", body.replacen(r#""uri":""#, r#""uri":5,"x":""#, 1)),
         9 => ("no client capabilities", body.replacen(r#""io.modelcontextprotocol/clientCapabilities":{},"#, "", 1)),
         10 => ("pretty", body.replace("\":", "\": ").replace(",\"", ", \"")),
+        11 => ("a progress token", with_progress_token(body)),
+        12 => (
+            "no client info",
+            body.replacen(r#","io.modelcontextprotocol/clientInfo":{"name":"differential","version":"0"}"#, "", 1),
+        ),
+        13 => ("a null cursor", body.replacen(r#""params":{"#, r#""params":{"cursor":null,"#, 1)),
+        14 => ("a key escaped", body.replacen(r#""uri":"#, r#""\u0075ri":"#, 1)),
         _ => ("escaped method", body.replacen("resources/", "resources\\/", 1)),
     };
     *body = changed;
@@ -245,4 +259,13 @@ fn params_in_an_array(body: &str) -> String {
     let Some(at) = body.find(r#""params":"#) else { return body.to_string() };
     let inner = &body[at + r#""params":"#.len()..body.len() - 1];
     format!(r#"{}"params":[{inner}]}}"#, &body[..at])
+}
+
+/// A `progressToken` in the request's `_meta` (made when the request has none).
+fn with_progress_token(body: &str) -> String {
+    if body.contains(r#""_meta":{"#) {
+        body.replacen(r#""_meta":{"#, r#""_meta":{"progressToken":"p-1","#, 1)
+    } else {
+        body.replacen(r#""params":{"#, r#""params":{"_meta":{"progressToken":"p-1"},"#, 1)
+    }
 }
