@@ -63,3 +63,40 @@ pub fn of_request(head: &HeaderMap, meta: &MetaFacts, in_session: bool) -> Optio
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn modern_meta() -> MetaFacts {
+        MetaFacts { version: Some("2026-07-28".into()), capabilities: true, ..MetaFacts::absent() }
+    }
+
+    fn check(versions: &[&str], meta: MetaFacts, in_session: bool, expected: Option<Era>) {
+        let mut head = HeaderMap::new();
+        for version in versions {
+            head.append(PROTOCOL_VERSION, version.parse().expect("a header value"));
+        }
+        assert_eq!(of_request(&head, &meta, in_session), expected, "{versions:?} {meta:?} session: {in_session}");
+    }
+
+    #[test]
+    fn a_request_is_of_an_era_only_when_its_head_and_meta_agree() {
+        check(&["2026-07-28"], modern_meta(), false, Some(Era::Modern));
+        check(&[], modern_meta(), false, None);
+        check(&["2025-11-25"], modern_meta(), false, None);
+        check(&["2026-07-28", "2026-07-28"], modern_meta(), false, None);
+        check(&["2026-07-28"], modern_meta(), true, None);
+        check(&["2026-07-28"], MetaFacts { capabilities: false, ..modern_meta() }, false, None);
+        check(&["2026-07-28"], MetaFacts { only_known_keys: false, ..modern_meta() }, false, None);
+        let other = MetaFacts { version: Some("2099-01-01".into()), ..modern_meta() };
+        check(&["2099-01-01"], other, false, None);
+        check(&[], MetaFacts::absent(), true, Some(Era::Legacy));
+        check(&["2025-11-25"], MetaFacts::absent(), true, Some(Era::Legacy));
+        check(&["2024-11-05"], MetaFacts::absent(), true, Some(Era::Legacy));
+        check(&["2025-11-26"], MetaFacts::absent(), true, None);
+        check(&["2026-07-28"], MetaFacts::absent(), true, None);
+        check(&[], MetaFacts { only_progress_token: false, ..MetaFacts::absent() }, true, None);
+        check(&[], MetaFacts::absent(), false, None);
+    }
+}

@@ -24,3 +24,22 @@ pub fn reply_headers(head: &mut HeaderMap) {
     head.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     head.insert(X_ACCEL_BUFFERING, HeaderValue::from_static("no"));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_event_is_data_and_a_blank_line() {
+        let mut body = b"x".to_vec();
+        event(&mut body, |body| body.extend_from_slice(br#"{"a":1}"#));
+        assert_eq!(body, b"xdata: {\"a\":1}\n\n");
+        let mut head = HeaderMap::new();
+        reply_headers(&mut head);
+        let names: Vec<(&str, &str)> = head.iter().map(|(n, v)| (n.as_str(), v.to_str().expect("text"))).collect();
+        assert_eq!(
+            names,
+            [("content-type", "text/event-stream"), ("cache-control", "no-cache"), ("x-accel-buffering", "no")]
+        );
+    }
+}

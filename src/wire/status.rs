@@ -28,3 +28,27 @@ pub fn http_status(code: ErrorCode, meta_malformed: bool) -> StatusCode {
         _ => StatusCode::OK,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_map_to_rmcps_codes_and_statuses() {
+        assert_eq!(code_for(Era::Modern, ErrorCode::RESOURCE_NOT_FOUND), ErrorCode::INVALID_PARAMS);
+        assert_eq!(code_for(Era::Legacy, ErrorCode::RESOURCE_NOT_FOUND), ErrorCode::RESOURCE_NOT_FOUND);
+        assert_eq!(code_for(Era::Modern, ErrorCode::INTERNAL_ERROR), ErrorCode::INTERNAL_ERROR);
+        for (code, malformed, status) in [
+            (ErrorCode::UNSUPPORTED_PROTOCOL_VERSION, false, StatusCode::BAD_REQUEST),
+            (ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY, false, StatusCode::BAD_REQUEST),
+            (ErrorCode::HEADER_MISMATCH, false, StatusCode::BAD_REQUEST),
+            (ErrorCode::INVALID_PARAMS, true, StatusCode::BAD_REQUEST),
+            (ErrorCode::INVALID_PARAMS, false, StatusCode::OK),
+            (ErrorCode::METHOD_NOT_FOUND, false, StatusCode::NOT_FOUND),
+            (ErrorCode::RESOURCE_NOT_FOUND, false, StatusCode::OK),
+            (ErrorCode::INTERNAL_ERROR, false, StatusCode::OK),
+        ] {
+            assert_eq!(http_status(code, malformed), status, "{code:?} malformed: {malformed}");
+        }
+    }
+}
