@@ -109,10 +109,11 @@ impl ProxyServer {
         self.check_principal(&context.extensions)?;
         let started = Instant::now();
         let cursor = request.and_then(|r| r.cursor);
-        let mut answer = self.proxy.tools().list_tools(&self.principal, cursor.as_deref());
+        let caller = self.caller();
+        let mut answer = self.proxy.tools().list_tools(caller.principal(), caller.policy(), cursor.as_deref());
         if let (Ok(page), None) = (&mut answer, &cursor) {
             // The bridge's tools (when on) head the first page; the cursors page the upstreams'.
-            let mut tools = crate::bridge::tools_for(&self.proxy, &self.caller());
+            let mut tools = crate::bridge::tools_for(&self.proxy, &caller);
             tools.append(&mut page.tools);
             page.tools = tools;
         }

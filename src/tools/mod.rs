@@ -152,16 +152,21 @@ impl Tools {
         self.inner.catalog.snapshot()
     }
 
-    /// One page of the merged tool list.
-    pub fn list_tools(&self, principal: &str, cursor: Option<&str>) -> Result<ListToolsResult, ProxyError> {
+    /// One page of the merged tool list, decided with `policy`, the snapshot `principal`'s
+    /// request took once (the bridge's tools that head the first page are decided with it too).
+    pub fn list_tools(
+        &self,
+        principal: &str,
+        policy: &PolicySet,
+        cursor: Option<&str>,
+    ) -> Result<ListToolsResult, ProxyError> {
         let snapshot = self.inner.catalog.snapshot();
         let offset = self.offset(principal, ListKind::Tools, cursor, &snapshot)?;
-        let policy = self.policy();
         let naming = snapshot.naming();
         let list = Some(DenialAction::List);
-        let visible = |tool: &Tool| self.allowed(&policy, principal, naming, Offering::Tool, &tool.name, list);
+        let visible = |tool: &Tool| self.allowed(policy, principal, naming, Offering::Tool, &tool.name, list);
         let page = snapshot.tools_page(offset, self.inner.page_size, &visible);
-        let items = page.items.into_iter().map(|tool| rewrite::tool_for(tool, &policy, principal)).collect();
+        let items = page.items.into_iter().map(|tool| rewrite::tool_for(tool, policy, principal)).collect();
         let mut result = ListToolsResult::with_all_items(items);
         result.next_cursor = page.next.map(|next| self.cursor(principal, ListKind::Tools, &snapshot, next));
         Ok(result)
