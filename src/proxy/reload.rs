@@ -154,7 +154,7 @@ impl Reloader {
             self.start_upstream(config.clone());
             tracing::info!(upstream = %config.name, "upstream added");
         }
-        let longest = super::longest_request(&parts.config);
+        let longest = longest_request(&parts.config);
         for config in diff.added.iter().chain(&changed_configs).filter(|c| c.request_timeout > longest) {
             tracing::warn!(upstream = %config.name, cut_to = ?longest, "request_timeout longer than any at start: reads are cut to the longest until a restart");
         }
@@ -306,6 +306,16 @@ fn rejected(error: &ConfigError) -> ReloadReport {
 fn now_unix() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
+
+/// The longest upstream request the cache lets a load take (with the subscription wait): the
+/// longest `request_timeout` at start (the default when none is configured yet, for the
+/// upstreams a reload adds). A longer one added later is cut to it until a restart.
+pub(super) fn longest_request(config: &Config) -> Duration {
+    config.upstreams.iter().map(|u| u.request_timeout).max().unwrap_or(DEFAULT_REQUEST_TIMEOUT)
+}
+
+/// `request_timeout`'s default.
+const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[cfg(test)]
 mod tests {

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
+use super::super::events::Debounce;
 use super::Shared;
-use super::events::Debounce;
 use crate::config::Config;
 use crate::fanout::tests::Recorder;
 use crate::fanout::{Outgoing, OutletInfo, OutletKind};
