@@ -10,7 +10,8 @@
 //!
 //! Per-URI state is bounded: generations keep a record per notified URI only until nothing
 //! older can matter (`horizon`), hints and holds expire with the entries they describe, and a
-//! sweep (every second) forgets what has expired.
+//! sweep forgets what has expired. The sweep runs in [`Coherence::settle`], which the proxy's
+//! `cache-housekeeping` task (on the spine) calls every [`SWEEP_EVERY`]; nothing here spawns.
 //! Invariant: a read begun after an `updated` was received never returns older content.
 
 mod admission;
@@ -21,7 +22,7 @@ mod watches;
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rmcp::model::CacheScope;
@@ -36,8 +37,9 @@ use crate::metrics::{InvalidationCause, Metrics};
 use crate::subscriptions::{HolderId, is_same_or_parent};
 use crate::wire::contents_json::contents_json;
 
-/// How often expired per-URI state is forgotten.
-const SWEEP_EVERY: Duration = Duration::from_secs(1);
+/// How often expired per-URI state is forgotten: the housekeeping tick that calls
+/// [`Coherence::settle`].
+pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// How long "results of this URI could not be kept" is remembered, at most.
 const UNKEPT_FOR: Duration = Duration::from_secs(60);
 /// How long a URI's last scope steers its loads (shared or per principal) at least, kept or not.
@@ -122,9 +124,6 @@ impl Coherence {
             metrics,
             max_load,
         });
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(sweeper(Arc::downgrade(&inner)));
-        }
         Self { inner }
     }
 
@@ -370,15 +369,6 @@ impl Inner {
         // begun before it may still finish.
         let longest = self.config.max_ttl + self.config.stale_if_error + self.max_load;
         self.generations.prune(longest + SWEEP_EVERY);
-    }
-}
-
-async fn sweeper(inner: Weak<Inner>) {
-    let mut every = tokio::time::interval(SWEEP_EVERY);
-    loop {
-        every.tick().await;
-        let Some(inner) = inner.upgrade() else { return };
-        inner.sweep();
     }
 }
 

@@ -9,9 +9,9 @@
 //! at shutdown.
 //!
 //! rmcp-free: `downstream` implements [`Outlet`] over rmcp peers and subscription sinks.
-//! Invariant: `deliver` and `broadcast_list_changed` never await a client.
+//! Invariant: `deliver` and `tell_changed` never await a client.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -186,23 +186,38 @@ impl Fanout {
         }
     }
 
-    /// One `list_changed` to every outlet that wants it and whose view (`view_of` its info:
-    /// the digest of the lists its host would see now; `None` = leave it be) differs from the
-    /// one it has heard of. Returns how many were queued one.
-    pub fn broadcast_list_changed(&self, view_of: impl Fn(&OutletInfo) -> Option<u64>) -> usize {
-        let targets: Vec<HolderId> = {
+    /// Tell the hosts whose view changed, and only those — the one place this is decided, for
+    /// resources (`proxy::views`) and tools and prompts (`crate::tools`) alike. `view` is
+    /// asked once per principal among the outlets `wants` picks; `news` then says, per such
+    /// outlet (its info, its principal's view, the digest of the lists it has heard of, which
+    /// it may move on), what it is queued. An outlet registered meanwhile is left be. Returns
+    /// how many notifications were queued.
+    pub fn tell_changed<V>(
+        &self,
+        wants: impl Fn(&OutletInfo) -> bool,
+        mut view: impl FnMut(&str) -> V,
+        news: impl Fn(&OutletInfo, &V, &mut u64) -> Vec<Outgoing>,
+    ) -> usize {
+        let principals: BTreeSet<String> =
+            self.outlets().into_iter().filter(|(_, info)| wants(info)).map(|(_, info)| info.principal).collect();
+        let views: HashMap<String, V> = principals
+            .into_iter()
+            .map(|principal| {
+                let seen = view(&principal);
+                (principal, seen)
+            })
+            .collect();
+        let queued: Vec<(HolderId, Outgoing)> = {
             let mut outlets = self.inner.outlets.lock().expect("outlets lock");
-            outlets
-                .iter_mut()
-                .filter(|(_, r)| r.info.wants_list_changed)
-                .filter_map(|(id, r)| {
-                    let view = view_of(&r.info).filter(|view| *view != r.seen_view)?;
-                    r.seen_view = view;
-                    Some(*id)
-                })
-                .collect()
+            let mut queued = Vec::new();
+            for (id, registered) in outlets.iter_mut().filter(|(_, r)| wants(&r.info)) {
+                let Some(view) = views.get(&registered.info.principal) else { continue };
+                let messages = news(&registered.info, view, &mut registered.seen_view);
+                queued.extend(messages.into_iter().map(|message| (*id, message)));
+            }
+            queued
         };
-        targets.into_iter().filter(|id| self.deliver(*id, Outgoing::ListChanged)).count()
+        queued.into_iter().map(|(id, message)| self.deliver(id, message)).filter(|queued| *queued).count()
     }
 
     fn report(&self, delivery: Delivery) {
@@ -321,15 +336,28 @@ pub(crate) mod tests {
         fanout.register(info(true), 2, Arc::new(Recorder(tx3)));
         let other = OutletInfo { principal: "q".into(), ..info(true) };
         fanout.register(other, 1, Arc::new(Recorder(tx4)));
-        let views = |info: &OutletInfo| Some(if info.principal == "p" { 2 } else { 1 });
-        assert_eq!(fanout.broadcast_list_changed(views), 1);
-        assert_eq!(fanout.broadcast_list_changed(views), 0, "once per change");
-        assert_eq!(fanout.broadcast_list_changed(|_| None), 0, "no view known: left be");
+        let views = |principal: &str| Some(if principal == "p" { 2 } else { 1 });
+        assert_eq!(broadcast(&fanout, views), 1);
+        assert_eq!(broadcast(&fanout, views), 0, "once per change");
+        assert_eq!(broadcast(&fanout, |_| None), 0, "no view known: left be");
         assert_eq!(rx.recv().await, Some(Outgoing::ListChanged));
         assert!(rx2.try_recv().is_err(), "did not ask for it");
         assert!(rx3.try_recv().is_err(), "registered after the change");
         assert!(rx4.try_recv().is_err(), "its view did not change");
-        assert_eq!(fanout.broadcast_list_changed(|_| Some(3)), 3, "everyone who wants it, once views change");
+        assert_eq!(broadcast(&fanout, |_| Some(3)), 3, "everyone who wants it, once views change");
+    }
+
+    /// `list_changed` as `proxy::views` sends it: to outlets that want it whose principal's
+    /// digest (`None`: unknown) differs from the one they heard of.
+    fn broadcast(fanout: &Fanout, view: impl Fn(&str) -> Option<u64>) -> usize {
+        let news = |_: &OutletInfo, view: &Option<u64>, seen: &mut u64| match view {
+            Some(view) if view != seen => {
+                *seen = *view;
+                vec![Outgoing::ListChanged]
+            }
+            _ => Vec::new(),
+        };
+        fanout.tell_changed(|info| info.wants_list_changed, view, news)
     }
 
     #[tokio::test]

@@ -10,30 +10,30 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::{Answer, optional_string};
-use crate::proxy::{Proxy, ReadAnswer};
+use crate::proxy::{Caller, Proxy, ReadAnswer};
 
 /// The fields of a listed resource or template a model needs.
 const LISTED_FIELDS: [&str; 7] = ["uri", "uriTemplate", "name", "title", "description", "mimeType", "size"];
 
 /// `proxy_resources_list`: one page of the caller's merged resource list.
-pub(super) fn list(proxy: &Proxy, principal: &str, arguments: &JsonObject) -> Answer {
+pub(super) fn list(proxy: &Proxy, caller: &Caller, arguments: &JsonObject) -> Answer {
     let cursor = optional_string(arguments, "cursor")?;
-    let page = proxy.list_resources(principal, cursor.as_deref()).map_err(|e| e.to_string())?;
+    let page = proxy.list_resources(caller, cursor.as_deref()).map_err(|e| e.to_string())?;
     let resources: Vec<Value> = page.resources.iter().map(listed).collect();
     Ok(structured(json!({ "resources": resources, "nextCursor": page.next_cursor })))
 }
 
 /// `proxy_resource_templates_list`: one page of the caller's merged template list.
-pub(super) fn templates(proxy: &Proxy, principal: &str, arguments: &JsonObject) -> Answer {
+pub(super) fn templates(proxy: &Proxy, caller: &Caller, arguments: &JsonObject) -> Answer {
     let cursor = optional_string(arguments, "cursor")?;
-    let page = proxy.list_templates(principal, cursor.as_deref()).map_err(|e| e.to_string())?;
+    let page = proxy.list_templates(caller, cursor.as_deref()).map_err(|e| e.to_string())?;
     let templates: Vec<Value> = page.resource_templates.iter().map(listed).collect();
     Ok(structured(json!({ "resourceTemplates": templates, "nextCursor": page.next_cursor })))
 }
 
 /// `proxy_resources_read`: the caller's read of a namespaced URI, as tool content.
-pub(super) async fn read(proxy: &Proxy, principal: &str, uri: &str) -> Answer {
-    match proxy.read(principal, uri).await.map_err(|e| e.to_string())? {
+pub(super) async fn read(proxy: &Proxy, caller: &Caller, uri: &str) -> Answer {
+    match proxy.read(caller, uri).await.map_err(|e| e.to_string())? {
         ReadAnswer::Result { result, .. } => {
             let max_blob_bytes = proxy.config().bridge.max_blob_bytes;
             let several = result.contents.len() > 1;

@@ -29,7 +29,7 @@ use serde_json::{Value, json};
 
 use crate::error::ProxyError;
 use crate::metrics::DenialAction;
-use crate::proxy::Proxy;
+use crate::proxy::{Caller, Proxy};
 
 /// The bridge's tools, in the order they are listed (named in `crate::tools` so that policy
 /// reloads weigh them; `DEFINITIONS` follows the same order).
@@ -47,36 +47,36 @@ pub fn is_bridge_tool(name: &str) -> bool {
     TOOL_NAMES.contains(&name)
 }
 
-/// The bridge tools `principal` may use; none when the bridge is off.
-pub fn tools_for(proxy: &Proxy, principal: &str) -> Vec<Tool> {
+/// The bridge tools `caller` may use; none when the bridge is off.
+pub fn tools_for(proxy: &Proxy, caller: &Caller) -> Vec<Tool> {
     if !proxy.config().bridge.enabled {
         return Vec::new();
     }
-    DEFINITIONS.iter().filter(|tool| allowed(proxy, principal, &tool.name)).cloned().collect()
+    DEFINITIONS.iter().filter(|tool| allowed(caller, &tool.name)).cloned().collect()
 }
 
-/// Run a bridge tool for `principal`. A tool it may not use (or any tool while the bridge is
-/// off) answers like an unknown tool.
-pub async fn call(proxy: &Proxy, principal: &str, params: CallToolRequestParams) -> Result<CallToolResult, ProxyError> {
+/// Run a bridge tool for `caller`, every step decided with its one policy snapshot. A tool it
+/// may not use (or any tool while the bridge is off) answers like an unknown tool.
+pub async fn call(proxy: &Proxy, caller: &Caller, params: CallToolRequestParams) -> Result<CallToolResult, ProxyError> {
     let name = params.name.to_string();
     if !proxy.config().bridge.enabled || !is_bridge_tool(&name) {
         return Err(ProxyError::UnknownName { offering: "tool", name });
     }
-    if !allowed(proxy, principal, &name) {
-        tracing::debug!(principal, name, "bridge tool denied");
+    if !allowed(caller, &name) {
+        tracing::debug!(principal = caller.principal(), name, "bridge tool denied");
         proxy.metrics().policy_denied(DenialAction::Use, None);
         return Err(ProxyError::UnknownName { offering: "tool", name });
     }
     let arguments = params.arguments.unwrap_or_default();
     let answer = match name.as_str() {
-        LIST => answers::list(proxy, principal, &arguments),
-        SEARCH => search::search(proxy, principal, &arguments).await,
+        LIST => answers::list(proxy, caller, &arguments),
+        SEARCH => search::search(proxy, caller, &arguments).await,
         READ => match string_argument(&arguments, "uri") {
-            Ok(uri) => answers::read(proxy, principal, &uri).await,
+            Ok(uri) => answers::read(proxy, caller, &uri).await,
             Err(error) => Err(error),
         },
-        TEMPLATES => answers::templates(proxy, principal, &arguments),
-        _ => template::expand_and_read(proxy, principal, &arguments).await,
+        TEMPLATES => answers::templates(proxy, caller, &arguments),
+        _ => template::expand_and_read(proxy, caller, &arguments).await,
     };
     // A model reads a tool error and can correct itself; only "unknown tool" is a protocol error.
     Ok(answer.unwrap_or_else(|message| CallToolResult::error(vec![ContentBlock::text(message)])))
@@ -85,9 +85,9 @@ pub async fn call(proxy: &Proxy, principal: &str, params: CallToolRequestParams)
 /// What a tool call failed with, in words for the model.
 pub(crate) type Answer = Result<CallToolResult, String>;
 
-fn allowed(proxy: &Proxy, principal: &str, name: &str) -> bool {
-    let policy = proxy.policy();
-    policy.is_allow_all() || policy.decide(principal, &policy_uri(name)).allowed
+fn allowed(caller: &Caller, name: &str) -> bool {
+    let policy = caller.policy();
+    policy.is_allow_all() || policy.decide(caller.principal(), &policy_uri(name)).allowed
 }
 
 /// A required string argument.

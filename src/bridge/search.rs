@@ -16,7 +16,7 @@ use tokio::sync::Semaphore;
 
 use super::answers::{listed, structured};
 use super::{Answer, optional_string, string_argument};
-use crate::proxy::Proxy;
+use crate::proxy::{Caller, Proxy};
 
 /// Searches walking the catalog at once, across every principal: one, so a second core is
 /// always left for reads.
@@ -43,12 +43,12 @@ struct Found {
 
 /// `proxy_resources_search`: the first matches (at most `limit`, capped by
 /// `bridge.max_search_results`) among at most `bridge.max_search_scan` listed resources.
-pub(super) async fn search(proxy: &Proxy, principal: &str, arguments: &JsonObject) -> Answer {
+pub(super) async fn search(proxy: &Proxy, caller: &Caller, arguments: &JsonObject) -> Answer {
     let query = query(proxy, arguments)?;
     let budget = query.budget;
     let _turn = SCANS.acquire().await.map_err(|_| "the proxy is shutting down".to_string())?;
-    let (proxy, principal) = (proxy.clone(), principal.to_string());
-    let found = tokio::task::spawn_blocking(move || walk(&proxy, &principal, query))
+    let (proxy, caller) = (proxy.clone(), caller.clone());
+    let found = tokio::task::spawn_blocking(move || walk(&proxy, &caller, query))
         .await
         .map_err(|_| "the search failed".to_string())??;
     let mut answer = json!({ "resources": found.matches, "truncated": found.truncated });
@@ -80,12 +80,12 @@ fn query(proxy: &Proxy, arguments: &JsonObject) -> Result<Query, String> {
 
 /// Walk the caller's list pages from `query.cursor` until `limit` matches are past, the list
 /// ends, or `budget` resources were examined.
-fn walk(proxy: &Proxy, principal: &str, query: Query) -> Result<Found, String> {
+fn walk(proxy: &Proxy, caller: &Caller, query: Query) -> Result<Found, String> {
     let mut found = Found { matches: Vec::new(), truncated: false, resume: None };
     let mut cursor = query.cursor;
     let mut examined = 0;
     loop {
-        let page = proxy.list_resources(principal, cursor.as_deref()).map_err(|e| e.to_string())?;
+        let page = proxy.list_resources(caller, cursor.as_deref()).map_err(|e| e.to_string())?;
         for resource in page.resources.iter().map(listed) {
             examined += 1;
             if !matches_query(&resource, &query.text) {

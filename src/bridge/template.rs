@@ -11,28 +11,28 @@ use rmcp::model::JsonObject;
 use serde_json::Value;
 
 use super::{Answer, answers, string_argument};
-use crate::proxy::Proxy;
+use crate::proxy::{Caller, Proxy};
 
 /// Expand a template the caller may see with the call's `arguments`, then read the URI.
-pub(super) async fn expand_and_read(proxy: &Proxy, principal: &str, arguments: &JsonObject) -> Answer {
+pub(super) async fn expand_and_read(proxy: &Proxy, caller: &Caller, arguments: &JsonObject) -> Answer {
     let template = string_argument(arguments, "uriTemplate")?;
     let values = match arguments.get("arguments") {
         None | Some(Value::Null) => JsonObject::new(),
         Some(Value::Object(values)) => values.clone(),
         Some(_) => return Err("`arguments` must be an object: a value for each {variable}".into()),
     };
-    if !listed(proxy, principal, &template)? {
+    if !listed(proxy, caller, &template)? {
         return Err(format!("resource template not found: {template}"));
     }
     let uri = expand(&template, &values)?;
-    answers::read(proxy, principal, &uri).await
+    answers::read(proxy, caller, &uri).await
 }
 
 /// Is `template` in the caller's template list (every page)?
-fn listed(proxy: &Proxy, principal: &str, template: &str) -> Result<bool, String> {
+fn listed(proxy: &Proxy, caller: &Caller, template: &str) -> Result<bool, String> {
     let mut cursor: Option<String> = None;
     loop {
-        let page = proxy.list_templates(principal, cursor.as_deref()).map_err(|e| e.to_string())?;
+        let page = proxy.list_templates(caller, cursor.as_deref()).map_err(|e| e.to_string())?;
         if page.resource_templates.iter().any(|t| t.uri_template == template) {
             return Ok(true);
         }

@@ -466,3 +466,13 @@ fn only_a_subscription_that_can_keep_something_is_taken() {
     let opted = UpstreamCache { unwatched_ttl: Some(Duration::from_secs(1)), ..UNTRUSTED };
     assert!(silent.watch("u", "x://c", &opted).is_some(), "opted in: an `updated` ends the entry early");
 }
+
+/// The sweep runs once, in `settle`, which the proxy's housekeeping task calls on the spine:
+/// making a cache starts no task of its own.
+#[tokio::test]
+async fn a_cache_starts_no_task_of_its_own() {
+    let tasks = tokio::runtime::Handle::current().metrics();
+    let before = tasks.num_alive_tasks();
+    let (_cache, _book) = cache();
+    assert_eq!(tasks.num_alive_tasks(), before, "no sweeper beside the housekeeping task's");
+}

@@ -48,7 +48,7 @@ use super::sessions::SessionBook;
 use crate::auth::{self, Authenticator};
 use crate::error::ProxyError;
 use crate::protocol::Era;
-use crate::proxy::Proxy;
+use crate::proxy::{Caller, Proxy};
 use crate::wire::era;
 use crate::wire::headers::{self, AllowedHosts};
 use crate::wire::status;
@@ -157,13 +157,14 @@ impl FastPath {
     async fn serve(&self, principal: &str, call: Call, modern: bool) -> Reply {
         let started = Instant::now();
         let mut contents = None;
+        let caller = self.proxy.caller(principal);
         let result = match call.op {
-            Op::Read(uri) => self.read(principal, &uri, modern, started, &mut contents).await,
+            Op::Read(uri) => self.read(&caller, &uri, modern, started, &mut contents).await,
             Op::List(cursor) => self
-                .record("resources/list", started, self.proxy.list_resources(principal, cursor.as_deref()))
+                .record("resources/list", started, self.proxy.list_resources(&caller, cursor.as_deref()))
                 .map(ServerResult::ListResourcesResult),
             Op::Templates(cursor) => self
-                .record("resources/templates/list", started, self.proxy.list_templates(principal, cursor.as_deref()))
+                .record("resources/templates/list", started, self.proxy.list_templates(&caller, cursor.as_deref()))
                 .map(ServerResult::ListResourceTemplatesResult),
         };
         // What rmcp's `ServerHandler` dispatch does to every result and error of these eras.
@@ -191,19 +192,19 @@ impl FastPath {
 
     async fn read(
         &self,
-        principal: &str,
+        caller: &Caller,
         uri: &str,
         modern: bool,
         started: Instant,
         contents: &mut Option<SetAside>,
     ) -> Result<ServerResult, ErrorData> {
-        let answer = self.proxy.read(principal, uri).await.inspect_err(|error| {
-            tracing::debug!(uri, principal, error = %error, kind = error.kind(), "read failed");
+        let answer = self.proxy.read(caller, uri).await.inspect_err(|error| {
+            tracing::debug!(uri, principal = caller.principal(), error = %error, kind = error.kind(), "read failed");
         });
         let mut answer = self.record("resources/read", started, answer)?;
         // The cache entry's JSON goes into the reply instead of the contents serialised again.
         *contents = reply::set_aside(&mut answer);
-        Ok(ServerResult::from(super::read_response(&self.proxy, answer, modern)))
+        Ok(ServerResult::from(super::read_response(answer, modern)))
     }
 
     /// Count a request in the metrics exactly as the rmcp-served handler does.

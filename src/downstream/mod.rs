@@ -34,7 +34,7 @@ use crate::error::ProxyError;
 use crate::fanout::{OutletInfo, OutletKind};
 use crate::metrics::{SessionGuard, Transport};
 use crate::protocol::Era;
-use crate::proxy::Proxy;
+use crate::proxy::{Caller, Proxy};
 use crate::subscriptions::HolderId;
 
 /// One per legacy session, per stateless 2026-07-28 request, or per stdio host. Cloning gives a
@@ -111,6 +111,12 @@ impl ProxyServer {
         if let Some(session) = session_header(extensions) {
             book.touch(session, self.session.get().map(|s| s.id));
         }
+    }
+
+    /// The caller of one request: this session's principal and the policy in force now. A
+    /// request makes it once and decides everything with it.
+    fn caller(&self) -> Caller {
+        self.proxy.caller(&self.principal)
     }
 
     /// Count a request in the metrics; hand back its result.

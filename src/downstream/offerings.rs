@@ -109,10 +109,11 @@ impl ProxyServer {
         self.check_principal(&context.extensions)?;
         let started = Instant::now();
         let cursor = request.and_then(|r| r.cursor);
-        let mut answer = self.proxy.tools().list_tools(&self.principal, cursor.as_deref());
+        let caller = self.caller();
+        let mut answer = self.proxy.tools().list_tools(caller.principal(), caller.policy(), cursor.as_deref());
         if let (Ok(page), None) = (&mut answer, &cursor) {
             // The bridge's tools (when on) head the first page; the cursors page the upstreams'.
-            let mut tools = crate::bridge::tools_for(&self.proxy, &self.principal);
+            let mut tools = crate::bridge::tools_for(&self.proxy, &caller);
             tools.append(&mut page.tools);
             page.tools = tools;
         }
@@ -140,7 +141,7 @@ impl ProxyServer {
         // Bridge calls (searches, reads) count against the same per-principal limit.
         let _permit = self.admit_call("tools/call", started)?;
         if crate::bridge::is_bridge_tool(&request.name) {
-            let answer = crate::bridge::call(&self.proxy, &self.principal, request).await;
+            let answer = crate::bridge::call(&self.proxy, &self.caller(), request).await;
             return self.record("tools/call", started, answer.map(CallToolResponse::Complete));
         }
         let token = context.meta.get_progress_token().or_else(|| request.meta.as_ref()?.get_progress_token());

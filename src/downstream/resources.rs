@@ -1,6 +1,7 @@
-//! The `ServerHandler` side of resources: list, list templates and read go to [`Proxy`] with
-//! the caller's principal and are counted like every other request. [`read_response`] shapes a
-//! read's answer for the host's era; the fast path (`fast.rs`) shares it.
+//! The `ServerHandler` side of resources: list, list templates and read go to the proxy with
+//! the request's caller (its principal and one policy snapshot) and are counted like every
+//! other request. [`read_response`] shapes a read's answer for the host's era; the fast path
+//! (`fast.rs`) shares it.
 
 use std::time::Instant;
 
@@ -13,7 +14,7 @@ use rmcp::service::{RequestContext, RoleServer};
 
 use super::ProxyServer;
 use crate::protocol::{Era, method};
-use crate::proxy::{Proxy, ReadAnswer};
+use crate::proxy::ReadAnswer;
 
 impl ProxyServer {
     pub(super) async fn resources_list(
@@ -24,7 +25,7 @@ impl ProxyServer {
         self.check_principal(&context.extensions)?;
         let started = Instant::now();
         let cursor = request.and_then(|r| r.cursor);
-        self.record(method::RESOURCES_LIST, started, self.proxy.list_resources(&self.principal, cursor.as_deref()))
+        self.record(method::RESOURCES_LIST, started, self.proxy.list_resources(&self.caller(), cursor.as_deref()))
     }
 
     pub(super) async fn resources_list_templates(
@@ -35,7 +36,7 @@ impl ProxyServer {
         self.check_principal(&context.extensions)?;
         let started = Instant::now();
         let cursor = request.and_then(|r| r.cursor);
-        self.record(method::TEMPLATES_LIST, started, self.proxy.list_templates(&self.principal, cursor.as_deref()))
+        self.record(method::TEMPLATES_LIST, started, self.proxy.list_templates(&self.caller(), cursor.as_deref()))
     }
 
     pub(super) async fn resources_read(
@@ -45,23 +46,24 @@ impl ProxyServer {
     ) -> Result<ReadResourceResponse, ErrorData> {
         self.check_principal(&context.extensions)?;
         let started = Instant::now();
-        let answer = self.proxy.read(&self.principal, &request.uri).await;
+        let answer = self.proxy.read(&self.caller(), &request.uri).await;
         let answer = answer.inspect_err(|error| {
             tracing::debug!(uri = %request.uri, principal = %self.principal, error = %error, kind = error.kind(), "read failed");
         });
         let answer = self.record(method::RESOURCES_READ, started, answer)?;
         let modern = Era::of_negotiated(context.protocol_version().as_ref()) == Era::Modern;
-        Ok(read_response(&self.proxy, answer, modern))
+        Ok(read_response(answer, modern))
     }
 }
 
 /// A `resources/read` answer as the host receives it: 2026-07-28 hosts (`modern`) learn how
-/// long and for whom it may be kept. Shared by the rmcp handler and the fast path.
-pub(super) fn read_response(proxy: &Proxy, answer: ReadAnswer, modern: bool) -> ReadResourceResponse {
+/// long and for whom it may be kept (the scope the read decided with its caller's policy
+/// snapshot). Shared by the rmcp handler and the fast path.
+pub(super) fn read_response(answer: ReadAnswer, modern: bool) -> ReadResourceResponse {
     match answer {
         ReadAnswer::Result { mut result, ttl, scope, .. } => {
             result.ttl_ms = modern.then(|| u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
-            result.cache_scope = modern.then(|| proxy.downstream_scope(scope));
+            result.cache_scope = modern.then_some(scope);
             // A 2025-era upstream's result has no `resultType`; 2026-07-28 hosts need it.
             result.result_type = modern.then_some(rmcp::model::ResultType::COMPLETE);
             ReadResourceResponse::Complete(result)

@@ -26,6 +26,7 @@ use super::outlets::{BufferedOutlet, ListenOutlet};
 use super::{ProxyServer, Session};
 use crate::fanout::{OutletInfo, OutletKind};
 use crate::protocol::{Era, method};
+use crate::proxy::Caller;
 
 impl ProxyServer {
     pub(super) async fn subscriptions_subscribe(
@@ -38,7 +39,7 @@ impl ProxyServer {
         let holder = self.session(&context.peer);
         self.seen(&context.extensions);
         // The caps (per session, per principal) are kept with the holds themselves.
-        self.record(method::RESOURCES_SUBSCRIBE, started, self.proxy.subscribe(holder, &self.principal, &request.uri))
+        self.record(method::RESOURCES_SUBSCRIBE, started, self.proxy.subscribe(&self.caller(), holder, &request.uri))
     }
 
     pub(super) async fn subscriptions_unsubscribe(
@@ -52,17 +53,19 @@ impl ProxyServer {
         self.record(
             method::RESOURCES_UNSUBSCRIBE,
             started,
-            self.proxy.unsubscribe(holder, &self.principal, &request.uri),
+            self.proxy.unsubscribe(&self.caller(), holder, &request.uri),
         )
     }
 
     pub(super) fn subscriptions_accepted_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
-        let candidate = self.listen_candidate(requested);
+        // One policy snapshot decides what the stream may hold and subscribes it.
+        let caller = self.caller();
+        let candidate = self.listen_candidate(&caller, requested);
         // What rmcp acknowledges: the candidate cut to what was requested and advertised.
         let advertised = requested.supported_by(&self.get_info().capabilities);
         let accepted = requested.intersection(&candidate).intersection(&advertised);
         if let Some(request_task) = task::try_id() {
-            let (session, outlet) = self.open_listen(&accepted);
+            let (session, outlet) = self.open_listen(&caller, &accepted);
             let pending = PendingListen { accepted, session, outlet };
             // A stale entry of an earlier task with this id (its acknowledgement failed) goes.
             self.pending_listens.0.lock().expect("pending listens lock").insert(request_task, pending);
@@ -70,7 +73,7 @@ impl ProxyServer {
         Some(candidate)
     }
 
-    fn listen_candidate(&self, requested: &SubscriptionFilter) -> SubscriptionFilter {
+    fn listen_candidate(&self, caller: &Caller, requested: &SubscriptionFilter) -> SubscriptionFilter {
         let mut accepted = SubscriptionFilter::new();
         accepted.resources_list_changed = requested.resources_list_changed.filter(|wanted| *wanted);
         accepted.tools_list_changed = requested.tools_list_changed.filter(|wanted| *wanted);
@@ -81,8 +84,8 @@ impl ProxyServer {
             .map(|uris| {
                 // A listen stream holds at most `server.max_subscriptions_per_session` URIs, and
                 // no more than its principal has room for; the accepted filter tells the host which.
-                let mut uris = self.proxy.subscribable(&self.principal, uris);
-                let room = self.proxy.subscription_room(&self.principal);
+                let mut uris = self.proxy.subscribable(caller, uris);
+                let room = self.proxy.subscription_room(caller);
                 uris.truncate(self.proxy.config().server.max_subscriptions_per_session.min(room));
                 uris
             })
@@ -92,7 +95,7 @@ impl ProxyServer {
 
     /// Registers a listen stream's outlet and subscribes its URIs; the holds go with the
     /// returned `Session`.
-    fn open_listen(&self, accepted: &SubscriptionFilter) -> (Session, Arc<BufferedOutlet>) {
+    fn open_listen(&self, caller: &Caller, accepted: &SubscriptionFilter) -> (Session, Arc<BufferedOutlet>) {
         let info = OutletInfo {
             principal: self.principal.to_string(),
             kind: OutletKind::ListenStream,
@@ -104,7 +107,7 @@ impl ProxyServer {
         let holder = self.proxy.register_outlet(info, outlet.clone());
         let session = Session { proxy: self.proxy.clone(), id: holder, _counted: None };
         for uri in accepted.resource_subscriptions.iter().flatten() {
-            if let Err(error) = self.proxy.subscribe(holder, &self.principal, uri) {
+            if let Err(error) = self.proxy.subscribe(caller, holder, uri) {
                 tracing::debug!(uri, error = %error, "listen URI not held");
             }
         }
@@ -121,7 +124,7 @@ impl ProxyServer {
             Some(pending) if pending.accepted == *accepted => (pending.session, pending.outlet),
             _ => {
                 tracing::debug!(principal = %self.principal, "listen stream not opened before its acknowledgement");
-                self.open_listen(accepted)
+                self.open_listen(&self.caller(), accepted)
             }
         }
     }

@@ -1,7 +1,7 @@
 //! Access: the policy in force, as one snapshot a request takes once ([`Caller`]), and the
 //! decisions that need more than the snapshot — routing a URI a host named, counting list
 //! denials. Loading and reloading policies (at start, on SIGHUP, on a change in their folder)
-//! all go through [`Access::load`] and [`Proxy::replace_policy`].
+//! all go through [`Access::load`] and `policies::Policies::replace`.
 //!
 //! Invariant: a URI a principal may not see gets the same answer as one that does not exist,
 //! and nothing about it reaches that principal — not in lists, templates, reads, subscriptions
@@ -10,7 +10,6 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock};
 
-use super::Proxy;
 use super::caller::Caller;
 use crate::admin::PolicyReloadReport;
 use crate::error::ProxyError;
@@ -20,9 +19,6 @@ use crate::policy::PolicySet;
 use crate::upstream::Registry;
 use crate::uri;
 
-/// Quiet time after the last change in the policies folder before it is reloaded.
-const POLICY_SETTLE: std::time::Duration = std::time::Duration::from_millis(200);
-
 /// Where a checked URI goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Route {
@@ -31,28 +27,29 @@ pub(crate) struct Route {
     pub original: String,
 }
 
-/// The access service.
-pub struct Access {
+/// The access service: a cheap `Clone` handle, shared by every service that decides a URI.
+#[derive(Clone)]
+pub(crate) struct Access {
     /// Shared with the tools-and-prompts service (`crate::tools`), which reads it per request.
     policy: Arc<RwLock<PolicySet>>,
     upstreams: Registry,
     metrics: Metrics,
     /// What the last reload of the policies folder did, for `/status`.
-    last_reload: Mutex<Option<PolicyReloadReport>>,
+    last_reload: Arc<Mutex<Option<PolicyReloadReport>>>,
 }
 
 impl Access {
     pub(crate) fn new(policy: PolicySet, upstreams: Registry, metrics: Metrics) -> Self {
-        Self { policy: Arc::new(RwLock::new(policy)), upstreams, metrics, last_reload: Mutex::default() }
+        Self { policy: Arc::new(RwLock::new(policy)), upstreams, metrics, last_reload: Arc::default() }
     }
 
     /// What the last reload of the policies folder did (`None` until one ran).
-    pub fn last_reload(&self) -> Option<PolicyReloadReport> {
+    pub(crate) fn last_reload(&self) -> Option<PolicyReloadReport> {
         self.last_reload.lock().expect("policy reload lock").clone()
     }
 
     /// Count a reload of the policies folder: applied (with the hosts it told) or refused.
-    fn reloaded(&self, told: Option<(usize, usize)>) {
+    pub(super) fn reloaded(&self, told: Option<(usize, usize)>) {
         let mut last = self.last_reload.lock().expect("policy reload lock");
         let reloads = last.as_ref().map_or(0, |report| report.reloads) + 1;
         let (outcome, (hosts_told, tools_told)) = match told {
@@ -63,7 +60,7 @@ impl Access {
     }
 
     /// Load a policies folder: every problem is logged (one line each) and the set refused.
-    pub fn load(dir: &Path) -> Option<PolicySet> {
+    pub(crate) fn load(dir: &Path) -> Option<PolicySet> {
         match PolicySet::load(dir) {
             Ok(set) => Some(set),
             Err(problems) => {
@@ -77,12 +74,12 @@ impl Access {
     }
 
     /// The policy in force now.
-    pub fn policy(&self) -> PolicySet {
+    pub(crate) fn policy(&self) -> PolicySet {
         self.policy.read().expect("policy lock").clone()
     }
 
     /// The caller of one request: `principal` with the policy in force now (taken once).
-    pub fn caller(&self, principal: &str) -> Caller {
+    pub(crate) fn caller(&self, principal: &str) -> Caller {
         Caller::new(principal, self.policy())
     }
 
@@ -136,54 +133,5 @@ impl Access {
             self.metrics.policy_denied(DenialAction::List, file.as_deref());
         }
         allowed
-    }
-}
-
-impl Proxy {
-    /// Put a new policy in force: later requests use it, subscriptions it forbids are
-    /// dropped, and hosts whose visible list changed hear `list_changed`.
-    pub fn replace_policy(&self, next: PolicySet) {
-        let tools_told = self.install_policy(next.clone());
-        let sent = self.core.announce_list_changes();
-        self.core.access.reloaded(Some((sent, tools_told)));
-        tracing::info!(files = ?next.files(), hosts_told = sent, tools_told, "policies reloaded");
-    }
-
-    /// Put a new policy in force and drop the subscriptions it forbids; hosts whose tools or
-    /// prompts (the bridge's tools included) changed are told, and counted in the answer; the
-    /// resources' `list_changed` is left to the caller.
-    pub(crate) fn install_policy(&self, next: PolicySet) -> usize {
-        let previous = self.core.access.install(next.clone());
-        self.subscriptions().drop_forbidden(&next);
-        self.tools.policy_replaced(&previous, &next)
-    }
-
-    /// Load the policies folder again. On success the new rules are in force; on failure the
-    /// old ones stay and every problem is logged.
-    pub fn reload_policies(&self) -> bool {
-        let Some(dir) = self.core.config.policies.dir.clone() else {
-            tracing::info!("no policies folder configured; nothing to reload");
-            return false;
-        };
-        let applied = Access::load(&dir).map(|next| self.replace_policy(next)).is_some();
-        if !applied {
-            self.core.access.reloaded(None);
-        }
-        applied
-    }
-
-    /// Reload the policies whenever a file in their folder changes (bursts coalesced): the
-    /// `policy-watch` task.
-    pub fn watch_policies(&self) {
-        let Some(dir) = self.core.config.policies.dir.clone() else { return };
-        let Some(changes) = super::watch::FileChanges::watch(&dir, None, "policies folder") else { return };
-        let proxy = self.clone();
-        let shutdown = self.core.spine.shutdown();
-        self.core.spine.spawn("policy-watch", async move {
-            let mut changes = changes;
-            while changes.next_burst(POLICY_SETTLE, &shutdown).await {
-                proxy.reload_policies();
-            }
-        });
     }
 }

@@ -3,39 +3,78 @@
 //! `cache-housekeeping`, which lets the cache finish its bookkeeping and samples gauges on its
 //! own tick, so the event loop never waits for it.
 //!
-//! Both are spawned on the spine and select on its shutdown. Ingress is bounded: upstream
+//! Both are types owning what they use ([`EventLoop`], [`Housekeeping`]), spawned on the spine,
+//! and select on its shutdown. Ingress is bounded: upstream
 //! events through [`crate::upstream::events`] (overflow coalesces per upstream), gone holders
 //! through the fan-out's bounded channel (an ending send task waits for room).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::Proxy;
-use crate::metrics::{InvalidationCause, NotificationKind};
+use super::subscriptions::Subscriptions;
+use super::views::Views;
+use crate::coherence::{Coherence, WatchBook};
+use crate::metrics::{InvalidationCause, Metrics, NotificationKind};
 use crate::namespace;
+use crate::spine::Spine;
 use crate::subscriptions::HolderId;
-use crate::upstream::{EventInbox, Inbound, Lost, UpstreamEvent};
+use crate::tools::Tools;
+use crate::upstream::{EventInbox, Inbound, Lost, Registry, UpstreamEvent};
 
-/// How often the cache's bookkeeping runs and sampled gauges are refreshed.
-const HOUSEKEEPING_INTERVAL: Duration = Duration::from_secs(1);
+/// How often the cache's bookkeeping (its sweep included) runs and sampled gauges are
+/// refreshed: the coherence layer's sweep period, which its generation records count on.
+const HOUSEKEEPING_INTERVAL: Duration = crate::coherence::SWEEP_EVERY;
 
-impl Proxy {
-    pub(super) fn spawn_tasks(&self, events: EventInbox, gone: mpsc::Receiver<HolderId>) {
-        let spine = &self.core.spine;
-        spine.spawn("event-loop", self.clone().event_loop(events, gone, spine.shutdown()));
-        spine.spawn("cache-housekeeping", self.clone().housekeeping(spine.shutdown()));
+/// What "anything of this upstream may have changed" does: shared by the event loop (events
+/// lost) and the reloader (an upstream replaced).
+#[derive(Clone)]
+pub(super) struct Changes {
+    pub(super) cache: Coherence,
+    pub(super) metrics: Metrics,
+    pub(super) subscriptions: Subscriptions,
+}
+
+impl Changes {
+    /// Anything of `upstream` may have changed (events lost past the bound, or it was
+    /// replaced). Its cache entries go and every holder of its URIs hears `updated` (the caller
+    /// has list views compared again).
+    pub(super) fn everything_changed(&self, upstream: &str) {
+        let dropped = self.cache.invalidate_upstream(upstream);
+        self.metrics.cache_invalidation(InvalidationCause::Reconnect, dropped);
+        self.subscriptions.all_updated(upstream);
+    }
+}
+
+/// The `event-loop` task, with what it uses.
+pub(super) struct EventLoop {
+    pub(super) changes: Changes,
+    /// Who is told `list_changed` once the debounce fires.
+    pub(super) views: Views,
+    /// Tools and prompts come and go with their upstream's events.
+    pub(super) tools: Tools,
+    /// An upstream's connection number, for a reconnect's flush.
+    pub(super) upstreams: Registry,
+    /// `server.list_changed_debounce`.
+    pub(super) debounce: Duration,
+}
+
+impl EventLoop {
+    /// Run on `spine` until its shutdown, over what upstreams report and hosts that went away.
+    pub(super) fn spawn(self, spine: &Spine, events: EventInbox, gone: mpsc::Receiver<HolderId>) {
+        spine.spawn("event-loop", self.run(events, gone, spine.shutdown()));
     }
 
-    async fn event_loop(self, mut events: EventInbox, mut gone: mpsc::Receiver<HolderId>, shutdown: CancellationToken) {
-        let mut list_changed = Debounce::new(self.core.config.server.list_changed_debounce);
+    async fn run(self, mut events: EventInbox, mut gone: mpsc::Receiver<HolderId>, shutdown: CancellationToken) {
+        let mut list_changed = Debounce::new(self.debounce);
         loop {
             tokio::select! {
                 Some(inbound) = events.recv() => self.on_inbound(inbound, &mut list_changed),
-                Some(holder) = gone.recv() => self.subscriptions().release(holder),
+                Some(holder) = gone.recv() => self.changes.subscriptions.release(holder),
                 _ = list_changed.fired() => {
-                    let sent = self.core.announce_list_changes();
+                    let sent = self.views.announce();
                     tracing::debug!(sent, "list_changed sent to hosts whose view changed");
                 }
                 _ = shutdown.cancelled() => return,
@@ -43,7 +82,7 @@ impl Proxy {
         }
     }
 
-    fn on_inbound(&self, inbound: Inbound, list_changed: &mut Debounce) {
+    pub(super) fn on_inbound(&self, inbound: Inbound, list_changed: &mut Debounce) {
         let event = match inbound {
             Inbound::Event(event) => event,
             Inbound::Overflowed(upstream, lost) => {
@@ -52,34 +91,35 @@ impl Proxy {
             }
         };
         self.tools.on_upstream_event(&event);
+        let Changes { cache, metrics, subscriptions } = &self.changes;
         match event {
             UpstreamEvent::ResourceUpdated { upstream, uri, heard } => {
                 // Keys are normalised URIs; the upstream may spell them its own way.
                 let normalized = normalized_original(&upstream, &uri);
-                let dropped = self.core.cache.invalidate(&upstream, &normalized);
+                let dropped = cache.invalidate(&upstream, &normalized);
                 // Unheard ones follow a reconnect, whose flush was counted already.
                 if heard {
-                    self.core.metrics.notification_received(&upstream, NotificationKind::Updated);
-                    self.core.metrics.cache_invalidation(InvalidationCause::Updated, dropped as u64);
+                    metrics.notification_received(&upstream, NotificationKind::Updated);
+                    metrics.cache_invalidation(InvalidationCause::Updated, dropped as u64);
                 }
-                self.subscriptions().updated(&upstream, &normalized);
+                subscriptions.updated(&upstream, &normalized);
             }
             UpstreamEvent::Up { upstream, reconnected, .. } => {
                 // Updates may have been missed while it was away.
                 if reconnected {
-                    let connection = self.core.upstreams.get(&upstream).map_or(0, |u| u.connection());
-                    let dropped = self.core.cache.flush_upstream(&upstream, connection);
-                    self.core.metrics.cache_invalidation(InvalidationCause::Reconnect, dropped);
+                    let connection = self.upstreams.get(&upstream).map_or(0, |u| u.connection());
+                    let dropped = cache.flush_upstream(&upstream, connection);
+                    metrics.cache_invalidation(InvalidationCause::Reconnect, dropped);
                 }
                 list_changed.poke();
             }
             UpstreamEvent::CatalogChanged { upstream } => {
-                self.core.metrics.notification_received(&upstream, NotificationKind::ListChanged);
+                metrics.notification_received(&upstream, NotificationKind::ListChanged);
                 list_changed.poke();
             }
             UpstreamEvent::Down { .. } => list_changed.poke(),
             UpstreamEvent::OfferingsChanged { upstream, .. } => {
-                self.core.metrics.notification_received(&upstream, NotificationKind::ListChanged);
+                metrics.notification_received(&upstream, NotificationKind::ListChanged);
             }
         }
     }
@@ -88,24 +128,32 @@ impl Proxy {
     /// events said), and holders hear `updated` for the lost URIs — for all they hold of it
     /// when those were not kept.
     fn overflowed(&self, upstream: &str, lost: Lost) {
-        let Lost::Updated(uris) = lost else { return self.everything_changed(upstream) };
-        let dropped = self.core.cache.invalidate_upstream(upstream);
-        self.core.metrics.cache_invalidation(InvalidationCause::Reconnect, dropped);
+        let Lost::Updated(uris) = lost else { return self.changes.everything_changed(upstream) };
+        let dropped = self.changes.cache.invalidate_upstream(upstream);
+        self.changes.metrics.cache_invalidation(InvalidationCause::Reconnect, dropped);
         for uri in uris {
-            self.subscriptions().updated(upstream, &normalized_original(upstream, &uri));
+            self.changes.subscriptions.updated(upstream, &normalized_original(upstream, &uri));
         }
     }
+}
 
-    /// Anything of `upstream` may have changed (events lost past the bound, or it was replaced).
-    /// Its cache entries go and every holder of its URIs hears `updated` (the caller has list
-    /// views compared again).
-    pub(super) fn everything_changed(&self, upstream: &str) {
-        let dropped = self.core.cache.invalidate_upstream(upstream);
-        self.core.metrics.cache_invalidation(InvalidationCause::Reconnect, dropped);
-        self.subscriptions().all_updated(upstream);
+/// The `cache-housekeeping` task, with what it uses: the cache's bookkeeping (its sweep
+/// included, the only one) and the sampled gauges, on their own tick.
+pub(super) struct Housekeeping {
+    pub(super) cache: Coherence,
+    pub(super) watches: Arc<WatchBook>,
+    /// The cache's own holder id in the watch book (not a host).
+    pub(super) cache_holder: HolderId,
+    pub(super) metrics: Metrics,
+}
+
+impl Housekeeping {
+    /// Run on `spine` until its shutdown.
+    pub(super) fn spawn(self, spine: &Spine) {
+        spine.spawn("cache-housekeeping", self.run(spine.shutdown()));
     }
 
-    async fn housekeeping(self, shutdown: CancellationToken) {
+    async fn run(self, shutdown: CancellationToken) {
         let mut tick = tokio::time::interval(HOUSEKEEPING_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -118,13 +166,14 @@ impl Proxy {
 
     /// Gauges that are cheaper to sample than to track on every change.
     async fn update_gauges(&self) {
-        // Let the cache finish its bookkeeping (evictions, expiries) even while nobody reads.
-        self.core.cache.settle().await;
-        let (entries, bytes) = self.core.cache.size();
-        self.core.metrics.set_cache_size(entries, bytes);
-        for (upstream, uris, hosts) in self.core.watches.per_upstream(self.core.cache_holder) {
-            self.core.metrics.set_upstream_subscriptions(&upstream, uris);
-            self.core.metrics.set_downstream_subscriptions(&upstream, hosts);
+        // Let the cache finish its bookkeeping (evictions, expiries, its per-URI state) even
+        // while nobody reads.
+        self.cache.settle().await;
+        let (entries, bytes) = self.cache.size();
+        self.metrics.set_cache_size(entries, bytes);
+        for (upstream, uris, hosts) in self.watches.per_upstream(self.cache_holder) {
+            self.metrics.set_upstream_subscriptions(&upstream, uris);
+            self.metrics.set_downstream_subscriptions(&upstream, hosts);
         }
     }
 }
@@ -140,15 +189,21 @@ fn normalized_original(upstream: &str, uri: &str) -> String {
 
 /// Trailing-edge debounce: fires `window` after the last poke, but no later than ten windows
 /// after the first, so a steady stream of events still produces notifications.
-struct Debounce {
+pub(super) struct Debounce {
     window: Duration,
     first: Option<tokio::time::Instant>,
     deadline: Option<tokio::time::Instant>,
 }
 
 impl Debounce {
-    fn new(window: Duration) -> Self {
+    pub(super) fn new(window: Duration) -> Self {
         Self { window, first: None, deadline: None }
+    }
+
+    /// Is a debounced event pending?
+    #[cfg(test)]
+    pub(super) fn is_due(&self) -> bool {
+        self.deadline.is_some()
     }
 
     fn poke(&mut self) {
@@ -167,67 +222,5 @@ impl Debounce {
             }
             None => std::future::pending().await,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::path::Path;
-    use std::sync::Arc;
-
-    use super::*;
-    use crate::config::Config;
-    use crate::fanout::tests::Recorder;
-    use crate::fanout::{Outgoing, OutletInfo, OutletKind};
-    use crate::spine::Spine;
-
-    /// What the loop does with an overflowed upstream (its events were lost to a full queue):
-    /// every holder of one of its URIs hears `updated` for each, holders of other upstreams
-    /// hear nothing, and list views are compared again.
-    #[tokio::test]
-    async fn an_overflow_tells_every_holder_of_that_upstream() {
-        let got = overflow_heard(Lost::Everything).await;
-        assert_eq!(got, [Outgoing::Updated("a+x://1".into()), Outgoing::Updated("a+x://2/".into())]);
-    }
-
-    /// An overflow that kept the lost URIs tells holders `updated` for those alone.
-    #[tokio::test]
-    async fn an_overflow_with_its_uris_tells_only_their_holders() {
-        let got = overflow_heard(Lost::Updated(["x://1".to_string()].into())).await;
-        assert_eq!(got, [Outgoing::Updated("a+x://1".into())]);
-    }
-
-    /// What a holder of `a`'s `x://1` and `x://2/` and of `b`'s `x://3` hears for an overflow of
-    /// `a` that lost `lost` (list views are compared again either way).
-    async fn overflow_heard(lost: Lost) -> Vec<Outgoing> {
-        let config = Config::from_toml("", Path::new("/"), &|_| None).expect("config");
-        let spine = Spine::new();
-        let proxy = Proxy::start(config, &spine);
-        let (sent, mut heard) = mpsc::unbounded_channel();
-        let info = OutletInfo {
-            principal: "p".into(),
-            kind: OutletKind::Session,
-            wants_list_changed: false,
-            wants_tools_list_changed: false,
-            wants_prompts_list_changed: false,
-        };
-        let holder = proxy.register_outlet(info, Arc::new(Recorder(sent)));
-        for (upstream, uri) in [("a", "x://1"), ("a", "x://2/"), ("b", "x://3")] {
-            proxy.core.watches.hold(holder, upstream, uri);
-        }
-        let mut list_changed = Debounce::new(Duration::from_secs(3600));
-        proxy.on_inbound(Inbound::Overflowed("a".into(), lost), &mut list_changed);
-        assert!(list_changed.deadline.is_some(), "list views are compared again");
-        proxy.core.fanout.deliver(holder, Outgoing::ListChanged);
-        let mut got = Vec::new();
-        while let Some(message) = tokio::time::timeout(Duration::from_secs(5), heard.recv()).await.unwrap() {
-            if message == Outgoing::ListChanged {
-                break;
-            }
-            got.push(message);
-        }
-        got.sort_by_key(|m| format!("{m:?}"));
-        assert_eq!(spine.drain(Duration::from_secs(5)).await, Ok(()));
-        got
     }
 }

@@ -2,44 +2,44 @@
 //! catalog's immutable snapshot (no upstream call per page), filtered by the caller's policy
 //! snapshot, with authenticated cursors bound to the principal and the catalog generation.
 
-use std::sync::Arc;
-
 use rmcp::model::{ListResourceTemplatesResult, ListResourcesResult};
 
+use super::access::Access;
 use super::caller::Caller;
-use super::core::Core;
-use crate::catalog::Snapshot;
-use crate::cursor::{ListKind, Position};
+use crate::catalog::{Catalog, Snapshot};
+use crate::cursor::{CursorKey, ListKind, Position};
 use crate::error::ProxyError;
 
-/// The lists service.
-#[derive(Clone)]
-pub struct Lists {
-    core: Arc<Core>,
+/// The lists service, with what it uses.
+pub(crate) struct Lists {
+    pub(super) catalog: Catalog,
+    /// Counts the list entries a caller may not see.
+    pub(super) access: Access,
+    pub(super) cursor_key: CursorKey,
+    /// `server.page_size`.
+    pub(super) page_size: usize,
 }
 
 impl Lists {
-    pub(crate) fn new(core: Arc<Core>) -> Self {
-        Self { core }
-    }
-
     /// One page of the merged resource list.
-    pub fn resources(&self, caller: &Caller, cursor: Option<&str>) -> Result<ListResourcesResult, ProxyError> {
-        let snapshot = self.core.catalog.snapshot();
+    pub(crate) fn resources(&self, caller: &Caller, cursor: Option<&str>) -> Result<ListResourcesResult, ProxyError> {
+        let snapshot = self.catalog.snapshot();
         let offset = self.offset(caller, ListKind::Resources, cursor, &snapshot)?;
-        let page_size = self.core.config.server.page_size;
-        let page = snapshot.resources_page(offset, page_size, &|uri| self.core.access.listable(caller, uri));
+        let page = snapshot.resources_page(offset, self.page_size, &|uri| self.access.listable(caller, uri));
         let mut result = ListResourcesResult::with_all_items(page.items);
         result.next_cursor = page.next.map(|next| self.cursor(caller, ListKind::Resources, &snapshot, next));
         Ok(result)
     }
 
     /// One page of the merged template list.
-    pub fn templates(&self, caller: &Caller, cursor: Option<&str>) -> Result<ListResourceTemplatesResult, ProxyError> {
-        let snapshot = self.core.catalog.snapshot();
+    pub(crate) fn templates(
+        &self,
+        caller: &Caller,
+        cursor: Option<&str>,
+    ) -> Result<ListResourceTemplatesResult, ProxyError> {
+        let snapshot = self.catalog.snapshot();
         let offset = self.offset(caller, ListKind::Templates, cursor, &snapshot)?;
-        let page_size = self.core.config.server.page_size;
-        let page = snapshot.templates_page(offset, page_size, &|template| caller.may_see_template(template));
+        let page = snapshot.templates_page(offset, self.page_size, &|template| caller.may_see_template(template));
         let mut result = ListResourceTemplatesResult::with_all_items(page.items);
         result.next_cursor = page.next.map(|next| self.cursor(caller, ListKind::Templates, &snapshot, next));
         Ok(result)
@@ -53,7 +53,7 @@ impl Lists {
         snapshot: &Snapshot,
     ) -> Result<usize, ProxyError> {
         let Some(cursor) = cursor else { return Ok(0) };
-        let key = &self.core.cursor_key;
+        let key = &self.cursor_key;
         let position = key.decode(caller.principal(), list, cursor).map_err(|_| ProxyError::InvalidCursor)?;
         if position.generation != snapshot.generation {
             return Err(ProxyError::InvalidCursor);
@@ -63,6 +63,6 @@ impl Lists {
 
     fn cursor(&self, caller: &Caller, list: ListKind, snapshot: &Snapshot, offset: usize) -> String {
         let position = Position { list, generation: snapshot.generation, offset: offset as u64 };
-        self.core.cursor_key.encode(caller.principal(), position)
+        self.cursor_key.encode(caller.principal(), position)
     }
 }

@@ -1,270 +1,212 @@
-//! The proxy: capability services over one shared [`Core`](core), behind the thin [`Proxy`]
-//! handle.
+//! The proxy: a composition root. [`Proxy::start`] (through `wiring`) makes the shared handles (catalog, upstream
+//! registry, cache and its watch book, fan-out, access, views, tools), gives each service
+//! exactly the handles it uses (a parts struct per service, as `crate::tools` has), starts the
+//! background tasks on the spine, and keeps the services behind [`Proxy`], whose methods are the
+//! one API the hosts' side and the admin listener use. No service holds another's whole state.
 //!
-//! - `core`: the shared context (catalog, upstream registry, cache, watch book, fan-out,
-//!   access, views, metrics, startup config, spine).
+//! The files, lowest first (a file imports only from files above it; `mod.rs` from all):
 //! - `caller`: [`Caller`], the principal and the policy snapshot one request is decided with.
-//! - `access`: [`Access`], the policy in force, routing and list-denial counting; policy reload.
-//! - `lists`: [`Lists`], pages of the merged resource and template lists.
-//! - `read`: [`Reads`], the read path through the cache.
-//! - `subscriptions`: [`Subscriptions`], outlets, holds and fan-out of `updated`.
-//! - `events`: the `event-loop` and `cache-housekeeping` tasks.
-//! - `views`: per-principal view digests, so `list_changed` goes only where a view changed.
-//! - `reload`: live reload of the upstream set (SIGHUP, config file change).
-//! - `status`: the typed `/status` report.
 //! - `watch`: debounced folder/file change signals for the reload tasks.
+//! - `access`: `Access`, the policy in force, routing and list-denial counting.
+//! - `views`: per-principal view digests, so `list_changed` goes only where a view changed.
+//! - `lists`: `Lists`, pages of the merged resource and template lists.
+//! - `read`: `Reads`, the read path through the cache.
+//! - `subscriptions`: `Subscriptions`, outlets, holds and fan-out of `updated`.
+//! - `policies`: `Policies`, putting a reloaded policy set in force (and the `policy-watch` task).
+//! - `events`: `EventLoop` (the `event-loop` task) and `Housekeeping` (`cache-housekeeping`,
+//!   which also runs the cache's sweep).
+//! - `reload`: `Reloader`, the upstream set's lifecycle and live config reload.
+//! - `status`: `Status`, the typed `/status` report.
+//! - `wiring`: the shared handles made once, and each service given the ones it uses.
 //!
-//! A new capability (tools, prompts) is a new service type holding `Arc<Core>` (made in
-//! `Proxy::over` next to the others), taking a [`Caller`] per request and exposed by a `Proxy`
-//! accessor; the existing services do not change.
+//! A new capability is a new service with its own parts struct, made in `Proxy::start` from
+//! the shared handles, taking a [`Caller`] per request, reached through a `Proxy` method.
 //!
 //! Invariant: everything a client receives carries namespaced URIs; nothing un-namespaced and
 //! no upstream error text leaves this module; every request is decided with one policy
-//! snapshot (its [`Caller`]).
+//! snapshot (its [`Caller`], made once by the caller of the request and passed down).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use rmcp::model::{CacheScope, ListResourceTemplatesResult, ListResourcesResult};
-use tokio::sync::mpsc;
+use rmcp::model::{ListResourceTemplatesResult, ListResourcesResult};
 
-use crate::catalog::Catalog;
-use crate::coherence::{Coherence, WatchBook};
-use crate::config::Config;
-use crate::cursor::CursorKey;
+use crate::admin::{ReloadReport, StatusReport};
+use crate::config::{Config, ConfigError};
 use crate::error::ProxyError;
-use crate::fanout::{Delivery, Fanout, Outlet, OutletInfo};
-use crate::metrics::{Metrics, NotificationKind};
-use crate::policy::PolicySet;
+use crate::fanout::{Outlet, OutletInfo};
+use crate::metrics::Metrics;
 use crate::spine::Spine;
 use crate::subscriptions::HolderId;
-use crate::tools::{Tools, ToolsParts};
-use crate::upstream::{Registry, Upstream};
+use crate::tools::Tools;
+use crate::upstream::{Registry, Upstream, UpstreamStatus};
 
 mod access;
 mod caller;
-mod core;
 mod events;
 mod lists;
+mod policies;
 mod read;
 mod reload;
 mod status;
 mod subscriptions;
 mod views;
 mod watch;
+mod wiring;
 
-pub use self::access::Access;
+use self::access::Access;
 pub use self::caller::Caller;
-pub(crate) use self::core::Core;
-pub use self::lists::Lists;
-pub use self::read::{ReadAnswer, Reads};
+use self::lists::Lists;
+pub use self::read::ReadAnswer;
+use self::read::Reads;
 pub use self::reload::ConfigSource;
-pub use self::subscriptions::Subscriptions;
+use self::reload::Reloader;
+use self::status::Status;
+use self::subscriptions::Subscriptions;
 
-/// Hosts gone (their send task saw the transport closed) that may wait for the event loop.
-const GONE_CAPACITY: usize = 256;
-
-/// A cheap `Clone` handle on the running proxy and its capability services.
+/// A cheap `Clone` handle on the running proxy: its one API for the hosts' side and the admin
+/// listener.
 #[derive(Clone)]
 pub struct Proxy {
-    core: Arc<Core>,
+    inner: Arc<Services>,
+}
+
+/// The services, each holding exactly what it uses.
+struct Services {
+    /// The configuration the proxy started with (upstreams may have been reloaded since).
+    config: Config,
+    metrics: Metrics,
+    spine: Spine,
+    upstreams: Registry,
+    access: Access,
     lists: Lists,
     reads: Reads,
     subscriptions: Subscriptions,
-    /// Tools, prompts and completion (`crate::tools`): one per process, like the core.
+    /// Tools, prompts and completion (`crate::tools`).
     tools: Tools,
+    status: Status,
+    reloader: Reloader,
 }
 
 impl Proxy {
     /// Start a supervisor per upstream (all connect concurrently), the event loop, cache
     /// housekeeping and the policies watch, all on `spine`.
     pub fn start(config: Config, spine: &Spine) -> Proxy {
-        let metrics = Metrics::new();
-        let upstreams = Registry::default();
-        let (events, inbox) = crate::upstream::events::channel(crate::upstream::events::EVENT_CAPACITY);
-        let (gone_tx, gone) = mpsc::channel(GONE_CAPACITY);
-        let fanout = Fanout::new(gone_tx, spine.clone());
-        fanout.set_delivery_hook(delivery_metrics(metrics.clone()));
-        let watches = Arc::new(WatchBook::new(upstreams.clone()));
-        let cache_holder = fanout.next_holder_id();
-        let max_load = longest_request(&config) + read::WATCH_WAIT;
-        let cache = Coherence::new(config.cache.clone(), watches.clone(), cache_holder, metrics.clone(), max_load);
-        let access = Access::new(config.policies.set.clone(), upstreams.clone(), metrics.clone());
-        let core = Core {
-            catalog: Catalog::new(),
-            upstreams,
-            cursor_key: CursorKey::random(),
-            watches,
-            fanout,
-            cache,
-            cache_holder,
-            access,
-            views: views::ViewDigests::default(),
-            metrics,
-            spine: spine.clone(),
-            events,
-            last_reload: Mutex::new(None),
-            reloading: tokio::sync::Mutex::new(()),
-            config,
-        };
-        let tools = Tools::new(ToolsParts {
-            resources: core.catalog.clone(),
-            upstreams: core.upstreams.clone(),
-            fanout: core.fanout.clone(),
-            metrics: core.metrics.clone(),
-            cursor_key: core.cursor_key.clone(),
-            page_size: core.config.server.page_size,
-            policy: core.access.shared_policy(),
-            bridge: core.config.bridge.enabled,
-            max_calls_per_principal: core.config.server.max_calls_per_principal,
-        });
-        let proxy = Proxy::over(Arc::new(core), tools);
-        for upstream in &proxy.core.config.upstreams {
-            proxy.core.start_upstream(Upstream::new(upstream.clone(), proxy.core.metrics.clone()));
-        }
-        proxy.spawn_tasks(inbox, gone);
-        proxy.watch_policies();
-        proxy
-    }
-
-    fn over(core: Arc<Core>, tools: Tools) -> Proxy {
-        let lists = Lists::new(core.clone());
-        let reads = Reads::new(core.clone());
-        let subscriptions = Subscriptions::new(core.clone());
-        Proxy { core, lists, reads, subscriptions, tools }
+        Proxy { inner: Arc::new(wiring::start(config, spine)) }
     }
 
     /// The configuration the proxy started with (upstreams may have been reloaded since).
     pub fn config(&self) -> &Config {
-        &self.core.config
+        &self.inner.config
     }
 
     pub fn metrics(&self) -> &Metrics {
-        &self.core.metrics
+        &self.inner.metrics
     }
 
     /// The task owner everything of this proxy runs on (listeners add their long-lived tasks).
     pub fn spine(&self) -> &Spine {
-        &self.core.spine
+        &self.inner.spine
     }
 
     /// Tools, prompts and completion.
     pub fn tools(&self) -> &Tools {
-        &self.tools
+        &self.inner.tools
     }
 
-    pub fn access(&self) -> &Access {
-        &self.core.access
-    }
-
-    pub fn lists(&self) -> &Lists {
-        &self.lists
-    }
-
-    pub fn reads(&self) -> &Reads {
-        &self.reads
-    }
-
-    pub fn subscriptions(&self) -> &Subscriptions {
-        &self.subscriptions
-    }
-
-    /// The caller of one request: `principal` and the policy in force now, taken once.
+    /// The caller of one request: `principal` and the policy in force now, taken once. A
+    /// request makes one and decides everything with it.
     pub fn caller(&self, principal: &str) -> Caller {
-        self.core.access.caller(principal)
-    }
-
-    /// The policy in force.
-    pub fn policy(&self) -> PolicySet {
-        self.core.access.policy()
+        self.inner.access.caller(principal)
     }
 
     /// Wait (at most `timeout`) until every upstream is up or has failed its first attempt,
     /// so a host's first list holds whatever is reachable without waiting for what is not.
     /// True when they all settled in time.
     pub async fn wait_settled(&self, timeout: Duration) -> bool {
-        let upstreams = self.core.upstreams.snapshot();
+        let upstreams = self.inner.upstreams.snapshot();
         let all_settled = futures::future::join_all(upstreams.values().map(Upstream::wait_settled));
         tokio::time::timeout(timeout, all_settled).await.is_ok()
     }
+
+    /// What `/status` and `/readyz` show.
+    pub fn status_report(&self) -> StatusReport {
+        self.inner.status.report()
+    }
+
+    /// Every upstream's health, as of now.
+    pub fn statuses(&self) -> Vec<UpstreamStatus> {
+        self.inner.status.statuses()
+    }
+
+    /// Apply a freshly loaded configuration (or report why it cannot be); reloads apply one at
+    /// a time.
+    pub async fn reload_config(&self, loaded: Result<Config, ConfigError>) -> ReloadReport {
+        self.inner.reloader.reload_config(loaded).await
+    }
+
+    /// Reload whenever the config file at `path` changes: the `config-watch` task.
+    pub fn watch_config(&self, path: &std::path::Path, source: ConfigSource) {
+        self.inner.reloader.watch_config(path, source)
+    }
 }
 
-/// One call per downstream request, each making its request's [`Caller`] once.
+/// One call per downstream request, each decided with its request's [`Caller`].
 impl Proxy {
     /// One page of the merged resource list.
-    pub fn list_resources(&self, principal: &str, cursor: Option<&str>) -> Result<ListResourcesResult, ProxyError> {
-        self.lists.resources(&self.caller(principal), cursor)
+    pub fn list_resources(&self, caller: &Caller, cursor: Option<&str>) -> Result<ListResourcesResult, ProxyError> {
+        self.inner.lists.resources(caller, cursor)
     }
 
     /// One page of the merged template list.
     pub fn list_templates(
         &self,
-        principal: &str,
+        caller: &Caller,
         cursor: Option<&str>,
     ) -> Result<ListResourceTemplatesResult, ProxyError> {
-        self.lists.templates(&self.caller(principal), cursor)
+        self.inner.lists.templates(caller, cursor)
     }
 
-    /// Read a namespaced URI for `principal`.
-    pub async fn read(&self, principal: &str, uri: &str) -> Result<ReadAnswer, ProxyError> {
-        self.reads.read(&self.caller(principal), uri).await
+    /// Read a namespaced URI for `caller`; the answer's `scope` is the one the host is told.
+    pub async fn read(&self, caller: &Caller, uri: &str) -> Result<ReadAnswer, ProxyError> {
+        self.inner.reads.read(caller, uri).await
     }
 
-    /// The `cacheScope` a host is told under the policy in force (a read's answer already
-    /// carries the one decided with its caller's snapshot; applying this again changes nothing
-    /// unless the policy changed since).
-    pub fn downstream_scope(&self, upstream_scope: CacheScope) -> CacheScope {
-        self.caller("").downstream_scope(upstream_scope)
-    }
-
+    /// Register a host's notification outlet (a legacy session or a listen stream).
     pub fn register_outlet(&self, info: OutletInfo, outlet: Arc<dyn Outlet>) -> HolderId {
-        self.subscriptions.register_outlet(info, outlet)
+        self.inner.subscriptions.register_outlet(info, outlet)
     }
 
+    /// `holder` is gone: its outlet and everything it held go.
     pub fn release(&self, holder: HolderId) {
-        self.subscriptions.release(holder)
+        self.inner.subscriptions.release(holder)
     }
 
     pub fn holds_anything(&self, holder: HolderId) -> bool {
-        self.subscriptions.holds_anything(holder)
+        self.inner.subscriptions.holds_anything(holder)
     }
 
-    pub fn subscribe(&self, holder: HolderId, principal: &str, uri: &str) -> Result<(), ProxyError> {
-        self.subscriptions.subscribe(&self.caller(principal), holder, uri)
+    pub fn subscribe(&self, caller: &Caller, holder: HolderId, uri: &str) -> Result<(), ProxyError> {
+        self.inner.subscriptions.subscribe(caller, holder, uri)
     }
 
-    pub fn unsubscribe(&self, holder: HolderId, principal: &str, uri: &str) -> Result<(), ProxyError> {
-        self.subscriptions.unsubscribe(&self.caller(principal), holder, uri)
+    pub fn unsubscribe(&self, caller: &Caller, holder: HolderId, uri: &str) -> Result<(), ProxyError> {
+        self.inner.subscriptions.unsubscribe(caller, holder, uri)
     }
 
-    pub fn subscribable(&self, principal: &str, uris: &[String]) -> Vec<String> {
-        self.subscriptions.subscribable(&self.caller(principal), uris)
+    /// The subset of `uris` that `caller` may subscribe to.
+    pub fn subscribable(&self, caller: &Caller, uris: &[String]) -> Vec<String> {
+        self.inner.subscriptions.subscribable(caller, uris)
     }
 
-    /// How many more URIs `principal`'s hosts may subscribe (`server.max_subscriptions_per_principal`).
-    pub fn subscription_room(&self, principal: &str) -> usize {
-        self.subscriptions.room(&self.caller(principal))
+    /// How many more URIs `caller`'s hosts may subscribe (`server.max_subscriptions_per_principal`).
+    pub fn subscription_room(&self, caller: &Caller) -> usize {
+        self.inner.subscriptions.room(caller)
     }
-}
 
-/// The longest upstream request the cache lets a load take (with the subscription wait): the
-/// longest `request_timeout` at start (the default when none is configured yet, for the
-/// upstreams a reload adds). A longer one added later is cut to it until a restart.
-pub(crate) fn longest_request(config: &Config) -> Duration {
-    config.upstreams.iter().map(|u| u.request_timeout).max().unwrap_or(DEFAULT_REQUEST_TIMEOUT)
-}
-
-/// `request_timeout`'s default.
-const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Every notification's fate, counted.
-fn delivery_metrics(metrics: Metrics) -> Arc<dyn Fn(Delivery) + Send + Sync> {
-    let kind = |label: &str| match label {
-        "updated" => NotificationKind::Updated,
-        _ => NotificationKind::ListChanged,
-    };
-    Arc::new(move |delivery| match delivery {
-        Delivery::Delivered(label) => metrics.notification_delivered(kind(label)),
-        Delivery::DroppedFull(label) | Delivery::DroppedTimeout(label) => metrics.notification_dropped(kind(label)),
-    })
+    /// The subscriptions service, for tests that drive the event loop's side of it.
+    #[cfg(test)]
+    pub(crate) fn subscriptions(&self) -> &Subscriptions {
+        &self.inner.subscriptions
+    }
 }

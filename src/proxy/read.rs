@@ -14,18 +14,18 @@ use std::time::Duration;
 
 use rmcp::model::{CacheScope, ReadResourceResponse, ReadResourceResult, ResourceContents};
 
+use super::access::Access;
 use super::caller::Caller;
-use super::core::Core;
-use crate::coherence::{Cached, Loaded, Outcome, ReadRequest};
+use crate::coherence::{Cached, Coherence, Loaded, Outcome, ReadRequest};
 use crate::error::ProxyError;
-use crate::metrics::DenialAction;
+use crate::metrics::{DenialAction, Metrics};
 use crate::namespace;
-use crate::upstream::{Upstream, Watching};
+use crate::upstream::{Registry, Upstream, Watching};
 
 const SERVER_INFO_META_KEY: &str = "io.modelcontextprotocol/serverInfo";
 
 /// How long a cold read waits for its upstream subscription before reading unwatched.
-pub(super) const WATCH_WAIT: Duration = Duration::from_secs(2);
+pub(crate) const WATCH_WAIT: Duration = Duration::from_secs(2);
 
 /// What a read produced.
 #[derive(Debug, Clone)]
@@ -33,6 +33,7 @@ pub enum ReadAnswer {
     Result {
         result: ReadResourceResult,
         ttl: Duration,
+        /// The `cacheScope` a host is told, decided with the reading caller's policy snapshot.
         scope: CacheScope,
         outcome: Outcome,
         /// `result.contents` as JSON, when they are exactly the cache entry's (none removed
@@ -43,23 +44,24 @@ pub enum ReadAnswer {
     InputRequired(ReadResourceResponse),
 }
 
-/// The reads service.
-#[derive(Clone)]
-pub struct Reads {
-    core: Arc<Core>,
+/// The reads service, with what it uses.
+pub(crate) struct Reads {
+    /// Decides and routes the URI a host named.
+    pub(super) access: Access,
+    pub(super) upstreams: Registry,
+    /// The read cache and its coherence.
+    pub(super) cache: Coherence,
+    pub(super) metrics: Metrics,
 }
 
 impl Reads {
-    pub(crate) fn new(core: Arc<Core>) -> Self {
-        Self { core }
-    }
-
-    /// Read a namespaced URI for `caller`. The answer's `scope` is the one a host may be told.
-    pub async fn read(&self, caller: &Caller, uri: &str) -> Result<ReadAnswer, ProxyError> {
-        let route = self.core.access.route(caller, uri, DenialAction::Read)?;
+    /// Read a namespaced URI for `caller`. The answer's `scope` is the one a host may be told,
+    /// decided with the caller's policy snapshot (nothing downstream decides it again).
+    pub(crate) async fn read(&self, caller: &Caller, uri: &str) -> Result<ReadAnswer, ProxyError> {
+        let route = self.access.route(caller, uri, DenialAction::Read)?;
         let (name, original) = (route.upstream, route.original);
         // Gone since the route was decided (a reload removed it): like any unknown namespace.
-        let upstream = &self.core.upstreams.get(&name).ok_or_else(|| ProxyError::not_found(uri))?;
+        let upstream = &self.upstreams.get(&name).ok_or_else(|| ProxyError::not_found(uri))?;
         let principal = caller.principal();
         let request = ReadRequest {
             upstream: &name,
@@ -69,7 +71,7 @@ impl Reads {
             settings: &upstream.config().cache,
         };
         let load = || self.load(upstream, &name, &original, uri);
-        match self.core.cache.read(request, load).await {
+        match self.cache.read(request, load).await {
             Ok(Cached { mut result, ttl, scope, outcome, contents_json }) => {
                 // One read may carry several resources (a folder's entries, say): each must be
                 // one this principal may see.
@@ -81,7 +83,7 @@ impl Reads {
                 // The entry's JSON stands for these contents only when none was removed.
                 let contents_json = contents_json.filter(|_| result.contents.len() == kept);
                 let scope = caller.downstream_scope(scope);
-                let metrics = &self.core.metrics;
+                let metrics = &self.metrics;
                 match outcome {
                     Outcome::Hit | Outcome::Stale => metrics.cache_hit(&name),
                     Outcome::Miss | Outcome::Bypass => metrics.cache_miss(&name),
@@ -99,7 +101,7 @@ impl Reads {
 
     /// One upstream read, watched when the upstream acknowledges the subscription first.
     async fn load(&self, upstream: &Upstream, name: &str, original: &str, uri: &str) -> Result<Loaded, ProxyError> {
-        let coherence = &self.core.cache;
+        let coherence = &self.cache;
         let settings = &upstream.config().cache;
         let can_notify = upstream.can_notify();
         let mut watch = can_notify.then(|| coherence.watch(name, original, settings)).flatten();

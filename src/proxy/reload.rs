@@ -23,13 +23,20 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::Proxy;
-use super::status::ReloadReport;
+use super::events::Changes;
+use super::policies::Policies;
+use super::views::Views;
+use crate::admin::ReloadReport;
+use crate::catalog::Catalog;
+use crate::coherence::WatchBook;
 use crate::config::{Config, ConfigError, UpstreamConfig};
-use crate::upstream::{RootsChange, Upstream};
+use crate::metrics::Metrics;
+use crate::spine::Spine;
+use crate::tools::Tools;
+use crate::upstream::{EventSender, Registry, RootsChange, Upstream};
 
 /// Loads the configuration again, as at start (file, environment, command line).
 pub type ConfigSource = Arc<dyn Fn() -> Result<Config, ConfigError> + Send + Sync>;
@@ -49,42 +56,90 @@ struct UpstreamDiff {
     rerooted: Vec<UpstreamConfig>,
 }
 
-impl Proxy {
+/// The reloader: the owner of the upstream set's lifecycle (start, leave, reconnect) and of
+/// config reloads. A cheap `Clone` handle.
+#[derive(Clone)]
+pub(super) struct Reloader {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    parts: ReloaderParts,
+    /// Held while a config reload runs: reloads (SIGHUP, file change) apply one at a time.
+    reloading: tokio::sync::Mutex<()>,
+}
+
+/// What the reloader uses.
+pub(super) struct ReloaderParts {
+    /// The configuration the proxy started with: what a reload is compared against.
+    pub(super) config: Config,
+    pub(super) upstreams: Registry,
+    pub(super) catalog: Catalog,
+    pub(super) watches: Arc<WatchBook>,
+    /// Where supervisors (also those a reload starts) send their events.
+    pub(super) events: EventSender,
+    pub(super) spine: Spine,
+    pub(super) metrics: Metrics,
+    /// An upstream replaced: its cache entries go, its holders hear `updated`.
+    pub(super) changes: Changes,
+    pub(super) tools: Tools,
+    /// The policies that come with a reloaded config are put in force through these.
+    pub(super) policies: Policies,
+    pub(super) views: Views,
+    /// What the last config reload did, for `/status` (shared with it).
+    pub(super) last_reload: Arc<Mutex<Option<ReloadReport>>>,
+}
+
+impl Reloader {
+    pub(super) fn new(parts: ReloaderParts) -> Self {
+        Self { inner: Arc::new(Inner { parts, reloading: tokio::sync::Mutex::new(()) }) }
+    }
+
+    /// Start `config`'s supervisor and make it known.
+    pub(super) fn start_upstream(&self, config: UpstreamConfig) {
+        let parts = &self.inner.parts;
+        let upstream = Upstream::new(config, parts.metrics.clone());
+        parts.upstreams.insert(upstream.clone());
+        upstream.spawn(parts.catalog.clone(), parts.events.clone(), &parts.spine);
+    }
+
     /// Apply a freshly loaded configuration (or report why it cannot be).
-    pub async fn reload_config(&self, loaded: Result<Config, ConfigError>) -> ReloadReport {
-        let _one_at_a_time = self.core.reloading.lock().await;
+    pub(super) async fn reload_config(&self, loaded: Result<Config, ConfigError>) -> ReloadReport {
+        let _one_at_a_time = self.inner.reloading.lock().await;
         let report = match loaded {
             Err(error) => rejected(&error),
             Ok(next) => self.apply(next).await,
         };
-        *self.core.last_reload.lock().expect("reload lock") = Some(report.clone());
+        *self.inner.parts.last_reload.lock().expect("reload lock") = Some(report.clone());
         report
     }
 
     /// Reload whenever the config file at `path` changes (bursts coalesced): the
     /// `config-watch` task.
-    pub fn watch_config(&self, path: &Path, source: ConfigSource) {
+    pub(super) fn watch_config(&self, path: &Path, source: ConfigSource) {
         let (Some(dir), Some(file)) = (path.parent(), path.file_name()) else { return };
         let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
         let Some(mut changes) = super::watch::FileChanges::watch(dir, Some(file.to_owned()), "config file") else {
             return;
         };
-        let proxy = self.clone();
-        let shutdown = self.core.spine.shutdown();
-        self.core.spine.spawn("config-watch", async move {
+        let reloader = self.clone();
+        let spine = &self.inner.parts.spine;
+        let shutdown = spine.shutdown();
+        spine.spawn("config-watch", async move {
             while changes.next_burst(CONFIG_SETTLE, &shutdown).await {
                 tracing::info!("config file changed: reloading");
-                proxy.reload_config(source()).await;
+                reloader.reload_config(source()).await;
             }
         });
     }
 
     async fn apply(&self, next: Config) -> ReloadReport {
-        let restart_needed = restart_needed(&self.core.config, &next);
+        let parts = &self.inner.parts;
+        let restart_needed = restart_needed(&parts.config, &next);
         for section in &restart_needed {
             tracing::warn!(section, "changed in the configuration; takes effect only after a restart");
         }
-        let diff = diff(&self.core.upstreams.snapshot(), &next.upstreams);
+        let diff = diff(&parts.upstreams.snapshot(), &next.upstreams);
         for name in &diff.removed {
             self.leave(name).await;
             tracing::info!(upstream = %name, "upstream removed");
@@ -96,21 +151,21 @@ impl Proxy {
             tracing::info!(upstream = %config.name, "upstream changed; reconnecting");
         }
         for config in &diff.added {
-            self.core.start_upstream(Upstream::new(config.clone(), self.core.metrics.clone()));
+            self.start_upstream(config.clone());
             tracing::info!(upstream = %config.name, "upstream added");
         }
-        let longest = super::longest_request(&self.core.config);
+        let longest = longest_request(&parts.config);
         for config in diff.added.iter().chain(&changed_configs).filter(|c| c.request_timeout > longest) {
             tracing::warn!(upstream = %config.name, cut_to = ?longest, "request_timeout longer than any at start: reads are cut to the longest until a restart");
         }
         // From another folder, they would not be the ones the policies watch follows.
-        if next.policies.dir == self.core.config.policies.dir {
-            self.install_policy(next.policies.set.clone());
+        if next.policies.dir == parts.config.policies.dir {
+            parts.policies.install(next.policies.set.clone());
         }
         // One list_changed per host whose view changed; with upstreams reconnecting, their
         // `Up` (or `Down`) compares views once they settled, covering all of the above.
         if changed_configs.is_empty() {
-            self.core.announce_list_changes();
+            parts.views.announce();
         }
         let names = |configs: &[UpstreamConfig]| configs.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
         let (added, changed) = (names(&diff.added), names(&changed_configs));
@@ -135,7 +190,7 @@ impl Proxy {
     async fn reroot(&self, rerooted: &[UpstreamConfig]) -> (Vec<String>, Vec<UpstreamConfig>) {
         let (mut told, mut reconnect) = (Vec::new(), Vec::new());
         for config in rerooted {
-            match self.core.upstreams.get(&config.name) {
+            match self.inner.parts.upstreams.get(&config.name) {
                 Some(upstream) if upstream.set_roots(&config.roots).await == RootsChange::Changed => {
                     tracing::info!(upstream = %config.name, roots = config.roots.len(), "upstream roots changed; told it");
                     told.push(config.name.clone());
@@ -148,34 +203,35 @@ impl Proxy {
 
     /// `name` leaves: stop it, release what was held of it, forget its entries.
     async fn leave(&self, name: &str) {
-        let core = &self.core;
-        if let Some(old) = core.upstreams.remove(name)
-            && !old.stop(STOP_GRACE).await
-        {
-            tracing::warn!(upstream = name, "supervisor did not stop in time");
-        }
-        core.watches.release_upstream(name);
-        core.catalog.remove_upstream(name);
-        self.tools.upstream_left(name);
-        core.cache.invalidate_upstream(name);
-        core.metrics.upstream_removed(name);
+        let parts = &self.inner.parts;
+        self.stop(name).await;
+        parts.watches.release_upstream(name);
+        parts.catalog.remove_upstream(name);
+        parts.tools.upstream_left(name);
+        parts.changes.cache.invalidate_upstream(name);
+        parts.metrics.upstream_removed(name);
     }
 
     /// `config.name` reconnects with `config`: holds stay and are re-applied to the new
     /// connection; anything of it may have changed meanwhile.
     async fn reconnect(&self, config: UpstreamConfig) {
-        let core = &self.core;
+        let parts = &self.inner.parts;
         let name = config.name.clone();
-        if let Some(old) = core.upstreams.remove(&name)
+        self.stop(&name).await;
+        parts.catalog.remove_upstream(&name);
+        parts.tools.upstream_left(&name);
+        self.start_upstream(config);
+        parts.watches.attach(&name);
+        parts.changes.everything_changed(&name);
+    }
+
+    /// Forget `name` and stop its supervisor (its connection closed).
+    async fn stop(&self, name: &str) {
+        if let Some(old) = self.inner.parts.upstreams.remove(name)
             && !old.stop(STOP_GRACE).await
         {
-            tracing::warn!(upstream = %name, "supervisor did not stop in time");
+            tracing::warn!(upstream = name, "supervisor did not stop in time");
         }
-        core.catalog.remove_upstream(&name);
-        self.tools.upstream_left(&name);
-        core.start_upstream(Upstream::new(config, core.metrics.clone()));
-        core.watches.attach(&name);
-        self.everything_changed(&name);
     }
 }
 
@@ -251,10 +307,19 @@ fn now_unix() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
+/// The longest upstream request the cache lets a load take (with the subscription wait): the
+/// longest `request_timeout` at start (the default when none is configured yet, for the
+/// upstreams a reload adds). A longer one added later is cut to it until a restart.
+pub(super) fn longest_request(config: &Config) -> Duration {
+    config.upstreams.iter().map(|u| u.request_timeout).max().unwrap_or(DEFAULT_REQUEST_TIMEOUT)
+}
+
+/// `request_timeout`'s default.
+const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::Metrics;
 
     fn config(text: &str) -> Config {
         Config::from_toml(text, Path::new("/"), &|_| None).expect("config")

@@ -1,19 +1,40 @@
 //! The `/status` report, typed: what each upstream, the cache and the subscriptions look like
-//! now, and what the last config reload did. No JSON is built here; the admin listener
-//! serialises [`StatusReport`].
+//! now, and what the last config and policy reloads did. No JSON is built here; the admin
+//! listener serialises [`StatusReport`].
 
-pub use crate::admin::{CacheReport, ReloadReport, StatusReport, SubscriptionReport, UpstreamReport};
+use std::sync::{Arc, Mutex};
 
-use super::Proxy;
-use crate::upstream::{Upstream, UpstreamStatus};
+use super::access::Access;
+use crate::admin::{CacheReport, ReloadReport, StatusReport, SubscriptionReport, UpstreamReport};
+use crate::catalog::Catalog;
+use crate::coherence::{Coherence, WatchBook};
+use crate::config::CacheConfig;
+use crate::fanout::Fanout;
+use crate::tools::Tools;
+use crate::upstream::{Registry, Upstream, UpstreamStatus};
 
-impl Proxy {
+/// The status service, with what it reads.
+pub(super) struct Status {
+    pub(super) catalog: Catalog,
+    pub(super) tools: Tools,
+    pub(super) upstreams: Registry,
+    pub(super) cache: Coherence,
+    /// `[cache]` as at start.
+    pub(super) cache_config: CacheConfig,
+    pub(super) watches: Arc<WatchBook>,
+    pub(super) fanout: Fanout,
+    /// What the last config reload did (written by the reloader).
+    pub(super) last_reload: Arc<Mutex<Option<ReloadReport>>>,
+    /// What the last policy reload did.
+    pub(super) access: Access,
+}
+
+impl Status {
     /// What `/status` and `/readyz` show.
-    pub fn status_report(&self) -> StatusReport {
-        let core = &self.core;
-        let counts = core.catalog.snapshot().counts();
+    pub(super) fn report(&self) -> StatusReport {
+        let counts = self.catalog.snapshot().counts();
         let offered = self.tools.snapshot().counts();
-        let upstreams = core
+        let upstreams = self
             .upstreams
             .snapshot()
             .values()
@@ -26,25 +47,25 @@ impl Proxy {
                     .with_offerings(tools, prompts)
             })
             .collect();
-        let (entries, weighted_bytes) = core.cache.size();
-        let (upstream_uris, held) = core.watches.counts();
+        let (entries, weighted_bytes) = self.cache.size();
+        let (upstream_uris, held) = self.watches.counts();
         StatusReport {
             upstreams,
             cache: CacheReport {
-                enabled: core.config.cache.enabled,
+                enabled: self.cache_config.enabled,
                 entries,
                 weighted_bytes,
-                max_bytes: core.config.cache.max_bytes,
-                tracked: core.cache.tracked(),
+                max_bytes: self.cache_config.max_bytes,
+                tracked: self.cache.tracked(),
             },
-            subscriptions: SubscriptionReport { hosts: core.fanout.outlets().len(), held, upstream_uris },
-            config_reload: core.last_reload.lock().expect("reload lock").clone(),
-            policy_reload: core.access.last_reload(),
+            subscriptions: SubscriptionReport { hosts: self.fanout.outlets().len(), held, upstream_uris },
+            config_reload: self.last_reload.lock().expect("reload lock").clone(),
+            policy_reload: self.access.last_reload(),
         }
     }
 
     /// Every upstream's health, as of now.
-    pub fn statuses(&self) -> Vec<UpstreamStatus> {
-        self.core.upstreams.snapshot().values().map(Upstream::status).collect()
+    pub(super) fn statuses(&self) -> Vec<UpstreamStatus> {
+        self.upstreams.snapshot().values().map(Upstream::status).collect()
     }
 }

@@ -11,55 +11,56 @@
 
 use std::sync::Arc;
 
+use super::access::Access;
 use super::caller::Caller;
-use super::core::Core;
+use super::views::Views;
+use crate::coherence::WatchBook;
 use crate::error::ProxyError;
-use crate::fanout::{Outgoing, Outlet, OutletInfo, OutletKind};
+use crate::fanout::{Fanout, Outgoing, Outlet, OutletInfo, OutletKind};
 use crate::metrics::DenialAction;
 use crate::namespace;
 use crate::policy::PolicySet;
 use crate::subscriptions::{Caps, HolderId, OverCap};
 
-/// The subscriptions service.
+/// The subscriptions service, with what it uses. A cheap `Clone` handle.
 #[derive(Clone)]
-pub struct Subscriptions {
-    core: Arc<Core>,
+pub(crate) struct Subscriptions {
+    /// Decides and routes the URIs hosts name; the policy updates are fanned out under.
+    pub(super) access: Access,
+    pub(super) fanout: Fanout,
+    /// Every holder's subscriptions (and the cache's).
+    pub(super) watches: Arc<WatchBook>,
+    /// What a registering host sees now.
+    pub(super) views: Views,
+    /// `server.max_subscriptions_per_session` and `server.max_subscriptions_per_principal`.
+    pub(super) caps: Caps,
 }
 
 impl Subscriptions {
-    pub(crate) fn new(core: Arc<Core>) -> Self {
-        Self { core }
-    }
-
     /// Register a host's notification outlet (a legacy session or a listen stream).
-    pub fn register_outlet(&self, info: OutletInfo, outlet: Arc<dyn Outlet>) -> HolderId {
+    pub(crate) fn register_outlet(&self, info: OutletInfo, outlet: Arc<dyn Outlet>) -> HolderId {
         // What the host sees now: it hears `list_changed` only once that changes.
-        let view = if info.wants_list_changed { self.core.view_of(&info.principal) } else { 0 };
-        self.core.fanout.register(info, view, outlet)
+        let view = if info.wants_list_changed { self.views.view_of(&info.principal) } else { 0 };
+        self.fanout.register(info, view, outlet)
     }
 
     /// `holder` is gone: drop its outlet and everything it held.
-    pub fn release(&self, holder: HolderId) {
-        self.core.fanout.deregister(holder);
-        self.core.watches.release_all(holder);
+    pub(crate) fn release(&self, holder: HolderId) {
+        self.fanout.deregister(holder);
+        self.watches.release_all(holder);
     }
 
     /// Does `holder` hold any subscription?
-    pub fn holds_anything(&self, holder: HolderId) -> bool {
-        self.core.watches.holds_anything(holder)
+    pub(crate) fn holds_anything(&self, holder: HolderId) -> bool {
+        self.watches.holds_anything(holder)
     }
 
     /// `holder` subscribes to a namespaced URI, within `server.max_subscriptions_per_session`
     /// for it and `server.max_subscriptions_per_principal` for all of its principal's. Unknown
     /// and forbidden URIs are not found (whatever the caps).
-    pub fn subscribe(&self, caller: &Caller, holder: HolderId, uri: &str) -> Result<(), ProxyError> {
-        let route = self.core.access.route(caller, uri, DenialAction::Subscribe)?;
-        let server = &self.core.config.server;
-        let caps = Caps {
-            per_holder: server.max_subscriptions_per_session,
-            per_principal: server.max_subscriptions_per_principal,
-        };
-        let held = self.core.watches.hold_within(holder, caller.principal(), &route.upstream, &route.original, caps);
+    pub(crate) fn subscribe(&self, caller: &Caller, holder: HolderId, uri: &str) -> Result<(), ProxyError> {
+        let route = self.access.route(caller, uri, DenialAction::Subscribe)?;
+        let held = self.watches.hold_within(holder, caller.principal(), &route.upstream, &route.original, self.caps);
         held.map_err(|over| match over {
             OverCap::Holder(limit) => ProxyError::SubscriptionLimit {
                 holder: "this session",
@@ -76,33 +77,32 @@ impl Subscriptions {
 
     /// How many more URIs `caller`'s hosts may subscribe, across all their sessions and
     /// listen streams.
-    pub fn room(&self, caller: &Caller) -> usize {
-        let cap = self.core.config.server.max_subscriptions_per_principal;
-        cap.saturating_sub(self.core.watches.principal_holds(caller.principal()))
+    pub(crate) fn room(&self, caller: &Caller) -> usize {
+        self.caps.per_principal.saturating_sub(self.watches.principal_holds(caller.principal()))
     }
 
     /// `holder` lets go of a namespaced URI (a no-op when it did not hold it).
-    pub fn unsubscribe(&self, caller: &Caller, holder: HolderId, uri: &str) -> Result<(), ProxyError> {
-        let route = self.core.access.route(caller, uri, DenialAction::Subscribe)?;
-        self.core.watches.release(holder, &route.upstream, &route.original);
+    pub(crate) fn unsubscribe(&self, caller: &Caller, holder: HolderId, uri: &str) -> Result<(), ProxyError> {
+        let route = self.access.route(caller, uri, DenialAction::Subscribe)?;
+        self.watches.release(holder, &route.upstream, &route.original);
         Ok(())
     }
 
     /// The subset of `uris` that the caller may subscribe to: known namespaces, allowed.
-    pub fn subscribable(&self, caller: &Caller, uris: &[String]) -> Vec<String> {
-        let routable = |uri: &&String| self.core.access.route(caller, uri, DenialAction::Subscribe).is_ok();
+    pub(crate) fn subscribable(&self, caller: &Caller, uris: &[String]) -> Vec<String> {
+        let routable = |uri: &&String| self.access.route(caller, uri, DenialAction::Subscribe).is_ok();
         uris.iter().filter(routable).cloned().collect()
     }
 
     /// Drop every subscription `policy` forbids to its holder's principal.
     pub(crate) fn drop_forbidden(&self, policy: &PolicySet) {
-        for (holder, info) in self.core.fanout.outlets() {
+        for (holder, info) in self.fanout.outlets() {
             let caller = Caller::new(&info.principal, policy.clone());
-            for (upstream, original) in self.core.watches.held_by(holder) {
+            for (upstream, original) in self.watches.held_by(holder) {
                 let Some(namespaced) = namespace::namespaced(&upstream, &original) else { continue };
                 if !caller.may_see(&namespaced) {
                     tracing::info!(principal = %info.principal, uri = %namespaced, "subscription no longer allowed; dropped");
-                    self.core.watches.release(holder, &upstream, &original);
+                    self.watches.release(holder, &upstream, &original);
                 }
             }
         }
@@ -113,10 +113,10 @@ impl Subscriptions {
     /// Either way only when the holder's principal may see `uri` itself: a change of a denied
     /// sub-resource is not news to a holder of its parent (it would reveal that it exists).
     pub(crate) fn updated(&self, upstream: &str, uri: &str) {
-        let policy = self.core.access.policy();
+        let policy = self.access.policy();
         let Some(changed) = namespace::namespaced(upstream, uri) else { return };
-        for (holder, held) in self.core.watches.holders_of_update(upstream, uri) {
-            let Some(info) = self.core.fanout.info(holder) else { continue };
+        for (holder, held) in self.watches.holders_of_update(upstream, uri) {
+            let Some(info) = self.fanout.info(holder) else { continue };
             let caller = Caller::new(&info.principal, policy.clone());
             if !caller.may_see(&changed) {
                 continue;
@@ -132,9 +132,9 @@ impl Subscriptions {
     /// Anything of `upstream` may have changed: every holder hears `updated` for each URI of it
     /// that it holds and may see.
     pub(crate) fn all_updated(&self, upstream: &str) {
-        let policy = self.core.access.policy();
-        for (holder, held) in self.core.watches.holders_in(upstream) {
-            let Some(info) = self.core.fanout.info(holder) else { continue };
+        let policy = self.access.policy();
+        for (holder, held) in self.watches.holders_in(upstream) {
+            let Some(info) = self.fanout.info(holder) else { continue };
             let caller = Caller::new(&info.principal, policy.clone());
             self.deliver_updates(holder, &caller, upstream, held);
         }
@@ -144,7 +144,7 @@ impl Subscriptions {
         for original in uris {
             let Some(namespaced) = namespace::namespaced(upstream, &original) else { continue };
             if caller.may_see(&namespaced) {
-                self.core.fanout.deliver(holder, Outgoing::Updated(namespaced));
+                self.fanout.deliver(holder, Outgoing::Updated(namespaced));
             }
         }
     }

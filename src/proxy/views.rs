@@ -9,22 +9,28 @@
 //!
 //! Invariant: a host hears `list_changed` when, and only when, the digest of its principal's
 //! view differs from the one it last heard of (or registered with). Equal digests mean equal
-//! visible lists, up to 64-bit hash collisions.
+//! visible lists, up to 64-bit hash collisions. Who is told is decided by
+//! [`Fanout::tell_changed`], as for tools and prompts.
 
 use std::cell::RefCell;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hasher};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
+use super::access::Access;
 use super::caller::Caller;
-use super::core::Core;
-use crate::catalog::Snapshot;
+use crate::catalog::{Catalog, Snapshot};
+use crate::fanout::{Fanout, Outgoing, OutletInfo};
 use crate::policy::PolicySet;
 
-/// The last digest computed per principal, with what it was computed from.
-#[derive(Default)]
-pub(crate) struct ViewDigests {
-    memo: Mutex<HashMap<String, Memo>>,
+/// The views service: what it needs (the catalog, the policy in force, the outlets) and the
+/// last digest computed per principal. A cheap `Clone` handle.
+#[derive(Clone)]
+pub(crate) struct Views {
+    catalog: Catalog,
+    access: Access,
+    fanout: Fanout,
+    memo: Arc<Mutex<HashMap<String, Memo>>>,
 }
 
 struct Memo {
@@ -33,7 +39,11 @@ struct Memo {
     digest: u64,
 }
 
-impl Core {
+impl Views {
+    pub(crate) fn new(catalog: Catalog, access: Access, fanout: Fanout) -> Self {
+        Self { catalog, access, fanout, memo: Arc::default() }
+    }
+
     /// The digest of what `principal` sees now.
     pub(crate) fn view_of(&self, principal: &str) -> u64 {
         self.view_digest(&self.catalog.snapshot(), &self.access.policy(), principal)
@@ -41,57 +51,50 @@ impl Core {
 
     /// One `list_changed` to every host that wants it and whose principal's view changed since
     /// it last heard; how many were told.
-    pub(crate) fn announce_list_changes(&self) -> usize {
+    pub(crate) fn announce(&self) -> usize {
         let snapshot = self.catalog.snapshot();
         let policy = self.access.policy();
-        let principals: BTreeSet<String> = self
-            .fanout
-            .outlets()
-            .into_iter()
-            .filter(|(_, info)| info.wants_list_changed)
-            .map(|(_, info)| info.principal)
-            .collect();
-        let views: HashMap<String, u64> = principals
-            .into_iter()
-            .map(|principal| {
-                let digest = self.view_digest(&snapshot, &policy, &principal);
-                (principal, digest)
-            })
-            .collect();
-        self.fanout.broadcast_list_changed(|info| views.get(&info.principal).copied())
+        let view = |principal: &str| self.view_digest(&snapshot, &policy, principal);
+        let news = |_: &OutletInfo, view: &u64, seen: &mut u64| {
+            if view == seen {
+                return Vec::new();
+            }
+            *seen = *view;
+            vec![Outgoing::ListChanged]
+        };
+        self.fanout.tell_changed(|info| info.wants_list_changed, view, news)
     }
 
     /// The digest of what `principal` sees in `snapshot` under `policy`, from the memo when it
     /// was computed from the same two.
     fn view_digest(&self, snapshot: &Snapshot, policy: &PolicySet, principal: &str) -> u64 {
-        let views = &self.views;
         let fresh = |memo: &Memo| memo.generation == snapshot.generation && memo.policy.same(policy);
-        if let Some(memo) = views.memo.lock().expect("views lock").get(principal).filter(|m| fresh(m)) {
+        if let Some(memo) = self.memo.lock().expect("views lock").get(principal).filter(|m| fresh(m)) {
             return memo.digest;
         }
-        let digest = self.compute_view_digest(snapshot, policy, principal);
+        let digest = compute_view_digest(snapshot, policy, principal);
         let memo = Memo { generation: snapshot.generation, policy: policy.clone(), digest };
-        views.memo.lock().expect("views lock").insert(principal.to_string(), memo);
+        self.memo.lock().expect("views lock").insert(principal.to_string(), memo);
         digest
     }
+}
 
-    fn compute_view_digest(&self, snapshot: &Snapshot, policy: &PolicySet, principal: &str) -> u64 {
-        let hasher = RefCell::new(DefaultHasher::new());
-        let caller = Caller::new(principal, policy.clone());
-        snapshot.any_resource(|resource| {
-            if caller.may_see(&resource.uri) {
-                hash_json(&mut hasher.borrow_mut(), b'r', resource);
-            }
-            false
-        });
-        snapshot.any_template(|template| {
-            if caller.may_see_template(template) {
-                hash_json(&mut hasher.borrow_mut(), b't', template);
-            }
-            false
-        });
-        hasher.into_inner().finish()
-    }
+fn compute_view_digest(snapshot: &Snapshot, policy: &PolicySet, principal: &str) -> u64 {
+    let hasher = RefCell::new(DefaultHasher::new());
+    let caller = Caller::new(principal, policy.clone());
+    snapshot.any_resource(|resource| {
+        if caller.may_see(&resource.uri) {
+            hash_json(&mut hasher.borrow_mut(), b'r', resource);
+        }
+        false
+    });
+    snapshot.any_template(|template| {
+        if caller.may_see_template(template) {
+            hash_json(&mut hasher.borrow_mut(), b't', template);
+        }
+        false
+    });
+    hasher.into_inner().finish()
 }
 
 /// Add a list entry to `hasher` through its JSON form (what a host would be sent).

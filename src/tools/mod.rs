@@ -32,7 +32,6 @@ mod rewrite;
 mod rounds;
 mod sealed;
 
-use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use rmcp::model::{ListPromptsResult, ListToolsResult, Prompt, Tool};
@@ -43,7 +42,7 @@ use self::names::{Naming, Offering};
 use crate::catalog::Catalog;
 use crate::cursor::{CursorKey, ListKind, Position};
 use crate::error::ProxyError;
-use crate::fanout::{Fanout, Outgoing};
+use crate::fanout::{Fanout, Outgoing, OutletInfo};
 use crate::metrics::{DenialAction, Metrics};
 use crate::policy::PolicySet;
 pub use crate::upstream::ProgressOutlet;
@@ -153,16 +152,21 @@ impl Tools {
         self.inner.catalog.snapshot()
     }
 
-    /// One page of the merged tool list.
-    pub fn list_tools(&self, principal: &str, cursor: Option<&str>) -> Result<ListToolsResult, ProxyError> {
+    /// One page of the merged tool list, decided with `policy`, the snapshot `principal`'s
+    /// request took once (the bridge's tools that head the first page are decided with it too).
+    pub fn list_tools(
+        &self,
+        principal: &str,
+        policy: &PolicySet,
+        cursor: Option<&str>,
+    ) -> Result<ListToolsResult, ProxyError> {
         let snapshot = self.inner.catalog.snapshot();
         let offset = self.offset(principal, ListKind::Tools, cursor, &snapshot)?;
-        let policy = self.policy();
         let naming = snapshot.naming();
         let list = Some(DenialAction::List);
-        let visible = |tool: &Tool| self.allowed(&policy, principal, naming, Offering::Tool, &tool.name, list);
+        let visible = |tool: &Tool| self.allowed(policy, principal, naming, Offering::Tool, &tool.name, list);
         let page = snapshot.tools_page(offset, self.inner.page_size, &visible);
-        let items = page.items.into_iter().map(|tool| rewrite::tool_for(tool, &policy, principal)).collect();
+        let items = page.items.into_iter().map(|tool| rewrite::tool_for(tool, policy, principal)).collect();
         let mut result = ListToolsResult::with_all_items(items);
         result.next_cursor = page.next.map(|next| self.cursor(principal, ListKind::Tools, &snapshot, next));
         Ok(result)
@@ -274,27 +278,20 @@ impl Tools {
     }
 
     /// One `tools/list_changed` / `prompts/list_changed` to each host that wants it and whose
-    /// principal's visible list differs between `before` and `after`; how many were told.
+    /// principal's visible list differs between `before` and `after` (decided once per
+    /// principal by [`Fanout::tell_changed`]); how many were told.
     fn announce(&self, before: (&OfferingsSnapshot, &PolicySet), after: (&OfferingsSnapshot, &PolicySet)) -> usize {
-        let mut memo: HashMap<String, (bool, bool)> = HashMap::new();
-        let mut told = 0;
-        for (holder, info) in self.inner.fanout.outlets() {
-            if !info.wants_tools_list_changed && !info.wants_prompts_list_changed {
-                continue;
-            }
-            let (tools, prompts) = *memo.entry(info.principal.clone()).or_insert_with(|| {
-                let old = self.view(before.0, before.1, &info.principal);
-                let new = self.view(after.0, after.1, &info.principal);
-                (old.tools != new.tools || old.own != new.own, old.prompts != new.prompts)
-            });
-            if tools && info.wants_tools_list_changed {
-                told += usize::from(self.inner.fanout.deliver(holder, Outgoing::ToolsListChanged));
-            }
-            if prompts && info.wants_prompts_list_changed {
-                told += usize::from(self.inner.fanout.deliver(holder, Outgoing::PromptsListChanged));
-            }
-        }
-        told
+        let wants = |info: &OutletInfo| info.wants_tools_list_changed || info.wants_prompts_list_changed;
+        let changed = |principal: &str| {
+            let (old, new) = (self.view(before.0, before.1, principal), self.view(after.0, after.1, principal));
+            (old.tools != new.tools || old.own != new.own, old.prompts != new.prompts)
+        };
+        let news = |info: &OutletInfo, &(tools, prompts): &(bool, bool), _: &mut u64| {
+            let tools = (tools && info.wants_tools_list_changed).then_some(Outgoing::ToolsListChanged);
+            let prompts = (prompts && info.wants_prompts_list_changed).then_some(Outgoing::PromptsListChanged);
+            tools.into_iter().chain(prompts).collect()
+        };
+        self.inner.fanout.tell_changed(wants, changed, news)
     }
 
     /// What `principal` sees of a snapshot: its tools (the bridge's too, when on) and its prompts.

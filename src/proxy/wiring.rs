@@ -1,0 +1,222 @@
+//! The wiring behind [`Proxy::start`](super::Proxy::start): the handles more than one service
+//! shares are made once ([`Shared`]), and each service, background task and reloader is given
+//! exactly the ones it uses.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use super::Services;
+use super::access::Access;
+use super::events::{Changes, EventLoop, Housekeeping};
+use super::lists::Lists;
+use super::policies::Policies;
+use super::read::{self, Reads};
+use super::reload::{Reloader, ReloaderParts, longest_request};
+use super::status::Status;
+use super::subscriptions::Subscriptions;
+use super::views::Views;
+use crate::catalog::Catalog;
+use crate::coherence::{Coherence, WatchBook};
+use crate::config::Config;
+use crate::cursor::CursorKey;
+use crate::fanout::{Delivery, Fanout};
+use crate::metrics::{Metrics, NotificationKind};
+use crate::spine::Spine;
+use crate::subscriptions::{Caps, HolderId};
+use crate::tools::{Tools, ToolsParts};
+use crate::upstream::{EventInbox, EventSender, Registry};
+
+/// Hosts gone (their send task saw the transport closed) that may wait for the event loop.
+const GONE_CAPACITY: usize = 256;
+
+/// Make the services and start what runs in the background on `spine`.
+pub(super) fn start(config: Config, spine: &Spine) -> Services {
+    let shared = Shared::new(&config, spine);
+    let policies = Policies {
+        access: shared.access.clone(),
+        subscriptions: shared.subscriptions.clone(),
+        tools: shared.tools.clone(),
+        views: shared.views.clone(),
+        dir: config.policies.dir.clone(),
+    };
+    let status = Status {
+        catalog: shared.catalog.clone(),
+        tools: shared.tools.clone(),
+        upstreams: shared.upstreams.clone(),
+        cache: shared.cache.clone(),
+        cache_config: config.cache.clone(),
+        watches: shared.watches.clone(),
+        fanout: shared.fanout.clone(),
+        last_reload: Arc::default(),
+        access: shared.access.clone(),
+    };
+    let reloader = Reloader::new(ReloaderParts {
+        config: config.clone(),
+        upstreams: shared.upstreams.clone(),
+        catalog: shared.catalog.clone(),
+        watches: shared.watches.clone(),
+        events: shared.events.0.clone(),
+        spine: spine.clone(),
+        metrics: shared.metrics.clone(),
+        changes: shared.changes(),
+        tools: shared.tools.clone(),
+        policies: policies.clone(),
+        views: shared.views.clone(),
+        last_reload: status.last_reload.clone(),
+    });
+    for upstream in &config.upstreams {
+        reloader.start_upstream(upstream.clone());
+    }
+    policies.watch(spine);
+    shared.services(config, spine, status, reloader)
+}
+
+/// The handles more than one service shares, made once by [`Shared::new`].
+struct Shared {
+    metrics: Metrics,
+    upstreams: Registry,
+    catalog: Catalog,
+    cursor_key: CursorKey,
+    fanout: Fanout,
+    watches: Arc<WatchBook>,
+    cache: Coherence,
+    /// The cache's own holder id in the watch book.
+    cache_holder: HolderId,
+    access: Access,
+    views: Views,
+    tools: Tools,
+    subscriptions: Subscriptions,
+    /// Where supervisors send their events, and where the event loop takes them.
+    events: (EventSender, EventInbox),
+    /// Hosts gone, for the event loop.
+    gone: mpsc::Receiver<HolderId>,
+}
+
+impl Shared {
+    /// Make the shared handles; nothing runs yet.
+    fn new(config: &Config, spine: &Spine) -> Shared {
+        let metrics = Metrics::new();
+        let upstreams = Registry::default();
+        let catalog = Catalog::new();
+        let events = crate::upstream::events::channel(crate::upstream::events::EVENT_CAPACITY);
+        let (gone_tx, gone) = mpsc::channel(GONE_CAPACITY);
+        let fanout = Fanout::new(gone_tx, spine.clone());
+        fanout.set_delivery_hook(delivery_metrics(metrics.clone()));
+        let watches = Arc::new(WatchBook::new(upstreams.clone()));
+        let cache_holder = fanout.next_holder_id();
+        let max_load = longest_request(config) + read::WATCH_WAIT;
+        let cache = Coherence::new(config.cache.clone(), watches.clone(), cache_holder, metrics.clone(), max_load);
+        let access = Access::new(config.policies.set.clone(), upstreams.clone(), metrics.clone());
+        let views = Views::new(catalog.clone(), access.clone(), fanout.clone());
+        let cursor_key = CursorKey::random();
+        let server = &config.server;
+        let tools = Tools::new(ToolsParts {
+            resources: catalog.clone(),
+            upstreams: upstreams.clone(),
+            fanout: fanout.clone(),
+            metrics: metrics.clone(),
+            cursor_key: cursor_key.clone(),
+            page_size: server.page_size,
+            policy: access.shared_policy(),
+            bridge: config.bridge.enabled,
+            max_calls_per_principal: server.max_calls_per_principal,
+        });
+        let caps = Caps {
+            per_holder: server.max_subscriptions_per_session,
+            per_principal: server.max_subscriptions_per_principal,
+        };
+        let subscriptions = Subscriptions {
+            access: access.clone(),
+            fanout: fanout.clone(),
+            watches: watches.clone(),
+            views: views.clone(),
+            caps,
+        };
+        Shared {
+            metrics,
+            upstreams,
+            catalog,
+            cursor_key,
+            fanout,
+            watches,
+            cache,
+            cache_holder,
+            access,
+            views,
+            tools,
+            subscriptions,
+            events,
+            gone,
+        }
+    }
+
+    /// What "anything of an upstream may have changed" needs.
+    fn changes(&self) -> Changes {
+        Changes { cache: self.cache.clone(), metrics: self.metrics.clone(), subscriptions: self.subscriptions.clone() }
+    }
+
+    /// The event loop, over these handles.
+    fn event_loop(&self, config: &Config) -> EventLoop {
+        EventLoop {
+            changes: self.changes(),
+            views: self.views.clone(),
+            tools: self.tools.clone(),
+            upstreams: self.upstreams.clone(),
+            debounce: config.server.list_changed_debounce,
+        }
+    }
+
+    /// Start the event loop and cache housekeeping on `spine`, and hand the request services
+    /// what they use.
+    fn services(self, config: Config, spine: &Spine, status: Status, reloader: Reloader) -> Services {
+        self.event_loop(&config).spawn(spine, self.events.1, self.gone);
+        let housekeeping = Housekeeping {
+            cache: self.cache.clone(),
+            watches: self.watches.clone(),
+            cache_holder: self.cache_holder,
+            metrics: self.metrics.clone(),
+        };
+        housekeeping.spawn(spine);
+        let lists = Lists {
+            catalog: self.catalog,
+            access: self.access.clone(),
+            cursor_key: self.cursor_key,
+            page_size: config.server.page_size,
+        };
+        let reads = Reads {
+            access: self.access.clone(),
+            upstreams: self.upstreams.clone(),
+            cache: self.cache,
+            metrics: self.metrics.clone(),
+        };
+        Services {
+            config,
+            metrics: self.metrics,
+            spine: spine.clone(),
+            upstreams: self.upstreams,
+            access: self.access,
+            lists,
+            reads,
+            subscriptions: self.subscriptions,
+            tools: self.tools,
+            status,
+            reloader,
+        }
+    }
+}
+
+/// Every notification's fate, counted.
+fn delivery_metrics(metrics: Metrics) -> Arc<dyn Fn(Delivery) + Send + Sync> {
+    let kind = |label: &str| match label {
+        "updated" => NotificationKind::Updated,
+        _ => NotificationKind::ListChanged,
+    };
+    Arc::new(move |delivery| match delivery {
+        Delivery::Delivered(label) => metrics.notification_delivered(kind(label)),
+        Delivery::DroppedFull(label) | Delivery::DroppedTimeout(label) => metrics.notification_dropped(kind(label)),
+    })
+}
+
+#[cfg(test)]
+mod tests;
