@@ -35,7 +35,7 @@ mod sealed;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use rmcp::model::{ListPromptsResult, ListToolsResult, Prompt, Tool};
+use rmcp::model::{Icon, ListPromptsResult, ListToolsResult, Prompt, Tool};
 
 pub use self::catalog::{OfferingsCatalog, OfferingsSnapshot, UpstreamOfferings};
 pub use self::inflight::CallPermit;
@@ -162,7 +162,12 @@ impl Tools {
         let list = Some(DenialAction::List);
         let visible = |tool: &Tool| self.allowed(&policy, principal, naming, Offering::Tool, &tool.name, list);
         let page = snapshot.tools_page(offset, self.inner.page_size, &visible);
-        let items = page.items.into_iter().map(|tool| rewrite::tool_for(tool, &policy, principal)).collect();
+        let resources = self.inner.resources.snapshot();
+        let listed = |mut tool: Tool| {
+            tool.icons = listed_icons(&resources, &policy, principal, naming, &tool.name, tool.icons.take());
+            rewrite::tool_for(tool, &policy, principal)
+        };
+        let items = page.items.into_iter().map(listed).collect();
         let mut result = ListToolsResult::with_all_items(items);
         result.next_cursor = page.next.map(|next| self.cursor(principal, ListKind::Tools, &snapshot, next));
         Ok(result)
@@ -177,7 +182,13 @@ impl Tools {
         let list = Some(DenialAction::List);
         let visible = |prompt: &Prompt| self.allowed(&policy, principal, naming, Offering::Prompt, &prompt.name, list);
         let page = snapshot.prompts_page(offset, self.inner.page_size, &visible);
-        let mut result = ListPromptsResult::with_all_items(page.items);
+        let resources = self.inner.resources.snapshot();
+        let listed = |mut prompt: Prompt| {
+            prompt.icons = listed_icons(&resources, &policy, principal, naming, &prompt.name, prompt.icons.take());
+            rewrite::prompt_for(prompt, &policy, principal)
+        };
+        let items = page.items.into_iter().map(listed).collect();
+        let mut result = ListPromptsResult::with_all_items(items);
         result.next_cursor = page.next.map(|next| self.cursor(principal, ListKind::Prompts, &snapshot, next));
         Ok(result)
     }
@@ -319,6 +330,20 @@ impl Tools {
         }
         view
     }
+}
+
+/// A listed tool's or prompt's icons as `principal` may see them (see `rewrite`).
+fn listed_icons(
+    resources: &crate::catalog::Snapshot,
+    policy: &PolicySet,
+    principal: &str,
+    naming: Naming,
+    presented: &str,
+    icons: Option<Vec<Icon>>,
+) -> Option<Vec<Icon>> {
+    let icons = icons?;
+    let (upstream, _) = naming.origin(presented)?;
+    rewrite::icons_for(&rewrite::Links::new(upstream, resources, policy, principal), Some(icons))
 }
 
 /// What one principal sees: the upstreams' tools and prompts, and the proxy's own tools.
