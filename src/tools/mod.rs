@@ -18,8 +18,9 @@
 //!
 //! Invariant: a tool or prompt a principal may not use is invisible to it: not listed, and a
 //! call or get answers exactly like an unknown name. Every URI inside what is passed through
-//! (resource links, embedded resources, `_meta.ui.resourceUri`) is namespaced and checked like a
-//! read; one the principal may not see is dropped. Results are never cached.
+//! (resource links, embedded resources, `_meta.ui.resourceUri`, icons, `structuredContent`,
+//! completion values) is namespaced and checked like a read; one the principal may not see is
+//! dropped, decided by policy, never by whether it exists (`rewrite`). Results are never cached.
 
 mod call;
 mod catalog;
