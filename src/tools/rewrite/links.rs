@@ -44,16 +44,16 @@ pub(crate) struct Links<'a> {
     policy: &'a PolicySet,
     principal: &'a str,
     resources: &'a Snapshot,
-    /// The schemes `upstream` serves.
-    own: BTreeSet<String>,
+    /// The schemes `upstream` serves (computed on first need, as `others`: most results and
+    /// lists hold no string to judge).
+    own: OnceCell<BTreeSet<String>>,
     /// The schemes every other upstream serves (computed on first need).
     others: OnceCell<Vec<(String, BTreeSet<String>)>>,
 }
 
 impl<'a> Links<'a> {
     pub(crate) fn new(upstream: &'a str, resources: &'a Snapshot, policy: &'a PolicySet, principal: &'a str) -> Self {
-        let own = resources.schemes_of(upstream);
-        Self { upstream, policy, principal, resources, own, others: OnceCell::new() }
+        Self { upstream, policy, principal, resources, own: OnceCell::new(), others: OnceCell::new() }
     }
 
     pub(crate) fn upstream(&self) -> &str {
@@ -76,7 +76,7 @@ impl<'a> Links<'a> {
     /// Judge a whole string.
     pub(crate) fn judge(&self, text: &str) -> Link {
         let Some(scheme) = whole_uri_scheme(text) else { return Link::Plain };
-        if self.own.contains(&scheme) {
+        if self.own.get_or_init(|| self.resources.schemes_of(self.upstream)).contains(&scheme) {
             return match namespace::namespaced(self.upstream, text) {
                 Some(namespaced) if self.visible(&namespaced) => Link::Namespaced(namespaced),
                 Some(_) => Link::Denied,
