@@ -170,7 +170,7 @@ impl Tools {
     }
 
     /// A complete tool result from `upstream` as `principal` may see it: URIs in its blocks,
-    /// `_meta` and `structuredContent` namespaced, and what it may not read withheld.
+    /// `_meta` and `structuredContent` namespaced, and what it may not read removed.
     fn result_for(
         &self,
         upstream: &str,
@@ -178,22 +178,22 @@ impl Tools {
         policy: &PolicySet,
         principal: &str,
     ) -> CallToolResult {
-        let (content, dropped) = rewrite::blocks_for(upstream, result.content, policy, principal);
+        let resources = self.inner.resources.snapshot();
+        let links = rewrite::Links::new(upstream, &resources, policy, principal);
+        let (content, dropped) = rewrite::blocks_for(&links, result.content);
         result.content = content;
-        // A 2025-era upstream's result has no `resultType`; 2026-07-28 hosts need it
-        // (rmcp clears it again for 2025 hosts).
-        result.result_type = Some(ResultType::COMPLETE);
-        result.meta =
-            result.meta.map(|meta| rewrite::meta_for(rewrite::meta_from_upstream(upstream, meta), policy, principal));
+        result.meta = rewrite::result_meta(&links, result.meta);
         if dropped > 0 {
             self.inner.metrics.policy_denied(DenialAction::Read, None);
             tracing::debug!(upstream, principal, dropped, "tool result blocks withheld");
         }
-        if result.structured_content.is_some() {
-            let schemes = self.inner.resources.snapshot().schemes_of(upstream);
-            if rewrite::structured_for(upstream, &schemes, &mut result, policy, principal)
-                == rewrite::Structured::Withheld
-            {
+        match rewrite::structured_for(&links, &mut result) {
+            rewrite::Structured::Passed | rewrite::Structured::Rewritten { removed: 0 } => {}
+            rewrite::Structured::Rewritten { removed } => {
+                self.inner.metrics.policy_denied(DenialAction::Read, None);
+                tracing::debug!(upstream, principal, removed, "structuredContent: denied resources removed");
+            }
+            rewrite::Structured::Withheld => {
                 self.inner.metrics.policy_denied(DenialAction::Read, None);
                 tracing::debug!(
                     upstream,
@@ -201,8 +201,10 @@ impl Tools {
                     "tool result withheld: its structuredContent names a denied resource"
                 );
             }
-            result.result_type = Some(ResultType::COMPLETE);
         }
+        // A 2025-era upstream's result has no `resultType`; 2026-07-28 hosts need it
+        // (rmcp clears it again for 2025 hosts).
+        result.result_type = Some(ResultType::COMPLETE);
         result
     }
 
@@ -232,9 +234,12 @@ impl Tools {
         };
         let GetPromptResponse::Complete(mut result) = answer else { return Ok(answer) };
         result.result_type = Some(ResultType::COMPLETE);
+        let resources = self.inner.resources.snapshot();
+        let links = rewrite::Links::new(upstream.name(), &resources, &policy, principal);
+        result.meta = rewrite::result_meta(&links, result.meta);
         result.messages.retain_mut(|message| {
             let block = std::mem::replace(&mut message.content, rmcp::model::ContentBlock::text(""));
-            match rewrite::block_for(upstream.name(), block, &policy, principal) {
+            match rewrite::block_for(&links, block) {
                 Some(block) => {
                     message.content = block;
                     true
@@ -272,6 +277,15 @@ impl Tools {
         }
         let mut result = until_cancelled(cancelled, upstream.complete(params)).await?;
         result.result_type = Some(ResultType::COMPLETE);
+        let resources = self.inner.resources.snapshot();
+        let links = rewrite::Links::new(upstream.name(), &resources, &policy, principal);
+        let (completion, dropped) = rewrite::completion_for(&links, result.completion);
+        result.completion = completion;
+        result.meta = rewrite::result_meta(&links, result.meta);
+        if dropped > 0 {
+            self.inner.metrics.policy_denied(DenialAction::Read, None);
+            tracing::debug!(upstream = upstream.name(), principal, dropped, "completion values withheld");
+        }
         Ok(result)
     }
 

@@ -18,8 +18,9 @@
 //!
 //! Invariant: a tool or prompt a principal may not use is invisible to it: not listed, and a
 //! call or get answers exactly like an unknown name. Every URI inside what is passed through
-//! (resource links, embedded resources, `_meta.ui.resourceUri`) is namespaced and checked like a
-//! read; one the principal may not see is dropped. Results are never cached.
+//! (resource links, embedded resources, `_meta.ui.resourceUri`, icons, `structuredContent`,
+//! completion values) is namespaced and checked like a read; one the principal may not see is
+//! dropped, decided by policy, never by whether it exists (`rewrite`). Results are never cached.
 
 mod call;
 mod catalog;
@@ -34,7 +35,7 @@ mod sealed;
 
 use std::sync::{Arc, RwLock};
 
-use rmcp::model::{ListPromptsResult, ListToolsResult, Prompt, Tool};
+use rmcp::model::{Icon, ListPromptsResult, ListToolsResult, Prompt, Tool};
 
 pub use self::catalog::{OfferingsCatalog, OfferingsSnapshot, UpstreamOfferings};
 pub use self::inflight::CallPermit;
@@ -166,7 +167,12 @@ impl Tools {
         let list = Some(DenialAction::List);
         let visible = |tool: &Tool| self.allowed(policy, principal, naming, Offering::Tool, &tool.name, list);
         let page = snapshot.tools_page(offset, self.inner.page_size, &visible);
-        let items = page.items.into_iter().map(|tool| rewrite::tool_for(tool, policy, principal)).collect();
+        let resources = self.inner.resources.snapshot();
+        let listed = |mut tool: Tool| {
+            tool.icons = listed_icons(&resources, policy, principal, naming, &tool.name, tool.icons.take());
+            rewrite::tool_for(tool, policy, principal)
+        };
+        let items = page.items.into_iter().map(listed).collect();
         let mut result = ListToolsResult::with_all_items(items);
         result.next_cursor = page.next.map(|next| self.cursor(principal, ListKind::Tools, &snapshot, next));
         Ok(result)
@@ -181,7 +187,13 @@ impl Tools {
         let list = Some(DenialAction::List);
         let visible = |prompt: &Prompt| self.allowed(&policy, principal, naming, Offering::Prompt, &prompt.name, list);
         let page = snapshot.prompts_page(offset, self.inner.page_size, &visible);
-        let mut result = ListPromptsResult::with_all_items(page.items);
+        let resources = self.inner.resources.snapshot();
+        let listed = |mut prompt: Prompt| {
+            prompt.icons = listed_icons(&resources, &policy, principal, naming, &prompt.name, prompt.icons.take());
+            rewrite::prompt_for(prompt, &policy, principal)
+        };
+        let items = page.items.into_iter().map(listed).collect();
+        let mut result = ListPromptsResult::with_all_items(items);
         result.next_cursor = page.next.map(|next| self.cursor(principal, ListKind::Prompts, &snapshot, next));
         Ok(result)
     }
@@ -316,6 +328,20 @@ impl Tools {
         }
         view
     }
+}
+
+/// A listed tool's or prompt's icons as `principal` may see them (see `rewrite`).
+fn listed_icons(
+    resources: &crate::catalog::Snapshot,
+    policy: &PolicySet,
+    principal: &str,
+    naming: Naming,
+    presented: &str,
+    icons: Option<Vec<Icon>>,
+) -> Option<Vec<Icon>> {
+    let icons = icons?;
+    let (upstream, _) = naming.origin(presented)?;
+    rewrite::icons_for(&rewrite::Links::new(upstream, resources, policy, principal), Some(icons))
 }
 
 /// What one principal sees: the upstreams' tools and prompts, and the proxy's own tools.

@@ -12,6 +12,7 @@ mod bridge;
 mod cache;
 mod conformance;
 mod container;
+mod content;
 mod fast_path;
 mod graceful_shutdown;
 mod import;

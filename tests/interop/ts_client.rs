@@ -220,8 +220,8 @@ async fn ts_client_sees_a_denied_tool_or_prompt_exactly_like_an_unknown_one() ->
 /// A real upstream (the Python SDK) whose tool returns `structuredContent` naming its own
 /// resources: through the proxy those strings come back namespaced (and read through it),
 /// other strings untouched, the mirroring text block rewritten alike, and the TypeScript client
-/// validates the result against the tool's `outputSchema`. A result naming a resource the
-/// caller may not read is withheld as a tool error.
+/// validates the result against the tool's `outputSchema`. A hit naming a resource the caller
+/// may not read is removed: the answer is the one given when that resource does not exist.
 #[tokio::test]
 async fn structured_content_uris_are_namespaced_and_still_validate_at_the_ts_client() -> anyhow::Result<()> {
     let alice = "allow = [\"**\"]\ndeny = [\"docs+py://doc/secret/**\"]\n";
@@ -253,10 +253,8 @@ async fn structured_content_uris_are_namespaced_and_still_validate_at_the_ts_cli
         assert_eq!(structured["summary"], "py://doc/public/1 is the best match", "{mode}: prose stays");
         let mirror: Value = serde_json::from_str(&texts(result)).context("the text block is JSON")?;
         assert_eq!(&mirror, structured, "{mode}: the text block mirrors the rewritten value");
-        // A secret among the matches: alice gets a tool error that names nothing.
-        let withheld = &answers[2]["result"];
-        assert_eq!(withheld["isError"], true, "{mode}: {withheld}");
-        assert!(withheld.get("structuredContent").is_none() && !withheld.to_string().contains("secret"), "{mode}");
+        // A secret among the matches: alice gets the answer she gets when it does not exist.
+        assert_eq!(answers[2]["result"], *result, "{mode}: the secret's hit is gone, nothing else");
         // bob may read it: namespaced like the others.
         let answers = ts_ops(&proxy.url, mode, &[&bob], &[ops[0], ops[2], "read:docs+py://doc/secret/1"]).await?;
         assert_eq!(answers[1]["result"]["structuredContent"]["matches"][2]["uri"], "docs+py://doc/secret/1");
