@@ -126,6 +126,14 @@ def session(port, token):
     return sid, connection
 
 
+def bare_session(port, token):
+    """A 2025-11-25 session that says `initialize` and nothing more."""
+    body = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "measure", "version": "0"}}}
+    response, _ = post(port, token, body)
+    return response.getheader("mcp-session-id")
+
+
 def in_session(port, token, sid, connection, method, params, id_=1):
     headers = {"Mcp-Session-Id": sid, "MCP-Protocol-Version": LEGACY}
     return post(port, token, {"jsonrpc": "2.0", "id": id_, "method": method, "params": params}, headers, connection)[1]
@@ -247,7 +255,7 @@ def measure_search(binary, fixture_binary, resources=99_000, searchers=8, extra_
 
 def measure_subs(binary, fixture_binary, sessions=40, per_session=1000, idle=2000, extra_server=""):
     """RSS per subscription (one principal, `sessions` × `per_session` distinct URIs) and per
-    idle initialize-only session."""
+    idle initialize-only session, with `notifications/initialized` and without."""
     with tempfile.TemporaryDirectory() as work:
         upstream, url = fixture(fixture_binary, work, "--resources", "10", "--page-size", "100")
         server = f"max_subscriptions_per_session = {per_session}\nmax_sessions_per_principal = 10000\n{extra_server}"
@@ -272,6 +280,11 @@ def measure_subs(binary, fixture_binary, sessions=40, per_session=1000, idle=200
         after_idle = proxy.rss_kib()
         print(f"idle sessions: {idle} initialize-only sessions: RSS {before_idle} → {after_idle} KiB: "
               f"{(after_idle - before_idle) * 1024 / idle / 1024:.1f} KiB per session")
+        for _ in range(idle):
+            bare_session(proxy.port, BOB)
+        after_bare = proxy.rss_kib()
+        print(f"idle sessions: {idle} more without notifications/initialized: RSS {after_idle} → {after_bare} KiB: "
+              f"{(after_bare - after_idle) / idle:.1f} KiB per session")
         proxy.stop()
         upstream.kill()
 

@@ -2,6 +2,13 @@
 //! arm a method, each handing the request to the part that owns it — `resources`,
 //! `subscribing`, `offerings` (tools, prompts, completion) — or, for the few that are the
 //! session's own (`logging/setLevel`, `notifications/initialized`), handling it in a line or two.
+//!
+//! Invariant: every arm that awaits the proxy's work awaits it boxed (`Box::pin`). rmcp awaits
+//! `handle_request` inline in the task that runs a legacy session's handshake and lives as long
+//! as the session, and in each request's task; a task's allocation is the size of its largest
+//! state, so unboxed arms made every session pay for the largest handler future (~42 KB of a
+//! ~50 KB task in a debug build, measured with heaptrack) for its whole life. Boxed, a handler's
+//! future is allocated only while its request runs.
 
 use std::sync::LazyLock;
 
@@ -49,7 +56,7 @@ impl ServerHandler for ProxyServer {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        self.resources_list(request, context).await
+        Box::pin(self.resources_list(request, context)).await
     }
 
     async fn list_resource_templates(
@@ -57,7 +64,7 @@ impl ServerHandler for ProxyServer {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        self.resources_list_templates(request, context).await
+        Box::pin(self.resources_list_templates(request, context)).await
     }
 
     async fn read_resource(
@@ -65,7 +72,7 @@ impl ServerHandler for ProxyServer {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        self.resources_read(request, context).await
+        Box::pin(self.resources_read(request, context)).await
     }
 
     // Tools, prompts and completion: see `offerings`.
@@ -75,7 +82,7 @@ impl ServerHandler for ProxyServer {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        self.offerings_list_tools(request, context).await
+        Box::pin(self.offerings_list_tools(request, context)).await
     }
 
     async fn call_tool(
@@ -83,7 +90,7 @@ impl ServerHandler for ProxyServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        self.offerings_call_tool(request, context).await
+        Box::pin(self.offerings_call_tool(request, context)).await
     }
 
     async fn list_prompts(
@@ -91,7 +98,7 @@ impl ServerHandler for ProxyServer {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        self.offerings_list_prompts(request, context).await
+        Box::pin(self.offerings_list_prompts(request, context)).await
     }
 
     async fn get_prompt(
@@ -99,7 +106,7 @@ impl ServerHandler for ProxyServer {
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        self.offerings_get_prompt(request, context).await
+        Box::pin(self.offerings_get_prompt(request, context)).await
     }
 
     async fn complete(
@@ -107,7 +114,7 @@ impl ServerHandler for ProxyServer {
         request: CompleteRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        self.offerings_complete(request, context).await
+        Box::pin(self.offerings_complete(request, context)).await
     }
 
     /// Kept for this host session alone (an upstream connection is shared): it filters the
@@ -152,7 +159,7 @@ impl ServerHandler for ProxyServer {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.subscriptions_subscribe(request, context).await
+        Box::pin(self.subscriptions_subscribe(request, context)).await
     }
 
     async fn unsubscribe(
@@ -160,7 +167,7 @@ impl ServerHandler for ProxyServer {
         request: UnsubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.subscriptions_unsubscribe(request, context).await
+        Box::pin(self.subscriptions_unsubscribe(request, context)).await
     }
 
     fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
@@ -168,6 +175,6 @@ impl ServerHandler for ProxyServer {
     }
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
-        self.subscriptions_listen(context).await
+        Box::pin(self.subscriptions_listen(context)).await
     }
 }

@@ -368,7 +368,7 @@ impl Upstream {
             }
             let set = Arc::make_mut(set);
             match watched {
-                true => set.insert(uri.to_string()),
+                true => set.insert(uri.into()),
                 false => set.remove(uri),
             }
         });

@@ -25,15 +25,19 @@ const BATCH: Duration = Duration::from_millis(20);
 const RETRY_MIN: Duration = Duration::from_millis(250);
 const RETRY_MAX: Duration = Duration::from_secs(30);
 
-pub(super) type WatchSet = Arc<BTreeSet<String>>;
+/// A watched URI: one allocation, shared by the watch set, this module's own sets and the
+/// published [`Applied`] sets (each a pointer), not one copy of the URI in each.
+pub(super) type Uri = Arc<str>;
+
+pub(super) type WatchSet = Arc<BTreeSet<Uri>>;
 
 /// What the upstream answered for the URIs of the watch set, on the current connection.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Applied {
     /// Subscribed, acknowledged: an `updated` will come.
-    pub acknowledged: BTreeSet<String>,
+    pub acknowledged: BTreeSet<Uri>,
     /// Refused (an error reply, or left out of a listen acknowledgement): never notified.
-    pub refused: BTreeSet<String>,
+    pub refused: BTreeSet<Uri>,
 }
 
 pub(super) type AppliedSet = Arc<Applied>;
@@ -102,7 +106,7 @@ async fn keep_legacy(
     let mut first = true;
     loop {
         // Only the differences are copied out of the wanted set.
-        let (to_add, to_drop): (Vec<String>, Vec<String>) = {
+        let (to_add, to_drop): (Vec<Uri>, Vec<Uri>) = {
             let wanted = desired.borrow_and_update();
             let new = wanted.iter().filter(|uri| !state.subscribed.contains(*uri) && !state.refused.contains(*uri));
             let gone = state.subscribed.iter().chain(state.refused.iter()).filter(|uri| !wanted.contains(*uri));
@@ -139,10 +143,10 @@ struct Legacy<'a> {
     link: &'a Link,
     applied: &'a watch::Sender<AppliedSet>,
     notices: &'a mpsc::UnboundedSender<Notice>,
-    subscribed: BTreeSet<String>,
-    refused: BTreeSet<String>,
+    subscribed: BTreeSet<Uri>,
+    refused: BTreeSet<Uri>,
     /// Unsubscribed in the last batch: a read may have seen them acknowledged just before.
-    dropped: BTreeSet<String>,
+    dropped: BTreeSet<Uri>,
 }
 
 /// The connection broke.
@@ -151,23 +155,23 @@ struct Broken;
 impl Legacy<'_> {
     /// Subscribe `uri`; `again` when it was dropped in the batch before: a read that saw it
     /// acknowledged then may have missed a change in between, so it is reported as changed.
-    async fn subscribe(&mut self, uri: String, again: bool) -> Result<(), Broken> {
+    async fn subscribe(&mut self, uri: Uri, again: bool) -> Result<(), Broken> {
         let (link, applied) = (self.link, self.applied);
         #[allow(deprecated)]
-        let result = link.peer.subscribe(SubscribeRequestParams::new(uri.clone())).await;
+        let result = link.peer.subscribe(SubscribeRequestParams::new(uri.to_string())).await;
         match result {
             Ok(()) => {
                 publish(applied, |set| {
                     set.acknowledged.insert(uri.clone());
                 });
                 if again {
-                    let _ = self.notices.send(Notice::MayHaveChanged(uri.clone()));
+                    let _ = self.notices.send(Notice::MayHaveChanged(uri.to_string()));
                 }
                 self.subscribed.insert(uri);
             }
             Err(ServiceError::McpError(e)) => {
                 let upstream = self.upstream;
-                tracing::warn!(upstream, uri, error = %e.message, "upstream refused a subscription: never notified");
+                tracing::warn!(upstream, uri = &*uri, error = %e.message, "upstream refused a subscription: never notified");
                 publish(applied, |set| {
                     set.refused.insert(uri.clone());
                 });
@@ -179,7 +183,7 @@ impl Legacy<'_> {
     }
 
     /// Unsubscribe `uri`; no longer acknowledged from before the request goes out.
-    async fn unsubscribe(&mut self, uri: String) -> Result<(), Broken> {
+    async fn unsubscribe(&mut self, uri: Uri) -> Result<(), Broken> {
         let applied = self.applied;
         if self.refused.remove(&uri) {
             publish(applied, |set| {
@@ -192,7 +196,7 @@ impl Legacy<'_> {
         });
         self.subscribed.remove(&uri);
         #[allow(deprecated)]
-        let result = self.link.peer.unsubscribe(UnsubscribeRequestParams::new(uri.clone())).await;
+        let result = self.link.peer.unsubscribe(UnsubscribeRequestParams::new(uri.to_string())).await;
         self.dropped.insert(uri);
         match result {
             Err(ref e) if !matches!(e, ServiceError::McpError(_)) => Err(Broken),
@@ -212,7 +216,7 @@ struct Listen<'a> {
 
 impl Listen<'_> {
     async fn run(&self, mut desired: watch::Receiver<WatchSet>, stop: &CancellationToken) {
-        let mut current: Option<(Subscription, BTreeSet<String>)> = None;
+        let mut current: Option<(Subscription, BTreeSet<Uri>)> = None;
         let mut dropped = BTreeSet::new();
         let mut resumed = true;
         let mut retry = RETRY_MIN;
@@ -266,16 +270,16 @@ impl Listen<'_> {
     /// Listen for `wanted` instead and publish what the upstream acknowledged.
     async fn apply(
         &self,
-        current: &mut Option<(Subscription, BTreeSet<String>)>,
-        wanted: &BTreeSet<String>,
-        dropped: &mut BTreeSet<String>,
+        current: &mut Option<(Subscription, BTreeSet<Uri>)>,
+        wanted: &BTreeSet<Uri>,
+        dropped: &mut BTreeSet<Uri>,
         resumed: &mut bool,
     ) -> Result<(), ServiceError> {
         // What leaves the set is no longer acknowledged from before the old stream ends.
         let left = self.withdraw(wanted);
         self.replace(current, wanted).await?;
         tracing::debug!(upstream = self.upstream, watched = wanted.len(), "upstream subscriptions applied");
-        let acknowledged = current.as_ref().map(|(s, _)| acknowledged_uris(s)).unwrap_or_default();
+        let acknowledged = current.as_ref().map(|(s, _)| acknowledged_uris(s, wanted)).unwrap_or_default();
         let refused = wanted.difference(&acknowledged).cloned().collect();
         if std::mem::take(resumed) {
             report_all(wanted.iter(), self.notices);
@@ -290,7 +294,7 @@ impl Listen<'_> {
     }
 
     /// Take what is not `wanted` out of the acknowledged set; returns it.
-    fn withdraw(&self, wanted: &BTreeSet<String>) -> BTreeSet<String> {
+    fn withdraw(&self, wanted: &BTreeSet<Uri>) -> BTreeSet<Uri> {
         let mut left = BTreeSet::new();
         self.applied.send_if_modified(|set| {
             left = set.acknowledged.difference(wanted).cloned().collect();
@@ -305,8 +309,8 @@ impl Listen<'_> {
     /// to listen for, just close the old one.
     async fn replace(
         &self,
-        current: &mut Option<(Subscription, BTreeSet<String>)>,
-        wanted: &BTreeSet<String>,
+        current: &mut Option<(Subscription, BTreeSet<Uri>)>,
+        wanted: &BTreeSet<Uri>,
     ) -> Result<(), ServiceError> {
         let mut builder = SubscriptionFilter::builder();
         let caps = &self.link.capabilities;
@@ -320,7 +324,7 @@ impl Listen<'_> {
             builder = builder.prompts_list_changed();
         }
         if !wanted.is_empty() {
-            builder = builder.resource_subscriptions(wanted.iter().cloned());
+            builder = builder.resource_subscriptions(wanted.iter().map(|uri| uri.to_string()));
         }
         let next = match self.lists_change || !wanted.is_empty() {
             true => Some((self.link.peer.listen(builder.build()).await?, wanted.clone())),
@@ -334,7 +338,7 @@ impl Listen<'_> {
 }
 
 /// The next notice of the current stream; `None` when it ended. Pending while there is none.
-async fn next_of(current: &mut Option<(Subscription, BTreeSet<String>)>) -> Option<Notice> {
+async fn next_of(current: &mut Option<(Subscription, BTreeSet<Uri>)>) -> Option<Notice> {
     let Some((subscription, _)) = current.as_mut() else { return std::future::pending().await };
     loop {
         match subscription.next().await {
@@ -350,13 +354,15 @@ async fn next_of(current: &mut Option<(Subscription, BTreeSet<String>)>) -> Opti
     }
 }
 
-fn acknowledged_uris(subscription: &Subscription) -> BTreeSet<String> {
-    subscription.acknowledged().resource_subscriptions.iter().flatten().cloned().collect()
+/// The URIs the stream's acknowledgement names, each the `wanted` set's own when it has it.
+fn acknowledged_uris(subscription: &Subscription, wanted: &BTreeSet<Uri>) -> BTreeSet<Uri> {
+    let named = subscription.acknowledged().resource_subscriptions.iter().flatten();
+    named.map(|uri| wanted.get(uri.as_str()).cloned().unwrap_or_else(|| uri.as_str().into())).collect()
 }
 
-fn report_all<'a>(uris: impl Iterator<Item = &'a String>, notices: &mpsc::UnboundedSender<Notice>) {
+fn report_all<'a>(uris: impl Iterator<Item = &'a Uri>, notices: &mpsc::UnboundedSender<Notice>) {
     for uri in uris {
-        let _ = notices.send(Notice::MayHaveChanged(uri.clone()));
+        let _ = notices.send(Notice::MayHaveChanged(uri.to_string()));
     }
 }
 
