@@ -9,7 +9,7 @@ use rmcp::model::{ListResourceTemplatesResult, ListResourcesResult};
 use super::caller::Caller;
 use super::core::Core;
 use crate::catalog::Snapshot;
-use crate::cursor::{ListKind, Position};
+use crate::cursor::ListKind;
 use crate::error::ProxyError;
 
 /// The lists service.
@@ -52,17 +52,11 @@ impl Lists {
         cursor: Option<&str>,
         snapshot: &Snapshot,
     ) -> Result<usize, ProxyError> {
-        let Some(cursor) = cursor else { return Ok(0) };
         let key = &self.core.cursor_key;
-        let position = key.decode(caller.principal(), list, cursor).map_err(|_| ProxyError::InvalidCursor)?;
-        if position.generation != snapshot.generation {
-            return Err(ProxyError::InvalidCursor);
-        }
-        usize::try_from(position.offset).map_err(|_| ProxyError::InvalidCursor)
+        key.page_start(caller.principal(), list, snapshot.generation, cursor).map_err(|_| ProxyError::InvalidCursor)
     }
 
     fn cursor(&self, caller: &Caller, list: ListKind, snapshot: &Snapshot, offset: usize) -> String {
-        let position = Position { list, generation: snapshot.generation, offset: offset as u64 };
-        self.core.cursor_key.encode(caller.principal(), position)
+        self.core.cursor_key.page_cursor(caller.principal(), list, snapshot.generation, offset)
     }
 }
