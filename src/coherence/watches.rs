@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use crate::subscriptions::{Caps, HolderId, Key, OverCap, Holdings};
+use crate::subscriptions::{Caps, HolderId, Holdings, Key, OverCap};
 use crate::upstream::Registry;
 
 /// Shared by the proxy and the cache's holds.

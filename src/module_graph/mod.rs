@@ -6,6 +6,7 @@
 
 mod scan;
 mod submodules;
+mod traits;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -27,6 +28,7 @@ const FLOORS: &[&[&str]] = &[
         "catalog",
         "spine",
         "ready_file",
+        "host",
     ],
     // Pure decisions over the facts, and the folder server (an MCP server of its own).
     &["policy", "serve_dir"],
@@ -149,7 +151,16 @@ fn the_scan_sees_every_form_of_a_module_path() {
         scan::paths(&scan::strip_comments(text)).into_iter().map(|(_, path)| path.join("::")).collect();
     assert_eq!(
         paths,
-        ["crate::config::Config", "crate::cache", "crate::metrics::Metrics", "crate::uri::check", "super::a", "super::b::c", "super::b::d", "self::e::F"]
+        [
+            "crate::config::Config",
+            "crate::cache",
+            "crate::metrics::Metrics",
+            "crate::uri::check",
+            "super::a",
+            "super::b::c",
+            "super::b::d",
+            "self::e::F"
+        ]
     );
     let circle: BTreeMap<String, BTreeSet<String>> = [("a", "b"), ("b", "c"), ("c", "a")]
         .into_iter()

@@ -243,7 +243,8 @@ fn reexports(text: &str, children: &BTreeSet<&str>) -> BTreeMap<String, String> 
     let mut found = BTreeMap::new();
     for statement in text.split(';') {
         let statement = statement.trim();
-        let Some(used) = ["pub use ", "pub(crate) use ", "pub(super) use "].iter().find_map(|p| statement.strip_prefix(p))
+        let Some(used) =
+            ["pub use ", "pub(crate) use ", "pub(super) use "].iter().find_map(|p| statement.strip_prefix(p))
         else {
             continue;
         };

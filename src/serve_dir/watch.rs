@@ -94,11 +94,7 @@ pub(super) fn start(root: Arc<Root>, subscribers: Arc<Subscribers>, spine: &Spin
 }
 
 /// The `serve-dir-watch` task: one round of notifications per burst, until the watcher goes.
-async fn watch_loop(
-    mut queue: Queue,
-    root: Arc<Root>,
-    subscribers: Arc<Subscribers>,
-) {
+async fn watch_loop(mut queue: Queue, root: Arc<Root>, subscribers: Arc<Subscribers>) {
     tracing::debug!(uri = %root.uri(), "serve-dir-watch started");
     while let Some(first) = queue.recv().await {
         let mut change = Change::default();

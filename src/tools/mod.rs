@@ -44,9 +44,9 @@ use crate::catalog::Catalog;
 use crate::cursor::{CursorKey, ListKind};
 use crate::error::ProxyError;
 use crate::fanout::{Fanout, Outgoing};
+pub use crate::host::ProgressOutlet;
 use crate::metrics::{DenialAction, Metrics};
 use crate::policy::PolicySet;
-pub use crate::upstream::ProgressOutlet;
 use crate::upstream::{Offered, Registry, UpstreamEvent};
 
 /// A cheap `Clone` handle on the tools-and-prompts service.
