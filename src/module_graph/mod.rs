@@ -6,6 +6,7 @@
 
 mod scan;
 mod submodules;
+mod tasks;
 mod traits;
 
 use std::collections::{BTreeMap, BTreeSet};
