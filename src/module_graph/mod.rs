@@ -1,8 +1,12 @@
-//! The house's floors, checked: every top-level module of the library imports only from
-//! modules on a lower floor, so there is no import circle. The test reads `src/**/*.rs`, takes
-//! every `crate::<module>` path outside comments as an edge between top-level modules, and
-//! checks each edge against [`FLOORS`]. A new module gets a floor here; an edge that goes up
-//! or sideways fails with the file and line that made it.
+//! The house's layer rules, checked by reading `src/**/*.rs` (`scan`: every module path outside
+//! comments — `crate::`, `super::`, `self::`, groups, re-exports — resolved to its module):
+//! - floors: every top-level module imports only from modules on a lower floor ([`FLOORS`]),
+//!   so there is no import circle between them; a new module gets a floor here, and an edge
+//!   that goes up or sideways fails with the file and line that made it;
+//! - `submodules`: no import circle among the sub-modules of any module either;
+//! - `traits`: neither rmcp edge (`upstream`, `downstream`) has its traits implemented outside
+//!   it — what an upstream call needs of its host is a ground-floor contract (`host`);
+//! - `tasks`: no unbounded channel, and long-lived tasks only through the spine.
 
 mod scan;
 mod submodules;
