@@ -17,6 +17,7 @@ use notify::event::{AccessKind, AccessMode, Flag, ModifyKind};
 use notify::{Config, Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::{Notify, mpsc};
 use tokio::time::{Instant, timeout, timeout_at};
+use tokio_util::sync::CancellationToken;
 
 use super::paths::Root;
 use super::subscribers::{Change, Notice, Subscribers, Target};
@@ -89,14 +90,19 @@ pub(super) fn start(root: Arc<Root>, subscribers: Arc<Subscribers>, spine: &Spin
     let config = Config::default().with_follow_symlinks(false);
     let mut watcher = RecommendedWatcher::new(handler, config).map_err(io::Error::other)?;
     watcher.watch(root.dir(), RecursiveMode::Recursive).map_err(io::Error::other)?;
-    spine.spawn("serve-dir-watch", watch_loop(queue, root, subscribers));
+    spine.spawn("serve-dir-watch", watch_loop(queue, root, subscribers, spine.shutdown()));
     Ok(watcher)
 }
 
 /// The `serve-dir-watch` task: one round of notifications per burst, until the watcher goes.
-async fn watch_loop(mut queue: Queue, root: Arc<Root>, subscribers: Arc<Subscribers>) {
+async fn watch_loop(mut queue: Queue, root: Arc<Root>, subscribers: Arc<Subscribers>, shutdown: CancellationToken) {
     tracing::debug!(uri = %root.uri(), "serve-dir-watch started");
-    while let Some(first) = queue.recv().await {
+    loop {
+        let first = tokio::select! {
+            first = queue.recv() => first,
+            _ = shutdown.cancelled() => None,
+        };
+        let Some(first) = first else { break };
         let mut change = Change::default();
         absorb(&mut change, &root, first);
         gather_burst(&mut queue, &mut change, &root).await;

@@ -174,9 +174,20 @@ async fn start(
                 .map_err(|e| format!("folder {}: {e}", path.display()))?;
             let (client_side, server_side) = tokio::io::duplex(1 << 20);
             let upstream = name.clone();
+            let shutdown = spine.shutdown();
             spine.spawn(format!("folder-server:{name}"), async move {
                 match folder.serve(server_side).await {
-                    Ok(running) => drop(running.waiting().await),
+                    Ok(running) => {
+                        let closing = running.cancellation_token();
+                        let mut waiting = std::pin::pin!(running.waiting());
+                        tokio::select! {
+                            _ = &mut waiting => {}
+                            _ = shutdown.cancelled() => {
+                                closing.cancel();
+                                drop(waiting.await);
+                            }
+                        }
+                    }
                     Err(e) => tracing::warn!(upstream, error = %e, "folder server ended"),
                 }
             });

@@ -26,6 +26,7 @@ use rmcp::model::{
 use rmcp::transport::Transport;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout};
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::faults::Fault;
@@ -128,7 +129,7 @@ impl StdioUpstream {
         let generation = output.child_started();
         match child.stderr.take() {
             Some(stderr) => {
-                let keep = keep_stderr(stderr, output.clone(), generation, upstream.clone());
+                let keep = keep_stderr(stderr, output.clone(), generation, upstream.clone(), spine.shutdown());
                 spine.spawn(format!("stderr:{upstream}"), keep.in_current_span());
             }
             None => output.closed(generation),
@@ -352,9 +353,16 @@ async fn keep_stderr(
     output: Arc<ChildOutput>,
     generation: u64,
     upstream: Arc<str>,
+    shutdown: CancellationToken,
 ) {
     let mut lines = BufReader::new(stderr).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
+    loop {
+        // A child's own child may hold stderr open past the child: shutdown does not wait for it.
+        let line = tokio::select! {
+            line = lines.next_line() => line,
+            _ = shutdown.cancelled() => break,
+        };
+        let Ok(Some(line)) = line else { break };
         tracing::debug!(upstream = &*upstream, line, "upstream stderr");
         output.push(generation, &line);
     }
