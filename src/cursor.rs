@@ -43,6 +43,8 @@ pub enum CursorError {
     Forged,
     #[error("cursor belongs to another list")]
     WrongList,
+    #[error("cursor is from an older version of the list")]
+    Stale,
 }
 
 /// The secret cursors are authenticated with. One per process: cursors do not survive a
@@ -95,6 +97,29 @@ impl CursorKey {
         Ok(Position { list: kind, generation, offset })
     }
 
+    /// Where a page of `list` (at catalog `generation`) starts for `principal`: the start
+    /// without a cursor, else the cursor's offset — when it decodes and is of this generation.
+    /// The one paging rule of every merged list (resources, templates, tools, prompts).
+    pub fn page_start(
+        &self,
+        principal: &str,
+        list: ListKind,
+        generation: u64,
+        cursor: Option<&str>,
+    ) -> Result<usize, CursorError> {
+        let Some(cursor) = cursor else { return Ok(0) };
+        let position = self.decode(principal, list, cursor)?;
+        if position.generation != generation {
+            return Err(CursorError::Stale);
+        }
+        usize::try_from(position.offset).map_err(|_| CursorError::Malformed)
+    }
+
+    /// The cursor of the page of `list` (at catalog `generation`) that starts at `offset`.
+    pub fn page_cursor(&self, principal: &str, list: ListKind, generation: u64, offset: usize) -> String {
+        self.encode(principal, Position { list, generation, offset: offset as u64 })
+    }
+
     fn mac(&self, principal: &str, body: &[u8]) -> Hmac<Sha256> {
         let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("any key length");
         mac.update(&(principal.len() as u64).to_be_bytes());
@@ -139,6 +164,17 @@ mod tests {
 
     fn check(cursor: &str, principal: &str, list: ListKind, expected: Result<Position, CursorError>) {
         assert_eq!(key().decode(principal, list, cursor), expected, "cursor {cursor:?}");
+    }
+
+    #[test]
+    fn a_page_starts_where_its_cursor_says_in_the_same_generation_only() {
+        let list = ListKind::Tools;
+        assert_eq!(key().page_start("alice", list, 9, None), Ok(0));
+        let cursor = key().page_cursor("alice", list, 9, 50);
+        assert_eq!(key().page_start("alice", list, 9, Some(&cursor)), Ok(50));
+        assert_eq!(key().page_start("alice", list, 10, Some(&cursor)), Err(CursorError::Stale));
+        assert_eq!(key().page_start("bob", list, 9, Some(&cursor)), Err(CursorError::Forged));
+        assert_eq!(key().page_start("alice", ListKind::Prompts, 9, Some(&cursor)), Err(CursorError::WrongList));
     }
 
     #[test]

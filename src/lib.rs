@@ -18,6 +18,7 @@
 //! - [`upstream`]: connecting (stdio, HTTP, in-process folder), the era probe, supervision.
 //! - [`downstream`]: the rmcp `ServerHandler` hosts talk to, over stdio and streamable HTTP.
 //! - [`subscriptions`]: who holds which upstream URI; reference counts (pure).
+//! - [`host`]: what a routed call's host offers the upstream side (`HostRelay`, `ProgressOutlet`): a contract both edges import.
 //! - [`fanout`]: per-host bounded queues and sender tasks for notifications.
 //! - [`proxy`]: capability services (lists, reads, subscriptions, access) over one shared core, behind the `Proxy` handle; live config reload.
 //! - [`spine`]: every background task, named, owned and drained in one place.
@@ -42,6 +43,7 @@ pub mod cursor;
 pub mod downstream;
 pub mod error;
 pub mod fanout;
+pub mod host;
 pub mod listener;
 pub mod logging;
 pub mod mcp_json;

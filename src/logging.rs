@@ -2,7 +2,8 @@
 //!
 //! rmcp's service logs at `error` when it cannot write a response because the other side is
 //! gone — `failed to send pending response during drain error=channel closed` when a host
-//! closes a 2026-07-28 listen stream, and the like. A host leaving is ordinary: the proxy
+//! closes a 2026-07-28 listen stream, `broken pipe` when the in-process folder server's last
+//! answer finds its connection already closed at shutdown, and the like. A host leaving is ordinary: the proxy
 //! notes it at `debug` itself (its outlet goes, its subscriptions are released). Other rmcp
 //! errors still show.
 //!
@@ -37,7 +38,7 @@ impl<S> Filter<S> for WithoutPeerGone {
 /// Whether an rmcp error text says only that the other side is gone.
 pub fn says_peer_gone(error: &str) -> bool {
     let error = error.to_ascii_lowercase();
-    ["channel closed", "transport closed", "connection closed"].iter().any(|gone| error.contains(gone))
+    ["channel closed", "transport closed", "connection closed", "broken pipe"].iter().any(|gone| error.contains(gone))
 }
 
 /// The text of an event's `error` field.
@@ -75,6 +76,7 @@ mod tests {
         check("channel closed", true);
         check("Transport closed", true);
         check("connection closed: initialize response", true);
+        check("broken pipe", true);
         check("task 12 panicked", false);
         check("invalid params", false);
     }

@@ -29,10 +29,14 @@ pub enum OverCap {
     Principal(usize),
 }
 
+/// Who holds which (upstream, URI), with reference counts: the bookkeeping behind the watch
+/// book (`coherence`). Not the hosts' subscriptions service (`proxy::Subscriptions`), which
+/// holds through it.
+///
 /// Every key is stored once (an `Arc` shared by the key's entry and each holder's set), so a
 /// hold costs a pointer in two sets, not two more copies of the upstream name and URI.
 #[derive(Debug, Default)]
-pub struct Subscriptions {
+pub struct Holdings {
     by_key: BTreeMap<Arc<Key>, Holders>,
     by_holder: HashMap<HolderId, Held>,
     /// Holds of each principal's holders (only holders held under [`Caps`] count).
@@ -50,7 +54,7 @@ struct Held {
     keys: BTreeSet<Arc<Key>>,
 }
 
-impl Subscriptions {
+impl Holdings {
     pub fn new() -> Self {
         Self::default()
     }
@@ -261,7 +265,7 @@ mod tests {
 
     #[test]
     fn first_hold_starts_and_last_release_stops() {
-        let mut subs = Subscriptions::new();
+        let mut subs = Holdings::new();
         assert!(subs.hold(1, key("a", "x://1")));
         assert!(!subs.hold(2, key("a", "x://1")));
         assert!(!subs.hold(2, key("a", "x://1")), "holding twice is holding once");
@@ -274,7 +278,7 @@ mod tests {
 
     #[test]
     fn a_holder_that_goes_releases_everything() {
-        let mut subs = Subscriptions::new();
+        let mut subs = Holdings::new();
         subs.hold(1, key("a", "x://1"));
         subs.hold(1, key("b", "x://2"));
         subs.hold(2, key("b", "x://2"));
@@ -289,7 +293,7 @@ mod tests {
     #[test]
     fn caps_count_per_holder_and_across_a_principals_holders() {
         let caps = Caps { per_holder: 2, per_principal: 3 };
-        let mut subs = Subscriptions::new();
+        let mut subs = Holdings::new();
         assert_eq!(subs.hold_within(1, "bob", key("a", "x://1"), caps), Ok(true));
         assert_eq!(subs.hold_within(1, "bob", key("a", "x://2"), caps), Ok(true));
         assert_eq!(subs.hold_within(1, "bob", key("a", "x://1"), caps), Ok(false), "held again: no new hold");
@@ -310,7 +314,7 @@ mod tests {
 
     #[test]
     fn many_holders_of_one_key_leave_in_any_order() {
-        let mut subs = Subscriptions::new();
+        let mut subs = Holdings::new();
         let holders = [5, 3, 9, 1, 7];
         for holder in holders {
             subs.hold(holder, key("a", "x://1"));
@@ -331,7 +335,7 @@ mod tests {
 
     #[test]
     fn updates_reach_holders_of_the_uri_and_of_its_parents_only() {
-        let mut subs = Subscriptions::new();
+        let mut subs = Holdings::new();
         subs.hold(1, key("a", "file:///d"));
         subs.hold(2, key("a", "file:///d/f.md"));
         subs.hold(3, key("a", "file:///dx"));

@@ -13,18 +13,18 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use crate::subscriptions::{Caps, HolderId, Key, OverCap, Subscriptions};
+use crate::subscriptions::{Caps, HolderId, Holdings, Key, OverCap};
 use crate::upstream::Registry;
 
 /// Shared by the proxy and the cache's holds.
 pub(crate) struct WatchBook {
-    subscriptions: Mutex<Subscriptions>,
+    subscriptions: Mutex<Holdings>,
     upstreams: Registry,
 }
 
 impl WatchBook {
     pub fn new(upstreams: Registry) -> Self {
-        Self { subscriptions: Mutex::new(Subscriptions::new()), upstreams }
+        Self { subscriptions: Mutex::new(Holdings::new()), upstreams }
     }
 
     /// `upstream` (just put in the registry) gets every URI of it somebody holds.
@@ -61,7 +61,7 @@ impl WatchBook {
         }
     }
 
-    /// A host's hold, within `caps` (see [`Subscriptions::hold_within`]).
+    /// A host's hold, within `caps` (see [`Holdings::hold_within`]).
     pub fn hold_within(
         &self,
         holder: HolderId,
@@ -136,7 +136,7 @@ impl WatchBook {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Subscriptions> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Holdings> {
         self.subscriptions.lock().expect("subscriptions lock")
     }
 }

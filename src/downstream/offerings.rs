@@ -18,7 +18,7 @@ use rmcp::service::{Peer, RequestContext, RoleServer};
 use tokio::sync::mpsc;
 
 use super::ProxyServer;
-use crate::tools::ProgressOutlet;
+use crate::host::ProgressOutlet;
 
 /// Progress notifications that may wait for a slow host before new ones are dropped.
 const PROGRESS_QUEUE: usize = 64;

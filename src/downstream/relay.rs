@@ -32,8 +32,8 @@ use rmcp::model::{
 use rmcp::service::{OriginatingRequestId, Peer, RequestContext, RoleServer};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::host::HostRelay;
 use crate::protocol::Era;
-use crate::upstream::HostRelay;
 
 /// Relayed messages of one call that may wait for its task.
 const RELAY_QUEUE: usize = 64;

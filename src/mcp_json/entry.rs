@@ -1,34 +1,15 @@
 //! One server entry → one upstream: its transport from `type` / `command` / `url`, its strings
 //! through the variable mapping and the secret check, its name made valid and unique.
 
-use std::collections::{BTreeMap, BTreeSet};
-
 use serde_json::{Map, Value};
 
-use super::vars::Inputs;
-use super::{Import, ImportError, ImportedTransport, ImportedUpstream, Note, Origin, secrets, vars};
+use super::state::State;
+use super::{ImportedTransport, ImportedUpstream, secrets, vars};
 use crate::namespace::is_valid_upstream_name;
-use crate::problem::Problem;
 
 /// Keys hosts use that the proxy has no equivalent for: noted, not a problem.
 const IGNORED_KEYS: &[&str] =
     &["description", "autoApprove", "alwaysAllow", "disabledTools", "timeout", "gallery", "version", "envFile", "dev"];
-
-/// The import in progress: what is decided so far for every entry.
-pub(super) struct State<'a> {
-    pub(super) origin: &'a Origin,
-    pub(super) inputs: Inputs,
-    pub(super) notes: Vec<Note>,
-    pub(super) problems: Vec<Problem>,
-    pub(super) variables: BTreeSet<String>,
-    /// Every variable a moved secret was given, with the value it stands for (only to tell two
-    /// different secrets of the same name apart; never written).
-    pub(super) secret_values: BTreeMap<String, String>,
-    /// The entry being imported.
-    pub(super) current: String,
-    upstreams: Vec<ImportedUpstream>,
-    names: BTreeSet<String>,
-}
 
 /// The transport an entry asks for.
 enum Kind {
@@ -37,20 +18,6 @@ enum Kind {
 }
 
 impl<'a> State<'a> {
-    pub(super) fn new(origin: &'a Origin, inputs: Inputs) -> Self {
-        State {
-            origin,
-            inputs,
-            notes: Vec::new(),
-            problems: Vec::new(),
-            variables: BTreeSet::new(),
-            secret_values: BTreeMap::new(),
-            current: String::new(),
-            upstreams: Vec::new(),
-            names: BTreeSet::new(),
-        }
-    }
-
     /// Import the entry `entry` (at `at` in the file).
     pub(super) fn entry(&mut self, at: &str, entry: &str, value: &Value) {
         self.current = entry.to_string();
@@ -76,25 +43,6 @@ impl<'a> State<'a> {
         if self.problems.len() == before {
             self.upstreams.push(ImportedUpstream { name, entry: entry.to_string(), transport });
         }
-    }
-
-    pub(super) fn finish(self) -> Result<Import, ImportError> {
-        if !self.problems.is_empty() {
-            return Err(ImportError { problems: self.problems, notes: self.notes });
-        }
-        if self.upstreams.is_empty() {
-            let problem = Problem::new("file", "no server could be imported (see the notes above)");
-            return Err(ImportError { problems: vec![problem], notes: self.notes });
-        }
-        Ok(Import { upstreams: self.upstreams, notes: self.notes, variables: self.variables })
-    }
-
-    pub(super) fn problem(&mut self, at: &str, message: &str) {
-        self.problems.push(Problem::new(at, message));
-    }
-
-    pub(super) fn note(&mut self, entry: &str, message: &str) {
-        self.notes.push(Note { entry: entry.to_string(), message: message.to_string() });
     }
 
     /// stdio or HTTP, from `type` or else from which of `command` and `url` is there.

@@ -13,6 +13,7 @@
 
 mod entry;
 mod secrets;
+mod state;
 mod toml_out;
 mod vars;
 
@@ -99,7 +100,7 @@ pub fn import(text: &str, origin: &Origin) -> Result<Import, ImportError> {
         ImportError::one("no `mcpServers` (Claude Desktop, Cursor) or `servers` (VS Code) object of servers".into())
     })?;
     let inputs = vars::inputs(root.get("inputs").or_else(|| root.get("mcp").and_then(|m| m.get("inputs"))));
-    let mut state = entry::State::new(origin, inputs);
+    let mut state = state::State::new(origin, inputs);
     for (name, value) in servers {
         state.entry(&format!("{key}.{name}"), name, value);
     }

@@ -3,7 +3,7 @@
 //! random string), and the password of a URL, become `${VAR}` references. The note names the
 //! variable; the value itself is never written or shown.
 
-use super::entry::State;
+use super::state::State;
 use super::vars::{is_variable_name, reference, variable_name};
 
 /// Words of a name that say it holds a secret.

@@ -3,15 +3,11 @@
 //! `${workspaceFolder}` → the workspace's path; `${X}` already is one. Anything else is a
 //! problem naming it.
 
-use std::collections::BTreeMap;
 use std::convert::Infallible;
 
 use serde_json::Value;
 
-use super::entry::State;
-
-/// VS Code `inputs`: id → its description.
-pub(super) type Inputs = BTreeMap<String, String>;
+use super::state::{Inputs, State};
 
 /// The `inputs` array of a VS Code file (entries without an `id` are left out).
 pub(super) fn inputs(value: Option<&Value>) -> Inputs {

@@ -7,7 +7,7 @@ use rmcp::model::{ListResourceTemplatesResult, ListResourcesResult};
 use super::access::Access;
 use super::caller::Caller;
 use crate::catalog::{Catalog, Snapshot};
-use crate::cursor::{CursorKey, ListKind, Position};
+use crate::cursor::{CursorKey, ListKind};
 use crate::error::ProxyError;
 
 /// The lists service, with what it uses.
@@ -52,17 +52,11 @@ impl Lists {
         cursor: Option<&str>,
         snapshot: &Snapshot,
     ) -> Result<usize, ProxyError> {
-        let Some(cursor) = cursor else { return Ok(0) };
         let key = &self.cursor_key;
-        let position = key.decode(caller.principal(), list, cursor).map_err(|_| ProxyError::InvalidCursor)?;
-        if position.generation != snapshot.generation {
-            return Err(ProxyError::InvalidCursor);
-        }
-        usize::try_from(position.offset).map_err(|_| ProxyError::InvalidCursor)
+        key.page_start(caller.principal(), list, snapshot.generation, cursor).map_err(|_| ProxyError::InvalidCursor)
     }
 
     fn cursor(&self, caller: &Caller, list: ListKind, snapshot: &Snapshot, offset: usize) -> String {
-        let position = Position { list, generation: snapshot.generation, offset: offset as u64 };
-        self.cursor_key.encode(caller.principal(), position)
+        self.cursor_key.page_cursor(caller.principal(), list, snapshot.generation, offset)
     }
 }

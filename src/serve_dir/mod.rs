@@ -44,6 +44,8 @@ use paths::Root;
 pub use paths::UriBase;
 use subscribers::Subscribers;
 
+use crate::spine::Spine;
+
 /// A folder served as MCP resources. Cheap to clone; clones share the watcher and the
 /// registrations, so one value can serve many sessions.
 #[derive(Clone)]
@@ -80,11 +82,18 @@ impl FolderServer {
         Self::with_uri_base(dir, UriBase::Relative)
     }
 
-    /// The same, naming files as `base` says.
+    /// The same, naming files as `base` says; its watch task on a spine of its own (the
+    /// `serve-dir` command, tests).
     pub fn with_uri_base(dir: &Path, base: UriBase) -> std::io::Result<FolderServer> {
+        Self::on_spine(dir, base, &Spine::new())
+    }
+
+    /// The same, its watch task (`serve-dir-watch`) on `spine`: the proxy's in-process folder
+    /// upstreams.
+    pub fn on_spine(dir: &Path, base: UriBase, spine: &Spine) -> std::io::Result<FolderServer> {
         let root = Arc::new(Root::new(dir, base)?);
         let subscribers = Arc::new(Subscribers::default());
-        let watcher = watch::start(root.clone(), subscribers.clone())?;
+        let watcher = watch::start(root.clone(), subscribers.clone(), spine)?;
         let inner = Inner { root, subscribers, _watcher: watcher };
         Ok(FolderServer { inner: Arc::new(inner) })
     }

@@ -26,10 +26,11 @@ use super::rounds::{self, Inputs};
 use super::sealed::Holder;
 use super::{ProgressOutlet, Tools, rewrite};
 use crate::error::ProxyError;
+use crate::host::HostRelay;
 use crate::metrics::DenialAction;
 use crate::namespace;
 use crate::policy::PolicySet;
-use crate::upstream::{HostRelay, Upstream};
+use crate::upstream::Upstream;
 
 impl Tools {
     /// Call a namespaced tool for `principal`.

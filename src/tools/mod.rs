@@ -41,12 +41,12 @@ pub use self::catalog::{OfferingsCatalog, OfferingsSnapshot, UpstreamOfferings};
 pub use self::inflight::CallPermit;
 use self::names::{Naming, Offering};
 use crate::catalog::Catalog;
-use crate::cursor::{CursorKey, ListKind, Position};
+use crate::cursor::{CursorKey, ListKind};
 use crate::error::ProxyError;
 use crate::fanout::{Fanout, Outgoing, OutletInfo};
+pub use crate::host::ProgressOutlet;
 use crate::metrics::{DenialAction, Metrics};
 use crate::policy::PolicySet;
-pub use crate::upstream::ProgressOutlet;
 use crate::upstream::{Offered, Registry, UpstreamEvent};
 
 /// A cheap `Clone` handle on the tools-and-prompts service.
@@ -236,17 +236,12 @@ impl Tools {
         cursor: Option<&str>,
         snapshot: &OfferingsSnapshot,
     ) -> Result<usize, ProxyError> {
-        let Some(cursor) = cursor else { return Ok(0) };
-        let position = self.inner.cursor_key.decode(principal, list, cursor).map_err(|_| ProxyError::InvalidCursor)?;
-        if position.generation != snapshot.generation {
-            return Err(ProxyError::InvalidCursor);
-        }
-        usize::try_from(position.offset).map_err(|_| ProxyError::InvalidCursor)
+        let key = &self.inner.cursor_key;
+        key.page_start(principal, list, snapshot.generation, cursor).map_err(|_| ProxyError::InvalidCursor)
     }
 
     fn cursor(&self, principal: &str, list: ListKind, snapshot: &OfferingsSnapshot, offset: usize) -> String {
-        let position = Position { list, generation: snapshot.generation, offset: offset as u64 };
-        self.inner.cursor_key.encode(principal, position)
+        self.inner.cursor_key.page_cursor(principal, list, snapshot.generation, offset)
     }
 
     /// Namespace every name (skipping, logging and counting those outside the spec's rules)

@@ -33,7 +33,7 @@ use rmcp::model::{
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ProxyError;
-use crate::upstream::HostRelay;
+use crate::host::HostRelay;
 
 /// How every `requestState` the proxy mints begins.
 pub(super) const STATE_PREFIX: &str = "mcp-proxy-input:";

@@ -16,7 +16,8 @@ use rmcp::ErrorData;
 use rmcp::model::{ErrorCode, InputRequest, InputRequiredResult, InputResponses};
 
 use crate::error::ProxyError;
-use crate::upstream::{HostRelay, Upstream};
+use crate::host::HostRelay;
+use crate::upstream::Upstream;
 
 /// How many times one call is retried with a host's answers before it fails.
 pub(super) const MAX_ROUNDS: usize = 8;

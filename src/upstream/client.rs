@@ -1,5 +1,5 @@
 //! The proxy's client side of one upstream connection: it identifies the proxy, turns the
-//! upstream's legacy notifications into [`Notice`]s for the supervisor, and relays sampling and
+//! upstream's legacy notifications into `Notice`s for the supervisor, and relays sampling and
 //! elicitation of a routed call to the host that made it (`relay`), and answers `roots/list`
 //! with the upstream's configured roots (`roots`). Log messages never reach
 //! it: the connection's transport relays them as they are read (`tap`).
@@ -15,29 +15,16 @@ use rmcp::model::{
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleClient};
 use rmcp::{ClientHandler, ErrorData};
-use tokio::sync::mpsc;
 
-use super::relay::{self, HostRelay, RelayBook};
+use super::notices::{Notice, NoticeSender};
+use super::relay::{self, RelayBook};
 use super::roots::Roots;
-
-/// What an upstream said, for its supervisor.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Notice {
-    ListChanged,
-    /// The upstream said this URI changed.
-    Updated(String),
-    /// The URI may have changed unseen (a fresh connection, a listen stream that ended).
-    MayHaveChanged(String),
-    /// It said `tools/list_changed` or `prompts/list_changed`.
-    OfferingsChanged,
-    /// The upstream sent something faulty that no request could be failed for (for `/status`).
-    Fault(String),
-}
+use crate::host::HostRelay;
 
 /// One per connection; rmcp runs each callback in its own task.
 #[derive(Clone)]
 pub(crate) struct UpstreamClient {
-    notices: mpsc::UnboundedSender<Notice>,
+    notices: NoticeSender,
     protocol_version: ProtocolVersion,
     /// The routed calls in flight on this upstream, for what it asks for them.
     relays: Arc<RelayBook>,
@@ -46,12 +33,7 @@ pub(crate) struct UpstreamClient {
 }
 
 impl UpstreamClient {
-    pub fn new(
-        notices: mpsc::UnboundedSender<Notice>,
-        protocol_version: ProtocolVersion,
-        relays: Arc<RelayBook>,
-        roots: Roots,
-    ) -> Self {
+    pub fn new(notices: NoticeSender, protocol_version: ProtocolVersion, relays: Arc<RelayBook>, roots: Roots) -> Self {
         Self { notices, protocol_version, relays, roots }
     }
 
@@ -98,11 +80,11 @@ impl ClientHandler for UpstreamClient {
     }
 
     async fn on_resource_updated(&self, params: ResourceUpdatedNotificationParam, _: NotificationContext<RoleClient>) {
-        let _ = self.notices.send(Notice::Updated(params.uri));
+        self.notices.send(Notice::Updated(params.uri));
     }
 
     async fn on_resource_list_changed(&self, _: NotificationContext<RoleClient>) {
-        let _ = self.notices.send(Notice::ListChanged);
+        self.notices.send(Notice::ListChanged);
     }
 
     async fn create_message(
@@ -130,10 +112,10 @@ impl ClientHandler for UpstreamClient {
     }
 
     async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {
-        let _ = self.notices.send(Notice::OfferingsChanged);
+        self.notices.send(Notice::OfferingsChanged);
     }
 
     async fn on_prompt_list_changed(&self, _: NotificationContext<RoleClient>) {
-        let _ = self.notices.send(Notice::OfferingsChanged);
+        self.notices.send(Notice::OfferingsChanged);
     }
 }

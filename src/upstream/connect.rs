@@ -17,8 +17,9 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use super::client::{Notice, UpstreamClient};
+use super::client::UpstreamClient;
 use super::http::GuardedHttpClient;
+use super::notices::NoticeSender;
 use super::progress::ProgressRoutes;
 use super::reason::{ChildOutput, initialize_failure};
 use super::relay::RelayBook;
@@ -29,6 +30,7 @@ use super::thin::{HANDED_ON_QUEUE, Inlet, ThinReader};
 use crate::config::{ProtocolChoice, UpstreamConfig, UpstreamTransport};
 use crate::protocol::{Era, LEGACY_HANDSHAKE, version_of};
 use crate::serve_dir::FolderServer;
+use crate::spine::Spine;
 
 pub(crate) type Running = RunningService<RoleClient, UpstreamClient>;
 /// A connection and, over streamable HTTP, its thin read client.
@@ -56,15 +58,14 @@ enum Plan {
 /// 2026-07-28 keeps that era's cache hints.
 pub(crate) async fn connect(
     config: &UpstreamConfig,
-    notices: mpsc::UnboundedSender<Notice>,
+    notices: NoticeSender,
     progress: &ProgressRoutes,
     remembered: Option<Era>,
-    output: &Arc<ChildOutput>,
-    relays: &Arc<RelayBook>,
-    roots: &Roots,
+    standing: Standing<'_>,
 ) -> Result<(Running, Era, Option<ThinReader>), String> {
     let plan = plan(&config.protocol, remembered);
-    let start = |plan| start(config, &notices, progress, plan, output, relays, roots);
+    let roots = standing.roots;
+    let start = |plan| start(config, &notices, progress, plan, standing);
     let (running, thin) = match plan {
         Plan::Auto => match start(Plan::Legacy(LEGACY_HANDSHAKE)).await {
             Ok(running) if keeps_2025(&running.0, roots) => running,
@@ -83,6 +84,16 @@ pub(crate) async fn connect(
     running.set_response_cache_config(ClientCacheConfig::disabled()).await;
     let era = Era::of_negotiated(running.peer_info().as_ref().map(|info| &info.protocol_version));
     Ok((running, era, thin))
+}
+
+/// What a connection is given of its upstream that outlives it: where the child's output goes,
+/// the routed calls that relay, the roots it is answered, and the spine its tasks run on.
+#[derive(Clone, Copy)]
+pub(crate) struct Standing<'a> {
+    pub output: &'a Arc<ChildOutput>,
+    pub relays: &'a Arc<RelayBook>,
+    pub roots: &'a Roots,
+    pub spine: &'a Spine,
 }
 
 /// rmcp's Auto can fail against legacy-only servers instead of falling back: retry with the
@@ -142,13 +153,12 @@ fn lifecycle(plan: &Plan) -> ClientLifecycleMode {
 
 async fn start(
     config: &UpstreamConfig,
-    notices: &mpsc::UnboundedSender<Notice>,
+    notices: &NoticeSender,
     progress: &ProgressRoutes,
     plan: Plan,
-    output: &Arc<ChildOutput>,
-    relays: &Arc<RelayBook>,
-    roots: &Roots,
+    standing: Standing<'_>,
 ) -> Result<Connected, String> {
+    let Standing { output, relays, roots, spine } = standing;
     let handshake_version = match &plan {
         Plan::Legacy(v) => v.clone(),
         _ => LEGACY_HANDSHAKE,
@@ -160,13 +170,24 @@ async fn start(
     let name = &config.name;
     match &config.transport {
         UpstreamTransport::Dir { path, uri_base } => {
-            let folder =
-                FolderServer::with_uri_base(path, *uri_base).map_err(|e| format!("folder {}: {e}", path.display()))?;
+            let folder = FolderServer::on_spine(path, *uri_base, spine)
+                .map_err(|e| format!("folder {}: {e}", path.display()))?;
             let (client_side, server_side) = tokio::io::duplex(1 << 20);
             let upstream = name.clone();
-            tokio::spawn(async move {
+            let shutdown = spine.shutdown();
+            spine.spawn(format!("folder-server:{name}"), async move {
                 match folder.serve(server_side).await {
-                    Ok(running) => drop(running.waiting().await),
+                    Ok(running) => {
+                        let closing = running.cancellation_token();
+                        let mut waiting = std::pin::pin!(running.waiting());
+                        tokio::select! {
+                            _ = &mut waiting => {}
+                            _ = shutdown.cancelled() => {
+                                closing.cancel();
+                                drop(waiting.await);
+                            }
+                        }
+                    }
                     Err(e) => tracing::warn!(upstream, error = %e, "folder server ended"),
                 }
             });
@@ -182,7 +203,7 @@ async fn start(
                 command.current_dir(cwd);
             }
             let transport =
-                StdioUpstream::spawn(command, config.max_response_bytes, notices.clone(), output.clone(), name)
+                StdioUpstream::spawn(command, config.max_response_bytes, notices.clone(), output.clone(), name, spine)
                     .map_err(|e| format!("cannot start `{program}`: {e}"))?;
             let transport = tap.on(transport);
             let running = handler.serve_with_lifecycle(transport, mode).await;

@@ -54,9 +54,17 @@ pub enum Lost {
 impl Lost {
     /// `self` with `event` (which was dropped) added.
     fn with(self, event: &UpstreamEvent) -> Lost {
-        match (self, event) {
-            (Lost::Updated(mut uris), UpstreamEvent::ResourceUpdated { uri, .. }) => {
-                uris.insert(uri.clone());
+        match event {
+            UpstreamEvent::ResourceUpdated { uri, .. } => self.and(Lost::Updated(BTreeSet::from([uri.clone()]))),
+            _ => Lost::Everything,
+        }
+    }
+
+    /// What both may have said: the URIs of both while they are at most [`LOST_URIS_MAX`].
+    pub(crate) fn and(self, other: Lost) -> Lost {
+        match (self, other) {
+            (Lost::Updated(mut uris), Lost::Updated(more)) => {
+                uris.extend(more);
                 if uris.len() > LOST_URIS_MAX { Lost::Everything } else { Lost::Updated(uris) }
             }
             _ => Lost::Everything,
@@ -128,6 +136,18 @@ impl EventSender {
                 self.overflow.wake.notify_one();
             }
         }
+    }
+}
+
+impl EventSender {
+    /// Report `upstream` overflowed with `lost` (what its own first hop could not keep): the
+    /// loop hands it on like an overflow of this queue.
+    pub fn overflowed(&self, upstream: &str, lost: Lost) {
+        let mut upstreams = self.overflow.upstreams.lock().expect("overflow lock");
+        let before = upstreams.remove(upstream).unwrap_or(Lost::Updated(BTreeSet::new()));
+        upstreams.insert(upstream.to_string(), before.and(lost));
+        drop(upstreams);
+        self.overflow.wake.notify_one();
     }
 }
 

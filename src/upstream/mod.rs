@@ -16,9 +16,11 @@
 mod client;
 mod connect;
 pub mod events;
+mod failures;
 mod faults;
 mod http;
 mod listing;
+mod notices;
 mod offerings;
 mod progress;
 mod reason;
@@ -34,14 +36,13 @@ mod watching;
 
 use std::sync::{Arc, Mutex};
 
-use rmcp::model::{ErrorCode, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities};
-use rmcp::service::{Peer, RoleClient, ServiceError};
+use rmcp::model::{ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities};
+use rmcp::service::{Peer, RoleClient};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
 pub use self::events::{EventInbox, EventSender, Inbound, Lost};
 pub use self::registry::Registry;
-pub use self::relay::HostRelay;
 pub use self::roots::RootsChange;
 use crate::catalog::Catalog;
 use crate::config::{UpstreamConfig, UpstreamTransport};
@@ -51,7 +52,6 @@ use crate::protocol::{Era, method};
 use crate::spine::Spine;
 
 pub use self::offerings::Offered;
-pub use self::progress::ProgressOutlet;
 
 /// What upstreams tell the rest of the proxy.
 #[derive(Debug, Clone, PartialEq)]
@@ -293,38 +293,6 @@ impl Upstream {
                 timeout: self.inner.config.request_timeout,
             })
         })
-    }
-
-    fn read_error(&self, uri: &str, error: ServiceError, connection_open: bool) -> ProxyError {
-        if let ServiceError::McpError(e) = &error
-            && let Some(fault) = faults::Fault::of(e)
-        {
-            return self.read_fault(uri, fault);
-        }
-        if let Some(reason) = self.reply_failure(&error, connection_open) {
-            tracing::warn!(upstream = self.name(), uri, error = %error, "upstream read failed; connection kept");
-            return self.failed(reason);
-        }
-        match error {
-            // -32602 is what 2026-07-28 servers (and some 2025 ones) say for an unknown URI.
-            ServiceError::McpError(e)
-                if e.code == ErrorCode::RESOURCE_NOT_FOUND || e.code == ErrorCode::INVALID_PARAMS =>
-            {
-                ProxyError::not_found(uri)
-            }
-            // The folder server is the proxy's own: its message is ours, and names the cause.
-            ServiceError::McpError(e) if self.is_folder() => self.failed(e.message.to_string()),
-            ServiceError::McpError(e) => {
-                tracing::debug!(upstream = self.name(), uri, error = %e.message, "upstream read failed");
-                self.failed(format!("it answered with error {}", e.code.0))
-            }
-            ServiceError::UnexpectedResponse => self.failed("it sent an unexpected response".into()),
-            other => {
-                tracing::warn!(upstream = self.name(), uri, error = %other, "upstream connection broken");
-                self.inner.broken.notify_one();
-                ProxyError::UpstreamDown { upstream: self.name().to_string() }
-            }
-        }
     }
 
     fn failed(&self, reason: String) -> ProxyError {

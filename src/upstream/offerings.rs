@@ -8,8 +8,8 @@
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResponse, CancelledNotificationParam, ClientRequest,
-    CompleteRequestParams, CompleteResult, ErrorCode, GetExtensions, GetPromptRequest, GetPromptRequestParams,
-    GetPromptResponse, PaginatedRequestParams, Prompt, RequestId, ServerResult, Tool,
+    CompleteRequestParams, CompleteResult, GetExtensions, GetPromptRequest, GetPromptRequestParams, GetPromptResponse,
+    PaginatedRequestParams, Prompt, RequestId, ServerResult, Tool,
 };
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient, ServiceError};
 
@@ -18,16 +18,10 @@ use std::sync::Arc;
 use super::listing::{PageError, all_pages, empty_if_unsupported, list_outcome};
 use super::progress::{ProgressClaim, ProgressRoutes};
 use super::relay::RelayClaim;
-use super::{HostRelay, Link, ProgressOutlet, Upstream};
+use super::{Link, Upstream};
 use crate::error::ProxyError;
+use crate::host::{HostRelay, ProgressOutlet};
 use crate::protocol::Era;
-
-/// Why a 2026-07-28 upstream failed a call with -32600, in the host's words: what servers that
-/// serve both eras (the Python SDK 2.x) answer when a call asks the host for sampling,
-/// elicitation or roots, requests that era has no channel for.
-const NO_BACK_CHANNEL: &str = "it refused the call as invalid (-32600); the proxy speaks 2026-07-28 to it, and in that era a \
-     server cannot ask the host for sampling, elicitation or roots during a call (its operator can set \
-     `protocol = \"2025-11-25\"` for this upstream)";
 
 /// What an upstream offers besides resources.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -183,51 +177,6 @@ impl Upstream {
         let elapsed = started.elapsed();
         self.inner.metrics.upstream_request(self.name(), method, crate::metrics::outcome(&result), elapsed);
         result
-    }
-
-    fn request_error(&self, method: &'static str, error: ServiceError, connection_open: bool) -> ProxyError {
-        if let ServiceError::McpError(e) = &error
-            && let Some(fault) = super::faults::Fault::of(e)
-        {
-            tracing::warn!(
-                upstream = self.name(),
-                method,
-                fault = fault.kind(),
-                "upstream request failed: faulty reply"
-            );
-            self.record_fault(format!("{method}: {}", fault.describe()));
-            return self.failed(fault.describe());
-        }
-        if let Some(reason) = self.reply_failure(&error, connection_open) {
-            tracing::warn!(upstream = self.name(), method, error = %error, "upstream request failed; connection kept");
-            return self.failed(reason);
-        }
-        match error {
-            ServiceError::McpError(e) if e.code == ErrorCode::INVALID_PARAMS => {
-                tracing::debug!(upstream = self.name(), method, error = %e.message, "upstream refused the params");
-                ProxyError::InvalidParams(format!("upstream `{}` refused the {method} arguments", self.name()))
-            }
-            ServiceError::McpError(e) if e.code == ErrorCode::INVALID_REQUEST && self.speaks_2026(method) => {
-                tracing::debug!(upstream = self.name(), method, error = %e.message, "upstream refused a request of its era");
-                self.failed(NO_BACK_CHANNEL.into())
-            }
-            ServiceError::McpError(e) => {
-                tracing::debug!(upstream = self.name(), method, error = %e.message, "upstream request failed");
-                self.failed(format!("it answered with error {}", e.code.0))
-            }
-            ServiceError::UnexpectedResponse => self.failed("it sent an unexpected response".into()),
-            other => {
-                tracing::warn!(upstream = self.name(), method, error = %other, "upstream connection broken");
-                self.inner.broken.notify_one();
-                ProxyError::UpstreamDown { upstream: self.name().to_string() }
-            }
-        }
-    }
-
-    /// Is `method` a routed call on a 2026-07-28 connection (where the upstream cannot ask the
-    /// host anything by a request of its own)?
-    fn speaks_2026(&self, method: &str) -> bool {
-        matches!(method, "tools/call" | "prompts/get") && self.link().is_ok_and(|link| link.era == Era::Modern)
     }
 
     fn count<T>(&self, method: &'static str, result: &Result<T, PageError>, started: std::time::Instant) {

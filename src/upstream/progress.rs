@@ -14,11 +14,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use rmcp::model::{ClientRequest, GetExtensions, GetMeta, JsonRpcRequest, ProgressNotificationParam, ProgressToken};
 
-/// Where one call's progress goes (a host's request); never waits.
-pub trait ProgressOutlet: Send + Sync + 'static {
-    /// Pass on progress (with the upstream request's token; the outlet puts the host's own in).
-    fn send(&self, progress: ProgressNotificationParam);
-}
+use crate::host::ProgressOutlet;
 
 /// Put on a request (its extensions) that wants its progress: the tap registers the outlet under
 /// the token rmcp gave the request as the request is written, before the upstream can answer.

@@ -44,15 +44,13 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
-use futures::future::BoxFuture;
-use rmcp::ErrorData;
 use rmcp::model::{
-    ClientRequest, CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult, Extensions,
-    GetExtensions, GetMeta, JsonObject, JsonRpcRequest, LoggingLevel, LoggingMessageNotification,
-    LoggingMessageNotificationParam, NotificationMetaObject, NumberOrString, ProgressToken, RequestId,
-    RequestMetaObject,
+    ClientRequest, Extensions, GetExtensions, GetMeta, JsonObject, JsonRpcRequest, LoggingMessageNotification,
+    NotificationMetaObject, NumberOrString, ProgressToken, RequestId, RequestMetaObject,
 };
 use rmcp::service::InboundStreamOrigin;
+
+use crate::host::HostRelay;
 
 /// The request `_meta` key by which a 2026-07-28 request opts in to log messages of at least
 /// that level (there is no `logging/setLevel` in that era).
@@ -65,38 +63,6 @@ pub(crate) const CALL_KEY: &str = "io.github.mcp-resource-proxy/call";
 /// The `_meta` key by which a message of a stdio upstream names its call: the progress token
 /// of the call's request.
 const PROGRESS_TOKEN_KEY: &str = "progressToken";
-
-/// The host side of one routed call: where what the upstream sends for it goes. Never waits
-/// on a host in `log`; `sample`/`elicit` end when the host answers or the call is over.
-pub trait HostRelay: Send + Sync + 'static {
-    /// `sampling/createMessage` to the host (an error when it did not declare `sampling`).
-    fn sample(&self, params: CreateMessageRequestParams) -> BoxFuture<'static, Result<CreateMessageResult, ErrorData>>;
-    /// `elicitation/create` to the host (an error when it did not declare `elicitation`).
-    fn elicit(&self, params: ElicitRequestParams) -> BoxFuture<'static, Result<ElicitResult, ErrorData>>;
-    /// `notifications/message` to the host, if its level lets it through.
-    fn log(&self, params: LoggingMessageNotificationParam);
-    /// The least level of log messages the host wants, if it said (`logging/setLevel`).
-    fn log_level(&self) -> Option<LoggingLevel>;
-    /// Whether the host takes an `input_required` result itself (2026-07-28). When it does not
-    /// (2025), the proxy asks it each input request through `sample`/`elicit` and retries.
-    fn takes_input_required(&self) -> bool {
-        true
-    }
-    /// Whether the host declared `sampling`: it may be asked for a message.
-    fn declares_sampling(&self) -> bool {
-        true
-    }
-    /// Whether the host declared `elicitation`: it may be asked for input.
-    fn declares_elicitation(&self) -> bool {
-        true
-    }
-    /// Whose call this is (the principal's identity key), when known. A stdio upstream whose
-    /// calls have all come from one principal may have its unnamed messages relayed to that
-    /// principal's lone call in flight; an unknown tenant counts as another principal.
-    fn tenant(&self) -> Option<Arc<str>> {
-        None
-    }
-}
 
 /// How a message from the upstream can be attributed.
 #[derive(Debug, Clone, PartialEq)]
@@ -335,6 +301,12 @@ pub(crate) fn mark_notification(message: &mut serde_json::Value, call: Option<&R
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+    use futures::future::BoxFuture;
+    use rmcp::ErrorData;
+    use rmcp::model::{
+        CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult, LoggingLevel,
+        LoggingMessageNotificationParam,
+    };
     use serde_json::json;
 
     /// A host that keeps the data of the log messages it is given.

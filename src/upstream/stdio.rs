@@ -26,13 +26,14 @@ use rmcp::model::{
 use rmcp::transport::Transport;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout};
-use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::client::Notice;
 use super::faults::Fault;
+use super::notices::{Notice, NoticeSender};
 use super::reason::ChildOutput;
 use super::scan::{TopLevelScan, scan};
+use crate::spine::Spine;
 
 /// What a child inherits of the proxy's environment without being told (plus every `LC_*`):
 /// enough to find programs, a home, a temporary folder and the locale; on Windows, what
@@ -95,7 +96,7 @@ pub(crate) struct StdioUpstream {
     /// Requests sent and not yet answered; true for those answered only when they end (a
     /// listen stream), which are never the one a stray fault is blamed on.
     pending: Arc<Mutex<HashMap<RequestId, bool>>>,
-    notices: mpsc::UnboundedSender<Notice>,
+    notices: NoticeSender,
     /// Where the child's stderr and exit status go, and which child this is.
     output: Arc<ChildOutput>,
     /// The upstream's name, for log lines.
@@ -115,9 +116,10 @@ impl StdioUpstream {
     pub fn spawn(
         mut command: tokio::process::Command,
         limit: usize,
-        notices: mpsc::UnboundedSender<Notice>,
+        notices: NoticeSender,
         output: Arc<ChildOutput>,
         upstream: &str,
+        spine: &Spine,
     ) -> std::io::Result<Self> {
         let upstream: Arc<str> = Arc::from(upstream);
         command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
@@ -127,7 +129,8 @@ impl StdioUpstream {
         let generation = output.child_started();
         match child.stderr.take() {
             Some(stderr) => {
-                tokio::spawn(keep_stderr(stderr, output.clone(), generation, upstream.clone()).in_current_span());
+                let keep = keep_stderr(stderr, output.clone(), generation, upstream.clone(), spine.shutdown());
+                spine.spawn(format!("stderr:{upstream}"), keep.in_current_span());
             }
             None => output.closed(generation),
         }
@@ -263,7 +266,7 @@ impl StdioUpstream {
                     fault = fault.kind(),
                     "faulty upstream message; no request to fail"
                 );
-                let _ = self.notices.send(Notice::Fault(fault.describe()));
+                self.notices.send(Notice::Fault(fault.describe()));
                 None
             }
         }
@@ -350,9 +353,16 @@ async fn keep_stderr(
     output: Arc<ChildOutput>,
     generation: u64,
     upstream: Arc<str>,
+    shutdown: CancellationToken,
 ) {
     let mut lines = BufReader::new(stderr).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
+    loop {
+        // A child's own child may hold stderr open past the child: shutdown does not wait for it.
+        let line = tokio::select! {
+            line = lines.next_line() => line,
+            _ = shutdown.cancelled() => break,
+        };
+        let Ok(Some(line)) = line else { break };
         tracing::debug!(upstream = &*upstream, line, "upstream stderr");
         output.push(generation, &line);
     }

@@ -9,12 +9,11 @@ use std::time::Duration;
 
 use rmcp::model::{ClientRequest, DiscoverRequest, DiscoverRequestParams};
 use rmcp::service::ServiceError;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::client::Notice;
-use super::connect::{Running, connect};
-use super::{Era, EventSender, Link, LinkState, Upstream, UpstreamEvent};
+use super::connect::{Running, Standing, connect};
+use super::notices::{NOTICE_CAPACITY, Notice, NoticeInbox};
+use super::{Era, EventSender, Link, LinkState, Lost, Upstream, UpstreamEvent};
 use crate::catalog::Catalog;
 use crate::config::{UpstreamTransport, redact_urls_in};
 use crate::spine::Spine;
@@ -126,11 +125,10 @@ impl Supervisor {
     }
 
     async fn connect_and_serve(&self, remembered: &mut Option<Era>, backoff: &mut Duration) -> End {
-        let (notices_tx, mut notices) = mpsc::unbounded_channel();
+        let (notices_tx, mut notices) = super::notices::channel(NOTICE_CAPACITY);
         let progress = super::progress::ProgressRoutes::default();
-        let output = &self.upstream.inner.child_output;
         let connected = tokio::select! {
-            connected = connect(self.upstream.config(), notices_tx.clone(), &progress, *remembered, output, &self.upstream.inner.relays, &self.upstream.inner.roots) => connected,
+            connected = connect(self.upstream.config(), notices_tx.clone(), &progress, *remembered, self.standing()) => connected,
             _ = self.shutdown.cancelled() => return End::Shutdown,
         };
         let (running, era, thin) = match connected {
@@ -192,7 +190,7 @@ impl Supervisor {
         &self,
         running: Running,
         link: &Link,
-        notices: &mut mpsc::UnboundedReceiver<Notice>,
+        notices: &mut NoticeInbox,
         mut refresh: Option<Duration>,
     ) -> End {
         let closing = running.cancellation_token();
@@ -235,12 +233,7 @@ impl Supervisor {
         }
     }
 
-    async fn on_notice(
-        &self,
-        notice: Notice,
-        link: &Link,
-        notices: &mut mpsc::UnboundedReceiver<Notice>,
-    ) -> Result<(), String> {
+    async fn on_notice(&self, notice: Notice, link: &Link, notices: &mut NoticeInbox) -> Result<(), String> {
         match notice {
             Notice::Updated(uri) => {
                 self.forward_update(uri, true);
@@ -252,6 +245,10 @@ impl Supervisor {
             }
             Notice::Fault(fault) => {
                 self.upstream.record_fault(fault);
+                Ok(())
+            }
+            Notice::Lost(lost) => {
+                self.lost(lost);
                 Ok(())
             }
             Notice::OfferingsChanged => {
@@ -342,6 +339,16 @@ impl Supervisor {
         self.events.send(UpstreamEvent::ResourceUpdated { upstream, uri, heard });
     }
 
+    /// Notices of this upstream that did not fit its queue: every lost URI passes on as updated,
+    /// or, when they were too many to keep, the upstream counts as overflowed (the proxy flushes
+    /// its cache and tells its holders, as for an overflow of the event queue).
+    fn lost(&self, lost: Lost) {
+        match lost {
+            Lost::Updated(uris) => uris.into_iter().for_each(|uri| self.forward_update(uri, true)),
+            Lost::Everything => self.events.overflowed(self.upstream.name(), Lost::Everything),
+        }
+    }
+
     /// Fetch the tools and prompts again and pass them on (`crate::tools` owns them).
     async fn refetch_offerings(&self, link: &Link) {
         self.offerings_stale.store(false, std::sync::atomic::Ordering::Relaxed);
@@ -352,11 +359,12 @@ impl Supervisor {
     }
 
     /// Take what queued; true when a list change was among it. Updates pass on in order.
-    fn drain_list_changes(&self, notices: &mut mpsc::UnboundedReceiver<Notice>) -> bool {
+    fn drain_list_changes(&self, notices: &mut NoticeInbox) -> bool {
         let mut changed = false;
-        while let Ok(next) = notices.try_recv() {
+        while let Some(next) = notices.try_recv() {
             match next {
                 Notice::ListChanged => changed = true,
+                Notice::Lost(lost) => self.lost(lost),
                 Notice::Updated(uri) => self.forward_update(uri, true),
                 Notice::MayHaveChanged(uri) => self.forward_update(uri, false),
                 Notice::Fault(fault) => self.upstream.record_fault(fault),
@@ -365,6 +373,12 @@ impl Supervisor {
             }
         }
         changed
+    }
+
+    /// What each connection of this upstream is given that outlives it.
+    fn standing(&self) -> Standing<'_> {
+        let inner = &self.upstream.inner;
+        Standing { output: &inner.child_output, relays: &inner.relays, roots: &inner.roots, spine: &self.spine }
     }
 
     fn resource_count(&self) -> usize {

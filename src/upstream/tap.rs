@@ -95,9 +95,10 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Tapped<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::upstream::progress::{ProgressClaim, ProgressOutlet};
+    use crate::host::{HostRelay, ProgressOutlet};
+    use crate::upstream::progress::ProgressClaim;
     use crate::upstream::relay::tests::Named;
-    use crate::upstream::relay::{CALL_KEY, HostRelay, RelayClaim};
+    use crate::upstream::relay::{CALL_KEY, RelayClaim};
     use rmcp::model::{GetMeta, ProgressNotificationParam, ProgressToken, RequestId};
     use serde_json::json;
     use std::sync::Mutex;

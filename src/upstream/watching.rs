@@ -13,11 +13,11 @@ use std::time::Duration;
 
 use rmcp::model::{ServerNotification, SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams};
 use rmcp::service::{ServiceError, Subscription};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::Link;
-use super::client::Notice;
+use super::notices::{Notice, NoticeSender};
 use crate::protocol::Era;
 
 /// Changes to the watch set that arrive within this window go upstream together.
@@ -48,7 +48,7 @@ pub(super) async fn keep(
     link: Link,
     desired: watch::Receiver<WatchSet>,
     applied: watch::Sender<AppliedSet>,
-    notices: mpsc::UnboundedSender<Notice>,
+    notices: NoticeSender,
     stop: CancellationToken,
     broken: impl Fn() + Send + 'static,
 ) {
@@ -90,7 +90,7 @@ async fn keep_legacy(
     link: &Link,
     mut desired: watch::Receiver<WatchSet>,
     applied: &watch::Sender<AppliedSet>,
-    notices: &mpsc::UnboundedSender<Notice>,
+    notices: &NoticeSender,
     stop: &CancellationToken,
     broken: impl Fn(),
 ) {
@@ -142,7 +142,7 @@ struct Legacy<'a> {
     upstream: &'a str,
     link: &'a Link,
     applied: &'a watch::Sender<AppliedSet>,
-    notices: &'a mpsc::UnboundedSender<Notice>,
+    notices: &'a NoticeSender,
     subscribed: BTreeSet<Uri>,
     refused: BTreeSet<Uri>,
     /// Unsubscribed in the last batch: a read may have seen them acknowledged just before.
@@ -165,7 +165,7 @@ impl Legacy<'_> {
                     set.acknowledged.insert(uri.clone());
                 });
                 if again {
-                    let _ = self.notices.send(Notice::MayHaveChanged(uri.to_string()));
+                    self.notices.send(Notice::MayHaveChanged(uri.to_string()));
                 }
                 self.subscribed.insert(uri);
             }
@@ -208,7 +208,7 @@ impl Legacy<'_> {
 struct Listen<'a> {
     upstream: &'a str,
     link: &'a Link,
-    notices: &'a mpsc::UnboundedSender<Notice>,
+    notices: &'a NoticeSender,
     applied: &'a watch::Sender<AppliedSet>,
     can_subscribe: bool,
     lists_change: bool,
@@ -240,13 +240,13 @@ impl Listen<'_> {
             }
             tokio::select! {
                 next = next_of(&mut current) => match next {
-                    Some(notice) => drop(self.notices.send(notice)),
+                    Some(notice) => self.notices.send(notice),
                     None => {
                         let (_, lost) = current.take().expect("a stream ended");
                         self.applied.send_replace(AppliedSet::default());
                         tracing::debug!(upstream = self.upstream, "listen stream ended; everything it covered may have changed");
                         report_all(lost.iter(), self.notices);
-                        let _ = self.notices.send(Notice::ListChanged);
+                        self.notices.send(Notice::ListChanged);
                         resumed = true;
                         if !pause(&mut retry, stop).await {
                             return;
@@ -360,9 +360,9 @@ fn acknowledged_uris(subscription: &Subscription, wanted: &BTreeSet<Uri>) -> BTr
     named.map(|uri| wanted.get(uri.as_str()).cloned().unwrap_or_else(|| uri.as_str().into())).collect()
 }
 
-fn report_all<'a>(uris: impl Iterator<Item = &'a Uri>, notices: &mpsc::UnboundedSender<Notice>) {
+fn report_all<'a>(uris: impl Iterator<Item = &'a Uri>, notices: &NoticeSender) {
     for uri in uris {
-        let _ = notices.send(Notice::MayHaveChanged(uri.to_string()));
+        notices.send(Notice::MayHaveChanged(uri.to_string()));
     }
 }
 

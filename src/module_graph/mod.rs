@@ -1,11 +1,21 @@
-//! The house's floors, checked: every top-level module of the library imports only from
-//! modules on a lower floor, so there is no import circle. The test reads `src/**/*.rs`, takes
-//! every `crate::<module>` path outside comments as an edge between top-level modules, and
-//! checks each edge against [`FLOORS`]. A new module gets a floor here; an edge that goes up
-//! or sideways fails with the file and line that made it.
+//! The house's layer rules, checked by reading `src/**/*.rs` (`scan`: every module path outside
+//! comments — `crate::`, `super::`, `self::`, groups, re-exports — resolved to its module):
+//! - floors: every top-level module imports only from modules on a lower floor ([`FLOORS`]),
+//!   so there is no import circle between them; a new module gets a floor here, and an edge
+//!   that goes up or sideways fails with the file and line that made it;
+//! - `submodules`: no import circle among the sub-modules of any module either;
+//! - `traits`: neither rmcp edge (`upstream`, `downstream`) has its traits implemented outside
+//!   it — what an upstream call needs of its host is a ground-floor contract (`host`);
+//! - `tasks`: no unbounded channel, and long-lived tasks only through the spine.
+
+mod scan;
+mod submodules;
+mod tasks;
+mod traits;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+
+use self::scan::Crate;
 
 /// The floors, lowest first. A module may import from any module on a lower floor, never from
 /// its own floor or a higher one.
@@ -23,6 +33,7 @@ const FLOORS: &[&[&str]] = &[
         "catalog",
         "spine",
         "ready_file",
+        "host",
     ],
     // Pure decisions over the facts, the folder server (an MCP server of its own), and the
     // byte-level rules of MCP over HTTP (from `protocol` only).
@@ -58,66 +69,23 @@ struct Edge {
     at: String,
 }
 
-fn source_files(dir: &Path, files: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).expect("src is readable") {
-        let path = entry.expect("a directory entry").path();
-        if path.is_dir() {
-            source_files(&path, files);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            files.push(path);
-        }
-    }
-}
-
-/// The top-level module a file belongs to: `src/config/access.rs` → `config`.
-fn module_of(src: &Path, file: &Path) -> String {
-    let first = file.strip_prefix(src).expect("under src").components().next().expect("a component");
-    let name = first.as_os_str().to_string_lossy();
-    name.strip_suffix(".rs").unwrap_or(&name).to_string()
-}
-
-/// Every `crate::<name>` in code (comments skipped), with its line number.
-fn crate_paths(text: &str) -> Vec<(usize, String)> {
-    let mut found = Vec::new();
-    for (index, line) in text.lines().enumerate() {
-        let code = line.split("//").next().unwrap_or_default();
-        let mut rest = code;
-        while let Some(at) = rest.find("crate::") {
-            let preceded = rest[..at].chars().next_back().is_some_and(|c| c.is_alphanumeric() || c == '_');
-            rest = &rest[at + "crate::".len()..];
-            let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
-            if !preceded && !name.is_empty() {
-                found.push((index + 1, name));
-            }
-        }
-        // `use crate::{a, b::c}` names several modules at once.
-        if let Some(group) = code.split("use crate::{").nth(1) {
-            for item in group.split([',', '}']) {
-                let name: String = item.trim().chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
-                if !name.is_empty() {
-                    found.push((index + 1, name));
-                }
-            }
-        }
-    }
-    found
-}
-
+/// Every import from one top-level module into another (test code included).
 fn edges() -> Vec<Edge> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    source_files(&src, &mut files);
+    let sources = scan::sources();
+    let krate = Crate::new(&sources);
     let mut edges = Vec::new();
-    for file in files {
-        let from = module_of(&src, &file);
+    for source in &sources {
+        let from = &source.module[0];
         if ROOTS.contains(&from.as_str()) {
             continue;
         }
-        let text = std::fs::read_to_string(&file).expect("a source file is readable");
-        for (line, to) in crate_paths(&text) {
-            if to != from {
-                let at = format!("{}:{line}", file.strip_prefix(&src).unwrap_or(&file).display());
-                edges.push(Edge { from: from.clone(), to, at });
+        for reference in krate.references(source) {
+            match reference.target.first() {
+                Some(to) if to != from => {
+                    let at = format!("{}:{}", source.file, reference.line);
+                    edges.push(Edge { from: from.clone(), to: to.clone(), at });
+                }
+                _ => {}
             }
         }
     }
@@ -160,10 +128,7 @@ fn find_circle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>
 
 #[test]
 fn every_module_has_a_floor_and_imports_only_from_lower_floors() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    source_files(&src, &mut files);
-    let modules: BTreeSet<String> = files.iter().map(|f| module_of(&src, f)).collect();
+    let modules: BTreeSet<String> = scan::sources().into_iter().map(|s| s.module[0].clone()).collect();
     let homeless: Vec<&String> =
         modules.iter().filter(|m| !ROOTS.contains(&m.as_str()) && floor_of(m).is_none()).collect();
     assert!(homeless.is_empty(), "modules without a floor in src/module_graph.rs FLOORS: {homeless:?}");
@@ -186,10 +151,23 @@ fn the_module_graph_has_no_circles() {
 }
 
 #[test]
-fn the_scan_sees_every_form_of_a_crate_path() {
-    let text = "use crate::config::Config;\nuse crate::{cache, metrics::Metrics};\n// crate::admin\nlet x = crate::uri::check();\nuse foocrate::x;";
-    let names: Vec<String> = crate_paths(text).into_iter().map(|(_, name)| name).collect();
-    assert_eq!(names, ["config", "cache", "metrics", "uri"]);
+fn the_scan_sees_every_form_of_a_module_path() {
+    let text = "use crate::config::Config;\nuse crate::{cache, metrics::Metrics};\n// crate::admin\nlet x = crate::uri::check();\nuse foocrate::x;\nuse super::{a,\n    b::{c, d}};\nuse self::e::F;";
+    let paths: Vec<String> =
+        scan::paths(&scan::strip_comments(text)).into_iter().map(|(_, path)| path.join("::")).collect();
+    assert_eq!(
+        paths,
+        [
+            "crate::config::Config",
+            "crate::cache",
+            "crate::metrics::Metrics",
+            "crate::uri::check",
+            "super::a",
+            "super::b::c",
+            "super::b::d",
+            "self::e::F"
+        ]
+    );
     let circle: BTreeMap<String, BTreeSet<String>> = [("a", "b"), ("b", "c"), ("c", "a")]
         .into_iter()
         .map(|(from, to)| (from.to_string(), BTreeSet::from([to.to_string()])))

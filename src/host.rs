@@ -1,0 +1,56 @@
+//! What a routed call's host offers the upstream side: [`HostRelay`] (the server-to-client
+//! requests and log messages an upstream sends for a call) and [`ProgressOutlet`] (its
+//! progress). A contract on the ground floor: `upstream` calls through these traits, the hosts'
+//! side (`downstream`, and `tools` for a call parked between rounds) implements them, and the
+//! composition hands the host's implementation to the upstream call — so neither edge
+//! implements a trait of the other (checked by the `module_graph` test). Imports nothing of
+//! the crate.
+
+#![allow(deprecated)] // Sampling and logging are deprecated by SEP-2577 but still in the 2025 era.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use rmcp::ErrorData;
+use rmcp::model::{
+    CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult, LoggingLevel,
+    LoggingMessageNotificationParam, ProgressNotificationParam,
+};
+
+/// The host side of one routed call: where what the upstream sends for it goes. Never waits
+/// on a host in `log`; `sample`/`elicit` end when the host answers or the call is over.
+pub trait HostRelay: Send + Sync + 'static {
+    /// `sampling/createMessage` to the host (an error when it did not declare `sampling`).
+    fn sample(&self, params: CreateMessageRequestParams) -> BoxFuture<'static, Result<CreateMessageResult, ErrorData>>;
+    /// `elicitation/create` to the host (an error when it did not declare `elicitation`).
+    fn elicit(&self, params: ElicitRequestParams) -> BoxFuture<'static, Result<ElicitResult, ErrorData>>;
+    /// `notifications/message` to the host, if its level lets it through.
+    fn log(&self, params: LoggingMessageNotificationParam);
+    /// The least level of log messages the host wants, if it said (`logging/setLevel`).
+    fn log_level(&self) -> Option<LoggingLevel>;
+    /// Whether the host takes an `input_required` result itself (2026-07-28). When it does not
+    /// (2025), the proxy asks it each input request through `sample`/`elicit` and retries.
+    fn takes_input_required(&self) -> bool {
+        true
+    }
+    /// Whether the host declared `sampling`: it may be asked for a message.
+    fn declares_sampling(&self) -> bool {
+        true
+    }
+    /// Whether the host declared `elicitation`: it may be asked for input.
+    fn declares_elicitation(&self) -> bool {
+        true
+    }
+    /// Whose call this is (the principal's identity key), when known. A stdio upstream whose
+    /// calls have all come from one principal may have its unnamed messages relayed to that
+    /// principal's lone call in flight; an unknown tenant counts as another principal.
+    fn tenant(&self) -> Option<Arc<str>> {
+        None
+    }
+}
+
+/// Where one call's progress goes (a host's request); never waits.
+pub trait ProgressOutlet: Send + Sync + 'static {
+    /// Pass on progress (with the upstream request's token; the outlet puts the host's own in).
+    fn send(&self, progress: ProgressNotificationParam);
+}
