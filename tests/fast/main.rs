@@ -35,6 +35,7 @@ mod private_ca;
 mod progress;
 mod readme;
 mod rebinding;
+mod relay_refusals;
 mod serve_dir;
 mod subscriptions;
 mod thin_reads;
