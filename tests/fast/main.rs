@@ -13,6 +13,7 @@ mod cli;
 mod closed_sessions;
 mod core;
 mod dashboard;
+mod event_overflow;
 mod faults;
 mod fixture;
 mod folder_policy;
