@@ -4,7 +4,7 @@
 //! rmcp hosts of one or two principals over streamable HTTP.
 //!
 //! - When the proxy refuses to relay such a request and the upstream fails its call because of
-//!   it (as Python SDK servers do, passing the refusal's code on), the host's error names the
+//!   it (passing the refusal's code on, as the fixture's `propagate` does), the host's error names the
 //!   refusal — what was refused and why — not "refused the tools/call arguments".
 //! - One host that never answers its call's sampling holds only its own call: another host's
 //!   sampling on the same upstream is relayed and answered meanwhile, and the parked call fails

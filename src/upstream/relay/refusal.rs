@@ -4,7 +4,7 @@
 //! (see `Lone::NotWaiting`). When the proxy refuses such a request — it names no call, the host
 //! did not declare the capability — or the host answers it with an error, the call it was
 //! attributed to (for one that names no call: every call in flight then) keeps the
-//! [`Refusal`]. An upstream typically fails its call over it, passing the refusal's code on
+//! [`Refusal`]. An upstream may fail its call over it, passing the refusal's code on
 //! (-32602 for an unattributed request, which would read as "refused the tools/call
 //! arguments"); the call's error then names the refusal instead (`offerings`).
 //!
