@@ -58,6 +58,9 @@ pub struct ServerConfig {
     pub max_calls_per_principal: usize,
     /// A connection must send a whole request head within this, or it is closed.
     pub header_read_timeout: Duration,
+    /// Upstream events (`updated`, list changes, connection state) that may wait for the event
+    /// loop; past it an upstream's dropped events are coalesced (`upstream::events`).
+    pub event_queue: usize,
     /// Answer reads and lists of plain 2026-07-28 requests and open 2025 sessions in front of
     /// rmcp (`downstream::fast`); `false` sends every request through rmcp.
     pub fast_path: bool,
@@ -83,6 +86,7 @@ pub(super) struct RawServer {
     max_calls_per_principal: Option<i64>,
     header_read_timeout: Option<String>,
     fast_path: Option<bool>,
+    event_queue: Option<i64>,
     #[serde(flatten)]
     unknown: BTreeMap<String, Value>,
 }
@@ -121,6 +125,8 @@ pub(super) fn validate_server(raw: RawServer, problems: &mut Vec<Problem>) -> Se
         count(raw.max_subscriptions_per_principal, 10_000, "server.max_subscriptions_per_principal", problems);
     let max_connections = count(raw.max_connections, 1_024, "server.max_connections", problems);
     let max_calls_per_principal = count(raw.max_calls_per_principal, 256, "server.max_calls_per_principal", problems);
+    // The default is `upstream::events::EVENT_CAPACITY`.
+    let event_queue = count(raw.event_queue, 1_024, "server.event_queue", problems);
     let header_read_timeout =
         duration(raw.header_read_timeout.as_deref(), "10s", "server.header_read_timeout", problems);
     if header_read_timeout.is_zero() {
@@ -147,6 +153,7 @@ pub(super) fn validate_server(raw: RawServer, problems: &mut Vec<Problem>) -> Se
         max_calls_per_principal,
         header_read_timeout,
         fast_path: raw.fast_path.unwrap_or(true),
+        event_queue,
     }
 }
 

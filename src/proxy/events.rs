@@ -128,7 +128,12 @@ impl EventLoop {
     /// events said), and holders hear `updated` for the lost URIs — for all they hold of it
     /// when those were not kept.
     fn overflowed(&self, upstream: &str, lost: Lost) {
-        let Lost::Updated(uris) = lost else { return self.changes.everything_changed(upstream) };
+        let Lost::Updated(uris) = lost else {
+            tracing::warn!(upstream, "event queue full: events were dropped; holders of all its URIs are told updated");
+            return self.changes.everything_changed(upstream);
+        };
+        let lost = uris.len();
+        tracing::warn!(upstream, lost, "event queue full: updated events were dropped; their holders are told updated");
         let dropped = self.changes.cache.invalidate_upstream(upstream);
         self.changes.metrics.cache_invalidation(InvalidationCause::Reconnect, dropped);
         for uri in uris {

@@ -99,7 +99,7 @@ impl Shared {
         let metrics = Metrics::new();
         let upstreams = Registry::default();
         let catalog = Catalog::new();
-        let events = crate::upstream::events::channel(crate::upstream::events::EVENT_CAPACITY);
+        let events = crate::upstream::events::channel(config.server.event_queue);
         let (gone_tx, gone) = mpsc::channel(GONE_CAPACITY);
         let fanout = Fanout::new(gone_tx, spine.clone());
         fanout.set_delivery_hook(delivery_metrics(metrics.clone()));

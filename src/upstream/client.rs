@@ -10,16 +10,15 @@ use std::sync::Arc;
 
 use rmcp::model::{
     ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams,
-    ElicitResult, ElicitationCapability, FormElicitationCapability, Implementation, ListRootsResult, ProtocolVersion,
-    ResourceUpdatedNotificationParam, SamplingCapability, UrlElicitationCapability,
+    ElicitResult, ElicitationCapability, ErrorCode, FormElicitationCapability, Implementation, ListRootsResult,
+    ProtocolVersion, ResourceUpdatedNotificationParam, SamplingCapability, UrlElicitationCapability,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleClient};
 use rmcp::{ClientHandler, ErrorData};
 
 use super::notices::{Notice, NoticeSender};
-use super::relay::{self, RelayBook};
+use super::relay::{self, Refusal, RelayBook, Relayed};
 use super::roots::Roots;
-use crate::host::HostRelay;
 
 /// One per connection; rmcp runs each callback in its own task.
 #[derive(Clone)]
@@ -37,23 +36,41 @@ impl UpstreamClient {
         Self { notices, protocol_version, relays, roots }
     }
 
-    /// The host of the call a request from the upstream belongs to; otherwise the error the
-    /// upstream gets.
+    /// The host of the call a request from the upstream belongs to, if it declared `kind`;
+    /// otherwise the error the upstream gets (and the call keeps, see `relay`'s `refusal`).
     fn host_of(
         &self,
         context: &RequestContext<RoleClient>,
         method: &str,
         kind: &'static str,
-    ) -> Result<Arc<dyn HostRelay>, ErrorData> {
+    ) -> Result<Relayed, ErrorData> {
         let origin = relay::request_origin(&context.extensions, &context.meta);
-        self.relays.find_for(&origin, kind).ok_or_else(|| {
+        let relayed = self.relays.relay_request(&origin, kind).ok_or_else(|| {
             let message = format!(
                 "{method} is accepted only for a call in flight that it names (over stdio: its \
                  _meta.progressToken set to the call's)"
             );
             ErrorData::invalid_params(message, None)
-        })
+        })?;
+        let declared = match kind {
+            "sampling" => relayed.host.declares_sampling(),
+            _ => relayed.host.declares_elicitation(),
+        };
+        if !declared {
+            relayed.refused(Refusal::Undeclared(kind));
+            let message = format!("the calling host does not support {kind}");
+            return Err(ErrorData::new(ErrorCode::METHOD_NOT_FOUND, message, None));
+        }
+        Ok(relayed)
     }
+}
+
+/// The host's answer to a relayed request; an error is kept by the call it was relayed for.
+fn answered<T>(relayed: &Relayed, kind: &'static str, answer: Result<T, ErrorData>) -> Result<T, ErrorData> {
+    if let Err(error) = &answer {
+        relayed.refused(Refusal::HostError(kind, error.code.0));
+    }
+    answer
 }
 
 /// What the proxy offers an upstream: what it relays to the calling host (which may still
@@ -92,7 +109,9 @@ impl ClientHandler for UpstreamClient {
         params: CreateMessageRequestParams,
         context: RequestContext<RoleClient>,
     ) -> Result<CreateMessageResult, ErrorData> {
-        self.host_of(&context, "sampling/createMessage", "sampling")?.sample(params).await
+        let relayed = self.host_of(&context, "sampling/createMessage", "sampling")?;
+        let answer = relayed.host.sample(params).await;
+        answered(&relayed, "sampling", answer)
     }
 
     async fn create_elicitation(
@@ -100,7 +119,9 @@ impl ClientHandler for UpstreamClient {
         params: ElicitRequestParams,
         context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
-        self.host_of(&context, "elicitation/create", "elicitation")?.elicit(params).await
+        let relayed = self.host_of(&context, "elicitation/create", "elicitation")?;
+        let answer = relayed.host.elicit(params).await;
+        answered(&relayed, "elicitation", answer)
     }
 
     /// Its configured roots; without any, the capability was not declared: -32601.

@@ -27,7 +27,8 @@ use tokio::sync::{Notify, mpsc};
 
 use super::UpstreamEvent;
 
-/// Events that may wait for the event loop before they are coalesced per upstream.
+/// Events that may wait for the event loop before they are coalesced per upstream, by default
+/// (`server.event_queue`).
 pub const EVENT_CAPACITY: usize = 1024;
 
 /// At most this many URIs of dropped `updated` events are kept per upstream; past it, the

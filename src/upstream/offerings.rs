@@ -13,11 +13,11 @@ use rmcp::model::{
 };
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient, ServiceError};
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use super::listing::{PageError, all_pages, empty_if_unsupported, list_outcome};
 use super::progress::{ProgressClaim, ProgressRoutes};
-use super::relay::RelayClaim;
+use super::relay::{Refusal, RelayClaim};
 use super::{Link, Upstream};
 use crate::error::ProxyError;
 use crate::host::{HostRelay, ProgressOutlet};
@@ -99,15 +99,17 @@ impl Upstream {
         if let Some(outlet) = &progress {
             request.extensions.insert(ProgressClaim(Arc::downgrade(outlet)));
         }
+        let refused = Mutex::new(None);
         let request = async {
-            match self.send_routed(&link, ClientRequest::CallToolRequest(request), relay).await? {
+            match self.send_routed(&link, ClientRequest::CallToolRequest(request), relay, &refused).await? {
                 ServerResult::CallToolResult(result) => Ok(CallToolResponse::Complete(result)),
                 ServerResult::InputRequiredResult(needs) => Ok(CallToolResponse::InputRequired(needs)),
                 ServerResult::CreateTaskResult(task) => Ok(CallToolResponse::Task(task)),
                 _ => Err(ServiceError::UnexpectedResponse),
             }
         };
-        self.timed("tools/call", request, !link.peer.is_transport_closed()).await
+        let answer = self.timed("tools/call", request, !link.peer.is_transport_closed()).await;
+        self.named_refusal("tools/call", answer, refused)
     }
 
     /// `prompts/get` with the upstream's own prompt name; with a `relay`, as for a call.
@@ -118,14 +120,35 @@ impl Upstream {
     ) -> Result<GetPromptResponse, ProxyError> {
         let link = self.link()?;
         let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
+        let refused = Mutex::new(None);
         let request = async {
-            match self.send_routed(&link, request, relay).await? {
+            match self.send_routed(&link, request, relay, &refused).await? {
                 ServerResult::GetPromptResult(result) => Ok(GetPromptResponse::Complete(result)),
                 ServerResult::InputRequiredResult(needs) => Ok(GetPromptResponse::InputRequired(needs)),
                 _ => Err(ServiceError::UnexpectedResponse),
             }
         };
-        self.timed("prompts/get", request, !link.peer.is_transport_closed()).await
+        let answer = self.timed("prompts/get", request, !link.peer.is_transport_closed()).await;
+        self.named_refusal("prompts/get", answer, refused)
+    }
+
+    /// A routed call the upstream failed (an error reply) after a request it sent for the call
+    /// was refused or went unanswered: the error names that refusal (see `relay`'s `refusal`),
+    /// not the code the upstream passed on (-32602 would read as the host's arguments refused).
+    fn named_refusal<T>(
+        &self,
+        method: &str,
+        answer: Result<T, ProxyError>,
+        refused: Mutex<Option<Refusal>>,
+    ) -> Result<T, ProxyError> {
+        let refusal = refused.into_inner().unwrap_or_else(PoisonError::into_inner);
+        match (answer, refusal) {
+            (Err(ProxyError::InvalidParams(_) | ProxyError::UpstreamFailed { .. }), Some(refusal)) => {
+                tracing::debug!(upstream = self.name(), method, ?refusal, "a routed call failed after a relay refusal");
+                Err(self.failed(format!("the {method} failed after {}", refusal.describe())))
+            }
+            (answer, _) => answer,
+        }
     }
 
     /// `completion/complete` with the upstream's own prompt name or URI template.
@@ -136,7 +159,8 @@ impl Upstream {
     }
 
     /// Send a routed request and await its answer; `relay` gets what the upstream sends for it
-    /// meanwhile (booked as the request is written, see `relay`). A progress claim in its extensions is routed by the tapped transport and
+    /// meanwhile (booked as the request is written, see `relay`); when it fails, `refused` gets
+    /// what was refused of the call's requests meanwhile, if anything. A progress claim in its extensions is routed by the tapped transport and
     /// forgotten when this returns. Dropping the future before the answer sends the upstream
     /// `notifications/cancelled`.
     async fn send_routed(
@@ -144,6 +168,7 @@ impl Upstream {
         link: &Link,
         request: ClientRequest,
         relay: Option<Arc<dyn HostRelay>>,
+        refused: &Mutex<Option<Refusal>>,
     ) -> Result<ServerResult, ServiceError> {
         let peer = link.peer.clone();
         let mut options = PeerRequestOptions::no_options();
@@ -155,9 +180,13 @@ impl Upstream {
         let handle = peer.send_request_with_option(request, options).await?;
         let _forget = Forget { routes: &link.progress, token: handle.progress_token.clone() };
         let _relayed = relay.map(|relay| self.inner.relays.register(handle.id.clone(), relay));
-        let mut abandoned = Abandoned { peer, id: Some(handle.id.clone()) };
+        let id = handle.id.clone();
+        let mut abandoned = Abandoned { peer, id: Some(id.clone()) };
         let answer = handle.await_response().await;
         abandoned.id = None;
+        if answer.is_err() {
+            *refused.lock().unwrap_or_else(PoisonError::into_inner) = self.inner.relays.refusal_of(&id);
+        }
         answer
     }
 

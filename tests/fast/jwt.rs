@@ -268,7 +268,8 @@ async fn a_get_stream_ends_when_its_jwt_expires() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A 2026-07-28 listen stream opened with a JWT ends at the token's `exp`.
+/// A 2026-07-28 listen stream opened with a JWT ends at the token's `exp`, with a final answer
+/// to the listen request saying why (not an abrupt end): a JSON-RPC error, the token expired.
 #[tokio::test]
 async fn a_listen_stream_ends_when_its_jwt_expires() -> anyhow::Result<()> {
     use rmcp::model::SubscriptionFilter;
@@ -278,10 +279,21 @@ async fn a_listen_stream_ends_when_its_jwt_expires() -> anyhow::Result<()> {
     let (client, _) = connect_http_with_token(&proxy.url, Era::Modern, &token).await?;
     let filter = SubscriptionFilter::builder().resource_subscriptions(["fx+fx://fx/item/1".to_string()]).build();
     let mut stream = client.listen(filter).await?;
-    let ended =
-        tokio::time::timeout(Duration::from_secs(60), async { while let Ok(Some(_)) = stream.next().await {} }).await;
-    assert!(ended.is_ok(), "the listen stream outlived its token");
+    let ended = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            match stream.next().await {
+                Ok(Some(_)) => continue,
+                end => return end,
+            }
+        }
+    })
+    .await;
+    let end = ended.map_err(|_| anyhow::anyhow!("the listen stream outlived its token"))?;
     assert!(now() >= claims_exp(&token), "the stream ended before the token expired");
+    let Err(rmcp::ServiceError::McpError(error)) = end else { panic!("no final error, the stream was cut: {end:?}") };
+    assert_eq!(error.code.0, -32600, "{error:?}");
+    assert!(error.message.contains("token") && error.message.contains("expired"), "says why: {}", error.message);
+    assert_eq!(error.data.as_ref().map(|data| data["reason"].clone()), Some(json!("token_expired")));
     Ok(())
 }
 

@@ -118,6 +118,9 @@ async fn a_stdio_upstreams_late_messages_for_alice_never_reach_bobs_call() -> an
     let (proxy, _policies) = start().await?;
     let (alice, mut alice_heard) = host(&proxy.url, "alice", ALICE_TOKEN).await?;
     let (bob, mut bob_heard) = host(&proxy.url, "bob", BOB_TOKEN).await?;
+    // alice calls first, so that both principals have called before any message below is sent
+    // (while only bob had, his own unnamed messages would rightly reach his lone call).
+    late(alice.peer(), json!({"tag": "first"})).await?;
     let bobs = tokio::spawn({
         let bob = bob.peer().clone();
         async move { late(&bob, json!({"tag": "bob", "hold_ms": 3000})).await }

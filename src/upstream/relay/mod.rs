@@ -12,13 +12,18 @@
 //! - stdio (and the in-process folder server): there is no per-request stream, and SEP-2260
 //!   defines no wire field for the association. A message is relayed only when it names its
 //!   call itself: `_meta.progressToken` set to the progress token the proxy gave that call
-//!   (taken out before the message goes on). Anything else is refused (a request) or dropped
+//!   (taken out before the message goes on; a token that names no call in flight counts as
+//!   none: rmcp stamps a token of its own on every request). Anything else is refused (a request) or dropped
 //!   (a log message), counted in `mcp_proxy_relay_unattributed_total` and logged at debug —
 //!   never guessed: "the only call in flight" is not evidence, since a message the upstream
 //!   sends after one host's call has answered would land on another host's call. The one
 //!   exception keeps a single-principal setup whole (a `serve --stdio` host, one user): while
 //!   every call the upstream was ever sent came from one principal, an unnamed message goes to
-//!   that principal's lone call in flight — it cannot be another principal's.
+//!   that principal's lone call in flight — it cannot be another principal's. A request goes
+//!   to the one call whose host is not being asked something already, when the others are: a
+//!   host that never answers holds its own call, not every call of its principal there.
+//! - A request the proxy refuses, or the host answers with an error, is kept by its call
+//!   (`refusal`), whose error names it should the upstream fail the call over it.
 //!
 //! Each routed call claims relaying for its host's [`HostRelay`] ([`RelayClaim`] in the request's
 //! extensions); the connection's transport is tapped (`tap`), which books the claim under
@@ -51,6 +56,10 @@ use rmcp::model::{
 use rmcp::service::InboundStreamOrigin;
 
 use crate::host::HostRelay;
+
+mod refusal;
+
+pub(crate) use refusal::{Refusal, Relayed};
 
 /// The request `_meta` key by which a 2026-07-28 request opts in to log messages of at least
 /// that level (there is no `logging/setLevel` in that era).
@@ -125,6 +134,21 @@ impl Tenancy {
 struct Booked {
     relay: Weak<dyn HostRelay>,
     token: Option<ProgressToken>,
+    /// Requests of the upstream relayed to this call's host and not answered yet.
+    asking: usize,
+    /// The last request of the upstream the proxy could not get answered while this call was
+    /// in flight (the call's error names it, `refusal`).
+    refused: Option<Refusal>,
+}
+
+/// Which call in flight a message that names none may go to (single-principal upstreams only).
+#[derive(Clone, Copy)]
+enum Lone {
+    /// Only the one call in flight (log messages).
+    Only,
+    /// The one call in flight, or else the one call whose host is not being asked something
+    /// (requests: see [`RelayBook::lone_call_of_the_only_tenant`]).
+    NotWaiting,
 }
 
 /// Put on a routed request (its extensions): the connection's tap books it under the request's id as the
@@ -155,8 +179,10 @@ impl RelayBook {
         }
         let mut calls = self.calls.lock().expect("relay lock");
         calls.retain(|_, booked| booked.relay.strong_count() > 0);
-        let token = token.or_else(|| calls.get(&id).and_then(|booked| booked.token.clone()));
-        calls.insert(id, Booked { relay, token });
+        let booked =
+            calls.entry(id).or_insert_with(|| Booked { relay: relay.clone(), token: None, asking: 0, refused: None });
+        booked.relay = relay;
+        booked.token = token.or_else(|| booked.token.take());
     }
 
     /// The call of request `id` is in flight with `relay` until the ticket is dropped. Its
@@ -167,33 +193,68 @@ impl RelayBook {
     }
 
     /// The host a message of this origin goes to, if it can be attributed.
+    #[cfg(test)]
     pub fn find(&self, origin: &Origin) -> Option<Arc<dyn HostRelay>> {
+        self.find_call(origin, Lone::Only).map(|(_, host)| host)
+    }
+
+    /// The call a message of this origin belongs to and its host, if it can be attributed;
+    /// `lone` says which call an unnamed one may go to.
+    fn find_call(&self, origin: &Origin, lone: Lone) -> Option<(RequestId, Arc<dyn HostRelay>)> {
         let calls = self.calls.lock().expect("relay lock");
+        let live = |(id, booked): (&RequestId, &Booked)| booked.relay.upgrade().map(|host| (id.clone(), host));
         match origin {
-            Origin::Call(id) => calls.get(id).and_then(|booked| booked.relay.upgrade()),
-            Origin::Token(token) => {
-                calls.values().find(|booked| booked.token.as_ref() == Some(token)).and_then(|b| b.relay.upgrade())
-            }
+            Origin::Call(id) => calls.get_key_value(id).and_then(live),
+            // A token that names no call names nothing: rmcp stamps one of its own on every
+            // request a server sends, so such a request is as unnamed as one without.
+            Origin::Token(token) => match calls.iter().find(|(_, booked)| booked.token.as_ref() == Some(token)) {
+                Some(named) => live(named),
+                None => self.lone_call_of_the_only_tenant(&calls, lone),
+            },
             Origin::Unassociated => None,
-            Origin::Unknown => self.lone_call_of_the_only_tenant(&calls),
+            Origin::Unknown => self.lone_call_of_the_only_tenant(&calls, lone),
         }
     }
 
     /// A message that names no call (stdio) goes to the lone call in flight only when every
     /// call this upstream was ever sent came from one principal: then it cannot be another
     /// principal's, even if it is late. With two principals (or one unknown) it goes nowhere.
-    fn lone_call_of_the_only_tenant(&self, calls: &HashMap<RequestId, Booked>) -> Option<Arc<dyn HostRelay>> {
+    /// With [`Lone::NotWaiting`], a call whose host has yet to answer a request relayed to it
+    /// does not count when another call is in flight: a host that never answers holds only its
+    /// own call, not every other call of its principal on this upstream.
+    fn lone_call_of_the_only_tenant(
+        &self,
+        calls: &HashMap<RequestId, Booked>,
+        lone: Lone,
+    ) -> Option<(RequestId, Arc<dyn HostRelay>)> {
         if !matches!(*self.tenancy.lock().expect("tenancy lock"), Tenancy::One(_)) {
             return None;
         }
-        let mut live = calls.values().filter_map(|booked| booked.relay.upgrade());
-        let only = live.next();
-        only.filter(|_| live.next().is_none())
+        let live: Vec<_> =
+            calls.iter().filter_map(|(id, booked)| Some((id, booked, booked.relay.upgrade()?))).collect();
+        let only = |mut candidates: Vec<(&RequestId, &Booked, Arc<dyn HostRelay>)>| {
+            let (id, _, host) = candidates.pop().filter(|_| candidates.is_empty())?;
+            Some((id.clone(), host))
+        };
+        match lone {
+            Lone::NotWaiting if live.len() > 1 => only(live.into_iter().filter(|(_, b, _)| b.asking == 0).collect()),
+            _ => only(live),
+        }
     }
 
     /// [`RelayBook::find`], counting and logging a `kind` of message that finds no call.
     pub fn find_for(&self, origin: &Origin, kind: &'static str) -> Option<Arc<dyn HostRelay>> {
-        let found = self.find(origin);
+        self.find_call_for(origin, kind, Lone::Only).map(|(_, host)| host)
+    }
+
+    /// [`RelayBook::find_call`], counting and logging a `kind` of message that finds no call.
+    fn find_call_for(
+        &self,
+        origin: &Origin,
+        kind: &'static str,
+        lone: Lone,
+    ) -> Option<(RequestId, Arc<dyn HostRelay>)> {
+        let found = self.find_call(origin, lone);
         if found.is_none() {
             tracing::debug!(
                 ?origin,
@@ -299,152 +360,4 @@ pub(crate) fn mark_notification(message: &mut serde_json::Value, call: Option<&R
 }
 
 #[cfg(test)]
-pub(super) mod tests {
-    use super::*;
-    use futures::future::BoxFuture;
-    use rmcp::ErrorData;
-    use rmcp::model::{
-        CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult, LoggingLevel,
-        LoggingMessageNotificationParam,
-    };
-    use serde_json::json;
-
-    /// A host that keeps the data of the log messages it is given.
-    #[derive(Default)]
-    pub(crate) struct Named(Mutex<Vec<String>>);
-
-    impl Named {
-        pub(crate) fn heard(&self) -> Vec<String> {
-            self.0.lock().unwrap().clone()
-        }
-    }
-
-    impl HostRelay for Named {
-        fn sample(&self, _: CreateMessageRequestParams) -> BoxFuture<'static, Result<CreateMessageResult, ErrorData>> {
-            Box::pin(async { Err(ErrorData::internal_error("unused", None)) })
-        }
-        fn elicit(&self, _: ElicitRequestParams) -> BoxFuture<'static, Result<ElicitResult, ErrorData>> {
-            Box::pin(async { Err(ErrorData::internal_error("unused", None)) })
-        }
-        fn log(&self, params: LoggingMessageNotificationParam) {
-            assert!(params.meta.as_ref().is_none_or(|meta| !meta.0.0.contains_key(CALL_KEY)), "the mark is removed");
-            self.0.lock().unwrap().push(params.data.as_str().unwrap_or_default().into());
-        }
-        fn log_level(&self) -> Option<LoggingLevel> {
-            None
-        }
-    }
-
-    fn name_of(found: Option<Arc<dyn HostRelay>>) -> Option<usize> {
-        found.map(|relay| Arc::as_ptr(&relay) as *const () as usize)
-    }
-
-    #[test]
-    fn a_message_goes_only_to_the_call_it_names_and_an_unnamed_one_nowhere() {
-        let counted = Arc::new(Mutex::new(Vec::new()));
-        let book = {
-            let counted = counted.clone();
-            Arc::new(RelayBook::counted(move |kind| counted.lock().unwrap().push(kind)))
-        };
-        let (a, b): (Arc<dyn HostRelay>, Arc<dyn HostRelay>) = (Arc::new(Named::default()), Arc::new(Named::default()));
-        let first = book.register(RequestId::Number(1), a.clone());
-        assert!(book.find_for(&Origin::Unknown, "log").is_none(), "a lone call in flight is no evidence");
-        book.book(RequestId::Number(2), Arc::downgrade(&b), Some(ProgressToken(NumberOrString::Number(7))));
-        let second = book.register(RequestId::Number(2), b.clone());
-        assert_eq!(name_of(book.find(&Origin::Call(RequestId::Number(2)))), name_of(Some(b.clone())));
-        assert_eq!(name_of(book.find(&Origin::Call(RequestId::Number(1)))), name_of(Some(a)));
-        let token = |n| Origin::Token(ProgressToken(NumberOrString::Number(n)));
-        assert_eq!(name_of(book.find(&token(7))), name_of(Some(b)), "registering kept the claimed token");
-        assert!(book.find_for(&token(1), "sampling").is_none(), "a request id is not a token");
-        assert!(book.find_for(&Origin::Unassociated, "elicitation").is_none());
-        assert!(book.find(&Origin::Call(RequestId::Number(3))).is_none());
-        assert_eq!(*counted.lock().unwrap(), ["log", "sampling", "elicitation"]);
-        drop((first, second));
-        assert_eq!(book.len(), 0);
-        assert!(book.find(&Origin::Call(RequestId::Number(2))).is_none());
-        assert!(book.find(&token(7)).is_none());
-    }
-
-    /// A host call of a known principal.
-    struct Of(Arc<str>);
-
-    impl HostRelay for Of {
-        fn sample(&self, _: CreateMessageRequestParams) -> BoxFuture<'static, Result<CreateMessageResult, ErrorData>> {
-            Box::pin(async { Err(ErrorData::internal_error("unused", None)) })
-        }
-        fn elicit(&self, _: ElicitRequestParams) -> BoxFuture<'static, Result<ElicitResult, ErrorData>> {
-            Box::pin(async { Err(ErrorData::internal_error("unused", None)) })
-        }
-        fn log(&self, _: LoggingMessageNotificationParam) {}
-        fn log_level(&self) -> Option<LoggingLevel> {
-            None
-        }
-        fn tenant(&self) -> Option<Arc<str>> {
-            Some(self.0.clone())
-        }
-    }
-
-    #[test]
-    fn an_unnamed_message_reaches_a_lone_call_only_while_one_principal_ever_called() {
-        let book = Arc::new(RelayBook::default());
-        let alice: Arc<dyn HostRelay> = Arc::new(Of("alice".into()));
-        let first = book.register(RequestId::Number(1), alice.clone());
-        assert_eq!(name_of(book.find(&Origin::Unknown)), name_of(Some(alice.clone())), "alice's own upstream");
-        let again: Arc<dyn HostRelay> = Arc::new(Of("alice".into()));
-        let second = book.register(RequestId::Number(2), again);
-        assert!(book.find(&Origin::Unknown).is_none(), "two calls in flight: no evidence which");
-        drop(second);
-        assert_eq!(name_of(book.find(&Origin::Unknown)), name_of(Some(alice)));
-        drop(first);
-        let bob: Arc<dyn HostRelay> = Arc::new(Of("bob".into()));
-        let _third = book.register(RequestId::Number(3), bob);
-        assert!(book.find(&Origin::Unknown).is_none(), "alice's late message must not reach bob");
-        assert!(book.find(&Origin::Unassociated).is_none());
-    }
-
-    #[test]
-    fn the_guard_marks_notifications_of_a_call_and_unmarks_all_others() {
-        let check = |mut message: serde_json::Value, call: Option<RequestId>, expected: serde_json::Value| {
-            mark_notification(&mut message, call.as_ref());
-            assert_eq!(message, expected);
-        };
-        let log = |meta: serde_json::Value| json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "x", "_meta": meta}});
-        let bare =
-            json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "x"}});
-        check(bare.clone(), Some(RequestId::Number(4)), log(json!({CALL_KEY: 4})));
-        check(log(json!({CALL_KEY: 9, "k": 1})), Some(RequestId::Number(4)), log(json!({CALL_KEY: 4, "k": 1})));
-        check(log(json!({CALL_KEY: 9})), None, bare.clone());
-        check(log(json!({CALL_KEY: 9, "k": 1})), None, log(json!({"k": 1})));
-        let request = json!({"jsonrpc": "2.0", "id": 1, "method": "sampling/createMessage", "params": {}});
-        check(request.clone(), Some(RequestId::Number(4)), request);
-    }
-
-    #[test]
-    fn a_notifications_origin_is_read_and_taken_out() {
-        let mut meta = NotificationMetaObject::default();
-        meta.0.0.insert(CALL_KEY.into(), json!("s-1"));
-        meta.0.0.insert("k".into(), json!(1));
-        meta.0.0.insert(PROGRESS_TOKEN_KEY.into(), json!(5));
-        let origin = notification_origin(Some(&mut meta.clone()), true);
-        assert_eq!(origin, Origin::Call(RequestId::String("s-1".into())), "over HTTP the stream decides");
-        let origin = notification_origin(Some(&mut meta), false);
-        assert_eq!(origin, Origin::Token(ProgressToken(NumberOrString::Number(5))), "over stdio the token");
-        assert_eq!(meta.0.0.keys().collect::<Vec<_>>(), ["k"], "both taken out");
-        assert_eq!(notification_origin(Some(&mut meta), true), Origin::Unassociated);
-        assert_eq!(notification_origin(Some(&mut meta), false), Origin::Unknown);
-        assert_eq!(notification_origin(None, false), Origin::Unknown);
-    }
-
-    #[test]
-    fn a_claim_whose_call_is_over_relays_nothing() {
-        let book = Arc::new(RelayBook::default());
-        let gone: Arc<dyn HostRelay> = Arc::new(Named::default());
-        book.book(RequestId::Number(1), Arc::downgrade(&gone), None);
-        drop(gone);
-        assert!(book.find(&Origin::Call(RequestId::Number(1))).is_none());
-        assert!(book.find(&Origin::Unknown).is_none());
-        let live: Arc<dyn HostRelay> = Arc::new(Named::default());
-        let _ticket = book.register(RequestId::Number(2), live);
-        assert_eq!(book.len(), 1, "forgotten on the way");
-    }
-}
+pub(super) mod tests;
