@@ -12,7 +12,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
-use rmcp::model::{ClientRequest, GetExtensions, GetMeta, JsonRpcRequest, ProgressNotificationParam, ProgressToken};
+use rmcp::model::{
+    ClientRequest, GetExtensions, GetMeta, JsonRpcRequest, NumberOrString, ProgressNotificationParam, ProgressToken,
+};
 
 use crate::host::ProgressOutlet;
 
@@ -22,14 +24,45 @@ use crate::host::ProgressOutlet;
 #[derive(Clone)]
 pub(crate) struct ProgressClaim(pub Weak<dyn ProgressOutlet>);
 
-/// One connection's calls that want their progress, by the token rmcp gave the request (one
-/// per request on a connection, so two hosts' calls never share one).
-#[derive(Clone, Default)]
+/// One connection's calls that want their progress, by the token their request carries on the
+/// wire (one per request on a connection, so two hosts' calls never share one).
+///
+/// rmcp numbers a request's progress token after its request id, and rmcp-based servers stamp
+/// their own counter the same way on what they send, so a number could name another host's call
+/// by chance. The tokens the upstream sees are therefore this connection's random prefix and
+/// rmcp's token ([`ProgressRoutes::on_wire`]): nothing the upstream did not read from a request
+/// of ours names one of our calls.
+#[derive(Clone)]
 pub(crate) struct ProgressRoutes {
     calls: Arc<Mutex<HashMap<ProgressToken, Weak<dyn ProgressOutlet>>>>,
+    prefix: Arc<str>,
+}
+
+impl Default for ProgressRoutes {
+    fn default() -> ProgressRoutes {
+        let prefix = format!("{:032x}", rand::random::<u128>()).into();
+        ProgressRoutes { calls: Arc::default(), prefix }
+    }
 }
 
 impl ProgressRoutes {
+    /// The token a request whose rmcp token is `token` carries to the upstream.
+    pub fn on_wire(&self, token: &ProgressToken) -> ProgressToken {
+        let local = match &token.0 {
+            NumberOrString::Number(n) => format!("n{n}"),
+            NumberOrString::String(s) => format!("s{s}"),
+        };
+        ProgressToken(NumberOrString::String(format!("{}.{local}", self.prefix).into()))
+    }
+
+    /// A request is written: its progress token (rmcp's) becomes the one of [`Self::on_wire`].
+    pub(super) fn stamp(&self, request: &mut JsonRpcRequest<ClientRequest>) {
+        let meta = request.request.get_meta_mut();
+        if let Some(token) = meta.get_progress_token() {
+            meta.set_progress_token(self.on_wire(&token));
+        }
+    }
+
     /// Progress for `token` goes to `outlet` while the outlet lives; calls that are over are
     /// forgotten on the way.
     fn register(&self, token: ProgressToken, outlet: Weak<dyn ProgressOutlet>) {
@@ -38,9 +71,9 @@ impl ProgressRoutes {
         calls.insert(token, outlet);
     }
 
-    /// The call is over: forget its token.
+    /// The call whose rmcp token is `token` is over: forget it.
     pub fn forget(&self, token: &ProgressToken) {
-        self.calls.lock().expect("progress lock").remove(token);
+        self.calls.lock().expect("progress lock").remove(&self.on_wire(token));
     }
 
     /// A `tools/call` that claims its progress is registered before it is written.
@@ -70,7 +103,6 @@ impl ProgressRoutes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rmcp::model::NumberOrString;
 
     struct Collect(Mutex<Vec<f64>>);
 
@@ -90,15 +122,28 @@ mod tests {
         let other_connection = ProgressRoutes::default();
         let outlet = Arc::new(Collect(Mutex::default()));
         let weak = Arc::downgrade(&(outlet.clone() as Arc<dyn ProgressOutlet>));
-        routes.register(ProgressToken(NumberOrString::Number(6)), weak);
-        routes.deliver(progress(6, 1.0));
-        other_connection.deliver(progress(6, 2.0));
-        routes.deliver(progress(7, 3.0));
-        assert_eq!(*outlet.0.lock().unwrap(), [1.0]);
-        routes.forget(&ProgressToken(NumberOrString::Number(6)));
+        let (six, seven) = (ProgressToken(NumberOrString::Number(6)), ProgressToken(NumberOrString::Number(7)));
+        routes.register(routes.on_wire(&six), weak);
+        routes.deliver(ProgressNotificationParam::new(routes.on_wire(&six), 1.0));
+        other_connection.deliver(ProgressNotificationParam::new(routes.on_wire(&six), 2.0));
+        routes.deliver(ProgressNotificationParam::new(routes.on_wire(&seven), 3.0));
+        routes.deliver(progress(6, 5.0));
+        assert_eq!(*outlet.0.lock().unwrap(), [1.0], "only the token on the wire, on its connection");
+        routes.forget(&six);
         assert_eq!(routes.len(), 0);
-        routes.deliver(progress(6, 4.0));
+        routes.deliver(ProgressNotificationParam::new(routes.on_wire(&six), 4.0));
         assert_eq!(*outlet.0.lock().unwrap(), [1.0]);
+    }
+
+    #[test]
+    fn tokens_on_the_wire_are_the_connections_own() {
+        let (routes, other) = (ProgressRoutes::default(), ProgressRoutes::default());
+        let one = ProgressToken(NumberOrString::Number(1));
+        assert_ne!(routes.on_wire(&one), one, "not rmcp's number");
+        assert_ne!(routes.on_wire(&one), other.on_wire(&one), "another connection's differ");
+        assert_eq!(routes.on_wire(&one), routes.on_wire(&one));
+        let text = ProgressToken(NumberOrString::String("1".into()));
+        assert_ne!(routes.on_wire(&one), routes.on_wire(&text), "a number and a string stay apart");
     }
 
     #[test]

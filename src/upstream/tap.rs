@@ -1,7 +1,8 @@
 //! Each connection's transport, tapped once ([`Tapped`]) for what belongs to a routed call:
 //! - as a request is written, what it claims is booked before the upstream can answer it: its
-//!   progress outlet under the progress token rmcp gave it (`progress`), its host's relay under
-//!   its request id (`relay`);
+//!   progress token is replaced by one of the connection's own (random prefix, see
+//!   `ProgressRoutes`), its progress outlet is booked under it (`progress`), its host's relay
+//!   under its request id and that token (`relay`);
 //! - as messages are read, `notifications/progress` and `notifications/message` are taken out
 //!   and handed to their call right there, before anything read after them — the call's own
 //!   answer included — reaches rmcp. rmcp runs each notification callback in a task of its own
@@ -43,9 +44,11 @@ impl Taps {
         Tapped { transport, taps: self.clone() }
     }
 
-    /// What a request claims is booked before it is written.
-    fn claim(&self, item: &TxJsonRpcMessage<RoleClient>) {
+    /// A request's progress token is made the connection's own, and what the request claims is
+    /// booked, before it is written.
+    fn claim(&self, item: &mut TxJsonRpcMessage<RoleClient>) {
         let JsonRpcMessage::Request(request) = item else { return };
+        self.progress.stamp(request);
         self.progress.claim(request);
         self.relays.claim(request);
     }
@@ -66,9 +69,9 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Tapped<T> {
 
     fn send(
         &mut self,
-        item: TxJsonRpcMessage<RoleClient>,
+        mut item: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        self.taps.claim(&item);
+        self.taps.claim(&mut item);
         self.transport.send(item)
     }
 
@@ -151,7 +154,12 @@ mod tests {
         json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": data, "_meta": meta}})
     }
 
-    fn progress_of(token: i64, progress: f64) -> serde_json::Value {
+    /// The token the upstream saw on request `id` of the connection `taps` serve.
+    fn on_wire(taps: &Taps, id: i64) -> serde_json::Value {
+        serde_json::to_value(taps.progress.on_wire(&ProgressToken(RequestId::Number(id)))).unwrap()
+    }
+
+    fn progress_of(token: serde_json::Value, progress: f64) -> serde_json::Value {
         json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": token, "progress": progress}})
     }
 
@@ -185,12 +193,19 @@ mod tests {
     async fn over_stdio_a_log_message_goes_only_to_the_call_its_progress_token_names() {
         let book = Arc::new(RelayBook::default());
         let (a, b) = (Arc::new(Named::default()), Arc::new(Named::default()));
-        let named = |data: &str, token: i64| {
+        let named = |data: &str, token: serde_json::Value| {
             json!({"jsonrpc": "2.0", "method": "notifications/message",
                    "params": {"level": "info", "data": data, "_meta": {"progressToken": token}}})
         };
-        let script = [log_of("unnamed", None), log_of("forged", Some(1)), named("mine", 1), named("late", 9)];
-        let mut transport = taps(&book, false).on(Script(script.into()));
+        let taps = taps(&book, false);
+        let script = [
+            log_of("unnamed", None),
+            log_of("forged", Some(1)),
+            named("stamped", json!(1)),
+            named("mine", on_wire(&taps, 1)),
+            named("late", on_wire(&taps, 9)),
+        ];
+        let mut transport = taps.on(Script(script.into()));
         transport.send(call(1, Some(&a))).await.unwrap();
         let _a = book.register(RequestId::Number(1), a.clone());
         assert!(transport.receive().await.is_none());
@@ -205,8 +220,11 @@ mod tests {
         let outlet = Arc::new(Collect(Mutex::default()));
         let answer = json!({"jsonrpc": "2.0", "id": 5, "result": {"content": []}});
         let changed = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
-        let script = [progress_of(5, 1.0), progress_of(6, 9.0), changed, progress_of(5, 2.0), answer];
-        let mut transport = taps(&book, true).on(Script(script.into()));
+        let taps = taps(&book, true);
+        let (five, six) = (on_wire(&taps, 5), on_wire(&taps, 6));
+        let script = [progress_of(five.clone(), 1.0), progress_of(json!(5), 7.0), progress_of(six, 9.0), changed];
+        let script = script.into_iter().chain([progress_of(five, 2.0), answer]);
+        let mut transport = taps.on(Script(script.collect()));
         let mut claimed = call(5, None);
         if let JsonRpcMessage::Request(request) = &mut claimed
             && let rmcp::model::ClientRequest::CallToolRequest(call) = &mut request.request
