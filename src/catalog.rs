@@ -145,6 +145,12 @@ impl Snapshot {
         page(&self.parts, offset, limit, |p| &p.templates, visible)
     }
 
+    /// The snapshot's own copy of an upstream's name (so a borrow of it lives as long as the
+    /// snapshot), or `None` when the snapshot holds nothing of it.
+    pub fn upstream_name(&self, upstream: &str) -> Option<&str> {
+        self.parts.iter().find(|(name, _)| name == upstream).map(|(name, _)| name.as_str())
+    }
+
     /// The URI schemes (lowercase) of `upstream`'s own resources and templates: what it serves.
     pub fn schemes_of(&self, upstream: &str) -> BTreeSet<String> {
         let Some((_, part)) = self.parts.iter().find(|(name, _)| name == upstream) else { return BTreeSet::new() };

@@ -34,6 +34,14 @@ pub fn is_valid_upstream_name(name: &str) -> bool {
     }
 }
 
+/// The lower-cased scheme of `text` when it is a whole URI: an RFC 3986 scheme, something after
+/// the `:`, and no whitespace or control characters (so prose naming a URI is not one).
+pub fn whole_uri_scheme(text: &str) -> Option<String> {
+    let (scheme, rest) = text.split_once(':')?;
+    let whole = has_scheme(text) && !rest.is_empty() && !text.chars().any(|c| c.is_whitespace() || c.is_control());
+    whole.then(|| scheme.to_ascii_lowercase())
+}
+
 /// RFC 3986 §3.1: `scheme = ALPHA *( ALPHA / DIGIT / "+" / "-" / "." )`, followed by `:`.
 pub fn has_scheme(uri: &str) -> bool {
     let Some((scheme, _)) = uri.split_once(':') else {

@@ -1,14 +1,17 @@
 //! The lists capability: pages of the merged resource and template lists, cut from the
 //! catalog's immutable snapshot (no upstream call per page), filtered by the caller's policy
 //! snapshot, with authenticated cursors bound to the principal and the catalog generation.
+//! The entries' `icons` are judged with the same policy snapshot (`crate::tools::ListedIcons`:
+//! one the caller may not read is dropped), only on entries that have icons.
 
-use rmcp::model::{ListResourceTemplatesResult, ListResourcesResult};
+use rmcp::model::{ListResourceTemplatesResult, ListResourcesResult, Resource, ResourceTemplate};
 
 use super::access::Access;
 use super::caller::Caller;
 use crate::catalog::{Catalog, Snapshot};
 use crate::cursor::{CursorKey, ListKind};
 use crate::error::ProxyError;
+use crate::tools::ListedIcons;
 
 /// The lists service, with what it uses.
 pub(crate) struct Lists {
@@ -26,7 +29,12 @@ impl Lists {
         let snapshot = self.catalog.snapshot();
         let offset = self.offset(caller, ListKind::Resources, cursor, &snapshot)?;
         let page = snapshot.resources_page(offset, self.page_size, &|uri| self.access.listable(caller, uri));
-        let mut result = ListResourcesResult::with_all_items(page.items);
+        let mut icons = ListedIcons::new(&snapshot, caller.policy(), caller.principal());
+        let listed = |mut resource: Resource| {
+            resource.icons = icons.icons(&resource.uri, resource.icons.take());
+            resource
+        };
+        let mut result = ListResourcesResult::with_all_items(page.items.into_iter().map(listed).collect());
         result.next_cursor = page.next.map(|next| self.cursor(caller, ListKind::Resources, &snapshot, next));
         Ok(result)
     }
@@ -40,7 +48,12 @@ impl Lists {
         let snapshot = self.catalog.snapshot();
         let offset = self.offset(caller, ListKind::Templates, cursor, &snapshot)?;
         let page = snapshot.templates_page(offset, self.page_size, &|template| caller.may_see_template(template));
-        let mut result = ListResourceTemplatesResult::with_all_items(page.items);
+        let mut icons = ListedIcons::new(&snapshot, caller.policy(), caller.principal());
+        let listed = |mut template: ResourceTemplate| {
+            template.icons = icons.icons(&template.uri_template, template.icons.take());
+            template
+        };
+        let mut result = ListResourceTemplatesResult::with_all_items(page.items.into_iter().map(listed).collect());
         result.next_cursor = page.next.map(|next| self.cursor(caller, ListKind::Templates, &snapshot, next));
         Ok(result)
     }

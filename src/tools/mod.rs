@@ -40,6 +40,7 @@ use rmcp::model::{Icon, ListPromptsResult, ListToolsResult, Prompt, Tool};
 pub use self::catalog::{OfferingsCatalog, OfferingsSnapshot, UpstreamOfferings};
 pub use self::inflight::CallPermit;
 use self::names::{Naming, Offering};
+pub(crate) use self::rewrite::ListedIcons;
 use crate::catalog::Catalog;
 use crate::cursor::{CursorKey, ListKind};
 use crate::error::ProxyError;

@@ -1,13 +1,19 @@
 //! Fetching an upstream's whole catalog: every page of its resources and templates,
 //! namespaced, with the shortest `ttlMs` the pages came with.
 //!
+//! An entry's `icons[].src` that is a whole URI in a scheme the upstream serves (one of its
+//! listed resources' or templates') is namespaced here like the entry's own URI; every other
+//! `src` is kept as sent. Which icons a caller sees is decided per list request
+//! (`proxy::lists`), by the same rule as tool and prompt icons.
+//!
 //! Invariant: an upstream that did not declare `resources` is never asked for them, and a list
 //! it answers with -32601 is empty (counted: `outcome="method_not_found"`), never a failed
 //! connection.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
-use rmcp::model::{PaginatedRequestParams, Resource, ResourceTemplate};
+use rmcp::model::{Icon, PaginatedRequestParams, Resource, ResourceTemplate};
 use rmcp::service::ServiceError;
 
 use super::{Link, Upstream};
@@ -59,9 +65,10 @@ pub(super) async fn fetch(upstream: &Upstream, link: &Link) -> Result<Listing, S
         tracing::warn!(upstream = name, uri, "URI has no scheme; not listed");
         metrics.catalog_entry_unlisted(name);
     };
+    let served = served_schemes(&resources, &templates);
     let mut entries = UpstreamCatalog {
-        resources: resources.into_iter().filter_map(|r| namespace_resource(name, r, &unlisted)).collect(),
-        templates: templates.into_iter().filter_map(|t| namespace_template(name, t, &unlisted)).collect(),
+        resources: resources.into_iter().filter_map(|r| namespace_resource(name, &served, r, &unlisted)).collect(),
+        templates: templates.into_iter().filter_map(|t| namespace_template(name, &served, t, &unlisted)).collect(),
     };
     let duplicates = entries.dedupe();
     if duplicates > 0 {
@@ -77,17 +84,31 @@ pub(super) async fn fetch(upstream: &Upstream, link: &Link) -> Result<Listing, S
     Ok(Listing { entries, refresh })
 }
 
-fn namespace_resource(upstream: &str, mut resource: Resource, unlisted: &dyn Fn(&str)) -> Option<Resource> {
+/// The lower-cased schemes of an upstream's own (not yet namespaced) URIs and templates.
+fn served_schemes(resources: &[Resource], templates: &[ResourceTemplate]) -> BTreeSet<String> {
+    let uris = resources.iter().map(|r| r.uri.as_str());
+    let templates = templates.iter().map(|t| t.uri_template.as_str());
+    uris.chain(templates).filter_map(|uri| uri.split_once(':')).map(|(scheme, _)| scheme.to_ascii_lowercase()).collect()
+}
+
+fn namespace_resource(
+    upstream: &str,
+    served: &BTreeSet<String>,
+    mut resource: Resource,
+    unlisted: &dyn Fn(&str),
+) -> Option<Resource> {
     let Some(uri) = namespace::namespaced(upstream, &resource.uri) else {
         unlisted(&resource.uri);
         return None;
     };
     resource.uri = uri;
+    namespace_icons(upstream, served, resource.icons.as_deref_mut());
     Some(resource)
 }
 
 fn namespace_template(
     upstream: &str,
+    served: &BTreeSet<String>,
     mut template: ResourceTemplate,
     unlisted: &dyn Fn(&str),
 ) -> Option<ResourceTemplate> {
@@ -96,7 +117,18 @@ fn namespace_template(
         return None;
     };
     template.uri_template = uri_template;
+    namespace_icons(upstream, served, template.icons.as_deref_mut());
     Some(template)
+}
+
+/// Each `src` that is a whole URI in a scheme `upstream` serves, namespaced; the others as sent.
+fn namespace_icons(upstream: &str, served: &BTreeSet<String>, icons: Option<&mut [Icon]>) {
+    for icon in icons.into_iter().flatten() {
+        let own = namespace::whole_uri_scheme(&icon.src).is_some_and(|scheme| served.contains(&scheme));
+        if let Some(namespaced) = own.then(|| namespace::namespaced(upstream, &icon.src)).flatten() {
+            icon.src = namespaced;
+        }
+    }
 }
 
 /// The `outcome` label of a list fetch: `ok`, `method_not_found` (the upstream answered
@@ -185,6 +217,37 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Icons in a scheme the upstream serves are namespaced with its entries; `https:`,
+    /// `data:`, another upstream's proxy-form URI and prose are kept as sent.
+    #[test]
+    fn icons_in_a_served_scheme_are_namespaced_at_listing() {
+        let icons = [
+            "py://icons/a.png",
+            "PY://doc/secret/b.png",
+            "https://e.com/c.png",
+            "data:image/png;base64,AA",
+            "fx+fx://x",
+            "py://a b",
+        ];
+        let resource = Resource::new("py://doc/1", "d").with_icons(icons.iter().map(|src| Icon::new(*src)).collect());
+        let template = ResourceTemplate::new("tpl://t/{id}", "t").with_icons(vec![Icon::new("tpl://icon")]);
+        let served = served_schemes(std::slice::from_ref(&resource), std::slice::from_ref(&template));
+        let none = |_: &str| {};
+        let listed = namespace_resource("docs", &served, resource, &none).expect("listed");
+        let srcs: Vec<&str> = listed.icons.iter().flatten().map(|icon| icon.src.as_str()).collect();
+        let expected = [
+            "docs+py://icons/a.png",
+            "docs+PY://doc/secret/b.png",
+            "https://e.com/c.png",
+            "data:image/png;base64,AA",
+            "fx+fx://x",
+            "py://a b",
+        ];
+        assert_eq!(srcs, expected);
+        let listed = namespace_template("docs", &served, template, &none).expect("listed");
+        assert_eq!(listed.icons.expect("icons")[0].src, "docs+tpl://icon");
+    }
 
     /// An upstream whose pages never end with fresh cursors fails the fetch once the list
     /// outgrows the bound, instead of growing without end.

@@ -1,4 +1,4 @@
-//! What crosses in tool, prompt and completion content: a real upstream (the Python SDK,
+//! What crosses in tool, prompt and completion content and in listed icons: a real upstream (the Python SDK,
 //! tests/py/content_server.py) beside the fixture (`fx://`), the proxy binary, and rmcp hosts
 //! of both eras. alice may not read `docs+py://doc/secret/**`, `docs+ui://widget/secret` or
 //! `fx+fx://fx/hidden/**`; bob may read everything.
@@ -152,6 +152,42 @@ async fn icons_and_ui_resource_uris_are_namespaced_and_filtered() -> anyhow::Res
         assert_eq!(result["content"][0]["_meta"]["ui"]["resourceUri"], "docs+ui://widget/secret", "{era:?}");
         let icons = srcs(&result["content"][2]["icons"]);
         assert_eq!(icons, Some(vec![json!("docs+py://icons/link.png"), json!("docs+py://doc/secret/link.png")]));
+    }
+    Ok(())
+}
+
+/// The `src` of each icon of the listed entry `key` = `value` of `list`, in order.
+fn listed_srcs(list: &Value, key: &str, value: &str) -> Option<Vec<Value>> {
+    let entry = list.as_array()?.iter().find(|entry| entry[key] == value)?;
+    Some(entry["icons"].as_array()?.iter().map(|icon| icon["src"].clone()).collect())
+}
+
+/// Icons of listed resources and templates follow the rule of tool icons: one in a scheme the
+/// upstream serves namespaced, one naming a resource alice may not read gone, `https://` as
+/// sent; bob sees all three.
+#[tokio::test]
+async fn icons_of_listed_resources_and_templates_are_namespaced_and_filtered() -> anyhow::Result<()> {
+    let (proxy, _policies) = start().await?;
+    let (resource, template) = (("uri", "docs+py://doc/public/1"), ("uriTemplate", "docs+py://doc/{kind}/{n}"));
+    for era in [Era::Legacy, Era::Modern] {
+        let (alice, _) = wire::connect(&proxy.url, era, Some(ALICE_TOKEN)).await?;
+        let resources = serde_json::to_value(alice.list_all_resources().await?)?;
+        let templates = serde_json::to_value(alice.list_all_resource_templates().await?)?;
+        let kept = vec![json!("docs+py://icons/list.png"), json!("https://example.com/list.png")];
+        assert_eq!(listed_srcs(&resources, resource.0, resource.1), Some(kept.clone()), "{era:?}: {resources}");
+        assert_eq!(listed_srcs(&templates, template.0, template.1), Some(kept), "{era:?}: {templates}");
+        assert!(!mentions_denied(&templates), "{era:?}: {templates}");
+
+        let (bob, _) = wire::connect(&proxy.url, era, Some(BOB_TOKEN)).await?;
+        let resources = serde_json::to_value(bob.list_all_resources().await?)?;
+        let templates = serde_json::to_value(bob.list_all_resource_templates().await?)?;
+        let all = vec![
+            json!("docs+py://doc/secret/list.png"),
+            json!("docs+py://icons/list.png"),
+            json!("https://example.com/list.png"),
+        ];
+        assert_eq!(listed_srcs(&resources, resource.0, resource.1), Some(all.clone()), "{era:?}: {resources}");
+        assert_eq!(listed_srcs(&templates, template.0, template.1), Some(all), "{era:?}: {templates}");
     }
     Ok(())
 }

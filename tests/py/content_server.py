@@ -4,7 +4,8 @@ or filter, built on PyPI `mcp` 2.3.0 (`MCPServer`, both eras), for tests/interop
 Stdio only.
 
 Resources: `py://doc/public/1`, `py://doc/public/2`, `py://doc/secret/1` (text/plain); the
-resource template `py://doc/{kind}/{n}`.
+resource template `py://doc/{kind}/{n}`. `py://doc/public/1` and the template list the icons
+`py://doc/secret/list.png`, `py://icons/list.png` and `https://example.com/list.png`.
 Tools:
 - `find_docs(include_secret: bool = False)`: structured output (the SDK adds the JSON text mirror)
   `{"matches": [{"uri", "title"}…], "best": "py://doc/public/1", "homepage": "https://example.com/docs"}`,
@@ -53,11 +54,18 @@ PUBLIC = ["py://doc/public/1", "py://doc/public/2"]
 SECRET = "py://doc/secret/1"
 PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 
+LISTED_ICONS = [
+    Icon(src="py://doc/secret/list.png"),
+    Icon(src="py://icons/list.png"),
+    Icon(src="https://example.com/list.png"),
+]
+
 for uri, title in DOCS.items():
-    mcp.add_resource(TextResource(uri=uri, name=title, text=f"{title} text", mime_type="text/plain"))
+    icons = LISTED_ICONS if uri == "py://doc/public/1" else None
+    mcp.add_resource(TextResource(uri=uri, name=title, text=f"{title} text", mime_type="text/plain", icons=icons))
 
 
-@mcp.resource("py://doc/{kind}/{n}")
+@mcp.resource("py://doc/{kind}/{n}", icons=LISTED_ICONS)
 def doc(kind: str, n: str) -> str:
     return f"{kind} {n}"
 

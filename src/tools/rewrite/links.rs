@@ -75,7 +75,7 @@ impl<'a> Links<'a> {
 
     /// Judge a whole string.
     pub(crate) fn judge(&self, text: &str) -> Link {
-        let Some(scheme) = whole_uri_scheme(text) else { return Link::Plain };
+        let Some(scheme) = namespace::whole_uri_scheme(text) else { return Link::Plain };
         if self.own.get_or_init(|| self.resources.schemes_of(self.upstream)).contains(&scheme) {
             return match namespace::namespaced(self.upstream, text) {
                 Some(namespaced) if self.visible(&namespaced) => Link::Namespaced(namespaced),
@@ -115,15 +115,6 @@ impl<'a> Links<'a> {
             others.map(|name| (self.resources.schemes_of(&name), name)).map(|(schemes, name)| (name, schemes)).collect()
         })
     }
-}
-
-/// The lower-cased scheme of `text` when it is a whole URI: an RFC 3986 scheme, something after
-/// the `:`, and no whitespace or control characters.
-fn whole_uri_scheme(text: &str) -> Option<String> {
-    let (scheme, rest) = text.split_once(':')?;
-    let whole =
-        namespace::has_scheme(text) && !rest.is_empty() && !text.chars().any(|c| c.is_whitespace() || c.is_control());
-    whole.then(|| scheme.to_ascii_lowercase())
 }
 
 /// The URI-like words of prose: split at whitespace and at characters a URI never holds raw

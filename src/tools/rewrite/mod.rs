@@ -1,7 +1,8 @@
 //! URIs inside what tools and prompts pass through, for one caller: resource links, embedded
 //! resources, `_meta.ui.resourceUri` (MCP Apps: the `ui://` resource a tool renders with) on a
 //! tool, a prompt or any content block (and on an embedded resource's contents), `icons[].src`
-//! of tools, prompts and resource links, `structuredContent` ([`structured`]) and completion
+//! of tools, prompts, resource links and listed resources and templates ([`listed`]),
+//! `structuredContent` ([`structured`]) and completion
 //! values ([`completion`]).
 //!
 //! One rule for every slot ([`links`]): a URI the upstream serves is namespaced into the
@@ -18,12 +19,14 @@
 
 mod completion;
 mod links;
+mod listed;
 mod structured;
 
 use rmcp::model::{ContentBlock, Icon, MetaObject, Prompt, ResourceContents, Tool};
 
 pub(crate) use self::completion::completion_for;
 pub(crate) use self::links::{Link, Links};
+pub(crate) use self::listed::ListedIcons;
 pub(crate) use self::structured::{Structured, structured_for};
 use crate::namespace;
 use crate::policy::PolicySet;
