@@ -1,5 +1,6 @@
 //! Fetching an upstream's whole catalog: every page of its resources and templates,
-//! namespaced, with the shortest `ttlMs` the pages came with.
+//! namespaced, with the shortest `ttlMs` the pages came with. A list is bounded at 100,000
+//! items (and pages); a cursor the upstream already gave ends it as a loop (an error).
 //!
 //! Invariant: an upstream that did not declare `resources` is never asked for them, and a list
 //! it answers with -32601 is empty (counted: `outcome="method_not_found"`), never a failed
