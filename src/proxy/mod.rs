@@ -1,4 +1,4 @@
-//! The proxy: capability services over one shared [`Core`](core), behind the thin [`Proxy`]
+//! The proxy: capability services over one shared `Core` (`core`), behind the thin [`Proxy`]
 //! handle.
 //!
 //! - `core`: the shared context (catalog, upstream registry, cache, watch book, fan-out,
