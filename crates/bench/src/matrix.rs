@@ -167,9 +167,9 @@ fn specs(setup: &Setup, era: HostEra) -> anyhow::Result<Vec<Spec>> {
         specs.push(("ev", Via::Gateway, gateway.url.clone(), format!("ev/{EVERYTHING_URI}"), gateway.pid));
     }
     specs.insert(0, ("fx", Via::Direct, setup.fixture.url.clone(), FIXTURE_URI.to_owned(), setup.fixture.pid()?));
-    // The fixture speaks both eras; server-everything only the 2025 one.
+    // The fixture speaks both eras; server-everything and the Rust gateway only the 2025 one.
     if era == HostEra::Y2026 {
-        specs.retain(|spec| !(spec.0 == "ev" && spec.1 == Via::Direct));
+        specs.retain(|spec| !(spec.0 == "ev" && matches!(spec.1, Via::Direct | Via::Gateway)));
     }
     Ok(specs)
 }

@@ -21,7 +21,7 @@ use crate::raw::{HostEra, RawClient};
 /// How the Rust gateway is installed where [`rust_gateway_binary`] looks for it.
 pub const RUST_GATEWAY_INSTALL: &str = "cargo install --locked --version =0.6.0 mcp-proxy --root .peers/bench-cargo";
 
-/// The version the Rust gateway must report (`mcp-proxy --version`).
+/// The version of the Rust gateway measured.
 const RUST_GATEWAY_VERSION: &str = "0.6.0";
 
 /// How long a peer may take to listen.
@@ -58,28 +58,25 @@ fn mcp_proxy_entry() -> anyhow::Result<String> {
     entry.to_str().map(str::to_owned).context("mcp-proxy path is not UTF-8")
 }
 
-/// The Rust gateway's binary: `PROXY_BENCH_RUST_GATEWAY` when set, else
-/// `.peers/bench-cargo/bin/mcp-proxy`; `Err` says why it cannot be used (absent, or not 0.6.0).
+/// The Rust gateway's binary: `PROXY_BENCH_RUST_GATEWAY` when set (taken as is), else
+/// `.peers/bench-cargo/bin/mcp-proxy` when cargo's record there (`.crates.toml`) says 0.6.0 (the
+/// binary has no `--version`); `Err` says why it cannot be used.
 pub fn rust_gateway_binary() -> Result<PathBuf, String> {
-    let path = match std::env::var_os("PROXY_BENCH_RUST_GATEWAY") {
-        Some(path) => PathBuf::from(path),
-        None => peers_dir().join("bench-cargo/bin/mcp-proxy"),
-    };
+    if let Some(path) = std::env::var_os("PROXY_BENCH_RUST_GATEWAY") {
+        return Ok(PathBuf::from(path));
+    }
+    let root = peers_dir().join("bench-cargo");
+    let path = root.join("bin/mcp-proxy");
     if !path.is_file() {
         return Err(format!(
             "the Rust gateway mcp-proxy is not installed at {}: `{RUST_GATEWAY_INSTALL}`",
             path.display()
         ));
     }
-    let version = std::process::Command::new(&path).arg("--version").output();
-    let said = version.map(|out| String::from_utf8_lossy(&out.stdout).into_owned()).unwrap_or_default();
-    match said.split_whitespace().any(|word| word == RUST_GATEWAY_VERSION) {
+    let record = std::fs::read_to_string(root.join(".crates.toml")).unwrap_or_default();
+    match record.contains(&format!("\"mcp-proxy {RUST_GATEWAY_VERSION} ")) {
         true => Ok(path),
-        false => Err(format!(
-            "{} says {:?}, not {RUST_GATEWAY_VERSION}: `{RUST_GATEWAY_INSTALL}`",
-            path.display(),
-            said.trim()
-        )),
+        false => Err(format!("{} is not mcp-proxy {RUST_GATEWAY_VERSION}: `{RUST_GATEWAY_INSTALL}`", path.display())),
     }
 }
 

@@ -3,8 +3,8 @@
 //! otherwise idle (wake-ups, timers, cold caches), not what a saturated loop amortises. Cells:
 //! npm server-everything over HTTP read directly (2025 only: it speaks no other era); through
 //! this proxy with the entry cached (`unwatched_ttl`, both eras); through the Rust gateway
-//! `mcp-proxy` 0.6.0 with its resource cache on (both eras; skipped with its reason when not
-//! installed); through npm `mcp-proxy` (no cache, in front of server-everything over stdio).
+//! `mcp-proxy` 0.6.0 with its resource cache on (2025 only: it refuses 2026-07-28 with -32022;
+//! skipped with its reason when not installed); through npm `mcp-proxy` (no cache, in front of server-everything over stdio).
 //!
 //! Per cell: p50/p99 latency and the answering process's CPU per read — utime + stime from
 //! `/proc/<pid>/stat` over the cell's phases, divided by its reads — in interleaved rounds.
@@ -103,7 +103,8 @@ fn specs(setup: &Setup) -> anyhow::Result<Vec<Spec>> {
     ];
     for era in [HostEra::Y2025, HostEra::Y2026] {
         specs.push(("ours, hit", era, setup.ours.url.clone(), format!("ev+{URI}"), ours));
-        if let Ok(gateway) = &setup.gateway {
+        // The Rust gateway 0.6.0 serves 2025 versions only (a 2026-07-28 request: -32022).
+        if let (Ok(gateway), HostEra::Y2025) = (&setup.gateway, era) {
             specs.push(("mcp-proxy (Rust), hit", era, gateway.url.clone(), format!("ev/{URI}"), gateway.pid));
         }
     }
