@@ -2,7 +2,8 @@
 # The README's release-build commands, run literally (tests/fast/readme.rs runs the rest, and
 # these in debug): `cargo run --release -- serve` from the repository root until /readyz answers
 # 200, then stopped; `cargo install --path . --root DIR` (the README's /usr/local swapped for a
-# temporary folder) and the installed binary's `check` of the shipped config. Needs ports 8080
+# temporary folder), the installed binary's `check` of the shipped config and its size (under
+# 40 MB). Needs ports 8080
 # and 9464 free (the shipped config's) and curl.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -32,4 +33,7 @@ echo "cargo run --release -- serve: ready, stopped"
 
 cargo install --path . --root "$root" --locked
 "$root/bin/mcp-resource-proxy" check --config config.toml
+size="$(stat -c %s "$root/bin/mcp-resource-proxy")"
+echo "installed binary: $size bytes (must stay under 40 MB)"
+(( size < 40000000 )) || { echo "the installed binary grew past 40 MB"; exit 1; }
 echo "cargo install --path . --root DIR: installed, check passes"

@@ -1,8 +1,8 @@
 //! Coherence: the one owner of what the read cache may keep and for how long. It owns the
 //! generations (a read begun after an `updated` never joins or finds anything older), the
 //! cache's watch holds (an entry is "watched" only when the upstream acknowledged its
-//! subscription), admission (lifetimes, see [`admission`]) and the watch book every holder's
-//! subscriptions go through ([`WatchBook`]). The cache itself is a store behind
+//! subscription), admission (lifetimes, see `admission`) and the watch book every holder's
+//! subscriptions go through (`WatchBook`). The cache itself is a store behind
 //! [`crate::cache::Store`]; moka ([`LocalStore`]) is the local one.
 //!
 //! The read path (`proxy/read.rs`) goes top to bottom: take a [`WatchTicket`] if the URI may be

@@ -23,8 +23,8 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
 /// mimalloc instead of glibc's allocator: a cache hit makes about a hundred small allocations,
-/// and glibc's malloc and free were a quarter of its instructions (BENCHMARKS.md). Built without
-/// transparent huge pages (`no_thp`) and told to return freed memory at once
+/// and glibc's malloc and free were a quarter of its instructions (docs/benchmarks-notebook.md).
+/// Built without transparent huge pages (`no_thp`) and told to return freed memory at once
 /// ([`return_freed_memory_at_once`]): with its defaults the proxy's resident memory was a third
 /// to twice that under glibc (a 2 MiB page for every arena touched; freed pages kept for 1 s).
 #[global_allocator]

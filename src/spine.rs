@@ -6,6 +6,14 @@
 //! out of time can say which tasks were still busy. The spine also carries the process-wide
 //! shutdown token: every task it runs selects on [`Spine::shutdown`] (or on a child of it).
 //!
+//! The named tasks: `signals`, `sighup`, `admin`, `mcp-server`, `event-loop`,
+//! `cache-housekeeping`, `policy-watch`, `config-watch`, `supervisor:<upstream>`,
+//! `watching:<upstream>` (one per connection), `outlet:<id>` (one per host outlet), and the HTTP
+//! listener's `session-reaper` and `listen-closing`. Outside it by design: the accept loop's
+//! per-connection tasks, short per-request tasks, a stdio child's stderr reader (it ends with
+//! the child), and the folder server's and JWKS refresher's own tasks. On SIGTERM/ctrl-c `main`
+//! cancels the token and drains within the grace period (5 s), naming any task still running.
+//!
 //! Invariant: once [`Spine::drain`] returned `Ok`, no task spawned through the spine is
 //! running; a task spawned after the drain began is still awaited by it.
 

@@ -1,4 +1,4 @@
-//! JWT access tokens (`[auth.jwt]`): signature by a key of the JWKS ([`super::jwks`]), one of
+//! JWT access tokens (`[auth.jwt]`): signature by a key of the JWKS (`super::jwks`), one of
 //! the configured algorithms, `iss`, `aud` (this resource), `exp` and `nbf` with the leeway;
 //! then the principal claim and the groups claim become a policy [`jwt_identity`].
 //!

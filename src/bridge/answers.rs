@@ -2,7 +2,7 @@
 //! caller's principal.
 //!
 //! Invariant: every error a model sees here is the one the resource methods would give the
-//! same principal (denied and missing alike: "resource not found: <uri>"), in the proxy's words.
+//! same principal (denied and missing alike: `"resource not found: <uri>"`), in the proxy's words.
 
 use base64::Engine;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, ResourceContents};

@@ -9,13 +9,13 @@
 //! `resources/subscribe` sessions and 2026-07-28 `subscriptions/listen` streams get
 //! `updated` / `list_changed` from file changes.
 //!
-//! Parts: [`paths`] (URI ↔ path, mime types), [`beneath`] (opening without following
-//! symlinks), [`content`] (list and read), [`subscribers`]
-//! (who wants what), [`watch`] (file events → notifications).
+//! Parts: `paths` (URI ↔ path, mime types), `beneath` (opening without following
+//! symlinks), `content` (list and read), `subscribers`
+//! (who wants what), `watch` (file events → notifications).
 //!
 //! Invariant: nothing outside the folder is ever read or listed, and no symlink is ever
-//! followed. Every URI goes through [`paths::Root`], which refuses anything not lexically
-//! inside the folder, and [`beneath`] opens it from the folder's handle one name at a time
+//! followed. Every URI goes through `paths::Root`, which refuses anything not lexically
+//! inside the folder, and `beneath` opens it from the folder's handle one name at a time
 //! without following symlinks or blocking, so a swap between check and read cannot redirect
 //! it; refusals, missing files and failures answer "not found" (or a generic error) without
 //! OS text or outside paths. Links are neither listed nor read, so the URI a policy judges is

@@ -78,7 +78,7 @@ struct Inner {
     state_seal: sealed::StateSeal,
 }
 
-/// What [`Tools::start`] needs from the proxy.
+/// What [`Tools::new`] needs from the proxy.
 pub struct ToolsParts {
     pub resources: Catalog,
     pub upstreams: Registry,

@@ -2,7 +2,9 @@
 //! folder server) and the protocol era (probe, pinned, or remembered from the last connect;
 //! `auto` keeps the 2025 era for an upstream that would lose sampling, elicitation or roots in
 //! 2026-07-28, and probes 2026-07-28 for the others).
-//! Every transport is tapped for its calls' progress and log messages (`tap`).
+//! Every transport is tapped for its calls' progress and log messages (`tap`). An HTTP
+//! upstream's broken reply stream is resumed at most three times (`ResumeBriefly`), so a request
+//! caught by the upstream's death fails at once instead of after its timeout.
 
 use std::collections::HashMap;
 

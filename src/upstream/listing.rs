@@ -1,5 +1,6 @@
 //! Fetching an upstream's whole catalog: every page of its resources and templates,
-//! namespaced, with the shortest `ttlMs` the pages came with.
+//! namespaced, with the shortest `ttlMs` the pages came with. A list is bounded at 100,000
+//! items (and pages); a cursor the upstream already gave ends it as a loop (an error).
 //!
 //! An entry's `icons[].src` that is a whole URI in a scheme the upstream serves (one of its
 //! listed resources' or templates') is namespaced here like the entry's own URI; every other

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! cargo build --release --bins
-//! cargo run --release --bin proxy-bench -- <matrix|read-latency|throughput|catalog|fanout|memory|all> \
+//! cargo run --release --bin proxy-bench -- <matrix|sparse|read-latency|throughput|catalog|fanout|memory|all> \
 //!     [--json] [--quick] [--target URL --uri URI]
 //! ```
 //!
@@ -13,9 +13,10 @@
 //! - `processes`: spawning the fixture and the proxy, temp configs, `/proc` CPU and RSS.
 //! - `clients`: connecting rmcp clients, timing operations at a concurrency, percentiles.
 //! - `raw`: a raw HTTP/1.1 MCP client (2025 session with SSE replies; 2026-07-28 stateless).
-//! - `peers`: server-everything and npm `mcp-proxy` from `.peers/` (`.ci/install-bench-peers.sh`).
+//! - `peers`: server-everything and npm `mcp-proxy` from `.peers/` (`.ci/install-bench-peers.sh`), and
+//!   the Rust gateway `mcp-proxy` 0.6.0 when installed by hand (`.peers/bench-cargo`).
 //! - `report`: the figures of one scenario and their Markdown / JSON rendering.
-//! - `matrix`, `read_latency`, `throughput`, `catalog`, `fanout`, `memory`: one scenario each.
+//! - `matrix`, `sparse`, `read_latency`, `throughput`, `catalog`, `fanout`, `memory`: one scenario each.
 //!
 //! Every figure of a scenario is measured in the same run, side by side; on a shared machine the
 //! ratios, medians and p99s are what to compare, not single absolute times.
@@ -30,6 +31,7 @@ mod processes;
 mod raw;
 mod read_latency;
 mod report;
+mod sparse;
 mod throughput;
 mod wire;
 
@@ -74,6 +76,7 @@ enum Scenario {
     ReadLatency,
     Throughput,
     Matrix,
+    Sparse,
     Catalog,
     Fanout,
     Memory,
@@ -129,6 +132,7 @@ async fn run(scenario: Scenario, options: &Options) -> Vec<Report> {
         (Scenario::All, false) => {
             vec![
                 Scenario::Matrix,
+                Scenario::Sparse,
                 Scenario::ReadLatency,
                 Scenario::Throughput,
                 Scenario::Catalog,
@@ -147,6 +151,7 @@ async fn run(scenario: Scenario, options: &Options) -> Vec<Report> {
             Scenario::ReadLatency => read_latency::run(options).await,
             Scenario::Throughput => throughput::run(options).await,
             Scenario::Matrix => matrix_on_one_thread(options).await,
+            Scenario::Sparse => sparse::run(options).await,
             Scenario::Catalog => catalog::run(options).await,
             Scenario::Fanout => fanout::run(options).await,
             Scenario::Memory => memory::run(options).await,

@@ -1,8 +1,9 @@
 //! Scenario `matrix`: `resources/read` for every host era (2025 session with SSE replies;
 //! 2026-07-28 stateless) × upstream kind (the rmcp fixture over HTTP; npm server-everything over
 //! HTTP; server-everything over stdio, spawned by the proxy) × hit/miss, next to each HTTP
-//! upstream read directly and next to npm `mcp-proxy` in front of server-everything (stdio) —
-//! all in one run, in interleaved rounds, with the raw clients of `raw`. Hit and miss are also
+//! upstream read directly, next to npm `mcp-proxy` in front of server-everything (stdio) and next
+//! to the Rust gateway `mcp-proxy` 0.6.0, resource cache on, in front of server-everything (HTTP;
+//! skipped with its reason when not installed) — all in one run, in interleaved rounds, with the raw clients of `raw`. Hit and miss are also
 //! measured through proxies with `server.fast_path = false` ("rmcp path"), so the fast path's
 //! effect is a ratio within one run.
 //!
@@ -19,7 +20,7 @@ use std::time::{Duration, Instant};
 use futures::future::try_join_all;
 
 use crate::Options;
-use crate::peers::{PeerProcess, everything_entry};
+use crate::peers::{self, PeerProcess, everything_entry};
 use crate::processes::{self, Fixture, ProxyProcess, UPSTREAM_TTL_MS, http_upstream, toml_string};
 use crate::raw::{HostEra, RawClient};
 use crate::report::{Report, Target, Unit};
@@ -39,6 +40,8 @@ enum Via {
     MissRmcp,
     /// npm `mcp-proxy`.
     Other,
+    /// The Rust gateway `mcp-proxy` 0.6.0, resource cache on (warm: hits).
+    Gateway,
 }
 
 /// One timed combination.
@@ -67,6 +70,8 @@ struct Setup {
     fixture: Fixture,
     everything: PeerProcess,
     other: PeerProcess,
+    /// The Rust gateway, or why it is not measured.
+    gateway: Result<PeerProcess, String>,
     hit: ProxyProcess,
     miss: ProxyProcess,
     hit_rmcp: ProxyProcess,
@@ -76,6 +81,10 @@ struct Setup {
 pub async fn run(options: &Options) -> anyhow::Result<Report> {
     let mut report = Report::new("matrix");
     let setup = start().await?;
+    if let Err(reason) = &setup.gateway {
+        eprintln!("matrix: mcp-proxy (Rust) cells skipped: {reason}");
+        report.note(format!("mcp-proxy (Rust) cells skipped: {reason}"));
+    }
     let mut cells = Vec::new();
     for era in [HostEra::Y2025, HostEra::Y2026] {
         for spec in specs(&setup, era)? {
@@ -101,7 +110,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
         "{rounds} interleaved rounds; per round and cell {each} reads at c=1 and {} s at c={CONCURRENCY}; raw HTTP/1.1 keep-alive clients; 2025 = initialize + Mcp-Session-Id, SSE replies parsed; 2026 = stateless with protocol `_meta`",
         slice.as_secs_f64()
     ));
-    report.note("upstreams: fx = the rmcp fixture over HTTP (1 KiB text, ttlMs 1 h); ev = npm server-everything over HTTP; evs = server-everything over stdio, spawned by the proxy (both give no ttlMs: kept by the hit proxies through `[upstreams.cache] unwatched_ttl = \"1h\"`, the operator's opt-in); mcp-proxy = npm mcp-proxy (pinned in .ci/install-bench-peers.sh) in front of server-everything over stdio (no cache: compare with miss)");
+    report.note("upstreams: fx = the rmcp fixture over HTTP (1 KiB text, ttlMs 1 h); ev = npm server-everything over HTTP; evs = server-everything over stdio, spawned by the proxy (both give no ttlMs: kept by the hit proxies through `[upstreams.cache] unwatched_ttl = \"1h\"`, the operator's opt-in); mcp-proxy (npm) = npm mcp-proxy (pinned in .ci/install-bench-peers.sh) in front of server-everything over stdio (no cache: compare with miss); mcp-proxy (Rust) = crates.io mcp-proxy 0.6.0 in front of ev over HTTP, `resource_ttl_seconds = 3600` (warm: compare with hit)");
     report.note("rmcp path = a proxy with `server.fast_path = false` (every request through rmcp's streamable HTTP service, as before the fast path), in the same run");
     report.note(format!("miss / direct, paired: per round, {each} c=1 reads alternating one direct (2025) and one through the miss proxy, so both see the same machine load; the ratio of their p50s per round, median over the rounds (the target row); `ev miss / direct p50, c=1` compares the cells' own phases, which run at different moments of a round"));
     report.note("CPU/req = utime + stime of the answering process (the proxy, or the server when direct) over the timed phases / requests; bench CPU/req = the load generator's");
@@ -113,6 +122,10 @@ async fn start() -> anyhow::Result<Setup> {
     let fixture = Fixture::spawn(&["--text-bytes", "1024", "--resources", "16", "--ttl-ms", UPSTREAM_TTL_MS]).await?;
     let everything = PeerProcess::everything_http().await?;
     let other = PeerProcess::mcp_proxy_over_everything().await?;
+    let gateway = match peers::rust_gateway_binary() {
+        Ok(binary) => Ok(PeerProcess::rust_gateway(binary, "ev", &everything.url).await?),
+        Err(reason) => Err(reason),
+    };
     // server-everything gives no `ttlMs` and is not trusted to notify: its results are kept
     // only with the operator's opt-in, which the hit cells measure (an hour: no expiry inside a run).
     let opt_in = "[upstreams.cache]\nunwatched_ttl = \"1h\"\n\n";
@@ -127,7 +140,7 @@ async fn start() -> anyhow::Result<Setup> {
     let rmcp = "[server]\nfast_path = false\n";
     let hit_rmcp = ProxyProcess::start(&format!("{rmcp}{upstreams}")).await?;
     let miss_rmcp = ProxyProcess::start(&format!("{rmcp}{upstreams}[cache]\nenabled = false\n")).await?;
-    Ok(Setup { fixture, everything, other, hit, miss, hit_rmcp, miss_rmcp })
+    Ok(Setup { fixture, everything, other, gateway, hit, miss, hit_rmcp, miss_rmcp })
 }
 
 /// A cell to connect: (upstream, via, url, uri, pid of the answering process).
@@ -150,10 +163,13 @@ fn specs(setup: &Setup, era: HostEra) -> anyhow::Result<Vec<Spec>> {
         ("evs", Via::Miss, setup.miss.url.clone(), format!("evs+{EVERYTHING_URI}"), miss),
         ("evs", Via::Other, setup.other.url.clone(), EVERYTHING_URI.to_owned(), setup.other.pid),
     ];
+    if let Ok(gateway) = &setup.gateway {
+        specs.push(("ev", Via::Gateway, gateway.url.clone(), format!("ev/{EVERYTHING_URI}"), gateway.pid));
+    }
     specs.insert(0, ("fx", Via::Direct, setup.fixture.url.clone(), FIXTURE_URI.to_owned(), setup.fixture.pid()?));
-    // The fixture speaks both eras; server-everything only the 2025 one.
+    // The fixture speaks both eras; server-everything and the Rust gateway only the 2025 one.
     if era == HostEra::Y2026 {
-        specs.retain(|spec| !(spec.0 == "ev" && spec.1 == Via::Direct));
+        specs.retain(|spec| !(spec.0 == "ev" && matches!(spec.1, Via::Direct | Via::Gateway)));
     }
     Ok(specs)
 }
@@ -270,6 +286,7 @@ impl Via {
             Via::HitRmcp => "proxy hit, rmcp path",
             Via::MissRmcp => "proxy miss, rmcp path",
             Via::Other => "mcp-proxy (npm)",
+            Via::Gateway => "mcp-proxy (Rust), cached",
         }
     }
 }
@@ -329,6 +346,9 @@ fn summarise(cells: &[Cell], report: &mut Report) {
             report.check(format!("{name}: ev hit / direct req/s, c=8"), rate, Unit::Ratio, Target::AtLeast(2.0));
             let cpu = hit.per_request_us(hit.server_cpu);
             report.check(format!("{name}: proxy CPU per ev hit"), cpu, Unit::Micros, Target::AtMost(50.0));
+            if let Some(gateway) = find("ev", Via::Gateway, era) {
+                compare_gateway(report, name, hit, gateway);
+            }
         }
         if let Some(miss) = find("ev", Via::Miss, era) {
             let m1 = p50_p99(&miss.c1).0;
@@ -343,6 +363,16 @@ fn summarise(cells: &[Cell], report: &mut Report) {
             );
         }
     }
+}
+
+/// Our hit against the Rust gateway's cached hit: below 1 is ours ahead.
+fn compare_gateway(report: &mut Report, era: &str, hit: &Tally, gateway: &Tally) {
+    let (h, g) = (p50_p99(&hit.c1).0, p50_p99(&gateway.c1).0);
+    report.add(format!("{era}: ev hit p50, c=1, ours / mcp-proxy (Rust)"), ratio(h, g), Unit::Ratio);
+    let rate = hit.rate() / gateway.rate().max(1e-9);
+    report.add(format!("{era}: ev hit req/s, c=8, ours / mcp-proxy (Rust)"), rate, Unit::Ratio);
+    let cpu = hit.per_request_us(hit.server_cpu) / gateway.per_request_us(gateway.server_cpu).max(1e-9);
+    report.add(format!("{era}: ev CPU per hit, ours / mcp-proxy (Rust)"), cpu, Unit::Ratio);
 }
 
 /// (p50, p99), nearest rank.

@@ -1,8 +1,11 @@
-//! Third-party processes for the `matrix` scenario, installed into the repository's `.peers/`:
-//! npm `@modelcontextprotocol/server-everything` (by `.ci/install-peers.sh`) and npm `mcp-proxy`
-//! (by `.ci/install-bench-peers.sh`). Each is spawned on a free loopback port and killed on drop.
+//! Third-party processes for the `matrix` and `sparse` scenarios, installed into the repository's
+//! `.peers/`: npm `@modelcontextprotocol/server-everything` (by `.ci/install-peers.sh`), npm
+//! `mcp-proxy` (by `.ci/install-bench-peers.sh`) and the Rust gateway `mcp-proxy` 0.6.0 from
+//! crates.io (by hand, [`RUST_GATEWAY_INSTALL`]: a ten-minute build the bench does not impose).
+//! Each is spawned on a free loopback port and killed on drop.
 //!
-//! Invariant: nothing is downloaded here; a missing peer is an error that names the script to run.
+//! Invariant: nothing is downloaded here; a missing npm peer is an error that names the script to
+//! run; a missing Rust gateway is a reason its cells are skipped with (the rest still runs).
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -12,7 +15,14 @@ use anyhow::{Context, bail};
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, Command};
 
+use crate::processes::{TempDir, toml_string};
 use crate::raw::{HostEra, RawClient};
+
+/// How the Rust gateway is installed where [`rust_gateway_binary`] looks for it.
+pub const RUST_GATEWAY_INSTALL: &str = "cargo install --locked --version =0.6.0 mcp-proxy --root .peers/bench-cargo";
+
+/// The version of the Rust gateway measured.
+const RUST_GATEWAY_VERSION: &str = "0.6.0";
 
 /// How long a peer may take to listen.
 const START_DEADLINE: Duration = Duration::from_secs(60);
@@ -22,6 +32,8 @@ pub struct PeerProcess {
     pub url: String,
     pub pid: u32,
     _child: Child,
+    /// The peer's config folder, if it has one.
+    _dir: Option<TempDir>,
 }
 
 /// `.peers/` of this repository (two levels above this crate).
@@ -46,7 +58,48 @@ fn mcp_proxy_entry() -> anyhow::Result<String> {
     entry.to_str().map(str::to_owned).context("mcp-proxy path is not UTF-8")
 }
 
+/// The Rust gateway's binary: `PROXY_BENCH_RUST_GATEWAY` when set (taken as is), else
+/// `.peers/bench-cargo/bin/mcp-proxy` when cargo's record there (`.crates.toml`) says 0.6.0 (the
+/// binary has no `--version`); `Err` says why it cannot be used.
+pub fn rust_gateway_binary() -> Result<PathBuf, String> {
+    if let Some(path) = std::env::var_os("PROXY_BENCH_RUST_GATEWAY") {
+        return Ok(PathBuf::from(path));
+    }
+    let root = peers_dir().join("bench-cargo");
+    let path = root.join("bin/mcp-proxy");
+    if !path.is_file() {
+        return Err(format!(
+            "the Rust gateway mcp-proxy is not installed at {}: `{RUST_GATEWAY_INSTALL}`",
+            path.display()
+        ));
+    }
+    let record = std::fs::read_to_string(root.join(".crates.toml")).unwrap_or_default();
+    match record.contains(&format!("\"mcp-proxy {RUST_GATEWAY_VERSION} ")) {
+        true => Ok(path),
+        false => Err(format!("{} is not mcp-proxy {RUST_GATEWAY_VERSION}: `{RUST_GATEWAY_INSTALL}`", path.display())),
+    }
+}
+
 impl PeerProcess {
+    /// The Rust gateway `mcp-proxy` 0.6.0 with one HTTP backend `name` at `url`, its resource
+    /// cache on (an hour: no expiry inside a run). Resources are `<name>/<uri>`, served at `/`.
+    pub async fn rust_gateway(binary: PathBuf, name: &str, url: &str) -> anyhow::Result<Self> {
+        let port = free_port()?;
+        let dir = TempDir::new()?;
+        let config = dir.path.join("proxy.toml");
+        let text = format!(
+            "[proxy]\nname = \"bench\"\n\n[proxy.listen]\nhost = \"127.0.0.1\"\nport = {port}\n\n[[backends]]\nname = {}\ntransport = \"http\"\nurl = {}\n\n[backends.cache]\nresource_ttl_seconds = 3600\n",
+            toml_string(name),
+            toml_string(url)
+        );
+        std::fs::write(&config, text).context("write the Rust gateway's config")?;
+        let mut command = Command::new(binary);
+        command.arg("--config").arg(&config).env("RUST_LOG", "warn");
+        let mut peer = Self::spawn(command, port, "/").await?;
+        peer._dir = Some(dir);
+        Ok(peer)
+    }
+
     /// server-everything in `streamableHttp` mode.
     pub async fn everything_http() -> anyhow::Result<Self> {
         let port = free_port()?;
@@ -73,7 +126,7 @@ impl PeerProcess {
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
-            .context("spawn node (is Node.js installed?)")?;
+            .context("spawn the peer (is Node.js installed?)")?;
         // Both log per request: drain them so they never block.
         drain(child.stdout.take().context("stdout")?);
         drain(child.stderr.take().context("stderr")?);
@@ -83,7 +136,7 @@ impl PeerProcess {
         // Bounded poll: the peer is ready once a 2025 session opens.
         loop {
             match RawClient::connect(&url, HostEra::Y2025).await {
-                Ok(_) => return Ok(Self { url, pid, _child: child }),
+                Ok(_) => return Ok(Self { url, pid, _child: child, _dir: None }),
                 Err(error) if Instant::now() > deadline => return Err(error.context(format!("{url} never answered"))),
                 Err(_) => {}
             }
