@@ -125,6 +125,10 @@ async fn a_stdio_upstreams_late_messages_for_alice_never_reach_bobs_call() -> an
         let bob = bob.peer().clone();
         async move { late(&bob, json!({"tag": "bob", "hold_ms": 3000})).await }
     });
+    // bob's call is at the upstream before alice's second one: "first late" (sent as her first
+    // call answered) and "bob during" are both counted only once bob's call is in flight. Until
+    // then alice's messages could rightly reach her own lone call.
+    proxy.wait_metric("mcp_proxy_relay_unattributed_total", &UNATTRIBUTED_LOGS, |n| n >= 2.0).await?;
     late(alice.peer(), json!({"tag": "alice", "after_ms": 200, "sample": true})).await?;
     bobs.await??;
     let heard = drained(&mut bob_heard);
@@ -132,9 +136,9 @@ async fn a_stdio_upstreams_late_messages_for_alice_never_reach_bobs_call() -> an
     assert!(!heard.iter().any(of_alice), "bob was sent alice's: {heard:?}");
     proxy.wait_metric("mcp_proxy_relay_unattributed_total", &UNATTRIBUTED_SAMPLING, |n| n >= 1.0).await?;
     assert!(!drained(&mut alice_heard).iter().any(|h| matches!(h, Heard::Asked(_))), "her call was over");
-    // Untagged, even a message during a call is not guessed at: "alice during", "bob during",
-    // "alice late" and "bob late" are all dropped and counted.
-    proxy.wait_metric("mcp_proxy_relay_unattributed_total", &UNATTRIBUTED_LOGS, |n| n >= 4.0).await?;
+    // Untagged, even a message during a call is not guessed at: "first late", "alice during",
+    // "bob during", "alice late" and "bob late" are all dropped and counted.
+    proxy.wait_metric("mcp_proxy_relay_unattributed_total", &UNATTRIBUTED_LOGS, |n| n >= 5.0).await?;
 
     // A message that names its call reaches that call's host, and only it.
     late(alice.peer(), json!({"tag": "named", "tagged": true})).await?;
