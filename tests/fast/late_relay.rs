@@ -119,15 +119,18 @@ async fn a_stdio_upstreams_late_messages_for_alice_never_reach_bobs_call() -> an
     let (alice, mut alice_heard) = host(&proxy.url, "alice", ALICE_TOKEN).await?;
     let (bob, mut bob_heard) = host(&proxy.url, "bob", BOB_TOKEN).await?;
     // alice calls first, so that both principals have called before any message below is sent
-    // (while only bob had, his own unnamed messages would rightly reach his lone call).
-    late(alice.peer(), json!({"tag": "first"})).await?;
+    // (while only bob had, his own unnamed messages would rightly reach his lone call). Her
+    // "first late" comes 300 ms after her answer, when no call is in flight: dropped and counted.
+    // (Sent at once, it could be read before her answer, while her call was still the only one
+    // of the only principal, and rightly reach her.)
+    late(alice.peer(), json!({"tag": "first", "after_ms": 300})).await?;
+    proxy.wait_metric("mcp_proxy_relay_unattributed_total", &UNATTRIBUTED_LOGS, |n| n >= 1.0).await?;
     let bobs = tokio::spawn({
         let bob = bob.peer().clone();
         async move { late(&bob, json!({"tag": "bob", "hold_ms": 3000})).await }
     });
-    // bob's call is at the upstream before alice's second one: "first late" (sent as her first
-    // call answered) and "bob during" are both counted only once bob's call is in flight. Until
-    // then alice's messages could rightly reach her own lone call.
+    // bob's call is at the upstream before alice's second one: "bob during" is counted only once
+    // bob's call is in flight.
     proxy.wait_metric("mcp_proxy_relay_unattributed_total", &UNATTRIBUTED_LOGS, |n| n >= 2.0).await?;
     late(alice.peer(), json!({"tag": "alice", "after_ms": 200, "sample": true})).await?;
     bobs.await??;
