@@ -13,6 +13,7 @@ mod cache;
 mod conformance;
 mod container;
 mod content;
+mod deploy;
 mod fast_path;
 mod graceful_shutdown;
 mod import;
