@@ -1,6 +1,7 @@
 //! The Grafana dashboard against the metrics the proxy really registers: it parses, every panel
 //! has a query, every metric name in every query is an exported family (histograms through
-//! `_bucket`/`_sum`/`_count`), and every `$variable` is defined in `templating`.
+//! `_bucket`/`_sum`/`_count`), every `$variable` is defined in `templating`, and every metric a
+//! panel reads is filtered on the `instance` variable (one replica, several or all).
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -111,7 +112,7 @@ fn exported() -> (BTreeSet<String>, BTreeSet<String>) {
 }
 
 #[test]
-fn dashboard_is_current_grafana_schema_with_the_two_variables() {
+fn dashboard_is_current_grafana_schema_with_its_variables() {
     let dashboard = dashboard();
     assert!(dashboard["schemaVersion"].as_u64().expect("schemaVersion") >= 39);
     assert!(dashboard["uid"].as_str().is_some_and(|uid| !uid.is_empty()));
@@ -202,6 +203,47 @@ fn every_variable_used_is_defined() {
             assert!(builtin || defined.contains(&reference), "`${reference}` in `{text}` is not defined in templating");
         }
     }
+}
+
+#[test]
+fn the_instance_variable_lists_the_replicas() {
+    let dashboard = dashboard();
+    let instance = variables(&dashboard).iter().find(|v| v["name"] == "instance").cloned().expect("instance");
+    assert_eq!(instance["type"], "query");
+    assert_eq!(instance["definition"], "label_values(mcp_proxy_build_info, instance)");
+    assert_eq!(instance["query"]["query"], instance["definition"]);
+    assert_eq!(instance["datasource"]["uid"], "${datasource}");
+    assert_eq!((&instance["multi"], &instance["includeAll"]), (&Value::Bool(true), &Value::Bool(true)));
+}
+
+#[test]
+fn every_metric_every_panel_reads_is_filtered_on_the_instance_variable() {
+    let dashboard = dashboard();
+    let mut selectors = 0;
+    for panel in panels(&dashboard) {
+        let title = panel["title"].as_str().unwrap_or("?");
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"].as_str().unwrap_or_default();
+            for name in metric_names(expr) {
+                for (at, _) in expr.match_indices(name).filter(|(at, _)| is_metric_at(expr, *at, name)) {
+                    let matchers = expr[at + name.len()..].strip_prefix('{').and_then(|rest| rest.split_once('}'));
+                    let matchers = matchers.map(|(inside, _)| inside).unwrap_or_default();
+                    assert!(
+                        matchers.split(',').any(|m| m.trim() == "instance=~\"$instance\""),
+                        "{title}: `{name}` is not filtered on instance in `{expr}`"
+                    );
+                    selectors += 1;
+                }
+            }
+        }
+    }
+    assert!(selectors > 40, "only {selectors} metric selectors seen");
+}
+
+/// Whether `name` at byte `at` of `expr` is a whole metric name (not part of a longer word).
+fn is_metric_at(expr: &str, at: usize, name: &str) -> bool {
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    !expr[..at].chars().next_back().is_some_and(word) && !expr[at + name.len()..].chars().next().is_some_and(word)
 }
 
 #[test]

@@ -246,11 +246,13 @@ fn panel_queries() -> anyhow::Result<Vec<(String, String)>> {
 }
 
 /// A dashboard query as Grafana would send it: `$upstream` as the regex of the selected
-/// upstreams, the interval variables as fixed windows.
+/// upstreams, `$instance` as "All" (`.*`), the interval variables as fixed windows.
 fn substitute(expr: &str, upstreams: &str) -> String {
     let substituted = [
         ("${upstream}", upstreams),
         ("$upstream", upstreams),
+        ("${instance}", ".*"),
+        ("$instance", ".*"),
         ("${__rate_interval}", "30s"),
         ("$__rate_interval", "30s"),
         ("${__interval}", "30s"),
