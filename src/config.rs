@@ -33,6 +33,7 @@ mod access;
 mod bridge;
 mod cache;
 mod checks;
+mod credentials;
 mod extract;
 mod server;
 mod transport;
@@ -40,6 +41,7 @@ mod upstream;
 
 pub use self::bridge::BridgeConfig;
 pub use self::cache::{CacheConfig, UpstreamCache, parse_size};
+pub use self::credentials::{ClientCredentials, ClientSecret};
 pub use self::server::ServerConfig;
 pub use self::transport::CaFile;
 pub use self::upstream::{redact_url, redact_urls_in};
@@ -99,8 +101,9 @@ pub enum UpstreamTransport {
         cwd: Option<PathBuf>,
     },
     /// Streamable HTTP; an `https://` upstream's certificate is checked against the system's
-    /// roots and its `ca_file`.
-    Http { url: String, headers: BTreeMap<String, String>, ca: Option<CaFile> },
+    /// roots and its `ca_file`. With `auth`, each request carries an access token obtained with
+    /// the proxy's client credentials (`[upstreams.auth]`).
+    Http { url: String, headers: BTreeMap<String, String>, ca: Option<CaFile>, auth: Option<ClientCredentials> },
 }
 
 /// Which protocol era to speak to an upstream.
@@ -232,6 +235,7 @@ struct RawUpstream {
     #[serde(default)]
     headers: BTreeMap<String, String>,
     ca_file: Option<PathBuf>,
+    auth: Option<credentials::RawUpstreamAuth>,
     protocol: Option<String>,
     request_timeout: Option<String>,
     reconnect_max: Option<String>,

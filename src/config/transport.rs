@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use super::credentials::{self, RawUpstreamAuth};
 use super::{Problem, RawUpstream, UpstreamTransport, expand_vars, push, redact_url, upstream};
 
 const RESERVED_HEADERS: &[&str] =
@@ -87,6 +88,7 @@ pub(super) struct RawTransport {
     url: Option<String>,
     headers: BTreeMap<String, String>,
     ca_file: Option<PathBuf>,
+    auth: Option<RawUpstreamAuth>,
 }
 
 pub(super) fn raw_transport(raw: &RawUpstream) -> RawTransport {
@@ -101,6 +103,7 @@ pub(super) fn raw_transport(raw: &RawUpstream) -> RawTransport {
         url: raw.url.clone(),
         headers: raw.headers.clone(),
         ca_file: raw.ca_file.clone(),
+        auth: raw.auth.clone(),
     }
 }
 
@@ -121,6 +124,9 @@ pub(super) fn validate_transport(
     }
     if raw.url.is_none() && raw.ca_file.is_some() {
         push(problems, &format!("{at}.ca_file"), "applies only to `url` upstreams".into());
+    }
+    if raw.url.is_none() && raw.auth.is_some() {
+        push(problems, &format!("{at}.auth"), "applies only to `url` upstreams".into());
     }
     if raw.command.is_none() && !raw.inherit_env.is_empty() {
         push(problems, &format!("{at}.inherit_env"), "applies only to `command` upstreams".into());
@@ -160,7 +166,8 @@ pub(super) fn validate_transport(
         }
     }
     let ca = raw.ca_file.and_then(|path| CaFile::load(&format!("{at}.ca_file"), &url, &base.join(path), problems));
-    Some(UpstreamTransport::Http { url, headers, ca })
+    let auth = raw.auth.and_then(|auth| credentials::validate_auth(at, auth, &headers, lookup, problems));
+    Some(UpstreamTransport::Http { url, headers, ca, auth })
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use super::client::UpstreamClient;
+use super::credentials::TokenSource;
 use super::http::GuardedHttpClient;
 use super::notices::NoticeSender;
 use super::progress::ProgressRoutes;
@@ -214,10 +215,12 @@ async fn start(
                 None => initialize_failure(&e, None),
             })
         }
-        UpstreamTransport::Http { url, headers, ca } => {
+        UpstreamTransport::Http { url, headers, ca, auth } => {
             let limit = config.max_response_bytes;
             let roots = ca.as_ref().map(|ca| ca.certificates()).unwrap_or_default();
-            let client = GuardedHttpClient::new(limit, roots);
+            let credentials =
+                auth.as_ref().map(|auth| TokenSource::new(name, auth.clone(), config.request_timeout, roots.clone()));
+            let client = GuardedHttpClient::new(limit, roots, credentials);
             let (inlet, handed_on) = mpsc::channel(HANDED_ON_QUEUE);
             let thin = client.thin_reader(url.as_str(), inlet);
             let mut transport_config = StreamableHttpClientTransportConfig::with_uri(url.as_str())

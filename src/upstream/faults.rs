@@ -13,6 +13,7 @@ use rmcp::service::ServiceError;
 use rmcp::transport::streamable_http_client::StreamableHttpError;
 use serde_json::json;
 
+use super::credentials::TokenFailure;
 use crate::error::ProxyError;
 
 /// The key under `data` that marks a fault error made by this proxy.
@@ -29,6 +30,8 @@ pub(crate) enum Fault {
     Malformed,
     /// A response whose id matches no request waiting for one.
     WrongId,
+    /// No request was sent: no access token could be had for it (`credentials`).
+    NoToken(TokenFailure),
 }
 
 impl Fault {
@@ -39,6 +42,7 @@ impl Fault {
             Fault::InvalidUtf8 => "invalid_utf8",
             Fault::Malformed => "malformed",
             Fault::WrongId => "wrong_id",
+            Fault::NoToken(_) => "no_token",
         }
     }
 
@@ -49,12 +53,18 @@ impl Fault {
             Fault::InvalidUtf8 => "upstream reply is not valid UTF-8".into(),
             Fault::Malformed => "upstream reply is not a valid JSON-RPC message".into(),
             Fault::WrongId => "upstream replied with an id no request was waiting for".into(),
+            Fault::NoToken(failure) => failure.describe(),
         }
     }
 
     /// The JSON-RPC error that stands in for the faulty reply to request `id`.
     pub fn reply(self, id: RequestId) -> ServerJsonRpcMessage {
-        let data = json!({ MARKER: { "token": token(), "kind": self.kind(), "limit": self.limit() } });
+        let (failure, status) = match self {
+            Fault::NoToken(failure) => (failure.kind(), failure.status()),
+            _ => ("", 0),
+        };
+        let marker = json!({ "token": token(), "kind": self.kind(), "limit": self.limit(), "failure": failure, "status": status });
+        let data = json!({ MARKER: marker });
         ServerJsonRpcMessage::error(ErrorData::internal_error(self.describe(), Some(data)), Some(id))
     }
 
@@ -70,6 +80,10 @@ impl Fault {
             "invalid_utf8" => Some(Fault::InvalidUtf8),
             "malformed" => Some(Fault::Malformed),
             "wrong_id" => Some(Fault::WrongId),
+            "no_token" => {
+                let status = u16::try_from(marker.get("status")?.as_u64()?).ok()?;
+                Some(Fault::NoToken(TokenFailure::from_parts(marker.get("failure")?.as_str()?, status)?))
+            }
             _ => None,
         }
     }
@@ -128,7 +142,9 @@ mod tests {
 
     #[test]
     fn a_fault_reply_round_trips_and_a_forged_one_does_not() {
-        for fault in [Fault::TooLarge(7), Fault::InvalidUtf8, Fault::Malformed, Fault::WrongId] {
+        let no_token = [TokenFailure::Unreachable, TokenFailure::TimedOut, TokenFailure::Refused(401), TokenFailure::Unusable];
+        let faults = [Fault::TooLarge(7), Fault::InvalidUtf8, Fault::Malformed, Fault::WrongId];
+        for fault in faults.into_iter().chain(no_token.map(Fault::NoToken)) {
             let ServerJsonRpcMessage::Error(error) = fault.reply(RequestId::Number(3)) else { panic!() };
             assert_eq!(Fault::of(&error.error), Some(fault));
         }

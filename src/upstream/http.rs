@@ -14,6 +14,11 @@
 //! The guard also records what rmcp's list and read requests carry (session, headers, `_meta`)
 //! for the connection's thin read client (`thin`).
 //!
+//! With client credentials (`[upstreams.auth]`), every request carries the upstream's current
+//! access token (`credentials`); a 401 answer to it gets a new token and the request is sent
+//! once more. When no token can be had, a request fails alone with a [`Fault::NoToken`] error,
+//! and is not sent.
+//!
 //! Invariant: a request whose reply is faulty gets exactly one answer, the fault; nothing of
 //! the faulty reply reaches rmcp.
 
@@ -29,6 +34,7 @@ use rmcp::transport::streamable_http_client::{
 };
 use sse_stream::Sse;
 
+use super::credentials::{TokenFailure, TokenSource};
 use super::faults::Fault;
 
 type HttpError = StreamableHttpError<reqwest::Error>;
@@ -42,12 +48,15 @@ pub(crate) struct GuardedHttpClient {
     max_response_bytes: usize,
     /// What rmcp's requests carry, for the thin read client of this connection (`thin`).
     recorder: super::thin::Recorder,
+    /// The upstream's access tokens, when it has client credentials.
+    credentials: Option<TokenSource>,
 }
 
 impl GuardedHttpClient {
-    /// `roots`: CA certificates trusted for this upstream besides the system's (`ca_file`).
-    pub fn new(max_response_bytes: usize, roots: Vec<reqwest::Certificate>) -> Self {
-        Self { inner: pooled_client(roots), max_response_bytes, recorder: Default::default() }
+    /// `roots`: CA certificates trusted for this upstream besides the system's (`ca_file`);
+    /// `credentials`: where its access tokens come from, if it takes them.
+    pub fn new(max_response_bytes: usize, roots: Vec<reqwest::Certificate>, credentials: Option<TokenSource>) -> Self {
+        Self { inner: pooled_client(roots), max_response_bytes, recorder: Default::default(), credentials }
     }
 
     /// The thin read client of this connection to `url`: the same pooled client (or, for a
@@ -59,7 +68,31 @@ impl GuardedHttpClient {
         inlet: tokio::sync::mpsc::Sender<ServerJsonRpcMessage>,
     ) -> super::thin::ThinReader {
         let (limit, recorder) = (self.max_response_bytes, self.recorder.clone());
-        super::thin::ThinReader::new(self.inner.clone(), url, limit, recorder, inlet)
+        super::thin::ThinReader::new(self.inner.clone(), url, limit, recorder, inlet, self.credentials.clone())
+    }
+
+    /// The bearer token to send: the upstream's current access token when it has credentials,
+    /// else what rmcp gave.
+    async fn bearer(&self, given: Option<String>) -> Result<Option<String>, TokenFailure> {
+        match &self.credentials {
+            Some(credentials) => credentials.token().await.map(|token| Some(token.to_string())),
+            None => Ok(given),
+        }
+    }
+
+    /// After a 401 to `sent`: the token to try once more with, when the upstream has
+    /// credentials (`None` when it has none: the 401 stands).
+    async fn after_refusal(&self, sent: &Option<String>) -> Option<Result<String, TokenFailure>> {
+        let credentials = self.credentials.as_ref()?;
+        Some(credentials.replace(sent.as_deref().unwrap_or_default()).await.map(|token| token.to_string()))
+    }
+
+    /// What a request that could get no token is answered (a notification: a send error).
+    fn no_token(&self, request: Option<RequestId>, failure: TokenFailure) -> Result<StreamableHttpPostResponse, HttpError> {
+        match request {
+            Some(id) => Ok(StreamableHttpPostResponse::Json(Fault::NoToken(failure).reply(id), None)),
+            None => Err(StreamableHttpError::UnexpectedServerResponse(failure.describe().into())),
+        }
     }
 
     /// A POST's outcome, with a faulty reply to a request replaced by that request's fault.
@@ -130,11 +163,29 @@ impl StreamableHttpClient for GuardedHttpClient {
             JsonRpcMessage::Request(request) => Some(request.id.clone()),
             _ => None,
         };
+        let auth_header = match self.bearer(auth_header).await {
+            Ok(auth_header) => auth_header,
+            Err(failure) => return self.no_token(request, failure),
+        };
         self.recorder.note(&uri, &message, &session_id, &auth_header, &custom_headers);
+        let again = self.credentials.is_some().then(|| (uri.clone(), message.clone(), session_id.clone(), custom_headers.clone()));
         let outcome = self
             .inner
-            .post_message_with_response_limits(uri, message, session_id, auth_header, custom_headers, limits)
+            .post_message_with_response_limits(uri, message, session_id, auth_header.clone(), custom_headers, limits)
             .await;
+        let outcome = match (outcome, again) {
+            (Err(error), Some((uri, message, session_id, custom_headers))) if unauthorized(&error) => {
+                match self.after_refusal(&auth_header).await {
+                    Some(Ok(token)) => {
+                        let inner = &self.inner;
+                        inner.post_message_with_response_limits(uri, message, session_id, Some(token), custom_headers, limits).await
+                    }
+                    Some(Err(failure)) => return self.no_token(request, failure),
+                    None => Err(error),
+                }
+            }
+            (outcome, _) => outcome,
+        };
         self.guard(request, outcome)
     }
 
@@ -145,6 +196,10 @@ impl StreamableHttpClient for GuardedHttpClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<(), HttpError> {
+        let auth_header = self
+            .bearer(auth_header)
+            .await
+            .map_err(|failure| StreamableHttpError::UnexpectedServerResponse(failure.describe().into()))?;
         self.inner.delete_session(uri, session_id, auth_header, custom_headers).await.map_err(without_url)
     }
 
@@ -169,16 +224,19 @@ impl StreamableHttpClient for GuardedHttpClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<SseStream, HttpError> {
-        self.inner
-            .get_stream_with_max_sse_event_size(
-                uri,
-                session_id,
-                last_event_id,
-                auth_header,
-                custom_headers,
-                max_sse_event_size,
-            )
-            .await
+        let no_token = |failure: TokenFailure| StreamableHttpError::UnexpectedServerResponse(failure.describe().into());
+        let auth_header = self.bearer(auth_header).await.map_err(no_token)?;
+        let inner = &self.inner;
+        let (id, last, headers, max) = (session_id.clone(), last_event_id.clone(), custom_headers.clone(), max_sse_event_size);
+        let mut outcome = inner.get_stream_with_max_sse_event_size(uri.clone(), id, last, auth_header.clone(), headers, max).await;
+        if let Err(error) = &outcome
+            && unauthorized(error)
+            && let Some(token) = self.after_refusal(&auth_header).await
+        {
+            let token = Some(token.map_err(no_token)?);
+            outcome = inner.get_stream_with_max_sse_event_size(uri, session_id, last_event_id, token, custom_headers, max).await;
+        }
+        outcome
             .map(|stream| stream.map(|event| event.map(|event| marked(event, None))).boxed())
             .map_err(without_url)
     }
@@ -270,6 +328,16 @@ fn fault_event(fault: Fault, id: &RequestId) -> Sse {
     tracing::warn!(fault = fault.kind(), "faulty upstream reply; failing its request");
     let data = serde_json::to_string(&fault.reply(id.clone())).expect("a JSON-RPC error serialises");
     Sse { event: None, data: Some(data), id: None, retry: None }
+}
+
+/// Whether the upstream answered 401 (with a challenge, or without one).
+fn unauthorized(error: &HttpError) -> bool {
+    match error {
+        StreamableHttpError::AuthRequired(_) => true,
+        StreamableHttpError::HttpStatus(status) => status.status == 401,
+        StreamableHttpError::UnexpectedServerResponse(text) => text.starts_with("HTTP 401"),
+        _ => false,
+    }
 }
 
 /// reqwest errors quote the URL they failed on, which may carry credentials.

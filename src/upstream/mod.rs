@@ -15,6 +15,7 @@
 
 mod client;
 mod connect;
+mod credentials;
 pub mod events;
 mod failures;
 mod faults;

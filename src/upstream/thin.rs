@@ -43,6 +43,7 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
 use self::send::{Answer, Chunks, Sender};
+use super::credentials::TokenSource;
 use super::faults::Fault;
 use crate::wire::era::META_PROTOCOL_PREFIX;
 use crate::wire::{headers, sse_parse};
@@ -55,7 +56,7 @@ pub(crate) const ID_PREFIX: &str = "mcp-proxy-read-";
 pub(crate) const HANDED_ON_QUEUE: usize = 64;
 
 /// What rmcp's last comparable request on this connection carried (see the module doc).
-#[derive(Debug)]
+#[derive(Clone)]
 struct Template {
     url: Arc<str>,
     session: Option<Arc<str>>,
@@ -143,6 +144,9 @@ struct ReaderInner {
     next_id: AtomicU64,
     /// What the upstream sent on a read's stream besides the answer, for rmcp.
     inlet: mpsc::Sender<ServerJsonRpcMessage>,
+    /// The upstream's access tokens, when it has client credentials: each read carries the
+    /// current one (not the one rmcp's recorded request carried, which may have been replaced).
+    credentials: Option<TokenSource>,
 }
 
 impl ThinReader {
@@ -153,17 +157,24 @@ impl ThinReader {
         limit: usize,
         recorder: Recorder,
         inlet: mpsc::Sender<ServerJsonRpcMessage>,
+        credentials: Option<TokenSource>,
     ) -> Self {
         let sender = plain::Plain::new(url).map_or(Sender::Pooled(client), Sender::Plain);
-        let inner = ReaderInner { sender, limit, recorder, next_id: AtomicU64::new(1), inlet };
+        let inner = ReaderInner { sender, limit, recorder, next_id: AtomicU64::new(1), inlet, credentials };
         Self { inner: Arc::new(inner) }
     }
 
     /// Read `uri` with one POST (see the module doc).
     pub async fn read(&self, uri: &str) -> ThinRead {
-        let Some(template) = self.inner.recorder.current() else {
+        let Some(mut template) = self.inner.recorder.current() else {
             return ThinRead::Fallback("no request recorded yet");
         };
+        if let Some(credentials) = &self.inner.credentials {
+            let Ok(token) = credentials.token().await else { return ThinRead::Fallback("no access token") };
+            if template.auth.as_deref() != Some(&*token) {
+                template = Arc::new(Template { auth: Some(token.to_string()), ..Template::clone(&template) });
+            }
+        }
         if template.standard_headers && !headers::plain_value(uri) {
             return ThinRead::Fallback("the URI needs a Base64 Mcp-Name");
         }

@@ -1,0 +1,306 @@
+//! Access tokens for an HTTP upstream, by OAuth 2.1 client credentials (`[upstreams.auth]`):
+//! fetched on first use, kept, and fetched anew before they expire — a quarter of their
+//! lifetime (at most a minute) ahead — or when the upstream answers 401 to the token in use.
+//! One fetch at a time per upstream: callers that need a token while one is being fetched wait
+//! for it (single flight). A fetch that does not succeed within its deadline fails the calls
+//! waiting for it with a [`TokenFailure`], in our words; the next call tries again.
+//!
+//! The client authenticates with HTTP Basic (RFC 6749 §2.3.1: id and secret form-encoded),
+//! the form body carries `grant_type=client_credentials` and the optional `scope` and
+//! `audience`. No redirects are followed.
+//!
+//! Invariant: neither the secret nor a token is logged, put in an error, or shown in `Debug`
+//! output; a token endpoint's own error text is not passed on (only its bounded `error` code
+//! goes to the log).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+use crate::config::{ClientCredentials, redact_url};
+
+/// The longest a token fetch may take, whatever the upstream's request timeout.
+const FETCH_AT_MOST: Duration = Duration::from_secs(10);
+/// The largest token endpoint reply read.
+const MAX_REPLY_BYTES: usize = 64 * 1024;
+/// How long a token without `expires_in` is kept (unless the upstream refuses it first).
+const UNSTATED_LIFETIME: Duration = Duration::from_secs(3600);
+/// The most a token is refreshed ahead of its expiry.
+const REFRESH_AHEAD_AT_MOST: Duration = Duration::from_secs(60);
+
+/// Characters form-encoded in a request body and in Basic credentials (all but unreserved).
+const FORM: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+
+/// Why no token could be had: a bounded set, shown to clients and in `/status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TokenFailure {
+    /// The token endpoint could not be reached (refused, reset, DNS, TLS).
+    Unreachable,
+    /// It did not answer within the deadline.
+    TimedOut,
+    /// It answered with this HTTP status (refused the credentials, or failed).
+    Refused(u16),
+    /// Its answer held no usable bearer token.
+    Unusable,
+}
+
+impl TokenFailure {
+    /// A bounded label.
+    pub fn kind(self) -> &'static str {
+        match self {
+            TokenFailure::Unreachable => "unreachable",
+            TokenFailure::TimedOut => "timed_out",
+            TokenFailure::Refused(_) => "refused",
+            TokenFailure::Unusable => "unusable",
+        }
+    }
+
+    /// In our words, for a client and `/status`.
+    pub fn describe(self) -> String {
+        let what = match self {
+            TokenFailure::Unreachable => "its token endpoint is unreachable".to_string(),
+            TokenFailure::TimedOut => "its token endpoint did not answer in time".to_string(),
+            TokenFailure::Refused(status) => format!("its token endpoint refused the proxy's credentials (HTTP {status})"),
+            TokenFailure::Unusable => "its token endpoint gave no usable bearer token".to_string(),
+        };
+        format!("no access token for the upstream: {what}")
+    }
+
+    /// The number kept with the kind (the HTTP status of `Refused`, else 0).
+    pub fn status(self) -> u16 {
+        match self {
+            TokenFailure::Refused(status) => status,
+            _ => 0,
+        }
+    }
+
+    /// The failure of `kind` and `status` (as [`TokenFailure::kind`] and
+    /// [`TokenFailure::status`] gave them).
+    pub fn from_parts(kind: &str, status: u16) -> Option<TokenFailure> {
+        match kind {
+            "unreachable" => Some(TokenFailure::Unreachable),
+            "timed_out" => Some(TokenFailure::TimedOut),
+            "refused" => Some(TokenFailure::Refused(status)),
+            "unusable" => Some(TokenFailure::Unusable),
+            _ => None,
+        }
+    }
+}
+
+/// One upstream's tokens: a cheap `Clone` handle.
+#[derive(Clone)]
+pub(crate) struct TokenSource {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    upstream: String,
+    config: ClientCredentials,
+    client: reqwest::Client,
+    /// A fetch, with the wait for another caller's fetch, gives up after this.
+    deadline: Duration,
+    /// Held across a fetch: the single flight.
+    current: Mutex<Option<Token>>,
+}
+
+struct Token {
+    value: Arc<str>,
+    refresh_at: Instant,
+}
+
+impl fmt::Debug for TokenSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TokenSource").field("upstream", &self.inner.upstream).finish_non_exhaustive()
+    }
+}
+
+impl TokenSource {
+    /// Tokens for `upstream` from `config`; `request_timeout` bounds each fetch (to at most
+    /// half of it, and at most 10 s), `roots` are the upstream's extra CA certificates.
+    pub fn new(
+        upstream: &str,
+        config: ClientCredentials,
+        request_timeout: Duration,
+        roots: Vec<reqwest::Certificate>,
+    ) -> Self {
+        let deadline = (request_timeout / 2).min(FETCH_AT_MOST);
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(deadline)
+            .tls_certs_merge(roots)
+            .build()
+            .expect("a reqwest client with these settings and checked roots builds");
+        let inner = Inner { upstream: upstream.to_string(), config, client, deadline, current: Mutex::new(None) };
+        Self { inner: Arc::new(inner) }
+    }
+
+    /// A token to send now: the one kept while it is fresh, else a new one.
+    pub async fn token(&self) -> Result<Arc<str>, TokenFailure> {
+        self.within_deadline(async {
+            let mut current = self.inner.current.lock().await;
+            if let Some(token) = current.as_ref().filter(|token| Instant::now() < token.refresh_at) {
+                return Ok(token.value.clone());
+            }
+            self.fetch_into(&mut current).await
+        })
+        .await
+    }
+
+    /// A token to replace `refused`, which the upstream answered 401 to: a new one, unless
+    /// another caller already replaced it.
+    pub async fn replace(&self, refused: &str) -> Result<Arc<str>, TokenFailure> {
+        self.within_deadline(async {
+            let mut current = self.inner.current.lock().await;
+            if let Some(token) = current.as_ref().filter(|token| &*token.value != refused) {
+                return Ok(token.value.clone());
+            }
+            tracing::info!(upstream = %self.inner.upstream, "the upstream refused its access token; fetching a new one");
+            self.fetch_into(&mut current).await
+        })
+        .await
+    }
+
+    async fn within_deadline(
+        &self,
+        work: impl Future<Output = Result<Arc<str>, TokenFailure>>,
+    ) -> Result<Arc<str>, TokenFailure> {
+        let outcome = tokio::time::timeout(self.inner.deadline, work).await.unwrap_or(Err(TokenFailure::TimedOut));
+        if let Err(failure) = outcome {
+            tracing::warn!(
+                upstream = %self.inner.upstream,
+                token_url = %redact_url(&self.inner.config.token_url),
+                failure = failure.kind(),
+                status = failure.status(),
+                "no access token for the upstream"
+            );
+        }
+        outcome
+    }
+
+    async fn fetch_into(&self, current: &mut Option<Token>) -> Result<Arc<str>, TokenFailure> {
+        *current = None;
+        let started = Instant::now();
+        let (value, lifetime) = self.fetch().await?;
+        let ahead = (lifetime / 4).min(REFRESH_AHEAD_AT_MOST);
+        let token = Token { value: value.clone(), refresh_at: started + lifetime.saturating_sub(ahead) };
+        tracing::debug!(upstream = %self.inner.upstream, lifetime_s = lifetime.as_secs_f64(), "fetched an access token");
+        *current = Some(token);
+        Ok(value)
+    }
+
+    /// One token request: the token and its lifetime.
+    async fn fetch(&self) -> Result<(Arc<str>, Duration), TokenFailure> {
+        let config = &self.inner.config;
+        let mut body = format!("grant_type=client_credentials");
+        for (key, value) in [("scope", &config.scope), ("audience", &config.audience)] {
+            if let Some(value) = value {
+                body.push_str(&format!("&{key}={}", utf8_percent_encode(value, FORM)));
+            }
+        }
+        let basic = format!(
+            "{}:{}",
+            utf8_percent_encode(&config.client_id, FORM),
+            utf8_percent_encode(config.client_secret.expose(), FORM)
+        );
+        let mut authorization = http::HeaderValue::from_str(&format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(basic)
+        ))
+        .map_err(|_| TokenFailure::Unusable)?;
+        authorization.set_sensitive(true);
+        let response = self
+            .inner
+            .client
+            .post(&config.token_url)
+            .header(http::header::AUTHORIZATION, authorization)
+            .header(http::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .header(http::header::ACCEPT, "application/json")
+            .body(body)
+            .send()
+            .await
+            .map_err(|_| TokenFailure::Unreachable)?;
+        let status = response.status();
+        let reply = read_bounded(response).await?;
+        if !status.is_success() {
+            let code = oauth_error_code(&reply);
+            tracing::warn!(upstream = %self.inner.upstream, status = status.as_u16(), error = code.as_deref().unwrap_or("-"), "the token endpoint refused the request");
+            return Err(TokenFailure::Refused(status.as_u16()));
+        }
+        parse_token(&reply).ok_or(TokenFailure::Unusable)
+    }
+}
+
+async fn read_bounded(mut response: reqwest::Response) -> Result<Vec<u8>, TokenFailure> {
+    let mut reply = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|_| TokenFailure::Unreachable)? {
+        if reply.len() + chunk.len() > MAX_REPLY_BYTES {
+            return Err(TokenFailure::Unusable);
+        }
+        reply.extend_from_slice(&chunk);
+    }
+    Ok(reply)
+}
+
+/// `access_token` (of `token_type` Bearer) and its lifetime, from a token endpoint's reply.
+fn parse_token(reply: &[u8]) -> Option<(Arc<str>, Duration)> {
+    let reply: serde_json::Value = serde_json::from_slice(reply).ok()?;
+    let token = reply.get("access_token")?.as_str().filter(|token| is_token68(token))?;
+    if !reply.get("token_type")?.as_str()?.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    let lifetime = match reply.get("expires_in") {
+        None | Some(serde_json::Value::Null) => UNSTATED_LIFETIME,
+        Some(seconds) => Duration::from_secs_f64(seconds.as_f64().filter(|s| s.is_finite() && *s >= 0.0)?.min(1e9)),
+    };
+    Some((token.into(), lifetime))
+}
+
+/// Whether `token` can travel as `Bearer <token>` (RFC 6750 b64token).
+fn is_token68(token: &str) -> bool {
+    !token.is_empty()
+        && token.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._~+/=".contains(&b))
+}
+
+/// The `error` code of an OAuth error reply, when it is a short plain word.
+fn oauth_error_code(reply: &[u8]) -> Option<String> {
+    let reply: serde_json::Value = serde_json::from_slice(reply).ok()?;
+    let code = reply.get("error")?.as_str()?;
+    (code.len() <= 64 && code.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'))
+        .then(|| code.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_reply_is_read_with_its_lifetime() {
+        let parse = |text: &str| parse_token(text.as_bytes()).map(|(token, life)| (token.to_string(), life));
+        let s = Duration::from_secs;
+        assert_eq!(parse(r#"{"access_token":"a.b-c","token_type":"Bearer","expires_in":60}"#), Some(("a.b-c".into(), s(60))));
+        assert_eq!(parse(r#"{"access_token":"t","token_type":"bearer"}"#), Some(("t".into(), UNSTATED_LIFETIME)));
+        assert_eq!(parse(r#"{"access_token":"t","token_type":"mac","expires_in":60}"#), None);
+        assert_eq!(parse(r#"{"access_token":"t t","token_type":"Bearer"}"#), None);
+        assert_eq!(parse(r#"{"access_token":"t","token_type":"Bearer","expires_in":-1}"#), None);
+        assert_eq!(parse(r#"{"token_type":"Bearer"}"#), None);
+        assert_eq!(parse("not json"), None);
+    }
+
+    #[test]
+    fn only_a_plain_oauth_error_code_is_kept() {
+        assert_eq!(oauth_error_code(br#"{"error":"invalid_client","error_description":"x"}"#).as_deref(), Some("invalid_client"));
+        assert_eq!(oauth_error_code(br#"{"error":"has spaces and secrets"}"#), None);
+    }
+
+    #[test]
+    fn a_failure_round_trips_through_its_parts() {
+        for failure in [TokenFailure::Unreachable, TokenFailure::TimedOut, TokenFailure::Refused(401), TokenFailure::Unusable] {
+            assert_eq!(TokenFailure::from_parts(failure.kind(), failure.status()), Some(failure));
+        }
+    }
+}
