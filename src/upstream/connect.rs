@@ -220,6 +220,10 @@ async fn start(
             let roots = ca.as_ref().map(|ca| ca.certificates()).unwrap_or_default();
             let credentials =
                 auth.as_ref().map(|auth| TokenSource::new(name, auth.clone(), config.request_timeout, roots.clone()));
+            if let Some(credentials) = &credentials {
+                // The first token before the handshake, so a failure to get one is named as such.
+                credentials.token().await.map_err(|failure| failure.describe())?;
+            }
             let client = GuardedHttpClient::new(limit, roots, credentials);
             let (inlet, handed_on) = mpsc::channel(HANDED_ON_QUEUE);
             let thin = client.thin_reader(url.as_str(), inlet);

@@ -59,13 +59,18 @@ impl Fault {
 
     /// The JSON-RPC error that stands in for the faulty reply to request `id`.
     pub fn reply(self, id: RequestId) -> ServerJsonRpcMessage {
+        ServerJsonRpcMessage::error(self.error(), Some(id))
+    }
+
+    /// The error itself (what [`Fault::of`] recognises).
+    pub fn error(self) -> ErrorData {
         let (failure, status) = match self {
             Fault::NoToken(failure) => (failure.kind(), failure.status()),
             _ => ("", 0),
         };
         let marker = json!({ "token": token(), "kind": self.kind(), "limit": self.limit(), "failure": failure, "status": status });
         let data = json!({ MARKER: marker });
-        ServerJsonRpcMessage::error(ErrorData::internal_error(self.describe(), Some(data)), Some(id))
+        ErrorData::internal_error(self.describe(), Some(data))
     }
 
     /// The fault a [`Fault::reply`] error stands for; `None` for any other error (the

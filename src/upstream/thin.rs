@@ -170,7 +170,11 @@ impl ThinReader {
             return ThinRead::Fallback("no request recorded yet");
         };
         if let Some(credentials) = &self.inner.credentials {
-            let Ok(token) = credentials.token().await else { return ThinRead::Fallback("no access token") };
+            let token = match credentials.token().await {
+                Ok(token) => token,
+                // rmcp's path would wait for a token again: the read fails here, in our words.
+                Err(failure) => return ThinRead::Done(Err(ServiceError::McpError(Fault::NoToken(failure).error()))),
+            };
             if template.auth.as_deref() != Some(&*token) {
                 template = Arc::new(Template { auth: Some(token.to_string()), ..Template::clone(&template) });
             }
