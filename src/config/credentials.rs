@@ -162,7 +162,9 @@ mod tests {
     use crate::config::{Config, UpstreamTransport};
 
     fn upstream(name: &str, extra: &str, auth: &str) -> String {
-        format!("[[upstreams]]\nname = \"{name}\"\nurl = \"https://{name}.example/mcp\"\n{extra}\n[upstreams.auth]\n{auth}\n")
+        format!(
+            "[[upstreams]]\nname = \"{name}\"\nurl = \"https://{name}.example/mcp\"\n{extra}\n[upstreams.auth]\n{auth}\n"
+        )
     }
 
     const GOOD: &str = "kind = \"client_credentials\"\ntoken_url = \"https://id.example/token\"\nclient_id = \"proxy\"\nclient_secret_env = \"PROXY_SECRET\"\nscope = \"mcp:read\"";

@@ -65,7 +65,9 @@ impl TokenFailure {
         let what = match self {
             TokenFailure::Unreachable => "its token endpoint is unreachable".to_string(),
             TokenFailure::TimedOut => "its token endpoint did not answer in time".to_string(),
-            TokenFailure::Refused(status) => format!("its token endpoint refused the proxy's credentials (HTTP {status})"),
+            TokenFailure::Refused(status) => {
+                format!("its token endpoint refused the proxy's credentials (HTTP {status})")
+            }
             TokenFailure::Unusable => "its token endpoint gave no usable bearer token".to_string(),
         };
         format!("no access token for the upstream: {what}")
@@ -196,7 +198,7 @@ impl TokenSource {
     /// One token request: the token and its lifetime.
     async fn fetch(&self) -> Result<(Arc<str>, Duration), TokenFailure> {
         let config = &self.inner.config;
-        let mut body = format!("grant_type=client_credentials");
+        let mut body = String::from("grant_type=client_credentials");
         for (key, value) in [("scope", &config.scope), ("audience", &config.audience)] {
             if let Some(value) = value {
                 body.push_str(&format!("&{key}={}", utf8_percent_encode(value, FORM)));
@@ -207,11 +209,9 @@ impl TokenSource {
             utf8_percent_encode(&config.client_id, FORM),
             utf8_percent_encode(config.client_secret.expose(), FORM)
         );
-        let mut authorization = http::HeaderValue::from_str(&format!(
-            "Basic {}",
-            base64::engine::general_purpose::STANDARD.encode(basic)
-        ))
-        .map_err(|_| TokenFailure::Unusable)?;
+        let mut authorization =
+            http::HeaderValue::from_str(&format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(basic)))
+                .map_err(|_| TokenFailure::Unusable)?;
         authorization.set_sensitive(true);
         let response = self
             .inner
@@ -262,8 +262,7 @@ fn parse_token(reply: &[u8]) -> Option<(Arc<str>, Duration)> {
 
 /// Whether `token` can travel as `Bearer <token>` (RFC 6750 b64token).
 fn is_token68(token: &str) -> bool {
-    !token.is_empty()
-        && token.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._~+/=".contains(&b))
+    !token.is_empty() && token.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._~+/=".contains(&b))
 }
 
 /// The `error` code of an OAuth error reply, when it is a short plain word.
@@ -282,7 +281,10 @@ mod tests {
     fn a_token_reply_is_read_with_its_lifetime() {
         let parse = |text: &str| parse_token(text.as_bytes()).map(|(token, life)| (token.to_string(), life));
         let s = Duration::from_secs;
-        assert_eq!(parse(r#"{"access_token":"a.b-c","token_type":"Bearer","expires_in":60}"#), Some(("a.b-c".into(), s(60))));
+        assert_eq!(
+            parse(r#"{"access_token":"a.b-c","token_type":"Bearer","expires_in":60}"#),
+            Some(("a.b-c".into(), s(60)))
+        );
         assert_eq!(parse(r#"{"access_token":"t","token_type":"bearer"}"#), Some(("t".into(), UNSTATED_LIFETIME)));
         assert_eq!(parse(r#"{"access_token":"t","token_type":"mac","expires_in":60}"#), None);
         assert_eq!(parse(r#"{"access_token":"t t","token_type":"Bearer"}"#), None);
@@ -293,13 +295,18 @@ mod tests {
 
     #[test]
     fn only_a_plain_oauth_error_code_is_kept() {
-        assert_eq!(oauth_error_code(br#"{"error":"invalid_client","error_description":"x"}"#).as_deref(), Some("invalid_client"));
+        assert_eq!(
+            oauth_error_code(br#"{"error":"invalid_client","error_description":"x"}"#).as_deref(),
+            Some("invalid_client")
+        );
         assert_eq!(oauth_error_code(br#"{"error":"has spaces and secrets"}"#), None);
     }
 
     #[test]
     fn a_failure_round_trips_through_its_parts() {
-        for failure in [TokenFailure::Unreachable, TokenFailure::TimedOut, TokenFailure::Refused(401), TokenFailure::Unusable] {
+        for failure in
+            [TokenFailure::Unreachable, TokenFailure::TimedOut, TokenFailure::Refused(401), TokenFailure::Unusable]
+        {
             assert_eq!(TokenFailure::from_parts(failure.kind(), failure.status()), Some(failure));
         }
     }

@@ -147,7 +147,8 @@ mod tests {
 
     #[test]
     fn a_fault_reply_round_trips_and_a_forged_one_does_not() {
-        let no_token = [TokenFailure::Unreachable, TokenFailure::TimedOut, TokenFailure::Refused(401), TokenFailure::Unusable];
+        let no_token =
+            [TokenFailure::Unreachable, TokenFailure::TimedOut, TokenFailure::Refused(401), TokenFailure::Unusable];
         let faults = [Fault::TooLarge(7), Fault::InvalidUtf8, Fault::Malformed, Fault::WrongId];
         for fault in faults.into_iter().chain(no_token.map(Fault::NoToken)) {
             let ServerJsonRpcMessage::Error(error) = fault.reply(RequestId::Number(3)) else { panic!() };

@@ -88,7 +88,11 @@ impl GuardedHttpClient {
     }
 
     /// What a request that could get no token is answered (a notification: a send error).
-    fn no_token(&self, request: Option<RequestId>, failure: TokenFailure) -> Result<StreamableHttpPostResponse, HttpError> {
+    fn no_token(
+        &self,
+        request: Option<RequestId>,
+        failure: TokenFailure,
+    ) -> Result<StreamableHttpPostResponse, HttpError> {
         match request {
             Some(id) => Ok(StreamableHttpPostResponse::Json(Fault::NoToken(failure).reply(id), None)),
             None => Err(StreamableHttpError::UnexpectedServerResponse(failure.describe().into())),
@@ -168,7 +172,10 @@ impl StreamableHttpClient for GuardedHttpClient {
             Err(failure) => return self.no_token(request, failure),
         };
         self.recorder.note(&uri, &message, &session_id, &auth_header, &custom_headers);
-        let again = self.credentials.is_some().then(|| (uri.clone(), message.clone(), session_id.clone(), custom_headers.clone()));
+        let again = self
+            .credentials
+            .is_some()
+            .then(|| (uri.clone(), message.clone(), session_id.clone(), custom_headers.clone()));
         let outcome = self
             .inner
             .post_message_with_response_limits(uri, message, session_id, auth_header.clone(), custom_headers, limits)
@@ -178,7 +185,16 @@ impl StreamableHttpClient for GuardedHttpClient {
                 match self.after_refusal(&auth_header).await {
                     Some(Ok(token)) => {
                         let inner = &self.inner;
-                        inner.post_message_with_response_limits(uri, message, session_id, Some(token), custom_headers, limits).await
+                        inner
+                            .post_message_with_response_limits(
+                                uri,
+                                message,
+                                session_id,
+                                Some(token),
+                                custom_headers,
+                                limits,
+                            )
+                            .await
                     }
                     Some(Err(failure)) => return self.no_token(request, failure),
                     None => Err(error),
@@ -227,18 +243,20 @@ impl StreamableHttpClient for GuardedHttpClient {
         let no_token = |failure: TokenFailure| StreamableHttpError::UnexpectedServerResponse(failure.describe().into());
         let auth_header = self.bearer(auth_header).await.map_err(no_token)?;
         let inner = &self.inner;
-        let (id, last, headers, max) = (session_id.clone(), last_event_id.clone(), custom_headers.clone(), max_sse_event_size);
-        let mut outcome = inner.get_stream_with_max_sse_event_size(uri.clone(), id, last, auth_header.clone(), headers, max).await;
+        let (id, last, headers, max) =
+            (session_id.clone(), last_event_id.clone(), custom_headers.clone(), max_sse_event_size);
+        let mut outcome =
+            inner.get_stream_with_max_sse_event_size(uri.clone(), id, last, auth_header.clone(), headers, max).await;
         if let Err(error) = &outcome
             && unauthorized(error)
             && let Some(token) = self.after_refusal(&auth_header).await
         {
             let token = Some(token.map_err(no_token)?);
-            outcome = inner.get_stream_with_max_sse_event_size(uri, session_id, last_event_id, token, custom_headers, max).await;
+            outcome = inner
+                .get_stream_with_max_sse_event_size(uri, session_id, last_event_id, token, custom_headers, max)
+                .await;
         }
-        outcome
-            .map(|stream| stream.map(|event| event.map(|event| marked(event, None))).boxed())
-            .map_err(without_url)
+        outcome.map(|stream| stream.map(|event| event.map(|event| marked(event, None))).boxed()).map_err(without_url)
     }
 }
 

@@ -61,10 +61,7 @@ impl Authority {
 
 /// Serve the token endpoint (`/token`) and the gate (everything else) on 127.0.0.1:0.
 async fn serve(authority: Arc<Authority>) -> anyhow::Result<String> {
-    let app = axum::Router::new()
-        .route("/token", axum::routing::post(token))
-        .fallback(gate)
-        .with_state(authority);
+    let app = axum::Router::new().route("/token", axum::routing::post(token)).fallback(gate).with_state(authority);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let address = listener.local_addr()?;
     tokio::spawn(async move { axum::serve(listener, app).await });
@@ -98,7 +95,8 @@ async fn token(State(authority): State<Arc<Authority>>, headers: HeaderMap, body
 async fn gate(State(authority): State<Arc<Authority>>, request: Request) -> Response {
     let bearer = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or_default();
     let token = bearer.strip_prefix("Bearer ").unwrap_or_default().to_string();
-    let live = authority.issued.lock().unwrap().iter().any(|(value, expires)| *value == token && Instant::now() < *expires);
+    let live =
+        authority.issued.lock().unwrap().iter().any(|(value, expires)| *value == token && Instant::now() < *expires);
     if !live {
         authority.refused.fetch_add(1, Ordering::SeqCst);
         let challenge = [(header::WWW_AUTHENTICATE, "Bearer error=\"invalid_token\"")];
@@ -207,13 +205,16 @@ async fn a_token_the_upstream_refuses_is_replaced_once_and_the_call_retried() ->
 
 #[tokio::test]
 async fn a_failing_or_silent_token_endpoint_is_a_clear_error_for_the_call_not_a_hang() -> anyhow::Result<()> {
-    let (_fixture, authority, config) = gated_fixture(Mode::Issue(Duration::from_secs(2)), "request_timeout = \"6s\"").await?;
+    let (_fixture, authority, config) =
+        gated_fixture(Mode::Issue(Duration::from_secs(2)), "request_timeout = \"6s\"").await?;
     let proxy = ProxyProcess::start_with(&config, &[], &[(SECRET_ENV, CLIENT_SECRET)]).await?;
     proxy.wait_up("gated", 1).await?;
     let (host, _) = fixture::connect_http(&proxy.url, Era::Legacy).await?;
     host.read_resource(ReadResourceRequestParams::new(URI)).await?;
 
-    for (mode, says) in [(Mode::Fail, "refused the proxy's credentials (HTTP 503)"), (Mode::Hang, "did not answer in time")] {
+    for (mode, says) in
+        [(Mode::Fail, "refused the proxy's credentials (HTTP 503)"), (Mode::Hang, "did not answer in time")]
+    {
         *authority.mode.lock().unwrap() = mode;
         // Once the token in use is due for refresh, a read needs a new one and cannot get it.
         let error = eventually(Duration::from_secs(30), "a read that gets no token", || async {

@@ -196,7 +196,8 @@ fn the_configmap_carries_the_config_and_policies_verbatim() {
         .iter()
         .find(|v| v["name"] == "config")
         .expect("the config volume");
-    let paths: Vec<&Value> = volume["configMap"]["items"].as_array().expect("items").iter().map(|i| &i["path"]).collect();
+    let paths: Vec<&Value> =
+        volume["configMap"]["items"].as_array().expect("items").iter().map(|i| &i["path"]).collect();
     // The config names its policies folder relative to itself.
     assert_eq!(config_toml()["policies"]["dir"], "policies");
     assert_eq!(paths, [&Value::from("config.toml"), &Value::from("policies/default.toml")]);
@@ -237,7 +238,10 @@ fn the_kubernetes_deployment_agrees_with_the_config_and_the_image() {
         secret["stringData"].as_object().expect("stringData").keys().map(String::as_str).collect();
     assert_eq!(provided, BTreeSet::from([SECRET_ENV, TOKEN_ENV]));
     let redis = k8s("redis-service.yaml");
-    assert_eq!((&redis["metadata"]["name"], &redis["spec"]["ports"][0]["port"]), (&Value::from("redis"), &Value::from(6379)));
+    assert_eq!(
+        (&redis["metadata"]["name"], &redis["spec"]["ports"][0]["port"]),
+        (&Value::from("redis"), &Value::from(6379))
+    );
 }
 
 #[test]
