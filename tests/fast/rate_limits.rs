@@ -232,7 +232,7 @@ async fn over_the_limit_stdio_hosts_get_the_json_rpc_error_with_retry_after_ms()
         let a = "docs+file:///a.txt";
         eventually(DEADLINE, "docs listed", || async {
             let resources = client.list_all_resources().await.map_err(|e| e.to_string())?;
-            resources.iter().any(|r| r.uri == a).then_some(()).ok_or("not yet")
+            resources.iter().any(|r| r.uri == a).then_some(()).ok_or_else(|| "not yet".to_string())
         })
         .await?;
         client.read_resource(ReadResourceRequestParams::new(a)).await.context("the first read")?;
@@ -290,7 +290,10 @@ async fn tokens_refill_and_a_refused_principal_is_served_again() -> anyhow::Resu
     assert!(data["retryAfterMs"].as_u64().is_some_and(|ms| ms <= 10_000), "{data}");
     let read = eventually(REFILL_DEADLINE, "a read admitted again", || async {
         let (reply, _) = alice.modern_read(3, "docs+file:///a.txt").await.map_err(|e| e.to_string())?;
-        (reply.status == StatusCode::OK).then_some(reply).ok_or_else(|| format!("{}", reply.status))
+        match reply.status {
+            StatusCode::OK => Ok(reply),
+            status => Err(status.to_string()),
+        }
     })
     .await?;
     assert_eq!(read.contents_text().as_deref(), Some("alpha"), "{read:?}");
