@@ -114,16 +114,6 @@ pub async fn connect_with(url: &str, era: Era, recorder: UpdateRecorder) -> anyh
     Ok(client)
 }
 
-/// Connect one client to `url` sending `Authorization: Bearer <token>`.
-pub async fn connect_as(url: &str, era: Era, token: &str) -> anyhow::Result<Client> {
-    let config = StreamableHttpClientTransportConfig::with_uri(url).auth_header(token).reinit_on_expired_session(false);
-    let transport = StreamableHttpClientTransport::from_config(config);
-    let connecting = UpdateRecorder::default().serve_with_lifecycle(transport, era.lifecycle());
-    let client = tokio::time::timeout(CONNECT_DEADLINE, connecting).await.context("connect timed out")??;
-    client.set_response_cache_config(ClientCacheConfig::disabled()).await;
-    Ok(client)
-}
-
 /// Connect `count` clients to `url`, `batch` at a time.
 pub async fn connect_many(url: &str, era: Era, count: usize, batch: usize) -> anyhow::Result<Vec<Client>> {
     let mut clients = Vec::with_capacity(count);

@@ -3,18 +3,17 @@
 //! front of the fixture (cache on, entry warm). B reads at a steady pace well under its own
 //! limit, first alone, then while A's clients together attempt ten times A's limit (almost all
 //! refused with 429 before any work); the figure is B's p99 loaded / unloaded (target: within
-//! 20 %). A's admitted and refused counts show that A was held to its limit.
+//! 20 %). A's admitted and refused counts show that A was held to its limit. Both principals'
+//! hosts are raw HTTP clients (`raw`), so the load generator's own CPU stays small.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use rmcp::model::ReadResourceRequestParams;
-use rmcp::{RoleClient, service::Peer};
-
 use crate::Options;
-use crate::clients::{self, Era, Percentiles};
+use crate::clients::Percentiles;
 use crate::processes::{Fixture, ProxyProcess, UPSTREAM_TTL_MS, http_upstream};
+use crate::raw::{HostEra, RawClient};
 use crate::report::{Report, Target, Unit};
 
 const URI: &str = "fx+fx://fx/item/1";
@@ -38,17 +37,17 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     );
     let env = [("BENCH_A_TOKEN", A_TOKEN), ("BENCH_B_TOKEN", B_TOKEN)];
     let proxy = ProxyProcess::start_with_env(&config, &env).await?;
-    let b = clients::connect_as(&proxy.url, Era::Modern, B_TOKEN).await?;
+    let mut b = RawClient::connect(&proxy.url, HostEra::Y2026).await?.with_bearer(B_TOKEN);
     let mut a = Vec::new();
     for _ in 0..A_CLIENTS {
-        a.push(clients::connect_as(&proxy.url, Era::Modern, A_TOKEN).await?);
+        a.push(RawClient::connect(&proxy.url, HostEra::Y2026).await?.with_bearer(A_TOKEN));
     }
     let samples = if options.quick { 150 } else { 500 };
-    // Warm the cache entry, and let B's bucket fill again.
-    b.read_resource(ReadResourceRequestParams::new(URI)).await?;
-    let unloaded = paced_reads(b.peer(), samples).await?;
-    let flood = Flood::start(clients::peers(&a));
-    let loaded = paced_reads(b.peer(), samples).await?;
+    // Warm the cache entry.
+    b.read(URI).await?;
+    let unloaded = paced_reads(&mut b, samples).await?;
+    let flood = Flood::start(a);
+    let loaded = paced_reads(&mut b, samples).await?;
     let (admitted, refused, elapsed) = flood.stop().await;
     report.millis("B alone p50", unloaded.p50);
     report.millis("B alone p99", unloaded.p99);
@@ -69,14 +68,14 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
 }
 
 /// `count` reads of [`URI`], one every [`B_EVERY`]; their latencies.
-async fn paced_reads(peer: &Peer<RoleClient>, count: usize) -> anyhow::Result<Percentiles> {
+async fn paced_reads(client: &mut RawClient, count: usize) -> anyhow::Result<Percentiles> {
     let mut tick = tokio::time::interval(B_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut samples = Vec::with_capacity(count);
     for _ in 0..count {
         tick.tick().await;
         let started = Instant::now();
-        peer.read_resource(ReadResourceRequestParams::new(URI)).await?;
+        client.read(URI).await?;
         samples.push(started.elapsed());
     }
     Ok(Percentiles::of(samples))
@@ -92,20 +91,20 @@ struct Flood {
 }
 
 impl Flood {
-    fn start(peers: Vec<Peer<RoleClient>>) -> Self {
+    fn start(clients: Vec<RawClient>) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let (admitted, refused) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
         let every = Duration::from_secs_f64(A_CLIENTS as f64 / (10 * LIMIT) as f64);
-        let tasks = peers
+        let tasks = clients
             .into_iter()
-            .map(|peer| {
+            .map(|mut client| {
                 let (stop, admitted, refused) = (stop.clone(), admitted.clone(), refused.clone());
                 tokio::spawn(async move {
                     let mut tick = tokio::time::interval(every);
                     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
                     while !stop.load(Ordering::Relaxed) {
                         tick.tick().await;
-                        match peer.read_resource(ReadResourceRequestParams::new(URI)).await {
+                        match client.read(URI).await {
                             Ok(_) => admitted.fetch_add(1, Ordering::Relaxed),
                             Err(_) => refused.fetch_add(1, Ordering::Relaxed),
                         };
