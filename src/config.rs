@@ -35,6 +35,7 @@ mod cache;
 mod checks;
 mod credentials;
 mod extract;
+mod rate_limits;
 mod server;
 mod transport;
 mod upstream;
@@ -42,6 +43,7 @@ mod upstream;
 pub use self::bridge::BridgeConfig;
 pub use self::cache::{CacheConfig, UpstreamCache, parse_size};
 pub use self::credentials::{ClientCredentials, ClientSecret};
+pub use self::rate_limits::{Bucket, RateLimitsConfig};
 pub use self::server::ServerConfig;
 pub use self::transport::CaFile;
 pub use self::upstream::{redact_url, redact_urls_in};
@@ -56,6 +58,8 @@ pub struct Config {
     pub cache: CacheConfig,
     /// `[bridge]`: resources as the proxy's own tools, for models.
     pub bridge: BridgeConfig,
+    /// `[rate_limits]`: token buckets per principal (off unless a rate is given).
+    pub rate_limits: RateLimitsConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -84,6 +88,9 @@ pub struct UpstreamConfig {
     /// roots capability is declared to it only when there are some). A host's own roots are
     /// never passed on: the upstream is shared by every host.
     pub roots: Vec<String>,
+    /// `[upstreams.rate_limits]`: token buckets per principal at this upstream (off unless a
+    /// rate is given).
+    pub rate_limits: RateLimitsConfig,
 }
 
 /// How the proxy reaches an upstream.
@@ -214,6 +221,8 @@ struct RawConfig {
     cache: cache::RawCache,
     #[serde(default)]
     bridge: bridge::RawBridge,
+    #[serde(default)]
+    rate_limits: rate_limits::RawRateLimits,
     #[serde(flatten)]
     unknown: BTreeMap<String, Value>,
 }
@@ -248,6 +257,8 @@ struct RawUpstream {
     #[serde(default)]
     roots: Vec<String>,
     cache: Option<cache::RawUpstreamCache>,
+    #[serde(default)]
+    rate_limits: rate_limits::RawRateLimits,
     #[serde(flatten)]
     unknown: BTreeMap<String, Value>,
 }
@@ -264,6 +275,7 @@ fn validate(
     let policies = access::validate_policies(raw.policies, base, problems);
     let cache = cache::validate_cache(raw.cache, problems);
     let bridge = bridge::validate_bridge(raw.bridge, problems);
+    let rate_limits = rate_limits::validate_rate_limits("rate_limits", raw.rate_limits, problems);
     let mut seen = BTreeSet::new();
     let unprefixed: Vec<(usize, Option<String>)> = (raw.upstreams.iter().enumerate())
         .filter(|(_, upstream)| upstream.unprefixed == Some(true))
@@ -276,7 +288,7 @@ fn validate(
         .filter_map(|(index, upstream)| validate_upstream(index, upstream, base, lookup, &mut seen, problems))
         .collect();
     upstream::at_most_one_unprefixed(&unprefixed, problems);
-    Config { server, upstreams, auth, policies, cache, bridge }
+    Config { server, upstreams, auth, policies, cache, bridge, rate_limits }
 }
 
 fn validate_upstream(
@@ -322,6 +334,7 @@ fn validate_upstream(
     let cache = cache::validate_upstream_cache(&at, folder, raw.trust_notifications, raw.cache, problems);
     let unprefixed = raw.unprefixed.unwrap_or(false);
     let roots = upstream::roots(&at, raw.roots, problems);
+    let rate_limits = rate_limits::validate_rate_limits(&format!("{at}.rate_limits"), raw.rate_limits, problems);
     Some(UpstreamConfig {
         name,
         transport: transport?,
@@ -334,6 +347,7 @@ fn validate_upstream(
         cache,
         unprefixed,
         roots,
+        rate_limits,
     })
 }
 

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use rmcp::model::ErrorData;
+use rmcp::model::{ErrorCode, ErrorData};
 use serde_json::json;
 
 /// Everything a downstream request can fail with.
@@ -40,6 +40,10 @@ pub enum ProxyError {
     /// A subscribe past a cap on what one session (or listen stream) or one principal may hold.
     #[error("subscription limit reached: {holder} holds {limit} subscriptions ({setting}); unsubscribe from one first")]
     SubscriptionLimit { holder: &'static str, limit: usize, setting: &'static str },
+    /// A rate limit's bucket is empty (`[rate_limits]`, `[upstreams.rate_limits]`): the
+    /// request was refused before any work; the next token comes after `retry_after`.
+    #[error("rate limit reached: too many {kind} for this principal{}; retry after {}", at_upstream(upstream.as_deref(), scope), retry_text(*.retry_after))]
+    RateLimited { kind: &'static str, scope: &'static str, upstream: Option<String>, retry_after: Duration },
     /// The upstream needs input from the host first (2026-07-28 MRTR). Not a failure: the read
     /// path passes it through to the host (uncached) instead of a result.
     #[error("the upstream needs input before it can answer")]
@@ -58,6 +62,7 @@ impl ProxyError {
             Self::UpstreamFailed { .. } => "upstream_failed",
             Self::InputRequired(_) => "input_required",
             Self::SubscriptionLimit { .. } => "over_limit",
+            Self::RateLimited { .. } => "rate_limited",
         }
     }
 
@@ -76,6 +81,13 @@ impl ProxyError {
             }
             Self::InputRequired(_) => ErrorData::internal_error(message, None),
             Self::SubscriptionLimit { .. } => ErrorData::invalid_request(message, None),
+            Self::RateLimited { kind, scope, upstream, retry_after } => {
+                let mut data = json!({ "retryAfterMs": retry_after_ms(*retry_after), "limit": kind, "scope": scope });
+                if let (Some(upstream), &"upstream") = (upstream, scope) {
+                    data["upstream"] = json!(upstream);
+                }
+                ErrorData::new(RATE_LIMITED, message, Some(data))
+            }
             Self::UpstreamDown { upstream }
             | Self::UpstreamTimeout { upstream, .. }
             | Self::UpstreamFailed { upstream, .. } => {
@@ -89,6 +101,32 @@ impl From<ProxyError> for ErrorData {
     fn from(error: ProxyError) -> Self {
         error.to_error_data()
     }
+}
+
+/// The JSON-RPC code of a refusal by a rate limit: in the range JSON-RPC leaves to servers
+/// (-32000..=-32099; the last digits recall HTTP's 429). Over HTTP the reply is also a `429`
+/// with `Retry-After`.
+pub const RATE_LIMITED: ErrorCode = ErrorCode(-32029);
+
+/// Milliseconds until a refused request may succeed, rounded up (at least 1).
+pub fn retry_after_ms(retry_after: Duration) -> u64 {
+    u64::try_from(retry_after.as_micros().div_ceil(1000)).unwrap_or(u64::MAX).max(1)
+}
+
+/// Whole seconds for an HTTP `Retry-After`, rounded up (at least 1).
+pub fn retry_after_secs(retry_after: Duration) -> u64 {
+    retry_after_ms(retry_after).div_ceil(1000)
+}
+
+fn at_upstream(upstream: Option<&str>, scope: &str) -> String {
+    match upstream {
+        Some(upstream) if scope == "upstream" => format!(" at upstream `{upstream}`"),
+        _ => String::new(),
+    }
+}
+
+fn retry_text(retry_after: Duration) -> String {
+    format!("{}ms", retry_after_ms(retry_after))
 }
 
 fn humantime(duration: Duration) -> String {

@@ -10,6 +10,7 @@
 //! - [`namespace`]: `<upstream>+<uri>` both ways, for URIs and templates (pure).
 //! - [`uri`]: URI normalisation: the one form policies decide on and upstreams get (pure).
 //! - [`policy`]: `policies/*.toml` → per-principal and per-group allow/deny globs; decisions (pure after load).
+//! - [`rate_limits`]: token buckets for calls and reads per principal and per principal × upstream (`governor`).
 //! - [`auth`]: bearer tokens (static, or JWT access tokens with groups) → [`auth::Principal`] on every HTTP request, before any MCP; RFC 9728 metadata.
 //! - [`cursor`]: opaque, authenticated pagination cursors (pure).
 //! - [`coherence`]: the one owner of cache coherence: generations, watch holds, admission, the watch book.
@@ -53,6 +54,7 @@ pub mod policy;
 pub mod problem;
 pub mod protocol;
 pub mod proxy;
+pub mod rate_limits;
 pub mod ready_file;
 pub mod serve_dir;
 pub mod spine;

@@ -85,6 +85,7 @@ struct Inner {
     policy_denials: IntCounterVec,
     served_bytes: IntCounterVec,
     relay_unattributed: IntCounterVec,
+    rate_limited: IntCounterVec,
 }
 
 impl Metrics {
@@ -163,6 +164,12 @@ impl Metrics {
                 "Log messages dropped and requests refused: an upstream sent them for no call in flight it named.",
                 &["upstream", "kind"],
             ),
+            rate_limited: b.counter(
+                "rate_limited_total",
+                "Requests refused by a rate limit, before any work: kind (calls, reads), the bucket's scope \
+                 (principal, upstream) and the upstream the request was for (empty when it named none).",
+                &["kind", "scope", "upstream"],
+            ),
             registry: b.registry,
             family_names: b.family_names,
         };
@@ -197,6 +204,13 @@ impl Metrics {
         let (i, upstream) = (&self.inner, upstream_label(upstream));
         i.upstream_requests.with_label_values(&[upstream, method, outcome]).inc();
         i.upstream_duration.with_label_values(&[upstream, method]).observe(elapsed.as_secs_f64());
+    }
+
+    /// A request was refused by a rate limit: `kind` is `calls` or `reads`, `scope` the
+    /// bucket's (`principal`, `upstream`), `upstream` the one the request was for, if any.
+    pub fn rate_limited(&self, kind: &'static str, scope: &'static str, upstream: Option<&str>) {
+        let upstream = upstream.map_or("", upstream_label);
+        self.inner.rate_limited.with_label_values(&[kind, scope, upstream]).inc();
     }
 
     /// An upstream is configured: its per-upstream series start at 0 (and `up` at 0).

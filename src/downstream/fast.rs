@@ -108,6 +108,11 @@ pub(super) async fn front(State(front): State<Front>, request: Request, next: Ne
         Ok(authenticated) => authenticated,
         Err(rejection) => return front.auth.refuse(rejection, request.method()),
     };
+    // Rate limits before anything else: a refusal costs a body peek and a map lookup.
+    let request = match super::metering::check_http(&front.fast.proxy, &principal.0, request).await {
+        Ok(request) => request,
+        Err(too_many) => return too_many,
+    };
     let response = match front.fast.answer(&principal.0, request).await {
         Ok(response) => response,
         Err(request) => auth::run_as(principal, request, next).await,

@@ -12,6 +12,7 @@ mod fast;
 mod gate;
 mod handler;
 mod http;
+mod metering;
 mod offerings;
 mod outlets;
 mod relay;

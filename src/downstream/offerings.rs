@@ -10,7 +10,7 @@ use std::time::Instant;
 use rmcp::ErrorData;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult, GetPromptRequestParams,
-    GetPromptResponse, ListPromptsResult, ListToolsResult, PaginatedRequestParams, PromptsCapability,
+    GetPromptResponse, ListPromptsResult, ListToolsResult, PaginatedRequestParams, PromptsCapability, Reference,
     ServerCapabilities, ToolsCapability,
 };
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
@@ -19,6 +19,7 @@ use tokio::sync::mpsc;
 
 use super::ProxyServer;
 use crate::host::ProgressOutlet;
+use crate::proxy::Metered;
 
 /// Progress notifications that may wait for a slow host before new ones are dropped.
 const PROGRESS_QUEUE: usize = 64;
@@ -87,6 +88,15 @@ impl ProgressOutlet for ProgressQueue {
     }
 }
 
+/// What a completion request spends its token on: its prompt's or template's upstream.
+fn metered_completion(reference: &Reference) -> Metered<'_> {
+    match reference {
+        Reference::Prompt(prompt) => Metered::Prompt(&prompt.name),
+        Reference::Resource(template) => Metered::Template(&template.uri),
+        _ => Metered::Other,
+    }
+}
+
 /// Tools, prompts (both with `listChanged`) and completions, whatever the upstreams offer.
 pub(super) fn advertise(capabilities: &mut ServerCapabilities) {
     let mut tools = ToolsCapability::default();
@@ -137,6 +147,7 @@ impl ProxyServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         self.check_principal(&context.extensions)?;
+        self.admit(&context.extensions, &self.caller(), Metered::Tool(&request.name), "tools/call")?;
         let started = Instant::now();
         // Bridge calls (searches, reads) count against the same per-principal limit.
         let _permit = self.admit_call("tools/call", started)?;
@@ -161,6 +172,7 @@ impl ProxyServer {
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
         self.check_principal(&context.extensions)?;
+        self.admit(&context.extensions, &self.caller(), Metered::Prompt(&request.name), "prompts/get")?;
         let started = Instant::now();
         let _permit = self.admit_call("prompts/get", started)?;
         let (relay, jobs) = super::relay::for_call(&context, &self.log_level, &self.principal);
@@ -175,6 +187,7 @@ impl ProxyServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
         self.check_principal(&context.extensions)?;
+        self.admit(&context.extensions, &self.caller(), metered_completion(&request.r#ref), "completion/complete")?;
         let started = Instant::now();
         let _permit = self.admit_call("completion/complete", started)?;
         let answer = self.proxy.tools().complete(&self.principal, request, &context.ct).await;

@@ -14,7 +14,7 @@ use rmcp::service::{RequestContext, RoleServer};
 
 use super::ProxyServer;
 use crate::protocol::{Era, method};
-use crate::proxy::ReadAnswer;
+use crate::proxy::{Metered, ReadAnswer};
 
 impl ProxyServer {
     pub(super) async fn resources_list(
@@ -45,8 +45,10 @@ impl ProxyServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         self.check_principal(&context.extensions)?;
+        let caller = self.caller();
+        self.admit(&context.extensions, &caller, Metered::Read(&request.uri), method::RESOURCES_READ)?;
         let started = Instant::now();
-        let answer = self.proxy.read(&self.caller(), &request.uri).await;
+        let answer = self.proxy.read(&caller, &request.uri).await;
         let answer = answer.inspect_err(|error| {
             tracing::debug!(uri = %request.uri, principal = %self.principal, error = %error, kind = error.kind(), "read failed");
         });

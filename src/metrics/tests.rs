@@ -31,6 +31,7 @@ const FAMILIES: &[&str] = &[
     "mcp_proxy_policy_denials_total",
     "mcp_proxy_served_bytes_total",
     "mcp_proxy_relay_unattributed_total",
+    "mcp_proxy_rate_limited_total",
 ];
 
 /// One call of every recording method, with `upstream` wherever an upstream name goes.
@@ -57,6 +58,7 @@ fn exercise_every_method(metrics: &Metrics, upstream: &str) -> SessionGuard {
     metrics.policy_denied(DenialAction::Read, Some("team-a.toml"));
     metrics.bytes_served(upstream, 100);
     metrics.relay_unattributed(upstream, "log");
+    metrics.rate_limited("reads", "upstream", Some(upstream));
     metrics.downstream_session(Transport::Http, Era::Modern)
 }
 

@@ -40,8 +40,8 @@ const FLOORS: &[&[&str]] = &[
     &["policy", "serve_dir", "wire"],
     // Validated configuration.
     &["config"],
-    // Identity, instruments and the accept loop.
-    &["auth", "metrics", "listener", "mcp_json"],
+    // Identity, instruments, the accept loop and the rate limits' buckets.
+    &["auth", "metrics", "listener", "mcp_json", "rate_limits"],
     // Stores and queues.
     &["cache", "fanout"],
     // Upstream connections.

@@ -119,6 +119,23 @@ impl Access {
         Ok(Route { upstream: upstream.to_string(), original: original.to_string() })
     }
 
+    /// The upstream a URI routes to when `caller` may read it; `None` when it is denied,
+    /// malformed or names no upstream (nothing is counted: this is the rate limits' question,
+    /// and the read that follows decides and counts).
+    pub(crate) fn upstream_of(&self, caller: &Caller, requested: &str) -> Option<String> {
+        let judged = caller.policy().judge(caller.principal(), requested).ok()?;
+        if !judged.decision.allowed {
+            return None;
+        }
+        let (upstream, _) = namespace::split(&judged.normalized)?;
+        self.upstreams.contains(upstream).then(|| upstream.to_string())
+    }
+
+    /// `name` is a running upstream's.
+    pub(crate) fn is_upstream(&self, name: &str) -> bool {
+        self.upstreams.contains(name)
+    }
+
     /// [`Caller::may_see`] for a list entry; a hidden one is counted as a list denial under the
     /// file that decided it.
     pub(crate) fn listable(&self, caller: &Caller, namespaced: &str) -> bool {

@@ -19,6 +19,7 @@ use super::views::Views;
 use crate::coherence::{Coherence, WatchBook};
 use crate::metrics::{InvalidationCause, Metrics, NotificationKind};
 use crate::namespace;
+use crate::rate_limits::RateLimits;
 use crate::spine::Spine;
 use crate::subscriptions::HolderId;
 use crate::tools::Tools;
@@ -150,6 +151,8 @@ pub(super) struct Housekeeping {
     /// The cache's own holder id in the watch book (not a host).
     pub(super) cache_holder: HolderId,
     pub(super) metrics: Metrics,
+    /// Principals whose buckets are full again are forgotten on each tick.
+    pub(super) rate_limits: RateLimits,
 }
 
 impl Housekeeping {
@@ -174,6 +177,7 @@ impl Housekeeping {
         // Let the cache finish its bookkeeping (evictions, expiries, its per-URI state) even
         // while nobody reads.
         self.cache.settle().await;
+        self.rate_limits.retain_recent();
         let (entries, bytes) = self.cache.size();
         self.metrics.set_cache_size(entries, bytes);
         for (upstream, uris, hosts) in self.watches.per_upstream(self.cache_holder) {

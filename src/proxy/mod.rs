@@ -11,6 +11,7 @@
 //! - `views`: per-principal view digests, so `list_changed` goes only where a view changed.
 //! - `lists`: `Lists`, pages of the merged resource and template lists.
 //! - `read`: `Reads`, the read path through the cache.
+//! - `metered`: `Door`, the rate limits' check of a host's call or read, before any work.
 //! - `subscriptions`: `Subscriptions`, outlets, holds and fan-out of `updated`.
 //! - `policies`: `Policies`, putting a reloaded policy set in force (and the `policy-watch` task).
 //! - `events`: `EventLoop` (the `event-loop` task) and `Housekeeping` (`cache-housekeeping`,
@@ -45,6 +46,7 @@ mod access;
 mod caller;
 mod events;
 mod lists;
+mod metered;
 mod policies;
 mod read;
 mod reload;
@@ -57,6 +59,8 @@ mod wiring;
 use self::access::Access;
 pub use self::caller::Caller;
 use self::lists::Lists;
+use self::metered::Door;
+pub use self::metered::Metered;
 pub use self::read::ReadAnswer;
 use self::read::Reads;
 pub use self::reload::ConfigSource;
@@ -86,6 +90,8 @@ struct Services {
     tools: Tools,
     status: Status,
     reloader: Reloader,
+    /// The rate limits (`crate::rate_limits`), checked before any work.
+    door: Door,
 }
 
 impl Proxy {
@@ -165,6 +171,18 @@ impl Proxy {
         cursor: Option<&str>,
     ) -> Result<ListResourceTemplatesResult, ProxyError> {
         self.inner.lists.templates(caller, cursor)
+    }
+
+    /// Take a rate-limit token for one host request of `caller`, before any other work:
+    /// `Err(ProxyError::RateLimited)` when its bucket is empty. Hosts' edges call this once per
+    /// request (a read inside a bridge call is not charged again).
+    pub fn admit(&self, caller: &Caller, request: Metered<'_>) -> Result<(), ProxyError> {
+        self.inner.door.admit(caller, request)
+    }
+
+    /// Some rate limit is configured: the HTTP edge checks before anything else.
+    pub fn rate_limited(&self) -> bool {
+        self.inner.door.limits.is_on()
     }
 
     /// Read a namespaced URI for `caller`; the answer's `scope` is the one the host is told.

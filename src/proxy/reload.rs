@@ -34,6 +34,7 @@ use crate::catalog::Catalog;
 use crate::coherence::WatchBook;
 use crate::config::{Config, ConfigError, UpstreamConfig};
 use crate::metrics::Metrics;
+use crate::rate_limits::RateLimits;
 use crate::spine::Spine;
 use crate::tools::Tools;
 use crate::upstream::{EventSender, Registry, RootsChange, Upstream};
@@ -88,6 +89,8 @@ pub(super) struct ReloaderParts {
     pub(super) views: Views,
     /// What the last config reload did, for `/status` (shared with it).
     pub(super) last_reload: Arc<Mutex<Option<ReloadReport>>>,
+    /// The upstreams' rate limits follow a reload (`[rate_limits]` itself needs a restart).
+    pub(super) rate_limits: RateLimits,
 }
 
 impl Reloader {
@@ -144,6 +147,7 @@ impl Reloader {
             self.leave(name).await;
             tracing::info!(upstream = %name, "upstream removed");
         }
+        parts.rate_limits.configure_upstreams(&next.upstreams);
         let (roots_changed, mut changed_configs) = self.reroot(&diff.rerooted).await;
         changed_configs.extend(diff.changed);
         for config in &changed_configs {
@@ -278,6 +282,9 @@ fn restart_needed(running: &Config, next: &Config) -> Vec<String> {
     }
     if running.policies.dir != next.policies.dir {
         sections.push("policies.dir".to_string());
+    }
+    if running.rate_limits != next.rate_limits {
+        sections.push("rate_limits".to_string());
     }
     // The bridge's tools are offered (or not) from the start: its settings are read once.
     if running.bridge != next.bridge {

@@ -10,6 +10,7 @@ use super::Services;
 use super::access::Access;
 use super::events::{Changes, EventLoop, Housekeeping};
 use super::lists::Lists;
+use super::metered::Door;
 use super::policies::Policies;
 use super::read::{self, Reads};
 use super::reload::{Reloader, ReloaderParts, longest_request};
@@ -22,6 +23,7 @@ use crate::config::Config;
 use crate::cursor::CursorKey;
 use crate::fanout::{Delivery, Fanout};
 use crate::metrics::{Metrics, NotificationKind};
+use crate::rate_limits::RateLimits;
 use crate::spine::Spine;
 use crate::subscriptions::{Caps, HolderId};
 use crate::tools::{Tools, ToolsParts};
@@ -64,6 +66,7 @@ pub(super) fn start(config: Config, spine: &Spine) -> Services {
         policies: policies.clone(),
         views: shared.views.clone(),
         last_reload: status.last_reload.clone(),
+        rate_limits: shared.rate_limits.clone(),
     });
     for upstream in &config.upstreams {
         reloader.start_upstream(upstream.clone());
@@ -87,6 +90,8 @@ struct Shared {
     views: Views,
     tools: Tools,
     subscriptions: Subscriptions,
+    /// Token buckets per principal and per principal × upstream.
+    rate_limits: RateLimits,
     /// Where supervisors send their events, and where the event loop takes them.
     events: (EventSender, EventInbox),
     /// Hosts gone, for the event loop.
@@ -133,7 +138,9 @@ impl Shared {
             views: views.clone(),
             caps,
         };
+        let rate_limits = RateLimits::new(&config.rate_limits, &config.upstreams);
         Shared {
+            rate_limits,
             metrics,
             upstreams,
             catalog,
@@ -176,6 +183,7 @@ impl Shared {
             watches: self.watches.clone(),
             cache_holder: self.cache_holder,
             metrics: self.metrics.clone(),
+            rate_limits: self.rate_limits.clone(),
         };
         housekeeping.spawn(spine);
         let lists = Lists {
@@ -190,7 +198,14 @@ impl Shared {
             cache: self.cache,
             metrics: self.metrics.clone(),
         };
+        let door = Door {
+            limits: self.rate_limits,
+            access: self.access.clone(),
+            tools: self.tools.clone(),
+            metrics: self.metrics.clone(),
+        };
         Services {
+            door,
             config,
             metrics: self.metrics,
             spine: spine.clone(),

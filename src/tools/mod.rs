@@ -149,6 +149,22 @@ impl Tools {
         self.inner.calls.admit(principal).ok_or(self.inner.calls.limit())
     }
 
+    /// The upstream of a tool (or prompt, `prompt = true`) a presented name names, when
+    /// `principal` may use it; `None` for unknown, unlisted and denied names alike. Decides
+    /// without counting (the rate limits ask this before the call decides and counts).
+    pub fn upstream_of(&self, policy: &PolicySet, principal: &str, prompt: bool, presented: &str) -> Option<String> {
+        let offering = if prompt { Offering::Prompt } else { Offering::Tool };
+        let snapshot = self.inner.catalog.snapshot();
+        let naming = snapshot.naming();
+        let (upstream, _) = naming.origin(presented)?;
+        let listed = match offering {
+            Offering::Tool => snapshot.tool(upstream, presented).is_some(),
+            Offering::Prompt => snapshot.prompt(upstream, presented).is_some(),
+        };
+        let allowed = listed && self.allowed(policy, principal, naming, offering, presented, None);
+        allowed.then(|| upstream.to_string())
+    }
+
     /// The merged snapshot (for `/status` and tests).
     pub fn snapshot(&self) -> Arc<OfferingsSnapshot> {
         self.inner.catalog.snapshot()

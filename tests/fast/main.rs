@@ -35,6 +35,7 @@ mod observability;
 mod operators;
 mod private_ca;
 mod progress;
+mod rate_limits;
 mod readme;
 mod rebinding;
 mod relay_refusals;

@@ -59,6 +59,8 @@ pub struct RawClient {
     next_id: u64,
     /// The last URI read, ready to send.
     prepared: Option<Prepared>,
+    /// `Authorization: Bearer <token>` on every request (2026-07-28 hosts; see `with_bearer`).
+    authorization: Option<String>,
 }
 
 impl RawClient {
@@ -77,11 +79,20 @@ impl RawClient {
             session: None,
             next_id: 1,
             prepared: None,
+            authorization: None,
         };
         if era == HostEra::Y2025 {
             client.initialize().await?;
         }
         Ok(client)
+    }
+
+    /// Send `Authorization: Bearer <token>` from now on (a 2026-07-28 host: it has no handshake
+    /// that went without).
+    pub fn with_bearer(mut self, token: &str) -> Self {
+        self.authorization = Some(format!("Bearer {token}"));
+        self.prepared = None;
+        self
     }
 
     /// `resources/read`; the number of contents in the result. The request is written from
@@ -143,6 +154,9 @@ impl RawClient {
                 }
             }
             (None, HostEra::Y2025) => {}
+        }
+        if let Some(authorization) = &self.authorization {
+            headers.push(("authorization", authorization.as_str()));
         }
         wire::post_head(&self.path, &self.authority, &headers)
     }
