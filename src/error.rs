@@ -40,6 +40,10 @@ pub enum ProxyError {
     /// A subscribe past a cap on what one session (or listen stream) or one principal may hold.
     #[error("subscription limit reached: {holder} holds {limit} subscriptions ({setting}); unsubscribe from one first")]
     SubscriptionLimit { holder: &'static str, limit: usize, setting: &'static str },
+    /// A per-principal or per-host upstream session is needed past a bound on how many may be
+    /// open (on the upstream, or for one principal).
+    #[error("upstream `{upstream}` has {limit} sessions open ({setting}); try again when one closes")]
+    SessionLimit { upstream: String, limit: usize, setting: &'static str },
     /// The upstream needs input from the host first (2026-07-28 MRTR). Not a failure: the read
     /// path passes it through to the host (uncached) instead of a result.
     #[error("the upstream needs input before it can answer")]
@@ -57,7 +61,7 @@ impl ProxyError {
             Self::UpstreamTimeout { .. } => "upstream_timeout",
             Self::UpstreamFailed { .. } => "upstream_failed",
             Self::InputRequired(_) => "input_required",
-            Self::SubscriptionLimit { .. } => "over_limit",
+            Self::SubscriptionLimit { .. } | Self::SessionLimit { .. } => "over_limit",
         }
     }
 
@@ -76,6 +80,9 @@ impl ProxyError {
             }
             Self::InputRequired(_) => ErrorData::internal_error(message, None),
             Self::SubscriptionLimit { .. } => ErrorData::invalid_request(message, None),
+            Self::SessionLimit { upstream, .. } => {
+                ErrorData::invalid_request(message, Some(json!({ "upstream": upstream, "kind": self.kind() })))
+            }
             Self::UpstreamDown { upstream }
             | Self::UpstreamTimeout { upstream, .. }
             | Self::UpstreamFailed { upstream, .. } => {

@@ -48,6 +48,8 @@ impl Tools {
         // One policy snapshot decides the call and what of its result is passed on.
         let policy = self.policy();
         let (upstream, original) = self.route(&policy, principal, Offering::Tool, &params.name)?;
+        let host = relay.as_ref().and_then(|relay| relay.host_session());
+        let upstream = upstream.session_for(principal, host).await?;
         let presented = std::mem::replace(&mut params.name, original.into());
         params.meta = meta_upstream(params.meta.take());
         // Every step the upstream sent before its answer is in `progress` when this returns.
@@ -219,6 +221,8 @@ impl Tools {
     ) -> Result<GetPromptResponse, ProxyError> {
         let policy = self.policy();
         let (upstream, original) = self.route(&policy, principal, Offering::Prompt, &params.name)?;
+        let host = relay.as_ref().and_then(|relay| relay.host_session());
+        let upstream = upstream.session_for(principal, host).await?;
         let presented = std::mem::replace(&mut params.name, original);
         params.meta = meta_upstream(params.meta.take());
         let answer = match relay.clone().filter(|relay| relay.takes_input_required()) {
@@ -273,6 +277,7 @@ impl Tools {
             _ => return Err(ProxyError::InvalidParams("unsupported completion reference".into())),
         };
         params.meta = meta_upstream(params.meta.take());
+        let upstream = upstream.session_for(principal, None).await?;
         if !upstream.offers().2 {
             return Ok(CompleteResult::default());
         }
