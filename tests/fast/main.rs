@@ -41,3 +41,4 @@ mod relay_refusals;
 mod serve_dir;
 mod subscriptions;
 mod thin_reads;
+mod upstream_sessions;
