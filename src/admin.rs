@@ -376,9 +376,9 @@ mod tests {
             "missing": ["mem"],
             "upstreams": [
                 { "name": "docs", "state": "up", "era": "modern", "required": true, "resources": 12,
-                  "templates": 2, "tools": 3, "prompts": 1, "last_error": null, "reconnects": 1 },
+                  "templates": 2, "tools": 3, "prompts": 1, "last_error": null, "reconnects": 1, "sessions": 0 },
                 { "name": "mem", "state": "down", "era": null, "required": true, "resources": 12,
-                  "templates": 2, "tools": 3, "prompts": 1, "last_error": "connection closed", "reconnects": 1 },
+                  "templates": 2, "tools": 3, "prompts": 1, "last_error": "connection closed", "reconnects": 1, "sessions": 0 },
             ],
             "cache": {
                 "enabled": false, "entries": 3, "weighted_bytes": 4096, "max_bytes": 0,
