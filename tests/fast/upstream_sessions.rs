@@ -147,3 +147,20 @@ async fn per_host_sessions_are_one_child_per_host_session_bounded_and_end_with_i
     }
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_unused_for_session_idle_is_closed_and_opened_afresh_on_next_use() -> anyhow::Result<()> {
+    let (proxy, _policies) = start(&[("per", "session = \"per-principal\"\nsession_idle = \"1s\"")]).await?;
+    let alice = host(&proxy.url, ALICE_TOKEN).await?;
+    assert_eq!(text(&alice, "per__remember", json!({"value": "soon gone"})).await?, "kept soon gone");
+    let pid = text(&alice, "per__pid", json!({})).await?;
+    eventually(DEADLINE, "the idle session's child ends", || async {
+        if ended(&pid) { Ok(()) } else { Err(format!("process {pid} still runs")) }
+    })
+    .await?;
+    proxy.wait_metric("mcp_proxy_upstream_sessions", &[("upstream", "per")], |n| n == 0.0).await?;
+    assert_eq!(text(&alice, "per__recall", json!({})).await?, "nothing", "a new session");
+    assert_ne!(text(&alice, "per__pid", json!({})).await?, pid);
+    alice.cancel().await?;
+    Ok(())
+}
