@@ -42,7 +42,7 @@ pub enum ProxyError {
     SubscriptionLimit { holder: &'static str, limit: usize, setting: &'static str },
     /// A per-principal or per-host upstream session is needed past a bound on how many may be
     /// open (on the upstream, or for one principal).
-    #[error("upstream `{upstream}` has {limit} sessions open ({setting}); try again when one closes")]
+    #[error("upstream `{upstream}`: {limit} sessions are open, the most `{setting}` allows; try again when one closes")]
     SessionLimit { upstream: String, limit: usize, setting: &'static str },
     /// The upstream needs input from the host first (2026-07-28 MRTR). Not a failure: the read
     /// path passes it through to the host (uncached) instead of a result.

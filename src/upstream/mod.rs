@@ -9,9 +9,13 @@
 //! JSON-RPC, the wrong id — fails its own request with a clear error (`faults`), never the
 //! connection; a stdio child sees only an allowlisted environment. Sampling, elicitation and
 //! log messages an upstream sends for a routed call go to that call's host (`relay`).
+//! An upstream with `session = "per-principal" | "per-host"` also opens, on first use, one
+//! connection per principal or per host session for their calls and reads (`sessions`),
+//! bounded, closed with the host session or when idle.
 //!
 //! Invariant: an upstream's entries are in the catalog only while it is connected; an upstream
-//! never takes another down, and no upstream error text reaches a client (see `error`).
+//! never takes another down, and no upstream error text reaches a client (see `error`). A
+//! per-principal (per-host) session carries one principal's (host session's) requests only.
 
 mod client;
 mod connect;

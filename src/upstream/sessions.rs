@@ -135,8 +135,10 @@ impl SessionBook {
     /// Forget `key`'s session if it is still `upstream` (a session that could not be opened).
     fn forget(&self, key: &SessionKey, upstream: &Upstream) {
         let mut open = self.open.lock().expect("sessions lock");
-        if open.get(key).is_some_and(|entry| Arc::ptr_eq(&entry.upstream.inner, &upstream.inner)) {
-            open.remove(key).map(|entry| entry.stop.cancel());
+        if open.get(key).is_some_and(|entry| Arc::ptr_eq(&entry.upstream.inner, &upstream.inner))
+            && let Some(entry) = open.remove(key)
+        {
+            entry.stop.cancel();
         }
     }
 }

@@ -121,7 +121,8 @@ async fn per_principal_sessions_keep_alice_and_bob_apart_while_a_shared_upstream
 
 #[tokio::test(flavor = "multi_thread")]
 async fn per_host_sessions_are_one_child_per_host_session_bounded_and_end_with_it() -> anyhow::Result<()> {
-    let (proxy, _policies) = start(&[("hs", "session = \"per-host\"\nmax_sessions = 2")]).await?;
+    let settings = "session = \"per-host\"\nmax_sessions = 3\nmax_sessions_per_principal = 2";
+    let (proxy, _policies) = start(&[("hs", settings)]).await?;
     let (first, second) = (host(&proxy.url, ALICE_TOKEN).await?, host(&proxy.url, ALICE_TOKEN).await?);
     assert_eq!(text(&first, "hs__remember", json!({"value": "first"})).await?, "kept first");
     assert_eq!(text(&second, "hs__recall", json!({})).await?, "nothing", "two hosts of alice are separate");
@@ -129,20 +130,25 @@ async fn per_host_sessions_are_one_child_per_host_session_bounded_and_end_with_i
     assert_ne!(first_pid, text(&second, "hs__pid", json!({})).await?);
     assert_eq!(text(&first, "hs__recall", json!({})).await?, "first");
 
-    // Past the bound: a clear error at once, never a wait.
+    // Past either bound: a clear error at once, never a wait.
+    let third = host(&proxy.url, ALICE_TOKEN).await?;
+    let refused = call(&third, "hs__recall", json!({})).await?.expect_err("alice's third, past 2 per principal");
+    assert!(refused.contains("`max_sessions_per_principal`") && refused.contains("hs"), "{refused}");
     let bob = host(&proxy.url, BOB_TOKEN).await?;
-    let refused = call(&bob, "hs__recall", json!({})).await?.expect_err("a third session past max_sessions = 2");
-    assert!(refused.contains("max_sessions") && refused.contains("hs"), "{refused}");
+    assert_eq!(text(&bob, "hs__recall", json!({})).await?, "nothing");
+    let bob_again = host(&proxy.url, BOB_TOKEN).await?;
+    let refused = call(&bob_again, "hs__recall", json!({})).await?.expect_err("a fourth, past max_sessions = 3");
+    assert!(refused.contains("`max_sessions`") && refused.contains("hs"), "{refused}");
 
-    // The host session ends: its child ends, and its place is free again.
+    // A host session ends: its child ends, and its place is free again.
     first.cancel().await?;
     eventually(DEADLINE, "the first host's upstream child ends", || async {
         if ended(&first_pid) { Ok(()) } else { Err(format!("process {first_pid} still runs")) }
     })
     .await?;
-    proxy.wait_metric("mcp_proxy_upstream_sessions", &[("upstream", "hs")], |n| n == 1.0).await?;
-    assert_eq!(text(&bob, "hs__recall", json!({})).await?, "nothing");
-    for host in [second, bob] {
+    proxy.wait_metric("mcp_proxy_upstream_sessions", &[("upstream", "hs")], |n| n == 2.0).await?;
+    assert_eq!(text(&third, "hs__recall", json!({})).await?, "nothing");
+    for host in [second, third, bob, bob_again] {
         host.cancel().await?;
     }
     Ok(())
