@@ -30,7 +30,7 @@ use crate::host::HostRelay;
 use crate::metrics::DenialAction;
 use crate::namespace;
 use crate::policy::PolicySet;
-use crate::upstream::Upstream;
+use crate::upstream::{HostSession, Upstream};
 
 impl Tools {
     /// Call a namespaced tool for `principal`.
@@ -48,7 +48,7 @@ impl Tools {
         // One policy snapshot decides the call and what of its result is passed on.
         let policy = self.policy();
         let (upstream, original) = self.route(&policy, principal, Offering::Tool, &params.name)?;
-        let host = relay.as_ref().and_then(|relay| relay.host_session());
+        let host = relay.as_deref().and_then(host_session);
         let upstream = upstream.session_for(principal, host).await?;
         let presented = std::mem::replace(&mut params.name, original.into());
         params.meta = meta_upstream(params.meta.take());
@@ -221,7 +221,7 @@ impl Tools {
     ) -> Result<GetPromptResponse, ProxyError> {
         let policy = self.policy();
         let (upstream, original) = self.route(&policy, principal, Offering::Prompt, &params.name)?;
-        let host = relay.as_ref().and_then(|relay| relay.host_session());
+        let host = relay.as_deref().and_then(host_session);
         let upstream = upstream.session_for(principal, host).await?;
         let presented = std::mem::replace(&mut params.name, original);
         params.meta = meta_upstream(params.meta.take());
@@ -343,6 +343,12 @@ impl Tools {
         }
         Ok((upstream, original.to_string()))
     }
+}
+
+/// The host session of a call's host, and what it declared, when it has one.
+fn host_session(relay: &dyn HostRelay) -> Option<HostSession> {
+    let id = relay.host_session()?;
+    Some(HostSession { id, sampling: relay.declares_sampling(), elicitation: relay.declares_elicitation() })
 }
 
 fn tool_needs(answer: &CallToolResponse) -> Option<&InputRequiredResult> {

@@ -49,7 +49,7 @@ use tokio_util::sync::CancellationToken;
 pub use self::events::{EventInbox, EventSender, Inbound, Lost};
 pub use self::registry::Registry;
 pub use self::roots::RootsChange;
-pub use self::sessions::{Lease, SessionHandle};
+pub use self::sessions::{HostSession, Lease, SessionHandle};
 use crate::catalog::Catalog;
 use crate::config::{SessionMode, UpstreamConfig, UpstreamTransport};
 use crate::error::ProxyError;
@@ -164,6 +164,8 @@ struct Inner {
     sessions: Option<sessions::SessionBook>,
     /// True for such a session: it has no catalog, status, gauges or events of its own.
     is_session: bool,
+    /// A per-host session: what its host declared, which is all it declares upstream.
+    declared: Option<client::Declared>,
     /// Where its supervisor (and its sessions) run, once spawned.
     spine: Mutex<Option<Spine>>,
 }
@@ -184,13 +186,13 @@ impl Upstream {
     pub fn new(config: UpstreamConfig, metrics: Metrics) -> Self {
         metrics.upstream_configured(&config.name);
         let sessions = (config.sessions.mode != SessionMode::Shared).then(sessions::SessionBook::default);
-        Self::build(config, metrics, sessions, false)
+        Self::build(config, metrics, sessions, false, None)
     }
 
     /// A session of `parent`'s own (per principal or per host): the same config, its own
     /// connection and relays.
-    fn session_of(parent: &Upstream) -> Self {
-        Self::build(parent.inner.config.clone(), parent.inner.metrics.clone(), None, true)
+    fn session_of(parent: &Upstream, declared: Option<client::Declared>) -> Self {
+        Self::build(parent.inner.config.clone(), parent.inner.metrics.clone(), None, true, declared)
     }
 
     fn build(
@@ -198,6 +200,7 @@ impl Upstream {
         metrics: Metrics,
         sessions: Option<sessions::SessionBook>,
         is_session: bool,
+        declared: Option<client::Declared>,
     ) -> Self {
         let relays = {
             let (metrics, name) = (metrics.clone(), config.name.clone());
@@ -231,6 +234,7 @@ impl Upstream {
             roots,
             sessions,
             is_session,
+            declared,
             spine: Mutex::new(None),
         };
         Self { inner: Arc::new(inner) }

@@ -13,7 +13,9 @@
 //!
 //! What such a connection says on its own (`updated`, `list_changed`) reaches no host: its
 //! events go nowhere, and the catalog, the lists and every subscription stay on the shared
-//! connection. What it sends for a routed call (progress, log messages, sampling,
+//! connection. A per-host session declares to the upstream only what its host declared
+//! (sampling, elicitation); a per-principal one, like the shared connection, declares both and
+//! the relay refuses a host that lacks one. What it sends for a routed call (progress, log messages, sampling,
 //! elicitation) reaches that call's host, as on the shared one: each session has its own
 //! relay book.
 //!
@@ -27,9 +29,20 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::Upstream;
+use super::client::Declared;
 use crate::config::SessionMode;
 use crate::error::ProxyError;
 use crate::spine::Spine;
+
+/// The host session a request came on, and what that host declared: a per-host session is
+/// opened declaring to the upstream only what its host did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostSession {
+    /// Its holder id.
+    pub id: u64,
+    pub sampling: bool,
+    pub elicitation: bool,
+}
 
 /// Who a session is for.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -148,15 +161,18 @@ impl Upstream {
     /// 2026-07-28 request, a read, a completion): this shared upstream unless it has sessions
     /// per principal or per host; then that principal's (or host session's) own, opened now if
     /// need be. A per-host upstream serves a request with no host session on the principal's.
-    pub async fn session_for(&self, principal: &str, host: Option<u64>) -> Result<SessionHandle, ProxyError> {
+    pub async fn session_for(&self, principal: &str, host: Option<HostSession>) -> Result<SessionHandle, ProxyError> {
         let Some(book) = &self.inner.sessions else {
             return Ok(SessionHandle { upstream: self.clone(), _lease: Lease { usage: None } });
         };
-        let key = match (self.inner.config.sessions.mode, host) {
-            (SessionMode::PerHost, Some(host)) => SessionKey::Host(principal.into(), host),
-            _ => SessionKey::Principal(principal.into()),
+        let (key, declared) = match (self.inner.config.sessions.mode, host) {
+            (SessionMode::PerHost, Some(host)) => {
+                let declared = Declared { sampling: host.sampling, elicitation: host.elicitation };
+                (SessionKey::Host(principal.into(), host.id), Some(declared))
+            }
+            _ => (SessionKey::Principal(principal.into()), None),
         };
-        let (session, usage) = self.open_session(book, &key)?;
+        let (session, usage) = self.open_session(book, &key, declared)?;
         let handle = SessionHandle { upstream: session.clone(), _lease: Lease { usage: Some(usage) } };
         if session.link().is_err() {
             let opened = tokio::time::timeout(self.inner.config.request_timeout, session.wait_settled()).await;
@@ -190,7 +206,12 @@ impl Upstream {
     }
 
     /// The open session for `key`, or a new one when the bounds allow it.
-    fn open_session(&self, book: &SessionBook, key: &SessionKey) -> Result<(Upstream, Arc<Usage>), ProxyError> {
+    fn open_session(
+        &self,
+        book: &SessionBook,
+        key: &SessionKey,
+        declared: Option<Declared>,
+    ) -> Result<(Upstream, Arc<Usage>), ProxyError> {
         let settings = &self.inner.config.sessions;
         let mut open = book.open.lock().expect("sessions lock");
         if let Some(entry) = open.get(key) {
@@ -210,7 +231,7 @@ impl Upstream {
         }
         let (spine, parent_stop) =
             self.launch().ok_or_else(|| ProxyError::UpstreamDown { upstream: self.name().to_string() })?;
-        let session = Upstream::session_of(self);
+        let session = Upstream::session_of(self, declared);
         let stop = parent_stop.child_token();
         session.spawn_session(&spine, stop.clone());
         let usage = Arc::new(Usage { last: Mutex::new(Instant::now()) });

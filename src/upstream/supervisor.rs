@@ -390,7 +390,8 @@ impl Supervisor {
     /// What each connection of this upstream is given that outlives it.
     fn standing(&self) -> Standing<'_> {
         let inner = &self.upstream.inner;
-        Standing { output: &inner.child_output, relays: &inner.relays, roots: &inner.roots, spine: &self.spine }
+        let (output, relays, roots, spine) = (&inner.child_output, &inner.relays, &inner.roots, &self.spine);
+        Standing { output, relays, roots, spine, declared: inner.declared }
     }
 
     fn resource_count(&self) -> usize {

@@ -4,7 +4,8 @@
 //! per-principal upstream never see each other's value, neither by a call nor by a read, and
 //! each gets a process of its own, while a shared upstream of the same server serves both from
 //! one process. Per host: two hosts of one principal are separate; a host session's process
-//! ends when the host session ends; past `max_sessions` a call gets a clear error at once.
+//! ends when the host session ends, and declares upstream only what its host declared; past
+//! `max_sessions` (or `max_sessions_per_principal`) a call gets a clear error at once.
 
 use anyhow::Context;
 use rmcp::model::{CallToolRequestParams, ReadResourceRequestParams, ResourceContents};
@@ -104,6 +105,8 @@ async fn per_principal_sessions_keep_alice_and_bob_apart_while_a_shared_upstream
     let second = host(&proxy.url, ALICE_TOKEN).await?;
     assert_eq!(text(&second, "per__pid", json!({})).await?, alice_pid, "a principal's hosts share its session");
     assert_eq!(text(&second, "per__recall", json!({})).await?, "alice's");
+    // A principal's session declares what the shared connection does (its hosts vary).
+    assert_eq!(text(&alice, "per__declared", json!({})).await?, "sampling,elicitation");
     let status = proxy.upstream_status("per").await?;
     assert_eq!(status["sessions"], 2, "{status}");
     proxy.wait_metric("mcp_proxy_upstream_sessions", &[("upstream", "per")], |n| n == 2.0).await?;
@@ -129,6 +132,8 @@ async fn per_host_sessions_are_one_child_per_host_session_bounded_and_end_with_i
     let first_pid = text(&first, "hs__pid", json!({})).await?;
     assert_ne!(first_pid, text(&second, "hs__pid", json!({})).await?);
     assert_eq!(text(&first, "hs__recall", json!({})).await?, "first");
+    // Its host declared neither sampling nor elicitation, so neither does its session.
+    assert_eq!(text(&first, "hs__declared", json!({})).await?, "none");
 
     // Past either bound: a clear error at once, never a wait.
     let third = host(&proxy.url, ALICE_TOKEN).await?;

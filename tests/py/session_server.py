@@ -6,6 +6,8 @@ its state is the process's:
     tool `remember(value)`   keeps `value` for this session; answers "kept <value>"
     tool `recall()`          answers the value kept in this session ("nothing" before any)
     tool `pid()`             answers this process's id (one per upstream session)
+    tool `declared()`        what the client (the proxy) declared of sampling and elicitation:
+                             "sampling,elicitation", "sampling", "elicitation" or "none"
     resource `session://value`  the kept value, as text
 """
 
@@ -15,7 +17,7 @@ import logging
 import os
 import sys
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 
 mcp = MCPServer("session-python", version="1.0.0", log_level="WARNING")
 KEPT: dict[str, str] = {}
@@ -35,6 +37,13 @@ def recall() -> str:
 @mcp.tool(description="This server process's id", structured_output=False)
 def pid() -> str:
     return str(os.getpid())
+
+
+@mcp.tool(description="What the client declared of sampling and elicitation", structured_output=False)
+def declared(ctx: Context) -> str:
+    capabilities = ctx.session.client_capabilities
+    kinds = [kind for kind in ("sampling", "elicitation") if getattr(capabilities, kind, None) is not None]
+    return ",".join(kinds) or "none"
 
 
 @mcp.resource("session://value", mime_type="text/plain")
