@@ -130,6 +130,8 @@ pub struct UpstreamReport {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stderr_tail: Vec<String>,
     pub reconnects: u64,
+    /// Per-principal or per-host upstream sessions open besides the shared connection.
+    pub sessions: usize,
 }
 
 /// Whether the proxy is ready, and which required upstreams keep it from being so.
@@ -207,9 +209,22 @@ impl StatusReport {
 impl UpstreamReport {
     /// From an upstream's health snapshot plus what the config and the catalog know.
     pub fn new(status: UpstreamStatus, required: bool, resources: usize, templates: usize) -> Self {
-        let UpstreamStatus { name, state, era, last_error, stderr_tail, reconnects } = status;
+        let UpstreamStatus { name, state, era, last_error, stderr_tail, reconnects, sessions } = status;
         let (tools, prompts) = (0, 0);
-        Self { name, state, era, required, resources, templates, tools, prompts, last_error, stderr_tail, reconnects }
+        Self {
+            name,
+            state,
+            era,
+            required,
+            resources,
+            templates,
+            tools,
+            prompts,
+            last_error,
+            stderr_tail,
+            reconnects,
+            sessions,
+        }
     }
 
     /// With the tools and prompts the offerings catalog holds for it.
@@ -296,8 +311,15 @@ mod tests {
     fn report(name: &str, state: LinkState, required: bool) -> UpstreamReport {
         let era = (state == LinkState::Up).then_some(Era::Modern);
         let last_error = (state == LinkState::Down).then(|| "connection closed".to_string());
-        let status =
-            UpstreamStatus { name: name.into(), state, era, last_error, stderr_tail: Vec::new(), reconnects: 1 };
+        let status = UpstreamStatus {
+            name: name.into(),
+            state,
+            era,
+            last_error,
+            stderr_tail: Vec::new(),
+            reconnects: 1,
+            sessions: 0,
+        };
         UpstreamReport::new(status, required, 12, 2).with_offerings(3, 1)
     }
 
@@ -354,9 +376,9 @@ mod tests {
             "missing": ["mem"],
             "upstreams": [
                 { "name": "docs", "state": "up", "era": "modern", "required": true, "resources": 12,
-                  "templates": 2, "tools": 3, "prompts": 1, "last_error": null, "reconnects": 1 },
+                  "templates": 2, "tools": 3, "prompts": 1, "last_error": null, "reconnects": 1, "sessions": 0 },
                 { "name": "mem", "state": "down", "era": null, "required": true, "resources": 12,
-                  "templates": 2, "tools": 3, "prompts": 1, "last_error": "connection closed", "reconnects": 1 },
+                  "templates": 2, "tools": 3, "prompts": 1, "last_error": "connection closed", "reconnects": 1, "sessions": 0 },
             ],
             "cache": {
                 "enabled": false, "entries": 3, "weighted_bytes": 4096, "max_bytes": 0,

@@ -91,6 +91,40 @@ pub struct UpstreamConfig {
     /// `[upstreams.rate_limits]`: token buckets per principal at this upstream (off unless a
     /// rate is given).
     pub rate_limits: RateLimitsConfig,
+    /// `session`, `session_idle`, `max_sessions`, `max_sessions_per_principal`: whether hosts
+    /// share one upstream session or each principal (or host session) gets its own.
+    pub sessions: UpstreamSessions,
+}
+
+/// How many upstream sessions an upstream has, and for whom (see `crate::upstream`'s `sessions`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamSessions {
+    pub mode: SessionMode,
+    /// A per-principal or per-host session unused this long is closed.
+    pub idle: Duration,
+    /// At most this many such sessions open on this upstream at once.
+    pub max: usize,
+    /// At most this many of them for one principal.
+    pub max_per_principal: usize,
+}
+
+/// `session = "shared" | "per-principal" | "per-host"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SessionMode {
+    /// One connection for every host (the default).
+    Shared,
+    /// One connection per principal, opened on its first use.
+    PerPrincipal,
+    /// One connection per host session (a 2025 session or a stdio host), opened on its first
+    /// use and closed when the host session ends.
+    PerHost,
+}
+
+impl Default for UpstreamSessions {
+    fn default() -> Self {
+        Self { mode: SessionMode::Shared, idle: Duration::from_secs(300), max: 64, max_per_principal: 8 }
+    }
 }
 
 /// How the proxy reaches an upstream.
@@ -256,6 +290,10 @@ struct RawUpstream {
     unprefixed: Option<bool>,
     #[serde(default)]
     roots: Vec<String>,
+    session: Option<String>,
+    session_idle: Option<String>,
+    max_sessions: Option<i64>,
+    max_sessions_per_principal: Option<i64>,
     cache: Option<cache::RawUpstreamCache>,
     #[serde(default)]
     rate_limits: rate_limits::RawRateLimits,
@@ -304,6 +342,12 @@ fn validate_upstream(
         None => format!("upstreams[{index}]"),
     };
     report_unknown(&at, &raw.unknown, problems);
+    let raw_sessions = upstream::RawSessions {
+        mode: raw.session.clone(),
+        idle: raw.session_idle.clone(),
+        max: raw.max_sessions,
+        max_per_principal: raw.max_sessions_per_principal,
+    };
     let name = raw.name.clone().unwrap_or_default();
     if raw.name.is_none() {
         push(problems, &at, "missing `name`".into());
@@ -335,6 +379,7 @@ fn validate_upstream(
     let unprefixed = raw.unprefixed.unwrap_or(false);
     let roots = upstream::roots(&at, raw.roots, problems);
     let rate_limits = rate_limits::validate_rate_limits(&format!("{at}.rate_limits"), raw.rate_limits, problems);
+    let sessions = upstream::sessions(&at, folder, &raw_sessions, problems);
     Some(UpstreamConfig {
         name,
         transport: transport?,
@@ -348,6 +393,7 @@ fn validate_upstream(
         unprefixed,
         roots,
         rate_limits,
+        sessions,
     })
 }
 

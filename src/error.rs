@@ -44,6 +44,10 @@ pub enum ProxyError {
     /// request was refused before any work; the next token comes after `retry_after`.
     #[error("rate limit reached: too many {kind} for this principal{}; retry after {}", at_upstream(upstream.as_deref(), scope), retry_text(*.retry_after))]
     RateLimited { kind: &'static str, scope: &'static str, upstream: Option<String>, retry_after: Duration },
+    /// A per-principal or per-host upstream session is needed past a bound on how many may be
+    /// open (on the upstream, or for one principal).
+    #[error("upstream `{upstream}`: {limit} sessions are open, the most `{setting}` allows; try again when one closes")]
+    SessionLimit { upstream: String, limit: usize, setting: &'static str },
     /// The upstream needs input from the host first (2026-07-28 MRTR). Not a failure: the read
     /// path passes it through to the host (uncached) instead of a result.
     #[error("the upstream needs input before it can answer")]
@@ -61,7 +65,7 @@ impl ProxyError {
             Self::UpstreamTimeout { .. } => "upstream_timeout",
             Self::UpstreamFailed { .. } => "upstream_failed",
             Self::InputRequired(_) => "input_required",
-            Self::SubscriptionLimit { .. } => "over_limit",
+            Self::SubscriptionLimit { .. } | Self::SessionLimit { .. } => "over_limit",
             Self::RateLimited { .. } => "rate_limited",
         }
     }
@@ -87,6 +91,9 @@ impl ProxyError {
                     data["upstream"] = json!(upstream);
                 }
                 ErrorData::new(RATE_LIMITED, message, Some(data))
+            }
+            Self::SessionLimit { upstream, .. } => {
+                ErrorData::invalid_request(message, Some(json!({ "upstream": upstream, "kind": self.kind() })))
             }
             Self::UpstreamDown { upstream }
             | Self::UpstreamTimeout { upstream, .. }

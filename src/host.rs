@@ -47,6 +47,12 @@ pub trait HostRelay: Send + Sync + 'static {
     fn tenant(&self) -> Option<Arc<str>> {
         None
     }
+    /// The host session the call came on (its holder id), when it has one (a 2025 session or a
+    /// stdio host; a stateless 2026-07-28 request has none): a per-host upstream session is
+    /// that host session's own.
+    fn host_session(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Where one call's progress goes (a host's request); never waits.

@@ -65,6 +65,7 @@ struct Inner {
     upstream_requests: IntCounterVec,
     upstream_duration: HistogramVec,
     upstream_up: IntGaugeVec,
+    upstream_sessions: IntGaugeVec,
     upstream_reconnects: IntCounterVec,
     catalog_resources: IntGaugeVec,
     catalog_templates: IntGaugeVec,
@@ -112,6 +113,11 @@ impl Metrics {
                 &["upstream", "method"],
             ),
             upstream_up: b.gauge("upstream_up", "1 while the upstream is connected.", &["upstream"]),
+            upstream_sessions: b.gauge(
+                "upstream_sessions",
+                "Per-principal or per-host upstream sessions open (besides the shared connection).",
+                &["upstream"],
+            ),
             upstream_reconnects: b.counter("upstream_reconnects_total", "Upstream reconnections.", &["upstream"]),
             catalog_resources: b.gauge("catalog_resources", "Resources listed per upstream.", &["upstream"]),
             catalog_templates: b.gauge("catalog_templates", "Resource templates per upstream.", &["upstream"]),
@@ -217,6 +223,7 @@ impl Metrics {
     pub fn upstream_configured(&self, upstream: &str) {
         let (i, upstream) = (&self.inner, upstream_label(upstream));
         i.upstream_up.with_label_values(&[upstream]).set(0);
+        i.upstream_sessions.with_label_values(&[upstream]).set(0);
         i.upstream_reconnects.with_label_values(&[upstream]);
         i.catalog_resources.with_label_values(&[upstream]);
         i.catalog_templates.with_label_values(&[upstream]);
@@ -244,6 +251,7 @@ impl Metrics {
         let (i, upstream) = (&self.inner, upstream_label(upstream));
         for gauge in [
             &i.upstream_up,
+            &i.upstream_sessions,
             &i.catalog_resources,
             &i.catalog_templates,
             &i.downstream_subscriptions,
@@ -255,6 +263,11 @@ impl Metrics {
 
     pub fn set_upstream_up(&self, upstream: &str, up: bool) {
         self.inner.upstream_up.with_label_values(&[upstream_label(upstream)]).set(i64::from(up));
+    }
+
+    /// How many per-principal or per-host sessions `upstream` has open now.
+    pub fn set_upstream_sessions(&self, upstream: &str, open: usize) {
+        self.inner.upstream_sessions.with_label_values(&[upstream_label(upstream)]).set(saturate(open));
     }
 
     pub fn upstream_reconnected(&self, upstream: &str) {

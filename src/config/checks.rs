@@ -89,6 +89,38 @@ mod tests {
     }
 
     #[test]
+    fn upstream_sessions_are_shared_by_default_and_every_bad_setting_is_a_problem() {
+        let web = |extra: &str| format!("[[upstreams]]\nname = \"web\"\nurl = \"http://127.0.0.1:1/\"\n{extra}");
+        let shared = config(&web(""));
+        assert_eq!(shared.upstreams[0].sessions, super::super::UpstreamSessions::default());
+        assert_eq!(shared.upstreams[0].sessions.mode, super::super::SessionMode::Shared);
+        let per = config(&web("session = \"per-principal\"\nsession_idle = \"2m\"\nmax_sessions = 3\n"));
+        let sessions = &per.upstreams[0].sessions;
+        assert_eq!(
+            (sessions.mode, sessions.idle, sessions.max),
+            (super::super::SessionMode::PerPrincipal, std::time::Duration::from_secs(120), 3)
+        );
+        let text = format!(
+            "{}[[upstreams]]\nname = \"docs\"\ndir = \"d\"\nsession = \"per-host\"\n",
+            web("session = \"per-user\"\nsession_idle = \"soon\"\nmax_sessions = 0\nmax_sessions_per_principal = -1\n")
+        );
+        let error = Config::from_toml(&text, Path::new("/b"), &|_| None).expect_err("five problems");
+        let places: Vec<&str> = error.problems.iter().map(|p| p.at.as_str()).collect();
+        let expected = [
+            "upstreams[0] (web).session",
+            "upstreams[0] (web).session_idle",
+            "upstreams[0] (web).max_sessions",
+            "upstreams[0] (web).max_sessions_per_principal",
+            "upstreams[1] (docs).session",
+        ];
+        assert_eq!(places, expected, "{error}");
+        assert!(
+            error.to_string().contains("`per-user` is not \"shared\", \"per-principal\" or \"per-host\""),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn an_admin_listener_off_loopback_is_warned_about() {
         let open = config("[server]\nadmin_listen = \"0.0.0.0:9464\"\n").warnings();
         assert!(open.iter().any(|w| w.contains("0.0.0.0:9464") && w.contains("authentication")), "{open:?}");

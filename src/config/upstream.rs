@@ -3,11 +3,57 @@
 //! `max_response_bytes` (the largest single message accepted from an upstream), `uri_base`
 //! (how a folder upstream names its files), `unprefixed` (at most one upstream presents
 //! its tools and prompts under their own names), and `roots` (the `file://` roots an upstream
-//! is given).
+//! is given), and `session` (shared, or one upstream session per principal or per host).
 
 use figment::value::Value;
 
-use super::{Problem, UriBase, parse_size, push};
+use super::{Problem, SessionMode, UpstreamSessions, UriBase, parse_size, push};
+
+/// The raw `session*` settings of one upstream.
+pub(super) struct RawSessions {
+    pub mode: Option<String>,
+    pub idle: Option<String>,
+    pub max: Option<i64>,
+    pub max_per_principal: Option<i64>,
+}
+
+/// `session = "shared" | "per-principal" | "per-host"` (a folder upstream is shared only),
+/// `session_idle` (a duration), `max_sessions` and `max_sessions_per_principal` (at least 1).
+pub(super) fn sessions(at: &str, folder: bool, raw: &RawSessions, problems: &mut Vec<Problem>) -> UpstreamSessions {
+    let defaults = UpstreamSessions::default();
+    let mode = match raw.mode.as_deref() {
+        None | Some("shared") => SessionMode::Shared,
+        Some("per-principal") => SessionMode::PerPrincipal,
+        Some("per-host") => SessionMode::PerHost,
+        Some(other) => {
+            let message = format!("`{other}` is not \"shared\", \"per-principal\" or \"per-host\"");
+            push(problems, &format!("{at}.session"), message);
+            SessionMode::Shared
+        }
+    };
+    if folder && mode != SessionMode::Shared {
+        push(problems, &format!("{at}.session"), "a folder upstream keeps no session state: it is shared only".into());
+    }
+    let idle = match raw.idle.as_deref() {
+        None => defaults.idle,
+        Some(text) => super::parse_duration(text).filter(|d| !d.is_zero()).unwrap_or_else(|| {
+            push(problems, &format!("{at}.session_idle"), format!("`{text}` is not a duration like 30s or 5m"));
+            defaults.idle
+        }),
+    };
+    let count = |value: Option<i64>, key: &str, default: usize, problems: &mut Vec<Problem>| match value {
+        None => default,
+        Some(n) if (1..=100_000).contains(&n) => n as usize,
+        Some(n) => {
+            push(problems, &format!("{at}.{key}"), format!("{n} is outside 1..=100000"));
+            default
+        }
+    };
+    let max = count(raw.max, "max_sessions", defaults.max, problems);
+    let max_per_principal =
+        count(raw.max_per_principal, "max_sessions_per_principal", defaults.max_per_principal, problems);
+    UpstreamSessions { mode, idle, max, max_per_principal }
+}
 
 /// The default `max_response_bytes`: rmcp's own limit for stdio lines and HTTP bodies.
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 16 << 20;

@@ -139,6 +139,12 @@ impl ProxyServer {
         }
     }
 
+    /// The host session this server is (a 2025 session or a stdio host, once initialized); a
+    /// stateless 2026-07-28 request has none.
+    fn host_session(&self) -> Option<HolderId> {
+        self.session.get().map(|session| session.id)
+    }
+
     /// This session's holder id, registering its outlet on first use.
     fn session(&self, peer: &Peer<RoleServer>) -> HolderId {
         self.session

@@ -157,7 +157,7 @@ impl ProxyServer {
         }
         let token = context.meta.get_progress_token().or_else(|| request.meta.as_ref()?.get_progress_token());
         let (progress, outlet) = token.map(|token| HostProgress::start(context.peer.clone(), token)).unzip();
-        let (relay, jobs) = super::relay::for_call(&context, &self.log_level, &self.principal);
+        let (relay, jobs) = super::relay::for_call(&context, &self.log_level, &self.principal, self.host_session());
         let call = self.proxy.tools().call_tool(&self.principal, request, &context.ct, outlet, Some(relay));
         let answer = super::relay::serving(call, jobs, &context.peer).await;
         if let Some(progress) = progress {
@@ -175,7 +175,7 @@ impl ProxyServer {
         self.admit(&context.extensions, &self.caller(), Metered::Prompt(&request.name), "prompts/get")?;
         let started = Instant::now();
         let _permit = self.admit_call("prompts/get", started)?;
-        let (relay, jobs) = super::relay::for_call(&context, &self.log_level, &self.principal);
+        let (relay, jobs) = super::relay::for_call(&context, &self.log_level, &self.principal, self.host_session());
         let get = self.proxy.tools().get_prompt(&self.principal, request, &context.ct, Some(relay));
         let answer = super::relay::serving(get, jobs, &context.peer).await;
         self.record("prompts/get", started, answer)

@@ -57,6 +57,8 @@ struct HostCall {
     modern: bool,
     /// The calling principal's identity key.
     principal: Arc<str>,
+    /// The host session the call came on, if it has one.
+    host: Option<u64>,
 }
 
 /// A relay for the host request of `context`, and the jobs its task is to serve (`serving`).
@@ -64,13 +66,14 @@ pub(super) fn for_call(
     context: &RequestContext<RoleServer>,
     level: &LogLevel,
     principal: &Arc<str>,
+    host: Option<u64>,
 ) -> (Arc<dyn HostRelay>, Jobs) {
     let (jobs, pending) = mpsc::channel(RELAY_QUEUE);
     let capabilities = context.client_capabilities().unwrap_or_default();
     let modern = Era::of_negotiated(context.protocol_version().as_ref()) == Era::Modern;
     let jobs_of_call = Jobs { pending, call: context.id.clone() };
     let principal = principal.clone();
-    (Arc::new(HostCall { jobs, level: level.clone(), capabilities, modern, principal }), jobs_of_call)
+    (Arc::new(HostCall { jobs, level: level.clone(), capabilities, modern, principal, host }), jobs_of_call)
 }
 
 /// The jobs of one call, and the host request they belong to.
@@ -206,6 +209,10 @@ impl HostRelay for HostCall {
 
     fn tenant(&self) -> Option<Arc<str>> {
         Some(self.principal.clone())
+    }
+
+    fn host_session(&self) -> Option<u64> {
+        self.host
     }
 
     fn log(&self, params: LoggingMessageNotificationParam) {

@@ -196,8 +196,13 @@ impl Proxy {
     }
 
     /// `holder` is gone: its outlet and everything it held go.
+    /// A host session (or listen stream) ended: what it held goes, and so do its per-host
+    /// upstream sessions.
     pub fn release(&self, holder: HolderId) {
-        self.inner.subscriptions.release(holder)
+        self.inner.subscriptions.release(holder);
+        for upstream in self.inner.upstreams.snapshot().values() {
+            upstream.host_ended(holder);
+        }
     }
 
     pub fn holds_anything(&self, holder: HolderId) -> bool {

@@ -63,6 +63,9 @@ impl Reads {
         // Gone since the route was decided (a reload removed it): like any unknown namespace.
         let upstream = &self.upstreams.get(&name).ok_or_else(|| ProxyError::not_found(uri))?;
         let principal = caller.principal();
+        if upstream.has_sessions() {
+            return self.read_in_session(caller, upstream, &name, &original, uri).await;
+        }
         let request = ReadRequest {
             upstream: &name,
             epoch: upstream.connection(),
@@ -97,6 +100,44 @@ impl Reads {
             Err(ProxyError::NotFound { .. }) => Err(ProxyError::not_found(uri)),
             Err(other) => Err(other),
         }
+    }
+
+    /// A read of an upstream with sessions per principal or per host: on the principal's own
+    /// session, never cached (what a session shows may be its own), so never served to another
+    /// principal; the host is told `ttlMs` 0, `private`.
+    async fn read_in_session(
+        &self,
+        caller: &Caller,
+        upstream: &Upstream,
+        name: &str,
+        original: &str,
+        uri: &str,
+    ) -> Result<ReadAnswer, ProxyError> {
+        let session = upstream.session_for(caller.principal(), None).await?;
+        let mut result = match session.read(original).await {
+            Ok(ReadResourceResponse::Complete(result)) => result,
+            Ok(ReadResourceResponse::InputRequired(needs)) => {
+                return Ok(ReadAnswer::InputRequired(ReadResourceResponse::InputRequired(needs)));
+            }
+            Ok(_) => {
+                let reason = "unknown read response".into();
+                return Err(ProxyError::UpstreamFailed { upstream: name.to_string(), reason });
+            }
+            Err(ProxyError::NotFound { .. }) => return Err(ProxyError::not_found(uri)),
+            Err(other) => return Err(other),
+        };
+        namespace_contents(name, uri, &mut result.contents);
+        if let Some(meta) = result.meta.as_mut() {
+            meta.remove(SERVER_INFO_META_KEY);
+        }
+        result.contents.retain(|content| caller.may_see(content_uri(content)));
+        if result.contents.is_empty() {
+            return Err(ProxyError::not_found(uri));
+        }
+        self.metrics.cache_miss(name);
+        self.metrics.bytes_served(name, served_bytes(&result));
+        let (ttl, scope, outcome) = (Duration::ZERO, CacheScope::Private, Outcome::Bypass);
+        Ok(ReadAnswer::Result { result, ttl, scope, outcome, contents_json: None })
     }
 
     /// One upstream read, watched when the upstream acknowledges the subscription first.

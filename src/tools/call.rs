@@ -30,7 +30,7 @@ use crate::host::HostRelay;
 use crate::metrics::DenialAction;
 use crate::namespace;
 use crate::policy::PolicySet;
-use crate::upstream::Upstream;
+use crate::upstream::{HostSession, Upstream};
 
 impl Tools {
     /// Call a namespaced tool for `principal`.
@@ -48,6 +48,8 @@ impl Tools {
         // One policy snapshot decides the call and what of its result is passed on.
         let policy = self.policy();
         let (upstream, original) = self.route(&policy, principal, Offering::Tool, &params.name)?;
+        let host = relay.as_deref().and_then(host_session);
+        let upstream = upstream.session_for(principal, host).await?;
         let presented = std::mem::replace(&mut params.name, original.into());
         params.meta = meta_upstream(params.meta.take());
         // Every step the upstream sent before its answer is in `progress` when this returns.
@@ -219,6 +221,8 @@ impl Tools {
     ) -> Result<GetPromptResponse, ProxyError> {
         let policy = self.policy();
         let (upstream, original) = self.route(&policy, principal, Offering::Prompt, &params.name)?;
+        let host = relay.as_deref().and_then(host_session);
+        let upstream = upstream.session_for(principal, host).await?;
         let presented = std::mem::replace(&mut params.name, original);
         params.meta = meta_upstream(params.meta.take());
         let answer = match relay.clone().filter(|relay| relay.takes_input_required()) {
@@ -273,6 +277,7 @@ impl Tools {
             _ => return Err(ProxyError::InvalidParams("unsupported completion reference".into())),
         };
         params.meta = meta_upstream(params.meta.take());
+        let upstream = upstream.session_for(principal, None).await?;
         if !upstream.offers().2 {
             return Ok(CompleteResult::default());
         }
@@ -338,6 +343,12 @@ impl Tools {
         }
         Ok((upstream, original.to_string()))
     }
+}
+
+/// The host session of a call's host, and what it declared, when it has one.
+fn host_session(relay: &dyn HostRelay) -> Option<HostSession> {
+    let id = relay.host_session()?;
+    Some(HostSession { id, sampling: relay.declares_sampling(), elicitation: relay.declares_elicitation() })
 }
 
 fn tool_needs(answer: &CallToolResponse) -> Option<&InputRequiredResult> {

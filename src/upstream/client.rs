@@ -29,11 +29,26 @@ pub(crate) struct UpstreamClient {
     relays: Arc<RelayBook>,
     /// What it is answered for `roots/list`.
     roots: Roots,
+    /// What the one host it serves declared (a per-host session); none: everything.
+    declared: Option<Declared>,
+}
+
+/// What a host declared of what an upstream may ask it for during a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Declared {
+    pub sampling: bool,
+    pub elicitation: bool,
 }
 
 impl UpstreamClient {
-    pub fn new(notices: NoticeSender, protocol_version: ProtocolVersion, relays: Arc<RelayBook>, roots: Roots) -> Self {
-        Self { notices, protocol_version, relays, roots }
+    pub fn new(
+        notices: NoticeSender,
+        protocol_version: ProtocolVersion,
+        relays: Arc<RelayBook>,
+        roots: Roots,
+        declared: Option<Declared>,
+    ) -> Self {
+        Self { notices, protocol_version, relays, roots, declared }
     }
 
     /// The host of the call a request from the upstream belongs to, if it declared `kind`;
@@ -74,22 +89,24 @@ fn answered<T>(relayed: &Relayed, kind: &'static str, answer: Result<T, ErrorDat
 }
 
 /// What the proxy offers an upstream: what it relays to the calling host (which may still
-/// refuse it when it lacks the capability itself), and roots when it is given some.
-fn capabilities(roots: &Roots) -> ClientCapabilities {
+/// refuse it when it lacks the capability itself; a per-host session offers only what its
+/// host `declared`), and roots when it is given some.
+fn capabilities(roots: &Roots, declared: Option<Declared>) -> ClientCapabilities {
+    let declared = declared.unwrap_or(Declared { sampling: true, elicitation: true });
     let mut capabilities = ClientCapabilities::default();
     capabilities.roots = roots.capability();
-    capabilities.sampling = Some(SamplingCapability::default());
+    capabilities.sampling = declared.sampling.then(SamplingCapability::default);
     let mut elicitation = ElicitationCapability::default();
     elicitation.form = Some(FormElicitationCapability::default());
     elicitation.url = Some(UrlElicitationCapability::default());
-    capabilities.elicitation = Some(elicitation);
+    capabilities.elicitation = declared.elicitation.then_some(elicitation);
     capabilities
 }
 
 impl ClientHandler for UpstreamClient {
     fn get_info(&self) -> ClientConfig {
         let mut info = ClientConfig::new(
-            capabilities(&self.roots),
+            capabilities(&self.roots, self.declared),
             Implementation::new(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")),
         );
         info.protocol_version = self.protocol_version.clone();

@@ -19,8 +19,8 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use super::client::UpstreamClient;
 use super::credentials::TokenSource;
+use super::client::{Declared, UpstreamClient};
 use super::http::GuardedHttpClient;
 use super::notices::NoticeSender;
 use super::progress::ProgressRoutes;
@@ -97,6 +97,8 @@ pub(crate) struct Standing<'a> {
     pub relays: &'a Arc<RelayBook>,
     pub roots: &'a Roots,
     pub spine: &'a Spine,
+    /// What its one host declared (a per-host session), if it serves one host only.
+    pub declared: Option<Declared>,
 }
 
 /// rmcp's Auto can fail against legacy-only servers instead of falling back: retry with the
@@ -161,13 +163,13 @@ async fn start(
     plan: Plan,
     standing: Standing<'_>,
 ) -> Result<Connected, String> {
-    let Standing { output, relays, roots, spine } = standing;
+    let Standing { output, relays, roots, spine, declared } = standing;
     let handshake_version = match &plan {
         Plan::Legacy(v) => v.clone(),
         _ => LEGACY_HANDSHAKE,
     };
     let over_http = matches!(config.transport, UpstreamTransport::Http { .. });
-    let handler = UpstreamClient::new(notices.clone(), handshake_version, relays.clone(), roots.clone());
+    let handler = UpstreamClient::new(notices.clone(), handshake_version, relays.clone(), roots.clone(), declared);
     let tap = Taps { progress: progress.clone(), relays: relays.clone(), over_http };
     let mode = lifecycle(&plan);
     let name = &config.name;

@@ -9,9 +9,13 @@
 //! JSON-RPC, the wrong id — fails its own request with a clear error (`faults`), never the
 //! connection; a stdio child sees only an allowlisted environment. Sampling, elicitation and
 //! log messages an upstream sends for a routed call go to that call's host (`relay`).
+//! An upstream with `session = "per-principal" | "per-host"` also opens, on first use, one
+//! connection per principal or per host session for their calls and reads (`sessions`),
+//! bounded, closed with the host session or when idle.
 //!
 //! Invariant: an upstream's entries are in the catalog only while it is connected; an upstream
-//! never takes another down, and no upstream error text reaches a client (see `error`).
+//! never takes another down, and no upstream error text reaches a client (see `error`). A
+//! per-principal (per-host) session carries one principal's (host session's) requests only.
 
 mod client;
 mod connect;
@@ -29,6 +33,7 @@ mod registry;
 mod relay;
 mod roots;
 mod scan;
+mod sessions;
 mod stdio;
 mod supervisor;
 mod tap;
@@ -45,8 +50,9 @@ use tokio_util::sync::CancellationToken;
 pub use self::events::{EventInbox, EventSender, Inbound, Lost};
 pub use self::registry::Registry;
 pub use self::roots::RootsChange;
+pub use self::sessions::{HostSession, Lease, SessionHandle};
 use crate::catalog::Catalog;
-use crate::config::{UpstreamConfig, UpstreamTransport};
+use crate::config::{SessionMode, UpstreamConfig, UpstreamTransport};
 use crate::error::ProxyError;
 use crate::metrics::Metrics;
 use crate::protocol::{Era, method};
@@ -118,6 +124,8 @@ pub struct UpstreamStatus {
     pub stderr_tail: Vec<String>,
     /// Times it came back after being down.
     pub reconnects: u64,
+    /// Per-principal or per-host sessions open besides the shared connection (`session`).
+    pub sessions: usize,
 }
 
 /// A cheap `Clone` handle on one upstream.
@@ -153,6 +161,14 @@ struct Inner {
     relays: Arc<relay::RelayBook>,
     /// The roots it is given (its config's, until a reload changes them).
     roots: roots::Roots,
+    /// Its sessions per principal or per host (none when it is shared; see `sessions`).
+    sessions: Option<sessions::SessionBook>,
+    /// True for such a session: it has no catalog, status, gauges or events of its own.
+    is_session: bool,
+    /// A per-host session: what its host declared, which is all it declares upstream.
+    declared: Option<client::Declared>,
+    /// Where its supervisor (and its sessions) run, once spawned.
+    spine: Mutex<Option<Spine>>,
 }
 
 /// The live connection: what requests need.
@@ -170,6 +186,23 @@ pub(crate) struct Link {
 impl Upstream {
     pub fn new(config: UpstreamConfig, metrics: Metrics) -> Self {
         metrics.upstream_configured(&config.name);
+        let sessions = (config.sessions.mode != SessionMode::Shared).then(sessions::SessionBook::default);
+        Self::build(config, metrics, sessions, false, None)
+    }
+
+    /// A session of `parent`'s own (per principal or per host): the same config, its own
+    /// connection and relays.
+    fn session_of(parent: &Upstream, declared: Option<client::Declared>) -> Self {
+        Self::build(parent.inner.config.clone(), parent.inner.metrics.clone(), None, true, declared)
+    }
+
+    fn build(
+        config: UpstreamConfig,
+        metrics: Metrics,
+        sessions: Option<sessions::SessionBook>,
+        is_session: bool,
+        declared: Option<client::Declared>,
+    ) -> Self {
         let relays = {
             let (metrics, name) = (metrics.clone(), config.name.clone());
             relay::RelayBook::counted(move |kind| metrics.relay_unattributed(&name, kind))
@@ -181,6 +214,7 @@ impl Upstream {
             last_error: None,
             stderr_tail: Vec::new(),
             reconnects: 0,
+            sessions: 0,
         };
         let roots = roots::Roots::new(&config.roots);
         let inner = Inner {
@@ -199,6 +233,10 @@ impl Upstream {
             supervisor: Mutex::new(None),
             relays: Arc::new(relays),
             roots,
+            sessions,
+            is_session,
+            declared,
+            spine: Mutex::new(None),
         };
         Self { inner: Arc::new(inner) }
     }
@@ -213,7 +251,14 @@ impl Upstream {
     }
 
     pub fn status(&self) -> UpstreamStatus {
-        self.inner.status.lock().expect("status lock").clone()
+        let mut status = self.inner.status.lock().expect("status lock").clone();
+        status.sessions = self.sessions_open();
+        status
+    }
+
+    /// Is it a per-principal or per-host session of an upstream (not the upstream itself)?
+    pub(crate) fn is_session(&self) -> bool {
+        self.inner.is_session
     }
 
     /// Start the supervisor task on `spine` (`supervisor:<name>`): connect, load the catalog,
@@ -222,6 +267,21 @@ impl Upstream {
         let stop = spine.shutdown().child_token();
         let supervisor = supervisor::Supervisor::new(self.clone(), catalog, events, stop.clone(), spine.clone());
         let task = spine.spawn(format!("supervisor:{}", self.name()), supervisor.run());
+        *self.inner.spine.lock().expect("spine lock") = Some(spine.clone());
+        *self.inner.supervisor.lock().expect("supervisor lock") = Some((stop.clone(), task));
+        if let Some(book) = &self.inner.sessions {
+            book.close_all();
+            spine.spawn(format!("sessions:{}", self.name()), sessions::sweep(self.clone(), stop));
+        }
+    }
+
+    /// Start a session's supervisor on `spine` (`session:<name>`) until `stop`: no catalog of
+    /// its own is kept and its events reach nobody (see `sessions`).
+    fn spawn_session(&self, spine: &Spine, stop: CancellationToken) {
+        let (events, inbox) = events::channel(1);
+        drop(inbox);
+        let supervisor = supervisor::Supervisor::new(self.clone(), Catalog::new(), events, stop.clone(), spine.clone());
+        let task = spine.spawn(format!("session:{}", self.name()), supervisor.run());
         *self.inner.supervisor.lock().expect("supervisor lock") = Some((stop, task));
     }
 
@@ -230,6 +290,10 @@ impl Upstream {
     pub async fn stop(&self, grace: std::time::Duration) -> bool {
         let Some((stop, task)) = self.inner.supervisor.lock().expect("supervisor lock").take() else { return true };
         stop.cancel();
+        if let Some(book) = &self.inner.sessions {
+            book.close_all();
+            self.inner.metrics.set_upstream_sessions(self.name(), 0);
+        }
         tokio::time::timeout(grace, task).await.is_ok()
     }
 

@@ -119,8 +119,10 @@ impl Supervisor {
         });
         self.upstream.inner.settled.send_replace(true);
         let metrics = &self.upstream.inner.metrics;
-        metrics.set_upstream_up(name, false);
-        metrics.set_catalog_size(name, 0, 0);
+        if !self.upstream.is_session() {
+            metrics.set_upstream_up(name, false);
+            metrics.set_catalog_size(name, 0, 0);
+        }
         self.events.send(UpstreamEvent::Down { upstream: name.to_string() });
     }
 
@@ -146,7 +148,10 @@ impl Supervisor {
             Err(error) => return End::Lost(error),
         };
         // Before `Up`, so they are in when the upstream counts as up.
-        let offered = self.upstream.fetch_offerings(&link).await.unwrap_or_default();
+        let offered = match self.upstream.is_session() {
+            true => Default::default(),
+            false => self.upstream.fetch_offerings(&link).await.unwrap_or_default(),
+        };
         *backoff = BACKOFF_MIN;
         self.upstream.set_link(Some(link.clone()));
         self.upstream.update_status(|s| {
@@ -157,10 +162,14 @@ impl Supervisor {
         });
         self.upstream.inner.settled.send_replace(true);
         let name = self.upstream.name();
-        tracing::info!(upstream = name, era = era.label(), resources = self.resource_count(), "upstream up");
-        self.upstream.inner.metrics.set_upstream_up(self.upstream.name(), true);
         let reconnected = std::mem::replace(&mut *self.was_up.lock().expect("was_up lock"), true);
-        if reconnected {
+        if self.upstream.is_session() {
+            tracing::debug!(upstream = name, era = era.label(), "upstream session up");
+        } else {
+            tracing::info!(upstream = name, era = era.label(), resources = self.resource_count(), "upstream up");
+            self.upstream.inner.metrics.set_upstream_up(self.upstream.name(), true);
+        }
+        if reconnected && !self.upstream.is_session() {
             self.upstream.update_status(|s| s.reconnects += 1);
             self.upstream.inner.metrics.upstream_reconnected(self.upstream.name());
         }
@@ -351,6 +360,9 @@ impl Supervisor {
 
     /// Fetch the tools and prompts again and pass them on (`crate::tools` owns them).
     async fn refetch_offerings(&self, link: &Link) {
+        if self.upstream.is_session() {
+            return;
+        }
         self.offerings_stale.store(false, std::sync::atomic::Ordering::Relaxed);
         if let Some(offered) = self.upstream.fetch_offerings(link).await {
             let upstream = self.upstream.name().to_string();
@@ -378,7 +390,8 @@ impl Supervisor {
     /// What each connection of this upstream is given that outlives it.
     fn standing(&self) -> Standing<'_> {
         let inner = &self.upstream.inner;
-        Standing { output: &inner.child_output, relays: &inner.relays, roots: &inner.roots, spine: &self.spine }
+        let (output, relays, roots, spine) = (&inner.child_output, &inner.relays, &inner.roots, &self.spine);
+        Standing { output, relays, roots, spine, declared: inner.declared }
     }
 
     fn resource_count(&self) -> usize {
@@ -389,6 +402,10 @@ impl Supervisor {
     /// Every page of resources and templates, namespaced, into the catalog. Returns when the
     /// lists must be fetched again (the shortest `ttlMs` they came with), if ever.
     async fn load_catalog(&self, link: &Link) -> Result<Reload, String> {
+        if self.upstream.is_session() {
+            // A session's lists are the shared connection's (see `sessions`).
+            return Ok(Reload { refresh: None, changed: false });
+        }
         let listing = tokio::select! {
             listing = super::listing::fetch(&self.upstream, link) => listing?,
             _ = self.shutdown.cancelled() => return Err("stopped".into()),

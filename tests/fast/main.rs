@@ -43,3 +43,4 @@ mod serve_dir;
 mod subscriptions;
 mod thin_reads;
 mod upstream_credentials;
+mod upstream_sessions;

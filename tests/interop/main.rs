@@ -30,4 +30,5 @@ mod servers_people_run;
 mod third_party;
 mod tools;
 mod ts_client;
+mod upstream_sessions;
 mod url_spellings;

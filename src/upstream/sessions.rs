@@ -1,0 +1,272 @@
+//! Upstream sessions per principal or per host (`session = "per-principal" | "per-host"`): a
+//! server that keeps state per session (a login, a browser, a scratch value) gets one
+//! connection of its own per principal, or per host session, besides the shared one that loads
+//! the catalog and holds the proxy's subscriptions.
+//!
+//! A session is opened on its first use ([`Upstream::session_for`]) as a connection like the
+//! shared one (a stdio upstream: one child process per session), supervised on the spine as
+//! `session:<upstream>` and stopped with its upstream. It is closed when its host session ends
+//! (per-host, [`Upstream::host_ended`]), or once nothing used it for `session_idle` (the
+//! `sessions:<upstream>` sweep). At most `max_sessions` are open per upstream and
+//! `max_sessions_per_principal` per principal: past either bound a request gets a clear error
+//! at once ([`ProxyError::SessionLimit`]), never a wait.
+//!
+//! What such a connection says on its own (`updated`, `list_changed`) reaches no host: its
+//! events go nowhere, and the catalog, the lists and every subscription stay on the shared
+//! connection. A per-host session declares to the upstream only what its host declared
+//! (sampling, elicitation); a per-principal one, like the shared connection, declares both and
+//! the relay refuses a host that lacks one. What it sends for a routed call (progress, log messages, sampling,
+//! elicitation) reaches that call's host, as on the shared one: each session has its own
+//! relay book.
+//!
+//! Invariant: a session serves one principal only (per-host: one host session only); a call
+//! or read of another principal never reaches it.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use super::Upstream;
+use super::client::Declared;
+use crate::config::SessionMode;
+use crate::error::ProxyError;
+use crate::spine::Spine;
+
+/// The host session a request came on, and what that host declared: a per-host session is
+/// opened declaring to the upstream only what its host did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostSession {
+    /// Its holder id.
+    pub id: u64,
+    pub sampling: bool,
+    pub elicitation: bool,
+}
+
+/// Who a session is for.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum SessionKey {
+    Principal(Arc<str>),
+    /// A principal's host session (its holder id).
+    Host(Arc<str>, u64),
+}
+
+impl SessionKey {
+    fn principal(&self) -> &str {
+        match self {
+            SessionKey::Principal(principal) | SessionKey::Host(principal, _) => principal,
+        }
+    }
+}
+
+/// The open sessions of one upstream.
+#[derive(Default)]
+pub(super) struct SessionBook {
+    open: Mutex<BTreeMap<SessionKey, Entry>>,
+}
+
+struct Entry {
+    upstream: Upstream,
+    stop: CancellationToken,
+    usage: Arc<Usage>,
+}
+
+/// When a session was last used; a [`Lease`] per request holds it busy.
+struct Usage {
+    last: Mutex<Instant>,
+}
+
+/// A request's hold on a session: it is not closed as idle while held, and counts as used
+/// until the hold ends.
+pub struct Lease {
+    usage: Option<Arc<Usage>>,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(usage) = &self.usage {
+            *usage.last.lock().expect("usage lock") = Instant::now();
+        }
+    }
+}
+
+/// The connection a request goes on: the shared upstream, or a session of its own, held for
+/// as long as this lives.
+pub struct SessionHandle {
+    upstream: Upstream,
+    _lease: Lease,
+}
+
+impl std::ops::Deref for SessionHandle {
+    type Target = Upstream;
+    fn deref(&self) -> &Upstream {
+        &self.upstream
+    }
+}
+
+impl SessionBook {
+    pub fn len(&self) -> usize {
+        self.open.lock().expect("sessions lock").len()
+    }
+
+    /// Close every session (the upstream is stopping or starting again).
+    pub fn close_all(&self) {
+        let closed = std::mem::take(&mut *self.open.lock().expect("sessions lock"));
+        closed.values().for_each(|entry| entry.stop.cancel());
+    }
+
+    /// Close the sessions of host session `host`; how many there were.
+    fn close_host(&self, host: u64) -> usize {
+        let mut open = self.open.lock().expect("sessions lock");
+        let before = open.len();
+        open.retain(|key, entry| {
+            let ended = matches!(key, SessionKey::Host(_, h) if *h == host);
+            if ended {
+                entry.stop.cancel();
+            }
+            !ended
+        });
+        before - open.len()
+    }
+
+    /// Close the sessions unused for `idle` that no request holds; how many.
+    fn close_idle(&self, idle: Duration) -> usize {
+        let mut open = self.open.lock().expect("sessions lock");
+        let before = open.len();
+        open.retain(|_, entry| {
+            let busy = Arc::strong_count(&entry.usage) > 1;
+            let quiet = entry.usage.last.lock().expect("usage lock").elapsed() >= idle;
+            if !busy && quiet {
+                entry.stop.cancel();
+            }
+            busy || !quiet
+        });
+        before - open.len()
+    }
+
+    /// Forget `key`'s session if it is still `upstream` (a session that could not be opened).
+    fn forget(&self, key: &SessionKey, upstream: &Upstream) {
+        let mut open = self.open.lock().expect("sessions lock");
+        if open.get(key).is_some_and(|entry| Arc::ptr_eq(&entry.upstream.inner, &upstream.inner))
+            && let Some(entry) = open.remove(key)
+        {
+            entry.stop.cancel();
+        }
+    }
+}
+
+impl Upstream {
+    /// The connection for a request of `principal` from host session `host` (none: a stateless
+    /// 2026-07-28 request, a read, a completion): this shared upstream unless it has sessions
+    /// per principal or per host; then that principal's (or host session's) own, opened now if
+    /// need be. A per-host upstream serves a request with no host session on the principal's.
+    pub async fn session_for(&self, principal: &str, host: Option<HostSession>) -> Result<SessionHandle, ProxyError> {
+        let Some(book) = &self.inner.sessions else {
+            return Ok(SessionHandle { upstream: self.clone(), _lease: Lease { usage: None } });
+        };
+        let (key, declared) = match (self.inner.config.sessions.mode, host) {
+            (SessionMode::PerHost, Some(host)) => {
+                let declared = Declared { sampling: host.sampling, elicitation: host.elicitation };
+                (SessionKey::Host(principal.into(), host.id), Some(declared))
+            }
+            _ => (SessionKey::Principal(principal.into()), None),
+        };
+        let (session, usage) = self.open_session(book, &key, declared)?;
+        let handle = SessionHandle { upstream: session.clone(), _lease: Lease { usage: Some(usage) } };
+        if session.link().is_err() {
+            let opened = tokio::time::timeout(self.inner.config.request_timeout, session.wait_settled()).await;
+            if opened.is_err() || session.link().is_err() {
+                tracing::warn!(upstream = self.name(), principal, "upstream session could not be opened");
+                book.forget(&key, &session);
+                self.inner.metrics.set_upstream_sessions(self.name(), book.len());
+                return Err(ProxyError::UpstreamDown { upstream: self.name().to_string() });
+            }
+        }
+        Ok(handle)
+    }
+
+    /// Host session `host` ended: its per-host sessions are closed (a stdio child ends).
+    pub fn host_ended(&self, host: u64) {
+        let Some(book) = &self.inner.sessions else { return };
+        if book.close_host(host) > 0 {
+            tracing::debug!(upstream = self.name(), "host session ended; its upstream session closed");
+            self.inner.metrics.set_upstream_sessions(self.name(), book.len());
+        }
+    }
+
+    /// Does it have sessions per principal or per host (`session` is not `shared`)?
+    pub fn has_sessions(&self) -> bool {
+        self.inner.sessions.is_some()
+    }
+
+    /// The per-principal or per-host sessions open now (0 for a shared upstream).
+    pub fn sessions_open(&self) -> usize {
+        self.inner.sessions.as_ref().map_or(0, |book| book.len())
+    }
+
+    /// The open session for `key`, or a new one when the bounds allow it.
+    fn open_session(
+        &self,
+        book: &SessionBook,
+        key: &SessionKey,
+        declared: Option<Declared>,
+    ) -> Result<(Upstream, Arc<Usage>), ProxyError> {
+        let settings = &self.inner.config.sessions;
+        let mut open = book.open.lock().expect("sessions lock");
+        if let Some(entry) = open.get(key) {
+            return Ok((entry.upstream.clone(), entry.usage.clone()));
+        }
+        let over = |limit: usize, setting: &'static str| ProxyError::SessionLimit {
+            upstream: self.name().to_string(),
+            limit,
+            setting,
+        };
+        if open.len() >= settings.max {
+            return Err(over(settings.max, "max_sessions"));
+        }
+        let of_principal = open.keys().filter(|k| k.principal() == key.principal()).count();
+        if of_principal >= settings.max_per_principal {
+            return Err(over(settings.max_per_principal, "max_sessions_per_principal"));
+        }
+        let (spine, parent_stop) =
+            self.launch().ok_or_else(|| ProxyError::UpstreamDown { upstream: self.name().to_string() })?;
+        let session = Upstream::session_of(self, declared);
+        let stop = parent_stop.child_token();
+        session.spawn_session(&spine, stop.clone());
+        let usage = Arc::new(Usage { last: Mutex::new(Instant::now()) });
+        open.insert(key.clone(), Entry { upstream: session.clone(), stop, usage: usage.clone() });
+        let count = open.len();
+        drop(open);
+        tracing::debug!(upstream = self.name(), principal = key.principal(), "upstream session opened");
+        self.inner.metrics.set_upstream_sessions(self.name(), count);
+        Ok((session, usage))
+    }
+
+    /// The spine and stop token of the running supervisor, if it runs.
+    fn launch(&self) -> Option<(Spine, CancellationToken)> {
+        let spine = self.inner.spine.lock().expect("spine lock").clone()?;
+        let stop = self.inner.supervisor.lock().expect("supervisor lock").as_ref()?.0.clone();
+        (!stop.is_cancelled()).then_some((spine, stop))
+    }
+}
+
+/// The `sessions:<upstream>` sweep: closes sessions idle for `session_idle`, until `stop`.
+pub(super) async fn sweep(upstream: Upstream, stop: CancellationToken) {
+    let idle = upstream.inner.config.sessions.idle;
+    let every = (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let Some(book) = &upstream.inner.sessions else { return };
+        let closed = book.close_idle(idle);
+        if closed > 0 {
+            tracing::debug!(upstream = upstream.name(), closed, "idle upstream sessions closed");
+            upstream.inner.metrics.set_upstream_sessions(upstream.name(), book.len());
+        }
+    }
+}
