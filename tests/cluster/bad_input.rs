@@ -35,7 +35,8 @@ async fn ask(host: &FixtureClient, state: Option<String>) -> anyhow::Result<Resu
     let mut params = CallToolRequestParams::new("fx__ask".to_owned())
         .with_arguments(json!({"rounds": 2}).as_object().cloned().unwrap_or_default());
     if state.is_some() {
-        params.input_responses = Some([("who".to_owned(), json!({"action": "accept", "content": {"name": "x"}}))].into());
+        params.input_responses =
+            Some([("who".to_owned(), json!({"action": "accept", "content": {"name": "x"}}))].into());
     }
     params.request_state = state;
     Ok(match tokio::time::timeout(DEADLINE, host.call_tool_once(params)).await? {

@@ -76,13 +76,16 @@ async fn a_modern_host_pages_reads_and_calls_tools_with_every_request_on_another
     let done = loop {
         let mut params = CallToolRequestParams::new("fx__ask".to_owned())
             .with_arguments(json!({"rounds": 2}).as_object().cloned().unwrap_or_default());
-        params.input_responses =
-            answer.map(|name: &str| [("who".to_owned(), json!({"action": "accept", "content": {"name": name}}))].into());
+        params.input_responses = answer
+            .map(|name: &str| [("who".to_owned(), json!({"action": "accept", "content": {"name": name}}))].into());
         params.request_state = state.take();
         match tokio::time::timeout(DEADLINE, alice.call_tool_once(params)).await?? {
             CallToolResponse::InputRequired(needs) => {
                 let sealed = needs.request_state.clone().unwrap_or_default();
-                assert!(sealed.starts_with("mcp-proxy-sealed:"), "the upstream's state reaches the host sealed: {sealed}");
+                assert!(
+                    sealed.starts_with("mcp-proxy-sealed:"),
+                    "the upstream's state reaches the host sealed: {sealed}"
+                );
                 state = needs.request_state;
                 rounds += 1;
                 answer = Some(if rounds == 1 { "ada" } else { "grace" });

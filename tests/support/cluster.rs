@@ -126,10 +126,13 @@ impl Replicas {
     pub async fn wait_all_see(&self, count: usize) -> anyhow::Result<Vec<Value>> {
         let mut reports = Vec::new();
         for replica in &self.replicas {
-            reports.push(cluster_when(replica, |cluster| {
-                cluster["redis"]["state"] == "up" && cluster["replicas"].as_array().is_some_and(|r| r.len() == count)
-            })
-            .await?);
+            reports.push(
+                cluster_when(replica, |cluster| {
+                    cluster["redis"]["state"] == "up"
+                        && cluster["replicas"].as_array().is_some_and(|r| r.len() == count)
+                })
+                .await?,
+            );
         }
         Ok(reports)
     }
@@ -232,7 +235,9 @@ fn servers(csv: &str) -> Vec<(String, String)> {
     };
     lines
         .map(|line| line.split(',').collect::<Vec<_>>())
-        .filter(|row| row.get(pxname) == Some(&"replicas") && row.get(svname).is_some_and(|s| s.starts_with("replica-")))
+        .filter(|row| {
+            row.get(pxname) == Some(&"replicas") && row.get(svname).is_some_and(|s| s.starts_with("replica-"))
+        })
         .map(|row| (row[svname].to_string(), row.get(status).copied().unwrap_or_default().to_string()))
         .collect()
 }
