@@ -34,6 +34,7 @@ mod bridge;
 mod cache;
 mod checks;
 mod credentials;
+mod cluster;
 mod extract;
 mod rate_limits;
 mod server;
@@ -44,6 +45,7 @@ pub use self::bridge::BridgeConfig;
 pub use self::cache::{CacheConfig, UpstreamCache, parse_size};
 pub use self::credentials::{ClientCredentials, ClientSecret};
 pub use self::rate_limits::{Bucket, RateLimitsConfig};
+pub use self::cluster::{ClusterConfig, MIN_SECRET_BYTES, Secret, default_replica_id, is_valid_replica_id};
 pub use self::server::ServerConfig;
 pub use self::transport::CaFile;
 pub use self::upstream::{redact_url, redact_urls_in};
@@ -60,6 +62,8 @@ pub struct Config {
     pub bridge: BridgeConfig,
     /// `[rate_limits]`: token buckets per principal (off unless a rate is given).
     pub rate_limits: RateLimitsConfig,
+    /// `[cluster]`: replicas sharing state in Redis; `None` is one process on its own.
+    pub cluster: Option<ClusterConfig>,
 }
 
 #[derive(Debug, Clone)]
@@ -257,6 +261,7 @@ struct RawConfig {
     bridge: bridge::RawBridge,
     #[serde(default)]
     rate_limits: rate_limits::RawRateLimits,
+    cluster: Option<cluster::RawCluster>,
     #[serde(flatten)]
     unknown: BTreeMap<String, Value>,
 }
@@ -314,6 +319,7 @@ fn validate(
     let cache = cache::validate_cache(raw.cache, problems);
     let bridge = bridge::validate_bridge(raw.bridge, problems);
     let rate_limits = rate_limits::validate_rate_limits("rate_limits", raw.rate_limits, problems);
+    let cluster = cluster::validate_cluster(raw.cluster, lookup, problems);
     let mut seen = BTreeSet::new();
     let unprefixed: Vec<(usize, Option<String>)> = (raw.upstreams.iter().enumerate())
         .filter(|(_, upstream)| upstream.unprefixed == Some(true))
@@ -326,7 +332,7 @@ fn validate(
         .filter_map(|(index, upstream)| validate_upstream(index, upstream, base, lookup, &mut seen, problems))
         .collect();
     upstream::at_most_one_unprefixed(&unprefixed, problems);
-    Config { server, upstreams, auth, policies, cache, bridge, rate_limits }
+    Config { server, upstreams, auth, policies, cache, bridge, rate_limits, cluster }
 }
 
 fn validate_upstream(

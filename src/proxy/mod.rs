@@ -33,6 +33,7 @@ use std::time::Duration;
 use rmcp::model::{ListResourceTemplatesResult, ListResourcesResult};
 
 use crate::admin::{ReloadReport, StatusReport};
+use crate::cluster::Cluster;
 use crate::config::{Config, ConfigError};
 use crate::error::ProxyError;
 use crate::fanout::{Outlet, OutletInfo};
@@ -92,6 +93,8 @@ struct Services {
     reloader: Reloader,
     /// The rate limits (`crate::rate_limits`), checked before any work.
     door: Door,
+    /// `[cluster]`: this replica's place in it.
+    cluster: Option<Cluster>,
 }
 
 impl Proxy {
@@ -113,6 +116,12 @@ impl Proxy {
     /// The task owner everything of this proxy runs on (listeners add their long-lived tasks).
     pub fn spine(&self) -> &Spine {
         &self.inner.spine
+    }
+
+    /// `[cluster]`: this replica's id, the keys derived from the cluster secret, Redis. `None`
+    /// for one process on its own.
+    pub fn cluster(&self) -> Option<&Cluster> {
+        self.inner.cluster.as_ref()
     }
 
     /// Tools, prompts and completion.

@@ -18,6 +18,7 @@ use super::status::Status;
 use super::subscriptions::Subscriptions;
 use super::views::Views;
 use crate::catalog::Catalog;
+use crate::cluster::Cluster;
 use crate::coherence::{Coherence, WatchBook};
 use crate::config::Config;
 use crate::cursor::CursorKey;
@@ -52,6 +53,7 @@ pub(super) fn start(config: Config, spine: &Spine) -> Services {
         fanout: shared.fanout.clone(),
         last_reload: Arc::default(),
         access: shared.access.clone(),
+        cluster: shared.cluster.clone(),
     };
     let reloader = Reloader::new(ReloaderParts {
         config: config.clone(),
@@ -96,6 +98,8 @@ struct Shared {
     events: (EventSender, EventInbox),
     /// Hosts gone, for the event loop.
     gone: mpsc::Receiver<HolderId>,
+    /// `[cluster]`: this replica's place in it (keys, Redis).
+    cluster: Option<Cluster>,
 }
 
 impl Shared {
@@ -114,7 +118,13 @@ impl Shared {
         let cache = Coherence::new(config.cache.clone(), watches.clone(), cache_holder, metrics.clone(), max_load);
         let access = Access::new(config.policies.set.clone(), upstreams.clone(), metrics.clone());
         let views = Views::new(catalog.clone(), access.clone(), fanout.clone());
-        let cursor_key = CursorKey::random();
+        let cluster = config.cluster.as_ref().map(|cluster| {
+            Cluster::new(cluster, metrics.clone()).expect("a validated [cluster] section makes a Redis client")
+        });
+        let cursor_key = match &cluster {
+            Some(cluster) => CursorKey::shared(cluster.keys().cursor()),
+            None => CursorKey::random(),
+        };
         let server = &config.server;
         let tools = Tools::new(ToolsParts {
             resources: catalog.clone(),
@@ -126,6 +136,7 @@ impl Shared {
             policy: access.shared_policy(),
             bridge: config.bridge.enabled,
             max_calls_per_principal: server.max_calls_per_principal,
+            state_key: cluster.as_ref().map(|cluster| cluster.keys().request_state()),
         });
         let caps = Caps {
             per_holder: server.max_subscriptions_per_session,
@@ -155,6 +166,7 @@ impl Shared {
             subscriptions,
             events,
             gone,
+            cluster,
         }
     }
 
@@ -186,6 +198,9 @@ impl Shared {
             rate_limits: self.rate_limits.clone(),
         };
         housekeeping.spawn(spine);
+        if let Some(cluster) = &self.cluster {
+            cluster.start(spine);
+        }
         let lists = Lists {
             catalog: self.catalog,
             access: self.access.clone(),
@@ -217,6 +232,7 @@ impl Shared {
             tools: self.tools,
             status,
             reloader,
+            cluster: self.cluster,
         }
     }
 }

@@ -139,7 +139,8 @@ fn dashboard_is_current_grafana_schema_with_its_variables() {
             "Cache",
             "Subscriptions & notifications",
             "Access control",
-            "Tools, prompts & completion"
+            "Tools, prompts & completion",
+            "Cluster"
         ]
     );
 }
