@@ -23,7 +23,9 @@ use rmcp::{ErrorData, ServerHandler};
 use tokio::task;
 
 use super::outlets::{BufferedOutlet, ListenOutlet};
-use super::{ProxyServer, Session};
+use super::shared::records::{Records, SubscribeRefused};
+use super::{ProxyServer, Session, session_header};
+use crate::error::ProxyError;
 use crate::fanout::{OutletInfo, OutletKind};
 use crate::protocol::{Era, method};
 use crate::proxy::Caller;
@@ -38,6 +40,9 @@ impl ProxyServer {
         let started = Instant::now();
         let holder = self.session(&context.peer);
         self.seen(&context.extensions);
+        if let (Some(records), Some(session)) = (&self.records, session_header(&context.extensions)) {
+            return self.subscribe_shared(records, session, &request.uri, started).await;
+        }
         // The caps (per session, per principal) are kept with the holds themselves.
         self.record(method::RESOURCES_SUBSCRIBE, started, self.proxy.subscribe(&self.caller(), holder, &request.uri))
     }
@@ -50,11 +55,50 @@ impl ProxyServer {
         self.check_principal(&context.extensions)?;
         let started = Instant::now();
         let holder = self.session(&context.peer);
+        if let (Some(records), Some(session)) = (&self.records, session_header(&context.extensions)) {
+            let recorded = records.unsubscribe(session, &request.uri).await.map_err(store_error);
+            let outcome = if recorded.is_ok() { "ok" } else { "error" };
+            self.proxy.metrics().downstream_request(method::RESOURCES_UNSUBSCRIBE, outcome, started.elapsed());
+            return recorded;
+        }
         self.record(
             method::RESOURCES_UNSUBSCRIBE,
             started,
             self.proxy.unsubscribe(&self.caller(), holder, &request.uri),
         )
+    }
+
+    /// `[cluster]`: the subscription goes into the session's record (within
+    /// `server.max_subscriptions_per_session`); the replica serving the session's GET stream
+    /// holds it (see `shared::streams`).
+    async fn subscribe_shared(
+        &self,
+        records: &Records,
+        session: &str,
+        uri: &str,
+        started: Instant,
+    ) -> Result<(), ErrorData> {
+        let caller = self.caller();
+        if self.proxy.subscribable(&caller, &[uri.to_owned()]).is_empty() {
+            return self.record(method::RESOURCES_SUBSCRIBE, started, Err(ProxyError::not_found(uri)));
+        }
+        let limit = self.proxy.config().server.max_subscriptions_per_session;
+        let recorded = match records.subscribe(session, uri, limit).await {
+            Ok(recorded) => recorded,
+            Err(error) => {
+                self.proxy.metrics().downstream_request(method::RESOURCES_SUBSCRIBE, "error", started.elapsed());
+                return Err(store_error(error));
+            }
+        };
+        let result = recorded.map_err(|refused| match refused {
+            SubscribeRefused::NoSession => ProxyError::not_found(uri),
+            SubscribeRefused::Full => ProxyError::SubscriptionLimit {
+                holder: "this session",
+                limit,
+                setting: "server.max_subscriptions_per_session",
+            },
+        });
+        self.record(method::RESOURCES_SUBSCRIBE, started, result)
     }
 
     pub(super) fn subscriptions_accepted_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
@@ -142,6 +186,12 @@ impl ProxyServer {
         }
         Ok(())
     }
+}
+
+/// Redis could not be reached for a session's record.
+fn store_error(error: redis::RedisError) -> ErrorData {
+    tracing::warn!(error = %error, "cluster: a session's subscriptions could not be recorded");
+    ErrorData::internal_error("the cluster's session store (Redis) cannot be reached; retry later", None)
 }
 
 /// Listen streams opened before their acknowledgement, by the task of their request.

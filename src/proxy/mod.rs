@@ -109,6 +109,8 @@ impl Proxy {
         &self.inner.spine
     }
 
+    pub fn cluster(&self) -> Option<&crate::cluster::Cluster> {
+        None
     /// Tools, prompts and completion.
     pub fn tools(&self) -> &Tools {
         &self.inner.tools
@@ -192,6 +194,12 @@ impl Proxy {
 
     pub fn unsubscribe(&self, caller: &Caller, holder: HolderId, uri: &str) -> Result<(), ProxyError> {
         self.inner.subscriptions.unsubscribe(caller, holder, uri)
+    }
+
+    /// Wait (at most `timeout`) until the upstream acknowledged its subscription to `uri`
+    /// (held by someone); false when refused, not in time, or not `caller`'s to see.
+    pub async fn wait_watched(&self, caller: &Caller, uri: &str, timeout: Duration) -> bool {
+        self.inner.reads.wait_watched(caller, uri, timeout).await
     }
 
     /// The subset of `uris` that `caller` may subscribe to.
