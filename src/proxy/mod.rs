@@ -32,6 +32,7 @@ use std::time::Duration;
 use rmcp::model::{ListResourceTemplatesResult, ListResourcesResult};
 
 use crate::admin::{ReloadReport, StatusReport};
+use crate::cluster::Cluster;
 use crate::config::{Config, ConfigError};
 use crate::error::ProxyError;
 use crate::fanout::{Outlet, OutletInfo};
@@ -86,6 +87,8 @@ struct Services {
     tools: Tools,
     status: Status,
     reloader: Reloader,
+    /// `[cluster]`: this replica's place in it.
+    cluster: Option<Cluster>,
 }
 
 impl Proxy {
@@ -109,8 +112,12 @@ impl Proxy {
         &self.inner.spine
     }
 
-    pub fn cluster(&self) -> Option<&crate::cluster::Cluster> {
-        None
+    /// `[cluster]`: this replica's id, the keys derived from the cluster secret, Redis. `None`
+    /// for one process on its own.
+    pub fn cluster(&self) -> Option<&Cluster> {
+        self.inner.cluster.as_ref()
+    }
+
     /// Tools, prompts and completion.
     pub fn tools(&self) -> &Tools {
         &self.inner.tools
