@@ -27,6 +27,7 @@ pub mod peers;
 pub mod proxy;
 pub mod raw_http;
 pub mod reads;
+pub mod replicas;
 pub mod wire;
 
 use std::fmt::Display;

@@ -75,6 +75,7 @@ impl Holding {
     /// announced on it.
     pub fn hold(&self, session: &str, principal: &str, response: Response) -> Response {
         let record_key = self.records.ids.record_key(session);
+        tracing::debug!(principal, "cluster: this replica serves the session's GET stream");
         let serial = self.streams.serial.fetch_add(1, Ordering::Relaxed);
         let (signal, resyncs) = mpsc::channel(1);
         self.streams.open.lock().expect("streams lock").insert(record_key.clone(), (serial, signal));

@@ -1,0 +1,226 @@
+//! 2025 sessions across replicas (issue 28): a session whose requests land on every replica
+//! works, its GET stream survives the `kill -9` of the replica serving it, and a session id that
+//! is forged, replayed, another principal's or another cluster secret's is answered exactly like
+//! an unknown one.
+
+use std::time::Instant;
+
+use anyhow::Context;
+use rmcp::model::{CallToolRequestParams, ReadResourceRequestParams, SubscribeRequestParams};
+use serde_json::json;
+
+use crate::support::fixture::{self, Era, FixtureEvent, HttpFixture, call_json, list_all_resources};
+use crate::support::proxy::{ProxyProcess, http_upstream};
+use crate::support::raw_http::{self, LEGACY};
+use crate::support::replicas::{self, Redis, Replicas};
+use crate::support::{DEADLINE, eventually};
+
+const ITEM: &str = "fx+fx://fx/item/1";
+
+/// The fixture upstream (7 resources, pages of 2) and a proxy page size of 2: listing takes
+/// several requests, each a new cursor from whichever replica answered.
+async fn upstream() -> anyhow::Result<(HttpFixture, String)> {
+    let fixture = HttpFixture::spawn(&["--resources", "7"]).await?;
+    let config = format!("[server]\npage_size = 2\n\n{}", http_upstream("fx", &fixture.url, ""));
+    Ok((fixture, config))
+}
+
+/// The next `updated` a host hears (list changes passed over).
+async fn next_updated(events: &mut fixture::Events) -> anyhow::Result<String> {
+    loop {
+        if let FixtureEvent::Updated(uri) = events.next().await? {
+            return Ok(uri);
+        }
+    }
+}
+
+/// Requests each replica answered on `/mcp`, from its metrics.
+async fn requests_served(replica: &ProxyProcess) -> anyhow::Result<f64> {
+    let metrics = replica.admin_get("/metrics").await?;
+    let served = metrics
+        .lines()
+        .filter(|line| line.starts_with("mcp_proxy_downstream_requests_total"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    Ok(served)
+}
+
+#[tokio::test]
+async fn a_session_whose_requests_land_on_every_replica_works() -> anyhow::Result<()> {
+    let (fixture, config) = upstream().await?;
+    let redis = Redis::start().await?;
+    let cluster = Replicas::start(&redis, 3, &config, &[]).await?;
+    let (side, _) = fixture::connect_http(&fixture.url, Era::Legacy).await?;
+    let (host, mut events) = fixture::connect_http(&cluster.url, Era::Legacy).await?;
+
+    let (resources, pages) = list_all_resources(&host).await?;
+    assert_eq!(resources.len(), 7, "every resource, paged across replicas");
+    assert!(pages >= 4, "{pages} pages");
+    let read = host.read_resource(ReadResourceRequestParams::new(ITEM)).await?;
+    assert!(!read.contents.is_empty());
+
+    #[allow(deprecated)]
+    host.subscribe(SubscribeRequestParams::new(ITEM)).await?;
+    // Once the replica serving the stream holds the URI (acknowledged upstream) the host is
+    // told; after that, an upstream change reaches it.
+    assert_eq!(next_updated(&mut events).await?, ITEM);
+    call_json(&side, "touch", json!({ "uri": "fx://fx/item/1" })).await?;
+    assert_eq!(next_updated(&mut events).await?, ITEM, "the upstream's change reaches the host");
+
+    let progress = host
+        .call_tool(CallToolRequestParams::new("fx__progress").with_arguments(
+            json!({ "count": 3 }).as_object().cloned().context("object")?,
+        ))
+        .await?;
+    assert_ne!(progress.is_error, Some(true), "{progress:?}");
+
+    for (i, replica) in cluster.replicas.iter().enumerate() {
+        let served = requests_served(replica).await?;
+        assert!(served >= 1.0, "replica r{i} answered none of the session's requests");
+    }
+    host.cancel().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_host_keeps_its_subscription_when_the_replica_serving_its_stream_dies() -> anyhow::Result<()> {
+    let (fixture, config) = upstream().await?;
+    let redis = Redis::start().await?;
+    let mut cluster = Replicas::start(&redis, 3, &config, &[]).await?;
+    let (side, _) = fixture::connect_http(&fixture.url, Era::Legacy).await?;
+    let (host, mut events) = fixture::connect_http(&cluster.url, Era::Legacy).await?;
+    #[allow(deprecated)]
+    host.subscribe(SubscribeRequestParams::new(ITEM)).await?;
+    assert_eq!(next_updated(&mut events).await?, ITEM);
+
+    let serving = eventually(DEADLINE, "a replica serves the host's GET stream", || async {
+        let serving: Vec<usize> = (0..cluster.replicas.len())
+            .filter(|&i| !cluster.replicas[i].matching(&["serves the session's GET stream"]).is_empty())
+            .collect();
+        match serving.as_slice() {
+            [one] => Ok(*one),
+            other => Err(anyhow::anyhow!("replicas serving a stream: {other:?}")),
+        }
+    })
+    .await?;
+    cluster.kill(serving).await?;
+    let killed = Instant::now();
+    eventually(DEADLINE, "the host's next request succeeds", || {
+        host.read_resource(ReadResourceRequestParams::new(ITEM))
+    })
+    .await?;
+    let failover = killed.elapsed();
+    eprintln!("failover: kill -9 of the stream's replica to the host's next successful request: {failover:?}");
+
+    // Every `updated` owed after the move arrives: the next change reaches the host on the
+    // stream it reopened elsewhere.
+    call_json(&side, "touch", json!({ "uri": "fx://fx/item/1" })).await?;
+    assert_eq!(next_updated(&mut events).await?, ITEM);
+    let moved = eventually(DEADLINE, "another replica serves the stream", || async {
+        let serving: Vec<usize> = (0..cluster.replicas.len())
+            .filter(|&i| i != serving && !cluster.replicas[i].matching(&["serves the session's GET stream"]).is_empty())
+            .collect();
+        serving.first().copied().context("none yet")
+    })
+    .await?;
+    assert_ne!(moved, serving);
+    Ok(())
+}
+
+/// A raw request on session `session` as `token` (none: anonymous) at `url`.
+async fn post_on(url: &str, session: &str, token: Option<&str>) -> anyhow::Result<raw_http::Reply> {
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", LEGACY)
+        .header("mcp-session-id", session)
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "resources/list"}));
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    raw_http::send(request).await
+}
+
+/// Open a 2025 session at `url` as `token`; its id.
+async fn open_session(url: &str, token: &str) -> anyhow::Result<String> {
+    let request = reqwest::Client::new()
+        .post(url)
+        .bearer_auth(token)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .json(&raw_http::initialize("raw"));
+    let reply = raw_http::send(request).await?;
+    let session = reply.session.context("a session id")?;
+    let request = reqwest::Client::new()
+        .post(url)
+        .bearer_auth(token)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", LEGACY)
+        .header("mcp-session-id", &session)
+        .json(&raw_http::initialized());
+    raw_http::send(request).await?;
+    Ok(session)
+}
+
+#[tokio::test]
+async fn a_forged_replayed_foreign_or_other_cluster_session_id_is_answered_like_an_unknown_one() -> anyhow::Result<()> {
+    let (_fixture, upstreams) = upstream().await?;
+    let config = format!(
+        "[auth]\nmode = \"bearer\"\n\n[[auth.tokens]]\nprincipal = \"alice\"\ntoken_env = \"ALICE_TOKEN\"\n\n\
+         [[auth.tokens]]\nprincipal = \"bob\"\ntoken_env = \"BOB_TOKEN\"\n\n{upstreams}"
+    );
+    let env = [("ALICE_TOKEN", "alice-token"), ("BOB_TOKEN", "bob-token")];
+    let redis = Redis::start().await?;
+    let cluster = Replicas::start(&redis, 2, &config, &env).await?;
+    let other_secret = replicas::replica(&redis, "elsewhere", "another cluster's secret, as long as any", &config, &env).await?;
+
+    let unknown = post_on(&cluster.url, "not-a-session", Some("alice-token")).await?;
+    assert_eq!(unknown.status, 404);
+    let alike = |reply: &raw_http::Reply, what: &str| {
+        assert_eq!((reply.status, reply.body.as_str()), (unknown.status, unknown.body.as_str()), "{what}");
+    };
+
+    let alices = open_session(&cluster.url, "alice-token").await?;
+    for replica in &cluster.replicas {
+        let served = post_on(&replica.url, &alices, Some("alice-token")).await?;
+        assert_eq!(served.status, 200, "alice's session on every replica: {}", served.body);
+    }
+    for replica in &cluster.replicas {
+        alike(&post_on(&replica.url, &alices, Some("bob-token")).await?, "alice's session presented by bob");
+    }
+    let (nonce, tag) = alices.split_once('.').context("an id of two parts")?;
+    let forged_tag = if tag.starts_with('A') { format!("B{}", &tag[1..]) } else { format!("A{}", &tag[1..]) };
+    alike(&post_on(&cluster.url, &format!("{nonce}.{forged_tag}"), Some("alice-token")).await?, "a forged tag");
+    alike(&post_on(&cluster.url, &format!("{nonce}x.{tag}"), Some("alice-token")).await?, "a forged nonce");
+
+    let foreign = open_session(&other_secret.url, "alice-token").await?;
+    for replica in &cluster.replicas {
+        alike(&post_on(&replica.url, &foreign, Some("alice-token")).await?, "another cluster secret's session");
+    }
+
+    let delete = reqwest::Client::new()
+        .delete(&cluster.replicas[0].url)
+        .bearer_auth("alice-token")
+        .header("mcp-protocol-version", LEGACY)
+        .header("mcp-session-id", &alices)
+        .send()
+        .await?;
+    assert_eq!(delete.status(), 204);
+    for replica in &cluster.replicas {
+        let url = replica.url.clone();
+        let id = alices.clone();
+        eventually(DEADLINE, "the ended session is unknown on every replica", || {
+            let (url, id) = (url.clone(), id.clone());
+            async move {
+                let reply = post_on(&url, &id, Some("alice-token")).await?;
+                anyhow::ensure!(reply.status == 404, "still answered {}", reply.status);
+                Ok::<_, anyhow::Error>(reply)
+            }
+        })
+        .await
+        .map(|reply| alike(&reply, "a replayed id after DELETE"))?;
+    }
+    Ok(())
+}
