@@ -17,7 +17,7 @@ use crate::support::{DEADLINE, eventually};
 
 const ITEM: &str = "fx+fx://fx/item/1";
 
-/// The fixture upstream (7 resources, pages of 2) and a proxy page size of 2: listing takes
+/// The fixture upstream (7 items and its own resources, pages of 2) and a proxy page size of 2: listing takes
 /// several requests, each a new cursor from whichever replica answered.
 async fn upstream() -> anyhow::Result<(HttpFixture, String)> {
     let fixture = HttpFixture::spawn(&["--resources", "7"]).await?;
@@ -54,7 +54,8 @@ async fn a_session_whose_requests_land_on_every_replica_works() -> anyhow::Resul
     let (host, mut events) = fixture::connect_http(&cluster.url, Era::Legacy).await?;
 
     let (resources, pages) = list_all_resources(&host).await?;
-    assert_eq!(resources.len(), 7, "every resource, paged across replicas");
+    let (upstream_resources, _) = list_all_resources(&side).await?;
+    assert_eq!(resources.len(), upstream_resources.len(), "every resource, paged across replicas");
     assert!(pages >= 4, "{pages} pages");
     let read = host.read_resource(ReadResourceRequestParams::new(ITEM)).await?;
     assert!(!read.contents.is_empty());
