@@ -69,9 +69,10 @@ async fn a_session_whose_requests_land_on_every_replica_works() -> anyhow::Resul
     assert_eq!(next_updated(&mut events).await?, ITEM, "the upstream's change reaches the host");
 
     let progress = host
-        .call_tool(CallToolRequestParams::new("fx__progress").with_arguments(
-            json!({ "count": 3 }).as_object().cloned().context("object")?,
-        ))
+        .call_tool(
+            CallToolRequestParams::new("fx__progress")
+                .with_arguments(json!({ "count": 3 }).as_object().cloned().context("object")?),
+        )
         .await?;
     assert_ne!(progress.is_error, Some(true), "{progress:?}");
 
@@ -175,7 +176,8 @@ async fn a_forged_replayed_foreign_or_other_cluster_session_id_is_answered_like_
     let env = [("ALICE_TOKEN", "alice-token"), ("BOB_TOKEN", "bob-token")];
     let redis = Redis::start().await?;
     let cluster = Replicas::start(&redis, 2, &config, &env).await?;
-    let other_secret = replicas::replica(&redis, "elsewhere", "another cluster's secret, as long as any", &config, &env).await?;
+    let other_secret =
+        replicas::replica(&redis, "elsewhere", "another cluster's secret, as long as any", &config, &env).await?;
 
     let unknown = post_on(&cluster.url, "not-a-session", Some("alice-token")).await?;
     assert_eq!(unknown.status, 404);
@@ -192,7 +194,8 @@ async fn a_forged_replayed_foreign_or_other_cluster_session_id_is_answered_like_
         alike(&post_on(&replica.url, &alices, Some("bob-token")).await?, "alice's session presented by bob");
     }
     let (nonce, tag) = alices.split_once('.').context("an id of two parts")?;
-    let forged_tag = if tag.starts_with('A') { format!("B{}", &tag[1..]) } else { format!("A{}", &tag[1..]) };
+    let rest = tag.get(1..).context("a tag")?;
+    let forged_tag = if tag.starts_with('A') { format!("B{rest}") } else { format!("A{rest}") };
     alike(&post_on(&cluster.url, &format!("{nonce}.{forged_tag}"), Some("alice-token")).await?, "a forged tag");
     alike(&post_on(&cluster.url, &format!("{nonce}x.{tag}"), Some("alice-token")).await?, "a forged nonce");
 
