@@ -9,10 +9,10 @@ use anyhow::Context;
 use rmcp::model::{CallToolRequestParams, ReadResourceRequestParams, SubscribeRequestParams};
 use serde_json::json;
 
+use crate::support::cluster::{Replicas, SECRET_ENV, with_cluster};
 use crate::support::fixture::{self, Era, FixtureEvent, HttpFixture, call_json, list_all_resources};
 use crate::support::proxy::{ProxyProcess, http_upstream};
 use crate::support::raw_http::{self, LEGACY};
-use crate::support::replicas::{self, Redis, Replicas};
 use crate::support::{DEADLINE, eventually};
 
 const ITEM: &str = "fx+fx://fx/item/1";
@@ -48,10 +48,9 @@ async fn requests_served(replica: &ProxyProcess) -> anyhow::Result<f64> {
 #[tokio::test]
 async fn a_session_whose_requests_land_on_every_replica_works() -> anyhow::Result<()> {
     let (fixture, config) = upstream().await?;
-    let redis = Redis::start().await?;
-    let cluster = Replicas::start(&redis, 3, &config, &[]).await?;
+    let cluster = Replicas::start(3, &config, &[]).await?;
     let (side, _) = fixture::connect_http(&fixture.url, Era::Legacy).await?;
-    let (host, mut events) = fixture::connect_http(&cluster.url, Era::Legacy).await?;
+    let (host, mut events) = fixture::connect_http(cluster.url(), Era::Legacy).await?;
 
     let (resources, pages) = list_all_resources(&host).await?;
     let (upstream_resources, _) = list_all_resources(&side).await?;
@@ -87,10 +86,9 @@ async fn a_session_whose_requests_land_on_every_replica_works() -> anyhow::Resul
 #[tokio::test]
 async fn the_host_keeps_its_subscription_when_the_replica_serving_its_stream_dies() -> anyhow::Result<()> {
     let (fixture, config) = upstream().await?;
-    let redis = Redis::start().await?;
-    let mut cluster = Replicas::start(&redis, 3, &config, &[]).await?;
+    let cluster = Replicas::start(3, &config, &[]).await?;
     let (side, _) = fixture::connect_http(&fixture.url, Era::Legacy).await?;
-    let (host, mut events) = fixture::connect_http(&cluster.url, Era::Legacy).await?;
+    let (host, mut events) = fixture::connect_http(cluster.url(), Era::Legacy).await?;
     #[allow(deprecated)]
     host.subscribe(SubscribeRequestParams::new(ITEM)).await?;
     assert_eq!(next_updated(&mut events).await?, ITEM);
@@ -105,7 +103,7 @@ async fn the_host_keeps_its_subscription_when_the_replica_serving_its_stream_die
         }
     })
     .await?;
-    cluster.kill(serving).await?;
+    kill(&cluster.replicas[serving]).await?;
     let killed = Instant::now();
     eventually(DEADLINE, "the host's next request succeeds", || {
         host.read_resource(ReadResourceRequestParams::new(ITEM))
@@ -126,6 +124,14 @@ async fn the_host_keeps_its_subscription_when_the_replica_serving_its_stream_die
     })
     .await?;
     assert_ne!(moved, serving);
+    Ok(())
+}
+
+/// `kill -9` of `replica`.
+async fn kill(replica: &ProxyProcess) -> anyhow::Result<()> {
+    let pid = replica.pid().context("the replica runs")?;
+    let status = tokio::process::Command::new("kill").args(["-9", &pid.to_string()]).status().await?;
+    anyhow::ensure!(status.success(), "kill -9 {pid}");
     Ok(())
 }
 
@@ -174,18 +180,20 @@ async fn a_forged_replayed_foreign_or_other_cluster_session_id_is_answered_like_
          [[auth.tokens]]\nprincipal = \"bob\"\ntoken_env = \"BOB_TOKEN\"\n\n{upstreams}"
     );
     let env = [("ALICE_TOKEN", "alice-token"), ("BOB_TOKEN", "bob-token")];
-    let redis = Redis::start().await?;
-    let cluster = Replicas::start(&redis, 2, &config, &env).await?;
-    let other_secret =
-        replicas::replica(&redis, "elsewhere", "another cluster's secret, as long as any", &config, &env).await?;
+    let cluster = Replicas::start(2, &config, &env).await?;
+    // A replica of another cluster (another secret) on the same Redis.
+    let elsewhere = with_cluster(&config, &cluster.redis.url(), "elsewhere");
+    let mut other_env = env.to_vec();
+    other_env.push((SECRET_ENV, "another cluster's secret, just as long as ours"));
+    let other_secret = ProxyProcess::start_with(&elsewhere, &[], &other_env).await?;
 
-    let unknown = post_on(&cluster.url, "not-a-session", Some("alice-token")).await?;
+    let unknown = post_on(cluster.url(), "not-a-session", Some("alice-token")).await?;
     assert_eq!(unknown.status, 404);
     let alike = |reply: &raw_http::Reply, what: &str| {
         assert_eq!((reply.status, reply.body.as_str()), (unknown.status, unknown.body.as_str()), "{what}");
     };
 
-    let alices = open_session(&cluster.url, "alice-token").await?;
+    let alices = open_session(cluster.url(), "alice-token").await?;
     for replica in &cluster.replicas {
         let served = post_on(&replica.url, &alices, Some("alice-token")).await?;
         assert_eq!(served.status, 200, "alice's session on every replica: {}", served.body);
@@ -196,8 +204,8 @@ async fn a_forged_replayed_foreign_or_other_cluster_session_id_is_answered_like_
     let (nonce, tag) = alices.split_once('.').context("an id of two parts")?;
     let rest = tag.get(1..).context("a tag")?;
     let forged_tag = if tag.starts_with('A') { format!("B{rest}") } else { format!("A{rest}") };
-    alike(&post_on(&cluster.url, &format!("{nonce}.{forged_tag}"), Some("alice-token")).await?, "a forged tag");
-    alike(&post_on(&cluster.url, &format!("{nonce}x.{tag}"), Some("alice-token")).await?, "a forged nonce");
+    alike(&post_on(cluster.url(), &format!("{nonce}.{forged_tag}"), Some("alice-token")).await?, "a forged tag");
+    alike(&post_on(cluster.url(), &format!("{nonce}x.{tag}"), Some("alice-token")).await?, "a forged nonce");
 
     let foreign = open_session(&other_secret.url, "alice-token").await?;
     for replica in &cluster.replicas {
