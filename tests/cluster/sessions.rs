@@ -3,7 +3,7 @@
 //! is forged, replayed, another principal's or another cluster secret's is answered exactly like
 //! an unknown one.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use rmcp::model::{CallToolRequestParams, ReadResourceRequestParams, SubscribeRequestParams};
@@ -11,6 +11,7 @@ use serde_json::json;
 
 use crate::support::cluster::{Replicas, SECRET_ENV, with_cluster};
 use crate::support::fixture::{self, Era, FixtureEvent, HttpFixture, call_json, list_all_resources};
+use crate::support::peers::py_client;
 use crate::support::proxy::{ProxyProcess, http_upstream};
 use crate::support::raw_http::{self, LEGACY};
 use crate::support::{DEADLINE, eventually};
@@ -234,5 +235,47 @@ async fn a_forged_replayed_foreign_or_other_cluster_session_id_is_answered_like_
         .await
         .map(|reply| alike(&reply, "a replayed id after DELETE"))?;
     }
+    Ok(())
+}
+
+/// The Python SDK's client (`tests/py/client.py`) holds a 2025 session through the load
+/// balancer: it pages, reads and subscribes on whichever replicas haproxy picks, and an upstream
+/// change made after its subscription was announced reaches it on its GET stream.
+#[tokio::test]
+async fn the_python_client_keeps_a_2025_session_across_replicas() -> anyhow::Result<()> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    let (fixture, config) = upstream().await?;
+    let cluster = Replicas::start(3, &config, &[]).await?;
+    let (side, _) = fixture::connect_http(&fixture.url, Era::Legacy).await?;
+    let (read, subscribe, wait) =
+        (format!("read:{ITEM}"), format!("subscribe:{ITEM}"), format!("wait_updated:{ITEM}:30"));
+    let ops = ["list_all", &read, &subscribe, &wait, "ready", "sleep_until_stdin", &wait];
+    let mut args = vec!["--url", cluster.url(), "--mode", "legacy"];
+    args.extend(ops);
+    let mut command = tokio::process::Command::from(py_client(&args));
+    command.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).kill_on_drop(true);
+    let mut client = command.spawn().context("spawn the Python client")?;
+    let mut stdin = client.stdin.take().context("stdin")?;
+    let mut lines = BufReader::new(client.stdout.take().context("stdout")?).lines();
+    let mut next = async || -> anyhow::Result<serde_json::Value> {
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await.context("no line")??;
+        Ok(serde_json::from_str(&line.context("the client ended early")?)?)
+    };
+    let listed = next().await?;
+    let (upstream_resources, _) = list_all_resources(&side).await?;
+    assert_eq!(listed["uris"].as_array().map(Vec::len), Some(upstream_resources.len()), "{listed}");
+    let read = next().await?;
+    assert_eq!(read["contents"][0]["text"], "item 1 v1", "{read}");
+    assert_eq!(next().await?["ok"], true);
+    let first = next().await?;
+    assert_eq!(first["received"], true, "the subscription announced: {first}");
+    assert_eq!(next().await?["op"], "ready");
+    call_json(&side, "touch", json!({ "uri": "fx://fx/item/1" })).await?;
+    stdin.write_all(b"go\n").await?;
+    assert_eq!(next().await?["op"], "sleep_until_stdin");
+    let changed = next().await?;
+    assert_eq!(changed["received"], true, "the upstream's change reaches the Python host: {changed}");
+    assert_eq!(changed["via"], "legacy", "{changed}");
     Ok(())
 }
