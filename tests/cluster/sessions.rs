@@ -279,3 +279,33 @@ async fn the_python_client_keeps_a_2025_session_across_replicas() -> anyhow::Res
     assert_eq!(changed["via"], "legacy", "{changed}");
     Ok(())
 }
+
+/// The TypeScript SDK's client (`tests/ts/client.mjs`) holds a 2025 session through the load
+/// balancer: pages, a read, a subscription announced once held, then an upstream change (made by
+/// a tool call through the proxy) reaches it.
+#[tokio::test]
+async fn the_typescript_client_keeps_a_2025_session_across_replicas() -> anyhow::Result<()> {
+    crate::support::peers::ensure_installed();
+    let (fixture, config) = upstream().await?;
+    let cluster = Replicas::start(3, &config, &[]).await?;
+    let (side, _) = fixture::connect_http(&fixture.url, Era::Legacy).await?;
+    let mut command = tokio::process::Command::new("node");
+    command.arg(crate::support::peers::repo_root().join("tests/ts/client.mjs"));
+    command.args(["--url", cluster.url(), "--mode", "legacy", "resources_all", &format!("read:{ITEM}")]);
+    command.args([format!("subscribe:{ITEM}"), format!("wait_updated:{ITEM}"), format!("forget_updated:{ITEM}")]);
+    command.args(["tools_all", r#"call:fx__touch:{"uri":"fx://fx/item/1"}"#, &format!("wait_updated:{ITEM}")]);
+    command.stdin(std::process::Stdio::null()).kill_on_drop(true);
+    let output =
+        tokio::time::timeout(Duration::from_secs(90), command.output()).await.context("the client timed out")??;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    anyhow::ensure!(output.status.success(), "the client failed ({}):\n{stderr}", output.status);
+    let lines = crate::support::peers::parse_json_lines(&output.stdout);
+    anyhow::ensure!(lines.len() == 8, "the client printed {lines:?}; stderr:\n{stderr}");
+    let (upstream_resources, _) = list_all_resources(&side).await?;
+    assert_eq!(lines[0]["uris"].as_array().map(Vec::len), Some(upstream_resources.len()), "{}", lines[0]);
+    assert_eq!(lines[1]["result"]["contents"][0]["text"], "item 1 v1", "{}", lines[1]);
+    assert_eq!(lines[3]["heard"], true, "the subscription announced: {}", lines[3]);
+    assert!(lines[6]["result"].is_object() && lines[6]["result"]["isError"] != true, "{}", lines[6]);
+    assert_eq!(lines[7]["heard"], true, "the upstream's change reaches the TypeScript host: {}", lines[7]);
+    Ok(())
+}
