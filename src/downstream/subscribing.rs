@@ -179,6 +179,9 @@ impl ProxyServer {
         let _counted = self.proxy.metrics().downstream_session(self.transport, Era::Modern);
         self.proxy.metrics().downstream_request(method::SUBSCRIPTIONS_LISTEN, "ok", std::time::Duration::ZERO);
         outlet.attach(Box::new(ListenOutlet(context.sink().clone()))).await;
+        if self.records.is_some() {
+            self.announce_listened(&context).await;
+        }
         // Returning ends the stream with its final result: at shutdown, before rmcp stops.
         tokio::select! {
             _ = context.cancelled() => {}
@@ -193,6 +196,31 @@ fn store_error(error: redis::RedisError) -> ErrorData {
     tracing::warn!(error = %error, "cluster: a session's subscriptions could not be recorded");
     ErrorData::internal_error("the cluster's session store (Redis) cannot be reached; retry later", None)
 }
+
+impl ProxyServer {
+    /// `[cluster]`: a listen stream may be one a host reopened after the replica serving it
+    /// died, and a change may have come while no replica watched its URIs for it: once each URI
+    /// is acknowledged upstream again, the host is sent one `updated` for it (a spurious one on
+    /// a first open).
+    async fn announce_listened(&self, context: &SubscriptionContext) {
+        let uris = context.accepted().resource_subscriptions.clone().unwrap_or_default();
+        if uris.is_empty() {
+            return;
+        }
+        let caller = self.caller();
+        let watched = uris.iter().map(|uri| self.proxy.wait_watched(&caller, uri, ANNOUNCE_WAIT));
+        futures::future::join_all(watched).await;
+        tracing::debug!(principal = %self.principal, uris = uris.len(), "cluster: listen stream announced");
+        for uri in uris {
+            if context.sink().notify_resource_updated(uri).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// How long a reopened listen stream waits for its URIs' upstreams before announcing them.
+const ANNOUNCE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Listen streams opened before their acknowledgement, by the task of their request.
 #[derive(Default)]

@@ -318,3 +318,45 @@ async fn the_typescript_client_keeps_a_2025_session_across_replicas() -> anyhow:
     assert_eq!(lines[7]["heard"], true, "the upstream's change reaches the TypeScript host: {}", lines[7]);
     Ok(())
 }
+
+/// The next `updated` on a 2026-07-28 listen stream; `None` when the stream ended.
+async fn next_listened(stream: &mut rmcp::service::Subscription) -> anyhow::Result<Option<String>> {
+    loop {
+        match tokio::time::timeout(DEADLINE, stream.next()).await.context("nothing heard on the listen stream")? {
+            Ok(Some(rmcp::model::ServerNotification::ResourceUpdatedNotification(n))) => return Ok(Some(n.params.uri)),
+            Ok(Some(_)) => continue,
+            Ok(None) | Err(_) => return Ok(None),
+        }
+    }
+}
+
+/// A 2026-07-28 listen stream cut by the `kill -9` of its replica is reopened by the host
+/// through the load balancer, and the change the upstream made while no stream was open reaches
+/// it on the new one.
+#[tokio::test]
+async fn a_listen_stream_reopened_after_its_replica_died_loses_no_change() -> anyhow::Result<()> {
+    let (fixture, config) = upstream().await?;
+    let cluster = Replicas::start(3, &config, &[]).await?;
+    let (side, _) = fixture::connect_http(&fixture.url, Era::Legacy).await?;
+    let (host, _) = fixture::connect_http(cluster.url(), Era::Modern).await?;
+    let filter = || rmcp::model::SubscriptionFilter::builder().resource_subscriptions([ITEM.to_owned()]).build();
+    let mut stream = host.listen(filter()).await?;
+    assert_eq!(next_listened(&mut stream).await?.as_deref(), Some(ITEM), "the stream announces what it holds");
+    let serving = eventually(DEADLINE, "a replica serves the listen stream", || async {
+        let serving: Vec<usize> = (0..cluster.replicas.len())
+            .filter(|&i| !cluster.replicas[i].matching(&["listen stream announced"]).is_empty())
+            .collect();
+        match serving.as_slice() {
+            [one] => Ok(*one),
+            other => Err(anyhow::anyhow!("replicas serving it: {other:?}")),
+        }
+    })
+    .await?;
+    kill(&cluster.replicas[serving]).await?;
+    assert_eq!(next_listened(&mut stream).await?, None, "the stream ends with its replica");
+    // A change while no stream is open.
+    call_json(&side, "touch", json!({ "uri": "fx://fx/item/1" })).await?;
+    let mut reopened = eventually(DEADLINE, "the host reopens its listen stream", || host.listen(filter())).await?;
+    assert_eq!(next_listened(&mut reopened).await?.as_deref(), Some(ITEM), "the change is not lost");
+    Ok(())
+}
