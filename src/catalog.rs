@@ -322,6 +322,25 @@ mod tests {
     }
 
     #[test]
+    fn the_fingerprint_follows_the_content_not_the_history() {
+        let steady = Catalog::new();
+        steady.set_upstream("a", entries("a", 3));
+        steady.set_upstream("b", entries("b", 2));
+        let churned = Catalog::new();
+        churned.set_upstream("b", entries("b", 5));
+        churned.set_upstream("a", entries("a", 3));
+        churned.remove_upstream("b");
+        churned.set_upstream("b", entries("b", 2));
+        let (steady, churned) = (steady.snapshot(), churned.snapshot());
+        assert_ne!(steady.generation, churned.generation, "another history");
+        assert_eq!(steady.fingerprint(), churned.fingerprint(), "the same lists, the same fingerprint");
+        let other = Catalog::new();
+        other.set_upstream("a", entries("a", 3));
+        other.set_upstream("b", entries("b", 3));
+        assert_ne!(other.snapshot().fingerprint(), steady.fingerprint(), "another list");
+    }
+
+    #[test]
     fn snapshots_are_immutable_and_removal_bumps_the_generation() {
         let catalog = Catalog::new();
         catalog.set_upstream("a", entries("a", 2));

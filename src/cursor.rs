@@ -229,4 +229,18 @@ mod tests {
         check(&cursor[..cursor.len() - 2], "alice", ListKind::Resources, Err(CursorError::Malformed));
         check("AQEAAAAAAAAAKgAAAAAAAAEs", "alice", ListKind::Resources, Err(CursorError::Malformed));
     }
+
+    #[test]
+    fn a_cluster_key_versions_lists_by_content_and_a_process_key_by_generation() {
+        let (shared, own) = (CursorKey::shared([7; 32]), CursorKey::from_bytes([7; 32]));
+        assert_eq!(shared.list_version(1, || 99), 99);
+        assert_eq!(own.list_version(1, || 99), 1);
+        let cursor = shared.page_cursor("alice", ListKind::Resources, 99, 2);
+        assert_eq!(shared.page_start("alice", ListKind::Resources, 99, Some(&cursor)), Ok(2));
+        assert_eq!(
+            CursorKey::shared([8; 32]).page_start("alice", ListKind::Resources, 99, Some(&cursor)),
+            Err(CursorError::Forged),
+            "another cluster's key"
+        );
+    }
 }

@@ -60,6 +60,9 @@ async fn every_replica_shows_the_cluster_and_redis_going_away_and_coming_back() 
         .await?;
         assert!(shown["redis"]["recoveries"].as_u64() >= Some(1), "{shown}");
         replica.wait_metric("mcp_proxy_cluster_redis_up", &[("replica", id)], |n| n == 1.0).await?;
+        let said = replica.logs().join("\n");
+        assert!(said.contains("Redis is unreachable") && said.contains("Redis is up"), "the outage is logged");
+        assert!(!said.contains(SECRET), "no secret in the logs");
     }
     Ok(())
 }
