@@ -39,6 +39,8 @@ use rmcp::transport::streamable_http_server::session::local::{LocalSessionManage
 use rmcp::transport::streamable_http_server::session::{RestoreOutcome, ServerSseMessage, SessionId};
 use tokio::sync::mpsc;
 
+use super::shared::ids::SessionIds;
+
 /// A call's own messages that may wait for its stream (as many as rmcp's own stream holds).
 const CALL_QUEUE: usize = 16;
 
@@ -46,6 +48,8 @@ const CALL_QUEUE: usize = 16;
 pub(super) struct CallStreams {
     local: Arc<LocalSessionManager>,
     open: Arc<OpenCalls>,
+    /// `[cluster]`: session ids are minted with the cluster's key, bound to their principal.
+    ids: Option<SessionIds>,
 }
 
 /// A session's transport: marked notifications go to their call's stream (see the module doc).
@@ -95,7 +99,13 @@ struct CallQueue {
 impl CallStreams {
     /// Over `local`, which the rest of the listener (gate, reaper, fast path) shares.
     pub fn new(local: Arc<LocalSessionManager>) -> Self {
-        CallStreams { local, open: Arc::default() }
+        CallStreams { local, open: Arc::default(), ids: None }
+    }
+
+    /// `[cluster]`: new sessions get ids `ids` mints for the request's principal.
+    pub fn minting(mut self, ids: Option<SessionIds>) -> Self {
+        self.ids = ids;
+        self
     }
 
     fn transport(&self, session: &SessionId, transport: SessionTransport) -> CallStreamTransport {
@@ -153,6 +163,15 @@ impl SessionManager for CallStreams {
     type Transport = CallStreamTransport;
 
     async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
+        if let Some(ids) = &self.ids {
+            let principal = crate::auth::current_principal().unwrap_or_else(|| crate::auth::ANONYMOUS.to_string());
+            let id: SessionId = Arc::from(ids.mint(&principal));
+            // rmcp's way to open a session under an id of one's own choosing.
+            if let RestoreOutcome::Restored(transport) = self.local.restore_session(id.clone()).await? {
+                let transport = self.transport(&id, transport);
+                return Ok((id, transport));
+            }
+        }
         let (id, transport) = self.local.create_session().await?;
         let transport = self.transport(&id, transport);
         Ok((id, transport))

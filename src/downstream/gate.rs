@@ -11,6 +11,13 @@
 //!   `503 Service Unavailable` with a plain-text reason and `Retry-After`.
 //! - `DELETE` of a session answers `204 No Content` (rmcp says 202, which SDKs report as a
 //!   failed termination) and leaves the book.
+//!
+//! With `[cluster]` (see `shared`) a named session must carry an id minted for this principal
+//! under the cluster's key, and one this replica does not hold must have a live record of the
+//! same principal (rmcp then re-creates it from the record); anything else is the same 404. The
+//! caps are the cluster's (the records), a GET stream served here holds the session's
+//! subscriptions, and a `Last-Event-ID` of a stream this replica never served is dropped (its
+//! events are another replica's; what the stream owes is sent on the new one).
 
 use std::sync::Arc;
 
@@ -23,6 +30,8 @@ use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 
 use super::sessions::{OverCap, SessionBook};
+use super::shared::records::{Admission, Records};
+use super::shared::{self, Shared};
 use crate::auth::Principal;
 use crate::metrics::{Metrics, Transport};
 use crate::protocol::Era;
@@ -35,6 +44,8 @@ pub(super) struct Gate {
     pub book: Arc<SessionBook>,
     pub manager: Arc<LocalSessionManager>,
     pub metrics: Metrics,
+    /// `[cluster]`: the sessions' records.
+    pub shared: Option<Shared>,
 }
 
 /// The middleware: `axum::middleware::from_fn_with_state(gate, guard_sessions)`, inside the
@@ -43,6 +54,9 @@ pub(super) async fn guard_sessions(State(gate): State<Gate>, request: Request, n
     let principal = request.extensions().get::<Principal>().map(|p| p.0.clone()).unwrap_or_default();
     let named = request.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let method = request.method().clone();
+    if let (Some(shared), Some(session)) = (&gate.shared, &named) {
+        return guard_shared(&gate, shared, &principal, session, request, next).await;
+    }
     if let Some(session) = &named {
         match gate.book.owner(session) {
             Some(owner) if *owner != *principal => {
@@ -61,6 +75,54 @@ pub(super) async fn guard_sessions(State(gate): State<Gate>, request: Request, n
     }
 }
 
+/// `[cluster]`: a request naming a session.
+async fn guard_shared(
+    gate: &Gate,
+    shared: &Shared,
+    principal: &str,
+    session: &str,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let method = request.method().clone();
+    if !shared.records.ids.verify(session, principal) {
+        tracing::debug!(principal = %principal, %method, "session id not minted for this principal here");
+        return session_not_found();
+    }
+    let mut restoring = None;
+    match gate.book.owner(session) {
+        Some(owner) if *owner != *principal => return session_not_found(),
+        Some(_) => gate.book.touch(session, None),
+        None => match shared.records.load(session).await {
+            Ok(Some(record)) if record.principal == principal => {
+                let counted = gate.metrics.downstream_session(Transport::Http, Era::Legacy);
+                gate.book.admit_restored(session, principal, counted);
+                restoring = Some(record);
+            }
+            Ok(_) => return session_not_found(),
+            Err(_) => return store_unavailable(),
+        },
+    }
+    if method == Method::GET && !gate.book.streamed(session) {
+        request.headers_mut().remove("last-event-id");
+    }
+    let restored = restoring.is_some();
+    let response = match restoring {
+        Some(record) => shared::restore_with(record, next.run(request)).await,
+        None => next.run(request).await,
+    };
+    if method == Method::DELETE {
+        return ended(gate, session, response);
+    }
+    if !response.status().is_success() {
+        if restored {
+            gate.book.forget(session);
+        }
+        return response;
+    }
+    if method == Method::GET { shared.holding.hold(session, principal, response) } else { response }
+}
+
 /// A response that opened a session: enter it, or close it again over a cap.
 async fn admit(gate: &Gate, principal: &str, response: Response) -> Response {
     let Some(session) = response.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
@@ -68,9 +130,24 @@ async fn admit(gate: &Gate, principal: &str, response: Response) -> Response {
     };
     let session = session.to_owned();
     let counted = gate.metrics.downstream_session(Transport::Http, Era::Legacy);
-    let Err(over) = gate.book.admit(&session, principal, counted) else { return response };
+    let admitted = match &gate.shared {
+        Some(shared) => admit_shared(&shared.records, &gate.book, &session, principal).await,
+        None => Ok(()),
+    };
+    let admitted = admitted.and_then(|()| gate.book.admit(&session, principal, counted).map_err(Some));
+    let over = match admitted {
+        Ok(()) => return response,
+        Err(Some(over)) => over,
+        Err(None) => {
+            let _ = gate.manager.close_session(&Arc::from(session.as_str())).await;
+            return store_unavailable();
+        }
+    };
     tracing::warn!(principal = %principal, limit = ?over, "session refused: over the session limit");
     let _ = gate.manager.close_session(&Arc::from(session.as_str())).await;
+    if let Some(shared) = &gate.shared {
+        let _ = shared.records.end(&session).await;
+    }
     let reason = match over {
         OverCap::Total(n) => format!("too many sessions: the proxy holds its limit of {n} (server.max_sessions)"),
         OverCap::Principal(n) => {
@@ -79,6 +156,32 @@ async fn admit(gate: &Gate, principal: &str, response: Response) -> Response {
     };
     let headers = [(CONTENT_TYPE, "text/plain; charset=utf-8"), (RETRY_AFTER, "10")];
     let body = format!("Service Unavailable: {reason}; close an unused session (DELETE) or retry later\n");
+    (StatusCode::SERVICE_UNAVAILABLE, headers, body).into_response()
+}
+
+/// `[cluster]`: the cluster-wide caps, kept with the records; `None`: Redis cannot be reached.
+async fn admit_shared(
+    records: &Records,
+    book: &SessionBook,
+    session: &str,
+    principal: &str,
+) -> Result<(), Option<OverCap>> {
+    let (total, mine) = book.caps();
+    match records.admit(session, principal, total, mine).await {
+        Ok(Admission::Admitted) => Ok(()),
+        Ok(Admission::OverTotal) => Err(Some(OverCap::Total(total))),
+        Ok(Admission::OverPrincipal) => Err(Some(OverCap::Principal(mine))),
+        Err(error) => {
+            tracing::warn!(error = %error, "cluster: a new session could not be recorded");
+            Err(None)
+        }
+    }
+}
+
+/// Redis cannot be reached: a session it holds can be neither opened nor restored.
+fn store_unavailable() -> Response {
+    let headers = [(CONTENT_TYPE, "text/plain; charset=utf-8"), (RETRY_AFTER, "5")];
+    let body = "Service Unavailable: the cluster's session store (Redis) cannot be reached; retry later\n";
     (StatusCode::SERVICE_UNAVAILABLE, headers, body).into_response()
 }
 

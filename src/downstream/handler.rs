@@ -127,6 +127,11 @@ impl ServerHandler for ProxyServer {
     ) -> Result<(), ErrorData> {
         self.check_principal(&context.extensions)?;
         *self.log_level.lock().expect("log level lock") = Some(request.level);
+        if let (Some(records), Some(session)) = (&self.records, session_header(&context.extensions))
+            && let Err(error) = records.set_level(session, request.level).await
+        {
+            tracing::warn!(error = %error, "cluster: a session's log level was not recorded");
+        }
         Ok(())
     }
 

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use axum::handler::Handler;
 use rmcp::transport::StreamableHttpServerConfig;
 use rmcp::transport::streamable_http_server::StreamableHttpService;
+use rmcp::transport::streamable_http_server::session::SessionStore;
 use rmcp::transport::streamable_http_server::session::local::{LocalSessionManager, SessionConfig};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -25,7 +26,12 @@ use super::call_streams::CallStreams;
 use super::closing::{ClosingStreams, track_streams};
 use super::fast::{self, FastPath, Front};
 use super::gate::{Gate, guard_sessions};
-use super::sessions::{SessionBook, reap};
+use super::reaper::reap;
+use super::sessions::SessionBook;
+use super::shared::Shared;
+use super::shared::news::Newsroom;
+use super::shared::records::Records;
+use super::shared::streams::Holding;
 use crate::auth::{self, Authenticator};
 use crate::listener::{self, ConnectionLimits, allowed_hosts, own_origins};
 use crate::metrics::Transport;
@@ -46,16 +52,39 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     sessions.session_config = session_config;
     let sessions = Arc::new(sessions);
     let metrics = proxy.metrics().clone();
-    let book = Arc::new(SessionBook::new(server.max_sessions, server.max_sessions_per_principal));
+    // `[cluster]`: sessions any replica serves, kept in Redis (see `shared`).
+    let records = proxy.cluster().map(|cluster| {
+        Records::new(cluster.clone(), server.session_idle_timeout, server.subscribed_session_idle_timeout)
+    });
+    let mut book = SessionBook::new(server.max_sessions, server.max_sessions_per_principal);
+    if records.is_some() {
+        book = book.with_shared_caps();
+    }
+    let book = Arc::new(book);
     let spine = proxy.spine();
-    spine.spawn("session-reaper", reap(book.clone(), sessions.clone(), proxy.clone(), shutdown.clone()));
+    let reaper = reap(book.clone(), sessions.clone(), proxy.clone(), records.clone(), shutdown.clone());
+    spine.spawn("session-reaper", reaper);
+    let shared = records.clone().map(|records| {
+        let holding =
+            Holding { proxy: proxy.clone(), records: records.clone(), book: book.clone(), streams: Arc::default() };
+        Shared { records, holding }
+    });
+    if let Some(shared) = &shared {
+        let newsroom = Newsroom {
+            records: shared.records.clone(),
+            book: book.clone(),
+            manager: sessions.clone(),
+            streams: shared.streams().clone(),
+        };
+        spine.spawn("session-news", newsroom.run(shutdown.clone()));
+    }
     // At shutdown listen streams end first, rmcp stops after them (see `closing`).
     let streams = ClosingStreams::default();
     let stop_rmcp = CancellationToken::new();
     spine.spawn("listen-closing", streams.clone().close_in_order(shutdown.clone(), stop_rmcp.clone()));
     let hosts: Arc<[String]> = allowed_hosts(local, &server.allowed_hosts).into();
     let origins = server.allowed_origins.iter().cloned().chain(own_origins(local));
-    let config = StreamableHttpServerConfig::default()
+    let mut config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(true)
         // A stateless request answered by one message gets plain JSON: the client reads the
         // body to its end and keeps the connection (SSE bodies were dropped mid-stream, which
@@ -65,22 +94,27 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
         .with_allowed_origins(origins)
         .enforce_origin_validation()
         .with_cancellation_token(stop_rmcp);
+    // rmcp keeps each session's `initialize` in the records and replays it on a replica asked
+    // for a session it does not hold.
+    config.session_store = records.clone().map(|records| Arc::new(records) as Arc<dyn SessionStore>);
     // rmcp builds one handler per legacy session and per stateless request, inside the request
     // the middleware authenticated: each handler belongs to that request's principal.
-    let gate = Gate { book: book.clone(), manager: sessions.clone(), metrics: metrics.clone() };
+    let gate = Gate { book: book.clone(), manager: sessions.clone(), metrics: metrics.clone(), shared };
     let closing = streams.closing.clone();
     let hosts = Arc::new(AllowedHosts::new(&hosts));
     let fast = FastPath { proxy: proxy.clone(), book: book.clone(), manager: sessions.clone(), hosts };
+    let ids = records.as_ref().map(|records| records.ids.clone());
     let factory = move || {
         let principal = auth::current_principal().unwrap_or_else(|| auth::ANONYMOUS.to_string());
         let server = ProxyServer::new(proxy.clone(), &principal, Transport::Http);
-        Ok(server.with_session_book(book.clone()).closing_with(closing.clone()))
+        Ok(server.with_session_book(book.clone()).with_records(records.clone()).closing_with(closing.clone()))
     };
     // axum and each `from_fn` layer clone the service behind them at every request; rmcp's
     // clone copies its config (the allowed hosts and origins with it) — a dozen times per
     // request, most of a cache hit's allocations. Behind an `Arc` a clone is a counter.
     // A call's log messages ride its own response stream, not the GET stream (see `call_streams`).
-    let service = Arc::new(StreamableHttpService::new(factory, Arc::new(CallStreams::new(sessions)), config));
+    let service =
+        Arc::new(StreamableHttpService::new(factory, Arc::new(CallStreams::new(sessions).minting(ids)), config));
     let service = move |request: axum::extract::Request| {
         let service = service.clone();
         async move { service.handle(request).await }

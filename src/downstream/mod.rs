@@ -15,9 +15,11 @@ mod http;
 mod metering;
 mod offerings;
 mod outlets;
+mod reaper;
 mod relay;
 mod resources;
 mod sessions;
+mod shared;
 mod subscribing;
 
 use std::sync::{Arc, OnceLock};
@@ -46,6 +48,8 @@ pub struct ProxyServer {
     transport: Transport,
     /// Legacy HTTP sessions' last activity, for the reaper.
     book: Option<Arc<sessions::SessionBook>>,
+    /// `[cluster]`: the sessions' records (subscriptions and log level are kept there).
+    records: Option<shared::records::Records>,
     /// This legacy session's outlet, once it has one; released when the server is dropped,
     /// which rmcp does when the session ends.
     session: OnceLock<Session>,
@@ -75,6 +79,7 @@ impl Clone for ProxyServer {
     fn clone(&self) -> Self {
         let mut fresh = Self::new(self.proxy.clone(), &self.principal, self.transport);
         fresh.book = self.book.clone();
+        fresh.records = self.records.clone();
         fresh.closing = self.closing.clone();
         fresh
     }
@@ -88,6 +93,7 @@ impl ProxyServer {
             principal: principal.into(),
             transport,
             book: None,
+            records: None,
             session: OnceLock::new(),
             closing,
             log_level: relay::LogLevel::default(),
@@ -103,6 +109,16 @@ impl ProxyServer {
 
     fn with_session_book(mut self, book: Arc<sessions::SessionBook>) -> Self {
         self.book = Some(book);
+        self
+    }
+
+    /// `[cluster]`: sessions kept in `records`; a handler built to restore one (rmcp replays
+    /// its handshake) takes its log level from the record.
+    fn with_records(mut self, records: Option<shared::records::Records>) -> Self {
+        if let Some(level) = shared::restoring().and_then(|record| record.level) {
+            *self.log_level.lock().expect("log level lock") = Some(level);
+        }
+        self.records = records;
         self
     }
 

@@ -14,12 +14,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rmcp::transport::streamable_http_server::session::SessionManager;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use tokio_util::sync::CancellationToken;
-
 use crate::metrics::SessionGuard;
-use crate::proxy::Proxy;
 use crate::subscriptions::HolderId;
 
 /// The open legacy sessions: owner, last activity, holder id once it has one.
@@ -27,6 +22,10 @@ pub(super) struct SessionBook {
     sessions: Mutex<HashMap<String, Seen>>,
     max_sessions: usize,
     max_per_principal: usize,
+    /// `[cluster]`: the caps are kept cluster-wide by the records, not here.
+    shared_caps: bool,
+    /// Woken whenever a session's holder id becomes known (see [`SessionBook::wait_holder`]).
+    holders: tokio::sync::Notify,
 }
 
 struct Seen {
@@ -36,6 +35,11 @@ struct Seen {
     /// The session finished a handshake that chose a 2025-era version: the fast path may
     /// answer its reads and lists.
     legacy_ready: bool,
+    /// `[cluster]`: a GET stream of the session was served by this replica (its event ids are
+    /// this replica's to resume).
+    streamed_here: bool,
+    /// `[cluster]`: when the session's record was last told of its activity.
+    pushed: Instant,
     _counted: SessionGuard,
 }
 
@@ -50,12 +54,33 @@ pub(super) enum OverCap {
 
 impl SessionBook {
     pub fn new(max_sessions: usize, max_per_principal: usize) -> Self {
-        Self { sessions: Mutex::default(), max_sessions, max_per_principal }
+        Self {
+            sessions: Mutex::default(),
+            max_sessions,
+            max_per_principal,
+            shared_caps: false,
+            holders: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// `[cluster]`: the caps are the cluster's (see [`SessionBook::caps`]), checked elsewhere.
+    pub fn with_shared_caps(mut self) -> Self {
+        self.shared_caps = true;
+        self
+    }
+
+    /// `server.max_sessions` and `server.max_sessions_per_principal`.
+    pub fn caps(&self) -> (usize, usize) {
+        (self.max_sessions, self.max_per_principal)
     }
 
     /// Enter a session rmcp just opened for `principal`, unless that passes a cap.
     pub fn admit(&self, session: &str, principal: &str, counted: SessionGuard) -> Result<(), OverCap> {
         let mut sessions = self.sessions.lock().expect("sessions lock");
+        if self.shared_caps {
+            sessions.insert(session.to_string(), Seen::new(principal, counted));
+            return Ok(());
+        }
         if sessions.len() >= self.max_sessions {
             return Err(OverCap::Total(self.max_sessions));
         }
@@ -63,15 +88,66 @@ impl SessionBook {
         if of_principal >= self.max_per_principal {
             return Err(OverCap::Principal(self.max_per_principal));
         }
-        let seen = Seen {
-            principal: principal.into(),
-            last: Instant::now(),
-            holder: None,
-            legacy_ready: false,
-            _counted: counted,
-        };
-        sessions.insert(session.to_string(), seen);
+        sessions.insert(session.to_string(), Seen::new(principal, counted));
         Ok(())
+    }
+
+    /// `[cluster]`: enter a session another replica opened (the caps are the cluster's, kept
+    /// in Redis); nothing when the book knows it already.
+    pub fn admit_restored(&self, session: &str, principal: &str, counted: SessionGuard) {
+        let mut sessions = self.sessions.lock().expect("sessions lock");
+        sessions.entry(session.to_string()).or_insert_with(|| Seen::new(principal, counted));
+    }
+
+    /// The session's holder id on this replica, waiting (at most `timeout`) until its handler
+    /// registered one.
+    pub async fn wait_holder(&self, session: &str, timeout: Duration) -> Option<HolderId> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let woken = self.holders.notified();
+            let known = self.sessions.lock().expect("sessions lock").get(session).map(|seen| seen.holder);
+            match known {
+                None => return None,
+                Some(Some(holder)) => return Some(holder),
+                Some(None) => {}
+            }
+            if tokio::time::timeout_at(deadline, woken).await.is_err() {
+                return None;
+            }
+        }
+    }
+
+    /// `[cluster]`: a GET stream of `session` is served here now; whether one was before.
+    pub fn streamed(&self, session: &str) -> bool {
+        let mut sessions = self.sessions.lock().expect("sessions lock");
+        sessions.get_mut(session).is_some_and(|seen| std::mem::replace(&mut seen.streamed_here, true))
+    }
+
+    /// `[cluster]`: sessions active since their record was last told, marked told.
+    pub fn to_push(&self) -> Vec<String> {
+        let now = Instant::now();
+        let mut sessions = self.sessions.lock().expect("sessions lock");
+        let mut due = Vec::new();
+        for (id, seen) in sessions.iter_mut() {
+            if seen.last > seen.pushed {
+                seen.pushed = now;
+                due.push(id.clone());
+            }
+        }
+        due
+    }
+
+    /// The session ids the book holds for which `matches` is true.
+    pub fn find(&self, matches: impl Fn(&str) -> bool) -> Vec<String> {
+        self.sessions.lock().expect("sessions lock").keys().filter(|id| matches(id)).cloned().collect()
+    }
+
+    /// `[cluster]`: the session was active elsewhere; its idle time starts again.
+    pub fn refresh(&self, session: &str) {
+        if let Some(seen) = self.sessions.lock().expect("sessions lock").get_mut(session) {
+            seen.last = Instant::now();
+            seen.pushed = seen.last;
+        }
     }
 
     /// The principal that opened `session`, if the book knows it.
@@ -97,7 +173,10 @@ impl SessionBook {
         let mut sessions = self.sessions.lock().expect("sessions lock");
         if let Some(seen) = sessions.get_mut(session) {
             seen.last = Instant::now();
-            seen.holder = seen.holder.or(holder);
+            if seen.holder.is_none() && holder.is_some() {
+                seen.holder = holder;
+                self.holders.notify_waiters();
+            }
         }
     }
 
@@ -107,7 +186,7 @@ impl SessionBook {
     }
 
     /// Sessions due to be closed now.
-    fn due(&self, idle: Duration, subscribed_idle: Duration, holds: impl Fn(HolderId) -> bool) -> Vec<String> {
+    pub fn due(&self, idle: Duration, subscribed_idle: Duration, holds: impl Fn(HolderId) -> bool) -> Vec<String> {
         let now = Instant::now();
         let sessions = self.sessions.lock().expect("sessions lock");
         sessions
@@ -121,28 +200,17 @@ impl SessionBook {
     }
 }
 
-/// Close sessions as they fall due, until `shutdown`.
-pub(super) async fn reap(
-    book: Arc<SessionBook>,
-    manager: Arc<LocalSessionManager>,
-    proxy: Proxy,
-    shutdown: CancellationToken,
-) {
-    let server = proxy.config().server.clone();
-    let every = (server.session_idle_timeout / 4).clamp(Duration::from_millis(100), Duration::from_secs(60));
-    let mut tick = tokio::time::interval(every);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = shutdown.cancelled() => return,
-        }
-        let due = book.due(server.session_idle_timeout, server.subscribed_session_idle_timeout, |holder| {
-            proxy.holds_anything(holder)
-        });
-        for session in due {
-            tracing::info!(session = %session, "closing idle session");
-            let _ = manager.close_session(&Arc::from(session.as_str())).await;
-            book.forget(&session);
+impl Seen {
+    fn new(principal: &str, counted: SessionGuard) -> Self {
+        let now = Instant::now();
+        Seen {
+            principal: principal.into(),
+            last: now,
+            holder: None,
+            legacy_ready: false,
+            streamed_here: false,
+            pushed: now,
+            _counted: counted,
         }
     }
 }

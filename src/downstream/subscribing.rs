@@ -23,7 +23,9 @@ use rmcp::{ErrorData, ServerHandler};
 use tokio::task;
 
 use super::outlets::{BufferedOutlet, ListenOutlet};
-use super::{ProxyServer, Session};
+use super::shared::records::{Records, SubscribeRefused};
+use super::{ProxyServer, Session, session_header};
+use crate::error::ProxyError;
 use crate::fanout::{OutletInfo, OutletKind};
 use crate::protocol::{Era, method};
 use crate::proxy::Caller;
@@ -38,6 +40,9 @@ impl ProxyServer {
         let started = Instant::now();
         let holder = self.session(&context.peer);
         self.seen(&context.extensions);
+        if let (Some(records), Some(session)) = (&self.records, session_header(&context.extensions)) {
+            return self.subscribe_shared(records, session, &request.uri, started).await;
+        }
         // The caps (per session, per principal) are kept with the holds themselves.
         self.record(method::RESOURCES_SUBSCRIBE, started, self.proxy.subscribe(&self.caller(), holder, &request.uri))
     }
@@ -50,11 +55,50 @@ impl ProxyServer {
         self.check_principal(&context.extensions)?;
         let started = Instant::now();
         let holder = self.session(&context.peer);
+        if let (Some(records), Some(session)) = (&self.records, session_header(&context.extensions)) {
+            let recorded = records.unsubscribe(session, &request.uri).await.map_err(store_error);
+            let outcome = if recorded.is_ok() { "ok" } else { "error" };
+            self.proxy.metrics().downstream_request(method::RESOURCES_UNSUBSCRIBE, outcome, started.elapsed());
+            return recorded;
+        }
         self.record(
             method::RESOURCES_UNSUBSCRIBE,
             started,
             self.proxy.unsubscribe(&self.caller(), holder, &request.uri),
         )
+    }
+
+    /// `[cluster]`: the subscription goes into the session's record (within
+    /// `server.max_subscriptions_per_session`); the replica serving the session's GET stream
+    /// holds it (see `shared::streams`).
+    async fn subscribe_shared(
+        &self,
+        records: &Records,
+        session: &str,
+        uri: &str,
+        started: Instant,
+    ) -> Result<(), ErrorData> {
+        let caller = self.caller();
+        if self.proxy.subscribable(&caller, &[uri.to_owned()]).is_empty() {
+            return self.record(method::RESOURCES_SUBSCRIBE, started, Err(ProxyError::not_found(uri)));
+        }
+        let limit = self.proxy.config().server.max_subscriptions_per_session;
+        let recorded = match records.subscribe(session, uri, limit).await {
+            Ok(recorded) => recorded,
+            Err(error) => {
+                self.proxy.metrics().downstream_request(method::RESOURCES_SUBSCRIBE, "error", started.elapsed());
+                return Err(store_error(error));
+            }
+        };
+        let result = recorded.map_err(|refused| match refused {
+            SubscribeRefused::NoSession => ProxyError::not_found(uri),
+            SubscribeRefused::Full => ProxyError::SubscriptionLimit {
+                holder: "this session",
+                limit,
+                setting: "server.max_subscriptions_per_session",
+            },
+        });
+        self.record(method::RESOURCES_SUBSCRIBE, started, result)
     }
 
     pub(super) fn subscriptions_accepted_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
@@ -135,6 +179,9 @@ impl ProxyServer {
         let _counted = self.proxy.metrics().downstream_session(self.transport, Era::Modern);
         self.proxy.metrics().downstream_request(method::SUBSCRIPTIONS_LISTEN, "ok", std::time::Duration::ZERO);
         outlet.attach(Box::new(ListenOutlet(context.sink().clone()))).await;
+        if self.records.is_some() {
+            self.announce_listened(&context).await;
+        }
         // Returning ends the stream with its final result: at shutdown, before rmcp stops.
         tokio::select! {
             _ = context.cancelled() => {}
@@ -143,6 +190,37 @@ impl ProxyServer {
         Ok(())
     }
 }
+
+/// Redis could not be reached for a session's record.
+fn store_error(error: redis::RedisError) -> ErrorData {
+    tracing::warn!(error = %error, "cluster: a session's subscriptions could not be recorded");
+    ErrorData::internal_error("the cluster's session store (Redis) cannot be reached; retry later", None)
+}
+
+impl ProxyServer {
+    /// `[cluster]`: a listen stream may be one a host reopened after the replica serving it
+    /// died, and a change may have come while no replica watched its URIs for it: once each URI
+    /// is acknowledged upstream again, the host is sent one `updated` for it (a spurious one on
+    /// a first open).
+    async fn announce_listened(&self, context: &SubscriptionContext) {
+        let uris = context.accepted().resource_subscriptions.clone().unwrap_or_default();
+        if uris.is_empty() {
+            return;
+        }
+        let caller = self.caller();
+        let watched = uris.iter().map(|uri| self.proxy.wait_watched(&caller, uri, ANNOUNCE_WAIT));
+        futures::future::join_all(watched).await;
+        tracing::debug!(principal = %self.principal, uris = uris.len(), "cluster: listen stream announced");
+        for uri in uris {
+            if context.sink().notify_resource_updated(uri).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// How long a reopened listen stream waits for its URIs' upstreams before announcing them.
+const ANNOUNCE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Listen streams opened before their acknowledgement, by the task of their request.
 #[derive(Default)]

@@ -226,6 +226,12 @@ impl Proxy {
         self.inner.subscriptions.unsubscribe(caller, holder, uri)
     }
 
+    /// Wait (at most `timeout`) until the upstream acknowledged its subscription to `uri`
+    /// (held by someone); false when refused, not in time, or not `caller`'s to see.
+    pub async fn wait_watched(&self, caller: &Caller, uri: &str, timeout: Duration) -> bool {
+        self.inner.reads.wait_watched(caller, uri, timeout).await
+    }
+
     /// The subset of `uris` that `caller` may subscribe to.
     pub fn subscribable(&self, caller: &Caller, uris: &[String]) -> Vec<String> {
         self.inner.subscriptions.subscribable(caller, uris)

@@ -140,6 +140,16 @@ impl Reads {
         Ok(ReadAnswer::Result { result, ttl, scope, outcome, contents_json: None })
     }
 
+    /// Wait (at most `timeout`) until the upstream of a namespaced URI `caller` may see has
+    /// acknowledged its subscription; false when it refused, did not answer in time, cannot
+    /// notify, or the URI is not the caller's to see.
+    pub(crate) async fn wait_watched(&self, caller: &Caller, uri: &str, timeout: Duration) -> bool {
+        let Ok(route) = self.access.route(caller, uri, DenialAction::Subscribe) else { return false };
+        let Some(upstream) = self.upstreams.get(&route.upstream) else { return false };
+        upstream.can_notify()
+            && matches!(upstream.wait_watching(&route.original, timeout).await, Watching::Acknowledged)
+    }
+
     /// One upstream read, watched when the upstream acknowledges the subscription first.
     async fn load(&self, upstream: &Upstream, name: &str, original: &str, uri: &str) -> Result<Loaded, ProxyError> {
         let coherence = &self.cache;

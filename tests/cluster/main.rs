@@ -12,3 +12,4 @@ mod bad_input;
 mod peers;
 mod redis_outage;
 mod replicas;
+mod sessions;

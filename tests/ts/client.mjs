@@ -22,6 +22,8 @@
 //                              {"op":"subscribe","honored":[uris] | null}
 //   wait_updated:URI           waits (20 s) until notifications/resources/updated for URI arrives:
 //                              {"op":"wait_updated","uri":URI,"heard":true|false}
+//   forget_updated:URI         a later wait_updated:URI waits for an `updated` heard after this op:
+//                              {"op":"forget_updated","uri":URI}
 // Lists and reads ask the proxy every time (cacheMode 'refresh'). The client checks a tool's
 // structuredContent against the outputSchema of the last listing: list tools before calling.
 
@@ -164,6 +166,9 @@ async function runOp(client, updates, subscriptions, mode, op) {
         }
         case 'wait_updated':
             return { op: kind, uri: rest, heard: await updates.wait(rest) };
+        case 'forget_updated':
+            updates.heard.delete(rest);
+            return { op: kind, uri: rest };
         default:
             throw new Error(`unknown op ${op}`);
     }

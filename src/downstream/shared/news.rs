@@ -1,0 +1,107 @@
+//! `[cluster]`: the `session-news` task hears what other replicas did to sessions this one
+//! holds: a session ended (`DELETE` anywhere) is closed here too; a session's subscriptions
+//! changed, so its GET stream here (if any) syncs again. A lost message (the push connection
+//! dropped, or the queue overflowed) makes every stream here sync again; a session ended while
+//! news was lost is closed here once it falls idle and its record is found gone (`sessions`).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use redis::aio::ConnectionManagerConfig;
+use redis::{PushInfo, PushKind, Value};
+use rmcp::transport::streamable_http_server::session::SessionManager;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::records::{ENDED, Records, SUBSCRIPTIONS};
+use super::streams::StreamHolds;
+use crate::downstream::sessions::SessionBook;
+
+/// News waiting to be handled; past it, news counts as lost.
+const NEWS_QUEUE: usize = 1024;
+/// How often the subscription is tried while Redis cannot be reached.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// What the task acts on.
+pub(crate) struct Newsroom {
+    pub records: Records,
+    pub book: Arc<SessionBook>,
+    pub manager: Arc<LocalSessionManager>,
+    pub streams: Arc<StreamHolds>,
+}
+
+impl Newsroom {
+    /// Hear and act on session news until `shutdown`.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let (sender, mut news) = mpsc::channel::<PushInfo>(NEWS_QUEUE);
+        let lost = Arc::new(AtomicBool::new(false));
+        let overflow = lost.clone();
+        let config = ConnectionManagerConfig::new().set_automatic_resubscription().set_push_sender(
+            move |info: PushInfo| -> Result<(), ()> {
+                if sender.try_send(info).is_err() {
+                    overflow.store(true, Ordering::Relaxed);
+                }
+                Ok(())
+            },
+        );
+        let channel = self.records.news_channel();
+        let mut retry = tokio::time::interval(RETRY);
+        let _connection = loop {
+            tokio::select! {
+                _ = retry.tick() => {}
+                _ = shutdown.cancelled() => return,
+            }
+            match self.records.cluster().connect(config.clone()).await {
+                Ok(mut connection) => match connection.subscribe(&channel).await {
+                    Ok(()) => break connection,
+                    Err(error) => tracing::debug!(error = %error, "cluster: session news not subscribed yet"),
+                },
+                Err(error) => tracing::debug!(error = %error, "cluster: session news not connected yet"),
+            }
+        };
+        loop {
+            let info = tokio::select! {
+                info = news.recv() => info,
+                _ = shutdown.cancelled() => return,
+            };
+            let Some(info) = info else { return };
+            if lost.swap(false, Ordering::Relaxed) {
+                self.streams.resync_all();
+            }
+            self.handle(info).await;
+        }
+    }
+
+    async fn handle(&self, info: PushInfo) {
+        match info.kind {
+            PushKind::Message => {}
+            PushKind::Disconnection => {
+                tracing::debug!("cluster: session news connection dropped; every stream syncs again");
+                self.streams.resync_all();
+                return;
+            }
+            _ => return,
+        }
+        let Some(Value::BulkString(payload)) = info.data.get(1) else { return };
+        let Some((what, record_key)) = std::str::from_utf8(payload).ok().and_then(|text| text.split_once(' ')) else {
+            return;
+        };
+        match what {
+            ENDED => self.ended(record_key).await,
+            SUBSCRIPTIONS => self.streams.resync(record_key),
+            _ => {}
+        }
+    }
+
+    /// The session keyed `record_key` ended on some replica: it ends here too.
+    async fn ended(&self, record_key: &str) {
+        let ids = &self.records.ids;
+        for session in self.book.find(|session| ids.record_key(session) == record_key) {
+            tracing::debug!("cluster: a session ended elsewhere is closed here");
+            let _ = self.manager.close_session(&Arc::from(session.as_str())).await;
+            self.book.forget(&session);
+        }
+    }
+}

@@ -1,0 +1,308 @@
+//! A 2025 session's record in Redis, so any replica can serve it: who opened it (the principal),
+//! its `initialize` parameters (protocol version, client capabilities and info — what rmcp
+//! replays to re-create the session), its `logging/setLevel` and its subscriptions. No token
+//! or secret is in it, and it is named by an HMAC of the session id, never the id.
+//!
+//! Keys (under the cluster's prefix): `session:<k>` (a hash), `session:<k>:subs` (a set),
+//! `sessions` and `sessions:<principal key>` (sorted sets of live records by expiry: the
+//! cluster-wide session caps). A record lives `server.session_idle_timeout` after its last
+//! request seen (`server.subscribed_session_idle_timeout` while it holds subscriptions): the
+//! idle reaping of the cluster is Redis's expiry. Changes of a session that other replicas act
+//! on (its end, its subscriptions) are published on `sessions:news`.
+
+#![allow(deprecated)] // Logging is deprecated by SEP-2577 but still in the 2025 era.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redis::aio::ConnectionManager;
+use redis::{AsyncCommands, RedisResult, Script};
+use rmcp::model::{InitializeRequestParams, LoggingLevel};
+use rmcp::transport::streamable_http_server::session::{SessionState, SessionStore, SessionStoreError};
+
+use super::ids::SessionIds;
+use crate::cluster::{COMMAND_TIMEOUT, Cluster};
+
+/// What `news` says of a session.
+pub(crate) const ENDED: &str = "ended";
+pub(crate) const SUBSCRIPTIONS: &str = "subscriptions";
+
+/// A session's record as read back.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Record {
+    pub principal: String,
+    pub level: Option<LoggingLevel>,
+    pub subscriptions: Vec<String>,
+}
+
+/// Why a subscription was not recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SubscribeRefused {
+    /// The record is gone (the session ended).
+    NoSession,
+    /// The session holds `server.max_subscriptions_per_session` URIs.
+    Full,
+}
+
+/// Why a new session was not admitted (the caps are cluster-wide).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Admission {
+    Admitted,
+    OverTotal,
+    OverPrincipal,
+}
+
+/// The records of this cluster's sessions. A cheap `Clone`.
+#[derive(Clone)]
+pub(crate) struct Records {
+    cluster: Cluster,
+    pub ids: SessionIds,
+    idle: Duration,
+    subscribed_idle: Duration,
+}
+
+impl Records {
+    pub fn new(cluster: Cluster, idle: Duration, subscribed_idle: Duration) -> Self {
+        let ids = SessionIds::new(cluster.keys().session_id());
+        Self { cluster, ids, idle, subscribed_idle }
+    }
+
+    /// The channel replicas hear each other's session news on.
+    pub fn news_channel(&self) -> String {
+        self.cluster.key(&["sessions", "news"])
+    }
+
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    /// Enter a session `principal` just opened, within the cluster-wide caps.
+    pub async fn admit(
+        &self,
+        session: &str,
+        principal: &str,
+        max_total: usize,
+        max_principal: usize,
+    ) -> RedisResult<Admission> {
+        let record = self.record_key(session);
+        let principal_key = self.ids.principal_key(principal);
+        let script = Script::new(ADMIT);
+        let mut invocation = script.key(&record);
+        invocation
+            .key(self.cluster.key(&["sessions"]))
+            .key(self.cluster.key(&["sessions", &principal_key]))
+            .arg(principal)
+            .arg(&principal_key)
+            .arg(now_ms())
+            .arg(now_ms() + ms(self.idle))
+            .arg(ms(self.idle))
+            .arg(max_total)
+            .arg(max_principal)
+            .arg(ms(self.idle.max(self.subscribed_idle)));
+        let answer: i64 = self.run(invocation.invoke_async(&mut self.redis())).await?;
+        Ok(match answer {
+            0 => Admission::Admitted,
+            1 => Admission::OverTotal,
+            _ => Admission::OverPrincipal,
+        })
+    }
+
+    /// The record of `session`, if it lives.
+    pub async fn load(&self, session: &str) -> RedisResult<Option<Record>> {
+        let record = self.record_key(session);
+        let subs = format!("{record}:subs");
+        let mut redis = self.redis();
+        let (fields, subscriptions): (std::collections::HashMap<String, String>, Vec<String>) =
+            self.run(redis::pipe().hgetall(&record).smembers(&subs).query_async(&mut redis)).await?;
+        let Some(principal) = fields.get("principal").cloned() else { return Ok(None) };
+        let level = fields.get("level").and_then(|level| serde_json::from_str(level).ok());
+        Ok(Some(Record { principal, level, subscriptions }))
+    }
+
+    /// Does `session`'s record live?
+    pub async fn exists(&self, session: &str) -> RedisResult<bool> {
+        let record = self.record_key(session);
+        let mut redis = self.redis();
+        self.run(redis.exists(&record)).await
+    }
+
+    /// `session` was active: its record lives on from now.
+    pub async fn touch(&self, session: &str) -> RedisResult<bool> {
+        let record = self.record_key(session);
+        let script = Script::new(TOUCH);
+        let mut invocation = script.key(&record);
+        invocation
+            .key(format!("{record}:subs"))
+            .key(self.cluster.key(&["sessions"]))
+            .key(self.cluster.key(&["sessions", ""]))
+            .arg(now_ms())
+            .arg(ms(self.idle))
+            .arg(ms(self.subscribed_idle));
+        let alive: i64 = self.run(invocation.invoke_async(&mut self.redis())).await?;
+        Ok(alive == 1)
+    }
+
+    pub async fn set_level(&self, session: &str, level: LoggingLevel) -> RedisResult<()> {
+        let record = self.record_key(session);
+        let level = serde_json::to_string(&level).unwrap_or_default();
+        let mut redis = self.redis();
+        self.run(redis.hset(&record, "level", level)).await
+    }
+
+    /// Add `uri` to the session's subscriptions (at most `max`), and tell the replicas.
+    pub async fn subscribe(&self, session: &str, uri: &str, max: usize) -> RedisResult<Result<(), SubscribeRefused>> {
+        let record = self.record_key(session);
+        let script = Script::new(SUBSCRIBE);
+        let mut invocation = script.key(&record);
+        invocation
+            .key(format!("{record}:subs"))
+            .arg(uri)
+            .arg(max)
+            .arg(ms(self.subscribed_idle))
+            .arg(self.news_channel())
+            .arg(format!("{SUBSCRIPTIONS} {}", self.ids.record_key(session)));
+        let answer: i64 = self.run(invocation.invoke_async(&mut self.redis())).await?;
+        Ok(match answer {
+            -1 => Err(SubscribeRefused::NoSession),
+            -2 => Err(SubscribeRefused::Full),
+            _ => Ok(()),
+        })
+    }
+
+    /// Remove `uri` from the session's subscriptions, and tell the replicas.
+    pub async fn unsubscribe(&self, session: &str, uri: &str) -> RedisResult<()> {
+        let record = self.record_key(session);
+        let mut redis = self.redis();
+        let news = format!("{SUBSCRIPTIONS} {}", self.ids.record_key(session));
+        let mut pipe = redis::pipe();
+        pipe.srem(format!("{record}:subs"), uri).publish(self.news_channel(), news);
+        let _: (i64, i64) = self.run(pipe.query_async(&mut redis)).await?;
+        Ok(())
+    }
+
+    /// The session ended: its record goes, and every replica holding it is told.
+    pub async fn end(&self, session: &str) -> RedisResult<()> {
+        let record = self.record_key(session);
+        let script = Script::new(END);
+        let mut invocation = script.key(&record);
+        invocation
+            .key(format!("{record}:subs"))
+            .key(self.cluster.key(&["sessions"]))
+            .key(self.cluster.key(&["sessions", ""]))
+            .arg(self.news_channel())
+            .arg(format!("{ENDED} {}", self.ids.record_key(session)));
+        let _: i64 = self.run(invocation.invoke_async(&mut self.redis())).await?;
+        Ok(())
+    }
+
+    /// The full Redis key of `session`'s record.
+    fn record_key(&self, session: &str) -> String {
+        self.cluster.key(&["session", &self.ids.record_key(session)])
+    }
+
+    fn redis(&self) -> ConnectionManager {
+        self.cluster.redis()
+    }
+
+    /// One command within the cluster's command timeout, its outcome noted in Redis's health.
+    async fn run<T>(&self, command: impl Future<Output = RedisResult<T>>) -> RedisResult<T> {
+        let result = match tokio::time::timeout(COMMAND_TIMEOUT, command).await {
+            Ok(result) => result,
+            Err(_) => {
+                self.cluster.note_timeout();
+                return Err(redis::RedisError::from((redis::ErrorKind::Io, "no answer within the command timeout")));
+            }
+        };
+        self.cluster.note(&result);
+        result
+    }
+}
+
+/// rmcp keeps a session's `initialize` parameters here, and replays them on a replica that
+/// is asked for a session it does not hold (the session gate has checked the id and the
+/// principal by then).
+#[async_trait::async_trait]
+impl SessionStore for Records {
+    async fn load(&self, session: &str) -> Result<Option<SessionState>, SessionStoreError> {
+        let record = self.record_key(session);
+        let mut redis = self.redis();
+        let init: Option<String> = self.run(redis.hget(&record, "init")).await?;
+        let Some(init) = init else { return Ok(None) };
+        let params: InitializeRequestParams = serde_json::from_str(&init)?;
+        Ok(Some(SessionState::new(params)))
+    }
+
+    async fn store(&self, session: &str, state: &SessionState) -> Result<(), SessionStoreError> {
+        let record = self.record_key(session);
+        let init = serde_json::to_string(&state.initialize_params)?;
+        let mut redis = self.redis();
+        let mut pipe = redis::pipe();
+        pipe.hset(&record, "init", init).pexpire(&record, ms(self.idle.max(self.subscribed_idle)) as i64);
+        let _: (i64, i64) = self.run(pipe.query_async(&mut redis)).await?;
+        Ok(())
+    }
+
+    async fn delete(&self, session: &str) -> Result<(), SessionStoreError> {
+        Ok(self.end(session).await?)
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+fn ms(duration: Duration) -> u64 {
+    duration.as_millis().max(1) as u64
+}
+
+/// KEYS: record, all sessions, the principal's; ARGV: principal, principal key, now, expiry,
+/// record ttl, max total, max for the principal, the sorted sets' ttl.
+const ADMIT: &str = r"
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[3])
+if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[6]) then return 1 end
+if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[7]) then return 2 end
+redis.call('ZADD', KEYS[2], ARGV[4], KEYS[1])
+redis.call('ZADD', KEYS[3], ARGV[4], KEYS[1])
+redis.call('PEXPIRE', KEYS[2], ARGV[8])
+redis.call('PEXPIRE', KEYS[3], ARGV[8])
+redis.call('HSET', KEYS[1], 'principal', ARGV[1], 'pk', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return 0
+";
+
+/// KEYS: record, its subscriptions, all sessions, the principals' prefix; ARGV: now, idle ttl,
+/// subscribed ttl. 1 when the record lives.
+const TOUCH: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local ttl = ARGV[2]
+if redis.call('SCARD', KEYS[2]) > 0 then ttl = ARGV[3] end
+redis.call('PEXPIRE', KEYS[1], ttl)
+redis.call('PEXPIRE', KEYS[2], ttl)
+local expiry = tonumber(ARGV[1]) + tonumber(ttl)
+redis.call('ZADD', KEYS[3], 'XX', expiry, KEYS[1])
+local pk = redis.call('HGET', KEYS[1], 'pk')
+if pk then redis.call('ZADD', KEYS[4] .. pk, 'XX', expiry, KEYS[1]) end
+return 1
+";
+
+/// KEYS: record, its subscriptions; ARGV: uri, max, subscribed ttl, channel, news.
+const SUBSCRIBE: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then return 0 end
+if redis.call('SCARD', KEYS[2]) >= tonumber(ARGV[2]) then return -2 end
+redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call('PUBLISH', ARGV[4], ARGV[5])
+return 1
+";
+
+/// KEYS: record, its subscriptions, all sessions, the principals' prefix; ARGV: channel, news.
+const END: &str = r"
+local pk = redis.call('HGET', KEYS[1], 'pk')
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('ZREM', KEYS[3], KEYS[1])
+if pk then redis.call('ZREM', KEYS[4] .. pk, KEYS[1]) end
+redis.call('PUBLISH', ARGV[1], ARGV[2])
+return 1
+";
