@@ -30,6 +30,7 @@ use crate::protocol::KNOWN_VERSIONS;
 pub use crate::serve_dir::UriBase;
 
 mod access;
+mod audit;
 mod bridge;
 mod cache;
 mod checks;
@@ -38,6 +39,7 @@ mod server;
 mod transport;
 mod upstream;
 
+pub use self::audit::AuditConfig;
 pub use self::bridge::BridgeConfig;
 pub use self::cache::{CacheConfig, UpstreamCache, parse_size};
 pub use self::server::ServerConfig;
@@ -54,6 +56,8 @@ pub struct Config {
     pub cache: CacheConfig,
     /// `[bridge]`: resources as the proxy's own tools, for models.
     pub bridge: BridgeConfig,
+    /// `[audit]`: the audit trail (on by default).
+    pub audit: AuditConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -211,6 +215,8 @@ struct RawConfig {
     cache: cache::RawCache,
     #[serde(default)]
     bridge: bridge::RawBridge,
+    #[serde(default)]
+    audit: audit::RawAudit,
     #[serde(flatten)]
     unknown: BTreeMap<String, Value>,
 }
@@ -260,6 +266,7 @@ fn validate(
     let policies = access::validate_policies(raw.policies, base, problems);
     let cache = cache::validate_cache(raw.cache, problems);
     let bridge = bridge::validate_bridge(raw.bridge, problems);
+    let audit = audit::validate_audit(raw.audit, base, problems);
     let mut seen = BTreeSet::new();
     let unprefixed: Vec<(usize, Option<String>)> = (raw.upstreams.iter().enumerate())
         .filter(|(_, upstream)| upstream.unprefixed == Some(true))
@@ -272,7 +279,7 @@ fn validate(
         .filter_map(|(index, upstream)| validate_upstream(index, upstream, base, lookup, &mut seen, problems))
         .collect();
     upstream::at_most_one_unprefixed(&unprefixed, problems);
-    Config { server, upstreams, auth, policies, cache, bridge }
+    Config { server, upstreams, auth, policies, cache, bridge, audit }
 }
 
 fn validate_upstream(

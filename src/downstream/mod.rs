@@ -6,6 +6,7 @@
 //! principal check, the session's outlet, metrics); `handler.rs` is its `ServerHandler`, whose
 //! arms go to `resources.rs`, `subscribing.rs` and `offerings.rs`.
 
+mod audited;
 mod call_streams;
 mod closing;
 mod fast;

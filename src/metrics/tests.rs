@@ -31,6 +31,9 @@ const FAMILIES: &[&str] = &[
     "mcp_proxy_policy_denials_total",
     "mcp_proxy_served_bytes_total",
     "mcp_proxy_relay_unattributed_total",
+    "mcp_proxy_auth_refused_total",
+    "mcp_proxy_denials_total",
+    "mcp_proxy_audit_dropped_total",
 ];
 
 /// One call of every recording method, with `upstream` wherever an upstream name goes.
@@ -57,6 +60,9 @@ fn exercise_every_method(metrics: &Metrics, upstream: &str) -> SessionGuard {
     metrics.policy_denied(DenialAction::Read, Some("team-a.toml"));
     metrics.bytes_served(upstream, 100);
     metrics.relay_unattributed(upstream, "log");
+    metrics.auth_refused("expired");
+    metrics.denied(DenialKind::Call);
+    metrics.audit_dropped();
     metrics.downstream_session(Transport::Http, Era::Modern)
 }
 
@@ -114,6 +120,9 @@ fn known_label_sets_start_at_zero() {
         "mcp_proxy_policy_denials_total{action=\"subscribe\",policy=\"default\"} 0",
         "mcp_proxy_upstream_up{upstream=\"docs\"} 0",
         "mcp_proxy_upstream_reconnects_total{upstream=\"docs\"} 0",
+        "mcp_proxy_auth_refused_total{reason=\"bad_signature\"} 0",
+        "mcp_proxy_denials_total{kind=\"template\"} 0",
+        "mcp_proxy_audit_dropped_total 0",
     ] {
         assert!(text.contains(line), "{line} missing from:\n{text}");
     }

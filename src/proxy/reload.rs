@@ -30,6 +30,7 @@ use super::events::Changes;
 use super::policies::Policies;
 use super::views::Views;
 use crate::admin::ReloadReport;
+use crate::audit::{self, Audit};
 use crate::catalog::Catalog;
 use crate::coherence::WatchBook;
 use crate::config::{Config, ConfigError, UpstreamConfig};
@@ -88,6 +89,8 @@ pub(super) struct ReloaderParts {
     pub(super) views: Views,
     /// What the last config reload did, for `/status` (shared with it).
     pub(super) last_reload: Arc<Mutex<Option<ReloadReport>>>,
+    /// Each reload is audited; the audit file is reopened with it (log rotation).
+    pub(super) audit: Audit,
 }
 
 impl Reloader {
@@ -111,6 +114,11 @@ impl Reloader {
             Ok(next) => self.apply(next).await,
         };
         *self.inner.parts.last_reload.lock().expect("reload lock") = Some(report.clone());
+        let audit = &self.inner.parts.audit;
+        audit.reopen();
+        let mut event = audit::Event::new(audit::Kind::Reload, report.outcome);
+        event.changes = Some(serde_json::json!({ "what": "config", "report": report }));
+        audit.record(event);
         report
     }
 
@@ -282,6 +290,10 @@ fn restart_needed(running: &Config, next: &Config) -> Vec<String> {
     // The bridge's tools are offered (or not) from the start: its settings are read once.
     if running.bridge != next.bridge {
         sections.push("bridge".to_string());
+    }
+    // The audit trail's writer is started once (its file is reopened on every reload).
+    if running.audit != next.audit {
+        sections.push("audit".to_string());
     }
     sections
 }

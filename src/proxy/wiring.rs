@@ -16,6 +16,7 @@ use super::reload::{Reloader, ReloaderParts, longest_request};
 use super::status::Status;
 use super::subscriptions::Subscriptions;
 use super::views::Views;
+use crate::audit::Audit;
 use crate::catalog::Catalog;
 use crate::coherence::{Coherence, WatchBook};
 use crate::config::Config;
@@ -38,6 +39,7 @@ pub(super) fn start(config: Config, spine: &Spine) -> Services {
         subscriptions: shared.subscriptions.clone(),
         tools: shared.tools.clone(),
         views: shared.views.clone(),
+        audit: shared.audit.clone(),
         dir: config.policies.dir.clone(),
     };
     let status = Status {
@@ -64,6 +66,7 @@ pub(super) fn start(config: Config, spine: &Spine) -> Services {
         policies: policies.clone(),
         views: shared.views.clone(),
         last_reload: status.last_reload.clone(),
+        audit: shared.audit.clone(),
     });
     for upstream in &config.upstreams {
         reloader.start_upstream(upstream.clone());
@@ -75,6 +78,7 @@ pub(super) fn start(config: Config, spine: &Spine) -> Services {
 /// The handles more than one service shares, made once by [`Shared::new`].
 struct Shared {
     metrics: Metrics,
+    audit: Audit,
     upstreams: Registry,
     catalog: Catalog,
     cursor_key: CursorKey,
@@ -97,6 +101,7 @@ impl Shared {
     /// Make the shared handles; nothing runs yet.
     fn new(config: &Config, spine: &Spine) -> Shared {
         let metrics = Metrics::new();
+        let audit = Audit::start(&config.audit, metrics.clone(), spine);
         let upstreams = Registry::default();
         let catalog = Catalog::new();
         let events = crate::upstream::events::channel(config.server.event_queue);
@@ -135,6 +140,7 @@ impl Shared {
         };
         Shared {
             metrics,
+            audit,
             upstreams,
             catalog,
             cursor_key,
@@ -193,6 +199,7 @@ impl Shared {
         Services {
             config,
             metrics: self.metrics,
+            audit: self.audit,
             spine: spine.clone(),
             upstreams: self.upstreams,
             access: self.access,
