@@ -340,6 +340,28 @@ mod tests {
         assert!(!line.contains("secret-session") && line.contains("\"session\":\""), "{line}");
     }
 
+    #[test]
+    fn every_refusal_reason_is_a_known_label() {
+        use crate::auth::Rejection;
+        use crate::auth::jwt::JwtRejection as Jwt;
+        let jwt = [
+            Jwt::Malformed,
+            Jwt::Algorithm,
+            Jwt::UnknownKey,
+            Jwt::Signature,
+            Jwt::Expired,
+            Jwt::NotYetValid,
+            Jwt::Issuer,
+            Jwt::Audience,
+            Jwt::Claims,
+        ];
+        let all = [Rejection::Missing, Rejection::Malformed, Rejection::UnknownToken]
+            .into_iter()
+            .chain(jwt.into_iter().map(Rejection::InvalidJwt));
+        let labels: Vec<&str> = all.map(Rejection::label).collect();
+        assert_eq!(labels, crate::metrics::AUTH_REFUSAL_REASONS);
+    }
+
     impl Audit {
         /// A trail whose events are kept in a queue the test reads.
         fn for_test() -> (Audit, mpsc::Receiver<Event>) {

@@ -16,8 +16,9 @@
 //!
 //! Then `list_changed` goes to the hosts whose view changed. The policies come with the config
 //! and are replaced as a policy reload would (unless their folder changed: that needs a restart). Sections that cannot change live (`[server]`,
-//! `[auth]`, `[cache]`, the policies folder) keep their running values; a difference is logged
-//! as needing a restart.
+//! `[auth]`, `[cache]`, `[bridge]`, `[audit]`, the policies folder) keep their running values; a
+//! difference is logged as needing a restart. Every reload is one audit event (`crate::audit`),
+//! and the audit file is reopened with it (log rotation by SIGHUP).
 //!
 //! Invariant: reloads apply one at a time, and a rejected config leaves everything as it was.
 
@@ -370,10 +371,10 @@ mod tests {
     fn sections_that_cannot_change_live_are_named() {
         let running = config(&upstream("a", 1));
         let next = config(&format!(
-            "[server]\npage_size = 7\n[cache]\nenabled = false\n[bridge]\nenabled = true\n{}",
+            "[server]\npage_size = 7\n[cache]\nenabled = false\n[bridge]\nenabled = true\n[audit]\nqueue = 7\n{}",
             upstream("b", 2)
         ));
-        assert_eq!(restart_needed(&running, &next), ["server", "cache", "bridge"]);
+        assert_eq!(restart_needed(&running, &next), ["server", "cache", "bridge", "audit"]);
         assert!(restart_needed(&running, &running.clone()).is_empty());
     }
 }
