@@ -28,7 +28,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::mpsc;
 
 use crate::config::AuditConfig;
 use crate::metrics::{DenialKind, Metrics};
@@ -105,6 +105,9 @@ pub struct Event {
     /// What a reload changed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub changes: Option<serde_json::Value>,
+    /// The writer reopens the audit file just before writing this event (a reload's).
+    #[serde(skip)]
+    reopen_first: bool,
 }
 
 impl Event {
@@ -128,6 +131,7 @@ impl Event {
             session: None,
             request: None,
             changes: None,
+            reopen_first: false,
         }
     }
 
@@ -190,26 +194,23 @@ struct Inner {
     metrics: Metrics,
     /// Set while events are being dropped, so a burst of drops is logged once.
     dropping: AtomicBool,
-    /// Tells the writer to reopen its file.
-    reopen: Arc<Notify>,
 }
 
 impl Audit {
     /// Start the `audit-writer` task on `spine` (when `config.enabled`).
     pub fn start(config: &AuditConfig, metrics: Metrics, spine: &Spine) -> Audit {
-        let reopen = Arc::new(Notify::new());
         let queue = config.enabled.then(|| {
             let (queue, events) = mpsc::channel(config.queue);
-            let writer = writer::Writer::new(config.file.clone(), events, reopen.clone());
+            let writer = writer::Writer::new(config.file.clone(), events);
             spine.spawn("audit-writer", writer.run(spine.shutdown()));
             queue
         });
-        Audit { inner: Arc::new(Inner { queue, metrics, dropping: AtomicBool::new(false), reopen }) }
+        Audit { inner: Arc::new(Inner { queue, metrics, dropping: AtomicBool::new(false) }) }
     }
 
     /// A trail that records nothing (tests, tools).
     pub fn off(metrics: Metrics) -> Audit {
-        let inner = Inner { queue: None, metrics, dropping: AtomicBool::new(false), reopen: Arc::default() };
+        let inner = Inner { queue: None, metrics, dropping: AtomicBool::new(false) };
         Audit { inner: Arc::new(inner) }
     }
 
@@ -238,9 +239,11 @@ impl Audit {
         }
     }
 
-    /// Reopen the audit file (after a config reload or SIGHUP: log rotation).
-    pub fn reopen(&self) {
-        self.inner.reopen.notify_one();
+    /// Queue a reload's `event`; the audit file is reopened just before it is written (log
+    /// rotation: a config reload or SIGHUP after the file was moved away starts a new one).
+    pub fn record_reopening(&self, mut event: Event) {
+        event.reopen_first = true;
+        self.record(event);
     }
 
     /// The events of one request: its own (`event`, made only when the trail is on; left out
@@ -366,12 +369,7 @@ mod tests {
         /// A trail whose events are kept in a queue the test reads.
         fn for_test() -> (Audit, mpsc::Receiver<Event>) {
             let (queue, events) = mpsc::channel(16);
-            let inner = Inner {
-                queue: Some(queue),
-                metrics: Metrics::new(),
-                dropping: AtomicBool::new(false),
-                reopen: Arc::default(),
-            };
+            let inner = Inner { queue: Some(queue), metrics: Metrics::new(), dropping: AtomicBool::new(false) };
             (Audit { inner: Arc::new(inner) }, events)
         }
     }

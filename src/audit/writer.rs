@@ -4,14 +4,12 @@
 //! sees every event soon after it happened. On shutdown what is still queued is written.
 //!
 //! A file that cannot be opened (or written) is reported once, and the events go to the log
-//! target meanwhile; a reopen (config reload, SIGHUP) tries the file again.
+//! target meanwhile; a reopen (a reload's event asks for one) tries the file again.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
-use std::sync::Arc;
-
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::Event;
@@ -23,12 +21,11 @@ pub(super) struct Writer {
     path: Option<PathBuf>,
     file: Option<BufWriter<File>>,
     events: mpsc::Receiver<Event>,
-    reopen: Arc<Notify>,
 }
 
 impl Writer {
-    pub(super) fn new(path: Option<PathBuf>, events: mpsc::Receiver<Event>, reopen: Arc<Notify>) -> Writer {
-        let mut writer = Writer { path, file: None, events, reopen };
+    pub(super) fn new(path: Option<PathBuf>, events: mpsc::Receiver<Event>) -> Writer {
+        let mut writer = Writer { path, file: None, events };
         writer.open();
         writer
     }
@@ -40,7 +37,6 @@ impl Writer {
                     Some(event) => self.batch(event),
                     None => break,
                 },
-                () = self.reopen.notified() => self.open(),
                 () = shutdown.cancelled() => break,
             }
         }
@@ -64,6 +60,9 @@ impl Writer {
     }
 
     fn write(&mut self, event: &Event) {
+        if event.reopen_first {
+            self.open();
+        }
         let line = match serde_json::to_string(event) {
             Ok(line) => line,
             Err(error) => return tracing::error!(error = %error, "an audit event could not be written as JSON"),

@@ -116,10 +116,9 @@ impl Reloader {
         };
         *self.inner.parts.last_reload.lock().expect("reload lock") = Some(report.clone());
         let audit = &self.inner.parts.audit;
-        audit.reopen();
         let mut event = audit::Event::new(audit::Kind::Reload, report.outcome);
         event.changes = Some(serde_json::json!({ "what": "config", "report": report }));
-        audit.record(event);
+        audit.record_reopening(event);
         report
     }
 

@@ -71,10 +71,16 @@ async fn start(jwks_url: &str, server: &str) -> anyhow::Result<(ProxyProcess, te
 /// The audit file's folder (removed when dropped) and its path.
 type AuditFile = (tempfile::TempDir, std::path::PathBuf);
 
-/// Every event in the audit file.
+/// Every event in the audit file (after those of the file rotated away, `<file>.1`).
 fn events(path: &Path) -> anyhow::Result<Vec<Value>> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut text = std::fs::read_to_string(rotated(path)).unwrap_or_default();
+    text += &std::fs::read_to_string(path).unwrap_or_default();
     text.lines().map(|line| Ok(serde_json::from_str(line)?)).collect()
+}
+
+/// Where the test moves the audit file before a SIGHUP (log rotation).
+fn rotated(path: &Path) -> std::path::PathBuf {
+    path.with_extension("jsonl.1")
 }
 
 /// `event` (with its denial kind or refusal reason) → how many.
@@ -187,12 +193,14 @@ async fn every_call_read_subscription_denial_refused_token_and_reload_is_one_eve
         assert_eq!(post_initialize(&proxy.url, authorization.as_deref()).await?, 401, "{reason}");
     }
 
-    // A policy reload (bob loses the tools), then a config reload (SIGHUP; nothing changed).
+    // A policy reload (bob loses the tools), then the file is rotated away and the config
+    // reloaded (SIGHUP; nothing changed): the reload's event starts a new file.
     // Written aside and renamed in: one change of the folder.
     let aside = policies.path().join("bob.toml.new");
     std::fs::write(&aside, "principals = [\"bob\"]\nallow = [\"fx+**\"]\n")?;
     std::fs::rename(&aside, policies.path().join("bob.toml"))?;
     proxy.wait_policy_reloads(1).await?;
+    std::fs::rename(&audit_file, rotated(&audit_file))?;
     let pid = proxy.pid().expect("running").to_string();
     assert!(std::process::Command::new("kill").args(["-HUP", &pid]).status()?.success());
 
@@ -214,6 +222,9 @@ async fn every_call_read_subscription_denial_refused_token_and_reload_is_one_eve
     ]);
     let found = wait_tally(&audit_file, &expected).await?;
     drop(stream);
+    let fresh = std::fs::read_to_string(&audit_file)?;
+    let [line] = fresh.lines().collect::<Vec<_>>()[..] else { panic!("the new file: {fresh}") };
+    assert!(line.contains("\"event\":\"reload\"") && line.contains("\"what\":\"config\""), "{line}");
 
     // Who, what, where: each request's event names its principal, method, upstream and era.
     let alice_reads: Vec<&Value> = found.iter().filter(|e| e["event"] == "read" && e["principal"] == "alice").collect();
@@ -243,8 +254,8 @@ async fn every_call_read_subscription_denial_refused_token_and_reload_is_one_eve
     assert!(proxy.matching(&["answered on the fast path", "\"modern\":true"]).len() >= 2);
     assert_eq!(legacy_fast(), listed + 3, "alice's three reads");
 
-    // No token, nor the start of one, anywhere in the file.
-    let text = std::fs::read_to_string(&audit_file)?;
+    // No token, nor the start of one, anywhere in either file.
+    let text = std::fs::read_to_string(rotated(&audit_file))? + &fresh;
     for token in [ALICE_TOKEN, BOB_TOKEN, UNKNOWN_TOKEN, &dave, &expired, &forged] {
         let signature = token.rsplit('.').next().unwrap_or(token);
         for part in [token, &token[..12], signature] {
