@@ -344,6 +344,20 @@ mod tests {
     }
 
     #[test]
+    fn a_full_queue_drops_and_counts_and_never_waits() {
+        let (audit, mut events) = Audit::for_test();
+        for _ in 0..20 {
+            audit.record(Event::new(Kind::Read, "ok"));
+        }
+        assert!(audit.inner.metrics.render().contains("mcp_proxy_audit_dropped_total 4"));
+        let mut kept = 0;
+        while events.try_recv().is_ok() {
+            kept += 1;
+        }
+        assert_eq!(kept, 16);
+    }
+
+    #[test]
     fn every_refusal_reason_is_a_known_label() {
         use crate::auth::Rejection;
         use crate::auth::jwt::JwtRejection as Jwt;
