@@ -147,7 +147,7 @@ impl ProxyServer {
         let name = request.name.to_string();
         // A bridge read names its resource: the audit trail records it with the call.
         let uri = request.arguments.as_ref().and_then(|a| a.get("uri")?.as_str().map(str::to_string));
-        let (answer, notes) = audit::scope::noting(self.call_tool(request, &context)).await;
+        let (answer, notes) = audit::scope::noting(self.tool_call(request, &context)).await;
         self.proxy.audit().request(notes, || {
             let mut event = Asked::of(&self.principal, &context, started).event(
                 Kind::Call,
@@ -161,7 +161,7 @@ impl ProxyServer {
     }
 
     /// A tool call, to the bridge or routed to its upstream.
-    async fn call_tool(
+    async fn tool_call(
         &self,
         request: CallToolRequestParams,
         context: &RequestContext<RoleServer>,
