@@ -195,8 +195,9 @@ async fn every_call_read_subscription_denial_refused_token_and_reload_is_one_eve
 
     // A policy reload (bob loses the tools), then the file is rotated away and the config
     // reloaded (SIGHUP; nothing changed): the reload's event starts a new file.
-    // Written aside and renamed in: one change of the folder.
-    let aside = policies.path().join("bob.toml.new");
+    // Written outside the folder and renamed in: one change of the folder.
+    let elsewhere = tempfile::tempdir_in(policies.path().parent().expect("a parent folder"))?;
+    let aside = elsewhere.path().join("bob.toml");
     std::fs::write(&aside, "principals = [\"bob\"]\nallow = [\"fx+**\"]\n")?;
     std::fs::rename(&aside, policies.path().join("bob.toml"))?;
     proxy.wait_policy_reloads(1).await?;
