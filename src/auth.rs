@@ -55,6 +55,29 @@ pub enum Rejection {
     InvalidJwt(JwtRejection),
 }
 
+impl Rejection {
+    /// A bounded label for metrics and the audit trail (one of
+    /// [`crate::metrics::AUTH_REFUSAL_REASONS`]); it says why, never what was sent.
+    pub fn label(self) -> &'static str {
+        match self {
+            Rejection::Missing => "missing",
+            Rejection::Malformed => "malformed",
+            Rejection::UnknownToken => "unknown_token",
+            Rejection::InvalidJwt(jwt) => match jwt {
+                JwtRejection::Malformed => "malformed_jwt",
+                JwtRejection::Algorithm => "algorithm",
+                JwtRejection::UnknownKey => "unknown_key",
+                JwtRejection::Signature => "bad_signature",
+                JwtRejection::Expired => "expired",
+                JwtRejection::NotYetValid => "not_yet_valid",
+                JwtRejection::Issuer => "wrong_issuer",
+                JwtRejection::Audience => "wrong_audience",
+                JwtRejection::Claims => "bad_claims",
+            },
+        }
+    }
+}
+
 /// The configured tokens as digests; a cheap `Clone` handle for the middleware state.
 #[derive(Clone)]
 pub struct Authenticator {

@@ -30,6 +30,7 @@ use crate::protocol::KNOWN_VERSIONS;
 pub use crate::serve_dir::UriBase;
 
 mod access;
+mod audit;
 mod bridge;
 mod cache;
 mod checks;
@@ -41,6 +42,7 @@ mod server;
 mod transport;
 mod upstream;
 
+pub use self::audit::AuditConfig;
 pub use self::bridge::BridgeConfig;
 pub use self::cache::{CacheConfig, UpstreamCache, parse_size};
 pub use self::credentials::{ClientCredentials, ClientSecret};
@@ -64,6 +66,8 @@ pub struct Config {
     pub rate_limits: RateLimitsConfig,
     /// `[cluster]`: replicas sharing state in Redis; `None` is one process on its own.
     pub cluster: Option<ClusterConfig>,
+    /// `[audit]`: the audit trail (on by default).
+    pub audit: AuditConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -262,6 +266,8 @@ struct RawConfig {
     #[serde(default)]
     rate_limits: rate_limits::RawRateLimits,
     cluster: Option<cluster::RawCluster>,
+    #[serde(default)]
+    audit: audit::RawAudit,
     #[serde(flatten)]
     unknown: BTreeMap<String, Value>,
 }
@@ -320,6 +326,7 @@ fn validate(
     let bridge = bridge::validate_bridge(raw.bridge, problems);
     let rate_limits = rate_limits::validate_rate_limits("rate_limits", raw.rate_limits, problems);
     let cluster = cluster::validate_cluster(raw.cluster, lookup, problems);
+    let audit = audit::validate_audit(raw.audit, base, problems);
     let mut seen = BTreeSet::new();
     let unprefixed: Vec<(usize, Option<String>)> = (raw.upstreams.iter().enumerate())
         .filter(|(_, upstream)| upstream.unprefixed == Some(true))
@@ -332,7 +339,7 @@ fn validate(
         .filter_map(|(index, upstream)| validate_upstream(index, upstream, base, lookup, &mut seen, problems))
         .collect();
     upstream::at_most_one_unprefixed(&unprefixed, problems);
-    Config { server, upstreams, auth, policies, cache, bridge, rate_limits, cluster }
+    Config { server, upstreams, auth, policies, cache, bridge, rate_limits, cluster, audit }
 }
 
 fn validate_upstream(

@@ -14,6 +14,7 @@
 //! - [`auth`]: bearer tokens (static, or JWT access tokens with groups) → [`auth::Principal`] on every HTTP request, before any MCP; RFC 9728 metadata.
 //! - [`cursor`]: opaque, authenticated pagination cursors (pure).
 //! - [`coherence`]: the one owner of cache coherence: generations, watch holds, admission, the watch book.
+//! - [`audit`]: the audit trail: one JSON event per routed call, read, subscription, denial, refused token and reload; a bounded queue to its writer.
 //! - [`cache`]: the store behind it (`Store`; moka as `LocalStore`: byte-bounded, single flight).
 //! - [`catalog`]: per-upstream resource/template snapshots, generations, merged pages.
 //! - [`upstream`]: connecting (stdio, HTTP, in-process folder), the era probe, supervision.
@@ -35,6 +36,7 @@
 //! - [`ready_file`]: `serve --ready-file`: the bound addresses, written once serving.
 
 pub mod admin;
+pub mod audit;
 pub mod auth;
 pub mod bridge;
 pub mod cache;

@@ -19,9 +19,13 @@ mod tests;
 use std::sync::Arc;
 use std::time::Duration;
 
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
+use prometheus::{
+    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+};
 
-pub use self::labels::{DenialAction, EvictionCause, InvalidationCause, NotificationKind, Transport};
+pub use self::labels::{
+    AUTH_REFUSAL_REASONS, DenialAction, DenialKind, EvictionCause, InvalidationCause, NotificationKind, Transport,
+};
 use self::labels::{policy_label, upstream_label};
 use crate::error::ProxyError;
 use crate::protocol::{DOWNSTREAM_METHODS, Era, method};
@@ -90,6 +94,9 @@ struct Inner {
     cluster_redis_up: IntGaugeVec,
     cluster_replicas: IntGaugeVec,
     cluster_redis_failures: IntCounterVec,
+    auth_refused: IntCounterVec,
+    denials: IntCounterVec,
+    audit_dropped: IntCounter,
 }
 
 impl Metrics {
@@ -193,6 +200,20 @@ impl Metrics {
                 "cluster_redis_failures_total",
                 "Redis commands of this replica that failed or timed out.",
                 &["replica"],
+            ),
+            auth_refused: b.counter(
+                "auth_refused_total",
+                "HTTP requests refused with 401, by why the token was not accepted.",
+                &["reason"],
+            ),
+            denials: b.counter(
+                "denials_total",
+                "Requests refused by policy (a read, call, prompt, template or subscription; list filtering is not counted here).",
+                &["kind"],
+            ),
+            audit_dropped: b.counter0(
+                "audit_dropped_total",
+                "Audit events dropped because the audit writer's queue was full.",
             ),
             registry: b.registry,
             family_names: b.family_names,
@@ -396,8 +417,29 @@ impl Metrics {
         self.inner.cluster_redis_failures.with_label_values(&[replica]).inc();
     }
 
+    /// An HTTP request was refused with 401; `reason` is a bounded label (`missing`, `expired`…).
+    pub fn auth_refused(&self, reason: &'static str) {
+        self.inner.auth_refused.with_label_values(&[reason]).inc();
+    }
+
+    /// A request was refused by policy; `kind` says what it asked for.
+    pub fn denied(&self, kind: DenialKind) {
+        self.inner.denials.with_label_values(&[kind.label()]).inc();
+    }
+
+    /// An audit event was dropped: the writer's queue was full.
+    pub fn audit_dropped(&self) {
+        self.inner.audit_dropped.inc();
+    }
+
     fn precreate(&self) {
         let i = &self.inner;
+        for reason in AUTH_REFUSAL_REASONS {
+            i.auth_refused.with_label_values(&[reason]);
+        }
+        for kind in DenialKind::ALL {
+            i.denials.with_label_values(&[kind.label()]);
+        }
         for method in DOWNSTREAM_METHODS {
             for outcome in OUTCOMES {
                 i.downstream_requests.with_label_values(&[method, outcome]);
@@ -444,6 +486,10 @@ impl Builder {
 
     fn gauge(&mut self, name: &'static str, help: &str, labels: &[&str]) -> IntGaugeVec {
         self.register(IntGaugeVec::new(Opts::new(name, help).namespace("mcp_proxy"), labels))
+    }
+
+    fn counter0(&mut self, name: &'static str, help: &str) -> IntCounter {
+        self.register(IntCounter::with_opts(Opts::new(name, help).namespace("mcp_proxy")))
     }
 
     fn gauge0(&mut self, name: &'static str, help: &str) -> IntGauge {

@@ -27,8 +27,9 @@ use std::sync::{Arc, LazyLock};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
 use serde_json::{Value, json};
 
+use crate::audit::scope;
 use crate::error::ProxyError;
-use crate::metrics::DenialAction;
+use crate::metrics::{DenialAction, DenialKind};
 use crate::proxy::{Caller, Proxy};
 
 /// The bridge's tools, in the order they are listed (named in `crate::tools` so that policy
@@ -65,6 +66,7 @@ pub async fn call(proxy: &Proxy, caller: &Caller, params: CallToolRequestParams)
     if !allowed(caller, &name) {
         tracing::debug!(principal = caller.principal(), name, "bridge tool denied");
         proxy.metrics().policy_denied(DenialAction::Use, None);
+        scope::denied(proxy.metrics(), DenialKind::Call, &name, None);
         return Err(ProxyError::UnknownName { offering: "tool", name });
     }
     let arguments = params.arguments.unwrap_or_default();

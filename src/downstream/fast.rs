@@ -44,7 +44,9 @@ mod parse;
 mod reply;
 
 use self::reply::{Reply, SetAside, json_reply, sse_reply};
+use super::audited::{Asked, read_event};
 use super::sessions::SessionBook;
+use crate::audit;
 use crate::auth::{self, Authenticator};
 use crate::error::ProxyError;
 use crate::protocol::Era;
@@ -106,7 +108,10 @@ pub(super) struct Front {
 pub(super) async fn front(State(front): State<Front>, request: Request, next: Next) -> Response {
     let (principal, expiry) = match front.auth.authenticate_until(request.headers()).await {
         Ok(authenticated) => authenticated,
-        Err(rejection) => return front.auth.refuse(rejection, request.method()),
+        Err(rejection) => {
+            audit_refusal(&front.fast.proxy, rejection, request.headers());
+            return front.auth.refuse(rejection, request.method());
+        }
     };
     // Rate limits before anything else: a refusal costs a body peek and a map lookup.
     let request = match super::metering::check_http(&front.fast.proxy, &principal.0, request).await {
@@ -164,7 +169,16 @@ impl FastPath {
         let mut contents = None;
         let caller = self.proxy.caller(principal);
         let result = match call.op {
-            Op::Read(uri) => self.read(&caller, &uri, modern, started, &mut contents).await,
+            Op::Read(uri) => {
+                let asked = Asked {
+                    principal,
+                    era: Some(if modern { Era::Modern } else { Era::Legacy }),
+                    session: call.session.as_deref(),
+                    request: Some(call.id.to_string()),
+                    started,
+                };
+                self.read(&caller, &uri, &asked, &mut contents).await
+            }
             Op::List(cursor) => self
                 .record("resources/list", started, self.proxy.list_resources(&caller, cursor.as_deref()))
                 .map(ServerResult::ListResourcesResult),
@@ -199,14 +213,16 @@ impl FastPath {
         &self,
         caller: &Caller,
         uri: &str,
-        modern: bool,
-        started: Instant,
+        asked: &Asked<'_>,
         contents: &mut Option<SetAside>,
     ) -> Result<ServerResult, ErrorData> {
-        let answer = self.proxy.read(caller, uri).await.inspect_err(|error| {
+        let (answer, notes) = audit::scope::noting(self.proxy.read(caller, uri)).await;
+        self.proxy.audit().request(notes, || read_event(asked, uri, &answer));
+        let answer = answer.inspect_err(|error| {
             tracing::debug!(uri, principal = caller.principal(), error = %error, kind = error.kind(), "read failed");
         });
-        let mut answer = self.record("resources/read", started, answer)?;
+        let modern = asked.era == Some(Era::Modern);
+        let mut answer = self.record("resources/read", asked.started, answer)?;
         // The cache entry's JSON goes into the reply instead of the contents serialised again.
         *contents = reply::set_aside(&mut answer);
         Ok(ServerResult::from(super::read_response(answer, modern)))
@@ -217,6 +233,16 @@ impl FastPath {
         self.proxy.metrics().downstream_request(method, crate::metrics::outcome(&result), started.elapsed());
         Ok(result?)
     }
+}
+
+/// A request refused with 401: counted by why, and audited (the reason, never the token).
+fn audit_refusal(proxy: &Proxy, rejection: auth::Rejection, head: &HeaderMap) {
+    proxy.metrics().auth_refused(rejection.label());
+    proxy.audit().request(audit::scope::Notes::default(), || {
+        let mut event = audit::Event::new(audit::Kind::AuthRefused, "refused");
+        event.reason = Some(rejection.label());
+        event.session(headers::single(head, headers::SESSION_ID).flatten())
+    });
 }
 
 /// A POST whose head rmcp would accept without a word: no `Origin`, a `Host` it allows, both

@@ -4,8 +4,11 @@
 //!
 //! This file holds [`ProxyServer`], one host's server, and what every handler shares (the
 //! principal check, the session's outlet, metrics); `handler.rs` is its `ServerHandler`, whose
-//! arms go to `resources.rs`, `subscribing.rs` and `offerings.rs`.
+//! arms go to `resources.rs`, `subscribing.rs` and `offerings.rs`. Each audited request (a read,
+//! call, prompt, completion, subscription) is run inside [`crate::audit::scope::noting`] and
+//! its events are made by `audited.rs`, the same for the rmcp handler and the fast path.
 
+mod audited;
 mod call_streams;
 mod closing;
 mod fast;

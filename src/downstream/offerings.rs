@@ -18,7 +18,11 @@ use rmcp::service::{Peer, RequestContext, RoleServer};
 use tokio::sync::mpsc;
 
 use super::ProxyServer;
+use super::audited::{self, Asked};
+use crate::audit::{self, Kind};
+use crate::error::ProxyError;
 use crate::host::ProgressOutlet;
+use crate::protocol::method;
 use crate::proxy::Metered;
 
 /// Progress notifications that may wait for a slow host before new ones are dropped.
@@ -151,19 +155,41 @@ impl ProxyServer {
         let started = Instant::now();
         // Bridge calls (searches, reads) count against the same per-principal limit.
         let _permit = self.admit_call("tools/call", started)?;
+        let name = request.name.to_string();
+        // A bridge read names its resource: the audit trail records it with the call.
+        let uri = request.arguments.as_ref().and_then(|a| a.get("uri")?.as_str().map(str::to_string));
+        let (answer, notes) = audit::scope::noting(self.tool_call(request, &context)).await;
+        self.proxy.audit().request(notes, || {
+            let mut event = Asked::of(&self.principal, &context, started).event(
+                Kind::Call,
+                method::TOOLS_CALL,
+                audited::call_outcome(&answer),
+            );
+            event.uri = uri.filter(|_| crate::bridge::is_bridge_tool(&name));
+            event.name(&name)
+        });
+        self.record("tools/call", started, answer)
+    }
+
+    /// A tool call, to the bridge or routed to its upstream.
+    async fn tool_call(
+        &self,
+        request: CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ProxyError> {
         if crate::bridge::is_bridge_tool(&request.name) {
             let answer = crate::bridge::call(&self.proxy, &self.caller(), request).await;
-            return self.record("tools/call", started, answer.map(CallToolResponse::Complete));
+            return answer.map(CallToolResponse::Complete);
         }
         let token = context.meta.get_progress_token().or_else(|| request.meta.as_ref()?.get_progress_token());
         let (progress, outlet) = token.map(|token| HostProgress::start(context.peer.clone(), token)).unzip();
-        let (relay, jobs) = super::relay::for_call(&context, &self.log_level, &self.principal, self.host_session());
+        let (relay, jobs) = super::relay::for_call(context, &self.log_level, &self.principal, self.host_session());
         let call = self.proxy.tools().call_tool(&self.principal, request, &context.ct, outlet, Some(relay));
         let answer = super::relay::serving(call, jobs, &context.peer).await;
         if let Some(progress) = progress {
             progress.flushed().await;
         }
-        self.record("tools/call", started, answer)
+        answer
     }
 
     pub(super) async fn offerings_get_prompt(
@@ -175,9 +201,14 @@ impl ProxyServer {
         self.admit(&context.extensions, &self.caller(), Metered::Prompt(&request.name), "prompts/get")?;
         let started = Instant::now();
         let _permit = self.admit_call("prompts/get", started)?;
+        let name = request.name.clone();
         let (relay, jobs) = super::relay::for_call(&context, &self.log_level, &self.principal, self.host_session());
         let get = self.proxy.tools().get_prompt(&self.principal, request, &context.ct, Some(relay));
-        let answer = super::relay::serving(get, jobs, &context.peer).await;
+        let (answer, notes) = audit::scope::noting(super::relay::serving(get, jobs, &context.peer)).await;
+        self.proxy.audit().request(notes, || {
+            let asked = Asked::of(&self.principal, &context, started);
+            asked.event(Kind::Prompt, method::PROMPTS_GET, audited::prompt_outcome(&answer)).name(&name)
+        });
         self.record("prompts/get", started, answer)
     }
 
@@ -190,7 +221,19 @@ impl ProxyServer {
         self.admit(&context.extensions, &self.caller(), metered_completion(&request.r#ref), "completion/complete")?;
         let started = Instant::now();
         let _permit = self.admit_call("completion/complete", started)?;
-        let answer = self.proxy.tools().complete(&self.principal, request, &context.ct).await;
+        let reference = match &request.r#ref {
+            Reference::Prompt(prompt) => (Some(prompt.name.clone()), None),
+            Reference::Resource(template) => (None, Some(template.uri.clone())),
+            _ => (None, None),
+        };
+        let complete = self.proxy.tools().complete(&self.principal, request, &context.ct);
+        let (answer, notes) = audit::scope::noting(complete).await;
+        self.proxy.audit().request(notes, || {
+            let asked = Asked::of(&self.principal, &context, started);
+            let mut event = asked.event(Kind::Complete, method::COMPLETION_COMPLETE, audited::outcome(&answer));
+            (event.name, event.uri) = reference;
+            event
+        });
         self.record("completion/complete", started, answer)
     }
 

@@ -13,6 +13,8 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, RoleServer};
 
 use super::ProxyServer;
+use super::audited::{Asked, read_event};
+use crate::audit;
 use crate::protocol::{Era, method};
 use crate::proxy::{Metered, ReadAnswer};
 
@@ -48,7 +50,9 @@ impl ProxyServer {
         let caller = self.caller();
         self.admit(&context.extensions, &caller, Metered::Read(&request.uri), method::RESOURCES_READ)?;
         let started = Instant::now();
-        let answer = self.proxy.read(&caller, &request.uri).await;
+        let (answer, notes) = audit::scope::noting(self.proxy.read(&caller, &request.uri)).await;
+        let asked = || Asked::of(&self.principal, &context, started);
+        self.proxy.audit().request(notes, || read_event(&asked(), &request.uri, &answer));
         let answer = answer.inspect_err(|error| {
             tracing::debug!(uri = %request.uri, principal = %self.principal, error = %error, kind = error.kind(), "read failed");
         });

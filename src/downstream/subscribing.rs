@@ -22,9 +22,11 @@ use rmcp::service::{RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData, ServerHandler};
 use tokio::task;
 
+use super::audited::{self, Asked};
 use super::outlets::{BufferedOutlet, ListenOutlet};
 use super::shared::records::{Records, SubscribeRefused};
 use super::{ProxyServer, Session, session_header};
+use crate::audit::{self, Kind};
 use crate::error::ProxyError;
 use crate::fanout::{OutletInfo, OutletKind};
 use crate::protocol::{Era, method};
@@ -44,7 +46,16 @@ impl ProxyServer {
             return self.subscribe_shared(records, session, &request.uri, started).await;
         }
         // The caps (per session, per principal) are kept with the holds themselves.
-        self.record(method::RESOURCES_SUBSCRIBE, started, self.proxy.subscribe(&self.caller(), holder, &request.uri))
+        let (answer, notes) = audit::scope::noting_sync(|| self.proxy.subscribe(&self.caller(), holder, &request.uri));
+        self.audit_hold(
+            notes,
+            (Kind::Subscribe, method::RESOURCES_SUBSCRIBE),
+            &context,
+            started,
+            &request.uri,
+            &answer,
+        );
+        self.record(method::RESOURCES_SUBSCRIBE, started, answer)
     }
 
     pub(super) async fn subscriptions_unsubscribe(
@@ -61,11 +72,26 @@ impl ProxyServer {
             self.proxy.metrics().downstream_request(method::RESOURCES_UNSUBSCRIBE, outcome, started.elapsed());
             return recorded;
         }
-        self.record(
-            method::RESOURCES_UNSUBSCRIBE,
-            started,
-            self.proxy.unsubscribe(&self.caller(), holder, &request.uri),
-        )
+        let (answer, notes) =
+            audit::scope::noting_sync(|| self.proxy.unsubscribe(&self.caller(), holder, &request.uri));
+        let kind = (Kind::Unsubscribe, method::RESOURCES_UNSUBSCRIBE);
+        self.audit_hold(notes, kind, &context, started, &request.uri, &answer);
+        self.record(method::RESOURCES_UNSUBSCRIBE, started, answer)
+    }
+
+    /// A subscribe's or unsubscribe's audit events.
+    fn audit_hold(
+        &self,
+        notes: audit::scope::Notes,
+        (kind, method): (Kind, &'static str),
+        context: &RequestContext<RoleServer>,
+        started: Instant,
+        uri: &str,
+        answer: &Result<(), ProxyError>,
+    ) {
+        self.proxy.audit().request(notes, || {
+            Asked::of(&self.principal, context, started).event(kind, method, audited::outcome(answer)).uri(uri)
+        });
     }
 
     /// `[cluster]`: the subscription goes into the session's record (within
@@ -103,8 +129,9 @@ impl ProxyServer {
 
     pub(super) fn subscriptions_accepted_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
         // One policy snapshot decides what the stream may hold and subscribes it.
+        let started = Instant::now();
         let caller = self.caller();
-        let candidate = self.listen_candidate(&caller, requested);
+        let (candidate, notes) = audit::scope::noting_sync(|| self.listen_candidate(&caller, requested));
         // What rmcp acknowledges: the candidate cut to what was requested and advertised.
         let advertised = requested.supported_by(&self.get_info().capabilities);
         let accepted = requested.intersection(&candidate).intersection(&advertised);
@@ -114,6 +141,13 @@ impl ProxyServer {
             // A stale entry of an earlier task with this id (its acknowledgement failed) goes.
             self.pending_listens.0.lock().expect("pending listens lock").insert(request_task, pending);
         }
+        self.proxy.audit().request(notes, || {
+            let asked =
+                Asked { principal: &self.principal, era: Some(Era::Modern), session: None, request: None, started };
+            let mut event = asked.event(Kind::Listen, method::SUBSCRIPTIONS_LISTEN, "ok");
+            event.uris = candidate.resource_subscriptions.clone();
+            event
+        });
         Some(candidate)
     }
 

@@ -57,6 +57,53 @@ pub enum DenialAction {
     Use,
 }
 
+/// What a request refused by policy asked for (`mcp_proxy_denials_total{kind}` and the audit
+/// trail's denial events). A list that leaves entries out is not a denial of this kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DenialKind {
+    /// A `resources/read` (also through a bridge tool).
+    Read,
+    /// A `resources/subscribe` or a URI of a listen stream.
+    Subscribe,
+    /// A `tools/call` (an upstream's tool or a bridge tool).
+    Call,
+    /// A `prompts/get` (or a completion for a prompt).
+    Prompt,
+    /// A completion for a resource template.
+    Template,
+}
+
+/// Every `reason` of `mcp_proxy_auth_refused_total`, as the auth module names them.
+pub const AUTH_REFUSAL_REASONS: &[&str] = &[
+    "missing",
+    "malformed",
+    "unknown_token",
+    "malformed_jwt",
+    "algorithm",
+    "unknown_key",
+    "bad_signature",
+    "expired",
+    "not_yet_valid",
+    "wrong_issuer",
+    "wrong_audience",
+    "bad_claims",
+];
+
+impl DenialKind {
+    pub const ALL: [DenialKind; 5] =
+        [DenialKind::Read, DenialKind::Subscribe, DenialKind::Call, DenialKind::Prompt, DenialKind::Template];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            DenialKind::Read => "read",
+            DenialKind::Subscribe => "subscribe",
+            DenialKind::Call => "call",
+            DenialKind::Prompt => "prompt",
+            DenialKind::Template => "template",
+        }
+    }
+}
+
 impl Transport {
     pub fn label(self) -> &'static str {
         match self {

@@ -36,6 +36,9 @@ const FAMILIES: &[&str] = &[
     "mcp_proxy_cluster_redis_up",
     "mcp_proxy_cluster_replicas",
     "mcp_proxy_cluster_redis_failures_total",
+    "mcp_proxy_auth_refused_total",
+    "mcp_proxy_denials_total",
+    "mcp_proxy_audit_dropped_total",
 ];
 
 /// One call of every recording method, with `upstream` wherever an upstream name goes.
@@ -68,6 +71,9 @@ fn exercise_every_method(metrics: &Metrics, upstream: &str) -> SessionGuard {
     metrics.cluster_redis_up("replica-1", true);
     metrics.cluster_replicas("replica-1", 3);
     metrics.cluster_redis_failure("replica-1");
+    metrics.auth_refused("expired");
+    metrics.denied(DenialKind::Call);
+    metrics.audit_dropped();
     metrics.downstream_session(Transport::Http, Era::Modern)
 }
 
@@ -125,6 +131,9 @@ fn known_label_sets_start_at_zero() {
         "mcp_proxy_policy_denials_total{action=\"subscribe\",policy=\"default\"} 0",
         "mcp_proxy_upstream_up{upstream=\"docs\"} 0",
         "mcp_proxy_upstream_reconnects_total{upstream=\"docs\"} 0",
+        "mcp_proxy_auth_refused_total{reason=\"bad_signature\"} 0",
+        "mcp_proxy_denials_total{kind=\"template\"} 0",
+        "mcp_proxy_audit_dropped_total 0",
     ] {
         assert!(text.contains(line), "{line} missing from:\n{text}");
     }

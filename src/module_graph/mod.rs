@@ -42,8 +42,8 @@ const FLOORS: &[&[&str]] = &[
     &["config"],
     // Identity, instruments, the accept loop and the rate limits' buckets.
     &["auth", "metrics", "listener", "mcp_json", "rate_limits"],
-    // Stores and queues; the cluster's shared state (Redis) and derived keys.
-    &["cache", "fanout", "cluster"],
+    // Stores and queues: the audit trail's; the cluster's shared state (Redis) and derived keys.
+    &["cache", "fanout", "audit", "cluster"],
     // Upstream connections.
     &["upstream"],
     // Cache coherence (holds upstream handles in its watch book).

@@ -12,8 +12,9 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use super::caller::Caller;
 use crate::admin::PolicyReloadReport;
+use crate::audit::scope;
 use crate::error::ProxyError;
-use crate::metrics::{DenialAction, Metrics};
+use crate::metrics::{DenialAction, DenialKind, Metrics};
 use crate::namespace;
 use crate::policy::PolicySet;
 use crate::upstream::Registry;
@@ -110,12 +111,16 @@ impl Access {
         if !decision.allowed {
             tracing::debug!(principal, uri = requested, file = ?decision.file, pattern = ?decision.pattern, "denied");
             self.metrics.policy_denied(action, decision.file.as_deref());
+            let kind = if action == DenialAction::Subscribe { DenialKind::Subscribe } else { DenialKind::Read };
+            let upstream = namespace::split(normalized).map(|(upstream, _)| upstream);
+            scope::denied(&self.metrics, kind, requested, upstream);
             return Err(not_found());
         }
         let (upstream, original) = namespace::split(normalized).ok_or_else(not_found)?;
         if !self.upstreams.contains(upstream) {
             return Err(not_found());
         }
+        scope::routed(upstream);
         Ok(Route { upstream: upstream.to_string(), original: original.to_string() })
     }
 

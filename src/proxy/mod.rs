@@ -34,6 +34,7 @@ use rmcp::model::{ListResourceTemplatesResult, ListResourcesResult};
 
 use crate::admin::{ReloadReport, StatusReport};
 use crate::cluster::Cluster;
+use crate::audit::Audit;
 use crate::config::{Config, ConfigError};
 use crate::error::ProxyError;
 use crate::fanout::{Outlet, OutletInfo};
@@ -81,6 +82,8 @@ struct Services {
     /// The configuration the proxy started with (upstreams may have been reloaded since).
     config: Config,
     metrics: Metrics,
+    /// The audit trail (`crate::audit`).
+    audit: Audit,
     spine: Spine,
     upstreams: Registry,
     access: Access,
@@ -111,6 +114,11 @@ impl Proxy {
 
     pub fn metrics(&self) -> &Metrics {
         &self.inner.metrics
+    }
+
+    /// The audit trail: the hosts' side records each request's events here.
+    pub fn audit(&self) -> &Audit {
+        &self.inner.audit
     }
 
     /// The task owner everything of this proxy runs on (listeners add their long-lived tasks).

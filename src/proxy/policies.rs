@@ -12,6 +12,7 @@ use std::time::Duration;
 use super::access::Access;
 use super::subscriptions::Subscriptions;
 use super::views::Views;
+use crate::audit::{self, Audit};
 use crate::policy::PolicySet;
 use crate::spine::Spine;
 use crate::tools::Tools;
@@ -30,6 +31,8 @@ pub(super) struct Policies {
     pub(super) tools: Tools,
     /// Tells hosts whose resources or templates changed.
     pub(super) views: Views,
+    /// Each reload of the policies folder is audited.
+    pub(super) audit: Audit,
     /// `policies.dir`, as at start.
     pub(super) dir: Option<PathBuf>,
 }
@@ -42,6 +45,10 @@ impl Policies {
         let sent = self.views.announce();
         self.access.reloaded(Some((sent, tools_told)));
         tracing::info!(files = ?next.files(), hosts_told = sent, tools_told, "policies reloaded");
+        let mut event = audit::Event::new(audit::Kind::Reload, "applied");
+        let changes = serde_json::json!({"what": "policies", "files": next.files(), "hosts_told": sent, "tools_told": tools_told});
+        event.changes = Some(changes);
+        self.audit.record(event);
     }
 
     /// Put a new policy in force and drop the subscriptions it forbids; hosts whose tools or
@@ -63,6 +70,9 @@ impl Policies {
         let applied = Access::load(dir).map(|next| self.replace(next)).is_some();
         if !applied {
             self.access.reloaded(None);
+            let mut event = audit::Event::new(audit::Kind::Reload, "refused");
+            event.changes = Some(serde_json::json!({"what": "policies"}));
+            self.audit.record(event);
         }
         applied
     }

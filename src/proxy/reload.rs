@@ -16,8 +16,9 @@
 //!
 //! Then `list_changed` goes to the hosts whose view changed. The policies come with the config
 //! and are replaced as a policy reload would (unless their folder changed: that needs a restart). Sections that cannot change live (`[server]`,
-//! `[auth]`, `[cache]`, the policies folder) keep their running values; a difference is logged
-//! as needing a restart.
+//! `[auth]`, `[cache]`, `[bridge]`, `[audit]`, the policies folder) keep their running values; a
+//! difference is logged as needing a restart. Every reload is one audit event (`crate::audit`),
+//! and the audit file is reopened with it (log rotation by SIGHUP).
 //!
 //! Invariant: reloads apply one at a time, and a rejected config leaves everything as it was.
 
@@ -30,6 +31,7 @@ use super::events::Changes;
 use super::policies::Policies;
 use super::views::Views;
 use crate::admin::ReloadReport;
+use crate::audit::{self, Audit};
 use crate::catalog::Catalog;
 use crate::coherence::WatchBook;
 use crate::config::{Config, ConfigError, UpstreamConfig};
@@ -91,6 +93,8 @@ pub(super) struct ReloaderParts {
     pub(super) last_reload: Arc<Mutex<Option<ReloadReport>>>,
     /// The upstreams' rate limits follow a reload (`[rate_limits]` itself needs a restart).
     pub(super) rate_limits: RateLimits,
+    /// Each reload is audited; the audit file is reopened with it (log rotation).
+    pub(super) audit: Audit,
 }
 
 impl Reloader {
@@ -114,6 +118,10 @@ impl Reloader {
             Ok(next) => self.apply(next).await,
         };
         *self.inner.parts.last_reload.lock().expect("reload lock") = Some(report.clone());
+        let audit = &self.inner.parts.audit;
+        let mut event = audit::Event::new(audit::Kind::Reload, report.outcome);
+        event.changes = Some(serde_json::json!({ "what": "config", "report": report }));
+        audit.record_reopening(event);
         report
     }
 
@@ -293,6 +301,10 @@ fn restart_needed(running: &Config, next: &Config) -> Vec<String> {
     if running.cluster != next.cluster {
         sections.push("cluster".to_string());
     }
+    // The audit trail's writer is started once (its file is reopened on every reload).
+    if running.audit != next.audit {
+        sections.push("audit".to_string());
+    }
     sections
 }
 
@@ -368,10 +380,10 @@ mod tests {
     fn sections_that_cannot_change_live_are_named() {
         let running = config(&upstream("a", 1));
         let next = config(&format!(
-            "[server]\npage_size = 7\n[cache]\nenabled = false\n[bridge]\nenabled = true\n{}",
+            "[server]\npage_size = 7\n[cache]\nenabled = false\n[bridge]\nenabled = true\n[audit]\nqueue = 7\n{}",
             upstream("b", 2)
         ));
-        assert_eq!(restart_needed(&running, &next), ["server", "cache", "bridge"]);
+        assert_eq!(restart_needed(&running, &next), ["server", "cache", "bridge", "audit"]);
         assert!(restart_needed(&running, &running.clone()).is_empty());
     }
 }

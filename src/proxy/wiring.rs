@@ -17,6 +17,7 @@ use super::reload::{Reloader, ReloaderParts, longest_request};
 use super::status::Status;
 use super::subscriptions::Subscriptions;
 use super::views::Views;
+use crate::audit::Audit;
 use crate::catalog::Catalog;
 use crate::cluster::Cluster;
 use crate::coherence::{Coherence, WatchBook};
@@ -41,6 +42,7 @@ pub(super) fn start(config: Config, spine: &Spine) -> Services {
         subscriptions: shared.subscriptions.clone(),
         tools: shared.tools.clone(),
         views: shared.views.clone(),
+        audit: shared.audit.clone(),
         dir: config.policies.dir.clone(),
     };
     let status = Status {
@@ -69,6 +71,7 @@ pub(super) fn start(config: Config, spine: &Spine) -> Services {
         views: shared.views.clone(),
         last_reload: status.last_reload.clone(),
         rate_limits: shared.rate_limits.clone(),
+        audit: shared.audit.clone(),
     });
     for upstream in &config.upstreams {
         reloader.start_upstream(upstream.clone());
@@ -80,6 +83,7 @@ pub(super) fn start(config: Config, spine: &Spine) -> Services {
 /// The handles more than one service shares, made once by [`Shared::new`].
 struct Shared {
     metrics: Metrics,
+    audit: Audit,
     upstreams: Registry,
     catalog: Catalog,
     cursor_key: CursorKey,
@@ -106,6 +110,7 @@ impl Shared {
     /// Make the shared handles; nothing runs yet.
     fn new(config: &Config, spine: &Spine) -> Shared {
         let metrics = Metrics::new();
+        let audit = Audit::start(&config.audit, metrics.clone(), spine);
         let upstreams = Registry::default();
         let catalog = Catalog::new();
         let events = crate::upstream::events::channel(config.server.event_queue);
@@ -153,6 +158,7 @@ impl Shared {
         Shared {
             rate_limits,
             metrics,
+            audit,
             upstreams,
             catalog,
             cursor_key,
@@ -223,6 +229,7 @@ impl Shared {
             door,
             config,
             metrics: self.metrics,
+            audit: self.audit,
             spine: spine.clone(),
             upstreams: self.upstreams,
             access: self.access,

@@ -25,9 +25,10 @@ use super::parked::{self, Outcome, Resume};
 use super::rounds::{self, Inputs};
 use super::sealed::Holder;
 use super::{ProgressOutlet, Tools, rewrite};
+use crate::audit::scope;
 use crate::error::ProxyError;
 use crate::host::HostRelay;
-use crate::metrics::DenialAction;
+use crate::metrics::{DenialAction, DenialKind};
 use crate::namespace;
 use crate::policy::PolicySet;
 use crate::upstream::{HostSession, Upstream};
@@ -318,8 +319,14 @@ impl Tools {
         }
         if !self.allowed(policy, principal, naming, offering, presented, Some(DenialAction::Use)) {
             tracing::debug!(principal, name = presented, offering = offering.label(), "denied");
+            let kind = match offering {
+                Offering::Tool => DenialKind::Call,
+                Offering::Prompt => DenialKind::Prompt,
+            };
+            scope::denied(&self.inner.metrics, kind, presented, Some(name));
             return Err(unknown());
         }
+        scope::routed(name);
         Ok((upstream, original.to_string()))
     }
 
@@ -339,8 +346,10 @@ impl Tools {
         }
         if !policy.is_allow_all() && !policy.template_visible(principal, template) {
             self.inner.metrics.policy_denied(DenialAction::Use, None);
+            scope::denied(&self.inner.metrics, DenialKind::Template, template, Some(name));
             return Err(not_found());
         }
+        scope::routed(name);
         Ok((upstream, original.to_string()))
     }
 }

@@ -6,6 +6,7 @@
 pub mod support;
 
 mod access;
+mod audit;
 mod bounds;
 mod cache;
 mod capabilities;

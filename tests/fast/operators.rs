@@ -123,7 +123,8 @@ async fn a_healthy_idle_proxy_logs_nothing_after_startup() -> anyhow::Result<()>
 }
 
 /// A host's ordinary traffic — a list, a read of a missing URI, an unknown method, a
-/// disconnect — logs nothing at the default level.
+/// disconnect — logs nothing at the default level but its audit trail (the `audit` target,
+/// on by default: the read is one event).
 #[tokio::test]
 async fn ordinary_host_traffic_logs_nothing_by_default() -> anyhow::Result<()> {
     let docs = folder()?;
@@ -139,8 +140,15 @@ async fn ordinary_host_traffic_logs_nothing_by_default() -> anyhow::Result<()> {
     assert!(host.send_request(unknown).await.is_err(), "an unknown method is refused");
     host.cancel().await?;
     tokio::time::sleep(QUIET_WINDOW).await;
-    let new: Vec<String> = proxy.logs().into_iter().skip(after_startup).collect();
+    let (audit, new): (Vec<String>, Vec<String>) =
+        proxy.logs().into_iter().skip(after_startup).partition(|line| line.contains("\"target\":\"audit\""));
     assert!(new.is_empty(), "ordinary traffic logged: {new:#?}");
+    assert_eq!(audit.len(), 1, "the read's audit event: {audit:#?}");
+    assert!(
+        audit[0].contains(r#"\"event\":\"read\""#) && audit[0].contains(r#"\"outcome\":\"not_found\""#),
+        "{}",
+        audit[0]
+    );
     Ok(())
 }
 

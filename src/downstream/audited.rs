@@ -1,0 +1,95 @@
+//! What the hosts' side tells the audit trail ([`crate::audit`]): one request's context (who,
+//! which era, which session, which request) and the event its answer makes. The rmcp handler
+//! and the fast path both build their read events here, so a read is audited alike whichever
+//! answered it.
+
+use std::time::Instant;
+
+use rmcp::model::{CallToolResponse, GetPromptResponse};
+use rmcp::service::{RequestContext, RoleServer};
+
+use super::session_header;
+use crate::audit::{Event, Kind};
+use crate::coherence::Outcome;
+use crate::error::ProxyError;
+use crate::protocol::Era;
+use crate::proxy::ReadAnswer;
+
+/// Who asked, over what: the fields every event of one request shares.
+pub(super) struct Asked<'a> {
+    pub principal: &'a str,
+    pub era: Option<Era>,
+    pub session: Option<&'a str>,
+    pub request: Option<String>,
+    pub started: Instant,
+}
+
+impl<'a> Asked<'a> {
+    /// The context of a request rmcp's handler serves.
+    pub(super) fn of(principal: &'a str, context: &'a RequestContext<RoleServer>, started: Instant) -> Asked<'a> {
+        Asked {
+            principal,
+            era: Some(Era::of_negotiated(context.protocol_version().as_ref())),
+            session: session_header(&context.extensions),
+            request: Some(context.id.to_string()),
+            started,
+        }
+    }
+
+    /// The event of `kind` for `method`, with `outcome`, as of now.
+    pub(super) fn event(&self, kind: Kind, method: &'static str, outcome: &'static str) -> Event {
+        Event::new(kind, outcome)
+            .principal(self.principal)
+            .method(method)
+            .era(self.era)
+            .session(self.session)
+            .request(self.request.clone())
+            .took(self.started.elapsed())
+    }
+}
+
+/// A `resources/read`'s event: its outcome and, when it has contents, the cache's part.
+pub(super) fn read_event(asked: &Asked<'_>, uri: &str, answer: &Result<ReadAnswer, ProxyError>) -> Event {
+    let (outcome, cache) = match answer {
+        Ok(ReadAnswer::Result { outcome, .. }) => ("ok", Some(cache_label(*outcome))),
+        Ok(ReadAnswer::InputRequired(_)) => ("input_required", None),
+        Err(error) => (error.kind(), None),
+    };
+    let mut event = asked.event(Kind::Read, crate::protocol::method::RESOURCES_READ, outcome).uri(uri);
+    event.cache = cache;
+    event
+}
+
+/// A `tools/call`'s outcome: `ok`, `tool_error` (the tool said `isError`), `input_required`
+/// or the error's kind.
+pub(super) fn call_outcome(answer: &Result<CallToolResponse, ProxyError>) -> &'static str {
+    match answer {
+        Ok(CallToolResponse::Complete(result)) if result.is_error == Some(true) => "tool_error",
+        Ok(CallToolResponse::InputRequired(_)) => "input_required",
+        Ok(_) => "ok",
+        Err(error) => error.kind(),
+    }
+}
+
+/// A `prompts/get`'s outcome.
+pub(super) fn prompt_outcome(answer: &Result<GetPromptResponse, ProxyError>) -> &'static str {
+    match answer {
+        Ok(GetPromptResponse::InputRequired(_)) => "input_required",
+        Ok(_) => "ok",
+        Err(error) => error.kind(),
+    }
+}
+
+/// Any other request's outcome.
+pub(super) fn outcome<T>(answer: &Result<T, ProxyError>) -> &'static str {
+    crate::metrics::outcome(answer)
+}
+
+fn cache_label(outcome: Outcome) -> &'static str {
+    match outcome {
+        Outcome::Hit => "hit",
+        Outcome::Stale => "stale",
+        Outcome::Miss => "miss",
+        Outcome::Bypass => "bypass",
+    }
+}
