@@ -106,7 +106,7 @@ impl Shared {
         let watches = Arc::new(WatchBook::new(upstreams.clone()));
         let cache_holder = fanout.next_holder_id();
         let max_load = longest_request(config) + read::WATCH_WAIT;
-        let cache = Coherence::new(config.cache.clone(), watches.clone(), cache_holder, metrics.clone(), max_load);
+        let cache = Coherence::new(config.cache.clone(), watches.clone(), cache_holder, metrics.clone(), max_load, None);
         let access = Access::new(config.policies.set.clone(), upstreams.clone(), metrics.clone());
         let views = Views::new(catalog.clone(), access.clone(), fanout.clone());
         let cursor_key = CursorKey::random();
