@@ -184,3 +184,6 @@ where
     let scope = admission::told_scope(&loaded.result);
     Ok(Cached { ttl: Duration::ZERO, scope, result: loaded.result, outcome: Outcome::Bypass, contents_json: None })
 }
+
+#[cfg(test)]
+mod tests;
