@@ -24,6 +24,7 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::cluster::{ClusterReport, RedisState};
 use crate::coherence::Tracked;
 use crate::listener::{self, ConnectionLimits, allowed_hosts};
 use crate::metrics::Metrics;
@@ -50,6 +51,9 @@ pub struct StatusReport {
     /// What the last reload of the policies folder did (absent until one ran).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub policy_reload: Option<PolicyReloadReport>,
+    /// `[cluster]`: this replica, the replicas seen, Redis's state (absent for one process).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterReport>,
 }
 
 /// Cache totals in `/status`.
@@ -138,6 +142,10 @@ pub struct Readiness {
     pub ready: bool,
     /// Required upstreams that are not up, in report order.
     pub missing: Vec<String>,
+    /// `[cluster]`: Redis as this replica sees it (it keeps the replica unready only with
+    /// `ready_without_redis = false`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redis: Option<RedisState>,
 }
 
 /// Serve the admin routes on `listener` until `shutdown`, within `limits`. Only requests
@@ -192,7 +200,8 @@ pub fn router(state: AdminState) -> Router {
 }
 
 impl StatusReport {
-    /// Ready when every required upstream is up.
+    /// Ready when every required upstream is up (and, with `[cluster] ready_without_redis =
+    /// false`, Redis is reached).
     pub fn readiness(&self) -> Readiness {
         let missing: Vec<String> = self
             .upstreams
@@ -200,7 +209,9 @@ impl StatusReport {
             .filter(|upstream| upstream.required && upstream.state != LinkState::Up)
             .map(|upstream| upstream.name.clone())
             .collect();
-        Readiness { ready: missing.is_empty(), missing }
+        let redis = self.cluster.as_ref().map(|cluster| cluster.redis.state);
+        let cluster_ready = !self.cluster.as_ref().is_some_and(ClusterReport::keeps_unready);
+        Readiness { ready: missing.is_empty() && cluster_ready, missing, redis }
     }
 }
 
@@ -283,6 +294,7 @@ mod tests {
             subscriptions: SubscriptionReport { hosts: 2, held: 1, upstream_uris: 1 },
             config_reload: None,
             policy_reload: None,
+            cluster: None,
         });
         let state = AdminState { metrics: metrics.clone(), status };
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -375,8 +387,8 @@ mod tests {
                 upstreams: upstreams.iter().map(|&(name, state, required)| report(name, state, required)).collect(),
                 ..StatusReport::default()
             };
-            let expected =
-                Readiness { ready: missing.is_empty(), missing: missing.iter().map(|m| m.to_string()).collect() };
+            let ready = missing.is_empty();
+            let expected = Readiness { ready, missing: missing.iter().map(|m| m.to_string()).collect(), redis: None };
             assert_eq!(report.readiness(), expected, "{upstreams:?}");
         }
         check(&[], &[]);
@@ -384,6 +396,30 @@ mod tests {
         check(&[("docs", LinkState::Connecting, true)], &["docs"]);
         check(&[("docs", LinkState::Down, false)], &[]);
         check(&[("a", LinkState::Down, true), ("b", LinkState::Up, true), ("c", LinkState::Down, true)], &["a", "c"]);
+    }
+
+    #[test]
+    fn redis_down_keeps_a_replica_unready_only_when_configured_so() {
+        fn check(state: RedisState, ready_without_redis: bool, ready: bool) {
+            let redis =
+                crate::cluster::RedisHealth { state, last_error: None, since_unix: 0, failures: 0, recoveries: 0 };
+            let cluster = ClusterReport {
+                replica: "r1".into(),
+                replicas: vec!["r1".into()],
+                redis,
+                redis_url: "redis://127.0.0.1:6379".into(),
+                ready_without_redis,
+            };
+            let report = StatusReport { cluster: Some(cluster), ..StatusReport::default() };
+            let expected = Readiness { ready, missing: Vec::new(), redis: Some(state) };
+            assert_eq!(report.readiness(), expected, "{state:?} {ready_without_redis}");
+        }
+        check(RedisState::Up, true, true);
+        check(RedisState::Down, true, true);
+        check(RedisState::Up, false, true);
+        check(RedisState::Down, false, false);
+        check(RedisState::Connecting, false, false);
+        assert_eq!(StatusReport::default().readiness().redis, None, "no cluster, no redis field");
     }
 
     #[test]

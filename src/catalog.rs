@@ -9,7 +9,7 @@
 //! an offset is meaningful only together with the generation it was taken from.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use rmcp::model::{Resource, ResourceTemplate};
 
@@ -46,6 +46,8 @@ pub struct Page<T> {
 pub struct Snapshot {
     pub generation: u64,
     parts: Vec<(String, Arc<UpstreamCatalog>)>,
+    /// [`Snapshot::fingerprint`], made on first use.
+    fingerprint: OnceLock<u64>,
 }
 
 /// The live catalog. A cheap `Clone` handle.
@@ -101,12 +103,28 @@ impl Catalog {
         edit(&mut state.upstreams);
         state.generation += 1;
         let parts = state.upstreams.iter().map(|(name, part)| (name.clone(), part.clone())).collect();
-        state.snapshot = Arc::new(Snapshot { generation: state.generation, parts });
+        state.snapshot = Arc::new(Snapshot { generation: state.generation, parts, fingerprint: OnceLock::new() });
         state.generation
     }
 }
 
 impl Snapshot {
+    /// A digest of what positions entries in the merged lists (each upstream's name, its
+    /// resources' URIs and its templates' URI templates, in order): equal on every replica
+    /// that lists the same, whatever its generation. Computed once per snapshot.
+    pub fn fingerprint(&self) -> u64 {
+        *self.fingerprint.get_or_init(|| {
+            let mut digest = Fingerprint::default();
+            for (name, part) in &self.parts {
+                digest.add(name);
+                part.resources.iter().for_each(|resource| digest.add(&resource.uri));
+                digest.add("\0templates");
+                part.templates.iter().for_each(|template| digest.add(&template.uri_template));
+            }
+            digest.finish()
+        })
+    }
+
     pub fn resource_count(&self) -> usize {
         self.parts.iter().map(|(_, p)| p.resources.len()).sum()
     }
@@ -200,6 +218,24 @@ pub(crate) fn page<P, T: Clone>(
         skip = 0;
     }
     Page { items, next: None }
+}
+
+/// A stable digest of a sequence of strings (SHA-256, each length-prefixed, the first 8 bytes):
+/// the same on every replica and every build, unlike a `Hasher`.
+#[derive(Default)]
+pub struct Fingerprint(sha2::Sha256);
+
+impl Fingerprint {
+    pub fn add(&mut self, part: &str) {
+        use sha2::Digest;
+        self.0.update((part.len() as u64).to_be_bytes());
+        self.0.update(part.as_bytes());
+    }
+
+    pub fn finish(self) -> u64 {
+        use sha2::Digest;
+        u64::from_be_bytes(self.0.finalize()[..8].try_into().expect("8 bytes"))
+    }
 }
 
 #[cfg(test)]

@@ -33,6 +33,7 @@ mod access;
 mod bridge;
 mod cache;
 mod checks;
+mod cluster;
 mod extract;
 mod server;
 mod transport;
@@ -40,6 +41,7 @@ mod upstream;
 
 pub use self::bridge::BridgeConfig;
 pub use self::cache::{CacheConfig, UpstreamCache, parse_size};
+pub use self::cluster::{ClusterConfig, MIN_SECRET_BYTES, Secret, default_replica_id, is_valid_replica_id};
 pub use self::server::ServerConfig;
 pub use self::transport::CaFile;
 pub use self::upstream::{redact_url, redact_urls_in};
@@ -54,6 +56,8 @@ pub struct Config {
     pub cache: CacheConfig,
     /// `[bridge]`: resources as the proxy's own tools, for models.
     pub bridge: BridgeConfig,
+    /// `[cluster]`: replicas sharing state in Redis; `None` is one process on its own.
+    pub cluster: Option<ClusterConfig>,
 }
 
 #[derive(Debug, Clone)]
@@ -211,6 +215,7 @@ struct RawConfig {
     cache: cache::RawCache,
     #[serde(default)]
     bridge: bridge::RawBridge,
+    cluster: Option<cluster::RawCluster>,
     #[serde(flatten)]
     unknown: BTreeMap<String, Value>,
 }
@@ -260,6 +265,7 @@ fn validate(
     let policies = access::validate_policies(raw.policies, base, problems);
     let cache = cache::validate_cache(raw.cache, problems);
     let bridge = bridge::validate_bridge(raw.bridge, problems);
+    let cluster = cluster::validate_cluster(raw.cluster, lookup, problems);
     let mut seen = BTreeSet::new();
     let unprefixed: Vec<(usize, Option<String>)> = (raw.upstreams.iter().enumerate())
         .filter(|(_, upstream)| upstream.unprefixed == Some(true))
@@ -272,7 +278,7 @@ fn validate(
         .filter_map(|(index, upstream)| validate_upstream(index, upstream, base, lookup, &mut seen, problems))
         .collect();
     upstream::at_most_one_unprefixed(&unprefixed, problems);
-    Config { server, upstreams, auth, policies, cache, bridge }
+    Config { server, upstreams, auth, policies, cache, bridge, cluster }
 }
 
 fn validate_upstream(

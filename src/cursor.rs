@@ -47,18 +47,35 @@ pub enum CursorError {
     Stale,
 }
 
-/// The secret cursors are authenticated with. One per process: cursors do not survive a
-/// restart, and the catalog generation would not either.
+/// The secret cursors are authenticated with, and what names a version of a list in them.
+/// One process on its own: a random key and the catalog's generation (cursors do not survive a
+/// restart, and the generation would not either). Replicas of a cluster: a key derived from the
+/// cluster secret and the list's content fingerprint, so a cursor one replica minted pages on
+/// every replica whose list is the same.
 #[derive(Clone)]
-pub struct CursorKey([u8; 32]);
+pub struct CursorKey {
+    key: [u8; 32],
+    by_content: bool,
+}
 
 impl CursorKey {
     pub fn random() -> Self {
-        Self(rand::random())
+        Self::from_bytes(rand::random())
     }
 
     pub fn from_bytes(bytes: [u8; 32]) -> Self {
-        Self(bytes)
+        Self { key: bytes, by_content: false }
+    }
+
+    /// The key of a cluster (derived from its secret): lists are versioned by content.
+    pub fn shared(bytes: [u8; 32]) -> Self {
+        Self { key: bytes, by_content: true }
+    }
+
+    /// The version of a list that cursors carry: its `generation` (one process), or its
+    /// content `fingerprint` (a cluster, where generations are per replica).
+    pub fn list_version(&self, generation: u64, fingerprint: impl FnOnce() -> u64) -> u64 {
+        if self.by_content { fingerprint() } else { generation }
     }
 
     pub fn encode(&self, principal: &str, position: Position) -> String {
@@ -121,7 +138,7 @@ impl CursorKey {
     }
 
     fn mac(&self, principal: &str, body: &[u8]) -> Hmac<Sha256> {
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("any key length");
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("any key length");
         mac.update(&(principal.len() as u64).to_be_bytes());
         mac.update(principal.as_bytes());
         mac.update(body);
@@ -132,7 +149,7 @@ impl CursorKey {
     /// `0xFF` first byte keeps these inputs apart from the tag's, which start with the
     /// principal's length as 8 big-endian bytes.
     fn apply_keystream(&self, tag: &[u8], data: &mut [u8]) {
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("any key length");
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("any key length");
         mac.update(b"\xFFcursor keystream");
         mac.update(tag);
         let stream = mac.finalize().into_bytes();

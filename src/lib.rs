@@ -19,6 +19,7 @@
 //! - [`downstream`]: the rmcp `ServerHandler` hosts talk to, over stdio and streamable HTTP.
 //! - [`subscriptions`]: who holds which upstream URI; reference counts (pure).
 //! - [`host`]: what a routed call's host offers the upstream side (`HostRelay`, `ProgressOutlet`): a contract both edges import.
+//! - [`cluster`]: `[cluster]`: this replica's id, keys derived from the cluster secret, the Redis connection and its health, the replicas seen alive.
 //! - [`fanout`]: per-host bounded queues and sender tasks for notifications.
 //! - [`proxy`]: capability services (lists, reads, subscriptions, access) over one shared core, behind the `Proxy` handle; live config reload.
 //! - [`spine`]: every background task, named, owned and drained in one place.
@@ -37,6 +38,7 @@ pub mod auth;
 pub mod bridge;
 pub mod cache;
 pub mod catalog;
+pub mod cluster;
 pub mod coherence;
 pub mod config;
 pub mod cursor;

@@ -87,6 +87,9 @@ struct Inner {
     policy_denials: IntCounterVec,
     served_bytes: IntCounterVec,
     relay_unattributed: IntCounterVec,
+    cluster_redis_up: IntGaugeVec,
+    cluster_replicas: IntGaugeVec,
+    cluster_redis_failures: IntCounterVec,
 }
 
 impl Metrics {
@@ -170,6 +173,21 @@ impl Metrics {
                 "relay_unattributed_total",
                 "Log messages dropped and requests refused: an upstream sent them for no call in flight it named.",
                 &["upstream", "kind"],
+            ),
+            cluster_redis_up: b.gauge(
+                "cluster_redis_up",
+                "1 while this replica reaches Redis (`[cluster]` only; the label is this replica's id).",
+                &["replica"],
+            ),
+            cluster_replicas: b.gauge(
+                "cluster_replicas",
+                "Replicas this one saw alive at its last heartbeat, itself included.",
+                &["replica"],
+            ),
+            cluster_redis_failures: b.counter(
+                "cluster_redis_failures_total",
+                "Redis commands of this replica that failed or timed out.",
+                &["replica"],
             ),
             registry: b.registry,
             family_names: b.family_names,
@@ -345,6 +363,27 @@ impl Metrics {
     /// `upstream` sent a `kind` (`log`, `sampling`, `elicitation`) that names no call in flight.
     pub fn relay_unattributed(&self, upstream: &str, kind: &'static str) {
         self.inner.relay_unattributed.with_label_values(&[upstream_label(upstream), kind]).inc();
+    }
+
+    /// This process is replica `replica` of a cluster: its series start (Redis down, 1 replica).
+    /// `replica` is the configured id, one per process, so the label is bounded.
+    pub fn cluster_replica(&self, replica: &str) {
+        let i = &self.inner;
+        i.cluster_redis_up.with_label_values(&[replica]).set(0);
+        i.cluster_replicas.with_label_values(&[replica]).set(1);
+        i.cluster_redis_failures.with_label_values(&[replica]);
+    }
+
+    pub fn cluster_redis_up(&self, replica: &str, up: bool) {
+        self.inner.cluster_redis_up.with_label_values(&[replica]).set(i64::from(up));
+    }
+
+    pub fn cluster_replicas(&self, replica: &str, seen: usize) {
+        self.inner.cluster_replicas.with_label_values(&[replica]).set(saturate(seen));
+    }
+
+    pub fn cluster_redis_failure(&self, replica: &str) {
+        self.inner.cluster_redis_failures.with_label_values(&[replica]).inc();
     }
 
     fn precreate(&self) {

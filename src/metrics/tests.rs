@@ -33,6 +33,9 @@ const FAMILIES: &[&str] = &[
     "mcp_proxy_policy_denials_total",
     "mcp_proxy_served_bytes_total",
     "mcp_proxy_relay_unattributed_total",
+    "mcp_proxy_cluster_redis_up",
+    "mcp_proxy_cluster_replicas",
+    "mcp_proxy_cluster_redis_failures_total",
 ];
 
 /// One call of every recording method, with `upstream` wherever an upstream name goes.
@@ -61,6 +64,10 @@ fn exercise_every_method(metrics: &Metrics, upstream: &str) -> SessionGuard {
     metrics.policy_denied(DenialAction::Read, Some("team-a.toml"));
     metrics.bytes_served(upstream, 100);
     metrics.relay_unattributed(upstream, "log");
+    metrics.cluster_replica("replica-1");
+    metrics.cluster_redis_up("replica-1", true);
+    metrics.cluster_replicas("replica-1", 3);
+    metrics.cluster_redis_failure("replica-1");
     metrics.downstream_session(Transport::Http, Era::Modern)
 }
 

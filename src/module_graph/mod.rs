@@ -42,8 +42,8 @@ const FLOORS: &[&[&str]] = &[
     &["config"],
     // Identity, instruments and the accept loop.
     &["auth", "metrics", "listener", "mcp_json"],
-    // Stores and queues.
-    &["cache", "fanout"],
+    // Stores and queues; the cluster's shared state (Redis) and derived keys.
+    &["cache", "fanout", "cluster"],
     // Upstream connections.
     &["upstream"],
     // Cache coherence (holds upstream handles in its watch book).

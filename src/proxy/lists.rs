@@ -66,10 +66,22 @@ impl Lists {
         snapshot: &Snapshot,
     ) -> Result<usize, ProxyError> {
         let key = &self.cursor_key;
-        key.page_start(caller.principal(), list, snapshot.generation, cursor).map_err(|_| ProxyError::InvalidCursor)
+        key.page_start(
+            caller.principal(),
+            list,
+            key.list_version(snapshot.generation, || snapshot.fingerprint()),
+            cursor,
+        )
+        .map_err(|_| ProxyError::InvalidCursor)
     }
 
     fn cursor(&self, caller: &Caller, list: ListKind, snapshot: &Snapshot, offset: usize) -> String {
-        self.cursor_key.page_cursor(caller.principal(), list, snapshot.generation, offset)
+        let key = &self.cursor_key;
+        key.page_cursor(
+            caller.principal(),
+            list,
+            key.list_version(snapshot.generation, || snapshot.fingerprint()),
+            offset,
+        )
     }
 }

@@ -32,6 +32,7 @@ use std::time::Duration;
 use rmcp::model::{ListResourceTemplatesResult, ListResourcesResult};
 
 use crate::admin::{ReloadReport, StatusReport};
+use crate::cluster::Cluster;
 use crate::config::{Config, ConfigError};
 use crate::error::ProxyError;
 use crate::fanout::{Outlet, OutletInfo};
@@ -86,6 +87,8 @@ struct Services {
     tools: Tools,
     status: Status,
     reloader: Reloader,
+    /// `[cluster]`: this replica's place in it.
+    cluster: Option<Cluster>,
 }
 
 impl Proxy {
@@ -107,6 +110,12 @@ impl Proxy {
     /// The task owner everything of this proxy runs on (listeners add their long-lived tasks).
     pub fn spine(&self) -> &Spine {
         &self.inner.spine
+    }
+
+    /// `[cluster]`: this replica's id, the keys derived from the cluster secret, Redis. `None`
+    /// for one process on its own.
+    pub fn cluster(&self) -> Option<&Cluster> {
+        self.inner.cluster.as_ref()
     }
 
     /// Tools, prompts and completion.

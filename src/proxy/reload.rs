@@ -283,6 +283,9 @@ fn restart_needed(running: &Config, next: &Config) -> Vec<String> {
     if running.bridge != next.bridge {
         sections.push("bridge".to_string());
     }
+    if running.cluster != next.cluster {
+        sections.push("cluster".to_string());
+    }
     sections
 }
 

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use super::access::Access;
 use crate::admin::{CacheReport, ReloadReport, StatusReport, SubscriptionReport, UpstreamReport};
 use crate::catalog::Catalog;
+use crate::cluster::Cluster;
 use crate::coherence::{Coherence, WatchBook};
 use crate::config::CacheConfig;
 use crate::fanout::Fanout;
@@ -27,6 +28,8 @@ pub(super) struct Status {
     pub(super) last_reload: Arc<Mutex<Option<ReloadReport>>>,
     /// What the last policy reload did.
     pub(super) access: Access,
+    /// `[cluster]`: this replica and Redis.
+    pub(super) cluster: Option<Cluster>,
 }
 
 impl Status {
@@ -61,6 +64,7 @@ impl Status {
             subscriptions: SubscriptionReport { hosts: self.fanout.outlets().len(), held, upstream_uris },
             config_reload: self.last_reload.lock().expect("reload lock").clone(),
             policy_reload: self.access.last_reload(),
+            cluster: self.cluster.as_ref().map(Cluster::report),
         }
     }
 

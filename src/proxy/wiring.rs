@@ -17,6 +17,7 @@ use super::status::Status;
 use super::subscriptions::Subscriptions;
 use super::views::Views;
 use crate::catalog::Catalog;
+use crate::cluster::Cluster;
 use crate::coherence::{Coherence, WatchBook};
 use crate::config::Config;
 use crate::cursor::CursorKey;
@@ -50,6 +51,7 @@ pub(super) fn start(config: Config, spine: &Spine) -> Services {
         fanout: shared.fanout.clone(),
         last_reload: Arc::default(),
         access: shared.access.clone(),
+        cluster: shared.cluster.clone(),
     };
     let reloader = Reloader::new(ReloaderParts {
         config: config.clone(),
@@ -91,6 +93,8 @@ struct Shared {
     events: (EventSender, EventInbox),
     /// Hosts gone, for the event loop.
     gone: mpsc::Receiver<HolderId>,
+    /// `[cluster]`: this replica's place in it (keys, Redis).
+    cluster: Option<Cluster>,
 }
 
 impl Shared {
@@ -109,7 +113,13 @@ impl Shared {
         let cache = Coherence::new(config.cache.clone(), watches.clone(), cache_holder, metrics.clone(), max_load, None);
         let access = Access::new(config.policies.set.clone(), upstreams.clone(), metrics.clone());
         let views = Views::new(catalog.clone(), access.clone(), fanout.clone());
-        let cursor_key = CursorKey::random();
+        let cluster = config.cluster.as_ref().map(|cluster| {
+            Cluster::new(cluster, metrics.clone()).expect("a validated [cluster] section makes a Redis client")
+        });
+        let cursor_key = match &cluster {
+            Some(cluster) => CursorKey::shared(cluster.keys().cursor()),
+            None => CursorKey::random(),
+        };
         let server = &config.server;
         let tools = Tools::new(ToolsParts {
             resources: catalog.clone(),
@@ -121,6 +131,7 @@ impl Shared {
             policy: access.shared_policy(),
             bridge: config.bridge.enabled,
             max_calls_per_principal: server.max_calls_per_principal,
+            state_key: cluster.as_ref().map(|cluster| cluster.keys().request_state()),
         });
         let caps = Caps {
             per_holder: server.max_subscriptions_per_session,
@@ -148,6 +159,7 @@ impl Shared {
             subscriptions,
             events,
             gone,
+            cluster,
         }
     }
 
@@ -178,6 +190,9 @@ impl Shared {
             metrics: self.metrics.clone(),
         };
         housekeeping.spawn(spine);
+        if let Some(cluster) = &self.cluster {
+            cluster.start(spine);
+        }
         let lists = Lists {
             catalog: self.catalog,
             access: self.access.clone(),
@@ -202,6 +217,7 @@ impl Shared {
             tools: self.tools,
             status,
             reloader,
+            cluster: self.cluster,
         }
     }
 }

@@ -6,12 +6,12 @@
 //! Invariant: the generation grows with every change; a snapshot never changes once built.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use rmcp::model::{Prompt, Tool};
 
 use super::names::Naming;
-use crate::catalog::{Page, page};
+use crate::catalog::{Fingerprint, Page, page};
 
 /// What one upstream offers, with namespaced names.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -27,6 +27,8 @@ pub struct UpstreamOfferings {
 pub struct OfferingsSnapshot {
     pub generation: u64,
     parts: Vec<(String, Arc<UpstreamOfferings>)>,
+    /// [`OfferingsSnapshot::fingerprint`], made on first use.
+    fingerprint: OnceLock<u64>,
 }
 
 /// The live offerings catalog. A cheap `Clone` handle.
@@ -60,7 +62,7 @@ impl OfferingsCatalog {
         };
         state.generation += 1;
         let parts = state.upstreams.iter().map(|(name, part)| (name.clone(), part.clone())).collect();
-        let next = Arc::new(OfferingsSnapshot { generation: state.generation, parts });
+        let next = Arc::new(OfferingsSnapshot { generation: state.generation, parts, fingerprint: OnceLock::new() });
         let before = std::mem::replace(&mut state.snapshot, next.clone());
         Some((before, next))
     }
@@ -72,6 +74,23 @@ impl OfferingsCatalog {
 }
 
 impl OfferingsSnapshot {
+    /// A digest of what positions entries in the merged lists (each upstream's name, whether
+    /// it is unprefixed, its tools' and prompts' names, in order): equal on every replica that
+    /// offers the same, whatever its generation.
+    pub fn fingerprint(&self) -> u64 {
+        *self.fingerprint.get_or_init(|| {
+            let mut digest = Fingerprint::default();
+            for (name, part) in &self.parts {
+                digest.add(name);
+                digest.add(if part.unprefixed { "\0unprefixed" } else { "\0prefixed" });
+                part.tools.iter().for_each(|tool| digest.add(&tool.name));
+                digest.add("\0prompts");
+                part.prompts.iter().for_each(|prompt| digest.add(&prompt.name));
+            }
+            digest.finish()
+        })
+    }
+
     /// Counts per upstream: `(name, tools, prompts)`.
     pub fn counts(&self) -> Vec<(String, usize, usize)> {
         self.parts.iter().map(|(n, p)| (n.clone(), p.tools.len(), p.prompts.len())).collect()

@@ -91,6 +91,9 @@ pub struct ToolsParts {
     pub bridge: bool,
     /// `server.max_calls_per_principal`.
     pub max_calls_per_principal: usize,
+    /// The key upstreams' `requestState`s are sealed with: `None` is a random one (one
+    /// process); a cluster passes the key derived from its secret.
+    pub state_key: Option<[u8; 32]>,
 }
 
 impl Tools {
@@ -108,7 +111,7 @@ impl Tools {
             calls: inflight::CallsInFlight::new(parts.max_calls_per_principal),
             parked_tools: parked::ParkedCalls::default(),
             parked_prompts: parked::ParkedCalls::default(),
-            state_seal: sealed::StateSeal::random(),
+            state_seal: parts.state_key.map_or_else(sealed::StateSeal::random, sealed::StateSeal::from_bytes),
         };
         Tools { inner: Arc::new(inner) }
     }
@@ -238,11 +241,13 @@ impl Tools {
         snapshot: &OfferingsSnapshot,
     ) -> Result<usize, ProxyError> {
         let key = &self.inner.cursor_key;
-        key.page_start(principal, list, snapshot.generation, cursor).map_err(|_| ProxyError::InvalidCursor)
+        key.page_start(principal, list, key.list_version(snapshot.generation, || snapshot.fingerprint()), cursor)
+            .map_err(|_| ProxyError::InvalidCursor)
     }
 
     fn cursor(&self, principal: &str, list: ListKind, snapshot: &OfferingsSnapshot, offset: usize) -> String {
-        self.inner.cursor_key.page_cursor(principal, list, snapshot.generation, offset)
+        let key = &self.inner.cursor_key;
+        key.page_cursor(principal, list, key.list_version(snapshot.generation, || snapshot.fingerprint()), offset)
     }
 
     /// Namespace every name (skipping, logging and counting those outside the spec's rules)

@@ -3,7 +3,8 @@
 //! has, say) and trusts whoever sends it back; through the proxy every host is one client to
 //! it, so a state handed to alice must come back from alice. The proxy hands the host
 //! `mcp-proxy-sealed:` + base64url(HMAC-SHA256 tag ‖ the upstream's state), the tag over the
-//! principal, the presented name, the upstream and the state, keyed per process; a retry's
+//! principal, the presented name, the upstream and the state, keyed per process (or, in a cluster, derived from the cluster secret, so any replica opens
+//! what another sealed); a retry's
 //! state is opened and checked before anything goes upstream.
 //!
 //! Invariant: an upstream's `requestState` reaches it only from the principal it was handed to,
@@ -35,7 +36,12 @@ pub(super) struct Holder<'a> {
 
 impl StateSeal {
     pub fn random() -> Self {
-        Self { key: rand::random() }
+        Self::from_bytes(rand::random())
+    }
+
+    /// A key every replica of a cluster shares (derived from the cluster secret).
+    pub fn from_bytes(key: [u8; 32]) -> Self {
+        Self { key }
     }
 
     /// `state` as the host may hold it.

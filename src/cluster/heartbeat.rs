@@ -1,0 +1,98 @@
+//! The `cluster-heartbeat` task: every `cluster.heartbeat` it renews this replica's key
+//! (`<prefix>replica:<id>`, gone by itself `replica_ttl` after the last renewal) and lists the
+//! replica keys there are; while Redis is down it tries every half interval, so recovery shows
+//! soon. On shutdown it deletes its own key, so the others see it leave at their next beat.
+
+use std::time::Duration;
+
+use redis::AsyncCommands;
+
+use super::Cluster;
+use crate::spine::Spine;
+
+/// What the loop waits for.
+enum Event {
+    /// Time for the next heartbeat.
+    Due,
+    Shutdown,
+}
+
+pub(super) fn spawn(cluster: Cluster, spine: &Spine) {
+    let shutdown = spine.shutdown();
+    spine.spawn("cluster-heartbeat", async move {
+        let mut pause = Duration::ZERO;
+        loop {
+            let event = tokio::select! {
+                _ = shutdown.cancelled() => Event::Shutdown,
+                () = tokio::time::sleep(pause) => Event::Due,
+            };
+            match event {
+                Event::Due => {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => break,
+                        () = beat(&cluster) => {}
+                    }
+                    pause = interval(&cluster);
+                }
+                Event::Shutdown => break,
+            }
+        }
+        leave(&cluster).await;
+    });
+}
+
+/// The pause before the next beat: shorter while Redis is down.
+fn interval(cluster: &Cluster) -> Duration {
+    let heartbeat = cluster.config().heartbeat;
+    if cluster.redis_up() { heartbeat } else { heartbeat / 2 }
+}
+
+/// Renew this replica's key and list the others'.
+async fn beat(cluster: &Cluster) {
+    match tokio::time::timeout(super::COMMAND_TIMEOUT * 2, renew_and_list(cluster)).await {
+        Ok(result) => {
+            cluster.note(&result);
+            if let Ok(replicas) = result {
+                cluster.set_replicas(replicas);
+            }
+        }
+        Err(_) => cluster.note_timeout(),
+    }
+}
+
+async fn renew_and_list(cluster: &Cluster) -> redis::RedisResult<Vec<String>> {
+    let mut redis = cluster.redis();
+    let key = cluster.key(&["replica", cluster.replica_id()]);
+    let ttl = cluster.config().replica_ttl.as_millis().max(1) as u64;
+    let _: () = redis.pset_ex(&key, env!("CARGO_PKG_VERSION"), ttl).await?;
+    let pattern = cluster.key(&["replica", "*"]);
+    let prefix = cluster.key(&["replica", ""]);
+    let mut keys: Vec<String> = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(200)
+            .query_async(&mut redis)
+            .await?;
+        keys.extend(batch);
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    Ok(keys.iter().filter_map(|key| key.strip_prefix(&prefix)).map(str::to_string).collect())
+}
+
+/// Delete this replica's key (best effort, bounded).
+async fn leave(cluster: &Cluster) {
+    let mut redis = cluster.redis();
+    let key = cluster.key(&["replica", cluster.replica_id()]);
+    let deleted = tokio::time::timeout(super::COMMAND_TIMEOUT, redis.del::<_, ()>(&key)).await;
+    if !matches!(deleted, Ok(Ok(()))) {
+        tracing::debug!("cluster: this replica's key could not be removed; it expires by itself");
+    }
+}

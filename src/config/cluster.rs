@@ -1,0 +1,268 @@
+//! The `[cluster]` section: several replicas behind a load balancer, sharing state in Redis (see
+//! [`crate::cluster`]). Absent: one process on its own, nothing shared, no Redis touched.
+//!
+//! Invariant: the cluster secret and the Redis password are held only as [`Secret`]s, whose
+//! `Debug` shows neither; the Redis URL is shown only through [`ClusterConfig::redis_url_redacted`].
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use figment::value::Value;
+use serde::Deserialize;
+
+use super::{Problem, duration, push, redact_url, report_unknown};
+
+/// The shortest cluster secret accepted (bytes): every replica derives its keys from it.
+pub const MIN_SECRET_BYTES: usize = 32;
+
+/// Environment variables with this prefix are read as settings by the config loader, so a
+/// secret cannot live in one.
+const SETTINGS_PREFIX: &str = "MCP_PROXY_";
+
+/// The validated `[cluster]` section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterConfig {
+    /// `redis://` or `rediss://` (TLS), as written (it may hold a password: show it only
+    /// through [`ClusterConfig::redis_url_redacted`]).
+    pub redis_url: Secret,
+    /// The Redis password from `password_env`, when set (it wins over one in the URL).
+    pub redis_password: Option<Secret>,
+    /// The secret every replica shares (from the variable `secret_env` names).
+    pub secret: Secret,
+    /// This replica's name, unique in the cluster: in `/status`, metrics and Redis keys.
+    pub replica_id: String,
+    /// How often this replica says it is alive (and looks at who else is).
+    pub heartbeat: Duration,
+    /// A replica not heard from for this long is gone.
+    pub replica_ttl: Duration,
+    /// `/readyz` stays 200 while Redis is unreachable (the default: every replica shares one
+    /// Redis, so turning them all unready at once would be an outage); `false` makes a replica
+    /// that cannot reach Redis leave the load balancer's pool.
+    pub ready_without_redis: bool,
+}
+
+/// A value that must not be shown: `Debug` prints `***`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The value itself, for the one place that uses it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+impl ClusterConfig {
+    /// The Redis URL as it may be shown (no user, password, path or query values).
+    pub fn redis_url_redacted(&self) -> String {
+        redact_url(self.redis_url.expose())
+    }
+}
+
+#[derive(Debug, Deserialize, Default)]
+pub(super) struct RawCluster {
+    redis_url: Option<String>,
+    password_env: Option<String>,
+    secret_env: Option<String>,
+    replica_id: Option<String>,
+    heartbeat: Option<String>,
+    ready_without_redis: Option<bool>,
+    #[serde(flatten)]
+    unknown: BTreeMap<String, Value>,
+}
+
+/// `None` when there is no `[cluster]` section.
+pub(super) fn validate_cluster(
+    raw: Option<RawCluster>,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    problems: &mut Vec<Problem>,
+) -> Option<ClusterConfig> {
+    let raw = raw?;
+    report_unknown("cluster", &raw.unknown, problems);
+    let redis_url = redis_url(raw.redis_url, problems);
+    let redis_password = raw.password_env.and_then(|name| {
+        let value = env_value("cluster.password_env", &name, lookup, problems)?;
+        Some(Secret::new(value))
+    });
+    let secret = secret(raw.secret_env, lookup, problems);
+    let replica_id = match raw.replica_id {
+        Some(id) if is_valid_replica_id(&id) => id,
+        Some(id) => {
+            push(problems, "cluster.replica_id", format!("`{id}` must be 1 to 64 of A-Z a-z 0-9 . _ -"));
+            default_replica_id()
+        }
+        None => default_replica_id(),
+    };
+    let heartbeat = duration(raw.heartbeat.as_deref(), "2s", "cluster.heartbeat", problems);
+    if heartbeat < Duration::from_millis(100) || heartbeat > Duration::from_secs(60) {
+        push(problems, "cluster.heartbeat", format!("{heartbeat:?} is outside 100ms..=60s"));
+    }
+    Some(ClusterConfig {
+        redis_url: Secret::new(redis_url),
+        redis_password,
+        secret: Secret::new(secret),
+        replica_id,
+        heartbeat,
+        replica_ttl: heartbeat * 3,
+        ready_without_redis: raw.ready_without_redis.unwrap_or(true),
+    })
+}
+
+/// A replica id as written in config, metrics and Redis keys.
+pub fn is_valid_replica_id(id: &str) -> bool {
+    (1..=64).contains(&id.len()) && id.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+}
+
+/// `<hostname>-<pid>`: readable, and unique among replicas on one host or one per host.
+pub fn default_replica_id() -> String {
+    let host =
+        std::env::var("HOSTNAME").ok().or_else(|| std::fs::read_to_string("/etc/hostname").ok()).unwrap_or_default();
+    let host: String =
+        host.trim().chars().filter(|c| c.is_ascii_alphanumeric() || "._-".contains(*c)).take(48).collect();
+    let host = if host.is_empty() { "replica".to_string() } else { host };
+    format!("{host}-{}", std::process::id())
+}
+
+fn redis_url(raw: Option<String>, problems: &mut Vec<Problem>) -> String {
+    let Some(url) = raw else {
+        push(problems, "cluster.redis_url", "missing (also MCP_PROXY_CLUSTER__REDIS_URL)".into());
+        return String::new();
+    };
+    let scheme_ok = url.starts_with("redis://") || url.starts_with("rediss://");
+    if !scheme_ok || redis::parse_redis_url(&url).is_none() {
+        push(problems, "cluster.redis_url", format!("`{}` is not a redis:// or rediss:// URL", redact_url(&url)));
+    } else if let Err(error) = redis::IntoConnectionInfo::into_connection_info(url.as_str()) {
+        let kind = format!("{:?}", error.kind());
+        push(problems, "cluster.redis_url", format!("`{}` is not usable ({kind})", redact_url(&url)));
+    }
+    url
+}
+
+fn secret(name: Option<String>, lookup: &dyn Fn(&str) -> Option<String>, problems: &mut Vec<Problem>) -> String {
+    let Some(name) = name else {
+        push(problems, "cluster.secret_env", "missing: the name of the variable holding the cluster secret".into());
+        return String::new();
+    };
+    let value = env_value("cluster.secret_env", &name, lookup, problems).unwrap_or_default();
+    if !value.is_empty() && value.len() < MIN_SECRET_BYTES {
+        push(
+            problems,
+            "cluster.secret_env",
+            format!("`{name}` holds {} bytes; the cluster secret needs at least {MIN_SECRET_BYTES}", value.len()),
+        );
+    }
+    value
+}
+
+/// The value of the variable `name`, which must be set, non-empty, and not a settings variable.
+fn env_value(
+    at: &str,
+    name: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    problems: &mut Vec<Problem>,
+) -> Option<String> {
+    if name.to_ascii_uppercase().starts_with(SETTINGS_PREFIX) {
+        push(
+            problems,
+            at,
+            format!("`{name}`: variables named {SETTINGS_PREFIX}… are read as settings; name it otherwise"),
+        );
+        return None;
+    }
+    match lookup(name) {
+        Some(value) if !value.is_empty() => Some(value),
+        Some(_) => {
+            push(problems, at, format!("`{name}` is empty"));
+            None
+        }
+        None => {
+            push(problems, at, format!("`{name}` is not set"));
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use crate::config::Config;
+
+    const SECRET: &str = "0123456789abcdef0123456789abcdef";
+
+    fn lookup(name: &str) -> Option<String> {
+        match name {
+            "CLUSTER_SECRET" => Some(SECRET.into()),
+            "SHORT_SECRET" => Some("short".into()),
+            "EMPTY_SECRET" => Some(String::new()),
+            "REDIS_PASSWORD" => Some("hunter2".into()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn no_cluster_section_means_no_cluster() {
+        let config = Config::from_toml("", Path::new("."), &lookup).expect("valid");
+        assert!(config.cluster.is_none());
+    }
+
+    #[test]
+    fn a_cluster_section_is_validated_with_defaults() {
+        let text = "[cluster]\nredis_url = \"redis://:pw@127.0.0.1:6379/0\"\nsecret_env = \"CLUSTER_SECRET\"\npassword_env = \"REDIS_PASSWORD\"\n";
+        let config = Config::from_toml(text, Path::new("."), &lookup).expect("valid");
+        let cluster = config.cluster.expect("clustered");
+        assert_eq!(cluster.secret.expose(), SECRET);
+        assert_eq!(cluster.redis_password.as_ref().map(|p| p.expose()), Some("hunter2"));
+        assert_eq!(cluster.heartbeat, std::time::Duration::from_secs(2));
+        assert!(cluster.ready_without_redis);
+        assert!(super::is_valid_replica_id(&cluster.replica_id), "{}", cluster.replica_id);
+        assert_eq!(cluster.redis_url_redacted(), "redis://***@127.0.0.1:6379/***");
+        let shown = format!("{cluster:?}");
+        for secret in [SECRET, "hunter2", ":pw@"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+    }
+
+    #[test]
+    fn every_cluster_problem_is_reported_at_once() {
+        let cases: &[(&str, &[&str])] = &[
+            ("[cluster]\n", &["cluster.redis_url", "cluster.secret_env"]),
+            (
+                "[cluster]\nredis_url = \"http://x\"\nsecret_env = \"SHORT_SECRET\"\nreplica_id = \"a b\"\nheartbeat = \"1ms\"\ncolour = 1\n",
+                &[
+                    "cluster.redis_url",
+                    "cluster.secret_env",
+                    "cluster.replica_id",
+                    "cluster.heartbeat",
+                    "cluster.colour",
+                ],
+            ),
+            ("[cluster]\nredis_url = \"redis://h\"\nsecret_env = \"EMPTY_SECRET\"\n", &["cluster.secret_env"]),
+            ("[cluster]\nredis_url = \"redis://h\"\nsecret_env = \"UNSET_SECRET\"\n", &["cluster.secret_env"]),
+            (
+                "[cluster]\nredis_url = \"redis://h\"\nsecret_env = \"MCP_PROXY_SECRET\"\npassword_env = \"NOPE\"\n",
+                &["cluster.secret_env", "cluster.password_env"],
+            ),
+        ];
+        for (text, expected) in cases {
+            let error = Config::from_toml(text, Path::new("."), &lookup).expect_err(text);
+            let mut at: Vec<&str> = error.problems.iter().map(|p| p.at.as_str()).collect();
+            let mut expected = expected.to_vec();
+            at.sort();
+            expected.sort();
+            assert_eq!(at, expected, "{text}: {error}");
+            assert!(!error.to_string().contains("short"), "no secret in {error}");
+        }
+    }
+}
