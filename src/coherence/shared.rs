@@ -42,11 +42,16 @@ use sha2::{Digest, Sha256};
 
 use super::generations::parents_of;
 use crate::cache::Entry;
+use crate::cluster::Cluster;
+use crate::config::CacheConfig;
 use crate::metrics::{Metrics, SharedCacheEvent};
 use crate::wire::contents_json::contents_json;
 
 /// Longest a call to Redis may take before the tier counts as down.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What a records hash outlives its entries and loads by.
+const HORIZON_MARGIN: Duration = Duration::from_secs(60);
 
 /// Where an entry was found for a read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -216,6 +221,19 @@ impl SharedTier {
             metrics,
             scripts,
         }
+    }
+
+    /// The tier of `cluster`: its connection, keys under its prefix, vouches checked against
+    /// its heartbeat keys. Records outlive any entry (`cache.max_ttl` + `stale_if_error`) and
+    /// any load (`max_load`), with a margin.
+    pub fn for_cluster(cluster: &Cluster, cache: &CacheConfig, max_load: Duration, metrics: &Metrics) -> Self {
+        let place = Place {
+            prefix: cluster.key(&["cache", ""]),
+            replicas: cluster.key(&["replica", ""]),
+            replica: cluster.replica_id().to_string(),
+            horizon: cache.max_ttl + cache.stale_if_error + max_load + HORIZON_MARGIN,
+        };
+        Self::new(cluster.redis(), place, metrics.clone())
     }
 
     /// Whether the tier answered last time (reads use it only then).

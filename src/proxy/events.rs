@@ -179,6 +179,10 @@ impl Housekeeping {
         // Let the cache finish its bookkeeping (evictions, expiries, its per-URI state) even
         // while nobody reads.
         self.cache.settle().await;
+        // A shared tier found down comes back here (its pending floors raised first).
+        if let Some(tier) = self.cache.shared_tier() {
+            tier.recover().await;
+        }
         let (entries, bytes) = self.cache.size();
         self.metrics.set_cache_size(entries, bytes);
         for (upstream, uris, hosts) in self.watches.per_upstream(self.cache_holder) {
