@@ -6,6 +6,7 @@
 //! - [`proxy`]: the real `mcp-resource-proxy` binary (for tests about the binary: CLI, stdio,
 //!   signals, logs); [`inproc`]: the library's `Proxy` serving HTTP on 127.0.0.1:0 in the test
 //!   process. Both report "ready" without reading logs (`--ready-file`, or the library call).
+//! - [`cluster`]: replicas behind haproxy sharing a real `redis-server` (the cluster tier).
 //! - [`peers`]: third-party peers (npm, PyPI) — only the interop tier may use them; they install
 //!   on first use.
 //! - [`exposition`]: a Prometheus text parser for `/metrics`.
@@ -17,6 +18,7 @@
 //! what it waited for and what it last saw.
 
 pub mod bypass_corpus;
+pub mod cluster;
 pub mod exposition;
 pub mod fixture;
 pub mod folder;

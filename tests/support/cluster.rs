@@ -1,0 +1,270 @@
+//! Several replicas of the proxy behind a load balancer, sharing one Redis — all real processes:
+//!
+//! - [`Redis`]: Debian's `redis-server` on a free loopback port, no persistence; [`Redis::stop`]
+//!   kills it, [`Redis::restart`] brings it back on the same port.
+//! - [`Replicas::start`]: N proxy binaries (`mcp-resource-proxy serve`) on one config plus a
+//!   `[cluster]` section (the same secret, ids `replica-0`…), and `haproxy` in front of them:
+//!   round-robin, no affinity, health-checked on each replica's `/readyz` (with the `Host` header
+//!   the admin listener accepts); every answer names its replica in `X-Replica`.
+//! - [`Replicas::wait_all_see`]: each replica's `/status` shows every replica.
+//!
+//! `redis-server` and `haproxy` come from `.ci/install-cluster.sh` (`bash .ci/run` runs it); a
+//! test installs them that way on first use when they are missing. Everything is killed on drop.
+
+use std::process::Stdio;
+
+use anyhow::{Context, bail};
+use serde_json::Value;
+use tokio::process::{Child, Command};
+
+use super::proxy::ProxyProcess;
+use super::{DEADLINE, eventually, repo_root};
+
+/// The secret every replica of a test cluster shares.
+pub const SECRET: &str = "cluster-test-secret-5f1c0e2a9b7d4c3e8a6f";
+/// The variable it is passed in (not `MCP_PROXY_…`: those are settings).
+pub const SECRET_ENV: &str = "PROXY_CLUSTER_SECRET";
+/// Heartbeats in tests: replicas see each other (and Redis's return) within a second or two.
+pub const HEARTBEAT: &str = "300ms";
+
+/// `redis-server` on a free loopback port; killed on drop.
+pub struct Redis {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl Redis {
+    pub async fn start() -> anyhow::Result<Self> {
+        ensure_installed("redis-server", &["--version"])?;
+        let dir = tempfile::tempdir()?;
+        let port = free_port()?;
+        let mut redis = Self { port, dir, child: None };
+        redis.spawn().await?;
+        Ok(redis)
+    }
+
+    /// `redis://127.0.0.1:PORT/0`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// Kill it (no goodbye to its clients, as a crash or a partition).
+    pub async fn stop(&mut self) -> anyhow::Result<()> {
+        if let Some(mut child) = self.child.take() {
+            child.kill().await?;
+        }
+        Ok(())
+    }
+
+    /// Start it again on the same port (empty: no persistence).
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        self.stop().await?;
+        self.spawn().await
+    }
+
+    /// A connection of the test's own (to look at what the replicas wrote).
+    pub async fn connection(&self) -> anyhow::Result<redis::aio::MultiplexedConnection> {
+        Ok(redis::Client::open(self.url())?.get_multiplexed_async_connection().await?)
+    }
+
+    async fn spawn(&mut self) -> anyhow::Result<()> {
+        let log = std::fs::File::create(self.dir.path().join("redis.log"))?;
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .context("spawn redis-server")?;
+        self.child = Some(child);
+        let url = self.url();
+        eventually(DEADLINE, "redis-server answers PING", || async {
+            let mut connection = redis::Client::open(url.as_str())?.get_multiplexed_async_connection().await?;
+            let pong: String = redis::cmd("PING").query_async(&mut connection).await?;
+            if pong == "PONG" { Ok(()) } else { Err(anyhow::anyhow!("PING answered {pong}")) }
+        })
+        .await
+        .with_context(|| std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default())
+    }
+}
+
+/// N replicas, their Redis and the load balancer in front.
+pub struct Replicas {
+    pub replicas: Vec<ProxyProcess>,
+    pub redis: Redis,
+    pub balancer: Balancer,
+}
+
+impl Replicas {
+    /// `count` replicas of `config` (which has no `[cluster]` section) with `env`, behind
+    /// haproxy; returns once the balancer sees them all up and each sees all the others.
+    pub async fn start(count: usize, config: &str, env: &[(&str, &str)]) -> anyhow::Result<Self> {
+        let redis = Redis::start().await?;
+        let mut replicas = Vec::with_capacity(count);
+        let mut env: Vec<(&str, &str)> = env.to_vec();
+        env.push((SECRET_ENV, SECRET));
+        for index in 0..count {
+            let config = with_cluster(config, &redis.url(), &format!("replica-{index}"));
+            replicas.push(ProxyProcess::start_with(&config, &[], &env).await?);
+        }
+        let balancer = Balancer::start(&replicas).await?;
+        let cluster = Self { replicas, redis, balancer };
+        cluster.wait_all_see(count).await?;
+        Ok(cluster)
+    }
+
+    /// The MCP endpoint through the load balancer.
+    pub fn url(&self) -> &str {
+        &self.balancer.url
+    }
+
+    /// Wait until every replica's `/status` lists `count` replicas and Redis up; their reports.
+    pub async fn wait_all_see(&self, count: usize) -> anyhow::Result<Vec<Value>> {
+        let mut reports = Vec::new();
+        for replica in &self.replicas {
+            reports.push(
+                cluster_when(replica, |cluster| {
+                    cluster["redis"]["state"] == "up"
+                        && cluster["replicas"].as_array().is_some_and(|r| r.len() == count)
+                })
+                .await?,
+            );
+        }
+        Ok(reports)
+    }
+}
+
+/// `replica`'s `cluster` in `/status`, once `done` holds for it.
+pub async fn cluster_when(replica: &ProxyProcess, done: impl Fn(&Value) -> bool) -> anyhow::Result<Value> {
+    eventually(DEADLINE, "the cluster gets there in /status", || async {
+        let status = replica.status().await?;
+        let cluster = status["cluster"].clone();
+        if done(&cluster) { Ok(cluster) } else { Err(anyhow::anyhow!("{status}")) }
+    })
+    .await
+}
+
+/// `config` with a `[cluster]` section for replica `id` of the test cluster at `redis_url`.
+pub fn with_cluster(config: &str, redis_url: &str, id: &str) -> String {
+    format!(
+        "{config}\n[cluster]\nredis_url = \"{redis_url}\"\nsecret_env = \"{SECRET_ENV}\"\nreplica_id = \"{id}\"\nheartbeat = \"{HEARTBEAT}\"\n"
+    )
+}
+
+/// `haproxy` in front of the replicas: round-robin, no affinity; killed on drop.
+pub struct Balancer {
+    /// `http://127.0.0.1:PORT/mcp`.
+    pub url: String,
+    stats: String,
+    dir: tempfile::TempDir,
+    _child: Child,
+}
+
+impl Balancer {
+    async fn start(replicas: &[ProxyProcess]) -> anyhow::Result<Self> {
+        ensure_installed("haproxy", &["-v"])?;
+        let dir = tempfile::tempdir()?;
+        let (port, stats) = (free_port()?, free_port()?);
+        let mut servers = String::new();
+        for (index, replica) in replicas.iter().enumerate() {
+            let mcp = address_of(&replica.url)?;
+            let admin = address_of(&replica.admin_url().await?)?;
+            let admin_port = admin.rsplit_once(':').context("admin port")?.1;
+            servers.push_str(&format!("  server replica-{index} {mcp} check port {admin_port}\n"));
+        }
+        let config = format!(
+            "global\n  maxconn 512\n\
+             defaults\n  mode http\n  timeout connect 2s\n  timeout client 120s\n  timeout server 120s\n\
+             frontend mcp\n  bind 127.0.0.1:{port}\n  default_backend replicas\n\
+             backend replicas\n  balance roundrobin\n  option httpchk\n\
+             \x20 http-check send meth GET uri /readyz ver HTTP/1.1 hdr Host 127.0.0.1\n\
+             \x20 http-response set-header X-Replica %s\n\
+             \x20 default-server inter 300ms fall 2 rise 1\n{servers}\
+             listen stats\n  bind 127.0.0.1:{stats}\n  stats enable\n  stats uri /stats\n"
+        );
+        let path = dir.path().join("haproxy.cfg");
+        std::fs::write(&path, config)?;
+        let log = std::fs::File::create(dir.path().join("haproxy.log"))?;
+        let child = Command::new("haproxy")
+            .arg("-f")
+            .arg(&path)
+            .arg("-db")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .context("spawn haproxy")?;
+        let balancer = Self {
+            url: format!("http://127.0.0.1:{port}/mcp"),
+            stats: format!("http://127.0.0.1:{stats}/stats;csv"),
+            dir,
+            _child: child,
+        };
+        balancer.wait_servers(replicas.len(), "UP").await?;
+        Ok(balancer)
+    }
+
+    /// Wait until `count` servers have `state` (`UP`, `DOWN`) in haproxy's statistics.
+    pub async fn wait_servers(&self, count: usize, state: &str) -> anyhow::Result<()> {
+        eventually(DEADLINE, &format!("haproxy sees {count} replicas {state}"), || async {
+            let csv = reqwest::get(&self.stats).await?.text().await?;
+            let rows = servers(&csv);
+            let matching = rows.iter().filter(|(_, status)| status.starts_with(state)).count();
+            if matching == count { Ok(()) } else { Err(anyhow::anyhow!("{rows:?}\n{}", self.log())) }
+        })
+        .await
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("haproxy.log")).unwrap_or_default()
+    }
+}
+
+/// `(server, status)` of every replica row in haproxy's CSV statistics.
+fn servers(csv: &str) -> Vec<(String, String)> {
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap_or_default().trim_start_matches("# ").split(',').collect();
+    let column = |name: &str| header.iter().position(|h| *h == name);
+    let (Some(pxname), Some(svname), Some(status)) = (column("pxname"), column("svname"), column("status")) else {
+        return Vec::new();
+    };
+    lines
+        .map(|line| line.split(',').collect::<Vec<_>>())
+        .filter(|row| {
+            row.get(pxname) == Some(&"replicas") && row.get(svname).is_some_and(|s| s.starts_with("replica-"))
+        })
+        .map(|row| (row[svname].to_string(), row.get(status).copied().unwrap_or_default().to_string()))
+        .collect()
+}
+
+/// `host:port` of an `http://host:port/...` URL.
+fn address_of(url: &str) -> anyhow::Result<String> {
+    let rest = url.strip_prefix("http://").context("an http:// URL")?;
+    Ok(rest.split('/').next().unwrap_or_default().to_string())
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// `program` runs, installing it the way CI does (Debian's packages; needs root) if not.
+fn ensure_installed(program: &str, version_args: &[&str]) -> anyhow::Result<()> {
+    let runs = || std::process::Command::new(program).args(version_args).output();
+    if !runs().is_ok_and(|output| output.status.success()) {
+        let script = repo_root().join(".ci/install-cluster.sh");
+        let installed = std::process::Command::new("bash").arg(script).status();
+        eprintln!("installed redis-server and haproxy: {installed:?}");
+    }
+    match runs() {
+        Ok(output) if output.status.success() => Ok(()),
+        other => bail!(
+            "`{program}` is not installed or does not run ({other:?}): run `bash .ci/install-cluster.sh` \
+             (`bash .ci/run` does) — the cluster tier needs Debian's redis-server and haproxy"
+        ),
+    }
+}
