@@ -16,8 +16,14 @@ use super::admission::{self, Cached, Loaded, Outcome};
 use super::shared::{Found, Look, SharedTier, Slot};
 use super::{Coherence, Inner, LoadError, ReadRequest, too_slow};
 use crate::cache::{Entry, Key, Store};
+use crate::config::UpstreamCache;
 use crate::error::ProxyError;
 use crate::metrics::{InvalidationCause, SharedCacheEvent};
+
+/// Longest a read waits for another replica's load of the same key (then it loads itself).
+const LEASE_WAIT: Duration = Duration::from_secs(5);
+/// How often a waiting read looks whether that load was stored.
+const LEASE_POLL: Duration = Duration::from_millis(10);
 
 impl Coherence {
     /// The shared tier, when this replica is part of a cluster.
@@ -88,34 +94,15 @@ impl Coherence {
         let known_public = self.inner.public.get(request.upstream, request.uri).unwrap_or(false);
         let flight = if known_public { shared.clone() } else { private };
         let (inner, tier, settings) = (self.inner.clone(), tier.clone(), request.settings.clone());
+        let principal: Arc<str> = request.principal.into();
         let attempt = Box::pin(self.inner.store.load_once(flight.clone(), async move {
-            let loaded = match tokio::time::timeout(inner.max_load, load()).await {
-                Ok(loaded) => loaded.map_err(LoadError::Failed)?,
-                Err(_) => return Err(LoadError::Failed(too_slow(&flight))),
-            };
-            let vouched = loaded.watch.is_some();
-            let entry = inner.admit(&flight, &settings, loaded, false)?;
-            let public_after_all = flight.principal.is_some() && entry.scope == CacheScope::Public;
-            let target = if public_after_all { &shared } else { &flight };
-            let slot = Slot { upstream: &target.upstream, uri: &target.uri, principal: target.principal.as_deref() };
-            match tier.fill(&slot, &look, &entry, vouched).await {
-                Ok(true) => {}
-                Ok(false) => {
-                    inner.metrics.cache_invalidation(InvalidationCause::UpdatedDuringLoad, 1);
-                    return Err(LoadError::Uncacheable(Box::new(not_kept(&entry))));
-                }
-                Err(_) => {
-                    inner.forget_local();
-                    return Err(LoadError::Uncacheable(Box::new(not_kept(&entry))));
-                }
+            // Another replica loading this very key: its fill is waited for, not read again.
+            let claimed = inner.claim_or_wait(&tier, &flight, &look, &principal).await?;
+            let loaded = inner.load_and_fill(&tier, flight.clone(), shared, &look, &settings, load).await;
+            if claimed {
+                tier.release(&slot_of(&flight), &look).await;
             }
-            if public_after_all {
-                inner.store.insert(shared, entry.clone()).await;
-                inner.remember_scope(&flight, &entry);
-                return Err(LoadError::StoredShared(entry));
-            }
-            inner.remember_scope(&flight, &entry);
-            Ok(entry)
+            loaded
         }));
         let miss = |entry: &Entry| Cached { outcome: Outcome::Miss, ..admission::hit(entry, Instant::now()) };
         match attempt.await {
@@ -131,6 +118,100 @@ impl Coherence {
 }
 
 impl Inner {
+    /// Read upstream, admit, fill Redis (only if no update overtook the load).
+    async fn load_and_fill<F, Fut>(
+        &self,
+        tier: &SharedTier,
+        flight: Key,
+        shared: Key,
+        look: &Look,
+        settings: &UpstreamCache,
+        load: F,
+    ) -> Result<Arc<Entry>, LoadError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Loaded, ProxyError>>,
+    {
+        let loaded = match tokio::time::timeout(self.max_load, load()).await {
+            Ok(loaded) => loaded.map_err(LoadError::Failed)?,
+            Err(_) => return Err(LoadError::Failed(too_slow(&flight))),
+        };
+        let vouched = loaded.watch.is_some();
+        let entry = self.admit(&flight, settings, loaded, false)?;
+        let public_after_all = flight.principal.is_some() && entry.scope == CacheScope::Public;
+        let target = if public_after_all { &shared } else { &flight };
+        match tier.fill(&slot_of(target), look, &entry, vouched).await {
+            Ok(true) => {}
+            Ok(false) => {
+                self.metrics.cache_invalidation(InvalidationCause::UpdatedDuringLoad, 1);
+                return Err(LoadError::Uncacheable(Box::new(not_kept(&entry))));
+            }
+            Err(_) => {
+                self.forget_local();
+                return Err(LoadError::Uncacheable(Box::new(not_kept(&entry))));
+            }
+        }
+        if public_after_all {
+            self.store.insert(shared, entry.clone()).await;
+            self.remember_scope(&flight, &entry);
+            return Err(LoadError::StoredShared(entry));
+        }
+        self.remember_scope(&flight, &entry);
+        Ok(entry)
+    }
+
+    /// Claim the load of `flight` (true), or wait while another replica holds the claim: its
+    /// fill, once in Redis, is served (`Err(FoundShared)`). Gives up waiting (false: load here)
+    /// when the claim goes without a fill, the version moves on, Redis fails, or after
+    /// [`LEASE_WAIT`].
+    async fn claim_or_wait(
+        &self,
+        tier: &SharedTier,
+        flight: &Key,
+        look: &Look,
+        principal: &str,
+    ) -> Result<bool, LoadError> {
+        let slot = slot_of(flight);
+        let deadline = Instant::now() + self.max_load.min(LEASE_WAIT);
+        let mut leased = look.leased;
+        loop {
+            if !leased {
+                match tier.claim(&slot, look, self.max_load).await {
+                    Ok(false) => {}
+                    Ok(true) => return Ok(true),
+                    Err(_) => return Ok(false),
+                }
+            }
+            if Instant::now() >= deadline {
+                return Ok(false);
+            }
+            // Redis has no wait for a key to appear: look again shortly.
+            tokio::time::sleep(LEASE_POLL).await;
+            let public = Slot { principal: None, ..slot_of(flight) };
+            let Ok(now) = tier.look(&public, principal).await else { return Ok(false) };
+            if (now.boot, now.version) != (look.boot, look.version) {
+                return Ok(false);
+            }
+            let who = match now.found {
+                Found::Nowhere => {
+                    leased = now.leased;
+                    continue;
+                }
+                Found::Shared => None,
+                Found::Private => Some(principal),
+            };
+            let found = Key { principal: who.map(Arc::from), ..flight.clone() };
+            match tier.fetch(&slot_of(&found), look.version).await {
+                Ok(Some(entry)) if entry.fresh_until > Instant::now() => {
+                    let entry = Arc::new(entry);
+                    self.store.insert(found, entry.clone()).await;
+                    return Err(LoadError::FoundShared(entry));
+                }
+                _ => return Ok(false),
+            }
+        }
+    }
+
     /// Redis holds a vouched entry under `key`: served from the local store when it has it,
     /// else fetched. `Ok(None)`: gone or expired meanwhile; `Err`: Redis is down.
     async fn found(&self, tier: &SharedTier, key: &Key, look: &Look) -> Result<Option<Cached>, ()> {
@@ -152,6 +233,11 @@ impl Inner {
         self.store.clear();
         self.stale.lock().expect("stale lock").clear();
     }
+}
+
+/// Where `key` lives in the shared tier.
+fn slot_of(key: &Key) -> Slot<'_> {
+    Slot { upstream: &key.upstream, uri: &key.uri, principal: key.principal.as_deref() }
 }
 
 /// The keys of a read under what Redis said: its boot token as the epoch, the version as the

@@ -6,9 +6,10 @@
 //! have changed: a reconnect, lost events) and a record per notified URI (`rec`, a hash). The
 //! version of a URI is the highest of the floor and the records of the URI and its parents (a
 //! change under a URI counts for it, as in [`crate::coherence`]). Every number comes from the
-//! one counter, so a bump is always above anything handed out before. The records hash
-//! expires `horizon` after its last bump: longer than any entry or load can live, so when it
-//! goes nothing stored under the versions it held can still be found.
+//! one counter, so a bump is always above anything handed out before. None of these keys has a
+//! time to live (a Redis evicting only keys that have one, `volatile-*`, never takes them); the
+//! records are bounded instead: past [`MAX_RECORDS`] for an upstream its floor rises and they go,
+//! which costs hits, never freshness.
 //!
 //! Entries: a hash (`v`: the replica vouching for it, `b`: the entry) under
 //! `e:<upstream>:<version>:<who>:<uri>` (`who` is `-` for public results, a digest of the
@@ -43,15 +44,14 @@ use sha2::{Digest, Sha256};
 use super::generations::parents_of;
 use crate::cache::Entry;
 use crate::cluster::Cluster;
-use crate::config::CacheConfig;
 use crate::metrics::{Metrics, SharedCacheEvent};
 use crate::wire::contents_json::contents_json;
 
 /// Longest a call to Redis may take before the tier counts as down.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// What a records hash outlives its entries and loads by.
-const HORIZON_MARGIN: Duration = Duration::from_secs(60);
+/// Records (notified URIs) kept per upstream; past it the upstream's floor rises instead.
+pub const MAX_RECORDS: u64 = 100_000;
 
 /// Where an entry was found for a read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +69,8 @@ pub struct Look {
     /// The URI's version.
     pub version: u64,
     pub found: Found,
+    /// Nothing found, but a replica is loading the URI at this version (it holds the lease).
+    pub leased: bool,
 }
 
 /// Redis did not answer (in time): the tier is down.
@@ -90,8 +92,6 @@ pub struct Place {
     /// A replica `r` is alive while the key `<replicas><r>` exists (the cluster's heartbeat).
     pub replicas: String,
     pub replica: String,
-    /// How long a records hash outlives its last bump: longer than any entry or load lives.
-    pub horizon: Duration,
 }
 
 /// The connection and its state; cheap to share behind the coherence layer's `Arc`.
@@ -100,8 +100,6 @@ pub struct SharedTier {
     prefix: String,
     replicas: String,
     replica: String,
-    /// How long a records hash outlives its last bump.
-    horizon: Duration,
     /// The boot token this process offers when Redis has none.
     offered_boot: u64,
     up: AtomicBool,
@@ -145,7 +143,7 @@ end
 ";
 
 /// ARGV: prefix, upstream, offered boot, private who, uri, replica key prefix, parents… →
-/// {boot, version, found}.
+/// {boot, version, found, leased}.
 const LOOK_LUA: &str = r"
 local boot = redis.call('GET', p .. 'boot')
 if not boot then
@@ -165,7 +163,13 @@ for i = 1, 2 do
     redis.call('DEL', k)
   end
 end
-return {boot, v, found}
+local leased = 0
+if found == 0 then
+  for i = 1, 2 do
+    leased = leased + redis.call('EXISTS', p .. 'lease:' .. up .. ':' .. v .. ':' .. whos[i] .. ':' .. ARGV[5])
+  end
+end
+return {boot, v, found, leased}
 ";
 
 /// ARGV: prefix, upstream, boot, version, who, uri, voucher, body, px, parents… → 1 kept, 0 not.
@@ -174,15 +178,20 @@ if redis.call('GET', p .. 'boot') ~= ARGV[3] or v ~= tonumber(ARGV[4]) then retu
 local k = p .. 'e:' .. up .. ':' .. v .. ':' .. ARGV[5] .. ':' .. ARGV[6]
 redis.call('HSET', k, 'v', ARGV[7], 'b', ARGV[8])
 redis.call('PEXPIRE', k, ARGV[9])
+redis.call('DEL', p .. 'lease:' .. up .. ':' .. v .. ':' .. ARGV[5] .. ':' .. ARGV[6])
 return 1
 ";
 
-/// ARGV: prefix, upstream, uri, horizon ms → the new version.
+/// ARGV: prefix, upstream, uri, most records → the new version.
 const BUMP_LUA: &str = r"
 local p, up = ARGV[1], ARGV[2]
 local n = redis.call('INCR', p .. 'ctr:' .. up)
+if redis.call('HLEN', p .. 'rec:' .. up) >= tonumber(ARGV[4]) then
+  redis.call('SET', p .. 'floor:' .. up, n)
+  redis.call('DEL', p .. 'rec:' .. up)
+  return n
+end
 redis.call('HSET', p .. 'rec:' .. up, ARGV[3], n)
-redis.call('PEXPIRE', p .. 'rec:' .. up, ARGV[4])
 return n
 ";
 
@@ -214,7 +223,6 @@ impl SharedTier {
             prefix: place.prefix,
             replicas: place.replicas,
             replica: place.replica,
-            horizon: place.horizon,
             offered_boot: rand::random::<u64>() >> 1,
             up: AtomicBool::new(false),
             pending: Mutex::default(),
@@ -224,14 +232,12 @@ impl SharedTier {
     }
 
     /// The tier of `cluster`: its connection, keys under its prefix, vouches checked against
-    /// its heartbeat keys. Records outlive any entry (`cache.max_ttl` + `stale_if_error`) and
-    /// any load (`max_load`), with a margin.
-    pub fn for_cluster(cluster: &Cluster, cache: &CacheConfig, max_load: Duration, metrics: &Metrics) -> Self {
+    /// its heartbeat keys.
+    pub fn for_cluster(cluster: &Cluster, metrics: &Metrics) -> Self {
         let place = Place {
             prefix: cluster.key(&["cache", ""]),
             replicas: cluster.key(&["replica", ""]),
             replica: cluster.replica_id().to_string(),
-            horizon: cache.max_ttl + cache.stale_if_error + max_load + HORIZON_MARGIN,
         };
         Self::new(cluster.redis(), place, metrics.clone())
     }
@@ -250,13 +256,14 @@ impl SharedTier {
             call.arg(parent);
         }
         let mut connection = self.connection.clone();
-        let (boot, version, found): (String, u64, u8) = self.call(call.invoke_async(&mut connection)).await?;
+        let (boot, version, found, leased): (String, u64, u8, u8) =
+            self.call(call.invoke_async(&mut connection)).await?;
         let found = match found {
             1 => Found::Shared,
             2 => Found::Private,
             _ => Found::Nowhere,
         };
-        Ok(Look { boot: boot.parse().unwrap_or(0), version, found })
+        Ok(Look { boot: boot.parse().unwrap_or(0), version, found, leased: leased > 0 })
     }
 
     /// The entry stored for `slot` at `version`, if it is there and can be read.
@@ -294,11 +301,30 @@ impl SharedTier {
         Ok(kept == 1)
     }
 
+    /// Claim the load of `slot` at `look`'s version for `lasting` (one replica loads, the
+    /// others wait for its fill). True when this replica got it.
+    pub async fn claim(&self, slot: &Slot<'_>, look: &Look, lasting: Duration) -> Result<bool, Down> {
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(self.lease_key(slot, look.version)).arg(&self.replica).arg("NX").arg("PX");
+        cmd.arg(lasting.as_millis().max(1).to_string());
+        let mut connection = self.connection.clone();
+        let answer: Option<String> = self.call(cmd.query_async(&mut connection)).await?;
+        Ok(answer.is_some())
+    }
+
+    /// Let go of a claim whose load was not stored (a stored fill lets go of it itself).
+    pub async fn release(&self, slot: &Slot<'_>, look: &Look) {
+        let mut connection = self.connection.clone();
+        let mut del = redis::cmd("DEL");
+        del.arg(self.lease_key(slot, look.version));
+        let _ = self.call(del.query_async::<()>(&mut connection)).await;
+    }
+
     /// `uri` of `upstream` (and everything under it) changed, for every replica. When Redis
     /// cannot be told, the upstream's floor rises before the tier is used again.
     pub async fn bump(&self, upstream: &str, uri: &str) -> Result<(), Down> {
         let mut call = self.scripts.bump.prepare_invoke();
-        call.arg(&self.prefix).arg(upstream).arg(uri).arg(self.horizon.as_millis().to_string());
+        call.arg(&self.prefix).arg(upstream).arg(uri).arg(MAX_RECORDS);
         let mut connection = self.connection.clone();
         match self.call::<u64>(call.invoke_async(&mut connection)).await {
             Ok(_) => {
@@ -350,6 +376,10 @@ impl SharedTier {
         self.call::<u64>(call.invoke_async(&mut connection)).await?;
         self.metrics.shared_cache(SharedCacheEvent::FloorRaised);
         Ok(())
+    }
+
+    fn lease_key(&self, slot: &Slot<'_>, version: u64) -> String {
+        format!("{}lease:{}:{version}:{}:{}", self.prefix, slot.upstream, who(slot.principal), slot.uri)
     }
 
     fn entry_key(&self, slot: &Slot<'_>, version: u64) -> String {

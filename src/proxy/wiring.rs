@@ -114,9 +114,7 @@ impl Shared {
         let cluster = config.cluster.as_ref().map(|cluster| {
             Cluster::new(cluster, metrics.clone()).expect("a validated [cluster] section makes a Redis client")
         });
-        let tier = cluster
-            .as_ref()
-            .map(|cluster| Arc::new(SharedTier::for_cluster(cluster, &config.cache, max_load, &metrics)));
+        let tier = cluster.as_ref().map(|cluster| Arc::new(SharedTier::for_cluster(cluster, &metrics)));
         let cache =
             Coherence::new(config.cache.clone(), watches.clone(), cache_holder, metrics.clone(), max_load, tier);
         let access = Access::new(config.policies.set.clone(), upstreams.clone(), metrics.clone());

@@ -77,6 +77,11 @@ impl ProxyProcess {
     /// Write `config` into a temporary folder and serve it on 127.0.0.1:0 with the admin
     /// listener off; returns once the proxy logs that it is serving.
     pub async fn start(config: &str) -> anyhow::Result<Self> {
+        Self::start_with_env(config, &[]).await
+    }
+
+    /// [`ProxyProcess::start`] with `env` set for the proxy (a cluster secret, say).
+    pub async fn start_with_env(config: &str, env: &[(&str, &str)]) -> anyhow::Result<Self> {
         let dir = TempDir::new()?;
         let path = dir.path.join("config.toml");
         std::fs::write(&path, config).context("write proxy config")?;
@@ -85,6 +90,7 @@ impl ProxyProcess {
             .args(["--log-format", "json", "serve", "--listen", "127.0.0.1:0", "--admin-listen", "off", "--config"])
             .arg(&path)
             .env("RUST_LOG", "warn,mcp_resource_proxy::downstream=info")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -91,12 +91,7 @@ async fn replica(redis: &Redis, prefix: &str, name: &str) -> Coherence {
         .set_connection_timeout(Some(Duration::from_secs(1)))
         .set_response_timeout(Some(Duration::from_secs(1)));
     let connection = ConnectionManager::new_lazy_with_config(redis.client(), config).unwrap();
-    let place = Place {
-        prefix: prefix.to_string(),
-        replicas: REPLICAS.to_string(),
-        replica: name.to_string(),
-        horizon: Duration::from_secs(7200),
-    };
+    let place = Place { prefix: prefix.to_string(), replicas: REPLICAS.to_string(), replica: name.to_string() };
     let tier = Arc::new(SharedTier::new(connection, place, Metrics::new()));
     assert!(tier.recover().await, "the tier reaches Redis");
     let cache = CacheConfig {
