@@ -431,7 +431,7 @@ fn encode(entry: &Entry, now: Instant) -> String {
         fresh_until: unix_ms(entry.fresh_until, now),
         told_until: unix_ms(entry.told_until, now),
         keep_until: unix_ms(entry.keep_until, now),
-        scope: entry.scope.clone(),
+        scope: entry.scope,
         bytes: entry.bytes,
     };
     serde_json::to_string(&stored).unwrap_or_default()
