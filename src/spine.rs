@@ -7,7 +7,7 @@
 //! shutdown token: every task it runs selects on [`Spine::shutdown`] (or on a child of it).
 //!
 //! The named tasks: `signals`, `sighup`, `admin`, `mcp-server`, `event-loop`,
-//! `cache-housekeeping`, `policy-watch`, `config-watch`, `supervisor:<upstream>`,
+//! `cache-housekeeping`, `policy-watch`, `config-watch`, `cluster-heartbeat` (with `[cluster]`), `supervisor:<upstream>`,
 //! `watching:<upstream>` (one per connection), `outlet:<id>` (one per host outlet), and the HTTP
 //! listener's `session-reaper` and `listen-closing`. Outside it by design: the accept loop's
 //! per-connection tasks, short per-request tasks, a stdio child's stderr reader (it ends with

@@ -138,7 +138,8 @@ fn dashboard_is_current_grafana_schema_with_the_two_variables() {
             "Cache",
             "Subscriptions & notifications",
             "Access control",
-            "Tools, prompts & completion"
+            "Tools, prompts & completion",
+            "Cluster"
         ]
     );
 }

@@ -1,10 +1,12 @@
 //! A real Prometheus (Debian's package, `.ci/install-prometheus.sh`) scrapes the proxy through a
 //! workload that touches every dashboard panel; every panel query of the Grafana dashboard then
-//! returns data. Its scrapes are polled for with a deadline, never slept for.
+//! returns data. The proxy is a one-replica cluster (a real `redis-server`, `.ci/install-cluster.sh`)
+//! so that the cluster row has data too. Its scrapes are polled for with a deadline, never slept for.
 
 use std::process::Stdio;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::support::cluster::{Redis, SECRET, SECRET_ENV, with_cluster};
 use crate::support::fixture::{self, DEADLINE, Era, FixtureClient, list_all_resources};
 use crate::support::proxy::{ProxyProcess, fixture_upstream, http_upstream};
 use anyhow::{Context, ensure};
@@ -32,7 +34,9 @@ async fn prometheus_returns_data_for_every_dashboard_panel_query() -> anyhow::Re
         http_upstream("fx", &fx.url(), &format!("{TUNING}\n{trusted}")),
         fixture_upstream("st", &["--era", "legacy"])
     );
-    let proxy = ProxyProcess::start(&config).await?;
+    let redis = Redis::start().await?;
+    let config = with_cluster(&config, &redis.url(), "replica-0");
+    let proxy = ProxyProcess::start_with(&config, &[], &[(SECRET_ENV, SECRET)]).await?;
     proxy.wait_up("fx", 1).await?;
     proxy.wait_up("st", 1).await?;
     let admin = proxy.admin_url().await?;
