@@ -323,6 +323,11 @@ impl SharedTier {
     /// `uri` of `upstream` (and everything under it) changed, for every replica. When Redis
     /// cannot be told, the upstream's floor rises before the tier is used again.
     pub async fn bump(&self, upstream: &str, uri: &str) -> Result<(), Down> {
+        // Known down: no wait on a call that would time out (the event loop awaits this).
+        if !self.is_up() {
+            self.pending.lock().expect("pending lock").insert(upstream.to_string());
+            return Err(Down);
+        }
         let mut call = self.scripts.bump.prepare_invoke();
         call.arg(&self.prefix).arg(upstream).arg(uri).arg(MAX_RECORDS);
         let mut connection = self.connection.clone();
@@ -340,7 +345,10 @@ impl SharedTier {
 
     /// Anything of `upstream` may have changed: every version of it rises, for every replica.
     pub async fn raise_floor(&self, upstream: &str) -> Result<(), Down> {
-        let result = self.raise(upstream).await;
+        let result = match self.is_up() {
+            true => self.raise(upstream).await,
+            false => Err(Down),
+        };
         if result.is_err() {
             self.pending.lock().expect("pending lock").insert(upstream.to_string());
         }
