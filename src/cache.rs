@@ -111,6 +111,11 @@ impl LocalStore {
         self.entries.invalidate(key).await;
     }
 
+    /// Drop every entry.
+    pub fn clear(&self) {
+        self.entries.invalidate_all();
+    }
+
     /// Let moka finish its bookkeeping (evictions, counts).
     pub async fn settle(&self) {
         self.entries.run_pending_tasks().await;

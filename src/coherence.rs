@@ -15,9 +15,11 @@
 //! Invariant: a read begun after an `updated` was received never returns older content.
 
 mod admission;
+mod clustered;
 mod generations;
 mod hints;
 mod holds;
+pub mod shared;
 mod watches;
 
 use std::collections::HashMap;
@@ -80,6 +82,9 @@ struct Inner {
     metrics: Metrics,
     /// Longest a load may take; with the longest lifetime, how long a generation record matters.
     max_load: Duration,
+    /// The cluster's shared tier (Redis), when there is a `[cluster]`: reads then go through
+    /// it (see `clustered`) and the local store is its front.
+    shared: Option<Arc<shared::SharedTier>>,
 }
 
 /// Sizes of the per-URI state, for `/status` and tests.
@@ -110,6 +115,7 @@ impl Coherence {
         holder: HolderId,
         metrics: Metrics,
         max_load: Duration,
+        shared: Option<Arc<shared::SharedTier>>,
     ) -> Self {
         let holds = Arc::new(holds::Holds::new(book, holder, config.max_watched_per_upstream));
         let inner = Arc::new(Inner {
@@ -123,6 +129,7 @@ impl Coherence {
             stale: Mutex::default(),
             metrics,
             max_load,
+            shared,
         });
         Self { inner }
     }
@@ -171,6 +178,9 @@ impl Coherence {
             let outcome = Outcome::Bypass;
             return Ok(Cached { ttl: Duration::ZERO, scope, result: loaded.result, outcome, contents_json: None });
         }
+        if let Some(tier) = &self.inner.shared {
+            return self.read_clustered(tier, request, load).await;
+        }
         let (shared, private) = self.keys(&request);
         let now = Instant::now();
         for key in [&shared, &private] {
@@ -202,7 +212,7 @@ impl Coherence {
                 Ok(loaded) => loaded.map_err(LoadError::Failed)?,
                 Err(_) => return Err(LoadError::Failed(too_slow(&flight))),
             };
-            let entry = inner.admit(&flight, &settings, loaded)?;
+            let entry = inner.admit(&flight, &settings, loaded, true)?;
             if flight.principal.is_some() && entry.scope == CacheScope::Public {
                 // Public after all: keep it once, under the shared key, before saying so —
                 // later readers then find it there instead of loading again.
@@ -317,7 +327,15 @@ impl Inner {
     }
 
     /// Decide whether a loaded result is kept, and for how long.
-    fn admit(&self, flight: &Key, settings: &UpstreamCache, loaded: Loaded) -> Result<Arc<Entry>, LoadError> {
+    /// `local_generation`: whether the flight's generation is this process's (else the shared
+    /// tier's, which checks it when storing).
+    fn admit(
+        &self,
+        flight: &Key,
+        settings: &UpstreamCache,
+        loaded: Loaded,
+        local_generation: bool,
+    ) -> Result<Arc<Entry>, LoadError> {
         let Loaded { result, watch } = loaded;
         let ttl = lifetime(&self.config, settings, result.ttl_ms, watch.is_some());
         let (upstream, uri) = (&*flight.upstream, &*flight.uri);
@@ -327,7 +345,7 @@ impl Inner {
         }
         let mut entry = admission::entry(&self.config, result, ttl);
         let public = entry.scope == CacheScope::Public;
-        let superseded = self.generations.current(upstream, uri) != flight.generation;
+        let superseded = local_generation && self.generations.current(upstream, uri) != flight.generation;
         let shareable = public || flight.principal.is_some();
         if ttl.is_zero() || u64::from(entry.bytes) > self.config.max_entry_bytes || superseded || !shareable {
             self.remember_scope(flight, &entry);

@@ -24,7 +24,8 @@ use prometheus::{
 };
 
 pub use self::labels::{
-    AUTH_REFUSAL_REASONS, DenialAction, DenialKind, EvictionCause, InvalidationCause, NotificationKind, Transport,
+    AUTH_REFUSAL_REASONS, DenialAction, DenialKind, EvictionCause, InvalidationCause, NotificationKind,
+    SharedCacheEvent, Transport,
 };
 use self::labels::{policy_label, upstream_label};
 use crate::error::ProxyError;
@@ -81,6 +82,8 @@ struct Inner {
     cache_invalidations: IntCounterVec,
     cache_entries: IntGauge,
     cache_weighted_bytes: IntGauge,
+    cache_shared: IntCounterVec,
+    cache_shared_up: IntGauge,
     downstream_sessions: IntGaugeVec,
     downstream_subscriptions: IntGaugeVec,
     upstream_subscriptions: IntGaugeVec,
@@ -147,6 +150,12 @@ impl Metrics {
             ),
             cache_entries: b.gauge0("cache_entries", "Entries in the read cache."),
             cache_weighted_bytes: b.gauge0("cache_weighted_bytes", "Weighted size of the read cache."),
+            cache_shared: b.counter(
+                "cache_shared_events_total",
+                "What happened in the cluster's shared cache tier (hits, fills, invalidations, errors).",
+                &["event"],
+            ),
+            cache_shared_up: b.gauge0("cache_shared_up", "1 while the cluster's shared cache tier answers."),
             downstream_sessions: b.gauge("downstream_sessions", "Open downstream sessions.", &["transport", "era"]),
             downstream_subscriptions: b.gauge(
                 "downstream_subscriptions",
@@ -347,6 +356,15 @@ impl Metrics {
     }
 
     /// The cache's current size (moka's `entry_count` and `weighted_size`).
+    /// Something happened in the shared cache tier.
+    pub fn shared_cache(&self, event: SharedCacheEvent) {
+        self.inner.cache_shared.with_label_values(&[event.label()]).inc();
+    }
+
+    pub fn set_shared_cache_up(&self, up: bool) {
+        self.inner.cache_shared_up.set(i64::from(up));
+    }
+
     pub fn set_cache_size(&self, entries: u64, weighted_bytes: u64) {
         self.inner.cache_entries.set(saturate(entries));
         self.inner.cache_weighted_bytes.set(saturate(weighted_bytes));
@@ -450,6 +468,9 @@ impl Metrics {
         }
         for cause in InvalidationCause::ALL {
             i.cache_invalidations.with_label_values(&[cause.label()]);
+        }
+        for event in SharedCacheEvent::ALL {
+            i.cache_shared.with_label_values(&[event.label()]);
         }
         for kind in NotificationKind::ALL {
             i.notifications_delivered.with_label_values(&[kind.label()]);

@@ -102,7 +102,7 @@ impl Generations {
 
 /// Every URI a notification for which covers `uri` (see [`is_same_or_parent`]): `uri` itself,
 /// each prefix ending before a `/`, `#` or `?`, and each prefix ending with a `/`.
-fn parents_of(uri: &str) -> impl Iterator<Item = &str> {
+pub(super) fn parents_of(uri: &str) -> impl Iterator<Item = &str> {
     let cuts = uri.char_indices().filter(|(_, c)| matches!(c, '/' | '#' | '?')).flat_map(|(at, c)| {
         let through = (c == '/').then(|| &uri[..=at]);
         std::iter::once(&uri[..at]).chain(through)

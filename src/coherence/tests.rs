@@ -22,7 +22,7 @@ fn config() -> CacheConfig {
 
 fn with(config: CacheConfig) -> (Coherence, Arc<WatchBook>) {
     let book = Arc::new(WatchBook::new(crate::upstream::Registry::default()));
-    let coherence = Coherence::new(config, book.clone(), HOLDER, Metrics::new(), Duration::from_secs(5));
+    let coherence = Coherence::new(config, book.clone(), HOLDER, Metrics::new(), Duration::from_secs(5), None);
     (coherence, book)
 }
 

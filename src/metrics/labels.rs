@@ -43,6 +43,27 @@ pub enum InvalidationCause {
     UpdatedDuringLoad,
 }
 
+/// What happened in the shared cache tier (a cluster's Redis).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SharedCacheEvent {
+    /// An entry was found in the shared tier (and copied to the local one).
+    Hit,
+    /// The local tier held the entry Redis vouched for: nothing was fetched.
+    LocalHit,
+    /// Nothing vouched for in the shared tier: the read went upstream.
+    Miss,
+    /// A loaded result was stored in the shared tier.
+    Fill,
+    /// A loaded result was not stored: an update overtook its load.
+    FillOvertaken,
+    /// An `updated` raised a URI's version for every replica.
+    Invalidation,
+    /// Anything of an upstream may have changed: its floor rose for every replica.
+    FloorRaised,
+    /// A call to Redis failed or took too long.
+    Error,
+}
+
 /// What a client was refused by policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DenialAction {
@@ -149,6 +170,32 @@ impl InvalidationCause {
             InvalidationCause::Reconnect => "reconnect",
             InvalidationCause::Reload => "reload",
             InvalidationCause::UpdatedDuringLoad => "updated_during_load",
+        }
+    }
+}
+
+impl SharedCacheEvent {
+    pub const ALL: [SharedCacheEvent; 8] = [
+        SharedCacheEvent::Hit,
+        SharedCacheEvent::LocalHit,
+        SharedCacheEvent::Miss,
+        SharedCacheEvent::Fill,
+        SharedCacheEvent::FillOvertaken,
+        SharedCacheEvent::Invalidation,
+        SharedCacheEvent::FloorRaised,
+        SharedCacheEvent::Error,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            SharedCacheEvent::Hit => "hit",
+            SharedCacheEvent::LocalHit => "local_hit",
+            SharedCacheEvent::Miss => "miss",
+            SharedCacheEvent::Fill => "fill",
+            SharedCacheEvent::FillOvertaken => "fill_overtaken",
+            SharedCacheEvent::Invalidation => "invalidation",
+            SharedCacheEvent::FloorRaised => "floor_raised",
+            SharedCacheEvent::Error => "error",
         }
     }
 }

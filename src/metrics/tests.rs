@@ -23,6 +23,8 @@ const FAMILIES: &[&str] = &[
     "mcp_proxy_cache_invalidations_total",
     "mcp_proxy_cache_entries",
     "mcp_proxy_cache_weighted_bytes",
+    "mcp_proxy_cache_shared_events_total",
+    "mcp_proxy_cache_shared_up",
     "mcp_proxy_downstream_sessions",
     "mcp_proxy_downstream_subscriptions",
     "mcp_proxy_upstream_subscriptions",
@@ -58,6 +60,8 @@ fn exercise_every_method(metrics: &Metrics, upstream: &str) -> SessionGuard {
     metrics.cache_eviction(EvictionCause::Size);
     metrics.cache_invalidation(InvalidationCause::Updated, 2);
     metrics.set_cache_size(3, 4096);
+    metrics.shared_cache(SharedCacheEvent::Fill);
+    metrics.set_shared_cache_up(true);
     metrics.set_downstream_subscriptions(upstream, 5);
     metrics.set_upstream_subscriptions(upstream, 1);
     metrics.notification_received(upstream, NotificationKind::Updated);

@@ -42,8 +42,8 @@ impl Changes {
     /// Anything of `upstream` may have changed (events lost past the bound, or it was
     /// replaced). Its cache entries go and every holder of its URIs hears `updated` (the caller
     /// has list views compared again).
-    pub(super) fn everything_changed(&self, upstream: &str) {
-        let dropped = self.cache.invalidate_upstream(upstream);
+    pub(super) async fn everything_changed(&self, upstream: &str) {
+        let dropped = self.cache.invalidate_upstream_everywhere(upstream).await;
         self.metrics.cache_invalidation(InvalidationCause::Reconnect, dropped);
         self.subscriptions.all_updated(upstream);
     }
@@ -72,7 +72,7 @@ impl EventLoop {
         let mut list_changed = Debounce::new(self.debounce);
         loop {
             tokio::select! {
-                Some(inbound) = events.recv() => self.on_inbound(inbound, &mut list_changed),
+                Some(inbound) = events.recv() => self.on_inbound(inbound, &mut list_changed).await,
                 Some(holder) = gone.recv() => self.changes.subscriptions.release(holder),
                 _ = list_changed.fired() => {
                     let sent = self.views.announce();
@@ -83,11 +83,11 @@ impl EventLoop {
         }
     }
 
-    pub(super) fn on_inbound(&self, inbound: Inbound, list_changed: &mut Debounce) {
+    pub(super) async fn on_inbound(&self, inbound: Inbound, list_changed: &mut Debounce) {
         let event = match inbound {
             Inbound::Event(event) => event,
             Inbound::Overflowed(upstream, lost) => {
-                self.overflowed(&upstream, lost);
+                self.overflowed(&upstream, lost).await;
                 return list_changed.poke();
             }
         };
@@ -97,7 +97,8 @@ impl EventLoop {
             UpstreamEvent::ResourceUpdated { upstream, uri, heard } => {
                 // Keys are normalised URIs; the upstream may spell them its own way.
                 let normalized = normalized_original(&upstream, &uri);
-                let dropped = cache.invalidate(&upstream, &normalized);
+                // Recorded for every replica before any holder is told.
+                let dropped = cache.invalidate_everywhere(&upstream, &normalized).await;
                 // Unheard ones follow a reconnect, whose flush was counted already.
                 if heard {
                     metrics.notification_received(&upstream, NotificationKind::Updated);
@@ -111,6 +112,10 @@ impl EventLoop {
                     let connection = self.upstreams.get(&upstream).map_or(0, |u| u.connection());
                     let dropped = cache.flush_upstream(&upstream, connection);
                     metrics.cache_invalidation(InvalidationCause::Reconnect, dropped);
+                    // The other replicas' entries of it are no better: its floor rises.
+                    if let Some(tier) = cache.shared_tier() {
+                        let _ = tier.raise_floor(&upstream).await;
+                    }
                 }
                 list_changed.poke();
             }
@@ -128,14 +133,14 @@ impl EventLoop {
     /// Events of `upstream` were lost (ingress full): its cache entries go (whatever the lost
     /// events said), and holders hear `updated` for the lost URIs — for all they hold of it
     /// when those were not kept.
-    fn overflowed(&self, upstream: &str, lost: Lost) {
+    async fn overflowed(&self, upstream: &str, lost: Lost) {
         let Lost::Updated(uris) = lost else {
             tracing::warn!(upstream, "event queue full: events were dropped; holders of all its URIs are told updated");
-            return self.changes.everything_changed(upstream);
+            return self.changes.everything_changed(upstream).await;
         };
         let lost = uris.len();
         tracing::warn!(upstream, lost, "event queue full: updated events were dropped; their holders are told updated");
-        let dropped = self.changes.cache.invalidate_upstream(upstream);
+        let dropped = self.changes.cache.invalidate_upstream_everywhere(upstream).await;
         self.changes.metrics.cache_invalidation(InvalidationCause::Reconnect, dropped);
         for uri in uris {
             self.changes.subscriptions.updated(upstream, &normalized_original(upstream, &uri));
@@ -178,6 +183,10 @@ impl Housekeeping {
         // while nobody reads.
         self.cache.settle().await;
         self.rate_limits.retain_recent();
+        // A shared tier found down comes back here (its pending floors raised first).
+        if let Some(tier) = self.cache.shared_tier() {
+            tier.recover().await;
+        }
         let (entries, bytes) = self.cache.size();
         self.metrics.set_cache_size(entries, bytes);
         for (upstream, uris, hosts) in self.watches.per_upstream(self.cache_holder) {

@@ -220,7 +220,7 @@ impl Reloader {
         parts.watches.release_upstream(name);
         parts.catalog.remove_upstream(name);
         parts.tools.upstream_left(name);
-        parts.changes.cache.invalidate_upstream(name);
+        parts.changes.cache.invalidate_upstream_everywhere(name).await;
         parts.metrics.upstream_removed(name);
     }
 
@@ -234,7 +234,7 @@ impl Reloader {
         parts.tools.upstream_left(&name);
         self.start_upstream(config);
         parts.watches.attach(&name);
-        parts.changes.everything_changed(&name);
+        parts.changes.everything_changed(&name).await;
     }
 
     /// Forget `name` and stop its supervisor (its connection closed).

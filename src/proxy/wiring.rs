@@ -20,6 +20,7 @@ use super::views::Views;
 use crate::audit::Audit;
 use crate::catalog::Catalog;
 use crate::cluster::Cluster;
+use crate::coherence::shared::SharedTier;
 use crate::coherence::{Coherence, WatchBook};
 use crate::config::Config;
 use crate::cursor::CursorKey;
@@ -120,12 +121,14 @@ impl Shared {
         let watches = Arc::new(WatchBook::new(upstreams.clone()));
         let cache_holder = fanout.next_holder_id();
         let max_load = longest_request(config) + read::WATCH_WAIT;
-        let cache = Coherence::new(config.cache.clone(), watches.clone(), cache_holder, metrics.clone(), max_load);
-        let access = Access::new(config.policies.set.clone(), upstreams.clone(), metrics.clone());
-        let views = Views::new(catalog.clone(), access.clone(), fanout.clone());
         let cluster = config.cluster.as_ref().map(|cluster| {
             Cluster::new(cluster, metrics.clone()).expect("a validated [cluster] section makes a Redis client")
         });
+        let tier = cluster.as_ref().map(|cluster| Arc::new(SharedTier::for_cluster(cluster, &metrics)));
+        let cache =
+            Coherence::new(config.cache.clone(), watches.clone(), cache_holder, metrics.clone(), max_load, tier);
+        let access = Access::new(config.policies.set.clone(), upstreams.clone(), metrics.clone());
+        let views = Views::new(catalog.clone(), access.clone(), fanout.clone());
         let cursor_key = match &cluster {
             Some(cluster) => CursorKey::shared(cluster.keys().cursor()),
             None => CursorKey::random(),

@@ -9,6 +9,7 @@
 pub mod support;
 
 mod bad_input;
+mod cache;
 mod peers;
 mod redis_outage;
 mod replicas;

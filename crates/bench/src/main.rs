@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! cargo build --release --bins
-//! cargo run --release --bin proxy-bench -- <matrix|sparse|read-latency|throughput|catalog|fanout|memory|rate-limits|all> \
+//! cargo run --release --bin proxy-bench -- <matrix|sparse|read-latency|throughput|catalog|fanout|memory|cluster|rate-limits|all> \
 //!     [--json] [--quick] [--target URL --uri URI]
 //! ```
 //!
@@ -16,14 +16,15 @@
 //! - `peers`: server-everything and npm `mcp-proxy` from `.peers/` (`.ci/install-bench-peers.sh`), and
 //!   the Rust gateway `mcp-proxy` 0.6.0 when installed by hand (`.peers/bench-cargo`).
 //! - `report`: the figures of one scenario and their Markdown / JSON rendering.
-//! - `matrix`, `sparse`, `read_latency`, `throughput`, `catalog`, `fanout`, `memory`, `rate_limits`: one
-//!   scenario each (`rate-limits` is not part of `all`).
+//! - `matrix`, `sparse`, `read_latency`, `throughput`, `catalog`, `fanout`, `memory`, `cluster`,
+//!   `rate_limits`: one scenario each (`rate-limits` is not part of `all`).
 //!
 //! Every figure of a scenario is measured in the same run, side by side; on a shared machine the
 //! ratios, medians and p99s are what to compare, not single absolute times.
 
 mod catalog;
 mod clients;
+mod cluster;
 mod fanout;
 mod matrix;
 mod memory;
@@ -84,6 +85,8 @@ enum Scenario {
     Memory,
     /// Not part of `all`: one principal at ten times its rate limit, another's latency.
     RateLimits,
+    /// Three replicas sharing one Redis behind haproxy, against one replica alone.
+    Cluster,
     All,
 }
 
@@ -160,6 +163,7 @@ async fn run(scenario: Scenario, options: &Options) -> Vec<Report> {
             Scenario::Fanout => fanout::run(options).await,
             Scenario::Memory => memory::run(options).await,
             Scenario::RateLimits => rate_limits::run(options).await,
+            Scenario::Cluster => cluster::run(options).await,
             Scenario::All => unreachable!("expanded above"),
         };
         reports.push(result.unwrap_or_else(|error| Report::failure(&name, &error)));

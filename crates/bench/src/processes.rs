@@ -80,7 +80,7 @@ impl ProxyProcess {
         Self::start_with_env(config, &[]).await
     }
 
-    /// [`ProxyProcess::start`] with `env` set for the proxy (e.g. its bearer tokens).
+    /// [`ProxyProcess::start`] with `env` set for the proxy (its bearer tokens, a cluster secret).
     pub async fn start_with_env(config: &str, env: &[(&str, &str)]) -> anyhow::Result<Self> {
         let dir = TempDir::new()?;
         let path = dir.path.join("config.toml");

@@ -49,7 +49,7 @@ async fn overflow_heard(lost: Lost) -> Vec<Outgoing> {
         shared.watches.hold(holder, upstream, uri);
     }
     let mut list_changed = Debounce::new(Duration::from_secs(3600));
-    shared.event_loop(&config).on_inbound(Inbound::Overflowed("a".into(), lost), &mut list_changed);
+    shared.event_loop(&config).on_inbound(Inbound::Overflowed("a".into(), lost), &mut list_changed).await;
     assert!(list_changed.is_due(), "list views are compared again");
     shared.fanout.deliver(holder, Outgoing::ListChanged);
     let mut got = Vec::new();

@@ -1,0 +1,201 @@
+//! Scenario `cluster`: the shared read cache of three replicas behind haproxy (round-robin)
+//! sharing one `redis-server`, against one replica alone (no `[cluster]`), both in front of one
+//! fixture (1 KiB texts, `ttlMs` 1 h). Figures: hit and miss latency at concurrency 1 (a miss is
+//! the first read of a URI anywhere), hit throughput from 64 clients, and the upstream reads
+//! that 3 replicas × 20 hosts reading the same 100 URIs cost with the shared tier, against the
+//! 300 that three unshared replicas would make. Needs Debian's `redis-server` and `haproxy`
+//! (`.ci/install-cluster.sh`).
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use futures::future::try_join_all;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, Command};
+
+use crate::Options;
+use crate::clients::{self, Era, Operation, Percentiles};
+use crate::processes::{Fixture, ProxyProcess, TempDir, UPSTREAM_TTL_MS, http_upstream};
+use crate::report::{Report, Unit};
+
+const SECRET_ENV: &str = "PROXY_BENCH_CLUSTER_SECRET";
+const SECRET: &str = "proxy-bench-cluster-secret-0123456789abcdef";
+const REPLICAS: usize = 3;
+const HOT_URI: &str = "fx+fx://fx/item/0";
+
+/// Everything started: killed on drop.
+struct Setup {
+    fixture: Fixture,
+    alone: ProxyProcess,
+    _replicas: Vec<ProxyProcess>,
+    balancer: Balancer,
+    _redis: Child,
+    _dir: TempDir,
+}
+
+struct Balancer {
+    url: String,
+    _child: Child,
+}
+
+pub async fn run(options: &Options) -> anyhow::Result<Report> {
+    let mut report = Report::new("cluster");
+    let setup = start().await?;
+    let side = clients::connect_with(&setup.fixture.url, Era::Auto, Default::default()).await?;
+    let alone = clients::connect_many(&setup.alone.url, Era::Modern, 1, 1).await?;
+    let through = clients::connect_many(&setup.balancer.url, Era::Modern, 1, 1).await?;
+    let (alone, through) = (clients::peers(&alone), clients::peers(&through));
+
+    // Misses: the first read of a URI anywhere (items 1000.. are read once each).
+    let misses = if options.quick { 40 } else { 200 };
+    let mut miss = (Vec::new(), Vec::new());
+    for index in 0..misses {
+        let uri = |base: usize| format!("fx+fx://fx/item/{}", base + index);
+        miss.0.push(timed_read(&alone[0], &uri(1000)).await?);
+        miss.1.push(timed_read(&through[0], &uri(2000)).await?);
+    }
+    // Hits: one URI, warm everywhere, interleaved rounds.
+    let operation = Operation::Read(HOT_URI.into());
+    clients::repeat(&alone, &operation, 20).await?;
+    clients::repeat(&through, &operation, 20).await?;
+    let (rounds, each) = if options.quick { (2, 100) } else { (5, 400) };
+    let mut hit = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        hit.0.extend(clients::repeat(&alone, &operation, each).await?);
+        hit.1.extend(clients::repeat(&through, &operation, each).await?);
+    }
+    let rows = [("alone miss", miss.0), ("cluster miss", miss.1), ("alone hit", hit.0), ("cluster hit", hit.1)];
+    for (label, samples) in rows {
+        let percentiles = Percentiles::of(samples);
+        report.millis(format!("c=1 {label} p50"), percentiles.p50);
+        report.millis(format!("c=1 {label} p99"), percentiles.p99);
+    }
+    throughput(&setup, options, &mut report).await?;
+    reads_saved(&setup, &side, &mut report).await?;
+    report.note("alone = one proxy, no [cluster]; cluster = 3 replicas with [cluster] behind haproxy (round-robin), one redis-server; one fixture behind both, 1 KiB texts, ttlMs 1 h");
+    report.note("a cluster read asks Redis for the URI's version (one round trip) before serving its local copy; a miss also fills Redis");
+    Ok(report)
+}
+
+async fn timed_read(peer: &rmcp::service::Peer<rmcp::RoleClient>, uri: &str) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    clients::perform(peer, &Operation::Read(uri.into())).await?;
+    Ok(started.elapsed())
+}
+
+/// 64 clients reading the hot URI back to back: alone, then through the balancer.
+async fn throughput(setup: &Setup, options: &Options, report: &mut Report) -> anyhow::Result<()> {
+    let duration = if options.quick { Duration::from_secs(3) } else { Duration::from_secs(8) };
+    let operation = Operation::Read(HOT_URI.into());
+    for (label, url) in [("alone", &setup.alone.url), ("cluster", &setup.balancer.url)] {
+        let clients = clients::connect_many(url, Era::Modern, 64, 16).await?;
+        let peers = clients::peers(&clients);
+        clients::repeat(&peers, &operation, 5).await?;
+        let started = Instant::now();
+        let samples = clients::run_for(&peers, &operation, duration).await?;
+        let rate = samples.len() as f64 / started.elapsed().as_secs_f64();
+        report.add(format!("c=64 {label} hit reads per second"), rate, Unit::PerSecond);
+        report.millis(format!("c=64 {label} hit p99"), Percentiles::of(samples).p99);
+    }
+    Ok(())
+}
+
+/// 20 hosts through the balancer read items 100..199, all at once: the upstream reads it cost.
+async fn reads_saved(setup: &Setup, side: &clients::Client, report: &mut Report) -> anyhow::Result<()> {
+    let before = upstream_reads(side).await?;
+    let hosts = clients::connect_many(&setup.balancer.url, Era::Modern, 20, 20).await?;
+    let peers = clients::peers(&hosts);
+    try_join_all(peers.iter().map(|peer| async move {
+        for id in 100..200 {
+            clients::perform(peer, &Operation::Read(format!("fx+fx://fx/item/{id}"))).await?;
+        }
+        anyhow::Ok(())
+    }))
+    .await?;
+    let upstream = upstream_reads(side).await? - before;
+    report.add("20 hosts x 100 URIs: upstream reads", upstream as f64, Unit::Count);
+    report.add("upstream reads saved vs 3 unshared replicas (300)", 1.0 - upstream as f64 / 300.0, Unit::Ratio);
+    Ok(())
+}
+
+async fn upstream_reads(side: &clients::Client) -> anyhow::Result<u64> {
+    let stats = clients::fixture_stats(side.peer()).await?;
+    let by_uri = stats["reads_by_uri"].as_object().cloned().unwrap_or_default();
+    Ok(by_uri.values().filter_map(|n| n.as_u64()).sum())
+}
+
+async fn start() -> anyhow::Result<Setup> {
+    let dir = TempDir::new()?;
+    let fixture = Fixture::spawn(&["--text-bytes", "1024", "--resources", "3000", "--ttl-ms", UPSTREAM_TTL_MS]).await?;
+    let upstream = http_upstream("fx", &fixture.url);
+    let alone = ProxyProcess::start(&upstream).await?;
+    let redis_port = free_port()?;
+    let redis = Command::new("redis-server")
+        .args(["--port", &redis_port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .context("redis-server (install it with .ci/install-cluster.sh)")?;
+    wait_redis(redis_port).await?;
+    let mut replicas = Vec::new();
+    for index in 0..REPLICAS {
+        let config = format!(
+            "{upstream}[cluster]\nredis_url = \"redis://127.0.0.1:{redis_port}/0\"\nsecret_env = \"{SECRET_ENV}\"\nreplica_id = \"bench-{index}\"\n"
+        );
+        replicas.push(ProxyProcess::start_with_env(&config, &[(SECRET_ENV, SECRET)]).await?);
+    }
+    let balancer = balancer(&dir, &replicas).await?;
+    Ok(Setup { fixture, alone, _replicas: replicas, balancer, _redis: redis, _dir: dir })
+}
+
+/// haproxy, round-robin, no health checks (the replicas' admin listeners are off here).
+async fn balancer(dir: &TempDir, replicas: &[ProxyProcess]) -> anyhow::Result<Balancer> {
+    let port = free_port()?;
+    let mut servers = String::new();
+    for (index, replica) in replicas.iter().enumerate() {
+        let address = replica.url.trim_start_matches("http://").trim_end_matches("/mcp");
+        servers.push_str(&format!("  server replica-{index} {address}\n"));
+    }
+    let config = format!(
+        "global\n  maxconn 4096\ndefaults\n  mode http\n  timeout connect 2s\n  timeout client 120s\n  timeout server 120s\n\
+         frontend mcp\n  bind 127.0.0.1:{port}\n  default_backend replicas\n\
+         backend replicas\n  balance roundrobin\n{servers}"
+    );
+    let path = dir.path.join("haproxy.cfg");
+    std::fs::write(&path, config)?;
+    let child = Command::new("haproxy")
+        .arg("-f")
+        .arg(&path)
+        .arg("-db")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .context("haproxy (install it with .ci/install-cluster.sh)")?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+        anyhow::ensure!(Instant::now() < deadline, "haproxy did not listen in time");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(Balancer { url: format!("http://127.0.0.1:{port}/mcp"), _child: child })
+}
+
+async fn wait_redis(port: u16) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+            let mut answer = [0u8; 7];
+            if stream.write_all(b"PING\r\n").await.is_ok() && stream.read_exact(&mut answer).await.is_ok() {
+                return Ok(());
+            }
+        }
+        anyhow::ensure!(Instant::now() < deadline, "redis-server did not answer in time");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}

@@ -1,0 +1,297 @@
+//! The shared tier against a real `redis-server` (Debian's, installed by `.ci/`), with several
+//! coherence layers standing for replicas: one load per URI for all of them, no read begun
+//! after an `updated` (heard by any of them) returns older content, private results stay per
+//! principal, an entry whose vouching replica is gone is not served, and Redis stopped and
+//! started again: nothing stale, and the tier comes back by itself.
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use rmcp::model::{CacheScope, ReadResourceResult, ResourceContents};
+
+use super::super::shared::{Place, SharedTier};
+use super::super::{Cached, Coherence, Loaded, Outcome, ReadRequest, WatchBook};
+use crate::config::{CacheConfig, UpstreamCache};
+use crate::metrics::Metrics;
+
+const REPLICAS: &str = "test:replica:";
+const TRUSTED: UpstreamCache =
+    UpstreamCache { enabled: true, max_ttl: None, trust_notifications: true, unwatched_ttl: None };
+
+/// A `redis-server` on a free loopback port, without persistence; killed when dropped.
+struct Redis {
+    port: u16,
+    child: Option<Child>,
+}
+
+impl Redis {
+    async fn start() -> Redis {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut redis = Redis { port, child: None };
+        redis.run().await;
+        redis
+    }
+
+    async fn run(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server (installed by .ci/install-cluster.sh)");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(mut connection) = self.client().get_multiplexed_async_connection().await
+                && redis::cmd("PING").query_async::<String>(&mut connection).await.is_ok()
+            {
+                return;
+            }
+            assert!(Instant::now() < deadline, "redis-server did not answer in time");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn client(&self) -> redis::Client {
+        redis::Client::open(format!("redis://127.0.0.1:{}/0", self.port)).unwrap()
+    }
+
+    async fn set(&self, key: &str, value: &str) {
+        let mut connection = self.client().get_multiplexed_async_connection().await.unwrap();
+        redis::cmd("SET").arg(key).arg(value).query_async::<()>(&mut connection).await.unwrap();
+    }
+
+    async fn del(&self, key: &str) {
+        let mut connection = self.client().get_multiplexed_async_connection().await.unwrap();
+        redis::cmd("DEL").arg(key).query_async::<()>(&mut connection).await.unwrap();
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// One replica's coherence layer, its shared tier under `prefix`; alive (its replica key set).
+async fn replica(redis: &Redis, prefix: &str, name: &str) -> Coherence {
+    redis.set(&format!("{REPLICAS}{name}"), "1").await;
+    let config = ConnectionManagerConfig::new()
+        .set_number_of_retries(1)
+        .set_connection_timeout(Some(Duration::from_secs(1)))
+        .set_response_timeout(Some(Duration::from_secs(1)));
+    let connection = ConnectionManager::new_lazy_with_config(redis.client(), config).unwrap();
+    let place = Place { prefix: prefix.to_string(), replicas: REPLICAS.to_string(), replica: name.to_string() };
+    let tier = Arc::new(SharedTier::new(connection, place, Metrics::new()));
+    assert!(tier.recover().await, "the tier reaches Redis");
+    let cache = CacheConfig {
+        enabled: true,
+        max_bytes: 1 << 20,
+        max_entry_bytes: 64 << 10,
+        unwatched_ttl: Duration::from_secs(60),
+        max_ttl: Duration::from_secs(3600),
+        stale_if_error: Duration::ZERO,
+        max_watched_per_upstream: 1000,
+    };
+    let book = Arc::new(WatchBook::new(crate::upstream::Registry::default()));
+    Coherence::new(cache, book, 7, Metrics::new(), Duration::from_secs(5), Some(tier))
+}
+
+async fn replicas(redis: &Redis, prefix: &str, count: usize) -> Vec<Coherence> {
+    let mut all = Vec::new();
+    for i in 0..count {
+        all.push(replica(redis, prefix, &format!("r{i}")).await);
+    }
+    all
+}
+
+fn request<'a>(uri: &'a str, principal: &'a str) -> ReadRequest<'a> {
+    ReadRequest { upstream: "u", epoch: 0, uri, principal, settings: &TRUSTED }
+}
+
+fn text(body: &str) -> ReadResourceResult {
+    ReadResourceResult::new(vec![ResourceContents::text(body, "u+x://a")])
+}
+
+fn body(cached: &Cached) -> String {
+    match &cached.result.contents[0] {
+        ResourceContents::TextResourceContents { text, .. } => text.clone(),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Read `uri` on `cache`; a load (counted in `loads`) returns `value`, watched.
+async fn read(cache: &Coherence, uri: &str, principal: &str, value: &str, loads: &AtomicUsize) -> Cached {
+    let loader = cache.clone();
+    let load = || async move {
+        loads.fetch_add(1, Ordering::SeqCst);
+        Ok(Loaded { result: text(value), watch: loader.watch("u", uri, &TRUSTED) })
+    };
+    cache.read(request(uri, principal), load).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_uri_read_on_three_replicas_is_loaded_once() {
+    let redis = Redis::start().await;
+    let all = replicas(&redis, "t1:", 3).await;
+    let loads = AtomicUsize::new(0);
+    for round in 0..3 {
+        for (i, cache) in all.iter().enumerate() {
+            for uri in ["x://a", "x://b/c"] {
+                let cached = read(cache, uri, "p", "v1", &loads).await;
+                assert_eq!(body(&cached), "v1");
+                if round + i > 0 {
+                    assert_eq!(cached.outcome, Outcome::Hit, "round {round}, replica {i}, {uri}");
+                }
+            }
+        }
+    }
+    assert_eq!(loads.load(Ordering::SeqCst), 2, "one load per URI for the cluster");
+}
+
+#[tokio::test]
+async fn an_update_heard_by_one_replica_is_fresh_on_every_other() {
+    let redis = Redis::start().await;
+    let all = replicas(&redis, "t2:", 3).await;
+    let loads = AtomicUsize::new(0);
+    for cache in &all {
+        assert_eq!(body(&read(cache, "x://d/e", "p", "v1", &loads).await), "v1");
+    }
+    // A change of a parent counts for the URI, as on one replica.
+    all[0].invalidate_everywhere("u", "x://d").await;
+    for (i, cache) in all.iter().enumerate() {
+        assert_eq!(body(&read(cache, "x://d/e", "p", "v2", &loads).await), "v2", "replica {i}");
+    }
+    assert_eq!(loads.load(Ordering::SeqCst), 2, "one load before, one after");
+}
+
+#[tokio::test]
+async fn private_results_stay_with_their_principal() {
+    let redis = Redis::start().await;
+    let all = replicas(&redis, "t3:", 2).await;
+    let loads = AtomicUsize::new(0);
+    let private = |who: &str| {
+        let mut result = text(&format!("for {who}"));
+        result.cache_scope = Some(CacheScope::Private);
+        result.ttl_ms = Some(60_000);
+        result
+    };
+    for (cache, who) in [(&all[0], "alice"), (&all[1], "bob"), (&all[1], "alice"), (&all[0], "bob")] {
+        let result = private(who);
+        let load = || async {
+            loads.fetch_add(1, Ordering::SeqCst);
+            Ok(Loaded::unwatched(result))
+        };
+        let cached = cache.read(request("x://mine", who), load).await.unwrap();
+        assert_eq!(body(&cached), format!("for {who}"), "{who} sees only their own");
+    }
+    assert_eq!(loads.load(Ordering::SeqCst), 2, "one load per principal, shared by the replicas");
+}
+
+#[tokio::test]
+async fn an_entry_whose_vouching_replica_is_gone_is_not_served() {
+    let redis = Redis::start().await;
+    let all = replicas(&redis, "t4:", 2).await;
+    let loads = AtomicUsize::new(0);
+    read(&all[0], "x://v", "p", "v1", &loads).await;
+    assert_eq!(read(&all[1], "x://v", "p", "v1", &loads).await.outcome, Outcome::Hit, "vouched by r0");
+    redis.del(&format!("{REPLICAS}r0")).await;
+    let after = read(&all[1], "x://v", "p", "v2", &loads).await;
+    assert_eq!((body(&after), after.outcome), ("v2".to_string(), Outcome::Miss), "r0 is gone: read again");
+    assert_eq!(loads.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn redis_stopped_and_started_again_serves_nothing_stale_and_recovers() {
+    let mut redis = Redis::start().await;
+    let all = replicas(&redis, "t5:", 2).await;
+    let loads = AtomicUsize::new(0);
+    read(&all[0], "x://r", "p", "v1", &loads).await;
+    assert_eq!(read(&all[1], "x://r", "p", "v1", &loads).await.outcome, Outcome::Hit);
+
+    redis.stop();
+    // The change is heard while Redis is away: it cannot be recorded there.
+    all[0].invalidate_everywhere("u", "x://r").await;
+    for cache in &all {
+        let cached = read(cache, "x://r", "p", "v2", &loads).await;
+        assert_eq!((body(&cached), cached.outcome), ("v2".to_string(), Outcome::Bypass), "read upstream");
+    }
+    let tier = |i: usize| all[i].shared_tier().unwrap().clone();
+    assert!(!tier(0).is_up() && !tier(1).is_up());
+
+    redis.run().await;
+    for (i, name) in ["r0", "r1"].into_iter().enumerate() {
+        redis.set(&format!("{REPLICAS}{name}"), "1").await;
+        assert!(tier(i).recover().await, "replica {i} finds Redis back by itself");
+    }
+    let before = loads.load(Ordering::SeqCst);
+    for cache in &all {
+        assert_eq!(body(&read(cache, "x://r", "p", "v2", &loads).await), "v2");
+    }
+    assert_eq!(loads.load(Ordering::SeqCst), before + 1, "shared again: one load for both");
+}
+
+/// Steps of the seeded test; `COHERENCE_STEPS` runs it longer.
+const STEPS: u32 = 1500;
+
+/// The seeded interleaving of `coherence::tests`, across three replicas sharing one Redis:
+/// writes notified on a random replica, reads on random ones; no read begun after a
+/// notification returns content older than it. `CACHE_SEED` replays a seed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn randomized_reads_across_replicas_never_return_content_older_than_a_received_update() {
+    let seed: u64 = std::env::var("CACHE_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
+    let steps: u32 = std::env::var("COHERENCE_STEPS").ok().and_then(|s| s.parse().ok()).unwrap_or(STEPS);
+    println!("seed {seed}, {steps} steps");
+    let redis = Redis::start().await;
+    let all = replicas(&redis, "t6:", 3).await;
+    let version = Arc::new(AtomicU64::new(0));
+    let notified = Arc::new(AtomicU64::new(0));
+    let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(seed);
+    let mut tasks = Vec::new();
+    for step in 0..steps {
+        let cache = all[rand::Rng::random_range(&mut rng, 0..all.len())].clone();
+        let uri = ["x://a", "x://a/b"][rand::Rng::random_range(&mut rng, 0..2)];
+        if rand::Rng::random_bool(&mut rng, 0.1) {
+            // Upstream write, then its notification arrives at one replica.
+            let v = version.fetch_add(1, Ordering::SeqCst) + 1;
+            cache.invalidate_everywhere("u", "x://a").await;
+            notified.store(v, Ordering::SeqCst);
+            continue;
+        }
+        let delay = rand::Rng::random_range(&mut rng, 0..3u64);
+        let (version, notified) = (version.clone(), notified.clone());
+        tasks.push(tokio::spawn(async move {
+            let floor = notified.load(Ordering::SeqCst);
+            let loader = cache.clone();
+            let read = cache
+                .read(request(uri, "p"), || async move {
+                    let watch = loader.watch("u", uri, &TRUSTED);
+                    let v = version.load(Ordering::SeqCst);
+                    for _ in 0..delay {
+                        tokio::task::yield_now().await;
+                    }
+                    Ok(Loaded { result: text(&v.to_string()), watch })
+                })
+                .await
+                .unwrap();
+            let seen: u64 = body(&read).parse().unwrap();
+            assert!(seen >= floor, "seed {seed}, step {step}: read begun after update {floor} returned {seen}");
+            read.outcome
+        }));
+    }
+    let mut hits = 0;
+    for task in tasks {
+        hits += usize::from(task.await.unwrap_or_else(|e| panic!("seed {seed}: {e}")) == Outcome::Hit);
+    }
+    assert!(hits > 0, "the tier was used at all");
+}

@@ -1,0 +1,461 @@
+//! The shared tier: the read cache every replica of a cluster sees, in Redis. What a miss on one
+//! replica loads fills it, so the others hit; an `updated` heard by any replica changes the
+//! version every replica reads under, before that replica tells any host of it.
+//!
+//! Versions: per upstream a counter (`ctr`), a floor (raised when anything of the upstream may
+//! have changed: a reconnect, lost events) and a record per notified URI (`rec`, a hash). The
+//! version of a URI is the highest of the floor and the records of the URI and its parents (a
+//! change under a URI counts for it, as in [`crate::coherence`]). Every number comes from the
+//! one counter, so a bump is always above anything handed out before. None of these keys has a
+//! time to live (a Redis evicting only keys that have one, `volatile-*`, never takes them); the
+//! records are bounded instead: past [`MAX_RECORDS`] for an upstream its floor rises and they go,
+//! which costs hits, never freshness.
+//!
+//! Entries: a hash (`v`: the replica vouching for it, `b`: the entry) under
+//! `e:<upstream>:<version>:<who>:<uri>` (`who` is `-` for public results, a digest of the
+//! principal for private ones), expiring with the entry's `keep_until`. A fill is kept only
+//! when the version is still the one the read began under and Redis is still the one it began
+//! with (`boot`, a token a Redis that lost its data no longer has): a load overtaken by an
+//! update is never stored. An entry kept past its `ttlMs` because its upstream subscription is
+//! watched is vouched for by the watching replica and is found only while that replica's
+//! heartbeat key lives.
+//!
+//! Every read asks for the version first (one round trip): the local tier in front serves an
+//! entry only under the version and boot Redis gave for this read, and only while Redis still
+//! holds it, vouched. So no invalidation feed is needed for freshness, and none can be lost.
+//!
+//! Redis unreachable (a call fails or takes longer than [`CALL_TIMEOUT`]): the tier is down,
+//! reads go upstream and keep nothing; an `updated` that could not be recorded raises its
+//! upstream's floor before the tier is trusted again. The heartbeat tick finds Redis back.
+//! Invariant: a fill is stored only under the version, and boot, current when it is stored —
+//! which is the one its read began under.
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use redis::aio::ConnectionManager;
+use redis::{RedisError, Script};
+use rmcp::model::{CacheScope, ReadResourceResult};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::generations::parents_of;
+use crate::cache::Entry;
+use crate::cluster::Cluster;
+use crate::metrics::{Metrics, SharedCacheEvent};
+use crate::wire::contents_json::contents_json;
+
+/// Longest a call to Redis may take before the tier counts as down.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Records (notified URIs) kept per upstream; past it the upstream's floor rises instead.
+pub const MAX_RECORDS: u64 = 100_000;
+
+/// Where an entry was found for a read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Found {
+    Nowhere,
+    Shared,
+    Private,
+}
+
+/// What Redis says about a read before it is served.
+#[derive(Debug, Clone, Copy)]
+pub struct Look {
+    /// Which Redis this is (changes when Redis lost its data).
+    pub boot: u64,
+    /// The URI's version.
+    pub version: u64,
+    pub found: Found,
+    /// Nothing found, but a replica is loading the URI at this version (it holds the lease).
+    pub leased: bool,
+}
+
+/// Redis did not answer (in time): the tier is down.
+#[derive(Debug, Clone, Copy)]
+pub struct Down;
+
+/// One read's place in the shared tier.
+pub struct Slot<'a> {
+    pub upstream: &'a str,
+    pub uri: &'a str,
+    /// `None` for the shared key, the principal for a private one.
+    pub principal: Option<&'a str>,
+}
+
+/// Where the tier lives in Redis and who this replica is there.
+pub struct Place {
+    /// Every key of the tier starts so.
+    pub prefix: String,
+    /// A replica `r` is alive while the key `<replicas><r>` exists (the cluster's heartbeat).
+    pub replicas: String,
+    pub replica: String,
+}
+
+/// The connection and its state; cheap to share behind the coherence layer's `Arc`.
+pub struct SharedTier {
+    connection: ConnectionManager,
+    prefix: String,
+    replicas: String,
+    replica: String,
+    /// The boot token this process offers when Redis has none.
+    offered_boot: u64,
+    up: AtomicBool,
+    /// Upstreams whose change could not be recorded: their floors rise before the tier is up.
+    pending: Mutex<BTreeSet<String>>,
+    metrics: Metrics,
+    scripts: Scripts,
+}
+
+struct Scripts {
+    look: Script,
+    fill: Script,
+    bump: Script,
+    raise: Script,
+}
+
+/// An entry as stored: instants as Unix milliseconds.
+#[derive(Serialize, Deserialize)]
+struct Stored {
+    result: ReadResourceResult,
+    fresh_until: u64,
+    told_until: u64,
+    keep_until: u64,
+    scope: CacheScope,
+    bytes: u32,
+}
+
+/// The version of a URI: ARGV[first..] are the URI's parents. Defines `p`, `up`, `v`.
+const VERSION_LUA: &str = r"
+local p, up = ARGV[1], ARGV[2]
+local v = tonumber(redis.call('GET', p .. 'floor:' .. up) or '0')
+if #ARGV >= FIRST then
+  local got = redis.call('HMGET', p .. 'rec:' .. up, unpack(ARGV, FIRST))
+  for i = 1, #got do
+    if got[i] then
+      local x = tonumber(got[i])
+      if x > v then v = x end
+    end
+  end
+end
+";
+
+/// ARGV: prefix, upstream, offered boot, private who, uri, replica key prefix, parents… →
+/// {boot, version, found, leased}.
+const LOOK_LUA: &str = r"
+local boot = redis.call('GET', p .. 'boot')
+if not boot then
+  boot = ARGV[3]
+  redis.call('SET', p .. 'boot', boot)
+end
+local found = 0
+local whos = {'-', ARGV[4]}
+for i = 1, 2 do
+  local k = p .. 'e:' .. up .. ':' .. v .. ':' .. whos[i] .. ':' .. ARGV[5]
+  local voucher = redis.call('HGET', k, 'v')
+  if voucher then
+    if voucher == '' or redis.call('EXISTS', ARGV[6] .. voucher) == 1 then
+      found = i
+      break
+    end
+    redis.call('DEL', k)
+  end
+end
+local leased = 0
+if found == 0 then
+  for i = 1, 2 do
+    leased = leased + redis.call('EXISTS', p .. 'lease:' .. up .. ':' .. v .. ':' .. whos[i] .. ':' .. ARGV[5])
+  end
+end
+return {boot, v, found, leased}
+";
+
+/// ARGV: prefix, upstream, boot, version, who, uri, voucher, body, px, parents… → 1 kept, 0 not.
+const FILL_LUA: &str = r"
+if redis.call('GET', p .. 'boot') ~= ARGV[3] or v ~= tonumber(ARGV[4]) then return 0 end
+local k = p .. 'e:' .. up .. ':' .. v .. ':' .. ARGV[5] .. ':' .. ARGV[6]
+redis.call('HSET', k, 'v', ARGV[7], 'b', ARGV[8])
+redis.call('PEXPIRE', k, ARGV[9])
+redis.call('DEL', p .. 'lease:' .. up .. ':' .. v .. ':' .. ARGV[5] .. ':' .. ARGV[6])
+return 1
+";
+
+/// ARGV: prefix, upstream, uri, most records → the new version.
+const BUMP_LUA: &str = r"
+local p, up = ARGV[1], ARGV[2]
+local n = redis.call('INCR', p .. 'ctr:' .. up)
+if redis.call('HLEN', p .. 'rec:' .. up) >= tonumber(ARGV[4]) then
+  redis.call('SET', p .. 'floor:' .. up, n)
+  redis.call('DEL', p .. 'rec:' .. up)
+  return n
+end
+redis.call('HSET', p .. 'rec:' .. up, ARGV[3], n)
+return n
+";
+
+/// ARGV: prefix, upstream → the new floor.
+const RAISE_LUA: &str = r"
+local p, up = ARGV[1], ARGV[2]
+local n = redis.call('INCR', p .. 'ctr:' .. up)
+redis.call('SET', p .. 'floor:' .. up, n)
+redis.call('DEL', p .. 'rec:' .. up)
+return n
+";
+
+impl SharedTier {
+    /// A tier over `connection` (a reconnecting one), at `place`. Down until
+    /// [`SharedTier::recover`] first reaches Redis.
+    pub fn new(connection: ConnectionManager, place: Place, metrics: Metrics) -> Self {
+        let with_version = |body: &str, first: usize| {
+            Script::new(&format!("{}{body}", VERSION_LUA.replace("FIRST", &first.to_string())))
+        };
+        let scripts = Scripts {
+            look: with_version(LOOK_LUA, 7),
+            fill: with_version(FILL_LUA, 10),
+            bump: Script::new(BUMP_LUA),
+            raise: Script::new(RAISE_LUA),
+        };
+        metrics.set_shared_cache_up(false);
+        Self {
+            connection,
+            prefix: place.prefix,
+            replicas: place.replicas,
+            replica: place.replica,
+            offered_boot: rand::random::<u64>() >> 1,
+            up: AtomicBool::new(false),
+            pending: Mutex::default(),
+            metrics,
+            scripts,
+        }
+    }
+
+    /// The tier of `cluster`: its connection, keys under its prefix, vouches checked against
+    /// its heartbeat keys.
+    pub fn for_cluster(cluster: &Cluster, metrics: &Metrics) -> Self {
+        let place = Place {
+            prefix: cluster.key(&["cache", ""]),
+            replicas: cluster.key(&["replica", ""]),
+            replica: cluster.replica_id().to_string(),
+        };
+        Self::new(cluster.redis(), place, metrics.clone())
+    }
+
+    /// Whether the tier answered last time (reads use it only then).
+    pub fn is_up(&self) -> bool {
+        self.up.load(Ordering::Acquire)
+    }
+
+    /// The version of `slot`'s URI, and where a vouched entry of it is.
+    pub async fn look(&self, slot: &Slot<'_>, principal: &str) -> Result<Look, Down> {
+        let mut call = self.scripts.look.prepare_invoke();
+        call.arg(&self.prefix).arg(slot.upstream).arg(self.offered_boot.to_string());
+        call.arg(who(Some(principal))).arg(slot.uri).arg(&self.replicas);
+        for parent in parents_of(slot.uri) {
+            call.arg(parent);
+        }
+        let mut connection = self.connection.clone();
+        let (boot, version, found, leased): (String, u64, u8, u8) =
+            self.call(call.invoke_async(&mut connection)).await?;
+        let found = match found {
+            1 => Found::Shared,
+            2 => Found::Private,
+            _ => Found::Nowhere,
+        };
+        Ok(Look { boot: boot.parse().unwrap_or(0), version, found, leased: leased > 0 })
+    }
+
+    /// The entry stored for `slot` at `version`, if it is there and can be read.
+    pub async fn fetch(&self, slot: &Slot<'_>, version: u64) -> Result<Option<Entry>, Down> {
+        let key = self.entry_key(slot, version);
+        let mut connection = self.connection.clone();
+        let body: Option<String> = self.call(redis::cmd("HGET").arg(key).arg("b").query_async(&mut connection)).await?;
+        let entry = body.and_then(|body| decode(&body));
+        if entry.is_some() {
+            self.metrics.shared_cache(SharedCacheEvent::Hit);
+        }
+        Ok(entry)
+    }
+
+    /// Keep `entry` for `slot` when `version` (of `boot`) is still current; `vouched` when it
+    /// lives past its `ttlMs` only because this replica watches its upstream subscription.
+    /// `Ok(false)`: an update overtook the load, not kept.
+    pub async fn fill(&self, slot: &Slot<'_>, look: &Look, entry: &Entry, vouched: bool) -> Result<bool, Down> {
+        let now = Instant::now();
+        let keep_ms = entry.keep_until.saturating_duration_since(now).as_millis().max(1);
+        let body = encode(entry, now);
+        let voucher = if vouched { self.replica.as_str() } else { "" };
+        let mut call = self.scripts.fill.prepare_invoke();
+        call.arg(&self.prefix).arg(slot.upstream).arg(look.boot.to_string()).arg(look.version);
+        call.arg(who(slot.principal)).arg(slot.uri).arg(voucher).arg(body).arg(keep_ms.to_string());
+        for parent in parents_of(slot.uri) {
+            call.arg(parent);
+        }
+        let mut connection = self.connection.clone();
+        let kept: u8 = self.call(call.invoke_async(&mut connection)).await?;
+        self.metrics.shared_cache(match kept {
+            1 => SharedCacheEvent::Fill,
+            _ => SharedCacheEvent::FillOvertaken,
+        });
+        Ok(kept == 1)
+    }
+
+    /// Claim the load of `slot` at `look`'s version for `lasting` (one replica loads, the
+    /// others wait for its fill). True when this replica got it.
+    pub async fn claim(&self, slot: &Slot<'_>, look: &Look, lasting: Duration) -> Result<bool, Down> {
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(self.lease_key(slot, look.version)).arg(&self.replica).arg("NX").arg("PX");
+        cmd.arg(lasting.as_millis().max(1).to_string());
+        let mut connection = self.connection.clone();
+        let answer: Option<String> = self.call(cmd.query_async(&mut connection)).await?;
+        Ok(answer.is_some())
+    }
+
+    /// Let go of a claim whose load was not stored (a stored fill lets go of it itself).
+    pub async fn release(&self, slot: &Slot<'_>, look: &Look) {
+        let mut connection = self.connection.clone();
+        let mut del = redis::cmd("DEL");
+        del.arg(self.lease_key(slot, look.version));
+        let _ = self.call(del.query_async::<()>(&mut connection)).await;
+    }
+
+    /// `uri` of `upstream` (and everything under it) changed, for every replica. When Redis
+    /// cannot be told, the upstream's floor rises before the tier is used again.
+    pub async fn bump(&self, upstream: &str, uri: &str) -> Result<(), Down> {
+        // Known down: no wait on a call that would time out (the event loop awaits this).
+        if !self.is_up() {
+            self.pending.lock().expect("pending lock").insert(upstream.to_string());
+            return Err(Down);
+        }
+        let mut call = self.scripts.bump.prepare_invoke();
+        call.arg(&self.prefix).arg(upstream).arg(uri).arg(MAX_RECORDS);
+        let mut connection = self.connection.clone();
+        match self.call::<u64>(call.invoke_async(&mut connection)).await {
+            Ok(_) => {
+                self.metrics.shared_cache(SharedCacheEvent::Invalidation);
+                Ok(())
+            }
+            Err(down) => {
+                self.pending.lock().expect("pending lock").insert(upstream.to_string());
+                Err(down)
+            }
+        }
+    }
+
+    /// Anything of `upstream` may have changed: every version of it rises, for every replica.
+    pub async fn raise_floor(&self, upstream: &str) -> Result<(), Down> {
+        let result = match self.is_up() {
+            true => self.raise(upstream).await,
+            false => Err(Down),
+        };
+        if result.is_err() {
+            self.pending.lock().expect("pending lock").insert(upstream.to_string());
+        }
+        result
+    }
+
+    /// When the tier is down: record what could not be (pending floors), then count it up
+    /// again. True when Redis answered (or the tier was up).
+    pub async fn recover(&self) -> bool {
+        if self.is_up() {
+            return true;
+        }
+        let pending: Vec<String> = self.pending.lock().expect("pending lock").iter().cloned().collect();
+        for upstream in pending {
+            if self.raise(&upstream).await.is_err() {
+                return false;
+            }
+            self.pending.lock().expect("pending lock").remove(&upstream);
+        }
+        let mut connection = self.connection.clone();
+        let answered = self.call::<()>(redis::cmd("PING").query_async(&mut connection)).await.is_ok();
+        if answered && !self.up.swap(true, Ordering::AcqRel) {
+            tracing::info!("the shared cache tier is reachable");
+            self.metrics.set_shared_cache_up(true);
+        }
+        answered
+    }
+
+    async fn raise(&self, upstream: &str) -> Result<(), Down> {
+        let mut call = self.scripts.raise.prepare_invoke();
+        call.arg(&self.prefix).arg(upstream);
+        let mut connection = self.connection.clone();
+        self.call::<u64>(call.invoke_async(&mut connection)).await?;
+        self.metrics.shared_cache(SharedCacheEvent::FloorRaised);
+        Ok(())
+    }
+
+    fn lease_key(&self, slot: &Slot<'_>, version: u64) -> String {
+        format!("{}lease:{}:{version}:{}:{}", self.prefix, slot.upstream, who(slot.principal), slot.uri)
+    }
+
+    fn entry_key(&self, slot: &Slot<'_>, version: u64) -> String {
+        format!("{}e:{}:{version}:{}:{}", self.prefix, slot.upstream, who(slot.principal), slot.uri)
+    }
+
+    /// One call with the timeout; a failure counts the tier down.
+    async fn call<T>(&self, call: impl Future<Output = Result<T, RedisError>>) -> Result<T, Down> {
+        let error = match tokio::time::timeout(CALL_TIMEOUT, call).await {
+            Ok(Ok(value)) => return Ok(value),
+            Ok(Err(error)) => error.to_string(),
+            Err(_) => "no answer in time".to_string(),
+        };
+        self.metrics.shared_cache(SharedCacheEvent::Error);
+        if self.up.swap(false, Ordering::AcqRel) {
+            tracing::warn!(error = %error, "the shared cache tier is unreachable; reads go upstream until it is back");
+            self.metrics.set_shared_cache_up(false);
+        }
+        Err(Down)
+    }
+}
+
+/// Whose an entry is in its key: `-` for everyone, else a digest of the principal (no
+/// principal's name goes to Redis).
+fn who(principal: Option<&str>) -> String {
+    match principal {
+        None => "-".to_string(),
+        Some(principal) => {
+            let digest = Sha256::digest(principal.as_bytes());
+            digest[..16].iter().map(|byte| format!("{byte:02x}")).collect()
+        }
+    }
+}
+
+fn unix_ms(at: Instant, now: Instant) -> u64 {
+    let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let ahead = at.saturating_duration_since(now);
+    u64::try_from((wall + ahead).as_millis()).unwrap_or(u64::MAX)
+}
+
+fn instant(unix_ms: u64, now: Instant) -> Instant {
+    let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    now + Duration::from_millis(unix_ms).saturating_sub(wall)
+}
+
+fn encode(entry: &Entry, now: Instant) -> String {
+    let stored = Stored {
+        result: entry.result.clone(),
+        fresh_until: unix_ms(entry.fresh_until, now),
+        told_until: unix_ms(entry.told_until, now),
+        keep_until: unix_ms(entry.keep_until, now),
+        scope: entry.scope,
+        bytes: entry.bytes,
+    };
+    serde_json::to_string(&stored).unwrap_or_default()
+}
+
+fn decode(body: &str) -> Option<Entry> {
+    let stored: Stored = serde_json::from_str(body).ok()?;
+    let now = Instant::now();
+    let contents_json = contents_json(&stored.result.contents);
+    Some(Entry {
+        fresh_until: instant(stored.fresh_until, now),
+        told_until: instant(stored.told_until, now),
+        keep_until: instant(stored.keep_until, now),
+        scope: stored.scope,
+        bytes: stored.bytes,
+        result: stored.result,
+        contents_json,
+    })
+}
