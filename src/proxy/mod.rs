@@ -33,8 +33,8 @@ use std::time::Duration;
 use rmcp::model::{ListResourceTemplatesResult, ListResourcesResult};
 
 use crate::admin::{ReloadReport, StatusReport};
-use crate::cluster::Cluster;
 use crate::audit::Audit;
+use crate::cluster::Cluster;
 use crate::config::{Config, ConfigError};
 use crate::error::ProxyError;
 use crate::fanout::{Outlet, OutletInfo};

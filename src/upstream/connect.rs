@@ -19,8 +19,8 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use super::credentials::TokenSource;
 use super::client::{Declared, UpstreamClient};
+use super::credentials::TokenSource;
 use super::http::GuardedHttpClient;
 use super::notices::NoticeSender;
 use super::progress::ProgressRoutes;
