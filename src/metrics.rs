@@ -458,6 +458,10 @@ impl Metrics {
         for kind in DenialKind::ALL {
             i.denials.with_label_values(&[kind.label()]);
         }
+        // A principal's own buckets (no upstream): the panel has a line at 0 before any refusal.
+        for kind in ["calls", "reads"] {
+            i.rate_limited.with_label_values(&[kind, "principal", ""]);
+        }
         for method in DOWNSTREAM_METHODS {
             for outcome in OUTCOMES {
                 i.downstream_requests.with_label_values(&[method, outcome]);

@@ -1,7 +1,7 @@
 //! The `audit-writer` task: takes events from the queue and writes each as one JSON line —
 //! appended to `[audit] file`, or as an `info` event of the `audit` log target. What is
-//! queued is written in batches and flushed when the queue runs empty, so a reader of the file
-//! sees every event soon after it happened. On shutdown what is still queued is written.
+//! queued is written and flushed every 20 ms (a tick, not a wake-up per event: the hot path only
+//! queues), so a reader of the file sees every event soon after it happened. On shutdown what is still queued is written.
 //!
 //! A file that cannot be opened (or written) is reported once, and the events go to the log
 //! target meanwhile; a reopen (a reload's event asks for one) tries the file again.
@@ -14,8 +14,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::Event;
 
-/// The most events written before a flush.
-const BATCH: usize = 256;
+/// How often the queue is drained into the file (or log) and flushed.
+const TICK: std::time::Duration = std::time::Duration::from_millis(20);
 
 pub(super) struct Writer {
     path: Option<PathBuf>,
@@ -31,32 +31,31 @@ impl Writer {
     }
 
     pub(super) async fn run(mut self, shutdown: CancellationToken) {
+        // Woken on a tick, not per event: a host's request never wakes the writer, and one write
+        // and flush carries every event of the tick.
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                event = self.events.recv() => match event {
-                    Some(event) => self.batch(event),
-                    None => break,
-                },
+                _ = tick.tick() => if !self.drain() { break },
                 () = shutdown.cancelled() => break,
             }
         }
         self.events.close();
-        while let Ok(event) = self.events.try_recv() {
-            self.write(&event);
-        }
-        self.flush();
+        self.drain();
     }
 
-    /// Write `first` and whatever else is queued (up to [`BATCH`]), then flush.
-    fn batch(&mut self, first: Event) {
-        self.write(&first);
-        for _ in 1..BATCH {
+    /// Write whatever is queued, then flush; false once the queue is closed and empty.
+    fn drain(&mut self) -> bool {
+        let open = loop {
             match self.events.try_recv() {
                 Ok(event) => self.write(&event),
-                Err(_) => break,
+                Err(mpsc::error::TryRecvError::Empty) => break true,
+                Err(mpsc::error::TryRecvError::Disconnected) => break false,
             }
-        }
+        };
         self.flush();
+        open
     }
 
     fn write(&mut self, event: &Event) {

@@ -195,7 +195,8 @@ async fn sigterm_ends_a_listen_stream_with_its_final_result_for_an_rmcp_client()
 
 /// At the shipped default level: a legacy host connects, lists and leaves, a 2026-07-28 host
 /// listens and leaves, another listens while SIGTERM arrives. The proxy logs exactly one line
-/// after startup, `shutting down` — no `ERROR … channel closed` for any of it.
+/// after startup, `shutting down`, besides its audit trail — no `ERROR … channel closed` for any
+/// of it.
 #[tokio::test]
 async fn connects_disconnects_and_shutdown_log_only_shutting_down() -> anyhow::Result<()> {
     let proxy = Served::start("").await?;
@@ -219,7 +220,11 @@ async fn connects_disconnects_and_shutdown_log_only_shutting_down() -> anyhow::R
     proxy.sigterm()?;
     let (status, logs) = proxy.exit().await?;
     assert!(status.success(), "{status}");
-    let after: Vec<String> = logs[after_startup..].iter().map(|l| message(l)).collect();
+    // Besides the audit trail (the `audit` target: one `listen` event per listen stream).
+    let (audit, after): (Vec<&String>, Vec<&String>) =
+        logs[after_startup..].iter().partition(|line| line.contains("\"target\":\"audit\""));
+    assert_eq!(audit.len(), 2, "one audit event per listen: {audit:#?}");
+    let after: Vec<String> = after.into_iter().map(|l| message(l)).collect();
     assert_eq!(after, ["shutting down"], "lines after startup: {:#?}", &logs[after_startup..]);
     Ok(())
 }
