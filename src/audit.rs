@@ -13,7 +13,7 @@
 //! as itself and one denial per refused part. A list leaving entries out is not a denial.
 //!
 //! [`Audit::record`] never waits: events go through a bounded queue to the `audit-writer` task
-//! on the spine ([`writer`]); a full queue drops the event, counted in
+//! on the spine (`writer`); a full queue drops the event, counted in
 //! `mcp_proxy_audit_dropped_total` and logged once per burst.
 //!
 //! Invariant: no event carries a token, a part of one, or a session id (a session is named by a
