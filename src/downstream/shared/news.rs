@@ -55,7 +55,12 @@ impl Newsroom {
             }
             match self.records.cluster().connect(config.clone()).await {
                 Ok(mut connection) => match connection.subscribe(&channel).await {
-                    Ok(()) => break connection,
+                    Ok(()) => {
+                        // News sent before the subscription (streams opened at start) was not
+                        // heard: every stream held here reads its record again.
+                        self.streams.resync_all();
+                        break connection;
+                    }
                     Err(error) => tracing::debug!(error = %error, "cluster: session news not subscribed yet"),
                 },
                 Err(error) => tracing::debug!(error = %error, "cluster: session news not connected yet"),
