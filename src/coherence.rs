@@ -106,6 +106,21 @@ enum LoadError {
     Failed(ProxyError),
 }
 
+/// What a finished single-flight load means to each reader of it: a miss (the entry it kept, or
+/// kept under the shared key), a hit (found meanwhile), the uncacheable answer, or the failure.
+fn answered<E: std::ops::Deref<Target = Entry>>(attempt: Result<E, Arc<LoadError>>) -> Result<Cached, ProxyError> {
+    let miss = |entry: &Entry| Cached { outcome: Outcome::Miss, ..admission::hit(entry, Instant::now()) };
+    match attempt {
+        Ok(entry) => Ok(miss(&entry)),
+        Err(error) => match &*error {
+            LoadError::StoredShared(entry) => Ok(miss(entry)),
+            LoadError::FoundShared(entry) => Ok(admission::hit(entry, Instant::now())),
+            LoadError::Uncacheable(cached) => Ok((**cached).clone()),
+            LoadError::Failed(failure) => Err(failure.clone()),
+        },
+    }
+}
+
 impl Coherence {
     /// `book` is the watch book, `holder` the cache's own holder id in it; loads taking
     /// longer than `max_load` fail (so generation records can be forgotten safely).
@@ -223,16 +238,7 @@ impl Coherence {
             inner.remember_scope(&flight, &entry);
             Ok(entry)
         }));
-        let miss = |entry: &Entry| Cached { outcome: Outcome::Miss, ..admission::hit(entry, Instant::now()) };
-        match attempt.await {
-            Ok(entry) => Ok(miss(&entry)),
-            Err(error) => match &*error {
-                LoadError::StoredShared(entry) => Ok(miss(entry)),
-                LoadError::FoundShared(entry) => Ok(admission::hit(entry, Instant::now())),
-                LoadError::Uncacheable(cached) => Ok((**cached).clone()),
-                LoadError::Failed(failure) => self.stale_or(fallback, failure),
-            },
-        }
+        answered(attempt.await).or_else(|failure| self.stale_or(fallback, &failure))
     }
 
     /// `upstream` said `uri` changed: drop it and everything under it, and make sure no load

@@ -14,7 +14,7 @@ use rmcp::model::CacheScope;
 
 use super::admission::{self, Cached, Loaded, Outcome};
 use super::shared::{Found, Look, SharedTier, Slot};
-use super::{Coherence, Inner, LoadError, ReadRequest, too_slow};
+use super::{Coherence, Inner, LoadError, ReadRequest, answered, too_slow};
 use crate::cache::{Entry, Key, Store};
 use crate::config::UpstreamCache;
 use crate::error::ProxyError;
@@ -104,16 +104,7 @@ impl Coherence {
             }
             loaded
         }));
-        let miss = |entry: &Entry| Cached { outcome: Outcome::Miss, ..admission::hit(entry, Instant::now()) };
-        match attempt.await {
-            Ok(entry) => Ok(miss(&entry)),
-            Err(error) => match &*error {
-                LoadError::StoredShared(entry) => Ok(miss(entry)),
-                LoadError::FoundShared(entry) => Ok(admission::hit(entry, Instant::now())),
-                LoadError::Uncacheable(cached) => Ok((**cached).clone()),
-                LoadError::Failed(failure) => Err(failure.clone()),
-            },
-        }
+        answered(attempt.await)
     }
 }
 
