@@ -3,7 +3,10 @@
 //! fixture (1 KiB texts, `ttlMs` 1 h). Figures: hit and miss latency at concurrency 1 (a miss is
 //! the first read of a URI anywhere), hit throughput from 64 clients, and the upstream reads
 //! that 3 replicas × 20 hosts reading the same 100 URIs cost with the shared tier, against the
-//! 300 that three unshared replicas would make. Needs Debian's `redis-server` and `haproxy`
+//! 300 that three unshared replicas would make; then failover: a host reading back to back
+//! through the balancer while one replica is killed (`kill -9`), once per era, and the time from
+//! the kill to the host's next successful read (with the requests that failed and the slowest one
+//! begun in the two seconds after it). Needs Debian's `redis-server` and `haproxy`
 //! (`.ci/install-cluster.sh`).
 
 use std::process::Stdio;
@@ -28,7 +31,7 @@ const HOT_URI: &str = "fx+fx://fx/item/0";
 struct Setup {
     fixture: Fixture,
     alone: ProxyProcess,
-    _replicas: Vec<ProxyProcess>,
+    replicas: Vec<ProxyProcess>,
     balancer: Balancer,
     _redis: Child,
     _dir: TempDir,
@@ -41,7 +44,7 @@ struct Balancer {
 
 pub async fn run(options: &Options) -> anyhow::Result<Report> {
     let mut report = Report::new("cluster");
-    let setup = start().await?;
+    let mut setup = start().await?;
     let side = clients::connect_with(&setup.fixture.url, Era::Auto, Default::default()).await?;
     let alone = clients::connect_many(&setup.alone.url, Era::Modern, 1, 1).await?;
     let through = clients::connect_many(&setup.balancer.url, Era::Modern, 1, 1).await?;
@@ -73,7 +76,9 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     }
     throughput(&setup, options, &mut report).await?;
     reads_saved(&setup, &side, &mut report).await?;
+    failover(&mut setup, &mut report).await?;
     report.note("alone = one proxy, no [cluster]; cluster = 3 replicas with [cluster] behind haproxy (round-robin), one redis-server; one fixture behind both, 1 KiB texts, ttlMs 1 h");
+    report.note("failover: a host reads the hot URI back to back through the balancer; one replica is killed (SIGKILL) mid-run, replica 0 for the 2025 session, replica 1 for the 2026-07-28 host; haproxy has no health check here (the replicas' admin listeners are off) and sends a request whose connection is refused to another replica (`retries 3`, `option redispatch 1`, as deploy/haproxy.cfg)");
     report.note("a cluster read asks Redis for the URI's version (one round trip) before serving its local copy; a miss also fills Redis");
     Ok(report)
 }
@@ -119,6 +124,48 @@ async fn reads_saved(setup: &Setup, side: &clients::Client, report: &mut Report)
     Ok(())
 }
 
+/// How long the host behind the balancer goes without an answer when a replica dies.
+async fn failover(setup: &mut Setup, report: &mut Report) -> anyhow::Result<()> {
+    const AFTER: Duration = Duration::from_secs(2);
+    for (victim, era, label) in [(0, Era::Legacy, "2025"), (1, Era::Modern, "2026-07-28")] {
+        let host = clients::connect_with(&setup.balancer.url, era, Default::default()).await?;
+        let peer = host.peer().clone();
+        let operation = Operation::Read(HOT_URI.into());
+        clients::perform(&peer, &operation).await?;
+        let killed = tokio::sync::watch::channel(None::<Instant>);
+        let (tell, heard) = killed;
+        let reader = tokio::spawn(async move {
+            // (began, ended, answered) for every read begun until AFTER past the kill.
+            let mut reads = Vec::new();
+            loop {
+                let kill = *heard.borrow();
+                let began = Instant::now();
+                if kill.is_some_and(|at| began > at + AFTER) {
+                    return reads;
+                }
+                let answered = clients::perform(&peer, &operation).await.is_ok();
+                reads.push((began, Instant::now(), answered));
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let at = Instant::now();
+        setup.replicas[victim].kill()?;
+        tell.send_replace(Some(at));
+        let reads = reader.await?;
+        let next = reads.iter().find(|(_, ended, answered)| *answered && *ended > at).map(|(_, ended, _)| *ended - at);
+        let failed = reads.iter().filter(|(_, _, answered)| !answered).count();
+        let slowest = reads.iter().filter(|(began, ..)| *began >= at).map(|(began, ended, _)| *ended - *began).max();
+        let next = next.context("no read succeeded after the kill")?;
+        report.millis(format!("failover {label}: kill to the next successful read"), next);
+        report.add(format!("failover {label}: failed reads in the 2 s after the kill"), failed as f64, Unit::Count);
+        report.millis(
+            format!("failover {label}: slowest read begun in the 2 s after the kill"),
+            slowest.unwrap_or_default(),
+        );
+    }
+    Ok(())
+}
+
 async fn upstream_reads(side: &clients::Client) -> anyhow::Result<u64> {
     let stats = clients::fixture_stats(side.peer()).await?;
     let by_uri = stats["reads_by_uri"].as_object().cloned().unwrap_or_default();
@@ -147,10 +194,11 @@ async fn start() -> anyhow::Result<Setup> {
         replicas.push(ProxyProcess::start_with_env(&config, &[(SECRET_ENV, SECRET)]).await?);
     }
     let balancer = balancer(&dir, &replicas).await?;
-    Ok(Setup { fixture, alone, _replicas: replicas, balancer, _redis: redis, _dir: dir })
+    Ok(Setup { fixture, alone, replicas, balancer, _redis: redis, _dir: dir })
 }
 
-/// haproxy, round-robin, no health checks (the replicas' admin listeners are off here).
+/// haproxy, round-robin, no health checks (the replicas' admin listeners are off here); a
+/// request whose connection is refused goes to another replica.
 async fn balancer(dir: &TempDir, replicas: &[ProxyProcess]) -> anyhow::Result<Balancer> {
     let port = free_port()?;
     let mut servers = String::new();
@@ -161,7 +209,7 @@ async fn balancer(dir: &TempDir, replicas: &[ProxyProcess]) -> anyhow::Result<Ba
     let config = format!(
         "global\n  maxconn 4096\ndefaults\n  mode http\n  timeout connect 2s\n  timeout client 120s\n  timeout server 120s\n\
          frontend mcp\n  bind 127.0.0.1:{port}\n  default_backend replicas\n\
-         backend replicas\n  balance roundrobin\n{servers}"
+         backend replicas\n  balance roundrobin\n  retries 3\n  option redispatch 1\n{servers}"
     );
     let path = dir.path.join("haproxy.cfg");
     std::fs::write(&path, config)?;

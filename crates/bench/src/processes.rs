@@ -107,6 +107,11 @@ impl ProxyProcess {
     pub fn pid(&self) -> anyhow::Result<u32> {
         self.child.id().context("the proxy has exited")
     }
+
+    /// `kill -9`: the process ends without a word to anyone.
+    pub fn kill(&mut self) -> anyhow::Result<()> {
+        self.child.start_kill().context("kill the proxy")
+    }
 }
 
 impl TempDir {
