@@ -26,6 +26,10 @@ pub struct ServerConfig {
     /// The same for a session holding subscriptions (quiet while it waits for notifications);
     /// a bound for hosts that vanished without closing their session.
     pub subscribed_session_idle_timeout: Duration,
+    /// How long a legacy HTTP session that made no request after its `initialize` (and holds no
+    /// GET stream) may stay silent before it is closed; zero turns this off (the idle timeouts
+    /// alone apply). Without effect with `[cluster]` (the records' expiry reaps there).
+    pub unused_session_idle_timeout: Duration,
     /// Upstream list changes within this window reach hosts as one `list_changed`.
     pub list_changed_debounce: Duration,
     /// Log level (`error`, `warn`, `info`, `debug`, `trace`) unless `RUST_LOG` is set.
@@ -74,6 +78,7 @@ pub(super) struct RawServer {
     allowed_hosts: Option<Vec<String>>,
     session_idle_timeout: Option<String>,
     subscribed_session_idle_timeout: Option<String>,
+    unused_session_idle_timeout: Option<String>,
     startup_wait: Option<String>,
     list_changed_debounce: Option<String>,
     log_level: Option<String>,
@@ -109,6 +114,8 @@ pub(super) fn validate_server(raw: RawServer, problems: &mut Vec<Problem>) -> Se
         "server.subscribed_session_idle_timeout",
         problems,
     );
+    let unused_session_idle_timeout =
+        duration(raw.unused_session_idle_timeout.as_deref(), "5m", "server.unused_session_idle_timeout", problems);
     let startup_wait = duration(raw.startup_wait.as_deref(), "10s", "server.startup_wait", problems);
     let log_level = raw.log_level.unwrap_or_else(|| "info".into());
     if !["error", "warn", "info", "debug", "trace"].contains(&log_level.as_str()) {
@@ -140,6 +147,7 @@ pub(super) fn validate_server(raw: RawServer, problems: &mut Vec<Problem>) -> Se
         allowed_hosts: raw.allowed_hosts.unwrap_or_default(),
         session_idle_timeout,
         subscribed_session_idle_timeout,
+        unused_session_idle_timeout,
         startup_wait,
         list_changed_debounce,
         log_level,

@@ -293,7 +293,10 @@ fn server_limits_have_defaults_and_every_bad_one_is_reported() {
     );
     assert_eq!((server.max_connections, server.header_read_timeout), (1_024, Duration::from_secs(10)));
     assert_eq!(server.max_calls_per_principal, 256);
+    assert_eq!(server.unused_session_idle_timeout, Duration::from_secs(300));
     assert!(server.allowed_origins.is_empty());
+    let off = load("[server]\nunused_session_idle_timeout = \"0s\"\n").unwrap().server;
+    assert!(off.unused_session_idle_timeout.is_zero(), "0s turns it off");
     let found = problems(
         r#"
         [server]
@@ -303,6 +306,7 @@ fn server_limits_have_defaults_and_every_bad_one_is_reported() {
         max_connections = 0
         max_calls_per_principal = 0
         header_read_timeout = "0s"
+        unused_session_idle_timeout = "soon"
         allowed_origins = ["app.example.com", "null", "https://ok.example:443"]
         "#,
     );
@@ -313,11 +317,12 @@ fn server_limits_have_defaults_and_every_bad_one_is_reported() {
         "server.max_connections:",
         "server.max_calls_per_principal:",
         "server.header_read_timeout:",
+        "server.unused_session_idle_timeout: `soon`",
         "server.allowed_origins: `app.example.com`",
     ] {
         assert!(found.iter().any(|p| p.starts_with(at)), "{at} in {found:#?}");
     }
-    assert_eq!(found.len(), 7, "{found:#?}");
+    assert_eq!(found.len(), 8, "{found:#?}");
 }
 
 #[test]

@@ -142,8 +142,10 @@ impl FastPath {
             _ => return Err(Request::from_parts(parts, Body::from(bytes))),
         };
         if let Some(session) = &call.session {
-            // What the session gate does for the requests it passes: activity for the reaper.
+            // What the session gate does for the requests it passes: activity for the reaper,
+            // and the session is used.
             self.book.touch(session, None);
+            self.book.used(session);
         }
         let modern = call.session.is_none();
         tracing::debug!(method = call.op.method(), modern, "answered on the fast path");

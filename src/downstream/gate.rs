@@ -9,6 +9,9 @@
 //!   `Mcp-Session-Id`) enters it in the [`SessionBook`]; past `server.max_sessions` or
 //!   `server.max_sessions_per_principal` the session is closed again at once and the host gets
 //!   `503 Service Unavailable` with a plain-text reason and `Retry-After`.
+//! - A request (a POST answered `200`, not a notification's `202`) or the GET stream on a
+//!   session marks it used: from then on only the idle timeouts apply to it, not
+//!   `server.unused_session_idle_timeout`.
 //! - `DELETE` of a session answers `204 No Content` (rmcp says 202, which SDKs report as a
 //!   failed termination) and leaves the book.
 //!
@@ -70,9 +73,21 @@ pub(super) async fn guard_sessions(State(gate): State<Gate>, request: Request, n
     let response = next.run(request).await;
     match named {
         Some(session) if method == Method::DELETE => ended(&gate, &session, response),
-        Some(_) => response,
+        Some(session) => {
+            if uses_session(&method, &response) {
+                gate.book.used(&session);
+            }
+            response
+        }
         None => admit(&gate, &principal, response).await,
     }
+}
+
+/// Whether rmcp's `response` shows the session used: a POST answered `200` carried a request
+/// (notifications and the host's replies get `202 Accepted`), a GET answered `200` is its
+/// stream.
+fn uses_session(method: &Method, response: &Response) -> bool {
+    response.status() == StatusCode::OK && (method == Method::POST || method == Method::GET)
 }
 
 /// `[cluster]`: a request naming a session.

@@ -1,6 +1,8 @@
 //! The idle reaper of legacy HTTP sessions (the `session-reaper` task): it closes the sessions
-//! the [`SessionBook`] finds due. With `[cluster]` it also tells the sessions' records of this
-//! replica's activity, and closes a session due here only once its record is gone.
+//! the [`SessionBook`] finds due, idle or unused since their `initialize`. With `[cluster]` it
+//! also tells the sessions' records of this replica's activity, and closes a session due here
+//! only once its record is gone (`server.unused_session_idle_timeout` does not apply there: the
+//! record's expiry is the cluster's reaping).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +26,9 @@ pub(super) async fn reap(
     shutdown: CancellationToken,
 ) {
     let server = proxy.config().server.clone();
-    let every = (server.session_idle_timeout / 4).clamp(Duration::from_millis(100), Duration::from_secs(60));
+    let unused = if records.is_some() { Duration::ZERO } else { server.unused_session_idle_timeout };
+    let shortest = if unused.is_zero() { server.session_idle_timeout } else { server.session_idle_timeout.min(unused) };
+    let every = (shortest / 4).clamp(Duration::from_millis(100), Duration::from_secs(60));
     let mut tick = tokio::time::interval(every);
     loop {
         tokio::select! {
@@ -38,11 +42,21 @@ pub(super) async fn reap(
             due = still_due(&book, records, due).await;
         }
         for session in due {
-            tracing::info!(session = %session, "closing idle session");
-            let _ = manager.close_session(&Arc::from(session.as_str())).await;
-            book.forget(&session);
+            // The session id stays out of the log: it is the session's only credential.
+            tracing::info!("closing idle session");
+            close(&book, &manager, &session).await;
+        }
+        for session in book.unused(unused) {
+            tracing::info!("closing a session unused since its initialize");
+            close(&book, &manager, &session).await;
         }
     }
+}
+
+/// Close `session` in rmcp and take it out of the book (and the sessions metric).
+async fn close(book: &SessionBook, manager: &LocalSessionManager, session: &str) {
+    let _ = manager.close_session(&Arc::from(session)).await;
+    book.forget(session);
 }
 
 /// `[cluster]`: push this replica's activity to the records; of `due`, the sessions whose record

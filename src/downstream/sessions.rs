@@ -4,11 +4,14 @@
 //! its `initialize` answer leaves (so a session that never says more is known too), and the
 //! reaper closes one holding no subscriptions once it has been silent for
 //! `server.session_idle_timeout`, a subscribed one after `server.subscribed_session_idle_timeout`
-//! (a bound for hosts that vanished without a word).
+//! (a bound for hosts that vanished without a word). A session that made no request since its
+//! `initialize` (the `initialized` notification is none) and never opened its GET stream costs
+//! memory for nothing: it is closed sooner, after `server.unused_session_idle_timeout`.
 //!
 //! Invariants: the book holds at most `server.max_sessions` sessions, at most
 //! `server.max_sessions_per_principal` of one principal; each entry carries the principal that
-//! opened it, and its count in `mcp_proxy_downstream_sessions` lives exactly as long as it does.
+//! opened it, and its count in `mcp_proxy_downstream_sessions` lives exactly as long as it does;
+//! a session is marked used (for good) by its first request or GET stream after `initialize`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -32,6 +35,8 @@ struct Seen {
     principal: Arc<str>,
     last: Instant,
     holder: Option<HolderId>,
+    /// The session made a request, or opened its GET stream, after its `initialize`.
+    used: bool,
     /// The session finished a handshake that chose a 2025-era version: the fast path may
     /// answer its reads and lists.
     legacy_ready: bool,
@@ -96,7 +101,8 @@ impl SessionBook {
     /// in Redis); nothing when the book knows it already.
     pub fn admit_restored(&self, session: &str, principal: &str, counted: SessionGuard) {
         let mut sessions = self.sessions.lock().expect("sessions lock");
-        sessions.entry(session.to_string()).or_insert_with(|| Seen::new(principal, counted));
+        let seen = sessions.entry(session.to_string()).or_insert_with(|| Seen::new(principal, counted));
+        seen.used = true;
     }
 
     /// The session's holder id on this replica, waiting (at most `timeout`) until its handler
@@ -180,12 +186,20 @@ impl SessionBook {
         }
     }
 
+    /// The session made a request (not a notification) or opened its GET stream: from now on
+    /// only the idle timeouts apply to it.
+    pub fn used(&self, session: &str) {
+        if let Some(seen) = self.sessions.lock().expect("sessions lock").get_mut(session) {
+            seen.used = true;
+        }
+    }
+
     /// The session ended; its count in the metric goes with it.
     pub fn forget(&self, session: &str) {
         self.sessions.lock().expect("sessions lock").remove(session);
     }
 
-    /// Sessions due to be closed now.
+    /// Sessions due to be closed now for having been silent past their idle timeout.
     pub fn due(&self, idle: Duration, subscribed_idle: Duration, holds: impl Fn(HolderId) -> bool) -> Vec<String> {
         let now = Instant::now();
         let sessions = self.sessions.lock().expect("sessions lock");
@@ -198,6 +212,21 @@ impl SessionBook {
             .map(|(id, _)| id.clone())
             .collect()
     }
+
+    /// Sessions never used since their `initialize` and silent for `unused` (nothing when it
+    /// is zero: off).
+    pub fn unused(&self, unused: Duration) -> Vec<String> {
+        if unused.is_zero() {
+            return Vec::new();
+        }
+        let now = Instant::now();
+        let sessions = self.sessions.lock().expect("sessions lock");
+        sessions
+            .iter()
+            .filter(|(_, seen)| !seen.used && now.duration_since(seen.last) >= unused)
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
 }
 
 impl Seen {
@@ -207,6 +236,7 @@ impl Seen {
             principal: principal.into(),
             last: now,
             holder: None,
+            used: false,
             legacy_ready: false,
             streamed_here: false,
             pushed: now,

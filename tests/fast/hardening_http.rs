@@ -1,7 +1,8 @@
-//! Hardening of the HTTP listeners, through the real binary with raw HTTP clients: session caps
-//! and the reaping of initialize-only sessions, sessions bound to their principal for GET and
-//! DELETE, header-read timeouts and connection caps on `/mcp` and the admin listener, `Origin`
-//! and admin `Host` validation, and the per-session subscription cap.
+//! Hardening of the HTTP listeners, through the real binary with raw HTTP clients: session caps,
+//! the reaping of initialize-only sessions and of sessions unused after their handshake,
+//! sessions bound to their principal for GET and DELETE, header-read timeouts and connection
+//! caps on `/mcp` and the admin listener, `Origin` and admin `Host` validation, and the
+//! per-session subscription cap.
 
 use std::time::Duration;
 
@@ -63,6 +64,30 @@ async fn an_initialize_only_session_is_closed_after_the_idle_timeout() -> anyhow
     served.proxy.wait_metric("mcp_proxy_downstream_sessions", &LEGACY_HTTP, |n| n == 0.0).await?;
     let after = served.send(served.read(&session)).await?;
     assert_eq!(after.status, StatusCode::NOT_FOUND, "the reaped session is gone: {after:?}");
+    Ok(())
+}
+
+/// A session that said nothing after its handshake (`initialize` + `initialized`) is closed
+/// once `unused_session_idle_timeout` passes, long before the idle timeout, and leaves the
+/// sessions metric; sessions that made a request, or hold their GET stream, are kept past it
+/// (only the idle timeout applies to them).
+#[tokio::test]
+async fn a_session_unused_after_its_handshake_is_closed_after_the_unused_timeout() -> anyhow::Result<()> {
+    let served = Served::start("session_idle_timeout = \"1h\"\nunused_session_idle_timeout = \"1s\"\n").await?;
+    let reading = served.open(ALICE).await?;
+    served.assert_reads(&reading).await?;
+    let streaming = served.open(ALICE).await?;
+    let stream = tokio::time::timeout(DEADLINE, served.request(reqwest::Method::GET, &streaming).send()).await??;
+    assert_eq!(stream.status(), StatusCode::OK, "the GET stream is open");
+    // Opened after the others last spoke: once it is reaped, they have been silent longer.
+    let unused = served.open(ALICE).await?;
+    served.proxy.wait_metric("mcp_proxy_downstream_sessions", &LEGACY_HTTP, |n| n == 2.0).await?;
+    let gone = served.send(served.read(&unused)).await?;
+    assert_eq!(gone.status, StatusCode::NOT_FOUND, "the unused session is closed: {gone:?}");
+    served.assert_reads(&reading).await.context("a session that made a request is kept")?;
+    served.assert_reads(&streaming).await.context("a session holding its GET stream is kept")?;
+    assert_eq!(served.legacy_sessions_metric().await?, 2.0, "the two used sessions counted");
+    drop(stream);
     Ok(())
 }
 
