@@ -3,7 +3,8 @@
 //! keys derived from the cluster secret (`keys`), the Redis connection (one reconnecting
 //! multiplexed connection, RESP3), Redis's health as this replica sees it (a watch), and the
 //! replicas seen alive (`heartbeat`: a key per replica with a time to live, renewed every
-//! `cluster.heartbeat`).
+//! `cluster.heartbeat`), and each replica's `mailbox` (signed letters from the others over
+//! Redis pub/sub).
 //!
 //! What needs no Redis keeps working while it is unreachable: cursors and `requestState`s are
 //! sealed with derived keys, so any replica opens them without asking anyone. Redis's state is
@@ -17,6 +18,7 @@
 
 mod heartbeat;
 pub mod keys;
+pub mod mailbox;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -24,7 +24,7 @@ use prometheus::{
 };
 
 pub use self::labels::{
-    AUTH_REFUSAL_REASONS, DenialAction, DenialKind, EvictionCause, InvalidationCause, NotificationKind,
+    AUTH_REFUSAL_REASONS, AnswerOutcome, DenialAction, DenialKind, EvictionCause, InvalidationCause, NotificationKind,
     SharedCacheEvent, Transport,
 };
 use self::labels::{policy_label, upstream_label};
@@ -97,6 +97,7 @@ struct Inner {
     cluster_redis_up: IntGaugeVec,
     cluster_replicas: IntGaugeVec,
     cluster_redis_failures: IntCounterVec,
+    cluster_answers: IntCounterVec,
     auth_refused: IntCounterVec,
     denials: IntCounterVec,
     audit_dropped: IntCounter,
@@ -209,6 +210,12 @@ impl Metrics {
                 "cluster_redis_failures_total",
                 "Redis commands of this replica that failed or timed out.",
                 &["replica"],
+            ),
+            cluster_answers: b.counter(
+                "cluster_answers_total",
+                "Hosts' answers to requests a replica sent them (sampling, elicitation), by what became of \
+                 them here: local, forwarded (to the asking replica), delivered (from another), dropped, unheard.",
+                &["replica", "outcome"],
             ),
             auth_refused: b.counter(
                 "auth_refused_total",
@@ -421,6 +428,9 @@ impl Metrics {
         i.cluster_redis_up.with_label_values(&[replica]).set(0);
         i.cluster_replicas.with_label_values(&[replica]).set(1);
         i.cluster_redis_failures.with_label_values(&[replica]);
+        for outcome in AnswerOutcome::ALL {
+            i.cluster_answers.with_label_values(&[replica, outcome.label()]);
+        }
     }
 
     pub fn cluster_redis_up(&self, replica: &str, up: bool) {
@@ -433,6 +443,11 @@ impl Metrics {
 
     pub fn cluster_redis_failure(&self, replica: &str) {
         self.inner.cluster_redis_failures.with_label_values(&[replica]).inc();
+    }
+
+    /// A host's answer to a request a replica sent it met `outcome` on replica `replica`.
+    pub fn cluster_answer(&self, replica: &str, outcome: AnswerOutcome) {
+        self.inner.cluster_answers.with_label_values(&[replica, outcome.label()]).inc();
     }
 
     /// An HTTP request was refused with 401; `reason` is a bounded label (`missing`, `expired`…).

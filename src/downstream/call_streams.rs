@@ -15,6 +15,9 @@
 //!   honours only for requests) on that queue. A notification without the marker, or whose
 //!   call's stream is gone, goes on to rmcp as before.
 //!
+//! With `[cluster]` the transport also gives each request to the host this replica's own id,
+//! and an answer POSTed here goes where that id says (`shared::answers`).
+//!
 //! Invariant: a marked notification reaches its host once — on its call's stream while that
 //! stream is open, else where rmcp puts it — and before the call's answer whenever it was sent
 //! before the answer: the merged stream takes the call's queue first, and the queue is filled as
@@ -39,6 +42,7 @@ use rmcp::transport::streamable_http_server::session::local::{LocalSessionManage
 use rmcp::transport::streamable_http_server::session::{RestoreOutcome, ServerSseMessage, SessionId};
 use tokio::sync::mpsc;
 
+use super::shared::answers::{Answers, Route};
 use super::shared::ids::SessionIds;
 
 /// A call's own messages that may wait for its stream (as many as rmcp's own stream holds).
@@ -50,6 +54,8 @@ pub(super) struct CallStreams {
     open: Arc<OpenCalls>,
     /// `[cluster]`: session ids are minted with the cluster's key, bound to their principal.
     ids: Option<SessionIds>,
+    /// `[cluster]`: requests to hosts and their answers, across replicas.
+    answers: Option<Arc<Answers>>,
 }
 
 /// A session's transport: marked notifications go to their call's stream (see the module doc).
@@ -57,6 +63,7 @@ pub(super) struct CallStreamTransport {
     transport: SessionTransport,
     session: SessionId,
     open: Arc<OpenCalls>,
+    answers: Option<Arc<Answers>>,
 }
 
 /// The response streams open for relaying calls, by (session, request id), with a serial so a
@@ -99,7 +106,7 @@ struct CallQueue {
 impl CallStreams {
     /// Over `local`, which the rest of the listener (gate, reaper, fast path) shares.
     pub fn new(local: Arc<LocalSessionManager>) -> Self {
-        CallStreams { local, open: Arc::default(), ids: None }
+        CallStreams { local, open: Arc::default(), ids: None, answers: None }
     }
 
     /// `[cluster]`: new sessions get ids `ids` mints for the request's principal.
@@ -108,8 +115,15 @@ impl CallStreams {
         self
     }
 
+    /// `[cluster]`: requests to hosts get this replica's ids, and answers find it (`answers`).
+    pub fn answering(mut self, answers: Option<Arc<Answers>>) -> Self {
+        self.answers = answers;
+        self
+    }
+
     fn transport(&self, session: &SessionId, transport: SessionTransport) -> CallStreamTransport {
-        CallStreamTransport { transport, session: session.clone(), open: self.open.clone() }
+        let answers = self.answers.clone();
+        CallStreamTransport { transport, session: session.clone(), open: self.open.clone(), answers }
     }
 }
 
@@ -208,7 +222,17 @@ impl SessionManager for CallStreams {
         })
     }
 
+    /// `[cluster]`: an answer goes where its id says (`answers`).
     async fn accept_message(&self, id: &SessionId, message: ClientJsonRpcMessage) -> Result<(), Self::Error> {
+        let message = match (&self.answers, &message) {
+            (Some(answers), JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_)) => {
+                match answers.route(id, message).await {
+                    Route::Here(message) => message,
+                    Route::Done => return Ok(()),
+                }
+            }
+            _ => message,
+        };
         self.local.accept_message(id, message).await
     }
 
@@ -248,8 +272,11 @@ impl Transport<RoleServer> for CallStreamTransport {
     /// queue is full); anything else, and one whose call's stream is gone, to rmcp.
     fn send(
         &mut self,
-        item: TxJsonRpcMessage<RoleServer>,
+        mut item: TxJsonRpcMessage<RoleServer>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        if let Some(answers) = &self.answers {
+            answers.ask(&self.session, &mut item);
+        }
         let Some(queue) = self.open.queue_of(&self.session, &item) else {
             return Either::Left(self.transport.send(item));
         };

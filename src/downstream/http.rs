@@ -29,10 +29,12 @@ use super::gate::{Gate, guard_sessions};
 use super::reaper::reap;
 use super::sessions::SessionBook;
 use super::shared::Shared;
+use super::shared::answers::Answers;
 use super::shared::news::Newsroom;
 use super::shared::records::Records;
 use super::shared::streams::Holding;
 use crate::auth::{self, Authenticator};
+use crate::cluster::mailbox::Mailbox;
 use crate::listener::{self, ConnectionLimits, allowed_hosts, own_origins};
 use crate::metrics::Transport;
 use crate::proxy::Proxy;
@@ -104,6 +106,13 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     let hosts = Arc::new(AllowedHosts::new(&hosts));
     let fast = FastPath { proxy: proxy.clone(), book: book.clone(), manager: sessions.clone(), hosts };
     let ids = records.as_ref().map(|records| records.ids.clone());
+    // `[cluster]`: a host's answer reaches the replica that asked, wherever it lands.
+    let answers = proxy.cluster().zip(ids.clone()).map(|(cluster, ids)| {
+        Arc::new(Answers::new(cluster.replica_id(), ids, Mailbox::new(cluster.clone()), metrics.clone()))
+    });
+    if let Some(answers) = &answers {
+        spine.spawn("cluster-mailbox", answers.clone().hear(sessions.clone(), shutdown.clone()));
+    }
     let factory = move || {
         let principal = auth::current_principal().unwrap_or_else(|| auth::ANONYMOUS.to_string());
         let server = ProxyServer::new(proxy.clone(), &principal, Transport::Http);
@@ -113,8 +122,11 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     // clone copies its config (the allowed hosts and origins with it) — a dozen times per
     // request, most of a cache hit's allocations. Behind an `Arc` a clone is a counter.
     // A call's log messages ride its own response stream, not the GET stream (see `call_streams`).
-    let service =
-        Arc::new(StreamableHttpService::new(factory, Arc::new(CallStreams::new(sessions).minting(ids)), config));
+    let service = Arc::new(StreamableHttpService::new(
+        factory,
+        Arc::new(CallStreams::new(sessions).minting(ids).answering(answers)),
+        config,
+    ));
     let service = move |request: axum::extract::Request| {
         let service = service.clone();
         async move { service.handle(request).await }

@@ -64,6 +64,22 @@ pub enum SharedCacheEvent {
     Error,
 }
 
+/// What became of a host's answer to a request a replica sent it (`[cluster]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnswerOutcome {
+    /// It came to the replica that asked, which took it.
+    Local,
+    /// It came to another replica, which posted it to the asking one's mailbox.
+    Forwarded,
+    /// This replica asked, and took the answer another replica forwarded.
+    Delivered,
+    /// Dropped: no request of this session is waiting for it (forged, of another session or
+    /// principal, answered already), or a letter was lost.
+    Dropped,
+    /// Forwarded to no one: the asking replica does not listen (gone), or Redis is down.
+    Unheard,
+}
+
 /// What a client was refused by policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DenialAction {
@@ -170,6 +186,26 @@ impl InvalidationCause {
             InvalidationCause::Reconnect => "reconnect",
             InvalidationCause::Reload => "reload",
             InvalidationCause::UpdatedDuringLoad => "updated_during_load",
+        }
+    }
+}
+
+impl AnswerOutcome {
+    pub const ALL: [AnswerOutcome; 5] = [
+        AnswerOutcome::Local,
+        AnswerOutcome::Forwarded,
+        AnswerOutcome::Delivered,
+        AnswerOutcome::Dropped,
+        AnswerOutcome::Unheard,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            AnswerOutcome::Local => "local",
+            AnswerOutcome::Forwarded => "forwarded",
+            AnswerOutcome::Delivered => "delivered",
+            AnswerOutcome::Dropped => "dropped",
+            AnswerOutcome::Unheard => "unheard",
         }
     }
 }

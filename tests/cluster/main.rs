@@ -8,6 +8,7 @@
 #[path = "../support/mod.rs"]
 pub mod support;
 
+mod answers;
 mod bad_input;
 mod cache;
 mod peers;

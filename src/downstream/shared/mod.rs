@@ -3,10 +3,12 @@
 //! (`records`): rmcp re-creates the session from it, initialized, on a replica asked for a
 //! session it does not hold (the session gate checks the id and the record's principal first).
 //! The replica serving the session's GET stream holds its subscriptions (`streams`); `DELETE`
-//! anywhere ends it everywhere (`news`); the session caps and idle reaping are the records'.
+//! anywhere ends it everywhere (`news`); the session caps and idle reaping are the records'. A
+//! host's answer to a request a replica sent it reaches that replica wherever it lands (`answers`).
 //!
 //! Without `[cluster]` none of this exists and sessions are the process's own, as before.
 
+pub(crate) mod answers;
 pub(crate) mod ids;
 pub(crate) mod news;
 pub(crate) mod records;

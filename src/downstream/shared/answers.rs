@@ -1,0 +1,335 @@
+//! `[cluster]`: a host's answer reaches the replica that asked. A request this replica sends a
+//! 2025 host (`sampling/createMessage`, `elicitation/create`, anything rmcp sends for a relayed
+//! call) goes out with the id `<replica>.<n>` in place of rmcp's own, and is booked under `n`
+//! with its session and rmcp's id. The host POSTs its answer as a new request, which the load
+//! balancer may take to any replica:
+//! - on the asking replica, the answer is taken if it came on the session that was asked, with
+//!   rmcp's id put back;
+//! - on another, it is posted to the asking replica's mailbox (`crate::cluster::mailbox`) with
+//!   the record key of the session it came on; the asking replica takes it from there on the
+//!   same terms, as if it had come to it.
+//!
+//! Counters start at the time of start in microseconds, so an id is not reused across restarts.
+//!
+//! Invariant: an answer completes a request only if it came on the session that request was sent
+//! to (a session id names its principal: the session gate checked it), and at most once; any
+//! other answer is dropped, counted, and never reaches rmcp. No session id goes to Redis (the
+//! record key, an HMAC of it, names the session).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rmcp::model::{
+    ClientJsonRpcMessage, JsonRpcMessage, JsonRpcNotification, RequestId, ServerJsonRpcMessage, ServerNotification,
+};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::session::{SessionId, SessionManager};
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use super::ids::SessionIds;
+use crate::cluster::mailbox::{Letter, Mailbox, Posted};
+use crate::metrics::{AnswerOutcome, Metrics};
+
+/// Requests waiting for an answer, at most; past it the oldest is forgotten.
+const MAX_ASKED: usize = 10_000;
+/// A request not answered within this long is forgotten.
+const ASKED_LIFETIME: Duration = Duration::from_secs(3600);
+
+/// This replica's requests to hosts, and the way answers find them.
+pub(crate) struct Answers {
+    replica: String,
+    next: AtomicU64,
+    asked: Mutex<BTreeMap<u64, Asked>>,
+    ids: SessionIds,
+    mailbox: Mailbox,
+    metrics: Metrics,
+}
+
+/// One request waiting for its answer.
+struct Asked {
+    session: SessionId,
+    /// rmcp's own id of the request.
+    id: RequestId,
+    at: Instant,
+}
+
+/// What to do with an answer a host POSTed here.
+pub(crate) enum Route {
+    /// Hand it to rmcp (its id is rmcp's again).
+    Here(ClientJsonRpcMessage),
+    /// Nothing more: it was forwarded, or dropped.
+    Done,
+}
+
+/// A forwarded answer, as posted to the asking replica's mailbox.
+#[derive(Serialize, Deserialize)]
+struct Forwarded {
+    /// The record key of the session the answer came on.
+    session: String,
+    answer: ClientJsonRpcMessage,
+}
+
+impl Answers {
+    pub fn new(replica: &str, ids: SessionIds, mailbox: Mailbox, metrics: Metrics) -> Self {
+        let start = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
+        Answers {
+            replica: replica.to_owned(),
+            next: AtomicU64::new(start),
+            asked: Mutex::default(),
+            ids,
+            mailbox,
+            metrics,
+        }
+    }
+
+    /// The `cluster-mailbox` task: hand the answers other replicas forward here to their
+    /// sessions in `manager`, until `shutdown`.
+    pub async fn hear(self: Arc<Self>, manager: Arc<LocalSessionManager>, shutdown: CancellationToken) {
+        let mailbox = self.mailbox.clone();
+        mailbox
+            .run(shutdown, |letter| {
+                let (answers, manager) = (self.clone(), manager.clone());
+                async move {
+                    let Some((session, answer)) = answers.open(letter) else { return };
+                    answers.handed(manager.accept_message(&session, answer).await.is_ok());
+                }
+            })
+            .await;
+    }
+
+    /// `message` goes to the host of `session`: a request gets this replica's id, and is booked;
+    /// a cancellation of one names it by that id (and the request is forgotten).
+    pub fn ask(&self, session: &SessionId, message: &mut ServerJsonRpcMessage) {
+        let request = match message {
+            JsonRpcMessage::Request(request) => request,
+            JsonRpcMessage::Notification(JsonRpcNotification {
+                notification: ServerNotification::CancelledNotification(cancelled),
+                ..
+            }) => return self.cancelled(session, &mut cancelled.params.request_id),
+            _ => return,
+        };
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let id = std::mem::replace(&mut request.id, self.wire_id(n));
+        let now = Instant::now();
+        let mut asked = self.asked.lock().expect("asked lock");
+        while asked.len() >= MAX_ASKED
+            || asked.first_key_value().is_some_and(|(_, a)| now.saturating_duration_since(a.at) > ASKED_LIFETIME)
+        {
+            asked.pop_first();
+        }
+        asked.insert(n, Asked { session: session.clone(), id, at: now });
+    }
+
+    /// rmcp cancels its request `id` to the host of `session`: the host knows it by ours.
+    fn cancelled(&self, session: &SessionId, id: &mut Option<RequestId>) {
+        let Some(rmcp_id) = id.as_ref() else { return };
+        let mut asked = self.asked.lock().expect("asked lock");
+        let Some(n) = asked.iter().find(|(_, a)| a.session == *session && a.id == *rmcp_id).map(|(n, _)| *n) else {
+            return;
+        };
+        asked.remove(&n);
+        *id = Some(self.wire_id(n));
+    }
+
+    /// An answer a host POSTed here on `session`.
+    pub async fn route(&self, session: &SessionId, message: ClientJsonRpcMessage) -> Route {
+        let Some((replica, n)) = answer_id(&message).and_then(parse) else {
+            tracing::debug!("an answer to no request of this cluster was dropped");
+            self.count(AnswerOutcome::Dropped);
+            return Route::Done;
+        };
+        if replica == self.replica {
+            return match self.take(n, |asked| asked.session == *session, message) {
+                Some(answer) => {
+                    self.count(AnswerOutcome::Local);
+                    Route::Here(answer)
+                }
+                None => Route::Done,
+            };
+        }
+        let forwarded = Forwarded { session: self.ids.record_key(session), answer: message };
+        let body = serde_json::to_vec(&forwarded).expect("a JSON-RPC message serialises");
+        match self.mailbox.post(&replica, &body).await {
+            Posted::Heard => self.count(AnswerOutcome::Forwarded),
+            Posted::Unheard => {
+                tracing::debug!(replica = %replica, "an answer for a replica that does not listen was dropped");
+                self.count(AnswerOutcome::Unheard);
+            }
+        }
+        Route::Done
+    }
+
+    /// A letter from this replica's mailbox: the session and answer to hand rmcp, if a request
+    /// of that session waits for it.
+    pub fn open(&self, letter: Letter) -> Option<(SessionId, ClientJsonRpcMessage)> {
+        let Letter::Read(body) = letter else {
+            self.count(AnswerOutcome::Dropped);
+            return None;
+        };
+        let Ok(Forwarded { session, answer }) = serde_json::from_slice::<Forwarded>(&body) else {
+            self.count(AnswerOutcome::Dropped);
+            return None;
+        };
+        let Some((replica, n)) = answer_id(&answer).and_then(parse) else {
+            self.count(AnswerOutcome::Dropped);
+            return None;
+        };
+        if replica != self.replica {
+            self.count(AnswerOutcome::Dropped);
+            return None;
+        }
+        let mut asking = None;
+        let answer = self.take(
+            n,
+            |asked| {
+                let same = self.ids.record_key(&asked.session) == session;
+                asking = same.then(|| asked.session.clone());
+                same
+            },
+            answer,
+        )?;
+        Some((asking?, answer))
+    }
+
+    /// A forwarded answer [`Answers::open`] gave was taken by its session here (`false`: the
+    /// session has closed since).
+    pub fn handed(&self, taken: bool) {
+        self.count(if taken { AnswerOutcome::Delivered } else { AnswerOutcome::Dropped });
+    }
+
+    /// The request booked under `n`, if `matches` it: forgotten, and `answer` given its id.
+    fn take(
+        &self,
+        n: u64,
+        matches: impl FnOnce(&Asked) -> bool,
+        mut answer: ClientJsonRpcMessage,
+    ) -> Option<ClientJsonRpcMessage> {
+        let id = {
+            let mut asked = self.asked.lock().expect("asked lock");
+            match asked.get(&n) {
+                Some(waiting) if matches(waiting) => asked.remove(&n).map(|asked| asked.id),
+                _ => None,
+            }
+        };
+        let Some(id) = id else {
+            tracing::debug!("an answer no request of this session waits for was dropped");
+            self.count(AnswerOutcome::Dropped);
+            return None;
+        };
+        match &mut answer {
+            JsonRpcMessage::Response(response) => response.id = id,
+            JsonRpcMessage::Error(error) => error.id = Some(id),
+            _ => {}
+        }
+        Some(answer)
+    }
+
+    /// The id the host knows request `n` by.
+    fn wire_id(&self, n: u64) -> RequestId {
+        RequestId::String(format!("{}.{n}", self.replica).into())
+    }
+
+    fn count(&self, outcome: AnswerOutcome) {
+        self.metrics.cluster_answer(&self.replica, outcome);
+    }
+}
+
+/// The id an answer names.
+fn answer_id(message: &ClientJsonRpcMessage) -> Option<&RequestId> {
+    match message {
+        JsonRpcMessage::Response(response) => Some(&response.id),
+        JsonRpcMessage::Error(error) => error.id.as_ref(),
+        _ => None,
+    }
+}
+
+/// `<replica>.<n>` → (replica, n).
+fn parse(id: &RequestId) -> Option<(String, u64)> {
+    let RequestId::String(id) = id else { return None };
+    let (replica, n) = id.rsplit_once('.')?;
+    if replica.is_empty() || n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((replica.to_owned(), n.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(deprecated)] // Sampling is deprecated by SEP-2577 but still in the 2025 era.
+
+    use rmcp::model::{ClientResult, CreateMessageResult, JsonRpcResponse, JsonRpcVersion2_0, SamplingMessage};
+    use rmcp::model::{CreateMessageRequest, CreateMessageRequestParams, ServerRequest};
+
+    use super::*;
+    use crate::cluster::Cluster;
+    use crate::config::{ClusterConfig, Secret};
+
+    fn answers(replica: &str) -> Answers {
+        let config = ClusterConfig {
+            redis_url: Secret::new("redis://127.0.0.1:1/0"),
+            redis_password: None,
+            secret: Secret::new("a cluster secret of at least 32 bytes"),
+            replica_id: replica.to_owned(),
+            heartbeat: Duration::from_secs(1),
+            replica_ttl: Duration::from_secs(3),
+            ready_without_redis: true,
+        };
+        let metrics = Metrics::new();
+        let cluster = Cluster::new(&config, metrics.clone()).expect("a cluster handle");
+        Answers::new(replica, SessionIds::new([7; 32]), Mailbox::new(cluster), metrics)
+    }
+
+    /// rmcp's request `id`, as sent: its id on the wire.
+    fn asked(answers: &Answers, session: &SessionId, id: i64) -> RequestId {
+        let params = CreateMessageRequestParams::new(vec![SamplingMessage::user_text("hi")], 10);
+        let request = ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params));
+        let mut message = ServerJsonRpcMessage::request(request, RequestId::Number(id));
+        answers.ask(session, &mut message);
+        let JsonRpcMessage::Request(request) = message else { unreachable!() };
+        request.id
+    }
+
+    fn answer(id: RequestId) -> ClientJsonRpcMessage {
+        let result = CreateMessageResult::new(SamplingMessage::assistant_text("yes"), "m".into());
+        JsonRpcMessage::Response(JsonRpcResponse {
+            jsonrpc: JsonRpcVersion2_0,
+            id,
+            result: ClientResult::CreateMessageResult(Box::new(result)),
+        })
+    }
+
+    fn check(route: Route, expected: Option<RequestId>) {
+        let got = match route {
+            Route::Here(message) => answer_id(&message).cloned(),
+            Route::Done => None,
+        };
+        assert_eq!(got, expected);
+    }
+
+    #[tokio::test]
+    async fn an_answer_completes_its_request_once_and_only_on_the_session_asked() {
+        let answers = answers("replica-0");
+        let (mine, other): (SessionId, SessionId) = (Arc::from("mine"), Arc::from("other"));
+        let wire = asked(&answers, &mine, 4);
+        assert!(matches!(&wire, RequestId::String(id) if id.starts_with("replica-0.")), "{wire:?}");
+        check(answers.route(&other, answer(wire.clone())).await, None);
+        check(answers.route(&mine, answer(RequestId::Number(4))).await, None);
+        check(answers.route(&mine, answer(wire.clone())).await, Some(RequestId::Number(4)));
+        check(answers.route(&mine, answer(wire)).await, None);
+        assert_ne!(asked(&answers, &mine, 5), asked(&answers, &mine, 5), "ids are not reused");
+    }
+
+    #[test]
+    fn only_a_replica_and_a_counter_parse() {
+        let id = |s: &str| RequestId::String(s.into());
+        assert_eq!(parse(&id("replica-0.17")), Some(("replica-0".to_owned(), 17)));
+        assert_eq!(parse(&id("a.b.c.9")), Some(("a.b.c".to_owned(), 9)));
+        for bad in ["17", ".17", "r.", "r.+1", "r.-1", "r.1x", "r.99999999999999999999999"] {
+            assert_eq!(parse(&id(bad)), None, "{bad}");
+        }
+        assert_eq!(parse(&RequestId::Number(3)), None);
+    }
+}
