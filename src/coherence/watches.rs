@@ -8,13 +8,19 @@
 //! of it held ([`WatchBook::attach`]); one that leaves takes its holds with it
 //! ([`WatchBook::release_upstream`]).
 //!
-//! Invariant: an upstream's watch set is exactly the URIs of it that somebody holds.
+//! An upstream with sessions per principal or per host (`session`) is different: its shared
+//! connection is never subscribed. What a host holds of it is held on the host's own upstream
+//! session (`crate::proxy`'s subscriptions make that hold), and let go there when the book
+//! lets go of it ([`Upstream::session_release`]).
+//!
+//! Invariant: an upstream's watch set is exactly the URIs of it that somebody holds (none for
+//! an upstream with sessions: each of its sessions watches what its own holders hold).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use crate::subscriptions::{Caps, HolderId, Holdings, Key, OverCap};
-use crate::upstream::Registry;
+use crate::upstream::{Registry, Upstream};
 
 /// Shared by the proxy and the cache's holds.
 pub(crate) struct WatchBook {
@@ -92,13 +98,26 @@ impl WatchBook {
         if subscriptions.release(holder, &(upstream.to_string(), uri.to_string())) {
             self.apply(upstream, uri, false);
         }
+        if let Some(upstream) = self.with_sessions(upstream) {
+            upstream.session_release(holder, uri);
+        }
     }
 
     pub fn release_all(&self, holder: HolderId) {
         let mut subscriptions = self.lock();
+        let held = subscriptions.held_by(holder);
         for (upstream, uri) in subscriptions.release_all(holder) {
             self.apply(&upstream, &uri, false);
         }
+        let upstreams: std::collections::BTreeSet<&str> = held.iter().map(|(upstream, _)| upstream.as_str()).collect();
+        for upstream in upstreams.into_iter().filter_map(|name| self.with_sessions(name)) {
+            upstream.session_release_all(holder);
+        }
+    }
+
+    /// `upstream`, when it has sessions per principal or per host.
+    fn with_sessions(&self, upstream: &str) -> Option<Upstream> {
+        self.upstreams.get(upstream).filter(Upstream::has_sessions)
     }
 
     /// Holders to tell of an update of `uri` (or a sub-resource of what they hold).
@@ -131,7 +150,7 @@ impl WatchBook {
 
     /// Called with the book locked, so deltas reach the upstream in the order decided.
     fn apply(&self, upstream: &str, uri: &str, watched: bool) {
-        if let Some(upstream) = self.upstreams.get(upstream) {
+        if let Some(upstream) = self.upstreams.get(upstream).filter(|upstream| !upstream.has_sessions()) {
             upstream.set_watching(uri, watched);
         }
     }

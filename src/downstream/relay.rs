@@ -5,8 +5,9 @@
 //!
 //! A host that did not declare `sampling` (or `elicitation`) is not asked: the upstream gets
 //! an error. Log messages go to the host if they are at least at the level it set with
-//! `logging/setLevel` (kept per host session, never sent upstream: an upstream connection is
-//! shared); with no level set, all go.
+//! `logging/setLevel` (kept per host session; never sent on a shared upstream connection, and
+//! passed on to a per-host or per-principal one before the host's next call: see
+//! `crate::upstream`'s `sessions`); with no level set, all go.
 //!
 //! Each log message names the host request it belongs to (rmcp's `OriginatingRequestId` in its
 //! extensions), so over streamable HTTP it goes on that call's own response stream, before the

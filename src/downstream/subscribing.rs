@@ -31,6 +31,8 @@ use crate::error::ProxyError;
 use crate::fanout::{OutletInfo, OutletKind};
 use crate::protocol::{Era, method};
 use crate::proxy::Caller;
+use crate::subscriptions::HolderId;
+use crate::upstream::HostSession;
 
 impl ProxyServer {
     pub(super) async fn subscriptions_subscribe(
@@ -46,7 +48,9 @@ impl ProxyServer {
             return self.subscribe_shared(records, session, &request.uri, started).await;
         }
         // The caps (per session, per principal) are kept with the holds themselves.
-        let (answer, notes) = audit::scope::noting_sync(|| self.proxy.subscribe(&self.caller(), holder, &request.uri));
+        let host = host_session(holder, &context);
+        let (answer, notes) =
+            audit::scope::noting_sync(|| self.proxy.subscribe(&self.caller(), holder, &request.uri, Some(host)));
         self.audit_hold(
             notes,
             (Kind::Subscribe, method::RESOURCES_SUBSCRIBE),
@@ -185,7 +189,7 @@ impl ProxyServer {
         let holder = self.proxy.register_outlet(info, outlet.clone());
         let session = Session { proxy: self.proxy.clone(), id: holder, _counted: None };
         for uri in accepted.resource_subscriptions.iter().flatten() {
-            if let Err(error) = self.proxy.subscribe(caller, holder, uri) {
+            if let Err(error) = self.proxy.subscribe(caller, holder, uri, None) {
                 tracing::debug!(uri, error = %error, "listen URI not held");
             }
         }
@@ -222,6 +226,17 @@ impl ProxyServer {
             _ = self.closing.cancelled() => tracing::debug!(principal = %self.principal, "listen stream closed for shutdown"),
         }
         Ok(())
+    }
+}
+
+/// The 2025 host session `holder` of `context`, with what its host declared (a per-host
+/// upstream session is opened declaring only that).
+fn host_session(holder: HolderId, context: &RequestContext<RoleServer>) -> HostSession {
+    let capabilities = context.peer.peer_info().map(|info| info.capabilities.clone()).unwrap_or_default();
+    HostSession {
+        id: holder,
+        sampling: capabilities.sampling.is_some(),
+        elicitation: capabilities.elicitation.is_some(),
     }
 }
 

@@ -137,6 +137,11 @@ impl Access {
     }
 
     /// `name` is a running upstream's.
+    /// The upstream named `name`, if configured.
+    pub(crate) fn upstream(&self, name: &str) -> Option<crate::upstream::Upstream> {
+        self.upstreams.get(name)
+    }
+
     pub(crate) fn is_upstream(&self, name: &str) -> bool {
         self.upstreams.contains(name)
     }

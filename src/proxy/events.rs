@@ -127,6 +127,13 @@ impl EventLoop {
             UpstreamEvent::OfferingsChanged { upstream, .. } => {
                 metrics.notification_received(&upstream, NotificationKind::ListChanged);
             }
+            UpstreamEvent::SessionUpdated { upstream, uri, heard, holders } => {
+                // Reads of such an upstream are never cached: nothing to invalidate.
+                if heard {
+                    metrics.notification_received(&upstream, NotificationKind::Updated);
+                }
+                subscriptions.session_updated(&upstream, &normalized_original(&upstream, &uri), holders);
+            }
         }
     }
 

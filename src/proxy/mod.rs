@@ -42,7 +42,7 @@ use crate::metrics::Metrics;
 use crate::spine::Spine;
 use crate::subscriptions::HolderId;
 use crate::tools::Tools;
-use crate::upstream::{Registry, Upstream, UpstreamStatus};
+use crate::upstream::{HostSession, Registry, Upstream, UpstreamStatus};
 
 mod access;
 mod caller;
@@ -226,8 +226,16 @@ impl Proxy {
         self.inner.subscriptions.holds_anything(holder)
     }
 
-    pub fn subscribe(&self, caller: &Caller, holder: HolderId, uri: &str) -> Result<(), ProxyError> {
-        self.inner.subscriptions.subscribe(caller, holder, uri)
+    /// `holder` subscribes `uri`; `host`: the 2025 host session it comes on, if any (see
+    /// [`Subscriptions::subscribe`]).
+    pub fn subscribe(
+        &self,
+        caller: &Caller,
+        holder: HolderId,
+        uri: &str,
+        host: Option<HostSession>,
+    ) -> Result<(), ProxyError> {
+        self.inner.subscriptions.subscribe(caller, holder, uri, host)
     }
 
     pub fn unsubscribe(&self, caller: &Caller, holder: HolderId, uri: &str) -> Result<(), ProxyError> {

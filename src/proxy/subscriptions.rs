@@ -6,8 +6,14 @@
 //! parent) that may see it is queued one `updated` — legacy sessions the URI itself, listen
 //! streams the URI their filter named.
 //!
+//! On an upstream with sessions per principal or per host (`session`), a hold is also made on
+//! the holder's own upstream session (its principal's; a 2025 host session's own when per
+//! host), and that session's `updated` reaches the holders on it only
+//! ([`Subscriptions::session_updated`]): never another principal's (or host session's).
+//!
 //! Invariant: a holder hears only of URIs its principal may see under the policy in force when
-//! the update is fanned out.
+//! the update is fanned out, and of a per-principal (per-host) upstream only what its own
+//! session said.
 
 use std::sync::Arc;
 
@@ -21,6 +27,7 @@ use crate::metrics::DenialAction;
 use crate::namespace;
 use crate::policy::PolicySet;
 use crate::subscriptions::{Caps, HolderId, OverCap};
+use crate::upstream::HostSession;
 
 /// The subscriptions service, with what it uses. A cheap `Clone` handle.
 #[derive(Clone)]
@@ -57,8 +64,15 @@ impl Subscriptions {
 
     /// `holder` subscribes to a namespaced URI, within `server.max_subscriptions_per_session`
     /// for it and `server.max_subscriptions_per_principal` for all of its principal's. Unknown
-    /// and forbidden URIs are not found (whatever the caps).
-    pub(crate) fn subscribe(&self, caller: &Caller, holder: HolderId, uri: &str) -> Result<(), ProxyError> {
+    /// and forbidden URIs are not found (whatever the caps). `host`: the 2025 host session it
+    /// comes on, if any (a per-host upstream holds it on that host session's own session).
+    pub(crate) fn subscribe(
+        &self,
+        caller: &Caller,
+        holder: HolderId,
+        uri: &str,
+        host: Option<HostSession>,
+    ) -> Result<(), ProxyError> {
         let route = self.access.route(caller, uri, DenialAction::Subscribe)?;
         let held = self.watches.hold_within(holder, caller.principal(), &route.upstream, &route.original, self.caps);
         held.map_err(|over| match over {
@@ -72,7 +86,33 @@ impl Subscriptions {
                 limit,
                 setting: "server.max_subscriptions_per_principal",
             },
-        })
+        })?;
+        let Some(upstream) = self.access.upstream(&route.upstream) else { return Ok(()) };
+        if let Err(error) = upstream.session_hold(caller.principal(), host, holder, &route.original) {
+            self.watches.release(holder, &route.upstream, &route.original);
+            return Err(error);
+        }
+        Ok(())
+    }
+
+    /// What a per-principal or per-host session of `upstream` said of `uri`: its `holders`
+    /// (those that hold it, or a parent of it, on that session) hear it, as for
+    /// [`Self::updated`]; nobody else does.
+    pub(crate) fn session_updated(&self, upstream: &str, uri: &str, holders: Vec<(HolderId, Vec<String>)>) {
+        let policy = self.access.policy();
+        let Some(changed) = namespace::namespaced(upstream, uri) else { return };
+        for (holder, held) in holders {
+            let Some(info) = self.fanout.info(holder) else { continue };
+            let caller = Caller::new(&info.principal, policy.clone());
+            if !caller.may_see(&changed) {
+                continue;
+            }
+            let uris = match info.kind {
+                OutletKind::Session => vec![uri.to_string()],
+                OutletKind::ListenStream => held,
+            };
+            self.deliver_updates(holder, &caller, upstream, uris);
+        }
     }
 
     /// How many more URIs `caller`'s hosts may subscribe, across all their sessions and

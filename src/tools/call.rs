@@ -51,6 +51,7 @@ impl Tools {
         let (upstream, original) = self.route(&policy, principal, Offering::Tool, &params.name)?;
         let host = relay.as_deref().and_then(host_session);
         let upstream = upstream.session_for(principal, host).await?;
+        upstream.pass_log_level(relay.as_deref().and_then(|relay| relay.log_level())).await;
         let presented = std::mem::replace(&mut params.name, original.into());
         params.meta = meta_upstream(params.meta.take());
         // Every step the upstream sent before its answer is in `progress` when this returns.
@@ -224,6 +225,7 @@ impl Tools {
         let (upstream, original) = self.route(&policy, principal, Offering::Prompt, &params.name)?;
         let host = relay.as_deref().and_then(host_session);
         let upstream = upstream.session_for(principal, host).await?;
+        upstream.pass_log_level(relay.as_deref().and_then(|relay| relay.log_level())).await;
         let presented = std::mem::replace(&mut params.name, original);
         params.meta = meta_upstream(params.meta.take());
         let answer = match relay.clone().filter(|relay| relay.takes_input_required()) {

@@ -124,7 +124,9 @@ impl Tools {
                 (upstream, Some(self.namespaced(upstream, offered.clone())))
             }
             UpstreamEvent::Down { upstream } => (upstream, None),
-            UpstreamEvent::ResourceUpdated { .. } | UpstreamEvent::CatalogChanged { .. } => return,
+            UpstreamEvent::ResourceUpdated { .. }
+            | UpstreamEvent::CatalogChanged { .. }
+            | UpstreamEvent::SessionUpdated { .. } => return,
         };
         self.replace(upstream, offerings);
     }

@@ -57,6 +57,7 @@ use crate::error::ProxyError;
 use crate::metrics::Metrics;
 use crate::protocol::{Era, method};
 use crate::spine::Spine;
+use crate::subscriptions::HolderId;
 
 pub use self::offerings::Offered;
 
@@ -76,6 +77,10 @@ pub enum UpstreamEvent {
     /// It said `tools/list_changed` or `prompts/list_changed`; its lists fetched again
     /// (see `crate::tools`).
     OfferingsChanged { upstream: String, offered: Offered },
+    /// A per-principal or per-host session of it says this (un-namespaced) URI changed (or may
+    /// have, `heard` false): for these holders only — those that hold it (or a parent of it,
+    /// the URIs they hold matched) on that session. Never cached, so nothing to invalidate.
+    SessionUpdated { upstream: String, uri: String, heard: bool, holders: Vec<(HolderId, Vec<String>)> },
 }
 
 impl UpstreamEvent {
@@ -86,7 +91,8 @@ impl UpstreamEvent {
             | UpstreamEvent::Down { upstream }
             | UpstreamEvent::CatalogChanged { upstream }
             | UpstreamEvent::ResourceUpdated { upstream, .. }
-            | UpstreamEvent::OfferingsChanged { upstream, .. } => upstream,
+            | UpstreamEvent::OfferingsChanged { upstream, .. }
+            | UpstreamEvent::SessionUpdated { upstream, .. } => upstream,
         }
     }
 }
@@ -167,6 +173,13 @@ struct Inner {
     is_session: bool,
     /// A per-host session: what its host declared, which is all it declares upstream.
     declared: Option<client::Declared>,
+    /// A session: what hosts hold on it, and for whom (see `sessions`).
+    holds: sessions::Holds,
+    /// Where its supervisor's events go, once spawned; its sessions' updates go there too.
+    events: Mutex<Option<EventSender>>,
+    /// A session: the `logging/setLevel` it was sent last, on which connection.
+    #[allow(deprecated)]
+    log_level: Mutex<Option<(u64, rmcp::model::LoggingLevel)>>,
     /// Where its supervisor (and its sessions) run, once spawned.
     spine: Mutex<Option<Spine>>,
 }
@@ -236,6 +249,9 @@ impl Upstream {
             sessions,
             is_session,
             declared,
+            holds: Default::default(),
+            events: Mutex::new(None),
+            log_level: Mutex::new(None),
             spine: Mutex::new(None),
         };
         Self { inner: Arc::new(inner) }
@@ -265,6 +281,7 @@ impl Upstream {
     /// keep it connected, until the spine shuts down or [`Self::stop`].
     pub fn spawn(&self, catalog: Catalog, events: EventSender, spine: &Spine) {
         let stop = spine.shutdown().child_token();
+        *self.inner.events.lock().expect("events lock") = Some(events.clone());
         let supervisor = supervisor::Supervisor::new(self.clone(), catalog, events, stop.clone(), spine.clone());
         let task = spine.spawn(format!("supervisor:{}", self.name()), supervisor.run());
         *self.inner.spine.lock().expect("spine lock") = Some(spine.clone());
@@ -276,10 +293,10 @@ impl Upstream {
     }
 
     /// Start a session's supervisor on `spine` (`session:<name>`) until `stop`: no catalog of
-    /// its own is kept and its events reach nobody (see `sessions`).
-    fn spawn_session(&self, spine: &Spine, stop: CancellationToken) {
-        let (events, inbox) = events::channel(1);
-        drop(inbox);
+    /// its own is kept; of its events only the updates of what its holders hold go to `events`
+    /// (its upstream's), as [`UpstreamEvent::SessionUpdated`] (see `sessions`).
+    fn spawn_session(&self, spine: &Spine, stop: CancellationToken, events: Option<EventSender>) {
+        let events = events.unwrap_or_else(|| events::channel(1).0);
         let supervisor = supervisor::Supervisor::new(self.clone(), Catalog::new(), events, stop.clone(), spine.clone());
         let task = spine.spawn(format!("session:{}", self.name()), supervisor.run());
         *self.inner.supervisor.lock().expect("supervisor lock") = Some((stop, task));

@@ -11,28 +11,42 @@
 //! `max_sessions_per_principal` per principal: past either bound a request gets a clear error
 //! at once ([`ProxyError::SessionLimit`]), never a wait.
 //!
-//! What such a connection says on its own (`updated`, `list_changed`) reaches no host: its
-//! events go nowhere, and the catalog, the lists and every subscription stay on the shared
-//! connection. A per-host session declares to the upstream only what its host declared
+//! Subscriptions go on the subscriber's own session ([`Upstream::session_hold`]): a 2025
+//! host's `resources/subscribe` on its principal's (per-host: its host session's), a
+//! 2026-07-28 listen stream's on its principal's. Each session keeps what is held on it and for
+//! whom ([`Holds`]); its `updated` goes, as [`super::UpstreamEvent::SessionUpdated`], to those
+//! holders only. Its first connection reports nothing it did not hear (nothing was watched
+//! before it); after a reconnect every URI held on it is reported as changed. A request on a
+//! session waits (at most `request_timeout`) until the subscriptions held on it are answered,
+//! so a host that subscribes and then makes a change hears of it. A session holding a
+//! subscription is not idle. The shared connection is never subscribed for such an upstream.
+//! Everything else such a connection says on its own (`list_changed`, up, down) reaches no
+//! host: the catalog and the lists stay the shared connection's. A per-host session declares to the upstream only what its host declared
 //! (sampling, elicitation); a per-principal one, like the shared connection, declares both and
 //! the relay refuses a host that lacks one. What it sends for a routed call (progress, log messages, sampling,
 //! elicitation) reaches that call's host, as on the shared one: each session has its own
 //! relay book.
 //!
-//! Invariant: a session serves one principal only (per-host: one host session only); a call
-//! or read of another principal never reaches it.
+//! Invariant: a session serves one principal only (per-host: one host session only); a call,
+//! read or subscription of another principal never reaches it, and what it says reaches only
+//! the holders on it.
 
-use std::collections::BTreeMap;
+#![allow(deprecated)] // Logging is deprecated by SEP-2577 but still in the 2025 era.
+
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use rmcp::model::{LoggingLevel, SetLevelRequestParams};
 use tokio_util::sync::CancellationToken;
 
 use super::Upstream;
 use super::client::Declared;
 use crate::config::SessionMode;
 use crate::error::ProxyError;
+use crate::protocol::Era;
 use crate::spine::Spine;
+use crate::subscriptions::{HolderId, is_same_or_parent};
 
 /// The host session a request came on, and what that host declared: a per-host session is
 /// opened declaring to the upstream only what its host did.
@@ -91,6 +105,76 @@ impl Drop for Lease {
     }
 }
 
+/// What hosts hold on one session (per-principal or per-host): each URI it watches upstream,
+/// with the holders it is watched for. Only they hear what the session says of it.
+#[derive(Default)]
+pub(super) struct Holds {
+    held: Mutex<BTreeMap<String, BTreeSet<HolderId>>>,
+}
+
+impl Holds {
+    /// `holder` holds `uri`; true when nobody did before (it is to be watched).
+    fn hold(&self, holder: HolderId, uri: &str) -> bool {
+        let mut held = self.held.lock().expect("holds lock");
+        let holders = held.entry(uri.to_string()).or_default();
+        holders.insert(holder) && holders.len() == 1
+    }
+
+    /// `holder` lets go of `uri`; true when nobody holds it now (it is no longer watched).
+    fn release(&self, holder: HolderId, uri: &str) -> bool {
+        let mut held = self.held.lock().expect("holds lock");
+        let Some(holders) = held.get_mut(uri) else { return false };
+        if !holders.remove(&holder) || !holders.is_empty() {
+            return false;
+        }
+        held.remove(uri);
+        true
+    }
+
+    /// `holder` lets go of everything; the URIs nobody holds now.
+    fn release_all(&self, holder: HolderId) -> Vec<String> {
+        let mut held = self.held.lock().expect("holds lock");
+        let mut unheld = Vec::new();
+        held.retain(|uri, holders| {
+            let gone = holders.remove(&holder) && holders.is_empty();
+            if gone {
+                unheld.push(uri.clone());
+            }
+            !gone
+        });
+        unheld
+    }
+
+    fn holds_anything(&self) -> bool {
+        !self.held.lock().expect("holds lock").is_empty()
+    }
+
+    /// Who must hear of an update of `uri`: holders of it or of a URI it is a sub-resource
+    /// of, each with the held URIs that matched.
+    pub(super) fn holders_of(&self, uri: &str) -> BTreeMap<HolderId, Vec<String>> {
+        let mut found: BTreeMap<HolderId, Vec<String>> = BTreeMap::new();
+        for (held, holders) in self.held.lock().expect("holds lock").iter() {
+            if is_same_or_parent(held, uri) {
+                for holder in holders {
+                    found.entry(*holder).or_default().push(held.clone());
+                }
+            }
+        }
+        found
+    }
+
+    /// Every URI held here, with its holders.
+    pub(super) fn all(&self) -> BTreeMap<HolderId, Vec<String>> {
+        let mut found: BTreeMap<HolderId, Vec<String>> = BTreeMap::new();
+        for (held, holders) in self.held.lock().expect("holds lock").iter() {
+            for holder in holders {
+                found.entry(*holder).or_default().push(held.clone());
+            }
+        }
+        found
+    }
+}
+
 /// The connection a request goes on: the shared upstream, or a session of its own, held for
 /// as long as this lives.
 pub struct SessionHandle {
@@ -135,7 +219,7 @@ impl SessionBook {
         let mut open = self.open.lock().expect("sessions lock");
         let before = open.len();
         open.retain(|_, entry| {
-            let busy = Arc::strong_count(&entry.usage) > 1;
+            let busy = Arc::strong_count(&entry.usage) > 1 || entry.upstream.inner.holds.holds_anything();
             let quiet = entry.usage.last.lock().expect("usage lock").elapsed() >= idle;
             if !busy && quiet {
                 entry.stop.cancel();
@@ -165,13 +249,7 @@ impl Upstream {
         let Some(book) = &self.inner.sessions else {
             return Ok(SessionHandle { upstream: self.clone(), _lease: Lease { usage: None } });
         };
-        let (key, declared) = match (self.inner.config.sessions.mode, host) {
-            (SessionMode::PerHost, Some(host)) => {
-                let declared = Declared { sampling: host.sampling, elicitation: host.elicitation };
-                (SessionKey::Host(principal.into(), host.id), Some(declared))
-            }
-            _ => (SessionKey::Principal(principal.into()), None),
-        };
+        let (key, declared) = self.key_of(principal, host);
         let (session, usage) = self.open_session(book, &key, declared)?;
         let handle = SessionHandle { upstream: session.clone(), _lease: Lease { usage: Some(usage) } };
         if session.link().is_err() {
@@ -183,7 +261,134 @@ impl Upstream {
                 return Err(ProxyError::UpstreamDown { upstream: self.name().to_string() });
             }
         }
+        session.subscriptions_settled().await;
         Ok(handle)
+    }
+
+    /// Before a host's call or prompt on this session: the host's `logging/setLevel` (`level`),
+    /// when it set one, is passed on to a 2025 upstream that declared `logging`, once per
+    /// connection and level. A per-host session is told its host's level; a per-principal one
+    /// only a level more verbose than it was told (each host's own filter still applies to what
+    /// it is relayed, so none gets fewer messages than it asked for). A no-op on the shared
+    /// connection, which is every host's.
+    pub async fn pass_log_level(&self, level: Option<LoggingLevel>) {
+        let (Some(level), true) = (level, self.is_session()) else { return };
+        let Ok(link) = self.link() else { return };
+        if link.era != Era::Legacy || link.capabilities.logging.is_none() {
+            return;
+        }
+        let per_host = self.inner.declared.is_some();
+        let connection = self.connection();
+        {
+            let mut told = self.inner.log_level.lock().expect("log level lock");
+            let tell = match *told {
+                Some((on, before)) if on == connection => match per_host {
+                    true => before != level,
+                    false => rank(level) < rank(before),
+                },
+                _ => true,
+            };
+            if !tell {
+                return;
+            }
+            *told = Some((connection, level));
+        }
+        let set = link.peer.set_level(SetLevelRequestParams::new(level));
+        if !matches!(tokio::time::timeout(self.inner.config.request_timeout, set).await, Ok(Ok(()))) {
+            tracing::debug!(upstream = self.name(), "the upstream session did not take logging/setLevel");
+        }
+    }
+
+    /// Wait (at most the request timeout) until the upstream answered the subscription of every
+    /// URI held on this session: a request goes after what its holders subscribed before it
+    /// (a host that subscribes, then calls a tool that changes it, hears of the change).
+    async fn subscriptions_settled(&self) {
+        let offered = self.link().is_ok_and(|link| {
+            link.capabilities.resources.as_ref().is_some_and(|resources| resources.subscribe == Some(true))
+        });
+        if !offered || !self.inner.holds.holds_anything() {
+            return;
+        }
+        let (mut watched, mut applied) = (self.inner.watched.subscribe(), self.inner.applied.subscribe());
+        let settled = async {
+            loop {
+                let answered = {
+                    let (watched, applied) = (watched.borrow_and_update(), applied.borrow_and_update());
+                    watched.iter().all(|uri| applied.acknowledged.contains(uri) || applied.refused.contains(uri))
+                };
+                if answered {
+                    return;
+                }
+                tokio::select! {
+                    changed = watched.changed() => if changed.is_err() { return },
+                    changed = applied.changed() => if changed.is_err() { return },
+                }
+            }
+        };
+        if tokio::time::timeout(self.inner.config.request_timeout, settled).await.is_err() {
+            tracing::debug!(
+                upstream = self.name(),
+                "session's subscriptions not answered in time; the request goes on"
+            );
+        }
+    }
+
+    /// `holder` (a host session or listen stream of `principal`, coming on host session `host`
+    /// when it has one) subscribes `uri` (un-namespaced) of this upstream: on a per-principal
+    /// or per-host upstream the subscription is made on that principal's (host session's) own
+    /// session, opened now if need be, and only its holders hear what that session says of it.
+    /// A no-op on a shared upstream (the watch book subscribes the shared connection).
+    pub fn session_hold(
+        &self,
+        principal: &str,
+        host: Option<HostSession>,
+        holder: HolderId,
+        uri: &str,
+    ) -> Result<(), ProxyError> {
+        let Some(book) = &self.inner.sessions else { return Ok(()) };
+        let (key, declared) = self.key_of(principal, host);
+        let (session, _usage) = self.open_session(book, &key, declared)?;
+        if session.inner.holds.hold(holder, uri) {
+            session.set_watching(uri, true);
+        }
+        Ok(())
+    }
+
+    /// `holder` lets go of `uri` on whichever session it held it.
+    pub fn session_release(&self, holder: HolderId, uri: &str) {
+        self.each_session(|session| {
+            if session.inner.holds.release(holder, uri) {
+                session.set_watching(uri, false);
+            }
+        });
+    }
+
+    /// `holder` is gone: what it held on this upstream's sessions is let go.
+    pub fn session_release_all(&self, holder: HolderId) {
+        self.each_session(|session| {
+            for uri in session.inner.holds.release_all(holder) {
+                session.set_watching(&uri, false);
+            }
+        });
+    }
+
+    fn each_session(&self, mut each: impl FnMut(&Upstream)) {
+        let Some(book) = &self.inner.sessions else { return };
+        let sessions: Vec<Upstream> =
+            book.open.lock().expect("sessions lock").values().map(|entry| entry.upstream.clone()).collect();
+        sessions.iter().for_each(&mut each);
+    }
+
+    /// Whose session a request of `principal` from host session `host` goes on, and what it
+    /// declares upstream.
+    fn key_of(&self, principal: &str, host: Option<HostSession>) -> (SessionKey, Option<Declared>) {
+        match (self.inner.config.sessions.mode, host) {
+            (SessionMode::PerHost, Some(host)) => {
+                let declared = Declared { sampling: host.sampling, elicitation: host.elicitation };
+                (SessionKey::Host(principal.into(), host.id), Some(declared))
+            }
+            _ => (SessionKey::Principal(principal.into()), None),
+        }
     }
 
     /// Host session `host` ended: its per-host sessions are closed (a stdio child ends).
@@ -233,7 +438,7 @@ impl Upstream {
             self.launch().ok_or_else(|| ProxyError::UpstreamDown { upstream: self.name().to_string() })?;
         let session = Upstream::session_of(self, declared);
         let stop = parent_stop.child_token();
-        session.spawn_session(&spine, stop.clone());
+        session.spawn_session(&spine, stop.clone(), self.inner.events.lock().expect("events lock").clone());
         let usage = Arc::new(Usage { last: Mutex::new(Instant::now()) });
         open.insert(key.clone(), Entry { upstream: session.clone(), stop, usage: usage.clone() });
         let count = open.len();
@@ -248,6 +453,20 @@ impl Upstream {
         let spine = self.inner.spine.lock().expect("spine lock").clone()?;
         let stop = self.inner.supervisor.lock().expect("supervisor lock").as_ref()?.0.clone();
         (!stop.is_cancelled()).then_some((spine, stop))
+    }
+}
+
+/// Severity order (RFC 5424, as the spec lists the levels): lower is more verbose.
+fn rank(level: LoggingLevel) -> u8 {
+    match level {
+        LoggingLevel::Debug => 0,
+        LoggingLevel::Info => 1,
+        LoggingLevel::Notice => 2,
+        LoggingLevel::Warning => 3,
+        LoggingLevel::Error => 4,
+        LoggingLevel::Critical => 5,
+        LoggingLevel::Alert => 6,
+        LoggingLevel::Emergency => 7,
     }
 }
 

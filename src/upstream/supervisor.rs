@@ -123,7 +123,7 @@ impl Supervisor {
             metrics.set_upstream_up(name, false);
             metrics.set_catalog_size(name, 0, 0);
         }
-        self.events.send(UpstreamEvent::Down { upstream: name.to_string() });
+        self.emit(UpstreamEvent::Down { upstream: name.to_string() });
     }
 
     async fn connect_and_serve(&self, remembered: &mut Option<Era>, backoff: &mut Duration) -> End {
@@ -174,9 +174,12 @@ impl Supervisor {
             self.upstream.inner.metrics.upstream_reconnected(self.upstream.name());
         }
         let name = self.upstream.name().to_string();
-        self.events.send(UpstreamEvent::Up { upstream: name.clone(), era, reconnected, offered });
+        self.emit(UpstreamEvent::Up { upstream: name.clone(), era, reconnected, offered });
         let watcher = self.shutdown.child_token();
         let upstream = self.upstream.clone();
+        // A session's first connection watches only what was held since it opened: nothing
+        // can have changed unseen before it, so nothing is reported as such.
+        let fresh = self.upstream.is_session() && !reconnected;
         self.spine.spawn(
             format!("watching:{name}"),
             super::watching::keep(
@@ -186,6 +189,7 @@ impl Supervisor {
                 self.upstream.inner.applied.clone(),
                 notices_tx,
                 watcher.clone(),
+                fresh,
                 move || upstream.inner.broken.notify_one(),
             ),
         );
@@ -320,7 +324,7 @@ impl Supervisor {
             ),
         }
         if changed {
-            self.events.send(UpstreamEvent::CatalogChanged { upstream: self.upstream.name().to_string() });
+            self.emit(UpstreamEvent::CatalogChanged { upstream: self.upstream.name().to_string() });
         }
     }
 
@@ -345,7 +349,26 @@ impl Supervisor {
 
     fn forward_update(&self, uri: String, heard: bool) {
         let upstream = self.upstream.name().to_string();
-        self.events.send(UpstreamEvent::ResourceUpdated { upstream, uri, heard });
+        self.emit(UpstreamEvent::ResourceUpdated { upstream, uri, heard });
+    }
+
+    /// Send `event` on. A session's own state (up, down, its lists) is nobody's business: of
+    /// its events only updates go on, to the holders of what changed on it (none: dropped).
+    fn emit(&self, event: UpstreamEvent) {
+        if !self.upstream.is_session() {
+            return self.events.send(event);
+        }
+        if let UpstreamEvent::ResourceUpdated { upstream, uri, heard } = event {
+            // Held as normalised URIs; the upstream may spell them its own way.
+            let uri = crate::namespace::namespaced(&upstream, &uri)
+                .and_then(|namespaced| crate::uri::normalize(&namespaced).ok())
+                .and_then(|normalized| crate::namespace::split(&normalized).map(|(_, original)| original.to_string()))
+                .unwrap_or(uri);
+            let holders: Vec<_> = self.upstream.inner.holds.holders_of(&uri).into_iter().collect();
+            if !holders.is_empty() {
+                self.events.send(UpstreamEvent::SessionUpdated { upstream, uri, heard, holders });
+            }
+        }
     }
 
     /// Notices of this upstream that did not fit its queue: every lost URI passes on as updated,
@@ -354,6 +377,16 @@ impl Supervisor {
     fn lost(&self, lost: Lost) {
         match lost {
             Lost::Updated(uris) => uris.into_iter().for_each(|uri| self.forward_update(uri, true)),
+            Lost::Everything if self.upstream.is_session() => {
+                // Its holders hear of everything they hold on it, nobody else of anything.
+                let upstream = self.upstream.name().to_string();
+                for (holder, uris) in self.upstream.inner.holds.all() {
+                    for uri in uris {
+                        let (upstream, holders) = (upstream.clone(), vec![(holder, vec![uri.clone()])]);
+                        self.events.send(UpstreamEvent::SessionUpdated { upstream, uri, heard: false, holders });
+                    }
+                }
+            }
             Lost::Everything => self.events.overflowed(self.upstream.name(), Lost::Everything),
         }
     }
@@ -366,7 +399,7 @@ impl Supervisor {
         self.offerings_stale.store(false, std::sync::atomic::Ordering::Relaxed);
         if let Some(offered) = self.upstream.fetch_offerings(link).await {
             let upstream = self.upstream.name().to_string();
-            self.events.send(UpstreamEvent::OfferingsChanged { upstream, offered });
+            self.emit(UpstreamEvent::OfferingsChanged { upstream, offered });
         }
     }
 

@@ -42,7 +42,10 @@ pub(crate) struct Applied {
 
 pub(super) type AppliedSet = Arc<Applied>;
 
-/// Run until `stop`. `broken` is called when the connection turns out to be dead.
+/// Run until `stop`. `broken` is called when the connection turns out to be dead. `fresh`: no
+/// URI was watched before this connection (a session's first), so the set it starts with is
+/// not reported as changed.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn keep(
     upstream: String,
     link: Link,
@@ -50,6 +53,7 @@ pub(super) async fn keep(
     applied: watch::Sender<AppliedSet>,
     notices: NoticeSender,
     stop: CancellationToken,
+    fresh: bool,
     broken: impl Fn() + Send + 'static,
 ) {
     let resources = link.capabilities.resources.clone().unwrap_or_default();
@@ -62,7 +66,9 @@ pub(super) async fn keep(
         tracing::info!(upstream, "upstream does not offer subscriptions: URIs held there are never notified");
     }
     match link.era {
-        Era::Legacy if can_subscribe => keep_legacy(&upstream, &link, desired, &applied, &notices, &stop, broken).await,
+        Era::Legacy if can_subscribe => {
+            keep_legacy(&upstream, &link, desired, &applied, &notices, (&stop, fresh), broken).await
+        }
         Era::Legacy => {}
         Era::Modern if can_subscribe || lists_change => {
             let listen = Listen {
@@ -73,7 +79,7 @@ pub(super) async fn keep(
                 can_subscribe,
                 lists_change,
             };
-            listen.run(desired, &stop).await
+            listen.run(desired, &stop, fresh).await
         }
         Era::Modern => {}
     }
@@ -91,7 +97,7 @@ async fn keep_legacy(
     mut desired: watch::Receiver<WatchSet>,
     applied: &watch::Sender<AppliedSet>,
     notices: &NoticeSender,
-    stop: &CancellationToken,
+    (stop, fresh): (&CancellationToken, bool),
     broken: impl Fn(),
 ) {
     let mut state = Legacy {
@@ -103,7 +109,7 @@ async fn keep_legacy(
         refused: BTreeSet::new(),
         dropped: BTreeSet::new(),
     };
-    let mut first = true;
+    let mut first = !fresh;
     loop {
         // Only the differences are copied out of the wanted set.
         let (to_add, to_drop): (Vec<Uri>, Vec<Uri>) = {
@@ -215,10 +221,10 @@ struct Listen<'a> {
 }
 
 impl Listen<'_> {
-    async fn run(&self, mut desired: watch::Receiver<WatchSet>, stop: &CancellationToken) {
+    async fn run(&self, mut desired: watch::Receiver<WatchSet>, stop: &CancellationToken, fresh: bool) {
         let mut current: Option<(Subscription, BTreeSet<Uri>)> = None;
         let mut dropped = BTreeSet::new();
-        let mut resumed = true;
+        let mut resumed = !fresh;
         let mut retry = RETRY_MIN;
         loop {
             // One copy per batch: the listen filter names the whole set anyway.

@@ -6,17 +6,23 @@
 //! one process. Per host: two hosts of one principal are separate; a host session's process
 //! ends when the host session ends, and declares upstream only what its host declared; past
 //! `max_sessions` (or `max_sessions_per_principal`) a call gets a clear error at once.
+//! Subscriptions (a 2025 host's `resources/subscribe`, a 2026-07-28 listen stream) are held on
+//! the subscriber's own session: alice hears her session's `updated`, never bob's, and a
+//! shared upstream's change reaches both.
 
 use anyhow::Context;
-use rmcp::model::{CallToolRequestParams, ReadResourceRequestParams, ResourceContents};
-use rmcp::service::RunningService;
+use rmcp::model::{
+    CallToolRequestParams, ReadResourceRequestParams, ResourceContents, ServerNotification, SubscribeRequestParams,
+    SubscriptionFilter,
+};
+use rmcp::service::{Peer, RunningService, Subscription};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::json;
 
 use crate::support::eventually;
-use crate::support::fixture::DEADLINE;
+use crate::support::fixture::{DEADLINE, Era, FixtureEvent, connect_http_with_token};
 use crate::support::peers::{py_script, python};
 use crate::support::proxy::{ProxyProcess, alice_and_bob_policies, alice_and_bob_under_policies, toml_str};
 
@@ -173,5 +179,117 @@ async fn a_session_unused_for_session_idle_is_closed_and_opened_afresh_on_next_u
     assert_eq!(text(&alice, "per__recall", json!({})).await?, "nothing", "a new session");
     assert_ne!(text(&alice, "per__pid", json!({})).await?, pid);
     alice.cancel().await?;
+    Ok(())
+}
+
+/// Call `name` on `peer` with `arguments`: its text (an error fails).
+async fn said(peer: &Peer<RoleClient>, name: &str, arguments: serde_json::Value) -> anyhow::Result<String> {
+    let params =
+        CallToolRequestParams::new(name.to_string()).with_arguments(arguments.as_object().cloned().unwrap_or_default());
+    let result = tokio::time::timeout(DEADLINE, peer.call_tool(params)).await.context("the call hung")??;
+    let text = result.content.first().and_then(|c| c.as_text()).with_context(|| format!("no text in {result:?}"))?;
+    Ok(text.text.clone())
+}
+
+/// The URI of the next `updated` on a listen stream.
+async fn next_updated(stream: &mut Subscription) -> anyhow::Result<String> {
+    loop {
+        match tokio::time::timeout(DEADLINE, stream.next()).await.context("no updated on the listen stream")?? {
+            Some(ServerNotification::ResourceUpdatedNotification(n)) => return Ok(n.params.uri),
+            Some(_) => continue,
+            None => anyhow::bail!("the listen stream ended"),
+        }
+    }
+}
+
+/// alice (a 2025 host: `resources/subscribe`) and bob (a 2026-07-28 listen stream) hold the
+/// same URI of a per-principal upstream and of a shared one. Each per-principal hold is made on
+/// its principal's own session, so alice hears `updated` when her session's value changes and
+/// never when bob's does (and the other way round), with no `updated` at subscribe time; a
+/// change on the shared upstream reaches both. The shared upstream's change is the marker: what
+/// a host hears before it would be what leaked.
+#[tokio::test(flavor = "multi_thread")]
+async fn per_principal_subscriptions_hear_only_their_own_session_while_a_shared_upstream_tells_both()
+-> anyhow::Result<()> {
+    let (proxy, _policies) = start(&[("per", "session = \"per-principal\""), ("shared", "")]).await?;
+    let (per, shared) = ("per+session://value", "shared+session://value");
+    let (alice, mut alice_heard) = connect_http_with_token(&proxy.url, Era::Legacy, ALICE_TOKEN).await?;
+    for uri in [per, shared] {
+        #[allow(deprecated)]
+        alice.subscribe(SubscribeRequestParams::new(uri)).await?;
+    }
+    let (bob, _) = connect_http_with_token(&proxy.url, Era::Modern, BOB_TOKEN).await?;
+    let filter = SubscriptionFilter::builder().resource_subscriptions([per.to_string(), shared.to_string()]).build();
+    let mut bob_heard = bob.listen(filter).await?;
+    let acknowledged = bob_heard.acknowledged().resource_subscriptions.clone().unwrap_or_default();
+    assert_eq!(acknowledged.len(), 2, "{acknowledged:?}");
+    // Both sessions and the shared connection hold the URI upstream.
+    let applied = |upstream: &str| format!("\"upstream\":\"{upstream}\"");
+    proxy.wait_log_count(&["upstream subscriptions applied", &applied("per"), "\"watched\":1"], 2).await?;
+    proxy.wait_log(&["upstream subscriptions applied", &applied("shared"), "\"watched\":1"]).await?;
+    assert_eq!(proxy.upstream_status("per").await?["sessions"], 2, "a session each, opened by the subscription");
+    assert_eq!(proxy.upstream_status("shared").await?["sessions"], 0);
+
+    // The marker first: nothing was said at subscribe time.
+    assert_eq!(said(alice.peer(), "shared__remember", json!({"value": "s1"})).await?, "kept s1");
+    assert_eq!(alice_heard.next().await?, FixtureEvent::Updated(shared.into()), "a false initial updated");
+    assert_eq!(next_updated(&mut bob_heard).await?, shared, "a false initial updated");
+
+    // alice's session changes: she hears it, bob does not.
+    assert_eq!(said(alice.peer(), "per__remember", json!({"value": "a1"})).await?, "kept a1");
+    assert_eq!(alice_heard.next().await?, FixtureEvent::Updated(per.into()));
+    assert_eq!(said(alice.peer(), "shared__remember", json!({"value": "s2"})).await?, "kept s2");
+    assert_eq!(alice_heard.next().await?, FixtureEvent::Updated(shared.into()));
+    assert_eq!(next_updated(&mut bob_heard).await?, shared, "bob heard of alice's session");
+
+    // bob's session changes: he hears it, alice does not.
+    assert_eq!(said(bob.peer(), "per__remember", json!({"value": "b1"})).await?, "kept b1");
+    assert_eq!(next_updated(&mut bob_heard).await?, per);
+    assert_eq!(said(bob.peer(), "shared__remember", json!({"value": "s3"})).await?, "kept s3");
+    assert_eq!(next_updated(&mut bob_heard).await?, shared);
+    assert_eq!(alice_heard.next().await?, FixtureEvent::Updated(shared.into()), "alice heard of bob's session");
+    assert_eq!(said(alice.peer(), "per__recall", json!({})).await?, "a1");
+    assert_eq!(said(bob.peer(), "per__recall", json!({})).await?, "b1");
+
+    // alice lets go: her session no longer tells her.
+    let released = ["upstream subscriptions applied", &applied("per"), "\"watched\":0"];
+    let before = proxy.matching(&released).len();
+    #[allow(deprecated)]
+    alice.unsubscribe(rmcp::model::UnsubscribeRequestParams::new(per)).await?;
+    proxy.wait_log_count(&released, before + 1).await?;
+    assert_eq!(said(alice.peer(), "per__remember", json!({"value": "a2"})).await?, "kept a2");
+    assert_eq!(said(alice.peer(), "shared__remember", json!({"value": "s4"})).await?, "kept s4");
+    assert_eq!(alice_heard.next().await?, FixtureEvent::Updated(shared.into()), "unsubscribed, still told");
+    assert_eq!(next_updated(&mut bob_heard).await?, shared);
+    bob_heard.cancel().await?;
+    alice.cancel().await?;
+    bob.cancel().await?;
+    Ok(())
+}
+
+/// A host's `logging/setLevel` reaches its own upstream session before its next call: a
+/// per-host session is told its host's level, a per-principal one only a level more verbose
+/// than it was told (its hosts' own filters still apply); the shared connection is never told.
+#[tokio::test(flavor = "multi_thread")]
+#[allow(deprecated)]
+async fn a_hosts_log_level_reaches_its_own_upstream_session_before_its_next_call() -> anyhow::Result<()> {
+    use rmcp::model::{LoggingLevel, SetLevelRequestParams};
+    let upstreams = [("own", "session = \"per-host\""), ("per", "session = \"per-principal\""), ("shared", "")];
+    let (proxy, _policies) = start(&upstreams).await?;
+    let (first, second) = (host(&proxy.url, ALICE_TOKEN).await?, host(&proxy.url, ALICE_TOKEN).await?);
+    let level = async |host: &Host, upstream: &str| text(host, &format!("{upstream}__level"), json!({})).await;
+    first.peer().set_level(SetLevelRequestParams::new(LoggingLevel::Warning)).await?;
+    assert_eq!(level(&first, "own").await?, "warning");
+    assert_eq!(level(&second, "own").await?, "none", "another host session's session was told");
+    assert_eq!(level(&first, "per").await?, "warning");
+    second.peer().set_level(SetLevelRequestParams::new(LoggingLevel::Error)).await?;
+    assert_eq!(level(&second, "own").await?, "error");
+    assert_eq!(level(&second, "per").await?, "warning", "a principal's session is never made quieter");
+    second.peer().set_level(SetLevelRequestParams::new(LoggingLevel::Debug)).await?;
+    assert_eq!(level(&second, "per").await?, "debug");
+    assert_eq!(level(&first, "own").await?, "warning");
+    assert_eq!(level(&first, "shared").await?, "none", "the shared connection is every host's");
+    first.cancel().await?;
+    second.cancel().await?;
     Ok(())
 }

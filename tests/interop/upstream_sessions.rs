@@ -4,9 +4,13 @@
 //! Python SDK server `tests/py/session_server.py` (remembers a value) and the real
 //! server-everything (its `toggle-subscriber-updates` switch). Each principal sees only its own
 //! session's state, whichever client or era it uses; a shared upstream of the same server shares
-//! its one session between them.
+//! its one session between them. Subscriptions too: server-everything's simulated updates go to
+//! the subscribers of the session that toggled them, so alice (Python, 2025) hears hers and bob
+//! (TypeScript, a 2026-07-28 listen stream) hears none of them, then his own.
 
 use std::process::Stdio;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
 
 use anyhow::{Context, bail};
 use serde_json::Value;
@@ -122,4 +126,81 @@ async fn server_everythings_toggle_is_per_principal_on_a_per_principal_upstream_
     let (evp, evs) = (proxy.upstream_status("evp").await?, proxy.upstream_status("evs").await?);
     assert_eq!((&evp["sessions"], &evs["sessions"]), (&Value::from(2), &Value::from(0)));
     Ok(())
+}
+
+/// alice (Python SDK, 2025 `resources/subscribe`) and bob (TypeScript SDK, a 2026-07-28 listen
+/// stream) hold the same document of a per-principal server-everything. alice toggles the
+/// simulated updates on her session: she hears `updated`, bob does not — the marker is an
+/// update of the shared upstream (toggled by alice on its one session) that bob holds on the
+/// same stream: whatever leaked would come before it. Then bob toggles his own session's
+/// (started, not stopped: his switch is his) and hears his.
+#[tokio::test]
+async fn server_everythings_simulated_updates_reach_only_the_principal_whose_session_toggled() -> anyhow::Result<()> {
+    let upstreams =
+        format!("{}{}", everything_upstream("evp", "session = \"per-principal\""), everything_upstream("evs", ""));
+    let (proxy, _policies) = start(&upstreams, &["evp", "evs"]).await?;
+    let url = proxy.url.as_str();
+    let (per, shared) =
+        ("evp+demo://resource/static/document/features.md", "evs+demo://resource/static/document/features.md");
+
+    // bob listens to both on one stream, and waits for the shared upstream's update.
+    let mut bob = tokio::process::Command::new("node");
+    bob.arg(repo_root().join("tests/ts/client.mjs"));
+    bob.args(["--url", url, "--mode", "2026-07-28", "--header", &format!("Authorization: Bearer {BOB_TOKEN}")]);
+    let listen = format!("subscribe:{per},{shared}");
+    let toggle_per = "call:evp__toggle-subscriber-updates:{}".to_string();
+    let (wait_shared, wait_per) = (format!("wait_updated:{shared}"), format!("wait_updated:{per}"));
+    bob.args([listen.as_str(), &wait_shared, "heard", &toggle_per, &wait_per, "heard"]);
+    bob.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::inherit()).kill_on_drop(true);
+    let mut bob = bob.spawn()?;
+    let mut bob_says = BufReader::new(bob.stdout.take().expect("piped stdout")).lines();
+    let mut next = async || -> anyhow::Result<Value> {
+        let line = tokio::time::timeout(DEADLINE * 3, bob_says.next_line()).await.context("bob is silent")??;
+        Ok(serde_json::from_str(&line.context("bob ended")?)?)
+    };
+    let honored = next().await?;
+    assert_eq!(honored["honored"].as_array().map(Vec::len), Some(2), "{honored}");
+    // The shared connection holds bob's URI upstream (his per-principal session holds the other).
+    proxy.wait_log(&["upstream subscriptions applied", "\"upstream\":\"evs\"", "\"watched\":1"]).await?;
+
+    // alice: her session's simulated updates, then the marker on the shared upstream.
+    let subscribe = format!("subscribe:{per}");
+    let alice_waits = format!("wait_updated:{per}:30");
+    let toggle_shared = "call:evs__toggle-subscriber-updates:{}";
+    let alice = py_client_ops(url, ALICE_TOKEN, &[&subscribe, &toggle_per, &alice_waits, toggle_shared]).await?;
+    assert_eq!(alice[1]["result"]["content"][0]["text"].as_str().map(|t| t.starts_with("Started")), Some(true));
+    assert_eq!(alice[2]["received"], true, "alice did not hear her own session: {}", alice[2]);
+    assert_eq!(alice[2]["via"], "legacy");
+
+    assert_eq!(next().await?["heard"], true, "bob never heard the shared upstream's update");
+    let heard = next().await?;
+    assert_eq!(heard["uris"][0], shared, "bob heard alice's session first: {heard}");
+    assert!(!heard["uris"].as_array().expect("uris").contains(&Value::from(per)), "bob heard alice's session: {heard}");
+    let toggled = next().await?;
+    let toggled = toggled["result"]["content"][0]["text"].as_str().unwrap_or_default().to_string();
+    assert!(toggled.starts_with("Started"), "bob's switch is his own: {toggled}");
+    assert_eq!(next().await?["heard"], true, "bob did not hear his own session");
+    let _ = next().await?;
+    let (evp, evs) = (proxy.upstream_status("evp").await?, proxy.upstream_status("evs").await?);
+    assert_eq!((&evp["sessions"], &evs["sessions"]), (&Value::from(2), &Value::from(0)));
+    Ok(())
+}
+
+/// tests/py/client.py (the Python SDK host) in the 2025 era: its answers, one per op.
+async fn py_client_ops(url: &str, token: &str, ops: &[&str]) -> anyhow::Result<Vec<Value>> {
+    let mut command = tokio::process::Command::new(python());
+    command.arg(py_script("client.py"));
+    command.args(["--url", url, "--mode", "legacy", "--header", &format!("Authorization: Bearer {token}")]);
+    command.args(ops).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+    let output = tokio::time::timeout(DEADLINE * 3, command.output()).await.context("the client timed out")??;
+    let lines = parse_json_lines(&output.stdout);
+    if lines.len() != ops.len() {
+        bail!(
+            "client.py: {} answers for {} ops; stderr:\n{}",
+            lines.len(),
+            ops.len(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(lines)
 }

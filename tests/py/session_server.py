@@ -3,9 +3,12 @@
 both eras, stdio), for tests/fast/upstream_sessions.rs. Over stdio a process is one session, so
 its state is the process's:
 
-    tool `remember(value)`   keeps `value` for this session; answers "kept <value>"
+    tool `remember(value)`   keeps `value` for this session; answers "kept <value>", after telling
+                             this session `notifications/resources/updated` for `session://value`
+                             when it subscribed to it (resources/subscribe or a listen stream)
     tool `recall()`          answers the value kept in this session ("nothing" before any)
     tool `pid()`             answers this process's id (one per upstream session)
+    tool `level()`           the level this session's client set with `logging/setLevel` ("none" before)
     tool `declared()`        what the client (the proxy) declared of sampling and elicitation:
                              "sampling,elicitation", "sampling", "elicitation" or "none"
     resource `session://value`  the kept value, as text
@@ -17,21 +20,57 @@ import logging
 import os
 import sys
 
+from typing import Any
+
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 
 mcp = MCPServer("session-python", version="1.0.0", log_level="WARNING")
+lowlevel = mcp._lowlevel_server  # pyright: ignore[reportPrivateUsage]
 KEPT: dict[str, str] = {}
+VALUE_URI = "session://value"
+# The 2025 subscription of this process's one session: uri -> its session.
+SUBSCRIBED: dict[str, Any] = {}
+
+
+async def on_subscribe(ctx: ServerRequestContext[Any], params: types.SubscribeRequestParams) -> types.EmptyResult:
+    SUBSCRIBED[str(params.uri)] = ctx.session
+    return types.EmptyResult()
+
+
+async def on_unsubscribe(ctx: ServerRequestContext[Any], params: types.UnsubscribeRequestParams) -> types.EmptyResult:
+    SUBSCRIBED.pop(str(params.uri), None)
+    return types.EmptyResult()
+
+
+async def on_set_level(ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams) -> types.EmptyResult:
+    KEPT["level"] = str(params.level)
+    return types.EmptyResult()
+
+
+lowlevel.add_request_handler("logging/setLevel", types.SetLevelRequestParams, on_set_level)
+lowlevel.add_request_handler("resources/subscribe", types.SubscribeRequestParams, on_subscribe)
+lowlevel.add_request_handler("resources/unsubscribe", types.UnsubscribeRequestParams, on_unsubscribe)
 
 
 @mcp.tool(description="Keep a value for this session", structured_output=False)
-def remember(value: str) -> str:
+async def remember(value: str, ctx: Context) -> str:
     KEPT["value"] = value
+    await ctx.notify_resource_updated(VALUE_URI)  # 2026-07-28 listen streams
+    if (session := SUBSCRIBED.get(VALUE_URI)) is not None:
+        await session.send_resource_updated(VALUE_URI)
     return f"kept {value}"
 
 
 @mcp.tool(description="The value kept in this session", structured_output=False)
 def recall() -> str:
     return KEPT.get("value", "nothing")
+
+
+@mcp.tool(description="The logging level this session's client set", structured_output=False)
+def level() -> str:
+    return KEPT.get("level", "none")
 
 
 @mcp.tool(description="This server process's id", structured_output=False)

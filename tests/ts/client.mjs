@@ -18,12 +18,13 @@
 //   complete:PROMPT:ARG:VALUE  {"op":"complete","values":[...]} | error
 //   complete_template:URITEMPLATE:ARG:VALUE   the same for a resource template
 //   read:URI                   {"op":"read","result":{ReadResourceResult}} | error
-//   subscribe:URI              legacy: resources/subscribe; modern: subscriptions/listen for URI
-//                              {"op":"subscribe","honored":[uris] | null}
+//   subscribe:URI[,URI...]     legacy: resources/subscribe (one URI); modern: one subscriptions/listen
+//                              stream for the URIs {"op":"subscribe","honored":[uris] | null}
 //   wait_updated:URI           waits (20 s) until notifications/resources/updated for URI arrives:
 //                              {"op":"wait_updated","uri":URI,"heard":true|false}
 //   forget_updated:URI         a later wait_updated:URI waits for an `updated` heard after this op:
 //                              {"op":"forget_updated","uri":URI}
+//   heard                      {"op":"heard","uris":[every URI an `updated` was heard for, in order]}
 // Lists and reads ask the proxy every time (cacheMode 'refresh'). The client checks a tool's
 // structuredContent against the outputSchema of the last listing: list tools before calling.
 
@@ -88,10 +89,12 @@ async function allPages(method, fetch, items, pick) {
 class Updates {
     constructor() {
         this.heard = new Set();
+        this.order = [];
         this.waiters = [];
     }
     push(uri) {
         this.heard.add(uri);
+        this.order.push(uri);
         for (const waiter of this.waiters.filter(w => w.uri === uri)) waiter.resolve(true);
         this.waiters = this.waiters.filter(w => w.uri !== uri);
     }
@@ -160,12 +163,14 @@ async function runOp(client, updates, subscriptions, mode, op) {
                 await client.subscribeResource({ uri: rest });
                 return { op: kind, honored: null };
             }
-            const subscription = await client.listen({ resourceSubscriptions: [rest] });
+            const subscription = await client.listen({ resourceSubscriptions: rest.split(',') });
             subscriptions.push(subscription);
             return { op: kind, honored: subscription.honoredFilter.resourceSubscriptions ?? [] };
         }
         case 'wait_updated':
             return { op: kind, uri: rest, heard: await updates.wait(rest) };
+        case 'heard':
+            return { op: kind, uris: updates.order };
         case 'forget_updated':
             updates.heard.delete(rest);
             return { op: kind, uri: rest };

@@ -136,7 +136,7 @@ impl Sync {
             }
             let mut added = Vec::new();
             for uri in wanted.difference(&held.clone()) {
-                match proxy.subscribe(&caller, holder, uri) {
+                match proxy.subscribe(&caller, holder, uri, None) {
                     Ok(()) => {
                         held.insert(uri.clone());
                         added.push(uri.clone());
