@@ -97,6 +97,7 @@ struct Inner {
     cluster_redis_up: IntGaugeVec,
     cluster_replicas: IntGaugeVec,
     cluster_redis_failures: IntCounterVec,
+    cluster_forwards: IntCounterVec,
     auth_refused: IntCounterVec,
     denials: IntCounterVec,
     audit_dropped: IntCounter,
@@ -209,6 +210,11 @@ impl Metrics {
                 "cluster_redis_failures_total",
                 "Redis commands of this replica that failed or timed out.",
                 &["replica"],
+            ),
+            cluster_forwards: b.counter(
+                "cluster_forwards_total",
+                "Requests for per-principal upstream sessions held by another replica: forwarded, fallback (owner unreachable, run here), failed; at the owner: served, refused (a bad mark).",
+                &["outcome"],
             ),
             auth_refused: b.counter(
                 "auth_refused_total",
@@ -433,6 +439,12 @@ impl Metrics {
 
     pub fn cluster_redis_failure(&self, replica: &str) {
         self.inner.cluster_redis_failures.with_label_values(&[replica]).inc();
+    }
+
+    /// A request for a per-principal session held elsewhere, or forwarded here; `outcome` is
+    /// `forwarded`, `fallback`, `failed`, `served` or `refused`.
+    pub fn cluster_forward(&self, outcome: &'static str) {
+        self.inner.cluster_forwards.with_label_values(&[outcome]).inc();
     }
 
     /// An HTTP request was refused with 401; `reason` is a bounded label (`missing`, `expired`…).
