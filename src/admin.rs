@@ -428,6 +428,7 @@ mod tests {
             let cluster = ClusterReport {
                 replica: "r1".into(),
                 replicas: vec!["r1".into()],
+                reachable: Vec::new(),
                 redis,
                 redis_url: "redis://127.0.0.1:6379".into(),
                 ready_without_redis,

@@ -16,8 +16,10 @@
 //! this process writes to Redis starts with [`Cluster::key`]'s prefix, which names the cluster
 //! (not the secret).
 
+pub mod forward;
 mod heartbeat;
 pub mod keys;
+mod owners;
 pub mod mailbox;
 
 use std::sync::{Arc, Mutex};
@@ -29,6 +31,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 pub use self::keys::ClusterKeys;
+pub use self::owners::Owner;
 use crate::config::{ClusterConfig, redact_urls_in};
 use crate::metrics::Metrics;
 use crate::spine::Spine;
@@ -53,6 +56,8 @@ struct Inner {
     health: watch::Sender<RedisHealth>,
     /// Replica ids seen alive at the last successful heartbeat (this one included), sorted.
     replicas: Mutex<Vec<String>>,
+    /// Where replicas are reached (`owners`): this one's, and the others' from their heartbeats.
+    addresses: owners::Addresses,
     config: ClusterConfig,
     metrics: Metrics,
 }
@@ -88,6 +93,9 @@ pub struct ClusterReport {
     pub replica: String,
     /// Replica ids seen alive at the last heartbeat that reached Redis (this one included).
     pub replicas: Vec<String>,
+    /// Of those, the ones that can be reached by the others (they may hold per-principal
+    /// upstream sessions; see `owners`).
+    pub reachable: Vec<String>,
     pub redis: RedisHealth,
     /// The Redis URL, redacted.
     pub redis_url: String,
@@ -120,6 +128,7 @@ impl Cluster {
             redis_url_redacted: config.redis_url_redacted(),
             health,
             replicas: Mutex::new(vec![config.replica_id.clone()]),
+            addresses: owners::Addresses::new(config.advertise_url.clone()),
             config: config.clone(),
             metrics,
         };
@@ -196,6 +205,7 @@ impl Cluster {
         ClusterReport {
             replica: self.inner.replica_id.clone(),
             replicas: self.replicas(),
+            reachable: self.reachable(),
             redis: self.inner.health.borrow().clone(),
             redis_url: self.inner.redis_url_redacted.clone(),
             ready_without_redis: self.inner.config.ready_without_redis,

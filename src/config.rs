@@ -332,13 +332,14 @@ fn validate(
         .filter(|(_, upstream)| upstream.unprefixed == Some(true))
         .map(|(index, upstream)| (index, upstream.name.clone()))
         .collect();
-    let upstreams = raw
+    let upstreams: Vec<UpstreamConfig> = raw
         .upstreams
         .into_iter()
         .enumerate()
         .filter_map(|(index, upstream)| validate_upstream(index, upstream, base, lookup, &mut seen, problems))
         .collect();
     upstream::at_most_one_unprefixed(&unprefixed, problems);
+    cluster::advertised_when_needed(cluster.as_ref(), server.listen, &upstreams, problems);
     Config { server, upstreams, auth, policies, cache, bridge, rate_limits, cluster, audit }
 }
 

@@ -98,6 +98,7 @@ struct Inner {
     cluster_replicas: IntGaugeVec,
     cluster_redis_failures: IntCounterVec,
     cluster_answers: IntCounterVec,
+    cluster_forwards: IntCounterVec,
     auth_refused: IntCounterVec,
     denials: IntCounterVec,
     audit_dropped: IntCounter,
@@ -216,6 +217,10 @@ impl Metrics {
                 "Hosts' answers to requests a replica sent them (sampling, elicitation), by what became of \
                  them here: local, forwarded (to the asking replica), delivered (from another), dropped, unheard.",
                 &["replica", "outcome"],
+            cluster_forwards: b.counter(
+                "cluster_forwards_total",
+                "Requests for per-principal upstream sessions held by another replica: forwarded, fallback (owner unreachable, run here), failed; at the owner: served, refused (a bad mark).",
+                &["outcome"],
             ),
             auth_refused: b.counter(
                 "auth_refused_total",
@@ -448,6 +453,10 @@ impl Metrics {
     /// A host's answer to a request a replica sent it met `outcome` on replica `replica`.
     pub fn cluster_answer(&self, replica: &str, outcome: AnswerOutcome) {
         self.inner.cluster_answers.with_label_values(&[replica, outcome.label()]).inc();
+    /// A request for a per-principal session held elsewhere, or forwarded here; `outcome` is
+    /// `forwarded`, `fallback`, `failed`, `served` or `refused`.
+    pub fn cluster_forward(&self, outcome: &'static str) {
+        self.inner.cluster_forwards.with_label_values(&[outcome]).inc();
     }
 
     /// An HTTP request was refused with 401; `reason` is a bounded label (`missing`, `expired`…).

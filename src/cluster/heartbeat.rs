@@ -2,6 +2,7 @@
 //! (`<prefix>replica:<id>`, gone by itself `replica_ttl` after the last renewal) and lists the
 //! replica keys there are; while Redis is down it tries every half interval, so recovery shows
 //! soon. On shutdown it deletes its own key, so the others see it leave at their next beat.
+//! The key's value is the URL the others reach this replica at (`owners`; empty when none).
 
 use std::time::Duration;
 
@@ -53,18 +54,20 @@ async fn beat(cluster: &Cluster) {
         Ok(result) => {
             cluster.note(&result);
             if let Ok(replicas) = result {
-                cluster.set_replicas(replicas);
+                cluster.set_addresses(&replicas);
+                cluster.set_replicas(replicas.into_iter().map(|(id, _)| id).collect());
             }
         }
         Err(_) => cluster.note_timeout(),
     }
 }
 
-async fn renew_and_list(cluster: &Cluster) -> redis::RedisResult<Vec<String>> {
+/// The replicas alive, with the URL each is reached at (empty: none).
+async fn renew_and_list(cluster: &Cluster) -> redis::RedisResult<Vec<(String, String)>> {
     let mut redis = cluster.redis();
     let key = cluster.key(&["replica", cluster.replica_id()]);
     let ttl = cluster.config().replica_ttl.as_millis().max(1) as u64;
-    let _: () = redis.pset_ex(&key, env!("CARGO_PKG_VERSION"), ttl).await?;
+    let _: () = redis.pset_ex(&key, cluster.advertised().unwrap_or_default(), ttl).await?;
     let pattern = cluster.key(&["replica", "*"]);
     let prefix = cluster.key(&["replica", ""]);
     let mut keys: Vec<String> = Vec::new();
@@ -84,7 +87,10 @@ async fn renew_and_list(cluster: &Cluster) -> redis::RedisResult<Vec<String>> {
         }
         cursor = next;
     }
-    Ok(keys.iter().filter_map(|key| key.strip_prefix(&prefix)).map(str::to_string).collect())
+    let urls: Vec<Option<String>> =
+        if keys.is_empty() { Vec::new() } else { redis::cmd("MGET").arg(&keys).query_async(&mut redis).await? };
+    let ids = keys.iter().map(|key| key.strip_prefix(&prefix));
+    Ok(ids.zip(urls).filter_map(|(id, url)| Some((id?.to_string(), url.unwrap_or_default()))).collect())
 }
 
 /// Delete this replica's key (best effort, bounded).

@@ -26,6 +26,8 @@ pub mod label {
     pub const MAILBOX: &str = "mailbox";
     /// The prefix of the cluster's keys in Redis.
     pub const NAMESPACE: &str = "redis-namespace";
+    /// Requests forwarded between replicas (`crate::cluster::forward`).
+    pub const FORWARD: &str = "forward";
 }
 
 /// The keys of one cluster secret.
@@ -67,6 +69,10 @@ impl ClusterKeys {
         self.derive(label::MAILBOX)
     }
 
+    pub fn forward(&self) -> [u8; 32] {
+        self.derive(label::FORWARD)
+    }
+
     /// 16 hex digits naming this secret's cluster (its keys in Redis start `mcp-proxy:<this>:`),
     /// so clusters with different secrets sharing one Redis never see each other's keys.
     pub fn namespace(&self) -> &str {
@@ -91,7 +97,7 @@ mod tests {
         let (a, b) = (ClusterKeys::new(SECRET), ClusterKeys::new(SECRET));
         assert_eq!(a.cursor(), b.cursor());
         assert_eq!(a.namespace(), b.namespace());
-        let uses = [a.cursor(), a.request_state(), a.session_id(), a.mailbox(), a.derive(label::NAMESPACE)];
+        let uses = [a.cursor(), a.request_state(), a.session_id(), a.mailbox(), a.forward(), a.derive(label::NAMESPACE)];
         for (i, x) in uses.iter().enumerate() {
             for y in &uses[i + 1..] {
                 assert_ne!(x, y, "two uses share a key");

@@ -6,12 +6,13 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use figment::value::Value;
 use serde::Deserialize;
 
-use super::{Problem, duration, push, redact_url, report_unknown};
+use super::{Problem, SessionMode, UpstreamConfig, duration, push, redact_url, report_unknown};
 
 /// The shortest cluster secret accepted (bytes): every replica derives its keys from it.
 pub const MIN_SECRET_BYTES: usize = 32;
@@ -40,6 +41,11 @@ pub struct ClusterConfig {
     /// Redis, so turning them all unready at once would be an outage); `false` makes a replica
     /// that cannot reach Redis leave the load balancer's pool.
     pub ready_without_redis: bool,
+    /// Where the other replicas reach this one's MCP listener (`http://10.0.0.5:8080`), with
+    /// `{hostname}` replaced: requests for a per-principal upstream session held here are
+    /// forwarded to it. `None`: the listen address once bound, when it names one (not
+    /// `0.0.0.0` or `::`).
+    pub advertise_url: Option<String>,
 }
 
 /// A value that must not be shown: `Debug` prints `***`.
@@ -78,6 +84,7 @@ pub(super) struct RawCluster {
     replica_id: Option<String>,
     heartbeat: Option<String>,
     ready_without_redis: Option<bool>,
+    advertise_url: Option<String>,
     #[serde(flatten)]
     unknown: BTreeMap<String, Value>,
 }
@@ -116,7 +123,52 @@ pub(super) fn validate_cluster(
         heartbeat,
         replica_ttl: heartbeat * 3,
         ready_without_redis: raw.ready_without_redis.unwrap_or(true),
+        advertise_url: raw.advertise_url.and_then(|url| advertise_url(&url, problems)),
     })
+}
+
+/// A replica that may hold per-principal upstream sessions must be reachable by the others:
+/// `advertise_url`, or a listen address that names one (the default taken from it once bound).
+pub(super) fn advertised_when_needed(
+    cluster: Option<&ClusterConfig>,
+    listen: SocketAddr,
+    upstreams: &[UpstreamConfig],
+    problems: &mut Vec<Problem>,
+) {
+    let Some(cluster) = cluster else { return };
+    let per_principal = upstreams.iter().any(|upstream| upstream.sessions.mode == SessionMode::PerPrincipal);
+    if per_principal && cluster.advertise_url.is_none() && listen.ip().is_unspecified() {
+        let message = format!(
+            "missing: per-principal upstream sessions are forwarded between replicas, and `server.listen = \"{listen}\"` \
+             names no address the others can reach (also MCP_PROXY_CLUSTER__ADVERTISE_URL, e.g. `http://{{hostname}}:{}`)",
+            listen.port()
+        );
+        push(problems, "cluster.advertise_url", message);
+    }
+}
+
+/// `advertise_url` with `{hostname}` replaced, checked: `http(s)://host[:port]`, no path beyond `/`.
+fn advertise_url(raw: &str, problems: &mut Vec<Problem>) -> Option<String> {
+    let url = raw.replace("{hostname}", &hostname());
+    let rest = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://"));
+    let authority = rest.map(|rest| rest.strip_suffix('/').unwrap_or(rest));
+    match authority {
+        Some(authority) if !authority.is_empty() && !authority.contains(['/', '?', '#', '@', ' ']) => {
+            Some(url.trim_end_matches('/').to_string())
+        }
+        _ => {
+            let shown = redact_url(&url);
+            push(problems, "cluster.advertise_url", format!("`{shown}` is not an http(s)://host:port URL"));
+            None
+        }
+    }
+}
+
+/// This machine's name (`HOSTNAME`, else `/etc/hostname`), trimmed; empty when unknown.
+fn hostname() -> String {
+    let host =
+        std::env::var("HOSTNAME").ok().or_else(|| std::fs::read_to_string("/etc/hostname").ok()).unwrap_or_default();
+    host.trim().to_string()
 }
 
 /// A replica id as written in config, metrics and Redis keys.
@@ -232,6 +284,31 @@ mod tests {
         for secret in [SECRET, "hunter2", ":pw@"] {
             assert!(!shown.contains(secret), "{secret} in {shown}");
         }
+    }
+
+    #[test]
+    fn advertise_url_is_checked_and_required_only_where_it_cannot_be_guessed() {
+        let cluster = "[cluster]\nredis_url = \"redis://h\"\nsecret_env = \"CLUSTER_SECRET\"\n";
+        let per = "[[upstreams]]\nname = \"per\"\nurl = \"http://127.0.0.1:9/mcp\"\nsession = \"per-principal\"\n";
+        let load = |text: String| Config::from_toml(&text, Path::new("."), &lookup);
+        let advertised =
+            |line: &str| load(format!("{cluster}{line}\n")).expect("valid").cluster.expect("c").advertise_url;
+        assert_eq!(advertised("advertise_url = \"http://10.0.0.5:8080/\""), Some("http://10.0.0.5:8080".into()));
+        let named = advertised("advertise_url = \"http://{hostname}:8080\"").expect("set");
+        assert!(!named.contains("{hostname}") && named.ends_with(":8080"), "{named}");
+        for bad in ["10.0.0.5:8080", "http://", "http://h:1/mcp", "ftp://h:1"] {
+            let error = load(format!("{cluster}advertise_url = \"{bad}\"\n")).expect_err(bad);
+            assert_eq!(error.problems[0].at, "cluster.advertise_url", "{bad}: {error}");
+        }
+        // Listening on every address with a per-principal upstream: the others cannot guess where.
+        let anywhere = format!("[server]\nlisten = \"0.0.0.0:8080\"\n{cluster}{per}");
+        let error = load(anywhere.clone()).expect_err("no advertise_url");
+        assert_eq!(error.problems[0].at, "cluster.advertise_url", "{error}");
+        let fixed = anywhere.replace("[[upstreams]]", "advertise_url = \"http://{hostname}:8080\"\n[[upstreams]]");
+        load(fixed).expect("advertised");
+        load(format!("[server]\nlisten = \"127.0.0.1:8080\"\n{cluster}{per}"))
+            .expect("the listen address is the default");
+        load(format!("[server]\nlisten = \"0.0.0.0:8080\"\n{cluster}")).expect("no per-principal upstream");
     }
 
     #[test]

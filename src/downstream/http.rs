@@ -54,6 +54,7 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     sessions.session_config = session_config;
     let sessions = Arc::new(sessions);
     let metrics = proxy.metrics().clone();
+    let proxy_for_routes = proxy.clone();
     // `[cluster]`: sessions any replica serves, kept in Redis (see `shared`).
     let records = proxy.cluster().map(|cluster| {
         Records::new(cluster.clone(), server.session_idle_timeout, server.subscribed_session_idle_timeout)
@@ -146,6 +147,13 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     // The protected resource metadata is public: merged after the layers, outside them.
     if let Some(jwt) = &proxy_auth.jwt {
         app = app.merge(auth::metadata::routes(jwt));
+    }
+    // `[cluster]`: requests forwarded by other replicas carry their own mark, not a host's token.
+    if let Some(cluster) = proxy_for_routes.cluster() {
+        cluster.listening_at(local);
+    }
+    if let Some(routes) = super::forwarded::routes(&proxy_for_routes) {
+        app = app.merge(routes);
     }
     tracing::info!(address = %local, "serving MCP at http://{local}/mcp");
     listener::serve(listener, app, ConnectionLimits::of(&server), shutdown).await

@@ -12,6 +12,7 @@ mod audited;
 mod call_streams;
 mod closing;
 mod fast;
+mod forwarded;
 mod gate;
 mod handler;
 mod http;

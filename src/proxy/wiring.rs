@@ -20,6 +20,7 @@ use super::views::Views;
 use crate::audit::Audit;
 use crate::catalog::Catalog;
 use crate::cluster::Cluster;
+use crate::cluster::forward::Forwarder;
 use crate::coherence::shared::SharedTier;
 use crate::coherence::{Coherence, WatchBook};
 use crate::config::Config;
@@ -145,6 +146,7 @@ impl Shared {
             bridge: config.bridge.enabled,
             max_calls_per_principal: server.max_calls_per_principal,
             state_key: cluster.as_ref().map(|cluster| cluster.keys().request_state()),
+            forwarder: cluster.as_ref().map(Forwarder::new),
         });
         let caps = Caps {
             per_holder: server.max_subscriptions_per_session,
@@ -221,6 +223,7 @@ impl Shared {
             upstreams: self.upstreams.clone(),
             cache: self.cache,
             metrics: self.metrics.clone(),
+            tools: self.tools.clone(),
         };
         let door = Door {
             limits: self.rate_limits,

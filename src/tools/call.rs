@@ -49,23 +49,14 @@ impl Tools {
         // One policy snapshot decides the call and what of its result is passed on.
         let policy = self.policy();
         let (upstream, original) = self.route(&policy, principal, Offering::Tool, &params.name)?;
-        let host = relay.as_deref().and_then(host_session);
-        let upstream = upstream.session_for(principal, host).await?;
-        upstream.pass_log_level(relay.as_deref().and_then(|relay| relay.log_level())).await;
         let presented = std::mem::replace(&mut params.name, original.into());
         params.meta = meta_upstream(params.meta.take());
-        // Every step the upstream sent before its answer is in `progress` when this returns.
-        let answer = match relay.clone().filter(|relay| relay.takes_input_required()) {
-            Some(host) => {
-                let parked = self.call_parked(&upstream, principal, &presented, params, progress, host);
-                until_cancelled(cancelled, parked).await?
-            }
-            None => {
-                let rounds = rounds::bridged(&upstream, relay.as_deref(), tool_needs, |inputs| {
-                    upstream.call_tool(with_inputs_tool(params.clone(), inputs), progress.clone(), relay.clone())
-                });
-                until_cancelled(cancelled, rounds).await?
-            }
+        let holder = Holder { principal, name: &presented, upstream: upstream.name() };
+        let elsewhere = self.tool_elsewhere(&upstream, &holder, &params, progress.as_deref());
+        let elsewhere = until_cancelled(cancelled, async { Ok(elsewhere.await) }).await?;
+        let answer = match elsewhere {
+            Some(answer) => answer?,
+            None => self.call_here(&upstream, principal, &presented, params, cancelled, progress, relay).await?,
         };
         match answer {
             CallToolResponse::Complete(result) => {
@@ -77,6 +68,36 @@ impl Tools {
                 upstream: upstream.name().to_string(),
                 reason: "it answered with a task, which the proxy does not pass through".into(),
             }),
+        }
+    }
+
+    /// A call on this replica's connection (the shared one, or the caller's own session).
+    #[allow(clippy::too_many_arguments)]
+    async fn call_here(
+        &self,
+        upstream: &Upstream,
+        principal: &str,
+        presented: &str,
+        params: CallToolRequestParams,
+        cancelled: &CancellationToken,
+        progress: Option<Arc<dyn ProgressOutlet>>,
+        relay: Option<Arc<dyn HostRelay>>,
+    ) -> Result<CallToolResponse, ProxyError> {
+        let host = relay.as_deref().and_then(host_session);
+        let upstream = upstream.session_for(principal, host).await?;
+        upstream.pass_log_level(relay.as_deref().and_then(|relay| relay.log_level())).await;
+        // Every step the upstream sent before its answer is in `progress` when this returns.
+        match relay.clone().filter(|relay| relay.takes_input_required()) {
+            Some(host) => {
+                let parked = self.call_parked(&upstream, principal, presented, params, progress, host);
+                until_cancelled(cancelled, parked).await
+            }
+            None => {
+                let rounds = rounds::bridged(&upstream, relay.as_deref(), tool_needs, |inputs| {
+                    upstream.call_tool(with_inputs_tool(params.clone(), inputs), progress.clone(), relay.clone())
+                });
+                until_cancelled(cancelled, rounds).await
+            }
         }
     }
 
@@ -153,7 +174,11 @@ impl Tools {
 
     /// The upstream's own `requestState` inside the one a host sent back (see `sealed`); a
     /// state this holder was not handed answers like an unknown one.
-    fn opened_state(&self, holder: &Holder<'_>, state: Option<String>) -> Result<Option<String>, ProxyError> {
+    pub(super) fn opened_state(
+        &self,
+        holder: &Holder<'_>,
+        state: Option<String>,
+    ) -> Result<Option<String>, ProxyError> {
         let Some(state) = state else { return Ok(None) };
         match self.inner.state_seal.open(holder, &state) {
             Some(opened) => Ok(Some(opened)),
@@ -169,7 +194,7 @@ impl Tools {
     }
 
     /// An upstream's `input_required` as the host gets it: its `requestState` sealed.
-    fn sealed_needs(&self, holder: &Holder<'_>, mut needs: InputRequiredResult) -> InputRequiredResult {
+    pub(super) fn sealed_needs(&self, holder: &Holder<'_>, mut needs: InputRequiredResult) -> InputRequiredResult {
         needs.request_state = needs.request_state.map(|state| self.inner.state_seal.seal(holder, &state));
         needs
     }
@@ -223,22 +248,14 @@ impl Tools {
     ) -> Result<GetPromptResponse, ProxyError> {
         let policy = self.policy();
         let (upstream, original) = self.route(&policy, principal, Offering::Prompt, &params.name)?;
-        let host = relay.as_deref().and_then(host_session);
-        let upstream = upstream.session_for(principal, host).await?;
-        upstream.pass_log_level(relay.as_deref().and_then(|relay| relay.log_level())).await;
         let presented = std::mem::replace(&mut params.name, original);
         params.meta = meta_upstream(params.meta.take());
-        let answer = match relay.clone().filter(|relay| relay.takes_input_required()) {
-            Some(host) => {
-                let parked = self.prompt_parked(&upstream, principal, &presented, params, host);
-                until_cancelled(cancelled, parked).await?
-            }
-            None => {
-                let rounds = rounds::bridged(&upstream, relay.as_deref(), prompt_needs, |inputs| {
-                    upstream.get_prompt(with_inputs_prompt(params.clone(), inputs), relay.clone())
-                });
-                until_cancelled(cancelled, rounds).await?
-            }
+        let holder = Holder { principal, name: &presented, upstream: upstream.name() };
+        let elsewhere = self.prompt_elsewhere(&upstream, &holder, &params);
+        let elsewhere = until_cancelled(cancelled, async { Ok(elsewhere.await) }).await?;
+        let answer = match elsewhere {
+            Some(answer) => answer?,
+            None => self.prompt_here(&upstream, principal, &presented, params, cancelled, relay).await?,
         };
         let GetPromptResponse::Complete(mut result) = answer else { return Ok(answer) };
         result.result_type = Some(ResultType::COMPLETE);
@@ -256,6 +273,33 @@ impl Tools {
             }
         });
         Ok(GetPromptResponse::Complete(result))
+    }
+
+    /// A prompt on this replica's connection (the shared one, or the caller's own session).
+    async fn prompt_here(
+        &self,
+        upstream: &Upstream,
+        principal: &str,
+        presented: &str,
+        params: GetPromptRequestParams,
+        cancelled: &CancellationToken,
+        relay: Option<Arc<dyn HostRelay>>,
+    ) -> Result<GetPromptResponse, ProxyError> {
+        let host = relay.as_deref().and_then(host_session);
+        let upstream = upstream.session_for(principal, host).await?;
+        upstream.pass_log_level(relay.as_deref().and_then(|relay| relay.log_level())).await;
+        match relay.clone().filter(|relay| relay.takes_input_required()) {
+            Some(host) => {
+                let parked = self.prompt_parked(&upstream, principal, presented, params, host);
+                until_cancelled(cancelled, parked).await
+            }
+            None => {
+                let rounds = rounds::bridged(&upstream, relay.as_deref(), prompt_needs, |inputs| {
+                    upstream.get_prompt(with_inputs_prompt(params.clone(), inputs), relay.clone())
+                });
+                until_cancelled(cancelled, rounds).await
+            }
+        }
     }
 
     /// Completion for a namespaced prompt or resource template, from its upstream.
@@ -280,11 +324,18 @@ impl Tools {
             _ => return Err(ProxyError::InvalidParams("unsupported completion reference".into())),
         };
         params.meta = meta_upstream(params.meta.take());
-        let upstream = upstream.session_for(principal, None).await?;
         if !upstream.offers().2 {
             return Ok(CompleteResult::default());
         }
-        let mut result = until_cancelled(cancelled, upstream.complete(params)).await?;
+        let elsewhere = self.complete_elsewhere(&upstream, principal, &params);
+        let elsewhere = until_cancelled(cancelled, async { Ok(elsewhere.await) }).await?;
+        let mut result = match elsewhere {
+            Some(result) => result?,
+            None => {
+                let upstream = upstream.session_for(principal, None).await?;
+                until_cancelled(cancelled, upstream.complete(params)).await?
+            }
+        };
         result.result_type = Some(ResultType::COMPLETE);
         let resources = self.inner.resources.snapshot();
         let links = rewrite::Links::new(upstream.name(), &resources, &policy, principal);

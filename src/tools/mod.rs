@@ -29,6 +29,7 @@ pub mod names;
 pub mod own;
 mod parked;
 mod progress;
+mod remote;
 mod rewrite;
 mod rounds;
 mod sealed;
@@ -40,8 +41,10 @@ use rmcp::model::{Icon, ListPromptsResult, ListToolsResult, Prompt, Tool};
 pub use self::catalog::{OfferingsCatalog, OfferingsSnapshot, UpstreamOfferings};
 pub use self::inflight::CallPermit;
 use self::names::{Naming, Offering};
+pub use self::remote::Ran;
 pub(crate) use self::rewrite::ListedIcons;
 use crate::catalog::Catalog;
+use crate::cluster::forward::Forwarder;
 use crate::cursor::{CursorKey, ListKind};
 use crate::error::ProxyError;
 use crate::fanout::{Fanout, Outgoing, OutletInfo};
@@ -76,6 +79,8 @@ struct Inner {
     parked_prompts: parked::ParkedCalls<rmcp::model::GetPromptResponse>,
     /// Seals upstreams' own `requestState`s to the principal they were handed to (`sealed`).
     state_seal: sealed::StateSeal,
+    /// `[cluster]`: per-principal sessions held by another replica are reached through it (`remote`).
+    forwarder: Option<Forwarder>,
 }
 
 /// What [`Tools::new`] needs from the proxy.
@@ -94,6 +99,8 @@ pub struct ToolsParts {
     /// The key upstreams' `requestState`s are sealed with: `None` is a random one (one
     /// process); a cluster passes the key derived from its secret.
     pub state_key: Option<[u8; 32]>,
+    /// `[cluster]`: sends requests for per-principal sessions to the replica holding them.
+    pub forwarder: Option<Forwarder>,
 }
 
 impl Tools {
@@ -112,6 +119,7 @@ impl Tools {
             parked_tools: parked::ParkedCalls::default(),
             parked_prompts: parked::ParkedCalls::default(),
             state_seal: parts.state_key.map_or_else(sealed::StateSeal::random, sealed::StateSeal::from_bytes),
+            forwarder: parts.forwarder,
         };
         Tools { inner: Arc::new(inner) }
     }

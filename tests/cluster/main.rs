@@ -15,3 +15,4 @@ mod peers;
 mod redis_outage;
 mod replicas;
 mod sessions;
+mod upstream_sessions;

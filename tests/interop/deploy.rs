@@ -21,6 +21,8 @@ use crate::support::peers::repo_root;
 const K8S_VERSION: &str = "1.37.0";
 const SECRET_ENV: &str = "PROXY_CLUSTER_SECRET";
 const TOKEN_ENV: &str = "PROXY_TOKEN_PLATFORM";
+/// The setting (through the environment) where the other replicas reach a replica.
+const ADVERTISE_ENV: &str = "MCP_PROXY_CLUSTER__ADVERTISE_URL";
 
 fn deploy() -> PathBuf {
     repo_root().join("deploy")
@@ -220,6 +222,13 @@ fn the_kubernetes_deployment_agrees_with_the_config_and_the_image() {
         assert_eq!(get["httpHeaders"][0], serde_json::json!({"name": "Host", "value": "127.0.0.1"}), "{probe}");
     }
     assert_eq!(container["envFrom"][0]["secretRef"]["name"], "mcp-resource-proxy");
+    // The other replicas reach this pod at its IP (the downward API), for per-principal sessions.
+    let env = container["env"].as_array().expect("env");
+    let named = |name: &str| env.iter().find(|e| e["name"] == name).unwrap_or_else(|| panic!("{name} in env"));
+    assert_eq!(named("POD_IP")["valueFrom"]["fieldRef"]["fieldPath"], "status.podIP");
+    assert_eq!(named(ADVERTISE_ENV)["value"], format!("http://$(POD_IP):{listen}"));
+    let pod_ip = env.iter().position(|e| e["name"] == "POD_IP");
+    assert!(pod_ip < env.iter().position(|e| e["name"] == ADVERTISE_ENV), "$(POD_IP) is defined before its use");
     let secret = k8s("secret.yaml");
     let provided: BTreeSet<&str> =
         secret["stringData"].as_object().expect("stringData").keys().map(String::as_str).collect();
@@ -244,7 +253,8 @@ fn the_compose_file_and_haproxy_agree_with_the_config() {
     assert!(deploy().join(proxy["build"]["context"].as_str().unwrap()).join("Containerfile").is_file());
     let environment: BTreeSet<&str> =
         proxy["environment"].as_object().expect("environment").keys().map(String::as_str).collect();
-    assert_eq!(environment, BTreeSet::from([SECRET_ENV, TOKEN_ENV]));
+    assert_eq!(environment, BTreeSet::from([SECRET_ENV, TOKEN_ENV, ADVERTISE_ENV]));
+    assert_eq!(proxy["environment"][ADVERTISE_ENV], format!("http://{{hostname}}:{listen}"));
     let volumes: Vec<&str> = proxy["volumes"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
     assert!(volumes.contains(&"./config.toml:/etc/mcp-resource-proxy/config.toml:ro"), "{volumes:?}");
     assert!(volumes.contains(&"./policies:/etc/mcp-resource-proxy/policies:ro"), "{volumes:?}");

@@ -1,0 +1,338 @@
+//! Requests for a per-principal upstream session held by another replica (`owners`), forwarded
+//! to it over HTTP: `POST <owner>/mcp-proxy/forward` with a JSON [`Forwarded`] body (the
+//! principal, the upstream, the call with the upstream's own names, the replica it is for, when
+//! it was made and a nonce) and a mark, HMAC-SHA256 of the body with the key derived from the
+//! cluster secret for this use. The owner answers with JSON lines: the call's progress as it
+//! comes ([`Line::Progress`]), then one answer or error.
+//!
+//! The forwarding replica decides the request (policy, rate limits) and rewrites the answer for
+//! its caller as for a local one; the owner runs it on its own session of that principal.
+//! Progress and the answer travel; log messages, sampling and elicitation of a forwarded call
+//! do not (such a request is refused, a log message dropped). The owner unreachable (no connection
+//! within [`CONNECT_TIMEOUT`]): the caller runs it on a session of its own ([`Sent::Unreachable`]).
+//!
+//! Invariant: the owner runs only a request whose mark is right, made for it, at most
+//! [`FRESH_FOR`] ago, and not seen before (its nonce is kept until it would be stale); anything
+//! else is refused without running. The mark's key never leaves the process; a mark is no
+//! secret once sent, and the body carries no token.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use hmac::{Hmac, Mac};
+use rand::RngCore;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, CompleteRequestParams, CompleteResult, GetPromptRequestParams,
+    GetPromptResult, InputRequiredResult, ProgressNotificationParam, ReadResourceRequestParams, ReadResourceResult,
+};
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+
+use super::{Cluster, Owner};
+use crate::error::ProxyError;
+use crate::host::ProgressOutlet;
+
+/// The owner's route on its MCP listener.
+pub const PATH: &str = "/mcp-proxy/forward";
+/// The header carrying the mark.
+pub const MARK_HEADER: &str = "mcp-proxy-forward-mark";
+/// A forwarded request older than this (or this far in the future) is refused.
+pub const FRESH_FOR: Duration = Duration::from_secs(30);
+/// How long the caller waits for a connection to the owner before running the request itself.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// The largest body either way.
+pub const MAX_BODY: usize = 32 * 1024 * 1024;
+/// Nonces kept at most (beyond this, after dropping the stale ones, requests are refused).
+const MAX_NONCES: usize = 200_000;
+
+/// One forwarded request: the body the mark covers.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Forwarded {
+    /// The replica it is for.
+    pub to: String,
+    pub issued_ms: u64,
+    pub nonce: String,
+    pub principal: String,
+    pub upstream: String,
+    pub call: Call,
+}
+
+/// What the owner runs on the principal's session (names and URIs are the upstream's own).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "params", rename_all = "snake_case")]
+pub enum Call {
+    Tool(CallToolRequestParams),
+    Prompt(GetPromptRequestParams),
+    Read(ReadResourceRequestParams),
+    Complete(CompleteRequestParams),
+}
+
+/// The upstream's answer, as the owner got it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "result", rename_all = "snake_case")]
+pub enum Answer {
+    Tool(CallToolResult),
+    Prompt(GetPromptResult),
+    Read(ReadResourceResult),
+    Complete(CompleteResult),
+    InputRequired(InputRequiredResult),
+}
+
+/// One line of the owner's reply.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Line {
+    Progress(ProgressNotificationParam),
+    Answer(Answer),
+    Error(RemoteError),
+}
+
+/// A [`ProxyError`] of the owner, as it travels (upstream names are the caller's to add).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RemoteError {
+    NotFound { uri: String },
+    UnknownName { offering: String, name: String },
+    InvalidParams { message: String },
+    UpstreamDown,
+    UpstreamTimeout { timeout_ms: u64 },
+    UpstreamFailed { reason: String },
+    SessionLimit { limit: usize, setting: String },
+}
+
+/// Why a forwarded request was not answered by its owner.
+#[derive(Debug)]
+pub enum Sent {
+    /// No connection to the owner within [`CONNECT_TIMEOUT`]: run it here.
+    Unreachable,
+    /// The owner (or the way to it) failed it; the error says how.
+    Failed(ProxyError),
+}
+
+/// Why the owner refused a forwarded request (nothing ran).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("no valid mark")]
+    Mark,
+    #[error("not a forwarded request this replica can read")]
+    Malformed,
+    #[error("made for another replica")]
+    Elsewhere,
+    #[error("not fresh")]
+    Stale,
+    #[error("seen before")]
+    Replayed,
+}
+
+impl Refusal {
+    /// A bounded label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Refusal::Mark => "mark",
+            Refusal::Malformed => "malformed",
+            Refusal::Elsewhere => "elsewhere",
+            Refusal::Stale => "stale",
+            Refusal::Replayed => "replayed",
+        }
+    }
+}
+
+/// A cheap `Clone` handle: sends requests to their owners and opens those sent here.
+#[derive(Clone)]
+pub struct Forwarder {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    cluster: Cluster,
+    key: [u8; 32],
+    http: reqwest::Client,
+    /// Nonces seen, with when they become stale (ms since the epoch).
+    seen: Mutex<HashMap<String, u64>>,
+}
+
+impl Forwarder {
+    pub fn new(cluster: &Cluster) -> Forwarder {
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .no_proxy()
+            .build()
+            .expect("a plain HTTP client builds");
+        let inner = Inner { cluster: cluster.clone(), key: cluster.keys().forward(), http, seen: Mutex::default() };
+        Forwarder { inner: Arc::new(inner) }
+    }
+
+    /// The replica holding `principal`'s session of `upstream`, when it is another one.
+    pub fn owner(&self, upstream: &str, principal: &str) -> Option<Owner> {
+        self.inner.cluster.owner_of(upstream, principal)
+    }
+
+    /// Send `call` to `owner` and wait (at most `timeout`) for its answer; progress on the way
+    /// goes to `progress`.
+    pub async fn send(
+        &self,
+        owner: &Owner,
+        principal: &str,
+        upstream: &str,
+        call: Call,
+        progress: Option<&dyn ProgressOutlet>,
+        timeout: Duration,
+    ) -> Result<Answer, Sent> {
+        let request = Forwarded {
+            to: owner.replica.clone(),
+            issued_ms: now_ms(),
+            nonce: nonce(),
+            principal: principal.to_string(),
+            upstream: upstream.to_string(),
+            call,
+        };
+        let body = serde_json::to_vec(&request).map_err(|e| failed(upstream, format!("not sendable: {e}")))?;
+        let post = self
+            .inner
+            .http
+            .post(format!("{}{PATH}", owner.url))
+            .header(MARK_HEADER, mark_with(&self.inner.key, &body))
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(body);
+        let exchange = async {
+            let response = post.send().await.map_err(|e| {
+                if e.is_connect() { Sent::Unreachable } else { failed(upstream, "the request could not be sent") }
+            })?;
+            if !response.status().is_success() {
+                return Err(failed(
+                    upstream,
+                    &format!("the replica holding the session answered {}", response.status()),
+                ));
+            }
+            read_lines(response, upstream, progress).await
+        };
+        match tokio::time::timeout(timeout, exchange).await {
+            Ok(answer) => answer,
+            Err(_) => Err(Sent::Failed(ProxyError::UpstreamTimeout { upstream: upstream.to_string(), timeout })),
+        }
+    }
+
+    /// The request in `body`, when `mark` is right for it, it is for this replica, fresh and
+    /// not seen before.
+    pub fn open(&self, mark: Option<&str>, body: &[u8]) -> Result<Forwarded, Refusal> {
+        let mark = mark.and_then(|mark| URL_SAFE_NO_PAD.decode(mark).ok()).ok_or(Refusal::Mark)?;
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.inner.key).expect("any key length");
+        mac.update(body);
+        mac.verify_slice(&mark).map_err(|_| Refusal::Mark)?;
+        let request: Forwarded = serde_json::from_slice(body).map_err(|_| Refusal::Malformed)?;
+        if request.to != self.inner.cluster.replica_id() {
+            return Err(Refusal::Elsewhere);
+        }
+        let (now, fresh) = (now_ms(), FRESH_FOR.as_millis() as u64);
+        if request.issued_ms.abs_diff(now) > fresh {
+            return Err(Refusal::Stale);
+        }
+        let mut seen = self.inner.seen.lock().expect("nonces lock");
+        if seen.len() >= MAX_NONCES {
+            seen.retain(|_, stale_at| *stale_at > now);
+        }
+        if seen.len() >= MAX_NONCES || seen.contains_key(&request.nonce) {
+            return Err(Refusal::Replayed);
+        }
+        seen.insert(request.nonce.clone(), request.issued_ms + fresh);
+        Ok(request)
+    }
+}
+
+/// The mark of `body` under `key` (base64url, no padding).
+pub fn mark_with(key: &[u8; 32], body: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("any key length");
+    mac.update(body);
+    URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
+}
+
+impl RemoteError {
+    /// How `error` travels.
+    pub fn of(error: &ProxyError) -> RemoteError {
+        match error {
+            ProxyError::NotFound { uri } => RemoteError::NotFound { uri: uri.clone() },
+            ProxyError::UnknownName { offering, name } => {
+                RemoteError::UnknownName { offering: offering.to_string(), name: name.clone() }
+            }
+            ProxyError::InvalidParams(message) => RemoteError::InvalidParams { message: message.clone() },
+            ProxyError::UpstreamDown { .. } => RemoteError::UpstreamDown,
+            ProxyError::UpstreamTimeout { timeout, .. } => {
+                RemoteError::UpstreamTimeout { timeout_ms: timeout.as_millis() as u64 }
+            }
+            ProxyError::SessionLimit { limit, setting, .. } => {
+                RemoteError::SessionLimit { limit: *limit, setting: setting.to_string() }
+            }
+            other => RemoteError::UpstreamFailed { reason: other.kind().to_string() },
+        }
+    }
+
+    /// The error a caller of `upstream` gets.
+    pub fn into_error(self, upstream: &str) -> ProxyError {
+        let upstream = upstream.to_string();
+        match self {
+            RemoteError::NotFound { uri } => ProxyError::NotFound { uri },
+            RemoteError::UnknownName { offering, name } => {
+                let offering = if offering == "prompt" { "prompt" } else { "tool" };
+                ProxyError::UnknownName { offering, name }
+            }
+            RemoteError::InvalidParams { message } => ProxyError::InvalidParams(message),
+            RemoteError::UpstreamDown => ProxyError::UpstreamDown { upstream },
+            RemoteError::UpstreamTimeout { timeout_ms } => {
+                ProxyError::UpstreamTimeout { upstream, timeout: Duration::from_millis(timeout_ms) }
+            }
+            RemoteError::UpstreamFailed { reason } => ProxyError::UpstreamFailed { upstream, reason },
+            RemoteError::SessionLimit { limit, setting } => {
+                let setting =
+                    if setting == "max_sessions_per_principal" { "max_sessions_per_principal" } else { "max_sessions" };
+                ProxyError::SessionLimit { upstream, limit, setting }
+            }
+        }
+    }
+}
+
+/// Read the owner's lines until its answer or error.
+async fn read_lines(
+    mut response: reqwest::Response,
+    upstream: &str,
+    progress: Option<&dyn ProgressOutlet>,
+) -> Result<Answer, Sent> {
+    let cut = || failed(upstream, "the replica holding the session stopped answering");
+    let mut buffer: Vec<u8> = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|_| cut())? {
+        buffer.extend_from_slice(&chunk);
+        if buffer.len() > MAX_BODY {
+            return Err(failed(upstream, "the replica holding the session answered too much"));
+        }
+        while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buffer.drain(..=end).collect();
+            match serde_json::from_slice::<Line>(&line[..end]) {
+                Ok(Line::Progress(step)) => {
+                    if let Some(outlet) = progress {
+                        outlet.send(step);
+                    }
+                }
+                Ok(Line::Answer(answer)) => return Ok(answer),
+                Ok(Line::Error(error)) => return Err(Sent::Failed(error.into_error(upstream))),
+                Err(_) => return Err(failed(upstream, "the replica holding the session sent an unreadable line")),
+            }
+        }
+    }
+    Err(cut())
+}
+
+fn failed(upstream: &str, reason: impl Into<String>) -> Sent {
+    Sent::Failed(ProxyError::UpstreamFailed { upstream: upstream.to_string(), reason: reason.into() })
+}
+
+fn nonce() -> String {
+    let mut bytes = [0u8; 16];
+    rand::rng().fill_bytes(&mut bytes);
+    URL_SAFE_NO_PAD.encode(bytes)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}

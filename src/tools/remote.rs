@@ -1,0 +1,192 @@
+//! Calls, gets and completions on a per-principal upstream session that another replica holds
+//! (`[cluster]`, see [`crate::cluster::forward`]): decided and rewritten here as any other,
+//! run there on the principal's one session; and the owner's side, [`Tools::run_forwarded`].
+//!
+//! The owner unreachable: the request runs here on a session of this replica (counted as a
+//! `fallback`; that session starts without the owner's state). An MRTR `requestState` travels
+//! sealed to the caller, as for a local call. What a forwarded call's upstream sends besides
+//! progress (log messages, sampling, elicitation) does not reach the host.
+//!
+//! Invariant: a forwarded request reaches the owner only after this replica decided it for the
+//! principal; the owner runs it on that principal's session and never forwards it again.
+
+use std::sync::Arc;
+
+use rmcp::model::{CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult};
+use rmcp::model::{GetPromptRequestParams, GetPromptResponse, ReadResourceResponse};
+
+use super::sealed::Holder;
+use super::{ProgressOutlet, Tools};
+use crate::cluster::forward::{Answer, Call, Forwarder, Sent};
+use crate::config::SessionMode;
+use crate::error::ProxyError;
+use crate::upstream::Upstream;
+
+/// The owner's outcome for a request forwarded here: its answer, or why not.
+pub type Ran = Result<Answer, ProxyError>;
+
+impl Tools {
+    /// `[cluster]`: what sends and opens forwarded requests.
+    pub fn forwarder(&self) -> Option<&Forwarder> {
+        self.inner.forwarder.as_ref()
+    }
+
+    /// Run a call `principal`'s `upstream` session owns elsewhere there; `None`: it is this
+    /// replica's (or the owner cannot be reached), run it here.
+    pub(super) async fn tool_elsewhere(
+        &self,
+        upstream: &Upstream,
+        holder: &Holder<'_>,
+        params: &CallToolRequestParams,
+        progress: Option<&dyn ProgressOutlet>,
+    ) -> Option<Result<CallToolResponse, ProxyError>> {
+        let mut params = params.clone();
+        let state = params.request_state.take();
+        params.request_state = match self.opened_state(holder, state) {
+            Ok(state) => state,
+            Err(error) => return Some(Err(error)),
+        };
+        let answer = self.elsewhere(upstream, holder.principal, Call::Tool(params), progress).await?;
+        Some(answer.and_then(|answer| match answer {
+            Answer::Tool(result) => Ok(CallToolResponse::Complete(result)),
+            Answer::InputRequired(needs) => Ok(CallToolResponse::InputRequired(self.sealed_needs(holder, needs))),
+            _ => Err(mismatched(upstream)),
+        }))
+    }
+
+    /// As [`Self::tool_elsewhere`], for a prompt.
+    pub(super) async fn prompt_elsewhere(
+        &self,
+        upstream: &Upstream,
+        holder: &Holder<'_>,
+        params: &GetPromptRequestParams,
+    ) -> Option<Result<GetPromptResponse, ProxyError>> {
+        let mut params = params.clone();
+        let state = params.request_state.take();
+        params.request_state = match self.opened_state(holder, state) {
+            Ok(state) => state,
+            Err(error) => return Some(Err(error)),
+        };
+        let answer = self.elsewhere(upstream, holder.principal, Call::Prompt(params), None).await?;
+        Some(answer.and_then(|answer| match answer {
+            Answer::Prompt(result) => Ok(GetPromptResponse::Complete(result)),
+            Answer::InputRequired(needs) => Ok(GetPromptResponse::InputRequired(self.sealed_needs(holder, needs))),
+            _ => Err(mismatched(upstream)),
+        }))
+    }
+
+    /// As [`Self::tool_elsewhere`], for a completion.
+    pub(super) async fn complete_elsewhere(
+        &self,
+        upstream: &Upstream,
+        principal: &str,
+        params: &CompleteRequestParams,
+    ) -> Option<Result<CompleteResult, ProxyError>> {
+        let answer = self.elsewhere(upstream, principal, Call::Complete(params.clone()), None).await?;
+        Some(answer.and_then(|answer| match answer {
+            Answer::Complete(result) => Ok(result),
+            _ => Err(mismatched(upstream)),
+        }))
+    }
+
+    /// A read of `principal`'s session of `upstream` (the upstream's own URI) when another
+    /// replica holds it; `None`: read it here.
+    pub async fn read_elsewhere(
+        &self,
+        upstream: &Upstream,
+        principal: &str,
+        uri: &str,
+    ) -> Option<Result<ReadResourceResponse, ProxyError>> {
+        let call = Call::Read(rmcp::model::ReadResourceRequestParams::new(uri.to_string()));
+        let answer = self.elsewhere(upstream, principal, call, None).await?;
+        Some(answer.and_then(|answer| match answer {
+            Answer::Read(result) => Ok(ReadResourceResponse::Complete(result)),
+            Answer::InputRequired(needs) => Ok(ReadResourceResponse::InputRequired(needs)),
+            _ => Err(mismatched(upstream)),
+        }))
+    }
+
+    /// Run a request forwarded to this replica (its mark checked) on `principal`'s own session
+    /// of `upstream`; progress goes to `progress`.
+    pub async fn run_forwarded(
+        &self,
+        principal: &str,
+        upstream: &str,
+        call: Call,
+        progress: Option<Arc<dyn ProgressOutlet>>,
+    ) -> Ran {
+        let down = || ProxyError::UpstreamDown { upstream: upstream.to_string() };
+        let upstream = self.inner.upstreams.get(upstream).ok_or_else(down)?;
+        if upstream.config().sessions.mode != SessionMode::PerPrincipal {
+            return Err(ProxyError::InvalidParams("not an upstream with per-principal sessions here".into()));
+        }
+        let session = upstream.session_for(principal, None).await?;
+        self.inner.metrics.cluster_forward("served");
+        Ok(match call {
+            Call::Tool(params) => match session.call_tool(params, progress, None).await? {
+                CallToolResponse::Complete(result) => Answer::Tool(result),
+                CallToolResponse::InputRequired(needs) => Answer::InputRequired(needs),
+                _ => return Err(task_answer(&upstream)),
+            },
+            Call::Prompt(params) => match session.get_prompt(params, None).await? {
+                GetPromptResponse::Complete(result) => Answer::Prompt(result),
+                GetPromptResponse::InputRequired(needs) => Answer::InputRequired(needs),
+                _ => return Err(task_answer(&upstream)),
+            },
+            Call::Read(params) => match session.read(&params.uri).await? {
+                ReadResourceResponse::Complete(result) => Answer::Read(result),
+                ReadResourceResponse::InputRequired(needs) => Answer::InputRequired(needs),
+                _ => return Err(task_answer(&upstream)),
+            },
+            Call::Complete(params) => Answer::Complete(session.complete(params).await?),
+        })
+    }
+
+    /// Send `call` to the replica holding `principal`'s session of `upstream`: `None` when
+    /// this replica holds it, or runs it because the owner cannot be reached.
+    async fn elsewhere(
+        &self,
+        upstream: &Upstream,
+        principal: &str,
+        call: Call,
+        progress: Option<&dyn ProgressOutlet>,
+    ) -> Option<Result<Answer, ProxyError>> {
+        let forwarder = self.inner.forwarder.as_ref()?;
+        if upstream.config().sessions.mode != SessionMode::PerPrincipal {
+            return None;
+        }
+        let owner = forwarder.owner(upstream.name(), principal)?;
+        // The owner's own timeout, and time to reach it.
+        let timeout = upstream.config().request_timeout + crate::cluster::forward::CONNECT_TIMEOUT * 2;
+        let metrics = &self.inner.metrics;
+        match forwarder.send(&owner, principal, upstream.name(), call, progress, timeout).await {
+            Ok(answer) => {
+                metrics.cluster_forward("forwarded");
+                Some(Ok(answer))
+            }
+            Err(Sent::Unreachable) => {
+                metrics.cluster_forward("fallback");
+                tracing::warn!(
+                    upstream = upstream.name(),
+                    replica = %owner.replica,
+                    "the replica holding this upstream session is unreachable; running the request here"
+                );
+                None
+            }
+            Err(Sent::Failed(error)) => {
+                metrics.cluster_forward("failed");
+                Some(Err(error))
+            }
+        }
+    }
+}
+
+fn mismatched(upstream: &Upstream) -> ProxyError {
+    let reason = "the replica holding the session answered another kind of result".into();
+    ProxyError::UpstreamFailed { upstream: upstream.name().to_string(), reason }
+}
+
+fn task_answer(upstream: &Upstream) -> ProxyError {
+    let reason = "it answered with a task, which the proxy does not pass through".into();
+    ProxyError::UpstreamFailed { upstream: upstream.name().to_string(), reason }
+}

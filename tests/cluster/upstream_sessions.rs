@@ -1,0 +1,224 @@
+//! Per-principal upstream sessions across replicas (issue 29, item 1): such a session lives on
+//! one replica (chosen by rendezvous hashing over the replicas alive), and a request for it that
+//! lands on another is forwarded there. Three replicas behind haproxy (round-robin), a real
+//! Redis, and a real Python SDK server over stdio that remembers one value per session
+//! (`tests/py/session_server.py`; one process is one session): alice's and bob's hosts (rmcp)
+//! always see their own value whichever replica answers, the cluster holds exactly two sessions,
+//! and when alice's owner is killed (`kill -9`) her next calls succeed on a new owner (the old
+//! session's state is lost). A forwarded request with a forged, altered, stale, misdirected or
+//! replayed mark is refused and not run.
+
+use anyhow::Context;
+use rmcp::model::{CallToolRequestParams, ReadResourceRequestParams, ResourceContents};
+use rmcp::service::RunningService;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{Value, json};
+
+use mcp_resource_proxy::cluster::ClusterKeys;
+use mcp_resource_proxy::cluster::forward::{MARK_HEADER, PATH, mark_with};
+
+use crate::support::cluster::{Replicas, SECRET, cluster_when};
+use crate::support::peers::{py_script, python};
+use crate::support::proxy::{ProxyProcess, alice_and_bob_policies, alice_and_bob_under_policies, toml_str};
+use crate::support::{DEADLINE, eventually};
+
+const ALICE_TOKEN: &str = "alice-tok-cluster-sessions-4e1b";
+const BOB_TOKEN: &str = "bob-tok-cluster-sessions-9c27";
+const TOKENS: [(&str, &str); 2] = [("ALICE_TOKEN", ALICE_TOKEN), ("BOB_TOKEN", BOB_TOKEN)];
+/// Requests each host makes after setting its value: several rounds over the three replicas.
+const ROUNDS: usize = 12;
+
+type Host = RunningService<RoleClient, ()>;
+
+/// `count` replicas with alice and bob (allowed everything) and the session server as `per`,
+/// with sessions per principal; returns once every replica has its tools and can reach the others.
+async fn start(count: usize) -> anyhow::Result<(Replicas, tempfile::TempDir)> {
+    let policies = alice_and_bob_policies("allow = [\"**\"]\n", "allow = [\"**\"]\n")?;
+    let program = toml_str(python().to_str().context("utf-8 path")?);
+    let script = toml_str(py_script("session_server.py").to_str().context("utf-8 path")?);
+    let upstream = format!(
+        "[[upstreams]]\nname = \"per\"\ncommand = {program}\nargs = [{script}]\nsession = \"per-principal\"\n\n"
+    );
+    let config = alice_and_bob_under_policies("", policies.path(), &upstream);
+    let cluster = Replicas::start(count, &config, &TOKENS).await?;
+    for replica in &cluster.replicas {
+        replica.wait_offerings("per").await?;
+        cluster_when(replica, |c| c["reachable"].as_array().is_some_and(|r| r.len() == count)).await?;
+    }
+    Ok((cluster, policies))
+}
+
+/// A 2025 host session of the principal whose bearer token is `token`.
+async fn host(url: &str, token: &str) -> anyhow::Result<Host> {
+    let config = StreamableHttpClientTransportConfig::with_uri(url).auth_header(token);
+    let transport = StreamableHttpClientTransport::from_config(config.reinit_on_expired_session(false));
+    Ok(tokio::time::timeout(DEADLINE, ().serve(transport)).await.context("connect")??)
+}
+
+/// The text `per__<name>` answers.
+async fn call(host: &Host, name: &str, arguments: Value) -> anyhow::Result<String> {
+    let params = CallToolRequestParams::new(format!("per__{name}"))
+        .with_arguments(arguments.as_object().cloned().unwrap_or_default());
+    let result = tokio::time::timeout(DEADLINE, host.peer().call_tool(params)).await.context("the call hung")??;
+    anyhow::ensure!(result.is_error != Some(true), "{name}: {result:?}");
+    let text = result.content.first().and_then(|c| c.as_text()).with_context(|| format!("no text in {result:?}"))?;
+    Ok(text.text.clone())
+}
+
+/// The session's value as a resource.
+async fn read(host: &Host) -> anyhow::Result<String> {
+    let read = host.peer().read_resource(ReadResourceRequestParams::new("per+session://value"));
+    let result = tokio::time::timeout(DEADLINE, read).await.context("the read hung")??;
+    match result.contents.first() {
+        Some(ResourceContents::TextResourceContents { text, .. }) => Ok(text.clone()),
+        other => anyhow::bail!("no text in {other:?}"),
+    }
+}
+
+/// Per-principal sessions of `per` open on each replica, from `/status`.
+async fn sessions(replicas: &[&ProxyProcess]) -> anyhow::Result<Vec<u64>> {
+    let mut open = Vec::new();
+    for replica in replicas {
+        open.push(replica.upstream_status("per").await?["sessions"].as_u64().context("sessions")?);
+    }
+    Ok(open)
+}
+
+/// The sum of `mcp_proxy_cluster_forwards_total{outcome}` over `replicas`.
+async fn forwards(replicas: &[&ProxyProcess], outcome: &str) -> anyhow::Result<f64> {
+    let needle = format!("mcp_proxy_cluster_forwards_total{{outcome=\"{outcome}\"}}");
+    let mut sum = 0.0;
+    for replica in replicas {
+        let metrics = replica.admin_get("/metrics").await?;
+        sum += metrics
+            .lines()
+            .filter(|line| line.starts_with(&needle))
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>();
+    }
+    Ok(sum)
+}
+
+/// The parent of process `pid` (from `/proc`).
+fn parent_of(pid: &str) -> anyhow::Result<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let (_, rest) = stat.rsplit_once(')').context("a stat line")?;
+    Ok(rest.split_whitespace().nth(1).context("ppid")?.parse()?)
+}
+
+/// The index of the replica whose child process `pid` is.
+fn owner_of(cluster: &Replicas, pid: &str) -> anyhow::Result<usize> {
+    let parent = parent_of(pid)?;
+    cluster.replicas.iter().position(|r| r.pid() == Some(parent)).with_context(|| format!("no replica is {parent}"))
+}
+
+/// `host` keeps `value` and then sees it on every one of `ROUNDS` calls and reads.
+async fn keeps_its_own(host: &Host, value: &str) -> anyhow::Result<()> {
+    assert_eq!(call(host, "remember", json!({ "value": value })).await?, format!("kept {value}"));
+    for round in 0..ROUNDS {
+        assert_eq!(call(host, "recall", json!({})).await?, value, "call {round}");
+        if round % 3 == 0 {
+            assert_eq!(read(host).await?, value, "read {round}");
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_per_principal_session_lives_on_one_replica_and_its_requests_reach_it_from_every_other() -> anyhow::Result<()>
+{
+    let (cluster, _policies) = start(3).await?;
+    let (alice, bob) = (host(cluster.url(), ALICE_TOKEN).await?, host(cluster.url(), BOB_TOKEN).await?);
+    keeps_its_own(&alice, "alice's value").await?;
+    keeps_its_own(&bob, "bob's value").await?;
+
+    let all: Vec<&ProxyProcess> = cluster.replicas.iter().collect();
+    let open = sessions(&all).await?;
+    assert_eq!(open.iter().sum::<u64>(), 2, "one session per principal in the cluster: {open:?}");
+    assert!(forwards(&all, "forwarded").await? >= 1.0, "requests reached the owner from another replica");
+    assert!(forwards(&all, "served").await? >= 1.0);
+    assert_eq!(forwards(&all, "fallback").await?, 0.0);
+
+    // The replica holding alice's session dies; her next calls succeed on a new owner.
+    let alice_pid = call(&alice, "pid", json!({})).await?;
+    let bob_pid = call(&bob, "pid", json!({})).await?;
+    let owner = owner_of(&cluster, &alice_pid)?;
+    let bob_owner = owner_of(&cluster, &bob_pid)?;
+    let pid = cluster.replicas[owner].pid().context("the owner runs")?;
+    let killed = tokio::process::Command::new("kill").args(["-9", &pid.to_string()]).status().await?;
+    anyhow::ensure!(killed.success(), "kill -9 {pid}");
+    eventually(DEADLINE, "alice's next call succeeds", || call(&alice, "recall", json!({}))).await?;
+
+    let survivors: Vec<&ProxyProcess> =
+        cluster.replicas.iter().enumerate().filter(|(i, _)| *i != owner).map(|(_, r)| r).collect();
+    for replica in &survivors {
+        let gone = |c: &Value| c["reachable"].as_array().is_some_and(|r| r.len() == 2);
+        cluster_when(replica, gone).await?;
+    }
+    keeps_its_own(&alice, "alice's second value").await?;
+    let new_pid = call(&alice, "pid", json!({})).await?;
+    assert_ne!(new_pid, alice_pid, "a new session on a new owner");
+    assert_ne!(owner_of(&cluster, &new_pid)?, owner);
+    if bob_owner != owner {
+        assert_eq!(call(&bob, "recall", json!({})).await?, "bob's value", "bob's session did not move");
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_forged_altered_stale_misdirected_or_replayed_forward_is_refused() -> anyhow::Result<()> {
+    let (cluster, _policies) = start(1).await?;
+    let replica = &cluster.replicas[0];
+    let url = format!("{}{PATH}", replica.url.strip_suffix("/mcp").context("an /mcp URL")?);
+    let key = ClusterKeys::new(SECRET.as_bytes()).forward();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis() as u64;
+    let request = |to: &str, issued_ms: u64, nonce: &str, principal: &str| {
+        json!({
+            "to": to, "issued_ms": issued_ms, "nonce": nonce, "principal": principal, "upstream": "per",
+            "call": { "kind": "tool", "params": { "name": "recall" } }
+        })
+        .to_string()
+    };
+    let post = |body: String, mark: Option<String>| {
+        let url = url.clone();
+        async move {
+            let mut post = reqwest::Client::new().post(&url).header("content-type", "application/json").body(body);
+            if let Some(mark) = mark {
+                post = post.header(MARK_HEADER, mark);
+            }
+            let response = post.send().await?;
+            anyhow::Ok((response.status().as_u16(), response.text().await?))
+        }
+    };
+
+    // A request made as a replica makes it is run on alice's session.
+    let genuine = request("replica-0", now, "nonce-1", "alice");
+    let (status, answer) = post(genuine.clone(), Some(mark_with(&key, genuine.as_bytes()))).await?;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.contains("nothing"), "alice's fresh session answered: {answer}");
+
+    let other_key = ClusterKeys::new(b"another cluster's secret, 32 bytes or more").forward();
+    let altered = genuine.replace("alice", "bob");
+    let stale = request("replica-0", now - 60_000, "nonce-2", "alice");
+    let elsewhere = request("replica-9", now, "nonce-3", "alice");
+    let other = request("replica-0", now, "nonce-5", "alice");
+    let refused = [
+        ("replayed", genuine.clone(), Some(mark_with(&key, genuine.as_bytes()))),
+        ("no mark", request("replica-0", now, "nonce-4", "alice"), None),
+        ("another secret", other.clone(), Some(mark_with(&other_key, other.as_bytes()))),
+        ("altered", altered, Some(mark_with(&key, genuine.as_bytes()))),
+        ("stale", stale.clone(), Some(mark_with(&key, stale.as_bytes()))),
+        ("for another replica", elsewhere.clone(), Some(mark_with(&key, elsewhere.as_bytes()))),
+    ];
+    for (what, body, mark) in refused {
+        let (status, answer) = post(body, mark).await?;
+        assert_eq!(status, 403, "{what}: {answer}");
+        assert!(!answer.contains("nothing"), "{what} was run: {answer}");
+    }
+    let all = [replica];
+    assert_eq!(forwards(&all, "refused").await?, 6.0);
+    assert_eq!(forwards(&all, "served").await?, 1.0, "only the genuine request ran");
+    Ok(())
+}
