@@ -217,6 +217,7 @@ impl Metrics {
                 "Hosts' answers to requests a replica sent them (sampling, elicitation), by what became of \
                  them here: local, forwarded (to the asking replica), delivered (from another), dropped, unheard.",
                 &["replica", "outcome"],
+            ),
             cluster_forwards: b.counter(
                 "cluster_forwards_total",
                 "Requests for per-principal upstream sessions held by another replica: forwarded, fallback (owner unreachable, run here), failed; at the owner: served, refused (a bad mark).",
@@ -453,6 +454,8 @@ impl Metrics {
     /// A host's answer to a request a replica sent it met `outcome` on replica `replica`.
     pub fn cluster_answer(&self, replica: &str, outcome: AnswerOutcome) {
         self.inner.cluster_answers.with_label_values(&[replica, outcome.label()]).inc();
+    }
+
     /// A request for a per-principal session held elsewhere, or forwarded here; `outcome` is
     /// `forwarded`, `fallback`, `failed`, `served` or `refused`.
     pub fn cluster_forward(&self, outcome: &'static str) {
