@@ -42,7 +42,7 @@ use rmcp::transport::streamable_http_server::session::local::{LocalSessionManage
 use rmcp::transport::streamable_http_server::session::{RestoreOutcome, ServerSseMessage, SessionId};
 use tokio::sync::mpsc;
 
-use super::shared::answers::{Answers, Route};
+use super::shared::answers::Answers;
 use super::shared::ids::SessionIds;
 
 /// A call's own messages that may wait for its stream (as many as rmcp's own stream holds).
@@ -226,10 +226,8 @@ impl SessionManager for CallStreams {
     async fn accept_message(&self, id: &SessionId, message: ClientJsonRpcMessage) -> Result<(), Self::Error> {
         let message = match (&self.answers, &message) {
             (Some(answers), JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_)) => {
-                match answers.route(id, message).await {
-                    Route::Here(message) => message,
-                    Route::Done => return Ok(()),
-                }
+                let Some(message) = answers.route(id, message).await else { return Ok(()) };
+                message
             }
             _ => message,
         };

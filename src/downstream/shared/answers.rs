@@ -56,14 +56,6 @@ struct Asked {
     at: Instant,
 }
 
-/// What to do with an answer a host POSTed here.
-pub(crate) enum Route {
-    /// Hand it to rmcp (its id is rmcp's again).
-    Here(ClientJsonRpcMessage),
-    /// Nothing more: it was forwarded, or dropped.
-    Done,
-}
-
 /// A forwarded answer, as posted to the asking replica's mailbox.
 #[derive(Serialize, Deserialize)]
 struct Forwarded {
@@ -134,21 +126,18 @@ impl Answers {
         *id = Some(self.wire_id(n));
     }
 
-    /// An answer a host POSTed here on `session`.
-    pub async fn route(&self, session: &SessionId, message: ClientJsonRpcMessage) -> Route {
+    /// An answer a host POSTed here on `session`: what to hand rmcp (its id rmcp's again), or
+    /// nothing (it was forwarded, or dropped).
+    pub async fn route(&self, session: &SessionId, message: ClientJsonRpcMessage) -> Option<ClientJsonRpcMessage> {
         let Some((replica, n)) = answer_id(&message).and_then(parse) else {
             tracing::debug!("an answer to no request of this cluster was dropped");
             self.count(AnswerOutcome::Dropped);
-            return Route::Done;
+            return None;
         };
         if replica == self.replica {
-            return match self.take(n, |asked| asked.session == *session, message) {
-                Some(answer) => {
-                    self.count(AnswerOutcome::Local);
-                    Route::Here(answer)
-                }
-                None => Route::Done,
-            };
+            let answer = self.take(n, |asked| asked.session == *session, message)?;
+            self.count(AnswerOutcome::Local);
+            return Some(answer);
         }
         let forwarded = Forwarded { session: self.ids.record_key(session), answer: message };
         let body = serde_json::to_vec(&forwarded).expect("a JSON-RPC message serialises");
@@ -159,7 +148,7 @@ impl Answers {
                 self.count(AnswerOutcome::Unheard);
             }
         }
-        Route::Done
+        None
     }
 
     /// A letter from this replica's mailbox: the session and answer to hand rmcp, if a request
@@ -301,12 +290,8 @@ mod tests {
         })
     }
 
-    fn check(route: Route, expected: Option<RequestId>) {
-        let got = match route {
-            Route::Here(message) => answer_id(&message).cloned(),
-            Route::Done => None,
-        };
-        assert_eq!(got, expected);
+    fn check(route: Option<ClientJsonRpcMessage>, expected: Option<RequestId>) {
+        assert_eq!(route.as_ref().and_then(answer_id).cloned(), expected);
     }
 
     #[tokio::test]
