@@ -204,7 +204,7 @@ impl Forwarder {
             if !response.status().is_success() {
                 return Err(failed(
                     upstream,
-                    &format!("the replica holding the session answered {}", response.status()),
+                    format!("the replica holding the session answered {}", response.status()),
                 ));
             }
             read_lines(response, upstream, progress).await
