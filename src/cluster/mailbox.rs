@@ -203,6 +203,7 @@ mod tests {
             heartbeat: Duration::from_secs(1),
             replica_ttl: Duration::from_secs(3),
             ready_without_redis: true,
+            advertise_url: None,
         };
         Mailbox::new(Cluster::new(&config, Metrics::new()).expect("a cluster handle"))
     }

@@ -265,6 +265,7 @@ mod tests {
             heartbeat: Duration::from_secs(1),
             replica_ttl: Duration::from_secs(3),
             ready_without_redis: true,
+            advertise_url: None,
         };
         let metrics = Metrics::new();
         let cluster = Cluster::new(&config, metrics.clone()).expect("a cluster handle");
