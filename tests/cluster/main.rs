@@ -10,6 +10,7 @@ pub mod support;
 
 mod bad_input;
 mod cache;
+mod caps;
 mod peers;
 mod redis_outage;
 mod replicas;
