@@ -263,11 +263,8 @@ fn share_rate_limits(cluster: &Cluster, limits: RateLimits, spine: &Spine) {
     let shutdown = spine.shutdown();
     spine.spawn("rate-limits-share", async move {
         let mut event = ShareEvent::Replicas(*live.borrow_and_update());
-        loop {
-            match event {
-                ShareEvent::Replicas(replicas) => limits.share_among(replicas),
-                ShareEvent::Shutdown => break,
-            }
+        while let ShareEvent::Replicas(replicas) = event {
+            limits.share_among(replicas);
             event = tokio::select! {
                 changed = live.changed() => match changed {
                     Ok(()) => ShareEvent::Replicas(*live.borrow_and_update()),
