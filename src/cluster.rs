@@ -3,8 +3,9 @@
 //! keys derived from the cluster secret (`keys`), the Redis connection (one reconnecting
 //! multiplexed connection, RESP3), Redis's health as this replica sees it (a watch), and the
 //! replicas seen alive (`heartbeat`: a key per replica with a time to live, renewed every
-//! `cluster.heartbeat`), and each replica's `mailbox` (signed letters from the others over
-//! Redis pub/sub).
+//! `cluster.heartbeat`), each replica's `mailbox` (signed letters from the others over Redis
+//! pub/sub), and this replica's counts that hold across the cluster (`counts`: the
+//! per-principal in-flight call cap).
 //!
 //! What needs no Redis keeps working while it is unreachable: cursors and `requestState`s are
 //! sealed with derived keys, so any replica opens them without asking anyone. Redis's state is
@@ -17,6 +18,7 @@
 //! (not the secret).
 
 pub mod forward;
+pub mod counts;
 mod heartbeat;
 pub mod keys;
 mod owners;
@@ -30,6 +32,7 @@ use redis::{ConnectionInfo, IntoConnectionInfo, ProtocolVersion, RedisError, Red
 use serde::Serialize;
 use tokio::sync::watch;
 
+pub use self::counts::{Admitted, ClusterCounts};
 pub use self::keys::ClusterKeys;
 pub use self::owners::Owner;
 use crate::config::{ClusterConfig, redact_urls_in};
@@ -58,6 +61,9 @@ struct Inner {
     replicas: Mutex<Vec<String>>,
     /// Where replicas are reached (`owners`): this one's, and the others' from their heartbeats.
     addresses: owners::Addresses,
+    /// How many replicas are seen alive (this one included), as it changes.
+    live: watch::Sender<usize>,
+    counts: ClusterCounts,
     config: ClusterConfig,
     metrics: Metrics,
 }
@@ -129,15 +135,29 @@ impl Cluster {
             health,
             replicas: Mutex::new(vec![config.replica_id.clone()]),
             addresses: owners::Addresses::new(config.advertise_url.clone()),
+            live: watch::Sender::new(1),
+            counts: ClusterCounts::new(&config.replica_id),
             config: config.clone(),
             metrics,
         };
         Ok(Cluster { inner: Arc::new(inner) })
     }
 
-    /// Start the `cluster-heartbeat` task on `spine` (it removes this replica's key on shutdown).
+    /// Start the `cluster-heartbeat` task on `spine` (it removes this replica's key on shutdown)
+    /// and the `cluster-counts` task.
     pub fn start(&self, spine: &Spine) {
         heartbeat::spawn(self.clone(), spine);
+        counts::spawn(self.clone(), spine);
+    }
+
+    /// This replica's counts that hold across the cluster.
+    pub fn counts(&self) -> &ClusterCounts {
+        &self.inner.counts
+    }
+
+    /// How many replicas are seen alive (this one included), now and as it changes.
+    pub fn live_replicas(&self) -> watch::Receiver<usize> {
+        self.inner.live.subscribe()
     }
 
     pub fn replica_id(&self) -> &str {
@@ -219,6 +239,8 @@ impl Cluster {
         replicas.sort();
         replicas.dedup();
         self.inner.metrics.cluster_replicas(&self.inner.replica_id, replicas.len());
+        let live = replicas.len();
+        self.inner.live.send_if_modified(|seen| std::mem::replace(seen, live) != live);
         *self.inner.replicas.lock().expect("replicas lock") = replicas;
     }
 

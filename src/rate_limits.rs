@@ -6,6 +6,13 @@
 //! no IO and never waits: callers check before any cache or upstream work, so a refused
 //! request costs a map lookup.
 //!
+//! With `[cluster]` each replica keeps its own buckets, each at the configured rate and burst
+//! divided by the replicas seen alive ([`RateLimits::share_among`]; the burst rounded up, at
+//! least 1): with a balancer spreading requests evenly, a principal gets about the configured
+//! rate from the cluster as a whole. It is approximate: a principal whose requests all land on
+//! one replica gets that replica's share, and when the number of live replicas changes every
+//! bucket is made again, full.
+//!
 //! Invariants:
 //! - off unless configured: with no rate anywhere, [`RateLimits::check`] admits everything
 //!   without touching a map;
@@ -16,7 +23,8 @@
 //!   are principals, so a host cannot mint keys by naming upstreams or tools.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -62,7 +70,9 @@ pub struct RateLimits {
 struct Inner {
     /// Any bucket at all: false skips every lookup.
     active: AtomicBool,
-    principal: Buckets,
+    principal: RwLock<Buckets>,
+    /// The replicas the rates are shared among (1 without `[cluster]`).
+    share: AtomicU32,
     /// Per configured upstream with a rate; keyed by principal inside.
     upstreams: RwLock<HashMap<String, Buckets>>,
     clock: DefaultClock,
@@ -70,6 +80,7 @@ struct Inner {
 
 /// The buckets of one scope, keyed by principal.
 struct Buckets {
+    /// As configured (before any sharing among replicas).
     config: RateLimitsConfig,
     calls: Option<DefaultKeyedRateLimiter<String>>,
     reads: Option<DefaultKeyedRateLimiter<String>>,
@@ -99,7 +110,8 @@ impl RateLimits {
     pub fn new(principal: &RateLimitsConfig, upstreams: &[UpstreamConfig]) -> Self {
         let inner = Inner {
             active: AtomicBool::new(false),
-            principal: Buckets::new(*principal),
+            principal: RwLock::new(Buckets::new(*principal, 1)),
+            share: AtomicU32::new(1),
             upstreams: RwLock::default(),
             clock: DefaultClock::default(),
         };
@@ -127,7 +139,8 @@ impl RateLimits {
                 return Err(Limited { kind, scope: Scope::Upstream, upstream: Some(upstream.into()), retry_after });
             }
         }
-        inner.principal.take(kind, &key, &inner.clock).map_err(|retry_after| Limited {
+        let principal = inner.principal.read().expect("rate limits lock");
+        principal.take(kind, &key, &inner.clock).map_err(|retry_after| Limited {
             kind,
             scope: Scope::Principal,
             upstream: upstream.map(str::to_string),
@@ -140,18 +153,35 @@ impl RateLimits {
     /// one starts full; one without rates has none.
     pub fn configure_upstreams(&self, upstreams: &[UpstreamConfig]) {
         let inner = &self.inner;
+        let share = inner.share.load(Ordering::Relaxed);
         let mut current = inner.upstreams.write().expect("rate limits lock");
         current.retain(|name, buckets| upstreams.iter().any(|u| u.name == *name && u.rate_limits == buckets.config));
         for upstream in upstreams.iter().filter(|u| !u.rate_limits.is_off()) {
-            current.entry(upstream.name.clone()).or_insert_with(|| Buckets::new(upstream.rate_limits));
+            current.entry(upstream.name.clone()).or_insert_with(|| Buckets::new(upstream.rate_limits, share));
         }
-        let active = !inner.principal.config.is_off() || !current.is_empty();
+        let active = !inner.principal.read().expect("rate limits lock").config.is_off() || !current.is_empty();
         inner.active.store(active, Ordering::Relaxed);
+    }
+
+    /// `[cluster]`: `replicas` are alive and share the rates; when that number changes every
+    /// bucket is made again (full) at its share.
+    pub fn share_among(&self, replicas: usize) {
+        let inner = &self.inner;
+        let replicas = u32::try_from(replicas.max(1)).unwrap_or(u32::MAX);
+        if inner.share.swap(replicas, Ordering::Relaxed) == replicas {
+            return;
+        }
+        let mut principal = inner.principal.write().expect("rate limits lock");
+        *principal = Buckets::new(principal.config, replicas);
+        drop(principal);
+        for buckets in inner.upstreams.write().expect("rate limits lock").values_mut() {
+            *buckets = Buckets::new(buckets.config, replicas);
+        }
     }
 
     /// Forget every principal whose buckets are full again (housekeeping).
     pub fn retain_recent(&self) {
-        self.inner.principal.retain_recent();
+        self.inner.principal.read().expect("rate limits lock").retain_recent();
         for buckets in self.inner.upstreams.read().expect("rate limits lock").values() {
             buckets.retain_recent();
         }
@@ -160,12 +190,15 @@ impl RateLimits {
     /// How many keys the buckets hold (a principal counts once per bucket it spent from).
     pub fn keys(&self) -> usize {
         let upstreams = self.inner.upstreams.read().expect("rate limits lock");
-        self.inner.principal.keys() + upstreams.values().map(Buckets::keys).sum::<usize>()
+        self.inner.principal.read().expect("rate limits lock").keys()
+            + upstreams.values().map(Buckets::keys).sum::<usize>()
     }
 }
 
 impl Buckets {
-    fn new(config: RateLimitsConfig) -> Self {
+    /// `config`'s buckets, each at its rate and burst divided by `share`.
+    fn new(config: RateLimitsConfig, share: u32) -> Self {
+        let limiter = |bucket: Bucket| limiter(shared(bucket, share));
         Buckets { config, calls: config.calls.map(limiter), reads: config.reads.map(limiter) }
     }
 
@@ -189,6 +222,13 @@ impl Buckets {
     fn keys(&self) -> usize {
         [&self.calls, &self.reads].into_iter().flatten().map(|bucket| bucket.len()).sum()
     }
+}
+
+/// One of `share` equal parts of `bucket`: a token every `share × every`, the burst divided
+/// (rounded up, at least 1).
+fn shared(bucket: Bucket, share: u32) -> Bucket {
+    let burst = bucket.burst.get().div_ceil(share.max(1));
+    Bucket { every: bucket.every * share.max(1), burst: NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN) }
 }
 
 fn limiter(bucket: Bucket) -> DefaultKeyedRateLimiter<String> {
@@ -262,6 +302,28 @@ mod tests {
         limits.configure_upstreams(&[]);
         assert_eq!(limits.check(Kind::Reads, "alice", Some("docs")), Ok(()));
         assert_eq!(limits.keys(), 0, "no bucket is left");
+    }
+
+    #[test]
+    fn a_cluster_shares_each_rate_among_its_live_replicas() {
+        let limits = limits(
+            "[rate_limits]\ncalls_per_minute = 6\n[[upstreams]]\nname = \"docs\"\n\
+                             url = \"http://127.0.0.1:1/mcp\"\n[upstreams.rate_limits]\nreads_per_minute = 5\n",
+        );
+        limits.share_among(3);
+        for _ in 0..2 {
+            limits.check(Kind::Calls, "alice", None).expect("a third of the burst");
+            limits.check(Kind::Reads, "alice", Some("docs")).expect("5 / 3, rounded up");
+        }
+        let refused = limits.check(Kind::Calls, "alice", None).expect_err("this replica's share is spent");
+        assert!(refused.retry_after > Duration::from_secs(20), "a token every 30 s: {refused:?}");
+        assert!(limits.check(Kind::Reads, "alice", Some("docs")).is_err());
+        limits.share_among(3);
+        assert!(limits.check(Kind::Calls, "alice", None).is_err(), "the same share keeps what was spent");
+        limits.share_among(1);
+        for _ in 0..6 {
+            limits.check(Kind::Calls, "alice", None).expect("alone again: the whole burst, full");
+        }
     }
 
     #[test]

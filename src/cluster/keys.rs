@@ -28,6 +28,8 @@ pub mod label {
     pub const NAMESPACE: &str = "redis-namespace";
     /// Requests forwarded between replicas (`crate::cluster::forward`).
     pub const FORWARD: &str = "forward";
+    /// Principals' names in Redis keys (`crate::cluster::counts`).
+    pub const PRINCIPAL: &str = "principal-tag";
 }
 
 /// The keys of one cluster secret.
@@ -73,6 +75,14 @@ impl ClusterKeys {
         self.derive(label::FORWARD)
     }
 
+    /// A principal's name in Redis keys: 24 hex digits of a keyed hash (the name itself is
+    /// never in a key).
+    pub fn principal_tag(&self, principal: &str) -> String {
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.derive(label::PRINCIPAL)).expect("any key length");
+        mac.update(principal.as_bytes());
+        mac.finalize().into_bytes()[..12].iter().map(|b| format!("{b:02x}")).collect()
+    }
+
     /// 16 hex digits naming this secret's cluster (its keys in Redis start `mcp-proxy:<this>:`),
     /// so clusters with different secrets sharing one Redis never see each other's keys.
     pub fn namespace(&self) -> &str {
@@ -97,7 +107,15 @@ mod tests {
         let (a, b) = (ClusterKeys::new(SECRET), ClusterKeys::new(SECRET));
         assert_eq!(a.cursor(), b.cursor());
         assert_eq!(a.namespace(), b.namespace());
-        let uses = [a.cursor(), a.request_state(), a.session_id(), a.mailbox(), a.forward(), a.derive(label::NAMESPACE)];
+        let uses = [
+            a.cursor(),
+            a.request_state(),
+            a.session_id(),
+            a.mailbox(),
+            a.forward(),
+            a.derive(label::NAMESPACE),
+            a.derive(label::PRINCIPAL),
+        ];
         for (i, x) in uses.iter().enumerate() {
             for y in &uses[i + 1..] {
                 assert_ne!(x, y, "two uses share a key");
@@ -112,6 +130,9 @@ mod tests {
         assert_ne!(a.cursor(), other.cursor());
         assert_ne!(a.namespace(), other.namespace());
         assert_eq!(a.namespace().len(), 16);
+        assert_ne!(a.principal_tag("alice"), other.principal_tag("alice"));
+        assert_eq!(a.principal_tag("alice").len(), 24);
+        assert!(!a.principal_tag("alice").contains("alice"));
         let shown = format!("{a:?}");
         assert!(!shown.contains("0123456789"), "{shown}");
     }

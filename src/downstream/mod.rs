@@ -131,6 +131,10 @@ impl ProxyServer {
         let Some(book) = &self.book else { return };
         if let Some(session) = session_header(extensions) {
             book.touch(session, self.session.get().map(|s| s.id));
+            if self.records.is_some() {
+                // Session news sets it when `logging/setLevel` lands on another replica.
+                book.keep_level(session, &self.log_level);
+            }
         }
     }
 

@@ -154,7 +154,7 @@ impl ProxyServer {
         self.admit(&context.extensions, &self.caller(), Metered::Tool(&request.name), "tools/call")?;
         let started = Instant::now();
         // Bridge calls (searches, reads) count against the same per-principal limit.
-        let _permit = self.admit_call("tools/call", started)?;
+        let _permit = self.admit_call("tools/call", started).await?;
         let name = request.name.to_string();
         // A bridge read names its resource: the audit trail records it with the call.
         let uri = request.arguments.as_ref().and_then(|a| a.get("uri")?.as_str().map(str::to_string));
@@ -200,7 +200,7 @@ impl ProxyServer {
         self.check_principal(&context.extensions)?;
         self.admit(&context.extensions, &self.caller(), Metered::Prompt(&request.name), "prompts/get")?;
         let started = Instant::now();
-        let _permit = self.admit_call("prompts/get", started)?;
+        let _permit = self.admit_call("prompts/get", started).await?;
         let name = request.name.clone();
         let (relay, jobs) = super::relay::for_call(&context, &self.log_level, &self.principal, self.host_session());
         let get = self.proxy.tools().get_prompt(&self.principal, request, &context.ct, Some(relay));
@@ -220,7 +220,7 @@ impl ProxyServer {
         self.check_principal(&context.extensions)?;
         self.admit(&context.extensions, &self.caller(), metered_completion(&request.r#ref), "completion/complete")?;
         let started = Instant::now();
-        let _permit = self.admit_call("completion/complete", started)?;
+        let _permit = self.admit_call("completion/complete", started).await?;
         let reference = match &request.r#ref {
             Reference::Prompt(prompt) => (Some(prompt.name.clone()), None),
             Reference::Resource(template) => (None, Some(template.uri.clone())),
@@ -238,8 +238,8 @@ impl ProxyServer {
     }
 
     /// A permit for one more routed call of this principal, or the error naming the limit.
-    fn admit_call(&self, method: &'static str, started: Instant) -> Result<crate::tools::CallPermit, ErrorData> {
-        self.proxy.tools().admit_call(&self.principal).map_err(|limit| {
+    async fn admit_call(&self, method: &'static str, started: Instant) -> Result<crate::tools::CallPermit, ErrorData> {
+        self.proxy.tools().admit_call(&self.principal).await.map_err(|limit| {
             self.proxy.metrics().downstream_request(method, "over_limit", started.elapsed());
             let message = format!(
                 "call limit reached: {limit} calls of this principal are in flight \

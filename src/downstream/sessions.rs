@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::relay::LogLevel;
 use crate::metrics::SessionGuard;
 use crate::subscriptions::HolderId;
 
@@ -45,6 +46,8 @@ struct Seen {
     streamed_here: bool,
     /// `[cluster]`: when the session's record was last told of its activity.
     pushed: Instant,
+    /// `[cluster]`: the log level its handler here filters by (set again by session news).
+    level: Option<LogLevel>,
     _counted: SessionGuard,
 }
 
@@ -194,6 +197,20 @@ impl SessionBook {
         }
     }
 
+    /// `[cluster]`: the log level `session`'s handler here filters by (kept once).
+    pub fn keep_level(&self, session: &str, level: &LogLevel) {
+        if let Some(seen) = self.sessions.lock().expect("sessions lock").get_mut(session)
+            && seen.level.is_none()
+        {
+            seen.level = Some(level.clone());
+        }
+    }
+
+    /// `[cluster]`: the log level of `session`'s handler here, if it made a request here.
+    pub fn level(&self, session: &str) -> Option<LogLevel> {
+        self.sessions.lock().expect("sessions lock").get(session).and_then(|seen| seen.level.clone())
+    }
+
     /// The session ended; its count in the metric goes with it.
     pub fn forget(&self, session: &str) {
         self.sessions.lock().expect("sessions lock").remove(session);
@@ -240,6 +257,7 @@ impl Seen {
             legacy_ready: false,
             streamed_here: false,
             pushed: now,
+            level: None,
             _counted: counted,
         }
     }

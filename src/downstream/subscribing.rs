@@ -99,8 +99,9 @@ impl ProxyServer {
     }
 
     /// `[cluster]`: the subscription goes into the session's record (within
-    /// `server.max_subscriptions_per_session`); the replica serving the session's GET stream
-    /// holds it (see `shared::streams`).
+    /// `server.max_subscriptions_per_session`, and `server.max_subscriptions_per_principal` over
+    /// the principal's live sessions on every replica); the replica serving the session's GET
+    /// stream holds it (see `shared::streams`).
     async fn subscribe_shared(
         &self,
         records: &Records,
@@ -112,8 +113,9 @@ impl ProxyServer {
         if self.proxy.subscribable(&caller, &[uri.to_owned()]).is_empty() {
             return self.record(method::RESOURCES_SUBSCRIBE, started, Err(ProxyError::not_found(uri)));
         }
-        let limit = self.proxy.config().server.max_subscriptions_per_session;
-        let recorded = match records.subscribe(session, uri, limit).await {
+        let server = &self.proxy.config().server;
+        let (limit, principal_limit) = (server.max_subscriptions_per_session, server.max_subscriptions_per_principal);
+        let recorded = match records.subscribe(session, (&self.principal, uri), (limit, principal_limit)).await {
             Ok(recorded) => recorded,
             Err(error) => {
                 self.proxy.metrics().downstream_request(method::RESOURCES_SUBSCRIBE, "error", started.elapsed());
@@ -126,6 +128,11 @@ impl ProxyServer {
                 holder: "this session",
                 limit,
                 setting: "server.max_subscriptions_per_session",
+            },
+            SubscribeRefused::PrincipalFull => ProxyError::SubscriptionLimit {
+                holder: "this principal",
+                limit: principal_limit,
+                setting: "server.max_subscriptions_per_principal",
             },
         });
         self.record(method::RESOURCES_SUBSCRIBE, started, result)

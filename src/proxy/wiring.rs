@@ -145,6 +145,7 @@ impl Shared {
             policy: access.shared_policy(),
             bridge: config.bridge.enabled,
             max_calls_per_principal: server.max_calls_per_principal,
+            cluster: cluster.clone(),
             state_key: cluster.as_ref().map(|cluster| cluster.keys().request_state()),
             forwarder: cluster.as_ref().map(Forwarder::new),
         });
@@ -211,6 +212,7 @@ impl Shared {
         housekeeping.spawn(spine);
         if let Some(cluster) = &self.cluster {
             cluster.start(spine);
+            share_rate_limits(cluster, self.rate_limits.clone(), spine);
         }
         let lists = Lists {
             catalog: self.catalog,
@@ -248,6 +250,33 @@ impl Shared {
             cluster: self.cluster,
         }
     }
+}
+
+/// What the `rate-limits-share` loop waits for.
+enum ShareEvent {
+    /// The number of live replicas changed (or is first known).
+    Replicas(usize),
+    Shutdown,
+}
+
+/// `[cluster]`: the `rate-limits-share` task divides the rate limits among the live replicas,
+/// again whenever their number changes.
+fn share_rate_limits(cluster: &Cluster, limits: RateLimits, spine: &Spine) {
+    let mut live = cluster.live_replicas();
+    let shutdown = spine.shutdown();
+    spine.spawn("rate-limits-share", async move {
+        let mut event = ShareEvent::Replicas(*live.borrow_and_update());
+        while let ShareEvent::Replicas(replicas) = event {
+            limits.share_among(replicas);
+            event = tokio::select! {
+                changed = live.changed() => match changed {
+                    Ok(()) => ShareEvent::Replicas(*live.borrow_and_update()),
+                    Err(_) => ShareEvent::Shutdown,
+                },
+                _ = shutdown.cancelled() => ShareEvent::Shutdown,
+            };
+        }
+    });
 }
 
 /// Every notification's fate, counted.

@@ -96,6 +96,8 @@ pub struct ToolsParts {
     pub bridge: bool,
     /// `server.max_calls_per_principal`.
     pub max_calls_per_principal: usize,
+    /// `[cluster]`: the call cap holds across the live replicas.
+    pub cluster: Option<crate::cluster::Cluster>,
     /// The key upstreams' `requestState`s are sealed with: `None` is a random one (one
     /// process); a cluster passes the key derived from its secret.
     pub state_key: Option<[u8; 32]>,
@@ -115,7 +117,7 @@ impl Tools {
             page_size: parts.page_size,
             policy: parts.policy,
             bridge: parts.bridge,
-            calls: inflight::CallsInFlight::new(parts.max_calls_per_principal),
+            calls: inflight::CallsInFlight::new(parts.max_calls_per_principal, parts.cluster),
             parked_tools: parked::ParkedCalls::default(),
             parked_prompts: parked::ParkedCalls::default(),
             state_seal: parts.state_key.map_or_else(sealed::StateSeal::random, sealed::StateSeal::from_bytes),
@@ -157,9 +159,9 @@ impl Tools {
     }
 
     /// A permit for one more routed call of `principal` (held until the call ends), or the
-    /// limit it has reached.
-    pub fn admit_call(&self, principal: &str) -> Result<CallPermit, usize> {
-        self.inner.calls.admit(principal).ok_or(self.inner.calls.limit())
+    /// limit it has reached (with `[cluster]`, across the live replicas).
+    pub async fn admit_call(&self, principal: &str) -> Result<CallPermit, usize> {
+        self.inner.calls.admit(principal).await.ok_or(self.inner.calls.limit())
     }
 
     /// The upstream of a tool (or prompt, `prompt = true`) a presented name names, when

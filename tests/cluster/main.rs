@@ -11,6 +11,7 @@ pub mod support;
 mod answers;
 mod bad_input;
 mod cache;
+mod caps;
 mod peers;
 mod redis_outage;
 mod replicas;

@@ -1,8 +1,11 @@
 //! `[cluster]`: the `session-news` task hears what other replicas did to sessions this one
 //! holds: a session ended (`DELETE` anywhere) is closed here too; a session's subscriptions
-//! changed, so its GET stream here (if any) syncs again. A lost message (the push connection
+//! changed, so its GET stream here (if any) syncs again; its `logging/setLevel` on another
+//! replica sets the level its handler here filters log messages by. A lost message (the push connection
 //! dropped, or the queue overflowed) makes every stream here sync again; a session ended while
 //! news was lost is closed here once it falls idle and its record is found gone (`sessions`).
+
+#![allow(deprecated)] // Logging is deprecated by SEP-2577 but still in the 2025 era.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,12 +13,13 @@ use std::time::Duration;
 
 use redis::aio::ConnectionManagerConfig;
 use redis::{PushInfo, PushKind, Value};
+use rmcp::model::LoggingLevel;
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::records::{ENDED, Records, SUBSCRIPTIONS};
+use super::records::{ENDED, LEVEL, Records, SUBSCRIPTIONS};
 use super::streams::StreamHolds;
 use crate::downstream::sessions::SessionBook;
 
@@ -96,7 +100,20 @@ impl Newsroom {
         match what {
             ENDED => self.ended(record_key).await,
             SUBSCRIPTIONS => self.streams.resync(record_key),
+            LEVEL => self.level(record_key),
             _ => {}
+        }
+    }
+
+    /// `level <record key> <level>`: the session's handler here filters by the new level.
+    fn level(&self, news: &str) {
+        let Some((record_key, level)) = news.split_once(' ') else { return };
+        let Ok(level) = serde_json::from_str::<LoggingLevel>(level) else { return };
+        let ids = &self.records.ids;
+        for session in self.book.find(|session| ids.record_key(session) == record_key) {
+            if let Some(kept) = self.book.level(&session) {
+                *kept.lock().expect("log level lock") = Some(level);
+            }
         }
     }
 

@@ -5,10 +5,11 @@
 //!
 //! Keys (under the cluster's prefix): `session:<k>` (a hash), `session:<k>:subs` (a set),
 //! `sessions` and `sessions:<principal key>` (sorted sets of live records by expiry: the
-//! cluster-wide session caps). A record lives `server.session_idle_timeout` after its last
+//! cluster-wide session caps; the per-principal subscription cap counts the subscriptions of the
+//! principal's records listed there). A record lives `server.session_idle_timeout` after its last
 //! request seen (`server.subscribed_session_idle_timeout` while it holds subscriptions): the
 //! idle reaping of the cluster is Redis's expiry. Changes of a session that other replicas act
-//! on (its end, its subscriptions) are published on `sessions:news`.
+//! on (its end, its subscriptions, its log level) are published on `sessions:news`.
 
 #![allow(deprecated)] // Logging is deprecated by SEP-2577 but still in the 2025 era.
 
@@ -25,6 +26,8 @@ use crate::cluster::{COMMAND_TIMEOUT, Cluster};
 /// What `news` says of a session.
 pub(crate) const ENDED: &str = "ended";
 pub(crate) const SUBSCRIPTIONS: &str = "subscriptions";
+/// `level <record key> <level as JSON>`: the session's `logging/setLevel`.
+pub(crate) const LEVEL: &str = "level";
 
 /// A session's record as read back.
 #[derive(Debug, Clone, Default)]
@@ -41,6 +44,8 @@ pub(crate) enum SubscribeRefused {
     NoSession,
     /// The session holds `server.max_subscriptions_per_session` URIs.
     Full,
+    /// The principal's live sessions hold `server.max_subscriptions_per_principal` URIs.
+    PrincipalFull,
 }
 
 /// Why a new session was not admitted (the caps are cluster-wide).
@@ -141,29 +146,45 @@ impl Records {
         Ok(alive == 1)
     }
 
+    /// The session's `logging/setLevel`: kept in its record, and every replica holding the
+    /// session is told (its handler there filters by it from then on).
     pub async fn set_level(&self, session: &str, level: LoggingLevel) -> RedisResult<()> {
         let record = self.record_key(session);
         let level = serde_json::to_string(&level).unwrap_or_default();
+        let news = format!("{LEVEL} {} {level}", self.ids.record_key(session));
         let mut redis = self.redis();
-        self.run(redis.hset(&record, "level", level)).await
+        let mut pipe = redis::pipe();
+        pipe.hset(&record, "level", &level).publish(self.news_channel(), news);
+        let _: (i64, i64) = self.run(pipe.query_async(&mut redis)).await?;
+        Ok(())
     }
 
-    /// Add `uri` to the session's subscriptions (at most `max`), and tell the replicas.
-    pub async fn subscribe(&self, session: &str, uri: &str, max: usize) -> RedisResult<Result<(), SubscribeRefused>> {
+    /// Add `uri` to the session's subscriptions (at most `max`; at most `max_principal` in all
+    /// of its principal's live sessions), and tell the replicas.
+    pub async fn subscribe(
+        &self,
+        session: &str,
+        (principal, uri): (&str, &str),
+        (max, max_principal): (usize, usize),
+    ) -> RedisResult<Result<(), SubscribeRefused>> {
         let record = self.record_key(session);
         let script = Script::new(SUBSCRIBE);
         let mut invocation = script.key(&record);
         invocation
             .key(format!("{record}:subs"))
+            .key(self.cluster.key(&["sessions", &self.ids.principal_key(principal)]))
             .arg(uri)
             .arg(max)
             .arg(ms(self.subscribed_idle))
             .arg(self.news_channel())
-            .arg(format!("{SUBSCRIPTIONS} {}", self.ids.record_key(session)));
+            .arg(format!("{SUBSCRIPTIONS} {}", self.ids.record_key(session)))
+            .arg(max_principal)
+            .arg(now_ms());
         let answer: i64 = self.run(invocation.invoke_async(&mut self.redis())).await?;
         Ok(match answer {
             -1 => Err(SubscribeRefused::NoSession),
             -2 => Err(SubscribeRefused::Full),
+            -3 => Err(SubscribeRefused::PrincipalFull),
             _ => Ok(()),
         })
     }
@@ -285,11 +306,19 @@ if pk then redis.call('ZADD', KEYS[4] .. pk, 'XX', expiry, KEYS[1]) end
 return 1
 ";
 
-/// KEYS: record, its subscriptions; ARGV: uri, max, subscribed ttl, channel, news.
+/// KEYS: record, its subscriptions, the principal's live sessions; ARGV: uri, max, subscribed
+/// ttl, channel, news, max for the principal, now. The principal's URIs are those of its live
+/// sessions' records (at most `server.max_sessions_per_principal` of them).
 const SUBSCRIBE: &str = r"
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then return 0 end
 if redis.call('SCARD', KEYS[2]) >= tonumber(ARGV[2]) then return -2 end
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[7])
+local held = 0
+for _, record in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+  held = held + redis.call('SCARD', record .. ':subs')
+end
+if held >= tonumber(ARGV[6]) then return -3 end
 redis.call('SADD', KEYS[2], ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])

@@ -1,0 +1,322 @@
+//! The caps and limits of one principal hold across the replicas (issue 28): the in-flight call
+//! cap (`server.max_calls_per_principal`) counts the calls of every live replica, the
+//! subscription cap (`server.max_subscriptions_per_principal`) the subscriptions of every 2025
+//! session, the rate limits are shared among the live replicas, and a 2025 session's
+//! `logging/setLevel` holds on every replica that serves it.
+
+#![allow(deprecated)] // Logging is deprecated by SEP-2577 but still in the 2025 era.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use reqwest::StatusCode;
+use rmcp::model::{
+    CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, JsonRpcMessage, JsonRpcNotification,
+    LoggingLevel, ServerNotification, SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
+};
+use rmcp::service::{RunningService, RxJsonRpcMessage, ServiceError, TxJsonRpcMessage};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, Transport};
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use super::replicas::answered;
+use crate::support::cluster::{Replicas, cluster_when};
+use crate::support::fixture::{self, Era, HttpFixture};
+use crate::support::proxy::{fixture_upstream, http_upstream};
+use crate::support::raw_http::Reply;
+use crate::support::{DEADLINE, eventually};
+
+/// Three replicas of `server` (a `[server]` or `[rate_limits]` section) in front of one fixture
+/// upstream `fx` over HTTP (7 items), each with `fx`'s tools in.
+async fn three_replicas(sections: &str) -> anyhow::Result<(HttpFixture, Replicas)> {
+    let fixture = HttpFixture::spawn(&["--resources", "7"]).await?;
+    let config = format!("{sections}\n\n{}", http_upstream("fx", &fixture.url, ""));
+    let cluster = Replicas::start(3, &config, &[]).await?;
+    for replica in &cluster.replicas {
+        replica.wait_offerings("fx").await?;
+    }
+    Ok((fixture, cluster))
+}
+
+/// The error message of a JSON-RPC error answer, if that is what `result` is.
+fn refusal<T>(result: &Result<T, ServiceError>) -> Option<String> {
+    match result {
+        Err(ServiceError::McpError(error)) => Some(error.message.to_string()),
+        _ => None,
+    }
+}
+
+const CALL_CAP: usize = 2;
+/// How long the calls that fill the cap are held (the refusals are asserted meanwhile).
+const HOLD: Duration = Duration::from_secs(30);
+/// How long the refusals may take to be seen on every replica (a loaded machine is slow).
+const REFUSALS: Duration = Duration::from_secs(25);
+
+#[tokio::test]
+async fn the_in_flight_call_cap_holds_across_replicas() -> anyhow::Result<()> {
+    let (_fixture, cluster) = three_replicas(&format!("[server]\nmax_calls_per_principal = {CALL_CAP}")).await?;
+    let url = cluster.url().to_owned();
+
+    // Two calls held upstream, on whichever replicas the balancer picked.
+    let started = Instant::now();
+    let holding: Vec<_> = (0..CALL_CAP)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { held_call(&url, HOLD.as_millis() as u64).await })
+        })
+        .collect();
+    // Once both are in flight, the next call is refused, on every replica (the balancer
+    // spreads the calls over all three).
+    eventually(REFUSALS, "every replica refuses the next call", || async {
+        let message = held_call(&url, 0).await?.context("admitted")?;
+        anyhow::ensure!(message.contains("call limit reached"), "{message}");
+        anyhow::ensure!(message.contains("server.max_calls_per_principal"), "{message}");
+        for (i, replica) in cluster.replicas.iter().enumerate() {
+            let refused = answered(replica, "tools/call", "over_limit").await?;
+            anyhow::ensure!(refused >= 1.0, "replica-{i} refused no call yet");
+        }
+        anyhow::Ok(())
+    })
+    .await?;
+    anyhow::ensure!(started.elapsed() < HOLD, "the held calls ended before the refusals were seen");
+
+    // The held calls end: their places come back, on every replica.
+    for held in holding {
+        let answer = held.await??;
+        assert_eq!(answer, None, "a held call is answered");
+    }
+    let mut admitted_before = Vec::new();
+    for replica in &cluster.replicas {
+        admitted_before.push(answered(replica, "tools/call", "ok").await?);
+    }
+    eventually(DEADLINE, "every replica admits a call again", || async {
+        anyhow::ensure!(held_call(&url, 0).await?.is_none(), "refused");
+        for (i, replica) in cluster.replicas.iter().enumerate() {
+            let admitted = answered(replica, "tools/call", "ok").await?;
+            anyhow::ensure!(admitted > admitted_before[i], "replica-{i} admitted no call yet");
+        }
+        anyhow::Ok(())
+    })
+    .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_subscription_cap_of_a_principal_holds_across_its_sessions_on_every_replica() -> anyhow::Result<()> {
+    let (_fixture, cluster) = three_replicas("[server]\nmax_subscriptions_per_principal = 2").await?;
+    let (first, _) = fixture::connect_http(cluster.url(), Era::Legacy).await?;
+    let (second, _) = fixture::connect_http(cluster.url(), Era::Legacy).await?;
+    let item = |n: u32| format!("fx+fx://fx/item/{n}");
+
+    first.subscribe(SubscribeRequestParams::new(item(1))).await?;
+    first.subscribe(SubscribeRequestParams::new(item(2))).await?;
+    // The principal holds its two, in a session whose requests landed on other replicas.
+    let over = second.subscribe(SubscribeRequestParams::new(item(3))).await;
+    let message = refusal(&over).with_context(|| format!("a third subscription of the principal: {over:?}"))?;
+    assert!(message.contains("server.max_subscriptions_per_principal"), "{message}");
+    assert!(message.contains("this principal"), "{message}");
+
+    // One is given back: the other session may take its place.
+    first.unsubscribe(UnsubscribeRequestParams::new(item(1))).await?;
+    second.subscribe(SubscribeRequestParams::new(item(3))).await?;
+    let over = first.subscribe(SubscribeRequestParams::new(item(1))).await;
+    assert!(refusal(&over).is_some_and(|m| m.contains("max_subscriptions_per_principal")), "{over:?}");
+
+    // A session that ends gives its subscriptions back.
+    second.cancel().await?;
+    eventually(DEADLINE, "the ended session's subscription is given back", || {
+        first.subscribe(SubscribeRequestParams::new(item(1)))
+    })
+    .await?;
+    first.cancel().await?;
+    Ok(())
+}
+
+/// A stateless 2026-07-28 `tools/call` of `tool` with `arguments` through the balancer.
+async fn stateless_call(url: &str, id: u64, tool: &str, arguments: serde_json::Value) -> anyhow::Result<Reply> {
+    let mut params = json!({"name": tool, "arguments": arguments});
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "caps", "version": "0"}});
+    let request = reqwest::Client::new()
+        .post(url)
+        .timeout(HOLD * 2)
+        .header("Accept", "application/json, text/event-stream")
+        .header("Content-Type", "application/json")
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", "tools/call")
+        .header("Mcp-Name", tool)
+        .json(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}));
+    let response = request.send().await?;
+    let status = response.status();
+    Ok(Reply { status, session: None, body: response.text().await? })
+}
+
+/// `fx__progress` answering after `hold_ms`, statelessly: the error message if refused.
+async fn held_call(url: &str, hold_ms: u64) -> anyhow::Result<Option<String>> {
+    let reply = stateless_call(url, 7, "fx__progress", json!({"count": 0, "hold_ms": hold_ms})).await?;
+    anyhow::ensure!(reply.status == StatusCode::OK, "{reply:?}");
+    let message = reply.message().with_context(|| format!("{reply:?}"))?;
+    if message.get("result").is_some() {
+        return Ok(None);
+    }
+    Ok(Some(message["error"]["message"].as_str().with_context(|| format!("{message}"))?.to_owned()))
+}
+
+/// `count` calls, one after the other: how many were admitted (any other answer is a 429).
+async fn admitted_of(url: &str, count: u64) -> anyhow::Result<usize> {
+    let mut admitted = 0;
+    for id in 0..count {
+        match stateless_call(url, id, "fx__stats", json!({})).await?.status {
+            StatusCode::OK => admitted += 1,
+            StatusCode::TOO_MANY_REQUESTS => {}
+            other => anyhow::bail!("call {id}: {other}"),
+        }
+    }
+    Ok(admitted)
+}
+
+#[tokio::test]
+async fn the_rate_limits_are_shared_among_the_live_replicas() -> anyhow::Result<()> {
+    // 6 calls a minute (a burst of 6), one token back every 10 s: none comes back in the test.
+    let (_fixture, cluster) = three_replicas("[rate_limits]\ncalls_per_minute = 6").await?;
+    // Three replicas: 2 each; 9 calls round-robin, 3 on each, 6 admitted.
+    assert_eq!(admitted_of(cluster.url(), 9).await?, 6, "the cluster admits the configured burst");
+
+    // One replica dies: the two left share the rate again (3 each), their buckets made anew.
+    let mut cluster = cluster;
+    let gone = cluster.replicas.remove(2);
+    let pid = gone.pid().context("the replica runs")?;
+    let killed = tokio::process::Command::new("kill").args(["-9", &pid.to_string()]).status().await?;
+    anyhow::ensure!(killed.success(), "kill -9 {pid}");
+    for replica in &cluster.replicas {
+        cluster_when(replica, |c| c["replicas"].as_array().is_some_and(|r| r.len() == 2)).await?;
+    }
+    cluster.balancer.wait_servers(1, "DOWN").await?;
+    assert_eq!(admitted_of(cluster.url(), 8).await?, 6, "two replicas, 3 each");
+    Ok(())
+}
+
+/// A host that records the data of each log message as its transport reads it (in order, before
+/// the answer of the call that caused it).
+struct LoggedHost;
+
+impl ClientHandler for LoggedHost {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(ClientCapabilities::default(), Implementation::new("caps", "1.0.0"))
+    }
+}
+
+struct RecordingTransport {
+    transport: StreamableHttpClientTransport<reqwest::Client>,
+    heard: mpsc::UnboundedSender<String>,
+}
+
+impl Transport<RoleClient> for RecordingTransport {
+    type Error = <StreamableHttpClientTransport<reqwest::Client> as Transport<RoleClient>>::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.transport.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        let message = self.transport.receive().await?;
+        if let JsonRpcMessage::Notification(JsonRpcNotification {
+            notification: ServerNotification::LoggingMessageNotification(log),
+            ..
+        }) = &message
+        {
+            let _ = self.heard.send(log.params.data.as_str().unwrap_or_default().to_string());
+        }
+        Some(message)
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.transport.close()
+    }
+}
+
+/// Call `fx__late` (one `info` message, `<tag> during`, before its answer): whether the host
+/// heard that message by the time the answer came.
+async fn heard_its_log(
+    host: &RunningService<RoleClient, LoggedHost>,
+    heard: &Mutex<mpsc::UnboundedReceiver<String>>,
+    tag: &str,
+) -> anyhow::Result<bool> {
+    let arguments = json!({"tag": tag, "tagged": true});
+    let params =
+        CallToolRequestParams::new("fx__late").with_arguments(arguments.as_object().cloned().unwrap_or_default());
+    host.call_tool(params).await?;
+    let mut messages = Vec::new();
+    let mut heard = heard.lock().expect("heard lock");
+    while let Ok(message) = heard.try_recv() {
+        messages.push(message);
+    }
+    Ok(messages.contains(&format!("{tag} during")))
+}
+
+#[tokio::test]
+async fn a_sessions_log_level_holds_on_every_replica_that_serves_it() -> anyhow::Result<()> {
+    // The fixture over stdio, one child per replica: a message that names its call by the
+    // progress token the proxy gave it (`tagged`) reaches that call's host.
+    let config = fixture_upstream("fx", &[]);
+    let cluster = Replicas::start(3, &config, &[]).await?;
+    for replica in &cluster.replicas {
+        replica.wait_offerings("fx").await?;
+    }
+    let (sender, heard) = mpsc::unbounded_channel();
+    let heard = Mutex::new(heard);
+    let transport =
+        StreamableHttpClientTransport::from_config(StreamableHttpClientTransportConfig::with_uri(cluster.url()));
+    let transport = RecordingTransport { transport, heard: sender };
+    let host = tokio::time::timeout(DEADLINE, LoggedHost.serve(transport)).await.context("connect")??;
+
+    // No level: every call's message is heard, on whichever replica the call landed (each of
+    // them serves the session from now on).
+    for round in 0..6 {
+        assert!(heard_its_log(&host, &heard, &format!("open-{round}")).await?, "round {round}");
+    }
+    for (i, replica) in cluster.replicas.iter().enumerate() {
+        assert!(answered(replica, "tools/call", "ok").await? >= 1.0, "replica-{i} served no call");
+    }
+
+    // `warning` set on one replica: the `info` message of a call on any of them is not heard.
+    host.set_level(SetLevelRequestParams::new(LoggingLevel::Warning)).await?;
+    let mut round = 0;
+    eventually(DEADLINE, "three calls in a row, none heard at `warning`", || {
+        round += 1;
+        let (host, heard) = (&host, &heard);
+        async move {
+            for call in 0..3 {
+                let tag = format!("quiet-{round}-{call}");
+                anyhow::ensure!(!heard_its_log(host, heard, &tag).await?, "{tag} was heard");
+            }
+            anyhow::Ok(())
+        }
+    })
+    .await?;
+
+    // `debug` set (on another replica, likely): every message is heard again everywhere.
+    host.set_level(SetLevelRequestParams::new(LoggingLevel::Debug)).await?;
+    eventually(DEADLINE, "three calls in a row, each heard at `debug`", || {
+        round += 1;
+        let (host, heard) = (&host, &heard);
+        async move {
+            for call in 0..3 {
+                let tag = format!("loud-{round}-{call}");
+                anyhow::ensure!(heard_its_log(host, heard, &tag).await?, "{tag} was not heard");
+            }
+            anyhow::Ok(())
+        }
+    })
+    .await?;
+    host.cancel().await?;
+    Ok(())
+}
