@@ -38,23 +38,26 @@ impl ProxyServer {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.check_principal(&context.extensions)?;
+        self.check_principal(&context.extensions, method::RESOURCES_SUBSCRIBE)?;
         let started = Instant::now();
         let holder = self.session(&context.peer);
         self.seen(&context.extensions);
         if let (Some(records), Some(session)) = (&self.records, session_header(&context.extensions)) {
-            return self.subscribe_shared(records, session, &request.uri, started).await;
+            let (answer, notes) = audit::scope::noting(self.subscribe_shared(records, session, &request.uri)).await;
+            let kind = (Kind::Subscribe, method::RESOURCES_SUBSCRIBE);
+            self.audit_hold(notes, kind, &context, started, &request.uri, stored_outcome(&answer));
+            return match answer {
+                Ok(answer) => self.record(method::RESOURCES_SUBSCRIBE, started, answer),
+                Err(error) => {
+                    self.proxy.metrics().downstream_request(method::RESOURCES_SUBSCRIBE, "error", started.elapsed());
+                    Err(error)
+                }
+            };
         }
         // The caps (per session, per principal) are kept with the holds themselves.
         let (answer, notes) = audit::scope::noting_sync(|| self.proxy.subscribe(&self.caller(), holder, &request.uri));
-        self.audit_hold(
-            notes,
-            (Kind::Subscribe, method::RESOURCES_SUBSCRIBE),
-            &context,
-            started,
-            &request.uri,
-            &answer,
-        );
+        let kind = (Kind::Subscribe, method::RESOURCES_SUBSCRIBE);
+        self.audit_hold(notes, kind, &context, started, &request.uri, audited::outcome(&answer));
         self.record(method::RESOURCES_SUBSCRIBE, started, answer)
     }
 
@@ -63,19 +66,23 @@ impl ProxyServer {
         request: UnsubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.check_principal(&context.extensions)?;
+        self.check_principal(&context.extensions, method::RESOURCES_UNSUBSCRIBE)?;
         let started = Instant::now();
         let holder = self.session(&context.peer);
         if let (Some(records), Some(session)) = (&self.records, session_header(&context.extensions)) {
             let recorded = records.unsubscribe(session, &request.uri).await.map_err(store_error);
             let outcome = if recorded.is_ok() { "ok" } else { "error" };
             self.proxy.metrics().downstream_request(method::RESOURCES_UNSUBSCRIBE, outcome, started.elapsed());
+            let kind = (Kind::Unsubscribe, method::RESOURCES_UNSUBSCRIBE);
+            let notes = audit::scope::Notes::default();
+            let audited = if recorded.is_ok() { "ok" } else { "store_unavailable" };
+            self.audit_hold(notes, kind, &context, started, &request.uri, audited);
             return recorded;
         }
         let (answer, notes) =
             audit::scope::noting_sync(|| self.proxy.unsubscribe(&self.caller(), holder, &request.uri));
         let kind = (Kind::Unsubscribe, method::RESOURCES_UNSUBSCRIBE);
-        self.audit_hold(notes, kind, &context, started, &request.uri, &answer);
+        self.audit_hold(notes, kind, &context, started, &request.uri, audited::outcome(&answer));
         self.record(method::RESOURCES_UNSUBSCRIBE, started, answer)
     }
 
@@ -87,44 +94,36 @@ impl ProxyServer {
         context: &RequestContext<RoleServer>,
         started: Instant,
         uri: &str,
-        answer: &Result<(), ProxyError>,
+        outcome: &'static str,
     ) {
-        self.proxy.audit().request(notes, || {
-            Asked::of(&self.principal, context, started).event(kind, method, audited::outcome(answer)).uri(uri)
-        });
+        self.proxy
+            .audit()
+            .request(notes, || Asked::of(&self.principal, context, started).event(kind, method, outcome).uri(uri));
     }
 
     /// `[cluster]`: the subscription goes into the session's record (within
     /// `server.max_subscriptions_per_session`); the replica serving the session's GET stream
-    /// holds it (see `shared::streams`).
+    /// holds it (see `shared::streams`). The outer error: Redis could not be reached.
     async fn subscribe_shared(
         &self,
         records: &Records,
         session: &str,
         uri: &str,
-        started: Instant,
-    ) -> Result<(), ErrorData> {
+    ) -> Result<Result<(), ProxyError>, ErrorData> {
         let caller = self.caller();
         if self.proxy.subscribable(&caller, &[uri.to_owned()]).is_empty() {
-            return self.record(method::RESOURCES_SUBSCRIBE, started, Err(ProxyError::not_found(uri)));
+            return Ok(Err(ProxyError::not_found(uri)));
         }
         let limit = self.proxy.config().server.max_subscriptions_per_session;
-        let recorded = match records.subscribe(session, uri, limit).await {
-            Ok(recorded) => recorded,
-            Err(error) => {
-                self.proxy.metrics().downstream_request(method::RESOURCES_SUBSCRIBE, "error", started.elapsed());
-                return Err(store_error(error));
-            }
-        };
-        let result = recorded.map_err(|refused| match refused {
+        let recorded = records.subscribe(session, uri, limit).await.map_err(store_error)?;
+        Ok(recorded.map_err(|refused| match refused {
             SubscribeRefused::NoSession => ProxyError::not_found(uri),
             SubscribeRefused::Full => ProxyError::SubscriptionLimit {
                 holder: "this session",
                 limit,
                 setting: "server.max_subscriptions_per_session",
             },
-        });
-        self.record(method::RESOURCES_SUBSCRIBE, started, result)
+        }))
     }
 
     pub(super) fn subscriptions_accepted_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
@@ -222,6 +221,15 @@ impl ProxyServer {
             _ = self.closing.cancelled() => tracing::debug!(principal = %self.principal, "listen stream closed for shutdown"),
         }
         Ok(())
+    }
+}
+
+/// A `[cluster]` subscribe's or unsubscribe's outcome: `store_unavailable` when Redis could
+/// not be reached.
+fn stored_outcome(answer: &Result<Result<(), ProxyError>, ErrorData>) -> &'static str {
+    match answer {
+        Ok(answer) => audited::outcome(answer),
+        Err(_) => "store_unavailable",
     }
 }
 

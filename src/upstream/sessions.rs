@@ -19,6 +19,10 @@
 //! elicitation) reaches that call's host, as on the shared one: each session has its own
 //! relay book.
 //!
+//! A `token_exchange` upstream's session sends a token exchanged for its principal's own JWT
+//! (see `credentials`), one exchange per principal kept for all its sessions; a principal with
+//! no JWT kept, or whose exchange fails, gets a clear error at once and no session.
+//!
 //! Invariant: a session serves one principal only (per-host: one host session only); a call
 //! or read of another principal never reaches it.
 
@@ -30,7 +34,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::Upstream;
 use super::client::Declared;
-use crate::config::SessionMode;
+use super::credentials::{TokenFailure, exchange_source};
+use crate::config::{SessionMode, UpstreamTransport};
 use crate::error::ProxyError;
 use crate::spine::Spine;
 
@@ -172,8 +177,22 @@ impl Upstream {
             }
             _ => (SessionKey::Principal(principal.into()), None),
         };
+        if self.exchanges() && self.inner.subjects.latest(principal).is_none() {
+            return Err(self.no_token(TokenFailure::NoSubject));
+        }
         let (session, usage) = self.open_session(book, &key, declared)?;
         let handle = SessionHandle { upstream: session.clone(), _lease: Lease { usage: Some(usage) } };
+        // A session that could not get its first token is given up (the next request tries
+        // anew); a connected one stays: the next request tries its refresh again.
+        if let Some(credentials) = session.inner.credentials.as_ref().filter(|c| c.is_exchange())
+            && let Err(failure) = credentials.token().await
+        {
+            if session.link().is_err() {
+                book.forget(&key, &session);
+                self.inner.metrics.set_upstream_sessions(self.name(), book.len());
+            }
+            return Err(self.no_token(failure));
+        }
         if session.link().is_err() {
             let opened = tokio::time::timeout(self.inner.config.request_timeout, session.wait_settled()).await;
             if opened.is_err() || session.link().is_err() {
@@ -184,6 +203,16 @@ impl Upstream {
             }
         }
         Ok(handle)
+    }
+
+    /// Does it exchange each principal's JWT for the token of its sessions?
+    fn exchanges(&self) -> bool {
+        matches!(&self.inner.config.transport, UpstreamTransport::Http { auth: Some(auth), .. } if auth.token_exchange().is_some())
+    }
+
+    /// The error of a request that could get no token, in our words.
+    fn no_token(&self, failure: TokenFailure) -> ProxyError {
+        ProxyError::UpstreamFailed { upstream: self.name().to_string(), reason: failure.describe() }
     }
 
     /// Host session `host` ended: its per-host sessions are closed (a stdio child ends).
@@ -231,7 +260,16 @@ impl Upstream {
         }
         let (spine, parent_stop) =
             self.launch().ok_or_else(|| ProxyError::UpstreamDown { upstream: self.name().to_string() })?;
-        let session = Upstream::session_of(self, declared);
+        let credentials = if self.exchanges() {
+            let kept = open.iter().find(|(k, _)| k.principal() == key.principal());
+            match kept.and_then(|(_, entry)| entry.upstream.inner.credentials.clone()) {
+                Some(credentials) => Some(credentials),
+                None => exchange_source(&self.inner.config, &self.inner.subjects, key.principal()),
+            }
+        } else {
+            self.inner.credentials.clone()
+        };
+        let session = Upstream::session_of(self, declared, credentials);
         let stop = parent_stop.child_token();
         session.spawn_session(&spine, stop.clone());
         let usage = Arc::new(Usage { last: Mutex::new(Instant::now()) });
