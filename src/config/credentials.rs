@@ -25,7 +25,8 @@ use super::{Problem, push, redact_url, report_unknown, upstream};
 #[derive(Debug, Clone, PartialEq)]
 pub enum UpstreamAuth {
     ClientCredentials(ClientCredentials),
-    TokenExchange(TokenExchange),
+    /// Boxed: it is the larger by far.
+    TokenExchange(Box<TokenExchange>),
 }
 
 impl UpstreamAuth {
@@ -40,7 +41,7 @@ impl UpstreamAuth {
     /// Its token exchange, when each principal's JWT is exchanged.
     pub fn token_exchange(&self) -> Option<&TokenExchange> {
         match self {
-            UpstreamAuth::TokenExchange(exchange) => Some(exchange),
+            UpstreamAuth::TokenExchange(exchange) => Some(exchange.as_ref()),
             UpstreamAuth::ClientCredentials(_) => None,
         }
     }
@@ -162,7 +163,9 @@ pub(super) fn validate_auth(
                 audience,
             }))
         }
-        Some("token_exchange") => token_exchange(&at, raw, lookup, problems).map(UpstreamAuth::TokenExchange),
+        Some("token_exchange") => {
+            token_exchange(&at, raw, lookup, problems).map(|exchange| UpstreamAuth::TokenExchange(Box::new(exchange)))
+        }
         Some(other) => {
             push(problems, &format!("{at}.kind"), format!("`{other}` is not {KINDS}"));
             None
