@@ -11,6 +11,10 @@
 //! [`Kind::Denial`] alone; a request that went on although part of it was refused (a listen
 //! stream holding fewer URIs than asked for, a bridge call whose read was refused) is audited
 //! as itself and one denial per refused part. A list leaving entries out is not a denial.
+//! A request turned away before it was served — over a rate limit, over the in-flight call
+//! cap, a session over the session caps, on another principal's session — is audited as [`Kind::Refused`] alone; one that
+//! failed later (an upstream session cap, a token that could not be had) as itself, with the
+//! error's kind as its outcome.
 //!
 //! [`Audit::record`] never waits: events go through a bounded queue to the `audit-writer` task
 //! on the spine (`writer`); a full queue drops the event, counted in
@@ -55,6 +59,11 @@ pub enum Kind {
     Denial,
     /// An HTTP request refused with 401; `reason` says why.
     AuthRefused,
+    /// A request turned away before it was served, by no policy: `reason` says why — over a
+    /// rate limit (`rate_limited`), over the in-flight call cap (`call_limit`), a new session
+    /// over `server.max_sessions[_per_principal]` (`session_limit`), or on a session another
+    /// principal opened (`wrong_principal`).
+    Refused,
     /// A config or policy reload; `outcome` and `changes` say what it did.
     Reload,
 }
@@ -133,6 +142,13 @@ impl Event {
             changes: None,
             reopen_first: false,
         }
+    }
+
+    /// A [`Kind::Refused`] event, for `reason` (a bounded label), stamped now.
+    pub fn refused(reason: &'static str) -> Event {
+        let mut event = Event::new(Kind::Refused, "refused");
+        event.reason = Some(reason);
+        event
     }
 
     pub fn principal(mut self, principal: &str) -> Self {

@@ -16,14 +16,18 @@
 //! rmcp's streamable HTTP service hands each request's `http::request::Parts` (extensions
 //! included) to the handler, so the handler reads the principal with [`principal_of`].
 //!
-//! A JWT's stream ends when the token stops being accepted ([`expiry`]).
+//! A JWT's stream ends when the token stops being accepted ([`expiry`]). Each principal's
+//! latest accepted JWT is kept in memory ([`subjects`]) for upstreams that exchange it for a
+//! token of their own (RFC 8693).
 //!
-//! Invariant: a token is never logged, stored or echoed; only its digest is compared.
+//! Invariant: a token is never logged or echoed; a static token only has its digest compared,
+//! and a JWT is kept only in [`subjects`], until it expires.
 
 pub mod expiry;
 mod jwks;
 pub mod jwt;
 pub mod metadata;
+pub mod subjects;
 
 use std::sync::Arc;
 
@@ -37,6 +41,7 @@ use subtle::ConstantTimeEq;
 
 use self::expiry::TokenExpiry;
 use self::jwt::{JwtRejection, JwtValidator};
+use self::subjects::Subjects;
 use crate::config::{AuthConfig, AuthMode};
 
 /// The principal of `mode = "none"` HTTP requests.
@@ -90,14 +95,21 @@ struct Inner {
     jwt: Option<JwtValidator>,
     /// The protected resource metadata URL, with `[auth.jwt]`.
     resource_metadata: Option<String>,
+    /// Where each principal's latest accepted JWT is kept (token exchange).
+    subjects: Subjects,
 }
 
 impl Authenticator {
     pub fn new(config: &AuthConfig) -> Authenticator {
+        Self::keeping(config, Subjects::default())
+    }
+
+    /// As [`Authenticator::new`], keeping each principal's latest accepted JWT in `subjects`.
+    pub fn keeping(config: &AuthConfig, subjects: Subjects) -> Authenticator {
         let tokens = config.tokens.iter().map(|t| (t.principal.clone(), t.sha256)).collect();
         let jwt = config.jwt.as_ref().map(JwtValidator::new);
         let resource_metadata = config.jwt.as_ref().map(|jwt| metadata::metadata_url(&jwt.resource));
-        Authenticator { inner: Arc::new(Inner { mode: config.mode, tokens, jwt, resource_metadata }) }
+        Authenticator { inner: Arc::new(Inner { mode: config.mode, tokens, jwt, resource_metadata, subjects }) }
     }
 
     /// The principal for a request with these headers.
@@ -117,7 +129,10 @@ impl Authenticator {
         }
         match &self.inner.jwt {
             Some(jwt) if JwtValidator::looks_like_jwt(token) => match jwt.validate_until(token).await {
-                Ok((identity, until)) => Ok((Principal(identity), Some(TokenExpiry(until)))),
+                Ok((identity, until)) => {
+                    self.inner.subjects.record(&identity, token, until);
+                    Ok((Principal(identity), Some(TokenExpiry(until))))
+                }
                 Err(rejection) => Err(Rejection::InvalidJwt(rejection)),
             },
             _ => Err(Rejection::UnknownToken),

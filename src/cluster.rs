@@ -17,12 +17,12 @@
 //! this process writes to Redis starts with [`Cluster::key`]'s prefix, which names the cluster
 //! (not the secret).
 
-pub mod forward;
 pub mod counts;
+pub mod forward;
 mod heartbeat;
 pub mod keys;
-mod owners;
 pub mod mailbox;
+mod owners;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

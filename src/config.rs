@@ -46,7 +46,7 @@ pub use self::audit::AuditConfig;
 pub use self::bridge::BridgeConfig;
 pub use self::cache::{CacheConfig, UpstreamCache, parse_size};
 pub use self::cluster::{ClusterConfig, MIN_SECRET_BYTES, Secret, default_replica_id, is_valid_replica_id};
-pub use self::credentials::{ClientCredentials, ClientSecret};
+pub use self::credentials::{ClientCredentials, ClientSecret, TokenExchange, UpstreamAuth};
 pub use self::rate_limits::{Bucket, RateLimitsConfig};
 pub use self::server::ServerConfig;
 pub use self::transport::CaFile;
@@ -151,8 +151,9 @@ pub enum UpstreamTransport {
     },
     /// Streamable HTTP; an `https://` upstream's certificate is checked against the system's
     /// roots and its `ca_file`. With `auth`, each request carries an access token obtained with
-    /// the proxy's client credentials (`[upstreams.auth]`).
-    Http { url: String, headers: BTreeMap<String, String>, ca: Option<CaFile>, auth: Option<ClientCredentials> },
+    /// the proxy's client credentials or, on a principal's own session, exchanged for that
+    /// principal's JWT (`[upstreams.auth]`).
+    Http { url: String, headers: BTreeMap<String, String>, ca: Option<CaFile>, auth: Option<UpstreamAuth> },
 }
 
 /// Which protocol era to speak to an upstream.
@@ -394,6 +395,12 @@ fn validate_upstream(
     let roots = upstream::roots(&at, raw.roots, problems);
     let rate_limits = rate_limits::validate_rate_limits(&format!("{at}.rate_limits"), raw.rate_limits, problems);
     let sessions = upstream::sessions(&at, folder, &raw_sessions, problems);
+    if let Some(UpstreamTransport::Http { auth: Some(UpstreamAuth::TokenExchange(_)), .. }) = &transport
+        && sessions.mode == SessionMode::Shared
+    {
+        let why = "`token_exchange` needs `session = \"per-principal\"` or `\"per-host\"` (each principal's token goes on its own upstream session)";
+        push(problems, &format!("{at}.auth.kind"), why.into());
+    }
     Some(UpstreamConfig {
         name,
         transport: transport?,

@@ -13,7 +13,7 @@ use crate::audit::{Event, Kind};
 use crate::coherence::Outcome;
 use crate::error::ProxyError;
 use crate::protocol::Era;
-use crate::proxy::ReadAnswer;
+use crate::proxy::{Metered, ReadAnswer};
 
 /// Who asked, over what: the fields every event of one request shares.
 pub(super) struct Asked<'a> {
@@ -58,6 +58,23 @@ pub(super) fn read_event(asked: &Asked<'_>, uri: &str, answer: &Result<ReadAnswe
     let mut event = asked.event(Kind::Read, crate::protocol::method::RESOURCES_READ, outcome).uri(uri);
     event.cache = cache;
     event
+}
+
+/// The event of a request of `principal` for `method` turned away before it was served, for
+/// `reason` (see [`Kind::Refused`]), naming what it asked for.
+pub(super) fn refused_event(
+    principal: &str,
+    method: Option<&'static str>,
+    asked: &Metered<'_>,
+    reason: &'static str,
+) -> Event {
+    let mut event = Event::refused(reason).principal(principal);
+    event.method = method;
+    match asked {
+        Metered::Read(uri) | Metered::Template(uri) => event.uri(uri),
+        Metered::Tool(name) | Metered::Prompt(name) => event.name(name),
+        Metered::Other => event,
+    }
 }
 
 /// A `tools/call`'s outcome: `ok`, `tool_error` (the tool said `isError`), `input_required`

@@ -35,6 +35,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use super::sessions::{OverCap, SessionBook};
 use super::shared::records::{Admission, Records};
 use super::shared::{self, Shared};
+use crate::audit::{Audit, Event};
 use crate::auth::Principal;
 use crate::metrics::{Metrics, Transport};
 use crate::protocol::Era;
@@ -47,6 +48,9 @@ pub(super) struct Gate {
     pub book: Arc<SessionBook>,
     pub manager: Arc<LocalSessionManager>,
     pub metrics: Metrics,
+    /// Each request turned away here for another principal's session, or over a session cap,
+    /// is audited ([`crate::audit::Kind::Refused`]).
+    pub audit: Audit,
     /// `[cluster]`: the sessions' records.
     pub shared: Option<Shared>,
 }
@@ -64,6 +68,7 @@ pub(super) async fn guard_sessions(State(gate): State<Gate>, request: Request, n
         match gate.book.owner(session) {
             Some(owner) if *owner != *principal => {
                 tracing::debug!(principal = %principal, %method, "session of another principal refused");
+                gate.audit.record(Event::refused("wrong_principal").principal(&principal));
                 return session_not_found();
             }
             Some(_) => gate.book.touch(session, None),
@@ -106,7 +111,10 @@ async fn guard_shared(
     }
     let mut restoring = None;
     match gate.book.owner(session) {
-        Some(owner) if *owner != *principal => return session_not_found(),
+        Some(owner) if *owner != *principal => {
+            gate.audit.record(Event::refused("wrong_principal").principal(principal));
+            return session_not_found();
+        }
         Some(_) => gate.book.touch(session, None),
         None => match shared.records.load(session).await {
             Ok(Some(record)) if record.principal == principal => {
@@ -159,6 +167,7 @@ async fn admit(gate: &Gate, principal: &str, response: Response) -> Response {
         }
     };
     tracing::warn!(principal = %principal, limit = ?over, "session refused: over the session limit");
+    gate.audit.record(Event::refused("session_limit").principal(principal).method("initialize"));
     let _ = gate.manager.close_session(&Arc::from(session.as_str())).await;
     if let Some(shared) = &gate.shared {
         let _ = shared.records.end(&session).await;

@@ -125,7 +125,7 @@ impl ServerHandler for ProxyServer {
         request: rmcp::model::SetLevelRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.check_principal(&context.extensions)?;
+        self.check_principal(&context.extensions, "logging/setLevel")?;
         *self.log_level.lock().expect("log level lock") = Some(request.level);
         if let (Some(records), Some(session)) = (&self.records, session_header(&context.extensions))
             && let Err(error) = records.set_level(session, request.level).await

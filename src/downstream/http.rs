@@ -55,6 +55,7 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     let sessions = Arc::new(sessions);
     let metrics = proxy.metrics().clone();
     let proxy_for_routes = proxy.clone();
+    let subjects = proxy.subjects().clone();
     // `[cluster]`: sessions any replica serves, kept in Redis (see `shared`).
     let records = proxy.cluster().map(|cluster| {
         Records::new(cluster.clone(), server.session_idle_timeout, server.subscribed_session_idle_timeout)
@@ -102,7 +103,13 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     config.session_store = records.clone().map(|records| Arc::new(records) as Arc<dyn SessionStore>);
     // rmcp builds one handler per legacy session and per stateless request, inside the request
     // the middleware authenticated: each handler belongs to that request's principal.
-    let gate = Gate { book: book.clone(), manager: sessions.clone(), metrics: metrics.clone(), shared };
+    let gate = Gate {
+        book: book.clone(),
+        manager: sessions.clone(),
+        metrics: metrics.clone(),
+        audit: proxy.audit().clone(),
+        shared,
+    };
     let closing = streams.closing.clone();
     let hosts = Arc::new(AllowedHosts::new(&hosts));
     let fast = FastPath { proxy: proxy.clone(), book: book.clone(), manager: sessions.clone(), hosts };
@@ -132,7 +139,7 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
         let service = service.clone();
         async move { service.handle(request).await }
     };
-    let front = Front { auth: Authenticator::new(&proxy_auth), fast };
+    let front = Front { auth: Authenticator::keeping(&proxy_auth, subjects), fast };
     // Layers run outside in: authentication and the fast path first, then the session gate.
     // One composite layer (a tuple: its first element outermost) instead of one `layer` call
     // each: the router boxes what each call wraps, and every middleware clones and boxes the

@@ -24,6 +24,7 @@ use rmcp::model::{JsonRpcMessage, RequestId, ServerJsonRpcMessage};
 use serde::Deserialize;
 
 use super::ProxyServer;
+use super::audited::refused_event;
 use crate::error::{ProxyError, retry_after_secs};
 use crate::proxy::{Caller, Metered, Proxy};
 
@@ -60,6 +61,7 @@ pub(super) async fn check_http(proxy: &Proxy, principal: &str, request: Request)
         }
         Err(error) => {
             proxy.metrics().downstream_request(method, error.kind(), started.elapsed());
+            proxy.audit().record(refused_event(principal, Some(method), &peeked.metered(), error.kind()));
             Err(too_many_requests(&error, peeked.id))
         }
     }
@@ -83,6 +85,7 @@ impl ProxyServer {
         let started = Instant::now();
         self.proxy.admit(caller, request).map_err(|error| {
             self.proxy.metrics().downstream_request(method, error.kind(), started.elapsed());
+            self.proxy.audit().record(refused_event(&self.principal, Some(method), &request, error.kind()));
             error.into()
         })
     }

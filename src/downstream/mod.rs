@@ -152,11 +152,13 @@ impl ProxyServer {
 
     /// A legacy session belongs to the principal that opened it: a request on it that
     /// authenticated as someone else is refused.
-    fn check_principal(&self, extensions: &rmcp::model::Extensions) -> Result<(), ErrorData> {
+    fn check_principal(&self, extensions: &rmcp::model::Extensions, method: &'static str) -> Result<(), ErrorData> {
         self.seen(extensions);
         let presented = extensions.get::<::http::request::Parts>().and_then(crate::auth::principal_of);
         match presented {
             Some(principal) if principal != &*self.principal => {
+                let asked = crate::proxy::Metered::Other;
+                self.proxy.audit().record(audited::refused_event(principal, Some(method), &asked, "wrong_principal"));
                 Err(ErrorData::invalid_request("this session belongs to another principal", None))
             }
             _ => Ok(()),

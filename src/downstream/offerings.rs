@@ -120,7 +120,7 @@ impl ProxyServer {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        self.check_principal(&context.extensions)?;
+        self.check_principal(&context.extensions, method::TOOLS_LIST)?;
         let started = Instant::now();
         let cursor = request.and_then(|r| r.cursor);
         let caller = self.caller();
@@ -139,7 +139,7 @@ impl ProxyServer {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        self.check_principal(&context.extensions)?;
+        self.check_principal(&context.extensions, method::PROMPTS_LIST)?;
         let started = Instant::now();
         let cursor = request.and_then(|r| r.cursor);
         self.record("prompts/list", started, self.proxy.tools().list_prompts(&self.principal, cursor.as_deref()))
@@ -150,11 +150,11 @@ impl ProxyServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        self.check_principal(&context.extensions)?;
+        self.check_principal(&context.extensions, method::TOOLS_CALL)?;
         self.admit(&context.extensions, &self.caller(), Metered::Tool(&request.name), "tools/call")?;
         let started = Instant::now();
         // Bridge calls (searches, reads) count against the same per-principal limit.
-        let _permit = self.admit_call("tools/call", started).await?;
+        let _permit = self.admit_call("tools/call", started, Metered::Tool(&request.name)).await?;
         let name = request.name.to_string();
         // A bridge read names its resource: the audit trail records it with the call.
         let uri = request.arguments.as_ref().and_then(|a| a.get("uri")?.as_str().map(str::to_string));
@@ -197,10 +197,10 @@ impl ProxyServer {
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        self.check_principal(&context.extensions)?;
+        self.check_principal(&context.extensions, method::PROMPTS_GET)?;
         self.admit(&context.extensions, &self.caller(), Metered::Prompt(&request.name), "prompts/get")?;
         let started = Instant::now();
-        let _permit = self.admit_call("prompts/get", started).await?;
+        let _permit = self.admit_call("prompts/get", started, Metered::Prompt(&request.name)).await?;
         let name = request.name.clone();
         let (relay, jobs) = super::relay::for_call(&context, &self.log_level, &self.principal, self.host_session());
         let get = self.proxy.tools().get_prompt(&self.principal, request, &context.ct, Some(relay));
@@ -217,10 +217,10 @@ impl ProxyServer {
         request: CompleteRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        self.check_principal(&context.extensions)?;
+        self.check_principal(&context.extensions, method::COMPLETION_COMPLETE)?;
         self.admit(&context.extensions, &self.caller(), metered_completion(&request.r#ref), "completion/complete")?;
         let started = Instant::now();
-        let _permit = self.admit_call("completion/complete", started).await?;
+        let _permit = self.admit_call("completion/complete", started, metered_completion(&request.r#ref)).await?;
         let reference = match &request.r#ref {
             Reference::Prompt(prompt) => (Some(prompt.name.clone()), None),
             Reference::Resource(template) => (None, Some(template.uri.clone())),
@@ -237,10 +237,17 @@ impl ProxyServer {
         self.record("completion/complete", started, answer)
     }
 
-    /// A permit for one more routed call of this principal, or the error naming the limit.
-    async fn admit_call(&self, method: &'static str, started: Instant) -> Result<crate::tools::CallPermit, ErrorData> {
+    /// A permit for one more routed call of this principal, or the error naming the limit (the
+    /// refusal audited, naming what was `asked`).
+    async fn admit_call(
+        &self,
+        method: &'static str,
+        started: Instant,
+        asked: Metered<'_>,
+    ) -> Result<crate::tools::CallPermit, ErrorData> {
         self.proxy.tools().admit_call(&self.principal).await.map_err(|limit| {
             self.proxy.metrics().downstream_request(method, "over_limit", started.elapsed());
+            self.proxy.audit().record(audited::refused_event(&self.principal, Some(method), &asked, "call_limit"));
             let message = format!(
                 "call limit reached: {limit} calls of this principal are in flight \
                  (server.max_calls_per_principal); try again when one has answered"

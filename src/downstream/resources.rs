@@ -24,7 +24,7 @@ impl ProxyServer {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        self.check_principal(&context.extensions)?;
+        self.check_principal(&context.extensions, method::RESOURCES_LIST)?;
         let started = Instant::now();
         let cursor = request.and_then(|r| r.cursor);
         self.record(method::RESOURCES_LIST, started, self.proxy.list_resources(&self.caller(), cursor.as_deref()))
@@ -35,7 +35,7 @@ impl ProxyServer {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        self.check_principal(&context.extensions)?;
+        self.check_principal(&context.extensions, method::TEMPLATES_LIST)?;
         let started = Instant::now();
         let cursor = request.and_then(|r| r.cursor);
         self.record(method::TEMPLATES_LIST, started, self.proxy.list_templates(&self.caller(), cursor.as_deref()))
@@ -46,7 +46,7 @@ impl ProxyServer {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        self.check_principal(&context.extensions)?;
+        self.check_principal(&context.extensions, method::RESOURCES_READ)?;
         let caller = self.caller();
         self.admit(&context.extensions, &caller, Metered::Read(&request.uri), method::RESOURCES_READ)?;
         let started = Instant::now();

@@ -40,25 +40,28 @@ impl ProxyServer {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.check_principal(&context.extensions)?;
+        self.check_principal(&context.extensions, method::RESOURCES_SUBSCRIBE)?;
         let started = Instant::now();
         let holder = self.session(&context.peer);
         self.seen(&context.extensions);
         if let (Some(records), Some(session)) = (&self.records, session_header(&context.extensions)) {
-            return self.subscribe_shared(records, session, &request.uri, started).await;
+            let (answer, notes) = audit::scope::noting(self.subscribe_shared(records, session, &request.uri)).await;
+            let kind = (Kind::Subscribe, method::RESOURCES_SUBSCRIBE);
+            self.audit_hold(notes, kind, &context, started, &request.uri, stored_outcome(&answer));
+            return match answer {
+                Ok(answer) => self.record(method::RESOURCES_SUBSCRIBE, started, answer),
+                Err(error) => {
+                    self.proxy.metrics().downstream_request(method::RESOURCES_SUBSCRIBE, "error", started.elapsed());
+                    Err(error)
+                }
+            };
         }
         // The caps (per session, per principal) are kept with the holds themselves.
         let host = host_session(holder, &context);
         let (answer, notes) =
             audit::scope::noting_sync(|| self.proxy.subscribe(&self.caller(), holder, &request.uri, Some(host)));
-        self.audit_hold(
-            notes,
-            (Kind::Subscribe, method::RESOURCES_SUBSCRIBE),
-            &context,
-            started,
-            &request.uri,
-            &answer,
-        );
+        let kind = (Kind::Subscribe, method::RESOURCES_SUBSCRIBE);
+        self.audit_hold(notes, kind, &context, started, &request.uri, audited::outcome(&answer));
         self.record(method::RESOURCES_SUBSCRIBE, started, answer)
     }
 
@@ -67,19 +70,23 @@ impl ProxyServer {
         request: UnsubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.check_principal(&context.extensions)?;
+        self.check_principal(&context.extensions, method::RESOURCES_UNSUBSCRIBE)?;
         let started = Instant::now();
         let holder = self.session(&context.peer);
         if let (Some(records), Some(session)) = (&self.records, session_header(&context.extensions)) {
             let recorded = records.unsubscribe(session, &request.uri).await.map_err(store_error);
             let outcome = if recorded.is_ok() { "ok" } else { "error" };
             self.proxy.metrics().downstream_request(method::RESOURCES_UNSUBSCRIBE, outcome, started.elapsed());
+            let kind = (Kind::Unsubscribe, method::RESOURCES_UNSUBSCRIBE);
+            let notes = audit::scope::Notes::default();
+            let audited = if recorded.is_ok() { "ok" } else { "store_unavailable" };
+            self.audit_hold(notes, kind, &context, started, &request.uri, audited);
             return recorded;
         }
         let (answer, notes) =
             audit::scope::noting_sync(|| self.proxy.unsubscribe(&self.caller(), holder, &request.uri));
         let kind = (Kind::Unsubscribe, method::RESOURCES_UNSUBSCRIBE);
-        self.audit_hold(notes, kind, &context, started, &request.uri, &answer);
+        self.audit_hold(notes, kind, &context, started, &request.uri, audited::outcome(&answer));
         self.record(method::RESOURCES_UNSUBSCRIBE, started, answer)
     }
 
@@ -91,38 +98,32 @@ impl ProxyServer {
         context: &RequestContext<RoleServer>,
         started: Instant,
         uri: &str,
-        answer: &Result<(), ProxyError>,
+        outcome: &'static str,
     ) {
-        self.proxy.audit().request(notes, || {
-            Asked::of(&self.principal, context, started).event(kind, method, audited::outcome(answer)).uri(uri)
-        });
+        self.proxy
+            .audit()
+            .request(notes, || Asked::of(&self.principal, context, started).event(kind, method, outcome).uri(uri));
     }
 
     /// `[cluster]`: the subscription goes into the session's record (within
     /// `server.max_subscriptions_per_session`, and `server.max_subscriptions_per_principal` over
     /// the principal's live sessions on every replica); the replica serving the session's GET
-    /// stream holds it (see `shared::streams`).
+    /// stream holds it (see `shared::streams`). The outer error: Redis could not be reached.
     async fn subscribe_shared(
         &self,
         records: &Records,
         session: &str,
         uri: &str,
-        started: Instant,
-    ) -> Result<(), ErrorData> {
+    ) -> Result<Result<(), ProxyError>, ErrorData> {
         let caller = self.caller();
         if self.proxy.subscribable(&caller, &[uri.to_owned()]).is_empty() {
-            return self.record(method::RESOURCES_SUBSCRIBE, started, Err(ProxyError::not_found(uri)));
+            return Ok(Err(ProxyError::not_found(uri)));
         }
         let server = &self.proxy.config().server;
         let (limit, principal_limit) = (server.max_subscriptions_per_session, server.max_subscriptions_per_principal);
-        let recorded = match records.subscribe(session, (&self.principal, uri), (limit, principal_limit)).await {
-            Ok(recorded) => recorded,
-            Err(error) => {
-                self.proxy.metrics().downstream_request(method::RESOURCES_SUBSCRIBE, "error", started.elapsed());
-                return Err(store_error(error));
-            }
-        };
-        let result = recorded.map_err(|refused| match refused {
+        let recorded =
+            records.subscribe(session, (&self.principal, uri), (limit, principal_limit)).await.map_err(store_error)?;
+        Ok(recorded.map_err(|refused| match refused {
             SubscribeRefused::NoSession => ProxyError::not_found(uri),
             SubscribeRefused::Full => ProxyError::SubscriptionLimit {
                 holder: "this session",
@@ -134,8 +135,7 @@ impl ProxyServer {
                 limit: principal_limit,
                 setting: "server.max_subscriptions_per_principal",
             },
-        });
-        self.record(method::RESOURCES_SUBSCRIBE, started, result)
+        }))
     }
 
     pub(super) fn subscriptions_accepted_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
@@ -236,14 +236,12 @@ impl ProxyServer {
     }
 }
 
-/// The 2025 host session `holder` of `context`, with what its host declared (a per-host
-/// upstream session is opened declaring only that).
-fn host_session(holder: HolderId, context: &RequestContext<RoleServer>) -> HostSession {
-    let capabilities = context.peer.peer_info().map(|info| info.capabilities.clone()).unwrap_or_default();
-    HostSession {
-        id: holder,
-        sampling: capabilities.sampling.is_some(),
-        elicitation: capabilities.elicitation.is_some(),
+/// A `[cluster]` subscribe's or unsubscribe's outcome: `store_unavailable` when Redis could
+/// not be reached.
+fn stored_outcome(answer: &Result<Result<(), ProxyError>, ErrorData>) -> &'static str {
+    match answer {
+        Ok(answer) => audited::outcome(answer),
+        Err(_) => "store_unavailable",
     }
 }
 
@@ -291,3 +289,14 @@ pub(super) struct PendingListen {
 
 #[cfg(test)]
 mod tests;
+
+/// The 2025 host session `holder` of `context`, with what its host declared (a per-host
+/// upstream session is opened declaring only that).
+fn host_session(holder: HolderId, context: &RequestContext<RoleServer>) -> HostSession {
+    let capabilities = context.peer.peer_info().map(|info| info.capabilities.clone()).unwrap_or_default();
+    HostSession {
+        id: holder,
+        sampling: capabilities.sampling.is_some(),
+        elicitation: capabilities.elicitation.is_some(),
+    }
+}

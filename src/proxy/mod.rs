@@ -34,6 +34,7 @@ use rmcp::model::{ListResourceTemplatesResult, ListResourcesResult};
 
 use crate::admin::{ReloadReport, StatusReport};
 use crate::audit::Audit;
+use crate::auth::subjects::Subjects;
 use crate::cluster::Cluster;
 use crate::config::{Config, ConfigError};
 use crate::error::ProxyError;
@@ -84,6 +85,8 @@ struct Services {
     metrics: Metrics,
     /// The audit trail (`crate::audit`).
     audit: Audit,
+    /// The principals' latest JWTs, for `token_exchange` upstreams (`crate::auth::subjects`).
+    subjects: Subjects,
     spine: Spine,
     upstreams: Registry,
     access: Access,
@@ -119,6 +122,12 @@ impl Proxy {
     /// The audit trail: the hosts' side records each request's events here.
     pub fn audit(&self) -> &Audit {
         &self.inner.audit
+    }
+
+    /// Where the hosts' side keeps each principal's latest accepted JWT, which
+    /// `token_exchange` upstreams exchange for their own tokens.
+    pub fn subjects(&self) -> &Subjects {
+        &self.inner.subjects
     }
 
     /// The task owner everything of this proxy runs on (listeners add their long-lived tasks).

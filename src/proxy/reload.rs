@@ -32,6 +32,7 @@ use super::policies::Policies;
 use super::views::Views;
 use crate::admin::ReloadReport;
 use crate::audit::{self, Audit};
+use crate::auth::subjects::Subjects;
 use crate::catalog::Catalog;
 use crate::coherence::WatchBook;
 use crate::config::{Config, ConfigError, UpstreamConfig};
@@ -95,6 +96,8 @@ pub(super) struct ReloaderParts {
     pub(super) rate_limits: RateLimits,
     /// Each reload is audited; the audit file is reopened with it (log rotation).
     pub(super) audit: Audit,
+    /// The principals' latest JWTs, for `token_exchange` upstreams.
+    pub(super) subjects: Subjects,
 }
 
 impl Reloader {
@@ -105,7 +108,7 @@ impl Reloader {
     /// Start `config`'s supervisor and make it known.
     pub(super) fn start_upstream(&self, config: UpstreamConfig) {
         let parts = &self.inner.parts;
-        let upstream = Upstream::new(config, parts.metrics.clone());
+        let upstream = Upstream::with_subjects(config, parts.metrics.clone(), parts.subjects.clone());
         parts.upstreams.insert(upstream.clone());
         upstream.spawn(parts.catalog.clone(), parts.events.clone(), &parts.spine);
     }

@@ -18,6 +18,7 @@ use super::status::Status;
 use super::subscriptions::Subscriptions;
 use super::views::Views;
 use crate::audit::Audit;
+use crate::auth::subjects::Subjects;
 use crate::catalog::Catalog;
 use crate::cluster::Cluster;
 use crate::cluster::forward::Forwarder;
@@ -74,6 +75,7 @@ pub(super) fn start(config: Config, spine: &Spine) -> Services {
         last_reload: status.last_reload.clone(),
         rate_limits: shared.rate_limits.clone(),
         audit: shared.audit.clone(),
+        subjects: shared.subjects.clone(),
     });
     for upstream in &config.upstreams {
         reloader.start_upstream(upstream.clone());
@@ -85,6 +87,9 @@ pub(super) fn start(config: Config, spine: &Spine) -> Services {
 /// The handles more than one service shares, made once by [`Shared::new`].
 struct Shared {
     metrics: Metrics,
+    /// The principals' latest JWTs: the authenticator keeps them, `token_exchange` upstreams
+    /// exchange them.
+    subjects: Subjects,
     audit: Audit,
     upstreams: Registry,
     catalog: Catalog,
@@ -163,6 +168,7 @@ impl Shared {
         let rate_limits = RateLimits::new(&config.rate_limits, &config.upstreams);
         Shared {
             rate_limits,
+            subjects: Subjects::default(),
             metrics,
             audit,
             upstreams,
@@ -235,6 +241,7 @@ impl Shared {
         };
         Services {
             door,
+            subjects: self.subjects,
             config,
             metrics: self.metrics,
             audit: self.audit,

@@ -99,6 +99,8 @@ pub(crate) struct Standing<'a> {
     pub spine: &'a Spine,
     /// What its one host declared (a per-host session), if it serves one host only.
     pub declared: Option<Declared>,
+    /// Where its access tokens come from, if it sends any.
+    pub credentials: Option<&'a TokenSource>,
 }
 
 /// rmcp's Auto can fail against legacy-only servers instead of falling back: retry with the
@@ -163,7 +165,7 @@ async fn start(
     plan: Plan,
     standing: Standing<'_>,
 ) -> Result<Connected, String> {
-    let Standing { output, relays, roots, spine, declared } = standing;
+    let Standing { output, relays, roots, spine, declared, credentials } = standing;
     let handshake_version = match &plan {
         Plan::Legacy(v) => v.clone(),
         _ => LEGACY_HANDSHAKE,
@@ -217,11 +219,10 @@ async fn start(
                 None => initialize_failure(&e, None),
             })
         }
-        UpstreamTransport::Http { url, headers, ca, auth } => {
+        UpstreamTransport::Http { url, headers, ca, .. } => {
             let limit = config.max_response_bytes;
             let roots = ca.as_ref().map(|ca| ca.certificates()).unwrap_or_default();
-            let credentials =
-                auth.as_ref().map(|auth| TokenSource::new(name, auth.clone(), config.request_timeout, roots.clone()));
+            let credentials = credentials.cloned();
             if let Some(credentials) = &credentials {
                 // The first token before the handshake, so a failure to get one is named as such.
                 credentials.token().await.map_err(|failure| failure.describe())?;

@@ -1,5 +1,6 @@
-//! Access tokens for an HTTP upstream, by OAuth 2.1 client credentials (`[upstreams.auth]`):
-//! fetched on first use, kept, and fetched anew before they expire — a quarter of their
+//! Access tokens for an HTTP upstream (`[upstreams.auth]`), by OAuth 2.1 client credentials
+//! or, for one principal's own upstream session, by RFC 8693 token exchange of that principal's
+//! latest JWT ([`Subjects`]): fetched on first use, kept, and fetched anew before they expire — a quarter of their
 //! lifetime (at most a minute) ahead — or when the upstream answers 401 to the token in use.
 //! One fetch at a time per upstream: callers that need a token while one is being fetched wait
 //! for it (single flight). A fetch that does not succeed within its deadline fails the calls
@@ -7,7 +8,12 @@
 //!
 //! The client authenticates with HTTP Basic (RFC 6749 §2.3.1: id and secret form-encoded),
 //! the form body carries `grant_type=client_credentials` and the optional `scope` and
-//! `audience`. No redirects are followed.
+//! `audience`. An exchange carries `grant_type=urn:ietf:params:oauth:grant-type:token-exchange`,
+//! the principal's JWT as `subject_token` with its `subject_token_type`,
+//! `requested_token_type=…:access_token` and the optional `audience`, `resource` and `scope`;
+//! with Basic authentication when the proxy has a client id, else none (a public client). A
+//! principal with no JWT kept (a static token's, or an expired one) gets no exchange: its
+//! request fails at once ([`TokenFailure::NoSubject`]). No redirects are followed.
 //!
 //! Invariant: neither the secret nor a token is logged, put in an error, or shown in `Debug`
 //! output; a token endpoint's own error text is not passed on (only its bounded `error` code
@@ -22,7 +28,8 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use crate::config::{ClientCredentials, redact_url};
+use crate::auth::subjects::Subjects;
+use crate::config::{ClientCredentials, TokenExchange, UpstreamConfig, UpstreamTransport, redact_url};
 
 /// The longest a token fetch may take, whatever the upstream's request timeout.
 const FETCH_AT_MOST: Duration = Duration::from_secs(10);
@@ -47,6 +54,9 @@ pub(crate) enum TokenFailure {
     Refused(u16),
     /// Its answer held no usable bearer token.
     Unusable,
+    /// A token exchange, but the principal has no JWT to exchange (it authenticated with a
+    /// static token, or its JWT expired).
+    NoSubject,
 }
 
 impl TokenFailure {
@@ -57,6 +67,7 @@ impl TokenFailure {
             TokenFailure::TimedOut => "timed_out",
             TokenFailure::Refused(_) => "refused",
             TokenFailure::Unusable => "unusable",
+            TokenFailure::NoSubject => "no_subject_token",
         }
     }
 
@@ -69,6 +80,9 @@ impl TokenFailure {
                 format!("its token endpoint refused the proxy's credentials (HTTP {status})")
             }
             TokenFailure::Unusable => "its token endpoint gave no usable bearer token".to_string(),
+            TokenFailure::NoSubject => "it takes a token exchanged for the caller's own JWT, and this caller \
+                                        did not authenticate with one (or it expired)"
+                .to_string(),
         };
         format!("no access token for the upstream: {what}")
     }
@@ -89,9 +103,28 @@ impl TokenFailure {
             "timed_out" => Some(TokenFailure::TimedOut),
             "refused" => Some(TokenFailure::Refused(status)),
             "unusable" => Some(TokenFailure::Unusable),
+            "no_subject_token" => Some(TokenFailure::NoSubject),
             _ => None,
         }
     }
+}
+
+/// The tokens of `config`'s shared connection (and of its sessions that exchange nothing): by
+/// the proxy's client credentials, when it has them.
+pub(crate) fn shared_source(config: &UpstreamConfig) -> Option<TokenSource> {
+    let UpstreamTransport::Http { ca, auth: Some(auth), .. } = &config.transport else { return None };
+    let client = auth.client_credentials()?.clone();
+    let roots = ca.as_ref().map(|ca| ca.certificates()).unwrap_or_default();
+    Some(TokenSource::new(&config.name, Grant::ClientCredentials(client), config.request_timeout, roots))
+}
+
+/// The tokens of `principal`'s own sessions when `config` exchanges the principals' JWTs.
+pub(crate) fn exchange_source(config: &UpstreamConfig, subjects: &Subjects, principal: &str) -> Option<TokenSource> {
+    let UpstreamTransport::Http { ca, auth: Some(auth), .. } = &config.transport else { return None };
+    let exchange = auth.token_exchange()?.clone();
+    let roots = ca.as_ref().map(|ca| ca.certificates()).unwrap_or_default();
+    let grant = Grant::Exchange { config: exchange, subjects: subjects.clone(), principal: principal.into() };
+    Some(TokenSource::new(&config.name, grant, config.request_timeout, roots))
 }
 
 /// One upstream's tokens: a cheap `Clone` handle.
@@ -100,9 +133,26 @@ pub(crate) struct TokenSource {
     inner: Arc<Inner>,
 }
 
+/// How a token is obtained.
+pub(crate) enum Grant {
+    /// With the proxy's own client credentials.
+    ClientCredentials(ClientCredentials),
+    /// By exchanging `principal`'s latest JWT, kept in `subjects`.
+    Exchange { config: TokenExchange, subjects: Subjects, principal: Arc<str> },
+}
+
+impl Grant {
+    fn token_url(&self) -> &str {
+        match self {
+            Grant::ClientCredentials(config) => &config.token_url,
+            Grant::Exchange { config, .. } => &config.token_url,
+        }
+    }
+}
+
 struct Inner {
     upstream: String,
-    config: ClientCredentials,
+    grant: Grant,
     client: reqwest::Client,
     /// A fetch, with the wait for another caller's fetch, gives up after this.
     deadline: Duration,
@@ -122,14 +172,9 @@ impl fmt::Debug for TokenSource {
 }
 
 impl TokenSource {
-    /// Tokens for `upstream` from `config`; `request_timeout` bounds each fetch (to at most
+    /// Tokens for `upstream` by `grant`; `request_timeout` bounds each fetch (to at most
     /// half of it, and at most 10 s), `roots` are the upstream's extra CA certificates.
-    pub fn new(
-        upstream: &str,
-        config: ClientCredentials,
-        request_timeout: Duration,
-        roots: Vec<reqwest::Certificate>,
-    ) -> Self {
+    pub fn new(upstream: &str, grant: Grant, request_timeout: Duration, roots: Vec<reqwest::Certificate>) -> Self {
         let deadline = (request_timeout / 2).min(FETCH_AT_MOST);
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
@@ -137,8 +182,13 @@ impl TokenSource {
             .tls_certs_merge(roots)
             .build()
             .expect("a reqwest client with these settings and checked roots builds");
-        let inner = Inner { upstream: upstream.to_string(), config, client, deadline, current: Mutex::new(None) };
+        let inner = Inner { upstream: upstream.to_string(), grant, client, deadline, current: Mutex::new(None) };
         Self { inner: Arc::new(inner) }
+    }
+
+    /// Whether its tokens are exchanged for a principal's JWT.
+    pub fn is_exchange(&self) -> bool {
+        matches!(self.inner.grant, Grant::Exchange { .. })
     }
 
     /// A token to send now: the one kept while it is fresh, else a new one.
@@ -175,7 +225,7 @@ impl TokenSource {
         if let Err(failure) = outcome {
             tracing::warn!(
                 upstream = %self.inner.upstream,
-                token_url = %redact_url(&self.inner.config.token_url),
+                token_url = %redact_url(self.inner.grant.token_url()),
                 failure = failure.kind(),
                 status = failure.status(),
                 "no access token for the upstream"
@@ -197,33 +247,23 @@ impl TokenSource {
 
     /// One token request: the token and its lifetime.
     async fn fetch(&self) -> Result<(Arc<str>, Duration), TokenFailure> {
-        let config = &self.inner.config;
-        let mut body = String::from("grant_type=client_credentials");
-        for (key, value) in [("scope", &config.scope), ("audience", &config.audience)] {
-            if let Some(value) = value {
-                body.push_str(&format!("&{key}={}", utf8_percent_encode(value, FORM)));
+        let (body, client) = match &self.inner.grant {
+            Grant::ClientCredentials(config) => (client_credentials_form(config), Some(config)),
+            Grant::Exchange { config, subjects, principal } => {
+                let subject = subjects.latest(principal).ok_or(TokenFailure::NoSubject)?;
+                (exchange_form(config, &subject), config.client.as_ref())
             }
-        }
-        let basic = format!(
-            "{}:{}",
-            utf8_percent_encode(&config.client_id, FORM),
-            utf8_percent_encode(config.client_secret.expose(), FORM)
-        );
-        let mut authorization =
-            http::HeaderValue::from_str(&format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(basic)))
-                .map_err(|_| TokenFailure::Unusable)?;
-        authorization.set_sensitive(true);
-        let response = self
+        };
+        let mut request = self
             .inner
             .client
-            .post(&config.token_url)
-            .header(http::header::AUTHORIZATION, authorization)
+            .post(self.inner.grant.token_url())
             .header(http::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-            .header(http::header::ACCEPT, "application/json")
-            .body(body)
-            .send()
-            .await
-            .map_err(|_| TokenFailure::Unreachable)?;
+            .header(http::header::ACCEPT, "application/json");
+        if let Some(client) = client {
+            request = request.header(http::header::AUTHORIZATION, basic(client)?);
+        }
+        let response = request.body(body).send().await.map_err(|_| TokenFailure::Unreachable)?;
         let status = response.status();
         let reply = read_bounded(response).await?;
         if !status.is_success() {
@@ -233,6 +273,48 @@ impl TokenSource {
         }
         parse_token(&reply).ok_or(TokenFailure::Unusable)
     }
+}
+
+/// The form of a client credentials request.
+fn client_credentials_form(config: &ClientCredentials) -> String {
+    let mut body = String::from("grant_type=client_credentials");
+    append(&mut body, &[("scope", &config.scope), ("audience", &config.audience)]);
+    body
+}
+
+/// The form of an RFC 8693 exchange of `subject`.
+fn exchange_form(config: &TokenExchange, subject: &str) -> String {
+    let mut body = format!(
+        "grant_type={}&subject_token={}&subject_token_type={}&requested_token_type={}",
+        utf8_percent_encode("urn:ietf:params:oauth:grant-type:token-exchange", FORM),
+        utf8_percent_encode(subject, FORM),
+        utf8_percent_encode(config.subject_token_type, FORM),
+        utf8_percent_encode("urn:ietf:params:oauth:token-type:access_token", FORM),
+    );
+    append(&mut body, &[("audience", &config.audience), ("resource", &config.resource), ("scope", &config.scope)]);
+    body
+}
+
+fn append(body: &mut String, fields: &[(&str, &Option<String>)]) {
+    for (key, value) in fields {
+        if let Some(value) = value {
+            body.push_str(&format!("&{key}={}", utf8_percent_encode(value, FORM)));
+        }
+    }
+}
+
+/// `Authorization: Basic …` of the proxy's client (sensitive: never printed).
+fn basic(config: &ClientCredentials) -> Result<http::HeaderValue, TokenFailure> {
+    let basic = format!(
+        "{}:{}",
+        utf8_percent_encode(&config.client_id, FORM),
+        utf8_percent_encode(config.client_secret.expose(), FORM)
+    );
+    let mut authorization =
+        http::HeaderValue::from_str(&format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(basic)))
+            .map_err(|_| TokenFailure::Unusable)?;
+    authorization.set_sensitive(true);
+    Ok(authorization)
 }
 
 async fn read_bounded(mut response: reqwest::Response) -> Result<Vec<u8>, TokenFailure> {
@@ -304,9 +386,13 @@ mod tests {
 
     #[test]
     fn a_failure_round_trips_through_its_parts() {
-        for failure in
-            [TokenFailure::Unreachable, TokenFailure::TimedOut, TokenFailure::Refused(401), TokenFailure::Unusable]
-        {
+        for failure in [
+            TokenFailure::Unreachable,
+            TokenFailure::TimedOut,
+            TokenFailure::Refused(401),
+            TokenFailure::Unusable,
+            TokenFailure::NoSubject,
+        ] {
             assert_eq!(TokenFailure::from_parts(failure.kind(), failure.status()), Some(failure));
         }
     }

@@ -47,10 +47,12 @@ use rmcp::service::{Peer, RoleClient};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
+use self::credentials::TokenSource;
 pub use self::events::{EventInbox, EventSender, Inbound, Lost};
 pub use self::registry::Registry;
 pub use self::roots::RootsChange;
 pub use self::sessions::{HostSession, Lease, SessionHandle};
+use crate::auth::subjects::Subjects;
 use crate::catalog::Catalog;
 use crate::config::{SessionMode, UpstreamConfig, UpstreamTransport};
 use crate::error::ProxyError;
@@ -180,8 +182,20 @@ struct Inner {
     /// A session: the `logging/setLevel` it was sent last, on which connection.
     #[allow(deprecated)]
     log_level: Mutex<Option<(u64, rmcp::model::LoggingLevel)>>,
+    /// Where its access tokens come from, if it sends any (see `credentials`).
+    credentials: Option<TokenSource>,
+    /// The principals' latest JWTs, for a `token_exchange` upstream's sessions.
+    subjects: Subjects,
     /// Where its supervisor (and its sessions) run, once spawned.
     spine: Mutex<Option<Spine>>,
+}
+
+/// What a connection or a session has of its own, besides its config.
+struct Own {
+    sessions: Option<sessions::SessionBook>,
+    is_session: bool,
+    declared: Option<client::Declared>,
+    credentials: Option<TokenSource>,
 }
 
 /// The live connection: what requests need.
@@ -198,24 +212,28 @@ pub(crate) struct Link {
 
 impl Upstream {
     pub fn new(config: UpstreamConfig, metrics: Metrics) -> Self {
+        Self::with_subjects(config, metrics, Subjects::default())
+    }
+
+    /// As [`Upstream::new`]; a `token_exchange` upstream exchanges the principals' JWTs kept
+    /// in `subjects` (see `credentials`).
+    pub fn with_subjects(config: UpstreamConfig, metrics: Metrics, subjects: Subjects) -> Self {
         metrics.upstream_configured(&config.name);
         let sessions = (config.sessions.mode != SessionMode::Shared).then(sessions::SessionBook::default);
-        Self::build(config, metrics, sessions, false, None)
+        let credentials = credentials::shared_source(&config);
+        let own = Own { sessions, is_session: false, declared: None, credentials };
+        Self::build(config, metrics, own, subjects)
     }
 
     /// A session of `parent`'s own (per principal or per host): the same config, its own
-    /// connection and relays.
-    fn session_of(parent: &Upstream, declared: Option<client::Declared>) -> Self {
-        Self::build(parent.inner.config.clone(), parent.inner.metrics.clone(), None, true, declared)
+    /// connection and relays, its tokens from `credentials`.
+    fn session_of(parent: &Upstream, declared: Option<client::Declared>, credentials: Option<TokenSource>) -> Self {
+        let own = Own { sessions: None, is_session: true, declared, credentials };
+        Self::build(parent.inner.config.clone(), parent.inner.metrics.clone(), own, parent.inner.subjects.clone())
     }
 
-    fn build(
-        config: UpstreamConfig,
-        metrics: Metrics,
-        sessions: Option<sessions::SessionBook>,
-        is_session: bool,
-        declared: Option<client::Declared>,
-    ) -> Self {
+    fn build(config: UpstreamConfig, metrics: Metrics, own: Own, subjects: Subjects) -> Self {
+        let Own { sessions, is_session, declared, credentials } = own;
         let relays = {
             let (metrics, name) = (metrics.clone(), config.name.clone());
             relay::RelayBook::counted(move |kind| metrics.relay_unattributed(&name, kind))
@@ -252,6 +270,8 @@ impl Upstream {
             holds: Default::default(),
             events: Mutex::new(None),
             log_level: Mutex::new(None),
+            credentials,
+            subjects,
             spine: Mutex::new(None),
         };
         Self { inner: Arc::new(inner) }

@@ -27,6 +27,10 @@
 //! elicitation) reaches that call's host, as on the shared one: each session has its own
 //! relay book.
 //!
+//! A `token_exchange` upstream's session sends a token exchanged for its principal's own JWT
+//! (see `credentials`), one exchange per principal kept for all its sessions; a principal with
+//! no JWT kept, or whose exchange fails, gets a clear error at once and no session.
+//!
 //! Invariant: a session serves one principal only (per-host: one host session only); a call,
 //! read or subscription of another principal never reaches it, and what it says reaches only
 //! the holders on it.
@@ -42,7 +46,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::Upstream;
 use super::client::Declared;
-use crate::config::SessionMode;
+use super::credentials::{TokenFailure, exchange_source};
+use crate::config::{SessionMode, UpstreamTransport};
 use crate::error::ProxyError;
 use crate::protocol::Era;
 use crate::spine::Spine;
@@ -250,8 +255,22 @@ impl Upstream {
             return Ok(SessionHandle { upstream: self.clone(), _lease: Lease { usage: None } });
         };
         let (key, declared) = self.key_of(principal, host);
+        if self.exchanges() && self.inner.subjects.latest(principal).is_none() {
+            return Err(self.no_token(TokenFailure::NoSubject));
+        }
         let (session, usage) = self.open_session(book, &key, declared)?;
         let handle = SessionHandle { upstream: session.clone(), _lease: Lease { usage: Some(usage) } };
+        // A session that could not get its first token is given up (the next request tries
+        // anew); a connected one stays: the next request tries its refresh again.
+        if let Some(credentials) = session.inner.credentials.as_ref().filter(|c| c.is_exchange())
+            && let Err(failure) = credentials.token().await
+        {
+            if session.link().is_err() {
+                book.forget(&key, &session);
+                self.inner.metrics.set_upstream_sessions(self.name(), book.len());
+            }
+            return Err(self.no_token(failure));
+        }
         if session.link().is_err() {
             let opened = tokio::time::timeout(self.inner.config.request_timeout, session.wait_settled()).await;
             if opened.is_err() || session.link().is_err() {
@@ -391,6 +410,16 @@ impl Upstream {
         }
     }
 
+    /// Does it exchange each principal's JWT for the token of its sessions?
+    fn exchanges(&self) -> bool {
+        matches!(&self.inner.config.transport, UpstreamTransport::Http { auth: Some(auth), .. } if auth.token_exchange().is_some())
+    }
+
+    /// The error of a request that could get no token, in our words.
+    fn no_token(&self, failure: TokenFailure) -> ProxyError {
+        ProxyError::UpstreamFailed { upstream: self.name().to_string(), reason: failure.describe() }
+    }
+
     /// Host session `host` ended: its per-host sessions are closed (a stdio child ends).
     pub fn host_ended(&self, host: u64) {
         let Some(book) = &self.inner.sessions else { return };
@@ -436,7 +465,16 @@ impl Upstream {
         }
         let (spine, parent_stop) =
             self.launch().ok_or_else(|| ProxyError::UpstreamDown { upstream: self.name().to_string() })?;
-        let session = Upstream::session_of(self, declared);
+        let credentials = if self.exchanges() {
+            let kept = open.iter().find(|(k, _)| k.principal() == key.principal());
+            match kept.and_then(|(_, entry)| entry.upstream.inner.credentials.clone()) {
+                Some(credentials) => Some(credentials),
+                None => exchange_source(&self.inner.config, &self.inner.subjects, key.principal()),
+            }
+        } else {
+            self.inner.credentials.clone()
+        };
+        let session = Upstream::session_of(self, declared, credentials);
         let stop = parent_stop.child_token();
         session.spawn_session(&spine, stop.clone(), self.inner.events.lock().expect("events lock").clone());
         let usage = Arc::new(Usage { last: Mutex::new(Instant::now()) });

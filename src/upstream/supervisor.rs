@@ -424,7 +424,7 @@ impl Supervisor {
     fn standing(&self) -> Standing<'_> {
         let inner = &self.upstream.inner;
         let (output, relays, roots, spine) = (&inner.child_output, &inner.relays, &inner.roots, &self.spine);
-        Standing { output, relays, roots, spine, declared: inner.declared }
+        Standing { output, relays, roots, spine, declared: inner.declared, credentials: inner.credentials.as_ref() }
     }
 
     fn resource_count(&self) -> usize {

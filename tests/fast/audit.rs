@@ -300,3 +300,122 @@ async fn reads_answered_by_the_rmcp_handler_are_audited_alike() -> anyhow::Resul
     assert!(proxy.matching(&["answered on the fast path"]).is_empty());
     Ok(())
 }
+
+/// Requests turned away before they were served, and a call past an upstream's session cap: a
+/// call over its upstream's rate limit (429), a call past `server.max_calls_per_principal`, a
+/// request on another principal's session (404), and a call that found its per-principal
+/// upstream's sessions all taken are each exactly one event.
+#[tokio::test]
+async fn every_refusal_before_or_past_a_cap_is_one_event() -> anyhow::Result<()> {
+    let policies = tempfile::tempdir()?;
+    for who in ["alice", "bob"] {
+        let rules = format!("principals = [\"{who}\"]\nallow = [\"fx+**\", \"tool://**\", \"prompt://**\"]\n");
+        std::fs::write(policies.path().join(format!("{who}.toml")), rules)?;
+    }
+    let audit_dir = tempfile::tempdir()?;
+    let audit_file = audit_dir.path().join("audit.jsonl");
+    let per_principal = fixture_upstream("px", &["--resources", "1"]).replace(
+        "\n\n",
+        "\nsession = \"per-principal\"\nmax_sessions = 1\n[upstreams.rate_limits]\ncalls_per_minute = 2\n\n",
+    );
+    let text = format!(
+        "[server]\nmax_calls_per_principal = 1\n\n[auth]\nmode = \"bearer\"\n\n\
+         [[auth.tokens]]\nprincipal = \"alice\"\ntoken_env = \"ALICE_TOKEN\"\n\n\
+         [[auth.tokens]]\nprincipal = \"bob\"\ntoken_env = \"BOB_TOKEN\"\n\n\
+         [policies]\ndir = {}\n\n[audit]\nfile = {}\n\n{}{per_principal}",
+        toml_str(policies.path().to_str().expect("utf-8 path")),
+        toml_str(audit_file.to_str().expect("utf-8 path")),
+        fixture_upstream("fx", &["--resources", "1"]),
+    );
+    let env = [("ALICE_TOKEN", ALICE_TOKEN), ("BOB_TOKEN", BOB_TOKEN)];
+    let proxy = ProxyProcess::start_with_offerings(&text, &env, &["fx", "px"]).await?;
+    let (alice, _) = connect_http_with_token(&proxy.url, Era::Legacy, ALICE_TOKEN).await?;
+    let (bob, _) = connect_http_with_token(&proxy.url, Era::Modern, BOB_TOKEN).await?;
+
+    // px: alice's call opens its one session; bob's finds none left; alice's third call is over
+    // her px bucket (two a minute).
+    assert!(call(&alice, "px__stats").await);
+    assert!(!call(&bob, "px__stats").await, "past max_sessions");
+    assert!(call(&alice, "px__stats").await);
+    let (alice_stateless, _) = connect_http_with_token(&proxy.url, Era::Modern, ALICE_TOKEN).await?;
+    assert!(!call(&alice_stateless, "px__stats").await, "over px's rate limit");
+
+    // One call of alice's in flight (held 5 s): her next is over max_calls_per_principal. The
+    // calls that went through before the held one was in flight are counted.
+    let peer = alice.peer().clone();
+    let held = tokio::spawn(async move {
+        let arguments = json!({"count": 0, "hold_ms": 5000}).as_object().cloned().unwrap_or_default();
+        peer.call_tool(CallToolRequestParams::new("fx__progress").with_arguments(arguments)).await
+    });
+    let through = std::cell::Cell::new(0);
+    eventually(DEADLINE, "a call refused over the in-flight cap", || {
+        let (alice, through) = (&alice, &through);
+        async move {
+            let params = CallToolRequestParams::new("fx__stats").with_arguments(JsonObject::new());
+            match alice.call_tool(params).await {
+                Ok(_) => {
+                    through.set(through.get() + 1);
+                    anyhow::bail!("the call went through")
+                }
+                Err(error) if error.to_string().contains("call limit reached") => Ok(()),
+                Err(error) => Err(error.into()),
+            }
+        }
+    })
+    .await?;
+    held.await??;
+
+    // bob names alice's session: the same 404 as an unknown session.
+    let session = initialize_session(&proxy.url, ALICE_TOKEN).await?;
+    let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let status = reqwest::Client::new()
+        .post(&proxy.url)
+        .header("accept", "application/json, text/event-stream")
+        .header("authorization", format!("Bearer {BOB_TOKEN}"))
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&body)
+        .send()
+        .await?
+        .status();
+    assert_eq!(status.as_u16(), 404);
+
+    let expected = expect(&[
+        ("call", 4 + through.get()),
+        ("refused:rate_limited", 1),
+        ("refused:call_limit", 1),
+        ("refused:wrong_principal", 1),
+    ]);
+    let found = wait_tally(&audit_file, &expected).await?;
+    let over = found.iter().find(|e| e["event"] == "call" && e["principal"] == "bob").expect("bob's call");
+    assert_eq!((over["name"].as_str(), over["outcome"].as_str()), (Some("px__stats"), Some("over_limit")));
+    let limited = found.iter().find(|e| e["reason"] == "rate_limited").expect("the rate-limited call");
+    assert_eq!(
+        (limited["principal"].as_str(), limited["method"].as_str(), limited["name"].as_str()),
+        (Some("alice"), Some("tools/call"), Some("px__stats"))
+    );
+    let capped = found.iter().find(|e| e["reason"] == "call_limit").expect("the call over the cap");
+    assert_eq!((capped["principal"].as_str(), capped["name"].as_str()), (Some("alice"), Some("fx__stats")));
+    let wrong = found.iter().find(|e| e["reason"] == "wrong_principal").expect("bob on alice's session");
+    assert_eq!(wrong["principal"], "bob");
+    let text = std::fs::read_to_string(&audit_file)?;
+    for secret in [ALICE_TOKEN, BOB_TOKEN, &session] {
+        assert!(!text.contains(secret), "the audit file holds a token or a session id");
+    }
+    Ok(())
+}
+
+/// A 2025 session opened over plain HTTP with `token`: its id.
+async fn initialize_session(url: &str, token: &str) -> anyhow::Result<String> {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let response = reqwest::Client::new()
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("authorization", format!("Bearer {token}"))
+        .json(&body)
+        .send()
+        .await?;
+    let session = response.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_string);
+    session.ok_or_else(|| anyhow::anyhow!("no session id (HTTP {})", response.status()))
+}

@@ -43,5 +43,6 @@ mod relay_refusals;
 mod serve_dir;
 mod subscriptions;
 mod thin_reads;
+mod token_exchange;
 mod upstream_credentials;
 mod upstream_sessions;

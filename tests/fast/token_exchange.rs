@@ -1,0 +1,368 @@
+//! RFC 8693 token exchange for an HTTP upstream (`[upstreams.auth] kind = "token_exchange"`),
+//! end to end: an authorization server served here (axum on 127.0.0.1:0) that issues a token
+//! for each exchange of a principal's JWT (recording the subject token it was given) and, to
+//! the proxy's own client, client-credentials tokens; and the fixture behind a gate served here
+//! that forwards only requests carrying a live token it issued (401 otherwise), recording which
+//! token each JSON-RPC method came with. Hosts authenticate with JWTs signed by the test's keys
+//! (a JWKS served here) or a static token. The proxy runs as its binary.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use futures::TryStreamExt;
+use rmcp::model::{CallToolRequestParams, JsonObject};
+use serde_json::{Value, json};
+
+use crate::support::fixture::{Era, FixtureClient, HttpFixture, connect_http_with_token};
+use crate::support::jwt::{ISSUER, JwksServer, RESOURCE, claims, rsa_a};
+use crate::support::proxy::{PROXY_BIN, ProxyProcess, http_upstream, toml_str, write_config};
+
+const CLIENT_ID: &str = "proxy-client";
+const CLIENT_SECRET: &str = "exchange-secret-41f2";
+const SECRET_ENV: &str = "TEST_EXCHANGE_CLIENT_SECRET";
+const CI_TOKEN: &str = "ci-static-token-exchange-9a0c";
+const EXCHANGE_GRANT: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
+
+/// How the token endpoint answers exchanges (client credentials are always issued).
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    /// Exchanged tokens that live this long.
+    Issue(Duration),
+    /// 400 `invalid_grant`.
+    Refuse,
+    /// Accepts the request and never answers.
+    Hang,
+}
+
+/// One exchange the authority answered: the subject token and form it was given, the token
+/// issued (if any) and when that expires.
+#[derive(Clone)]
+struct Exchange {
+    form: Vec<(String, String)>,
+    subject: String,
+    issued: Option<(String, Instant)>,
+}
+
+/// The authorization server and the gate in front of the fixture.
+struct Authority {
+    mode: Mutex<Mode>,
+    exchanges: Mutex<Vec<Exchange>>,
+    /// Client-credentials tokens issued (the shared connection's).
+    client_tokens: Mutex<Vec<String>>,
+    /// Upstream requests forwarded: the JSON-RPC method and the token it carried.
+    accepted: Mutex<Vec<(String, String)>>,
+    refused: AtomicU64,
+    fixture: String,
+    client: reqwest::Client,
+}
+
+impl Authority {
+    /// The tokens issued in exchange for `subject`, in order.
+    fn issued_for(&self, subject: &str) -> Vec<String> {
+        let exchanges = self.exchanges.lock().unwrap();
+        exchanges.iter().filter(|e| e.subject == subject).filter_map(|e| Some(e.issued.as_ref()?.0.clone())).collect()
+    }
+
+    /// The tokens `tools/call` requests reached the upstream with, in order.
+    fn call_tokens(&self) -> Vec<String> {
+        let accepted = self.accepted.lock().unwrap();
+        accepted.iter().filter(|(method, _)| method == "tools/call").map(|(_, token)| token.clone()).collect()
+    }
+
+    fn live(&self, token: &str) -> bool {
+        let now = Instant::now();
+        let exchanged = self
+            .exchanges
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|e| e.issued.as_ref().is_some_and(|(value, expires)| value == token && now < *expires));
+        exchanged || self.client_tokens.lock().unwrap().iter().any(|value| value == token)
+    }
+}
+
+async fn serve(authority: Arc<Authority>) -> anyhow::Result<String> {
+    let app = axum::Router::new().route("/token", axum::routing::post(token)).fallback(gate).with_state(authority);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let address = listener.local_addr()?;
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok(format!("http://{address}"))
+}
+
+/// An `application/x-www-form-urlencoded` body's fields.
+fn form(body: &str) -> Vec<(String, String)> {
+    let decode =
+        |text: &str| percent_encoding::percent_decode_str(&text.replace('+', " ")).decode_utf8_lossy().into_owned();
+    body.split('&').filter_map(|pair| pair.split_once('=')).map(|(key, value)| (decode(key), decode(value))).collect()
+}
+
+async fn token(State(authority): State<Arc<Authority>>, headers: HeaderMap, body: String) -> Response {
+    let expected = base64::engine::general_purpose::STANDARD.encode(format!("{CLIENT_ID}:{CLIENT_SECRET}"));
+    let basic = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    if basic != format!("Basic {expected}") {
+        return (StatusCode::UNAUTHORIZED, axum::Json(json!({"error": "invalid_client"}))).into_response();
+    }
+    let form = form(&body);
+    let field = |name: &str| form.iter().find(|(key, _)| key == name).map(|(_, value)| value.clone());
+    if field("grant_type").as_deref() == Some("client_credentials") {
+        let value = format!("cc-{:016x}", rand::random::<u64>());
+        authority.client_tokens.lock().unwrap().push(value.clone());
+        return axum::Json(json!({"access_token": value, "token_type": "Bearer", "expires_in": 600})).into_response();
+    }
+    if field("grant_type").as_deref() != Some(EXCHANGE_GRANT) {
+        return (StatusCode::BAD_REQUEST, axum::Json(json!({"error": "unsupported_grant_type"}))).into_response();
+    }
+    let subject = field("subject_token").unwrap_or_default();
+    let mode = *authority.mode.lock().unwrap();
+    let lifetime = match mode {
+        Mode::Hang => std::future::pending().await,
+        Mode::Refuse => {
+            authority.exchanges.lock().unwrap().push(Exchange { form, subject, issued: None });
+            return (StatusCode::BAD_REQUEST, axum::Json(json!({"error": "invalid_grant"}))).into_response();
+        }
+        Mode::Issue(lifetime) => lifetime,
+    };
+    let mut exchanges = authority.exchanges.lock().unwrap();
+    let value = format!("xch-{}-{:016x}", exchanges.len() + 1, rand::random::<u64>());
+    let issued = Some((value.clone(), Instant::now() + lifetime));
+    exchanges.push(Exchange { form, subject, issued });
+    let reply = json!({
+        "access_token": value,
+        "issued_token_type": "urn:ietf:params:oauth:token-type:access_token",
+        "token_type": "Bearer",
+        "expires_in": lifetime.as_secs_f64(),
+    });
+    axum::Json(reply).into_response()
+}
+
+/// Forward to the fixture when the request carries a live token this authority issued.
+async fn gate(State(authority): State<Arc<Authority>>, request: Request) -> Response {
+    let bearer = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let token = bearer.strip_prefix("Bearer ").unwrap_or_default().to_string();
+    if !authority.live(&token) {
+        authority.refused.fetch_add(1, Ordering::SeqCst);
+        let challenge = [(header::WWW_AUTHENTICATE, "Bearer error=\"invalid_token\"")];
+        return (StatusCode::UNAUTHORIZED, challenge).into_response();
+    }
+    forward(&authority, request, token)
+        .await
+        .unwrap_or_else(|e| (StatusCode::BAD_GATEWAY, e.to_string()).into_response())
+}
+
+async fn forward(authority: &Authority, request: Request, token: String) -> anyhow::Result<Response> {
+    let (parts, body) = request.into_parts();
+    let body = axum::body::to_bytes(body, 16 << 20).await?;
+    let method = serde_json::from_slice::<Value>(&body).ok().and_then(|v| v["method"].as_str().map(str::to_string));
+    authority.accepted.lock().unwrap().push((method.unwrap_or_default(), token));
+    let mut headers = parts.headers.clone();
+    headers.remove(header::HOST);
+    headers.remove(header::AUTHORIZATION);
+    let url = format!("{}{}", authority.fixture.trim_end_matches("/mcp"), parts.uri);
+    let answer = authority.client.request(parts.method, url).headers(headers).body(body).send().await?;
+    let mut response = Response::builder().status(answer.status());
+    for (name, value) in answer.headers() {
+        response = response.header(name, value);
+    }
+    Ok(response.body(Body::from_stream(answer.bytes_stream().map_err(std::io::Error::other)))?)
+}
+
+/// The proxy's config: JWTs from `jwks_url`, a static token for ci-bot, everything allowed, and
+/// `upstream`.
+fn config(jwks_url: &str, upstream: &str) -> String {
+    format!(
+        "[auth]\nmode = \"bearer\"\n\n[[auth.tokens]]\nprincipal = \"ci-bot\"\ntoken_env = \"CI_TOKEN\"\n\n\
+         [auth.jwt]\nresource = {}\nissuer = {}\njwks_url = {}\n\n{upstream}",
+        toml_str(RESOURCE),
+        toml_str(ISSUER),
+        toml_str(jwks_url),
+    )
+}
+
+/// The upstream's lines (`upstream` more of them) and its `[upstreams.auth]` exchanging at
+/// `token_url` (`extra` more lines).
+fn exchange_auth(token_url: &str, upstream: &str, extra: &str) -> String {
+    format!(
+        "session = \"per-principal\"\n{upstream}\n[upstreams.cache]\nenabled = false\n[upstreams.auth]\nkind = \"token_exchange\"\n\
+         token_url = {}\naudience = \"fixture\"\nresource = \"https://fixture.test/mcp\"\nscope = \"tools\"\n{extra}\n",
+        toml_str(token_url)
+    )
+}
+
+/// A proxy in front of the gated fixture whose exchanges answer as `mode`; the JWKS, the
+/// authority, and the fixture (kept alive).
+async fn gated(
+    mode: Mode,
+    upstream_lines: &str,
+) -> anyhow::Result<(ProxyProcess, JwksServer, Arc<Authority>, HttpFixture)> {
+    let fixture = HttpFixture::spawn(&["--resources", "1"]).await?;
+    let authority = Arc::new(Authority {
+        mode: Mutex::new(mode),
+        exchanges: Mutex::default(),
+        client_tokens: Mutex::default(),
+        accepted: Mutex::default(),
+        refused: AtomicU64::new(0),
+        fixture: fixture.url.clone(),
+        client: reqwest::Client::new(),
+    });
+    let base = serve(authority.clone()).await?;
+    let client = format!("client_id = \"{CLIENT_ID}\"\nclient_secret_env = \"{SECRET_ENV}\"\n");
+    let auth = exchange_auth(&format!("{base}/token"), upstream_lines, &client);
+    let upstream = http_upstream("gated", &format!("{base}/mcp"), &auth);
+    let jwks = JwksServer::start(vec![rsa_a().jwk()]).await?;
+    let env = [(SECRET_ENV, CLIENT_SECRET), ("CI_TOKEN", CI_TOKEN)];
+    let proxy = ProxyProcess::start_with_offerings(&config(&jwks.url, &upstream), &env, &["gated"]).await?;
+    Ok((proxy, jwks, authority, fixture))
+}
+
+/// `gated__stats` as `client`: the call's outcome, the error's message when it failed.
+async fn call(client: &FixtureClient) -> anyhow::Result<Result<(), String>> {
+    let params = CallToolRequestParams::new("gated__stats").with_arguments(JsonObject::new());
+    let answer = tokio::time::timeout(Duration::from_secs(20), client.call_tool(params)).await.context("hung")?;
+    Ok(match answer {
+        Ok(result) if result.is_error != Some(true) => Ok(()),
+        Ok(result) => Err(format!("{result:?}")),
+        Err(rmcp::ServiceError::McpError(error)) => Err(error.message.to_string()),
+        Err(other) => return Err(other.into()),
+    })
+}
+
+#[tokio::test]
+async fn each_principal_calls_with_its_own_exchanged_token_kept_until_it_expires() -> anyhow::Result<()> {
+    let (proxy, _jwks, authority, _fixture) = gated(Mode::Issue(Duration::from_secs(600)), "").await?;
+    let alice_jwt = rsa_a().sign(&claims("alice", &[]));
+    let bob_jwt = rsa_a().sign(&claims("bob", &[]));
+    let (alice, _) = connect_http_with_token(&proxy.url, Era::Legacy, &alice_jwt).await?;
+    let (bob, _) = connect_http_with_token(&proxy.url, Era::Modern, &bob_jwt).await?;
+
+    call(&alice).await?.map_err(anyhow::Error::msg).context("alice's first call")?;
+    call(&alice).await?.map_err(anyhow::Error::msg).context("alice's second call")?;
+    call(&bob).await?.map_err(anyhow::Error::msg).context("bob's call")?;
+
+    // One exchange each (alice's token kept for her second call), each of the principal's own
+    // JWT, with the configured audience, resource and scope.
+    let (alice_tokens, bob_tokens) = (authority.issued_for(&alice_jwt), authority.issued_for(&bob_jwt));
+    assert_eq!((alice_tokens.len(), bob_tokens.len()), (1, 1), "one exchange per principal");
+    assert_eq!(authority.exchanges.lock().unwrap().len(), 2);
+    for exchange in authority.exchanges.lock().unwrap().iter() {
+        let field = |name: &str| exchange.form.iter().find(|(key, _)| key == name).map(|(_, v)| v.as_str());
+        assert_eq!(field("subject_token_type"), Some("urn:ietf:params:oauth:token-type:access_token"));
+        assert_eq!(field("requested_token_type"), Some("urn:ietf:params:oauth:token-type:access_token"));
+        assert_eq!((field("audience"), field("scope")), (Some("fixture"), Some("tools")));
+        assert_eq!(field("resource"), Some("https://fixture.test/mcp"));
+    }
+    // The upstream saw each principal's call with that principal's own exchanged token.
+    let expected = [alice_tokens[0].clone(), alice_tokens[0].clone(), bob_tokens[0].clone()];
+    assert_eq!(authority.call_tokens(), expected);
+    // The shared connection (the catalog) used the proxy's client credentials; no host's own
+    // token ever reached the upstream.
+    let accepted = authority.accepted.lock().unwrap().clone();
+    assert!(accepted.iter().any(|(method, token)| method == "tools/list" && token.starts_with("cc-")), "{accepted:?}");
+    assert!(accepted.iter().all(|(_, token)| token != &alice_jwt && token != &bob_jwt));
+    assert_eq!(authority.refused.load(Ordering::SeqCst), 0);
+
+    // No token in the logs.
+    let logs = proxy.logs().join("\n");
+    for secret in [&alice_jwt, &bob_jwt, &alice_tokens[0], &bob_tokens[0]] {
+        assert!(!logs.contains(secret.as_str()), "a token in the logs");
+    }
+    assert!(!logs.contains(CLIENT_SECRET));
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_expiring_exchanged_token_is_exchanged_again_and_no_call_fails() -> anyhow::Result<()> {
+    // Exchanged tokens live 4 s: the next is fetched a quarter of that (1 s) ahead of expiry.
+    let lifetime = Duration::from_secs(4);
+    let (proxy, _jwks, authority, _fixture) = gated(Mode::Issue(lifetime), "").await?;
+    let alice_jwt = rsa_a().sign(&claims("alice", &[]));
+    let (alice, _) = connect_http_with_token(&proxy.url, Era::Legacy, &alice_jwt).await?;
+    let mut pace = tokio::time::interval(Duration::from_millis(150));
+    let started = Instant::now();
+    let mut calls = 0;
+    while authority.issued_for(&alice_jwt).len() < 3 {
+        if started.elapsed() > Duration::from_secs(60) {
+            bail!("only {} exchanges in 60 s", authority.issued_for(&alice_jwt).len());
+        }
+        pace.tick().await;
+        call(&alice).await?.map_err(anyhow::Error::msg).with_context(|| format!("call {calls}"))?;
+        calls += 1;
+    }
+    call(&alice).await?.map_err(anyhow::Error::msg).context("the call after the third exchange")?;
+    let issued = authority.issued_for(&alice_jwt);
+    let used: std::collections::BTreeSet<String> = authority.call_tokens().into_iter().collect();
+    assert!(issued.iter().skip(1).all(|token| used.contains(token)), "the calls went on with the new tokens");
+    assert_eq!(authority.refused.load(Ordering::SeqCst), 0, "no request went with an expired token");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_static_token_principal_and_a_refused_or_silent_exchange_get_clear_errors_not_hangs() -> anyhow::Result<()> {
+    let (proxy, _jwks, authority, _fixture) =
+        gated(Mode::Refuse, "request_timeout = \"4s\"\n").await.context("the proxy")?;
+    // ci-bot authenticated with a static token: there is no JWT to exchange.
+    let (ci, _) = connect_http_with_token(&proxy.url, Era::Legacy, CI_TOKEN).await?;
+    let error = call(&ci).await?.expect_err("ci-bot's call without a JWT");
+    assert!(error.contains("exchanged for the caller's own JWT") && error.contains("did not authenticate"), "{error}");
+    assert!(authority.exchanges.lock().unwrap().is_empty(), "no exchange was tried");
+
+    let alice_jwt = rsa_a().sign(&claims("alice", &[]));
+    let (alice, _) = connect_http_with_token(&proxy.url, Era::Modern, &alice_jwt).await?;
+    let error = call(&alice).await?.expect_err("a refused exchange");
+    assert!(error.contains("no access token for the upstream") && error.contains("HTTP 400"), "{error}");
+    assert_eq!(authority.issued_for(&alice_jwt).len(), 0);
+    assert_eq!(authority.exchanges.lock().unwrap().len(), 1, "the exchange was asked for, with alice's JWT");
+
+    *authority.mode.lock().unwrap() = Mode::Hang;
+    let started = Instant::now();
+    let error = call(&alice).await?.expect_err("a silent token endpoint");
+    let took = started.elapsed();
+    assert!(error.contains("did not answer in time"), "{error}");
+    assert!(took < Duration::from_secs(4), "answered in {took:?}, within the request timeout");
+    assert!(!error.contains(&alice_jwt) && !error.contains(CLIENT_SECRET));
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_unreachable_token_endpoint_fails_the_call_at_once_while_the_shared_connection_needs_none()
+-> anyhow::Result<()> {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = closed.local_addr()?.port();
+    drop(closed);
+    // No client id: the shared connection sends no token (the fixture takes none).
+    let fixture = HttpFixture::spawn(&["--resources", "1"]).await?;
+    let auth = exchange_auth(&format!("http://127.0.0.1:{port}/token"), "request_timeout = \"4s\"", "");
+    let jwks = JwksServer::start(vec![rsa_a().jwk()]).await?;
+    let upstream = http_upstream("gated", &fixture.url, &auth);
+    let proxy =
+        ProxyProcess::start_with_offerings(&config(&jwks.url, &upstream), &[("CI_TOKEN", CI_TOKEN)], &["gated"])
+            .await?;
+    let alice_jwt = rsa_a().sign(&claims("alice", &[]));
+    let (alice, _) = connect_http_with_token(&proxy.url, Era::Legacy, &alice_jwt).await?;
+    let started = Instant::now();
+    let error = call(&alice).await?.expect_err("no token endpoint");
+    assert!(error.contains("token endpoint is unreachable"), "{error}");
+    assert!(started.elapsed() < Duration::from_secs(4), "answered in {:?}", started.elapsed());
+    Ok(())
+}
+
+#[tokio::test]
+async fn check_refuses_a_token_exchange_on_a_shared_upstream_session() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let auth = "[upstreams.auth]\nkind = \"token_exchange\"\ntoken_url = \"http://127.0.0.1:9/token\"\n";
+    let config =
+        [http_upstream("gated", "http://127.0.0.1:9/mcp", auth), "[server]\nno_such_key = 1\n".into()].concat();
+    let path = write_config(dir.path(), &config)?;
+    let output = tokio::process::Command::new(PROXY_BIN).args(["check", "--config"]).arg(&path).output().await?;
+    let said = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert_eq!(output.status.code(), Some(78), "{said}");
+    assert!(said.contains("auth.kind") && said.contains("needs `session = \"per-principal\"`"), "{said}");
+    assert!(said.contains("no_such_key"), "listed with the other problems: {said}");
+    Ok(())
+}
