@@ -437,6 +437,9 @@ impl Metrics {
         for outcome in AnswerOutcome::ALL {
             i.cluster_answers.with_label_values(&[replica, outcome.label()]);
         }
+        for outcome in ["forwarded", "fallback", "failed", "served", "refused"] {
+            i.cluster_forwards.with_label_values(&[outcome]);
+        }
     }
 
     pub fn cluster_redis_up(&self, replica: &str, up: bool) {

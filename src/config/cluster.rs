@@ -301,14 +301,15 @@ mod tests {
             assert_eq!(error.problems[0].at, "cluster.advertise_url", "{bad}: {error}");
         }
         // Listening on every address with a per-principal upstream: the others cannot guess where.
-        let anywhere = format!("[server]\nlisten = \"0.0.0.0:8080\"\n{cluster}{per}");
+        let open = "[auth]\nallow_unauthenticated = true\n";
+        let anywhere = format!("[server]\nlisten = \"0.0.0.0:8080\"\n{open}{cluster}{per}");
         let error = load(anywhere.clone()).expect_err("no advertise_url");
         assert_eq!(error.problems[0].at, "cluster.advertise_url", "{error}");
         let fixed = anywhere.replace("[[upstreams]]", "advertise_url = \"http://{hostname}:8080\"\n[[upstreams]]");
         load(fixed).expect("advertised");
         load(format!("[server]\nlisten = \"127.0.0.1:8080\"\n{cluster}{per}"))
             .expect("the listen address is the default");
-        load(format!("[server]\nlisten = \"0.0.0.0:8080\"\n{cluster}")).expect("no per-principal upstream");
+        load(format!("[server]\nlisten = \"0.0.0.0:8080\"\n{open}{cluster}")).expect("no per-principal upstream");
     }
 
     #[test]

@@ -39,6 +39,7 @@ const FAMILIES: &[&str] = &[
     "mcp_proxy_cluster_replicas",
     "mcp_proxy_cluster_redis_failures_total",
     "mcp_proxy_cluster_answers_total",
+    "mcp_proxy_cluster_forwards_total",
     "mcp_proxy_auth_refused_total",
     "mcp_proxy_denials_total",
     "mcp_proxy_audit_dropped_total",
@@ -77,6 +78,7 @@ fn exercise_every_method(metrics: &Metrics, upstream: &str) -> SessionGuard {
     metrics.cluster_replicas("replica-1", 3);
     metrics.cluster_redis_failure("replica-1");
     metrics.cluster_answer("replica-1", AnswerOutcome::Forwarded);
+    metrics.cluster_forward("forwarded");
     metrics.auth_refused("expired");
     metrics.denied(DenialKind::Call);
     metrics.audit_dropped();
