@@ -40,6 +40,9 @@ impl Tools {
         params: &CallToolRequestParams,
         progress: Option<&dyn ProgressOutlet>,
     ) -> Option<Result<CallToolResponse, ProxyError>> {
+        if !self.held_elsewhere(upstream, holder.principal) {
+            return None;
+        }
         let mut params = params.clone();
         let state = params.request_state.take();
         params.request_state = match self.opened_state(holder, state) {
@@ -61,6 +64,9 @@ impl Tools {
         holder: &Holder<'_>,
         params: &GetPromptRequestParams,
     ) -> Option<Result<GetPromptResponse, ProxyError>> {
+        if !self.held_elsewhere(upstream, holder.principal) {
+            return None;
+        }
         let mut params = params.clone();
         let state = params.request_state.take();
         params.request_state = match self.opened_state(holder, state) {
@@ -144,6 +150,16 @@ impl Tools {
 
     /// Send `call` to the replica holding `principal`'s session of `upstream`: `None` when
     /// this replica holds it, or runs it because the owner cannot be reached.
+    /// Is `principal`'s session of `upstream` another replica's? Asked before anything of the
+    /// request is opened: a request run here (a `requestState` of a call parked here, say) is
+    /// left whole.
+    fn held_elsewhere(&self, upstream: &Upstream, principal: &str) -> bool {
+        self.inner.forwarder.as_ref().is_some_and(|forwarder| {
+            upstream.config().sessions.mode == SessionMode::PerPrincipal
+                && forwarder.owner(upstream.name(), principal).is_some()
+        })
+    }
+
     async fn elsewhere(
         &self,
         upstream: &Upstream,

@@ -340,12 +340,27 @@ async fn every_refusal_before_or_past_a_cap_is_one_event() -> anyhow::Result<()>
     let (alice_stateless, _) = connect_http_with_token(&proxy.url, Era::Modern, ALICE_TOKEN).await?;
     assert!(!call(&alice_stateless, "px__stats").await, "over px's rate limit");
 
-    // One call of alice's in flight (held 5 s): her next is over max_calls_per_principal. The
-    // calls that went through before the held one was in flight are counted.
-    let peer = alice.peer().clone();
-    let held = tokio::spawn(async move {
-        let arguments = json!({"count": 0, "hold_ms": 5000}).as_object().cloned().unwrap_or_default();
-        peer.call_tool(CallToolRequestParams::new("fx__progress").with_arguments(arguments)).await
+    // One call of alice's in flight (held 5 s, from another host of hers: one rmcp client sends
+    // its requests one after another): her next is over max_calls_per_principal. The calls that
+    // went through before the held one was in flight are counted, and so are the held call's
+    // own refusals while a probe of hers was in flight (it is sent again until it is admitted).
+    let (alice_holding, _) = connect_http_with_token(&proxy.url, Era::Legacy, ALICE_TOKEN).await?;
+    let peer = alice_holding.peer().clone();
+    let held_refused = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let held = tokio::spawn({
+        let held_refused = held_refused.clone();
+        async move {
+            let arguments = json!({"count": 0, "hold_ms": 5000}).as_object().cloned().unwrap_or_default();
+            loop {
+                let params = CallToolRequestParams::new("fx__progress").with_arguments(arguments.clone());
+                match peer.call_tool(params).await {
+                    Err(error) if error.to_string().contains("call limit reached") => {
+                        held_refused.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    answer => return answer,
+                }
+            }
+        }
     });
     let through = std::cell::Cell::new(0);
     eventually(DEADLINE, "a call refused over the in-flight cap", || {
@@ -383,7 +398,7 @@ async fn every_refusal_before_or_past_a_cap_is_one_event() -> anyhow::Result<()>
     let expected = expect(&[
         ("call", 4 + through.get()),
         ("refused:rate_limited", 1),
-        ("refused:call_limit", 1),
+        ("refused:call_limit", 1 + held_refused.load(std::sync::atomic::Ordering::SeqCst)),
         ("refused:wrong_principal", 1),
     ]);
     let found = wait_tally(&audit_file, &expected).await?;
