@@ -409,8 +409,10 @@ async fn every_refusal_before_or_past_a_cap_is_one_event() -> anyhow::Result<()>
         (limited["principal"].as_str(), limited["method"].as_str(), limited["name"].as_str()),
         (Some("alice"), Some("tools/call"), Some("px__stats"))
     );
-    let capped = found.iter().find(|e| e["reason"] == "call_limit").expect("the call over the cap");
-    assert_eq!((capped["principal"].as_str(), capped["name"].as_str()), (Some("alice"), Some("fx__stats")));
+    // The probe refused over the cap (and any refusal of the held call, sent again) are alice's.
+    let capped: Vec<_> = found.iter().filter(|e| e["reason"] == "call_limit").collect();
+    assert!(capped.iter().all(|e| e["principal"] == "alice"), "{capped:?}");
+    assert!(capped.iter().any(|e| e["name"] == "fx__stats"), "the probe over the cap: {capped:?}");
     let wrong = found.iter().find(|e| e["reason"] == "wrong_principal").expect("bob on alice's session");
     assert_eq!(wrong["principal"], "bob");
     let text = std::fs::read_to_string(&audit_file)?;
