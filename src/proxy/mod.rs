@@ -236,7 +236,7 @@ impl Proxy {
     }
 
     /// `holder` subscribes `uri`; `host`: the 2025 host session it comes on, if any (see
-    /// [`Subscriptions::subscribe`]).
+    /// `Subscriptions::subscribe`).
     pub fn subscribe(
         &self,
         caller: &Caller,
