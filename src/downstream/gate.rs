@@ -32,7 +32,7 @@ use http::{Method, StatusCode};
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 
-use super::sessions::{OverCap, SessionBook};
+use super::sessions::{OpenedHolder, OverCap, SessionBook};
 use super::shared::records::{Admission, Records};
 use super::shared::{self, Shared};
 use crate::audit::{Audit, Event};
@@ -57,7 +57,7 @@ pub(super) struct Gate {
 
 /// The middleware: `axum::middleware::from_fn_with_state(gate, guard_sessions)`, inside the
 /// front middleware (it reads the [`Principal`] that [`crate::auth::run_as`] put in).
-pub(super) async fn guard_sessions(State(gate): State<Gate>, request: Request, next: Next) -> Response {
+pub(super) async fn guard_sessions(State(gate): State<Gate>, mut request: Request, next: Next) -> Response {
     let principal = request.extensions().get::<Principal>().map(|p| p.0.clone()).unwrap_or_default();
     let named = request.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let method = request.method().clone();
@@ -75,6 +75,11 @@ pub(super) async fn guard_sessions(State(gate): State<Gate>, request: Request, n
             None => {}
         }
     }
+    let opened = (named.is_none() && gate.shared.is_some()).then(|| {
+        let opened = OpenedHolder::default();
+        request.extensions_mut().insert(opened.clone());
+        opened
+    });
     let response = next.run(request).await;
     match named {
         Some(session) if method == Method::DELETE => ended(&gate, &session, response),
@@ -84,7 +89,7 @@ pub(super) async fn guard_sessions(State(gate): State<Gate>, request: Request, n
             }
             response
         }
-        None => admit(&gate, &principal, response).await,
+        None => admit(&gate, &principal, response, opened).await,
     }
 }
 
@@ -147,7 +152,7 @@ async fn guard_shared(
 }
 
 /// A response that opened a session: enter it, or close it again over a cap.
-async fn admit(gate: &Gate, principal: &str, response: Response) -> Response {
+async fn admit(gate: &Gate, principal: &str, response: Response, opened: Option<OpenedHolder>) -> Response {
     let Some(session) = response.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
         return response;
     };
@@ -159,7 +164,12 @@ async fn admit(gate: &Gate, principal: &str, response: Response) -> Response {
     };
     let admitted = admitted.and_then(|()| gate.book.admit(&session, principal, counted).map_err(Some));
     let over = match admitted {
-        Ok(()) => return response,
+        Ok(()) => {
+            if let Some(&holder) = opened.as_ref().and_then(|opened| opened.0.get()) {
+                gate.book.set_holder(&session, holder);
+            }
+            return response;
+        }
         Err(Some(over)) => over,
         Err(None) => {
             let _ = gate.manager.close_session(&Arc::from(session.as_str())).await;

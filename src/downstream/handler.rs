@@ -17,13 +17,14 @@ use rmcp::model::{
     GetPromptResponse, ListPromptsResult, ListToolsResult,
 };
 use rmcp::model::{
-    Implementation, ListResourceTemplatesResult, ListResourcesResult, PaginatedRequestParams,
-    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig, SubscribeRequestParams,
-    SubscriptionFilter, UnsubscribeRequestParams,
+    Implementation, InitializeRequestParams, InitializeResult, ListResourceTemplatesResult, ListResourcesResult,
+    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
+    SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData, ServerHandler};
 
+use super::sessions::OpenedHolder;
 use super::{ProxyServer, offerings, session_header};
 use crate::protocol;
 
@@ -49,6 +50,23 @@ impl ServerHandler for ProxyServer {
     /// it is built once and cloned.
     fn get_info(&self) -> ServerConfig {
         SERVER_INFO.clone()
+    }
+
+    /// `[cluster]`: a 2025 session's outlet is registered as it opens (not only at
+    /// `notifications/initialized`, which may land on another replica), its holder id left for
+    /// the gate ([`super::sessions::OpenedHolder`]).
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        context.peer.set_peer_info(request.clone());
+        let opened =
+            context.extensions.get::<::http::request::Parts>().and_then(|parts| parts.extensions.get::<OpenedHolder>());
+        if let Some(opened) = opened {
+            let _ = opened.0.set(self.session(&context.peer));
+        }
+        self.negotiate_initialize(&request)
     }
 
     async fn list_resources(

@@ -14,7 +14,7 @@
 //! a session is marked used (for good) by its first request or GET stream after `initialize`.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::relay::LogLevel;
@@ -50,6 +50,13 @@ struct Seen {
     level: Option<LogLevel>,
     _counted: SessionGuard,
 }
+
+/// `[cluster]`: put by the gate on a request that opens a session; the handler answering its
+/// `initialize` registers the session's outlet at once and leaves its holder id here, so the
+/// book knows it although `notifications/initialized` may land on another replica (a GET stream
+/// served here then waits for no handler that will never come).
+#[derive(Clone, Default)]
+pub(crate) struct OpenedHolder(pub Arc<OnceLock<HolderId>>);
 
 /// Why a new session was not admitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,6 +182,11 @@ impl SessionBook {
         if let Some(seen) = self.sessions.lock().expect("sessions lock").get_mut(session) {
             seen.legacy_ready = true;
         }
+    }
+
+    /// The session's handler here registered `holder` (see [`OpenedHolder`]).
+    pub fn set_holder(&self, session: &str, holder: HolderId) {
+        self.touch(session, Some(holder));
     }
 
     /// The session made a request (sessions the book does not know are ignored).

@@ -107,7 +107,15 @@ async fn the_host_keeps_its_subscription_when_the_replica_serving_its_stream_die
     host.subscribe(SubscribeRequestParams::new(ITEM)).await?;
     // The stream's replica announces the acknowledged subscription once; on a loaded machine
     // the host's GET stream and the replica's reading of the record can take a while.
-    assert_eq!(next_updated_within(&mut events, Duration::from_secs(45)).await?, ITEM);
+    let first = next_updated_within(&mut events, Duration::from_secs(45)).await;
+    if first.is_err() {
+        for (i, r) in cluster.replicas.iter().enumerate() {
+            for l in r.logs() {
+                eprintln!("r{i}: {l}");
+            }
+        }
+    }
+    assert_eq!(first?, ITEM);
 
     let serving = eventually(DEADLINE, "a replica serves the host's GET stream", || async {
         let serving: Vec<usize> = (0..cluster.replicas.len())
@@ -149,6 +157,58 @@ async fn the_host_keeps_its_subscription_when_the_replica_serving_its_stream_die
     })
     .await?;
     assert_ne!(moved, serving);
+    Ok(())
+}
+
+/// The replica that answered a session's `initialize` but never heard its `initialized` (the
+/// balancer sent it elsewhere) serves the session's GET stream: the subscription made on a third
+/// request elsewhere is announced on it, and a later change reaches the host there too.
+#[tokio::test]
+async fn the_stream_is_served_by_the_replica_that_opened_the_session_although_initialized_went_elsewhere()
+-> anyhow::Result<()> {
+    let (fixture, config) = upstream().await?;
+    let cluster = Replicas::start(2, &config, &[]).await?;
+    let (side, _) = fixture::connect_http(&fixture.url, Era::Legacy).await?;
+    let (opener, other) = (&cluster.replicas[0].url, &cluster.replicas[1].url);
+    let request = |url: &str, method: reqwest::Method| {
+        reqwest::Client::new()
+            .request(method, url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+    };
+    let opened = raw_http::send(request(opener, reqwest::Method::POST).json(&raw_http::initialize("raw"))).await?;
+    let session = opened.session.context("a session id")?;
+    let on_session = |url: &str, method: reqwest::Method| {
+        request(url, method).header("mcp-protocol-version", LEGACY).header("mcp-session-id", &session)
+    };
+    let initialized = raw_http::send(on_session(other, reqwest::Method::POST).json(&raw_http::initialized())).await?;
+    assert_eq!(initialized.status, 202, "initialized on the other replica: {}", initialized.body);
+    let mut stream = tokio::time::timeout(DEADLINE, on_session(opener, reqwest::Method::GET).send()).await??;
+    assert_eq!(stream.status(), 200, "the GET stream on the replica that opened the session");
+    let subscribe = json!({"jsonrpc": "2.0", "id": 2, "method": "resources/subscribe", "params": {"uri": ITEM}});
+    let subscribed = raw_http::send(on_session(other, reqwest::Method::POST).json(&subscribe)).await?;
+    assert!(subscribed.message().is_some_and(|m| m["result"].is_object()), "subscribe: {}", subscribed.body);
+
+    let mut heard = String::new();
+    let updated = |heard: &str| heard.matches("notifications/resources/updated").count();
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while updated(&heard) < 1 {
+        let chunk = tokio::time::timeout_at(deadline, stream.chunk()).await.context("the subscription announced")??;
+        heard.push_str(&String::from_utf8_lossy(&chunk.context("the stream ended")?));
+    }
+    assert!(heard.contains(ITEM), "{heard}");
+    // A change made now is heard on the same stream (the change is made again until heard: the
+    // replica holds the upstream subscription once its upstream acknowledged it).
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while updated(&heard) < 2 {
+        call_json(&side, "touch", json!({ "uri": "fx://fx/item/1" })).await?;
+        let chunk = match tokio::time::timeout(Duration::from_secs(2), stream.chunk()).await {
+            Ok(chunk) => chunk?.context("the stream ended")?,
+            Err(_) if tokio::time::Instant::now() < deadline => continue,
+            Err(_) => anyhow::bail!("no change heard on the stream: {heard}"),
+        };
+        heard.push_str(&String::from_utf8_lossy(&chunk));
+    }
     Ok(())
 }
 
