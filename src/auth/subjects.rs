@@ -7,13 +7,14 @@
 //! Kept in memory only, at most [`MAX_SUBJECTS`] principals: an expired token is dropped when
 //! it is looked up, and when the book is full the token expiring first makes room.
 //!
-//! Invariant: a token is handed out only before the instant the proxy stops accepting it; it is
-//! never logged, and `Debug` shows only how many are kept.
+//! Invariant: a token is handed out only before the instant the proxy stops accepting it (and
+//! with how long that is: a token exchanged for it is not used past it); it is never logged,
+//! and `Debug` shows only how many are kept.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The most principals whose token is kept.
 pub const MAX_SUBJECTS: usize = 10_000;
@@ -54,13 +55,20 @@ impl Subjects {
 
     /// `principal`'s latest JWT, while it is still accepted.
     pub fn latest(&self, principal: &str) -> Option<Arc<str>> {
+        self.latest_with_rest(principal).map(|(token, _)| token)
+    }
+
+    /// `principal`'s latest JWT while it is still accepted, with how long it still is (whole
+    /// seconds, at least one).
+    pub fn latest_with_rest(&self, principal: &str) -> Option<(Arc<str>, Duration)> {
         let mut book = self.inner.lock().expect("subjects lock");
         let subject = book.get(principal)?;
-        if subject.until <= now() {
+        let now = now();
+        if subject.until <= now {
             book.remove(principal);
             return None;
         }
-        Some(subject.token.clone())
+        Some((subject.token.clone(), Duration::from_secs(subject.until - now)))
     }
 
     /// How many principals' tokens are kept.

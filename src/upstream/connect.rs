@@ -66,6 +66,10 @@ pub(crate) async fn connect(
     remembered: Option<Era>,
     standing: Standing<'_>,
 ) -> Result<(Running, Era, Option<ThinReader>), String> {
+    if let Some(credentials) = standing.credentials {
+        // No token, no handshake in either era (each would only ask the token endpoint again).
+        credentials.token().await.map_err(|failure| failure.describe())?;
+    }
     let plan = plan(&config.protocol, remembered);
     let roots = standing.roots;
     let start = |plan| start(config, &notices, progress, plan, standing);

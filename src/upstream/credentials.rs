@@ -2,8 +2,9 @@
 //! or, for one principal's own upstream session, by RFC 8693 token exchange of that principal's
 //! latest JWT ([`Subjects`]): fetched on first use, kept, and fetched anew before they expire — a quarter of their
 //! lifetime (at most a minute) ahead — or when the upstream answers 401 to the token in use.
+//! An exchanged token's lifetime ends no later than the JWT it was exchanged for is accepted.
 //! One fetch at a time per upstream: callers that need a token while one is being fetched wait
-//! for it (single flight). A fetch that does not succeed within its deadline fails the calls
+//! for it (single flight) and share its outcome, its failure too. A fetch that does not succeed within its deadline fails the calls
 //! waiting for it with a [`TokenFailure`], in our words; the next call tries again.
 //!
 //! The client authenticates with HTTP Basic (RFC 6749 §2.3.1: id and secret form-encoded),
@@ -21,6 +22,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use base64::Engine;
@@ -157,7 +159,17 @@ struct Inner {
     /// A fetch, with the wait for another caller's fetch, gives up after this.
     deadline: Duration,
     /// Held across a fetch: the single flight.
-    current: Mutex<Option<Token>>,
+    current: Mutex<Kept>,
+    /// Fetches finished (read before waiting for `current`: one that finished meanwhile and
+    /// failed fails the waiters too, rather than each asking again).
+    fetches: AtomicU64,
+}
+
+/// The token kept, or why the last fetch failed.
+#[derive(Default)]
+struct Kept {
+    token: Option<Token>,
+    failure: Option<TokenFailure>,
 }
 
 struct Token {
@@ -182,7 +194,14 @@ impl TokenSource {
             .tls_certs_merge(roots)
             .build()
             .expect("a reqwest client with these settings and checked roots builds");
-        let inner = Inner { upstream: upstream.to_string(), grant, client, deadline, current: Mutex::new(None) };
+        let inner = Inner {
+            upstream: upstream.to_string(),
+            grant,
+            client,
+            deadline,
+            current: Mutex::default(),
+            fetches: AtomicU64::new(0),
+        };
         Self { inner: Arc::new(inner) }
     }
 
@@ -194,11 +213,12 @@ impl TokenSource {
     /// A token to send now: the one kept while it is fresh, else a new one.
     pub async fn token(&self) -> Result<Arc<str>, TokenFailure> {
         self.within_deadline(async {
+            let before = self.inner.fetches.load(Ordering::Acquire);
             let mut current = self.inner.current.lock().await;
-            if let Some(token) = current.as_ref().filter(|token| Instant::now() < token.refresh_at) {
+            if let Some(token) = current.token.as_ref().filter(|token| Instant::now() < token.refresh_at) {
                 return Ok(token.value.clone());
             }
-            self.fetch_into(&mut current).await
+            self.fetch_unless_failed_since(before, &mut current).await
         })
         .await
     }
@@ -207,14 +227,26 @@ impl TokenSource {
     /// another caller already replaced it.
     pub async fn replace(&self, refused: &str) -> Result<Arc<str>, TokenFailure> {
         self.within_deadline(async {
+            let before = self.inner.fetches.load(Ordering::Acquire);
             let mut current = self.inner.current.lock().await;
-            if let Some(token) = current.as_ref().filter(|token| &*token.value != refused) {
+            if let Some(token) = current.token.as_ref().filter(|token| &*token.value != refused) {
                 return Ok(token.value.clone());
             }
             tracing::info!(upstream = %self.inner.upstream, "the upstream refused its access token; fetching a new one");
-            self.fetch_into(&mut current).await
+            self.fetch_unless_failed_since(before, &mut current).await
         })
         .await
+    }
+
+    /// A new token, unless a fetch finished after `before` (fetches counted) and failed: its
+    /// failure is the caller's too (the single flight shares failures as well as tokens).
+    async fn fetch_unless_failed_since(&self, before: u64, current: &mut Kept) -> Result<Arc<str>, TokenFailure> {
+        if self.inner.fetches.load(Ordering::Acquire) != before
+            && let Some(failure) = current.failure
+        {
+            return Err(failure);
+        }
+        self.fetch_into(current).await
     }
 
     async fn within_deadline(
@@ -234,23 +266,35 @@ impl TokenSource {
         outcome
     }
 
-    async fn fetch_into(&self, current: &mut Option<Token>) -> Result<Arc<str>, TokenFailure> {
-        *current = None;
+    async fn fetch_into(&self, current: &mut Kept) -> Result<Arc<str>, TokenFailure> {
+        current.token = None;
         let started = Instant::now();
-        let (value, lifetime) = self.fetch().await?;
+        let fetched = self.fetch().await;
+        self.inner.fetches.fetch_add(1, Ordering::AcqRel);
+        let (value, lifetime) = match fetched {
+            Ok(fetched) => fetched,
+            Err(failure) => {
+                current.failure = Some(failure);
+                return Err(failure);
+            }
+        };
         let ahead = (lifetime / 4).min(REFRESH_AHEAD_AT_MOST);
         let token = Token { value: value.clone(), refresh_at: started + lifetime.saturating_sub(ahead) };
         tracing::debug!(upstream = %self.inner.upstream, lifetime_s = lifetime.as_secs_f64(), "fetched an access token");
-        *current = Some(token);
+        *current = Kept { token: Some(token), failure: None };
         Ok(value)
     }
 
     /// One token request: the token and its lifetime.
     async fn fetch(&self) -> Result<(Arc<str>, Duration), TokenFailure> {
+        // An exchanged token is not used past the instant the proxy stops accepting the JWT it
+        // was exchanged for: the principal's authority ends there, whatever the server says.
+        let mut subject_rest = None;
         let (body, client) = match &self.inner.grant {
             Grant::ClientCredentials(config) => (client_credentials_form(config), Some(config)),
             Grant::Exchange { config, subjects, principal } => {
-                let subject = subjects.latest(principal).ok_or(TokenFailure::NoSubject)?;
+                let (subject, rest) = subjects.latest_with_rest(principal).ok_or(TokenFailure::NoSubject)?;
+                subject_rest = Some(rest);
                 (exchange_form(config, &subject), config.client.as_ref())
             }
         };
@@ -271,7 +315,8 @@ impl TokenSource {
             tracing::warn!(upstream = %self.inner.upstream, status = status.as_u16(), error = code.as_deref().unwrap_or("-"), "the token endpoint refused the request");
             return Err(TokenFailure::Refused(status.as_u16()));
         }
-        parse_token(&reply).ok_or(TokenFailure::Unusable)
+        let (token, lifetime) = parse_token(&reply).ok_or(TokenFailure::Unusable)?;
+        Ok((token, subject_rest.map_or(lifetime, |rest| lifetime.min(rest))))
     }
 }
 

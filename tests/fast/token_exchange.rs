@@ -20,8 +20,9 @@ use futures::TryStreamExt;
 use rmcp::model::{CallToolRequestParams, JsonObject};
 use serde_json::{Value, json};
 
+use crate::support::eventually;
 use crate::support::fixture::{Era, FixtureClient, HttpFixture, connect_http_with_token};
-use crate::support::jwt::{ISSUER, JwksServer, RESOURCE, claims, rsa_a};
+use crate::support::jwt::{ISSUER, JwksServer, RESOURCE, claims, now, rsa_a};
 use crate::support::proxy::{PROXY_BIN, ProxyProcess, http_upstream, toml_str, write_config};
 
 const CLIENT_ID: &str = "proxy-client";
@@ -176,9 +177,14 @@ async fn forward(authority: &Authority, request: Request, token: String) -> anyh
 /// The proxy's config: JWTs from `jwks_url`, a static token for ci-bot, everything allowed, and
 /// `upstream`.
 fn config(jwks_url: &str, upstream: &str) -> String {
+    config_with(jwks_url, "", upstream)
+}
+
+/// The same with more `[auth.jwt]` lines.
+fn config_with(jwks_url: &str, jwt_lines: &str, upstream: &str) -> String {
     format!(
         "[auth]\nmode = \"bearer\"\n\n[[auth.tokens]]\nprincipal = \"ci-bot\"\ntoken_env = \"CI_TOKEN\"\n\n\
-         [auth.jwt]\nresource = {}\nissuer = {}\njwks_url = {}\n\n{upstream}",
+         [auth.jwt]\nresource = {}\nissuer = {}\njwks_url = {}\n{jwt_lines}\n{upstream}",
         toml_str(RESOURCE),
         toml_str(ISSUER),
         toml_str(jwks_url),
@@ -201,6 +207,15 @@ async fn gated(
     mode: Mode,
     upstream_lines: &str,
 ) -> anyhow::Result<(ProxyProcess, JwksServer, Arc<Authority>, HttpFixture)> {
+    gated_with(mode, upstream_lines, "").await
+}
+
+/// The same with more `[auth.jwt]` lines.
+async fn gated_with(
+    mode: Mode,
+    upstream_lines: &str,
+    jwt_lines: &str,
+) -> anyhow::Result<(ProxyProcess, JwksServer, Arc<Authority>, HttpFixture)> {
     let fixture = HttpFixture::spawn(&["--resources", "1"]).await?;
     let authority = Arc::new(Authority {
         mode: Mutex::new(mode),
@@ -217,7 +232,8 @@ async fn gated(
     let upstream = http_upstream("gated", &format!("{base}/mcp"), &auth);
     let jwks = JwksServer::start(vec![rsa_a().jwk()]).await?;
     let env = [(SECRET_ENV, CLIENT_SECRET), ("CI_TOKEN", CI_TOKEN)];
-    let proxy = ProxyProcess::start_with_offerings(&config(&jwks.url, &upstream), &env, &["gated"]).await?;
+    let proxy =
+        ProxyProcess::start_with_offerings(&config_with(&jwks.url, jwt_lines, &upstream), &env, &["gated"]).await?;
     Ok((proxy, jwks, authority, fixture))
 }
 
@@ -299,6 +315,47 @@ async fn an_expiring_exchanged_token_is_exchanged_again_and_no_call_fails() -> a
     let used: std::collections::BTreeSet<String> = authority.call_tokens().into_iter().collect();
     assert!(issued.iter().skip(1).all(|token| used.contains(token)), "the calls went on with the new tokens");
     assert_eq!(authority.refused.load(Ordering::SeqCst), 0, "no request went with an expired token");
+    Ok(())
+}
+
+/// A token exchanged for a JWT is not used once the proxy stops accepting that JWT, although
+/// the authorization server said it lives longer: the principal's next call, with a new JWT,
+/// goes with a token exchanged for the new one.
+#[tokio::test]
+async fn an_exchanged_token_is_not_used_past_the_jwt_it_was_exchanged_for() -> anyhow::Result<()> {
+    let (proxy, _jwks, authority, _fixture) =
+        gated_with(Mode::Issue(Duration::from_secs(600)), "", "leeway = \"0s\"\n").await?;
+    let mut short = claims("alice", &[]);
+    short["exp"] = json!(now() + 3);
+    let short_jwt = rsa_a().sign(&short);
+    let (alice, _) = connect_http_with_token(&proxy.url, Era::Legacy, &short_jwt).await?;
+    call(&alice).await?.map_err(anyhow::Error::msg).context("the call with the short-lived JWT")?;
+    let first = authority.issued_for(&short_jwt);
+    assert_eq!(first.len(), 1, "one exchange of the short-lived JWT");
+
+    // Once the proxy refuses the short-lived JWT, alice comes back with a new one.
+    let refused = eventually(Duration::from_secs(20), "the short-lived JWT refused", || async {
+        let status = reqwest::Client::new()
+            .post(&proxy.url)
+            .bearer_auth(&short_jwt)
+            .header("accept", "application/json, text/event-stream")
+            .json(&crate::support::raw_http::initialize("probe"))
+            .send()
+            .await?
+            .status();
+        if status == StatusCode::UNAUTHORIZED { Ok(()) } else { bail!("answered {status}") }
+    });
+    refused.await?;
+    let renewed_jwt = rsa_a().sign(&claims("alice", &[]));
+    let (renewed, _) = connect_http_with_token(&proxy.url, Era::Legacy, &renewed_jwt).await?;
+    call(&renewed).await?.map_err(anyhow::Error::msg).context("the call with the new JWT")?;
+    let second = authority.issued_for(&renewed_jwt);
+    assert_eq!(second.len(), 1, "the new JWT was exchanged");
+    assert_eq!(
+        authority.call_tokens(),
+        [first[0].clone(), second[0].clone()],
+        "the second call went with the new token"
+    );
     Ok(())
 }
 
