@@ -162,7 +162,8 @@ async fn the_host_keeps_its_subscription_when_the_replica_serving_its_stream_die
 
 /// The replica that answered a session's `initialize` but never heard its `initialized` (the
 /// balancer sent it elsewhere) serves the session's GET stream: the subscription made on a third
-/// request elsewhere is announced on it, and a later change reaches the host there too.
+/// request elsewhere is announced on it, and a later change reaches the host there too; the
+/// subscribe is audited once, where it was answered.
 #[tokio::test]
 async fn the_stream_is_served_by_the_replica_that_opened_the_session_although_initialized_went_elsewhere()
 -> anyhow::Result<()> {
@@ -209,6 +210,15 @@ async fn the_stream_is_served_by_the_replica_that_opened_the_session_although_in
         };
         heard.push_str(&String::from_utf8_lossy(&chunk));
     }
+    // The subscribe is audited once, by the replica that answered it; the replica holding it
+    // for the stream records no second one.
+    let audited = |replica: &ProxyProcess| replica.matching(&[r#"\"event\":\"subscribe\""#, ITEM]).len();
+    eventually(DEADLINE, "the subscribe audited", || async {
+        let count = audited(&cluster.replicas[1]);
+        if count == 1 { Ok(()) } else { Err(anyhow::anyhow!("{count} audited")) }
+    })
+    .await?;
+    assert_eq!(audited(&cluster.replicas[0]), 0, "the stream's replica audits no subscribe of its own");
     Ok(())
 }
 

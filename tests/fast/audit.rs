@@ -10,6 +10,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use anyhow::Context;
+
 use rmcp::model::{
     CallToolRequestParams, GetPromptRequestParams, JsonObject, ReadResourceRequestParams, SubscribeRequestParams,
     SubscriptionFilter, UnsubscribeRequestParams,
@@ -435,4 +437,33 @@ async fn initialize_session(url: &str, token: &str) -> anyhow::Result<String> {
         .await?;
     let session = response.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_string);
     session.ok_or_else(|| anyhow::anyhow!("no session id (HTTP {})", response.status()))
+}
+
+/// A session past `server.max_sessions_per_principal` is refused (503) and is exactly one
+/// `session_limit` event, of that principal's `initialize`; another principal still opens one.
+#[tokio::test]
+async fn a_session_past_the_principal_cap_is_one_refused_event() -> anyhow::Result<()> {
+    let audit_dir = tempfile::tempdir()?;
+    let audit_file = audit_dir.path().join("audit.jsonl");
+    let text = format!(
+        "[server]\nmax_sessions_per_principal = 1\n\n[auth]\nmode = \"bearer\"\n\n\
+         [[auth.tokens]]\nprincipal = \"alice\"\ntoken_env = \"ALICE_TOKEN\"\n\n\
+         [[auth.tokens]]\nprincipal = \"bob\"\ntoken_env = \"BOB_TOKEN\"\n\n\
+         [audit]\nfile = {}\n\n{}",
+        toml_str(audit_file.to_str().expect("utf-8 path")),
+        fixture_upstream("fx", &["--resources", "1"]),
+    );
+    let env = [("ALICE_TOKEN", ALICE_TOKEN), ("BOB_TOKEN", BOB_TOKEN)];
+    let proxy = ProxyProcess::start_with(&text, &[], &env).await?;
+    let alices = initialize_session(&proxy.url, ALICE_TOKEN).await?;
+    let bearer = format!("Bearer {ALICE_TOKEN}");
+    assert_eq!(post_initialize(&proxy.url, Some(&bearer)).await?, 503, "alice's second session");
+    initialize_session(&proxy.url, BOB_TOKEN).await.context("bob's first session")?;
+
+    let found = wait_tally(&audit_file, &expect(&[("refused:session_limit", 1)])).await?;
+    let refused = &found[0];
+    assert_eq!((refused["principal"].as_str(), refused["method"].as_str()), (Some("alice"), Some("initialize")));
+    let text = std::fs::read_to_string(&audit_file)?;
+    assert!(!text.contains(ALICE_TOKEN) && !text.contains(&alices), "the audit file holds a token or a session id");
+    Ok(())
 }
