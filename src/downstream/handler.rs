@@ -54,7 +54,7 @@ impl ServerHandler for ProxyServer {
 
     /// `[cluster]`: a 2025 session's outlet is registered as it opens (not only at
     /// `notifications/initialized`, which may land on another replica), its holder id left for
-    /// the gate ([`super::sessions::OpenedHolder`]).
+    /// the gate (`OpenedHolder`).
     async fn initialize(
         &self,
         request: InitializeRequestParams,

@@ -228,15 +228,20 @@ impl Reloader {
     }
 
     /// `config.name` reconnects with `config`: holds stay and are re-applied to the new
-    /// connection; anything of it may have changed meanwhile.
+    /// connection and its sessions; anything of it may have changed meanwhile.
     async fn reconnect(&self, config: UpstreamConfig) {
         let parts = &self.inner.parts;
         let name = config.name.clone();
+        // What hosts held on its own upstream sessions is held again on the new ones.
+        let session_holds = parts.upstreams.get(&name).map(|old| old.session_holds()).unwrap_or_default();
         self.stop(&name).await;
         parts.catalog.remove_upstream(&name);
         parts.tools.upstream_left(&name);
         self.start_upstream(config);
         parts.watches.attach(&name);
+        if let Some(new) = parts.upstreams.get(&name) {
+            new.hold_again(session_holds);
+        }
         parts.changes.everything_changed(&name).await;
     }
 

@@ -19,7 +19,9 @@
 //! before it); after a reconnect every URI held on it is reported as changed. A request on a
 //! session waits (at most `request_timeout`) until the subscriptions held on it are answered,
 //! so a host that subscribes and then makes a change hears of it. A session holding a
-//! subscription is not idle. The shared connection is never subscribed for such an upstream.
+//! subscription is not idle. A reload that replaces the upstream makes every hold again on
+//! the new one's sessions ([`Upstream::hold_again`]), each on the session its new mode gives
+//! it (a per-principal hold of a host becomes its principal's under `per-host`). The shared connection is never subscribed for such an upstream.
 //! Everything else such a connection says on its own (`list_changed`, up, down) reaches no
 //! host: the catalog and the lists stay the shared connection's. A per-host session declares to the upstream only what its host declared
 //! (sampling, elicitation); a per-principal one, like the shared connection, declares both and
@@ -61,6 +63,15 @@ pub struct HostSession {
     pub id: u64,
     pub sampling: bool,
     pub elicitation: bool,
+}
+
+/// One URI held on a session, for `holder` of `principal` (on host session `host` when the
+/// session is that host's).
+pub struct SessionHold {
+    principal: Arc<str>,
+    host: Option<HostSession>,
+    holder: HolderId,
+    uri: String,
 }
 
 /// Who a session is for.
@@ -371,6 +382,50 @@ impl Upstream {
             session.set_watching(uri, true);
         }
         Ok(())
+    }
+
+    /// Every hold on its sessions, for whom: a reload that replaces it makes them again on its
+    /// successor ([`Upstream::hold_again`]).
+    pub fn session_holds(&self) -> Vec<SessionHold> {
+        let Some(book) = &self.inner.sessions else { return Vec::new() };
+        let open = book.open.lock().expect("sessions lock");
+        let mut holds = Vec::new();
+        for (key, entry) in open.iter() {
+            let host = match key {
+                SessionKey::Principal(_) => None,
+                SessionKey::Host(_, id) => {
+                    let declared = entry.upstream.inner.declared;
+                    let (sampling, elicitation) = declared.map_or((false, false), |d| (d.sampling, d.elicitation));
+                    Some(HostSession { id: *id, sampling, elicitation })
+                }
+            };
+            for (holder, uris) in entry.upstream.inner.holds.all() {
+                let principal: Arc<str> = key.principal().into();
+                holds.extend(uris.into_iter().map(|uri| SessionHold {
+                    principal: principal.clone(),
+                    host,
+                    holder,
+                    uri,
+                }));
+            }
+        }
+        holds
+    }
+
+    /// Make `holds` (those of the upstream this one replaces) on this one's sessions, each on
+    /// the session its mode gives it now (none when it is shared: the watch book subscribes the
+    /// shared connection). One that cannot be made (past a session cap) is logged.
+    pub fn hold_again(&self, holds: Vec<SessionHold>) {
+        for hold in holds {
+            if let Err(error) = self.session_hold(&hold.principal, hold.host, hold.holder, &hold.uri) {
+                tracing::warn!(
+                    upstream = self.name(),
+                    principal = %hold.principal,
+                    error = %error,
+                    "a subscription on an upstream session was not made again after the reload"
+                );
+            }
+        }
     }
 
     /// `holder` lets go of `uri` on whichever session it held it.

@@ -24,7 +24,9 @@ use serde_json::json;
 use crate::support::eventually;
 use crate::support::fixture::{DEADLINE, Era, FixtureEvent, connect_http_with_token};
 use crate::support::peers::{py_script, python};
-use crate::support::proxy::{ProxyProcess, alice_and_bob_policies, alice_and_bob_under_policies, toml_str};
+use crate::support::proxy::{
+    ProxyProcess, alice_and_bob_policies, alice_and_bob_under_policies, toml_str, write_config,
+};
 
 const ALICE_TOKEN: &str = "alice-tok-sessions-71d3";
 const BOB_TOKEN: &str = "bob-tok-sessions-2a9e";
@@ -291,5 +293,45 @@ async fn a_hosts_log_level_reaches_its_own_upstream_session_before_its_next_call
     assert_eq!(level(&first, "shared").await?, "none", "the shared connection is every host's");
     first.cancel().await?;
     second.cancel().await?;
+    Ok(())
+}
+
+/// A reload that replaces a per-principal upstream (its config changed) makes alice's
+/// subscription again on her session of the new one: a change of her value after the reload
+/// still reaches her. What the reload itself told her comes before a marker (a change on the
+/// shared upstream she also holds).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subscription_on_an_upstream_session_is_made_again_when_a_reload_replaces_the_upstream() -> anyhow::Result<()>
+{
+    let policies = alice_and_bob_policies("allow = [\"**\"]\n", "allow = [\"**\"]\n")?;
+    let config = |per_extra: &str| {
+        let entries = session_upstream("per", &format!("session = \"per-principal\"\n{per_extra}"))
+            + &session_upstream("shared", "");
+        alice_and_bob_under_policies("", policies.path(), &entries)
+    };
+    let proxy = ProxyProcess::start_with_offerings(&config(""), &TOKENS, &["per", "shared"]).await?;
+    let (per, shared) = ("per+session://value", "shared+session://value");
+    let (alice, mut heard) = connect_http_with_token(&proxy.url, Era::Legacy, ALICE_TOKEN).await?;
+    for uri in [per, shared] {
+        #[allow(deprecated)]
+        alice.subscribe(SubscribeRequestParams::new(uri)).await?;
+    }
+    let applied = ["upstream subscriptions applied", "\"upstream\":\"per\"", "\"watched\":1"];
+    proxy.wait_log_count(&applied, 1).await?;
+    assert_eq!(said(alice.peer(), "per__remember", json!({"value": "a1"})).await?, "kept a1");
+    assert_eq!(heard.next().await?, FixtureEvent::Updated(per.into()), "before the reload");
+
+    write_config(proxy.dir.path(), &config("request_timeout = \"25s\"\n"))?;
+    let pid = proxy.pid().context("pid")?;
+    anyhow::ensure!(std::process::Command::new("kill").args(["-HUP", &pid.to_string()]).status()?.success());
+    proxy.wait_log(&["configuration reloaded", "\"changed\":\"[\\\"per\\\"]\""]).await?;
+    proxy.wait_log_count(&applied, 2).await.context("alice's new session holds her subscription")?;
+    proxy.wait_offerings("per").await?;
+
+    assert_eq!(said(alice.peer(), "shared__remember", json!({"value": "s1"})).await?, "kept s1");
+    while heard.next().await? != FixtureEvent::Updated(shared.into()) {}
+    assert_eq!(said(alice.peer(), "per__remember", json!({"value": "a2"})).await?, "kept a2", "a new session");
+    assert_eq!(heard.next().await?, FixtureEvent::Updated(per.into()), "after the reload");
+    alice.cancel().await?;
     Ok(())
 }
