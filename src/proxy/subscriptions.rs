@@ -99,20 +99,7 @@ impl Subscriptions {
     /// (those that hold it, or a parent of it, on that session) hear it, as for
     /// [`Self::updated`]; nobody else does.
     pub(crate) fn session_updated(&self, upstream: &str, uri: &str, holders: Vec<(HolderId, Vec<String>)>) {
-        let policy = self.access.policy();
-        let Some(changed) = namespace::namespaced(upstream, uri) else { return };
-        for (holder, held) in holders {
-            let Some(info) = self.fanout.info(holder) else { continue };
-            let caller = Caller::new(&info.principal, policy.clone());
-            if !caller.may_see(&changed) {
-                continue;
-            }
-            let uris = match info.kind {
-                OutletKind::Session => vec![uri.to_string()],
-                OutletKind::ListenStream => held,
-            };
-            self.deliver_updates(holder, &caller, upstream, uris);
-        }
+        self.tell_holders(upstream, uri, holders);
     }
 
     /// How many more URIs `caller`'s hosts may subscribe, across all their sessions and
@@ -153,9 +140,15 @@ impl Subscriptions {
     /// Either way only when the holder's principal may see `uri` itself: a change of a denied
     /// sub-resource is not news to a holder of its parent (it would reveal that it exists).
     pub(crate) fn updated(&self, upstream: &str, uri: &str) {
+        self.tell_holders(upstream, uri, self.watches.holders_of_update(upstream, uri));
+    }
+
+    /// Tell each of `holders` (with the URIs it holds that matched) of the change of `uri`,
+    /// as [`Self::updated`] says.
+    fn tell_holders(&self, upstream: &str, uri: &str, holders: impl IntoIterator<Item = (HolderId, Vec<String>)>) {
         let policy = self.access.policy();
         let Some(changed) = namespace::namespaced(upstream, uri) else { return };
-        for (holder, held) in self.watches.holders_of_update(upstream, uri) {
+        for (holder, held) in holders {
             let Some(info) = self.fanout.info(holder) else { continue };
             let caller = Caller::new(&info.principal, policy.clone());
             if !caller.may_see(&changed) {

@@ -44,11 +44,9 @@ impl Tools {
             return None;
         }
         let mut params = params.clone();
-        let state = params.request_state.take();
-        params.request_state = match self.opened_state(holder, state) {
-            Ok(state) => state,
-            Err(error) => return Some(Err(error)),
-        };
+        if let Err(error) = self.open_state_in(holder, &mut params.request_state) {
+            return Some(Err(error));
+        }
         let answer = self.elsewhere(upstream, holder.principal, Call::Tool(params), progress).await?;
         Some(answer.and_then(|answer| match answer {
             Answer::Tool(result) => Ok(CallToolResponse::Complete(result)),
@@ -68,17 +66,22 @@ impl Tools {
             return None;
         }
         let mut params = params.clone();
-        let state = params.request_state.take();
-        params.request_state = match self.opened_state(holder, state) {
-            Ok(state) => state,
-            Err(error) => return Some(Err(error)),
-        };
+        if let Err(error) = self.open_state_in(holder, &mut params.request_state) {
+            return Some(Err(error));
+        }
         let answer = self.elsewhere(upstream, holder.principal, Call::Prompt(params), None).await?;
         Some(answer.and_then(|answer| match answer {
             Answer::Prompt(result) => Ok(GetPromptResponse::Complete(result)),
             Answer::InputRequired(needs) => Ok(GetPromptResponse::InputRequired(self.sealed_needs(holder, needs))),
             _ => Err(mismatched(upstream)),
         }))
+    }
+
+    /// The host's sealed `requestState` in `state`, opened for the owner (which sees it as the
+    /// upstream gave it).
+    fn open_state_in(&self, holder: &Holder<'_>, state: &mut Option<String>) -> Result<(), ProxyError> {
+        *state = self.opened_state(holder, state.take())?;
+        Ok(())
     }
 
     /// As [`Self::tool_elsewhere`], for a completion.
