@@ -319,7 +319,7 @@ async fn a_subscription_on_an_upstream_session_is_made_again_when_a_reload_repla
     let applied = ["upstream subscriptions applied", "\"upstream\":\"per\"", "\"watched\":1"];
     proxy.wait_log_count(&applied, 1).await?;
     assert_eq!(said(alice.peer(), "per__remember", json!({"value": "a1"})).await?, "kept a1");
-    assert_eq!(heard.next().await?, FixtureEvent::Updated(per.into()), "before the reload");
+    assert_eq!(next_host_updated(&mut heard).await?, per, "before the reload");
 
     write_config(proxy.dir.path(), &config("request_timeout = \"25s\"\n"))?;
     let pid = proxy.pid().context("pid")?;
@@ -331,7 +331,17 @@ async fn a_subscription_on_an_upstream_session_is_made_again_when_a_reload_repla
     assert_eq!(said(alice.peer(), "shared__remember", json!({"value": "s1"})).await?, "kept s1");
     while heard.next().await? != FixtureEvent::Updated(shared.into()) {}
     assert_eq!(said(alice.peer(), "per__remember", json!({"value": "a2"})).await?, "kept a2", "a new session");
-    assert_eq!(heard.next().await?, FixtureEvent::Updated(per.into()), "after the reload");
+    // The reconnect's list changes may still be on their way; only an `updated` counts here.
+    assert_eq!(next_host_updated(&mut heard).await?, per, "after the reload");
     alice.cancel().await?;
     Ok(())
+}
+
+/// The next `updated` a 2025 host hears (list changes passed over).
+async fn next_host_updated(heard: &mut crate::support::fixture::Events) -> anyhow::Result<String> {
+    loop {
+        if let FixtureEvent::Updated(uri) = heard.next().await? {
+            return Ok(uri);
+        }
+    }
 }
