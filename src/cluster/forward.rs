@@ -8,7 +8,9 @@
 //! The forwarding replica decides the request (policy, rate limits) and rewrites the answer for
 //! its caller as for a local one; the owner runs it on its own session of that principal.
 //! Progress and the answer travel; log messages, sampling and elicitation of a forwarded call
-//! do not (such a request is refused, a log message dropped). The owner unreachable (no connection
+//! do not (such a request is refused, a log message dropped). A subscription travels too
+//! ([`Call::Hold`]): the owner holds it on the principal's session while the reply is open,
+//! and writes each change of it as a line. The owner unreachable (no connection
 //! within [`CONNECT_TIMEOUT`]): the caller runs it on a session of its own ([`Sent::Unreachable`]).
 //!
 //! Invariant: the owner runs only a request whose mark is right, made for it, at most
@@ -68,6 +70,12 @@ pub enum Call {
     Prompt(GetPromptRequestParams),
     Read(ReadResourceRequestParams),
     Complete(CompleteRequestParams),
+    /// Hold a subscription of this URI on the principal's session for as long as the reply is
+    /// read: the owner answers [`Line::Held`], then [`Line::Updated`] for each change and
+    /// [`Line::Alive`] every [`ALIVE_EVERY`], and lets go when the reply is dropped.
+    Hold {
+        uri: String,
+    },
 }
 
 /// The upstream's answer, as the owner got it.
@@ -88,7 +96,21 @@ pub enum Line {
     Progress(ProgressNotificationParam),
     Answer(Answer),
     Error(RemoteError),
+    /// A hold is made; whether the upstream acknowledged it in time.
+    Held {
+        acknowledged: bool,
+    },
+    /// The held URI (or one under it: this upstream URI) changed on the session.
+    Updated {
+        uri: String,
+    },
+    /// A held reply is still open.
+    Alive,
 }
+
+/// How often the owner writes [`Line::Alive`] on a held reply: it notices a gone replica by
+/// the failed write, and the replica holding the reply a gone owner by its silence.
+pub const ALIVE_EVERY: Duration = Duration::from_secs(10);
 
 /// A [`ProxyError`] of the owner, as it travels (upstream names are the caller's to add).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -181,6 +203,34 @@ impl Forwarder {
         progress: Option<&dyn ProgressOutlet>,
         timeout: Duration,
     ) -> Result<Answer, Sent> {
+        let exchange = async {
+            let response = self.post(owner, principal, upstream, call).await?;
+            read_lines(response, upstream, progress).await
+        };
+        match tokio::time::timeout(timeout, exchange).await {
+            Ok(answer) => answer,
+            Err(_) => Err(Sent::Failed(ProxyError::UpstreamTimeout { upstream: upstream.to_string(), timeout })),
+        }
+    }
+
+    /// Hold `uri` (the upstream's own) on `principal`'s session of `upstream` at `owner`, for
+    /// as long as the returned reply lives.
+    pub async fn hold(&self, owner: &Owner, principal: &str, upstream: &str, uri: &str) -> Result<HeldReply, Sent> {
+        let call = Call::Hold { uri: uri.to_string() };
+        let response = tokio::time::timeout(ALIVE_EVERY, self.post(owner, principal, upstream, call))
+            .await
+            .map_err(|_| failed(upstream, "the replica holding the session did not answer"))??;
+        Ok(HeldReply { response, buffer: Vec::new() })
+    }
+
+    /// Post `call` to `owner`, marked; its reply once its status is a success.
+    async fn post(
+        &self,
+        owner: &Owner,
+        principal: &str,
+        upstream: &str,
+        call: Call,
+    ) -> Result<reqwest::Response, Sent> {
         let request = Forwarded {
             to: owner.replica.clone(),
             issued_ms: now_ms(),
@@ -197,22 +247,13 @@ impl Forwarder {
             .header(MARK_HEADER, mark_with(&self.inner.key, &body))
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(body);
-        let exchange = async {
-            let response = post.send().await.map_err(|e| {
-                if e.is_connect() { Sent::Unreachable } else { failed(upstream, "the request could not be sent") }
-            })?;
-            if !response.status().is_success() {
-                return Err(failed(
-                    upstream,
-                    format!("the replica holding the session answered {}", response.status()),
-                ));
-            }
-            read_lines(response, upstream, progress).await
-        };
-        match tokio::time::timeout(timeout, exchange).await {
-            Ok(answer) => answer,
-            Err(_) => Err(Sent::Failed(ProxyError::UpstreamTimeout { upstream: upstream.to_string(), timeout })),
+        let response = post.send().await.map_err(|e| {
+            if e.is_connect() { Sent::Unreachable } else { failed(upstream, "the request could not be sent") }
+        })?;
+        if !response.status().is_success() {
+            return Err(failed(upstream, format!("the replica holding the session answered {}", response.status())));
         }
+        Ok(response)
     }
 
     /// The request in `body`, when `mark` is right for it, it is for this replica, fresh and
@@ -293,6 +334,32 @@ impl RemoteError {
     }
 }
 
+/// The owner's reply to a [`Call::Hold`]; dropping it lets the hold go.
+pub struct HeldReply {
+    response: reqwest::Response,
+    buffer: Vec<u8>,
+}
+
+impl HeldReply {
+    /// The next line: `None` once the reply ended, broke, said something unreadable, or was
+    /// silent for three [`ALIVE_EVERY`] (the owner is gone).
+    pub async fn next(&mut self) -> Option<Line> {
+        loop {
+            if let Some(end) = self.buffer.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buffer.drain(..=end).collect();
+                return serde_json::from_slice::<Line>(&line[..end]).ok();
+            }
+            let chunk = tokio::time::timeout(ALIVE_EVERY * 3, self.response.chunk()).await;
+            match chunk {
+                Ok(Ok(Some(chunk))) if self.buffer.len() + chunk.len() <= MAX_BODY => {
+                    self.buffer.extend_from_slice(&chunk)
+                }
+                _ => return None,
+            }
+        }
+    }
+}
+
 /// Read the owner's lines until its answer or error.
 async fn read_lines(
     mut response: reqwest::Response,
@@ -316,7 +383,9 @@ async fn read_lines(
                 }
                 Ok(Line::Answer(answer)) => return Ok(answer),
                 Ok(Line::Error(error)) => return Err(Sent::Failed(error.into_error(upstream))),
-                Err(_) => return Err(failed(upstream, "the replica holding the session sent an unreadable line")),
+                Ok(Line::Held { .. } | Line::Updated { .. } | Line::Alive) | Err(_) => {
+                    return Err(failed(upstream, "the replica holding the session sent an unreadable line"));
+                }
             }
         }
     }

@@ -3,7 +3,8 @@
 //! ([`crate::cluster::forward`]). It carries a mark made with the cluster's derived key instead
 //! of a host's token; a request whose mark is wrong, stale, for another replica or seen before
 //! is answered `403` and not run (counted as `refused`). Otherwise the answer is JSON lines: the
-//! call's progress as it comes, then its answer or error.
+//! call's progress as it comes, then its answer or error; for a subscription held here for the
+//! other replica, whether it is held, then each change of it, for as long as the reply is open.
 //!
 //! Invariant: every progress step is written before the answer; the host that asked is the
 //! forwarding replica's, so the call ends (upstream: cancelled) when that replica goes away.
@@ -16,12 +17,14 @@ use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
 use rmcp::model::ProgressNotificationParam;
 use tokio::sync::mpsc;
 
 use crate::cluster::forward::{self, Call, Forwarded, Line, MARK_HEADER, PATH, RemoteError};
+use crate::error::ProxyError;
 use crate::host::ProgressOutlet;
-use crate::proxy::Proxy;
+use crate::proxy::{Proxy, ReplicaHold};
 use crate::tools::Ran;
 
 /// Progress steps queued for the forwarding replica; beyond this they are dropped.
@@ -45,9 +48,37 @@ async fn serve(State(proxy): State<Proxy>, headers: HeaderMap, body: Bytes) -> R
             return (StatusCode::FORBIDDEN, format!("refused: {refusal}\n")).into_response();
         }
     };
+    if let Call::Hold { uri } = &request.call {
+        let held = proxy.hold_for_replica(&request.principal, &request.upstream, uri).await;
+        return held_reply(held);
+    }
     let (steps_in, steps) = mpsc::channel(PROGRESS_QUEUE);
     let run = Run { call: Box::pin(run(proxy, request, steps_in)), steps, answer: None, done: false };
     let lines = futures::stream::unfold(run, next_line);
+    ([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(lines)).into_response()
+}
+
+/// The reply to a [`Call::Hold`]: whether it is held, then each change, with a line every
+/// [`forward::ALIVE_EVERY`]; the hold goes when the reply is dropped (the other replica let go,
+/// or went away and a write failed).
+fn held_reply(held: Result<ReplicaHold, ProxyError>) -> Response {
+    let lines: Pin<Box<dyn futures::Stream<Item = Result<Bytes, Infallible>> + Send>> = match held {
+        Err(error) => Box::pin(futures::stream::once(async move { Ok(encode(&Line::Error(RemoteError::of(&error)))) })),
+        Ok(hold) => {
+            let first = encode(&Line::Held { acknowledged: hold.acknowledged });
+            let mut alive = tokio::time::interval(forward::ALIVE_EVERY);
+            alive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            alive.reset();
+            let changes = futures::stream::unfold((hold, alive), |(mut hold, mut alive)| async move {
+                let line = tokio::select! {
+                    change = hold.changes.recv() => Line::Updated { uri: change? },
+                    _ = alive.tick() => Line::Alive,
+                };
+                Some((Ok(encode(&line)), (hold, alive)))
+            });
+            Box::pin(futures::stream::once(async move { Ok(first) }).chain(changes))
+        }
+    };
     ([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(lines)).into_response()
 }
 

@@ -263,8 +263,8 @@ impl ProxyServer {
         }
         let caller = self.caller();
         let watched = uris.iter().map(|uri| self.proxy.wait_watched(&caller, uri, ANNOUNCE_WAIT));
-        futures::future::join_all(watched).await;
-        tracing::debug!(principal = %self.principal, uris = uris.len(), "cluster: listen stream announced");
+        let acknowledged = futures::future::join_all(watched).await.into_iter().filter(|held| *held).count();
+        tracing::debug!(principal = %self.principal, uris = uris.len(), acknowledged, "cluster: listen stream announced");
         for uri in uris {
             if context.sink().notify_resource_updated(uri).await.is_err() {
                 return;

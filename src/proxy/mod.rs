@@ -69,6 +69,7 @@ use self::read::Reads;
 pub use self::reload::ConfigSource;
 use self::reload::Reloader;
 use self::status::Status;
+pub(crate) use self::subscriptions::ReplicaHold;
 use self::subscriptions::Subscriptions;
 
 /// A cheap `Clone` handle on the running proxy: its one API for the hosts' side and the admin
@@ -233,6 +234,17 @@ impl Proxy {
 
     pub fn holds_anything(&self, holder: HolderId) -> bool {
         self.inner.subscriptions.holds_anything(holder)
+    }
+
+    /// `[cluster]`: hold a subscription here for another replica (see
+    /// `Subscriptions::hold_for_replica`).
+    pub(crate) async fn hold_for_replica(
+        &self,
+        principal: &str,
+        upstream: &str,
+        uri: &str,
+    ) -> Result<ReplicaHold, ProxyError> {
+        self.inner.subscriptions.hold_for_replica(principal, upstream, uri).await
     }
 
     /// `holder` subscribes `uri`; `host`: the 2025 host session it comes on, if any (see

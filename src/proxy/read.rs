@@ -153,8 +153,9 @@ impl Reads {
     pub(crate) async fn wait_watched(&self, caller: &Caller, uri: &str, timeout: Duration) -> bool {
         let Ok(route) = self.access.route(caller, uri, DenialAction::Subscribe) else { return false };
         let Some(upstream) = self.upstreams.get(&route.upstream) else { return false };
-        upstream.can_notify()
-            && matches!(upstream.wait_watching(&route.original, timeout).await, Watching::Acknowledged)
+        // On a per-principal upstream the hold is on the caller's own session, not the shared one.
+        let held = upstream.wait_held(caller.principal(), None, &route.original, timeout);
+        upstream.can_notify() && matches!(held.await, Watching::Acknowledged)
     }
 
     /// One upstream read, watched when the upstream acknowledges the subscription first.

@@ -109,6 +109,9 @@ impl Reloader {
     pub(super) fn start_upstream(&self, config: UpstreamConfig) {
         let parts = &self.inner.parts;
         let upstream = Upstream::with_subjects(config, parts.metrics.clone(), parts.subjects.clone());
+        if let Some(forwarder) = parts.tools.forwarder() {
+            upstream.set_forwarder(forwarder.clone());
+        }
         parts.upstreams.insert(upstream.clone());
         upstream.spawn(parts.catalog.clone(), parts.events.clone(), &parts.spine);
     }

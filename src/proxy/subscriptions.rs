@@ -95,6 +95,37 @@ impl Subscriptions {
         Ok(())
     }
 
+    /// `[cluster]`, on the replica holding `principal`'s session of `upstream`: hold `uri` (the
+    /// upstream's own) there for another replica, which asked over a forwarded
+    /// [`Call::Hold`](crate::cluster::forward::Call::Hold). Changes the session says of it go to
+    /// the returned hold's queue (the holder registered for it may see what its principal may);
+    /// dropping the hold lets go of it.
+    pub(crate) async fn hold_for_replica(
+        &self,
+        principal: &str,
+        upstream: &str,
+        uri: &str,
+    ) -> Result<ReplicaHold, ProxyError> {
+        let found = self
+            .access
+            .upstream(upstream)
+            .ok_or_else(|| ProxyError::UpstreamDown { upstream: upstream.to_string() })?;
+        let (changes_in, changes) = tokio::sync::mpsc::channel(REPLICA_HOLD_QUEUE);
+        let info = OutletInfo {
+            principal: principal.to_string(),
+            kind: OutletKind::Session,
+            wants_list_changed: false,
+            wants_tools_list_changed: false,
+            wants_prompts_list_changed: false,
+        };
+        let holder = self.fanout.register(info, 0, Arc::new(ReplicaOutlet(changes_in)));
+        let release = ReleaseReplicaHold { subscriptions: self.clone(), upstream: found.clone(), holder };
+        found.hold_for_replica(principal, holder, uri)?;
+        let acknowledged = found.wait_for_replica(principal, uri, REPLICA_HOLD_WAIT).await;
+        let acknowledged = matches!(acknowledged, crate::upstream::Watching::Acknowledged);
+        Ok(ReplicaHold { acknowledged, changes, _release: release })
+    }
+
     /// What a per-principal or per-host session of `upstream` said of `uri`: its `holders`
     /// (those that hold it, or a parent of it, on that session) hear it, as for
     /// [`Self::updated`]; nobody else does.
@@ -180,5 +211,47 @@ impl Subscriptions {
                 self.fanout.deliver(holder, Outgoing::Updated(namespaced));
             }
         }
+    }
+}
+
+/// Changes queued for a [`ReplicaHold`]; a change that finds it full is dropped (the changes
+/// queued already tell the other replica that the held URI changed).
+const REPLICA_HOLD_QUEUE: usize = 64;
+/// How long a hold for another replica waits for the upstream's acknowledgement.
+const REPLICA_HOLD_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A subscription held for another replica on this one's upstream session.
+pub(crate) struct ReplicaHold {
+    /// Whether the upstream acknowledged it in time.
+    pub(crate) acknowledged: bool,
+    /// The upstream's own URIs the session said changed.
+    pub(crate) changes: tokio::sync::mpsc::Receiver<String>,
+    _release: ReleaseReplicaHold,
+}
+
+struct ReleaseReplicaHold {
+    subscriptions: Subscriptions,
+    upstream: crate::upstream::Upstream,
+    holder: HolderId,
+}
+
+impl Drop for ReleaseReplicaHold {
+    fn drop(&mut self) {
+        self.upstream.session_release_all(self.holder);
+        self.subscriptions.release(self.holder);
+    }
+}
+
+/// The outlet of a [`ReplicaHold`]: each `updated` becomes the upstream URI it names.
+struct ReplicaOutlet(tokio::sync::mpsc::Sender<String>);
+
+impl Outlet for ReplicaOutlet {
+    fn send(&self, message: Outgoing) -> crate::fanout::SendFuture<'_> {
+        if let Outgoing::Updated(namespaced) = message
+            && let Some((_, original)) = namespace::split(&namespaced)
+        {
+            let _ = self.0.try_send(original.to_string());
+        }
+        Box::pin(async { Ok(()) })
     }
 }

@@ -148,6 +148,7 @@ impl Tools {
                 _ => return Err(task_answer(&upstream)),
             },
             Call::Complete(params) => Answer::Complete(session.complete(params).await?),
+            Call::Hold { .. } => return Err(ProxyError::InvalidParams("a subscription is held, not run".into())),
         })
     }
 

@@ -23,6 +23,7 @@ mod credentials;
 pub mod events;
 mod failures;
 mod faults;
+mod held_elsewhere;
 mod http;
 mod listing;
 mod notices;
@@ -179,6 +180,10 @@ struct Inner {
     holds: sessions::Holds,
     /// Where its supervisor's events go, once spawned; its sessions' updates go there too.
     events: Mutex<Option<EventSender>>,
+    /// `[cluster]`: reaches the replica holding a principal's session (see `held_elsewhere`).
+    forwarder: std::sync::OnceLock<crate::cluster::forward::Forwarder>,
+    /// `[cluster]`: the subscriptions that follow their principal's session to its owner.
+    following: held_elsewhere::FollowingHolds,
     /// A session: the `logging/setLevel` it was sent last, on which connection.
     #[allow(deprecated)]
     log_level: Mutex<Option<(u64, rmcp::model::LoggingLevel)>>,
@@ -269,6 +274,8 @@ impl Upstream {
             declared,
             holds: Default::default(),
             events: Mutex::new(None),
+            forwarder: std::sync::OnceLock::new(),
+            following: Default::default(),
             log_level: Mutex::new(None),
             credentials,
             subjects,

@@ -21,7 +21,9 @@
 //! so a host that subscribes and then makes a change hears of it. A session holding a
 //! subscription is not idle. A reload that replaces the upstream makes every hold again on
 //! the new one's sessions ([`Upstream::hold_again`]), each on the session its new mode gives
-//! it (a per-principal hold of a host becomes its principal's under `per-host`). The shared connection is never subscribed for such an upstream.
+//! it (a per-principal hold of a host becomes its principal's under `per-host`). The shared
+//! connection is never subscribed for such an upstream. With `[cluster]`, a per-principal hold
+//! is made where the principal's session lives, possibly another replica (`held_elsewhere`).
 //! Everything else such a connection says on its own (`list_changed`, up, down) reaches no
 //! host: the catalog and the lists stay the shared connection's. A per-host session declares to the upstream only what its host declared
 //! (sampling, elicitation); a per-principal one, like the shared connection, declares both and
@@ -46,9 +48,9 @@ use std::time::{Duration, Instant};
 use rmcp::model::{LoggingLevel, SetLevelRequestParams};
 use tokio_util::sync::CancellationToken;
 
-use super::Upstream;
 use super::client::Declared;
 use super::credentials::{TokenFailure, exchange_source};
+use super::{Upstream, Watching};
 use crate::config::{SessionMode, UpstreamTransport};
 use crate::error::ProxyError;
 use crate::protocol::Era;
@@ -367,8 +369,24 @@ impl Upstream {
     /// when it has one) subscribes `uri` (un-namespaced) of this upstream: on a per-principal
     /// or per-host upstream the subscription is made on that principal's (host session's) own
     /// session, opened now if need be, and only its holders hear what that session says of it.
-    /// A no-op on a shared upstream (the watch book subscribes the shared connection).
+    /// A no-op on a shared upstream (the watch book subscribes the shared connection). With
+    /// `[cluster]`, a per-principal hold follows the principal's session to the replica that
+    /// holds it (`held_elsewhere`).
     pub fn session_hold(
+        &self,
+        principal: &str,
+        host: Option<HostSession>,
+        holder: HolderId,
+        uri: &str,
+    ) -> Result<(), ProxyError> {
+        if let Some(forwarder) = self.follows_owner() {
+            return self.hold_following(&forwarder.clone(), principal, holder, uri);
+        }
+        self.hold_here(principal, host, holder, uri)
+    }
+
+    /// Hold `uri` for `holder` on this replica's session of `principal` (host session `host`).
+    pub(super) fn hold_here(
         &self,
         principal: &str,
         host: Option<HostSession>,
@@ -382,6 +400,43 @@ impl Upstream {
             session.set_watching(uri, true);
         }
         Ok(())
+    }
+
+    /// Wait (at most `timeout`) until the connection holding `principal`'s subscriptions
+    /// (host session `host`'s on a per-host upstream) answered the one of `uri`: this upstream
+    /// when it is shared, else that session, which must be open already (a subscription opened
+    /// it). The shared connection of a per-session upstream never subscribes, so waiting on it
+    /// would only time out.
+    /// With `[cluster]`, a hold that follows the principal's session to its owner is waited
+    /// on wherever it is.
+    pub async fn wait_held(
+        &self,
+        principal: &str,
+        host: Option<HostSession>,
+        uri: &str,
+        timeout: Duration,
+    ) -> Watching {
+        if let Some(watching) = self.wait_following(principal, uri, timeout).await {
+            return watching;
+        }
+        self.wait_on_session(principal, host, uri, timeout).await
+    }
+
+    /// As [`Upstream::wait_held`], on this replica's session only.
+    pub(super) async fn wait_on_session(
+        &self,
+        principal: &str,
+        host: Option<HostSession>,
+        uri: &str,
+        timeout: Duration,
+    ) -> Watching {
+        let Some(book) = &self.inner.sessions else { return self.wait_watching(uri, timeout).await };
+        let (key, _) = self.key_of(principal, host);
+        let session = book.open.lock().expect("sessions lock").get(&key).map(|entry| entry.upstream.clone());
+        match session {
+            Some(session) => session.wait_watching(uri, timeout).await,
+            None => Watching::NotInTime,
+        }
     }
 
     /// Every hold on its sessions, for whom: a reload that replaces it makes them again on its
@@ -409,6 +464,8 @@ impl Upstream {
                 }));
             }
         }
+        let following = self.inner.following.all().into_iter();
+        holds.extend(following.map(|(principal, holder, uri)| SessionHold { principal, host: None, holder, uri }));
         holds
     }
 
@@ -430,6 +487,12 @@ impl Upstream {
 
     /// `holder` lets go of `uri` on whichever session it held it.
     pub fn session_release(&self, holder: HolderId, uri: &str) {
+        self.inner.following.release(holder, Some(uri));
+        self.release_here(holder, uri);
+    }
+
+    /// `holder` lets go of `uri` on this replica's sessions.
+    pub(super) fn release_here(&self, holder: HolderId, uri: &str) {
         self.each_session(|session| {
             if session.inner.holds.release(holder, uri) {
                 session.set_watching(uri, false);
@@ -439,6 +502,7 @@ impl Upstream {
 
     /// `holder` is gone: what it held on this upstream's sessions is let go.
     pub fn session_release_all(&self, holder: HolderId) {
+        self.inner.following.release(holder, None);
         self.each_session(|session| {
             for uri in session.inner.holds.release_all(holder) {
                 session.set_watching(&uri, false);
@@ -482,6 +546,12 @@ impl Upstream {
             tracing::debug!(upstream = self.name(), "host session ended; its upstream session closed");
             self.inner.metrics.set_upstream_sessions(self.name(), book.len());
         }
+    }
+
+    /// `[cluster]`: how requests and subscriptions reach the replica holding a principal's
+    /// session (set once, before it is spawned).
+    pub fn set_forwarder(&self, forwarder: crate::cluster::forward::Forwarder) {
+        let _ = self.inner.forwarder.set(forwarder);
     }
 
     /// Does it have sessions per principal or per host (`session` is not `shared`)?
@@ -542,7 +612,7 @@ impl Upstream {
     }
 
     /// The spine and stop token of the running supervisor, if it runs.
-    fn launch(&self) -> Option<(Spine, CancellationToken)> {
+    pub(super) fn launch(&self) -> Option<(Spine, CancellationToken)> {
         let spine = self.inner.spine.lock().expect("spine lock").clone()?;
         let stop = self.inner.supervisor.lock().expect("supervisor lock").as_ref()?.0.clone();
         (!stop.is_cancelled()).then_some((spine, stop))

@@ -222,3 +222,95 @@ async fn a_forged_altered_stale_misdirected_or_replayed_forward_is_refused() -> 
     assert_eq!(forwards(&all, "served").await?, 1.0, "only the genuine request ran");
     Ok(())
 }
+
+/// Subscriptions follow the session: a host whose stream is served by a replica that does not
+/// hold its principal's session has its subscription made on the owner's session, and hears
+/// that session's changes. alice (a 2025 host: `resources/subscribe`, GET stream) and bob (a
+/// 2026-07-28 listen stream) each talk to a replica other than their owner; each hears of the
+/// change their own call made, and the cluster still holds exactly one session per principal.
+/// The listen stream is announced once the owner's session acknowledged the subscription.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subscription_made_on_another_replica_is_held_on_the_principals_one_session() -> anyhow::Result<()> {
+    use crate::support::fixture::{Era, FixtureEvent, connect_http_with_token};
+    let per = "per+session://value";
+    let (cluster, _policies) = start(3).await?;
+    let (alice_owner, bob_owner) = (owner(&cluster, ALICE_TOKEN).await?, owner(&cluster, BOB_TOKEN).await?);
+    let elsewhere = |owner: usize| &cluster.replicas[(owner + 1) % cluster.replicas.len()];
+
+    let (alice, mut alice_heard) =
+        connect_http_with_token(&elsewhere(alice_owner).url, Era::Legacy, ALICE_TOKEN).await?;
+    #[allow(deprecated)]
+    alice.subscribe(rmcp::model::SubscribeRequestParams::new(per)).await?;
+    assert_eq!(alice_heard.next().await?, FixtureEvent::Updated(per.into()), "the subscription announced");
+    let remembered = CallToolRequestParams::new("per__remember")
+        .with_arguments(json!({ "value": "a1" }).as_object().cloned().unwrap_or_default());
+    tokio::time::timeout(DEADLINE, alice.peer().call_tool(remembered)).await.context("the call hung")??;
+    assert_eq!(alice_heard.next().await?, FixtureEvent::Updated(per.into()), "alice hears her session's change");
+
+    let bob_replica = elsewhere(bob_owner);
+    let (bob, _) = connect_http_with_token(&bob_replica.url, Era::Modern, BOB_TOKEN).await?;
+    let filter = rmcp::model::SubscriptionFilter::builder().resource_subscriptions([per.to_owned()]).build();
+    let mut bob_heard = bob.listen(filter).await?;
+    assert_eq!(next_listened(&mut bob_heard).await?.as_deref(), Some(per), "the stream announces what it holds");
+    let announced = ["listen stream announced", "\"acknowledged\":1"];
+    assert_eq!(bob_replica.matching(&announced).len(), 1, "announced once the owner's session acknowledged it");
+    let remembered = CallToolRequestParams::new("per__remember")
+        .with_arguments(json!({ "value": "b1" }).as_object().cloned().unwrap_or_default());
+    tokio::time::timeout(DEADLINE, bob.peer().call_tool(remembered)).await.context("the call hung")??;
+    assert_eq!(next_listened(&mut bob_heard).await?.as_deref(), Some(per), "bob hears his session's change");
+
+    let all: Vec<&ProxyProcess> = cluster.replicas.iter().collect();
+    let open = sessions(&all).await?;
+    assert_eq!(open.iter().sum::<u64>(), 2, "one session per principal in the cluster: {open:?}");
+    Ok(())
+}
+
+/// A subscription follows the session when its owner dies: alice's hold, made on a replica
+/// other than her owner, moves with her session once the owner is killed (`kill -9`). She is
+/// told once that the URI may have changed (a change could have come while it moved), then
+/// hears her new session's changes; the survivors hold one session for her.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subscription_follows_its_session_to_a_new_owner() -> anyhow::Result<()> {
+    use crate::support::fixture::{Era, FixtureEvent, connect_http_with_token};
+    let per = "per+session://value";
+    let (cluster, _policies) = start(3).await?;
+    let alice_owner = owner(&cluster, ALICE_TOKEN).await?;
+    let serving = (alice_owner + 1) % cluster.replicas.len();
+    let (alice, mut alice_heard) =
+        connect_http_with_token(&cluster.replicas[serving].url, Era::Legacy, ALICE_TOKEN).await?;
+    #[allow(deprecated)]
+    alice.subscribe(rmcp::model::SubscribeRequestParams::new(per)).await?;
+    assert_eq!(alice_heard.next().await?, FixtureEvent::Updated(per.into()), "the subscription announced");
+
+    let pid = cluster.replicas[alice_owner].pid().context("the owner runs")?;
+    let killed = tokio::process::Command::new("kill").args(["-9", &pid.to_string()]).status().await?;
+    anyhow::ensure!(killed.success(), "kill -9 {pid}");
+    assert_eq!(alice_heard.next().await?, FixtureEvent::Updated(per.into()), "told once when the hold moved");
+    let remembered = CallToolRequestParams::new("per__remember")
+        .with_arguments(json!({ "value": "a2" }).as_object().cloned().unwrap_or_default());
+    tokio::time::timeout(DEADLINE, alice.peer().call_tool(remembered)).await.context("the call hung")??;
+    assert_eq!(alice_heard.next().await?, FixtureEvent::Updated(per.into()), "alice hears her new session");
+    let survivors: Vec<&ProxyProcess> =
+        cluster.replicas.iter().enumerate().filter(|(i, _)| *i != alice_owner).map(|(_, r)| r).collect();
+    let open = sessions(&survivors).await?;
+    assert_eq!(open.iter().sum::<u64>(), 1, "one session for alice among the survivors: {open:?}");
+    Ok(())
+}
+
+/// The replica holding the session of the principal whose token is `token`.
+async fn owner(cluster: &Replicas, token: &str) -> anyhow::Result<usize> {
+    let host = host(cluster.url(), token).await?;
+    let pid = call(&host, "pid", json!({})).await?;
+    owner_of(cluster, &pid)
+}
+
+/// The next `updated` on a 2026-07-28 listen stream; `None` when the stream ended.
+async fn next_listened(stream: &mut rmcp::service::Subscription) -> anyhow::Result<Option<String>> {
+    loop {
+        match tokio::time::timeout(DEADLINE, stream.next()).await.context("nothing heard on the listen stream")? {
+            Ok(Some(rmcp::model::ServerNotification::ResourceUpdatedNotification(n))) => return Ok(Some(n.params.uri)),
+            Ok(Some(_)) => continue,
+            Ok(None) | Err(_) => return Ok(None),
+        }
+    }
+}

@@ -1,0 +1,272 @@
+//! `[cluster]`: subscriptions on a per-principal upstream follow the principal's one session.
+//! That session lives on one replica (`crate::cluster::owners`), where calls are forwarded; a
+//! host's subscription made on another replica (its GET stream's or listen stream's) is held
+//! there too, over a [`Call::Hold`](crate::cluster::forward::Call::Hold) reply that stays open
+//! while it is held, and each change the owner writes reaches the holder here as its session's
+//! `updated` ([`super::UpstreamEvent::SessionUpdated`]).
+//!
+//! Each hold is kept by a `hold:<upstream>` task that places it where the owner is now: on this
+//! replica's own session when it is the owner, else at the owner. It looks again every
+//! [`OWNER_CHECK`], and when the reply ends (the owner died, or refused): a hold that moves is
+//! made on the new owner's session, and its holder is told once that the URI changed (a change
+//! may have come while it moved). Releasing it (unsubscribe, the holder's end, the upstream's
+//! stop) stops the task, which lets go where it held.
+//!
+//! Invariant: a hold of this kind is on at most one session at a time, the owner's as this
+//! replica last saw it; the owner never forwards it again.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::{Upstream, UpstreamEvent, Watching};
+use crate::cluster::forward::{Forwarder, Line, Sent};
+use crate::error::ProxyError;
+use crate::subscriptions::HolderId;
+
+/// How often a hold checks that it is still where the owner is.
+const OWNER_CHECK: Duration = Duration::from_secs(1);
+/// How long a hold waits before trying an owner again that could not take it.
+const RETRY: Duration = Duration::from_secs(1);
+/// How long a hold waits for its session's acknowledgement before it counts as placed.
+const ACKNOWLEDGE_WAIT: Duration = Duration::from_secs(10);
+
+/// The holds of one upstream that follow their principal's owner, by (holder, URI).
+#[derive(Default)]
+pub(super) struct FollowingHolds {
+    held: Mutex<BTreeMap<(HolderId, String), Following>>,
+}
+
+struct Following {
+    principal: Arc<str>,
+    stop: CancellationToken,
+    /// True once the session it is on (here or at the owner) acknowledged it.
+    acknowledged: watch::Receiver<bool>,
+}
+
+impl FollowingHolds {
+    /// Every hold, as (principal, holder, URI).
+    pub(super) fn all(&self) -> Vec<(Arc<str>, HolderId, String)> {
+        let held = self.held.lock().expect("following lock");
+        held.iter().map(|((holder, uri), following)| (following.principal.clone(), *holder, uri.clone())).collect()
+    }
+
+    /// `holder` lets go of `uri` (every URI when `uri` is `None`).
+    pub(super) fn release(&self, holder: HolderId, uri: Option<&str>) {
+        let mut held = self.held.lock().expect("following lock");
+        held.retain(|(h, u), following| {
+            let gone = *h == holder && uri.is_none_or(|uri| uri == u);
+            if gone {
+                following.stop.cancel();
+            }
+            !gone
+        });
+    }
+
+    /// The acknowledgements of `principal`'s holds of `uri`; none when it holds none here.
+    fn acknowledgements(&self, principal: &str, uri: &str) -> Vec<watch::Receiver<bool>> {
+        let held = self.held.lock().expect("following lock");
+        let mine = held.iter().filter(|((_, u), f)| u == uri && &*f.principal == principal);
+        mine.map(|(_, following)| following.acknowledged.clone()).collect()
+    }
+}
+
+impl Upstream {
+    /// `[cluster]` on a per-principal upstream: the forwarder that reaches the owner of a
+    /// principal's session. `None` otherwise (every hold is this replica's).
+    pub(super) fn follows_owner(&self) -> Option<&Forwarder> {
+        let per_principal = self.inner.config.sessions.mode == crate::config::SessionMode::PerPrincipal;
+        self.inner.forwarder.get().filter(|_| per_principal && !self.is_session())
+    }
+
+    /// Hold `uri` for `holder` of `principal` where its session is, and keep it there. A hold
+    /// already kept is left as it is. Past a session cap here, the error is returned at once.
+    pub(super) fn hold_following(
+        &self,
+        forwarder: &Forwarder,
+        principal: &str,
+        holder: HolderId,
+        uri: &str,
+    ) -> Result<(), ProxyError> {
+        let key = (holder, uri.to_string());
+        if self.inner.following.held.lock().expect("following lock").contains_key(&key) {
+            return Ok(());
+        }
+        let here = forwarder.owner(self.name(), principal).is_none();
+        if here {
+            self.hold_here(principal, None, holder, uri)?;
+        }
+        let Some((spine, parent_stop)) = self.launch() else { return Ok(()) };
+        let stop = parent_stop.child_token();
+        let (acknowledged_in, acknowledged) = watch::channel(false);
+        let principal: Arc<str> = principal.into();
+        let following = Following { principal: principal.clone(), stop: stop.clone(), acknowledged };
+        self.inner.following.held.lock().expect("following lock").insert(key, following);
+        let keeper = Keeper {
+            upstream: self.clone(),
+            forwarder: forwarder.clone(),
+            principal,
+            holder,
+            uri: uri.to_string(),
+            acknowledged: acknowledged_in,
+        };
+        spine.spawn(format!("hold:{}", self.name()), keeper.keep(here, stop));
+        Ok(())
+    }
+
+    /// The owner's side of a [`Call::Hold`](crate::cluster::forward::Call::Hold): hold `uri`
+    /// for `holder` (the asking replica's open reply) on `principal`'s session here; never
+    /// forwarded again.
+    pub fn hold_for_replica(&self, principal: &str, holder: HolderId, uri: &str) -> Result<(), ProxyError> {
+        if self.follows_owner().is_none() {
+            return Err(ProxyError::InvalidParams("not an upstream with per-principal sessions here".into()));
+        }
+        self.hold_here(principal, None, holder, uri)
+    }
+
+    /// Wait (at most `timeout`) until `principal`'s session here answered the subscription of
+    /// `uri` (the owner's side of a [`Call::Hold`](crate::cluster::forward::Call::Hold)).
+    pub async fn wait_for_replica(&self, principal: &str, uri: &str, timeout: Duration) -> Watching {
+        self.wait_on_session(principal, None, uri, timeout).await
+    }
+
+    /// Wait (at most `timeout`) for a hold of `principal`'s of `uri` that follows its owner to
+    /// be acknowledged; `None` when there is no such hold here.
+    pub(super) async fn wait_following(&self, principal: &str, uri: &str, timeout: Duration) -> Option<Watching> {
+        let acknowledgements = self.inner.following.acknowledgements(principal, uri);
+        if acknowledgements.is_empty() {
+            return None;
+        }
+        let any = futures::future::select_all(
+            acknowledgements
+                .into_iter()
+                .map(|mut acknowledged| Box::pin(async move { acknowledged.wait_for(|yes| *yes).await.is_ok() })),
+        );
+        Some(match tokio::time::timeout(timeout, any).await {
+            Ok((true, _, _)) => Watching::Acknowledged,
+            _ => Watching::NotInTime,
+        })
+    }
+}
+
+/// What a `hold:<upstream>` task keeps.
+struct Keeper {
+    /// The upstream (not a session of it).
+    upstream: Upstream,
+    forwarder: Forwarder,
+    principal: Arc<str>,
+    holder: HolderId,
+    uri: String,
+    acknowledged: watch::Sender<bool>,
+}
+
+impl Keeper {
+    /// Keep the hold where the owner is until `stop`; `here`: it is held here now.
+    async fn keep(self, mut here: bool, stop: CancellationToken) {
+        // A hold placed once and then moved tells its holder once (a change may have been missed).
+        let mut placed = here;
+        loop {
+            match self.forwarder.owner(self.upstream.name(), &self.principal) {
+                None => {
+                    if !here {
+                        if let Err(error) = self.upstream.hold_here(&self.principal, None, self.holder, &self.uri) {
+                            tracing::warn!(upstream = self.upstream.name(), error = %error, "cluster: a subscription could not be held on this replica's session");
+                            if pause(&stop, RETRY).await {
+                                return;
+                            }
+                            continue;
+                        }
+                        self.moved(&mut placed);
+                    }
+                    let released = self.here_until_moved(&stop).await;
+                    self.upstream.release_here(self.holder, &self.uri);
+                    if released {
+                        return;
+                    }
+                    here = false;
+                }
+                Some(owner) => {
+                    if here {
+                        self.upstream.release_here(self.holder, &self.uri);
+                        here = false;
+                    }
+                    let name = self.upstream.name();
+                    match self.forwarder.hold(&owner, &self.principal, name, &self.uri).await {
+                        Ok(mut reply) => loop {
+                            tokio::select! {
+                                _ = stop.cancelled() => return,
+                                line = reply.next() => match line {
+                                    Some(Line::Held { acknowledged }) => {
+                                        self.acknowledged.send_replace(acknowledged);
+                                        self.moved(&mut placed);
+                                    }
+                                    Some(Line::Updated { uri }) => self.tell(uri),
+                                    Some(Line::Alive) => {}
+                                    _ => break,
+                                },
+                                _ = tokio::time::sleep(OWNER_CHECK) => {
+                                    if self.forwarder.owner(name, &self.principal).as_ref() != Some(&owner) {
+                                        break;
+                                    }
+                                }
+                            }
+                        },
+                        Err(Sent::Unreachable | Sent::Failed(_)) => {
+                            tracing::debug!(upstream = name, replica = %owner.replica, "cluster: the owner did not take a subscription; trying again");
+                        }
+                    }
+                    self.acknowledged.send_replace(false);
+                    if pause(&stop, RETRY).await {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Held here: wait for the session's acknowledgement, then until this replica is no longer
+    /// the owner (false) or the hold is released (true).
+    async fn here_until_moved(&self, stop: &CancellationToken) -> bool {
+        let acknowledged = self.upstream.wait_on_session(&self.principal, None, &self.uri, ACKNOWLEDGE_WAIT);
+        tokio::select! {
+            _ = stop.cancelled() => return true,
+            watching = acknowledged => { self.acknowledged.send_replace(matches!(watching, Watching::Acknowledged)); }
+        }
+        loop {
+            if pause(stop, OWNER_CHECK).await {
+                return true;
+            }
+            if self.forwarder.owner(self.upstream.name(), &self.principal).is_some() {
+                self.acknowledged.send_replace(false);
+                return false;
+            }
+        }
+    }
+
+    /// Placed again: the holder hears once of the URI, unless this is its first placement.
+    fn moved(&self, placed: &mut bool) {
+        if std::mem::replace(placed, true) {
+            self.tell(self.uri.clone());
+        }
+    }
+
+    /// `changed` (the held URI or one under it) changed on the principal's session (the owner
+    /// counted the notification it heard).
+    fn tell(&self, changed: String) {
+        let Some(events) = self.upstream.inner.events.lock().expect("events lock").clone() else { return };
+        let upstream = self.upstream.name().to_string();
+        let holders = vec![(self.holder, vec![self.uri.clone()])];
+        events.send(UpstreamEvent::SessionUpdated { upstream, uri: changed, heard: false, holders });
+    }
+}
+
+/// Wait `period`; true when `stop` came first.
+async fn pause(stop: &CancellationToken, period: Duration) -> bool {
+    tokio::select! {
+        _ = stop.cancelled() => true,
+        _ = tokio::time::sleep(period) => false,
+    }
+}
