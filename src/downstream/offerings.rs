@@ -124,7 +124,8 @@ impl ProxyServer {
         let started = Instant::now();
         let cursor = request.and_then(|r| r.cursor);
         let caller = self.caller();
-        let mut answer = self.proxy.tools().list_tools(caller.principal(), caller.policy(), cursor.as_deref());
+        let host = self.host_session();
+        let mut answer = self.proxy.tools().list_tools(caller.principal(), host, caller.policy(), cursor.as_deref());
         if let (Ok(page), None) = (&mut answer, &cursor) {
             // The bridge's tools (when on) head the first page; the cursors page the upstreams'.
             let mut tools = crate::bridge::tools_for(&self.proxy, &caller);
@@ -142,7 +143,8 @@ impl ProxyServer {
         self.check_principal(&context.extensions, method::PROMPTS_LIST)?;
         let started = Instant::now();
         let cursor = request.and_then(|r| r.cursor);
-        self.record("prompts/list", started, self.proxy.tools().list_prompts(&self.principal, cursor.as_deref()))
+        let listed = self.proxy.tools().list_prompts(&self.principal, self.host_session(), cursor.as_deref());
+        self.record("prompts/list", started, listed)
     }
 
     pub(super) async fn offerings_call_tool(

@@ -127,6 +127,10 @@ impl EventLoop {
             UpstreamEvent::OfferingsChanged { upstream, .. } => {
                 metrics.notification_received(&upstream, NotificationKind::ListChanged);
             }
+            UpstreamEvent::SessionOfferingsChanged { upstream, .. } => {
+                // Its hosts were told by `tools`, which lists it for them.
+                metrics.notification_received(&upstream, NotificationKind::ListChanged);
+            }
             UpstreamEvent::SessionUpdated { upstream, uri, heard, holders } => {
                 // Reads of such an upstream are never cached: nothing to invalidate.
                 if heard {

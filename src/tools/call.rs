@@ -48,7 +48,8 @@ impl Tools {
     ) -> Result<CallToolResponse, ProxyError> {
         // One policy snapshot decides the call and what of its result is passed on.
         let policy = self.policy();
-        let (upstream, original) = self.route(&policy, principal, Offering::Tool, &params.name)?;
+        let host = relay.as_deref().and_then(|relay| relay.host_session());
+        let (upstream, original) = self.route(&policy, (principal, host), Offering::Tool, &params.name)?;
         let presented = std::mem::replace(&mut params.name, original.into());
         params.meta = meta_upstream(params.meta.take());
         let holder = Holder { principal, name: &presented, upstream: upstream.name() };
@@ -247,7 +248,8 @@ impl Tools {
         relay: Option<Arc<dyn HostRelay>>,
     ) -> Result<GetPromptResponse, ProxyError> {
         let policy = self.policy();
-        let (upstream, original) = self.route(&policy, principal, Offering::Prompt, &params.name)?;
+        let host = relay.as_deref().and_then(|relay| relay.host_session());
+        let (upstream, original) = self.route(&policy, (principal, host), Offering::Prompt, &params.name)?;
         let presented = std::mem::replace(&mut params.name, original);
         params.meta = meta_upstream(params.meta.take());
         let holder = Holder { principal, name: &presented, upstream: upstream.name() };
@@ -312,7 +314,7 @@ impl Tools {
         let policy = self.policy();
         let upstream = match &mut params.r#ref {
             Reference::Prompt(prompt) => {
-                let (upstream, original) = self.route(&policy, principal, Offering::Prompt, &prompt.name)?;
+                let (upstream, original) = self.route(&policy, (principal, None), Offering::Prompt, &prompt.name)?;
                 prompt.name = original.to_string();
                 upstream
             }
@@ -354,12 +356,12 @@ impl Tools {
     fn route(
         &self,
         policy: &PolicySet,
-        principal: &str,
+        (principal, host): (&str, Option<u64>),
         offering: Offering,
         presented: &str,
     ) -> Result<(Upstream, String), ProxyError> {
         let unknown = || ProxyError::UnknownName { offering: offering.label(), name: presented.to_string() };
-        let snapshot = self.inner.catalog.snapshot();
+        let snapshot = self.snapshot_for(principal, host);
         let naming = snapshot.naming();
         let (name, original) = naming.origin(presented).ok_or_else(unknown)?;
         let upstream = self.inner.upstreams.get(name).ok_or_else(unknown)?;

@@ -91,6 +91,25 @@ impl OfferingsSnapshot {
         })
     }
 
+    /// This view with `own` parts in place of (or besides) the upstreams' shared ones: what a
+    /// caller whose upstream sessions list their own tools and prompts sees. Its generation is
+    /// its own (a cursor of one view is no cursor of another).
+    pub fn with_own(&self, own: Vec<(String, Arc<UpstreamOfferings>)>) -> OfferingsSnapshot {
+        let mut parts: BTreeMap<String, Arc<UpstreamOfferings>> = self.parts.iter().cloned().collect();
+        let mut digest = Fingerprint::default();
+        digest.add(&self.generation.to_string());
+        for (name, part) in own {
+            digest.add(&name);
+            part.tools.iter().for_each(|tool| digest.add(&tool.name));
+            digest.add("\0prompts");
+            part.prompts.iter().for_each(|prompt| digest.add(&prompt.name));
+            parts.insert(name, part);
+        }
+        // The top bit set: never the generation of a shared view.
+        let generation = digest.finish() | 1 << 63;
+        OfferingsSnapshot { generation, parts: parts.into_iter().collect(), fingerprint: OnceLock::new() }
+    }
+
     /// Counts per upstream: `(name, tools, prompts)`.
     pub fn counts(&self) -> Vec<(String, usize, usize)> {
         self.parts.iter().map(|(n, p)| (n.clone(), p.tools.len(), p.prompts.len())).collect()
@@ -167,6 +186,22 @@ mod tests {
         assert_eq!(names, ["a__t0", "a__t1", "a__t2", "b__t0", "b__t1"]);
         assert!(catalog.snapshot().tool("b", "b__t1").is_some());
         assert!(catalog.snapshot().tool("a", "b__t1").is_none());
+    }
+
+    #[test]
+    fn a_view_with_own_parts_lists_them_in_place_of_the_shared_ones_under_its_own_generation() {
+        let catalog = OfferingsCatalog::default();
+        catalog.replace("a", Some(offerings("a", 1)));
+        catalog.replace("b", Some(offerings("b", 1)));
+        let shared = catalog.snapshot();
+        let own = shared.with_own(vec![("a".into(), Arc::new(offerings("a", 3)))]);
+        assert_eq!(all_tools(&own, 10), ["a__t0", "a__t1", "a__t2", "b__t0"]);
+        assert_eq!(all_tools(&shared, 10), ["a__t0", "b__t0"], "the shared view is unchanged");
+        assert_ne!(own.generation, shared.generation);
+        assert_ne!(own.fingerprint(), shared.fingerprint());
+        let other = shared.with_own(vec![("a".into(), Arc::new(offerings("a", 2)))]);
+        assert_ne!(own.generation, other.generation, "each own view has its own");
+        assert!(own.tool("a", "a__t2").is_some() && shared.tool("a", "a__t2").is_none());
     }
 
     #[test]

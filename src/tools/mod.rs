@@ -9,7 +9,10 @@
 //! with its events; they leave with the upstream. A change
 //! reaches hosts as `tools/list_changed` / `prompts/list_changed` after the merged list has
 //! it, and only hosts whose principal's visible list changed hear it (the same holds for a
-//! policy reload).
+//! policy reload). A per-principal or per-host upstream session that says its own lists
+//! changed is listed, to its own hosts only, as it lists itself ([`Tools::list_tools`] and the
+//! routing take the caller's view: the catalog with that session's part in place of the
+//! shared connection's); its hosts alone are told.
 //!
 //! One upstream may present its names un-prefixed (`unprefixed = true`; the rules that keep
 //! that unambiguous are in [`names`]). Policies decide tools and prompts over pseudo-URIs
@@ -81,7 +84,12 @@ struct Inner {
     state_seal: sealed::StateSeal,
     /// `[cluster]`: per-principal sessions held by another replica are reached through it (`remote`).
     forwarder: Option<Forwarder>,
+    /// Upstream sessions' own lists, namespaced ([`Tools::own_part`]), the latest last.
+    own_parts: std::sync::Mutex<Vec<(Arc<Offered>, Arc<UpstreamOfferings>)>>,
 }
+
+/// How many sessions' own lists are kept namespaced; the oldest goes first.
+const OWN_PARTS_KEPT: usize = 256;
 
 /// What [`Tools::new`] needs from the proxy.
 pub struct ToolsParts {
@@ -122,6 +130,7 @@ impl Tools {
             parked_prompts: parked::ParkedCalls::default(),
             state_seal: parts.state_key.map_or_else(sealed::StateSeal::random, sealed::StateSeal::from_bytes),
             forwarder: parts.forwarder,
+            own_parts: Default::default(),
         };
         Tools { inner: Arc::new(inner) }
     }
@@ -134,11 +143,67 @@ impl Tools {
                 (upstream, Some(self.namespaced(upstream, offered.clone())))
             }
             UpstreamEvent::Down { upstream } => (upstream, None),
+            UpstreamEvent::SessionOfferingsChanged { principal, host, tools, prompts, .. } => {
+                return self.tell_session_hosts(principal, *host, *tools, *prompts);
+            }
             UpstreamEvent::ResourceUpdated { .. }
             | UpstreamEvent::CatalogChanged { .. }
             | UpstreamEvent::SessionUpdated { .. } => return,
         };
         self.replace(upstream, offerings);
+    }
+
+    /// A session of `principal`'s (host session `host`'s) lists other tools or prompts: its
+    /// hosts only hear `tools/list_changed` or `prompts/list_changed` (a per-host session's
+    /// host; a per-principal one's, every host of the principal here).
+    fn tell_session_hosts(&self, principal: &str, host: Option<u64>, tools: bool, prompts: bool) {
+        let mut told = 0;
+        for (id, info) in self.inner.fanout.outlets() {
+            let its_host = match host {
+                Some(host) => id == host,
+                None => info.principal == principal,
+            };
+            if !its_host {
+                continue;
+            }
+            if tools && info.wants_tools_list_changed {
+                self.inner.fanout.deliver(id, Outgoing::ToolsListChanged);
+            }
+            if prompts && info.wants_prompts_list_changed {
+                self.inner.fanout.deliver(id, Outgoing::PromptsListChanged);
+            }
+            told += 1;
+        }
+        tracing::debug!(tools, prompts, hosts_told = told, "an upstream session's tools or prompts changed");
+    }
+
+    /// The merged view as `principal`'s host session `host` sees it: an upstream whose session
+    /// of theirs lists its own tools and prompts (it said they changed) is listed as that
+    /// session lists it; every other as its shared connection does.
+    fn snapshot_for(&self, principal: &str, host: Option<u64>) -> Arc<OfferingsSnapshot> {
+        let shared = self.inner.catalog.snapshot();
+        let upstreams = self.inner.upstreams.snapshot();
+        let mut own = Vec::new();
+        for upstream in upstreams.values().filter(|upstream| upstream.has_sessions()) {
+            if let Some(offered) = upstream.own_offerings(principal, host) {
+                own.push((upstream.name().to_string(), self.own_part(upstream.name(), offered)));
+            }
+        }
+        if own.is_empty() { shared } else { Arc::new(shared.with_own(own)) }
+    }
+
+    /// A session's own offerings of `upstream`, namespaced once per list it gave.
+    fn own_part(&self, upstream: &str, offered: Arc<Offered>) -> Arc<UpstreamOfferings> {
+        let mut parts = self.inner.own_parts.lock().expect("own parts lock");
+        if let Some((_, part)) = parts.iter().find(|(listed, _)| Arc::ptr_eq(listed, &offered)) {
+            return part.clone();
+        }
+        let part = Arc::new(self.namespaced(upstream, (*offered).clone()));
+        if parts.len() >= OWN_PARTS_KEPT {
+            parts.remove(0);
+        }
+        parts.push((offered, part.clone()));
+        part
     }
 
     /// `upstream` left the configuration: its tools and prompts go (hosts whose view changed
@@ -169,7 +234,7 @@ impl Tools {
     /// without counting (the rate limits ask this before the call decides and counts).
     pub fn upstream_of(&self, policy: &PolicySet, principal: &str, prompt: bool, presented: &str) -> Option<String> {
         let offering = if prompt { Offering::Prompt } else { Offering::Tool };
-        let snapshot = self.inner.catalog.snapshot();
+        let snapshot = self.snapshot_for(principal, None);
         let naming = snapshot.naming();
         let (upstream, _) = naming.origin(presented)?;
         let listed = match offering {
@@ -187,13 +252,16 @@ impl Tools {
 
     /// One page of the merged tool list, decided with `policy`, the snapshot `principal`'s
     /// request took once (the bridge's tools that head the first page are decided with it too).
+    /// `host`: the host session asking, when it is one (its per-host upstream sessions' own
+    /// lists are its lists).
     pub fn list_tools(
         &self,
         principal: &str,
+        host: Option<u64>,
         policy: &PolicySet,
         cursor: Option<&str>,
     ) -> Result<ListToolsResult, ProxyError> {
-        let snapshot = self.inner.catalog.snapshot();
+        let snapshot = self.snapshot_for(principal, host);
         let offset = self.offset(principal, ListKind::Tools, cursor, &snapshot)?;
         let naming = snapshot.naming();
         let list = Some(DenialAction::List);
@@ -211,8 +279,13 @@ impl Tools {
     }
 
     /// One page of the merged prompt list.
-    pub fn list_prompts(&self, principal: &str, cursor: Option<&str>) -> Result<ListPromptsResult, ProxyError> {
-        let snapshot = self.inner.catalog.snapshot();
+    pub fn list_prompts(
+        &self,
+        principal: &str,
+        host: Option<u64>,
+        cursor: Option<&str>,
+    ) -> Result<ListPromptsResult, ProxyError> {
+        let snapshot = self.snapshot_for(principal, host);
         let offset = self.offset(principal, ListKind::Prompts, cursor, &snapshot)?;
         let policy = self.policy();
         let naming = snapshot.naming();

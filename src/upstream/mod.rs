@@ -84,6 +84,11 @@ pub enum UpstreamEvent {
     /// have, `heard` false): for these holders only — those that hold it (or a parent of it,
     /// the URIs they hold matched) on that session. Never cached, so nothing to invalidate.
     SessionUpdated { upstream: String, uri: String, heard: bool, holders: Vec<(HolderId, Vec<String>)> },
+    /// A per-principal or per-host session of it (`principal`'s; host session `host`'s when it
+    /// is one) said its tools or prompts changed, and lists them now as
+    /// [`Upstream::own_offerings`] gives them: that session's hosts only are told (`tools`,
+    /// `prompts`: which lists differ from what it listed before).
+    SessionOfferingsChanged { upstream: String, principal: Arc<str>, host: Option<u64>, tools: bool, prompts: bool },
 }
 
 impl UpstreamEvent {
@@ -95,7 +100,8 @@ impl UpstreamEvent {
             | UpstreamEvent::CatalogChanged { upstream }
             | UpstreamEvent::ResourceUpdated { upstream, .. }
             | UpstreamEvent::OfferingsChanged { upstream, .. }
-            | UpstreamEvent::SessionUpdated { upstream, .. } => upstream,
+            | UpstreamEvent::SessionUpdated { upstream, .. }
+            | UpstreamEvent::SessionOfferingsChanged { upstream, .. } => upstream,
         }
     }
 }
@@ -180,6 +186,11 @@ struct Inner {
     holds: sessions::Holds,
     /// Where its supervisor's events go, once spawned; its sessions' updates go there too.
     events: Mutex<Option<EventSender>>,
+    /// A session's principal, and its host session when it is one's.
+    whose: Option<(Arc<str>, Option<u64>)>,
+    /// A session that said its tools or prompts changed: what it lists since (before, the
+    /// shared connection's lists are taken for its own).
+    own_offerings: Mutex<Option<Arc<Offered>>>,
     /// `[cluster]`: reaches the replica holding a principal's session (see `held_elsewhere`).
     forwarder: std::sync::OnceLock<crate::cluster::forward::Forwarder>,
     /// `[cluster]`: the subscriptions that follow their principal's session to its owner.
@@ -199,6 +210,8 @@ struct Inner {
 struct Own {
     sessions: Option<sessions::SessionBook>,
     is_session: bool,
+    /// A session's principal, and its host session when it is one's.
+    whose: Option<(Arc<str>, Option<u64>)>,
     declared: Option<client::Declared>,
     credentials: Option<TokenSource>,
 }
@@ -226,19 +239,24 @@ impl Upstream {
         metrics.upstream_configured(&config.name);
         let sessions = (config.sessions.mode != SessionMode::Shared).then(sessions::SessionBook::default);
         let credentials = credentials::shared_source(&config);
-        let own = Own { sessions, is_session: false, declared: None, credentials };
+        let own = Own { sessions, is_session: false, whose: None, declared: None, credentials };
         Self::build(config, metrics, own, subjects)
     }
 
     /// A session of `parent`'s own (per principal or per host): the same config, its own
     /// connection and relays, its tokens from `credentials`.
-    fn session_of(parent: &Upstream, declared: Option<client::Declared>, credentials: Option<TokenSource>) -> Self {
-        let own = Own { sessions: None, is_session: true, declared, credentials };
+    fn session_of(
+        parent: &Upstream,
+        whose: (Arc<str>, Option<u64>),
+        declared: Option<client::Declared>,
+        credentials: Option<TokenSource>,
+    ) -> Self {
+        let own = Own { sessions: None, is_session: true, whose: Some(whose), declared, credentials };
         Self::build(parent.inner.config.clone(), parent.inner.metrics.clone(), own, parent.inner.subjects.clone())
     }
 
     fn build(config: UpstreamConfig, metrics: Metrics, own: Own, subjects: Subjects) -> Self {
-        let Own { sessions, is_session, declared, credentials } = own;
+        let Own { sessions, is_session, whose, declared, credentials } = own;
         let relays = {
             let (metrics, name) = (metrics.clone(), config.name.clone());
             relay::RelayBook::counted(move |kind| metrics.relay_unattributed(&name, kind))
@@ -274,6 +292,8 @@ impl Upstream {
             declared,
             holds: Default::default(),
             events: Mutex::new(None),
+            whose,
+            own_offerings: Mutex::new(None),
             forwarder: std::sync::OnceLock::new(),
             following: Default::default(),
             log_level: Mutex::new(None),

@@ -24,8 +24,12 @@
 //! it (a per-principal hold of a host becomes its principal's under `per-host`). The shared
 //! connection is never subscribed for such an upstream. With `[cluster]`, a per-principal hold
 //! is made where the principal's session lives, possibly another replica (`held_elsewhere`).
-//! Everything else such a connection says on its own (`list_changed`, up, down) reaches no
-//! host: the catalog and the lists stay the shared connection's. A per-host session declares to the upstream only what its host declared
+//! A session that says its tools or prompts changed lists them again, keeps them as its own
+//! ([`Upstream::own_offerings`]) and its hosts are told
+//! ([`super::UpstreamEvent::SessionOfferingsChanged`]); they list and call as it lists, every
+//! other host as the shared connection does. Everything else such a connection says on its own
+//! (resources' `list_changed`, up, down) reaches no host: the resource catalog stays the shared
+//! connection's. A per-host session declares to the upstream only what its host declared
 //! (sampling, elicitation); a per-principal one, like the shared connection, declares both and
 //! the relay refuses a host that lacks one. What it sends for a routed call (progress, log messages, sampling,
 //! elicitation) reaches that call's host, as on the shared one: each session has its own
@@ -50,7 +54,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::client::Declared;
 use super::credentials::{TokenFailure, exchange_source};
-use super::{Upstream, Watching};
+use super::{Offered, Upstream, UpstreamEvent, Watching};
 use crate::config::{SessionMode, UpstreamTransport};
 use crate::error::ProxyError;
 use crate::protocol::Era;
@@ -548,6 +552,38 @@ impl Upstream {
         }
     }
 
+    /// What `principal`'s open session (host session `host`'s on a per-host upstream) lists as
+    /// its own tools and prompts, once it said they changed; `None` while it has not (or none
+    /// is open): the shared connection's lists are its lists.
+    pub fn own_offerings(&self, principal: &str, host: Option<u64>) -> Option<Arc<Offered>> {
+        let book = self.inner.sessions.as_ref()?;
+        let key = match (self.inner.config.sessions.mode, host) {
+            (SessionMode::PerHost, Some(host)) => SessionKey::Host(principal.into(), host),
+            _ => SessionKey::Principal(principal.into()),
+        };
+        let session = book.open.lock().expect("sessions lock").get(&key).map(|entry| entry.upstream.clone())?;
+        session.inner.own_offerings.lock().expect("offerings lock").clone()
+    }
+
+    /// A session's tools and prompts as it lists them now: kept as its own, and its hosts told
+    /// (which lists changed) when they differ from what it listed before.
+    pub(super) fn keep_own_offerings(&self, offered: Offered) -> Option<UpstreamEvent> {
+        let (principal, host) = self.inner.whose.clone()?;
+        let before = self.inner.own_offerings.lock().expect("offerings lock").replace(Arc::new(offered.clone()));
+        let (tools, prompts) = match before.as_deref() {
+            Some(before) => (before.tools != offered.tools, before.prompts != offered.prompts),
+            None => (true, true),
+        };
+        let upstream = self.name().to_string();
+        (tools || prompts).then_some(UpstreamEvent::SessionOfferingsChanged {
+            upstream,
+            principal,
+            host,
+            tools,
+            prompts,
+        })
+    }
+
     /// `[cluster]`: how requests and subscriptions reach the replica holding a principal's
     /// session (set once, before it is spawned).
     pub fn set_forwarder(&self, forwarder: crate::cluster::forward::Forwarder) {
@@ -599,7 +635,11 @@ impl Upstream {
         } else {
             self.inner.credentials.clone()
         };
-        let session = Upstream::session_of(self, declared, credentials);
+        let host = match key {
+            SessionKey::Principal(_) => None,
+            SessionKey::Host(_, host) => Some(*host),
+        };
+        let session = Upstream::session_of(self, (key.principal().into(), host), declared, credentials);
         let stop = parent_stop.child_token();
         session.spawn_session(&spine, stop.clone(), self.inner.events.lock().expect("events lock").clone());
         let usage = Arc::new(Usage { last: Mutex::new(Instant::now()) });

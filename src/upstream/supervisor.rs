@@ -393,10 +393,16 @@ impl Supervisor {
 
     /// Fetch the tools and prompts again and pass them on (`crate::tools` owns them).
     async fn refetch_offerings(&self, link: &Link) {
+        self.offerings_stale.store(false, std::sync::atomic::Ordering::Relaxed);
         if self.upstream.is_session() {
+            // Its own from now on, for its own hosts (see `sessions`).
+            let kept =
+                self.upstream.fetch_offerings(link).await.and_then(|offered| self.upstream.keep_own_offerings(offered));
+            if let Some(changed) = kept {
+                self.events.send(changed);
+            }
             return;
         }
-        self.offerings_stale.store(false, std::sync::atomic::Ordering::Relaxed);
         if let Some(offered) = self.upstream.fetch_offerings(link).await {
             let upstream = self.upstream.name().to_string();
             self.emit(UpstreamEvent::OfferingsChanged { upstream, offered });

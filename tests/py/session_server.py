@@ -11,6 +11,9 @@ its state is the process's:
     tool `level()`           the level this session's client set with `logging/setLevel` ("none" before)
     tool `declared()`        what the client (the proxy) declared of sampling and elicitation:
                              "sampling,elicitation", "sampling", "elicitation" or "none"
+    tool `unlock()`          offers the tool `secret` in this session from now on, and says that
+                             this session's tool list changed
+    tool `secret()`          (once unlocked) answers "the secret of <pid>"
     resource `session://value`  the kept value, as text
 """
 
@@ -83,6 +86,22 @@ def declared(ctx: Context) -> str:
     capabilities = ctx.session.client_capabilities
     kinds = [kind for kind in ("sampling", "elicitation") if getattr(capabilities, kind, None) is not None]
     return ",".join(kinds) or "none"
+
+
+def secret() -> str:
+    return f"the secret of {os.getpid()}"
+
+
+@mcp.tool(description="Offer the tool `secret` in this session from now on", structured_output=False)
+async def unlock(ctx: Context) -> str:
+    if "secret" not in KEPT:
+        mcp.add_tool(secret, name="secret", description="Offered once this session unlocked it", structured_output=False)
+        KEPT["secret"] = "unlocked"
+    if ctx.protocol_version == "2026-07-28":
+        await ctx.notify_tools_changed()  # its listen streams
+    else:
+        await ctx.session.send_tool_list_changed()
+    return "unlocked"
 
 
 @mcp.resource("session://value", mime_type="text/plain")
