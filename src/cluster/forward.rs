@@ -7,8 +7,9 @@
 //!
 //! The forwarding replica decides the request (policy, rate limits) and rewrites the answer for
 //! its caller as for a local one; the owner runs it on its own session of that principal.
-//! Progress and the answer travel; log messages, sampling and elicitation of a forwarded call
-//! do not (such a request is refused, a log message dropped). A subscription travels too
+//! Progress, the upstream's log messages and its sampling and elicitation requests for a call
+//! travel back as lines; the host's answer to a request goes to the owner as a
+//! [`Call::Reply`]. A subscription travels too
 //! ([`Call::Hold`]): the owner holds it on the principal's session while the reply is open,
 //! and writes each change of it as a line. The owner unreachable (no connection
 //! within [`CONNECT_TIMEOUT`]): the caller runs it on a session of its own ([`Sent::Unreachable`]).
@@ -18,6 +19,8 @@
 //! else is refused without running. The mark's key never leaves the process; a mark is no
 //! secret once sent, and the body carries no token.
 
+#![allow(deprecated)] // Sampling and logging are deprecated by SEP-2577 but still in the 2025 era.
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -26,16 +29,19 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, Mac};
 use rand::RngCore;
+use rmcp::ErrorData;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, CompleteRequestParams, CompleteResult, GetPromptRequestParams,
-    GetPromptResult, InputRequiredResult, ProgressNotificationParam, ReadResourceRequestParams, ReadResourceResult,
+    CallToolRequestParams, CallToolResult, CompleteRequestParams, CompleteResult, CreateMessageRequestParams,
+    CreateMessageResult, ElicitRequestParams, ElicitResult, GetPromptRequestParams, GetPromptResult,
+    InputRequiredResult, LoggingLevel, LoggingMessageNotificationParam, ProgressNotificationParam,
+    ReadResourceRequestParams, ReadResourceResult,
 };
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
 use super::{Cluster, Owner};
 use crate::error::ProxyError;
-use crate::host::ProgressOutlet;
+use crate::host::{HostRelay, ProgressOutlet};
 
 /// The owner's route on its MCP listener.
 pub const PATH: &str = "/mcp-proxy/forward";
@@ -60,6 +66,35 @@ pub struct Forwarded {
     pub principal: String,
     pub upstream: String,
     pub call: Call,
+    /// What the host of a call or prompt declared: the owner relays the upstream's requests
+    /// and log messages for it back as [`Line::Ask`] and [`Line::Log`] (none: nothing is).
+    #[serde(default)]
+    pub host: Option<ForwardedHost>,
+}
+
+/// What the host of a forwarded call declared.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ForwardedHost {
+    pub sampling: bool,
+    pub elicitation: bool,
+    pub log_level: Option<LoggingLevel>,
+}
+
+/// A request of the upstream to the host of a forwarded call, asked by the owner.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "params", rename_all = "snake_case")]
+pub enum Ask {
+    Sample(CreateMessageRequestParams),
+    Elicit(ElicitRequestParams),
+}
+
+/// The host's answer to an [`Ask`], sent back to the owner as [`Call::Reply`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "result", rename_all = "snake_case")]
+pub enum Reply {
+    Sampled(CreateMessageResult),
+    Elicited(ElicitResult),
+    Refused(ErrorData),
 }
 
 /// What the owner runs on the principal's session (names and URIs are the upstream's own).
@@ -75,6 +110,11 @@ pub enum Call {
     /// [`Line::Alive`] every [`ALIVE_EVERY`], and lets go when the reply is dropped.
     Hold {
         uri: String,
+    },
+    /// The host's answer to the owner's [`Line::Ask`] `id`.
+    Reply {
+        id: String,
+        reply: Reply,
     },
 }
 
@@ -106,6 +146,13 @@ pub enum Line {
     },
     /// A held reply is still open.
     Alive,
+    /// A log message of the upstream for the call's host.
+    Log(LoggingMessageNotificationParam),
+    /// A request of the upstream for the call's host: its answer goes back as [`Call::Reply`].
+    Ask {
+        id: String,
+        ask: Ask,
+    },
 }
 
 /// How often the owner writes [`Line::Alive`] on a held reply: it notices a gone replica by
@@ -174,6 +221,8 @@ struct Inner {
     http: reqwest::Client,
     /// Nonces seen, with when they become stale (ms since the epoch).
     seen: Mutex<HashMap<String, u64>>,
+    /// On the owner: questions to forwarded calls' hosts waiting for their answer.
+    asks: Mutex<HashMap<String, tokio::sync::oneshot::Sender<Reply>>>,
 }
 
 impl Forwarder {
@@ -183,7 +232,13 @@ impl Forwarder {
             .no_proxy()
             .build()
             .expect("a plain HTTP client builds");
-        let inner = Inner { cluster: cluster.clone(), key: cluster.keys().forward(), http, seen: Mutex::default() };
+        let inner = Inner {
+            cluster: cluster.clone(),
+            key: cluster.keys().forward(),
+            http,
+            seen: Mutex::default(),
+            asks: Mutex::default(),
+        };
         Forwarder { inner: Arc::new(inner) }
     }
 
@@ -193,19 +248,26 @@ impl Forwarder {
     }
 
     /// Send `call` to `owner` and wait (at most `timeout`) for its answer; progress on the way
-    /// goes to `progress`.
+    /// goes to the host's `progress`, the upstream's log messages and requests for the call to
+    /// its `relay` (the host's answers go back to the owner).
     pub async fn send(
         &self,
         owner: &Owner,
-        principal: &str,
-        upstream: &str,
+        (principal, upstream): (&str, &str),
         call: Call,
-        progress: Option<&dyn ProgressOutlet>,
+        host: ForwardingHost<'_>,
         timeout: Duration,
     ) -> Result<Answer, Sent> {
         let exchange = async {
-            let response = self.post(owner, principal, upstream, call).await?;
-            read_lines(response, upstream, progress).await
+            let declared = host.relay.as_ref().map(|relay| ForwardedHost {
+                sampling: relay.declares_sampling(),
+                elicitation: relay.declares_elicitation(),
+                log_level: relay.log_level(),
+            });
+            let response = self.post(owner, principal, upstream, call, declared).await?;
+            let relay = host.relay.as_deref();
+            let asked = |id, ask| self.answer(owner, (principal, upstream), relay, id, ask);
+            read_lines(response, upstream, host.progress, relay, asked).await
         };
         match tokio::time::timeout(timeout, exchange).await {
             Ok(answer) => answer,
@@ -217,10 +279,54 @@ impl Forwarder {
     /// as long as the returned reply lives.
     pub async fn hold(&self, owner: &Owner, principal: &str, upstream: &str, uri: &str) -> Result<HeldReply, Sent> {
         let call = Call::Hold { uri: uri.to_string() };
-        let response = tokio::time::timeout(ALIVE_EVERY, self.post(owner, principal, upstream, call))
+        let response = tokio::time::timeout(ALIVE_EVERY, self.post(owner, principal, upstream, call, None))
             .await
             .map_err(|_| failed(upstream, "the replica holding the session did not answer"))??;
         Ok(HeldReply { response, buffer: Vec::new() })
+    }
+
+    /// Ask the host of a call through `relay` what the owner asked (`id`), and post its answer
+    /// back to the owner (no host: a refusal).
+    async fn answer(
+        &self,
+        owner: &Owner,
+        (principal, upstream): (&str, &str),
+        relay: Option<&dyn HostRelay>,
+        id: String,
+        ask: Ask,
+    ) {
+        let no_host = || ErrorData::invalid_request("the call's host cannot be asked", None);
+        let reply = match (relay, ask) {
+            (None, _) => Reply::Refused(no_host()),
+            (Some(relay), Ask::Sample(params)) => {
+                relay.sample(params).await.map_or_else(Reply::Refused, Reply::Sampled)
+            }
+            (Some(relay), Ask::Elicit(params)) => {
+                relay.elicit(params).await.map_or_else(Reply::Refused, Reply::Elicited)
+            }
+        };
+        if self.post(owner, principal, upstream, Call::Reply { id, reply }, None).await.is_err() {
+            tracing::debug!(upstream, replica = %owner.replica, "cluster: a host's answer did not reach the owner");
+        }
+    }
+
+    /// On the owner: ask the forwarded call's host `ask` through the reply being written (its
+    /// `lines`), and wait for its answer ([`Forwarder::replied`]); an error when the reply is
+    /// gone. Dropping the wait forgets the question.
+    pub async fn ask(&self, lines: &tokio::sync::mpsc::Sender<Line>, ask: Ask) -> Result<Reply, ErrorData> {
+        let id = nonce();
+        let (answer_in, answer) = tokio::sync::oneshot::channel();
+        self.inner.asks.lock().expect("asks lock").insert(id.clone(), answer_in);
+        let _forget = Forget { forwarder: self, id: id.clone() };
+        let gone = || ErrorData::internal_error("the call's host went away", None);
+        lines.send(Line::Ask { id, ask }).await.map_err(|_| gone())?;
+        answer.await.map_err(|_| gone())
+    }
+
+    /// On the owner: the host's answer to the question `id`; false when none is waiting for it.
+    pub fn replied(&self, id: &str, reply: Reply) -> bool {
+        let waiting = self.inner.asks.lock().expect("asks lock").remove(id);
+        waiting.is_some_and(|waiting| waiting.send(reply).is_ok())
     }
 
     /// Post `call` to `owner`, marked; its reply once its status is a success.
@@ -230,6 +336,7 @@ impl Forwarder {
         principal: &str,
         upstream: &str,
         call: Call,
+        host: Option<ForwardedHost>,
     ) -> Result<reqwest::Response, Sent> {
         let request = Forwarded {
             to: owner.replica.clone(),
@@ -238,6 +345,7 @@ impl Forwarder {
             principal: principal.to_string(),
             upstream: upstream.to_string(),
             call,
+            host,
         };
         let body = serde_json::to_vec(&request).map_err(|e| failed(upstream, format!("not sendable: {e}")))?;
         let post = self
@@ -334,6 +442,26 @@ impl RemoteError {
     }
 }
 
+/// The host of a forwarded request: where its progress, and the upstream's log messages and
+/// requests for it, go.
+#[derive(Default)]
+pub struct ForwardingHost<'a> {
+    pub progress: Option<&'a dyn ProgressOutlet>,
+    pub relay: Option<Arc<dyn HostRelay>>,
+}
+
+/// Forgets an unanswered question when its wait ends.
+struct Forget<'a> {
+    forwarder: &'a Forwarder,
+    id: String,
+}
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        self.forwarder.inner.asks.lock().expect("asks lock").remove(&self.id);
+    }
+}
+
 /// The owner's reply to a [`Call::Hold`]; dropping it lets the hold go.
 pub struct HeldReply {
     response: reqwest::Response,
@@ -360,11 +488,14 @@ impl HeldReply {
     }
 }
 
-/// Read the owner's lines until its answer or error.
-async fn read_lines(
+/// Read the owner's lines until its answer or error; each question is answered (`asked`)
+/// before the next line is read (the call waits on it).
+async fn read_lines<F: Future<Output = ()>>(
     mut response: reqwest::Response,
     upstream: &str,
     progress: Option<&dyn ProgressOutlet>,
+    relay: Option<&dyn HostRelay>,
+    asked: impl Fn(String, Ask) -> F,
 ) -> Result<Answer, Sent> {
     let cut = || failed(upstream, "the replica holding the session stopped answering");
     let mut buffer: Vec<u8> = Vec::new();
@@ -381,6 +512,12 @@ async fn read_lines(
                         outlet.send(step);
                     }
                 }
+                Ok(Line::Log(message)) => {
+                    if let Some(relay) = relay {
+                        relay.log(message);
+                    }
+                }
+                Ok(Line::Ask { id, ask }) => asked(id, ask).await,
                 Ok(Line::Answer(answer)) => return Ok(answer),
                 Ok(Line::Error(error)) => return Err(Sent::Failed(error.into_error(upstream))),
                 Ok(Line::Held { .. } | Line::Updated { .. } | Line::Alive) | Err(_) => {

@@ -3,11 +3,14 @@
 //! ([`crate::cluster::forward`]). It carries a mark made with the cluster's derived key instead
 //! of a host's token; a request whose mark is wrong, stale, for another replica or seen before
 //! is answered `403` and not run (counted as `refused`). Otherwise the answer is JSON lines: the
-//! call's progress as it comes, then its answer or error; for a subscription held here for the
+//! call's progress, the upstream's log messages and its questions to the host as they come
+//! (the host's answer comes back as another forwarded request), then its answer or error; for a subscription held here for the
 //! other replica, whether it is held, then each change of it, for as long as the reply is open.
 //!
 //! Invariant: every progress step is written before the answer; the host that asked is the
 //! forwarding replica's, so the call ends (upstream: cancelled) when that replica goes away.
+
+#![allow(deprecated)] // Sampling and logging are deprecated by SEP-2577 but still in the 2025 era.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -18,12 +21,19 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
-use rmcp::model::ProgressNotificationParam;
+use futures::future::BoxFuture;
+use rmcp::ErrorData;
+use rmcp::model::{
+    CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult, LoggingLevel,
+    LoggingMessageNotificationParam, ProgressNotificationParam,
+};
 use tokio::sync::mpsc;
 
-use crate::cluster::forward::{self, Call, Forwarded, Line, MARK_HEADER, PATH, RemoteError};
+use crate::cluster::forward::{
+    self, Ask, Call, Forwarded, ForwardedHost, Forwarder, Line, MARK_HEADER, PATH, RemoteError, Reply,
+};
 use crate::error::ProxyError;
-use crate::host::ProgressOutlet;
+use crate::host::{HostRelay, ProgressOutlet};
 use crate::proxy::{Proxy, ReplicaHold};
 use crate::tools::Ran;
 
@@ -48,9 +58,18 @@ async fn serve(State(proxy): State<Proxy>, headers: HeaderMap, body: Bytes) -> R
             return (StatusCode::FORBIDDEN, format!("refused: {refusal}\n")).into_response();
         }
     };
-    if let Call::Hold { uri } = &request.call {
-        let held = proxy.hold_for_replica(&request.principal, &request.upstream, uri).await;
-        return held_reply(held);
+    match request.call {
+        Call::Hold { uri } => {
+            let held = proxy.hold_for_replica(&request.principal, &request.upstream, &uri).await;
+            return held_reply(held);
+        }
+        Call::Reply { id, reply } => {
+            return match forwarder.replied(&id, reply) {
+                true => (StatusCode::OK, "taken\n").into_response(),
+                false => (StatusCode::NOT_FOUND, "no such question waits\n").into_response(),
+            };
+        }
+        _ => {}
     }
     let (steps_in, steps) = mpsc::channel(PROGRESS_QUEUE);
     let run = Run { call: Box::pin(run(proxy, request, steps_in)), steps, answer: None, done: false };
@@ -83,24 +102,29 @@ fn held_reply(held: Result<ReplicaHold, ProxyError>) -> Response {
 }
 
 /// The forwarded request on this replica's session of the principal.
-async fn run(proxy: Proxy, request: Forwarded, steps: mpsc::Sender<ProgressNotificationParam>) -> Ran {
-    let Forwarded { principal, upstream, call, .. } = request;
+async fn run(proxy: Proxy, request: Forwarded, lines: mpsc::Sender<Line>) -> Ran {
+    let Forwarded { principal, upstream, call, host, .. } = request;
     tracing::debug!(upstream, principal, "cluster: running a forwarded request");
-    let progress = matches!(call, Call::Tool(_)).then(|| Arc::new(Steps(steps)) as Arc<dyn ProgressOutlet>);
-    proxy.tools().run_forwarded(&principal, &upstream, call, progress).await
+    let progress = matches!(call, Call::Tool(_)).then(|| Arc::new(Steps(lines.clone())) as Arc<dyn ProgressOutlet>);
+    let forwarder = proxy.tools().forwarder().cloned();
+    let relay = host.zip(forwarder).map(|(host, forwarder)| {
+        Arc::new(ForwardRelay { lines, forwarder, host, principal: principal.as_str().into() }) as Arc<dyn HostRelay>
+    });
+    proxy.tools().run_forwarded(&principal, &upstream, call, progress, relay).await
 }
 
 /// The answer being written: progress until the call is done, then what is left of it, then
 /// the answer.
 struct Run {
     call: Pin<Box<dyn Future<Output = Ran> + Send>>,
-    steps: mpsc::Receiver<ProgressNotificationParam>,
+    /// Progress, log messages and questions for the host, in the order they came.
+    steps: mpsc::Receiver<Line>,
     answer: Option<Line>,
     done: bool,
 }
 
 enum Next {
-    Step(ProgressNotificationParam),
+    Step(Line),
     Ran(Ran),
 }
 
@@ -115,13 +139,13 @@ async fn next_line(mut run: Run) -> Option<(Result<Bytes, Infallible>, Run)> {
             ran = &mut run.call => Next::Ran(ran),
         };
         match next {
-            Next::Step(step) => return Some((Ok(encode(&Line::Progress(step))), run)),
+            Next::Step(step) => return Some((Ok(encode(&step)), run)),
             Next::Ran(Ok(answer)) => run.answer = Some(Line::Answer(answer)),
             Next::Ran(Err(error)) => run.answer = Some(Line::Error(RemoteError::of(&error))),
         }
     }
     if let Ok(step) = run.steps.try_recv() {
-        return Some((Ok(encode(&Line::Progress(step))), run));
+        return Some((Ok(encode(&step)), run));
     }
     run.done = true;
     let answer = run.answer.take()?;
@@ -138,12 +162,80 @@ fn encode(line: &Line) -> Bytes {
 }
 
 /// A forwarded call's progress, queued for the forwarding replica (never waits).
-struct Steps(mpsc::Sender<ProgressNotificationParam>);
+struct Steps(mpsc::Sender<Line>);
 
 impl ProgressOutlet for Steps {
     fn send(&self, progress: ProgressNotificationParam) {
-        if self.0.try_send(progress).is_err() {
+        if self.0.try_send(Line::Progress(progress)).is_err() {
             tracing::debug!("cluster: a forwarded call's progress step was dropped (queue full)");
         }
+    }
+}
+
+/// The host of a forwarded call, on the owner: what the upstream sends it is written to the
+/// reply for the forwarding replica, which relays it to the host and posts its answers back.
+struct ForwardRelay {
+    lines: mpsc::Sender<Line>,
+    forwarder: Forwarder,
+    host: ForwardedHost,
+    principal: Arc<str>,
+}
+
+impl ForwardRelay {
+    /// Ask the host, unless it did not declare what is asked.
+    fn ask(&self, declared: bool, what: &str, ask: Ask) -> BoxFuture<'static, Result<Reply, ErrorData>> {
+        if !declared {
+            let refused = ErrorData::invalid_request(format!("the host did not declare {what}"), None);
+            return Box::pin(async move { Err(refused) });
+        }
+        let (forwarder, lines) = (self.forwarder.clone(), self.lines.clone());
+        Box::pin(async move { forwarder.ask(&lines, ask).await })
+    }
+}
+
+impl HostRelay for ForwardRelay {
+    fn sample(&self, params: CreateMessageRequestParams) -> BoxFuture<'static, Result<CreateMessageResult, ErrorData>> {
+        let asked = self.ask(self.host.sampling, "sampling", Ask::Sample(params));
+        Box::pin(async move {
+            match asked.await? {
+                Reply::Sampled(result) => Ok(result),
+                Reply::Refused(error) => Err(error),
+                Reply::Elicited(_) => Err(ErrorData::internal_error("the host answered another question", None)),
+            }
+        })
+    }
+
+    fn elicit(&self, params: ElicitRequestParams) -> BoxFuture<'static, Result<ElicitResult, ErrorData>> {
+        let asked = self.ask(self.host.elicitation, "elicitation", Ask::Elicit(params));
+        Box::pin(async move {
+            match asked.await? {
+                Reply::Elicited(result) => Ok(result),
+                Reply::Refused(error) => Err(error),
+                Reply::Sampled(_) => Err(ErrorData::internal_error("the host answered another question", None)),
+            }
+        })
+    }
+
+    fn log(&self, params: LoggingMessageNotificationParam) {
+        // The forwarding replica's relay filters by the host's level again.
+        if self.lines.try_send(Line::Log(params)).is_err() {
+            tracing::debug!("cluster: a forwarded call's log message was dropped (queue full)");
+        }
+    }
+
+    fn log_level(&self) -> Option<LoggingLevel> {
+        self.host.log_level
+    }
+
+    fn declares_sampling(&self) -> bool {
+        self.host.sampling
+    }
+
+    fn declares_elicitation(&self) -> bool {
+        self.host.elicitation
+    }
+
+    fn tenant(&self) -> Option<Arc<str>> {
+        Some(self.principal.clone())
     }
 }

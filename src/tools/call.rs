@@ -26,6 +26,7 @@ use super::rounds::{self, Inputs};
 use super::sealed::Holder;
 use super::{ProgressOutlet, Tools, rewrite};
 use crate::audit::scope;
+use crate::cluster::forward::ForwardingHost;
 use crate::error::ProxyError;
 use crate::host::HostRelay;
 use crate::metrics::{DenialAction, DenialKind};
@@ -53,7 +54,8 @@ impl Tools {
         let presented = std::mem::replace(&mut params.name, original.into());
         params.meta = meta_upstream(params.meta.take());
         let holder = Holder { principal, name: &presented, upstream: upstream.name() };
-        let elsewhere = self.tool_elsewhere(&upstream, &holder, &params, progress.as_deref());
+        let forwarding = ForwardingHost { progress: progress.as_deref(), relay: relay.clone() };
+        let elsewhere = self.tool_elsewhere(&upstream, &holder, &params, forwarding);
         let elsewhere = until_cancelled(cancelled, async { Ok(elsewhere.await) }).await?;
         let answer = match elsewhere {
             Some(answer) => answer?,
@@ -253,7 +255,7 @@ impl Tools {
         let presented = std::mem::replace(&mut params.name, original);
         params.meta = meta_upstream(params.meta.take());
         let holder = Holder { principal, name: &presented, upstream: upstream.name() };
-        let elsewhere = self.prompt_elsewhere(&upstream, &holder, &params);
+        let elsewhere = self.prompt_elsewhere(&upstream, &holder, &params, relay.clone());
         let elsewhere = until_cancelled(cancelled, async { Ok(elsewhere.await) }).await?;
         let answer = match elsewhere {
             Some(answer) => answer?,

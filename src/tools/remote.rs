@@ -5,7 +5,8 @@
 //! The owner unreachable: the request runs here on a session of this replica (counted as a
 //! `fallback`; that session starts without the owner's state). An MRTR `requestState` travels
 //! sealed to the caller, as for a local call. What a forwarded call's upstream sends besides
-//! progress (log messages, sampling, elicitation) does not reach the host.
+//! progress (log messages, sampling and elicitation requests) reaches the call's host through
+//! the forwarding replica, as for a local call; its answers go back to the owner.
 //!
 //! Invariant: a forwarded request reaches the owner only after this replica decided it for the
 //! principal; the owner runs it on that principal's session and never forwards it again.
@@ -17,9 +18,10 @@ use rmcp::model::{GetPromptRequestParams, GetPromptResponse, ReadResourceRespons
 
 use super::sealed::Holder;
 use super::{ProgressOutlet, Tools};
-use crate::cluster::forward::{Answer, Call, Forwarder, Sent};
+use crate::cluster::forward::{Answer, Call, Forwarder, ForwardingHost, Sent};
 use crate::config::SessionMode;
 use crate::error::ProxyError;
+use crate::host::HostRelay;
 use crate::upstream::Upstream;
 
 /// The owner's outcome for a request forwarded here: its answer, or why not.
@@ -38,7 +40,7 @@ impl Tools {
         upstream: &Upstream,
         holder: &Holder<'_>,
         params: &CallToolRequestParams,
-        progress: Option<&dyn ProgressOutlet>,
+        host: ForwardingHost<'_>,
     ) -> Option<Result<CallToolResponse, ProxyError>> {
         if !self.held_elsewhere(upstream, holder.principal) {
             return None;
@@ -47,7 +49,7 @@ impl Tools {
         if let Err(error) = self.open_state_in(holder, &mut params.request_state) {
             return Some(Err(error));
         }
-        let answer = self.elsewhere(upstream, holder.principal, Call::Tool(params), progress).await?;
+        let answer = self.elsewhere(upstream, holder.principal, Call::Tool(params), host).await?;
         Some(answer.and_then(|answer| match answer {
             Answer::Tool(result) => Ok(CallToolResponse::Complete(result)),
             Answer::InputRequired(needs) => Ok(CallToolResponse::InputRequired(self.sealed_needs(holder, needs))),
@@ -61,6 +63,7 @@ impl Tools {
         upstream: &Upstream,
         holder: &Holder<'_>,
         params: &GetPromptRequestParams,
+        relay: Option<Arc<dyn HostRelay>>,
     ) -> Option<Result<GetPromptResponse, ProxyError>> {
         if !self.held_elsewhere(upstream, holder.principal) {
             return None;
@@ -69,7 +72,8 @@ impl Tools {
         if let Err(error) = self.open_state_in(holder, &mut params.request_state) {
             return Some(Err(error));
         }
-        let answer = self.elsewhere(upstream, holder.principal, Call::Prompt(params), None).await?;
+        let host = ForwardingHost { progress: None, relay };
+        let answer = self.elsewhere(upstream, holder.principal, Call::Prompt(params), host).await?;
         Some(answer.and_then(|answer| match answer {
             Answer::Prompt(result) => Ok(GetPromptResponse::Complete(result)),
             Answer::InputRequired(needs) => Ok(GetPromptResponse::InputRequired(self.sealed_needs(holder, needs))),
@@ -91,7 +95,7 @@ impl Tools {
         principal: &str,
         params: &CompleteRequestParams,
     ) -> Option<Result<CompleteResult, ProxyError>> {
-        let answer = self.elsewhere(upstream, principal, Call::Complete(params.clone()), None).await?;
+        let answer = self.elsewhere(upstream, principal, Call::Complete(params.clone()), Default::default()).await?;
         Some(answer.and_then(|answer| match answer {
             Answer::Complete(result) => Ok(result),
             _ => Err(mismatched(upstream)),
@@ -107,7 +111,7 @@ impl Tools {
         uri: &str,
     ) -> Option<Result<ReadResourceResponse, ProxyError>> {
         let call = Call::Read(rmcp::model::ReadResourceRequestParams::new(uri.to_string()));
-        let answer = self.elsewhere(upstream, principal, call, None).await?;
+        let answer = self.elsewhere(upstream, principal, call, Default::default()).await?;
         Some(answer.and_then(|answer| match answer {
             Answer::Read(result) => Ok(ReadResourceResponse::Complete(result)),
             Answer::InputRequired(needs) => Ok(ReadResourceResponse::InputRequired(needs)),
@@ -116,13 +120,15 @@ impl Tools {
     }
 
     /// Run a request forwarded to this replica (its mark checked) on `principal`'s own session
-    /// of `upstream`; progress goes to `progress`.
+    /// of `upstream`; progress goes to `progress`, what the upstream sends the call's host to
+    /// `relay` (which passes it back to the forwarding replica).
     pub async fn run_forwarded(
         &self,
         principal: &str,
         upstream: &str,
         call: Call,
         progress: Option<Arc<dyn ProgressOutlet>>,
+        relay: Option<Arc<dyn HostRelay>>,
     ) -> Ran {
         let down = || ProxyError::UpstreamDown { upstream: upstream.to_string() };
         let upstream = self.inner.upstreams.get(upstream).ok_or_else(down)?;
@@ -130,14 +136,15 @@ impl Tools {
             return Err(ProxyError::InvalidParams("not an upstream with per-principal sessions here".into()));
         }
         let session = upstream.session_for(principal, None).await?;
+        session.pass_log_level(relay.as_deref().and_then(|relay| relay.log_level())).await;
         self.inner.metrics.cluster_forward("served");
         Ok(match call {
-            Call::Tool(params) => match session.call_tool(params, progress, None).await? {
+            Call::Tool(params) => match session.call_tool(params, progress, relay).await? {
                 CallToolResponse::Complete(result) => Answer::Tool(result),
                 CallToolResponse::InputRequired(needs) => Answer::InputRequired(needs),
                 _ => return Err(task_answer(&upstream)),
             },
-            Call::Prompt(params) => match session.get_prompt(params, None).await? {
+            Call::Prompt(params) => match session.get_prompt(params, relay).await? {
                 GetPromptResponse::Complete(result) => Answer::Prompt(result),
                 GetPromptResponse::InputRequired(needs) => Answer::InputRequired(needs),
                 _ => return Err(task_answer(&upstream)),
@@ -148,7 +155,9 @@ impl Tools {
                 _ => return Err(task_answer(&upstream)),
             },
             Call::Complete(params) => Answer::Complete(session.complete(params).await?),
-            Call::Hold { .. } => return Err(ProxyError::InvalidParams("a subscription is held, not run".into())),
+            Call::Hold { .. } | Call::Reply { .. } => {
+                return Err(ProxyError::InvalidParams("a subscription or an answer is not run".into()));
+            }
         })
     }
 
@@ -169,7 +178,7 @@ impl Tools {
         upstream: &Upstream,
         principal: &str,
         call: Call,
-        progress: Option<&dyn ProgressOutlet>,
+        host: ForwardingHost<'_>,
     ) -> Option<Result<Answer, ProxyError>> {
         let forwarder = self.inner.forwarder.as_ref()?;
         if upstream.config().sessions.mode != SessionMode::PerPrincipal {
@@ -179,7 +188,7 @@ impl Tools {
         // The owner's own timeout, and time to reach it.
         let timeout = upstream.config().request_timeout + crate::cluster::forward::CONNECT_TIMEOUT * 2;
         let metrics = &self.inner.metrics;
-        match forwarder.send(&owner, principal, upstream.name(), call, progress, timeout).await {
+        match forwarder.send(&owner, (principal, upstream.name()), call, host, timeout).await {
             Ok(answer) => {
                 metrics.cluster_forward("forwarded");
                 Some(Ok(answer))

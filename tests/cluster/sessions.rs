@@ -405,7 +405,7 @@ async fn the_typescript_client_keeps_a_2025_session_across_replicas() -> anyhow:
 }
 
 /// The next `updated` on a 2026-07-28 listen stream; `None` when the stream ended.
-async fn next_listened(stream: &mut rmcp::service::Subscription) -> anyhow::Result<Option<String>> {
+pub(crate) async fn next_listened(stream: &mut rmcp::service::Subscription) -> anyhow::Result<Option<String>> {
     loop {
         match tokio::time::timeout(DEADLINE, stream.next()).await.context("nothing heard on the listen stream")? {
             Ok(Some(rmcp::model::ServerNotification::ResourceUpdatedNotification(n))) => return Ok(Some(n.params.uri)),

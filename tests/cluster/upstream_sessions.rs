@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 use mcp_resource_proxy::cluster::ClusterKeys;
 use mcp_resource_proxy::cluster::forward::{MARK_HEADER, PATH, mark_with};
 
+use crate::sessions::next_listened;
 use crate::support::cluster::{Replicas, SECRET, cluster_when};
 use crate::support::peers::{py_script, python};
 use crate::support::proxy::{ProxyProcess, alice_and_bob_policies, alice_and_bob_under_policies, toml_str};
@@ -304,13 +305,60 @@ async fn owner(cluster: &Replicas, token: &str) -> anyhow::Result<usize> {
     owner_of(cluster, &pid)
 }
 
-/// The next `updated` on a 2026-07-28 listen stream; `None` when the stream ended.
-async fn next_listened(stream: &mut rmcp::service::Subscription) -> anyhow::Result<Option<String>> {
-    loop {
-        match tokio::time::timeout(DEADLINE, stream.next()).await.context("nothing heard on the listen stream")? {
-            Ok(Some(rmcp::model::ServerNotification::ResourceUpdatedNotification(n))) => return Ok(Some(n.params.uri)),
-            Ok(Some(_)) => continue,
-            Ok(None) | Err(_) => return Ok(None),
-        }
+/// A 2025 host that answers each elicitation with `word`, and keeps the log messages it hears.
+#[derive(Clone)]
+struct Answering {
+    logged: tokio::sync::mpsc::UnboundedSender<String>,
+}
+
+impl rmcp::ClientHandler for Answering {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        let capabilities = rmcp::model::ClientCapabilities::builder().enable_elicitation().build();
+        rmcp::model::ClientConfig::new(capabilities, rmcp::model::Implementation::new("answering", "1.0.0"))
     }
+
+    async fn create_elicitation(
+        &self,
+        _request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        let accepted = rmcp::model::ElicitResult::new(rmcp::model::ElicitationAction::Accept);
+        Ok(accepted.with_content(json!({ "word": "pelican" })))
+    }
+
+    #[allow(deprecated)]
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        let _ = self.logged.send(params.data.as_str().unwrap_or_default().to_string());
+    }
+}
+
+/// What the upstream sends a forwarded call's host reaches it: alice (a 2025 host declaring
+/// elicitation) calls, on a replica other than her owner, a tool that logs and then elicits a
+/// word. The owner's session runs it (the log names the owner's child process); the log message
+/// and the elicitation reach alice through the replica she asked, and her answer reaches the
+/// upstream.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_forwarded_calls_log_message_and_elicitation_reach_its_host() -> anyhow::Result<()> {
+    let (cluster, _policies) = start(3).await?;
+    let alice_owner = owner(&cluster, ALICE_TOKEN).await?;
+    let asked = &cluster.replicas[(alice_owner + 1) % cluster.replicas.len()];
+    let (logged_in, mut logged) = tokio::sync::mpsc::unbounded_channel();
+    let config = StreamableHttpClientTransportConfig::with_uri(asked.url.as_str()).auth_header(ALICE_TOKEN);
+    let transport = StreamableHttpClientTransport::from_config(config.reinit_on_expired_session(false));
+    let alice =
+        tokio::time::timeout(DEADLINE, Answering { logged: logged_in }.serve(transport)).await.context("connect")??;
+    let result = tokio::time::timeout(DEADLINE, alice.peer().call_tool(CallToolRequestParams::new("per__ask")))
+        .await
+        .context("the call hung")??;
+    let text = result.content.first().and_then(|c| c.as_text()).map(|t| t.text.clone());
+    assert_eq!(text.as_deref(), Some("heard pelican"), "{result:?}");
+    let message = tokio::time::timeout(DEADLINE, logged.recv()).await.context("no log message")?.context("closed")?;
+    let pid = message.strip_prefix("asking ").with_context(|| format!("logged {message}"))?;
+    assert_eq!(owner_of(&cluster, pid)?, alice_owner, "the owner's session ran the call");
+    assert!(forwards(&[asked], "forwarded").await? >= 1.0);
+    Ok(())
 }

@@ -14,6 +14,8 @@ its state is the process's:
     tool `unlock()`          offers the tool `secret` in this session from now on, and says that
                              this session's tool list changed
     tool `secret()`          (once unlocked) answers "the secret of <pid>"
+    tool `ask()`             logs "asking <pid>" (info) and elicits a `word` from the client:
+                             answers "heard <word>", or "declined"
     resource `session://value`  the kept value, as text
 """
 
@@ -26,6 +28,7 @@ import sys
 from typing import Any
 
 import mcp_types as types
+from pydantic import BaseModel
 from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 
@@ -102,6 +105,17 @@ async def unlock(ctx: Context) -> str:
     else:
         await ctx.session.send_tool_list_changed()
     return "unlocked"
+
+
+class Word(BaseModel):
+    word: str
+
+
+@mcp.tool(description="Log, then ask the client for a word", structured_output=False)
+async def ask(ctx: Context) -> str:
+    await ctx.info(f"asking {os.getpid()}")
+    answer = await ctx.elicit("Say a word", schema=Word)
+    return f"heard {answer.data.word}" if answer.action == "accept" else "declined"
 
 
 @mcp.resource("session://value", mime_type="text/plain")
