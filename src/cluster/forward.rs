@@ -78,6 +78,13 @@ pub struct ForwardedHost {
     pub sampling: bool,
     pub elicitation: bool,
     pub log_level: Option<LoggingLevel>,
+    /// A 2026-07-28 host: what the upstream asks of it is answered as `input_required`.
+    #[serde(default)]
+    pub takes_input_required: bool,
+    /// The tool's or prompt's name as the host knows it (a call parked for its input is
+    /// resumed under it, on whichever replica the retry lands).
+    #[serde(default)]
+    pub presented: String,
 }
 
 /// A request of the upstream to the host of a forwarded call, asked by the owner.
@@ -263,6 +270,8 @@ impl Forwarder {
                 sampling: relay.declares_sampling(),
                 elicitation: relay.declares_elicitation(),
                 log_level: relay.log_level(),
+                takes_input_required: relay.takes_input_required(),
+                presented: host.presented.to_string(),
             });
             let response = self.post(owner, principal, upstream, call, declared).await?;
             let relay = host.relay.as_deref();
@@ -448,6 +457,8 @@ impl RemoteError {
 pub struct ForwardingHost<'a> {
     pub progress: Option<&'a dyn ProgressOutlet>,
     pub relay: Option<Arc<dyn HostRelay>>,
+    /// The tool's or prompt's name as the host knows it.
+    pub presented: &'a str,
 }
 
 /// Forgets an unanswered question when its wait ends.

@@ -107,10 +107,11 @@ async fn run(proxy: Proxy, request: Forwarded, lines: mpsc::Sender<Line>) -> Ran
     tracing::debug!(upstream, principal, "cluster: running a forwarded request");
     let progress = matches!(call, Call::Tool(_)).then(|| Arc::new(Steps(lines.clone())) as Arc<dyn ProgressOutlet>);
     let forwarder = proxy.tools().forwarder().cloned();
+    let presented = host.as_ref().map(|host| host.presented.clone()).unwrap_or_default();
     let relay = host.zip(forwarder).map(|(host, forwarder)| {
         Arc::new(ForwardRelay { lines, forwarder, host, principal: principal.as_str().into() }) as Arc<dyn HostRelay>
     });
-    proxy.tools().run_forwarded(&principal, &upstream, call, progress, relay).await
+    proxy.tools().run_forwarded(&principal, &upstream, call, progress, (relay, &presented)).await
 }
 
 /// The answer being written: progress until the call is done, then what is left of it, then
@@ -225,6 +226,10 @@ impl HostRelay for ForwardRelay {
 
     fn log_level(&self) -> Option<LoggingLevel> {
         self.host.log_level
+    }
+
+    fn takes_input_required(&self) -> bool {
+        self.host.takes_input_required
     }
 
     fn declares_sampling(&self) -> bool {

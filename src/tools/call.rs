@@ -54,7 +54,7 @@ impl Tools {
         let presented = std::mem::replace(&mut params.name, original.into());
         params.meta = meta_upstream(params.meta.take());
         let holder = Holder { principal, name: &presented, upstream: upstream.name() };
-        let forwarding = ForwardingHost { progress: progress.as_deref(), relay: relay.clone() };
+        let forwarding = ForwardingHost { progress: progress.as_deref(), relay: relay.clone(), presented: &presented };
         let elsewhere = self.tool_elsewhere(&upstream, &holder, &params, forwarding);
         let elsewhere = until_cancelled(cancelled, async { Ok(elsewhere.await) }).await?;
         let answer = match elsewhere {
@@ -92,8 +92,16 @@ impl Tools {
         // Every step the upstream sent before its answer is in `progress` when this returns.
         match relay.clone().filter(|relay| relay.takes_input_required()) {
             Some(host) => {
+                let holder = Holder { principal, name: presented, upstream: upstream.name() };
+                let mut params = params;
+                self.open_state_in(&holder, &mut params.request_state)?;
                 let parked = self.call_parked(&upstream, principal, presented, params, progress, host);
-                until_cancelled(cancelled, parked).await
+                Ok(match until_cancelled(cancelled, parked).await? {
+                    CallToolResponse::InputRequired(needs) => {
+                        CallToolResponse::InputRequired(self.sealed_unless_parked(&holder, needs))
+                    }
+                    answer => answer,
+                })
             }
             None => {
                 let rounds = rounds::bridged(&upstream, relay.as_deref(), tool_needs, |inputs| {
@@ -106,8 +114,10 @@ impl Tools {
 
     /// A call for a 2026-07-28 `host`: what the upstream asks of it while the call runs is
     /// answered as `input_required`, and a retry with the proxy's `requestState` resumes the
-    /// call (`parked`).
-    async fn call_parked(
+    /// call (`parked`). `params` carries the upstream's own `requestState` (opened) or the
+    /// proxy's; an upstream's own `input_required` comes back with its `requestState` unsealed
+    /// (see [`Self::sealed_unless_parked`]).
+    pub(super) async fn call_parked(
         &self,
         upstream: &Upstream,
         principal: &str,
@@ -117,7 +127,6 @@ impl Tools {
         host: Arc<dyn HostRelay>,
     ) -> Result<CallToolResponse, ProxyError> {
         let who = Resume { principal, name: presented, timeout: upstream.config().request_timeout };
-        let holder = Holder { principal, name: presented, upstream: upstream.name() };
         let calls = &self.inner.parked_tools;
         let outcome =
             match params.request_state.take() {
@@ -125,7 +134,7 @@ impl Tools {
                     calls.resume(who, &state, params.input_responses.as_ref(), host).await?
                 }
                 state => {
-                    params.request_state = self.opened_state(&holder, state)?;
+                    params.request_state = state;
                     let upstream = upstream.clone();
                     calls
                         .start(who, host, move |relay| async move {
@@ -135,16 +144,13 @@ impl Tools {
                 }
             };
         Ok(match outcome {
-            Outcome::Answered(CallToolResponse::InputRequired(needs)) => {
-                CallToolResponse::InputRequired(self.sealed_needs(&holder, needs))
-            }
             Outcome::Answered(answer) => answer,
             Outcome::Asks(needs) => CallToolResponse::InputRequired(needs),
         })
     }
 
     /// A `prompts/get` for a 2026-07-28 `host`, as [`Self::call_parked`] for a call.
-    async fn prompt_parked(
+    pub(super) async fn prompt_parked(
         &self,
         upstream: &Upstream,
         principal: &str,
@@ -153,23 +159,19 @@ impl Tools {
         host: Arc<dyn HostRelay>,
     ) -> Result<GetPromptResponse, ProxyError> {
         let who = Resume { principal, name: presented, timeout: upstream.config().request_timeout };
-        let holder = Holder { principal, name: presented, upstream: upstream.name() };
         let gets = &self.inner.parked_prompts;
         let outcome = match params.request_state.take() {
             Some(state) if parked::is_ours(Some(&state)) => {
                 gets.resume(who, &state, params.input_responses.as_ref(), host).await?
             }
             state => {
-                params.request_state = self.opened_state(&holder, state)?;
+                params.request_state = state;
                 let upstream = upstream.clone();
                 gets.start(who, host, move |relay| async move { upstream.get_prompt(params, Some(relay)).await })
                     .await?
             }
         };
         Ok(match outcome {
-            Outcome::Answered(GetPromptResponse::InputRequired(needs)) => {
-                GetPromptResponse::InputRequired(self.sealed_needs(&holder, needs))
-            }
             Outcome::Answered(answer) => answer,
             Outcome::Asks(needs) => GetPromptResponse::InputRequired(needs),
         })
@@ -200,6 +202,16 @@ impl Tools {
     pub(super) fn sealed_needs(&self, holder: &Holder<'_>, mut needs: InputRequiredResult) -> InputRequiredResult {
         needs.request_state = needs.request_state.map(|state| self.inner.state_seal.seal(holder, &state));
         needs
+    }
+
+    /// `needs` for the host: an upstream's `requestState` sealed to the caller; the proxy's own
+    /// (a call parked for the host's input, on whichever replica) passed as it is, since only
+    /// the principal that was asked can resume it anyway.
+    pub(super) fn sealed_unless_parked(&self, holder: &Holder<'_>, needs: InputRequiredResult) -> InputRequiredResult {
+        match parked::is_ours(needs.request_state.as_deref()) {
+            true => needs,
+            false => self.sealed_needs(holder, needs),
+        }
     }
 
     /// A complete tool result from `upstream` as `principal` may see it: URIs in its blocks,
@@ -294,8 +306,16 @@ impl Tools {
         upstream.pass_log_level(relay.as_deref().and_then(|relay| relay.log_level())).await;
         match relay.clone().filter(|relay| relay.takes_input_required()) {
             Some(host) => {
+                let holder = Holder { principal, name: presented, upstream: upstream.name() };
+                let mut params = params;
+                self.open_state_in(&holder, &mut params.request_state)?;
                 let parked = self.prompt_parked(&upstream, principal, presented, params, host);
-                until_cancelled(cancelled, parked).await
+                Ok(match until_cancelled(cancelled, parked).await? {
+                    GetPromptResponse::InputRequired(needs) => {
+                        GetPromptResponse::InputRequired(self.sealed_unless_parked(&holder, needs))
+                    }
+                    answer => answer,
+                })
             }
             None => {
                 let rounds = rounds::bridged(&upstream, relay.as_deref(), prompt_needs, |inputs| {

@@ -6,7 +6,9 @@
 //! `fallback`; that session starts without the owner's state). An MRTR `requestState` travels
 //! sealed to the caller, as for a local call. What a forwarded call's upstream sends besides
 //! progress (log messages, sampling and elicitation requests) reaches the call's host through
-//! the forwarding replica, as for a local call; its answers go back to the owner.
+//! the forwarding replica, as for a local call; its answers go back to the owner. A
+//! 2026-07-28 host's call is parked at the owner for its input, and resumed there from any
+//! replica (the proxy's own `requestState` is never sealed, so any replica passes it on).
 //!
 //! Invariant: a forwarded request reaches the owner only after this replica decided it for the
 //! principal; the owner runs it on that principal's session and never forwards it again.
@@ -52,7 +54,9 @@ impl Tools {
         let answer = self.elsewhere(upstream, holder.principal, Call::Tool(params), host).await?;
         Some(answer.and_then(|answer| match answer {
             Answer::Tool(result) => Ok(CallToolResponse::Complete(result)),
-            Answer::InputRequired(needs) => Ok(CallToolResponse::InputRequired(self.sealed_needs(holder, needs))),
+            Answer::InputRequired(needs) => {
+                Ok(CallToolResponse::InputRequired(self.sealed_unless_parked(holder, needs)))
+            }
             _ => Err(mismatched(upstream)),
         }))
     }
@@ -72,18 +76,24 @@ impl Tools {
         if let Err(error) = self.open_state_in(holder, &mut params.request_state) {
             return Some(Err(error));
         }
-        let host = ForwardingHost { progress: None, relay };
+        let host = ForwardingHost { progress: None, relay, presented: holder.name };
         let answer = self.elsewhere(upstream, holder.principal, Call::Prompt(params), host).await?;
         Some(answer.and_then(|answer| match answer {
             Answer::Prompt(result) => Ok(GetPromptResponse::Complete(result)),
-            Answer::InputRequired(needs) => Ok(GetPromptResponse::InputRequired(self.sealed_needs(holder, needs))),
+            Answer::InputRequired(needs) => {
+                Ok(GetPromptResponse::InputRequired(self.sealed_unless_parked(holder, needs)))
+            }
             _ => Err(mismatched(upstream)),
         }))
     }
 
     /// The host's sealed `requestState` in `state`, opened for the owner (which sees it as the
-    /// upstream gave it).
-    fn open_state_in(&self, holder: &Holder<'_>, state: &mut Option<String>) -> Result<(), ProxyError> {
+    /// upstream gave it). The proxy's own, of a call parked for the host's input (at the owner),
+    /// is not sealed and goes as it is.
+    pub(super) fn open_state_in(&self, holder: &Holder<'_>, state: &mut Option<String>) -> Result<(), ProxyError> {
+        if super::parked::is_ours(state.as_deref()) {
+            return Ok(());
+        }
         *state = self.opened_state(holder, state.take())?;
         Ok(())
     }
@@ -128,7 +138,7 @@ impl Tools {
         upstream: &str,
         call: Call,
         progress: Option<Arc<dyn ProgressOutlet>>,
-        relay: Option<Arc<dyn HostRelay>>,
+        (relay, presented): (Option<Arc<dyn HostRelay>>, &str),
     ) -> Ran {
         let down = || ProxyError::UpstreamDown { upstream: upstream.to_string() };
         let upstream = self.inner.upstreams.get(upstream).ok_or_else(down)?;
@@ -139,12 +149,15 @@ impl Tools {
         session.pass_log_level(relay.as_deref().and_then(|relay| relay.log_level())).await;
         self.inner.metrics.cluster_forward("served");
         Ok(match call {
-            Call::Tool(params) => match session.call_tool(params, progress, relay).await? {
-                CallToolResponse::Complete(result) => Answer::Tool(result),
-                CallToolResponse::InputRequired(needs) => Answer::InputRequired(needs),
-                _ => return Err(task_answer(&upstream)),
-            },
-            Call::Prompt(params) => match session.get_prompt(params, relay).await? {
+            Call::Tool(params) => {
+                match self.forwarded_tool(&session, (principal, presented), params, progress, relay).await? {
+                    CallToolResponse::Complete(result) => Answer::Tool(result),
+                    CallToolResponse::InputRequired(needs) => Answer::InputRequired(needs),
+                    _ => return Err(task_answer(&upstream)),
+                }
+            }
+            Call::Prompt(params) => match self.forwarded_prompt(&session, (principal, presented), params, relay).await?
+            {
                 GetPromptResponse::Complete(result) => Answer::Prompt(result),
                 GetPromptResponse::InputRequired(needs) => Answer::InputRequired(needs),
                 _ => return Err(task_answer(&upstream)),
@@ -159,6 +172,37 @@ impl Tools {
                 return Err(ProxyError::InvalidParams("a subscription or an answer is not run".into()));
             }
         })
+    }
+
+    /// A forwarded call on the principal's `session`: for a host that takes `input_required`
+    /// (2026-07-28), parked here as for a local call, so its retry (forwarded here from any
+    /// replica) resumes it; for a 2025 host, the upstream's requests go to it through `relay`.
+    async fn forwarded_tool(
+        &self,
+        session: &Upstream,
+        (principal, presented): (&str, &str),
+        params: CallToolRequestParams,
+        progress: Option<Arc<dyn ProgressOutlet>>,
+        relay: Option<Arc<dyn HostRelay>>,
+    ) -> Result<CallToolResponse, ProxyError> {
+        match relay.clone().filter(|relay| relay.takes_input_required()) {
+            Some(host) => self.call_parked(session, principal, presented, params, progress, host).await,
+            None => session.call_tool(params, progress, relay).await,
+        }
+    }
+
+    /// As [`Self::forwarded_tool`], for a prompt.
+    async fn forwarded_prompt(
+        &self,
+        session: &Upstream,
+        (principal, presented): (&str, &str),
+        params: GetPromptRequestParams,
+        relay: Option<Arc<dyn HostRelay>>,
+    ) -> Result<GetPromptResponse, ProxyError> {
+        match relay.clone().filter(|relay| relay.takes_input_required()) {
+            Some(host) => self.prompt_parked(session, principal, presented, params, host).await,
+            None => session.get_prompt(params, relay).await,
+        }
     }
 
     /// Send `call` to the replica holding `principal`'s session of `upstream`: `None` when

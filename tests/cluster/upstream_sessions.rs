@@ -362,3 +362,28 @@ async fn a_forwarded_calls_log_message_and_elicitation_reach_its_host() -> anyho
     assert!(forwards(&[asked], "forwarded").await? >= 1.0);
     Ok(())
 }
+
+/// A 2026-07-28 host, which takes no server-to-client requests, gets the elicitation of a
+/// forwarded call as `input_required`, and its retry resumes the call wherever it lands: the
+/// call is parked at the owner. Through the balancer, each call and its retry land on two
+/// replicas in turn (the owner among them or not); every call completes with the host's answer.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_modern_hosts_forwarded_call_is_parked_at_the_owner_and_resumed_from_any_replica() -> anyhow::Result<()> {
+    let (cluster, _policies) = start(3).await?;
+    let (logged, _) = tokio::sync::mpsc::unbounded_channel();
+    let config = StreamableHttpClientTransportConfig::with_uri(cluster.url()).auth_header(ALICE_TOKEN);
+    let transport = StreamableHttpClientTransport::from_config(config.reinit_on_expired_session(false));
+    let lifecycle = crate::support::fixture::Era::Modern.lifecycle();
+    let connecting = rmcp::ClientServiceExt::serve_with_lifecycle(Answering { logged }, transport, lifecycle);
+    let alice = tokio::time::timeout(DEADLINE, connecting).await.context("connect")??;
+    for round in 0..4 {
+        // The running service drives the rounds: it answers `input_required` and calls again.
+        let call = alice.call_tool(CallToolRequestParams::new("per__ask"));
+        let result = tokio::time::timeout(DEADLINE, call).await.context("the call hung")??;
+        let text = result.content.first().and_then(|c| c.as_text()).map(|t| t.text.clone());
+        assert_eq!(text.as_deref(), Some("heard pelican"), "round {round}: {result:?}");
+    }
+    let all: Vec<&ProxyProcess> = cluster.replicas.iter().collect();
+    assert!(forwards(&all, "forwarded").await? >= 1.0, "some rounds went to the owner from elsewhere");
+    Ok(())
+}
