@@ -15,7 +15,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -77,7 +77,14 @@ pub struct OutletInfo {
     /// when their filter asked for them.
     pub wants_tools_list_changed: bool,
     pub wants_prompts_list_changed: bool,
+    /// A host session's key for its per-host upstream sessions (see
+    /// `crate::upstream::HostSession`), once known; never set for a listen stream.
+    pub host_key: HostKey,
 }
+
+/// A host session's key, set once it is known (its holder id; with `[cluster]`, from its
+/// `Mcp-Session-Id` on its first request here).
+pub type HostKey = Arc<OnceLock<u64>>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OutletKind {
@@ -297,6 +304,7 @@ pub(crate) mod tests {
             wants_list_changed,
             wants_tools_list_changed: false,
             wants_prompts_list_changed: false,
+            host_key: HostKey::default(),
         }
     }
 

@@ -1,6 +1,6 @@
-//! Requests for a per-principal upstream session held by another replica (`owners`), forwarded
-//! to it over HTTP: `POST <owner>/mcp-proxy/forward` with a JSON [`Forwarded`] body (the
-//! principal, the upstream, the call with the upstream's own names, the replica it is for, when
+//! Requests for a per-principal (or per-host) upstream session held by another replica
+//! (`owners`), forwarded to it over HTTP: `POST <owner>/mcp-proxy/forward` with a JSON
+//! [`Forwarded`] body (the principal, the host session for a per-host upstream, the upstream, the call with the upstream's own names, the replica it is for, when
 //! it was made and a nonce) and a mark, HMAC-SHA256 of the body with the key derived from the
 //! cluster secret for this use. The owner answers with JSON lines: the call's progress as it
 //! comes ([`Line::Progress`]), then one answer or error.
@@ -66,10 +66,32 @@ pub struct Forwarded {
     pub principal: String,
     pub upstream: String,
     pub call: Call,
+    /// A per-host upstream's request: the host session whose own session it runs on (none: the
+    /// principal's).
+    #[serde(default)]
+    pub session: Option<HostOf>,
     /// What the host of a call or prompt declared: the owner relays the upstream's requests
     /// and log messages for it back as [`Line::Ask`] and [`Line::Log`] (none: nothing is).
     #[serde(default)]
     pub host: Option<ForwardedHost>,
+}
+
+/// The host session of a per-host upstream's request: its key (the same on every replica) and
+/// what its host declared, which the session is opened declaring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostOf {
+    pub key: u64,
+    pub sampling: bool,
+    pub elicitation: bool,
+}
+
+/// Whose session a forwarded request runs on.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionOf<'a> {
+    pub principal: &'a str,
+    pub upstream: &'a str,
+    /// A per-host upstream's host session (none: the principal's session).
+    pub host: Option<HostOf>,
 }
 
 /// What the host of a forwarded call declared.
@@ -249,9 +271,9 @@ impl Forwarder {
         Forwarder { inner: Arc::new(inner) }
     }
 
-    /// The replica holding `principal`'s session of `upstream`, when it is another one.
-    pub fn owner(&self, upstream: &str, principal: &str) -> Option<Owner> {
-        self.inner.cluster.owner_of(upstream, principal)
+    /// The replica holding `of`, when it is another one.
+    pub fn owner(&self, of: SessionOf<'_>) -> Option<Owner> {
+        self.inner.cluster.owner_of(of.upstream, of.principal, of.host.map(|host| host.key))
     }
 
     /// Send `call` to `owner` and wait (at most `timeout`) for its answer; progress on the way
@@ -260,11 +282,12 @@ impl Forwarder {
     pub async fn send(
         &self,
         owner: &Owner,
-        (principal, upstream): (&str, &str),
+        of: SessionOf<'_>,
         call: Call,
         host: ForwardingHost<'_>,
         timeout: Duration,
     ) -> Result<Answer, Sent> {
+        let upstream = of.upstream;
         let exchange = async {
             let declared = host.relay.as_ref().map(|relay| ForwardedHost {
                 sampling: relay.declares_sampling(),
@@ -273,9 +296,9 @@ impl Forwarder {
                 takes_input_required: relay.takes_input_required(),
                 presented: host.presented.to_string(),
             });
-            let response = self.post(owner, principal, upstream, call, declared).await?;
+            let response = self.post(owner, of, call, declared).await?;
             let relay = host.relay.as_deref();
-            let asked = |id, ask| self.answer(owner, (principal, upstream), relay, id, ask);
+            let asked = |id, ask| self.answer(owner, of, relay, id, ask);
             read_lines(response, upstream, host.progress, relay, asked).await
         };
         match tokio::time::timeout(timeout, exchange).await {
@@ -284,26 +307,19 @@ impl Forwarder {
         }
     }
 
-    /// Hold `uri` (the upstream's own) on `principal`'s session of `upstream` at `owner`, for
-    /// as long as the returned reply lives.
-    pub async fn hold(&self, owner: &Owner, principal: &str, upstream: &str, uri: &str) -> Result<HeldReply, Sent> {
+    /// Hold `uri` (the upstream's own) on session `of` at `owner`, for as long as the returned
+    /// reply lives.
+    pub async fn hold(&self, owner: &Owner, of: SessionOf<'_>, uri: &str) -> Result<HeldReply, Sent> {
         let call = Call::Hold { uri: uri.to_string() };
-        let response = tokio::time::timeout(ALIVE_EVERY, self.post(owner, principal, upstream, call, None))
+        let response = tokio::time::timeout(ALIVE_EVERY, self.post(owner, of, call, None))
             .await
-            .map_err(|_| failed(upstream, "the replica holding the session did not answer"))??;
+            .map_err(|_| failed(of.upstream, "the replica holding the session did not answer"))??;
         Ok(HeldReply { response, buffer: Vec::new() })
     }
 
     /// Ask the host of a call through `relay` what the owner asked (`id`), and post its answer
     /// back to the owner (no host: a refusal).
-    async fn answer(
-        &self,
-        owner: &Owner,
-        (principal, upstream): (&str, &str),
-        relay: Option<&dyn HostRelay>,
-        id: String,
-        ask: Ask,
-    ) {
+    async fn answer(&self, owner: &Owner, of: SessionOf<'_>, relay: Option<&dyn HostRelay>, id: String, ask: Ask) {
         let no_host = || ErrorData::invalid_request("the call's host cannot be asked", None);
         let reply = match (relay, ask) {
             (None, _) => Reply::Refused(no_host()),
@@ -314,8 +330,8 @@ impl Forwarder {
                 relay.elicit(params).await.map_or_else(Reply::Refused, Reply::Elicited)
             }
         };
-        if self.post(owner, principal, upstream, Call::Reply { id, reply }, None).await.is_err() {
-            tracing::debug!(upstream, replica = %owner.replica, "cluster: a host's answer did not reach the owner");
+        if self.post(owner, of, Call::Reply { id, reply }, None).await.is_err() {
+            tracing::debug!(upstream = of.upstream, replica = %owner.replica, "cluster: a host's answer did not reach the owner");
         }
     }
 
@@ -342,18 +358,19 @@ impl Forwarder {
     async fn post(
         &self,
         owner: &Owner,
-        principal: &str,
-        upstream: &str,
+        of: SessionOf<'_>,
         call: Call,
         host: Option<ForwardedHost>,
     ) -> Result<reqwest::Response, Sent> {
+        let upstream = of.upstream;
         let request = Forwarded {
             to: owner.replica.clone(),
             issued_ms: now_ms(),
             nonce: nonce(),
-            principal: principal.to_string(),
+            principal: of.principal.to_string(),
             upstream: upstream.to_string(),
             call,
+            session: of.host,
             host,
         };
         let body = serde_json::to_vec(&request).map_err(|e| failed(upstream, format!("not sendable: {e}")))?;

@@ -1,5 +1,6 @@
 //! Which replica holds a per-principal upstream session: rendezvous (highest random weight)
-//! hashing of (upstream, principal) over the replicas seen alive that can be reached — each
+//! hashing of (upstream, principal) — of (upstream, principal, host session key) for a
+//! per-host one — over the replicas seen alive that can be reached — each
 //! replica's heartbeat carries the URL the others reach it at (`cluster.advertise_url`, or the
 //! listen address once bound). Every replica with the same view picks the same owner; when a
 //! replica leaves, only the sessions it owned move, each to the next in its own order.
@@ -36,10 +37,12 @@ impl Addresses {
 }
 
 impl Cluster {
-    /// The replica holding `principal`'s session of `upstream`: `None` when it is this one.
-    pub fn owner_of(&self, upstream: &str, principal: &str) -> Option<Owner> {
+    /// The replica holding `principal`'s session of `upstream` (its host session `host`'s, for
+    /// a per-host one): `None` when it is this one.
+    pub fn owner_of(&self, upstream: &str, principal: &str, host: Option<u64>) -> Option<Owner> {
         let candidates = self.candidates();
-        let (id, url) = candidates.into_iter().max_by_key(|(id, _)| (weight(id, upstream, principal), id.clone()))?;
+        let weighed = |id: &String| (weight(id, upstream, principal, host), id.clone());
+        let (id, url) = candidates.into_iter().max_by_key(|(id, _)| weighed(id))?;
         (id != self.replica_id()).then_some(Owner { replica: id, url })
     }
 
@@ -81,13 +84,16 @@ impl Cluster {
     }
 }
 
-/// The weight of `replica` for (upstream, principal): the first 8 bytes of a SHA-256 over the
-/// three, length-prefixed.
-fn weight(replica: &str, upstream: &str, principal: &str) -> u64 {
+/// The weight of `replica` for (upstream, principal, host): the first 8 bytes of a SHA-256 over
+/// them, length-prefixed (the host, when there is one, as its 8 bytes).
+fn weight(replica: &str, upstream: &str, principal: &str, host: Option<u64>) -> u64 {
     let mut hash = Sha256::new();
     for part in [replica, upstream, principal] {
         hash.update((part.len() as u64).to_be_bytes());
         hash.update(part.as_bytes());
+    }
+    if let Some(host) = host {
+        hash.update(host.to_be_bytes());
     }
     let digest = hash.finalize();
     u64::from_be_bytes(digest[..8].try_into().expect("8 bytes"))
@@ -98,7 +104,7 @@ mod tests {
     use super::weight;
 
     fn owner<'a>(replicas: &[&'a str], upstream: &str, principal: &str) -> &'a str {
-        replicas.iter().copied().max_by_key(|id| (weight(id, upstream, principal), *id)).expect("one")
+        replicas.iter().copied().max_by_key(|id| (weight(id, upstream, principal, None), *id)).expect("one")
     }
 
     #[test]
@@ -116,6 +122,7 @@ mod tests {
             assert_ne!(after, "replica-1");
         }
         assert!(owned.iter().all(|&n| n > 50), "spread over the replicas: {owned:?}");
-        assert_ne!(weight("a", "b", "c"), weight("a", "bc", ""), "parts cannot run into each other");
+        assert_ne!(weight("a", "b", "c", None), weight("a", "bc", "", None), "parts cannot run into each other");
+        assert_ne!(weight("a", "b", "c", None), weight("a", "b", "c", Some(0)), "a host session has its own owner");
     }
 }

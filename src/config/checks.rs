@@ -43,17 +43,6 @@ impl Config {
                  authentication and answer anyone who can reach it"
             ));
         }
-        if self.cluster.is_some() {
-            for upstream in self.upstreams.iter().filter(|u| u.sessions.mode == super::SessionMode::PerHost) {
-                warnings.push(format!(
-                    "upstreams {}: session = \"per-host\" with [cluster] opens one upstream session per host \
-                     session on each replica that serves it, so a host whose requests land on several replicas \
-                     meets several sessions; use session = \"per-principal\" (one session per principal, held by one \
-                     replica) for state that must follow a host across replicas",
-                    upstream.name
-                ));
-            }
-        }
         if self.policies.dir.is_none() {
             warnings.push(
                 "no policies: no `[policies] dir` and no `policies` folder beside the config file, so every \
@@ -137,35 +126,5 @@ mod tests {
         assert!(open.iter().any(|w| w.contains("0.0.0.0:9464") && w.contains("authentication")), "{open:?}");
         let loopback = config("[server]\nadmin_listen = \"127.0.0.1:9464\"\n").warnings();
         assert!(!loopback.iter().any(|w| w.contains("admin_listen")), "{loopback:?}");
-    }
-
-    #[test]
-    fn per_host_sessions_in_a_cluster_are_warned_about() {
-        let cluster = "[cluster]\nredis_url = \"redis://h\"\nsecret_env = \"CLUSTER_SECRET\"\n";
-        let upstream = |mode: &str| {
-            format!("[[upstreams]]\nname = \"web\"\nurl = \"http://127.0.0.1:1/mcp\"\nsession = \"{mode}\"\n")
-        };
-        let secret = |name: &str| (name == "CLUSTER_SECRET").then(|| "s".repeat(32));
-        let load = |text: String| Config::from_toml(&text, Path::new("/"), &secret).expect("valid").warnings();
-        let per_host = load(format!("{cluster}{}", upstream("per-host")));
-        assert!(
-            per_host.iter().any(|w| w.starts_with("upstreams web: session = \"per-host\" with [cluster]")),
-            "{per_host:?}"
-        );
-        for quiet in [format!("{cluster}{}", upstream("per-principal")), upstream("per-host")] {
-            let warned = load(quiet);
-            assert!(!warned.iter().any(|w| w.contains("per-host")), "{warned:?}");
-        }
-    }
-
-    #[test]
-    fn allow_all_without_a_policies_folder_is_warned_about() {
-        let open = config("").warnings();
-        assert!(open.iter().any(|w| w.starts_with("no policies") && w.contains("everything")), "{open:?}");
-        let policies = tempfile::tempdir().expect("tempdir");
-        std::fs::write(policies.path().join("all.toml"), "principals = [\"*\"]\nallow = [\"**\"]\n").expect("policy");
-        let text = format!("[policies]\ndir = {:?}\n", policies.path());
-        let guarded = Config::from_toml(&text, Path::new("/"), &|_| None).expect("valid").warnings();
-        assert!(guarded.is_empty(), "{guarded:?}");
     }
 }

@@ -30,7 +30,7 @@ use rmcp::model::{
 use tokio::sync::mpsc;
 
 use crate::cluster::forward::{
-    self, Ask, Call, Forwarded, ForwardedHost, Forwarder, Line, MARK_HEADER, PATH, RemoteError, Reply,
+    self, Ask, Call, Forwarded, ForwardedHost, Forwarder, Line, MARK_HEADER, PATH, RemoteError, Reply, SessionOf,
 };
 use crate::error::ProxyError;
 use crate::host::{HostRelay, ProgressOutlet};
@@ -60,7 +60,8 @@ async fn serve(State(proxy): State<Proxy>, headers: HeaderMap, body: Bytes) -> R
     };
     match request.call {
         Call::Hold { uri } => {
-            let held = proxy.hold_for_replica(&request.principal, &request.upstream, &uri).await;
+            let of = SessionOf { principal: &request.principal, upstream: &request.upstream, host: request.session };
+            let held = proxy.hold_for_replica(of, &uri).await;
             return held_reply(held);
         }
         Call::Reply { id, reply } => {
@@ -103,7 +104,7 @@ fn held_reply(held: Result<ReplicaHold, ProxyError>) -> Response {
 
 /// The forwarded request on this replica's session of the principal.
 async fn run(proxy: Proxy, request: Forwarded, lines: mpsc::Sender<Line>) -> Ran {
-    let Forwarded { principal, upstream, call, host, .. } = request;
+    let Forwarded { principal, upstream, call, host, session, .. } = request;
     tracing::debug!(upstream, principal, "cluster: running a forwarded request");
     let progress = matches!(call, Call::Tool(_)).then(|| Arc::new(Steps(lines.clone())) as Arc<dyn ProgressOutlet>);
     let forwarder = proxy.tools().forwarder().cloned();
@@ -111,7 +112,8 @@ async fn run(proxy: Proxy, request: Forwarded, lines: mpsc::Sender<Line>) -> Ran
     let relay = host.zip(forwarder).map(|(host, forwarder)| {
         Arc::new(ForwardRelay { lines, forwarder, host, principal: principal.as_str().into() }) as Arc<dyn HostRelay>
     });
-    proxy.tools().run_forwarded(&principal, &upstream, call, progress, (relay, &presented)).await
+    let of = SessionOf { principal: &principal, upstream: &upstream, host: session };
+    proxy.tools().run_forwarded(of, call, progress, (relay, &presented)).await
 }
 
 /// The answer being written: progress until the call is done, then what is left of it, then

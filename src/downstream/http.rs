@@ -79,6 +79,7 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
             book: book.clone(),
             manager: sessions.clone(),
             streams: shared.streams().clone(),
+            proxy: proxy.clone(),
         };
         spine.spawn("session-news", newsroom.run(shutdown.clone()));
     }

@@ -65,6 +65,9 @@ pub struct ProxyServer {
     /// Listen streams registered before rmcp acknowledged them, by the request's task, until
     /// `listen` takes them (see `subscribing`); released with the server otherwise.
     pending_listens: subscribing::PendingListens,
+    /// This host session's key for per-host upstream sessions: its holder id; with `[cluster]`
+    /// one derived from its `Mcp-Session-Id`, the same on every replica (set by `seen`).
+    host_key: crate::fanout::HostKey,
 }
 
 struct Session {
@@ -102,6 +105,7 @@ impl ProxyServer {
             closing,
             log_level: relay::LogLevel::default(),
             pending_listens: subscribing::PendingListens::default(),
+            host_key: Default::default(),
         }
     }
 
@@ -128,6 +132,11 @@ impl ProxyServer {
 
     /// Note a legacy HTTP session's request, for the reaper.
     fn seen(&self, extensions: &rmcp::model::Extensions) {
+        if let (Some(records), Some(session)) = (&self.records, session_header(extensions))
+            && self.host_key.get().is_none()
+        {
+            let _ = self.host_key.set(records.ids.host_key(session));
+        }
         let Some(book) = &self.book else { return };
         if let Some(session) = session_header(extensions) {
             book.touch(session, self.session.get().map(|s| s.id));
@@ -165,10 +174,11 @@ impl ProxyServer {
         }
     }
 
-    /// The host session this server is (a 2025 session or a stdio host, once initialized); a
-    /// stateless 2026-07-28 request has none.
-    fn host_session(&self) -> Option<HolderId> {
-        self.session.get().map(|session| session.id)
+    /// The key of the host session this server is (a 2025 session or a stdio host, once
+    /// initialized) for its per-host upstream sessions (see `host_key`); a stateless 2026-07-28
+    /// request has none.
+    fn host_key(&self) -> Option<u64> {
+        self.host_key.get().copied()
     }
 
     /// This session's holder id, registering its outlet on first use.
@@ -181,8 +191,12 @@ impl ProxyServer {
                     wants_list_changed: true,
                     wants_tools_list_changed: true,
                     wants_prompts_list_changed: true,
+                    host_key: self.host_key.clone(),
                 };
                 let id = self.proxy.register_outlet(info, Arc::new(SessionOutlet(peer.clone())));
+                if self.records.is_none() {
+                    let _ = self.host_key.set(id);
+                }
                 // A legacy HTTP session is counted by the session book from `initialize` on.
                 let counted =
                     self.book.is_none().then(|| self.proxy.metrics().downstream_session(self.transport, Era::Legacy));

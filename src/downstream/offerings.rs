@@ -124,7 +124,7 @@ impl ProxyServer {
         let started = Instant::now();
         let cursor = request.and_then(|r| r.cursor);
         let caller = self.caller();
-        let host = self.host_session();
+        let host = self.host_key();
         let mut answer = self.proxy.tools().list_tools(caller.principal(), host, caller.policy(), cursor.as_deref());
         if let (Ok(page), None) = (&mut answer, &cursor) {
             // The bridge's tools (when on) head the first page; the cursors page the upstreams'.
@@ -143,7 +143,7 @@ impl ProxyServer {
         self.check_principal(&context.extensions, method::PROMPTS_LIST)?;
         let started = Instant::now();
         let cursor = request.and_then(|r| r.cursor);
-        let listed = self.proxy.tools().list_prompts(&self.principal, self.host_session(), cursor.as_deref());
+        let listed = self.proxy.tools().list_prompts(&self.principal, self.host_key(), cursor.as_deref());
         self.record("prompts/list", started, listed)
     }
 
@@ -185,7 +185,7 @@ impl ProxyServer {
         }
         let token = context.meta.get_progress_token().or_else(|| request.meta.as_ref()?.get_progress_token());
         let (progress, outlet) = token.map(|token| HostProgress::start(context.peer.clone(), token)).unzip();
-        let (relay, jobs) = super::relay::for_call(context, &self.log_level, &self.principal, self.host_session());
+        let (relay, jobs) = super::relay::for_call(context, &self.log_level, &self.principal, self.host_key());
         let call = self.proxy.tools().call_tool(&self.principal, request, &context.ct, outlet, Some(relay));
         let answer = super::relay::serving(call, jobs, &context.peer).await;
         if let Some(progress) = progress {
@@ -204,7 +204,7 @@ impl ProxyServer {
         let started = Instant::now();
         let _permit = self.admit_call("prompts/get", started, Metered::Prompt(&request.name)).await?;
         let name = request.name.clone();
-        let (relay, jobs) = super::relay::for_call(&context, &self.log_level, &self.principal, self.host_session());
+        let (relay, jobs) = super::relay::for_call(&context, &self.log_level, &self.principal, self.host_key());
         let get = self.proxy.tools().get_prompt(&self.principal, request, &context.ct, Some(relay));
         let (answer, notes) = audit::scope::noting(super::relay::serving(get, jobs, &context.peer)).await;
         self.proxy.audit().request(notes, || {

@@ -31,7 +31,6 @@ use crate::error::ProxyError;
 use crate::fanout::{OutletInfo, OutletKind};
 use crate::protocol::{Era, method};
 use crate::proxy::Caller;
-use crate::subscriptions::HolderId;
 use crate::upstream::HostSession;
 
 impl ProxyServer {
@@ -57,7 +56,7 @@ impl ProxyServer {
             };
         }
         // The caps (per session, per principal) are kept with the holds themselves.
-        let host = host_session(holder, &context);
+        let host = host_session(self.host_key().unwrap_or(holder), &context);
         let (answer, notes) =
             audit::scope::noting_sync(|| self.proxy.subscribe(&self.caller(), holder, &request.uri, Some(host)));
         let kind = (Kind::Subscribe, method::RESOURCES_SUBSCRIBE);
@@ -191,6 +190,7 @@ impl ProxyServer {
             wants_list_changed: accepted.resources_list_changed == Some(true),
             wants_tools_list_changed: accepted.tools_list_changed == Some(true),
             wants_prompts_list_changed: accepted.prompts_list_changed == Some(true),
+            host_key: Default::default(),
         };
         let outlet = Arc::new(BufferedOutlet::new());
         let holder = self.proxy.register_outlet(info, outlet.clone());
@@ -290,13 +290,9 @@ pub(super) struct PendingListen {
 #[cfg(test)]
 mod tests;
 
-/// The 2025 host session `holder` of `context`, with what its host declared (a per-host
+/// The 2025 host session keyed `key` of `context`, with what its host declared (a per-host
 /// upstream session is opened declaring only that).
-fn host_session(holder: HolderId, context: &RequestContext<RoleServer>) -> HostSession {
+fn host_session(key: u64, context: &RequestContext<RoleServer>) -> HostSession {
     let capabilities = context.peer.peer_info().map(|info| info.capabilities.clone()).unwrap_or_default();
-    HostSession {
-        id: holder,
-        sampling: capabilities.sampling.is_some(),
-        elicitation: capabilities.elicitation.is_some(),
-    }
+    HostSession { id: key, sampling: capabilities.sampling.is_some(), elicitation: capabilities.elicitation.is_some() }
 }

@@ -227,8 +227,14 @@ impl Proxy {
     /// upstream sessions.
     pub fn release(&self, holder: HolderId) {
         self.inner.subscriptions.release(holder);
+        self.host_ended(holder);
+    }
+
+    /// The host session keyed `key` ended (see `HostSession`): its per-host upstream sessions
+    /// held here are closed.
+    pub fn host_ended(&self, key: u64) {
         for upstream in self.inner.upstreams.snapshot().values() {
-            upstream.host_ended(holder);
+            upstream.host_ended(key);
         }
     }
 
@@ -240,11 +246,10 @@ impl Proxy {
     /// `Subscriptions::hold_for_replica`).
     pub(crate) async fn hold_for_replica(
         &self,
-        principal: &str,
-        upstream: &str,
+        of: crate::cluster::forward::SessionOf<'_>,
         uri: &str,
     ) -> Result<ReplicaHold, ProxyError> {
-        self.inner.subscriptions.hold_for_replica(principal, upstream, uri).await
+        self.inner.subscriptions.hold_for_replica(of, uri).await
     }
 
     /// `holder` subscribes `uri`; `host`: the 2025 host session it comes on, if any (see

@@ -102,14 +102,15 @@ impl Subscriptions {
     /// dropping the hold lets go of it.
     pub(crate) async fn hold_for_replica(
         &self,
-        principal: &str,
-        upstream: &str,
+        of: crate::cluster::forward::SessionOf<'_>,
         uri: &str,
     ) -> Result<ReplicaHold, ProxyError> {
+        let (principal, upstream) = (of.principal, of.upstream);
         let found = self
             .access
             .upstream(upstream)
             .ok_or_else(|| ProxyError::UpstreamDown { upstream: upstream.to_string() })?;
+        let host = of.host.map(HostSession::from);
         let (changes_in, changes) = tokio::sync::mpsc::channel(REPLICA_HOLD_QUEUE);
         let info = OutletInfo {
             principal: principal.to_string(),
@@ -117,11 +118,12 @@ impl Subscriptions {
             wants_list_changed: false,
             wants_tools_list_changed: false,
             wants_prompts_list_changed: false,
+            host_key: Default::default(),
         };
         let holder = self.fanout.register(info, 0, Arc::new(ReplicaOutlet(changes_in)));
         let release = ReleaseReplicaHold { subscriptions: self.clone(), upstream: found.clone(), holder };
-        found.hold_for_replica(principal, holder, uri)?;
-        let acknowledged = found.wait_for_replica(principal, uri, REPLICA_HOLD_WAIT).await;
+        found.hold_for_replica(principal, host, holder, uri)?;
+        let acknowledged = found.wait_for_replica(principal, host, uri, REPLICA_HOLD_WAIT).await;
         let acknowledged = matches!(acknowledged, crate::upstream::Watching::Acknowledged);
         Ok(ReplicaHold { acknowledged, changes, _release: release })
     }

@@ -160,7 +160,7 @@ impl Tools {
         let mut told = 0;
         for (id, info) in self.inner.fanout.outlets() {
             let its_host = match host {
-                Some(host) => id == host,
+                Some(host) => info.host_key.get() == Some(&host),
                 None => info.principal == principal,
             };
             if !its_host {

@@ -1,6 +1,7 @@
-//! Calls, gets and completions on a per-principal upstream session that another replica holds
-//! (`[cluster]`, see [`crate::cluster::forward`]): decided and rewritten here as any other,
-//! run there on the principal's one session; and the owner's side, [`Tools::run_forwarded`].
+//! Calls, gets and completions on a per-principal (or per-host) upstream session that another
+//! replica holds (`[cluster]`, see [`crate::cluster::forward`]): decided and rewritten here as
+//! any other, run there on the principal's (host session's) one session; and the owner's side,
+//! [`Tools::run_forwarded`].
 //!
 //! The owner unreachable: the request runs here on a session of this replica (counted as a
 //! `fallback`; that session starts without the owner's state). An MRTR `requestState` travels
@@ -20,11 +21,11 @@ use rmcp::model::{GetPromptRequestParams, GetPromptResponse, ReadResourceRespons
 
 use super::sealed::Holder;
 use super::{ProgressOutlet, Tools};
-use crate::cluster::forward::{Answer, Call, Forwarder, ForwardingHost, Sent};
+use crate::cluster::forward::{Answer, Call, Forwarder, ForwardingHost, HostOf, Sent, SessionOf};
 use crate::config::SessionMode;
 use crate::error::ProxyError;
 use crate::host::HostRelay;
-use crate::upstream::Upstream;
+use crate::upstream::{HostSession, Upstream};
 
 /// The owner's outcome for a request forwarded here: its answer, or why not.
 pub type Ran = Result<Answer, ProxyError>;
@@ -44,14 +45,15 @@ impl Tools {
         params: &CallToolRequestParams,
         host: ForwardingHost<'_>,
     ) -> Option<Result<CallToolResponse, ProxyError>> {
-        if !self.held_elsewhere(upstream, holder.principal) {
+        let of = session_of(upstream, holder.principal, host.relay.as_deref());
+        if !self.held_elsewhere(upstream, of) {
             return None;
         }
         let mut params = params.clone();
         if let Err(error) = self.open_state_in(holder, &mut params.request_state) {
             return Some(Err(error));
         }
-        let answer = self.elsewhere(upstream, holder.principal, Call::Tool(params), host).await?;
+        let answer = self.elsewhere(upstream, of, Call::Tool(params), host).await?;
         Some(answer.and_then(|answer| match answer {
             Answer::Tool(result) => Ok(CallToolResponse::Complete(result)),
             Answer::InputRequired(needs) => {
@@ -69,7 +71,8 @@ impl Tools {
         params: &GetPromptRequestParams,
         relay: Option<Arc<dyn HostRelay>>,
     ) -> Option<Result<GetPromptResponse, ProxyError>> {
-        if !self.held_elsewhere(upstream, holder.principal) {
+        let of = session_of(upstream, holder.principal, relay.as_deref());
+        if !self.held_elsewhere(upstream, of) {
             return None;
         }
         let mut params = params.clone();
@@ -77,7 +80,7 @@ impl Tools {
             return Some(Err(error));
         }
         let host = ForwardingHost { progress: None, relay, presented: holder.name };
-        let answer = self.elsewhere(upstream, holder.principal, Call::Prompt(params), host).await?;
+        let answer = self.elsewhere(upstream, of, Call::Prompt(params), host).await?;
         Some(answer.and_then(|answer| match answer {
             Answer::Prompt(result) => Ok(GetPromptResponse::Complete(result)),
             Answer::InputRequired(needs) => {
@@ -105,7 +108,8 @@ impl Tools {
         principal: &str,
         params: &CompleteRequestParams,
     ) -> Option<Result<CompleteResult, ProxyError>> {
-        let answer = self.elsewhere(upstream, principal, Call::Complete(params.clone()), Default::default()).await?;
+        let of = session_of(upstream, principal, None);
+        let answer = self.elsewhere(upstream, of, Call::Complete(params.clone()), Default::default()).await?;
         Some(answer.and_then(|answer| match answer {
             Answer::Complete(result) => Ok(result),
             _ => Err(mismatched(upstream)),
@@ -121,7 +125,7 @@ impl Tools {
         uri: &str,
     ) -> Option<Result<ReadResourceResponse, ProxyError>> {
         let call = Call::Read(rmcp::model::ReadResourceRequestParams::new(uri.to_string()));
-        let answer = self.elsewhere(upstream, principal, call, Default::default()).await?;
+        let answer = self.elsewhere(upstream, session_of(upstream, principal, None), call, Default::default()).await?;
         Some(answer.and_then(|answer| match answer {
             Answer::Read(result) => Ok(ReadResourceResponse::Complete(result)),
             Answer::InputRequired(needs) => Ok(ReadResourceResponse::InputRequired(needs)),
@@ -129,23 +133,24 @@ impl Tools {
         }))
     }
 
-    /// Run a request forwarded to this replica (its mark checked) on `principal`'s own session
-    /// of `upstream`; progress goes to `progress`, what the upstream sends the call's host to
-    /// `relay` (which passes it back to the forwarding replica).
+    /// Run a request forwarded to this replica (its mark checked) on session `of` here (the
+    /// principal's own, or its host session's); progress goes to `progress`, what the upstream
+    /// sends the call's host to `relay` (which passes it back to the forwarding replica).
     pub async fn run_forwarded(
         &self,
-        principal: &str,
-        upstream: &str,
+        of: SessionOf<'_>,
         call: Call,
         progress: Option<Arc<dyn ProgressOutlet>>,
         (relay, presented): (Option<Arc<dyn HostRelay>>, &str),
     ) -> Ran {
-        let down = || ProxyError::UpstreamDown { upstream: upstream.to_string() };
-        let upstream = self.inner.upstreams.get(upstream).ok_or_else(down)?;
-        if upstream.config().sessions.mode != SessionMode::PerPrincipal {
-            return Err(ProxyError::InvalidParams("not an upstream with per-principal sessions here".into()));
+        let principal = of.principal;
+        let down = || ProxyError::UpstreamDown { upstream: of.upstream.to_string() };
+        let upstream = self.inner.upstreams.get(of.upstream).ok_or_else(down)?;
+        if upstream.config().sessions.mode == SessionMode::Shared {
+            return Err(ProxyError::InvalidParams("not an upstream with sessions of its own here".into()));
         }
-        let session = upstream.session_for(principal, None).await?;
+        let host = of.host.map(HostSession::from);
+        let session = upstream.session_for(principal, host).await?;
         session.pass_log_level(relay.as_deref().and_then(|relay| relay.log_level())).await;
         self.inner.metrics.cluster_forward("served");
         Ok(match call {
@@ -205,34 +210,32 @@ impl Tools {
         }
     }
 
-    /// Send `call` to the replica holding `principal`'s session of `upstream`: `None` when
-    /// this replica holds it, or runs it because the owner cannot be reached.
-    /// Is `principal`'s session of `upstream` another replica's? Asked before anything of the
-    /// request is opened: a request run here (a `requestState` of a call parked here, say) is
-    /// left whole.
-    fn held_elsewhere(&self, upstream: &Upstream, principal: &str) -> bool {
+    /// Is session `of` another replica's? Asked before anything of the request is opened: a
+    /// request run here (a `requestState` of a call parked here, say) is left whole.
+    fn held_elsewhere(&self, upstream: &Upstream, of: SessionOf<'_>) -> bool {
         self.inner.forwarder.as_ref().is_some_and(|forwarder| {
-            upstream.config().sessions.mode == SessionMode::PerPrincipal
-                && forwarder.owner(upstream.name(), principal).is_some()
+            upstream.config().sessions.mode != SessionMode::Shared && forwarder.owner(of).is_some()
         })
     }
 
+    /// Send `call` to the replica holding session `of`: `None` when this replica holds it, or
+    /// runs it because the owner cannot be reached.
     async fn elsewhere(
         &self,
         upstream: &Upstream,
-        principal: &str,
+        of: SessionOf<'_>,
         call: Call,
         host: ForwardingHost<'_>,
     ) -> Option<Result<Answer, ProxyError>> {
         let forwarder = self.inner.forwarder.as_ref()?;
-        if upstream.config().sessions.mode != SessionMode::PerPrincipal {
+        if upstream.config().sessions.mode == SessionMode::Shared {
             return None;
         }
-        let owner = forwarder.owner(upstream.name(), principal)?;
+        let owner = forwarder.owner(of)?;
         // The owner's own timeout, and time to reach it.
         let timeout = upstream.config().request_timeout + crate::cluster::forward::CONNECT_TIMEOUT * 2;
         let metrics = &self.inner.metrics;
-        match forwarder.send(&owner, (principal, upstream.name()), call, host, timeout).await {
+        match forwarder.send(&owner, of, call, host, timeout).await {
             Ok(answer) => {
                 metrics.cluster_forward("forwarded");
                 Some(Ok(answer))
@@ -252,6 +255,16 @@ impl Tools {
             }
         }
     }
+}
+
+/// Whose session a request of `principal` (from `relay`'s host, when it has one) runs on at
+/// `upstream`: a per-host upstream's request from a host session runs on that session's own.
+fn session_of<'a>(upstream: &'a Upstream, principal: &'a str, relay: Option<&dyn HostRelay>) -> SessionOf<'a> {
+    let host = relay.filter(|_| upstream.config().sessions.mode == SessionMode::PerHost).and_then(|relay| {
+        let key = relay.host_session()?;
+        Some(HostOf { key, sampling: relay.declares_sampling(), elicitation: relay.declares_elicitation() })
+    });
+    SessionOf { principal, upstream: upstream.name(), host }
 }
 
 fn mismatched(upstream: &Upstream) -> ProxyError {

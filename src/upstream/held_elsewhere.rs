@@ -1,5 +1,6 @@
-//! `[cluster]`: subscriptions on a per-principal upstream follow the principal's one session.
-//! That session lives on one replica (`crate::cluster::owners`), where calls are forwarded; a
+//! `[cluster]`: subscriptions on a per-principal upstream follow the principal's one session
+//! (on a per-host upstream, the host session's one session). That session lives on one replica
+//! (`crate::cluster::owners`), where calls are forwarded; a
 //! host's subscription made on another replica (its GET stream's or listen stream's) is held
 //! there too, over a [`Call::Hold`](crate::cluster::forward::Call::Hold) reply that stays open
 //! while it is held, and each change the owner writes reaches the holder here as its session's
@@ -22,8 +23,10 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::HostSession;
 use super::{Upstream, UpstreamEvent, Watching};
-use crate::cluster::forward::{Forwarder, Line, Sent};
+use crate::cluster::forward::{Forwarder, HostOf, Line, Sent, SessionOf};
+use crate::config::SessionMode;
 use crate::error::ProxyError;
 use crate::subscriptions::HolderId;
 
@@ -42,16 +45,21 @@ pub(super) struct FollowingHolds {
 
 struct Following {
     principal: Arc<str>,
+    /// A per-host upstream's: the host session whose session it is on.
+    host: Option<HostSession>,
     stop: CancellationToken,
     /// True once the session it is on (here or at the owner) acknowledged it.
     acknowledged: watch::Receiver<bool>,
 }
 
 impl FollowingHolds {
-    /// Every hold, as (principal, holder, URI).
-    pub(super) fn all(&self) -> Vec<(Arc<str>, HolderId, String)> {
+    /// Every hold, as (principal, host session, holder, URI).
+    pub(super) fn all(&self) -> Vec<(Arc<str>, Option<HostSession>, HolderId, String)> {
         let held = self.held.lock().expect("following lock");
-        held.iter().map(|((holder, uri), following)| (following.principal.clone(), *holder, uri.clone())).collect()
+        let each = |((holder, uri), following): (&(HolderId, String), &Following)| {
+            (following.principal.clone(), following.host, *holder, uri.clone())
+        };
+        held.iter().map(each).collect()
     }
 
     /// `holder` lets go of `uri` (every URI when `uri` is `None`).
@@ -66,28 +74,39 @@ impl FollowingHolds {
         });
     }
 
-    /// The acknowledgements of `principal`'s holds of `uri`; none when it holds none here.
-    fn acknowledgements(&self, principal: &str, uri: &str) -> Vec<watch::Receiver<bool>> {
+    /// The acknowledgements of the holds of `uri` on `principal`'s session (`host`'s, when it
+    /// is a host session's); none when there are none here.
+    fn acknowledgements(&self, principal: &str, host: Option<u64>, uri: &str) -> Vec<watch::Receiver<bool>> {
         let held = self.held.lock().expect("following lock");
-        let mine = held.iter().filter(|((_, u), f)| u == uri && &*f.principal == principal);
+        let whose = |f: &Following| &*f.principal == principal && f.host.map(|h| h.id) == host;
+        let mine = held.iter().filter(|((_, u), f)| u == uri && whose(f));
         mine.map(|(_, following)| following.acknowledged.clone()).collect()
     }
 }
 
 impl Upstream {
-    /// `[cluster]` on a per-principal upstream: the forwarder that reaches the owner of a
-    /// principal's session. `None` otherwise (every hold is this replica's).
+    /// `[cluster]` on a per-principal or per-host upstream: the forwarder that reaches the
+    /// owner of a session. `None` otherwise (every hold is this replica's).
     pub(super) fn follows_owner(&self) -> Option<&Forwarder> {
-        let per_principal = self.inner.config.sessions.mode == crate::config::SessionMode::PerPrincipal;
-        self.inner.forwarder.get().filter(|_| per_principal && !self.is_session())
+        let own_sessions = self.inner.config.sessions.mode != SessionMode::Shared;
+        self.inner.forwarder.get().filter(|_| own_sessions && !self.is_session())
     }
 
-    /// Hold `uri` for `holder` of `principal` where its session is, and keep it there. A hold
-    /// already kept is left as it is. Past a session cap here, the error is returned at once.
+    /// Whose session a request of `principal` from host session `host` runs on, as forwarded
+    /// requests name it: the host session counts on a per-host upstream only.
+    pub(super) fn forwarded_as<'a>(&'a self, principal: &'a str, host: Option<HostSession>) -> SessionOf<'a> {
+        let host = host.filter(|_| self.inner.config.sessions.mode == SessionMode::PerHost).map(HostOf::from);
+        SessionOf { principal, upstream: self.name(), host }
+    }
+
+    /// Hold `uri` for `holder` of `principal` (from host session `host`) where its session is,
+    /// and keep it there. A hold already kept is left as it is. Past a session cap here, the
+    /// error is returned at once.
     pub(super) fn hold_following(
         &self,
         forwarder: &Forwarder,
         principal: &str,
+        host: Option<HostSession>,
         holder: HolderId,
         uri: &str,
     ) -> Result<(), ProxyError> {
@@ -95,20 +114,22 @@ impl Upstream {
         if self.inner.following.held.lock().expect("following lock").contains_key(&key) {
             return Ok(());
         }
-        let here = forwarder.owner(self.name(), principal).is_none();
+        let host = self.forwarded_as(principal, host).host.map(HostSession::from);
+        let here = forwarder.owner(self.forwarded_as(principal, host)).is_none();
         if here {
-            self.hold_here(principal, None, holder, uri)?;
+            self.hold_here(principal, host, holder, uri)?;
         }
         let Some((spine, parent_stop)) = self.launch() else { return Ok(()) };
         let stop = parent_stop.child_token();
         let (acknowledged_in, acknowledged) = watch::channel(false);
         let principal: Arc<str> = principal.into();
-        let following = Following { principal: principal.clone(), stop: stop.clone(), acknowledged };
+        let following = Following { principal: principal.clone(), host, stop: stop.clone(), acknowledged };
         self.inner.following.held.lock().expect("following lock").insert(key, following);
         let keeper = Keeper {
             upstream: self.clone(),
             forwarder: forwarder.clone(),
             principal,
+            host,
             holder,
             uri: uri.to_string(),
             acknowledged: acknowledged_in,
@@ -118,25 +139,46 @@ impl Upstream {
     }
 
     /// The owner's side of a [`Call::Hold`](crate::cluster::forward::Call::Hold): hold `uri`
-    /// for `holder` (the asking replica's open reply) on `principal`'s session here; never
-    /// forwarded again.
-    pub fn hold_for_replica(&self, principal: &str, holder: HolderId, uri: &str) -> Result<(), ProxyError> {
+    /// for `holder` (the asking replica's open reply) on `principal`'s session here (host
+    /// session `host`'s); never forwarded again.
+    pub fn hold_for_replica(
+        &self,
+        principal: &str,
+        host: Option<HostSession>,
+        holder: HolderId,
+        uri: &str,
+    ) -> Result<(), ProxyError> {
         if self.follows_owner().is_none() {
-            return Err(ProxyError::InvalidParams("not an upstream with per-principal sessions here".into()));
+            return Err(ProxyError::InvalidParams("not an upstream with sessions of its own here".into()));
         }
-        self.hold_here(principal, None, holder, uri)
+        self.hold_here(principal, host, holder, uri)
     }
 
-    /// Wait (at most `timeout`) until `principal`'s session here answered the subscription of
-    /// `uri` (the owner's side of a [`Call::Hold`](crate::cluster::forward::Call::Hold)).
-    pub async fn wait_for_replica(&self, principal: &str, uri: &str, timeout: Duration) -> Watching {
-        self.wait_on_session(principal, None, uri, timeout).await
+    /// Wait (at most `timeout`) until `principal`'s session here (host session `host`'s)
+    /// answered the subscription of `uri` (the owner's side of a
+    /// [`Call::Hold`](crate::cluster::forward::Call::Hold)).
+    pub async fn wait_for_replica(
+        &self,
+        principal: &str,
+        host: Option<HostSession>,
+        uri: &str,
+        timeout: Duration,
+    ) -> Watching {
+        self.wait_on_session(principal, host, uri, timeout).await
     }
 
-    /// Wait (at most `timeout`) for a hold of `principal`'s of `uri` that follows its owner to
-    /// be acknowledged; `None` when there is no such hold here.
-    pub(super) async fn wait_following(&self, principal: &str, uri: &str, timeout: Duration) -> Option<Watching> {
-        let acknowledgements = self.inner.following.acknowledgements(principal, uri);
+    /// Wait (at most `timeout`) for a hold of `uri` on `principal`'s session (host session
+    /// `host`'s) that follows its owner to be acknowledged; `None` when there is no such hold
+    /// here.
+    pub(super) async fn wait_following(
+        &self,
+        principal: &str,
+        host: Option<HostSession>,
+        uri: &str,
+        timeout: Duration,
+    ) -> Option<Watching> {
+        let host = self.forwarded_as(principal, host).host.map(|host| host.key);
+        let acknowledgements = self.inner.following.acknowledgements(principal, host, uri);
         if acknowledgements.is_empty() {
             return None;
         }
@@ -158,21 +200,29 @@ struct Keeper {
     upstream: Upstream,
     forwarder: Forwarder,
     principal: Arc<str>,
+    /// A per-host upstream's host session (none: the principal's session).
+    host: Option<HostSession>,
     holder: HolderId,
     uri: String,
     acknowledged: watch::Sender<bool>,
 }
 
 impl Keeper {
+    /// Whose session the hold is on.
+    fn of(&self) -> SessionOf<'_> {
+        self.upstream.forwarded_as(&self.principal, self.host)
+    }
+
     /// Keep the hold where the owner is until `stop`; `here`: it is held here now.
     async fn keep(self, mut here: bool, stop: CancellationToken) {
         // A hold placed once and then moved tells its holder once (a change may have been missed).
         let mut placed = here;
         loop {
-            match self.forwarder.owner(self.upstream.name(), &self.principal) {
+            match self.forwarder.owner(self.of()) {
                 None => {
                     if !here {
-                        if let Err(error) = self.upstream.hold_here(&self.principal, None, self.holder, &self.uri) {
+                        if let Err(error) = self.upstream.hold_here(&self.principal, self.host, self.holder, &self.uri)
+                        {
                             tracing::warn!(upstream = self.upstream.name(), error = %error, "cluster: a subscription could not be held on this replica's session");
                             if pause(&stop, RETRY).await {
                                 return;
@@ -194,7 +244,7 @@ impl Keeper {
                         here = false;
                     }
                     let name = self.upstream.name();
-                    match self.forwarder.hold(&owner, &self.principal, name, &self.uri).await {
+                    match self.forwarder.hold(&owner, self.of(), &self.uri).await {
                         Ok(mut reply) => loop {
                             tokio::select! {
                                 _ = stop.cancelled() => return,
@@ -208,7 +258,7 @@ impl Keeper {
                                     _ => break,
                                 },
                                 _ = tokio::time::sleep(OWNER_CHECK) => {
-                                    if self.forwarder.owner(name, &self.principal).as_ref() != Some(&owner) {
+                                    if self.forwarder.owner(self.of()).as_ref() != Some(&owner) {
                                         break;
                                     }
                                 }
@@ -230,7 +280,7 @@ impl Keeper {
     /// Held here: wait for the session's acknowledgement, then until this replica is no longer
     /// the owner (false) or the hold is released (true).
     async fn here_until_moved(&self, stop: &CancellationToken) -> bool {
-        let acknowledged = self.upstream.wait_on_session(&self.principal, None, &self.uri, ACKNOWLEDGE_WAIT);
+        let acknowledged = self.upstream.wait_on_session(&self.principal, self.host, &self.uri, ACKNOWLEDGE_WAIT);
         tokio::select! {
             _ = stop.cancelled() => return true,
             watching = acknowledged => { self.acknowledged.send_replace(matches!(watching, Watching::Acknowledged)); }
@@ -239,7 +289,7 @@ impl Keeper {
             if pause(stop, OWNER_CHECK).await {
                 return true;
             }
-            if self.forwarder.owner(self.upstream.name(), &self.principal).is_some() {
+            if self.forwarder.owner(self.of()).is_some() {
                 self.acknowledged.send_replace(false);
                 return false;
             }

@@ -22,8 +22,9 @@
 //! subscription is not idle. A reload that replaces the upstream makes every hold again on
 //! the new one's sessions ([`Upstream::hold_again`]), each on the session its new mode gives
 //! it (a per-principal hold of a host becomes its principal's under `per-host`). The shared
-//! connection is never subscribed for such an upstream. With `[cluster]`, a per-principal hold
-//! is made where the principal's session lives, possibly another replica (`held_elsewhere`).
+//! connection is never subscribed for such an upstream. With `[cluster]`, a hold is made where
+//! its session lives, possibly another replica (`held_elsewhere`); a per-host session is keyed
+//! there by a digest of its host's `Mcp-Session-Id` (the same on every replica), not a holder id.
 //! A session that says its tools or prompts changed lists them again, keeps them as its own
 //! ([`Upstream::own_offerings`]) and its hosts are told
 //! ([`super::UpstreamEvent::SessionOfferingsChanged`]); they list and call as it lists, every
@@ -55,6 +56,7 @@ use tokio_util::sync::CancellationToken;
 use super::client::Declared;
 use super::credentials::{TokenFailure, exchange_source};
 use super::{Offered, Upstream, UpstreamEvent, Watching};
+use crate::cluster::forward::HostOf;
 use crate::config::{SessionMode, UpstreamTransport};
 use crate::error::ProxyError;
 use crate::protocol::Era;
@@ -65,10 +67,23 @@ use crate::subscriptions::{HolderId, is_same_or_parent};
 /// opened declaring to the upstream only what its host did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HostSession {
-    /// Its holder id.
+    /// Its key, whose per-host sessions it names: its holder id; with `[cluster]` a digest of
+    /// its `Mcp-Session-Id`, the same on every replica.
     pub id: u64,
     pub sampling: bool,
     pub elicitation: bool,
+}
+
+impl From<HostOf> for HostSession {
+    fn from(host: HostOf) -> Self {
+        HostSession { id: host.key, sampling: host.sampling, elicitation: host.elicitation }
+    }
+}
+
+impl From<HostSession> for HostOf {
+    fn from(host: HostSession) -> Self {
+        HostOf { key: host.id, sampling: host.sampling, elicitation: host.elicitation }
+    }
 }
 
 /// One URI held on a session, for `holder` of `principal` (on host session `host` when the
@@ -384,7 +399,7 @@ impl Upstream {
         uri: &str,
     ) -> Result<(), ProxyError> {
         if let Some(forwarder) = self.follows_owner() {
-            return self.hold_following(&forwarder.clone(), principal, holder, uri);
+            return self.hold_following(&forwarder.clone(), principal, host, holder, uri);
         }
         self.hold_here(principal, host, holder, uri)
     }
@@ -420,7 +435,7 @@ impl Upstream {
         uri: &str,
         timeout: Duration,
     ) -> Watching {
-        if let Some(watching) = self.wait_following(principal, uri, timeout).await {
+        if let Some(watching) = self.wait_following(principal, host, uri, timeout).await {
             return watching;
         }
         self.wait_on_session(principal, host, uri, timeout).await
@@ -469,7 +484,7 @@ impl Upstream {
             }
         }
         let following = self.inner.following.all().into_iter();
-        holds.extend(following.map(|(principal, holder, uri)| SessionHold { principal, host: None, holder, uri }));
+        holds.extend(following.map(|(principal, host, holder, uri)| SessionHold { principal, host, holder, uri }));
         holds
     }
 

@@ -5,8 +5,9 @@
 //! (`tests/py/session_server.py`; one process is one session): alice's and bob's hosts (rmcp)
 //! always see their own value whichever replica answers, the cluster holds exactly two sessions,
 //! and when alice's owner is killed (`kill -9`) her next calls succeed on a new owner (the old
-//! session's state is lost). A forwarded request with a forged, altered, stale, misdirected or
-//! replayed mark is refused and not run.
+//! session's state is lost). A per-host session lives on one replica the same way, per host
+//! session. A forwarded request with a forged, altered, stale, misdirected or replayed mark is
+//! refused and not run.
 
 use anyhow::Context;
 use rmcp::model::{CallToolRequestParams, ReadResourceRequestParams, ResourceContents};
@@ -36,12 +37,16 @@ type Host = RunningService<RoleClient, ()>;
 /// `count` replicas with alice and bob (allowed everything) and the session server as `per`,
 /// with sessions per principal; returns once every replica has its tools and can reach the others.
 async fn start(count: usize) -> anyhow::Result<(Replicas, tempfile::TempDir)> {
+    start_with(count, "per-principal").await
+}
+
+/// As [`start`], with sessions per `mode`.
+async fn start_with(count: usize, mode: &str) -> anyhow::Result<(Replicas, tempfile::TempDir)> {
     let policies = alice_and_bob_policies("allow = [\"**\"]\n", "allow = [\"**\"]\n")?;
     let program = toml_str(python().to_str().context("utf-8 path")?);
     let script = toml_str(py_script("session_server.py").to_str().context("utf-8 path")?);
-    let upstream = format!(
-        "[[upstreams]]\nname = \"per\"\ncommand = {program}\nargs = [{script}]\nsession = \"per-principal\"\n\n"
-    );
+    let upstream =
+        format!("[[upstreams]]\nname = \"per\"\ncommand = {program}\nargs = [{script}]\nsession = \"{mode}\"\n\n");
     let config = alice_and_bob_under_policies("", policies.path(), &upstream);
     let cluster = Replicas::start(count, &config, &TOKENS).await?;
     for replica in &cluster.replicas {
@@ -295,6 +300,53 @@ async fn a_subscription_follows_its_session_to_a_new_owner() -> anyhow::Result<(
         cluster.replicas.iter().enumerate().filter(|(i, _)| *i != alice_owner).map(|(_, r)| r).collect();
     let open = sessions(&survivors).await?;
     assert_eq!(open.iter().sum::<u64>(), 1, "one session for alice among the survivors: {open:?}");
+    Ok(())
+}
+
+/// Per-host sessions across replicas: a host session's own upstream session lives on one
+/// replica (rendezvous over the upstream, the principal and the host session's key, which every
+/// replica derives alike from its `Mcp-Session-Id`). Two hosts of alice's behind haproxy
+/// (round-robin) each keep their own value whichever replica answers, the cluster holds exactly
+/// two sessions, a subscription made wherever the GET stream landed is held on the host's own
+/// session (it hears its own change), and when a host ends its session (`DELETE`, on whichever
+/// replica) the owner closes that host's upstream session.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_per_host_session_lives_on_one_replica_and_follows_its_host_across_replicas() -> anyhow::Result<()> {
+    use crate::support::fixture::{Era, FixtureEvent, connect_http_with_token};
+    let (cluster, _policies) = start_with(3, "per-host").await?;
+    let (first, second) = (host(cluster.url(), ALICE_TOKEN).await?, host(cluster.url(), ALICE_TOKEN).await?);
+    assert_eq!(call(&first, "remember", json!({ "value": "first" })).await?, "kept first");
+    assert_eq!(call(&second, "remember", json!({ "value": "second" })).await?, "kept second");
+    for round in 0..ROUNDS {
+        assert_eq!(call(&first, "recall", json!({})).await?, "first", "the first host, call {round}");
+        assert_eq!(call(&second, "recall", json!({})).await?, "second", "the second host, call {round}");
+    }
+    let all: Vec<&ProxyProcess> = cluster.replicas.iter().collect();
+    let open = sessions(&all).await?;
+    assert_eq!(open.iter().sum::<u64>(), 2, "one session per host session in the cluster: {open:?}");
+    assert!(forwards(&all, "forwarded").await? >= 1.0, "requests reached the owner from another replica");
+    assert_eq!(forwards(&all, "fallback").await?, 0.0);
+
+    let per = "per+session://value";
+    let (third, mut heard) = connect_http_with_token(cluster.url(), Era::Legacy, ALICE_TOKEN).await?;
+    #[allow(deprecated)]
+    third.subscribe(rmcp::model::SubscribeRequestParams::new(per)).await?;
+    assert_eq!(heard.next().await?, FixtureEvent::Updated(per.into()), "the subscription announced");
+    let remembered = CallToolRequestParams::new("per__remember")
+        .with_arguments(json!({ "value": "third" }).as_object().cloned().unwrap_or_default());
+    tokio::time::timeout(DEADLINE, third.peer().call_tool(remembered)).await.context("the call hung")??;
+    assert_eq!(heard.next().await?, FixtureEvent::Updated(per.into()), "the host hears its own session's change");
+    let open = sessions(&all).await?;
+    assert_eq!(open.iter().sum::<u64>(), 3, "the subscription is on the third host's one session: {open:?}");
+
+    first.cancel().await?;
+    let closed = || async {
+        let open = sessions(&all).await?;
+        anyhow::ensure!(open.iter().sum::<u64>() == 2, "open: {open:?}");
+        anyhow::Ok(())
+    };
+    eventually(DEADLINE, "the ended host's upstream session is closed", closed).await?;
+    assert_eq!(call(&second, "recall", json!({})).await?, "second", "the other host keeps its session");
     Ok(())
 }
 

@@ -56,6 +56,12 @@ impl SessionIds {
         mac.finalize().into_bytes()[..16].iter().map(|b| format!("{b:02x}")).collect()
     }
 
+    /// The key of `id`'s per-host upstream sessions: the same on every replica, and what news
+    /// of the session's end carries ([`host_key_of`]).
+    pub fn host_key(&self, id: &str) -> u64 {
+        host_key_of(&self.record_key(id)).expect("a record key is hex")
+    }
+
     /// A principal's name in Redis (hex; the cap counters are per principal).
     pub fn principal_key(&self, principal: &str) -> String {
         let mut mac = self.mac(b"principal\0");
@@ -77,6 +83,12 @@ impl SessionIds {
         mac.update(purpose);
         mac
     }
+}
+
+/// The key of the per-host upstream sessions of the session whose record key is `record_key`
+/// (its first 16 hex digits); `None` for anything else.
+pub fn host_key_of(record_key: &str) -> Option<u64> {
+    u64::from_str_radix(record_key.get(..16)?, 16).ok()
 }
 
 #[cfg(test)]

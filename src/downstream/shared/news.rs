@@ -1,7 +1,8 @@
 //! `[cluster]`: the `session-news` task hears what other replicas did to sessions this one
 //! holds: a session ended (`DELETE` anywhere) is closed here too; a session's subscriptions
 //! changed, so its GET stream here (if any) syncs again; its `logging/setLevel` on another
-//! replica sets the level its handler here filters log messages by. A lost message (the push connection
+//! replica sets the level its handler here filters log messages by; a session ended anywhere
+//! closes its per-host upstream sessions held here. A lost message (the push connection
 //! dropped, or the queue overflowed) makes every stream here sync again; a session ended while
 //! news was lost is closed here once it falls idle and its record is found gone (`sessions`).
 
@@ -34,6 +35,9 @@ pub(crate) struct Newsroom {
     pub book: Arc<SessionBook>,
     pub manager: Arc<LocalSessionManager>,
     pub streams: Arc<StreamHolds>,
+    /// Per-host upstream sessions of a session ended anywhere are closed (on the replica that
+    /// holds them, which may hold no handler of the session).
+    pub proxy: crate::proxy::Proxy,
 }
 
 impl Newsroom {
@@ -119,6 +123,9 @@ impl Newsroom {
 
     /// The session keyed `record_key` ended on some replica: it ends here too.
     async fn ended(&self, record_key: &str) {
+        if let Some(key) = super::ids::host_key_of(record_key) {
+            self.proxy.host_ended(key);
+        }
         let ids = &self.records.ids;
         for session in self.book.find(|session| ids.record_key(session) == record_key) {
             tracing::debug!("cluster: a session ended elsewhere is closed here");

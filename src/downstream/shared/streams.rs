@@ -25,10 +25,13 @@ use futures::Stream;
 use futures::stream::{BoxStream, StreamExt};
 use tokio::sync::mpsc;
 
+use rmcp::transport::streamable_http_server::session::SessionStore;
+
 use super::records::Records;
 use crate::downstream::sessions::SessionBook;
 use crate::proxy::Proxy;
 use crate::subscriptions::HolderId;
+use crate::upstream::HostSession;
 use crate::wire::sse;
 
 /// How long a stream waits for the session's handler to register (a session restored by the
@@ -84,6 +87,7 @@ impl Holding {
             session: session.to_owned(),
             principal: principal.to_owned(),
             holder: Mutex::new(None),
+            host: Mutex::new(None),
             held: Mutex::default(),
         });
         let runner = sync.clone();
@@ -106,6 +110,8 @@ struct Sync {
     session: String,
     principal: String,
     holder: Mutex<Option<HolderId>>,
+    /// The session as a per-host upstream session's host, once its `initialize` was read.
+    host: Mutex<Option<HostSession>>,
     /// What this stream holds now.
     held: Mutex<BTreeSet<String>>,
 }
@@ -126,6 +132,7 @@ impl Sync {
                 return Vec::new();
             }
         };
+        let host = self.host().await;
         let proxy = &self.holding.proxy;
         let caller = proxy.caller(&self.principal);
         let added: Vec<String> = {
@@ -136,7 +143,7 @@ impl Sync {
             }
             let mut added = Vec::new();
             for uri in wanted.difference(&held.clone()) {
-                match proxy.subscribe(&caller, holder, uri, None) {
+                match proxy.subscribe(&caller, holder, uri, host) {
                     Ok(()) => {
                         held.insert(uri.clone());
                         added.push(uri.clone());
@@ -149,6 +156,26 @@ impl Sync {
         let acknowledged = added.iter().map(|uri| proxy.wait_watched(&caller, uri, WATCH_WAIT));
         futures::future::join_all(acknowledged).await;
         added.iter().map(|uri| updated_event(uri)).collect()
+    }
+
+    /// The session as its per-host upstream sessions know it: its key (the same on every
+    /// replica) and what its host declared (its `initialize`, from the record).
+    async fn host(&self) -> Option<HostSession> {
+        if let Some(host) = *self.host.lock().expect("host lock") {
+            return Some(host);
+        }
+        let records = &self.holding.records;
+        let capabilities = match SessionStore::load(records, &self.session).await {
+            Ok(Some(state)) => state.initialize_params.capabilities,
+            _ => return None,
+        };
+        let host = HostSession {
+            id: records.ids.host_key(&self.session),
+            sampling: capabilities.sampling.is_some(),
+            elicitation: capabilities.elicitation.is_some(),
+        };
+        *self.host.lock().expect("host lock") = Some(host);
+        Some(host)
     }
 
     async fn holder(&self) -> Option<HolderId> {

@@ -43,6 +43,7 @@ async fn overflow_heard(lost: Lost) -> Vec<Outgoing> {
         wants_list_changed: false,
         wants_tools_list_changed: false,
         wants_prompts_list_changed: false,
+        host_key: Default::default(),
     };
     let holder = shared.subscriptions.register_outlet(info, Arc::new(Recorder(sent)));
     for (upstream, uri) in [("a", "x://1"), ("a", "x://2/"), ("b", "x://3")] {
