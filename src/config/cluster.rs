@@ -127,8 +127,9 @@ pub(super) fn validate_cluster(
     })
 }
 
-/// A replica that may hold per-principal upstream sessions must be reachable by the others:
-/// `advertise_url`, or a listen address that names one (the default taken from it once bound).
+/// A replica that may hold per-principal or per-host upstream sessions must be reachable by the
+/// others: `advertise_url`, or a listen address that names one (the default taken from it once
+/// bound).
 pub(super) fn advertised_when_needed(
     cluster: Option<&ClusterConfig>,
     listen: SocketAddr,
@@ -136,11 +137,11 @@ pub(super) fn advertised_when_needed(
     problems: &mut Vec<Problem>,
 ) {
     let Some(cluster) = cluster else { return };
-    let per_principal = upstreams.iter().any(|upstream| upstream.sessions.mode == SessionMode::PerPrincipal);
-    if per_principal && cluster.advertise_url.is_none() && listen.ip().is_unspecified() {
+    let own_sessions = upstreams.iter().any(|upstream| upstream.sessions.mode != SessionMode::Shared);
+    if own_sessions && cluster.advertise_url.is_none() && listen.ip().is_unspecified() {
         let message = format!(
-            "missing: per-principal upstream sessions are forwarded between replicas, and `server.listen = \"{listen}\"` \
-             names no address the others can reach (also MCP_PROXY_CLUSTER__ADVERTISE_URL, e.g. `http://{{hostname}}:{}`)",
+            "missing: per-principal and per-host upstream sessions are forwarded between replicas, and \
+             `server.listen = \"{listen}\"` names no address the others can reach (also MCP_PROXY_CLUSTER__ADVERTISE_URL, e.g. `http://{{hostname}}:{}`)",
             listen.port()
         );
         push(problems, "cluster.advertise_url", message);
@@ -305,6 +306,8 @@ mod tests {
         let anywhere = format!("[server]\nlisten = \"0.0.0.0:8080\"\n{open}{cluster}{per}");
         let error = load(anywhere.clone()).expect_err("no advertise_url");
         assert_eq!(error.problems[0].at, "cluster.advertise_url", "{error}");
+        let per_host = load(anywhere.replace("per-principal", "per-host")).expect_err("no advertise_url, per-host");
+        assert_eq!(per_host.problems[0].at, "cluster.advertise_url", "{per_host}");
         let fixed = anywhere.replace("[[upstreams]]", "advertise_url = \"http://{hostname}:8080\"\n[[upstreams]]");
         load(fixed).expect("advertised");
         load(format!("[server]\nlisten = \"127.0.0.1:8080\"\n{cluster}{per}"))
