@@ -145,6 +145,22 @@ pub enum Call {
         id: String,
         reply: Reply,
     },
+    /// What the session lists as its own tools and prompts: answered
+    /// [`Answer::Offerings`] (none: it lists none of its own, or none is open). Opens nothing.
+    Offerings,
+    /// Sent by the owner `from` to every other replica when what the session lists as its own
+    /// changed (none: it lists none of its own any more, or closed): kept there for its hosts.
+    Offered {
+        from: String,
+        lists: Option<OwnLists>,
+    },
+}
+
+/// A session's own tools and prompts, as it lists them (the upstream's names).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OwnLists {
+    pub tools: Vec<rmcp::model::Tool>,
+    pub prompts: Vec<rmcp::model::Prompt>,
 }
 
 /// The upstream's answer, as the owner got it.
@@ -156,6 +172,7 @@ pub enum Answer {
     Read(ReadResourceResult),
     Complete(CompleteResult),
     InputRequired(InputRequiredResult),
+    Offerings(Option<OwnLists>),
 }
 
 /// One line of the owner's reply.
@@ -315,6 +332,22 @@ impl Forwarder {
             .await
             .map_err(|_| failed(of.upstream, "the replica holding the session did not answer"))??;
         Ok(HeldReply { response, buffer: Vec::new() })
+    }
+
+    /// Tell every other replica that can be reached what session `of` lists as its own now
+    /// (`lists`); one that cannot be told keeps what it had until it asks ([`Call::Offerings`]).
+    pub async fn tell_others(&self, of: SessionOf<'_>, lists: Option<OwnLists>) {
+        let from = self.inner.cluster.replica_id().to_string();
+        let told = self.inner.cluster.others().into_iter().map(|other| {
+            let call = Call::Offered { from: from.clone(), lists: lists.clone() };
+            async move {
+                let posted = tokio::time::timeout(ALIVE_EVERY, self.post(&other, of, call, None)).await;
+                if !matches!(posted, Ok(Ok(_))) {
+                    tracing::debug!(upstream = of.upstream, replica = %other.replica, "cluster: a replica was not told of a session's own lists");
+                }
+            }
+        });
+        futures::future::join_all(told).await;
     }
 
     /// Ask the host of a call through `relay` what the owner asked (`id`), and post its answer

@@ -46,6 +46,13 @@ impl Cluster {
         (id != self.replica_id()).then_some(Owner { replica: id, url })
     }
 
+    /// Every other replica seen alive that can be reached, with its address.
+    pub fn others(&self) -> Vec<Owner> {
+        let me = self.replica_id();
+        let others = self.candidates().into_iter().filter(|(id, _)| id != me);
+        others.map(|(replica, url)| Owner { replica, url }).collect()
+    }
+
     /// The replicas seen alive that the others can reach (this one included when it can be).
     pub fn reachable(&self) -> Vec<String> {
         self.candidates().into_iter().map(|(id, _)| id).collect()

@@ -64,6 +64,13 @@ async fn serve(State(proxy): State<Proxy>, headers: HeaderMap, body: Bytes) -> R
             let held = proxy.hold_for_replica(of, &uri).await;
             return held_reply(held);
         }
+        Call::Offered { from, lists } => {
+            let of = SessionOf { principal: &request.principal, upstream: &request.upstream, host: request.session };
+            return match proxy.tools().offered_elsewhere(of, &from, lists) {
+                true => (StatusCode::OK, "taken\n").into_response(),
+                false => (StatusCode::NOT_FOUND, "no such upstream here\n").into_response(),
+            };
+        }
         Call::Reply { id, reply } => {
             return match forwarder.replied(&id, reply) {
                 true => (StatusCode::OK, "taken\n").into_response(),

@@ -143,7 +143,10 @@ impl Tools {
                 (upstream, Some(self.namespaced(upstream, offered.clone())))
             }
             UpstreamEvent::Down { upstream } => (upstream, None),
-            UpstreamEvent::SessionOfferingsChanged { principal, host, tools, prompts, .. } => {
+            UpstreamEvent::SessionOfferingsChanged { upstream, principal, host, tools, prompts } => {
+                if let Some(upstream) = self.inner.upstreams.get(upstream) {
+                    upstream.share_own_offerings(principal, *host);
+                }
                 return self.tell_session_hosts(principal, *host, *tools, *prompts);
             }
             UpstreamEvent::ResourceUpdated { .. }

@@ -21,7 +21,7 @@ use rmcp::model::{GetPromptRequestParams, GetPromptResponse, ReadResourceRespons
 
 use super::sealed::Holder;
 use super::{ProgressOutlet, Tools};
-use crate::cluster::forward::{Answer, Call, Forwarder, ForwardingHost, HostOf, Sent, SessionOf};
+use crate::cluster::forward::{Answer, Call, Forwarder, ForwardingHost, HostOf, OwnLists, Sent, SessionOf};
 use crate::config::SessionMode;
 use crate::error::ProxyError;
 use crate::host::HostRelay;
@@ -149,6 +149,9 @@ impl Tools {
         if upstream.config().sessions.mode == SessionMode::Shared {
             return Err(ProxyError::InvalidParams("not an upstream with sessions of its own here".into()));
         }
+        if let Call::Offerings = call {
+            return Ok(Answer::Offerings(upstream.own_lists_here(principal, of.host.map(|host| host.key))));
+        }
         let host = of.host.map(HostSession::from);
         let session = upstream.session_for(principal, host).await?;
         session.pass_log_level(relay.as_deref().and_then(|relay| relay.log_level())).await;
@@ -173,10 +176,18 @@ impl Tools {
                 _ => return Err(task_answer(&upstream)),
             },
             Call::Complete(params) => Answer::Complete(session.complete(params).await?),
-            Call::Hold { .. } | Call::Reply { .. } => {
-                return Err(ProxyError::InvalidParams("a subscription or an answer is not run".into()));
+            Call::Hold { .. } | Call::Reply { .. } | Call::Offerings | Call::Offered { .. } => {
+                return Err(ProxyError::InvalidParams("a subscription, an answer or a list is not run".into()));
             }
         })
+    }
+
+    /// Replica `from` says what session `of` lists as its own now (see the upstream's
+    /// `offered_elsewhere`); false when there is no such upstream here.
+    pub fn offered_elsewhere(&self, of: SessionOf<'_>, from: &str, lists: Option<OwnLists>) -> bool {
+        let Some(upstream) = self.inner.upstreams.get(of.upstream) else { return false };
+        upstream.offered_elsewhere(of.principal, of.host.map(|host| host.key), from, lists);
+        true
     }
 
     /// A forwarded call on the principal's `session`: for a host that takes `input_required`

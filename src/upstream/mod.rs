@@ -27,6 +27,7 @@ mod held_elsewhere;
 mod http;
 mod listing;
 mod notices;
+mod offered_elsewhere;
 mod offerings;
 mod progress;
 mod reason;
@@ -195,6 +196,8 @@ struct Inner {
     forwarder: std::sync::OnceLock<crate::cluster::forward::Forwarder>,
     /// `[cluster]`: the subscriptions that follow their principal's session to its owner.
     following: held_elsewhere::FollowingHolds,
+    /// `[cluster]`: the own lists of sessions other replicas hold (see `offered_elsewhere`).
+    own_elsewhere: offered_elsewhere::OwnListsElsewhere,
     /// A session: the `logging/setLevel` it was sent last, on which connection.
     #[allow(deprecated)]
     log_level: Mutex<Option<(u64, rmcp::model::LoggingLevel)>>,
@@ -295,6 +298,7 @@ impl Upstream {
             whose,
             own_offerings: Mutex::new(None),
             forwarder: std::sync::OnceLock::new(),
+            own_elsewhere: Default::default(),
             following: Default::default(),
             log_level: Mutex::new(None),
             credentials,

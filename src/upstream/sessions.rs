@@ -28,7 +28,8 @@
 //! A session that says its tools or prompts changed lists them again, keeps them as its own
 //! ([`Upstream::own_offerings`]) and its hosts are told
 //! ([`super::UpstreamEvent::SessionOfferingsChanged`]); they list and call as it lists, every
-//! other host as the shared connection does. Everything else such a connection says on its own
+//! other host as the shared connection does (with `[cluster]`, on every replica:
+//! `offered_elsewhere`). Everything else such a connection says on its own
 //! (resources' `list_changed`, up, down) reaches no host: the resource catalog stays the shared
 //! connection's. A per-host session declares to the upstream only what its host declared
 //! (sampling, elicitation); a per-principal one, like the shared connection, declares both and
@@ -237,33 +238,32 @@ impl SessionBook {
         closed.values().for_each(|entry| entry.stop.cancel());
     }
 
-    /// Close the sessions of host session `host`; how many there were.
-    fn close_host(&self, host: u64) -> usize {
-        let mut open = self.open.lock().expect("sessions lock");
-        let before = open.len();
-        open.retain(|key, entry| {
-            let ended = matches!(key, SessionKey::Host(_, h) if *h == host);
-            if ended {
-                entry.stop.cancel();
-            }
-            !ended
-        });
-        before - open.len()
+    /// Close the sessions of host session `host`; those there were.
+    fn close_host(&self, host: u64) -> Vec<Upstream> {
+        self.close_where(|key, _| matches!(key, SessionKey::Host(_, h) if *h == host))
     }
 
-    /// Close the sessions unused for `idle` that no request holds; how many.
-    fn close_idle(&self, idle: Duration) -> usize {
-        let mut open = self.open.lock().expect("sessions lock");
-        let before = open.len();
-        open.retain(|_, entry| {
+    /// Close the sessions unused for `idle` that no request holds; those there were.
+    fn close_idle(&self, idle: Duration) -> Vec<Upstream> {
+        self.close_where(|_, entry| {
             let busy = Arc::strong_count(&entry.usage) > 1 || entry.upstream.inner.holds.holds_anything();
-            let quiet = entry.usage.last.lock().expect("usage lock").elapsed() >= idle;
-            if !busy && quiet {
+            !busy && entry.usage.last.lock().expect("usage lock").elapsed() >= idle
+        })
+    }
+
+    /// Close the sessions `closing` picks; those there were.
+    fn close_where(&self, mut closing: impl FnMut(&SessionKey, &Entry) -> bool) -> Vec<Upstream> {
+        let mut open = self.open.lock().expect("sessions lock");
+        let mut closed = Vec::new();
+        open.retain(|key, entry| {
+            let close = closing(key, entry);
+            if close {
                 entry.stop.cancel();
+                closed.push(entry.upstream.clone());
             }
-            busy || !quiet
+            !close
         });
-        before - open.len()
+        closed
     }
 
     /// Forget `key`'s session if it is still `upstream` (a session that could not be opened).
@@ -561,16 +561,49 @@ impl Upstream {
     /// Host session `host` ended: its per-host sessions are closed (a stdio child ends).
     pub fn host_ended(&self, host: u64) {
         let Some(book) = &self.inner.sessions else { return };
-        if book.close_host(host) > 0 {
+        self.forget_own_elsewhere(host);
+        let closed = book.close_host(host);
+        if !closed.is_empty() {
             tracing::debug!(upstream = self.name(), "host session ended; its upstream session closed");
             self.inner.metrics.set_upstream_sessions(self.name(), book.len());
+            self.closed_with_own_offerings(&closed);
+        }
+    }
+
+    /// Sessions that listed tools or prompts of their own closed: their hosts list the shared
+    /// connection's again, and are told (with `[cluster]`, on every replica).
+    fn closed_with_own_offerings(&self, closed: &[Upstream]) {
+        let Some(events) = self.inner.events.lock().expect("events lock").clone() else { return };
+        for session in closed {
+            let Some((principal, host)) = session.inner.whose.clone() else { continue };
+            if session.inner.own_offerings.lock().expect("offerings lock").take().is_none() {
+                continue;
+            }
+            let upstream = self.name().to_string();
+            events.send(UpstreamEvent::SessionOfferingsChanged {
+                upstream,
+                principal,
+                host,
+                tools: true,
+                prompts: true,
+            });
         }
     }
 
     /// What `principal`'s open session (host session `host`'s on a per-host upstream) lists as
     /// its own tools and prompts, once it said they changed; `None` while it has not (or none
     /// is open): the shared connection's lists are its lists.
+    /// With `[cluster]`, a session another replica holds lists what that replica said (see
+    /// `offered_elsewhere`).
     pub fn own_offerings(&self, principal: &str, host: Option<u64>) -> Option<Arc<Offered>> {
+        if let Some(elsewhere) = self.own_offerings_elsewhere(principal, host) {
+            return elsewhere;
+        }
+        self.own_offerings_here(principal, host)
+    }
+
+    /// As [`Upstream::own_offerings`], of a session open on this replica.
+    pub(super) fn own_offerings_here(&self, principal: &str, host: Option<u64>) -> Option<Arc<Offered>> {
         let book = self.inner.sessions.as_ref()?;
         let key = match (self.inner.config.sessions.mode, host) {
             (SessionMode::PerHost, Some(host)) => SessionKey::Host(principal.into(), host),
@@ -701,9 +734,10 @@ pub(super) async fn sweep(upstream: Upstream, stop: CancellationToken) {
         }
         let Some(book) = &upstream.inner.sessions else { return };
         let closed = book.close_idle(idle);
-        if closed > 0 {
-            tracing::debug!(upstream = upstream.name(), closed, "idle upstream sessions closed");
+        if !closed.is_empty() {
+            tracing::debug!(upstream = upstream.name(), closed = closed.len(), "idle upstream sessions closed");
             upstream.inner.metrics.set_upstream_sessions(upstream.name(), book.len());
+            upstream.closed_with_own_offerings(&closed);
         }
     }
 }

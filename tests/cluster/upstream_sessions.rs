@@ -439,3 +439,75 @@ async fn a_modern_hosts_forwarded_call_is_parked_at_the_owner_and_resumed_from_a
     assert!(forwards(&all, "forwarded").await? >= 1.0, "some rounds went to the owner from elsewhere");
     Ok(())
 }
+
+/// A host that keeps what it is told: `tools/list_changed`.
+#[derive(Clone)]
+struct Told(tokio::sync::mpsc::UnboundedSender<String>);
+
+impl rmcp::ClientHandler for Told {
+    async fn on_tool_list_changed(&self, _: rmcp::service::NotificationContext<RoleClient>) {
+        let _ = self.0.send("tools/list_changed".into());
+    }
+}
+
+type Heard = tokio::sync::mpsc::UnboundedReceiver<String>;
+
+async fn told_host(url: &str, token: &str) -> anyhow::Result<(RunningService<RoleClient, Told>, Heard)> {
+    let (told, heard) = tokio::sync::mpsc::unbounded_channel();
+    let config = StreamableHttpClientTransportConfig::with_uri(url).auth_header(token);
+    let transport = StreamableHttpClientTransport::from_config(config.reinit_on_expired_session(false));
+    let host = tokio::time::timeout(DEADLINE, Told(told).serve(transport)).await.context("connect")??;
+    Ok((host, heard))
+}
+
+/// The names of every tool `peer` is listed.
+async fn tool_names(peer: &rmcp::Peer<RoleClient>) -> anyhow::Result<Vec<String>> {
+    let tools = tokio::time::timeout(DEADLINE, peer.list_all_tools()).await.context("the list hung")??;
+    Ok(tools.into_iter().map(|tool| tool.name.to_string()).collect())
+}
+
+/// The text `name` answers `peer`, or the error's message.
+async fn answered(peer: &rmcp::Peer<RoleClient>, name: &str) -> anyhow::Result<Result<String, String>> {
+    let answer = tokio::time::timeout(DEADLINE, peer.call_tool(CallToolRequestParams::new(name.to_string())))
+        .await
+        .context("the call hung")?;
+    Ok(match answer {
+        Ok(result) => Ok(result.content.first().and_then(|c| c.as_text()).map(|t| t.text.clone()).unwrap_or_default()),
+        Err(rmcp::ServiceError::McpError(error)) => Err(error.message.to_string()),
+        Err(other) => return Err(other.into()),
+    })
+}
+
+/// A session's own tool list reaches its hosts on every replica: alice's session (on its owner)
+/// unlocks `secret` for a call made through another replica; her hosts on both other replicas
+/// hear `tools/list_changed`, list `per__secret` and call it (forwarded to the owner), while
+/// bob, on the same replica as one of them, lists nothing of it and calling it is an unknown
+/// tool.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sessions_own_tool_list_reaches_its_hosts_on_every_replica() -> anyhow::Result<()> {
+    let (cluster, _policies) = start(3).await?;
+    let alice_owner = owner(&cluster, ALICE_TOKEN).await?;
+    let (x, y) = (&cluster.replicas[(alice_owner + 1) % 3], &cluster.replicas[(alice_owner + 2) % 3]);
+    let (alice_x, mut alice_x_heard) = told_host(&x.url, ALICE_TOKEN).await?;
+    let (alice_y, mut alice_y_heard) = told_host(&y.url, ALICE_TOKEN).await?;
+    let (bob_x, _bob_heard) = told_host(&x.url, BOB_TOKEN).await?;
+    for host in [alice_x.peer(), alice_y.peer(), bob_x.peer()] {
+        let names = tool_names(host).await?;
+        assert!(names.contains(&"per__unlock".to_string()) && !names.contains(&"per__secret".to_string()), "{names:?}");
+    }
+
+    assert_eq!(answered(alice_x.peer(), "per__unlock").await?, Ok("unlocked".into()));
+    for heard in [&mut alice_x_heard, &mut alice_y_heard] {
+        let told = tokio::time::timeout(DEADLINE, heard.recv()).await.context("nothing heard")?;
+        assert_eq!(told.as_deref(), Some("tools/list_changed"));
+    }
+    for host in [alice_x.peer(), alice_y.peer()] {
+        assert!(tool_names(host).await?.contains(&"per__secret".to_string()), "her session's own tool listed");
+        let secret = answered(host, "per__secret").await?.map_err(|e| anyhow::anyhow!("per__secret: {e}"))?;
+        assert!(secret.starts_with("the secret of "), "{secret}");
+    }
+    assert!(!tool_names(bob_x.peer()).await?.contains(&"per__secret".to_string()), "bob lists alice's session");
+    let refused = answered(bob_x.peer(), "per__secret").await?.expect_err("bob called alice's session's tool");
+    assert!(refused.contains("per__secret"), "{refused}");
+    Ok(())
+}
