@@ -24,6 +24,7 @@ use crate::sessions::next_listened;
 use crate::support::cluster::{Replicas, SECRET, cluster_when};
 use crate::support::peers::{py_script, python};
 use crate::support::proxy::{ProxyProcess, alice_and_bob_policies, alice_and_bob_under_policies, toml_str};
+use crate::support::told::{answered, next_heard, told_host, tool_names};
 use crate::support::{DEADLINE, eventually};
 
 const ALICE_TOKEN: &str = "alice-tok-cluster-sessions-4e1b";
@@ -440,44 +441,6 @@ async fn a_modern_hosts_forwarded_call_is_parked_at_the_owner_and_resumed_from_a
     Ok(())
 }
 
-/// A host that keeps what it is told: `tools/list_changed`.
-#[derive(Clone)]
-struct Told(tokio::sync::mpsc::UnboundedSender<String>);
-
-impl rmcp::ClientHandler for Told {
-    async fn on_tool_list_changed(&self, _: rmcp::service::NotificationContext<RoleClient>) {
-        let _ = self.0.send("tools/list_changed".into());
-    }
-}
-
-type Heard = tokio::sync::mpsc::UnboundedReceiver<String>;
-
-async fn told_host(url: &str, token: &str) -> anyhow::Result<(RunningService<RoleClient, Told>, Heard)> {
-    let (told, heard) = tokio::sync::mpsc::unbounded_channel();
-    let config = StreamableHttpClientTransportConfig::with_uri(url).auth_header(token);
-    let transport = StreamableHttpClientTransport::from_config(config.reinit_on_expired_session(false));
-    let host = tokio::time::timeout(DEADLINE, Told(told).serve(transport)).await.context("connect")??;
-    Ok((host, heard))
-}
-
-/// The names of every tool `peer` is listed.
-async fn tool_names(peer: &rmcp::Peer<RoleClient>) -> anyhow::Result<Vec<String>> {
-    let tools = tokio::time::timeout(DEADLINE, peer.list_all_tools()).await.context("the list hung")??;
-    Ok(tools.into_iter().map(|tool| tool.name.to_string()).collect())
-}
-
-/// The text `name` answers `peer`, or the error's message.
-async fn answered(peer: &rmcp::Peer<RoleClient>, name: &str) -> anyhow::Result<Result<String, String>> {
-    let answer = tokio::time::timeout(DEADLINE, peer.call_tool(CallToolRequestParams::new(name.to_string())))
-        .await
-        .context("the call hung")?;
-    Ok(match answer {
-        Ok(result) => Ok(result.content.first().and_then(|c| c.as_text()).map(|t| t.text.clone()).unwrap_or_default()),
-        Err(rmcp::ServiceError::McpError(error)) => Err(error.message.to_string()),
-        Err(other) => return Err(other.into()),
-    })
-}
-
 /// A session's own tool list reaches its hosts on every replica: alice's session (on its owner)
 /// unlocks `secret` for a call made through another replica; her hosts on both other replicas
 /// hear `tools/list_changed`, list `per__secret` and call it (forwarded to the owner), while
@@ -498,8 +461,7 @@ async fn a_sessions_own_tool_list_reaches_its_hosts_on_every_replica() -> anyhow
 
     assert_eq!(answered(alice_x.peer(), "per__unlock").await?, Ok("unlocked".into()));
     for heard in [&mut alice_x_heard, &mut alice_y_heard] {
-        let told = tokio::time::timeout(DEADLINE, heard.recv()).await.context("nothing heard")?;
-        assert_eq!(told.as_deref(), Some("tools/list_changed"));
+        assert_eq!(next_heard(heard).await?, "tools/list_changed");
     }
     for host in [alice_x.peer(), alice_y.peer()] {
         assert!(tool_names(host).await?.contains(&"per__secret".to_string()), "her session's own tool listed");

@@ -27,6 +27,7 @@ use crate::support::peers::{py_script, python};
 use crate::support::proxy::{
     ProxyProcess, alice_and_bob_policies, alice_and_bob_under_policies, toml_str, write_config,
 };
+use crate::support::told::{answered, next_heard, told_host, tool_names};
 
 const ALICE_TOKEN: &str = "alice-tok-sessions-71d3";
 const BOB_TOKEN: &str = "bob-tok-sessions-2a9e";
@@ -344,57 +345,6 @@ async fn next_host_updated(heard: &mut crate::support::fixture::Events) -> anyho
             return Ok(uri);
         }
     }
-}
-
-/// What a [`Told`] host heard, in order: `updated <uri>` or `tools/list_changed`.
-type Heard = tokio::sync::mpsc::UnboundedReceiver<String>;
-
-/// A 2025 host that records the `updated` and `tools/list_changed` it hears, in order.
-#[derive(Clone)]
-struct Told(tokio::sync::mpsc::UnboundedSender<String>);
-
-impl rmcp::ClientHandler for Told {
-    async fn on_resource_updated(
-        &self,
-        params: rmcp::model::ResourceUpdatedNotificationParam,
-        _: rmcp::service::NotificationContext<RoleClient>,
-    ) {
-        let _ = self.0.send(format!("updated {}", params.uri));
-    }
-
-    async fn on_tool_list_changed(&self, _: rmcp::service::NotificationContext<RoleClient>) {
-        let _ = self.0.send("tools/list_changed".into());
-    }
-}
-
-async fn told_host(url: &str, token: &str) -> anyhow::Result<(RunningService<RoleClient, Told>, Heard)> {
-    let (told, heard) = tokio::sync::mpsc::unbounded_channel();
-    let config = StreamableHttpClientTransportConfig::with_uri(url).auth_header(token);
-    let transport = StreamableHttpClientTransport::from_config(config.reinit_on_expired_session(false));
-    let host = tokio::time::timeout(DEADLINE, Told(told).serve(transport)).await.context("connect")??;
-    Ok((host, heard))
-}
-
-async fn next_heard(heard: &mut Heard) -> anyhow::Result<String> {
-    tokio::time::timeout(DEADLINE, heard.recv()).await.context("nothing heard")?.context("the host closed")
-}
-
-/// The names of every tool `peer` is listed.
-async fn tool_names(peer: &Peer<RoleClient>) -> anyhow::Result<Vec<String>> {
-    let tools = tokio::time::timeout(DEADLINE, peer.list_all_tools()).await.context("the list hung")??;
-    Ok(tools.into_iter().map(|tool| tool.name.to_string()).collect())
-}
-
-/// The text `name` answers `peer`, or the error's message.
-async fn answered(peer: &Peer<RoleClient>, name: &str) -> anyhow::Result<Result<String, String>> {
-    let answer = tokio::time::timeout(DEADLINE, peer.call_tool(CallToolRequestParams::new(name.to_string())))
-        .await
-        .context("the call hung")?;
-    Ok(match answer {
-        Ok(result) => Ok(result.content.first().and_then(|c| c.as_text()).map(|t| t.text.clone()).unwrap_or_default()),
-        Err(rmcp::ServiceError::McpError(error)) => Err(error.message.to_string()),
-        Err(other) => return Err(other.into()),
-    })
 }
 
 /// A session that changes its own tool list (the session server's `unlock` adds `secret` to

@@ -29,6 +29,7 @@ pub mod peers;
 pub mod proxy;
 pub mod raw_http;
 pub mod reads;
+pub mod told;
 pub mod wire;
 
 use std::fmt::Display;
