@@ -6,7 +6,8 @@
 //! session's state, whichever client or era it uses; a shared upstream of the same server shares
 //! its one session between them. Subscriptions too: server-everything's simulated updates go to
 //! the subscribers of the session that toggled them, so alice (Python, 2025) hears hers and bob
-//! (TypeScript, a 2026-07-28 listen stream) hears none of them, then his own.
+//! (TypeScript, a 2026-07-28 listen stream) hears none of them, then his own. And across three
+//! replicas behind haproxy: each principal's toggles reach its one session wherever they land.
 
 use std::process::Stdio;
 
@@ -203,4 +204,43 @@ async fn py_client_ops(url: &str, token: &str, ops: &[&str]) -> anyhow::Result<V
         );
     }
     Ok(lines)
+}
+
+/// Across replicas: three replicas behind haproxy (round-robin, so each client process lands
+/// where it lands) share a per-principal server-everything. alice's and bob's hosts — Python and
+/// TypeScript, both eras — each toggle their own principal's one session: alice's second toggle,
+/// from another SDK and era, stops what her first started, and bob's first starts his own. The
+/// cluster holds one session per principal.
+#[tokio::test]
+async fn server_everythings_toggle_follows_each_principal_across_replicas() -> anyhow::Result<()> {
+    use crate::support::cluster::{Replicas, cluster_when};
+    let policies = alice_and_bob_policies("allow = [\"**\"]\n", "allow = [\"**\"]\n")?;
+    let config =
+        alice_and_bob_under_policies("", policies.path(), &everything_upstream("evp", "session = \"per-principal\""));
+    let cluster = Replicas::start(3, &config, &TOKENS).await?;
+    for replica in &cluster.replicas {
+        replica.wait_offerings("evp").await?;
+        cluster_when(replica, |c| c["reachable"].as_array().is_some_and(|r| r.len() == 3)).await?;
+    }
+    let url = cluster.url();
+    let toggle = "call:evp__toggle-subscriber-updates:{}";
+    let (py, ts) = (Client::Python, Client::TypeScript);
+    let alice = call(py, "legacy", url, ALICE_TOKEN, toggle).await?;
+    let bob = call(ts, "legacy", url, BOB_TOKEN, toggle).await?;
+    assert!(alice.starts_with("Started") && bob.starts_with("Started"), "{alice} / {bob}");
+    let alice_again = call(ts, "2026-07-28", url, ALICE_TOKEN, toggle).await?;
+    assert!(alice_again.starts_with("Stopped"), "alice's own switch, wherever she landed: {alice_again}");
+    let bob_again = call(py, "2026-07-28", url, BOB_TOKEN, toggle).await?;
+    assert!(bob_again.starts_with("Stopped"), "bob's own switch, wherever he landed: {bob_again}");
+    let (mut open, mut forwarded) = (0, 0.0);
+    let needle = "mcp_proxy_cluster_forwards_total{outcome=\"forwarded\"}";
+    for replica in &cluster.replicas {
+        open += replica.upstream_status("evp").await?["sessions"].as_u64().context("sessions")?;
+        let metrics = replica.admin_get("/metrics").await?;
+        let counted = metrics.lines().filter(|line| line.starts_with(needle));
+        forwarded += counted.filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok()).sum::<f64>();
+    }
+    assert_eq!(open, 2, "one session per principal in the cluster");
+    assert!(forwarded >= 1.0, "calls reached an owner from another replica");
+    Ok(())
 }
