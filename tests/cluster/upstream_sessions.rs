@@ -43,18 +43,24 @@ async fn start(count: usize) -> anyhow::Result<(Replicas, tempfile::TempDir)> {
 
 /// As [`start`], with sessions per `mode`.
 async fn start_with(count: usize, mode: &str) -> anyhow::Result<(Replicas, tempfile::TempDir)> {
-    let policies = alice_and_bob_policies("allow = [\"**\"]\n", "allow = [\"**\"]\n")?;
-    let program = toml_str(python().to_str().context("utf-8 path")?);
-    let script = toml_str(py_script("session_server.py").to_str().context("utf-8 path")?);
-    let upstream =
-        format!("[[upstreams]]\nname = \"per\"\ncommand = {program}\nargs = [{script}]\nsession = \"{mode}\"\n\n");
-    let config = alice_and_bob_under_policies("", policies.path(), &upstream);
+    let (config, policies) = config_with(mode)?;
     let cluster = Replicas::start(count, &config, &TOKENS).await?;
     for replica in &cluster.replicas {
         replica.wait_offerings("per").await?;
         cluster_when(replica, |c| c["reachable"].as_array().is_some_and(|r| r.len() == count)).await?;
     }
     Ok((cluster, policies))
+}
+
+/// The replicas' config (without `[cluster]`) with the session server as `per`, sessions per
+/// `mode`, and its policies.
+fn config_with(mode: &str) -> anyhow::Result<(String, tempfile::TempDir)> {
+    let policies = alice_and_bob_policies("allow = [\"**\"]\n", "allow = [\"**\"]\n")?;
+    let program = toml_str(python().to_str().context("utf-8 path")?);
+    let script = toml_str(py_script("session_server.py").to_str().context("utf-8 path")?);
+    let upstream =
+        format!("[[upstreams]]\nname = \"per\"\ncommand = {program}\nargs = [{script}]\nsession = \"{mode}\"\n\n");
+    Ok((alice_and_bob_under_policies("", policies.path(), &upstream), policies))
 }
 
 /// A 2025 host session of the principal whose bearer token is `token`.
@@ -471,5 +477,40 @@ async fn a_sessions_own_tool_list_reaches_its_hosts_on_every_replica() -> anyhow
     assert!(!tool_names(bob_x.peer()).await?.contains(&"per__secret".to_string()), "bob lists alice's session");
     let refused = answered(bob_x.peer(), "per__secret").await?.expect_err("bob called alice's session's tool");
     assert!(refused.contains("per__secret"), "{refused}");
+    Ok(())
+}
+
+/// A replica that was not told a session's own lists asks the owner: alice's session unlocks
+/// `secret` (her host through the balancer hears it) before a third replica joins. A host of
+/// hers on the newcomer that lists or calls there makes it ask the owner; she is told
+/// `tools/list_changed` when the answer comes, then lists `per__secret` and calls it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replica_that_was_not_told_a_sessions_own_lists_asks_its_owner() -> anyhow::Result<()> {
+    use crate::support::cluster::{SECRET, SECRET_ENV, with_cluster};
+    let (config, _policies) = config_with("per-principal")?;
+    let cluster = Replicas::start(2, &config, &TOKENS).await?;
+    for replica in &cluster.replicas {
+        replica.wait_offerings("per").await?;
+        cluster_when(replica, |c| c["reachable"].as_array().is_some_and(|r| r.len() == 2)).await?;
+    }
+    let (alice, mut alice_heard) = told_host(cluster.url(), ALICE_TOKEN).await?;
+    assert_eq!(answered(alice.peer(), "per__unlock").await?, Ok("unlocked".into()));
+    assert_eq!(next_heard(&mut alice_heard).await?, "tools/list_changed", "her session's own lists are known");
+    let owner_pid = answered(alice.peer(), "per__pid").await?.map_err(|e| anyhow::anyhow!("pid: {e}"))?;
+
+    let mut env: Vec<(&str, &str)> = TOKENS.to_vec();
+    env.push((SECRET_ENV, SECRET));
+    let late = ProxyProcess::start_with(&with_cluster(&config, &cluster.redis.url(), "replica-2"), &[], &env).await?;
+    late.wait_offerings("per").await?;
+    for replica in cluster.replicas.iter().chain([&late]) {
+        cluster_when(replica, |c| c["reachable"].as_array().is_some_and(|r| r.len() == 3)).await?;
+    }
+    let (alice_late, mut alice_late_heard) = told_host(&late.url, ALICE_TOKEN).await?;
+    let pid = answered(alice_late.peer(), "per__pid").await?.map_err(|e| anyhow::anyhow!("pid: {e}"))?;
+    anyhow::ensure!(pid == owner_pid, "the newcomer took alice's session over (pid {pid}, was {owner_pid})");
+    assert_eq!(next_heard(&mut alice_late_heard).await?, "tools/list_changed", "told once the owner answered");
+    assert!(tool_names(alice_late.peer()).await?.contains(&"per__secret".to_string()));
+    let secret = answered(alice_late.peer(), "per__secret").await?.map_err(|e| anyhow::anyhow!("per__secret: {e}"))?;
+    assert!(secret.starts_with("the secret of "), "{secret}");
     Ok(())
 }
