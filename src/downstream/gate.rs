@@ -165,8 +165,12 @@ async fn admit(gate: &Gate, principal: &str, response: Response, opened: Option<
     let admitted = admitted.and_then(|()| gate.book.admit(&session, principal, counted).map_err(Some));
     let over = match admitted {
         Ok(()) => {
-            if let Some(&holder) = opened.as_ref().and_then(|opened| opened.0.get()) {
+            if let Some(&holder) = opened.as_ref().and_then(|opened| opened.holder.get()) {
                 gate.book.set_holder(&session, holder);
+            }
+            if let (Some(shared), Some(key)) = (&gate.shared, opened.as_ref().and_then(|opened| opened.host_key.get()))
+            {
+                let _ = key.set(shared.records.ids.host_key(&session));
             }
             return response;
         }

@@ -64,7 +64,8 @@ impl ServerHandler for ProxyServer {
         let opened =
             context.extensions.get::<::http::request::Parts>().and_then(|parts| parts.extensions.get::<OpenedHolder>());
         if let Some(opened) = opened {
-            let _ = opened.0.set(self.session(&context.peer));
+            let _ = opened.holder.set(self.session(&context.peer));
+            let _ = opened.host_key.set(self.host_key.clone());
         }
         self.negotiate_initialize(&request)
     }

@@ -121,10 +121,16 @@ impl ProxyServer {
     }
 
     /// `[cluster]`: sessions kept in `records`; a handler built to restore one (rmcp replays
-    /// its handshake) takes its log level from the record.
+    /// its handshake) takes its log level from the record, and knows its host key at once (a
+    /// GET stream restored here tells its host of its per-host sessions' own lists).
     fn with_records(mut self, records: Option<shared::records::Records>) -> Self {
-        if let Some(level) = shared::restoring().and_then(|record| record.level) {
-            *self.log_level.lock().expect("log level lock") = Some(level);
+        if let Some(record) = shared::restoring() {
+            if let Some(level) = record.level {
+                *self.log_level.lock().expect("log level lock") = Some(level);
+            }
+            if let Some(records) = &records {
+                let _ = self.host_key.set(records.ids.host_key(&record.session));
+            }
         }
         self.records = records;
         self

@@ -56,7 +56,11 @@ struct Seen {
 /// book knows it although `notifications/initialized` may land on another replica (a GET stream
 /// served here then waits for no handler that will never come).
 #[derive(Clone, Default)]
-pub(crate) struct OpenedHolder(pub Arc<OnceLock<HolderId>>);
+pub(crate) struct OpenedHolder {
+    pub holder: Arc<OnceLock<HolderId>>,
+    /// The handler's host key, which the gate sets once the session's id is known.
+    pub host_key: Arc<OnceLock<crate::fanout::HostKey>>,
+}
 
 /// Why a new session was not admitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

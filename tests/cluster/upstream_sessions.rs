@@ -514,3 +514,72 @@ async fn a_replica_that_was_not_told_a_sessions_own_lists_asks_its_owner() -> an
     assert!(secret.starts_with("the secret of "), "{secret}");
     Ok(())
 }
+
+/// On a per-host upstream, a host session's own tool list follows it across replicas: two
+/// hosts of alice's behind haproxy (round-robin: each request, and each GET stream, lands where
+/// it lands); the first unlocks `secret` on its own session. It hears `tools/list_changed` on
+/// its GET stream wherever that is, lists `per__secret` and calls it from any replica; her other
+/// host lists nothing of it, and calling it is an unknown tool.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_sessions_own_tool_list_follows_it_across_replicas() -> anyhow::Result<()> {
+    let (cluster, _policies) = start_with(3, "per-host").await?;
+    let (first, mut first_heard) = told_host(cluster.url(), ALICE_TOKEN).await?;
+    let (second, _second_heard) = told_host(cluster.url(), ALICE_TOKEN).await?;
+    assert_eq!(answered(first.peer(), "per__unlock").await?, Ok("unlocked".into()));
+    assert_eq!(next_heard(&mut first_heard).await?, "tools/list_changed");
+    for round in 0..3 {
+        assert!(tool_names(first.peer()).await?.contains(&"per__secret".to_string()), "listed, round {round}");
+        let secret = answered(first.peer(), "per__secret").await?.map_err(|e| anyhow::anyhow!("per__secret: {e}"))?;
+        assert!(secret.starts_with("the secret of "), "{secret}");
+        assert!(!tool_names(second.peer()).await?.contains(&"per__secret".to_string()), "round {round}");
+        let refused = answered(second.peer(), "per__secret").await?.expect_err("another host session called it");
+        assert!(refused.contains("per__secret"), "{refused}");
+    }
+    Ok(())
+}
+
+/// A host session's GET stream hears its per-host session's own list change on a replica that
+/// served none of its requests: the replica that answered its `initialize` (and nothing since),
+/// and one that restored the session for the stream alone. Each session's POSTs go to the other
+/// replicas (raw HTTP, so that nothing else lands there); its `unlock` reaches its own upstream
+/// session wherever that lives, and `tools/list_changed` reaches the stream.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_sessions_stream_hears_its_own_list_change_on_a_replica_that_served_no_request() -> anyhow::Result<()> {
+    use crate::support::raw_http::{self, LEGACY};
+    let (cluster, _policies) = start_with(3, "per-host").await?;
+    let url = |index: usize| cluster.replicas[index].url.as_str();
+    let request = |url: &str, method: reqwest::Method| {
+        reqwest::Client::new()
+            .request(method, url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .bearer_auth(ALICE_TOKEN)
+    };
+    // (replica answering initialize, replica serving the stream, replica taking the rest)
+    for (opener, streamer, rest) in [(0, 0, 1), (1, 0, 2)] {
+        let opened =
+            raw_http::send(request(url(opener), reqwest::Method::POST).json(&raw_http::initialize("raw"))).await?;
+        let session = opened.session.context("a session id")?;
+        let on_session = |url: &str, method: reqwest::Method| {
+            request(url, method).header("mcp-protocol-version", LEGACY).header("mcp-session-id", &session)
+        };
+        let initialized =
+            raw_http::send(on_session(url(rest), reqwest::Method::POST).json(&raw_http::initialized())).await?;
+        assert_eq!(initialized.status, 202, "{}", initialized.body);
+        let mut stream =
+            tokio::time::timeout(DEADLINE, on_session(url(streamer), reqwest::Method::GET).send()).await??;
+        assert_eq!(stream.status(), 200);
+        let unlock = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "per__unlock", "arguments": {}}});
+        let unlocked = raw_http::send(on_session(url(rest), reqwest::Method::POST).json(&unlock)).await?;
+        assert!(unlocked.body.contains("unlocked"), "unlock: {}", unlocked.body);
+        let mut heard = String::new();
+        let deadline = tokio::time::Instant::now() + DEADLINE;
+        while !heard.contains("notifications/tools/list_changed") {
+            let chunk = tokio::time::timeout_at(deadline, stream.chunk()).await.with_context(|| {
+                format!("no list change on replica {streamer}'s stream (opened on {opener}): {heard}")
+            })??;
+            heard.push_str(&String::from_utf8_lossy(&chunk.context("the stream ended")?));
+        }
+    }
+    Ok(())
+}

@@ -32,6 +32,8 @@ pub(crate) const LEVEL: &str = "level";
 /// A session's record as read back.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Record {
+    /// The session's id.
+    pub session: String,
     pub principal: String,
     pub level: Option<LoggingLevel>,
     pub subscriptions: Vec<String>,
@@ -120,7 +122,7 @@ impl Records {
             self.run(redis::pipe().hgetall(&record).smembers(&subs).query_async(&mut redis)).await?;
         let Some(principal) = fields.get("principal").cloned() else { return Ok(None) };
         let level = fields.get("level").and_then(|level| serde_json::from_str(level).ok());
-        Ok(Some(Record { principal, level, subscriptions }))
+        Ok(Some(Record { session: session.to_string(), principal, level, subscriptions }))
     }
 
     /// Does `session`'s record live?
