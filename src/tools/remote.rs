@@ -271,11 +271,11 @@ impl Tools {
 /// Whose session a request of `principal` (from `relay`'s host, when it has one) runs on at
 /// `upstream`: a per-host upstream's request from a host session runs on that session's own.
 fn session_of<'a>(upstream: &'a Upstream, principal: &'a str, relay: Option<&dyn HostRelay>) -> SessionOf<'a> {
-    let host = relay.filter(|_| upstream.config().sessions.mode == SessionMode::PerHost).and_then(|relay| {
+    let host = relay.and_then(|relay| {
         let key = relay.host_session()?;
         Some(HostOf { key, sampling: relay.declares_sampling(), elicitation: relay.declares_elicitation() })
     });
-    SessionOf { principal, upstream: upstream.name(), host }
+    upstream.forwarded_as(principal, host)
 }
 
 fn mismatched(upstream: &Upstream) -> ProxyError {

@@ -94,8 +94,8 @@ impl Upstream {
 
     /// Whose session a request of `principal` from host session `host` runs on, as forwarded
     /// requests name it: the host session counts on a per-host upstream only.
-    pub(super) fn forwarded_as<'a>(&'a self, principal: &'a str, host: Option<HostSession>) -> SessionOf<'a> {
-        let host = host.filter(|_| self.inner.config.sessions.mode == SessionMode::PerHost).map(HostOf::from);
+    pub fn forwarded_as<'a>(&'a self, principal: &'a str, host: Option<HostOf>) -> SessionOf<'a> {
+        let host = host.filter(|_| self.inner.config.sessions.mode == SessionMode::PerHost);
         SessionOf { principal, upstream: self.name(), host }
     }
 
@@ -114,8 +114,8 @@ impl Upstream {
         if self.inner.following.held.lock().expect("following lock").contains_key(&key) {
             return Ok(());
         }
-        let host = self.forwarded_as(principal, host).host.map(HostSession::from);
-        let here = forwarder.owner(self.forwarded_as(principal, host)).is_none();
+        let of = self.forwarded_as(principal, host.map(HostOf::from));
+        let (host, here) = (of.host.map(HostSession::from), forwarder.owner(of).is_none());
         if here {
             self.hold_here(principal, host, holder, uri)?;
         }
@@ -177,7 +177,7 @@ impl Upstream {
         uri: &str,
         timeout: Duration,
     ) -> Option<Watching> {
-        let host = self.forwarded_as(principal, host).host.map(|host| host.key);
+        let host = self.forwarded_as(principal, host.map(HostOf::from)).host.map(|host| host.key);
         let acknowledgements = self.inner.following.acknowledgements(principal, host, uri);
         if acknowledgements.is_empty() {
             return None;
@@ -210,7 +210,7 @@ struct Keeper {
 impl Keeper {
     /// Whose session the hold is on.
     fn of(&self) -> SessionOf<'_> {
-        self.upstream.forwarded_as(&self.principal, self.host)
+        self.upstream.forwarded_as(&self.principal, self.host.map(HostOf::from))
     }
 
     /// Keep the hold where the owner is until `stop`; `here`: it is held here now.

@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 
 use super::{Offered, Upstream, UpstreamEvent};
 use crate::cluster::forward::{Answer, Call, ForwardingHost, HostOf, OwnLists, SessionOf};
-use crate::config::SessionMode;
 
 /// How long after an unanswered question the owner is asked again.
 const ASK_AGAIN: Duration = Duration::from_secs(5);
@@ -134,11 +133,8 @@ impl Upstream {
         kept.retain(|(_, kept_host), _| *kept_host != Some(host));
     }
 
-    /// Session `principal`'s (host session `host`'s, on a per-host upstream) as forwarded
-    /// requests name it.
+    /// Session `principal`'s (host session `host`'s, on a per-host upstream), by its key.
     fn session_named<'a>(&'a self, principal: &'a str, host: Option<u64>) -> SessionOf<'a> {
-        let per_host = self.inner.config.sessions.mode == SessionMode::PerHost;
-        let host = host.filter(|_| per_host).map(|key| HostOf { key, sampling: false, elicitation: false });
-        SessionOf { principal, upstream: self.name(), host }
+        self.forwarded_as(principal, host.map(|key| HostOf { key, sampling: false, elicitation: false }))
     }
 }
