@@ -12,7 +12,8 @@
 //!
 //! Invariant: what is kept was said by the replica that owned the session when it said it, and
 //! counts only while that replica still owns it (a session that moved starts again with the
-//! shared connection's lists, as a new session does).
+//! shared connection's lists, as a new session does). At most [`KEPT_AT_MOST`] sessions' are
+//! kept (a host session's go when it ends); one dropped is asked for again.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -23,6 +24,9 @@ use crate::cluster::forward::{Answer, Call, ForwardingHost, HostOf, OwnLists, Se
 
 /// How long after an unanswered question the owner is asked again.
 const ASK_AGAIN: Duration = Duration::from_secs(5);
+/// Sessions whose own lists are kept at most; past it, what says nothing of its own (asked
+/// again when needed) goes first, then everything.
+const KEPT_AT_MOST: usize = 10_000;
 
 /// What this replica knows of the own lists of sessions other replicas hold.
 #[derive(Default)]
@@ -58,6 +62,12 @@ impl Upstream {
             return Some(known.offered.clone());
         }
         let offered = known.and_then(|known| known.offered.clone());
+        if kept.len() >= KEPT_AT_MOST && !kept.contains_key(&whose) {
+            kept.retain(|_, known| known.offered.is_some());
+            if kept.len() >= KEPT_AT_MOST {
+                kept.clear();
+            }
+        }
         kept.insert(
             whose,
             Kept { owner: owner.replica.clone(), offered: offered.clone(), asked: Some(Instant::now()) },
