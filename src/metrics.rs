@@ -100,6 +100,7 @@ struct Inner {
     cluster_answers: IntCounterVec,
     cluster_forwards: IntCounterVec,
     auth_refused: IntCounterVec,
+    request_bodies_cut: IntCounterVec,
     denials: IntCounterVec,
     audit_dropped: IntCounter,
 }
@@ -226,6 +227,11 @@ impl Metrics {
             auth_refused: b.counter(
                 "auth_refused_total",
                 "HTTP requests refused with 401, by why the token was not accepted.",
+                &["reason"],
+            ),
+            request_bodies_cut: b.counter(
+                "request_bodies_cut_total",
+                "Request bodies cut before they arrived whole: body_timeout (not whole within server.body_read_timeout), body_budget (past server.max_body_bytes_per_principal).",
                 &["reason"],
             ),
             denials: b.counter(
@@ -470,6 +476,11 @@ impl Metrics {
         self.inner.auth_refused.with_label_values(&[reason]).inc();
     }
 
+    /// A request body was cut; `reason` is `body_timeout` or `body_budget`.
+    pub fn request_body_cut(&self, reason: &'static str) {
+        self.inner.request_bodies_cut.with_label_values(&[reason]).inc();
+    }
+
     /// A request was refused by policy; `kind` says what it asked for.
     pub fn denied(&self, kind: DenialKind) {
         self.inner.denials.with_label_values(&[kind.label()]).inc();
@@ -487,6 +498,9 @@ impl Metrics {
         }
         for kind in DenialKind::ALL {
             i.denials.with_label_values(&[kind.label()]);
+        }
+        for reason in ["body_timeout", "body_budget"] {
+            i.request_bodies_cut.with_label_values(&[reason]);
         }
         // A principal's own buckets (no upstream): the panel has a line at 0 before any refusal.
         for kind in ["calls", "reads"] {

@@ -47,12 +47,19 @@ use crate::host::{HostRelay, ProgressOutlet};
 pub const PATH: &str = "/mcp-proxy/forward";
 /// The header carrying the mark.
 pub const MARK_HEADER: &str = "mcp-proxy-forward-mark";
+/// The header carrying the pass: when the request was made and a mark of that and the replica
+/// it is for, checked before any of the body is read.
+pub const PASS_HEADER: &str = "mcp-proxy-forward-pass";
 /// A forwarded request older than this (or this far in the future) is refused.
 pub const FRESH_FOR: Duration = Duration::from_secs(30);
 /// How long the caller waits for a connection to the owner before running the request itself.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// The largest body either way.
 pub const MAX_BODY: usize = 32 * 1024 * 1024;
+/// Holds ([`Call::Hold`]) this replica keeps open at one owner for one principal: each is a
+/// connection to the owner while it lasts, so one principal's subscriptions cannot take the
+/// owner's connections from every other host. Past it a subscription is refused.
+pub const MAX_HOLDS_PER_OWNER: usize = 64;
 /// Nonces kept at most (beyond this, after dropping the stale ones, requests are refused).
 const MAX_NONCES: usize = 200_000;
 
@@ -269,6 +276,8 @@ struct Inner {
     seen: Mutex<HashMap<String, u64>>,
     /// On the owner: questions to forwarded calls' hosts waiting for their answer.
     asks: Mutex<HashMap<String, tokio::sync::oneshot::Sender<Reply>>>,
+    /// Holds open at each owner, by (principal, owner replica).
+    holds: Mutex<HashMap<(String, String), usize>>,
 }
 
 impl Forwarder {
@@ -284,6 +293,7 @@ impl Forwarder {
             http,
             seen: Mutex::default(),
             asks: Mutex::default(),
+            holds: Mutex::default(),
         };
         Forwarder { inner: Arc::new(inner) }
     }
@@ -326,12 +336,35 @@ impl Forwarder {
 
     /// Hold `uri` (the upstream's own) on session `of` at `owner`, for as long as the returned
     /// reply lives.
+    /// Past [`MAX_HOLDS_PER_OWNER`] of `of`'s principal at `owner`, refused without asking.
     pub async fn hold(&self, owner: &Owner, of: SessionOf<'_>, uri: &str) -> Result<HeldReply, Sent> {
+        let slot = self.hold_slot(of.principal, &owner.replica).ok_or_else(|| Sent::Failed(holds_limit()))?;
         let call = Call::Hold { uri: uri.to_string() };
         let response = tokio::time::timeout(ALIVE_EVERY, self.post(owner, of, call, None))
             .await
             .map_err(|_| failed(of.upstream, "the replica holding the session did not answer"))??;
-        Ok(HeldReply { response, buffer: Vec::new() })
+        Ok(HeldReply { response, buffer: Vec::new(), _slot: slot })
+    }
+
+    /// Whether `principal`, which keeps `kept` holds on this upstream, may hold one more
+    /// subscription at `owner`; the error to give when not.
+    pub fn may_hold_at(&self, principal: &str, owner: &Owner, kept: usize) -> Result<(), ProxyError> {
+        let holds = self.inner.holds.lock().expect("holds lock");
+        let open = holds.get(&(principal.to_string(), owner.replica.clone())).copied().unwrap_or(0);
+        if open.max(kept) >= MAX_HOLDS_PER_OWNER { Err(holds_limit()) } else { Ok(()) }
+    }
+
+    /// One more open hold of `principal` at `owner`, kept until the slot is dropped; `None` at
+    /// the bound.
+    fn hold_slot(&self, principal: &str, owner: &str) -> Option<HoldSlot> {
+        let key = (principal.to_string(), owner.to_string());
+        let mut holds = self.inner.holds.lock().expect("holds lock");
+        let open = holds.entry(key.clone()).or_default();
+        if *open >= MAX_HOLDS_PER_OWNER {
+            return None;
+        }
+        *open += 1;
+        Some(HoldSlot { forwarder: self.clone(), key })
     }
 
     /// Tell every other replica that can be reached what session `of` lists as its own now
@@ -412,6 +445,7 @@ impl Forwarder {
             .http
             .post(format!("{}{PATH}", owner.url))
             .header(MARK_HEADER, mark_with(&self.inner.key, &body))
+            .header(PASS_HEADER, pass_with(&self.inner.key, &owner.replica, request.issued_ms))
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(body);
         let response = post.send().await.map_err(|e| {
@@ -421,6 +455,22 @@ impl Forwarder {
             return Err(failed(upstream, format!("the replica holding the session answered {}", response.status())));
         }
         Ok(response)
+    }
+
+    /// Whether a request's head carries a right `pass`, made for this replica at most
+    /// [`FRESH_FOR`] ago: checked before its body is read, so that nobody without the
+    /// cluster's key makes a replica read a byte of one.
+    pub fn admits(&self, pass: Option<&str>) -> Result<(), Refusal> {
+        let (issued, mark) = pass.and_then(|pass| pass.split_once('.')).ok_or(Refusal::Mark)?;
+        let issued_ms: u64 = issued.parse().map_err(|_| Refusal::Mark)?;
+        let mark = URL_SAFE_NO_PAD.decode(mark).map_err(|_| Refusal::Mark)?;
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.inner.key).expect("any key length");
+        mac.update(&pass_text(self.inner.cluster.replica_id(), issued_ms));
+        mac.verify_slice(&mark).map_err(|_| Refusal::Mark)?;
+        if issued_ms.abs_diff(now_ms()) > FRESH_FOR.as_millis() as u64 {
+            return Err(Refusal::Stale);
+        }
+        Ok(())
     }
 
     /// The request in `body`, when `mark` is right for it, it is for this replica, fresh and
@@ -455,6 +505,18 @@ pub fn mark_with(key: &[u8; 32], body: &[u8]) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("any key length");
     mac.update(body);
     URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
+}
+
+/// The pass of a request for replica `to` made at `issued_ms`, under `key`.
+pub fn pass_with(key: &[u8; 32], to: &str, issued_ms: u64) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("any key length");
+    mac.update(&pass_text(to, issued_ms));
+    format!("{issued_ms}.{}", URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes()))
+}
+
+/// What a pass marks (kept apart from any body's mark by its prefix).
+fn pass_text(to: &str, issued_ms: u64) -> Vec<u8> {
+    format!("forward-pass\n{to}\n{issued_ms}").into_bytes()
 }
 
 impl RemoteError {
@@ -527,6 +589,34 @@ impl Drop for Forget<'_> {
 pub struct HeldReply {
     response: reqwest::Response,
     buffer: Vec<u8>,
+    _slot: HoldSlot,
+}
+
+/// One open hold of a principal at an owner, counted while it lives.
+struct HoldSlot {
+    forwarder: Forwarder,
+    key: (String, String),
+}
+
+impl Drop for HoldSlot {
+    fn drop(&mut self) {
+        let mut holds = self.forwarder.inner.holds.lock().expect("holds lock");
+        if let Some(open) = holds.get_mut(&self.key) {
+            *open -= 1;
+            if *open == 0 {
+                holds.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// The error of a subscription past [`MAX_HOLDS_PER_OWNER`].
+fn holds_limit() -> ProxyError {
+    ProxyError::SubscriptionLimit {
+        holder: "this principal, on a replica that does not hold its upstream session,",
+        limit: MAX_HOLDS_PER_OWNER,
+        setting: "the bound on subscriptions held at another replica",
+    }
 }
 
 impl HeldReply {

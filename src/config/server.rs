@@ -62,6 +62,12 @@ pub struct ServerConfig {
     pub max_calls_per_principal: usize,
     /// A connection must send a whole request head within this, or it is closed.
     pub header_read_timeout: Duration,
+    /// A request body must arrive whole within this of its head, or it is cut (`/mcp` and
+    /// the replicas' forwarded requests).
+    pub body_read_timeout: Duration,
+    /// Bytes of request bodies one principal's hosts may be sending at once, between them; a
+    /// body past it is refused (`413`) or cut.
+    pub max_body_bytes_per_principal: usize,
     /// Upstream events (`updated`, list changes, connection state) that may wait for the event
     /// loop; past it an upstream's dropped events are coalesced (`upstream::events`).
     pub event_queue: usize,
@@ -90,6 +96,8 @@ pub(super) struct RawServer {
     max_connections: Option<i64>,
     max_calls_per_principal: Option<i64>,
     header_read_timeout: Option<String>,
+    body_read_timeout: Option<String>,
+    max_body_bytes_per_principal: Option<i64>,
     fast_path: Option<bool>,
     event_queue: Option<i64>,
     #[serde(flatten)]
@@ -139,6 +147,17 @@ pub(super) fn validate_server(raw: RawServer, problems: &mut Vec<Problem>) -> Se
     if header_read_timeout.is_zero() {
         push(problems, "server.header_read_timeout", "must be more than 0s".into());
     }
+    let body_read_timeout = duration(raw.body_read_timeout.as_deref(), "10s", "server.body_read_timeout", problems);
+    if body_read_timeout.is_zero() {
+        push(problems, "server.body_read_timeout", "must be more than 0s".into());
+    }
+    let max_body_bytes_per_principal = match raw.max_body_bytes_per_principal.unwrap_or(16 << 20) {
+        n @ 65_536..=4_294_967_296 => n as usize,
+        n => {
+            push(problems, "server.max_body_bytes_per_principal", format!("{n} is outside 65536..=4294967296"));
+            16 << 20
+        }
+    };
     let allowed_origins = validate_origins(raw.allowed_origins.unwrap_or_default(), problems);
     ServerConfig {
         listen,
@@ -160,6 +179,8 @@ pub(super) fn validate_server(raw: RawServer, problems: &mut Vec<Problem>) -> Se
         admin_max_connections: max_connections,
         max_calls_per_principal,
         header_read_timeout,
+        body_read_timeout,
+        max_body_bytes_per_principal,
         fast_path: raw.fast_path.unwrap_or(true),
         event_queue,
     }

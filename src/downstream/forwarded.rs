@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use futures::future::BoxFuture;
@@ -30,7 +30,8 @@ use rmcp::model::{
 use tokio::sync::mpsc;
 
 use crate::cluster::forward::{
-    self, Ask, Call, Forwarded, ForwardedHost, Forwarder, Line, MARK_HEADER, PATH, RemoteError, Reply, SessionOf,
+    self, Ask, Call, Forwarded, ForwardedHost, Forwarder, Line, MARK_HEADER, PASS_HEADER, PATH, RemoteError, Reply,
+    SessionOf,
 };
 use crate::error::ProxyError;
 use crate::host::{HostRelay, ProgressOutlet};
@@ -43,20 +44,32 @@ const PROGRESS_QUEUE: usize = 256;
 /// The route, when this replica is part of a cluster.
 pub(super) fn routes(proxy: &Proxy) -> Option<axum::Router> {
     proxy.tools().forwarder()?;
-    let route = axum::routing::post(serve).layer(DefaultBodyLimit::max(forward::MAX_BODY));
+    let route = axum::routing::post(serve).layer(DefaultBodyLimit::disable());
     Some(axum::Router::new().route(PATH, route).with_state(proxy.clone()))
 }
 
-async fn serve(State(proxy): State<Proxy>, headers: HeaderMap, body: Bytes) -> Response {
+async fn serve(State(proxy): State<Proxy>, request: axum::extract::Request) -> Response {
     let Some(forwarder) = proxy.tools().forwarder() else { return StatusCode::NOT_FOUND.into_response() };
-    let mark = headers.get(MARK_HEADER).and_then(|value| value.to_str().ok());
+    let (head, body) = request.into_parts();
+    // The pass is checked on the head: without the cluster's key, not a byte of the body is read.
+    let pass = head.headers.get(PASS_HEADER).and_then(|value| value.to_str().ok());
+    if let Err(refusal) = forwarder.admits(pass) {
+        return refused(&proxy, refusal);
+    }
+    let timeout = proxy.config().server.body_read_timeout;
+    let body = match tokio::time::timeout(timeout, axum::body::to_bytes(body, forward::MAX_BODY)).await {
+        Ok(Ok(body)) => body,
+        Ok(Err(_)) => return (StatusCode::BAD_REQUEST, "Bad Request: incomplete or too large body\n").into_response(),
+        Err(_) => {
+            proxy.metrics().request_body_cut("body_timeout");
+            tracing::warn!("cluster: a forwarded request's body did not arrive within server.body_read_timeout");
+            return (StatusCode::REQUEST_TIMEOUT, "Request Timeout: the body did not arrive in time\n").into_response();
+        }
+    };
+    let mark = head.headers.get(MARK_HEADER).and_then(|value| value.to_str().ok());
     let request = match forwarder.open(mark, &body) {
         Ok(request) => request,
-        Err(refusal) => {
-            proxy.metrics().cluster_forward("refused");
-            tracing::warn!(reason = refusal.label(), "cluster: a forwarded request was refused");
-            return (StatusCode::FORBIDDEN, format!("refused: {refusal}\n")).into_response();
-        }
+        Err(refusal) => return refused(&proxy, refusal),
     };
     match request.call {
         Call::Hold { uri } => {
@@ -83,6 +96,12 @@ async fn serve(State(proxy): State<Proxy>, headers: HeaderMap, body: Bytes) -> R
     let run = Run { call: Box::pin(run(proxy, request, steps_in)), steps, answer: None, done: false };
     let lines = futures::stream::unfold(run, next_line);
     ([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(lines)).into_response()
+}
+
+fn refused(proxy: &Proxy, refusal: forward::Refusal) -> Response {
+    proxy.metrics().cluster_forward("refused");
+    tracing::warn!(reason = refusal.label(), "cluster: a forwarded request was refused");
+    (StatusCode::FORBIDDEN, format!("refused: {refusal}\n")).into_response()
 }
 
 /// The reply to a [`Call::Hold`]: whether it is held, then each change, with a line every

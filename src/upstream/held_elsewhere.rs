@@ -62,6 +62,11 @@ impl FollowingHolds {
         held.iter().map(each).collect()
     }
 
+    /// How many holds `principal` has here, wherever they are placed.
+    fn of_principal(&self, principal: &str) -> usize {
+        self.held.lock().expect("following lock").values().filter(|f| &*f.principal == principal).count()
+    }
+
     /// `holder` lets go of `uri` (every URI when `uri` is `None`).
     pub(super) fn release(&self, holder: HolderId, uri: Option<&str>) {
         let mut held = self.held.lock().expect("following lock");
@@ -115,9 +120,11 @@ impl Upstream {
             return Ok(());
         }
         let of = self.forwarded_as(principal, host.map(HostOf::from));
-        let (host, here) = (of.host.map(HostSession::from), forwarder.owner(of).is_none());
-        if here {
-            self.hold_here(principal, host, holder, uri)?;
+        let owner = forwarder.owner(of);
+        let (host, here) = (of.host.map(HostSession::from), owner.is_none());
+        match &owner {
+            None => self.hold_here(principal, host, holder, uri)?,
+            Some(owner) => forwarder.may_hold_at(principal, owner, self.inner.following.of_principal(principal))?,
         }
         let Some((spine, parent_stop)) = self.launch() else { return Ok(()) };
         let stop = parent_stop.child_token();

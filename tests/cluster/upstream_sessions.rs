@@ -18,7 +18,7 @@ use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
 use mcp_resource_proxy::cluster::ClusterKeys;
-use mcp_resource_proxy::cluster::forward::{MARK_HEADER, PATH, mark_with};
+use mcp_resource_proxy::cluster::forward::{MARK_HEADER, PASS_HEADER, PATH, mark_with, pass_with};
 
 use crate::sessions::next_listened;
 use crate::support::cluster::{Replicas, SECRET, cluster_when};
@@ -194,10 +194,12 @@ async fn a_forged_altered_stale_misdirected_or_replayed_forward_is_refused() -> 
         })
         .to_string()
     };
+    let pass = pass_with(&key, "replica-0", now);
     let post = |body: String, mark: Option<String>| {
-        let url = url.clone();
+        let (url, pass) = (url.clone(), pass.clone());
         async move {
             let mut post = reqwest::Client::new().post(&url).header("content-type", "application/json").body(body);
+            post = post.header(PASS_HEADER, pass);
             if let Some(mark) = mark {
                 post = post.header(MARK_HEADER, mark);
             }
@@ -230,9 +232,53 @@ async fn a_forged_altered_stale_misdirected_or_replayed_forward_is_refused() -> 
         assert_eq!(status, 403, "{what}: {answer}");
         assert!(!answer.contains("nothing"), "{what} was run: {answer}");
     }
+    // Without a right pass on its head, a forwarded request is refused before its body is read.
+    let fresh = request("replica-0", now, "nonce-6", "alice");
+    let passes = [
+        ("no pass", None),
+        ("another secret's pass", Some(pass_with(&other_key, "replica-0", now))),
+        ("a pass for another replica", Some(pass_with(&key, "replica-9", now))),
+        ("a stale pass", Some(pass_with(&key, "replica-0", now - 60_000))),
+    ];
+    for (what, pass) in passes {
+        let mut post = reqwest::Client::new().post(&url).header("content-type", "application/json");
+        if let Some(pass) = pass {
+            post = post.header(PASS_HEADER, pass);
+        }
+        let response = post.header(MARK_HEADER, mark_with(&key, fresh.as_bytes())).body(fresh.clone()).send().await?;
+        let (status, answer) = (response.status().as_u16(), response.text().await?);
+        assert_eq!(status, 403, "{what}: {answer}");
+        assert!(!answer.contains("nothing"), "{what} was run: {answer}");
+    }
     let all = [replica];
-    assert_eq!(forwards(&all, "refused").await?, 6.0);
+    assert_eq!(forwards(&all, "refused").await?, 10.0);
     assert_eq!(forwards(&all, "served").await?, 1.0, "only the genuine request ran");
+    Ok(())
+}
+
+/// An upload to the replicas' route that carries no pass is answered on its head: a client
+/// that announces 30 MiB and sends none of it is refused at once, and the replica reads none of
+/// it (its connection is closed rather than drained).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unmarked_upload_to_the_replicas_route_is_refused_before_its_body() -> anyhow::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (cluster, _policies) = start(1).await?;
+    let replica = &cluster.replicas[0];
+    let address =
+        replica.url.strip_prefix("http://").and_then(|rest| rest.strip_suffix("/mcp")).context("an address")?;
+    let mut stream = tokio::net::TcpStream::connect(address).await?;
+    let head = format!(
+        "POST {PATH} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        30 << 20
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(b"{\"to\":").await?;
+    let mut answer = vec![0u8; 1024];
+    let read = tokio::time::timeout(std::time::Duration::from_secs(5), stream.read(&mut answer))
+        .await
+        .context("no answer to the head within 5 s: the body was waited for")??;
+    let answer = String::from_utf8_lossy(&answer[..read]);
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
     Ok(())
 }
 
@@ -276,6 +322,92 @@ async fn a_subscription_made_on_another_replica_is_held_on_the_principals_one_se
     let open = sessions(&all).await?;
     assert_eq!(open.iter().sum::<u64>(), 2, "one session per principal in the cluster: {open:?}");
     Ok(())
+}
+
+/// One principal's subscriptions cannot take the owner's connections from every other host:
+/// each subscription held at another replica is one connection there while it lasts, so a
+/// replica keeps at most 64 of one principal open at one owner. alice makes 1,100 subscriptions
+/// (two host sessions, under the per-session cap) on a replica that does not own her session:
+/// 64 are held at the owner, the replica never has more than that many connections open to the
+/// owner (its sockets, counted in the kernel's tables), any subscription refused says which bound, and
+/// a fresh host of bob's is served by the owner at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_principals_subscriptions_held_at_another_replica_are_bounded() -> anyhow::Result<()> {
+    use crate::support::fixture::{Era, connect_http_with_token};
+    use mcp_resource_proxy::cluster::forward::MAX_HOLDS_PER_OWNER;
+    let (cluster, _policies) = start(2).await?;
+    let alice_owner = owner(&cluster, ALICE_TOKEN).await?;
+    let owner_port: u16 = cluster.replicas[alice_owner]
+        .url
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.strip_suffix("/mcp"))
+        .context("a port")?
+        .parse()?;
+    let elsewhere = &cluster.replicas[(alice_owner + 1) % 2];
+    let front = elsewhere.pid().context("the replica runs")?;
+    let (mut accepted, mut hosts) = (0, Vec::new());
+    for session in 0..2 {
+        let (alice, heard) = connect_http_with_token(&elsewhere.url, Era::Legacy, ALICE_TOKEN).await?;
+        for n in 0..550 {
+            let uri = format!("per+session://value/{session}/{n}");
+            #[allow(deprecated)]
+            let subscribed = alice.subscribe(rmcp::model::SubscribeRequestParams::new(uri)).await;
+            match subscribed {
+                Ok(()) => accepted += 1,
+                Err(error) => {
+                    let text = error.to_string();
+                    assert!(text.contains("held at another replica"), "a refusal names the bound: {text}");
+                }
+            }
+        }
+        hosts.push((alice, heard)); // open while the rest is counted: its holds stay
+    }
+    assert!(accepted >= MAX_HOLDS_PER_OWNER, "{accepted} accepted");
+    let held = || async { connections_to(front, owner_port) };
+    let reached = || async {
+        let open = held().await?;
+        anyhow::ensure!(open >= MAX_HOLDS_PER_OWNER, "{open} held at the owner");
+        anyhow::Ok(open)
+    };
+    eventually(DEADLINE, "the first holds reach the owner", reached).await?;
+    let open = held().await?;
+    assert!(open <= MAX_HOLDS_PER_OWNER + 4, "{open} connections at the owner for one principal's holds");
+    let started = std::time::Instant::now();
+    let (bob, _) = connect_http_with_token(&cluster.replicas[alice_owner].url, Era::Modern, BOB_TOKEN).await?;
+    let tools = tokio::time::timeout(std::time::Duration::from_secs(5), bob.peer().list_all_tools())
+        .await
+        .context("the owner did not answer a fresh host within 5 s")??;
+    eprintln!("a fresh host on the owner: connected and listed in {:?} ({open} held connections)", started.elapsed());
+    assert!(tools.iter().any(|tool| tool.name == "per__recall"), "{tools:?}");
+    Ok(())
+}
+
+/// Connections process `pid` has established to `port` (its sockets, found in the kernel's
+/// tables, IPv4 and IPv6).
+fn connections_to(pid: u32, port: u16) -> anyhow::Result<usize> {
+    let mut sockets = std::collections::HashSet::new();
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
+        let Ok(link) = std::fs::read_link(fd?.path()) else { continue };
+        let link = link.to_string_lossy().into_owned();
+        if let Some(inode) = link.strip_prefix("socket:[").and_then(|rest| rest.strip_suffix(']')) {
+            sockets.insert(inode.to_owned());
+        }
+    }
+    let mut count = 0;
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else { continue };
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let remote_port =
+                fields.get(2).and_then(|a| a.rsplit(':').next()).and_then(|p| u16::from_str_radix(p, 16).ok());
+            let established = fields.get(3) == Some(&"01");
+            if remote_port == Some(port) && established && fields.get(9).is_some_and(|inode| sockets.contains(*inode)) {
+                count += 1;
+            }
+        }
+    }
+    Ok(count)
 }
 
 /// A subscription follows the session when its owner dies: alice's hold, made on a replica
