@@ -45,6 +45,7 @@ mod reply;
 
 use self::reply::{Reply, SetAside, json_reply, sse_reply};
 use super::audited::{Asked, read_event};
+use super::bodies::BodyGuard;
 use super::sessions::SessionBook;
 use crate::audit;
 use crate::auth::{self, Authenticator};
@@ -98,6 +99,9 @@ impl Op {
 pub(super) struct Front {
     pub auth: Authenticator,
     pub fast: FastPath,
+    /// Each authenticated request's body is read against its deadline and its principal's
+    /// budget.
+    pub bodies: BodyGuard,
 }
 
 /// The outermost middleware of `/mcp`: `axum::middleware::from_fn_with_state(front,
@@ -113,15 +117,22 @@ pub(super) async fn front(State(front): State<Front>, request: Request, next: Ne
             return front.auth.refuse(rejection, request.method());
         }
     };
+    let (request, verdict) = match front.bodies.guard(&principal.0, request) {
+        Ok(guarded) => guarded,
+        Err(refused) => return refused,
+    };
     // Rate limits before anything else: a refusal costs a body peek and a map lookup.
     let request = match super::metering::check_http(&front.fast.proxy, &principal.0, request).await {
         Ok(request) => request,
-        Err(too_many) => return too_many,
+        Err(too_many) => return verdict.answer().unwrap_or(too_many),
     };
     let response = match front.fast.answer(&principal.0, request).await {
         Ok(response) => response,
         Err(request) => auth::run_as(principal, request, next).await,
     };
+    if let Some(cut) = verdict.answer() {
+        return cut;
+    }
     auth::expiry::end_stream_at(expiry, response)
 }
 

@@ -22,6 +22,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::ProxyServer;
+use super::bodies::BodyGuard;
 use super::call_streams::CallStreams;
 use super::closing::{ClosingStreams, track_streams};
 use super::fast::{self, FastPath, Front};
@@ -122,6 +123,12 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     if let Some(answers) = &answers {
         spine.spawn("cluster-mailbox", answers.clone().hear(sessions.clone(), shutdown.clone()));
     }
+    let bodies = BodyGuard::new(
+        server.body_read_timeout,
+        server.max_body_bytes_per_principal,
+        metrics.clone(),
+        proxy.audit().clone(),
+    );
     let factory = move || {
         let principal = auth::current_principal().unwrap_or_else(|| auth::ANONYMOUS.to_string());
         let server = ProxyServer::new(proxy.clone(), &principal, Transport::Http);
@@ -140,7 +147,7 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
         let service = service.clone();
         async move { service.handle(request).await }
     };
-    let front = Front { auth: Authenticator::keeping(&proxy_auth, subjects), fast };
+    let front = Front { auth: Authenticator::keeping(&proxy_auth, subjects), fast, bodies };
     // Layers run outside in: authentication and the fast path first, then the session gate.
     // One composite layer (a tuple: its first element outermost) instead of one `layer` call
     // each: the router boxes what each call wraps, and every middleware clones and boxes the

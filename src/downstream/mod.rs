@@ -9,6 +9,7 @@
 //! its events are made by `audited.rs`, the same for the rmcp handler and the fast path.
 
 mod audited;
+mod bodies;
 mod call_streams;
 mod closing;
 mod fast;

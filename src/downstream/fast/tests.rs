@@ -3,6 +3,7 @@
 //! got) with the same body.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::response::Response;
@@ -13,7 +14,7 @@ use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use serde_json::{Value, json};
 
-use super::{AllowedHosts, FastPath, Front, front};
+use super::{AllowedHosts, BodyGuard, FastPath, Front, front};
 use crate::auth::Authenticator;
 use crate::config::Config;
 use crate::config::{AuthConfig, AuthMode, TokenDigest};
@@ -65,7 +66,9 @@ impl Stack {
     async fn send(&self, request: Request<Body>) -> (StatusCode, String, String) {
         let inner = axum::Router::new()
             .route("/mcp", axum::routing::any(|body: Bytes| async move { (StatusCode::IM_A_TEAPOT, body) }));
-        let state = Front { auth: self.auth.clone(), fast: self.fast.clone() };
+        let proxy = &self.fast.proxy;
+        let bodies = BodyGuard::new(Duration::from_secs(10), 16 << 20, proxy.metrics().clone(), proxy.audit().clone());
+        let state = Front { auth: self.auth.clone(), fast: self.fast.clone(), bodies };
         let app = inner.layer(axum::middleware::from_fn_with_state(state, front));
         let response: Response = TowerToHyperService::new(app).call(request).await.expect("infallible");
         let status = response.status();
