@@ -31,7 +31,9 @@ wait "$serve_pid" || { echo "serve did not exit cleanly on SIGTERM"; exit 1; }
 serve_pid=""
 echo "cargo run --release -- serve: ready, stopped"
 
-cargo install --path . --root "$root" --locked
+# The release build above is reused (cargo install would otherwise build it again in a
+# temporary folder): the same command, with the target folder named.
+CARGO_TARGET_DIR="$(pwd)/target" cargo install --path . --root "$root" --locked
 "$root/bin/mcp-resource-proxy" check --config config.toml
 size="$(stat -c %s "$root/bin/mcp-resource-proxy")"
 echo "installed binary: $size bytes (must stay under 40 MB)"
