@@ -44,28 +44,29 @@ impl Loaded {
 
 /// `import FILE [--output OUT]`: the config on stdout or in OUT, the notes on stderr.
 pub(crate) fn import(file: &Path, output: Option<&Path>, force: bool) -> ExitCode {
+    let shown = mcp_json::printable(&file.display().to_string());
     let text = match std::fs::read_to_string(file) {
         Ok(text) => text,
         Err(error) => {
-            eprintln!("{}: cannot read: {error}", file.display());
+            eprintln!("{shown}: cannot read: {error}");
             return ExitCode::from(EXIT_CONFIG);
         }
     };
     let print_notes = |notes: &[mcp_json::Note]| {
         for note in notes {
-            eprintln!("{}: `{}`: {}", file.display(), note.entry, note.message);
+            eprintln!("{shown}: `{}`: {}", note.entry, note.message);
         }
     };
     let imported = match mcp_json::import(&text, &mcp_json::Origin::of_file(file)) {
         Ok(imported) => imported,
         Err(error) => {
             print_notes(&error.notes);
-            eprint!("{}: {error}", file.display());
+            eprint!("{shown}: {error}");
             return ExitCode::from(EXIT_CONFIG);
         }
     };
     print_notes(&imported.notes);
-    let text = imported.to_toml(&file.display().to_string());
+    let text = imported.to_toml();
     let written = match output {
         None => {
             print!("{text}");

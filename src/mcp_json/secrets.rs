@@ -216,5 +216,5 @@ fn moved(state: &mut State<'_>, entry: &str, upstream: &str, preferred: &str, se
         "{what}: a secret-looking value is not written to the config; set `{variable}` in the proxy's environment"
     );
     state.note(entry, &message);
-    reference(state, &variable)
+    reference(&variable)
 }

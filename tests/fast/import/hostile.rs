@@ -1,0 +1,76 @@
+//! Hostile servers files and paths, through the real binary: a variable name or a source path
+//! holding TOML lines never becomes a table of the written config (nor of the one `serve
+//! --mcp-json` loads).
+
+use std::str::FromStr;
+
+use anyhow::Context;
+
+use super::{EXIT_CONFIG, run, texts};
+use crate::support::fixture::fixture_bin;
+use crate::support::proxy::ProxyProcess;
+
+/// TOML lines that would open the config's own tables if they reached the file as lines: the
+/// MCP listener on every address, no authentication, and a cache size seen in `/status`.
+const INJECTED: &str = "\n[server]\nlisten = \"0.0.0.0:8080\"\n[auth]\nmode = \"none\"\n\
+                        allow_unauthenticated = true\n[cache]\nmax_bytes = 4242\n#";
+
+/// The cache size `/status` shows when `[cache] max_bytes` is not set.
+const DEFAULT_CACHE_BYTES: u64 = 256 << 20;
+
+/// A servers file whose path holds TOML lines: `import` writes a config whose only table is
+/// `[[upstreams]]` (`check` accepts it), and `serve --mcp-json` of the same path runs with the
+/// default settings (its `/status` shows the default cache size, not the injected one).
+#[tokio::test]
+async fn a_source_path_holding_toml_lines_adds_no_table() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let source = dir.path().join(format!("servers{INJECTED}.json"));
+    let servers = serde_json::json!({"mcpServers": {"fixture": {"command": fixture_bin().to_str().unwrap()}}});
+    std::fs::write(&source, serde_json::to_string(&servers)?)?;
+    let written = dir.path().join("imported.toml");
+    let output = run(&["import", source.to_str().unwrap(), "-o", written.to_str().unwrap()], &[]).await?;
+    let (_, notes) = texts(&output);
+    assert_eq!(output.status.code(), Some(0), "{notes}");
+    let config = std::fs::read_to_string(&written)?;
+    assert_eq!(top_level_keys(&config)?, ["upstreams"], "{config}");
+    assert!(!notes.lines().any(|line| line.starts_with('[')), "a line of the path on stderr:\n{notes}");
+    let checked = run(&["check", "--config", written.to_str().unwrap()], &[]).await?;
+    assert_eq!(checked.status.code(), Some(0), "{}", texts(&checked).0);
+
+    let proxy = ProxyProcess::start_with("", &["--mcp-json", source.to_str().unwrap()], &[]).await?;
+    proxy.wait_up("fixture", 1).await?;
+    let status = proxy.status().await?;
+    assert_eq!(status["cache"]["max_bytes"].as_u64(), Some(DEFAULT_CACHE_BYTES), "{status}");
+    Ok(())
+}
+
+/// A `${env:NAME}` whose NAME holds TOML lines is refused by `import` (exit 78, nothing written,
+/// the place named on one line) and by `serve --mcp-json`.
+#[tokio::test]
+async fn a_variable_name_holding_toml_lines_is_refused() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let source = dir.path().join("claude_desktop_config.json");
+    let hostile = format!("${{env:LOG{INJECTED}}}");
+    let servers = serde_json::json!({"mcpServers": {"memory": {"command": "npx", "env": {"LEVEL": hostile}}}});
+    std::fs::write(&source, serde_json::to_string(&servers)?)?;
+    let written = dir.path().join("imported.toml");
+    let output = run(&["import", source.to_str().unwrap(), "-o", written.to_str().unwrap()], &[]).await?;
+    let (_, errors) = texts(&output);
+    assert_eq!(output.status.code(), Some(EXIT_CONFIG), "{errors}");
+    assert!(!written.exists(), "nothing written");
+    let named = errors.lines().find(|line| line.contains("mcpServers.memory.env.LEVEL")).context("the place")?;
+    assert!(named.contains("not a variable name"), "{errors}");
+    assert!(!errors.lines().any(|line| line.starts_with('[')), "a line of the name on stderr:\n{errors}");
+
+    let serve = ["serve", "--listen", "127.0.0.1:0", "--admin-listen", "off", "--mcp-json", source.to_str().unwrap()];
+    let served = run(&serve, &[]).await?;
+    assert_eq!(served.status.code(), Some(EXIT_CONFIG), "{}", texts(&served).1);
+    assert!(texts(&served).1.contains("not a variable name"), "{}", texts(&served).1);
+    Ok(())
+}
+
+/// The names of a TOML text's top-level keys and tables.
+fn top_level_keys(text: &str) -> anyhow::Result<Vec<String>> {
+    let document = toml_edit::DocumentMut::from_str(text)?;
+    Ok(document.iter().map(|(key, _)| key.to_string()).collect())
+}
