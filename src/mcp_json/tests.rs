@@ -172,6 +172,10 @@ fn secret_detection_by_name_and_shape() {
     for name in ["GITHUB_TOKEN", "X-Api-Key", "--api-key", "apiKey", "Authorization", "DB_PASSWORD", "BRAVE_API_KEY"] {
         assert!(secrets::secret_name(name), "{name}");
     }
+    let also = ["DB_PW", "dbPass", "SMTP_PASSPHRASE", "OAUTH_CLIENTSECRET", "SIGNINGKEY", "AccountKey", "--bearer"];
+    for name in also.into_iter().chain(["sig", "X-Amz-Signature", "GH_TOKENS", "refresh_token"]) {
+        assert!(secrets::secret_name(name), "{name}");
+    }
     for name in ["MEMORY_FILE_PATH", "PORT", "LOG_LEVEL", "KEYBOARD", "PWD", "--verbose"] {
         assert!(!secrets::secret_name(name), "{name}");
     }
@@ -182,6 +186,14 @@ fn secret_detection_by_name_and_shape() {
     }
     for value in ["@modelcontextprotocol/server-everything@2026.8.31", "/tmp/data", "stdio", "-y", "sk-short"] {
         assert!(!secrets::secret_value(value), "{value}");
+    }
+    for segment in
+        ["123e4567-e89b-12d3-a456-426614174000", "a3f9c2e17b4d4e0f9a1c6b8d2e7f0a5c", "sk-ak-4f9a2c7e1b3d5f8a"]
+    {
+        assert!(secrets::secret_segment(segment), "{segment}");
+    }
+    for segment in ["mcp", "v1", "2026-01-01-release-notes", "server-everything", "sse", "modelcontextprotocol", ""] {
+        assert!(!secrets::secret_segment(segment), "{segment}");
     }
 }
 
@@ -274,4 +286,16 @@ fn a_variable_that_is_no_name_is_a_problem_on_one_line() {
     let error = import(r#"{"mcpServers": {"a": {"command": "x", "args": ["${workspaceFolder}"]}}}"#, &origin)
         .expect_err("a workspace read as a variable");
     assert!(error.to_string().contains("holds `${`"), "{error}");
+}
+
+#[test]
+fn a_secret_beside_a_variable_is_moved_and_the_variable_no_longer_listed() {
+    let import = imported(
+        r#"{"mcpServers": {"a": {"command": "x", "env": {"API_TOKEN": "live-abc${env:SUFFIX}", "PLAIN": "${env:KEPT}"}},
+            "b": {"url": "https://h.example/mcp", "headers": {"Authorization": "Bearer ${env:B_TOKEN}"}}}}"#,
+    );
+    let text = import.to_toml();
+    assert!(!text.contains("live-abc"), "{text}");
+    assert_eq!(import.variables.iter().map(String::as_str).collect::<Vec<_>>(), ["API_TOKEN", "B_TOKEN", "KEPT"]);
+    loaded(&import);
 }

@@ -1,6 +1,6 @@
 //! Hostile servers files and paths, through the real binary: a variable name or a source path
 //! holding TOML lines never becomes a table of the written config (nor of the one `serve
-//! --mcp-json` loads).
+//! --mcp-json` loads); no secret of a common shape is written in clear.
 
 use std::str::FromStr;
 
@@ -67,6 +67,81 @@ async fn a_variable_name_holding_toml_lines_is_refused() -> anyhow::Result<()> {
     assert_eq!(served.status.code(), Some(EXIT_CONFIG), "{}", texts(&served).1);
     assert!(texts(&served).1.contains("not a variable name"), "{}", texts(&served).1);
     Ok(())
+}
+
+/// Literal secrets of every common shape, in one realistic file: none is written, each became a
+/// variable named on stderr, and `check` accepts the config once those are set.
+#[tokio::test]
+async fn secrets_of_every_common_shape_stay_out_of_the_config() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let source = dir.path().join("claude_desktop_config.json");
+    std::fs::write(&source, serde_json::to_string(&secret_shapes())?)?;
+    let written = dir.path().join("imported.toml");
+    let output = run(&["import", source.to_str().unwrap(), "-o", written.to_str().unwrap()], &[]).await?;
+    let (_, notes) = texts(&output);
+    assert_eq!(output.status.code(), Some(0), "{notes}");
+    let config = std::fs::read_to_string(&written)?;
+    for secret in SECRETS {
+        assert!(!config.contains(secret), "`{secret}` written in clear:\n{config}");
+        assert!(!notes.contains(secret), "`{secret}` on stderr:\n{notes}");
+    }
+    assert!(config.contains("--header"), "the header flags are kept:\n{config}");
+    assert!(config.contains("Bearer ${"), "the scheme is kept:\n{config}");
+    assert!(config.contains("Database=app;User Id=app;Password=${"), "{config}");
+    assert!(config.contains("region=eu"), "the other query values are kept:\n{config}");
+    let variables = notes
+        .lines()
+        .find_map(|line| line.strip_prefix("set in the proxy's environment before `check` or `serve`: "))
+        .context("the variables to set")?;
+    let set: Vec<(&str, &str)> = variables.split(", ").map(|name| (name, "value-for-test")).collect();
+    let checked = run(&["check", "--config", written.to_str().unwrap()], &set).await?;
+    assert_eq!(checked.status.code(), Some(0), "{}\n{config}", texts(&checked).0);
+    Ok(())
+}
+
+/// Each literal secret of [`secret_shapes`].
+const SECRETS: [&str; 17] = [
+    "remote-bearer-5c1d9e",
+    "one-arg-bearer-7a2f4b",
+    "flag-joined-bearer-3e8c",
+    "bearer-flag-9d4a1f",
+    "conn-password-6b2e",
+    "odbc-pwd-8f3a",
+    "a3f9c2e17b4d4e0f9a1c6b8d2e7f0a5c",
+    "123e4567-e89b-12d3-a456-426614174000",
+    "sig-value-2c7e",
+    "token-value-4a9b",
+    "key-value-1f6d",
+    "db-pw-value-5e3c",
+    "smtp-passphrase-0b7d",
+    "client-secret-value-7c1e",
+    "signing-key-value-2d8f",
+    "token-beside-a-variable-6a4e",
+    "url-password-9e5b",
+];
+
+/// A servers file holding each of [`SECRETS`] in a shape hosts' files use.
+fn secret_shapes() -> serde_json::Value {
+    serde_json::json!({"mcpServers": {
+        "remote": {"command": "npx", "args": [
+            "mcp-remote", "https://mcp.example.com/a3f9c2e17b4d4e0f9a1c6b8d2e7f0a5c/mcp",
+            "--header", "Authorization: Bearer remote-bearer-5c1d9e",
+            "--header", "Authorization:Bearer one-arg-bearer-7a2f4b",
+            "--header Authorization:Bearer flag-joined-bearer-3e8c",
+            "--bearer", "bearer-flag-9d4a1f",
+        ]},
+        "database": {"command": "mssql-mcp", "args": ["Driver={ODBC};Server=db;Uid=app;Pwd=odbc-pwd-8f3a;"], "env": {
+            "CONNECTION_STRING": "Server=tcp:db.example.com,1433;Database=app;User Id=app;Password=conn-password-6b2e;",
+            "DATABASE_URL": "postgres://app:url-password-9e5b@db.example.com/app",
+            "DB_PW": "db-pw-value-5e3c",
+            "SMTP_PASSPHRASE": "smtp-passphrase-0b7d",
+            "OAUTH_CLIENTSECRET": "client-secret-value-7c1e",
+            "SIGNINGKEY": "signing-key-value-2d8f",
+            "API_TOKEN": "token-beside-a-variable-6a4e${env:TOKEN_SUFFIX}",
+        }},
+        "hooks": {"url": "https://hooks.example.com/mcp/123e4567-e89b-12d3-a456-426614174000/stream?sig=sig-value-2c7e&region=eu"},
+        "search": {"url": "https://search.example.com/mcp?token=token-value-4a9b&key=key-value-1f6d"},
+    }})
 }
 
 /// The names of a TOML text's top-level keys and tables.
