@@ -1,12 +1,13 @@
 //! Hostile servers files and paths, through the real binary: a variable name or a source path
 //! holding TOML lines never becomes a table of the written config (nor of the one `serve
-//! --mcp-json` loads); no secret of a common shape is written in clear.
+//! --mcp-json` loads); no secret of a common shape is written in clear; `--output` is never
+//! written through a symbolic link.
 
 use std::str::FromStr;
 
 use anyhow::Context;
 
-use super::{EXIT_CONFIG, run, texts};
+use super::{EXIT_CONFIG, command, output_of, run, texts};
 use crate::support::fixture::fixture_bin;
 use crate::support::proxy::ProxyProcess;
 
@@ -96,6 +97,34 @@ async fn secrets_of_every_common_shape_stay_out_of_the_config() -> anyhow::Resul
     let set: Vec<(&str, &str)> = variables.split(", ").map(|name| (name, "value-for-test")).collect();
     let checked = run(&["check", "--config", written.to_str().unwrap()], &set).await?;
     assert_eq!(checked.status.code(), Some(0), "{}\n{config}", texts(&checked).0);
+    Ok(())
+}
+
+/// `--output` at a symbolic link is refused, with `--force` or without, and the link's target
+/// is left as it was (a dangling link's target is not made).
+#[tokio::test]
+async fn output_through_a_symbolic_link_is_refused() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let source = crate::support::repo_root().join("tests/data/mcp-servers/claude_desktop_config.json");
+    let target = dir.path().join("precious.toml");
+    std::fs::write(&target, "# precious\n")?;
+    let link = dir.path().join("config.toml");
+    std::os::unix::fs::symlink(&target, &link)?;
+    let args = ["import", source.to_str().unwrap(), "-o", link.to_str().unwrap(), "--force"];
+    let forced = run(&args, &[]).await?;
+    assert_ne!(forced.status.code(), Some(0));
+    assert!(texts(&forced).1.contains("is a symbolic link"), "{}", texts(&forced).1);
+    assert_eq!(std::fs::read_to_string(&target)?, "# precious\n");
+    assert!(std::fs::symlink_metadata(&link)?.file_type().is_symlink());
+
+    let missing = dir.path().join("elsewhere.toml");
+    let dangling = dir.path().join("dangling.toml");
+    std::os::unix::fs::symlink(&missing, &dangling)?;
+    let refused =
+        output_of(command(&["import", source.to_str().unwrap(), "-o", dangling.to_str().unwrap()], &[])).await?;
+    assert_ne!(refused.status.code(), Some(0));
+    assert!(texts(&refused).1.contains("is a symbolic link"), "{}", texts(&refused).1);
+    assert!(!missing.exists(), "written through a dangling link");
     Ok(())
 }
 
