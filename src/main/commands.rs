@@ -1,12 +1,14 @@
 //! The one-shot commands (`check`, `policy explain`, `import`) and where `serve` takes its
 //! configuration from (a config file or a host's servers file).
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use mcp_resource_proxy::config::{CliOverrides, Config, ConfigError};
 use mcp_resource_proxy::mcp_json;
 use mcp_resource_proxy::policy::PolicySet;
+use rustix::fs::{Mode, OFlags};
 
 use super::EXIT_CONFIG;
 
@@ -44,35 +46,35 @@ impl Loaded {
 
 /// `import FILE [--output OUT]`: the config on stdout or in OUT, the notes on stderr.
 pub(crate) fn import(file: &Path, output: Option<&Path>, force: bool) -> ExitCode {
+    let shown = mcp_json::printable(&file.display().to_string());
     let text = match std::fs::read_to_string(file) {
         Ok(text) => text,
         Err(error) => {
-            eprintln!("{}: cannot read: {error}", file.display());
+            eprintln!("{shown}: cannot read: {error}");
             return ExitCode::from(EXIT_CONFIG);
         }
     };
     let print_notes = |notes: &[mcp_json::Note]| {
         for note in notes {
-            eprintln!("{}: `{}`: {}", file.display(), note.entry, note.message);
+            eprintln!("{shown}: `{}`: {}", note.entry, note.message);
         }
     };
     let imported = match mcp_json::import(&text, &mcp_json::Origin::of_file(file)) {
         Ok(imported) => imported,
         Err(error) => {
             print_notes(&error.notes);
-            eprint!("{}: {error}", file.display());
+            eprint!("{shown}: {error}");
             return ExitCode::from(EXIT_CONFIG);
         }
     };
     print_notes(&imported.notes);
-    let text = imported.to_toml(&file.display().to_string());
+    let text = imported.to_toml();
     let written = match output {
         None => {
             print!("{text}");
             Ok(())
         }
-        Some(out) if out.exists() && !force => Err(format!("{} exists (--force to overwrite)", out.display())),
-        Some(out) => std::fs::write(out, &text).map_err(|e| format!("cannot write {}: {e}", out.display())),
+        Some(out) => write_config(out, &text, force),
     };
     if let Err(error) = written {
         eprintln!("{error}");
@@ -83,6 +85,25 @@ pub(crate) fn import(file: &Path, output: Option<&Path>, force: bool) -> ExitCod
         eprintln!("set in the proxy's environment before `check` or `serve`: {}", names.join(", "));
     }
     ExitCode::SUCCESS
+}
+
+/// Write the imported config at `out`: a new file, or (with `force`) over an existing one; never
+/// through a symbolic link (refused, also when one appears between the look and the write), so
+/// a link planted at `out` cannot aim the write at another file.
+fn write_config(out: &Path, text: &str, force: bool) -> Result<(), String> {
+    let shown = mcp_json::printable(&out.display().to_string());
+    let symlink = || format!("{shown} is a symbolic link: not written through it (name the file itself)");
+    if std::fs::symlink_metadata(out).is_ok_and(|meta| meta.file_type().is_symlink()) {
+        return Err(symlink());
+    }
+    let replace = if force { OFlags::TRUNC } else { OFlags::EXCL };
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC | replace;
+    let file = rustix::fs::open(out, flags, Mode::from_raw_mode(0o666)).map_err(|error| match error {
+        rustix::io::Errno::EXIST => format!("{shown} exists (--force to overwrite)"),
+        rustix::io::Errno::LOOP => symlink(),
+        error => format!("cannot write {shown}: {error}"),
+    })?;
+    std::fs::File::from(file).write_all(text.as_bytes()).map_err(|e| format!("cannot write {shown}: {e}"))
 }
 
 pub(crate) fn check(path: &Path) -> ExitCode {

@@ -4,12 +4,17 @@
 //! (`serve --mcp-json`). Pure but for [`load_config`], which reads the file: text in,
 //! entries and notes out.
 //!
-//! Invariant: no secret is written in clear. A literal secret-looking value (an `env` value or
-//! header whose name or shape says secret, a password or key in a URL or argument) becomes a
-//! `${VAR}` reference, and the note names the variable; host variables (`${input:x}`,
-//! `${env:X}`, `${userHome}`) become the proxy's `${VAR}` references. Every change made to an
-//! entry (a rename, a moved secret, a key with no equivalent, an entry skipped) is a [`Note`];
-//! every entry that cannot be read is a [`Problem`] naming it, all of them at once.
+//! Invariant: no secret is written in clear. A literal secret-looking value (an `env` value,
+//! header or argument whose name or shape says secret, a password or key in a URL, an argument
+//! or a connection string) becomes a `${VAR}` reference, and the note names the variable; host
+//! variables (`${input:x}`, `${env:X}`, `${userHome}`) become the proxy's `${VAR}` references,
+//! and a `${env:X}` whose `X` is no variable name is a problem. Every change made to an entry (a
+//! rename, a moved secret, a key with no equivalent, an entry skipped) is a [`Note`]; every
+//! entry that cannot be read is a [`Problem`] naming it, all of them at once; notes and problems
+//! show control characters as escapes.
+//!
+//! Invariant: the written config is made by a TOML library (`toml_out`): the file's text is only
+//! ever a key or value of an `[[upstreams]]` table, never a line, a table or a comment.
 
 mod entry;
 mod secrets;
@@ -115,9 +120,10 @@ impl ImportError {
 }
 
 impl Import {
-    /// The imported upstreams as a config file (`source` named in its header).
-    pub fn to_toml(&self, source: &str) -> String {
-        toml_out::config(self, source)
+    /// The imported upstreams as a config file (written by a TOML library: nothing of the
+    /// servers file is written but as a key or value of its `[[upstreams]]`).
+    pub fn to_toml(&self) -> String {
+        toml_out::config(self)
     }
 }
 
@@ -125,15 +131,29 @@ impl Import {
 /// other setting at its default (the environment and `cli` apply as with a config file;
 /// a `policies` folder beside the file is used). The notes say what the import changed.
 pub fn load_config(path: &std::path::Path, cli: &CliOverrides) -> Result<(Config, Vec<Note>), ConfigError> {
-    let at = path.display().to_string();
+    let at = printable(&path.display().to_string());
     let text = std::fs::read_to_string(path)
         .map_err(|e| ConfigError { problems: vec![Problem::new(at.clone(), format!("cannot read: {e}"))] })?;
     let imported = import(&text, &Origin::of_file(path)).map_err(|e| ConfigError {
         problems: e.problems.into_iter().map(|p| Problem::new(format!("{at}: {}", p.at), p.message)).collect(),
     })?;
     let base = path.parent().map(std::path::Path::to_path_buf).unwrap_or_default();
-    let config = Config::load_text(&imported.to_toml(&at), &base, cli)?;
+    let config = Config::load_text(&imported.to_toml(), &base, cli)?;
     Ok((config, imported.notes))
+}
+
+/// `text` with its control characters (a newline, an escape) written as escapes (`\n`,
+/// `\u{1b}`): what the import says of a file is one line per note or problem, whatever the file
+/// (or its path) holds.
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c.is_control() {
+            true => out.extend(c.escape_default()),
+            false => out.push(c),
+        }
+    }
+    out
 }
 
 /// `mcpServers`, `servers`, or VS Code settings' `mcp.servers`.

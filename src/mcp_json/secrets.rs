@@ -1,7 +1,13 @@
 //! Literal secrets out of the imported config: a value whose name says secret (`GITHUB_TOKEN`,
-//! `Authorization`, `--api-key`, `?api_key=`) or whose shape does (`ghp_…`, `sk-…`, a long
-//! random string), and the password of a URL, become `${VAR}` references. The note names the
-//! variable; the value itself is never written or shown.
+//! `DB_PW`, `Authorization`, `--api-key`, `--bearer`, `?api_key=`, `?sig=`) or whose shape does
+//! (`ghp_…`, `sk-…`, a long random string), a header given as an argument (mcp-remote's
+//! `--header "Authorization: Bearer …"`), a connection string's `Password=`, a URL's password
+//! and a token-looking segment of its path, become `${VAR}` references. A value is kept only
+//! when its secret part is `${VAR}` references alone: a literal beside a reference
+//! (`sk-live-…${SUFFIX}`) is moved too. The note names the variable; the value itself is never
+//! written or shown.
+
+use std::convert::Infallible;
 
 use super::state::State;
 use super::vars::{is_variable_name, reference, variable_name};
@@ -24,6 +30,9 @@ const SECRET_WORDS: &[&str] = &[
     "AUTHORIZATION",
     "COOKIE",
     "PRIVATE",
+    "BEARER",
+    "SIG",
+    "SIGNATURE",
 ];
 
 /// Beginnings of well-known token formats.
@@ -54,7 +63,7 @@ const TOKEN_PREFIXES: &[&str] = &[
 ];
 
 /// `env`: a secret value becomes `${KEY}` (or `${UPSTREAM_KEY}` when another entry's `KEY`
-/// is a different secret).
+/// is a different secret); in any other value, a URL's or connection string's secrets.
 pub(super) fn env(
     state: &mut State<'_>,
     entry: &str,
@@ -63,8 +72,10 @@ pub(super) fn env(
 ) -> Vec<(String, String)> {
     env.into_iter()
         .map(|(key, value)| {
-            if value.contains("${") || !(secret_name(&key) || secret_value(&value)) {
-                return (key, value);
+            if !(secret_name(&key) && has_literal(&value)) {
+                let what = format!("env `{key}`");
+                let preferred = if is_variable_name(&key) { key.clone() } else { variable_name(&key) };
+                return (key, secrets_within(state, entry, upstream, (&what, &preferred), value));
             }
             let preferred = if is_variable_name(&key) { key.clone() } else { variable_name(&key) };
             let variable = moved(state, entry, upstream, &preferred, &value, &format!("env `{key}`"));
@@ -84,25 +95,19 @@ pub(super) fn headers(
     headers
         .into_iter()
         .map(|(header, value)| {
-            if value.contains("${") || !(secret_name(&header) || secret_value(&value)) {
-                return (header, value);
-            }
-            let (scheme, secret) = match value.split_once(' ') {
-                Some((scheme, secret)) if scheme.chars().all(|c| c.is_ascii_alphabetic()) => {
-                    (format!("{scheme} "), secret.trim().to_string())
+            let value = match secret_name(&header) || literal_words(&value).iter().any(|word| secret_value(word)) {
+                true => header_value(state, entry, upstream, &header, &value),
+                false => {
+                    let (what, preferred) = (format!("header `{header}`"), variable_name(&header));
+                    secrets_within(state, entry, upstream, (&what, &preferred), value)
                 }
-                _ => (String::new(), value.clone()),
             };
-            let suffix =
-                if header.eq_ignore_ascii_case("authorization") { "TOKEN".into() } else { variable_name(&header) };
-            let preferred = format!("{}_{suffix}", variable_name(upstream));
-            let variable = moved(state, entry, upstream, &preferred, &secret, &format!("header `{header}`"));
-            (header, format!("{scheme}{variable}"))
+            (header, value)
         })
         .collect()
 }
 
-/// A URL's password and its secret query values.
+/// A URL's password, its secret query values and its secret-looking path segments.
 pub(super) fn url(state: &mut State<'_>, entry: &str, upstream: &str, url: String) -> String {
     let Some(scheme_end) = url.find("://").map(|at| at + 3) else { return url };
     let (head, rest) = url.split_at(scheme_end);
@@ -110,7 +115,7 @@ pub(super) fn url(state: &mut State<'_>, entry: &str, upstream: &str, url: Strin
     let (authority, tail) = rest.split_at(authority_end);
     let authority = match authority.rsplit_once('@') {
         Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, password)) if !password.is_empty() && !password.contains("${") => {
+            Some((user, password)) if has_literal(password) => {
                 let preferred = format!("{}_PASSWORD", variable_name(upstream));
                 let variable = moved(state, entry, upstream, &preferred, password, "the URL's password");
                 format!("{user}:{variable}@{host}")
@@ -123,24 +128,25 @@ pub(super) fn url(state: &mut State<'_>, entry: &str, upstream: &str, url: Strin
         Some((path, fragment)) => (path, format!("#{fragment}")),
         None => (tail, String::new()),
     };
-    let path = match path.split_once('?') {
-        Some((path, query)) => format!("{path}?{}", query_without_secrets(state, entry, upstream, query)),
-        None => path.to_string(),
+    let (path, query) = match path.split_once('?') {
+        Some((path, query)) => (path, format!("?{}", query_without_secrets(state, entry, upstream, query))),
+        None => (path, String::new()),
     };
-    format!("{head}{authority}{path}{fragment}")
+    let path = path_without_secrets(state, entry, upstream, path);
+    format!("{head}{authority}{path}{query}{fragment}")
 }
 
-/// `args`: `--api-key=…`, the value after `--api-key`, a URL's password, a token-shaped arg.
+/// `args`: `--api-key=…`, the value after `--api-key`, a header (`Authorization: Bearer …`, as
+/// mcp-remote's `--header` takes it), a connection string's password, a URL's secrets, a
+/// token-shaped arg.
 pub(super) fn args(state: &mut State<'_>, entry: &str, upstream: &str, args: Vec<String>) -> Vec<String> {
     let mut out: Vec<String> = Vec::with_capacity(args.len());
     for (index, arg) in args.into_iter().enumerate() {
         let flag_before = out.last().filter(|last| last.starts_with('-') && !last.contains('=')).cloned();
-        let arg = if arg.contains("${") {
-            arg
-        } else if let Some((flag, value)) =
+        let arg = if let Some((flag, value)) =
             arg.split_once('=').filter(|(flag, _)| flag.starts_with('-') || is_variable_name(flag))
             && secret_name(flag)
-            && !value.is_empty()
+            && has_literal(value)
         {
             // `--api-key=…`, or `NAME=…` (as `docker run -e NAME=…` passes it).
             let preferred = match is_variable_name(flag) {
@@ -149,29 +155,33 @@ pub(super) fn args(state: &mut State<'_>, entry: &str, upstream: &str, args: Vec
             };
             let variable = moved(state, entry, upstream, &preferred, value, &format!("argument `{flag}`"));
             format!("{flag}={variable}")
-        } else if let Some(flag) = flag_before.filter(|flag| secret_name(flag) && !arg.starts_with('-')) {
+        } else if let Some(flag) = flag_before.filter(|flag| secret_name(flag) && !arg.starts_with('-'))
+            && has_literal(&arg)
+        {
             let preferred = format!("{}_{}", variable_name(upstream), variable_name(flag.trim_start_matches('-')));
             moved(state, entry, upstream, &preferred, &arg, &format!("the argument after `{flag}`"))
-        } else if arg.contains("://") {
-            url(state, entry, upstream, arg)
-        } else if secret_value(&arg) {
-            let preferred = format!("{}_ARG{index}", variable_name(upstream));
-            moved(state, entry, upstream, &preferred, &arg, &format!("argument {index}"))
+        } else if let Some((before, header, value)) = header_in_arg(&arg) {
+            let value = header_value(state, entry, upstream, header, value);
+            format!("{before}{header}:{value}")
         } else {
-            arg
+            let (what, preferred) = (format!("argument {index}"), format!("{}_ARG{index}", variable_name(upstream)));
+            secrets_within(state, entry, upstream, (&what, &preferred), arg)
         };
         out.push(arg);
     }
     out
 }
 
-/// Does a name (`GITHUB_TOKEN`, `X-Api-Key`, `--api-key`, `apiKey`) say it holds a secret?
+/// Does a name (`GITHUB_TOKEN`, `X-Api-Key`, `--api-key`, `apiKey`, `DB_PW`, `dbPass`) say it
+/// holds a secret? One of its words is a secret word, holds `PASS`, `SECRET` or `TOKEN`, or
+/// ends in `KEY` or `PW`.
 pub(super) fn secret_name(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
     let mut words = upper.split(|c: char| !c.is_ascii_alphanumeric()).filter(|w| !w.is_empty());
     words.any(|word| {
         SECRET_WORDS.contains(&word)
-            || ["TOKEN", "APIKEY", "SECRET", "PASSWORD"].iter().any(|end| word.len() > end.len() && word.ends_with(end))
+            || ["PASS", "SECRET", "TOKEN"].iter().any(|part| word.contains(part))
+            || ["KEY", "PW"].iter().any(|end| word.ends_with(end))
     })
 }
 
@@ -188,11 +198,101 @@ pub(super) fn secret_value(value: &str) -> bool {
     known || random
 }
 
+/// Does a URL path segment look like a token: [`secret_value`], or a long run of letters and
+/// digits mixed as random text mixes them (a UUID, a hex digest, a base64url key), unlike a
+/// name or a date (`2026-01-01-release`, `server-everything`)?
+pub(super) fn secret_segment(segment: &str) -> bool {
+    let bytes = segment.as_bytes();
+    let letter_digit = |a: u8, b: u8| a.is_ascii_alphabetic() && b.is_ascii_digit();
+    let mixed =
+        bytes.windows(2).filter(|pair| letter_digit(pair[0], pair[1]) || letter_digit(pair[1], pair[0])).count();
+    let token_like = bytes.iter().all(|b| b.is_ascii_alphanumeric() || b"-_.~=".contains(b));
+    secret_value(segment) || (segment.len() >= 16 && token_like && mixed >= 6)
+}
+
+/// A header's value with its secret moved out, its scheme kept (`Bearer ${UPSTREAM_TOKEN}`): the
+/// variable is `UPSTREAM_TOKEN` for `Authorization`, else `UPSTREAM_<HEADER>`. A value that is
+/// `${VAR}` references alone is kept.
+fn header_value(state: &mut State<'_>, entry: &str, upstream: &str, header: &str, value: &str) -> String {
+    if !has_literal(value) {
+        return value.to_string();
+    }
+    let lead = &value[..value.len() - value.trim_start().len()];
+    let (scheme, secret) = match value.trim().split_once(' ') {
+        Some((scheme, secret)) if scheme.chars().all(|c| c.is_ascii_alphabetic()) && has_literal(secret) => {
+            (format!("{scheme} "), secret.trim())
+        }
+        Some((_, secret)) if !has_literal(secret) => return value.to_string(),
+        _ => (String::new(), value.trim()),
+    };
+    let suffix = if header.eq_ignore_ascii_case("authorization") { "TOKEN".into() } else { variable_name(header) };
+    let preferred = format!("{}_{suffix}", variable_name(upstream));
+    let variable = moved(state, entry, upstream, &preferred, secret, &format!("header `{header}`"));
+    format!("{lead}{scheme}{variable}")
+}
+
+/// A header written as one argument, `Authorization: Bearer …` or `Authorization:Bearer…`
+/// (mcp-remote's `--header`), also behind its flag (`--header=…`, `--header …`), when the
+/// header's name says secret: (what comes before the name, the name, the value).
+fn header_in_arg(arg: &str) -> Option<(&str, &str, &str)> {
+    let start = match arg.starts_with('-') {
+        true => arg.find(['=', ' ']).map(|at| at + 1)?,
+        false => 0,
+    };
+    let (name, value) = arg[start..].split_once(':')?;
+    let token = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    (token && secret_name(name)).then_some((&arg[..start], name, value))
+}
+
+/// The secrets inside a value whose name says nothing: a connection string's password
+/// (`…;Password=…;`), a URL's password, query values and path segments, or the whole value when
+/// a literal part of it looks like a token (then as `preferred`; `what` names the value).
+fn secrets_within(
+    state: &mut State<'_>,
+    entry: &str,
+    upstream: &str,
+    (what, preferred): (&str, &str),
+    value: String,
+) -> String {
+    let value = connection_string(state, entry, upstream, value);
+    let value = if value.contains("://") { url(state, entry, upstream, value) } else { value };
+    match literal_words(&value).iter().any(|word| secret_value(word)) {
+        true => moved(state, entry, upstream, preferred, &value, what),
+        false => value,
+    }
+}
+
+/// `Server=…;User Id=app;Password=…;`: each secret part's value (`Password`, `Pwd`,
+/// `AccountKey`, `SharedAccessKey`, …) moved out.
+fn connection_string(state: &mut State<'_>, entry: &str, upstream: &str, text: String) -> String {
+    if !text.contains(';') {
+        return text;
+    }
+    let parts: Vec<String> = text
+        .split(';')
+        .map(|part| match part.split_once('=') {
+            Some((key, value))
+                if (secret_name(key) || key.trim().eq_ignore_ascii_case("pwd")) && has_literal(value) =>
+            {
+                let preferred = format!("{}_{}", variable_name(upstream), variable_name(key.trim()));
+                let what = format!("the connection string's `{}`", key.trim());
+                let variable = moved(state, entry, upstream, &preferred, value, &what);
+                format!("{key}={variable}")
+            }
+            _ => part.to_string(),
+        })
+        .collect();
+    parts.join(";")
+}
+
 fn query_without_secrets(state: &mut State<'_>, entry: &str, upstream: &str, query: &str) -> String {
     let pairs: Vec<String> = query
         .split('&')
         .map(|pair| match pair.split_once('=') {
-            Some((key, value)) if secret_name(key) && !value.is_empty() && !value.contains("${") => {
+            Some((key, value))
+                if has_literal(value)
+                    && (secret_name(key) || literal_words(value).iter().any(|word| secret_segment(word))) =>
+            {
                 let preferred = format!("{}_{}", variable_name(upstream), variable_name(key));
                 let variable = moved(state, entry, upstream, &preferred, value, &format!("URL parameter `{key}`"));
                 format!("{key}={variable}")
@@ -201,6 +301,33 @@ fn query_without_secrets(state: &mut State<'_>, entry: &str, upstream: &str, que
         })
         .collect();
     pairs.join("&")
+}
+
+/// A URL path with each token-looking segment ([`secret_segment`]) moved out.
+fn path_without_secrets(state: &mut State<'_>, entry: &str, upstream: &str, path: &str) -> String {
+    let segments: Vec<String> = path
+        .split('/')
+        .map(|segment| match has_literal(segment) && literal_words(segment).iter().any(|word| secret_segment(word)) {
+            true => {
+                let preferred = format!("{}_URL_TOKEN", variable_name(upstream));
+                moved(state, entry, upstream, &preferred, segment, "a secret-looking segment of the URL's path")
+            }
+            false => segment.to_string(),
+        })
+        .collect();
+    segments.join("/")
+}
+
+/// Is there text in `value` besides its `${VAR}` references and spaces?
+fn has_literal(value: &str) -> bool {
+    !literal_words(value).is_empty()
+}
+
+/// The literal words of `value`: its text between `${VAR}` references, split at spaces.
+fn literal_words(value: &str) -> Vec<String> {
+    let literal = crate::config::replace_vars(value, |_| Ok::<_, Infallible>(" ".to_string()));
+    let literal = literal.unwrap_or_else(|never| match never {});
+    literal.split_whitespace().map(str::to_string).collect()
 }
 
 /// A variable for `secret` (`preferred`, or a free variant when another secret has that
@@ -216,5 +343,5 @@ fn moved(state: &mut State<'_>, entry: &str, upstream: &str, preferred: &str, se
         "{what}: a secret-looking value is not written to the config; set `{variable}` in the proxy's environment"
     );
     state.note(entry, &message);
-    reference(state, &variable)
+    reference(&variable)
 }

@@ -2,8 +2,9 @@
 //! and notes found on the way. Each step (`entry`, `secrets`, `vars`) works on it.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::convert::Infallible;
 
-use super::{Import, ImportError, ImportedUpstream, Note, Origin};
+use super::{Import, ImportError, ImportedTransport, ImportedUpstream, Note, Origin, printable};
 use crate::problem::Problem;
 
 /// VS Code `inputs`: id → its description.
@@ -15,7 +16,6 @@ pub(super) struct State<'a> {
     pub(super) inputs: Inputs,
     pub(super) notes: Vec<Note>,
     pub(super) problems: Vec<Problem>,
-    pub(super) variables: BTreeSet<String>,
     /// Every variable a moved secret was given, with the value it stands for (only to tell two
     /// different secrets of the same name apart; never written).
     pub(super) secret_values: BTreeMap<String, String>,
@@ -32,7 +32,6 @@ impl<'a> State<'a> {
             inputs,
             notes: Vec::new(),
             problems: Vec::new(),
-            variables: BTreeSet::new(),
             secret_values: BTreeMap::new(),
             current: String::new(),
             upstreams: Vec::new(),
@@ -48,14 +47,41 @@ impl<'a> State<'a> {
             let problem = Problem::new("file", "no server could be imported (see the notes above)");
             return Err(ImportError { problems: vec![problem], notes: self.notes });
         }
-        Ok(Import { upstreams: self.upstreams, notes: self.notes, variables: self.variables })
+        let variables = self.upstreams.iter().flat_map(ImportedUpstream::strings).flat_map(references).collect();
+        Ok(Import { upstreams: self.upstreams, notes: self.notes, variables })
     }
 
+    /// A problem at `at`; control characters of the file's text in it are escaped.
     pub(super) fn problem(&mut self, at: &str, message: &str) {
-        self.problems.push(Problem::new(at, message));
+        self.problems.push(Problem::new(printable(at), printable(message)));
     }
 
+    /// A note on `entry`; control characters of the file's text in it are escaped.
     pub(super) fn note(&mut self, entry: &str, message: &str) {
-        self.notes.push(Note { entry: entry.to_string(), message: message.to_string() });
+        self.notes.push(Note { entry: printable(entry), message: printable(message) });
     }
+}
+
+impl ImportedUpstream {
+    /// Every string written for it that the proxy expands (`args`, `env`, `url`, `headers`).
+    fn strings(&self) -> Vec<&str> {
+        match &self.transport {
+            ImportedTransport::Command { args, env, .. } => {
+                args.iter().chain(env.iter().map(|(_, value)| value)).map(String::as_str).collect()
+            }
+            ImportedTransport::Http { url, headers } => {
+                std::iter::once(url).chain(headers.iter().map(|(_, value)| value)).map(String::as_str).collect()
+            }
+        }
+    }
+}
+
+/// The names of the `${VAR}` references in `text`.
+fn references(text: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let _ = crate::config::replace_vars(text, |name| {
+        names.push(name.to_string());
+        Ok::<_, Infallible>(String::new())
+    });
+    names
 }

@@ -17,7 +17,7 @@ fn notes_of(import: &Import, entry: &str) -> Vec<String> {
 
 /// The config the import writes, loaded as the proxy would (every variable set to `set-<NAME>`).
 fn loaded(import: &Import) -> Config {
-    let text = import.to_toml("test.json");
+    let text = import.to_toml();
     Config::from_toml(&text, Path::new("/"), &|name| Some(format!("set-{name}")))
         .unwrap_or_else(|e| panic!("{e}\n{text}"))
 }
@@ -59,7 +59,7 @@ fn literal_secrets_become_variables_and_never_reach_the_config() {
             "api": {"type": "http", "url": "https://api.example.com/mcp?api_key=k123&team=x", "headers": {"Authorization": "Bearer abc.def", "X-Api-Key": "plain"}}
         }}"#,
     );
-    let text = import.to_toml("test.json");
+    let text = import.to_toml();
     for secret in ["ghp_0123456789abcdefABCDEF", "ghp_abcdefghijklmnop1234", "hunter2", "k123", "abc.def", "plain"] {
         assert!(!text.contains(secret), "`{secret}` written in clear:\n{text}");
     }
@@ -88,11 +88,14 @@ fn vs_code_variables_map_to_the_proxys_references() {
             "servers": {"search": {"type": "stdio", "command": "uvx", "args": ["search-mcp", "${workspaceFolder}/data"],
                                    "env": {"SEARCH_KEY": "${input:api-key}", "HOME_DIR": "${userHome}", "LEVEL": "${env:LOG_LEVEL}"}}}}"#,
     );
-    let text = import.to_toml("mcp.json");
-    assert!(text.contains("\"/home/me/project/data\""), "{text}");
-    assert!(text.contains("\"SEARCH_KEY\" = \"${API_KEY}\""), "{text}");
-    assert!(text.contains("\"HOME_DIR\" = \"${HOME}\""), "{text}");
-    assert!(text.contains("\"LEVEL\" = \"${LOG_LEVEL}\""), "{text}");
+    match &import.upstreams[0].transport {
+        ImportedTransport::Command { args, env, .. } => {
+            assert_eq!(args, &["search-mcp", "/home/me/project/data"]);
+            let expected = [("HOME_DIR", "${HOME}"), ("LEVEL", "${LOG_LEVEL}"), ("SEARCH_KEY", "${API_KEY}")];
+            assert_eq!(env, &expected.map(|(key, value)| (key.to_string(), value.to_string())));
+        }
+        other => panic!("{other:?}"),
+    }
     let notes = notes_of(&import, "search");
     assert!(
         notes.iter().any(|n| n.contains("input `api-key` (Search API key)") && n.contains("`API_KEY`")),
@@ -169,6 +172,10 @@ fn secret_detection_by_name_and_shape() {
     for name in ["GITHUB_TOKEN", "X-Api-Key", "--api-key", "apiKey", "Authorization", "DB_PASSWORD", "BRAVE_API_KEY"] {
         assert!(secrets::secret_name(name), "{name}");
     }
+    let also = ["DB_PW", "dbPass", "SMTP_PASSPHRASE", "OAUTH_CLIENTSECRET", "SIGNINGKEY", "AccountKey", "--bearer"];
+    for name in also.into_iter().chain(["sig", "X-Amz-Signature", "GH_TOKENS", "refresh_token"]) {
+        assert!(secrets::secret_name(name), "{name}");
+    }
     for name in ["MEMORY_FILE_PATH", "PORT", "LOG_LEVEL", "KEYBOARD", "PWD", "--verbose"] {
         assert!(!secrets::secret_name(name), "{name}");
     }
@@ -179,6 +186,14 @@ fn secret_detection_by_name_and_shape() {
     }
     for value in ["@modelcontextprotocol/server-everything@2026.8.31", "/tmp/data", "stdio", "-y", "sk-short"] {
         assert!(!secrets::secret_value(value), "{value}");
+    }
+    for segment in
+        ["123e4567-e89b-12d3-a456-426614174000", "a3f9c2e17b4d4e0f9a1c6b8d2e7f0a5c", "sk-ak-4f9a2c7e1b3d5f8a"]
+    {
+        assert!(secrets::secret_segment(segment), "{segment}");
+    }
+    for segment in ["mcp", "v1", "2026-01-01-release-notes", "server-everything", "sse", "modelcontextprotocol", ""] {
+        assert!(!secrets::secret_segment(segment), "{segment}");
     }
 }
 
@@ -229,4 +244,58 @@ fn secrets_in_arguments_keep_their_names() {
         ),
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn nothing_of_the_file_is_written_outside_its_keys_and_values() {
+    let hostile = "x\"\n[server]\nlisten = \"0.0.0.0:8080\"\n[auth]\nmode = \"none\"\n#";
+    let servers = serde_json::json!({"mcpServers": {
+        hostile: {"command": hostile, "args": [hostile], "cwd": format!("/srv/{hostile}")},
+        "web": {"url": format!("https://h.example/{}", hostile.replace('\n', "%0A")), "headers": {"X-Note": hostile}},
+    }});
+    let import = imported(&servers.to_string());
+    let text = import.to_toml();
+    let document: toml_edit::DocumentMut = text.parse().unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(document.iter().map(|(key, _)| key).collect::<Vec<_>>(), ["upstreams"], "{text}");
+    assert!(text.lines().filter(|line| line.starts_with('#')).all(|line| !line.contains("0.0.0.0")), "{text}");
+    match &loaded(&import).upstreams[1].transport {
+        UpstreamTransport::Command { program, args, .. } => {
+            assert_eq!((program.as_str(), args[0].as_str()), (hostile, hostile))
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        import.notes.iter().all(|note| !note.entry.contains('\n') && !note.message.contains('\n')),
+        "{:?}",
+        import.notes
+    );
+}
+
+#[test]
+fn a_variable_that_is_no_name_is_a_problem_on_one_line() {
+    for (value, name) in
+        [("${env:A\n[auth]}", "A\\n[auth]"), ("${env:}", ""), ("${env:1X}", "1X"), ("${env:A B}", "A B")]
+    {
+        let servers = serde_json::json!({"mcpServers": {"a": {"command": "x", "env": {"LEVEL": value}}}});
+        let error = import(&servers.to_string(), &origin()).expect_err(value);
+        assert_eq!(error.problems[0].at, "mcpServers.a.env.LEVEL", "{error}");
+        assert!(error.problems[0].message.contains(&format!("`{name}` is not a variable name")), "{error}");
+        assert!(!error.to_string().trim_end().lines().any(|line| line.starts_with('[')), "{error}");
+    }
+    let origin = Origin { workspace: Some(PathBuf::from("/w/${HOME}")) };
+    let error = import(r#"{"mcpServers": {"a": {"command": "x", "args": ["${workspaceFolder}"]}}}"#, &origin)
+        .expect_err("a workspace read as a variable");
+    assert!(error.to_string().contains("holds `${`"), "{error}");
+}
+
+#[test]
+fn a_secret_beside_a_variable_is_moved_and_the_variable_no_longer_listed() {
+    let import = imported(
+        r#"{"mcpServers": {"a": {"command": "x", "env": {"API_TOKEN": "live-abc${env:SUFFIX}", "PLAIN": "${env:KEPT}"}},
+            "b": {"url": "https://h.example/mcp", "headers": {"Authorization": "Bearer ${env:B_TOKEN}"}}}}"#,
+    );
+    let text = import.to_toml();
+    assert!(!text.contains("live-abc"), "{text}");
+    assert_eq!(import.variables.iter().map(String::as_str).collect::<Vec<_>>(), ["API_TOKEN", "B_TOKEN", "KEPT"]);
+    loaded(&import);
 }

@@ -1,76 +1,60 @@
-//! The imported upstreams written as a config file: a header naming the source and the
-//! variables to set, then one `[[upstreams]]` table per server (every other setting at the
-//! shipped defaults).
+//! The imported upstreams written as a config file, through `toml_edit`: a header, then one
+//! `[[upstreams]]` table per server (every other setting at the shipped defaults).
+//!
+//! Invariant: every key and value is written by the TOML library (quoted and escaped by
+//! construction), so the text parses back to exactly `[[upstreams]]` of the imported values; a
+//! comment is fixed text only, never anything of the servers file or its path (a TOML library
+//! writes comment text as given).
 
-use std::fmt::Write;
+use toml_edit::{Array, ArrayOfTables, DocumentMut, InlineTable, Item, Table, value};
 
 use super::{Import, ImportedTransport, ImportedUpstream};
 
-pub(super) fn config(import: &Import, source: &str) -> String {
-    let mut out = format!("# Imported from {source} by `mcp-resource-proxy import`.\n");
-    out.push_str("# Every setting not written here is at its default (README \"Configuration\").\n");
-    if !import.variables.is_empty() {
-        let names: Vec<&str> = import.variables.iter().map(String::as_str).collect();
-        let _ = writeln!(out, "# Set in the proxy's environment before `check` or `serve`: {}.", names.join(", "));
-    }
-    for upstream in &import.upstreams {
-        out.push('\n');
-        upstream_table(&mut out, upstream);
-    }
-    out
+/// The file's first lines: fixed text (the variables to set are on `import`'s stderr and in the
+/// `${VAR}` references themselves).
+const HEADER: &str = "\
+# Imported by `mcp-resource-proxy import` from a host's servers file.
+# Every setting not written here is at its default (README \"Configuration\").
+# Each `${VAR}` below is read from the proxy's environment: set it before `check` or `serve`.
+";
+
+pub(super) fn config(import: &Import) -> String {
+    let mut document = DocumentMut::new();
+    document.decor_mut().set_prefix(HEADER);
+    let upstreams: ArrayOfTables = import.upstreams.iter().map(upstream_table).collect();
+    document.insert("upstreams", Item::ArrayOfTables(upstreams));
+    document.to_string()
 }
 
-fn upstream_table(out: &mut String, upstream: &ImportedUpstream) {
-    out.push_str("[[upstreams]]\n");
-    if upstream.name != upstream.entry {
-        let _ = writeln!(out, "# `{}` in the servers file", upstream.entry.replace('\n', " "));
-    }
-    let _ = writeln!(out, "name = {}", string(&upstream.name));
+fn upstream_table(upstream: &ImportedUpstream) -> Table {
+    let mut table = Table::new();
+    table.decor_mut().set_prefix("\n");
+    table.insert("name", value(upstream.name.as_str()));
     match &upstream.transport {
         ImportedTransport::Command { command, args, env, cwd } => {
-            let _ = writeln!(out, "command = {}", string(command));
+            table.insert("command", value(command.as_str()));
             if !args.is_empty() {
-                let args: Vec<String> = args.iter().map(|arg| string(arg)).collect();
-                let _ = writeln!(out, "args = [{}]", args.join(", "));
+                table.insert("args", value(args.iter().map(String::as_str).collect::<Array>()));
             }
             if !env.is_empty() {
-                let _ = writeln!(out, "env = {}", inline_table(env));
+                table.insert("env", value(inline_table(env)));
             }
             if let Some(cwd) = cwd {
-                let _ = writeln!(out, "cwd = {}", string(cwd));
+                table.insert("cwd", value(cwd.as_str()));
             }
         }
         ImportedTransport::Http { url, headers } => {
-            let _ = writeln!(out, "url = {}", string(url));
+            table.insert("url", value(url.as_str()));
             if !headers.is_empty() {
-                let _ = writeln!(out, "headers = {}", inline_table(headers));
+                table.insert("headers", value(inline_table(headers)));
             }
         }
     }
+    table
 }
 
-fn inline_table(pairs: &[(String, String)]) -> String {
-    let pairs: Vec<String> = pairs.iter().map(|(key, value)| format!("{} = {}", string(key), string(value))).collect();
-    format!("{{ {} }}", pairs.join(", "))
-}
-
-/// A TOML basic string.
-pub(super) fn string(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            c if c.is_control() => {
-                let _ = write!(out, "\\u{:04X}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+fn inline_table(pairs: &[(String, String)]) -> InlineTable {
+    let mut table: InlineTable = pairs.iter().map(|(key, text)| (key.as_str(), text.as_str())).collect();
+    table.fmt();
+    table
 }

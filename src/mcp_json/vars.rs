@@ -1,7 +1,7 @@
 //! Host variables → the proxy's `${VAR}` references (read from the proxy's environment at
 //! start): VS Code `${input:id}` → `${ID}`, `${env:X}` → `${X}`, `${userHome}` → `${HOME}`,
-//! `${workspaceFolder}` → the workspace's path; `${X}` already is one. Anything else is a
-//! problem naming it.
+//! `${workspaceFolder}` → the workspace's path; `${X}` already is one. Anything else (a name
+//! that is not `[A-Za-z_][A-Za-z0-9_]*`, a workspace path holding `${`) is a problem naming it.
 
 use std::convert::Infallible;
 
@@ -39,21 +39,32 @@ fn replace(state: &mut State<'_>, at: &str, inner: &str) -> String {
             Some(text) => format!("input `{id}` ({text}) is read from `{variable}` in the proxy's environment"),
         };
         state.note(&entry, &message);
-        return reference(state, &variable);
+        return reference(&variable);
     }
     if let Some(name) = inner.strip_prefix("env:") {
-        return reference(state, name);
+        if !is_variable_name(name) {
+            state.problem(at, &format!("`${{{inner}}}`: `{name}` is not a variable name like API_KEY"));
+            return String::new();
+        }
+        return reference(name);
     }
     match inner {
-        "userHome" => reference(state, "HOME"),
+        "userHome" => reference("HOME"),
         "workspaceFolder" | "workspaceRoot" => match &state.origin.workspace {
+            Some(folder) if folder.display().to_string().contains("${") => {
+                let message = format!(
+                    "`${{{inner}}}`: the workspace folder's path holds `${{`, which the proxy would read as a variable"
+                );
+                state.problem(at, &message);
+                String::new()
+            }
             Some(folder) => folder.display().to_string(),
             None => {
                 state.problem(at, &format!("`${{{inner}}}`: the workspace folder is not known"));
                 String::new()
             }
         },
-        name if is_variable_name(name) => reference(state, name),
+        name if is_variable_name(name) => reference(name),
         other => {
             let message = format!("`${{{other}}}` is not a variable the proxy can supply");
             state.problem(at, &message);
@@ -62,9 +73,8 @@ fn replace(state: &mut State<'_>, at: &str, inner: &str) -> String {
     }
 }
 
-/// `${name}`, and `name` recorded as needed.
-pub(super) fn reference(state: &mut State<'_>, name: &str) -> String {
-    state.variables.insert(name.to_string());
+/// `${name}` (the import lists the variables its written references need).
+pub(super) fn reference(name: &str) -> String {
     format!("${{{name}}}")
 }
 

@@ -3,7 +3,8 @@
 //! accepts, with secrets as `${VAR}` references and every change reported on stderr; broken
 //! entries are all named, nothing written. Serving the imported stdio entries with the real
 //! peers is in the interop tier (`tests/interop/import.rs`); here `serve --mcp-json` brings up
-//! the fixture and the folder server. Also `MCP_PROXY_CONFIG`.
+//! the fixture and the folder server. Also `MCP_PROXY_CONFIG`. Hostile files and paths are in
+//! `hostile`.
 
 use std::process::{Output, Stdio};
 
@@ -13,8 +14,10 @@ use crate::support::repo_root;
 use anyhow::Context;
 use tokio::process::Command;
 
+mod hostile;
+
 /// EX_CONFIG from sysexits.h.
-const EXIT_CONFIG: i32 = 78;
+pub(super) const EXIT_CONFIG: i32 = 78;
 
 /// One committed servers file and what its import must say and write.
 struct HostFile {
@@ -198,21 +201,21 @@ async fn mcp_proxy_config_names_the_config_file() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn command(args: &[&str], env: &[(&str, &str)]) -> Command {
+pub(super) fn command(args: &[&str], env: &[(&str, &str)]) -> Command {
     let mut command = Command::new(PROXY_BIN);
     command.args(args).envs(env.iter().copied()).stdin(Stdio::null()).kill_on_drop(true);
     command
 }
 
-async fn run(args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Output> {
+pub(super) async fn run(args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Output> {
     output_of(command(args, env)).await
 }
 
-async fn output_of(mut command: Command) -> anyhow::Result<Output> {
+pub(super) async fn output_of(mut command: Command) -> anyhow::Result<Output> {
     tokio::time::timeout(DEADLINE, command.output()).await.context("the command did not exit")?.map_err(Into::into)
 }
 
 /// (stdout, stderr).
-fn texts(output: &Output) -> (String, String) {
+pub(super) fn texts(output: &Output) -> (String, String) {
     (String::from_utf8_lossy(&output.stdout).into_owned(), String::from_utf8_lossy(&output.stderr).into_owned())
 }
