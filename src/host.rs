@@ -3,7 +3,7 @@
 //! progress). A contract on the ground floor: `upstream` calls through these traits, the hosts'
 //! side (`downstream`, and `tools` for a call parked between rounds) implements them, and the
 //! composition hands the host's implementation to the upstream call — so neither edge
-//! implements a trait of the other (checked by the `module_graph` test). Imports nothing of
+//! implements a trait of the other (checked by the fast tier's `house` test). Imports nothing of
 //! the crate.
 
 #![allow(deprecated)] // Sampling and logging are deprecated by SEP-2577 but still in the 2025 era.

@@ -1,7 +1,7 @@
 //! mcp-resource-proxy: one MCP endpoint in front of many upstream MCP servers.
 //!
-//! Module map (each module imports only from modules on a lower floor: the floors are listed
-//! in ARCHITECTURE.md and checked by the `module_graph` test):
+//! Module map (each module imports only from modules on a lower floor, along listed edges: the
+//! floors are in ARCHITECTURE.md, and the fast tier's `house` test checks them and the edges):
 //! - [`protocol`]: the protocol facts: eras, version strings, the served methods, era detection.
 //! - [`wire`]: the byte-level rules of MCP over HTTP the proxy writes itself (headers, request era, error statuses, SSE, contents JSON), mirroring rmcp.
 //! - [`problem`]: one validation problem (where, what), as config and policy report them.
@@ -67,6 +67,3 @@ pub mod tools;
 pub mod upstream;
 pub mod uri;
 pub mod wire;
-
-#[cfg(test)]
-mod module_graph;
