@@ -20,7 +20,7 @@
 //! - [`upstream`]: connecting (stdio, HTTP, in-process folder), the era probe, supervision.
 //! - [`downstream`]: the rmcp `ServerHandler` hosts talk to, over stdio and streamable HTTP.
 //! - [`subscriptions`]: who holds which upstream URI; reference counts (pure).
-//! - [`host`]: what a routed call's host offers the upstream side (`HostRelay`, `ProgressOutlet`): a contract both edges import.
+//! - [`host`]: what a routed call's host offers the upstream side (`HostRelay`, `ProgressOutlet`) and the host session it came on (`HostSession`): a contract both edges import.
 //! - [`cluster`]: `[cluster]`: this replica's id, keys derived from the cluster secret, the Redis connection and its health, the replicas seen alive, the counts that hold across them.
 //! - [`fanout`]: per-host bounded queues and sender tasks for notifications.
 //! - [`proxy`]: capability services (lists, reads, subscriptions, access) over one shared core, behind the `Proxy` handle; live config reload.

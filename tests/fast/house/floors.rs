@@ -173,12 +173,6 @@ const KNOWN_EXCEPTIONS: &[(&str, &str, &str)] = &[
         "cluster::forward",
         "a session's own lists are told to replicas as forwarded calls",
     ),
-    ("downstream/subscribing.rs", "upstream", "a subscription names its host session as `upstream::HostSession`"),
-    (
-        "downstream/shared/streams.rs",
-        "upstream",
-        "a session's stream names its host session as `upstream::HostSession`",
-    ),
     ("downstream/audited.rs", "coherence", "a read's audit event labels its `coherence::Outcome`"),
     (
         "downstream/fast/reply_tests.rs",
