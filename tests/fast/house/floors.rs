@@ -144,6 +144,7 @@ const EDGES: &[(&str, &[&str])] = &[
             "auth",
             "metrics",
             "listener",
+            "cache",
             "fanout",
             "audit",
             "cluster",
@@ -172,12 +173,6 @@ const KNOWN_EXCEPTIONS: &[(&str, &str, &str)] = &[
         "upstream/offered_elsewhere.rs",
         "cluster::forward",
         "a session's own lists are told to replicas as forwarded calls",
-    ),
-    ("downstream/audited.rs", "coherence", "a read's audit event labels its `coherence::Outcome`"),
-    (
-        "downstream/fast/reply_tests.rs",
-        "coherence",
-        "the fast path's reply tests build a read with a `coherence::Outcome`",
     ),
 ];
 
