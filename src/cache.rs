@@ -4,6 +4,7 @@
 //!
 //! [`Store`] is the seam for another tier (a store shared by replicas): get, insert,
 //! invalidate a URI and everything under it, flush an upstream. [`LocalStore`] is moka.
+//! [`Outcome`] names how a read was answered (hit, miss, stale, bypass), as plain data.
 //! Invariant: an entry is never returned after its `keep_until`, nor after an `invalidate`
 //! that covers its URI was made (moka hides entries inserted before an invalidation predicate).
 
@@ -29,6 +30,17 @@ pub struct Key {
     pub generation: u64,
     /// `None` for public results, the principal for private ones.
     pub principal: Option<Arc<str>>,
+}
+
+/// How a read was answered (coherence decides; the hosts' side labels it in audit events).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Hit,
+    Miss,
+    /// Served past its lifetime because the upstream failed (`stale_if_error`).
+    Stale,
+    /// Not cacheable (too large, ttl 0, input required, or the cache is off).
+    Bypass,
 }
 
 /// One kept result.

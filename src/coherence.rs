@@ -29,9 +29,11 @@ use std::time::{Duration, Instant};
 
 use rmcp::model::CacheScope;
 
-pub use self::admission::{Cached, Loaded, Outcome, content_bytes, lifetime, told_scope, told_ttl, unwatched_ttl};
+pub use self::admission::{Cached, Loaded, content_bytes, lifetime, told_scope, told_ttl, unwatched_ttl};
 pub use self::holds::WatchTicket;
+// How a read was answered: plain data of the store's floor (`cache`), which hosts label.
 pub(crate) use self::watches::WatchBook;
+pub use crate::cache::Outcome;
 use crate::cache::{Entry, Key, LocalStore, Store};
 use crate::config::{CacheConfig, UpstreamCache};
 use crate::error::ProxyError;

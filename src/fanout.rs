@@ -78,7 +78,7 @@ pub struct OutletInfo {
     pub wants_tools_list_changed: bool,
     pub wants_prompts_list_changed: bool,
     /// A host session's key for its per-host upstream sessions (see
-    /// `crate::upstream::HostSession`), once known; never set for a listen stream.
+    /// `crate::host::HostSession`), once known; never set for a listen stream.
     pub host_key: HostKey,
 }
 

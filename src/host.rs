@@ -1,9 +1,10 @@
 //! What a routed call's host offers the upstream side: [`HostRelay`] (the server-to-client
 //! requests and log messages an upstream sends for a call) and [`ProgressOutlet`] (its
-//! progress). A contract on the ground floor: `upstream` calls through these traits, the hosts'
+//! progress), and [`HostSession`] (the host session a request came on, what it declared). A
+//! contract on the ground floor: `upstream` calls through these traits, the hosts'
 //! side (`downstream`, and `tools` for a call parked between rounds) implements them, and the
 //! composition hands the host's implementation to the upstream call — so neither edge
-//! implements a trait of the other (checked by the `module_graph` test). Imports nothing of
+//! implements a trait of the other (checked by the fast tier's `house` test). Imports nothing of
 //! the crate.
 
 #![allow(deprecated)] // Sampling and logging are deprecated by SEP-2577 but still in the 2025 era.
@@ -53,6 +54,18 @@ pub trait HostRelay: Send + Sync + 'static {
     fn host_session(&self) -> Option<u64> {
         None
     }
+}
+
+/// The host session a request came on, and what that host declared: a per-host upstream
+/// session is opened declaring to the upstream only what its host did. Plain data: the hosts'
+/// side names its sessions with it, the upstream side keys per-host sessions by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostSession {
+    /// Its key, whose per-host sessions it names: its holder id; with `[cluster]` a digest of
+    /// its `Mcp-Session-Id`, the same on every replica.
+    pub id: u64,
+    pub sampling: bool,
+    pub elicitation: bool,
 }
 
 /// Where one call's progress goes (a host's request); never waits.

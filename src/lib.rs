@@ -1,7 +1,7 @@
 //! mcp-resource-proxy: one MCP endpoint in front of many upstream MCP servers.
 //!
-//! Module map (each module imports only from modules on a lower floor: the floors are listed
-//! in ARCHITECTURE.md and checked by the `module_graph` test):
+//! Module map (each module imports only from modules on a lower floor, along listed edges: the
+//! floors are in ARCHITECTURE.md, and the fast tier's `house` test checks them and the edges):
 //! - [`protocol`]: the protocol facts: eras, version strings, the served methods, era detection.
 //! - [`wire`]: the byte-level rules of MCP over HTTP the proxy writes itself (headers, request era, error statuses, SSE, contents JSON), mirroring rmcp.
 //! - [`problem`]: one validation problem (where, what), as config and policy report them.
@@ -20,7 +20,7 @@
 //! - [`upstream`]: connecting (stdio, HTTP, in-process folder), the era probe, supervision.
 //! - [`downstream`]: the rmcp `ServerHandler` hosts talk to, over stdio and streamable HTTP.
 //! - [`subscriptions`]: who holds which upstream URI; reference counts (pure).
-//! - [`host`]: what a routed call's host offers the upstream side (`HostRelay`, `ProgressOutlet`): a contract both edges import.
+//! - [`host`]: what a routed call's host offers the upstream side (`HostRelay`, `ProgressOutlet`) and the host session it came on (`HostSession`): a contract both edges import.
 //! - [`cluster`]: `[cluster]`: this replica's id, keys derived from the cluster secret, the Redis connection and its health, the replicas seen alive, the counts that hold across them.
 //! - [`fanout`]: per-host bounded queues and sender tasks for notifications.
 //! - [`proxy`]: capability services (lists, reads, subscriptions, access) over one shared core, behind the `Proxy` handle; live config reload.
@@ -67,6 +67,3 @@ pub mod tools;
 pub mod upstream;
 pub mod uri;
 pub mod wire;
-
-#[cfg(test)]
-mod module_graph;

@@ -19,19 +19,8 @@ use std::time::{Duration, Instant};
 use rmcp::model::{CacheScope, ReadResourceResult, ResourceContents};
 
 use super::holds::WatchTicket;
-use crate::cache::Entry;
+use crate::cache::{Entry, Outcome};
 use crate::config::{CacheConfig, UpstreamCache};
-
-/// How a read was answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Hit,
-    Miss,
-    /// Served past its lifetime because the upstream failed (`stale_if_error`).
-    Stale,
-    /// Not cacheable (too large, ttl 0, input required, or the cache is off).
-    Bypass,
-}
 
 /// A read's result and what the host may be told about caching it.
 #[derive(Debug, Clone)]

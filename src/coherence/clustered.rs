@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 
 use rmcp::model::CacheScope;
 
-use super::admission::{self, Cached, Loaded, Outcome};
+use super::admission::{self, Cached, Loaded};
 use super::shared::{Found, Look, SharedTier, Slot};
 use super::{Coherence, Inner, LoadError, ReadRequest, answered, too_slow};
-use crate::cache::{Entry, Key, Store};
+use crate::cache::{Entry, Key, Outcome, Store};
 use crate::config::UpstreamCache;
 use crate::error::ProxyError;
 use crate::metrics::{InvalidationCause, SharedCacheEvent};

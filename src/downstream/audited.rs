@@ -10,7 +10,7 @@ use rmcp::service::{RequestContext, RoleServer};
 
 use super::session_header;
 use crate::audit::{Event, Kind};
-use crate::coherence::Outcome;
+use crate::cache::Outcome;
 use crate::error::ProxyError;
 use crate::protocol::Era;
 use crate::proxy::{Metered, ReadAnswer};

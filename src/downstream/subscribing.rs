@@ -29,9 +29,9 @@ use super::{ProxyServer, Session, session_header};
 use crate::audit::{self, Kind};
 use crate::error::ProxyError;
 use crate::fanout::{OutletInfo, OutletKind};
+use crate::host::HostSession;
 use crate::protocol::{Era, method};
 use crate::proxy::Caller;
-use crate::upstream::HostSession;
 
 impl ProxyServer {
     pub(super) async fn subscriptions_subscribe(

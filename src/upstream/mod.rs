@@ -53,11 +53,13 @@ use self::credentials::TokenSource;
 pub use self::events::{EventInbox, EventSender, Inbound, Lost};
 pub use self::registry::Registry;
 pub use self::roots::RootsChange;
-pub use self::sessions::{HostSession, Lease, SessionHandle};
+pub use self::sessions::{Lease, SessionHandle};
 use crate::auth::subjects::Subjects;
 use crate::catalog::Catalog;
 use crate::config::{SessionMode, UpstreamConfig, UpstreamTransport};
 use crate::error::ProxyError;
+// The host session a per-host session is keyed by: plain data of the ground floor (`host`).
+pub use crate::host::HostSession;
 use crate::metrics::Metrics;
 use crate::protocol::{Era, method};
 use crate::spine::Spine;

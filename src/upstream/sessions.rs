@@ -60,20 +60,10 @@ use super::{Offered, Upstream, UpstreamEvent, Watching};
 use crate::cluster::forward::HostOf;
 use crate::config::{SessionMode, UpstreamTransport};
 use crate::error::ProxyError;
+use crate::host::HostSession;
 use crate::protocol::Era;
 use crate::spine::Spine;
 use crate::subscriptions::{HolderId, is_same_or_parent};
-
-/// The host session a request came on, and what that host declared: a per-host session is
-/// opened declaring to the upstream only what its host did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HostSession {
-    /// Its key, whose per-host sessions it names: its holder id; with `[cluster]` a digest of
-    /// its `Mcp-Session-Id`, the same on every replica.
-    pub id: u64,
-    pub sampling: bool,
-    pub elicitation: bool,
-}
 
 impl From<HostOf> for HostSession {
     fn from(host: HostOf) -> Self {

@@ -21,6 +21,7 @@ mod fixture;
 mod folder_policy;
 mod hardening_http;
 mod hostile_tools;
+mod house;
 mod import;
 mod jwks_fetch;
 mod jwt;

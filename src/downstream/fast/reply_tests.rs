@@ -9,7 +9,7 @@ use rmcp::model::{CacheScope, JsonRpcMessage, NumberOrString, ReadResourceResult
 use serde_json::{Value, json};
 
 use super::{EMPTY_CONTENTS, Reply, json_reply, only_place, set_aside, sse_reply};
-use crate::coherence::Outcome;
+use crate::cache::Outcome;
 use crate::proxy::ReadAnswer;
 use crate::wire::contents_json::contents_json;
 

@@ -29,9 +29,9 @@ use rmcp::transport::streamable_http_server::session::SessionStore;
 
 use super::records::Records;
 use crate::downstream::sessions::SessionBook;
+use crate::host::HostSession;
 use crate::proxy::Proxy;
 use crate::subscriptions::HolderId;
-use crate::upstream::HostSession;
 use crate::wire::sse;
 
 /// How long a stream waits for the session's handler to register (a session restored by the

@@ -1,17 +1,19 @@
-//! The source scan behind the module tests: which module each file is, and every module path a
-//! file names (`crate::…`, `super::…`, `self::…`, groups `{a, b::c}` included, over several
+//! The source scan behind the house rules: which module each file of a crate is, and every
+//! module path a file names (`crate::…`, `super::…`, `self::…`, groups `{a, b::c}` included, over several
 //! lines), resolved to the module it lands in. A name a module root re-exports from one of its
 //! sub-modules (`pub use self::relay::HostRelay`) lands in that sub-module.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use crate::support::repo_root;
+
 /// A module by its path from the crate root: `src/downstream/fast/parse.rs` → `downstream::fast::parse`.
 pub type ModulePath = Vec<String>;
 
-/// One file of the crate, read.
+/// One file of a crate, read.
 pub struct Source {
-    /// Where it is, relative to `src/`.
+    /// Where it is, relative to its crate's source folder (`upstream/mod.rs`).
     pub file: String,
     pub module: ModulePath,
     pub text: String,
@@ -26,9 +28,10 @@ pub struct Reference {
     pub in_tests: bool,
 }
 
-/// Every `.rs` file under `src/`.
-pub fn sources() -> Vec<Source> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+/// Every `.rs` file under `folder`, a crate's source folder relative to the workspace root
+/// (`src`, `crates/fixture/src`).
+pub fn sources(folder: &str) -> Vec<Source> {
+    let src = repo_root().join(folder);
     let mut files = Vec::new();
     walk(&src, &mut files);
     files
@@ -45,7 +48,7 @@ pub fn sources() -> Vec<Source> {
 }
 
 fn walk(dir: &Path, files: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).expect("src is readable") {
+    for entry in std::fs::read_dir(dir).expect("a source folder is readable") {
         let path = entry.expect("a directory entry").path();
         if path.is_dir() {
             walk(&path, files);
@@ -55,7 +58,7 @@ fn walk(dir: &Path, files: &mut Vec<PathBuf>) {
     }
 }
 
-/// The module a file (relative to `src/`) is: `config/access.rs` → `config::access`,
+/// The module a file (relative to its source folder) is: `config/access.rs` → `config::access`,
 /// `upstream/mod.rs` → `upstream`, and `thin/sse_tests.rs` (a `#[path]` child of `sse`) →
 /// `thin::sse::tests`.
 pub fn module_of(relative: &Path) -> ModulePath {
@@ -72,7 +75,7 @@ pub fn module_of(relative: &Path) -> ModulePath {
     module
 }
 
-/// What the scan knows of the crate: its modules, and the names each module root re-exports
+/// What the scan knows of a crate: its modules, and the names each module root re-exports
 /// from its sub-modules.
 pub struct Crate {
     modules: BTreeSet<ModulePath>,

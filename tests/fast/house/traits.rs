@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::scan;
+use super::{PRODUCT, scan};
 
 /// The modules that talk rmcp to the outside: neither implements the other's traits.
 const EDGES: &[&str] = &["upstream", "downstream"];
@@ -60,7 +60,7 @@ fn after_generics(text: &str) -> &str {
 
 #[test]
 fn no_edge_module_has_its_traits_implemented_elsewhere() {
-    let sources = scan::sources();
+    let sources = scan::sources(PRODUCT);
     let mut defined: BTreeMap<String, String> = BTreeMap::new();
     for source in &sources {
         for name in traits_declared(&scan::strip_comments(&source.text)) {
