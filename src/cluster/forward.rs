@@ -298,6 +298,16 @@ impl Forwarder {
         Forwarder { inner: Arc::new(inner) }
     }
 
+    /// This replica's id.
+    pub fn replica_id(&self) -> &str {
+        self.inner.cluster.replica_id()
+    }
+
+    /// Another replica seen alive that can be reached, by its id.
+    pub fn replica(&self, id: &str) -> Option<Owner> {
+        self.inner.cluster.others().into_iter().find(|other| other.replica == id)
+    }
+
     /// The replica holding `of`, when it is another one.
     pub fn owner(&self, of: SessionOf<'_>) -> Option<Owner> {
         self.inner.cluster.owner_of(of.upstream, of.principal, of.host.map(|host| host.key))

@@ -13,7 +13,9 @@
 //! in all, each parked no longer than its upstream's `request_timeout` (the upstream call itself
 //! times out within that too). A `requestState` is 256 random bits, resumed once, only by the
 //! principal that parked it and for the same presented name; unknown, expired and another
-//! principal's state answer alike. Nothing is asked of a host that did not declare it.
+//! principal's state answer alike. Nothing is asked of a host that did not declare it. With
+//! `[cluster]` a state ends with `@<replica>`, the replica the call is parked on (not a secret:
+//! the token alone resumes it, and only there).
 
 #![allow(deprecated)] // Sampling is deprecated by SEP-2577 but still in the 2025 era.
 
@@ -61,7 +63,13 @@ pub(super) enum Outcome<R> {
 /// The calls parked for their host's answer, by `requestState`.
 pub(super) struct ParkedCalls<R> {
     calls: Mutex<HashMap<String, Parked<R>>>,
+    /// `[cluster]`: this replica's id, the end of every `requestState` minted here (after
+    /// [`REPLICA_MARK`]), so that a retry landing on another replica is sent here.
+    replica: Option<String>,
 }
+
+/// What stands between a `requestState`'s token and the replica its call waits on.
+const REPLICA_MARK: char = '@';
 
 /// Who may resume a parked call, until when, and the call.
 struct Parked<R> {
@@ -104,7 +112,7 @@ pub(super) struct Resume<'a> {
 
 impl<R: Send + 'static> Default for ParkedCalls<R> {
     fn default() -> Self {
-        ParkedCalls { calls: Mutex::new(HashMap::new()) }
+        ParkedCalls { calls: Mutex::new(HashMap::new()), replica: None }
     }
 }
 
@@ -113,7 +121,18 @@ pub(super) fn is_ours(state: Option<&str>) -> bool {
     state.is_some_and(|state| state.starts_with(STATE_PREFIX))
 }
 
+/// The replica whose call `state` (one the proxy minted) continues; `None` when it names
+/// none (a single process).
+pub(super) fn parked_at(state: &str) -> Option<&str> {
+    state.strip_prefix(STATE_PREFIX)?.split_once(REPLICA_MARK).map(|(_, replica)| replica)
+}
+
 impl<R: Send + 'static> ParkedCalls<R> {
+    /// The parked calls of replica `replica` (`[cluster]`), whose `requestState`s name it.
+    pub fn of_replica(replica: Option<&str>) -> Self {
+        ParkedCalls { calls: Mutex::new(HashMap::new()), replica: replica.map(str::to_owned) }
+    }
+
     /// Start a call for a 2026-07-28 `host` (`start` sends it upstream with the relay it is
     /// given) and run it until it answers or asks the host something.
     pub async fn start<F>(
@@ -181,7 +200,10 @@ impl<R: Send + 'static> ParkedCalls<R> {
                  answer or abandon one first"
             )));
         }
-        let state = format!("{STATE_PREFIX}{}", fresh_token());
+        let state = match &self.replica {
+            Some(replica) => format!("{STATE_PREFIX}{}{REPLICA_MARK}{replica}", fresh_token()),
+            None => format!("{STATE_PREFIX}{}", fresh_token()),
+        };
         let parked = Parked {
             principal: who.principal.to_owned(),
             name: who.name.to_owned(),

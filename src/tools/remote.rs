@@ -9,7 +9,10 @@
 //! progress (log messages, sampling and elicitation requests) reaches the call's host through
 //! the forwarding replica, as for a local call; its answers go back to the owner. A
 //! 2026-07-28 host's call is parked at the owner for its input, and resumed there from any
-//! replica (the proxy's own `requestState` is never sealed, so any replica passes it on).
+//! replica (the proxy's own `requestState` is never sealed, so any replica passes it on). On a
+//! shared upstream a 2026-07-28 host's call is parked on the replica that started it, which its
+//! `requestState` names; a retry landing elsewhere is sent there ([`Tools::run_forwarded`]
+//! takes a shared upstream's request only to resume a call parked there).
 //!
 //! Invariant: a forwarded request reaches the owner only after this replica decided it for the
 //! principal; the owner runs it on that principal's session and never forwards it again.
@@ -46,14 +49,18 @@ impl Tools {
         host: ForwardingHost<'_>,
     ) -> Option<Result<CallToolResponse, ProxyError>> {
         let of = session_of(upstream, holder.principal, host.relay.as_deref());
-        if !self.held_elsewhere(upstream, of) {
+        let waits_elsewhere = self.parked_elsewhere(upstream, params.request_state.as_deref());
+        if waits_elsewhere.is_none() && !self.held_elsewhere(upstream, of) {
             return None;
         }
         let mut params = params.clone();
         if let Err(error) = self.open_state_in(holder, &mut params.request_state) {
             return Some(Err(error));
         }
-        let answer = self.elsewhere(upstream, of, Call::Tool(params), host).await?;
+        let answer = match waits_elsewhere {
+            Some(replica) => self.resume_at(upstream, of, replica, Call::Tool(params), host).await,
+            None => self.elsewhere(upstream, of, Call::Tool(params), host).await?,
+        };
         Some(answer.and_then(|answer| match answer {
             Answer::Tool(result) => Ok(CallToolResponse::Complete(result)),
             Answer::InputRequired(needs) => {
@@ -72,7 +79,8 @@ impl Tools {
         relay: Option<Arc<dyn HostRelay>>,
     ) -> Option<Result<GetPromptResponse, ProxyError>> {
         let of = session_of(upstream, holder.principal, relay.as_deref());
-        if !self.held_elsewhere(upstream, of) {
+        let waits_elsewhere = self.parked_elsewhere(upstream, params.request_state.as_deref());
+        if waits_elsewhere.is_none() && !self.held_elsewhere(upstream, of) {
             return None;
         }
         let mut params = params.clone();
@@ -80,7 +88,10 @@ impl Tools {
             return Some(Err(error));
         }
         let host = ForwardingHost { progress: None, relay, presented: holder.name };
-        let answer = self.elsewhere(upstream, of, Call::Prompt(params), host).await?;
+        let answer = match waits_elsewhere {
+            Some(replica) => self.resume_at(upstream, of, replica, Call::Prompt(params), host).await,
+            None => self.elsewhere(upstream, of, Call::Prompt(params), host).await?,
+        };
         Some(answer.and_then(|answer| match answer {
             Answer::Prompt(result) => Ok(GetPromptResponse::Complete(result)),
             Answer::InputRequired(needs) => {
@@ -146,14 +157,14 @@ impl Tools {
         let principal = of.principal;
         let down = || ProxyError::UpstreamDown { upstream: of.upstream.to_string() };
         let upstream = self.inner.upstreams.get(of.upstream).ok_or_else(down)?;
-        if upstream.config().sessions.mode == SessionMode::Shared {
+        // A shared upstream's request comes here only to resume a call parked here.
+        if upstream.config().sessions.mode == SessionMode::Shared && !resumes_parked(&call) {
             return Err(ProxyError::InvalidParams("not an upstream with sessions of its own here".into()));
         }
         if let Call::Offerings = call {
             return Ok(Answer::Offerings(upstream.own_lists_here(principal, of.host.map(|host| host.key))));
         }
-        let host = of.host.map(HostSession::from);
-        let session = upstream.session_for(principal, host).await?;
+        let session = upstream.session_for(principal, of.host.map(HostSession::from)).await?;
         session.pass_log_level(relay.as_deref().and_then(|relay| relay.log_level())).await;
         self.inner.metrics.cluster_forward("served");
         Ok(match call {
@@ -223,6 +234,55 @@ impl Tools {
 
     /// Is session `of` another replica's? Asked before anything of the request is opened: a
     /// request run here (a `requestState` of a call parked here, say) is left whole.
+    /// `[cluster]`, a shared upstream: the replica another than this one on which the call
+    /// that `state` (the proxy's own `requestState`) continues is parked. A per-principal or
+    /// per-host upstream's call is parked at its session's owner, where it is sent anyway.
+    fn parked_elsewhere<'s>(&self, upstream: &Upstream, state: Option<&'s str>) -> Option<&'s str> {
+        let forwarder = self.inner.forwarder.as_ref()?;
+        if upstream.config().sessions.mode != SessionMode::Shared {
+            return None;
+        }
+        let replica = super::parked::parked_at(state?)?;
+        (replica != forwarder.replica_id()).then_some(replica)
+    }
+
+    /// Send the retry `call` of a call parked on `replica` there, where it resumes.
+    async fn resume_at(
+        &self,
+        upstream: &Upstream,
+        of: SessionOf<'_>,
+        replica: &str,
+        call: Call,
+        host: ForwardingHost<'_>,
+    ) -> Result<Answer, ProxyError> {
+        let forwarder = self.inner.forwarder.as_ref().ok_or_else(super::parked::unknown_state)?;
+        let Some(waiting) = forwarder.replica(replica) else {
+            tracing::debug!(upstream = upstream.name(), replica, "a requestState names a replica that is gone");
+            return Err(ProxyError::InvalidParams(format!(
+                "requestState continues a call that waited on replica `{replica}`, which is gone: that call is over; \
+                 call again without requestState"
+            )));
+        };
+        let timeout = upstream.config().request_timeout + crate::cluster::forward::CONNECT_TIMEOUT * 2;
+        match forwarder.send(&waiting, of, call, host, timeout).await {
+            Ok(answer) => {
+                self.inner.metrics.cluster_forward("forwarded");
+                Ok(answer)
+            }
+            Err(Sent::Unreachable) => {
+                self.inner.metrics.cluster_forward("failed");
+                Err(ProxyError::InvalidParams(format!(
+                    "requestState continues a call that waits on replica `{replica}`, which cannot be reached: \
+                     that call is lost; call again without requestState"
+                )))
+            }
+            Err(Sent::Failed(error)) => {
+                self.inner.metrics.cluster_forward("failed");
+                Err(error)
+            }
+        }
+    }
+
     fn held_elsewhere(&self, upstream: &Upstream, of: SessionOf<'_>) -> bool {
         self.inner.forwarder.as_ref().is_some_and(|forwarder| {
             upstream.config().sessions.mode != SessionMode::Shared && forwarder.owner(of).is_some()
@@ -265,6 +325,15 @@ impl Tools {
                 Some(Err(error))
             }
         }
+    }
+}
+
+/// Whether `call` continues a call the proxy parked for its host's input.
+fn resumes_parked(call: &Call) -> bool {
+    match call {
+        Call::Tool(params) => super::parked::is_ours(params.request_state.as_deref()),
+        Call::Prompt(params) => super::parked::is_ours(params.request_state.as_deref()),
+        _ => false,
     }
 }
 

@@ -410,6 +410,32 @@ fn connections_to(pid: u32, port: u16) -> anyhow::Result<usize> {
     Ok(count)
 }
 
+/// A 2026-07-28 host answers a shared 2025 upstream's elicitation through the balancer: the
+/// call is parked on the replica that started it (each runs its own child of the server), and
+/// a retry that lands on another replica is sent to that one, where the call resumes. Every
+/// round completes with the host's answer (before, a retry elsewhere answered "requestState is
+/// unknown or expired").
+#[tokio::test(flavor = "multi_thread")]
+async fn a_modern_hosts_call_on_a_shared_upstream_resumes_on_the_replica_it_waits_on() -> anyhow::Result<()> {
+    let (cluster, _policies) = start_with(3, "shared").await?;
+    let (logged, _) = tokio::sync::mpsc::unbounded_channel();
+    let config = StreamableHttpClientTransportConfig::with_uri(cluster.url()).auth_header(ALICE_TOKEN);
+    let transport = StreamableHttpClientTransport::from_config(config.reinit_on_expired_session(false));
+    let lifecycle = crate::support::fixture::Era::Modern.lifecycle();
+    let connecting = rmcp::ClientServiceExt::serve_with_lifecycle(Answering { logged }, transport, lifecycle);
+    let alice = tokio::time::timeout(DEADLINE, connecting).await.context("connect")??;
+    for round in 0..10 {
+        // The running service drives the rounds: it answers `input_required` and calls again.
+        let call = alice.call_tool(CallToolRequestParams::new("per__ask"));
+        let result = tokio::time::timeout(DEADLINE, call).await.context("the call hung")??;
+        let text = result.content.first().and_then(|c| c.as_text()).map(|t| t.text.clone());
+        assert_eq!(text.as_deref(), Some("heard pelican"), "round {round}: {result:?}");
+    }
+    let all: Vec<&ProxyProcess> = cluster.replicas.iter().collect();
+    assert!(forwards(&all, "forwarded").await? >= 1.0, "some retries went to the replica their call waits on");
+    Ok(())
+}
+
 /// A subscription follows the session when its owner dies: alice's hold, made on a replica
 /// other than her owner, moves with her session once the owner is killed (`kill -9`). She is
 /// told once that the URI may have changed (a change could have come while it moved), then

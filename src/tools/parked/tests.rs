@@ -98,3 +98,10 @@ async fn a_host_that_did_not_declare_elicitation_is_not_asked() {
     let Outcome::Answered(code) = outcome else { panic!("nothing is asked of the host") };
     assert!(code.contains("-32601"), "{code}");
 }
+
+#[test]
+fn a_state_names_the_replica_its_call_is_parked_on_in_a_cluster() {
+    assert_eq!(super::parked_at("mcp-proxy-input:abc@replica-1"), Some("replica-1"));
+    assert_eq!(super::parked_at("mcp-proxy-input:abc"), None, "a single process names none");
+    assert_eq!(super::parked_at("upstream-state@replica-1"), None, "an upstream's own state names none");
+}
