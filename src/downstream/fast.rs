@@ -103,10 +103,10 @@ pub(super) struct Front {
 /// The outermost middleware of `/mcp`: `axum::middleware::from_fn_with_state(front,
 /// fast::front)`. Every request is authenticated (or refused with 401) first; what the fast
 /// path answers is answered here; anything else goes on with its principal
-/// ([`auth::run_as`]) through the session gate to rmcp. One middleware for both, so a cache
+/// ([`auth::run_as`], with the JWT it presented) through the session gate to rmcp. One middleware for both, so a cache
 /// hit passes one layer, not three. An event stream ends when a JWT expires ([`auth::expiry`]).
 pub(super) async fn front(State(front): State<Front>, request: Request, next: Next) -> Response {
-    let (principal, expiry) = match front.auth.authenticate_until(request.headers()).await {
+    let (principal, subject) = match front.auth.authenticate_subject(request.headers()).await {
         Ok(authenticated) => authenticated,
         Err(rejection) => {
             audit_refusal(&front.fast.proxy, rejection, request.headers());
@@ -118,9 +118,10 @@ pub(super) async fn front(State(front): State<Front>, request: Request, next: Ne
         Ok(request) => request,
         Err(too_many) => return too_many,
     };
+    let expiry = subject.as_ref().map(|subject| auth::expiry::TokenExpiry(subject.until()));
     let response = match front.fast.answer(&principal.0, request).await {
         Ok(response) => response,
-        Err(request) => auth::run_as(principal, request, next).await,
+        Err(request) => auth::run_as(principal, subject, request, next).await,
     };
     auth::expiry::end_stream_at(expiry, response)
 }
