@@ -12,7 +12,8 @@
 //! stream holding fewer URIs than asked for, a bridge call whose read was refused) is audited
 //! as itself and one denial per refused part. A list leaving entries out is not a denial.
 //! A request turned away before it was served — over a rate limit, over the in-flight call
-//! cap, a session over the session caps, on another principal's session — is audited as [`Kind::Refused`] alone; one that
+//! cap, a session over the session caps, on another principal's session, with MCP headers that
+//! disagree with its body — is audited as [`Kind::Refused`] alone; one that
 //! failed later (an upstream session cap, a token that could not be had) as itself, with the
 //! error's kind as its outcome.
 //!
@@ -61,8 +62,9 @@ pub enum Kind {
     AuthRefused,
     /// A request turned away before it was served, by no policy: `reason` says why — over a
     /// rate limit (`rate_limited`), over the in-flight call cap (`call_limit`), a new session
-    /// over `server.max_sessions[_per_principal]` (`session_limit`), or on a session another
-    /// principal opened (`wrong_principal`).
+    /// over `server.max_sessions[_per_principal]` (`session_limit`), on a session another
+    /// principal opened (`wrong_principal`), or with MCP headers that disagree with its body
+    /// (`header_mismatch`, answered 400).
     Refused,
     /// A config or policy reload; `outcome` and `changes` say what it did.
     Reload,

@@ -16,9 +16,11 @@
 //! rmcp's streamable HTTP service hands each request's `http::request::Parts` (extensions
 //! included) to the handler, so the handler reads the principal with [`principal_of`].
 //!
-//! A JWT's stream ends when the token stops being accepted ([`expiry`]). Each principal's
-//! latest accepted JWT is kept in memory ([`subjects`]) for upstreams that exchange it for a
-//! token of their own (RFC 8693).
+//! A JWT's stream ends when the token stops being accepted ([`expiry`]). The JWT a request
+//! presented goes on in its extensions ([`SubjectToken`], [`subject_of`]): an upstream that
+//! exchanges tokens (RFC 8693) exchanges that one for the request's calls and prompts. Each
+//! principal's latest-expiring accepted JWT is also kept in memory ([`subjects`]), for what an
+//! exchanging upstream's session sends on its own (its handshake, its stream, reads).
 //!
 //! Invariant: a token is never logged or echoed; a static token only has its digest compared,
 //! and a JWT is kept only in [`subjects`], until it expires.
@@ -39,10 +41,10 @@ use http::{HeaderMap, StatusCode};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use self::expiry::TokenExpiry;
 use self::jwt::{JwtRejection, JwtValidator};
 use self::subjects::Subjects;
 use crate::config::{AuthConfig, AuthMode};
+pub use crate::host::SubjectToken;
 
 /// The principal of `mode = "none"` HTTP requests.
 pub const ANONYMOUS: &str = "anonymous";
@@ -114,12 +116,15 @@ impl Authenticator {
 
     /// The principal for a request with these headers.
     pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, Rejection> {
-        self.authenticate_until(headers).await.map(|(principal, _)| principal)
+        self.authenticate_subject(headers).await.map(|(principal, _)| principal)
     }
 
-    /// The principal for a request with these headers, and when its token stops being
-    /// accepted (a JWT's; static tokens and `mode = "none"` do not expire).
-    pub async fn authenticate_until(&self, headers: &HeaderMap) -> Result<(Principal, Option<TokenExpiry>), Rejection> {
+    /// The principal for a request with these headers, and the JWT it presented (none for
+    /// static tokens and `mode = "none"`).
+    pub async fn authenticate_subject(
+        &self,
+        headers: &HeaderMap,
+    ) -> Result<(Principal, Option<SubjectToken>), Rejection> {
         if self.inner.mode == AuthMode::None {
             return Ok((Principal(ANONYMOUS.into()), None));
         }
@@ -131,7 +136,7 @@ impl Authenticator {
             Some(jwt) if JwtValidator::looks_like_jwt(token) => match jwt.validate_until(token).await {
                 Ok((identity, until)) => {
                     self.inner.subjects.record(&identity, token, until);
-                    Ok((Principal(identity), Some(TokenExpiry(until))))
+                    Ok((Principal(identity), Some(SubjectToken::new(token, until))))
                 }
                 Err(rejection) => Err(Rejection::InvalidJwt(rejection)),
             },
@@ -171,13 +176,17 @@ impl Authenticator {
     }
 }
 
-/// Run the rest of the chain for an authenticated request: its [`Principal`] in the request's
-/// extensions and, for the whole request, in [`current_principal`] (the MCP service factory,
-/// which rmcp calls without the request, builds the handler for this principal).
-pub async fn run_as(principal: Principal, mut request: Request, next: Next) -> Response {
+/// Run the rest of the chain for an authenticated request: its [`Principal`] (and the JWT it
+/// presented, a [`SubjectToken`]) in the request's extensions and, for the whole request, in
+/// [`current_principal`] (the MCP service factory, which rmcp calls without the request, builds
+/// the handler for this principal).
+pub async fn run_as(principal: Principal, subject: Option<SubjectToken>, mut request: Request, next: Next) -> Response {
     tracing::trace!(principal = %principal.0, "authenticated");
     let name = principal.0.clone();
     request.extensions_mut().insert(principal);
+    if let Some(subject) = subject {
+        request.extensions_mut().insert(subject);
+    }
     REQUEST_PRINCIPAL.scope(name, next.run(request)).await
 }
 
@@ -193,6 +202,11 @@ pub fn current_principal() -> Option<String> {
 /// The principal the middleware put into a request's extensions.
 pub fn principal_of(parts: &http::request::Parts) -> Option<&str> {
     parts.extensions.get::<Principal>().map(|p| p.0.as_str())
+}
+
+/// The JWT the request presented, which the middleware put into its extensions.
+pub fn subject_of(parts: &http::request::Parts) -> Option<&SubjectToken> {
+    parts.extensions.get::<SubjectToken>()
 }
 
 /// The token of the one `Authorization: Bearer <token>` header.

@@ -4,12 +4,15 @@
 //! contract on the ground floor: `upstream` calls through these traits, the hosts'
 //! side (`downstream`, and `tools` for a call parked between rounds) implements them, and the
 //! composition hands the host's implementation to the upstream call — so neither edge
-//! implements a trait of the other (checked by the fast tier's `house` test). Imports nothing of
-//! the crate.
+//! implements a trait of the other (checked by the fast tier's `house` test). Also the JWT a
+//! host's request came with ([`SubjectToken`]), which an upstream that exchanges tokens
+//! exchanges for that request's calls. Imports nothing of the crate.
 
 #![allow(deprecated)] // Sampling and logging are deprecated by SEP-2577 but still in the 2025 era.
 
+use std::fmt;
 use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::future::BoxFuture;
 use rmcp::ErrorData;
@@ -53,6 +56,49 @@ pub trait HostRelay: Send + Sync + 'static {
     /// that host session's own.
     fn host_session(&self) -> Option<u64> {
         None
+    }
+    /// The JWT the call's request came with, when it came with one: an upstream that exchanges
+    /// tokens sends the call with a token exchanged for this one, never for another of the
+    /// principal's.
+    fn subject_token(&self) -> Option<SubjectToken> {
+        None
+    }
+}
+
+/// A JWT the proxy accepted for a request, and the first second (since the epoch) it no longer
+/// does; on the request's extensions, and on the upstream requests made for it. Never printed:
+/// `Debug` shows neither the token nor a part of it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SubjectToken {
+    token: Arc<str>,
+    until: u64,
+}
+
+impl SubjectToken {
+    pub fn new(token: &str, until: u64) -> Self {
+        SubjectToken { token: token.into(), until }
+    }
+
+    /// The token (sensitive).
+    pub fn token(&self) -> &Arc<str> {
+        &self.token
+    }
+
+    /// The first second (since the epoch) it is no longer accepted.
+    pub fn until(&self) -> u64 {
+        self.until
+    }
+
+    /// How long it is still accepted (whole seconds, at least one), unless it no longer is.
+    pub fn rest(&self) -> Option<Duration> {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_secs());
+        (self.until > now).then(|| Duration::from_secs(self.until - now))
+    }
+}
+
+impl fmt::Debug for SubjectToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SubjectToken").field("until", &self.until).finish_non_exhaustive()
     }
 }
 

@@ -10,6 +10,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use mcp_resource_proxy::admin::{self, AdminState};
 use mcp_resource_proxy::config::{CliOverrides, Config};
+use mcp_resource_proxy::logging::{EscapedFields, WithoutPeerGone};
 use mcp_resource_proxy::policy;
 use mcp_resource_proxy::proxy::{ConfigSource, Proxy};
 use mcp_resource_proxy::spine::Spine;
@@ -365,9 +366,9 @@ fn init_tracing(format: LogFormat) {
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(ansi);
     let registry = tracing_subscriber::registry().with(filter);
-    let quiet = mcp_resource_proxy::logging::WithoutPeerGone;
+    let quiet = WithoutPeerGone;
     match format {
-        LogFormat::Human => registry.with(fmt.with_filter(quiet)).init(),
+        LogFormat::Human => registry.with(fmt.fmt_fields(EscapedFields).with_filter(quiet)).init(),
         LogFormat::Json => registry.with(fmt.json().with_filter(quiet)).init(),
     }
 }

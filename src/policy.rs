@@ -70,7 +70,9 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use self::identity::{GROUP_PREFIX, JWT_MARK, identity, is_valid_group, jwt_identity, split_identity};
+pub use self::identity::{
+    GROUP_PREFIX, JWT_MARK, identity, is_valid_group, jwt_identity, split_identity, without_groups,
+};
 use self::load::{PolicyFile, parse_file, read_dir};
 use self::memo::Memo;
 pub use self::memo::{Judged, Judgement};

@@ -1,5 +1,8 @@
 //! Rate limits: token buckets (GCRA, `governor`'s keyed limiters) for calls and reads, per
-//! principal (`[rate_limits]`) and per principal × upstream (`[upstreams.rate_limits]`).
+//! principal (`[rate_limits]`) and per principal × upstream (`[upstreams.rate_limits]`). A
+//! principal's buckets are keyed by who it is — a static token's principal or a JWT's subject —
+//! whatever groups its token carries ([`without_groups`]): one subject presenting tokens with
+//! other groups spends from the same buckets.
 //!
 //! [`RateLimits::check`] takes one token from each bucket that applies — the upstream's first,
 //! then the principal's — or says which bucket is empty and when its next token comes. It does
@@ -32,6 +35,7 @@ use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota};
 
 use crate::config::{Bucket, RateLimitsConfig, UpstreamConfig};
+use crate::policy::without_groups;
 
 /// What a request spends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,14 +129,15 @@ impl RateLimits {
         self.inner.active.load(Ordering::Relaxed)
     }
 
-    /// Take a token for one `kind` request of `principal` to `upstream` (when the request
-    /// names one the principal may use), or say which bucket is empty.
+    /// Take a token for one `kind` request of `principal` (an identity string, its groups not
+    /// counted) to `upstream` (when the request names one the principal may use), or say which
+    /// bucket is empty.
     pub fn check(&self, kind: Kind, principal: &str, upstream: Option<&str>) -> Result<(), Limited> {
         let inner = &self.inner;
         if !inner.active.load(Ordering::Relaxed) {
             return Ok(());
         }
-        let key = principal.to_string();
+        let key = without_groups(principal).into_owned();
         if let Some(upstream) = upstream {
             let upstreams = inner.upstreams.read().expect("rate limits lock");
             if let Some(Err(retry_after)) = upstreams.get(upstream).map(|b| b.take(kind, &key, &inner.clock)) {
@@ -275,6 +280,17 @@ mod tests {
         assert!(refused.retry_after > Duration::from_secs(10) && refused.retry_after <= Duration::from_secs(20));
         assert_eq!(limits.check(Kind::Calls, "bob", None), Ok(()), "bob has his own bucket");
         assert_eq!(limits.check(Kind::Reads, "alice", None), Ok(()), "reads are not limited here");
+    }
+
+    #[test]
+    fn one_subject_has_one_bucket_whatever_groups_its_tokens_carry() {
+        let limits = limits("[rate_limits]\ncalls_per_minute = 3\n");
+        for identity in ["alice[a]{jwt}", "alice[b]{jwt}", "alice{jwt}"] {
+            assert_eq!(limits.check(Kind::Calls, identity, None), Ok(()), "{identity}");
+        }
+        assert!(limits.check(Kind::Calls, "alice[c]{jwt}", None).is_err(), "one bucket, spent");
+        assert_eq!(limits.check(Kind::Calls, "alice[a]", None), Ok(()), "the static alice is another principal");
+        assert_eq!(limits.keys(), 2);
     }
 
     #[test]

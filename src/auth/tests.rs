@@ -81,7 +81,7 @@ impl Write for Captured {
 /// Authentication alone as a middleware: what `downstream::fast::front` does before the fast path.
 async fn require_principal(State(auth): State<Authenticator>, request: Request, next: Next) -> Response {
     match auth.authenticate(request.headers()).await {
-        Ok(principal) => run_as(principal, request, next).await,
+        Ok(principal) => run_as(principal, None, request, next).await,
         Err(rejection) => auth.refuse(rejection, request.method()),
     }
 }

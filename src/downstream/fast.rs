@@ -34,11 +34,12 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use http::header::{CONTENT_LENGTH, ORIGIN};
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, ORIGIN};
 use http::{HeaderMap, Method, StatusCode};
-use rmcp::model::{ErrorData, JsonRpcMessage, RequestId, ServerJsonRpcMessage, ServerResult};
+use rmcp::model::{ErrorCode, ErrorData, JsonRpcMessage, RequestId, ServerJsonRpcMessage, ServerResult};
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use serde_json::Value;
 
 mod parse;
 mod reply;
@@ -107,10 +108,12 @@ pub(super) struct Front {
 /// The outermost middleware of `/mcp`: `axum::middleware::from_fn_with_state(front,
 /// fast::front)`. Every request is authenticated (or refused with 401) first; what the fast
 /// path answers is answered here; anything else goes on with its principal
-/// ([`auth::run_as`]) through the session gate to rmcp. One middleware for both, so a cache
-/// hit passes one layer, not three. An event stream ends when a JWT expires ([`auth::expiry`]).
+/// ([`auth::run_as`], with the JWT it presented) through the session gate to rmcp, and a
+/// request rmcp refuses for its MCP headers is audited ([`audit_header_refusal`]). One
+/// middleware for both, so a cache hit passes one layer, not three. An event stream ends when
+/// a JWT expires ([`auth::expiry`]).
 pub(super) async fn front(State(front): State<Front>, request: Request, next: Next) -> Response {
-    let (principal, expiry) = match front.auth.authenticate_until(request.headers()).await {
+    let (principal, subject) = match front.auth.authenticate_subject(request.headers()).await {
         Ok(authenticated) => authenticated,
         Err(rejection) => {
             audit_refusal(&front.fast.proxy, rejection, request.headers());
@@ -126,9 +129,14 @@ pub(super) async fn front(State(front): State<Front>, request: Request, next: Ne
         Ok(request) => request,
         Err(too_many) => return verdict.answer().unwrap_or(too_many),
     };
+    let expiry = subject.as_ref().map(|subject| auth::expiry::TokenExpiry(subject.until()));
     let response = match front.fast.answer(&principal.0, request).await {
         Ok(response) => response,
-        Err(request) => auth::run_as(principal, request, next).await,
+        Err(request) => {
+            let name = principal.0.clone();
+            let response = auth::run_as(principal, subject, request, next).await;
+            audit_header_refusal(&front.fast.proxy, &name, response).await
+        }
     };
     if let Some(cut) = verdict.answer() {
         return cut;
@@ -256,6 +264,30 @@ fn audit_refusal(proxy: &Proxy, rejection: auth::Rejection, head: &HeaderMap) {
         event.reason = Some(rejection.label());
         event.session(headers::single(head, headers::SESSION_ID).flatten())
     });
+}
+
+/// rmcp's answer to a request whose MCP headers disagree with its body, or lack what its body
+/// requires (SEP-2243 `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`; `MCP-Protocol-Version` against
+/// `_meta`): `400` with the JSON-RPC error `HEADER_MISMATCH`, made before any handler runs. The
+/// answer goes back as it came; the refusal is one audit event (`refused`, reason
+/// `header_mismatch`, with the request's id), as every other refusal is.
+async fn audit_header_refusal(proxy: &Proxy, principal: &str, response: Response) -> Response {
+    let json = response.headers().get(CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(headers::JSON.as_bytes()));
+    if response.status() != StatusCode::BAD_REQUEST || !json {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return (StatusCode::BAD_REQUEST, "Bad Request").into_response();
+    };
+    let answer: Option<Value> = serde_json::from_slice(&bytes).ok();
+    let code = answer.as_ref().and_then(|answer| answer["error"]["code"].as_i64());
+    if code == Some(i64::from(ErrorCode::HEADER_MISMATCH.0)) {
+        let id = answer.and_then(|answer| serde_json::from_value::<RequestId>(answer["id"].clone()).ok());
+        let id = id.map(|id| id.to_string());
+        proxy.audit().record(audit::Event::refused("header_mismatch").principal(principal).request(id));
+    }
+    Response::from_parts(parts, Body::from(bytes))
 }
 
 /// A POST whose head rmcp would accept without a word: no `Origin`, a `Host` it allows, both

@@ -33,7 +33,7 @@ use rmcp::model::{
 use rmcp::service::{OriginatingRequestId, Peer, RequestContext, RoleServer};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::host::HostRelay;
+use crate::host::{HostRelay, SubjectToken};
 use crate::protocol::Era;
 
 /// Relayed messages of one call that may wait for its task.
@@ -60,6 +60,8 @@ struct HostCall {
     principal: Arc<str>,
     /// The host session the call came on, if it has one.
     host: Option<u64>,
+    /// The JWT the call's request came with, if it did.
+    subject: Option<SubjectToken>,
 }
 
 /// A relay for the host request of `context`, and the jobs its task is to serve (`serving`).
@@ -74,7 +76,10 @@ pub(super) fn for_call(
     let modern = Era::of_negotiated(context.protocol_version().as_ref()) == Era::Modern;
     let jobs_of_call = Jobs { pending, call: context.id.clone() };
     let principal = principal.clone();
-    (Arc::new(HostCall { jobs, level: level.clone(), capabilities, modern, principal, host }), jobs_of_call)
+    let parts = context.extensions.get::<http::request::Parts>();
+    let subject = parts.and_then(crate::auth::subject_of).cloned();
+    let call = HostCall { jobs, level: level.clone(), capabilities, modern, principal, host, subject };
+    (Arc::new(call), jobs_of_call)
 }
 
 /// The jobs of one call, and the host request they belong to.
@@ -214,6 +219,10 @@ impl HostRelay for HostCall {
 
     fn host_session(&self) -> Option<u64> {
         self.host
+    }
+
+    fn subject_token(&self) -> Option<SubjectToken> {
+        self.subject.clone()
     }
 
     fn log(&self, params: LoggingMessageNotificationParam) {

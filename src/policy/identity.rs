@@ -52,6 +52,19 @@ pub fn split_identity(identity: &str) -> (&str, Vec<&str>) {
     }
 }
 
+/// Who an identity string is, whatever groups its token carried: the name, with a JWT's mark
+/// (`alice[eng]{jwt}` → `alice{jwt}`, `alice[eng]` → `alice`). What one principal is allowed
+/// in amounts (its rate limits) is keyed by this, so a token with other groups is not another
+/// allowance.
+pub fn without_groups(identity: &str) -> std::borrow::Cow<'_, str> {
+    let (name, groups) = split_identity(identity);
+    match (groups.is_empty(), identity.ends_with(JWT_MARK)) {
+        (true, _) => std::borrow::Cow::Borrowed(identity),
+        (false, true) => std::borrow::Cow::Owned(format!("{name}{JWT_MARK}")),
+        (false, false) => std::borrow::Cow::Borrowed(name),
+    }
+}
+
 /// A group name a policy file may name as `group:<name>`.
 pub fn is_valid_group(name: &str) -> bool {
     is_valid_principal(name) && !name.contains(',')
@@ -77,5 +90,18 @@ mod tests {
         check("alice", &["ops", "eng", "ops"], "alice[eng,ops]", ("alice", &["eng", "ops"]));
         check("bob@example.com", &["Domain Users", "a,b", "", "g*"], "bob@example.com", ("bob@example.com", &[]));
         check("carol", &["x", "bad group"], "carol[x]", ("carol", &["x"]));
+    }
+
+    #[test]
+    fn without_its_groups_an_identity_is_its_name_and_its_mark() {
+        for (identity, expected) in [
+            ("alice", "alice"),
+            ("alice[eng,ops]", "alice"),
+            ("alice{jwt}", "alice{jwt}"),
+            ("alice[eng]{jwt}", "alice{jwt}"),
+            ("alice[a]{jwt}", "alice{jwt}"),
+        ] {
+            assert_eq!(without_groups(identity), expected, "{identity}");
+        }
     }
 }

@@ -35,7 +35,7 @@ use rmcp::model::{
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ProxyError;
-use crate::host::HostRelay;
+use crate::host::{HostRelay, SubjectToken};
 
 /// How every `requestState` the proxy mints begins.
 pub(super) const STATE_PREFIX: &str = "mcp-proxy-input:";
@@ -321,6 +321,10 @@ impl HostRelay for ParkingRelay {
 
     fn tenant(&self) -> Option<Arc<str>> {
         self.host().tenant()
+    }
+
+    fn subject_token(&self) -> Option<SubjectToken> {
+        self.host().subject_token()
     }
 }
 

@@ -1,6 +1,10 @@
 //! Access tokens for an HTTP upstream (`[upstreams.auth]`), by OAuth 2.1 client credentials
-//! or, for one principal's own upstream session, by RFC 8693 token exchange of that principal's
-//! latest JWT ([`Subjects`]): fetched on first use, kept, and fetched anew before they expire — a quarter of their
+//! or, for one principal's own upstream session, by RFC 8693 token exchange of a JWT of that
+//! principal: for a host's call or prompt, the JWT that request came with ([`SubjectToken`]);
+//! for what the session sends on its own (its handshake, its stream, reads), the principal's
+//! latest-expiring one ([`Subjects`]). Exchanged tokens are kept by the digest of the JWT they
+//! were exchanged for, so a request never goes with a token exchanged for another JWT. Tokens
+//! are fetched on first use, kept, and fetched anew before they expire — a quarter of their
 //! lifetime (at most a minute) ahead — or when the upstream answers 401 to the token in use.
 //! An exchanged token's lifetime ends no later than the JWT it was exchanged for is accepted.
 //! One fetch at a time per upstream: callers that need a token while one is being fetched wait
@@ -16,10 +20,12 @@
 //! principal with no JWT kept (a static token's, or an expired one) gets no exchange: its
 //! request fails at once ([`TokenFailure::NoSubject`]). No redirects are followed.
 //!
-//! Invariant: neither the secret nor a token is logged, put in an error, or shown in `Debug`
+//! Invariant: a request that came with a JWT goes with a token exchanged for that JWT, or
+//! with none. Neither the secret nor a token is logged, put in an error, or shown in `Debug`
 //! output; a token endpoint's own error text is not passed on (only its bounded `error` code
 //! goes to the log).
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,11 +33,13 @@ use std::time::Duration;
 
 use base64::Engine;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use crate::auth::subjects::Subjects;
 use crate::config::{ClientCredentials, TokenExchange, UpstreamConfig, UpstreamTransport, redact_url};
+use crate::host::SubjectToken;
 
 /// The longest a token fetch may take, whatever the upstream's request timeout.
 const FETCH_AT_MOST: Duration = Duration::from_secs(10);
@@ -39,6 +47,8 @@ const FETCH_AT_MOST: Duration = Duration::from_secs(10);
 const MAX_REPLY_BYTES: usize = 64 * 1024;
 /// How long a token without `expires_in` is kept (unless the upstream refuses it first).
 const UNSTATED_LIFETIME: Duration = Duration::from_secs(3600);
+/// The most subject tokens whose exchanged tokens one source keeps.
+const MAX_KEPT: usize = 32;
 /// The most a token is refreshed ahead of its expiry.
 const REFRESH_AHEAD_AT_MOST: Duration = Duration::from_secs(60);
 
@@ -139,7 +149,8 @@ pub(crate) struct TokenSource {
 pub(crate) enum Grant {
     /// With the proxy's own client credentials.
     ClientCredentials(ClientCredentials),
-    /// By exchanging `principal`'s latest JWT, kept in `subjects`.
+    /// By exchanging the JWT a request came with, else `principal`'s latest, kept in
+    /// `subjects`.
     Exchange { config: TokenExchange, subjects: Subjects, principal: Arc<str> },
 }
 
@@ -158,18 +169,26 @@ struct Inner {
     client: reqwest::Client,
     /// A fetch, with the wait for another caller's fetch, gives up after this.
     deadline: Duration,
-    /// Held across a fetch: the single flight.
-    current: Mutex<Kept>,
+    /// Held across a fetch: the single flight. What is kept for each subject token (by its
+    /// digest; client credentials have one entry).
+    current: Mutex<HashMap<[u8; 32], Kept>>,
     /// Fetches finished (read before waiting for `current`: one that finished meanwhile and
     /// failed fails the waiters too, rather than each asking again).
     fetches: AtomicU64,
 }
 
-/// The token kept, or why the last fetch failed.
+/// The token kept for one subject, or why its last fetch failed (and the fetch count then).
 #[derive(Default)]
 struct Kept {
     token: Option<Token>,
-    failure: Option<TokenFailure>,
+    failure: Option<(TokenFailure, u64)>,
+}
+
+/// What a token is fetched for: its key in the book and, for an exchange, the subject token
+/// and how long it is still accepted.
+struct Subject {
+    key: [u8; 32],
+    exchanged: Option<(Arc<str>, Duration)>,
 }
 
 struct Token {
@@ -210,43 +229,73 @@ impl TokenSource {
         matches!(self.inner.grant, Grant::Exchange { .. })
     }
 
-    /// A token to send now: the one kept while it is fresh, else a new one.
+    /// A token to send now: the one kept while it is fresh, else a new one; exchanged (when it
+    /// is an exchange) for the principal's latest JWT.
     pub async fn token(&self) -> Result<Arc<str>, TokenFailure> {
+        self.token_for(None).await
+    }
+
+    /// A token to send now for a request that came with `given` (a host's JWT): exchanged for
+    /// that one, never another of the principal's; without one, as [`Self::token`].
+    pub async fn token_for(&self, given: Option<&SubjectToken>) -> Result<Arc<str>, TokenFailure> {
         self.within_deadline(async {
+            let subject = self.subject(given)?;
             let before = self.inner.fetches.load(Ordering::Acquire);
-            let mut current = self.inner.current.lock().await;
-            if let Some(token) = current.token.as_ref().filter(|token| Instant::now() < token.refresh_at) {
+            let mut book = self.inner.current.lock().await;
+            let kept = kept_for(&mut book, subject.key);
+            if let Some(token) = kept.token.as_ref().filter(|token| Instant::now() < token.refresh_at) {
                 return Ok(token.value.clone());
             }
-            self.fetch_unless_failed_since(before, &mut current).await
+            self.fetch_unless_failed_since(before, kept, &subject).await
         })
         .await
     }
 
-    /// A token to replace `refused`, which the upstream answered 401 to: a new one, unless
-    /// another caller already replaced it.
-    pub async fn replace(&self, refused: &str) -> Result<Arc<str>, TokenFailure> {
+    /// A token to replace `refused`, which the upstream answered 401 to (for a request that
+    /// came with `given`, as [`Self::token_for`]): a new one, unless another caller already
+    /// replaced it.
+    pub async fn replace_for(&self, given: Option<&SubjectToken>, refused: &str) -> Result<Arc<str>, TokenFailure> {
         self.within_deadline(async {
+            let subject = self.subject(given)?;
             let before = self.inner.fetches.load(Ordering::Acquire);
-            let mut current = self.inner.current.lock().await;
-            if let Some(token) = current.token.as_ref().filter(|token| &*token.value != refused) {
+            let mut book = self.inner.current.lock().await;
+            let kept = kept_for(&mut book, subject.key);
+            if let Some(token) = kept.token.as_ref().filter(|token| &*token.value != refused) {
                 return Ok(token.value.clone());
             }
             tracing::info!(upstream = %self.inner.upstream, "the upstream refused its access token; fetching a new one");
-            self.fetch_unless_failed_since(before, &mut current).await
+            self.fetch_unless_failed_since(before, kept, &subject).await
         })
         .await
+    }
+
+    /// What a token is for: the request's JWT when it came with one, else the principal's
+    /// latest (an exchange), or the proxy's own client (client credentials).
+    fn subject(&self, given: Option<&SubjectToken>) -> Result<Subject, TokenFailure> {
+        let Grant::Exchange { subjects, principal, .. } = &self.inner.grant else {
+            return Ok(Subject { key: [0; 32], exchanged: None });
+        };
+        let (token, rest) = match given {
+            Some(given) => (given.token().clone(), given.rest().ok_or(TokenFailure::NoSubject)?),
+            None => subjects.latest_with_rest(principal).ok_or(TokenFailure::NoSubject)?,
+        };
+        Ok(Subject { key: Sha256::digest(token.as_bytes()).into(), exchanged: Some((token, rest)) })
     }
 
     /// A new token, unless a fetch finished after `before` (fetches counted) and failed: its
     /// failure is the caller's too (the single flight shares failures as well as tokens).
-    async fn fetch_unless_failed_since(&self, before: u64, current: &mut Kept) -> Result<Arc<str>, TokenFailure> {
-        if self.inner.fetches.load(Ordering::Acquire) != before
-            && let Some(failure) = current.failure
+    async fn fetch_unless_failed_since(
+        &self,
+        before: u64,
+        current: &mut Kept,
+        subject: &Subject,
+    ) -> Result<Arc<str>, TokenFailure> {
+        if let Some((failure, at)) = current.failure
+            && at > before
         {
             return Err(failure);
         }
-        self.fetch_into(current).await
+        self.fetch_into(current, subject).await
     }
 
     async fn within_deadline(
@@ -266,15 +315,15 @@ impl TokenSource {
         outcome
     }
 
-    async fn fetch_into(&self, current: &mut Kept) -> Result<Arc<str>, TokenFailure> {
+    async fn fetch_into(&self, current: &mut Kept, subject: &Subject) -> Result<Arc<str>, TokenFailure> {
         current.token = None;
         let started = Instant::now();
-        let fetched = self.fetch().await;
-        self.inner.fetches.fetch_add(1, Ordering::AcqRel);
+        let fetched = self.fetch(subject).await;
+        let count = self.inner.fetches.fetch_add(1, Ordering::AcqRel) + 1;
         let (value, lifetime) = match fetched {
             Ok(fetched) => fetched,
             Err(failure) => {
-                current.failure = Some(failure);
+                current.failure = Some((failure, count));
                 return Err(failure);
             }
         };
@@ -285,18 +334,18 @@ impl TokenSource {
         Ok(value)
     }
 
-    /// One token request: the token and its lifetime.
-    async fn fetch(&self) -> Result<(Arc<str>, Duration), TokenFailure> {
+    /// One token request for `subject`: the token and its lifetime.
+    async fn fetch(&self, subject: &Subject) -> Result<(Arc<str>, Duration), TokenFailure> {
         // An exchanged token is not used past the instant the proxy stops accepting the JWT it
         // was exchanged for: the principal's authority ends there, whatever the server says.
         let mut subject_rest = None;
-        let (body, client) = match &self.inner.grant {
-            Grant::ClientCredentials(config) => (client_credentials_form(config), Some(config)),
-            Grant::Exchange { config, subjects, principal } => {
-                let (subject, rest) = subjects.latest_with_rest(principal).ok_or(TokenFailure::NoSubject)?;
-                subject_rest = Some(rest);
-                (exchange_form(config, &subject), config.client.as_ref())
+        let (body, client) = match (&self.inner.grant, &subject.exchanged) {
+            (Grant::ClientCredentials(config), _) => (client_credentials_form(config), Some(config)),
+            (Grant::Exchange { config, .. }, Some((token, rest))) => {
+                subject_rest = Some(*rest);
+                (exchange_form(config, token), config.client.as_ref())
             }
+            (Grant::Exchange { .. }, None) => return Err(TokenFailure::NoSubject),
         };
         let mut request = self
             .inner
@@ -317,6 +366,26 @@ impl TokenSource {
         }
         let (token, lifetime) = parse_token(&reply).ok_or(TokenFailure::Unusable)?;
         Ok((token, subject_rest.map_or(lifetime, |rest| lifetime.min(rest))))
+    }
+}
+
+/// The entry of `key` in `book`, after the entries whose token is stale are dropped (and, past
+/// [`MAX_KEPT`], the one to be refreshed first): a principal's JWTs come and go.
+fn kept_for(book: &mut HashMap<[u8; 32], Kept>, key: [u8; 32]) -> &mut Kept {
+    let now = Instant::now();
+    book.retain(|kept_key, kept| *kept_key == key || kept.token.as_ref().is_some_and(|token| now < token.refresh_at));
+    if book.len() > MAX_KEPT {
+        let first = book.iter().filter(|(kept_key, _)| **kept_key != key).min_by_key(|(_, kept)| kept.refresh_at());
+        if let Some(first) = first.map(|(first, _)| *first) {
+            book.remove(&first);
+        }
+    }
+    book.entry(key).or_default()
+}
+
+impl Kept {
+    fn refresh_at(&self) -> Option<Instant> {
+        self.token.as_ref().map(|token| token.refresh_at)
     }
 }
 

@@ -15,8 +15,9 @@
 //! for the connection's thin read client (`thin`).
 //!
 //! With client credentials (`[upstreams.auth]`), every request carries the upstream's current
-//! access token (`credentials`); a 401 answer to it gets a new token and the request is sent
-//! once more. When no token can be had, a request fails alone with a [`Fault::NoToken`] error,
+//! access token (`credentials`) — a request made for a host's call that came with a JWT (a
+//! [`SubjectToken`] in its extensions), a token exchanged for that JWT; a 401 answer to it gets
+//! a new token and the request is sent once more. When no token can be had, a request fails alone with a [`Fault::NoToken`] error,
 //! and is not sent.
 //!
 //! Invariant: a request whose reply is faulty gets exactly one answer, the fault; nothing of
@@ -28,7 +29,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use http::{HeaderName, HeaderValue};
-use rmcp::model::{ClientJsonRpcMessage, JsonRpcMessage, RequestId, ServerJsonRpcMessage};
+use rmcp::model::{ClientJsonRpcMessage, GetExtensions, JsonRpcMessage, RequestId, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_client::{
     SseError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse, StreamableHttpResponseLimits,
 };
@@ -36,6 +37,7 @@ use sse_stream::Sse;
 
 use super::credentials::{TokenFailure, TokenSource};
 use super::faults::Fault;
+use crate::host::SubjectToken;
 
 type HttpError = StreamableHttpError<reqwest::Error>;
 type SseStream = BoxStream<'static, Result<Sse, SseError>>;
@@ -71,20 +73,30 @@ impl GuardedHttpClient {
         super::thin::ThinReader::new(self.inner.clone(), url, limit, recorder, inlet, self.credentials.clone())
     }
 
-    /// The bearer token to send: the upstream's current access token when it has credentials,
-    /// else what rmcp gave.
-    async fn bearer(&self, given: Option<String>) -> Result<Option<String>, TokenFailure> {
+    /// The bearer token to send: the upstream's current access token when it has credentials
+    /// (for a request made for a host's request that came with a JWT, `subject`, exchanged for
+    /// that one), else what rmcp gave.
+    async fn bearer(
+        &self,
+        given: Option<String>,
+        subject: Option<&SubjectToken>,
+    ) -> Result<Option<String>, TokenFailure> {
         match &self.credentials {
-            Some(credentials) => credentials.token().await.map(|token| Some(token.to_string())),
+            Some(credentials) => credentials.token_for(subject).await.map(|token| Some(token.to_string())),
             None => Ok(given),
         }
     }
 
     /// After a 401 to `sent`: the token to try once more with, when the upstream has
     /// credentials (`None` when it has none: the 401 stands).
-    async fn after_refusal(&self, sent: &Option<String>) -> Option<Result<String, TokenFailure>> {
+    async fn after_refusal(
+        &self,
+        sent: &Option<String>,
+        subject: Option<&SubjectToken>,
+    ) -> Option<Result<String, TokenFailure>> {
         let credentials = self.credentials.as_ref()?;
-        Some(credentials.replace(sent.as_deref().unwrap_or_default()).await.map(|token| token.to_string()))
+        let replaced = credentials.replace_for(subject, sent.as_deref().unwrap_or_default()).await;
+        Some(replaced.map(|token| token.to_string()))
     }
 
     /// What a request that could get no token is answered (a notification: a send error).
@@ -163,11 +175,13 @@ impl StreamableHttpClient for GuardedHttpClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse, HttpError> {
-        let request = match &message {
-            JsonRpcMessage::Request(request) => Some(request.id.clone()),
-            _ => None,
+        let (request, subject) = match &message {
+            JsonRpcMessage::Request(request) => {
+                (Some(request.id.clone()), request.request.extensions().get::<SubjectToken>().cloned())
+            }
+            _ => (None, None),
         };
-        let auth_header = match self.bearer(auth_header).await {
+        let auth_header = match self.bearer(auth_header, subject.as_ref()).await {
             Ok(auth_header) => auth_header,
             Err(failure) => return self.no_token(request, failure),
         };
@@ -182,7 +196,7 @@ impl StreamableHttpClient for GuardedHttpClient {
             .await;
         let outcome = match (outcome, again) {
             (Err(error), Some((uri, message, session_id, custom_headers))) if unauthorized(&error) => {
-                match self.after_refusal(&auth_header).await {
+                match self.after_refusal(&auth_header, subject.as_ref()).await {
                     Some(Ok(token)) => {
                         let inner = &self.inner;
                         inner
@@ -213,7 +227,7 @@ impl StreamableHttpClient for GuardedHttpClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<(), HttpError> {
         let auth_header = self
-            .bearer(auth_header)
+            .bearer(auth_header, None)
             .await
             .map_err(|failure| StreamableHttpError::UnexpectedServerResponse(failure.describe().into()))?;
         self.inner.delete_session(uri, session_id, auth_header, custom_headers).await.map_err(without_url)
@@ -241,7 +255,7 @@ impl StreamableHttpClient for GuardedHttpClient {
         max_sse_event_size: usize,
     ) -> Result<SseStream, HttpError> {
         let no_token = |failure: TokenFailure| StreamableHttpError::UnexpectedServerResponse(failure.describe().into());
-        let auth_header = self.bearer(auth_header).await.map_err(no_token)?;
+        let auth_header = self.bearer(auth_header, None).await.map_err(no_token)?;
         let inner = &self.inner;
         let (id, last, headers, max) =
             (session_id.clone(), last_event_id.clone(), custom_headers.clone(), max_sse_event_size);
@@ -249,7 +263,7 @@ impl StreamableHttpClient for GuardedHttpClient {
             inner.get_stream_with_max_sse_event_size(uri.clone(), id, last, auth_header.clone(), headers, max).await;
         if let Err(error) = &outcome
             && unauthorized(error)
-            && let Some(token) = self.after_refusal(&auth_header).await
+            && let Some(token) = self.after_refusal(&auth_header, None).await
         {
             let token = Some(token.map_err(no_token)?);
             outcome = inner

@@ -176,6 +176,10 @@ impl Upstream {
         let mut request = request;
         if let Some(relay) = &relay {
             request.extensions_mut().insert(RelayClaim(Arc::downgrade(relay)));
+            // An exchanging upstream gets this request with a token exchanged for the host's own.
+            if let Some(subject) = relay.subject_token() {
+                request.extensions_mut().insert(subject);
+            }
         }
         let handle = peer.send_request_with_option(request, options).await?;
         let _forget = Forget { routes: &link.progress, token: handle.progress_token.clone() };

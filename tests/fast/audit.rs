@@ -5,7 +5,8 @@
 //! (SIGHUP). The file must hold exactly one event per call, prompt, read, subscription,
 //! denial, refused token and reload of the script (counted by kind), no token or part of one,
 //! and agree with `/metrics`. A second proxy with the fast path off shows the rmcp handler's
-//! reads audited alike.
+//! reads audited alike. Refusals before a request is served (caps, another principal's session,
+//! 2026-07-28 headers that disagree with the body) are one event each.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -465,5 +466,81 @@ async fn a_session_past_the_principal_cap_is_one_refused_event() -> anyhow::Resu
     assert_eq!((refused["principal"].as_str(), refused["method"].as_str()), (Some("alice"), Some("initialize")));
     let text = std::fs::read_to_string(&audit_file)?;
     assert!(!text.contains(ALICE_TOKEN) && !text.contains(&alices), "the audit file holds a token or a session id");
+    Ok(())
+}
+
+/// A 2026-07-28 stateless POST of `method` with `params` (its `_meta` filled in as of
+/// `meta_version`), request id `id`, carrying `headers`: its HTTP status.
+async fn post_modern(
+    url: &str,
+    id: u64,
+    (method, mut params): (&str, Value),
+    meta_version: &str,
+    headers: &[(&str, &str)],
+) -> anyhow::Result<u16> {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": meta_version,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"}});
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("authorization", format!("Bearer {ALICE_TOKEN}"))
+        .json(&body);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    Ok(request.send().await?.status().as_u16())
+}
+
+/// 2026-07-28 requests whose MCP headers disagree with their body are answered 400 before any
+/// handler runs, and each is one `refused` event (`header_mismatch`, alice's, with its request
+/// id): an `Mcp-Name` naming another URI or tool, an `Mcp-Method` naming another method, a
+/// missing `Mcp-Method`, an `MCP-Protocol-Version` other than the body's. A request whose
+/// headers agree is served and audited as itself.
+#[tokio::test]
+async fn each_request_refused_for_headers_that_disagree_with_its_body_is_one_event() -> anyhow::Result<()> {
+    let audit_dir = tempfile::tempdir()?;
+    let audit_file = audit_dir.path().join("audit.jsonl");
+    let text = format!(
+        "[auth]\nmode = \"bearer\"\n\n[[auth.tokens]]\nprincipal = \"alice\"\ntoken_env = \"ALICE_TOKEN\"\n\n\
+         [audit]\nfile = {}\n\n{}",
+        toml_str(audit_file.to_str().expect("utf-8 path")),
+        fixture_upstream("fx", &["--resources", "2"]),
+    );
+    let proxy = ProxyProcess::start_with_offerings(&text, &[("ALICE_TOKEN", ALICE_TOKEN)], &["fx"]).await?;
+    let (item, other) = ("fx+fx://fx/item/1", "fx+fx://fx/item/0");
+    let read = || ("resources/read", json!({"uri": item}));
+    let call = || ("tools/call", json!({"name": "fx__stats", "arguments": {}}));
+    let v = "2026-07-28";
+    let version = ("mcp-protocol-version", v);
+    let refused = [
+        (1, read(), v, vec![version, ("mcp-method", "resources/read"), ("mcp-name", other)]),
+        (2, call(), v, vec![version, ("mcp-method", "tools/call"), ("mcp-name", "fx__other")]),
+        (3, read(), v, vec![version, ("mcp-method", "tools/call"), ("mcp-name", item)]),
+        (4, call(), v, vec![version, ("mcp-method", "resources/read"), ("mcp-name", "fx__stats")]),
+        (5, read(), v, vec![version, ("mcp-name", item)]),
+        (6, read(), "2025-11-25", vec![version, ("mcp-method", "resources/read"), ("mcp-name", item)]),
+    ];
+    for (id, asked, meta_version, headers) in &refused {
+        let status = post_modern(&proxy.url, *id, asked.clone(), meta_version, headers).await?;
+        assert_eq!(status, 400, "request {id}: {headers:?}");
+    }
+    let agreeing = [version, ("mcp-method", "resources/read"), ("mcp-name", item)];
+    assert_eq!(post_modern(&proxy.url, 7, read(), v, &agreeing).await?, 200, "headers that agree");
+
+    let found = wait_tally(&audit_file, &expect(&[("refused:header_mismatch", refused.len()), ("read", 1)])).await?;
+    let mut ids: Vec<String> = found
+        .iter()
+        .filter(|e| e["reason"] == "header_mismatch")
+        .map(|e| {
+            assert_eq!((e["principal"].as_str(), e["outcome"].as_str()), (Some("alice"), Some("refused")), "{e}");
+            e["request"].as_str().unwrap_or_default().to_string()
+        })
+        .collect();
+    ids.sort();
+    assert_eq!(ids, ["1", "2", "3", "4", "5", "6"], "one event per refused request, with its id");
+    assert!(!std::fs::read_to_string(&audit_file)?.contains(ALICE_TOKEN), "a token in the audit file");
     Ok(())
 }

@@ -1,17 +1,21 @@
 //! What an operator sees, through the real proxy binary and real upstream processes: why an
 //! upstream is down (`/status` and the log, in plain words, with a stdio child's last stderr
 //! lines), a quiet log (nothing while healthy and idle, one line per state change), a host
-//! answered without waiting for a dead upstream, few `list_changed` across a restart, and
-//! metric series present at 0 from the start.
+//! answered without waiting for a dead upstream, few `list_changed` across a restart,
+//! metric series present at 0 from the start, and a human log whose lines a host cannot forge.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::support::eventually;
 use crate::support::fixture::{self, DEADLINE, Era, FixtureEvent, HttpFixture, call_json, list_all_resources};
-use crate::support::proxy::{ProxyProcess, connect_stdio_proxy, http_upstream, toml_str, write_config};
+use crate::support::proxy::{
+    ProxyProcess, connect_stdio_proxy, fixture_upstream, http_upstream, toml_str, write_config,
+};
 use anyhow::{Context, ensure};
-use rmcp::model::{ClientRequest, CustomRequest, ReadResourceRequestParams};
+use rmcp::model::{
+    CallToolRequestParams, ClientRequest, CustomRequest, GetPromptRequestParams, ReadResourceRequestParams,
+};
 use serde_json::{Value, json};
 
 /// A stdio upstream whose command says why it cannot start, and exits.
@@ -149,6 +153,35 @@ async fn ordinary_host_traffic_logs_nothing_by_default() -> anyhow::Result<()> {
         "{}",
         audit[0]
     );
+    Ok(())
+}
+
+/// Hosts name URIs, tools and prompts with CR, LF and ESC in them, in both eras; with
+/// `RUST_LOG=debug` and the human log format, the proxy logs the failed read with its URI (and
+/// the upstream's error quoting it), yet no raw control character reaches its stderr: no line
+/// starts with the forged text, and the URI is there escaped.
+#[tokio::test]
+async fn host_input_in_the_human_log_is_escaped_at_debug() -> anyhow::Result<()> {
+    let proxy = ProxyProcess::start_human(&fixture_upstream("fx", &[]), &[("RUST_LOG", "debug")]).await?;
+    proxy.wait_up("fx", 1).await?;
+    let forged = "\r\nFORGED 2026-01-01T00:00:00Z ERROR forged line\x1b[2J\x1b]0;title\x07";
+    for era in [Era::Legacy, Era::Modern] {
+        let (host, _) = fixture::connect_http(&proxy.url, era).await?;
+        let uri = format!("fx+fx://fx/item/404{forged}");
+        assert!(host.read_resource(ReadResourceRequestParams::new(uri)).await.is_err(), "{era:?}: no such item");
+        let tool = CallToolRequestParams::new(format!("fx__nope{forged}"));
+        assert!(host.call_tool(tool).await.is_err(), "{era:?}: no such tool");
+        let prompt = GetPromptRequestParams::new(format!("fx__nope{forged}"));
+        assert!(host.get_prompt(prompt).await.is_err(), "{era:?}: no such prompt");
+        host.cancel().await?;
+    }
+    // The read's failure is logged at debug, its URI escaped.
+    proxy.wait_log(&["read failed", r"fx://fx/item/404\r\nFORGED"]).await?;
+    let lines = proxy.logs();
+    let raw: Vec<&String> = lines.iter().filter(|line| line.chars().any(char::is_control)).collect();
+    assert!(raw.is_empty(), "raw control characters in the log: {raw:#?}");
+    let forged_lines: Vec<&String> = lines.iter().filter(|line| line.starts_with("FORGED")).collect();
+    assert!(forged_lines.is_empty(), "forged log lines: {forged_lines:#?}");
     Ok(())
 }
 

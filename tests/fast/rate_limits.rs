@@ -2,7 +2,8 @@
 //! over HTTP a call or read past its principal's bucket gets `429` with `Retry-After` and the
 //! JSON-RPC error (request id, `data.retryAfterMs`) on a 2025 session and a 2026-07-28 stateless
 //! request alike, while another principal's requests all succeed; over stdio the JSON-RPC error
-//! alone, in both eras; a per-upstream limit refuses only that upstream; tokens come back.
+//! alone, in both eras; a per-upstream limit refuses only that upstream; tokens come back; one
+//! JWT subject has one bucket, whatever groups its tokens carry.
 //!
 //! Rates are per minute with small bursts, so no token comes back while a test spends them,
 //! however slow the machine; the refill test waits for its success with a deadline.
@@ -14,6 +15,7 @@ use serde_json::{Value, json};
 
 use crate::support::eventually;
 use crate::support::fixture::{DEADLINE, Era, error_code};
+use crate::support::jwt::{ISSUER, JwksServer, RESOURCE, claims, rsa_a};
 use crate::support::proxy::{ProxyProcess, connect_stdio_proxy, fixture_upstream, toml_str, write_config};
 use crate::support::raw_http::{self, LEGACY, Reply};
 
@@ -48,13 +50,13 @@ fn folder() -> anyhow::Result<(tempfile::TempDir, String)> {
 struct Host<'a> {
     http: reqwest::Client,
     proxy: &'a ProxyProcess,
-    token: &'static str,
+    token: &'a str,
     /// The 2025 session, once opened.
     session: Option<String>,
 }
 
 impl<'a> Host<'a> {
-    fn new(proxy: &'a ProxyProcess, token: &'static str) -> Self {
+    fn new(proxy: &'a ProxyProcess, token: &'a str) -> Self {
         Host { http: reqwest::Client::new(), proxy, token, session: None }
     }
 
@@ -297,5 +299,45 @@ async fn tokens_refill_and_a_refused_principal_is_served_again() -> anyhow::Resu
     })
     .await?;
     assert_eq!(read.contents_text().as_deref(), Some("alpha"), "{read:?}");
+    Ok(())
+}
+
+/// One JWT subject presenting three tokens that carry different groups ([a], [b], [c]) gets one
+/// bucket's worth of reads (3 a minute), not one per group set: taking turns with the three
+/// tokens, the fourth read is refused, and every token is refused after it.
+#[tokio::test]
+async fn one_subject_has_one_bucket_whatever_groups_its_tokens_carry() -> anyhow::Result<()> {
+    let (_files, docs) = folder()?;
+    let jwks = JwksServer::start(vec![rsa_a().jwk()]).await?;
+    let jwt = format!(
+        "[auth.jwt]\nresource = {}\nissuer = {}\njwks_url = {}\ngroups_claim = \"groups\"\n\n",
+        toml_str(RESOURCE),
+        toml_str(ISSUER),
+        toml_str(&jwks.url)
+    );
+    let text = config(&format!("{jwt}[rate_limits]\nreads_per_minute = 3\n\n{docs}"));
+    let proxy = ProxyProcess::start_with(&text, &[], &TOKENS).await?;
+    proxy.wait_up("docs", 1).await?;
+    let tokens: Vec<String> = ["a", "b", "c"].iter().map(|group| rsa_a().sign(&claims("carol", &[group]))).collect();
+    let hosts: Vec<Host> = tokens.iter().map(|token| Host::new(&proxy, token)).collect();
+
+    let mut admitted = 0;
+    for id in 1..=9 {
+        let host = &hosts[(id as usize - 1) % hosts.len()];
+        let (reply, retry_after) = host.modern_read(id, "docs+file:///a.txt").await?;
+        if reply.status == StatusCode::TOO_MANY_REQUESTS {
+            assert_limited("carol past her bucket", &(reply, retry_after), id, 60);
+            break;
+        }
+        assert_ok("carol's read", &(reply, retry_after));
+        admitted += 1;
+    }
+    assert_eq!(admitted, 3, "one bucket's worth of reads, whatever the token's groups");
+    for (n, host) in hosts.iter().enumerate() {
+        let id = 20 + n as u64;
+        assert_limited("every token of carol's after", &host.modern_read(id, "docs+file:///a.txt").await?, id, 60);
+    }
+    // Another principal is not touched by carol's bucket.
+    assert_ok("bob's read", &Host::new(&proxy, BOB).modern_read(30, "docs+file:///a.txt").await?);
     Ok(())
 }

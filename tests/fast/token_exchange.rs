@@ -292,6 +292,43 @@ async fn each_principal_calls_with_its_own_exchanged_token_kept_until_it_expires
     Ok(())
 }
 
+/// alice presents two JWTs: `scope=admin` (the one expiring last, first seen on a
+/// `resources/list`) and `scope=read`. Every call goes upstream with a token exchanged for the
+/// JWT that call came with, in both eras — none with a token exchanged for her other JWT.
+#[tokio::test]
+async fn each_call_goes_with_a_token_exchanged_for_the_jwt_it_came_with() -> anyhow::Result<()> {
+    let (proxy, _jwks, authority, _fixture) = gated(Mode::Issue(Duration::from_secs(600)), "").await?;
+    let jwt = |scope: &str, lifetime: u64| {
+        let mut claims = claims("alice", &[]);
+        (claims["scope"], claims["exp"]) = (json!(scope), json!(now() + lifetime));
+        rsa_a().sign(&claims)
+    };
+    let (admin_jwt, read_jwt) = (jwt("admin", 1200), jwt("read", 600));
+    let (admin, _) = connect_http_with_token(&proxy.url, Era::Legacy, &admin_jwt).await?;
+    admin.list_all_resources().await.context("alice's list with her admin JWT")?;
+    let (read_modern, _) = connect_http_with_token(&proxy.url, Era::Modern, &read_jwt).await?;
+    let (read_legacy, _) = connect_http_with_token(&proxy.url, Era::Legacy, &read_jwt).await?;
+
+    let calls = [(&read_modern, &read_jwt), (&read_legacy, &read_jwt), (&admin, &admin_jwt), (&read_modern, &read_jwt)];
+    for (n, (host, _)) in calls.iter().enumerate() {
+        call(host).await?.map_err(anyhow::Error::msg).with_context(|| format!("call {n}"))?;
+    }
+    // What the token endpoint was asked to exchange for the token each call came with.
+    let exchanged_for = |token: &String| {
+        let exchanges = authority.exchanges.lock().unwrap();
+        let exchange = exchanges.iter().find(|e| e.issued.as_ref().is_some_and(|(value, _)| value == token));
+        exchange.map(|e| e.subject.clone())
+    };
+    let subjects: Vec<Option<String>> = authority.call_tokens().iter().map(exchanged_for).collect();
+    let expected: Vec<Option<String>> = calls.iter().map(|(_, jwt)| Some(jwt.to_string())).collect();
+    let own: Vec<bool> = subjects.iter().zip(&expected).map(|(got, wanted)| got == wanted).collect();
+    assert_eq!(subjects.len(), calls.len(), "every call reached the upstream once");
+    assert_eq!(own.iter().filter(|own| !**own).count(), 0, "calls with another JWT's token: {own:?}");
+    assert_eq!(authority.issued_for(&read_jwt).len(), 1, "the read JWT's token is kept for its calls");
+    assert_eq!(authority.refused.load(Ordering::SeqCst), 0);
+    Ok(())
+}
+
 #[tokio::test]
 async fn an_expiring_exchanged_token_is_exchanged_again_and_no_call_fails() -> anyhow::Result<()> {
     // Exchanged tokens live 4 s: the next is fetched a quarter of that (1 s) ahead of expiry.

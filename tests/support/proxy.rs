@@ -1,7 +1,8 @@
 //! The proxy under test, as its real binary: `mcp-resource-proxy serve` on a temporary config,
 //! HTTP on 127.0.0.1:0 (or stdio), with its JSON logs captured for tests about what it logs.
 //!
-//! - [`ProxyProcess::start`]: spawn with a config text; ready when the proxy has written its
+//! - [`ProxyProcess::start`]: spawn with a config text (logging JSON; [`ProxyProcess::start_human`]:
+//!   the human format); ready when the proxy has written its
 //!   `--ready-file` (listeners bound, startup wait over): the addresses come from that file, not logs.
 //!   [`ProxyProcess::start_with_fd_limit`]: the same under `ulimit -n`.
 //! - [`ProxyProcess::wait_up`] / [`ProxyProcess::wait_down`] / [`ProxyProcess::wait_offerings`]: an
@@ -57,6 +58,11 @@ impl ProxyProcess {
         Self::spawn(Command::new(PROXY_BIN), config, args, env).await
     }
 
+    /// The same logging in the human format (`--log-format human`) instead of JSON.
+    pub async fn start_human(config: &str, env: &[(&str, &str)]) -> anyhow::Result<Self> {
+        Self::spawn_logging(Command::new(PROXY_BIN), "human", config, &[], env).await
+    }
+
     /// The same under a limit (soft and hard) of `open_files` file descriptors (`ulimit -n`).
     pub async fn start_with_fd_limit(config: &str, env: &[(&str, &str)], open_files: u64) -> anyhow::Result<Self> {
         let mut command = Command::new("sh");
@@ -64,14 +70,24 @@ impl ProxyProcess {
         Self::spawn(command, config, &[], env).await
     }
 
-    async fn spawn(mut command: Command, config: &str, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Self> {
+    async fn spawn(command: Command, config: &str, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Self> {
+        Self::spawn_logging(command, "json", config, args, env).await
+    }
+
+    async fn spawn_logging(
+        mut command: Command,
+        log_format: &str,
+        config: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
         let path = write_config(dir.path(), config)?;
         let ready_file = dir.path().join("ready.json");
         command
             .args([
                 "--log-format",
-                "json",
+                log_format,
                 "serve",
                 "--listen",
                 "127.0.0.1:0",
