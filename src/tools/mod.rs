@@ -317,7 +317,8 @@ impl Tools {
     }
 
     /// May `principal` use the tool or prompt a host sees as `presented`? A refusal is counted as
-    /// a policy denial of `counted`, when given (a list entry hidden, a call refused).
+    /// a policy denial of `counted`, when given (a list entry hidden, a call refused), under the
+    /// policy file that decided it.
     fn allowed(
         &self,
         policy: &PolicySet,
@@ -327,12 +328,16 @@ impl Tools {
         presented: &str,
         counted: Option<DenialAction>,
     ) -> bool {
-        let allowed = policy.is_allow_all()
-            || naming.origin(presented).is_some_and(|(upstream, name)| {
-                policy.decide(principal, &names::policy_uri(offering, upstream, name)).allowed
-            });
+        if policy.is_allow_all() {
+            return true;
+        }
+        let decision = naming
+            .origin(presented)
+            .map(|(upstream, name)| policy.decide(principal, &names::policy_uri(offering, upstream, name)));
+        let allowed = decision.as_ref().is_some_and(|decision| decision.allowed);
         if let (false, Some(action)) = (allowed, counted) {
-            self.inner.metrics.policy_denied(action, None);
+            let file = decision.and_then(|decision| decision.file);
+            self.inner.metrics.policy_denied(action, file.as_deref());
         }
         allowed
     }
