@@ -21,9 +21,10 @@
 //!
 //! Invariant: a tool or prompt a principal may not use is invisible to it: not listed, and a
 //! call or get answers exactly like an unknown name. Every URI inside what is passed through
-//! (resource links, embedded resources, `_meta.ui.resourceUri`, icons, `structuredContent`,
-//! completion values) is namespaced and checked like a read; one the principal may not see is
-//! dropped, decided by policy, never by whether it exists (`rewrite`). Results are never cached.
+//! (resource links, embedded resources, `_meta.ui.resourceUri` and `_meta["ui/resourceUri"]`,
+//! icons, `structuredContent`, completion values) is namespaced and checked like a read; one
+//! the principal may not see is dropped, decided by policy, never by whether it exists
+//! (`rewrite`). Results are never cached.
 
 mod call;
 mod catalog;
@@ -360,7 +361,7 @@ impl Tools {
     }
 
     /// Namespace every name (skipping, logging and counting those outside the spec's rules)
-    /// and every `_meta.ui.resourceUri`.
+    /// and every MCP Apps resource URI of `_meta` (`ui.resourceUri`, `ui/resourceUri`).
     fn namespaced(&self, upstream: &str, offered: Offered) -> UpstreamOfferings {
         let unprefixed = self.inner.upstreams.get(upstream).is_some_and(|u| u.config().unprefixed);
         let naming = Naming { unprefixed: unprefixed.then_some(upstream) };
