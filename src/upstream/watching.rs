@@ -56,13 +56,15 @@ pub(super) async fn keep(
     fresh: bool,
     broken: impl Fn() + Send + 'static,
 ) {
+    let offers_resources = link.capabilities.resources.is_some();
     let resources = link.capabilities.resources.clone().unwrap_or_default();
     let can_subscribe = resources.subscribe == Some(true);
     let caps = &link.capabilities;
     let offerings_change = caps.tools.as_ref().is_some_and(|t| t.list_changed == Some(true))
         || caps.prompts.as_ref().is_some_and(|p| p.list_changed == Some(true));
     let lists_change = resources.list_changed == Some(true) || offerings_change;
-    if !can_subscribe {
+    // An upstream without resources (tools only) holds no URI: there is nothing to say.
+    if offers_resources && !can_subscribe {
         tracing::info!(upstream, "upstream does not offer subscriptions: URIs held there are never notified");
     }
     match link.era {
