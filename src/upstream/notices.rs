@@ -32,6 +32,8 @@ pub(crate) enum Notice {
     Updated(String),
     /// The URI may have changed unseen (a fresh connection, a listen stream that ended).
     MayHaveChanged(String),
+    /// The URI left the watch set and is back ([`super::Change::Rewatched`]).
+    Rewatched(String),
     /// It said `tools/list_changed` or `prompts/list_changed`.
     OfferingsChanged,
     /// The upstream sent something faulty that no request could be failed for (for `/status`).
@@ -117,7 +119,9 @@ impl NoticeInbox {
 impl Spilled {
     fn fold(&mut self, notice: Notice) {
         match notice {
-            Notice::Updated(uri) | Notice::MayHaveChanged(uri) => self.lose(Lost::Updated(BTreeSet::from([uri]))),
+            Notice::Updated(uri) | Notice::MayHaveChanged(uri) | Notice::Rewatched(uri) => {
+                self.lose(Lost::Updated(BTreeSet::from([uri])))
+            }
             Notice::Lost(lost) => self.lose(lost),
             Notice::ListChanged => self.list_changed = true,
             Notice::OfferingsChanged => self.offerings_changed = true,

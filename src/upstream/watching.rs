@@ -5,7 +5,10 @@
 //!
 //! Invariant: whenever the upstream may have changed something without telling us — a fresh
 //! connection, a listen stream that ended — every watched URI is reported as updated, so no
-//! update is silently lost.
+//! update is silently lost. A URI that left the watch set and is back is reported as
+//! [`Change::Rewatched`](super::Change::Rewatched): what the cache kept of it goes, but no host
+//! is told, since none held it meanwhile (a host opening a listen stream hears no `updated` for
+//! what did not change).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -173,7 +176,7 @@ impl Legacy<'_> {
                     set.acknowledged.insert(uri.clone());
                 });
                 if again {
-                    self.notices.send(Notice::MayHaveChanged(uri.to_string()));
+                    self.notices.send(Notice::Rewatched(uri.to_string()));
                 }
                 self.subscribed.insert(uri);
             }
@@ -294,7 +297,9 @@ impl Listen<'_> {
         } else {
             // Left in the last change and back now: a read may have seen it acknowledged just
             // before it left, and missed a change in between.
-            report_all(acknowledged.intersection(dropped), self.notices);
+            for uri in acknowledged.intersection(dropped) {
+                self.notices.send(Notice::Rewatched(uri.to_string()));
+            }
         }
         *dropped = left;
         self.applied.send_replace(Arc::new(Applied { acknowledged, refused }));
