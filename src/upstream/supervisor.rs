@@ -248,16 +248,8 @@ impl Supervisor {
 
     async fn on_notice(&self, notice: Notice, link: &Link, notices: &mut NoticeInbox) -> Result<(), String> {
         match notice {
-            Notice::Updated(uri) => {
-                self.forward_update(uri, Change::Heard);
-                Ok(())
-            }
-            Notice::MayHaveChanged(uri) => {
-                self.forward_update(uri, Change::Unseen);
-                Ok(())
-            }
-            Notice::Rewatched(uri) => {
-                self.forward_update(uri, Change::Rewatched);
+            Notice::Changed(uri, change) => {
+                self.forward_update(uri, change);
                 Ok(())
             }
             Notice::Fault(fault) => {
@@ -425,9 +417,7 @@ impl Supervisor {
             match next {
                 Notice::ListChanged => changed = true,
                 Notice::Lost(lost) => self.lost(lost),
-                Notice::Updated(uri) => self.forward_update(uri, Change::Heard),
-                Notice::MayHaveChanged(uri) => self.forward_update(uri, Change::Unseen),
-                Notice::Rewatched(uri) => self.forward_update(uri, Change::Rewatched),
+                Notice::Changed(uri, change) => self.forward_update(uri, change),
                 Notice::Fault(fault) => self.upstream.record_fault(fault),
                 // Fetched when the notice is taken (or right after, when drained here).
                 Notice::OfferingsChanged => self.offerings_stale.store(true, std::sync::atomic::Ordering::Relaxed),

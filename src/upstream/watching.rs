@@ -6,9 +6,8 @@
 //! Invariant: whenever the upstream may have changed something without telling us — a fresh
 //! connection, a listen stream that ended — every watched URI is reported as updated, so no
 //! update is silently lost. A URI that left the watch set and is back is reported as
-//! [`Change::Rewatched`](super::Change::Rewatched): what the cache kept of it goes, but no host
-//! is told, since none held it meanwhile (a host opening a listen stream hears no `updated` for
-//! what did not change).
+//! [`Change::Rewatched`]: what the cache kept of it goes, but no host is told, since none held
+//! it meanwhile (a host opening a listen stream hears no `updated` for what did not change).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -19,8 +18,8 @@ use rmcp::service::{ServiceError, Subscription};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::Link;
 use super::notices::{Notice, NoticeSender};
+use super::{Change, Link};
 use crate::protocol::Era;
 
 /// Changes to the watch set that arrive within this window go upstream together.
@@ -176,7 +175,7 @@ impl Legacy<'_> {
                     set.acknowledged.insert(uri.clone());
                 });
                 if again {
-                    self.notices.send(Notice::Rewatched(uri.to_string()));
+                    self.notices.send(Notice::Changed(uri.to_string(), Change::Rewatched));
                 }
                 self.subscribed.insert(uri);
             }
@@ -298,7 +297,7 @@ impl Listen<'_> {
             // Left in the last change and back now: a read may have seen it acknowledged just
             // before it left, and missed a change in between.
             for uri in acknowledged.intersection(dropped) {
-                self.notices.send(Notice::Rewatched(uri.to_string()));
+                self.notices.send(Notice::Changed(uri.to_string(), Change::Rewatched));
             }
         }
         *dropped = left;
@@ -355,7 +354,9 @@ async fn next_of(current: &mut Option<(Subscription, BTreeSet<Uri>)>) -> Option<
     let Some((subscription, _)) = current.as_mut() else { return std::future::pending().await };
     loop {
         match subscription.next().await {
-            Ok(Some(ServerNotification::ResourceUpdatedNotification(n))) => return Some(Notice::Updated(n.params.uri)),
+            Ok(Some(ServerNotification::ResourceUpdatedNotification(n))) => {
+                return Some(Notice::Changed(n.params.uri, Change::Heard));
+            }
             Ok(Some(ServerNotification::ResourceListChangedNotification(_))) => return Some(Notice::ListChanged),
             Ok(Some(
                 ServerNotification::ToolListChangedNotification(_)
@@ -375,7 +376,7 @@ fn acknowledged_uris(subscription: &Subscription, wanted: &BTreeSet<Uri>) -> BTr
 
 fn report_all<'a>(uris: impl Iterator<Item = &'a Uri>, notices: &NoticeSender) {
     for uri in uris {
-        notices.send(Notice::MayHaveChanged(uri.to_string()));
+        notices.send(Notice::Changed(uri.to_string(), Change::Unseen));
     }
 }
 
