@@ -387,7 +387,7 @@ mod tests {
             "ready": false,
             "missing": ["mem"],
             "upstreams": [
-                { "name": "docs", "state": "up", "era": "modern", "required": true, "resources": 12,
+                { "name": "docs", "state": "up", "era": "2026-07-28", "required": true, "resources": 12,
                   "templates": 2, "tools": 3, "prompts": 1, "last_error": null, "reconnects": 1, "sessions": 0 },
                 { "name": "mem", "state": "down", "era": null, "required": true, "resources": 12,
                   "templates": 2, "tools": 3, "prompts": 1, "last_error": "connection closed", "reconnects": 1, "sessions": 0 },

@@ -10,8 +10,7 @@
 use rmcp::model::ProtocolVersion;
 
 /// The protocol era spoken on a connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Era {
     /// 2025 and earlier: `initialize`, sessions, `resources/subscribe`.
     Legacy,
@@ -87,7 +86,8 @@ impl Era {
         KNOWN_VERSIONS.contains(&version).then(|| Era::of_text(version))
     }
 
-    /// Its `era` metric label and the name `/status` shows.
+    /// Its one name wherever a user reads it: the `era` metric label, `/status`, logs and the
+    /// audit trail.
     pub fn label(self) -> &'static str {
         match self {
             Era::Legacy => "2025",
@@ -101,6 +101,13 @@ impl Era {
             Era::Legacy => LEGACY_HANDSHAKE,
             Era::Modern => ProtocolVersion::V_2026_07_28,
         }
+    }
+}
+
+/// An era is written as its [`Era::label`].
+impl serde::Serialize for Era {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.label())
     }
 }
 

@@ -63,9 +63,10 @@ pub async fn call(proxy: &Proxy, caller: &Caller, params: CallToolRequestParams)
     if !proxy.config().bridge.enabled || !is_bridge_tool(&name) {
         return Err(ProxyError::UnknownName { offering: "tool", name });
     }
-    if !allowed(caller, &name) {
+    let decision = caller.policy().decide(caller.principal(), &policy_uri(&name));
+    if !decision.allowed {
         tracing::debug!(principal = caller.principal(), name, "bridge tool denied");
-        proxy.metrics().policy_denied(DenialAction::Use, None);
+        proxy.metrics().policy_denied(DenialAction::Use, decision.file.as_deref());
         scope::denied(proxy.metrics(), DenialKind::Call, &name, None);
         return Err(ProxyError::UnknownName { offering: "tool", name });
     }

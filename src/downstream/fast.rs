@@ -167,7 +167,8 @@ impl FastPath {
             self.book.used(session);
         }
         let modern = call.session.is_none();
-        tracing::debug!(method = call.op.method(), modern, "answered on the fast path");
+        let era = if modern { Era::Modern } else { Era::Legacy };
+        tracing::debug!(method = call.op.method(), era = era.label(), "answered on the fast path");
         let reply = self.serve(principal, call, modern).await;
         Ok(if modern { json_reply(reply) } else { sse_reply(reply) })
     }

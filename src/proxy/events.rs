@@ -23,7 +23,7 @@ use crate::rate_limits::RateLimits;
 use crate::spine::Spine;
 use crate::subscriptions::HolderId;
 use crate::tools::Tools;
-use crate::upstream::{EventInbox, Inbound, Lost, Registry, UpstreamEvent};
+use crate::upstream::{Change, EventInbox, Inbound, Lost, Registry, UpstreamEvent};
 
 /// How often the cache's bookkeeping (its sweep included) runs and sampled gauges are
 /// refreshed: the coherence layer's sweep period, which its generation records count on.
@@ -94,17 +94,20 @@ impl EventLoop {
         self.tools.on_upstream_event(&event);
         let Changes { cache, metrics, subscriptions } = &self.changes;
         match event {
-            UpstreamEvent::ResourceUpdated { upstream, uri, heard } => {
+            UpstreamEvent::ResourceUpdated { upstream, uri, change } => {
                 // Keys are normalised URIs; the upstream may spell them its own way.
                 let normalized = normalized_original(&upstream, &uri);
                 // Recorded for every replica before any holder is told.
                 let dropped = cache.invalidate_everywhere(&upstream, &normalized).await;
                 // Unheard ones follow a reconnect, whose flush was counted already.
-                if heard {
+                if change == Change::Heard {
                     metrics.notification_received(&upstream, NotificationKind::Updated);
                     metrics.cache_invalidation(InvalidationCause::Updated, dropped as u64);
                 }
-                subscriptions.updated(&upstream, &normalized);
+                // Nobody held a rewatched URI while it may have changed: nobody to tell.
+                if change != Change::Rewatched {
+                    subscriptions.updated(&upstream, &normalized);
+                }
             }
             UpstreamEvent::Up { upstream, reconnected, .. } => {
                 // Updates may have been missed while it was away.

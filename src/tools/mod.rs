@@ -21,9 +21,10 @@
 //!
 //! Invariant: a tool or prompt a principal may not use is invisible to it: not listed, and a
 //! call or get answers exactly like an unknown name. Every URI inside what is passed through
-//! (resource links, embedded resources, `_meta.ui.resourceUri`, icons, `structuredContent`,
-//! completion values) is namespaced and checked like a read; one the principal may not see is
-//! dropped, decided by policy, never by whether it exists (`rewrite`). Results are never cached.
+//! (resource links, embedded resources, `_meta.ui.resourceUri` and `_meta["ui/resourceUri"]`,
+//! icons, `structuredContent`, completion values) is namespaced and checked like a read; one
+//! the principal may not see is dropped, decided by policy, never by whether it exists
+//! (`rewrite`). Results are never cached.
 
 mod call;
 mod catalog;
@@ -317,7 +318,8 @@ impl Tools {
     }
 
     /// May `principal` use the tool or prompt a host sees as `presented`? A refusal is counted as
-    /// a policy denial of `counted`, when given (a list entry hidden, a call refused).
+    /// a policy denial of `counted`, when given (a list entry hidden, a call refused), under the
+    /// policy file that decided it.
     fn allowed(
         &self,
         policy: &PolicySet,
@@ -327,12 +329,16 @@ impl Tools {
         presented: &str,
         counted: Option<DenialAction>,
     ) -> bool {
-        let allowed = policy.is_allow_all()
-            || naming.origin(presented).is_some_and(|(upstream, name)| {
-                policy.decide(principal, &names::policy_uri(offering, upstream, name)).allowed
-            });
+        if policy.is_allow_all() {
+            return true;
+        }
+        let decision = naming
+            .origin(presented)
+            .map(|(upstream, name)| policy.decide(principal, &names::policy_uri(offering, upstream, name)));
+        let allowed = decision.as_ref().is_some_and(|decision| decision.allowed);
         if let (false, Some(action)) = (allowed, counted) {
-            self.inner.metrics.policy_denied(action, None);
+            let file = decision.and_then(|decision| decision.file);
+            self.inner.metrics.policy_denied(action, file.as_deref());
         }
         allowed
     }
@@ -355,7 +361,7 @@ impl Tools {
     }
 
     /// Namespace every name (skipping, logging and counting those outside the spec's rules)
-    /// and every `_meta.ui.resourceUri`.
+    /// and every MCP Apps resource URI of `_meta` (`ui.resourceUri`, `ui/resourceUri`).
     fn namespaced(&self, upstream: &str, offered: Offered) -> UpstreamOfferings {
         let unprefixed = self.inner.upstreams.get(upstream).is_some_and(|u| u.config().unprefixed);
         let naming = Naming { unprefixed: unprefixed.then_some(upstream) };

@@ -16,6 +16,7 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, RequestContext, RoleClient};
 use rmcp::{ClientHandler, ErrorData};
 
+use super::Change;
 use super::notices::{Notice, NoticeSender};
 use super::relay::{self, Refusal, RelayBook, Relayed};
 use super::roots::Roots;
@@ -114,7 +115,7 @@ impl ClientHandler for UpstreamClient {
     }
 
     async fn on_resource_updated(&self, params: ResourceUpdatedNotificationParam, _: NotificationContext<RoleClient>) {
-        self.notices.send(Notice::Updated(params.uri));
+        self.notices.send(Notice::Changed(params.uri, Change::Heard));
     }
 
     async fn on_resource_list_changed(&self, _: NotificationContext<RoleClient>) {

@@ -193,7 +193,11 @@ mod tests {
     use super::*;
 
     fn updated(upstream: &str, uri: &str) -> UpstreamEvent {
-        UpstreamEvent::ResourceUpdated { upstream: upstream.into(), uri: uri.into(), heard: true }
+        UpstreamEvent::ResourceUpdated {
+            upstream: upstream.into(),
+            uri: uri.into(),
+            change: crate::upstream::Change::Heard,
+        }
     }
 
     fn lost(uris: &[&str]) -> Lost {

@@ -77,9 +77,8 @@ pub enum UpstreamEvent {
     Down { upstream: String },
     /// Its catalog was reloaded after it said `list_changed`.
     CatalogChanged { upstream: String },
-    /// This (un-namespaced) URI changed: the upstream said so (`heard`), or it may have changed
-    /// unseen (after a reconnect, or when a listen stream ended).
-    ResourceUpdated { upstream: String, uri: String, heard: bool },
+    /// This (un-namespaced) URI changed, or may have: `change` says how it is known.
+    ResourceUpdated { upstream: String, uri: String, change: Change },
     /// It said `tools/list_changed` or `prompts/list_changed`; its lists fetched again
     /// (see `crate::tools`).
     OfferingsChanged { upstream: String, offered: Offered },
@@ -92,6 +91,20 @@ pub enum UpstreamEvent {
     /// [`Upstream::own_offerings`] gives them: that session's hosts only are told (`tools`,
     /// `prompts`: which lists differ from what it listed before).
     SessionOfferingsChanged { upstream: String, principal: Arc<str>, host: Option<u64>, tools: bool, prompts: bool },
+}
+
+/// How a URI of an upstream came to be reported changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// The upstream said so.
+    Heard,
+    /// It may have changed unseen while it was held (a fresh connection, a listen stream that
+    /// ended): what was kept of it goes, and its holders are told.
+    Unseen,
+    /// It left the watch set and is back: a read that saw it acknowledged just before it left
+    /// may have missed a change in between, so what was kept of it goes. Nobody held it
+    /// meanwhile (else it would not have left), so nobody missed anything: no holder is told.
+    Rewatched,
 }
 
 impl UpstreamEvent {

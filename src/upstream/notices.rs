@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{Notify, mpsc};
 
+use super::Change;
 use super::events::Lost;
 
 /// Notices that may wait for the supervisor before they are folded into the spill.
@@ -28,10 +29,8 @@ pub(crate) const NOTICE_CAPACITY: usize = 512;
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Notice {
     ListChanged,
-    /// The upstream said this URI changed.
-    Updated(String),
-    /// The URI may have changed unseen (a fresh connection, a listen stream that ended).
-    MayHaveChanged(String),
+    /// This URI changed, or may have; how it is known.
+    Changed(String, Change),
     /// It said `tools/list_changed` or `prompts/list_changed`.
     OfferingsChanged,
     /// The upstream sent something faulty that no request could be failed for (for `/status`).
@@ -117,7 +116,7 @@ impl NoticeInbox {
 impl Spilled {
     fn fold(&mut self, notice: Notice) {
         match notice {
-            Notice::Updated(uri) | Notice::MayHaveChanged(uri) => self.lose(Lost::Updated(BTreeSet::from([uri]))),
+            Notice::Changed(uri, _) => self.lose(Lost::Updated(BTreeSet::from([uri]))),
             Notice::Lost(lost) => self.lose(lost),
             Notice::ListChanged => self.list_changed = true,
             Notice::OfferingsChanged => self.offerings_changed = true,
@@ -150,6 +149,10 @@ impl Spilled {
 mod tests {
     use super::*;
 
+    fn updated(uri: String) -> Notice {
+        Notice::Changed(uri, Change::Heard)
+    }
+
     fn lost(uris: &[&str]) -> Notice {
         Notice::Lost(Lost::Updated(uris.iter().map(|uri| uri.to_string()).collect()))
     }
@@ -159,16 +162,16 @@ mod tests {
     #[tokio::test]
     async fn a_full_queue_folds_what_did_not_fit_and_hands_it_on_first() {
         let (sender, mut inbox) = channel(1);
-        sender.send(Notice::Updated("x://1".into()));
-        sender.send(Notice::Updated("x://2".into()));
+        sender.send(updated("x://1".into()));
+        sender.send(updated("x://2".into()));
         sender.send(Notice::ListChanged);
-        sender.send(Notice::MayHaveChanged("x://3".into()));
+        sender.send(Notice::Changed("x://3".into(), Change::Unseen));
         sender.send(Notice::Fault("old".into()));
         sender.send(Notice::Fault("new".into()));
         assert_eq!(inbox.recv().await, Some(lost(&["x://2", "x://3"])));
         assert_eq!(inbox.recv().await, Some(Notice::ListChanged));
         assert_eq!(inbox.recv().await, Some(Notice::Fault("new".into())));
-        assert_eq!(inbox.recv().await, Some(Notice::Updated("x://1".into())));
+        assert_eq!(inbox.recv().await, Some(updated("x://1".into())));
         sender.send(Notice::OfferingsChanged);
         assert_eq!(inbox.recv().await, Some(Notice::OfferingsChanged));
         drop(sender);
@@ -180,27 +183,24 @@ mod tests {
     async fn too_many_lost_updates_become_everything() {
         let (sender, mut inbox) = channel(1);
         for n in 0..=super::super::events::LOST_URIS_MAX + 1 {
-            sender.send(Notice::Updated(format!("x://{n}")));
+            sender.send(updated(format!("x://{n}")));
         }
         assert_eq!(inbox.recv().await, Some(Notice::Lost(Lost::Everything)));
-        assert_eq!(inbox.recv().await, Some(Notice::Updated("x://0".into())));
+        assert_eq!(inbox.recv().await, Some(updated("x://0".into())));
     }
 
     /// A spill that happens while the supervisor waits wakes it.
     #[tokio::test]
     async fn a_spill_wakes_a_waiting_inbox() {
         let (sender, mut inbox) = channel(1);
-        sender.send(Notice::Updated("x://1".into()));
-        assert_eq!(inbox.recv().await, Some(Notice::Updated("x://1".into())));
+        sender.send(updated("x://1".into()));
+        assert_eq!(inbox.recv().await, Some(updated("x://1".into())));
         let waiting = tokio::spawn(async move { (inbox.recv().await, inbox.recv().await) });
-        sender.send(Notice::Updated("x://2".into()));
-        sender.send(Notice::Updated("x://3".into()));
+        sender.send(updated("x://2".into()));
+        sender.send(updated("x://3".into()));
         let (first, second) = tokio::time::timeout(std::time::Duration::from_secs(10), waiting).await.unwrap().unwrap();
         let got = [first, second];
-        assert!(got.contains(&Some(Notice::Updated("x://2".into()))), "{got:?}");
-        assert!(
-            got.contains(&Some(lost(&["x://3"]))) || got.contains(&Some(Notice::Updated("x://3".into()))),
-            "{got:?}"
-        );
+        assert!(got.contains(&Some(updated("x://2".into()))), "{got:?}");
+        assert!(got.contains(&Some(lost(&["x://3"]))) || got.contains(&Some(updated("x://3".into()))), "{got:?}");
     }
 }

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::connect::{Running, Standing, connect};
 use super::notices::{NOTICE_CAPACITY, Notice, NoticeInbox};
-use super::{Era, EventSender, Link, LinkState, Lost, Upstream, UpstreamEvent};
+use super::{Change, Era, EventSender, Link, LinkState, Lost, Upstream, UpstreamEvent};
 use crate::catalog::Catalog;
 use crate::config::{UpstreamTransport, redact_urls_in};
 use crate::spine::Spine;
@@ -248,12 +248,8 @@ impl Supervisor {
 
     async fn on_notice(&self, notice: Notice, link: &Link, notices: &mut NoticeInbox) -> Result<(), String> {
         match notice {
-            Notice::Updated(uri) => {
-                self.forward_update(uri, true);
-                Ok(())
-            }
-            Notice::MayHaveChanged(uri) => {
-                self.forward_update(uri, false);
+            Notice::Changed(uri, change) => {
+                self.forward_update(uri, change);
                 Ok(())
             }
             Notice::Fault(fault) => {
@@ -347,9 +343,9 @@ impl Supervisor {
         }
     }
 
-    fn forward_update(&self, uri: String, heard: bool) {
+    fn forward_update(&self, uri: String, change: Change) {
         let upstream = self.upstream.name().to_string();
-        self.emit(UpstreamEvent::ResourceUpdated { upstream, uri, heard });
+        self.emit(UpstreamEvent::ResourceUpdated { upstream, uri, change });
     }
 
     /// Send `event` on. A session's own state (up, down, its lists) is nobody's business: of
@@ -358,7 +354,12 @@ impl Supervisor {
         if !self.upstream.is_session() {
             return self.events.send(event);
         }
-        if let UpstreamEvent::ResourceUpdated { upstream, uri, heard } = event {
+        if let UpstreamEvent::ResourceUpdated { upstream, uri, change } = event {
+            // Its reads are never cached, and nobody held a rewatched URI: nothing to do.
+            if change == Change::Rewatched {
+                return;
+            }
+            let heard = change == Change::Heard;
             // Held as normalised URIs; the upstream may spell them its own way.
             let uri = crate::namespace::namespaced(&upstream, &uri)
                 .and_then(|namespaced| crate::uri::normalize(&namespaced).ok())
@@ -376,7 +377,7 @@ impl Supervisor {
     /// its cache and tells its holders, as for an overflow of the event queue).
     fn lost(&self, lost: Lost) {
         match lost {
-            Lost::Updated(uris) => uris.into_iter().for_each(|uri| self.forward_update(uri, true)),
+            Lost::Updated(uris) => uris.into_iter().for_each(|uri| self.forward_update(uri, Change::Heard)),
             Lost::Everything if self.upstream.is_session() => {
                 // Its holders hear of everything they hold on it, nobody else of anything.
                 let upstream = self.upstream.name().to_string();
@@ -416,8 +417,7 @@ impl Supervisor {
             match next {
                 Notice::ListChanged => changed = true,
                 Notice::Lost(lost) => self.lost(lost),
-                Notice::Updated(uri) => self.forward_update(uri, true),
-                Notice::MayHaveChanged(uri) => self.forward_update(uri, false),
+                Notice::Changed(uri, change) => self.forward_update(uri, change),
                 Notice::Fault(fault) => self.upstream.record_fault(fault),
                 // Fetched when the notice is taken (or right after, when drained here).
                 Notice::OfferingsChanged => self.offerings_stale.store(true, std::sync::atomic::Ordering::Relaxed),

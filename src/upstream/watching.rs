@@ -5,7 +5,9 @@
 //!
 //! Invariant: whenever the upstream may have changed something without telling us — a fresh
 //! connection, a listen stream that ended — every watched URI is reported as updated, so no
-//! update is silently lost.
+//! update is silently lost. A URI that left the watch set and is back is reported as
+//! [`Change::Rewatched`]: what the cache kept of it goes, but no host is told, since none held
+//! it meanwhile (a host opening a listen stream hears no `updated` for what did not change).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -16,8 +18,8 @@ use rmcp::service::{ServiceError, Subscription};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::Link;
 use super::notices::{Notice, NoticeSender};
+use super::{Change, Link};
 use crate::protocol::Era;
 
 /// Changes to the watch set that arrive within this window go upstream together.
@@ -56,13 +58,15 @@ pub(super) async fn keep(
     fresh: bool,
     broken: impl Fn() + Send + 'static,
 ) {
+    let offers_resources = link.capabilities.resources.is_some();
     let resources = link.capabilities.resources.clone().unwrap_or_default();
     let can_subscribe = resources.subscribe == Some(true);
     let caps = &link.capabilities;
     let offerings_change = caps.tools.as_ref().is_some_and(|t| t.list_changed == Some(true))
         || caps.prompts.as_ref().is_some_and(|p| p.list_changed == Some(true));
     let lists_change = resources.list_changed == Some(true) || offerings_change;
-    if !can_subscribe {
+    // An upstream without resources (tools only) holds no URI: there is nothing to say.
+    if offers_resources && !can_subscribe {
         tracing::info!(upstream, "upstream does not offer subscriptions: URIs held there are never notified");
     }
     match link.era {
@@ -171,7 +175,7 @@ impl Legacy<'_> {
                     set.acknowledged.insert(uri.clone());
                 });
                 if again {
-                    self.notices.send(Notice::MayHaveChanged(uri.to_string()));
+                    self.notices.send(Notice::Changed(uri.to_string(), Change::Rewatched));
                 }
                 self.subscribed.insert(uri);
             }
@@ -292,7 +296,9 @@ impl Listen<'_> {
         } else {
             // Left in the last change and back now: a read may have seen it acknowledged just
             // before it left, and missed a change in between.
-            report_all(acknowledged.intersection(dropped), self.notices);
+            for uri in acknowledged.intersection(dropped) {
+                self.notices.send(Notice::Changed(uri.to_string(), Change::Rewatched));
+            }
         }
         *dropped = left;
         self.applied.send_replace(Arc::new(Applied { acknowledged, refused }));
@@ -348,7 +354,9 @@ async fn next_of(current: &mut Option<(Subscription, BTreeSet<Uri>)>) -> Option<
     let Some((subscription, _)) = current.as_mut() else { return std::future::pending().await };
     loop {
         match subscription.next().await {
-            Ok(Some(ServerNotification::ResourceUpdatedNotification(n))) => return Some(Notice::Updated(n.params.uri)),
+            Ok(Some(ServerNotification::ResourceUpdatedNotification(n))) => {
+                return Some(Notice::Changed(n.params.uri, Change::Heard));
+            }
             Ok(Some(ServerNotification::ResourceListChangedNotification(_))) => return Some(Notice::ListChanged),
             Ok(Some(
                 ServerNotification::ToolListChangedNotification(_)
@@ -368,7 +376,7 @@ fn acknowledged_uris(subscription: &Subscription, wanted: &BTreeSet<Uri>) -> BTr
 
 fn report_all<'a>(uris: impl Iterator<Item = &'a Uri>, notices: &NoticeSender) {
     for uri in uris {
-        notices.send(Notice::MayHaveChanged(uri.to_string()));
+        notices.send(Notice::Changed(uri.to_string(), Change::Unseen));
     }
 }
 

@@ -152,7 +152,7 @@ async fn every_call_read_subscription_denial_refused_token_and_reload_is_one_eve
     let (alice, _) = connect_http_with_token(&proxy.url, Era::Legacy, ALICE_TOKEN).await?;
     // Once its handshake reached the fast path, the session's reads are the fast path's (a
     // list, which is not audited, shows when).
-    let legacy_fast = || proxy.matching(&["answered on the fast path", "\"modern\":false"]).len();
+    let legacy_fast = || proxy.matching(&["answered on the fast path", "\"era\":\"2025\""]).len();
     eventually(DEADLINE, "the session's requests answered on the fast path", || async {
         alice.list_resources(None).await?;
         anyhow::ensure!(legacy_fast() > 0, "not yet");
@@ -255,7 +255,7 @@ async fn every_call_read_subscription_denial_refused_token_and_reload_is_one_eve
         (Some("config"), Some("unchanged"))
     );
     // Both reads of the fast path's two shapes were its own (and audited all the same).
-    assert!(proxy.matching(&["answered on the fast path", "\"modern\":true"]).len() >= 2);
+    assert!(proxy.matching(&["answered on the fast path", "\"era\":\"2026-07-28\""]).len() >= 2);
     assert_eq!(legacy_fast(), listed + 3, "alice's three reads");
 
     // No token, nor the start of one, anywhere in either file.

@@ -125,10 +125,10 @@ async fn configured_roots_are_answered_and_a_reload_changes_them_in_place() -> a
 #[tokio::test]
 async fn auto_keeps_the_2025_era_where_calls_could_ask_the_host() -> anyhow::Result<()> {
     let cases: [(&[&str], &str, &str); 4] = [
-        (&[], "", "legacy"),
-        (&["--offer", "resources"], "roots = [\"file:///srv\"]", "legacy"),
-        (&["--offer", "resources"], "", "modern"),
-        (&["--era", "modern"], "", "modern"),
+        (&[], "", "2025"),
+        (&["--offer", "resources"], "roots = [\"file:///srv\"]", "2025"),
+        (&["--offer", "resources"], "", "2026-07-28"),
+        (&["--era", "modern"], "", "2026-07-28"),
     ];
     for (args, extra, era) in cases {
         let upstream = fixture::serve_in_process(args).await?;

@@ -1,8 +1,10 @@
 //! A hostile host with a valid token, on tools: it cannot reach another host's progress or
 //! cancel another host's call (same request id, same progress token, another principal, either
 //! era); a tool it may not use answers exactly like one that does not exist and is named in no
-//! log line at info or above; completion for a template it may not see answers like an unknown
-//! template. The proxy binary (its logs are read) in front of the fixture over stdio.
+//! log line at info or above, and is counted under the policy file that decided it; completion
+//! for a template it may not see answers like an unknown template; an MCP App's UI resource it
+//! may not read is named nowhere. The proxy binary (its logs are read) in front of the fixture
+//! over stdio.
 
 use anyhow::Context;
 use rmcp::model::{
@@ -13,6 +15,7 @@ use rmcp::service::{PeerRequestOptions, RequestHandle, RoleClient, ServiceError}
 use serde_json::json;
 
 use crate::support::eventually;
+use crate::support::exposition::Exposition;
 use crate::support::fixture::{DEADLINE, Era, error_code};
 use crate::support::proxy::{ProxyProcess, fixture_upstream, toml_str};
 use crate::support::wire::{self, WireHost, WireLog};
@@ -21,10 +24,12 @@ const ALICE_TOKEN: &str = "alice-tok-6a2d9e4c1f7b3058";
 const BOB_TOKEN: &str = "bob-tok-0c5e8a3f7d1b9264";
 const TOKENS: [(&str, &str); 2] = [("ALICE_TOKEN", ALICE_TOKEN), ("BOB_TOKEN", BOB_TOKEN)];
 
-/// alice: everything. bob: the fixture's tools but `stats`, its resources but the `sized` template.
+/// alice: everything. bob: the fixture's tools but `stats`, its resources but the `sized` template
+/// and the `widget` tool's UI resource.
 const ALICE: &str = "principals = [\"alice\"]\nallow = [\"**\"]\n";
 const BOB: &str = "principals = [\"bob\"]\nallow = [\"tool://fx/*\", \"fx+**\"]\n\
-                   deny = [\"tool://fx/stats\", \"fx+fx://fx/sized/**\"]\n";
+                   deny = [\"tool://fx/stats\", \"fx+fx://fx/sized/**\", \"fx+ui://fx/widget\"]\n";
+const POLICY_DENIALS: &str = "mcp_proxy_policy_denials_total";
 
 /// The proxy binary with alice and bob by bearer token, in front of the fixture (stdio).
 async fn start() -> anyhow::Result<(ProxyProcess, tempfile::TempDir)> {
@@ -42,7 +47,7 @@ async fn start_with(server: &str) -> anyhow::Result<(ProxyProcess, tempfile::Tem
          [[auth.tokens]]\nprincipal = \"bob\"\ntoken_env = \"BOB_TOKEN\"\n\n\
          [policies]\ndir = {}\n\n{}",
         toml_str(policies.path().to_str().expect("utf-8 path")),
-        fixture_upstream("fx", &[])
+        fixture_upstream("fx", &["--apps-tool"])
     );
     let proxy = ProxyProcess::start_with_offerings(&config, &TOKENS, &["fx"]).await?;
     Ok((proxy, policies))
@@ -156,6 +161,52 @@ async fn a_denied_tool_or_template_answers_like_an_unknown_one_and_is_not_logged
     let names = |line: &&String| line.contains("stats") || line.contains("sized");
     let naming: Vec<String> = proxy.logs().iter().filter(loud).filter(names).cloned().collect();
     assert!(naming.is_empty(), "log lines at info or above name what bob may not use: {naming:#?}");
+    Ok(())
+}
+
+/// A tool bob may not use is counted under the policy file whose rule decided it, `bob.toml`,
+/// when it is left out of his list and when his call is refused; nothing is counted under
+/// `default` (no rule matched), which decided neither.
+#[tokio::test]
+async fn a_tool_denial_is_counted_under_the_policy_file_that_decided_it() -> anyhow::Result<()> {
+    let (proxy, _policies) = start().await?;
+    let (bob, _) = wire::connect(&proxy.url, Era::Modern, Some(BOB_TOKEN)).await?;
+    let listed = bob.list_all_tools().await?;
+    assert!(listed.iter().all(|tool| tool.name != "fx__stats"), "listed: {listed:?}");
+    bob.call_tool(CallToolRequestParams::new("fx__stats")).await.expect_err("denied");
+    let decided_by = |action: &'static str, file: &'static str| [("action", action), ("policy", file)];
+    proxy.wait_metric(POLICY_DENIALS, &decided_by("use", "bob.toml"), |count| count == 1.0).await?;
+    proxy.wait_metric(POLICY_DENIALS, &decided_by("list", "bob.toml"), |count| count >= 1.0).await?;
+    let metrics = Exposition::parse(&proxy.admin_get("/metrics").await?)?;
+    for action in ["use", "list"] {
+        assert_eq!(metrics.value(POLICY_DENIALS, &decided_by(action, "default")), Some(0.0), "{action}");
+    }
+    Ok(())
+}
+
+/// An MCP App names its UI resource in `_meta` twice — nested (`ui.resourceUri`) and flat
+/// (`ui/resourceUri`, as the ext-apps SDK still sends it) — in its tool's definition, on a
+/// result's block and on the result: alice gets both namespaced, bob, who may not read it,
+/// gets neither, and nothing he is sent names it, in both eras.
+#[tokio::test]
+async fn an_apps_ui_resource_is_namespaced_and_judged_in_both_spellings() -> anyhow::Result<()> {
+    let (proxy, _policies) = start().await?;
+    for era in [Era::Legacy, Era::Modern] {
+        for (token, expected) in [(ALICE_TOKEN, json!("fx+ui://fx/widget")), (BOB_TOKEN, json!(null))] {
+            let (host, _) = wire::connect(&proxy.url, era, Some(token)).await?;
+            let listed = host.list_all_tools().await?;
+            let widget = listed.iter().find(|tool| tool.name == "fx__widget").context("fx__widget listed")?;
+            let widget = serde_json::to_value(widget)?;
+            let result = serde_json::to_value(host.call_tool(CallToolRequestParams::new("fx__widget")).await?)?;
+            for meta in [&widget["_meta"], &result["_meta"], &result["content"][0]["_meta"]] {
+                let nested = meta["ui"].get("resourceUri").cloned().unwrap_or_default();
+                let flat = meta.get("ui/resourceUri").cloned().unwrap_or_default();
+                assert_eq!((&nested, &flat), (&expected, &expected), "{era:?}: {meta}");
+            }
+            let sent = format!("{widget}{result}");
+            assert_eq!(sent.contains("ui://fx/widget"), !expected.is_null(), "{era:?}: {sent}");
+        }
+    }
     Ok(())
 }
 

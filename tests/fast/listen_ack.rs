@@ -1,6 +1,7 @@
 //! A 2026-07-28 listen stream hears every update after its acknowledgement: rmcp's client
 //! `listen()` returns on the ack, and an upstream change made right then must reach the host
-//! (the proxy registers the stream before rmcp acknowledges it).
+//! (the proxy registers the stream before rmcp acknowledges it). And nothing else: a stream
+//! opened on URIs that nothing changed hears no `updated` for them.
 
 use anyhow::Context;
 use rmcp::model::{ServerNotification, SubscriptionFilter};
@@ -32,12 +33,18 @@ async fn listen(url: &str, uris: &[String]) -> anyhow::Result<(FixtureClient, Su
 
 /// Waits (up to the deadline) for `updated` of `uri` on `stream`.
 async fn hears(stream: &mut Subscription, uri: &str) -> anyhow::Result<()> {
+    while next_updated(stream).await? != uri {}
+    Ok(())
+}
+
+/// The URI of the next `updated` on `stream` (waited for up to the deadline).
+async fn next_updated(stream: &mut Subscription) -> anyhow::Result<String> {
     tokio::time::timeout(fixture::DEADLINE, async {
         loop {
             match stream.next().await? {
-                Some(ServerNotification::ResourceUpdatedNotification(n)) if n.params.uri == uri => return Ok(()),
+                Some(ServerNotification::ResourceUpdatedNotification(n)) => return Ok(n.params.uri),
                 Some(_) => continue,
-                None => anyhow::bail!("listen stream for {uri} ended"),
+                None => anyhow::bail!("listen stream ended"),
             }
         }
     })
@@ -71,6 +78,31 @@ async fn listen_hosts_hear_an_update_right_after_their_acknowledgement() -> anyh
     let lanes = (0..LANES).map(|n| tokio::spawn(lane(proxy.url.clone(), upstream.url.clone(), n)));
     for finished in futures::future::join_all(lanes).await {
         finished??;
+    }
+    Ok(())
+}
+
+/// A URI another host listened to, then let go (so the proxy unsubscribed it upstream), is
+/// listened to again with a second one: the new stream hears no `updated` for it at open —
+/// nothing changed — so the first it hears is the change made to the second URI, whichever
+/// era the upstream speaks (a 2026-07-28 listen stream, 2025 subscriptions).
+#[tokio::test]
+async fn a_listen_stream_hears_no_updated_at_open_for_what_did_not_change() -> anyhow::Result<()> {
+    for era in ["modern", "legacy"] {
+        let upstream = fixture::HttpFixture::spawn(&["--era", era, "--resources", "4"]).await?;
+        let proxy = ProxyProcess::start(&http_upstream("fx", &upstream.url, "")).await?;
+        proxy.wait_up("fx", 1).await?;
+        let (side, _) = fixture::connect_http(&upstream.url, Era::Auto).await?;
+        let (earlier, stream) = listen(&proxy.url, &[proxied_uri(0)]).await?;
+        wait_for_stats(&side, |s| watched(s) == [upstream_uri(0)]).await?;
+        drop(stream);
+        earlier.cancel().await?;
+        wait_for_stats(&side, |s| watched(s).is_empty()).await?;
+
+        let (_host, mut stream) = listen(&proxy.url, &[proxied_uri(0), proxied_uri(1)]).await?;
+        wait_for_stats(&side, |s| watched(s).len() == 2).await?;
+        call_json(&side, "touch", json!({ "uri": upstream_uri(1) })).await?;
+        assert_eq!(next_updated(&mut stream).await?, proxied_uri(1), "{era}: the first updated heard");
     }
     Ok(())
 }

@@ -25,6 +25,11 @@ const FATAL_LINE: &str = "fatal: GITHUB_TOKEN is not set";
 /// A measurement window, not synchronisation: what it measures is that nothing happens.
 const QUIET_WINDOW: Duration = Duration::from_secs(3);
 
+/// The window after readiness over which a healthy idle proxy in front of every kind of upstream
+/// must log nothing: longer than the default health interval (10 s), so each upstream is probed
+/// in it. The one timed wait of its test, measuring that nothing happens.
+const IDLE_WINDOW: Duration = Duration::from_secs(12);
+
 /// How long after the last expected `list_changed` an extra one is still looked for (the
 /// debounce is 100 ms); a measurement window, not synchronisation.
 const LATE_NOTICE_WINDOW: Duration = Duration::from_secs(1);
@@ -119,6 +124,36 @@ async fn a_healthy_idle_proxy_logs_nothing_after_startup() -> anyhow::Result<()>
     proxy.admin_url().await?;
     let after_startup = proxy.logs();
     tokio::time::sleep(QUIET_WINDOW).await;
+    let new: Vec<String> = proxy.logs().into_iter().skip(after_startup.len()).collect();
+    let startup_noise: Vec<&String> = after_startup.iter().filter(|l| !is_startup_line(l)).collect();
+    assert!(new.is_empty(), "logged while idle: {new:#?}");
+    assert!(startup_noise.is_empty(), "logged more than startup: {startup_noise:#?}");
+    Ok(())
+}
+
+/// The README's promise at the default log level, in front of every kind of upstream: the
+/// fixture over stdio (2025) and over HTTP (2026-07-28: a listen stream for its list changes),
+/// a tools-only fixture (no resources, so nothing to say about subscriptions) and the folder
+/// server. Startup logs its listeners and each `upstream up`, then nothing for the window.
+#[tokio::test]
+async fn a_healthy_idle_proxy_logs_nothing_in_front_of_every_kind_of_upstream() -> anyhow::Result<()> {
+    let (docs, policies) = (folder()?, tempfile::tempdir()?);
+    std::fs::write(policies.path().join("all.toml"), "principals = [\"*\"]\nallow = [\"**\"]\n")?;
+    let modern = HttpFixture::spawn(&["--era", "modern"]).await?;
+    let config = format!(
+        "[policies]\ndir = {}\n\n{}{}{}{}",
+        toml_str(policies.path().to_str().unwrap()),
+        fixture_upstream("stdio", &[]),
+        http_upstream("http", &modern.url, ""),
+        fixture_upstream("tools", &["--offer", "tools"]),
+        folder_upstream("docs", docs.path())
+    );
+    let proxy = start_with_default_logging(&config).await?;
+    for upstream in ["stdio", "http", "tools", "docs"] {
+        proxy.wait_up(upstream, 1).await?;
+    }
+    let after_startup = proxy.logs();
+    tokio::time::sleep(IDLE_WINDOW).await;
     let new: Vec<String> = proxy.logs().into_iter().skip(after_startup.len()).collect();
     let startup_noise: Vec<&String> = after_startup.iter().filter(|l| !is_startup_line(l)).collect();
     assert!(new.is_empty(), "logged while idle: {new:#?}");

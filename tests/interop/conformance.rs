@@ -63,10 +63,10 @@ const SCENARIOS: [&str; 20] = [
 /// extra keys of the upstream's entry, and the era it must speak to the upstream.
 const RUNS: [(&str, &str, &str); 4] = [
     // What the issue asks for: nothing set (`protocol` at its default, `auto`; names prefixed).
-    ("default", "", "legacy"),
-    ("unprefixed, auto", "unprefixed = true", "legacy"),
-    ("unprefixed, 2025-11-25", "unprefixed = true\nprotocol = \"2025-11-25\"", "legacy"),
-    ("unprefixed, 2026-07-28", "unprefixed = true\nprotocol = \"2026-07-28\"", "modern"),
+    ("default", "", "2025"),
+    ("unprefixed, auto", "unprefixed = true", "2025"),
+    ("unprefixed, 2025-11-25", "unprefixed = true\nprotocol = \"2025-11-25\"", "2025"),
+    ("unprefixed, 2026-07-28", "unprefixed = true\nprotocol = \"2026-07-28\"", "2026-07-28"),
 ];
 
 /// Scenarios that fail through the proxy while passing directly, per run, each with the reason.

@@ -1,16 +1,16 @@
 //! URIs inside what tools and prompts pass through, for one caller: resource links, embedded
-//! resources, `_meta.ui.resourceUri` (MCP Apps: the `ui://` resource a tool renders with) on a
-//! tool, a prompt or any content block (and on an embedded resource's contents), `icons[].src`
-//! of tools, prompts, resource links and listed resources and templates ([`listed`]),
-//! `structuredContent` ([`structured`]) and completion
-//! values ([`completion`]).
+//! resources, `_meta.ui.resourceUri` (MCP Apps: the `ui://` resource a tool renders with) and
+//! its flat spelling `_meta["ui/resourceUri"]` (which the ext-apps SDK still sends beside it)
+//! on a tool, a prompt or any content block (and on an embedded resource's contents),
+//! `icons[].src` of tools, prompts, resource links and listed resources and templates
+//! ([`listed`]), `structuredContent` ([`structured`]) and completion values ([`completion`]).
 //!
 //! One rule for every slot ([`links`]): a URI the upstream serves is namespaced into the
 //! proxy's form — so a host reads it through the proxy like any resource — and checked against
 //! the caller's policy like a read; one it may not read is dropped (a link or embedded
-//! resource block, a `ui.resourceUri`, an icon, a completion value) or removed
-//! (`structuredContent`). Foreign URLs (`https://…`, `data:`) are left alone. Decisions are by
-//! policy over the string, never by whether the resource exists. The upstream's own
+//! resource block, a `ui.resourceUri` or `ui/resourceUri`, an icon, a completion value) or
+//! removed (`structuredContent`). Foreign URLs (`https://…`, `data:`) are left alone. Decisions
+//! are by policy over the string, never by whether the resource exists. The upstream's own
 //! `serverInfo` (and its icons) never reaches a host: the proxy presents its own, and the copy
 //! an upstream puts in a result's `_meta` (`io.modelcontextprotocol/serverInfo`) is removed.
 //!
@@ -22,7 +22,7 @@ mod links;
 mod listed;
 mod structured;
 
-use rmcp::model::{ContentBlock, Icon, MetaObject, Prompt, ResourceContents, Tool};
+use rmcp::model::{ContentBlock, Icon, JsonObject, MetaObject, Prompt, ResourceContents, Tool};
 
 pub(crate) use self::completion::completion_for;
 pub(crate) use self::links::{Link, Links};
@@ -34,6 +34,8 @@ use crate::uri;
 
 const UI: &str = "ui";
 const RESOURCE_URI: &str = "resourceUri";
+/// The flat spelling of `ui.resourceUri`, a key of `_meta` itself.
+const FLAT_RESOURCE_URI: &str = "ui/resourceUri";
 const SERVER_INFO_META_KEY: &str = "io.modelcontextprotocol/serverInfo";
 
 /// May `principal` read this namespaced URI?
@@ -41,27 +43,36 @@ pub(super) fn visible(policy: &PolicySet, principal: &str, namespaced: &str) -> 
     policy.is_allow_all() || uri::normalize(namespaced).is_ok_and(|n| policy.decide(principal, &n).allowed)
 }
 
-/// `_meta` as an upstream sent it, with `ui.resourceUri` namespaced (removed when it has no
-/// scheme, so cannot be).
+/// `_meta` as an upstream sent it, with its MCP Apps resource URIs namespaced (each removed
+/// when it has no scheme, so cannot be).
 pub(super) fn meta_from_upstream(upstream: &str, mut meta: MetaObject) -> MetaObject {
-    let Some(ui) = meta.0.get_mut(UI).and_then(|ui| ui.as_object_mut()) else { return meta };
-    let namespaced = ui.get(RESOURCE_URI).and_then(|u| u.as_str()).map(|u| namespace::namespaced(upstream, u));
-    match namespaced {
-        Some(Some(namespaced)) => drop(ui.insert(RESOURCE_URI.into(), namespaced.into())),
-        Some(None) => drop(ui.remove(RESOURCE_URI)),
-        None => {}
-    }
+    each_resource_uri(&mut meta, |uri| namespace::namespaced(upstream, uri));
     meta
 }
 
-/// `_meta` (already namespaced) without a `ui.resourceUri` the principal may not read.
+/// `_meta` (already namespaced) without an MCP Apps resource URI the principal may not read.
 pub(super) fn meta_for(mut meta: MetaObject, policy: &PolicySet, principal: &str) -> MetaObject {
-    let Some(ui) = meta.0.get_mut(UI).and_then(|ui| ui.as_object_mut()) else { return meta };
-    let hidden = ui.get(RESOURCE_URI).is_some_and(|u| !u.as_str().is_some_and(|u| visible(policy, principal, u)));
-    if hidden {
-        ui.remove(RESOURCE_URI);
-    }
+    each_resource_uri(&mut meta, |uri| visible(policy, principal, uri).then(|| uri.to_string()));
     meta
+}
+
+/// Replace each MCP Apps resource URI of `_meta` — the nested `ui.resourceUri` and the flat
+/// `ui/resourceUri` that the ext-apps SDK still sends beside it — by what `rewrite` makes of
+/// it; one it makes nothing of (or that is no string) is removed.
+fn each_resource_uri(meta: &mut MetaObject, mut rewrite: impl FnMut(&str) -> Option<String>) {
+    if let Some(ui) = meta.0.get_mut(UI).and_then(|ui| ui.as_object_mut()) {
+        rewrite_slot(ui, RESOURCE_URI, &mut rewrite);
+    }
+    rewrite_slot(&mut meta.0, FLAT_RESOURCE_URI, &mut rewrite);
+}
+
+/// `object[key]`, when present, rewritten or removed (see [`each_resource_uri`]).
+fn rewrite_slot(object: &mut JsonObject, key: &str, rewrite: &mut impl FnMut(&str) -> Option<String>) {
+    let Some(value) = object.get_mut(key) else { return };
+    match value.as_str().and_then(rewrite) {
+        Some(rewritten) => *value = rewritten.into(),
+        None => drop(object.remove(key)),
+    }
 }
 
 /// `_meta` as an upstream sent it in a content block, as the caller may see it.
@@ -223,6 +234,23 @@ mod tests {
         assert!(denied.0["ui"].get("resourceUri").is_none());
         let unschemed = meta_from_upstream("ev", meta("widget"));
         assert!(unschemed.0["ui"].get("resourceUri").is_none());
+    }
+
+    #[test]
+    fn the_flat_ui_resource_uri_is_namespaced_and_hidden_like_the_nested_one() {
+        let both = |uri: &str| {
+            let meta = serde_json::json!({"ui": {"resourceUri": uri}, "ui/resourceUri": uri});
+            MetaObject(meta.as_object().unwrap().clone())
+        };
+        let namespaced = meta_from_upstream("ev", both("ui://widget/a"));
+        assert_eq!(namespaced.0["ui/resourceUri"], "ev+ui://widget/a");
+        assert_eq!(namespaced.0["ui"]["resourceUri"], "ev+ui://widget/a");
+        let policy = deny_secret();
+        assert_eq!(meta_for(namespaced.clone(), &policy, "alice").0, namespaced.0);
+        let denied = meta_for(meta_from_upstream("ev", both("demo://secret/ui")), &policy, "alice");
+        assert!(denied.0.get("ui/resourceUri").is_none(), "{denied:?}");
+        assert!(denied.0["ui"].get("resourceUri").is_none(), "{denied:?}");
+        assert!(meta_from_upstream("ev", both("widget")).0.get("ui/resourceUri").is_none());
     }
 
     #[test]

@@ -8,5 +8,6 @@
 //! polled for with a deadline, never slept for. Shared steps: `support::observe`. (Series under
 //! 10,000 distinct URIs: the scale tier.)
 
+mod eras;
 mod readiness;
 mod workload;
