@@ -210,14 +210,16 @@ fn undo(file: &Path, dry_run: bool) -> Result<(), String> {
     if backup.is_file() {
         eprintln!("{}: restored from {}", shown(file), shown(&backup));
         if dry_run {
-            return Ok(eprintln!("dry run: nothing written"));
+            eprintln!("dry run: nothing written");
+            return Ok(());
         }
         return std::fs::rename(&backup, file).map_err(|e| format!("cannot restore {}: {e}", shown(file)));
     }
     if mark.is_file() {
         eprintln!("{}: removed (`connect` created it)", shown(file));
         if dry_run {
-            return Ok(eprintln!("dry run: nothing written"));
+            eprintln!("dry run: nothing written");
+            return Ok(());
         }
         match std::fs::remove_file(file) {
             Ok(()) => {}
