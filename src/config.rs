@@ -223,13 +223,19 @@ impl Config {
     }
 
     /// Like [`Config::load`] for a configuration that is no file of its own (`serve
-    /// --mcp-json`): `text` stands for the file, its paths relative to `base`.
-    pub fn load_text(text: &str, base: &Path, cli: &CliOverrides) -> Result<Config, ConfigError> {
+    /// --mcp-json`): `text` stands for the file, its paths relative to `base`, `lookup` gives
+    /// the value of a `${VAR}`.
+    pub fn load_text(
+        text: &str,
+        base: &Path,
+        cli: &CliOverrides,
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
         let figment = Figment::new()
             .merge(Toml::string(text))
             .merge(settings_from_env())
             .merge(Serialized::default("server", cli));
-        Self::from_figment(&figment, base, &|name| std::env::var(name).ok())
+        Self::from_figment(&figment, base, lookup)
     }
 
     /// Validate a TOML text (paths relative to `base`), with `lookup` standing in for the

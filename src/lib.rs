@@ -28,7 +28,8 @@
 //! - [`tools`]: tools, prompts and completion of every upstream under `<upstream>__<name>`; merged lists, routed calls, policy over `tool://`/`prompt://`.
 //! - [`bridge`]: `[bridge]`: resources as the proxy's own tools for models (list, search, read, templates), through the resource paths with the caller's principal.
 //! - [`serve_dir`]: the built-in folder server.
-//! - [`mcp_json`]: host `mcpServers` files (Claude Desktop, Cursor, VS Code) → upstreams, secrets as `${VAR}` (pure).
+//! - [`mcp_json`]: host `mcpServers` files (Claude Desktop, Cursor, VS Code) → upstreams, secrets as `${VAR}` (their
+//!   values kept in memory for `serve --mcp-json`; pure).
 //! - [`metrics`]: the one [`metrics::Metrics`] handle with its own prometheus registry; bounded labels only.
 //! - [`listener`]: the accept loop of both HTTP listeners (connection cap, header timeout, `TCP_NODELAY`), allowed `Host`s.
 //! - [`logging`]: what the logs leave out (rmcp's errors about a peer that went away).

@@ -1,5 +1,5 @@
 //! The `mcp-resource-proxy` command line: `serve`, `check`, `policy explain`, `serve-dir`,
-//! `import`.
+//! `import`, `connect`.
 //! Logs go to stderr; stdout belongs to stdio MCP.
 
 use std::path::PathBuf;
@@ -46,6 +46,8 @@ fn return_freed_memory_at_once() {
 const CONFIG_ENV: &str = "MCP_PROXY_CONFIG";
 #[path = "main/commands.rs"]
 mod commands;
+#[path = "main/connect.rs"]
+mod connect;
 
 use commands::{Loaded, check, explain, import};
 
@@ -107,6 +109,33 @@ enum Command {
         /// Overwrite the --output file.
         #[arg(long, requires = "output")]
         force: bool,
+    },
+    /// Make a host use the proxy: write (or merge) its entry into the host's MCP config file,
+    /// showing the change on stderr and keeping the file as it was in FILE.mcp-resource-proxy.bak.
+    Connect {
+        #[arg(value_enum)]
+        host: connect::Host,
+        /// The host's config file (default: the host's usual one; VS Code's in this folder).
+        #[arg(long)]
+        file: Option<PathBuf>,
+        /// The server's name in the host's file.
+        #[arg(long, default_value = "mcp-resource-proxy")]
+        name: String,
+        /// The config the host starts the proxy with (`serve --stdio --config`, made absolute).
+        #[arg(long, env = CONFIG_ENV, default_value = "config.toml")]
+        config: PathBuf,
+        /// Connect over streamable HTTP at URL instead (Cursor, VS Code).
+        #[arg(long, value_name = "URL", conflicts_with = "undo")]
+        http: Option<String>,
+        /// With --http: the variable holding the bearer token the host sends (`${env:VAR}`).
+        #[arg(long, value_name = "VAR", requires = "http")]
+        token_env: Option<String>,
+        /// Show the change, write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Put the file back as it was before `connect` (from its backup), remove the backup.
+        #[arg(long)]
+        undo: bool,
     },
     /// Access policies.
     Policy {
@@ -174,6 +203,9 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Import { file, output, force } => Ok(import(&file, output.as_deref(), force)),
+        Command::Connect { host, file, name, config, http, token_env, dry_run, undo } => {
+            Ok(connect::connect(&connect::Request { host, file, name, config, http, token_env, dry_run, undo }))
+        }
         Command::Serve { config, mcp_json, stdio, listen, admin_listen, principal, ready_file } => {
             let config = Loaded::of(config, mcp_json);
             let (config_path, listen_override, admin_override) = (config.clone(), listen.clone(), admin_listen.clone());

@@ -90,7 +90,7 @@ impl BodyGuard {
     /// `request` of `principal` with its body guarded, and the verdict on it once answered; or
     /// the refusal, when the body it announces does not fit what is left of the principal's
     /// budget.
-    pub fn guard(&self, principal: &str, request: Request) -> Result<(Request, Verdict), Response> {
+    pub fn guard(&self, principal: &str, request: Request) -> Result<(Request, Verdict), Box<Response>> {
         let verdict = Verdict::default();
         let announced: Option<usize> =
             request.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
@@ -102,7 +102,7 @@ impl BodyGuard {
             && announced > self.inner.budget.saturating_sub(self.charged(&principal))
         {
             self.cut(&principal, Cut::Budget);
-            return Err(too_large());
+            return Err(Box::new(too_large()));
         }
         let (parts, body) = request.into_parts();
         let guarded = Guarded {

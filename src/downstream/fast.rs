@@ -122,7 +122,7 @@ pub(super) async fn front(State(front): State<Front>, request: Request, next: Ne
     };
     let (request, verdict) = match front.bodies.guard(&principal.0, request) {
         Ok(guarded) => guarded,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     // Rate limits before anything else: a refusal costs a body peek and a map lookup.
     let request = match super::metering::check_http(&front.fast.proxy, &principal.0, request).await {

@@ -22,7 +22,7 @@ mod state;
 mod toml_out;
 mod vars;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use serde_json::{Map, Value};
@@ -39,6 +39,31 @@ pub struct Import {
     pub notes: Vec<Note>,
     /// The variables the proxy's environment must set (the `${VAR}` references written).
     pub variables: BTreeSet<String>,
+    /// The literal secrets moved out of the file, by the variable that stands for each: what
+    /// `serve --mcp-json` supplies in memory; never written or shown.
+    pub secrets: MovedSecrets,
+}
+
+/// Variable → the literal secret of the file it stands for. Its `Debug` shows the names only.
+#[derive(Clone, Default, PartialEq)]
+pub struct MovedSecrets(BTreeMap<String, String>);
+
+impl MovedSecrets {
+    /// The secret the variable `name` stands for, if the import moved one there.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0.get(name).map(String::as_str)
+    }
+
+    /// Every secret value (to keep them out of what is shown).
+    pub fn values(&self) -> impl Iterator<Item = &str> {
+        self.0.values().map(String::as_str)
+    }
+}
+
+impl std::fmt::Debug for MovedSecrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.0.keys()).finish()
+    }
 }
 
 /// One upstream as imported.
@@ -64,6 +89,9 @@ pub struct Note {
     /// The entry's name in the file.
     pub entry: String,
     pub message: String,
+    /// The note says a literal secret was moved to a variable (`serve --mcp-json` supplies it
+    /// from the file instead).
+    pub moved_secret: bool,
 }
 
 /// Where the file is, for `${workspaceFolder}`: the folder holding `.vscode/` or `.cursor/`.
@@ -129,7 +157,10 @@ impl Import {
 
 /// The configuration `serve --mcp-json PATH` serves: the file's servers as upstreams, every
 /// other setting at its default (the environment and `cli` apply as with a config file;
-/// a `policies` folder beside the file is used). The notes say what the import changed.
+/// a `policies` folder beside the file is used). The file is served as it is: a literal secret
+/// the import moved to a `${VAR}` is supplied from the file, in memory (the environment's `VAR`
+/// does not replace it), and nothing is written. The notes say what the import changed (a moved
+/// secret is not among them: nothing has to be set).
 pub fn load_config(path: &std::path::Path, cli: &CliOverrides) -> Result<(Config, Vec<Note>), ConfigError> {
     let at = printable(&path.display().to_string());
     let text = std::fs::read_to_string(path)
@@ -138,8 +169,11 @@ pub fn load_config(path: &std::path::Path, cli: &CliOverrides) -> Result<(Config
         problems: e.problems.into_iter().map(|p| Problem::new(format!("{at}: {}", p.at), p.message)).collect(),
     })?;
     let base = path.parent().map(std::path::Path::to_path_buf).unwrap_or_default();
-    let config = Config::load_text(&imported.to_toml(), &base, cli)?;
-    Ok((config, imported.notes))
+    let secrets = &imported.secrets;
+    let lookup = |name: &str| secrets.get(name).map(str::to_string).or_else(|| std::env::var(name).ok());
+    let config = Config::load_text(&imported.to_toml(), &base, cli, &lookup)?;
+    let notes = imported.notes.into_iter().filter(|note| !note.moved_secret).collect();
+    Ok((config, notes))
 }
 
 /// `text` with its control characters (a newline, an escape) written as escapes (`\n`,

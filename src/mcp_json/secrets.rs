@@ -342,6 +342,6 @@ fn moved(state: &mut State<'_>, entry: &str, upstream: &str, preferred: &str, se
     let message = format!(
         "{what}: a secret-looking value is not written to the config; set `{variable}` in the proxy's environment"
     );
-    state.note(entry, &message);
+    state.note_moved_secret(entry, &message);
     reference(&variable)
 }

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 
-use super::{Import, ImportError, ImportedTransport, ImportedUpstream, Note, Origin, printable};
+use super::{Import, ImportError, ImportedTransport, ImportedUpstream, MovedSecrets, Note, Origin, printable};
 use crate::problem::Problem;
 
 /// VS Code `inputs`: id → its description.
@@ -48,7 +48,8 @@ impl<'a> State<'a> {
             return Err(ImportError { problems: vec![problem], notes: self.notes });
         }
         let variables = self.upstreams.iter().flat_map(ImportedUpstream::strings).flat_map(references).collect();
-        Ok(Import { upstreams: self.upstreams, notes: self.notes, variables })
+        let secrets = MovedSecrets(self.secret_values);
+        Ok(Import { upstreams: self.upstreams, notes: self.notes, variables, secrets })
     }
 
     /// A problem at `at`; control characters of the file's text in it are escaped.
@@ -58,7 +59,15 @@ impl<'a> State<'a> {
 
     /// A note on `entry`; control characters of the file's text in it are escaped.
     pub(super) fn note(&mut self, entry: &str, message: &str) {
-        self.notes.push(Note { entry: printable(entry), message: printable(message) });
+        self.notes.push(Note { entry: printable(entry), message: printable(message), moved_secret: false });
+    }
+
+    /// A note on `entry` that a literal secret was moved to a variable.
+    pub(super) fn note_moved_secret(&mut self, entry: &str, message: &str) {
+        self.note(entry, message);
+        if let Some(note) = self.notes.last_mut() {
+            note.moved_secret = true;
+        }
     }
 }
 

@@ -60,7 +60,29 @@ const COVERED: &[(&str, &[&str])] = &[
     ),
     ("mcp-resource-proxy check --config config.toml", &["readme_import_check_and_serve_run_as_written"]),
     ("mcp-resource-proxy serve --mcp-json .vscode/mcp.json", &["readme_import_check_and_serve_run_as_written"]),
+    (
+        "mcp-resource-proxy connect claude-desktop --config /etc/mcp-resource-proxy/config.toml --dry-run",
+        &["readme_connect_dry_run_runs_as_written"],
+    ),
 ];
+
+/// The README's `connect` command, as written, in a temporary HOME: it shows the entry it would
+/// write into Claude Desktop's usual file and writes nothing.
+#[tokio::test]
+async fn readme_connect_dry_run_runs_as_written() -> anyhow::Result<()> {
+    let command =
+        readme_commands().into_iter().find(|c| c.starts_with("mcp-resource-proxy connect")).context("connect")?;
+    let args: Vec<&str> = command.split_whitespace().skip(1).collect();
+    let home = tempfile::tempdir()?;
+    let mut connect = Command::new(PROXY_BIN);
+    connect.args(&args).current_dir(home.path()).env("HOME", home.path()).stdin(Stdio::null()).kill_on_drop(true);
+    let output = tokio::time::timeout(CARGO_DEADLINE, connect.output()).await.context("connect did not exit")??;
+    let errors = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{errors}");
+    assert!(errors.contains("/etc/mcp-resource-proxy/config.toml") && errors.contains("dry run"), "{errors}");
+    assert_eq!(std::fs::read_dir(home.path())?.count(), 0, "nothing written");
+    Ok(())
+}
 
 /// The shell commands of README.md's `sh` blocks: continuation lines joined, comments dropped.
 fn readme_commands() -> Vec<String> {

@@ -3,8 +3,11 @@
 //! config before it starts anything, `serve-dir` speaking MCP over stdio, and `serve --stdio`
 //! keeping stdout for JSON-RPC alone.
 //!
+//! `connect`: a host's config file made to use the proxy, and put back.
+//!
 //! `stdio`: `serve-dir` and `serve --stdio` over their stdin/stdout.
 
+mod connect;
 mod stdio;
 
 use std::path::Path;
@@ -31,12 +34,13 @@ async fn version_prints_name_and_version() -> anyhow::Result<()> {
 /// `--help` and `<sub> --help` exit 0 and name every subcommand and flag of the contract.
 #[tokio::test]
 async fn help_of_each_command_exits_0_and_mentions_its_flags() -> anyhow::Result<()> {
-    let cases: [(&[&str], &[&str]); 5] = [
-        (&["--help"], &["serve", "check", "serve-dir", "import", "--version", "--help", "--log-format"]),
+    let cases: [(&[&str], &[&str]); 6] = [
+        (&["--help"], &["serve", "check", "serve-dir", "import", "connect", "--version", "--help", "--log-format"]),
         (&["serve", "--help"], &["--config", "--mcp-json", "--stdio", "--listen", "--admin-listen", "config.toml"]),
         (&["check", "--help"], &["--config", "config.toml", "MCP_PROXY_CONFIG", "78"]),
         (&["import", "--help"], &["<FILE>", "--output", "--force", "78"]),
         (&["serve-dir", "--help"], &["<DIR>", "stdio"]),
+        (&["connect", "--help"], &["claude-desktop", "cursor", "vscode", "--file", "--name", "--dry-run", "--undo"]),
     ];
     for (args, needles) in cases {
         let output = run(args, None).await?;

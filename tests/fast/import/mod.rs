@@ -8,8 +8,9 @@
 
 use std::process::{Output, Stdio};
 
-use crate::support::fixture::{DEADLINE, fixture_bin};
+use crate::support::fixture::{DEADLINE, Era, HttpFixture, connect_http, fixture_bin};
 use crate::support::proxy::{PROXY_BIN, ProxyProcess};
+use crate::support::reads::{read, text};
 use crate::support::repo_root;
 use anyhow::Context;
 use tokio::process::Command;
@@ -183,6 +184,40 @@ async fn serve_mcp_json_brings_the_stdio_entries_up() -> anyhow::Result<()> {
         status["upstreams"].as_array().context("upstreams")?.iter().filter_map(|u| u["name"].as_str()).collect();
     assert_eq!(names.len(), 2, "{status}");
     proxy.wait_log(&["legacy", "sse"]).await?;
+    Ok(())
+}
+
+/// `serve --mcp-json` serves a Claude Desktop file as it is: an entry's literal API key in `env`
+/// reaches its stdio upstream (the fixture echoes it back on a read), an entry's literal
+/// `Authorization` header is used for its HTTP upstream, even with the variable the import
+/// would name set to something else in the proxy's environment; the key shows neither in the
+/// proxy's stderr nor in `/status`.
+#[tokio::test]
+async fn serve_mcp_json_uses_the_files_literal_secrets_in_memory() -> anyhow::Result<()> {
+    const KEY: &str = "sk-test-9c1e5a7b3d2f4e6a8b0c1d3e";
+    const BEARER: &str = "Bearer ghp_Q3w9Zr7Xk2Lm5Np8Rs1Tv4Wy6Ab0Cd2Ef";
+    let http = HttpFixture::spawn(&["--prefix", "web"]).await?;
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("claude_desktop_config.json");
+    let servers = serde_json::json!({"mcpServers": {
+        "keyed": {"command": fixture_bin().to_str().unwrap(), "env": {"FIXTURE_API_KEY": KEY}},
+        "web": {"url": http.url, "headers": {"Authorization": BEARER}},
+    }, "globalShortcut": "Alt+Space"});
+    std::fs::write(&file, serde_json::to_string_pretty(&servers)?)?;
+    let env = [("FIXTURE_API_KEY", "from-the-environment")];
+    let proxy = ProxyProcess::start_with("", &["--mcp-json", file.to_str().unwrap()], &env).await?;
+    proxy.wait_up("keyed", 1).await?;
+    proxy.wait_up("web", 1).await?;
+    let (host, _events) = connect_http(&proxy.url, Era::Legacy).await?;
+    assert_eq!(text(&read(host.peer(), "keyed+fx://fx/env/FIXTURE_API_KEY").await?), KEY);
+    assert!(!text(&read(host.peer(), "web+fx://web/item/0").await?).is_empty());
+    let status = proxy.status().await?.to_string();
+    let logs = proxy.logs().join("\n");
+    for secret in [KEY, "ghp_Q3w9Zr7Xk2Lm5Np8Rs1Tv4Wy6Ab0Cd2Ef"] {
+        assert!(!status.contains(secret), "/status shows a secret: {status}");
+        assert!(!logs.contains(secret), "the logs show a secret:\n{logs}");
+    }
+    assert!(!logs.contains("set `FIXTURE_API_KEY`"), "nothing is to be set:\n{logs}");
     Ok(())
 }
 
