@@ -273,7 +273,7 @@ struct Inner {
 
 impl Forwarder {
     pub fn new(cluster: &Cluster) -> Forwarder {
-        let http = reqwest::Client::builder()
+        let http = crate::crypto::http_client()
             .connect_timeout(CONNECT_TIMEOUT)
             .no_proxy()
             .build()

@@ -36,6 +36,7 @@ pub struct Redis {
 
 impl Redis {
     pub async fn start() -> anyhow::Result<Self> {
+        mcp_resource_proxy::crypto::install();
         ensure_installed("redis-server", &["--version"])?;
         let dir = tempfile::tempdir()?;
         let port = free_port()?;
