@@ -2,7 +2,7 @@
 //!
 //! Module map (each module imports only from modules on a lower floor: the floors are listed
 //! in ARCHITECTURE.md and checked by the `module_graph` test):
-//! - [`crypto`]: the one crypto provider, ring: rustls's and jsonwebtoken's process default.
+//! - [`crypto`]: the one crypto provider, ring: rustls's and jsonwebtoken's process default, the AEAD that seals cursors and upstreams' `requestState`s.
 //! - [`protocol`]: the protocol facts: eras, version strings, the served methods, era detection.
 //! - [`wire`]: the byte-level rules of MCP over HTTP the proxy writes itself (headers, request era, error statuses, SSE, contents JSON), mirroring rmcp.
 //! - [`problem`]: one validation problem (where, what), as config and policy report them.
