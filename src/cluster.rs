@@ -115,6 +115,8 @@ impl Cluster {
         let keys = ClusterKeys::new(config.secret.expose().as_bytes());
         let prefix = format!("mcp-proxy:{}:", keys.namespace());
         let connection_info = connection_info(config)?;
+        // `rediss://` makes its TLS config from rustls's process default.
+        crate::crypto::install();
         let client = redis::Client::open(connection_info.clone())?;
         let redis = ConnectionManager::new_lazy_with_config(client, manager_config(config.heartbeat))?;
         let (health, _) = watch::channel(RedisHealth {

@@ -1,9 +1,9 @@
-//! Opaque pagination cursors: base64url of a versioned record (which list, catalog generation,
-//! position), authenticated with an HMAC keyed per process and bound to the caller, and
-//! encrypted (SIV-style: the tag over the plaintext seeds an HMAC keystream). The position is
-//! a place in the merged list *including* entries the caller may not see, and the generation
-//! counts every catalog change: in the clear they would tell a host how many hidden resources
-//! there are and when they change.
+//! Opaque pagination cursors: base64url of a version byte and a sealed record (which list,
+//! catalog generation, position), sealed with an AEAD (ChaCha20-Poly1305, a random nonce per
+//! cursor; `crypto::SealingKey`) under a key of the process, bound to the caller as associated
+//! data. The position is a place in the merged list *including* entries the caller may not see,
+//! and the generation counts every catalog change: in the clear they would tell a host how many
+//! hidden resources there are and when they change.
 //!
 //! Pure: no IO. Invariant: a cursor decodes only if this process minted it, for this list and
 //! this principal; anything else is [`CursorError`] (the proxy answers -32602). Nothing in a
@@ -11,12 +11,13 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
 
-const VERSION: u8 = 1;
-const TAG_LEN: usize = 16;
-const BODY_LEN: usize = 1 + 1 + 8 + 8;
+use crate::crypto::{SEAL_OVERHEAD, SealingKey};
+
+const VERSION: u8 = 2;
+const BODY_LEN: usize = 1 + 8 + 8;
+/// A cursor's bytes: the version, then the sealed body.
+const CURSOR_LEN: usize = 1 + SEAL_OVERHEAD + BODY_LEN;
 
 /// Which merged list a cursor pages through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,7 +55,7 @@ pub enum CursorError {
 /// every replica whose list is the same.
 #[derive(Clone)]
 pub struct CursorKey {
-    key: [u8; 32],
+    key: SealingKey,
     by_content: bool,
 }
 
@@ -64,12 +65,12 @@ impl CursorKey {
     }
 
     pub fn from_bytes(bytes: [u8; 32]) -> Self {
-        Self { key: bytes, by_content: false }
+        Self { key: SealingKey::new(&bytes), by_content: false }
     }
 
     /// The key of a cluster (derived from its secret): lists are versioned by content.
     pub fn shared(bytes: [u8; 32]) -> Self {
-        Self { key: bytes, by_content: true }
+        Self { key: SealingKey::new(&bytes), by_content: true }
     }
 
     /// The version of a list that cursors carry: its `generation` (one process), or its
@@ -79,27 +80,23 @@ impl CursorKey {
     }
 
     pub fn encode(&self, principal: &str, position: Position) -> String {
-        let mut record = Vec::with_capacity(BODY_LEN + TAG_LEN);
+        let mut body = Vec::with_capacity(BODY_LEN);
+        body.push(position.list as u8);
+        body.extend_from_slice(&position.generation.to_be_bytes());
+        body.extend_from_slice(&position.offset.to_be_bytes());
+        let mut record = Vec::with_capacity(CURSOR_LEN);
         record.push(VERSION);
-        record.push(position.list as u8);
-        record.extend_from_slice(&position.generation.to_be_bytes());
-        record.extend_from_slice(&position.offset.to_be_bytes());
-        let tag = self.tag(principal, &record);
-        self.apply_keystream(&tag[..TAG_LEN], &mut record[1..]);
-        record.extend_from_slice(&tag[..TAG_LEN]);
+        record.extend_from_slice(&self.key.seal(&associated(principal), &body));
         URL_SAFE_NO_PAD.encode(record)
     }
 
     pub fn decode(&self, principal: &str, list: ListKind, cursor: &str) -> Result<Position, CursorError> {
         let record = URL_SAFE_NO_PAD.decode(cursor).map_err(|_| CursorError::Malformed)?;
-        if record.len() != BODY_LEN + TAG_LEN || record[0] != VERSION {
+        if record.len() != CURSOR_LEN || record[0] != VERSION {
             return Err(CursorError::Malformed);
         }
-        let (body, tag) = record.split_at(BODY_LEN);
-        let mut body = body.to_vec();
-        self.apply_keystream(tag, &mut body[1..]);
-        self.mac(principal, &body).verify_truncated_left(tag).map_err(|_| CursorError::Forged)?;
-        let kind = match body[1] {
+        let body = self.key.open(&associated(principal), &record[1..]).ok_or(CursorError::Forged)?;
+        let kind = match body[0] {
             1 => ListKind::Resources,
             2 => ListKind::Templates,
             3 => ListKind::Tools,
@@ -109,8 +106,8 @@ impl CursorKey {
         if kind != list {
             return Err(CursorError::WrongList);
         }
-        let generation = u64::from_be_bytes(body[2..10].try_into().expect("8 bytes"));
-        let offset = u64::from_be_bytes(body[10..18].try_into().expect("8 bytes"));
+        let generation = u64::from_be_bytes(body[1..9].try_into().expect("8 bytes"));
+        let offset = u64::from_be_bytes(body[9..17].try_into().expect("8 bytes"));
         Ok(Position { list: kind, generation, offset })
     }
 
@@ -136,35 +133,20 @@ impl CursorKey {
     pub fn page_cursor(&self, principal: &str, list: ListKind, generation: u64, offset: usize) -> String {
         self.encode(principal, Position { list, generation, offset: offset as u64 })
     }
-
-    fn mac(&self, principal: &str, body: &[u8]) -> Hmac<Sha256> {
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("any key length");
-        mac.update(&(principal.len() as u64).to_be_bytes());
-        mac.update(principal.as_bytes());
-        mac.update(body);
-        mac
-    }
-
-    /// XOR `data` with a keystream derived from the key and the tag (at most 32 bytes). The
-    /// `0xFF` first byte keeps these inputs apart from the tag's, which start with the
-    /// principal's length as 8 big-endian bytes.
-    fn apply_keystream(&self, tag: &[u8], data: &mut [u8]) {
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("any key length");
-        mac.update(b"\xFFcursor keystream");
-        mac.update(tag);
-        let stream = mac.finalize().into_bytes();
-        data.iter_mut().zip(stream.iter()).for_each(|(byte, key)| *byte ^= key);
-    }
-
-    fn tag(&self, principal: &str, body: &[u8]) -> Vec<u8> {
-        self.mac(principal, body).finalize().into_bytes().to_vec()
-    }
 }
 
 impl std::fmt::Debug for CursorKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("CursorKey(..)")
     }
+}
+
+/// What a cursor is bound to besides its key: its version and the principal it was minted for.
+fn associated(principal: &str) -> Vec<u8> {
+    let mut associated = b"mcp-proxy cursor\0".to_vec();
+    associated.push(VERSION);
+    associated.extend_from_slice(principal.as_bytes());
+    associated
 }
 
 #[cfg(test)]
@@ -203,19 +185,22 @@ mod tests {
 
     #[test]
     fn the_position_cannot_be_read_from_a_cursor() {
-        let raw = URL_SAFE_NO_PAD.decode(key().encode("alice", position())).unwrap();
-        let next = URL_SAFE_NO_PAD.decode(key().encode("alice", Position { offset: 301, ..position() })).unwrap();
-        assert_ne!(raw[2..10], 42u64.to_be_bytes(), "the generation is not in the clear");
-        assert_ne!(raw[10..18], 300u64.to_be_bytes(), "the offset is not in the clear");
-        let differing = raw[1..BODY_LEN].iter().zip(&next[1..BODY_LEN]).filter(|(a, b)| a != b).count();
-        assert!(differing > 2, "neighbouring offsets do not differ in one byte only ({differing})");
+        let cursor = key().encode("alice", position());
+        let raw = URL_SAFE_NO_PAD.decode(&cursor).unwrap();
+        let in_clear = |bytes: [u8; 8]| raw.windows(8).any(|window| window == bytes);
+        assert!(!in_clear(42u64.to_be_bytes()), "the generation is not in the clear");
+        assert!(!in_clear(300u64.to_be_bytes()), "the offset is not in the clear");
+        let again = key().encode("alice", position());
+        assert_ne!(again, cursor, "each cursor has a nonce of its own");
+        check(&again, "alice", ListKind::Resources, Ok(position()));
+        assert_eq!(cursor.len(), 62, "46 bytes in base64url");
     }
 
     #[test]
     fn rejects_forgeries_and_misuse() {
         let cursor = key().encode("alice", position());
         let mut raw = URL_SAFE_NO_PAD.decode(&cursor).unwrap();
-        raw[17] ^= 1; // move the offset
+        raw[17] ^= 1; // a byte of the sealed position
         let tampered = URL_SAFE_NO_PAD.encode(&raw);
         let other_key = CursorKey::from_bytes([8; 32]).encode("alice", position());
         let templates = key().encode("alice", Position { list: ListKind::Templates, ..position() });

@@ -2,6 +2,7 @@
 //!
 //! Module map (each module imports only from modules on a lower floor, along listed edges: the
 //! floors are in ARCHITECTURE.md, and the fast tier's `house` test checks them and the edges):
+//! - [`crypto`]: the one crypto provider, ring: rustls's and jsonwebtoken's process default, the AEAD that seals cursors and upstreams' `requestState`s.
 //! - [`protocol`]: the protocol facts: eras, version strings, the served methods, era detection.
 //! - [`wire`]: the byte-level rules of MCP over HTTP the proxy writes itself (headers, request era, error statuses, SSE, contents JSON), mirroring rmcp.
 //! - [`problem`]: one validation problem (where, what), as config and policy report them.
@@ -45,6 +46,7 @@ pub mod catalog;
 pub mod cluster;
 pub mod coherence;
 pub mod config;
+pub mod crypto;
 pub mod cursor;
 pub mod downstream;
 pub mod error;

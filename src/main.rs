@@ -179,6 +179,8 @@ enum LogFormat {
 
 fn main() -> ExitCode {
     return_freed_memory_at_once();
+    // ring for rustls (reqwest, rmcp, `rediss://`) and jsonwebtoken, before any of them runs.
+    mcp_resource_proxy::crypto::install();
     let cli = Cli::parse();
     init_tracing(cli.log_format);
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");

@@ -59,7 +59,7 @@ struct Key {
 
 impl KeyStore {
     pub fn new(source: JwksSource, refresh: Duration, min_refresh: Duration) -> KeyStore {
-        let client = reqwest::Client::builder()
+        let client = crate::crypto::http_client()
             .timeout(FETCH_TIMEOUT)
             .redirect(reqwest::redirect::Policy::none())
             .build()

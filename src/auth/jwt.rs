@@ -124,6 +124,7 @@ mod tests {
     use crate::config::JwksSource;
 
     fn key() -> EncodingKey {
+        crate::crypto::install();
         let pem = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/jwt/rsa-a.pem")).unwrap();
         EncodingKey::from_rsa_pem(&pem).unwrap()
     }

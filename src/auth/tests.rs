@@ -112,7 +112,7 @@ async fn the_middleware_answers_401_or_passes_the_principal_and_never_logs_token
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
     let url = serve(bearer()).await;
-    let client = reqwest::Client::new();
+    let client = crate::crypto::http_client().build().unwrap();
     let unauthorized = [
         None,
         Some("Bearer wrong-token-123".to_string()),
@@ -151,7 +151,7 @@ async fn mode_none_passes_anonymous() {
         jwt: None,
     });
     let url = serve(none).await;
-    let response = reqwest::Client::new().post(&url).send().await.unwrap();
+    let response = crate::crypto::http_client().build().unwrap().post(&url).send().await.unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(response.text().await.unwrap(), ANONYMOUS);
 }

@@ -27,8 +27,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use hmac::{Hmac, Mac};
-use rand::RngCore;
+use hmac::{Hmac, KeyInit, Mac};
+use rand::Rng;
 use rmcp::ErrorData;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, CompleteRequestParams, CompleteResult, CreateMessageRequestParams,
@@ -282,7 +282,7 @@ struct Inner {
 
 impl Forwarder {
     pub fn new(cluster: &Cluster) -> Forwarder {
-        let http = reqwest::Client::builder()
+        let http = crate::crypto::http_client()
             .connect_timeout(CONNECT_TIMEOUT)
             .no_proxy()
             .build()

@@ -16,7 +16,7 @@
 
 use std::time::Duration;
 
-use hmac::{Hmac, Mac};
+use hmac::{Hmac, KeyInit, Mac};
 use redis::aio::ConnectionManagerConfig;
 use redis::{AsyncCommands, PushInfo, PushKind, RedisResult, Value};
 use sha2::Sha256;

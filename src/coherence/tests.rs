@@ -319,14 +319,14 @@ async fn randomized_reads_never_return_content_older_than_a_received_update() {
     let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(seed);
     let mut tasks = Vec::new();
     for step in 0..steps {
-        if rand::Rng::random_bool(&mut rng, 0.1) {
+        if rand::RngExt::random_bool(&mut rng, 0.1) {
             // Upstream write, then its notification arrives.
             let v = version.fetch_add(1, Ordering::SeqCst) + 1;
             cache.invalidate("u", "x://a");
             notified.store(v, Ordering::SeqCst);
             continue;
         }
-        let delay = rand::Rng::random_range(&mut rng, 0..3u64);
+        let delay = rand::RngExt::random_range(&mut rng, 0..3u64);
         let (cache, version, notified) = (cache.clone(), version.clone(), notified.clone());
         tasks.push(tokio::spawn(async move {
             let floor = notified.load(Ordering::SeqCst);

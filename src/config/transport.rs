@@ -60,7 +60,7 @@ fn check_pem(pem: &[u8]) -> Result<(), String> {
     if certificates.is_empty() {
         return Err("holds no certificate (no `-----BEGIN CERTIFICATE-----` block)".into());
     }
-    reqwest::Client::builder()
+    crate::crypto::http_client()
         .tls_certs_merge(certificates)
         .build()
         .map(drop)

@@ -2,10 +2,11 @@
 //! answers `input_required` keeps the call's progress in its `requestState` (answers it already
 //! has, say) and trusts whoever sends it back; through the proxy every host is one client to
 //! it, so a state handed to alice must come back from alice. The proxy hands the host
-//! `mcp-proxy-sealed:` + base64url(HMAC-SHA256 tag ‖ the upstream's state), the tag over the
-//! principal, the presented name, the upstream and the state, keyed per process (or, in a cluster, derived from the cluster secret, so any replica opens
-//! what another sealed); a retry's
-//! state is opened and checked before anything goes upstream.
+//! `mcp-proxy-sealed:` + base64url(the state sealed with an AEAD: `crypto::SealingKey`,
+//! ChaCha20-Poly1305, a random nonce per state), the principal, the presented name and the
+//! upstream bound to it as associated data; the key is per process (or, in a cluster, derived
+//! from the cluster secret, so any replica opens what another sealed). A retry's state is
+//! opened and checked before anything goes upstream, and the host reads nothing of it.
 //!
 //! Invariant: an upstream's `requestState` reaches it only from the principal it was handed to,
 //! for the same presented name and upstream; another principal's, a tampered, a foreign or an
@@ -14,17 +15,15 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
+
+use crate::crypto::SealingKey;
 
 /// How every sealed upstream `requestState` begins.
 pub(super) const SEALED_PREFIX: &str = "mcp-proxy-sealed:";
 
-const TAG_LEN: usize = 32;
-
 /// The per-process key upstream states are sealed with.
 pub(super) struct StateSeal {
-    key: [u8; 32],
+    key: SealingKey,
 }
 
 /// Whom a sealed state belongs to.
@@ -41,37 +40,31 @@ impl StateSeal {
 
     /// A key every replica of a cluster shares (derived from the cluster secret).
     pub fn from_bytes(key: [u8; 32]) -> Self {
-        Self { key }
+        Self { key: SealingKey::new(&key) }
     }
 
     /// `state` as the host may hold it.
     pub fn seal(&self, holder: &Holder<'_>, state: &str) -> String {
-        let mut sealed = self.mac(holder, state).finalize().into_bytes().to_vec();
-        sealed.extend_from_slice(state.as_bytes());
+        let sealed = self.key.seal(&associated(holder), state.as_bytes());
         format!("{SEALED_PREFIX}{}", URL_SAFE_NO_PAD.encode(sealed))
     }
 
     /// The upstream's state inside `sealed`, if this holder was handed it.
     pub fn open(&self, holder: &Holder<'_>, sealed: &str) -> Option<String> {
         let bytes = URL_SAFE_NO_PAD.decode(sealed.strip_prefix(SEALED_PREFIX)?).ok()?;
-        if bytes.len() < TAG_LEN {
-            return None;
-        }
-        let (tag, state) = bytes.split_at(TAG_LEN);
-        let state = std::str::from_utf8(state).ok()?;
-        self.mac(holder, state).verify_slice(tag).ok()?;
-        Some(state.to_owned())
+        let state = self.key.open(&associated(holder), &bytes)?;
+        String::from_utf8(state).ok()
     }
+}
 
-    fn mac(&self, holder: &Holder<'_>, state: &str) -> Hmac<Sha256> {
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("any key length");
-        mac.update(b"upstream requestState\0");
-        for part in [holder.principal, holder.name, holder.upstream, state] {
-            mac.update(&(part.len() as u64).to_be_bytes());
-            mac.update(part.as_bytes());
-        }
-        mac
+/// Whom a sealed state is bound to: each part with its length, so no two holders run together.
+fn associated(holder: &Holder<'_>) -> Vec<u8> {
+    let mut associated = b"upstream requestState\0".to_vec();
+    for part in [holder.principal, holder.name, holder.upstream] {
+        associated.extend_from_slice(&(part.len() as u64).to_be_bytes());
+        associated.extend_from_slice(part.as_bytes());
     }
+    associated
 }
 
 #[cfg(test)]
@@ -85,7 +78,9 @@ mod tests {
         let seal = StateSeal::random();
         let sealed = seal.seal(&ALICE, "upstream state 1");
         assert!(sealed.starts_with(SEALED_PREFIX));
-        assert!(!sealed.contains("upstream state"), "the host sees no plain state");
+        let bytes = URL_SAFE_NO_PAD.decode(sealed.strip_prefix(SEALED_PREFIX).unwrap()).unwrap();
+        assert!(!bytes.windows(14).any(|w| w == b"upstream state"), "the host reads nothing of the state");
+        assert_ne!(seal.seal(&ALICE, "upstream state 1"), sealed, "each seal has a nonce of its own");
         assert_eq!(seal.open(&ALICE, &sealed).as_deref(), Some("upstream state 1"));
         for other in [
             Holder { principal: "bob", ..ALICE },

@@ -207,7 +207,7 @@ impl TokenSource {
     /// half of it, and at most 10 s), `roots` are the upstream's extra CA certificates.
     pub fn new(upstream: &str, grant: Grant, request_timeout: Duration, roots: Vec<reqwest::Certificate>) -> Self {
         let deadline = (request_timeout / 2).min(FETCH_AT_MOST);
-        let client = reqwest::Client::builder()
+        let client = crate::crypto::http_client()
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(deadline)
             .tls_certs_merge(roots)

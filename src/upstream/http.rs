@@ -143,7 +143,7 @@ impl GuardedHttpClient {
 /// one. Ours keeps them (and follows no redirects: a redirect would replay our credentials).
 /// `roots` were checked with the config (`config::CaFile`), so the client builds.
 fn pooled_client(roots: Vec<reqwest::Certificate>) -> reqwest::Client {
-    reqwest::Client::builder()
+    crate::crypto::http_client()
         .redirect(reqwest::redirect::Policy::none())
         .tcp_nodelay(true)
         .tls_certs_merge(roots)

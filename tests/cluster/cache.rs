@@ -123,8 +123,8 @@ async fn randomized_reads_over_replicas_never_return_content_older_than_a_record
     let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(seed);
     let mut tasks = Vec::new();
     for step in 0..steps {
-        let lane = rand::Rng::random_range(&mut rng, 0..URIS.len());
-        if rand::Rng::random_bool(&mut rng, 0.1) {
+        let lane = rand::RngExt::random_range(&mut rng, 0..URIS.len());
+        if rand::RngExt::random_bool(&mut rng, 0.1) {
             // A write at the upstream; once a replica recorded it, every later read sees it.
             let recorded = shared_events(&cluster, "invalidation").await?;
             let touched = call_json(&side, "touch", json!({ "uri": URIS[lane] })).await?;
@@ -137,7 +137,7 @@ async fn randomized_reads_over_replicas_never_return_content_older_than_a_record
             floors[lane].store(version, Ordering::SeqCst);
             continue;
         }
-        let host = hosts[rand::Rng::random_range(&mut rng, 0..hosts.len())].clone();
+        let host = hosts[rand::RngExt::random_range(&mut rng, 0..hosts.len())].clone();
         let floors = floors.clone();
         tasks.push(tokio::spawn(async move {
             let floor = floors[lane].load(Ordering::SeqCst);

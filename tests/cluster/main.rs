@@ -14,6 +14,7 @@ mod cache;
 mod caps;
 mod peers;
 mod redis_outage;
+mod rediss;
 mod replicas;
 mod sessions;
 mod upstream_sessions;

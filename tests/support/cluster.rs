@@ -32,21 +32,41 @@ pub struct Redis {
     pub port: u16,
     dir: tempfile::TempDir,
     child: Option<Child>,
+    /// Only TLS (`rediss://`), with a certificate for 127.0.0.1 from a CA made for it.
+    tls: bool,
 }
 
 impl Redis {
     pub async fn start() -> anyhow::Result<Self> {
+        mcp_resource_proxy::crypto::install();
         ensure_installed("redis-server", &["--version"])?;
         let dir = tempfile::tempdir()?;
         let port = free_port()?;
-        let mut redis = Self { port, dir, child: None };
+        let mut redis = Self { port, dir, child: None, tls: false };
         redis.spawn().await?;
         Ok(redis)
     }
 
-    /// `redis://127.0.0.1:PORT/0`.
+    /// The same speaking only TLS: its CA (PEM) is [`Redis::ca_file`].
+    pub async fn start_tls() -> anyhow::Result<Self> {
+        mcp_resource_proxy::crypto::install();
+        ensure_installed("redis-server", &["--version"])?;
+        let dir = tempfile::tempdir()?;
+        write_tls_files(dir.path())?;
+        let mut redis = Self { port: free_port()?, dir, child: None, tls: true };
+        redis.spawn().await?;
+        Ok(redis)
+    }
+
+    /// The CA that issued a TLS Redis's certificate (PEM).
+    pub fn ca_file(&self) -> std::path::PathBuf {
+        self.dir.path().join("ca.pem")
+    }
+
+    /// `redis://127.0.0.1:PORT/0` (`rediss://` for a TLS one).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        format!("{scheme}://127.0.0.1:{}/0", self.port)
     }
 
     /// Kill it (no goodbye to its clients, as a crash or a partition).
@@ -70,8 +90,18 @@ impl Redis {
 
     async fn spawn(&mut self) -> anyhow::Result<()> {
         let log = std::fs::File::create(self.dir.path().join("redis.log"))?;
+        let port = self.port.to_string();
+        let ports = match self.tls {
+            false => vec!["--port", &port],
+            true => vec!["--port", "0", "--tls-port", &port, "--tls-auth-clients", "no"],
+        };
+        let tls_files =
+            ["--tls-cert-file", "server.pem", "--tls-key-file", "server.key", "--tls-ca-cert-file", "ca.pem"];
         let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(ports)
+            .args(if self.tls { &tls_files[..] } else { &[] })
+            .current_dir(self.dir.path())
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(self.dir.path())
             .stdin(Stdio::null())
@@ -81,6 +111,14 @@ impl Redis {
             .spawn()
             .context("spawn redis-server")?;
         self.child = Some(child);
+        if self.tls {
+            // The test process does not trust the CA: a replica's `/status` says when TLS works.
+            let address = format!("127.0.0.1:{}", self.port);
+            return eventually(DEADLINE, "redis-server listens for TLS", || tokio::net::TcpStream::connect(&address))
+                .await
+                .map(drop)
+                .with_context(|| std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default());
+        }
         let url = self.url();
         eventually(DEADLINE, "redis-server answers PING", || async {
             let mut connection = redis::Client::open(url.as_str())?.get_multiplexed_async_connection().await?;
@@ -246,6 +284,22 @@ fn servers(csv: &str) -> Vec<(String, String)> {
 fn address_of(url: &str) -> anyhow::Result<String> {
     let rest = url.strip_prefix("http://").context("an http:// URL")?;
     Ok(rest.split('/').next().unwrap_or_default().to_string())
+}
+
+/// A CA (`ca.pem`) and a certificate it issued for 127.0.0.1 (`server.pem`, `server.key`) in `dir`.
+fn write_tls_files(dir: &std::path::Path) -> anyhow::Result<()> {
+    let ca_key = rcgen::KeyPair::generate()?;
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "test Redis CA");
+    let ca = ca_params.self_signed(&ca_key)?;
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let server_key = rcgen::KeyPair::generate()?;
+    let server = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])?.signed_by(&server_key, &issuer)?;
+    std::fs::write(dir.join("ca.pem"), ca.pem())?;
+    std::fs::write(dir.join("server.pem"), server.pem())?;
+    std::fs::write(dir.join("server.key"), server_key.serialize_pem())?;
+    Ok(())
 }
 
 fn free_port() -> anyhow::Result<u16> {

@@ -199,6 +199,7 @@ impl HttpFixture {
 
 /// `mcp-proxy-fixture ARGS…` with stderr inherited and kill-on-drop.
 pub fn fixture_command(args: &[&str]) -> Command {
+    mcp_resource_proxy::crypto::install();
     let mut command = Command::new(fixture_bin());
     command.args(args).stderr(Stdio::inherit()).kill_on_drop(true);
     command
@@ -230,6 +231,7 @@ async fn connect_http_config(
     config: StreamableHttpClientTransportConfig,
     era: Era,
 ) -> anyhow::Result<(FixtureClient, Events)> {
+    mcp_resource_proxy::crypto::install();
     let transport = StreamableHttpClientTransport::from_config(config.reinit_on_expired_session(false));
     let (recorder, events) = EventRecorder::new();
     let connecting = recorder.serve_with_lifecycle(transport, era.lifecycle());

@@ -43,6 +43,7 @@ impl Drop for InProcessProxy {
 impl InProcessProxy {
     /// Write `config` to a temporary `config.toml`, load it as `serve` does, and serve it.
     pub async fn start(config: &str) -> anyhow::Result<Self> {
+        mcp_resource_proxy::crypto::install();
         let dir = tempfile::tempdir()?;
         let path = write_config(dir.path(), config)?;
         let overrides = CliOverrides { listen: Some("127.0.0.1:0".into()), admin_listen: Some("127.0.0.1:0".into()) };

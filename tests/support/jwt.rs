@@ -40,6 +40,7 @@ pub struct TestKey {
 
 impl TestKey {
     pub fn load(file: &str, kid: &'static str, algorithm: Algorithm) -> TestKey {
+        mcp_resource_proxy::crypto::install();
         let pem = std::fs::read(data_dir().join(file)).expect("test key");
         let encoding = match algorithm {
             Algorithm::ES256 => EncodingKey::from_ec_pem(&pem),
@@ -91,6 +92,7 @@ pub struct JwksServer {
 
 impl JwksServer {
     pub async fn start(keys: Vec<Jwk>) -> anyhow::Result<JwksServer> {
+        mcp_resource_proxy::crypto::install();
         let keys = Arc::new(Mutex::new(keys));
         let fetches = Arc::new(AtomicUsize::new(0));
         let stalled = Arc::new(AtomicBool::new(false));

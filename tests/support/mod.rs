@@ -14,6 +14,10 @@
 //! - [`wire`]: an rmcp host that logs what it reads in wire order (progress before answers).
 //! - [`eventually`]: the one way to wait for a condition: poll with a deadline.
 //!
+//! Every entry that starts something (a proxy, a fixture, Redis, a JWKS server, a test key) first
+//! makes ring the test process's crypto provider (`mcp_resource_proxy::crypto::install`):
+//! reqwest, rmcp's HTTP client and jsonwebtoken have none of their own.
+//!
 //! Invariants: nothing waits by sleeping; every wait ends at a deadline with an error that says
 //! what it waited for and what it last saw.
 

@@ -81,6 +81,7 @@ impl ProxyProcess {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> anyhow::Result<Self> {
+        mcp_resource_proxy::crypto::install();
         let dir = tempfile::tempdir()?;
         let path = write_config(dir.path(), config)?;
         let ready_file = dir.path().join("ready.json");

@@ -118,6 +118,8 @@ impl From<ClientEra> for clients::Era {
 }
 
 fn main() -> ExitCode {
+    // reqwest (under rmcp's HTTP client) is built without a crypto provider: ring is the one.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let args = Args::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     let options = Options {

@@ -259,16 +259,16 @@ async fn randomized_reads_across_replicas_never_return_content_older_than_a_rece
     let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(seed);
     let mut tasks = Vec::new();
     for step in 0..steps {
-        let cache = all[rand::Rng::random_range(&mut rng, 0..all.len())].clone();
-        let uri = ["x://a", "x://a/b"][rand::Rng::random_range(&mut rng, 0..2)];
-        if rand::Rng::random_bool(&mut rng, 0.1) {
+        let cache = all[rand::RngExt::random_range(&mut rng, 0..all.len())].clone();
+        let uri = ["x://a", "x://a/b"][rand::RngExt::random_range(&mut rng, 0..2)];
+        if rand::RngExt::random_bool(&mut rng, 0.1) {
             // Upstream write, then its notification arrives at one replica.
             let v = version.fetch_add(1, Ordering::SeqCst) + 1;
             cache.invalidate_everywhere("u", "x://a").await;
             notified.store(v, Ordering::SeqCst);
             continue;
         }
-        let delay = rand::Rng::random_range(&mut rng, 0..3u64);
+        let delay = rand::RngExt::random_range(&mut rng, 0..3u64);
         let (version, notified) = (version.clone(), notified.clone());
         tasks.push(tokio::spawn(async move {
             let floor = notified.load(Ordering::SeqCst);

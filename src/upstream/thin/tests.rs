@@ -29,7 +29,14 @@ fn reader() -> (ThinReader, Recorder, mpsc::Receiver<ServerJsonRpcMessage>) {
     let (inlet, handed_on) = mpsc::channel(HANDED_ON_QUEUE);
     let recorder = Recorder::default();
     (
-        ThinReader::new(reqwest::Client::new(), "http://127.0.0.1:9/mcp", 1024, recorder.clone(), inlet, None),
+        ThinReader::new(
+            crate::crypto::http_client().build().unwrap(),
+            "http://127.0.0.1:9/mcp",
+            1024,
+            recorder.clone(),
+            inlet,
+            None,
+        ),
         recorder,
         handed_on,
     )
