@@ -13,7 +13,9 @@ use super::{Edge, PRODUCT, ROOTS, edges, scan};
 /// The floors, lowest first. A module may import from any module on a lower floor, never from
 /// its own floor or a higher one.
 const FLOORS: &[&[&str]] = &[
-    // Facts and pure values: no imports of the crate at all.
+    // The one crypto provider (ring): no imports of the crate at all.
+    &["crypto"],
+    // Facts and pure values: nothing of the crate but `crypto`.
     &[
         "protocol",
         "problem",
@@ -55,11 +57,12 @@ const FLOORS: &[&[&str]] = &[
 /// `(from, [to…])`. Each goes down the floors and breaks no rule of [`RULES`]; an import along
 /// any other edge fails.
 const EDGES: &[(&str, &[&str])] = &[
+    ("cursor", &["crypto"]),
     ("policy", &["problem", "uri"]),
     ("serve_dir", &["spine"]),
     ("wire", &["protocol"]),
-    ("config", &["protocol", "problem", "namespace", "policy", "serve_dir"]),
-    ("auth", &["policy", "config"]),
+    ("config", &["crypto", "protocol", "problem", "namespace", "policy", "serve_dir"]),
+    ("auth", &["crypto", "policy", "config"]),
     ("metrics", &["protocol", "error", "namespace"]),
     ("listener", &["config"]),
     ("mcp_json", &["problem", "namespace", "config"]),
@@ -67,10 +70,11 @@ const EDGES: &[(&str, &[&str])] = &[
     ("cache", &["subscriptions", "metrics"]),
     ("fanout", &["subscriptions", "spine"]),
     ("audit", &["protocol", "spine", "config", "auth", "metrics"]),
-    ("cluster", &["error", "spine", "host", "config", "metrics"]),
+    ("cluster", &["crypto", "error", "spine", "host", "config", "metrics"]),
     (
         "upstream",
         &[
+            "crypto",
             "protocol",
             "error",
             "namespace",
@@ -90,6 +94,7 @@ const EDGES: &[(&str, &[&str])] = &[
     (
         "tools",
         &[
+            "crypto",
             "error",
             "namespace",
             "uri",
