@@ -336,7 +336,8 @@ mod tests {
     }
 
     async fn get(fixture: &Fixture, path: &str) -> (u16, String, String) {
-        let response = reqwest::get(format!("{}{path}", fixture.base)).await.unwrap();
+        let client = crate::crypto::http_client().build().expect("a client");
+        let response = client.get(format!("{}{path}", fixture.base)).send().await.unwrap();
         let code = response.status().as_u16();
         let content_type =
             response.headers().get("content-type").map(|v| v.to_str().unwrap().to_string()).unwrap_or_default();

@@ -62,11 +62,11 @@ const EDGES: &[(&str, &[&str])] = &[
     ("serve_dir", &["spine"]),
     ("wire", &["protocol"]),
     ("config", &["crypto", "protocol", "problem", "namespace", "policy", "serve_dir"]),
-    ("auth", &["crypto", "policy", "config"]),
+    ("auth", &["host", "crypto", "policy", "config"]),
     ("metrics", &["protocol", "error", "namespace"]),
     ("listener", &["config"]),
     ("mcp_json", &["problem", "namespace", "config"]),
-    ("rate_limits", &["config"]),
+    ("rate_limits", &["policy", "config"]),
     ("cache", &["subscriptions", "metrics"]),
     ("fanout", &["subscriptions", "spine"]),
     ("audit", &["protocol", "spine", "config", "auth", "metrics"]),
@@ -110,7 +110,7 @@ const EDGES: &[(&str, &[&str])] = &[
             "upstream",
         ],
     ),
-    ("admin", &["protocol", "metrics", "listener", "cluster", "upstream", "coherence"]),
+    ("admin", &["crypto", "protocol", "metrics", "listener", "cluster", "upstream", "coherence"]),
     (
         "proxy",
         &[
