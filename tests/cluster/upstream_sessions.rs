@@ -418,19 +418,7 @@ fn connections_to(pid: u32, port: u16) -> anyhow::Result<usize> {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_modern_hosts_call_on_a_shared_upstream_resumes_on_the_replica_it_waits_on() -> anyhow::Result<()> {
     let (cluster, _policies) = start_with(3, "shared").await?;
-    let (logged, _) = tokio::sync::mpsc::unbounded_channel();
-    let config = StreamableHttpClientTransportConfig::with_uri(cluster.url()).auth_header(ALICE_TOKEN);
-    let transport = StreamableHttpClientTransport::from_config(config.reinit_on_expired_session(false));
-    let lifecycle = crate::support::fixture::Era::Modern.lifecycle();
-    let connecting = rmcp::ClientServiceExt::serve_with_lifecycle(Answering { logged }, transport, lifecycle);
-    let alice = tokio::time::timeout(DEADLINE, connecting).await.context("connect")??;
-    for round in 0..10 {
-        // The running service drives the rounds: it answers `input_required` and calls again.
-        let call = alice.call_tool(CallToolRequestParams::new("per__ask"));
-        let result = tokio::time::timeout(DEADLINE, call).await.context("the call hung")??;
-        let text = result.content.first().and_then(|c| c.as_text()).map(|t| t.text.clone());
-        assert_eq!(text.as_deref(), Some("heard pelican"), "round {round}: {result:?}");
-    }
+    elicited_through_the_balancer(&cluster, 10).await?;
     let all: Vec<&ProxyProcess> = cluster.replicas.iter().collect();
     assert!(forwards(&all, "forwarded").await? >= 1.0, "some retries went to the replica their call waits on");
     Ok(())
@@ -587,21 +575,29 @@ async fn a_forwarded_calls_log_message_and_elicitation_reach_its_host() -> anyho
 #[tokio::test(flavor = "multi_thread")]
 async fn a_modern_hosts_forwarded_call_is_parked_at_the_owner_and_resumed_from_any_replica() -> anyhow::Result<()> {
     let (cluster, _policies) = start(3).await?;
+    elicited_through_the_balancer(&cluster, 4).await?;
+    let all: Vec<&ProxyProcess> = cluster.replicas.iter().collect();
+    assert!(forwards(&all, "forwarded").await? >= 1.0, "some rounds went to the owner from elsewhere");
+    Ok(())
+}
+
+/// A 2026-07-28 host of alice's, through the balancer, calls `per__ask` `rounds` times; its
+/// client answers each `input_required` (the upstream's elicitation) and calls again, and every
+/// call completes with its answer.
+async fn elicited_through_the_balancer(cluster: &Replicas, rounds: usize) -> anyhow::Result<()> {
     let (logged, _) = tokio::sync::mpsc::unbounded_channel();
     let config = StreamableHttpClientTransportConfig::with_uri(cluster.url()).auth_header(ALICE_TOKEN);
     let transport = StreamableHttpClientTransport::from_config(config.reinit_on_expired_session(false));
     let lifecycle = crate::support::fixture::Era::Modern.lifecycle();
     let connecting = rmcp::ClientServiceExt::serve_with_lifecycle(Answering { logged }, transport, lifecycle);
     let alice = tokio::time::timeout(DEADLINE, connecting).await.context("connect")??;
-    for round in 0..4 {
+    for round in 0..rounds {
         // The running service drives the rounds: it answers `input_required` and calls again.
         let call = alice.call_tool(CallToolRequestParams::new("per__ask"));
         let result = tokio::time::timeout(DEADLINE, call).await.context("the call hung")??;
         let text = result.content.first().and_then(|c| c.as_text()).map(|t| t.text.clone());
         assert_eq!(text.as_deref(), Some("heard pelican"), "round {round}: {result:?}");
     }
-    let all: Vec<&ProxyProcess> = cluster.replicas.iter().collect();
-    assert!(forwards(&all, "forwarded").await? >= 1.0, "some rounds went to the owner from elsewhere");
     Ok(())
 }
 
