@@ -5,7 +5,10 @@
 //! - [`Replicas::start`]: N proxy binaries (`mcp-resource-proxy serve`) on one config plus a
 //!   `[cluster]` section (the same secret, ids `replica-0`…), and `haproxy` in front of them:
 //!   round-robin, no affinity, health-checked on each replica's `/readyz` (with the `Host` header
-//!   the admin listener accepts; generous check timeouts, so a loaded machine marks none down); every answer names its replica in `X-Replica`.
+//!   the admin listener accepts; generous check timeouts, so a loaded machine marks none down); as
+//!   the shipped `deploy/haproxy.cfg`, a request whose connection failed (a replica just killed,
+//!   not yet marked down) goes to another replica (`retries 3`, `option redispatch 1`); every
+//!   answer names its replica in `X-Replica`.
 //! - [`Replicas::wait_all_see`]: each replica's `/status` shows every replica.
 //!
 //! `redis-server` and `haproxy` come from `.ci/install-cluster.sh` (`bash .ci/run` runs it); a
@@ -218,7 +221,7 @@ impl Balancer {
             "global\n  maxconn 512\n\
              defaults\n  mode http\n  timeout connect 2s\n  timeout client 120s\n  timeout server 120s\n  timeout check 5s\n\
              frontend mcp\n  bind 127.0.0.1:{port}\n  default_backend replicas\n\
-             backend replicas\n  balance roundrobin\n  option httpchk\n\
+             backend replicas\n  balance roundrobin\n  retries 3\n  option redispatch 1\n  option httpchk\n\
              \x20 http-check send meth GET uri /readyz ver HTTP/1.1 hdr Host 127.0.0.1\n\
              \x20 http-response set-header X-Replica %s\n\
              \x20 default-server inter 500ms fall 3 rise 1\n{servers}\
