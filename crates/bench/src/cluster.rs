@@ -1,7 +1,10 @@
 //! Scenario `cluster`: the shared read cache of three replicas behind haproxy (round-robin)
-//! sharing one `redis-server`, against one replica alone (no `[cluster]`), both in front of one
-//! fixture (1 KiB texts, `ttlMs` 1 h). Figures: hit and miss latency at concurrency 1 (a miss is
-//! the first read of a URI anywhere), hit throughput from 64 clients, and the upstream reads
+//! sharing one `redis-server`, against one replica alone (no `[cluster]`) behind the same
+//! haproxy configuration (so the balancer's hop is not counted as the cluster's cost) and
+//! reached directly, all in front of one fixture (1 KiB texts, `ttlMs` 1 h). Figures: hit and
+//! miss latency at concurrency 1 (a miss is the first read of a URI anywhere), hit throughput
+//! from 64 clients, a read of a per-principal stdio upstream from the replica that holds the
+//! principal's session against one from a replica that forwards it there, and the upstream reads
 //! that 3 replicas × 20 hosts reading the same 100 URIs cost with the shared tier, against the
 //! 300 that three unshared replicas would make; then failover: a host reading back to back
 //! through the balancer while one replica is killed (`kill -9`), once per era, and the time from
@@ -19,18 +22,22 @@ use tokio::process::{Child, Command};
 
 use crate::Options;
 use crate::clients::{self, Era, Operation, Percentiles};
-use crate::processes::{Fixture, ProxyProcess, TempDir, UPSTREAM_TTL_MS, http_upstream};
+use crate::processes::{self, Fixture, ProxyProcess, TempDir, UPSTREAM_TTL_MS, http_upstream};
 use crate::report::{Report, Unit};
 
 const SECRET_ENV: &str = "PROXY_BENCH_CLUSTER_SECRET";
 const SECRET: &str = "proxy-bench-cluster-secret-0123456789abcdef";
 const REPLICAS: usize = 3;
 const HOT_URI: &str = "fx+fx://fx/item/0";
+/// A resource of the per-principal stdio upstream `st` (never cached: each read reaches it).
+const STDIO_URI: &str = "st+fx://fx/item/0";
 
 /// Everything started: killed on drop.
 struct Setup {
     fixture: Fixture,
     alone: ProxyProcess,
+    /// `alone` behind the same haproxy configuration as the replicas.
+    alone_balanced: Balancer,
     replicas: Vec<ProxyProcess>,
     balancer: Balancer,
     _redis: Child,
@@ -46,38 +53,51 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     let mut report = Report::new("cluster");
     let mut setup = start().await?;
     let side = clients::connect_with(&setup.fixture.url, Era::Auto, Default::default()).await?;
-    let alone = clients::connect_many(&setup.alone.url, Era::Modern, 1, 1).await?;
-    let through = clients::connect_many(&setup.balancer.url, Era::Modern, 1, 1).await?;
-    let (alone, through) = (clients::peers(&alone), clients::peers(&through));
+    let ways = [
+        ("alone", &setup.alone.url),
+        ("alone via haproxy", &setup.alone_balanced.url),
+        ("cluster via haproxy", &setup.balancer.url),
+    ];
+    let mut hosts = Vec::new();
+    for (_, url) in ways {
+        hosts.push(clients::connect_many(url, Era::Modern, 1, 1).await?);
+    }
+    let peers: Vec<_> = hosts.iter().map(|host| clients::peers(host)).collect();
 
-    // Misses: the first read of a URI anywhere (items 1000.. are read once each).
+    // Misses: the first read of a URI anywhere (each way reads items of its own, once each).
     let misses = if options.quick { 40 } else { 200 };
-    let mut miss = (Vec::new(), Vec::new());
+    let mut miss = vec![Vec::new(); ways.len()];
     for index in 0..misses {
-        let uri = |base: usize| format!("fx+fx://fx/item/{}", base + index);
-        miss.0.push(timed_read(&alone[0], &uri(1000)).await?);
-        miss.1.push(timed_read(&through[0], &uri(2000)).await?);
+        for (way, peer) in peers.iter().enumerate() {
+            let uri = format!("fx+fx://fx/item/{}", 1000 * (way + 1) + index);
+            miss[way].push(timed_read(&peer[0], &uri).await?);
+        }
     }
     // Hits: one URI, warm everywhere, interleaved rounds.
     let operation = Operation::Read(HOT_URI.into());
-    clients::repeat(&alone, &operation, 20).await?;
-    clients::repeat(&through, &operation, 20).await?;
+    for peer in &peers {
+        clients::repeat(peer, &operation, 20).await?;
+    }
     let (rounds, each) = if options.quick { (2, 100) } else { (5, 400) };
-    let mut hit = (Vec::new(), Vec::new());
+    let mut hit = vec![Vec::new(); ways.len()];
     for _ in 0..rounds {
-        hit.0.extend(clients::repeat(&alone, &operation, each).await?);
-        hit.1.extend(clients::repeat(&through, &operation, each).await?);
+        for (way, peer) in peers.iter().enumerate() {
+            hit[way].extend(clients::repeat(peer, &operation, each).await?);
+        }
     }
-    let rows = [("alone miss", miss.0), ("cluster miss", miss.1), ("alone hit", hit.0), ("cluster hit", hit.1)];
-    for (label, samples) in rows {
-        let percentiles = Percentiles::of(samples);
-        report.millis(format!("c=1 {label} p50"), percentiles.p50);
-        report.millis(format!("c=1 {label} p99"), percentiles.p99);
+    for (what, samples) in [("miss", miss), ("hit", hit)] {
+        for ((label, _), samples) in ways.iter().zip(samples) {
+            let percentiles = Percentiles::of(samples);
+            report.millis(format!("c=1 {what} p50, {label}"), percentiles.p50);
+            report.millis(format!("c=1 {what} p99, {label}"), percentiles.p99);
+        }
     }
+    owned_elsewhere(&setup, options, &mut report).await?;
     throughput(&setup, options, &mut report).await?;
     reads_saved(&setup, &side, &mut report).await?;
     failover(&mut setup, &mut report).await?;
-    report.note("alone = one proxy, no [cluster]; cluster = 3 replicas with [cluster] behind haproxy (round-robin), one redis-server; one fixture behind both, 1 KiB texts, ttlMs 1 h");
+    report.note("alone = one proxy, no [cluster], reached directly and behind haproxy (the same configuration as the replicas'); cluster = 3 replicas with [cluster] behind haproxy (round-robin), one redis-server; one fixture behind all, 1 KiB texts, ttlMs 1 h");
+    report.note("per-principal stdio: the replicas also serve `st`, the fixture over stdio with session = \"per-principal\"; its reads are never cached, so each is a miss on the principal's session: from the replica holding it (owned here) and from another replica, which forwards it there (owned elsewhere)");
     report.note("failover: a host reads the hot URI back to back through the balancer; one replica is killed (SIGKILL) mid-run, replica 0 for the 2025 session, replica 1 for the 2026-07-28 host; haproxy has no health check here (the replicas' admin listeners are off) and sends a request whose connection is refused to another replica (`retries 3`, `option redispatch 1`, as deploy/haproxy.cfg)");
     report.note("a cluster read asks Redis for the URI's version (one round trip) before serving its local copy; a miss also fills Redis");
     Ok(report)
@@ -89,11 +109,47 @@ async fn timed_read(peer: &rmcp::service::Peer<rmcp::RoleClient>, uri: &str) -> 
     Ok(started.elapsed())
 }
 
+/// Reads of the per-principal stdio upstream `st` straight from each replica: the one holding
+/// the (one, anonymous) principal's session, found as the replica with one child more than the
+/// others, against another one, which forwards each read there. Interleaved, one at a time.
+async fn owned_elsewhere(setup: &Setup, options: &Options, report: &mut Report) -> anyhow::Result<()> {
+    let first = clients::connect_with(&setup.replicas[0].url, Era::Modern, Default::default()).await?;
+    clients::perform(first.peer(), &Operation::Read(STDIO_URI.into())).await?;
+    // Every replica runs `st`'s shared child (for its lists); the owner also runs the session's.
+    let mut children = Vec::new();
+    for replica in &setup.replicas {
+        children.push(processes::children(replica.pid()?)?.len());
+    }
+    let most = children.iter().copied().max().unwrap_or_default();
+    let owners: Vec<usize> = (0..REPLICAS).filter(|&index| children[index] == most).collect();
+    let [owner] = owners[..] else { anyhow::bail!("children per replica {children:?}: no one owner") };
+    let other = (owner + 1) % REPLICAS;
+    let here = clients::connect_with(&setup.replicas[owner].url, Era::Modern, Default::default()).await?;
+    let there = clients::connect_with(&setup.replicas[other].url, Era::Modern, Default::default()).await?;
+    let reads = if options.quick { 100 } else { 400 };
+    let (mut owned_here, mut owned_there) = (Vec::new(), Vec::new());
+    for _ in 0..reads {
+        owned_here.push(timed_read(here.peer(), STDIO_URI).await?);
+        owned_there.push(timed_read(there.peer(), STDIO_URI).await?);
+    }
+    for (label, samples) in [("owned here", owned_here), ("owned elsewhere", owned_there)] {
+        let percentiles = Percentiles::of(samples);
+        report.millis(format!("c=1 per-principal stdio read p50, {label}"), percentiles.p50);
+        report.millis(format!("c=1 per-principal stdio read p99, {label}"), percentiles.p99);
+    }
+    Ok(())
+}
+
 /// 64 clients reading the hot URI back to back: alone, then through the balancer.
 async fn throughput(setup: &Setup, options: &Options, report: &mut Report) -> anyhow::Result<()> {
     let duration = if options.quick { Duration::from_secs(3) } else { Duration::from_secs(8) };
     let operation = Operation::Read(HOT_URI.into());
-    for (label, url) in [("alone", &setup.alone.url), ("cluster", &setup.balancer.url)] {
+    let ways = [
+        ("alone", &setup.alone.url),
+        ("alone via haproxy", &setup.alone_balanced.url),
+        ("cluster via haproxy", &setup.balancer.url),
+    ];
+    for (label, url) in ways {
         let clients = clients::connect_many(url, Era::Modern, 64, 16).await?;
         let peers = clients::peers(&clients);
         clients::repeat(&peers, &operation, 5).await?;
@@ -177,6 +233,10 @@ async fn start() -> anyhow::Result<Setup> {
     let fixture = Fixture::spawn(&["--text-bytes", "1024", "--resources", "3000", "--ttl-ms", UPSTREAM_TTL_MS]).await?;
     let upstream = http_upstream("fx", &fixture.url);
     let alone = ProxyProcess::start(&upstream).await?;
+    let stdio = format!(
+        "[[upstreams]]\nname = \"st\"\ncommand = {}\nargs = [\"--text-bytes\", \"1024\"]\nsession = \"per-principal\"\n\n",
+        processes::fixture_command_toml()?
+    );
     let redis_port = free_port()?;
     let redis = Command::new("redis-server")
         .args(["--port", &redis_port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
@@ -189,17 +249,18 @@ async fn start() -> anyhow::Result<Setup> {
     let mut replicas = Vec::new();
     for index in 0..REPLICAS {
         let config = format!(
-            "{upstream}[cluster]\nredis_url = \"redis://127.0.0.1:{redis_port}/0\"\nsecret_env = \"{SECRET_ENV}\"\nreplica_id = \"bench-{index}\"\n"
+            "{upstream}{stdio}[cluster]\nredis_url = \"redis://127.0.0.1:{redis_port}/0\"\nsecret_env = \"{SECRET_ENV}\"\nreplica_id = \"bench-{index}\"\n"
         );
         replicas.push(ProxyProcess::start_with_env(&config, &[(SECRET_ENV, SECRET)]).await?);
     }
-    let balancer = balancer(&dir, &replicas).await?;
-    Ok(Setup { fixture, alone, replicas, balancer, _redis: redis, _dir: dir })
+    let alone_balanced = balancer(&dir, "alone", std::slice::from_ref(&alone)).await?;
+    let balancer = balancer(&dir, "replicas", &replicas).await?;
+    Ok(Setup { fixture, alone, alone_balanced, replicas, balancer, _redis: redis, _dir: dir })
 }
 
 /// haproxy, round-robin, no health checks (the replicas' admin listeners are off here); a
 /// request whose connection is refused goes to another replica.
-async fn balancer(dir: &TempDir, replicas: &[ProxyProcess]) -> anyhow::Result<Balancer> {
+async fn balancer(dir: &TempDir, name: &str, replicas: &[ProxyProcess]) -> anyhow::Result<Balancer> {
     let port = free_port()?;
     let mut servers = String::new();
     for (index, replica) in replicas.iter().enumerate() {
@@ -211,7 +272,7 @@ async fn balancer(dir: &TempDir, replicas: &[ProxyProcess]) -> anyhow::Result<Ba
          frontend mcp\n  bind 127.0.0.1:{port}\n  default_backend replicas\n\
          backend replicas\n  balance roundrobin\n  retries 3\n  option redispatch 1\n{servers}"
     );
-    let path = dir.path.join("haproxy.cfg");
+    let path = dir.path.join(format!("haproxy-{name}.cfg"));
     std::fs::write(&path, config)?;
     let child = Command::new("haproxy")
         .arg("-f")

@@ -174,6 +174,21 @@ pub fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
     Ok(ticks as f64 / clock_ticks_per_second())
 }
 
+/// The processes whose parent is `pid` (`/proc/*/stat`).
+pub fn children(pid: u32) -> anyhow::Result<Vec<u32>> {
+    let mut children = Vec::new();
+    for entry in std::fs::read_dir("/proc").context("read /proc")? {
+        let Ok(child) = entry?.file_name().to_string_lossy().parse::<u32>() else { continue };
+        // A process may end between the listing and the read.
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else { continue };
+        let parent = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1));
+        if parent.and_then(|parent| parent.parse::<u32>().ok()) == Some(pid) {
+            children.push(child);
+        }
+    }
+    Ok(children)
+}
+
 /// A `/proc/<pid>/status` memory field (`VmRSS`, `VmHWM`) in MiB.
 pub fn memory_mib(pid: u32, field: &str) -> anyhow::Result<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).context("read /proc/<pid>/status")?;
