@@ -14,6 +14,10 @@
 //! - a connection must deliver a complete request head within
 //!   [`ConnectionLimits::header_read_timeout`] — its first request and every keep-alive request
 //!   after it — or it is closed (slowloris, idle half-open connections);
+//! - a connection speaks HTTP/1.1, or HTTP/2 when it opens with HTTP/2's preface (prior
+//!   knowledge, `h2c`: the other replicas send every forwarded request to one replica over one
+//!   such connection); an HTTP/2 connection carries at most [`MAX_STREAMS`] requests at once and
+//!   is proven by its first request, like an HTTP/1.1 one;
 //! - every accepted socket has `TCP_NODELAY`: replies written in pieces (SSE frames) leave at
 //!   once instead of waiting ~40 ms for the peer's delayed ACK (Nagle's algorithm);
 //! - a connection's task is polled again in place when it wakes itself (`listener/repoll.rs`):
@@ -28,8 +32,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use hyper::server::conn::http1;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
@@ -37,6 +41,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use self::unproven::{Proving, Unproven};
+
+/// Requests open at once on one HTTP/2 connection (hyper's default is 200): the forwarded
+/// requests and subscription holds of every principal from one replica to another share one.
+pub const MAX_STREAMS: u32 = 4096;
 
 /// `Host` values a listener on `local` accepts: loopback names, its own address, `extra`.
 pub fn allowed_hosts(local: std::net::SocketAddr, extra: &[String]) -> Vec<String> {
@@ -85,8 +93,8 @@ impl ConnectionLimits {
     }
 }
 
-/// Serve `app` over HTTP/1.1 on `listener` until `shutdown`; then stop accepting and wait for
-/// open connections to finish their current exchange.
+/// Serve `app` over HTTP/1.1 and HTTP/2 (prior knowledge) on `listener` until `shutdown`; then
+/// stop accepting and wait for open connections to finish their current exchange.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
@@ -96,8 +104,9 @@ pub async fn serve(
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let unproven = Unproven::default();
     let graceful = GracefulShutdown::new();
-    let mut builder = http1::Builder::new();
-    builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
+    builder.http2().timer(TokioTimer::new()).max_concurrent_streams(MAX_STREAMS);
     let mut waiting = None;
     loop {
         let Some(permit) = next_place(&permits, &listener, &unproven, &mut waiting, &shutdown).await else { break };
@@ -122,9 +131,10 @@ pub async fn serve(
         let place = Arc::new(unproven.enter());
         let evicted = place.evicted.clone();
         let service = Proving { inner: TowerToHyperService::new(app.clone()), place };
-        let connection = builder.serve_connection(TokioIo::new(stream), service);
-        let connection = repoll::Repoll::new(graceful.watch(connection));
+        let (builder, watcher) = (builder.clone(), graceful.watcher());
         tokio::spawn(async move {
+            let connection = builder.serve_connection(TokioIo::new(stream), service);
+            let connection = repoll::Repoll::new(watcher.watch(connection));
             match unproven::until_evicted(connection, evicted).await {
                 Some(Err(error)) => tracing::debug!(error = %error, peer = %peer, "connection ended with an error"),
                 Some(Ok(())) => {}

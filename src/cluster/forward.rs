@@ -57,9 +57,13 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// The largest body either way.
 pub const MAX_BODY: usize = 32 * 1024 * 1024;
 /// Holds ([`Call::Hold`]) this replica keeps open at one owner for one principal: each is a
-/// connection to the owner while it lasts, so one principal's subscriptions cannot take the
-/// owner's connections from every other host. Past it a subscription is refused.
+/// stream of the one connection to the owner while it lasts (of at most the listener's
+/// `MAX_STREAMS`), so one principal's subscriptions cannot take that connection's streams from
+/// every other principal. Past it a subscription is refused.
 pub const MAX_HOLDS_PER_OWNER: usize = 64;
+/// How often the connection to a replica is pinged, and how long an unanswered ping waits
+/// before the connection counts as dead (its requests fail; the next one connects anew).
+const KEEP_ALIVE: Duration = Duration::from_secs(10);
 /// Nonces kept at most (beyond this, after dropping the stale ones, requests are refused).
 const MAX_NONCES: usize = 200_000;
 
@@ -282,8 +286,14 @@ struct Inner {
 
 impl Forwarder {
     pub fn new(cluster: &Cluster) -> Forwarder {
+        // HTTP/2 with prior knowledge: every request to one replica, holds included, is a
+        // stream of one connection (the listener speaks both; its `MAX_STREAMS` at once).
         let http = crate::crypto::http_client()
             .connect_timeout(CONNECT_TIMEOUT)
+            .http2_prior_knowledge()
+            .http2_keep_alive_interval(KEEP_ALIVE)
+            .http2_keep_alive_timeout(KEEP_ALIVE)
+            .http2_keep_alive_while_idle(true)
             .no_proxy()
             .build()
             .expect("a plain HTTP client builds");
