@@ -331,7 +331,8 @@ async fn a_subscription_made_on_another_replica_is_held_on_the_principals_one_se
 /// replica that does not own her session: 64 are held at the owner (each announced to her host
 /// once the owner's session acknowledged it), the replica has at most 2 connections open to the
 /// owner meanwhile (its sockets, counted in the kernel's tables), any subscription refused says
-/// which bound, and a fresh host of bob's is served by the owner at once.
+/// which bound (a 2025 session's past the bound is kept in its record, unheld), and a fresh
+/// host of bob's is served by the owner at once.
 #[tokio::test(flavor = "multi_thread")]
 async fn one_principals_subscriptions_held_at_another_replica_are_bounded() -> anyhow::Result<()> {
     use crate::support::fixture::{Era, FixtureEvent, connect_http_with_token};
