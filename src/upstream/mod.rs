@@ -29,6 +29,7 @@ mod listing;
 mod notices;
 mod offered_elsewhere;
 mod offerings;
+mod pool;
 mod progress;
 mod reason;
 mod registry;
@@ -361,9 +362,12 @@ impl Upstream {
     /// Start a session's supervisor on `spine` (`session:<name>`) until `stop`: no catalog of
     /// its own is kept; of its events only the updates of what its holders hold go to `events`
     /// (its upstream's), as [`UpstreamEvent::SessionUpdated`] (see `sessions`).
-    fn spawn_session(&self, spine: &Spine, stop: CancellationToken, events: Option<EventSender>) {
+    fn spawn_session(&self, spine: &Spine, stop: CancellationToken, events: Option<EventSender>, resumed: bool) {
         let events = events.unwrap_or_else(|| events::channel(1).0);
         let supervisor = supervisor::Supervisor::new(self.clone(), Catalog::new(), events, stop.clone(), spine.clone());
+        // A session taking over a reclaimed one's holds connects as if again: what it holds
+        // may have changed unheard, so all of it is reported as changed.
+        let supervisor = if resumed { supervisor.as_reconnect() } else { supervisor };
         let task = spine.spawn(format!("session:{}", self.name()), supervisor.run());
         *self.inner.supervisor.lock().expect("supervisor lock") = Some((stop, task));
     }
