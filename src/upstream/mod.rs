@@ -371,7 +371,7 @@ impl Upstream {
         let supervisor = supervisor::Supervisor::new(self.clone(), Catalog::new(), events, stop.clone(), spine.clone());
         // A session taking over a reclaimed one's holds connects as if again: what it holds
         // may have changed unheard, so all of it is reported as changed.
-        let supervisor = if resumed { supervisor.as_reconnect() } else { supervisor };
+        let supervisor = if resumed { supervisor.resuming() } else { supervisor };
         let task = spine.spawn(format!("session:{}", self.name()), supervisor.run());
         *self.inner.supervisor.lock().expect("supervisor lock") = Some((stop, task));
     }

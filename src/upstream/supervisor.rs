@@ -63,7 +63,7 @@ impl Supervisor {
     }
 
     /// Its first connection counts as a reconnect (a session resuming a reclaimed one's holds).
-    pub fn as_reconnect(self) -> Self {
+    pub fn resuming(self) -> Self {
         *self.was_up.lock().expect("was_up lock") = true;
         self
     }
