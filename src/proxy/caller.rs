@@ -9,7 +9,7 @@
 
 use rmcp::model::{CacheScope, ResourceTemplate};
 
-use crate::host::SubjectToken;
+use crate::auth::SubjectToken;
 use crate::policy::PolicySet;
 
 /// One principal and the policies in force when its request began. Cheap to clone.
