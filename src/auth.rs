@@ -18,9 +18,10 @@
 //!
 //! A JWT's stream ends when the token stops being accepted ([`expiry`]). The JWT a request
 //! presented goes on in its extensions ([`SubjectToken`], [`subject_of`]): an upstream that
-//! exchanges tokens (RFC 8693) exchanges that one for the request's calls and prompts. Each
-//! principal's latest-expiring accepted JWT is also kept in memory ([`subjects`]), for what an
-//! exchanging upstream's session sends on its own (its handshake, its stream, reads).
+//! exchanges tokens (RFC 8693) exchanges that one for the request's calls, prompts, reads and
+//! completions. Each principal's latest-expiring accepted JWT is also kept in memory
+//! ([`subjects`]), for what an exchanging upstream's session sends on its own (its handshake,
+//! its stream, its subscriptions).
 //!
 //! Invariant: a token is never logged or echoed; a static token only has its digest compared,
 //! and a JWT is kept only in [`subjects`], until it expires.

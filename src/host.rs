@@ -6,7 +6,8 @@
 //! composition hands the host's implementation to the upstream call — so neither edge
 //! implements a trait of the other (checked by the fast tier's `house` test). Also the JWT a
 //! host's request came with ([`SubjectToken`]), which an upstream that exchanges tokens
-//! exchanges for that request's calls. Imports nothing of the crate.
+//! exchanges for that request's calls, prompts, reads and completions. Imports nothing of the
+//! crate.
 
 #![allow(deprecated)] // Sampling and logging are deprecated by SEP-2577 but still in the 2025 era.
 

@@ -71,6 +71,7 @@ struct Inner {
     upstream_duration: HistogramVec,
     upstream_up: IntGaugeVec,
     upstream_sessions: IntGaugeVec,
+    upstream_sessions_reclaimed: IntCounterVec,
     upstream_reconnects: IntCounterVec,
     catalog_resources: IntGaugeVec,
     catalog_templates: IntGaugeVec,
@@ -132,6 +133,11 @@ impl Metrics {
             upstream_sessions: b.gauge(
                 "upstream_sessions",
                 "Per-principal or per-host upstream sessions open (besides the shared connection).",
+                &["upstream"],
+            ),
+            upstream_sessions_reclaimed: b.counter(
+                "upstream_sessions_reclaimed_total",
+                "Upstream sessions reclaimed from a full pool for another principal (their subscriptions wait).",
                 &["upstream"],
             ),
             upstream_reconnects: b.counter("upstream_reconnects_total", "Upstream reconnections.", &["upstream"]),
@@ -291,6 +297,7 @@ impl Metrics {
         let (i, upstream) = (&self.inner, upstream_label(upstream));
         i.upstream_up.with_label_values(&[upstream]).set(0);
         i.upstream_sessions.with_label_values(&[upstream]).set(0);
+        i.upstream_sessions_reclaimed.with_label_values(&[upstream]);
         i.upstream_reconnects.with_label_values(&[upstream]);
         i.catalog_resources.with_label_values(&[upstream]);
         i.catalog_templates.with_label_values(&[upstream]);
@@ -335,6 +342,11 @@ impl Metrics {
     /// How many per-principal or per-host sessions `upstream` has open now.
     pub fn set_upstream_sessions(&self, upstream: &str, open: usize) {
         self.inner.upstream_sessions.with_label_values(&[upstream_label(upstream)]).set(saturate(open));
+    }
+
+    /// A full pool of `upstream`'s sessions reclaimed one for another principal.
+    pub fn upstream_session_reclaimed(&self, upstream: &str) {
+        self.inner.upstream_sessions_reclaimed.with_label_values(&[upstream_label(upstream)]).inc();
     }
 
     pub fn upstream_reconnected(&self, upstream: &str) {

@@ -49,7 +49,7 @@ use super::audited::{Asked, read_event};
 use super::bodies::BodyGuard;
 use super::sessions::SessionBook;
 use crate::audit;
-use crate::auth::{self, Authenticator};
+use crate::auth::{self, Authenticator, SubjectToken};
 use crate::error::ProxyError;
 use crate::protocol::Era;
 use crate::proxy::{Caller, Proxy};
@@ -130,7 +130,7 @@ pub(super) async fn front(State(front): State<Front>, request: Request, next: Ne
         Err(too_many) => return verdict.answer().unwrap_or(too_many),
     };
     let expiry = subject.as_ref().map(|subject| auth::expiry::TokenExpiry(subject.until()));
-    let response = match front.fast.answer(&principal.0, request).await {
+    let response = match front.fast.answer(&principal.0, subject.as_ref(), request).await {
         Ok(response) => response,
         Err(request) => {
             let name = principal.0.clone();
@@ -145,9 +145,14 @@ pub(super) async fn front(State(front): State<Front>, request: Request, next: Ne
 }
 
 impl FastPath {
-    /// The reply when the fast path answers `request` for `principal`; else the request back,
-    /// the same head and the same body bytes.
-    async fn answer(&self, principal: &str, request: Request) -> Result<Response, Request> {
+    /// The reply when the fast path answers `request` for `principal` (which came with the JWT
+    /// `subject`, if any); else the request back, the same head and the same body bytes.
+    async fn answer(
+        &self,
+        principal: &str,
+        subject: Option<&SubjectToken>,
+        request: Request,
+    ) -> Result<Response, Request> {
         if !self.proxy.config().server.fast_path || !head_is_plain(request.method(), request.headers(), &self.hosts) {
             return Err(request);
         }
@@ -169,7 +174,7 @@ impl FastPath {
         let modern = call.session.is_none();
         let era = if modern { Era::Modern } else { Era::Legacy };
         tracing::debug!(method = call.op.method(), era = era.label(), "answered on the fast path");
-        let reply = self.serve(principal, call, modern).await;
+        let reply = self.serve(principal, subject, call, modern).await;
         Ok(if modern { json_reply(reply) } else { sse_reply(reply) })
     }
 }
@@ -186,10 +191,10 @@ impl FastPath {
     }
 
     /// Answer `call` with the proxy's own methods; rmcp's era rules applied to the result.
-    async fn serve(&self, principal: &str, call: Call, modern: bool) -> Reply {
+    async fn serve(&self, principal: &str, subject: Option<&SubjectToken>, call: Call, modern: bool) -> Reply {
         let started = Instant::now();
         let mut contents = None;
-        let caller = self.proxy.caller(principal);
+        let caller = self.proxy.caller(principal).with_subject(subject.cloned());
         let result = match call.op {
             Op::Read(uri) => {
                 let asked = Asked {

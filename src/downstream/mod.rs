@@ -219,6 +219,11 @@ fn session_header(extensions: &rmcp::model::Extensions) -> Option<&str> {
     parts.headers.get("mcp-session-id").and_then(|v| v.to_str().ok())
 }
 
+/// The JWT the HTTP request behind a handler call came with, if any.
+fn subject_of(extensions: &rmcp::model::Extensions) -> Option<crate::host::SubjectToken> {
+    extensions.get::<::http::request::Parts>().and_then(crate::auth::subject_of).cloned()
+}
+
 /// Serve one host over stdin/stdout until it disconnects or `shutdown` fires.
 pub async fn serve_stdio(
     proxy: Proxy,

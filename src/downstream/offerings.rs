@@ -228,7 +228,8 @@ impl ProxyServer {
             Reference::Resource(template) => (None, Some(template.uri.clone())),
             _ => (None, None),
         };
-        let complete = self.proxy.tools().complete(&self.principal, request, &context.ct);
+        let subject = super::subject_of(&context.extensions);
+        let complete = self.proxy.tools().complete(&self.principal, subject.as_ref(), request, &context.ct);
         let (answer, notes) = audit::scope::noting(complete).await;
         self.proxy.audit().request(notes, || {
             let asked = Asked::of(&self.principal, &context, started);

@@ -47,7 +47,7 @@ impl ProxyServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         self.check_principal(&context.extensions, method::RESOURCES_READ)?;
-        let caller = self.caller();
+        let caller = self.caller().with_subject(super::subject_of(&context.extensions));
         self.admit(&context.extensions, &caller, Metered::Read(&request.uri), method::RESOURCES_READ)?;
         let started = Instant::now();
         let (answer, notes) = audit::scope::noting(self.proxy.read(&caller, &request.uri)).await;

@@ -12,6 +12,7 @@ const FAMILIES: &[&str] = &[
     "mcp_proxy_upstream_request_duration_seconds",
     "mcp_proxy_upstream_up",
     "mcp_proxy_upstream_sessions",
+    "mcp_proxy_upstream_sessions_reclaimed_total",
     "mcp_proxy_upstream_reconnects_total",
     "mcp_proxy_catalog_resources",
     "mcp_proxy_catalog_templates",
@@ -54,6 +55,7 @@ fn exercise_every_method(metrics: &Metrics, upstream: &str) -> SessionGuard {
     metrics.upstream_configured(upstream);
     metrics.set_upstream_up(upstream, true);
     metrics.set_upstream_sessions(upstream, 1);
+    metrics.upstream_session_reclaimed(upstream);
     metrics.upstream_reconnected(upstream);
     metrics.set_catalog_size(upstream, 12, 2);
     metrics.catalog_entry_unlisted(upstream);

@@ -1,5 +1,6 @@
-//! The caller of one downstream request: who it is and the policy snapshot its request is
-//! decided with.
+//! The caller of one downstream request: who it is, the policy snapshot its request is
+//! decided with, and the JWT it came with (if any), which an upstream that exchanges tokens
+//! exchanges for what this request sends it.
 //!
 //! Invariant: a request takes its policy snapshot once, when its `Caller` is made; every
 //! decision of that request (route, list filter, content filter, cache scope) uses that
@@ -8,6 +9,7 @@
 
 use rmcp::model::{CacheScope, ResourceTemplate};
 
+use crate::auth::SubjectToken;
 use crate::policy::PolicySet;
 
 /// One principal and the policies in force when its request began. Cheap to clone.
@@ -15,11 +17,22 @@ use crate::policy::PolicySet;
 pub struct Caller {
     principal: String,
     policy: PolicySet,
+    subject: Option<SubjectToken>,
 }
 
 impl Caller {
     pub(crate) fn new(principal: &str, policy: PolicySet) -> Self {
-        Self { principal: principal.to_string(), policy }
+        Self { principal: principal.to_string(), policy, subject: None }
+    }
+
+    /// The same caller, whose request came with the JWT `subject` (if any).
+    pub fn with_subject(self, subject: Option<SubjectToken>) -> Self {
+        Self { subject, ..self }
+    }
+
+    /// The JWT the request came with, if it came with one.
+    pub fn subject(&self) -> Option<&SubjectToken> {
+        self.subject.as_ref()
     }
 
     pub fn principal(&self) -> &str {

@@ -119,7 +119,7 @@ impl Reads {
     ) -> Result<ReadAnswer, ProxyError> {
         let answer = match self.tools.read_elsewhere(upstream, caller.principal(), original).await {
             Some(answer) => answer,
-            None => upstream.session_for(caller.principal(), None).await?.read(original).await,
+            None => upstream.session_for(caller.principal(), None).await?.read_as(original, caller.subject()).await,
         };
         let mut result = match answer {
             Ok(ReadResourceResponse::Complete(result)) => result,

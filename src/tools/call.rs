@@ -28,7 +28,7 @@ use super::{ProgressOutlet, Tools, rewrite};
 use crate::audit::scope;
 use crate::cluster::forward::ForwardingHost;
 use crate::error::ProxyError;
-use crate::host::HostRelay;
+use crate::host::{HostRelay, SubjectToken};
 use crate::metrics::{DenialAction, DenialKind};
 use crate::namespace;
 use crate::policy::PolicySet;
@@ -330,6 +330,7 @@ impl Tools {
     pub async fn complete(
         &self,
         principal: &str,
+        subject: Option<&SubjectToken>,
         mut params: CompleteRequestParams,
         cancelled: &CancellationToken,
     ) -> Result<CompleteResult, ProxyError> {
@@ -357,7 +358,7 @@ impl Tools {
             Some(result) => result?,
             None => {
                 let upstream = upstream.session_for(principal, None).await?;
-                until_cancelled(cancelled, upstream.complete(params)).await?
+                until_cancelled(cancelled, upstream.complete_as(params, subject)).await?
             }
         };
         result.result_type = Some(ResultType::COMPLETE);

@@ -1,8 +1,9 @@
 //! Access tokens for an HTTP upstream (`[upstreams.auth]`), by OAuth 2.1 client credentials
 //! or, for one principal's own upstream session, by RFC 8693 token exchange of a JWT of that
-//! principal: for a host's call or prompt, the JWT that request came with ([`SubjectToken`]);
-//! for what the session sends on its own (its handshake, its stream, reads), the principal's
-//! latest-expiring one ([`Subjects`]). Exchanged tokens are kept by the digest of the JWT they
+//! principal: for a host's call, prompt, read or completion, the JWT that request came with
+//! ([`SubjectToken`]); for what the session sends on its own (its handshake, its stream, its
+//! subscriptions) and a request forwarded from another replica, the principal's latest-expiring
+//! one ([`Subjects`]). Exchanged tokens are kept by the digest of the JWT they
 //! were exchanged for, so a request never goes with a token exchanged for another JWT. Tokens
 //! are fetched on first use, kept, and fetched anew before they expire — a quarter of their
 //! lifetime (at most a minute) ahead — or when the upstream answers 401 to the token in use.

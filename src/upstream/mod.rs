@@ -29,6 +29,7 @@ mod listing;
 mod notices;
 mod offered_elsewhere;
 mod offerings;
+mod pool;
 mod progress;
 mod reason;
 mod registry;
@@ -44,7 +45,10 @@ mod watching;
 
 use std::sync::{Arc, Mutex};
 
-use rmcp::model::{ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities};
+use rmcp::model::{
+    ClientRequest, GetExtensions, ReadResourceRequest, ReadResourceRequestParams, ReadResourceResponse,
+    ServerCapabilities, ServerResult,
+};
 use rmcp::service::{Peer, RoleClient};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
@@ -58,6 +62,7 @@ use crate::auth::subjects::Subjects;
 use crate::catalog::Catalog;
 use crate::config::{SessionMode, UpstreamConfig, UpstreamTransport};
 use crate::error::ProxyError;
+use crate::host::SubjectToken;
 // The host session a per-host session is keyed by: plain data of the ground floor (`host`).
 pub use crate::host::HostSession;
 use crate::metrics::Metrics;
@@ -361,9 +366,12 @@ impl Upstream {
     /// Start a session's supervisor on `spine` (`session:<name>`) until `stop`: no catalog of
     /// its own is kept; of its events only the updates of what its holders hold go to `events`
     /// (its upstream's), as [`UpstreamEvent::SessionUpdated`] (see `sessions`).
-    fn spawn_session(&self, spine: &Spine, stop: CancellationToken, events: Option<EventSender>) {
+    fn spawn_session(&self, spine: &Spine, stop: CancellationToken, events: Option<EventSender>, resumed: bool) {
         let events = events.unwrap_or_else(|| events::channel(1).0);
         let supervisor = supervisor::Supervisor::new(self.clone(), Catalog::new(), events, stop.clone(), spine.clone());
+        // A session taking over a reclaimed one's holds connects as if again: what it holds
+        // may have changed unheard, so all of it is reported as changed.
+        let supervisor = if resumed { supervisor.resuming() } else { supervisor };
         let task = spine.spawn(format!("session:{}", self.name()), supervisor.run());
         *self.inner.supervisor.lock().expect("supervisor lock") = Some((stop, task));
     }
@@ -402,8 +410,14 @@ impl Upstream {
 
     /// Read `uri` (un-namespaced) from this upstream.
     pub async fn read(&self, uri: &str) -> Result<ReadResourceResponse, ProxyError> {
+        self.read_as(uri, None).await
+    }
+
+    /// Read `uri` for a host's request that came with the JWT `subject` (if any): an upstream
+    /// that exchanges tokens gets the read with a token exchanged for that one.
+    pub async fn read_as(&self, uri: &str, subject: Option<&SubjectToken>) -> Result<ReadResourceResponse, ProxyError> {
         let started = std::time::Instant::now();
-        let result = self.read_once(uri).await;
+        let result = self.read_once(uri, subject).await;
         let elapsed = started.elapsed();
         self.inner.metrics.upstream_request(
             self.name(),
@@ -416,7 +430,7 @@ impl Upstream {
 
     /// One read within the request timeout: on the thin client of an HTTP connection when it
     /// can, else (or when it hands the read back) on rmcp's peer.
-    async fn read_once(&self, uri: &str) -> Result<ReadResourceResponse, ProxyError> {
+    async fn read_once(&self, uri: &str, subject: Option<&SubjectToken>) -> Result<ReadResourceResponse, ProxyError> {
         let link = self.link()?;
         if link.capabilities.resources.is_none() {
             // It has no resources (it did not declare them): not asked.
@@ -424,7 +438,7 @@ impl Upstream {
         }
         let read = async {
             if let Some(thin) = link.thin.as_ref().filter(|_| !link.peer.is_transport_closed()) {
-                match thin.read(uri).await {
+                match thin.read(uri, subject).await {
                     thin::ThinRead::Done(Ok(response)) => return Ok(response),
                     thin::ThinRead::Done(Err(error)) => return Err(self.read_error(uri, error, false)),
                     thin::ThinRead::Fallback(why) => {
@@ -432,8 +446,12 @@ impl Upstream {
                     }
                 }
             }
-            let request = link.peer.read_resource_once(ReadResourceRequestParams::new(uri));
-            request.await.map_err(|error| self.read_error(uri, error, !link.peer.is_transport_closed()))
+            let params = ReadResourceRequestParams::new(uri);
+            let request = match subject {
+                None => link.peer.read_resource_once(params).await,
+                Some(subject) => read_with_subject(&link.peer, params, subject).await,
+            };
+            request.map_err(|error| self.read_error(uri, error, !link.peer.is_transport_closed()))
         };
         tokio::time::timeout(self.inner.config.request_timeout, read).await.unwrap_or_else(|_| {
             Err(ProxyError::UpstreamTimeout {
@@ -538,5 +556,22 @@ impl Upstream {
         let mut status = self.inner.status.lock().expect("status lock");
         edit(&mut status);
         self.inner.state.send_if_modified(|state| std::mem::replace(state, status.state) != status.state);
+    }
+}
+
+/// One `resources/read` carrying `subject` (the JWT of the host's request) in its extensions,
+/// for the HTTP client to send it with a token exchanged for that JWT. Not kept in rmcp's
+/// response cache: a session's reads are never cached.
+async fn read_with_subject(
+    peer: &Peer<RoleClient>,
+    params: ReadResourceRequestParams,
+    subject: &SubjectToken,
+) -> Result<ReadResourceResponse, rmcp::ServiceError> {
+    let mut request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params));
+    request.extensions_mut().insert(subject.clone());
+    match peer.send_request(request).await? {
+        ServerResult::ReadResourceResult(result) => Ok(ReadResourceResponse::Complete(result)),
+        ServerResult::InputRequiredResult(needs) => Ok(ReadResourceResponse::InputRequired(needs)),
+        _ => Err(rmcp::ServiceError::UnexpectedResponse),
     }
 }

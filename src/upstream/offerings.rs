@@ -8,8 +8,8 @@
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResponse, CancelledNotificationParam, ClientRequest,
-    CompleteRequestParams, CompleteResult, GetExtensions, GetPromptRequest, GetPromptRequestParams, GetPromptResponse,
-    PaginatedRequestParams, Prompt, RequestId, ServerResult, Tool,
+    CompleteRequest, CompleteRequestParams, CompleteResult, GetExtensions, GetPromptRequest, GetPromptRequestParams,
+    GetPromptResponse, PaginatedRequestParams, Prompt, RequestId, ServerResult, Tool,
 };
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient, ServiceError};
 
@@ -20,7 +20,7 @@ use super::progress::{ProgressClaim, ProgressRoutes};
 use super::relay::{Refusal, RelayClaim};
 use super::{Link, Upstream};
 use crate::error::ProxyError;
-use crate::host::{HostRelay, ProgressOutlet};
+use crate::host::{HostRelay, ProgressOutlet, SubjectToken};
 use crate::protocol::Era;
 
 /// What an upstream offers besides resources.
@@ -153,8 +153,27 @@ impl Upstream {
 
     /// `completion/complete` with the upstream's own prompt name or URI template.
     pub async fn complete(&self, params: CompleteRequestParams) -> Result<CompleteResult, ProxyError> {
+        self.complete_as(params, None).await
+    }
+
+    /// `completion/complete` for a host's request that came with the JWT `subject` (if any): an
+    /// upstream that exchanges tokens gets it with a token exchanged for that one.
+    pub async fn complete_as(
+        &self,
+        params: CompleteRequestParams,
+        subject: Option<&SubjectToken>,
+    ) -> Result<CompleteResult, ProxyError> {
         let link = self.link()?;
-        let request = link.peer.complete(params);
+        let mut request = ClientRequest::CompleteRequest(CompleteRequest::new(params));
+        if let Some(subject) = subject {
+            request.extensions_mut().insert(subject.clone());
+        }
+        let request = async {
+            match link.peer.send_request(request).await? {
+                ServerResult::CompleteResult(result) => Ok(result),
+                _ => Err(ServiceError::UnexpectedResponse),
+            }
+        };
         self.timed("completion/complete", request, !link.peer.is_transport_closed()).await
     }
 

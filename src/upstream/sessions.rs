@@ -9,7 +9,9 @@
 //! (per-host, [`Upstream::host_ended`]), or once nothing used it for `session_idle` (the
 //! `sessions:<upstream>` sweep). At most `max_sessions` are open per upstream and
 //! `max_sessions_per_principal` per principal: past either bound a request gets a clear error
-//! at once ([`ProxyError::SessionLimit`]), never a wait.
+//! at once ([`ProxyError::SessionLimit`]), never a wait. A full pool first reclaims the session
+//! longest without a request, once that is `session_idle` ago and none is in flight on it: its
+//! subscriptions wait (see `pool`) and come back on its key's next session.
 //!
 //! Subscriptions go on the subscriber's own session ([`Upstream::session_hold`]): a 2025
 //! host's `resources/subscribe` on its principal's (per-host: its host session's), a
@@ -19,7 +21,7 @@
 //! before it); after a reconnect every URI held on it is reported as changed. A request on a
 //! session waits (at most `request_timeout`) until the subscriptions held on it are answered,
 //! so a host that subscribes and then makes a change hears of it. A session holding a
-//! subscription is not idle. A reload that replaces the upstream makes every hold again on
+//! subscription is not closed as idle (only reclaimed from a full pool). A reload that replaces the upstream makes every hold again on
 //! the new one's sessions ([`Upstream::hold_again`]), each on the session its new mode gives
 //! it (a per-principal hold of a host becomes its principal's under `per-host`). The shared
 //! connection is never subscribed for such an upstream. With `[cluster]`, a hold is made where
@@ -56,6 +58,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::client::Declared;
 use super::credentials::{TokenFailure, exchange_source};
+use super::pool::{HeldUris, Reclaimed, SessionKey};
 use super::{Offered, Upstream, UpstreamEvent, Watching};
 use crate::cluster::forward::HostOf;
 use crate::config::{SessionMode, UpstreamTransport};
@@ -86,26 +89,12 @@ pub struct SessionHold {
     uri: String,
 }
 
-/// Who a session is for.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-enum SessionKey {
-    Principal(Arc<str>),
-    /// A principal's host session (its holder id).
-    Host(Arc<str>, u64),
-}
-
-impl SessionKey {
-    fn principal(&self) -> &str {
-        match self {
-            SessionKey::Principal(principal) | SessionKey::Host(principal, _) => principal,
-        }
-    }
-}
-
-/// The open sessions of one upstream.
+/// The open sessions of one upstream, and the holds of those reclaimed from a full pool.
+/// Lock order: `open`, then `reclaimed`.
 #[derive(Default)]
 pub(super) struct SessionBook {
     open: Mutex<BTreeMap<SessionKey, Entry>>,
+    reclaimed: Reclaimed,
 }
 
 struct Entry {
@@ -173,6 +162,19 @@ impl Holds {
         unheld
     }
 
+    /// Everything held here, taken away (the session is reclaimed).
+    fn take_all(&self) -> HeldUris {
+        std::mem::take(&mut *self.held.lock().expect("holds lock"))
+    }
+
+    /// Hold again what a reclaimed session of the same key held (before it connects).
+    fn restore(&self, held: HeldUris) {
+        let mut mine = self.held.lock().expect("holds lock");
+        for (uri, holders) in held {
+            mine.entry(uri).or_default().extend(holders);
+        }
+    }
+
     fn holds_anything(&self) -> bool {
         !self.held.lock().expect("holds lock").is_empty()
     }
@@ -226,10 +228,12 @@ impl SessionBook {
     pub fn close_all(&self) {
         let closed = std::mem::take(&mut *self.open.lock().expect("sessions lock"));
         closed.values().for_each(|entry| entry.stop.cancel());
+        self.reclaimed.clear();
     }
 
     /// Close the sessions of host session `host`; those there were.
     fn close_host(&self, host: u64) -> Vec<Upstream> {
+        self.reclaimed.host_ended(host);
         self.close_where(|key, _| matches!(key, SessionKey::Host(_, h) if *h == host))
     }
 
@@ -256,14 +260,35 @@ impl SessionBook {
         closed
     }
 
-    /// Forget `key`'s session if it is still `upstream` (a session that could not be opened).
+    /// Forget `key`'s session if it is still `upstream` (a session that could not be opened);
+    /// what it held waits for the next one.
     fn forget(&self, key: &SessionKey, upstream: &Upstream) {
         let mut open = self.open.lock().expect("sessions lock");
         if open.get(key).is_some_and(|entry| Arc::ptr_eq(&entry.upstream.inner, &upstream.inner))
             && let Some(entry) = open.remove(key)
         {
             entry.stop.cancel();
+            let held = entry.upstream.inner.holds.take_all();
+            self.reclaimed.park(key.clone(), held, entry.upstream.inner.declared);
         }
+    }
+
+    /// Make room in a full pool: close the session that went longest without a request, if
+    /// that is `idle` ago or more and no request holds it; what it held waits in `reclaimed`.
+    fn reclaim(&self, open: &mut BTreeMap<SessionKey, Entry>, idle: Duration) -> Option<Upstream> {
+        let last_used = |entry: &Entry| *entry.usage.last.lock().expect("usage lock");
+        let (key, _) = open
+            .iter()
+            .filter(|(_, entry)| Arc::strong_count(&entry.usage) == 1)
+            .map(|(key, entry)| (key, last_used(entry)))
+            .filter(|(_, last)| last.elapsed() >= idle)
+            .min_by_key(|(_, last)| *last)?;
+        let key = key.clone();
+        let entry = open.remove(&key)?;
+        entry.stop.cancel();
+        let held = entry.upstream.inner.holds.take_all();
+        self.reclaimed.park(key, held, entry.upstream.inner.declared);
+        Some(entry.upstream)
     }
 }
 
@@ -404,7 +429,9 @@ impl Upstream {
     ) -> Result<(), ProxyError> {
         let Some(book) = &self.inner.sessions else { return Ok(()) };
         let (key, declared) = self.key_of(principal, host);
-        let (session, _usage) = self.open_session(book, &key, declared)?;
+        let (session, usage) = self.open_session(book, &key, declared)?;
+        // A subscription is a request: the session counts as used when it is made.
+        let _lease = Lease { usage: Some(usage) };
         if session.inner.holds.hold(holder, uri) {
             session.set_watching(uri, true);
         }
@@ -455,14 +482,7 @@ impl Upstream {
         let open = book.open.lock().expect("sessions lock");
         let mut holds = Vec::new();
         for (key, entry) in open.iter() {
-            let host = match key {
-                SessionKey::Principal(_) => None,
-                SessionKey::Host(_, id) => {
-                    let declared = entry.upstream.inner.declared;
-                    let (sampling, elicitation) = declared.map_or((false, false), |d| (d.sampling, d.elicitation));
-                    Some(HostSession { id: *id, sampling, elicitation })
-                }
-            };
+            let host = host_session(key, entry.upstream.inner.declared);
             for (holder, uris) in entry.upstream.inner.holds.all() {
                 let principal: Arc<str> = key.principal().into();
                 holds.extend(uris.into_iter().map(|uri| SessionHold {
@@ -473,6 +493,14 @@ impl Upstream {
                 }));
             }
         }
+        drop(open);
+        let waiting = book.reclaimed.all().into_iter().map(|(key, declared, holder, uri)| SessionHold {
+            principal: key.principal().into(),
+            host: host_session(&key, declared),
+            holder,
+            uri,
+        });
+        holds.extend(waiting);
         let following = self.inner.following.all().into_iter();
         holds.extend(following.map(|(principal, host, holder, uri)| SessionHold { principal, host, holder, uri }));
         holds
@@ -502,6 +530,9 @@ impl Upstream {
 
     /// `holder` lets go of `uri` on this replica's sessions.
     pub(super) fn release_here(&self, holder: HolderId, uri: &str) {
+        if let Some(book) = &self.inner.sessions {
+            book.reclaimed.release(holder, Some(uri));
+        }
         self.each_session(|session| {
             if session.inner.holds.release(holder, uri) {
                 session.set_watching(uri, false);
@@ -512,6 +543,9 @@ impl Upstream {
     /// `holder` is gone: what it held on this upstream's sessions is let go.
     pub fn session_release_all(&self, holder: HolderId) {
         self.inner.following.release(holder, None);
+        if let Some(book) = &self.inner.sessions {
+            book.reclaimed.release(holder, None);
+        }
         self.each_session(|session| {
             for uri in session.inner.holds.release_all(holder) {
                 session.set_watching(&uri, false);
@@ -638,7 +672,9 @@ impl Upstream {
         self.inner.sessions.as_ref().map_or(0, |book| book.len())
     }
 
-    /// The open session for `key`, or a new one when the bounds allow it.
+    /// The open session for `key`, or a new one when the bounds allow it (a full pool reclaims
+    /// a session idle of requests, see `pool`). A new session holds again what a reclaimed one
+    /// of `key` held, and reports all of it as changed once it is subscribed.
     fn open_session(
         &self,
         book: &SessionBook,
@@ -655,15 +691,16 @@ impl Upstream {
             limit,
             setting,
         };
-        if open.len() >= settings.max {
-            return Err(over(settings.max, "max_sessions"));
-        }
         let of_principal = open.keys().filter(|k| k.principal() == key.principal()).count();
         if of_principal >= settings.max_per_principal {
             return Err(over(settings.max_per_principal, "max_sessions_per_principal"));
         }
         let (spine, parent_stop) =
             self.launch().ok_or_else(|| ProxyError::UpstreamDown { upstream: self.name().to_string() })?;
+        let reclaimed = match open.len() >= settings.max {
+            true => Some(book.reclaim(&mut open, settings.idle).ok_or_else(|| over(settings.max, "max_sessions"))?),
+            false => None,
+        };
         let credentials = if self.exchanges() {
             let kept = open.iter().find(|(k, _)| k.principal() == key.principal());
             match kept.and_then(|(_, entry)| entry.upstream.inner.credentials.clone()) {
@@ -673,20 +710,46 @@ impl Upstream {
         } else {
             self.inner.credentials.clone()
         };
-        let host = match key {
-            SessionKey::Principal(_) => None,
-            SessionKey::Host(_, host) => Some(*host),
-        };
-        let session = Upstream::session_of(self, (key.principal().into(), host), declared, credentials);
+        let session = Upstream::session_of(self, (key.principal().into(), key.host()), declared, credentials);
+        let resumed = book.reclaimed.take(key).map(|waiting| session.hold_waiting(waiting.held)).is_some();
         let stop = parent_stop.child_token();
-        session.spawn_session(&spine, stop.clone(), self.inner.events.lock().expect("events lock").clone());
+        let events = self.inner.events.lock().expect("events lock").clone();
+        session.spawn_session(&spine, stop.clone(), events, resumed);
         let usage = Arc::new(Usage { last: Mutex::new(Instant::now()) });
         open.insert(key.clone(), Entry { upstream: session.clone(), stop, usage: usage.clone() });
         let count = open.len();
         drop(open);
-        tracing::debug!(upstream = self.name(), principal = key.principal(), "upstream session opened");
+        tracing::debug!(upstream = self.name(), principal = key.principal(), resumed, "upstream session opened");
+        if let Some(reclaimed) = reclaimed {
+            tracing::info!(
+                upstream = self.name(),
+                "the upstream's sessions were all open: the one longest without a request was reclaimed; its subscriptions wait for its next session"
+            );
+            self.inner.metrics.upstream_session_reclaimed(self.name());
+            self.closed_with_own_offerings(&[reclaimed]);
+        }
         self.inner.metrics.set_upstream_sessions(self.name(), count);
         Ok((session, usage))
+    }
+
+    /// Hold `held` (what a reclaimed session of the same key held) on this new session, before
+    /// it connects.
+    fn hold_waiting(&self, held: HeldUris) {
+        held.keys().for_each(|uri| self.set_watching(uri, true));
+        self.inner.holds.restore(held);
+    }
+
+    /// The `sessions:<upstream>` sweep, once the pool has room: sessions whose subscriptions
+    /// wait since theirs was reclaimed open again, leaving one place free for a newcomer.
+    fn resume_reclaimed(&self, book: &SessionBook) {
+        for (key, declared) in book.reclaimed.keys() {
+            if book.len() + 1 >= self.inner.config.sessions.max {
+                return;
+            }
+            if let Err(error) = self.open_session(book, &key, declared) {
+                tracing::debug!(upstream = self.name(), error = %error, "a reclaimed session's subscriptions still wait");
+            }
+        }
     }
 
     /// The spine and stop token of the running supervisor, if it runs.
@@ -695,6 +758,13 @@ impl Upstream {
         let stop = self.inner.supervisor.lock().expect("supervisor lock").as_ref()?.0.clone();
         (!stop.is_cancelled()).then_some((spine, stop))
     }
+}
+
+/// The host session a session of `key` is for (a per-host one's), with what it declared.
+fn host_session(key: &SessionKey, declared: Option<Declared>) -> Option<HostSession> {
+    let id = key.host()?;
+    let (sampling, elicitation) = declared.map_or((false, false), |d| (d.sampling, d.elicitation));
+    Some(HostSession { id, sampling, elicitation })
 }
 
 /// Severity order (RFC 5424, as the spec lists the levels): lower is more verbose.
@@ -729,5 +799,6 @@ pub(super) async fn sweep(upstream: Upstream, stop: CancellationToken) {
             upstream.inner.metrics.set_upstream_sessions(upstream.name(), book.len());
             upstream.closed_with_own_offerings(&closed);
         }
+        upstream.resume_reclaimed(book);
     }
 }

@@ -62,6 +62,12 @@ impl Supervisor {
         Self { upstream, was_up: std::sync::Mutex::new(false), offerings_stale, catalog, events, shutdown, spine }
     }
 
+    /// Its first connection counts as a reconnect (a session resuming a reclaimed one's holds).
+    pub fn resuming(self) -> Self {
+        *self.was_up.lock().expect("was_up lock") = true;
+        self
+    }
+
     pub async fn run(self) {
         let mut backoff = BACKOFF_MIN;
         let mut remembered = None;

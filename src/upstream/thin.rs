@@ -45,6 +45,7 @@ use tokio::sync::mpsc;
 use self::send::{Answer, Chunks, Sender};
 use super::credentials::TokenSource;
 use super::faults::Fault;
+use crate::host::SubjectToken;
 use crate::wire::era::META_PROTOCOL_PREFIX;
 use crate::wire::{headers, sse_parse};
 
@@ -164,13 +165,14 @@ impl ThinReader {
         Self { inner: Arc::new(inner) }
     }
 
-    /// Read `uri` with one POST (see the module doc).
-    pub async fn read(&self, uri: &str) -> ThinRead {
+    /// Read `uri` with one POST (see the module doc); for a host's request that came with the
+    /// JWT `subject`, with a token exchanged for that one.
+    pub async fn read(&self, uri: &str, subject: Option<&SubjectToken>) -> ThinRead {
         let Some(mut template) = self.inner.recorder.current() else {
             return ThinRead::Fallback("no request recorded yet");
         };
         if let Some(credentials) = &self.inner.credentials {
-            let token = match credentials.token().await {
+            let token = match credentials.token_for(subject).await {
                 Ok(token) => token,
                 // rmcp's path would wait for a token again: the read fails here, in our words.
                 Err(failure) => return ThinRead::Done(Err(ServiceError::McpError(Fault::NoToken(failure).error()))),

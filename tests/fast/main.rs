@@ -42,6 +42,7 @@ mod readme;
 mod rebinding;
 mod relay_refusals;
 mod serve_dir;
+mod session_pool;
 mod subscriptions;
 mod thin_reads;
 mod token_exchange;

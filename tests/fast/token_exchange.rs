@@ -17,7 +17,9 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use futures::TryStreamExt;
-use rmcp::model::{CallToolRequestParams, JsonObject};
+use rmcp::model::{
+    ArgumentInfo, CallToolRequestParams, CompleteRequestParams, JsonObject, ReadResourceRequestParams, Reference,
+};
 use serde_json::{Value, json};
 
 use crate::support::eventually;
@@ -73,8 +75,20 @@ impl Authority {
 
     /// The tokens `tools/call` requests reached the upstream with, in order.
     fn call_tokens(&self) -> Vec<String> {
+        self.tokens_of("tools/call")
+    }
+
+    /// The tokens `method` requests reached the upstream with, in order.
+    fn tokens_of(&self, method: &str) -> Vec<String> {
         let accepted = self.accepted.lock().unwrap();
-        accepted.iter().filter(|(method, _)| method == "tools/call").map(|(_, token)| token.clone()).collect()
+        accepted.iter().filter(|(sent, _)| sent == method).map(|(_, token)| token.clone()).collect()
+    }
+
+    /// The JWT the token endpoint was asked to exchange for `token`, if it issued it.
+    fn exchanged_for(&self, token: &str) -> Option<String> {
+        let exchanges = self.exchanges.lock().unwrap();
+        let exchange = exchanges.iter().find(|e| e.issued.as_ref().is_some_and(|(value, _)| value == token));
+        exchange.map(|e| e.subject.clone())
     }
 
     fn live(&self, token: &str) -> bool {
@@ -216,7 +230,7 @@ async fn gated_with(
     upstream_lines: &str,
     jwt_lines: &str,
 ) -> anyhow::Result<(ProxyProcess, JwksServer, Arc<Authority>, HttpFixture)> {
-    let fixture = HttpFixture::spawn(&["--resources", "1"]).await?;
+    let fixture = HttpFixture::spawn(&["--resources", "1", "--completions"]).await?;
     let authority = Arc::new(Authority {
         mode: Mutex::new(mode),
         exchanges: Mutex::default(),
@@ -325,6 +339,55 @@ async fn each_call_goes_with_a_token_exchanged_for_the_jwt_it_came_with() -> any
     assert_eq!(subjects.len(), calls.len(), "every call reached the upstream once");
     assert_eq!(own.iter().filter(|own| !**own).count(), 0, "calls with another JWT's token: {own:?}");
     assert_eq!(authority.issued_for(&read_jwt).len(), 1, "the read JWT's token is kept for its calls");
+    assert_eq!(authority.refused.load(Ordering::SeqCst), 0);
+    Ok(())
+}
+
+/// alice presents two JWTs: `scope=admin` (the one expiring last, first seen on a
+/// `resources/list`) and `scope=read`. Every read and every completion goes upstream with a
+/// token exchanged for the JWT its request came with, in both eras (reads of a 2025 session and
+/// stateless ones) — none with a token exchanged for her other JWT.
+#[tokio::test]
+async fn each_read_and_completion_goes_with_a_token_exchanged_for_the_jwt_it_came_with() -> anyhow::Result<()> {
+    let (proxy, _jwks, authority, _fixture) = gated(Mode::Issue(Duration::from_secs(600)), "").await?;
+    let jwt = |scope: &str, lifetime: u64| {
+        let mut claims = claims("alice", &[]);
+        (claims["scope"], claims["exp"]) = (json!(scope), json!(now() + lifetime));
+        rsa_a().sign(&claims)
+    };
+    let (admin_jwt, read_jwt) = (jwt("admin", 1200), jwt("read", 600));
+    let (admin, _) = connect_http_with_token(&proxy.url, Era::Legacy, &admin_jwt).await?;
+    admin.list_all_resources().await.context("alice's list with her admin JWT")?;
+    let (read_modern, _) = connect_http_with_token(&proxy.url, Era::Modern, &read_jwt).await?;
+    let (read_legacy, _) = connect_http_with_token(&proxy.url, Era::Legacy, &read_jwt).await?;
+
+    let hosts = [(&read_modern, &read_jwt), (&read_legacy, &read_jwt), (&admin, &admin_jwt), (&read_modern, &read_jwt)];
+    for (n, (host, _)) in hosts.iter().enumerate() {
+        let read = host.read_resource(ReadResourceRequestParams::new("gated+fx://fx/item/0"));
+        tokio::time::timeout(Duration::from_secs(20), read)
+            .await
+            .context("hung")?
+            .with_context(|| format!("read {n}"))?;
+        let argument = ArgumentInfo::new("topic", "x");
+        let complete = host.complete(CompleteRequestParams::new(Reference::for_prompt("gated__ask"), argument));
+        let completed = tokio::time::timeout(Duration::from_secs(20), complete).await.context("hung")?;
+        let completed = completed.with_context(|| format!("completion {n}"))?;
+        assert_eq!(completed.completion.values, ["x-done"], "completion {n} was answered upstream");
+    }
+    // Per method: how many reached the upstream, and how many of those with a token exchanged
+    // for another JWT than their request's (or none exchanged).
+    let expected: Vec<Option<String>> = hosts.iter().map(|(_, jwt)| Some(jwt.to_string())).collect();
+    let methods = ["resources/read", "completion/complete"];
+    let tally: Vec<(&str, usize, usize)> = methods
+        .iter()
+        .map(|method| {
+            let subjects: Vec<Option<String>> =
+                authority.tokens_of(method).iter().map(|token| authority.exchanged_for(token)).collect();
+            let other = subjects.iter().zip(&expected).filter(|(got, wanted)| got != wanted).count();
+            (*method, subjects.len(), other)
+        })
+        .collect();
+    assert_eq!(tally, methods.map(|method| (method, hosts.len(), 0)), "(method, sent, with another JWT's token)");
     assert_eq!(authority.refused.load(Ordering::SeqCst), 0);
     Ok(())
 }
