@@ -28,6 +28,8 @@ use futures::future::Either;
 use opentelemetry::trace::{FutureExt, SpanKind, TraceContextExt, Tracer, WithContext};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
+use tracing::Instrument;
+use tracing::instrument::Instrumented;
 
 pub use self::export::InstallError;
 pub use self::propagation::Carrier;
@@ -183,11 +185,31 @@ pub fn client_span(outgoing: Outgoing<'_>) -> Span {
 }
 
 impl Span {
+    /// The span current on this task (a host request's, while its future runs attached to
+    /// it); nothing when traces are off or none is.
+    pub fn current() -> Span {
+        if !on() {
+            return Span(None);
+        }
+        let context = Context::current();
+        Span(context.has_active_span().then_some(context))
+    }
+
+    /// Whether there is a span (traces are on and it was made).
+    pub fn is_some(&self) -> bool {
+        self.0.is_some()
+    }
+
     /// `future` with this span current on its task (so the CLIENT spans of its upstream
-    /// requests are its children); `future` itself when there is no span.
-    pub fn attach<F: Future>(&self, future: F) -> Either<WithContext<F>, F> {
+    /// requests are its children) and its ids on every log line it writes (a `trace` span of
+    /// `tracing` with `trace_id` and `span_id`); `future` itself when there is no span.
+    pub fn attach<F: Future>(&self, future: F) -> Either<Instrumented<WithContext<F>>, F> {
         match &self.0 {
-            Some(context) => Either::Left(future.with_context(context.clone())),
+            Some(context) => {
+                let (trace_id, span_id) = ids_of(context).unwrap_or_default();
+                let logged = tracing::info_span!("trace", trace_id, span_id);
+                Either::Left(future.with_context(context.clone()).instrument(logged))
+            }
             None => Either::Right(future),
         }
     }

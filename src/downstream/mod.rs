@@ -26,6 +26,7 @@ mod resources;
 mod sessions;
 mod shared;
 mod subscribing;
+mod traced;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;

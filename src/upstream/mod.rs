@@ -40,6 +40,7 @@ mod stdio;
 mod supervisor;
 mod tap;
 mod thin;
+mod traced;
 mod watching;
 
 use std::sync::{Arc, Mutex};
@@ -422,9 +423,12 @@ impl Upstream {
             // It has no resources (it did not declare them): not asked.
             return Err(ProxyError::not_found(uri));
         }
+        let span = self.client_span(method::RESOURCES_READ, None);
+        span.note_uri(uri);
+        let trace = span.injected();
         let read = async {
             if let Some(thin) = link.thin.as_ref().filter(|_| !link.peer.is_transport_closed()) {
-                match thin.read(uri).await {
+                match thin.read(uri, trace.as_ref()).await {
                     thin::ThinRead::Done(Ok(response)) => return Ok(response),
                     thin::ThinRead::Done(Err(error)) => return Err(self.read_error(uri, error, false)),
                     thin::ThinRead::Fallback(why) => {
@@ -432,15 +436,21 @@ impl Upstream {
                     }
                 }
             }
-            let request = link.peer.read_resource_once(ReadResourceRequestParams::new(uri));
+            let mut params = ReadResourceRequestParams::new(uri);
+            params.meta = traced::with_trace(params.meta, &span);
+            let request = link.peer.read_resource_once(params);
             request.await.map_err(|error| self.read_error(uri, error, !link.peer.is_transport_closed()))
         };
-        tokio::time::timeout(self.inner.config.request_timeout, read).await.unwrap_or_else(|_| {
+        let answer = tokio::time::timeout(self.inner.config.request_timeout, read).await.unwrap_or_else(|_| {
             Err(ProxyError::UpstreamTimeout {
                 upstream: self.name().to_string(),
                 timeout: self.inner.config.request_timeout,
             })
-        })
+        });
+        if let Err(error) = &answer {
+            span.failed(error.kind().to_string());
+        }
+        answer
     }
 
     fn failed(&self, reason: String) -> ProxyError {

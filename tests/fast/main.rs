@@ -45,5 +45,6 @@ mod serve_dir;
 mod subscriptions;
 mod thin_reads;
 mod token_exchange;
+mod traces;
 mod upstream_credentials;
 mod upstream_sessions;

@@ -89,6 +89,7 @@ const EDGES: &[(&str, &[&str])] = &[
             "config",
             "auth",
             "metrics",
+            "telemetry",
         ],
     ),
     ("coherence", &["error", "subscriptions", "wire", "config", "metrics", "cache", "cluster", "upstream"]),
@@ -109,6 +110,7 @@ const EDGES: &[(&str, &[&str])] = &[
             "audit",
             "cluster",
             "upstream",
+            "telemetry",
         ],
     ),
     ("admin", &["crypto", "protocol", "metrics", "listener", "cluster", "upstream", "coherence"]),
@@ -157,6 +159,7 @@ const EDGES: &[(&str, &[&str])] = &[
             "tools",
             "proxy",
             "bridge",
+            "telemetry",
         ],
     ),
 ];
