@@ -26,7 +26,9 @@ fn host_traceparent(n: u8) -> String {
 async fn traced_proxy(env: &[(&str, String)]) -> anyhow::Result<(ProxyProcess, HttpFixture, tempfile::TempDir)> {
     let web = HttpFixture::spawn(&[]).await?;
     let policies = alice_and_bob_policies("allow = [\"**\"]\ndeny = [\"web+fx://fx/item/2\"]\n", "allow = []\n")?;
-    let upstreams = format!("{}{}", http_upstream("web", &web.url, ""), fixture_upstream("pipe", &[]));
+    // A 2025-era upstream's answers have no lifetime of their own: kept for `unwatched_ttl`.
+    let cache = "[cache]\nunwatched_ttl = \"10m\"\n\n";
+    let upstreams = format!("{cache}{}{}", http_upstream("web", &web.url, ""), fixture_upstream("pipe", &[]));
     let config = alice_and_bob_under_policies("", policies.path(), &upstreams);
     let mut env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     env.extend([("ALICE_TOKEN", ALICE), ("BOB_TOKEN", "bob-token-traces-77aa")]);
@@ -124,8 +126,7 @@ async fn a_traced_host_sees_its_trace_continued_by_the_proxy_and_reaching_the_up
     assert_eq!(server.attribute("mcp.protocol.version"), Some(MODERN));
     assert_eq!(server.attribute("jsonrpc.request.id"), Some("1"));
     assert_eq!(server.attribute("network.transport"), Some("tcp"));
-    // The fixture gives this answer no lifetime: never kept.
-    assert_eq!(server.attribute("mcp_proxy.cache.outcome"), Some("bypass"));
+    assert_eq!(server.attribute("mcp_proxy.cache.outcome"), Some("miss"));
     assert_eq!(server.attribute("mcp_proxy.policy.decision"), Some("allowed"));
     assert_eq!(server.attribute("mcp_proxy.policy.file"), Some("alice.toml"));
     assert_eq!(server.attribute("mcp_proxy.upstream"), Some("web"));
