@@ -8,7 +8,9 @@
 //! The transports are guarded (`stdio`, `http`): a faulty reply — too large, not UTF-8, not
 //! JSON-RPC, the wrong id — fails its own request with a clear error (`faults`), never the
 //! connection; a stdio child sees only an allowlisted environment. Sampling, elicitation and
-//! log messages an upstream sends for a routed call go to that call's host (`relay`).
+//! log messages an upstream sends for a routed call go to that call's host (`relay`). With
+//! traces on, a read or routed call made for a host is a CLIENT span whose context goes
+//! upstream in the request's `_meta` (`traced`).
 //! An upstream with `session = "per-principal" | "per-host"` also opens, on first use, one
 //! connection per principal or per host session for their calls and reads (`sessions`),
 //! bounded, closed with the host session or when idle.
