@@ -113,6 +113,12 @@ pub struct Event {
     /// The JSON-RPC request id.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub request: Option<String>,
+    /// The trace of the request's span, when traces are on (see [`crate::telemetry`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
+    /// The request's span, when traces are on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub span_id: Option<String>,
     /// What a reload changed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub changes: Option<serde_json::Value>,
@@ -141,6 +147,8 @@ impl Event {
             era: None,
             session: None,
             request: None,
+            trace_id: None,
+            span_id: None,
             changes: None,
             reopen_first: false,
         }
@@ -238,8 +246,13 @@ impl Audit {
 
     /// Queue `event` for the writer; never waits. A full queue drops it (counted, logged once
     /// per burst).
-    pub fn record(&self, event: Event) {
+    pub fn record(&self, mut event: Event) {
         let Some(queue) = &self.inner.queue else { return };
+        if event.trace_id.is_none()
+            && let Some((trace, span)) = crate::telemetry::current_ids()
+        {
+            (event.trace_id, event.span_id) = (Some(trace), Some(span));
+        }
         match queue.try_send(event) {
             Ok(()) => {
                 if self.inner.dropping.load(Ordering::Relaxed) {
@@ -303,7 +316,8 @@ impl Audit {
 }
 
 /// The first 16 hex digits of the SHA-256 of a session id.
-fn session_digest(session: &str) -> String {
+/// The digest that names a session in the audit trail and on spans (never the id itself).
+pub fn session_digest(session: &str) -> String {
     let digest = Sha256::digest(session.as_bytes());
     digest.iter().take(8).map(|byte| format!("{byte:02x}")).collect()
 }
@@ -348,13 +362,13 @@ mod tests {
         let read = Event::new(Kind::Read, "not_found").principal("bob").method("resources/read").uri("docs+x:/a");
         let denial =
             scope::Denial { kind: DenialKind::Read, target: "docs+x:/a".into(), upstream: Some("docs".into()) };
-        audit.request(scope::Notes { upstream: None, denials: vec![denial.clone()] }, || read);
+        audit.request(scope::Notes { upstream: None, denials: vec![denial.clone()], policy_file: None }, || read);
         let only = events.try_recv().unwrap();
         assert_eq!((only.event, only.outcome, only.denied), (Kind::Denial, "denied", Some("read")));
         assert!(events.try_recv().is_err());
         let listen = Event::new(Kind::Listen, "ok").principal("bob");
         let denial = scope::Denial { kind: DenialKind::Subscribe, ..denial };
-        audit.request(scope::Notes { upstream: None, denials: vec![denial] }, || listen);
+        audit.request(scope::Notes { upstream: None, denials: vec![denial], policy_file: None }, || listen);
         let kinds = [events.try_recv().unwrap().event, events.try_recv().unwrap().event];
         assert_eq!(kinds, [Kind::Denial, Kind::Listen]);
         let line = serde_json::to_string(&Event::new(Kind::Read, "ok").session(Some("secret-session"))).unwrap();

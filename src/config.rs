@@ -39,6 +39,7 @@ mod credentials;
 mod extract;
 mod rate_limits;
 mod server;
+mod telemetry;
 mod transport;
 mod upstream;
 
@@ -49,6 +50,7 @@ pub use self::cluster::{ClusterConfig, MIN_SECRET_BYTES, Secret, default_replica
 pub use self::credentials::{ClientCredentials, ClientSecret, TokenExchange, UpstreamAuth};
 pub use self::rate_limits::{Bucket, RateLimitsConfig};
 pub use self::server::ServerConfig;
+pub use self::telemetry::{Root, Sampler, TelemetryConfig};
 pub use self::transport::CaFile;
 pub use self::upstream::{redact_url, redact_urls_in};
 
@@ -68,6 +70,8 @@ pub struct Config {
     pub cluster: Option<ClusterConfig>,
     /// `[audit]`: the audit trail (on by default).
     pub audit: AuditConfig,
+    /// `[telemetry]` and the standard `OTEL_*` variables: traces over OTLP (off by default).
+    pub telemetry: TelemetryConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -275,6 +279,8 @@ struct RawConfig {
     cluster: Option<cluster::RawCluster>,
     #[serde(default)]
     audit: audit::RawAudit,
+    #[serde(default)]
+    telemetry: telemetry::RawTelemetry,
     #[serde(flatten)]
     unknown: BTreeMap<String, Value>,
 }
@@ -334,6 +340,7 @@ fn validate(
     let rate_limits = rate_limits::validate_rate_limits("rate_limits", raw.rate_limits, problems);
     let cluster = cluster::validate_cluster(raw.cluster, lookup, problems);
     let audit = audit::validate_audit(raw.audit, base, problems);
+    let telemetry = telemetry::validate_telemetry(raw.telemetry, lookup, problems);
     let mut seen = BTreeSet::new();
     let unprefixed: Vec<(usize, Option<String>)> = (raw.upstreams.iter().enumerate())
         .filter(|(_, upstream)| upstream.unprefixed == Some(true))
@@ -347,7 +354,7 @@ fn validate(
         .collect();
     upstream::at_most_one_unprefixed(&unprefixed, problems);
     cluster::advertised_when_needed(cluster.as_ref(), server.listen, &upstreams, problems);
-    Config { server, upstreams, auth, policies, cache, bridge, rate_limits, cluster, audit }
+    Config { server, upstreams, auth, policies, cache, bridge, rate_limits, cluster, audit, telemetry }
 }
 
 fn validate_upstream(

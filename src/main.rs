@@ -275,6 +275,7 @@ async fn serve(
     for missing in config.missing_folders() {
         tracing::warn!(at = missing.at, "{}; the upstream stays down until it exists", missing.message);
     }
+    let traces = mcp_resource_proxy::telemetry::install(&config.telemetry)?;
     let upstreams = config.upstreams.len();
     mcp_resource_proxy::listener::fds::settle(&mut config.server, upstreams);
     let spine = Spine::new();
@@ -310,7 +311,11 @@ async fn serve(
         result
     });
     shutdown.cancelled().await;
-    if let Err(late) = spine.drain(SHUTDOWN_GRACE).await {
+    let drained = spine.drain(SHUTDOWN_GRACE).await;
+    if let Some(traces) = traces {
+        traces.shutdown().await;
+    }
+    if let Err(late) = drained {
         tracing::warn!(?late, "shutdown grace period over; exiting");
         return Ok(());
     }

@@ -27,6 +27,8 @@ pub struct Notes {
     /// The upstream the request was routed to (the first, if several).
     pub upstream: Option<String>,
     pub denials: Vec<Denial>,
+    /// The policy file whose rule decided the request's URI (the first decided), if a file did.
+    pub policy_file: Option<String>,
 }
 
 tokio::task_local! {
@@ -57,6 +59,17 @@ pub fn routed(upstream: &str) {
         let mut notes = notes.borrow_mut();
         if notes.upstream.is_none() {
             notes.upstream = Some(upstream.to_string());
+        }
+    });
+}
+
+/// Policy decided the request's URI by a rule of `file` (the first decision is kept).
+pub fn decided_by(file: Option<&str>) {
+    let Some(file) = file else { return };
+    let _ = NOTES.try_with(|notes| {
+        let mut notes = notes.borrow_mut();
+        if notes.policy_file.is_none() {
+            notes.policy_file = Some(file.to_string());
         }
     });
 }

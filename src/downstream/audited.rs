@@ -68,6 +68,8 @@ pub(super) fn refused_event(
     asked: &Metered<'_>,
     reason: &'static str,
 ) -> Event {
+    // The request's span (when traces are on) says it was refused, and why.
+    crate::telemetry::Span::current().note("mcp_proxy.refused", reason);
     let mut event = Event::refused(reason).principal(principal);
     event.method = method;
     match asked {
@@ -102,7 +104,7 @@ pub(super) fn outcome<T>(answer: &Result<T, ProxyError>) -> &'static str {
     crate::metrics::outcome(answer)
 }
 
-fn cache_label(outcome: Outcome) -> &'static str {
+pub(super) fn cache_label(outcome: Outcome) -> &'static str {
     match outcome {
         Outcome::Hit => "hit",
         Outcome::Stale => "stale",

@@ -53,6 +53,7 @@ use crate::auth::{self, Authenticator, SubjectToken};
 use crate::error::ProxyError;
 use crate::protocol::Era;
 use crate::proxy::{Caller, Proxy};
+use crate::telemetry;
 use crate::wire::era;
 use crate::wire::headers::{self, AllowedHosts};
 use crate::wire::status;
@@ -76,6 +77,8 @@ struct Call {
     op: Op,
     /// The 2025-era session it arrived on; `None` for a 2026-07-28 stateless request.
     session: Option<Arc<str>>,
+    /// The host's trace context in `_meta`.
+    trace: parse::Trace,
 }
 
 #[derive(Debug, PartialEq)]
@@ -174,7 +177,11 @@ impl FastPath {
         let modern = call.session.is_none();
         let era = if modern { Era::Modern } else { Era::Legacy };
         tracing::debug!(method = call.op.method(), era = era.label(), "answered on the fast path");
-        let reply = self.serve(principal, subject, call, modern).await;
+        let span = server_span(&call, &parts.headers, modern);
+        let reply = span.attach(self.serve(principal, subject, call, modern)).await;
+        if let JsonRpcMessage::Error(error) = &reply.message {
+            span.failed(error.error.code.0.to_string());
+        }
         Ok(if modern { json_reply(reply) } else { sse_reply(reply) })
     }
 }
@@ -244,6 +251,7 @@ impl FastPath {
         contents: &mut Option<SetAside>,
     ) -> Result<ServerResult, ErrorData> {
         let (answer, notes) = audit::scope::noting(self.proxy.read(caller, uri)).await;
+        super::traced::note_read(uri, &answer, &notes);
         self.proxy.audit().request(notes, || read_event(asked, uri, &answer));
         let answer = answer.inspect_err(|error| {
             tracing::debug!(uri, principal = caller.principal(), error = %error, kind = error.kind(), "read failed");
@@ -260,6 +268,31 @@ impl FastPath {
         self.proxy.metrics().downstream_request(method, crate::metrics::outcome(&result), started.elapsed());
         Ok(result?)
     }
+}
+
+/// The SERVER span of a request the fast path answers (nothing when traces are off).
+fn server_span(call: &Call, head: &HeaderMap, modern: bool) -> telemetry::Span {
+    if !telemetry::on() {
+        return telemetry::Span::default();
+    }
+    let version = if modern {
+        Some(crate::protocol::MODERN_VERSION)
+    } else {
+        headers::single(head, headers::PROTOCOL_VERSION).flatten()
+    };
+    telemetry::server_span(telemetry::Incoming {
+        method: call.op.method(),
+        target: None,
+        meta: telemetry::Carrier {
+            traceparent: call.trace.traceparent.as_deref(),
+            tracestate: call.trace.tracestate.as_deref(),
+        },
+        header: super::traced::header_carrier(Some(head)),
+        request_id: Some(call.id.to_string()),
+        version,
+        session: call.session.as_deref().map(audit::session_digest),
+        transport: telemetry::Transport::Tcp,
+    })
 }
 
 /// A request refused with 401: counted by why, and audited (the reason, never the token).
@@ -314,7 +347,7 @@ fn classify(head: &HeaderMap, body: &Bytes) -> Option<Call> {
     let request = parse::typed(body).or_else(|| parse::via_rmcp(body))?;
     let session = headers::single(head, headers::SESSION_ID)?;
     let era = era::of_request(head, &request.meta, session.is_some())?;
-    let op = request.op;
+    let (op, trace) = (request.op, request.trace);
     let name = match &op {
         Op::Read(uri) => Some(uri.as_str()),
         _ => None,
@@ -323,7 +356,7 @@ fn classify(head: &HeaderMap, body: &Bytes) -> Option<Call> {
         Era::Modern => headers::standard_headers_agree(head, op.method(), name),
         Era::Legacy => headers::only_session_headers(head),
     };
-    agree.then(|| Call { id: request.id, op, session: session.map(Arc::from) })
+    agree.then(|| Call { id: request.id, op, session: session.map(Arc::from), trace })
 }
 
 #[cfg(test)]

@@ -25,8 +25,9 @@ use rmcp::service::{NotificationContext, RequestContext, RoleServer, Subscriptio
 use rmcp::{ErrorData, ServerHandler};
 
 use super::sessions::OpenedHolder;
+use super::traced::traced;
 use super::{ProxyServer, offerings, session_header};
-use crate::protocol;
+use crate::protocol::{self, method};
 
 /// What the proxy tells hosts about itself; the same for every host.
 static SERVER_INFO: LazyLock<ServerConfig> = LazyLock::new(|| {
@@ -75,7 +76,8 @@ impl ServerHandler for ProxyServer {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        Box::pin(self.resources_list(request, context)).await
+        let span = self.server_span(method::RESOURCES_LIST, None, &context);
+        traced(span, Box::pin(self.resources_list(request, context))).await
     }
 
     async fn list_resource_templates(
@@ -83,7 +85,8 @@ impl ServerHandler for ProxyServer {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        Box::pin(self.resources_list_templates(request, context)).await
+        let span = self.server_span(method::TEMPLATES_LIST, None, &context);
+        traced(span, Box::pin(self.resources_list_templates(request, context))).await
     }
 
     async fn read_resource(
@@ -91,7 +94,8 @@ impl ServerHandler for ProxyServer {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        Box::pin(self.resources_read(request, context)).await
+        let span = self.server_span(method::RESOURCES_READ, None, &context);
+        traced(span, Box::pin(self.resources_read(request, context))).await
     }
 
     // Tools, prompts and completion: see `offerings`.
@@ -101,7 +105,8 @@ impl ServerHandler for ProxyServer {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Box::pin(self.offerings_list_tools(request, context)).await
+        let span = self.server_span(method::TOOLS_LIST, None, &context);
+        traced(span, Box::pin(self.offerings_list_tools(request, context))).await
     }
 
     async fn call_tool(
@@ -109,7 +114,9 @@ impl ServerHandler for ProxyServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        Box::pin(self.offerings_call_tool(request, context)).await
+        let name = request.name.to_string();
+        let span = self.server_span(method::TOOLS_CALL, Some(&name), &context);
+        traced(span, Box::pin(self.offerings_call_tool(request, context))).await
     }
 
     async fn list_prompts(
@@ -117,7 +124,8 @@ impl ServerHandler for ProxyServer {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        Box::pin(self.offerings_list_prompts(request, context)).await
+        let span = self.server_span(method::PROMPTS_LIST, None, &context);
+        traced(span, Box::pin(self.offerings_list_prompts(request, context))).await
     }
 
     async fn get_prompt(
@@ -125,7 +133,9 @@ impl ServerHandler for ProxyServer {
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        Box::pin(self.offerings_get_prompt(request, context)).await
+        let name = request.name.to_string();
+        let span = self.server_span(method::PROMPTS_GET, Some(&name), &context);
+        traced(span, Box::pin(self.offerings_get_prompt(request, context))).await
     }
 
     async fn complete(
@@ -133,7 +143,8 @@ impl ServerHandler for ProxyServer {
         request: CompleteRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        Box::pin(self.offerings_complete(request, context)).await
+        let span = self.server_span(method::COMPLETION_COMPLETE, None, &context);
+        traced(span, Box::pin(self.offerings_complete(request, context))).await
     }
 
     /// Kept for this host session alone (an upstream connection is shared): it filters the
@@ -183,7 +194,8 @@ impl ServerHandler for ProxyServer {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        Box::pin(self.subscriptions_subscribe(request, context)).await
+        let span = self.server_span(method::RESOURCES_SUBSCRIBE, None, &context);
+        traced(span, Box::pin(self.subscriptions_subscribe(request, context))).await
     }
 
     async fn unsubscribe(
@@ -191,7 +203,8 @@ impl ServerHandler for ProxyServer {
         request: UnsubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        Box::pin(self.subscriptions_unsubscribe(request, context)).await
+        let span = self.server_span(method::RESOURCES_UNSUBSCRIBE, None, &context);
+        traced(span, Box::pin(self.subscriptions_unsubscribe(request, context))).await
     }
 
     fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {

@@ -6,7 +6,8 @@
 //! principal check, the session's outlet, metrics); `handler.rs` is its `ServerHandler`, whose
 //! arms go to `resources.rs`, `subscribing.rs` and `offerings.rs`. Each audited request (a read,
 //! call, prompt, completion, subscription) is run inside [`crate::audit::scope::noting`] and
-//! its events are made by `audited.rs`, the same for the rmcp handler and the fast path.
+//! its events are made by `audited.rs`, the same for the rmcp handler and the fast path. With
+//! traces on, each request runs inside its SERVER span (`traced.rs`, [`crate::telemetry`]).
 
 mod audited;
 mod bodies;
@@ -26,6 +27,7 @@ mod resources;
 mod sessions;
 mod shared;
 mod subscribing;
+mod traced;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;

@@ -161,6 +161,11 @@ impl ProxyServer {
         // A bridge read names its resource: the audit trail records it with the call.
         let uri = request.arguments.as_ref().and_then(|a| a.get("uri")?.as_str().map(str::to_string));
         let (answer, notes) = audit::scope::noting(self.tool_call(request, &context)).await;
+        let span = crate::telemetry::Span::current();
+        super::traced::note_decision(&span, &notes);
+        if audited::call_outcome(&answer) == "tool_error" {
+            span.failed("tool_error".into());
+        }
         self.proxy.audit().request(notes, || {
             let mut event = Asked::of(&self.principal, &context, started).event(
                 Kind::Call,
@@ -207,6 +212,7 @@ impl ProxyServer {
         let (relay, jobs) = super::relay::for_call(&context, &self.log_level, &self.principal, self.host_key());
         let get = self.proxy.tools().get_prompt(&self.principal, request, &context.ct, Some(relay));
         let (answer, notes) = audit::scope::noting(super::relay::serving(get, jobs, &context.peer)).await;
+        super::traced::note_decision(&crate::telemetry::Span::current(), &notes);
         self.proxy.audit().request(notes, || {
             let asked = Asked::of(&self.principal, &context, started);
             asked.event(Kind::Prompt, method::PROMPTS_GET, audited::prompt_outcome(&answer)).name(&name)

@@ -51,6 +51,7 @@ impl ProxyServer {
         self.admit(&context.extensions, &caller, Metered::Read(&request.uri), method::RESOURCES_READ)?;
         let started = Instant::now();
         let (answer, notes) = audit::scope::noting(self.proxy.read(&caller, &request.uri)).await;
+        super::traced::note_read(&request.uri, &answer, &notes);
         let asked = || Asked::of(&self.principal, &context, started);
         self.proxy.audit().request(notes, || read_event(&asked(), &request.uri, &answer));
         let answer = answer.inspect_err(|error| {

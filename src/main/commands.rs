@@ -121,6 +121,7 @@ pub(crate) fn check(path: &Path) -> ExitCode {
                 println!("warning: {warning}");
             }
             println!("{}: valid ({} upstreams; {policies})", path.display(), config.upstreams.len());
+            println!("{}", config.telemetry.describe());
             ExitCode::SUCCESS
         }
         Err(error) => {

@@ -108,6 +108,7 @@ impl Access {
             _ => not_found(),
         })?;
         let (normalized, decision) = (&judged.normalized, &judged.decision);
+        scope::decided_by(decision.file.as_deref());
         if !decision.allowed {
             tracing::debug!(principal, uri = requested, file = ?decision.file, pattern = ?decision.pattern, "denied");
             self.metrics.policy_denied(action, decision.file.as_deref());

@@ -147,7 +147,8 @@ impl<R: Send + 'static> ParkedCalls<R> {
         let (queue, asks) = mpsc::channel(ASKS_QUEUE);
         let relay = Arc::new(ParkingRelay { asks: queue, host: Mutex::new(host) });
         let (done, answer) = oneshot::channel();
-        let call = start(relay.clone());
+        // The host request's span stays the parent of the upstream call's (nothing when off).
+        let call = crate::telemetry::Span::current().attach(start(relay.clone()));
         let task = tokio::spawn(async move {
             let _ = done.send(call.await);
         });

@@ -8,7 +8,9 @@
 //! The transports are guarded (`stdio`, `http`): a faulty reply — too large, not UTF-8, not
 //! JSON-RPC, the wrong id — fails its own request with a clear error (`faults`), never the
 //! connection; a stdio child sees only an allowlisted environment. Sampling, elicitation and
-//! log messages an upstream sends for a routed call go to that call's host (`relay`).
+//! log messages an upstream sends for a routed call go to that call's host (`relay`). With
+//! traces on, a read or routed call made for a host is a CLIENT span whose context goes
+//! upstream in the request's `_meta` (`traced`).
 //! An upstream with `session = "per-principal" | "per-host"` also opens, on first use, one
 //! connection per principal or per host session for their calls and reads (`sessions`),
 //! bounded, closed with the host session or when idle.
@@ -41,6 +43,7 @@ mod stdio;
 mod supervisor;
 mod tap;
 mod thin;
+mod traced;
 mod watching;
 
 use std::sync::{Arc, Mutex};
@@ -436,9 +439,12 @@ impl Upstream {
             // It has no resources (it did not declare them): not asked.
             return Err(ProxyError::not_found(uri));
         }
+        let span = self.client_span(method::RESOURCES_READ, None);
+        span.note_uri(uri);
+        let trace = span.injected();
         let read = async {
             if let Some(thin) = link.thin.as_ref().filter(|_| !link.peer.is_transport_closed()) {
-                match thin.read(uri, subject).await {
+                match thin.read(uri, subject, trace.as_ref()).await {
                     thin::ThinRead::Done(Ok(response)) => return Ok(response),
                     thin::ThinRead::Done(Err(error)) => return Err(self.read_error(uri, error, false)),
                     thin::ThinRead::Fallback(why) => {
@@ -446,19 +452,24 @@ impl Upstream {
                     }
                 }
             }
-            let params = ReadResourceRequestParams::new(uri);
+            let mut params = ReadResourceRequestParams::new(uri);
+            params.meta = traced::with_trace(params.meta, &span);
             let request = match subject {
                 None => link.peer.read_resource_once(params).await,
                 Some(subject) => read_with_subject(&link.peer, params, subject).await,
             };
             request.map_err(|error| self.read_error(uri, error, !link.peer.is_transport_closed()))
         };
-        tokio::time::timeout(self.inner.config.request_timeout, read).await.unwrap_or_else(|_| {
+        let answer = tokio::time::timeout(self.inner.config.request_timeout, read).await.unwrap_or_else(|_| {
             Err(ProxyError::UpstreamTimeout {
                 upstream: self.name().to_string(),
                 timeout: self.inner.config.request_timeout,
             })
-        })
+        });
+        if let Err(error) = &answer {
+            span.failed(error.kind().to_string());
+        }
+        answer
     }
 
     fn failed(&self, reason: String) -> ProxyError {

@@ -22,6 +22,7 @@ use super::{Link, Upstream};
 use crate::error::ProxyError;
 use crate::host::{HostRelay, ProgressOutlet, SubjectToken};
 use crate::protocol::Era;
+use crate::telemetry::Span;
 
 /// What an upstream offers besides resources.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -95,13 +96,14 @@ impl Upstream {
         relay: Option<Arc<dyn HostRelay>>,
     ) -> Result<CallToolResponse, ProxyError> {
         let link = self.link()?;
+        let span = self.client_span("tools/call", Some(&params.name));
         let mut request = CallToolRequest::new(params);
         if let Some(outlet) = &progress {
             request.extensions.insert(ProgressClaim(Arc::downgrade(outlet)));
         }
         let refused = Mutex::new(None);
         let request = async {
-            match self.send_routed(&link, ClientRequest::CallToolRequest(request), relay, &refused).await? {
+            match self.send_routed(&link, ClientRequest::CallToolRequest(request), relay, &refused, &span).await? {
                 ServerResult::CallToolResult(result) => Ok(CallToolResponse::Complete(result)),
                 ServerResult::InputRequiredResult(needs) => Ok(CallToolResponse::InputRequired(needs)),
                 ServerResult::CreateTaskResult(task) => Ok(CallToolResponse::Task(task)),
@@ -109,6 +111,7 @@ impl Upstream {
             }
         };
         let answer = self.timed("tools/call", request, !link.peer.is_transport_closed()).await;
+        note_answer(&span, &answer);
         self.named_refusal("tools/call", answer, refused)
     }
 
@@ -119,16 +122,20 @@ impl Upstream {
         relay: Option<Arc<dyn HostRelay>>,
     ) -> Result<GetPromptResponse, ProxyError> {
         let link = self.link()?;
+        let span = self.client_span("prompts/get", Some(&params.name));
         let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
         let refused = Mutex::new(None);
         let request = async {
-            match self.send_routed(&link, request, relay, &refused).await? {
+            match self.send_routed(&link, request, relay, &refused, &span).await? {
                 ServerResult::GetPromptResult(result) => Ok(GetPromptResponse::Complete(result)),
                 ServerResult::InputRequiredResult(needs) => Ok(GetPromptResponse::InputRequired(needs)),
                 _ => Err(ServiceError::UnexpectedResponse),
             }
         };
         let answer = self.timed("prompts/get", request, !link.peer.is_transport_closed()).await;
+        if let Err(error) = &answer {
+            span.failed(error.kind().to_string());
+        }
         self.named_refusal("prompts/get", answer, refused)
     }
 
@@ -188,10 +195,12 @@ impl Upstream {
         request: ClientRequest,
         relay: Option<Arc<dyn HostRelay>>,
         refused: &Mutex<Option<Refusal>>,
+        span: &Span,
     ) -> Result<ServerResult, ServiceError> {
         let peer = link.peer.clone();
         let mut options = PeerRequestOptions::no_options();
-        options.meta = super::relay::request_meta(link.era == Era::Modern, relay.as_ref());
+        let meta = super::relay::request_meta(link.era == Era::Modern, relay.as_ref());
+        options.meta = super::traced::with_trace(meta, span);
         let mut request = request;
         if let Some(relay) = &relay {
             request.extensions_mut().insert(RelayClaim(Arc::downgrade(relay)));
@@ -233,6 +242,15 @@ impl Upstream {
 
     fn count<T>(&self, method: &'static str, result: &Result<T, PageError>, started: std::time::Instant) {
         self.inner.metrics.upstream_request(self.name(), method, list_outcome(result), started.elapsed());
+    }
+}
+
+/// A call's answer on its CLIENT span: `tool_error` for a tool's `isError`, else the error's kind.
+fn note_answer(span: &Span, answer: &Result<CallToolResponse, ProxyError>) {
+    match answer {
+        Ok(CallToolResponse::Complete(result)) if result.is_error == Some(true) => span.failed("tool_error".into()),
+        Err(error) => span.failed(error.kind().to_string()),
+        Ok(_) => {}
     }
 }
 

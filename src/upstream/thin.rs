@@ -166,8 +166,9 @@ impl ThinReader {
     }
 
     /// Read `uri` with one POST (see the module doc); for a host's request that came with the
-    /// JWT `subject`, with a token exchanged for that one.
-    pub async fn read(&self, uri: &str, subject: Option<&SubjectToken>) -> ThinRead {
+    /// JWT `subject`, with a token exchanged for that one. `trace`: the read's CLIENT span
+    /// context (`traceparent`, `tracestate`), sent in `_meta` and as headers.
+    pub async fn read(&self, uri: &str, subject: Option<&SubjectToken>, trace: Option<&(String, String)>) -> ThinRead {
         let Some(mut template) = self.inner.recorder.current() else {
             return ThinRead::Fallback("no request recorded yet");
         };
@@ -190,7 +191,7 @@ impl ThinReader {
         let mut abandoned = Abandoned { reader: self, template: &template, id: Some(id.clone()) };
         let mut params = Map::with_capacity(2);
         params.insert("uri".into(), Value::String(uri.to_owned()));
-        let sent = self.inner.sender.post(&template, Some(&id), "resources/read", Some(uri), params).await;
+        let sent = self.inner.sender.post(&template, Some(&id), "resources/read", Some(uri), params, trace).await;
         let outcome = match sent {
             None => ThinRead::Fallback("a header value the template cannot send"),
             Some(Ok(answer)) => self.reply(answer, &id).await,

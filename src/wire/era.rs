@@ -21,6 +21,10 @@ pub const META_PROTOCOL_PREFIX: &str = "io.modelcontextprotocol/";
 /// The one `_meta` key a 2025-era request carries that concerns the transport.
 pub const META_PROGRESS_TOKEN: &str = "progressToken";
 
+/// The `_meta` keys of W3C Trace Context and Baggage (reserved since 2026-07-28, SEP-414): they
+/// concern no era, so a request may carry them in either.
+pub const META_TRACE_KEYS: [&str; 3] = ["traceparent", "tracestate", "baggage"];
+
 /// What the era rule asks of a request's `_meta`.
 #[derive(Debug, Default, PartialEq)]
 pub struct MetaFacts {
@@ -28,9 +32,10 @@ pub struct MetaFacts {
     pub version: Option<String>,
     /// `clientCapabilities` is present and decodes as rmcp's `ClientCapabilities`.
     pub capabilities: bool,
-    /// Every key is one of protocol version, client capabilities, client info, progress token.
+    /// Every key is one of protocol version, client capabilities, client info, progress token,
+    /// or a trace context key ([`META_TRACE_KEYS`]).
     pub only_known_keys: bool,
-    /// Every key is `progressToken` (true for no `_meta`).
+    /// Every key is `progressToken` or a trace context key (true for no `_meta`).
     pub only_progress_token: bool,
 }
 
@@ -40,9 +45,17 @@ impl MetaFacts {
         Self { only_known_keys: true, only_progress_token: true, ..Self::default() }
     }
 
-    /// Whether `key` is one of the four keys [`MetaFacts`] knows.
+    /// Whether `key` is one of the keys [`MetaFacts`] knows: the four protocol keys and the
+    /// trace context's.
     pub fn known_key(key: &str) -> bool {
         [META_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PROGRESS_TOKEN].contains(&key)
+            || META_TRACE_KEYS.contains(&key)
+    }
+
+    /// Whether `key` may be in a 2025-era session request's `_meta`: the progress token and the
+    /// trace context's keys.
+    pub fn transport_key(key: &str) -> bool {
+        key == META_PROGRESS_TOKEN || META_TRACE_KEYS.contains(&key)
     }
 }
 

@@ -46,5 +46,6 @@ mod session_pool;
 mod subscriptions;
 mod thin_reads;
 mod token_exchange;
+mod traces;
 mod upstream_credentials;
 mod upstream_sessions;

@@ -10,6 +10,7 @@
 //! - [`peers`]: third-party peers (npm, PyPI) — only the interop tier may use them; they install
 //!   on first use.
 //! - [`exposition`]: a Prometheus text parser for `/metrics`.
+//! - [`otlp`]: an OTLP/HTTP trace receiver (official protobuf definitions) that counts its connections.
 //! - [`raw_http`]: raw MCP-over-HTTP exchanges (status, session header, body) for tests of the listener.
 //! - [`wire`]: an rmcp host that logs what it reads in wire order (progress before answers).
 //! - [`eventually`]: the one way to wait for a condition: poll with a deadline.
@@ -29,6 +30,7 @@ pub mod folder;
 pub mod inproc;
 pub mod jwt;
 pub mod observe;
+pub mod otlp;
 pub mod peers;
 pub mod proxy;
 pub mod raw_http;

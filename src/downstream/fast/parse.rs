@@ -7,7 +7,8 @@
 //! parse of the same bytes gives the same id, method, parameters and request metadata facts.
 //! It accepts only the plain shape — exactly the keys `jsonrpc` (`"2.0"`), `id` (an integer
 //! or a string), `method` (one of the three), `params` (an object of `uri` or `cursor` (a
-//! string) and `_meta`); `_meta` of the four keys the fast path knows, no key twice — and
+//! string) and `_meta`); `_meta` of the four protocol keys the fast path knows and the three
+//! trace context keys (`traceparent`, `tracestate`, `baggage`, strings), no key twice — and
 //! returns `None` for anything else (escaped keys, float ids, `null`s, unknown or MRTR fields,
 //! batches). The caller then asks [`via_rmcp`], so such a body is classified exactly as before.
 
@@ -24,12 +25,20 @@ use crate::wire::era::{
     META_PROGRESS_TOKEN as PROGRESS_TOKEN, META_PROTOCOL_VERSION as PROTOCOL_VERSION, MetaFacts,
 };
 
+/// The host's trace context in `_meta` (W3C `traceparent`, `tracestate`), for the request's span.
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct Trace {
+    pub traceparent: Option<String>,
+    pub tracestate: Option<String>,
+}
+
 /// A request of one of the three methods, as far as the fast path needs it.
 #[derive(Debug, PartialEq)]
 pub(super) struct Parsed {
     pub id: RequestId,
     pub op: Op,
     pub meta: MetaFacts,
+    pub trace: Trace,
 }
 
 /// The typed parse; `None` when the body is not plainly one of ours (ask [`via_rmcp`]).
@@ -41,6 +50,10 @@ pub(super) fn typed(body: &[u8]) -> Option<Parsed> {
 pub(super) fn via_rmcp(body: &[u8]) -> Option<Parsed> {
     let ClientJsonRpcMessage::Request(request) = serde_json::from_slice(body).ok()? else { return None };
     let meta = meta_facts(request.request.get_meta());
+    let trace = Trace {
+        traceparent: request.request.get_meta().get_traceparent().map(str::to_owned),
+        tracestate: request.request.get_meta().get_tracestate().map(str::to_owned),
+    };
     let op = match request.request {
         ClientRequest::ReadResourceRequest(read) => {
             let params = read.params;
@@ -53,7 +66,7 @@ pub(super) fn via_rmcp(body: &[u8]) -> Option<Parsed> {
         ClientRequest::ListResourceTemplatesRequest(list) => Op::Templates(list.params.and_then(|p| p.cursor)),
         _ => return None,
     };
-    Some(Parsed { id: request.id, op, meta })
+    Some(Parsed { id: request.id, op, meta, trace })
 }
 
 /// The era facts of rmcp's parsed `_meta`.
@@ -62,7 +75,7 @@ fn meta_facts(meta: &RequestMetaObject) -> MetaFacts {
         version: meta.protocol_version().map(|v| v.as_str().to_owned()),
         capabilities: meta.client_capabilities().is_some(),
         only_known_keys: meta.keys().all(|k| MetaFacts::known_key(k)),
-        only_progress_token: meta.keys().all(|k| k == PROGRESS_TOKEN),
+        only_progress_token: meta.keys().all(|k| MetaFacts::transport_key(k)),
     }
 }
 
@@ -79,7 +92,7 @@ struct Envelope {
 struct Params {
     uri: Option<String>,
     cursor: Option<String>,
-    meta: Option<MetaFacts>,
+    meta: Option<(MetaFacts, Trace)>,
 }
 
 impl Envelope {
@@ -94,8 +107,8 @@ impl Envelope {
         };
         // A read without `params` is not a read for rmcp (the `uri` is required): covered by
         // `uri` being `None` above.
-        let meta = meta.unwrap_or_else(MetaFacts::absent);
-        Some(Parsed { id, op, meta })
+        let (meta, trace) = meta.unwrap_or_else(|| (MetaFacts::absent(), Trace::default()));
+        Some(Parsed { id, op, meta, trace })
     }
 }
 
@@ -214,7 +227,8 @@ impl<'de> Visitor<'de> for ParamsVisitor {
                 }
                 "_meta" => {
                     once(&params.meta, key)?;
-                    params.meta = Some(map.next_value::<Meta>()?.0);
+                    let meta = map.next_value::<Meta>()?;
+                    params.meta = Some((meta.0, meta.1));
                 }
                 _ => return Err(de::Error::custom("unexpected key")),
             }
@@ -223,8 +237,9 @@ impl<'de> Visitor<'de> for ParamsVisitor {
     }
 }
 
-/// `_meta`: only the four keys, each at most once; values checked as rmcp's accessors do.
-struct Meta(MetaFacts);
+/// `_meta`: only the four protocol keys and the three trace context keys (string values), each
+/// at most once; values checked as rmcp's accessors do.
+struct Meta(MetaFacts, Trace);
 
 impl<'de> serde::Deserialize<'de> for Meta {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -242,22 +257,31 @@ impl<'de> Visitor<'de> for MetaVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Meta, A::Error> {
-        let mut seen = [false; 4];
+        let mut seen = [false; 7];
         let mut facts = MetaFacts::absent();
+        let mut trace = Trace::default();
         while let Some(key) = map.next_key::<&str>()? {
             let slot = match key {
                 PROTOCOL_VERSION => 0,
                 CLIENT_CAPABILITIES => 1,
                 CLIENT_INFO => 2,
                 PROGRESS_TOKEN => 3,
+                "traceparent" => 4,
+                "tracestate" => 5,
+                "baggage" => 6,
                 _ => return Err(de::Error::custom("unexpected key")),
             };
             if std::mem::replace(&mut seen[slot], true) {
                 return Err(de::Error::custom("key twice"));
             }
-            facts.only_progress_token &= slot == 3;
+            facts.only_progress_token &= slot >= 3;
             match slot {
                 0 => facts.version = Some(map.next_value()?),
+                4 => trace.traceparent = Some(map.next_value()?),
+                5 => trace.tracestate = Some(map.next_value()?),
+                6 => {
+                    map.next_value::<String>()?;
+                }
                 1 => {
                     map.next_value::<ClientCapabilities>()?;
                     facts.capabilities = true;
@@ -267,7 +291,7 @@ impl<'de> Visitor<'de> for MetaVisitor {
                 }
             }
         }
-        Ok(Meta(facts))
+        Ok(Meta(facts, trace))
     }
 }
 

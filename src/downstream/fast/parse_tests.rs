@@ -38,6 +38,12 @@ fn plain_requests_of_both_eras_are_read_by_the_typed_parse_as_rmcp_reads_them() 
         json!({"jsonrpc": "2.0", "id": 2, "method": "resources/templates/list", "params": {"_meta": {V: 5}}}),
         json!({"jsonrpc": "2.0", "id": 2, "method": "resources/list", "params": {"_meta": {V: "2026-07-28", CAPS: {}}}}),
         json!({"jsonrpc": "2.0", "id": 2, "method": "resources/list", "params": {"_meta": {V: "2025-06-18"}}}),
+        // A host that traces: W3C trace context keys in either era.
+        json!({"jsonrpc": "2.0", "id": 3, "method": "resources/read", "params": {"uri": "a+x://y", "_meta": {
+            "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tracestate": "k=v",
+            "baggage": "b=1", "progressToken": 1}}}),
+        json!({"jsonrpc": "2.0", "id": 3, "method": "resources/list", "params": {"_meta": {
+            V: "2026-07-28", CAPS: {}, "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}}),
     ];
     for body in accepted {
         let text = body.to_string();

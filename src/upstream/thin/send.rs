@@ -48,8 +48,10 @@ struct Outgoing<'a> {
 
 impl Sender {
     /// POST `method` (a request when `id` is given) with `params` and the template's headers;
-    /// `name` is the standard `Mcp-Name` header, when the method has one. `None`: the request
-    /// cannot be sent as the template says (a header value that is not one).
+    /// `name` is the standard `Mcp-Name` header, when the method has one; `trace` (a
+    /// `traceparent` and a `tracestate`, maybe empty) goes in `_meta` and in the headers of the
+    /// same names. `None`: the request cannot be sent as the template says (a header value that
+    /// is not one).
     pub async fn post(
         &self,
         template: &Template,
@@ -57,12 +59,27 @@ impl Sender {
         method: &'static str,
         name: Option<&str>,
         mut params: Map<String, Value>,
+        trace: Option<&(String, String)>,
     ) -> Option<Result<Answer, WireError>> {
-        if let Some(meta) = &template.meta {
-            params.insert("_meta".into(), Value::Object(meta.clone()));
+        let mut meta = template.meta.clone();
+        if let Some((traceparent, tracestate)) = trace {
+            let meta = meta.get_or_insert_with(Map::new);
+            meta.insert("traceparent".into(), Value::String(traceparent.clone()));
+            if !tracestate.is_empty() {
+                meta.insert("tracestate".into(), Value::String(tracestate.clone()));
+            }
+        }
+        if let Some(meta) = meta {
+            params.insert("_meta".into(), Value::Object(meta));
         }
         let body = serde_json::to_vec(&Outgoing { jsonrpc: "2.0", id, method, params }).expect("JSON serialises");
-        let headers = headers(template, method, name)?;
+        let mut headers = headers(template, method, name)?;
+        if let Some((traceparent, tracestate)) = trace {
+            headers.insert("traceparent", HeaderValue::from_str(traceparent).ok()?);
+            if !tracestate.is_empty() {
+                headers.insert("tracestate", HeaderValue::from_str(tracestate).ok()?);
+            }
+        }
         Some(match self {
             Self::Plain(plain) => plain.post(&headers, Bytes::from(body)).await.map(|reply| {
                 let chunks = futures::stream::unfold(reply.body, |mut body| async move {
@@ -91,7 +108,8 @@ impl Sender {
         params.insert("requestId".into(), serde_json::to_value(&id).expect("an id serialises"));
         params.insert("reason".into(), Value::String("the read timed out".into()));
         let sent = async {
-            let Some(Ok(mut answer)) = self.post(template, None, "notifications/cancelled", None, params).await else {
+            let Some(Ok(mut answer)) = self.post(template, None, "notifications/cancelled", None, params, None).await
+            else {
                 return;
             };
             while let Some(Ok(_)) = answer.body.next().await {}

@@ -229,7 +229,7 @@ fn mutate(rng: &mut Seeded, headers: &mut Vec<(String, String)>, body: &mut Stri
 }
 
 fn body_change(rng: &mut Seeded, body: &mut String) -> String {
-    let (what, changed) = match rng.below(16) {
+    let (what, changed) = match rng.below(18) {
         0 => ("cut in half", body[..body.len() / 2].to_string()),
         1 => ("a batch", format!("[{body}]")),
         2 => ("empty", String::new()),
@@ -248,6 +248,8 @@ fn body_change(rng: &mut Seeded, body: &mut String) -> String {
         ),
         13 => ("a null cursor", body.replacen(r#""params":{"#, r#""params":{"cursor":null,"#, 1)),
         14 => ("a key escaped", body.replacen(r#""uri":"#, r#""\u0075ri":"#, 1)),
+        15 => ("a trace context", with_trace_context(body)),
+        16 => ("a traceparent not a string", with_meta_entry(body, r#""traceparent":5"#)),
         _ => ("escaped method", body.replacen("resources/", "resources\\/", 1)),
     };
     *body = changed;
@@ -259,6 +261,21 @@ fn params_in_an_array(body: &str) -> String {
     let Some(at) = body.find(r#""params":"#) else { return body.to_string() };
     let inner = &body[at + r#""params":"#.len()..body.len() - 1];
     format!(r#"{}"params":[{inner}]}}"#, &body[..at])
+}
+
+/// The W3C trace context keys (`traceparent`, `tracestate`, `baggage`) in the request's `_meta`.
+fn with_trace_context(body: &str) -> String {
+    let entries = r#""traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","tracestate":"vendor=1","baggage":"k=v""#;
+    with_meta_entry(body, entries)
+}
+
+/// `entries` first in the request's `_meta` (made when the request has none).
+fn with_meta_entry(body: &str, entries: &str) -> String {
+    if body.contains(r#""_meta":{"#) {
+        body.replacen(r#""_meta":{"#, &format!(r#""_meta":{{{entries},"#), 1)
+    } else {
+        body.replacen(r#""params":{"#, &format!(r#""params":{{"_meta":{{{entries}}},"#), 1)
+    }
 }
 
 /// A `progressToken` in the request's `_meta` (made when the request has none).

@@ -36,7 +36,7 @@ const FLOORS: &[&[&str]] = &[
     // Validated configuration.
     &["config"],
     // Identity, instruments, the accept loop and the rate limits' buckets.
-    &["auth", "metrics", "listener", "mcp_json", "rate_limits"],
+    &["auth", "metrics", "listener", "mcp_json", "rate_limits", "telemetry"],
     // Stores and queues: the audit trail's; the cluster's shared state (Redis) and derived keys.
     &["cache", "fanout", "audit", "cluster"],
     // Upstream connections.
@@ -67,9 +67,10 @@ const EDGES: &[(&str, &[&str])] = &[
     ("listener", &["config"]),
     ("mcp_json", &["problem", "namespace", "config"]),
     ("rate_limits", &["policy", "config"]),
+    ("telemetry", &["crypto", "config"]),
     ("cache", &["subscriptions", "metrics"]),
     ("fanout", &["subscriptions", "spine"]),
-    ("audit", &["protocol", "spine", "config", "auth", "metrics"]),
+    ("audit", &["protocol", "spine", "config", "auth", "metrics", "telemetry"]),
     ("cluster", &["crypto", "error", "spine", "host", "config", "metrics"]),
     (
         "upstream",
@@ -88,6 +89,7 @@ const EDGES: &[(&str, &[&str])] = &[
             "config",
             "auth",
             "metrics",
+            "telemetry",
         ],
     ),
     ("coherence", &["error", "subscriptions", "wire", "config", "metrics", "cache", "cluster", "upstream"]),
@@ -108,6 +110,7 @@ const EDGES: &[(&str, &[&str])] = &[
             "audit",
             "cluster",
             "upstream",
+            "telemetry",
         ],
     ),
     ("admin", &["crypto", "protocol", "metrics", "listener", "cluster", "upstream", "coherence"]),
@@ -156,6 +159,7 @@ const EDGES: &[(&str, &[&str])] = &[
             "tools",
             "proxy",
             "bridge",
+            "telemetry",
         ],
     ),
 ];

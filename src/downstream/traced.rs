@@ -1,0 +1,93 @@
+//! The hosts' side of traces ([`crate::telemetry`]): each request's SERVER span, made from what
+//! it came with (rmcp's request context, or the fast path's parse and head), and what only the
+//! proxy knows put on it — the cache's outcome, the policy's decision and its file, the
+//! upstream it was routed to. Nothing here runs when traces are off.
+
+use std::future::Future;
+
+use http::HeaderMap;
+use rmcp::ErrorData;
+use rmcp::service::{RequestContext, RoleServer};
+
+use super::audited::cache_label;
+use super::{ProxyServer, session_header};
+use crate::audit::scope::Notes;
+use crate::error::ProxyError;
+use crate::metrics::Transport;
+use crate::proxy::ReadAnswer;
+use crate::telemetry::{self, Carrier, Incoming, Span};
+
+impl ProxyServer {
+    /// The SERVER span of a request rmcp's handler serves: `target` is a tool's or prompt's
+    /// name as the host gave it.
+    pub(super) fn server_span(
+        &self,
+        method: &'static str,
+        target: Option<&str>,
+        context: &RequestContext<RoleServer>,
+    ) -> Span {
+        if !telemetry::on() {
+            return Span::default();
+        }
+        let headers = context.extensions.get::<http::request::Parts>().map(|parts| &parts.headers);
+        let version = context.protocol_version();
+        telemetry::server_span(Incoming {
+            method,
+            target,
+            meta: Carrier { traceparent: context.meta.get_traceparent(), tracestate: context.meta.get_tracestate() },
+            header: header_carrier(headers),
+            request_id: Some(context.id.to_string()),
+            version: version.as_ref().map(|version| version.as_str()),
+            session: session_header(&context.extensions).map(crate::audit::session_digest),
+            transport: match self.transport {
+                Transport::Stdio => telemetry::Transport::Pipe,
+                _ => telemetry::Transport::Tcp,
+            },
+        })
+    }
+}
+
+/// The trace context of an HTTP request's headers.
+pub(super) fn header_carrier(headers: Option<&HeaderMap>) -> Carrier<'_> {
+    let value = |name: &str| headers.and_then(|headers| headers.get(name)).and_then(|v| v.to_str().ok());
+    Carrier { traceparent: value("traceparent"), tracestate: value("tracestate") }
+}
+
+/// Run `request` inside `span` (its span while it runs); an error answer's JSON-RPC code is
+/// the span's `error.type`.
+pub(super) async fn traced<T>(span: Span, request: impl Future<Output = Result<T, ErrorData>>) -> Result<T, ErrorData> {
+    let answer = span.attach(request).await;
+    if let Err(error) = &answer {
+        span.failed(error.code.0.to_string());
+    }
+    answer
+}
+
+/// A read's facts on the current span: the policy's decision, the upstream, the cache's
+/// outcome and (opted in, and only for a read that was answered) its URI.
+pub(super) fn note_read(uri: &str, answer: &Result<ReadAnswer, ProxyError>, notes: &Notes) {
+    let span = Span::current();
+    if !span.is_some() {
+        return;
+    }
+    note_decision(&span, notes);
+    if let Ok(ReadAnswer::Result { outcome, .. }) = answer {
+        span.note("mcp_proxy.cache.outcome", cache_label(*outcome));
+        span.note_uri(uri);
+    }
+}
+
+/// The policy's decision of a request (denied when any part of it was), the deciding file, and
+/// the upstream it was routed to, on the current span.
+pub(super) fn note_decision(span: &Span, notes: &Notes) {
+    let denied = !notes.denials.is_empty();
+    if denied || notes.upstream.is_some() || notes.policy_file.is_some() {
+        span.note("mcp_proxy.policy.decision", if denied { "denied" } else { "allowed" });
+    }
+    if let Some(file) = &notes.policy_file {
+        span.note("mcp_proxy.policy.file", file.clone());
+    }
+    if let Some(upstream) = &notes.upstream {
+        span.note("mcp_proxy.upstream", upstream.clone());
+    }
+}
