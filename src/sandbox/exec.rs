@@ -183,11 +183,17 @@ impl Confinement {
 
     /// In the forked child: limits, user, no new privileges, Landlock.
     fn apply(self) -> std::io::Result<()> {
-        if let Some(memory) = self.memory {
-            set_limit(libc::RLIMIT_DATA, memory)?;
+        // SAFETY: setrlimit with a valid pointer.
+        if let Some(memory) = self.memory
+            && unsafe { libc::setrlimit(libc::RLIMIT_DATA, &limit(memory)) } != 0
+        {
+            return Err(std::io::Error::last_os_error());
         }
-        if let Some(processes) = self.processes {
-            set_limit(libc::RLIMIT_NPROC, processes)?;
+        // SAFETY: as above.
+        if let Some(processes) = self.processes
+            && unsafe { libc::setrlimit(libc::RLIMIT_NPROC, &limit(processes)) } != 0
+        {
+            return Err(std::io::Error::last_os_error());
         }
         if let Some((uid, gid)) = self.user {
             // SAFETY: plain system calls; the order drops groups before the uid.
@@ -208,13 +214,9 @@ impl Confinement {
     }
 }
 
-fn set_limit(resource: libc::__rlimit_resource_t, value: u64) -> std::io::Result<()> {
-    let limit = libc::rlimit { rlim_cur: value, rlim_max: value };
-    // SAFETY: setrlimit with a valid pointer.
-    if unsafe { libc::setrlimit(resource, &limit) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+/// A soft and hard limit of `value`.
+fn limit(value: u64) -> libc::rlimit {
+    libc::rlimit { rlim_cur: value, rlim_max: value }
 }
 
 /// The program's file as `exec` will find it (through `PATH` when it has no `/`).

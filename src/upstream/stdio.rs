@@ -3,7 +3,12 @@
 //!
 //! Environment: a child gets only [`DEFAULT_INHERITED`] (and every `LC_*`) of the proxy's
 //! environment, then the names listed in its `inherit_env`, then its own `env`. So no child
-//! sees the principals' tokens (`token_env`) or another upstream's secrets.
+//! sees the principals' tokens (`token_env`) or another upstream's secrets. A sandboxed child's
+//! allowlist is its profile's instead (`sandbox::ALWAYS_KEPT`, `LC_*`, `keep_env`).
+//!
+//! In the proxy binary the child is its `sandbox-exec` launcher (`sandbox::Launch`), which
+//! starts the server; the transport holds the launcher's lifeline and lets it go on `close` or
+//! drop, which ends the server and everything it started.
 //!
 //! Replies: rmcp's own stdio reader drops a line over its limit, a line that is not UTF-8 or
 //! not JSON, and a response with an unknown id, silently, so the request waits for its
