@@ -4,7 +4,8 @@
 //! are each refused, while the same server without a profile succeeds at each (so the test
 //! proves the sandbox, not the fixture); as root (as CI runs) and as an unprivileged user with
 //! no_new_privs (as the shipped unit runs it). And a stdio child outlives no proxy killed with
-//! `-9`: neither the server nor a process it started.
+//! `-9`: neither the server nor a process it started. `check` says what each stdio upstream
+//! may touch.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -146,6 +147,31 @@ async fn no_child_or_grandchild_outlives_a_proxy_killed_with_kill_9() -> anyhow:
     })
     .await?;
     drop(proxy);
+    Ok(())
+}
+
+#[test]
+fn check_says_what_each_stdio_upstream_may_touch() -> anyhow::Result<()> {
+    let ground = Ground::new()?;
+    let config = format!("{}[[upstreams]]\nname = \"plain\"\ncommand = \"true\"\n", ground.config(true));
+    let path = crate::support::proxy::write_config(ground.dir.path(), &config)?;
+    let out = std::process::Command::new(crate::support::proxy::PROXY_BIN)
+        .arg("check")
+        .arg("--config")
+        .arg(&path)
+        .output()?;
+    let stdout = String::from_utf8(out.stdout)?;
+    assert!(out.status.success(), "{stdout}");
+    let own = ground.path("own");
+    let sandboxed = format!(
+        "upstream fx: sandboxed: reads the system (/usr /bin /sbin /lib /lib32 /lib64 /etc /proc) and nothing more; writes {}; network refused (TCP connect and bind); environment PATH, HOME, LANG, TZ and LC_*; memory 1024 MiB (RLIMIT_DATA); {PROCESSES} more processes and threads (RLIMIT_NPROC)",
+        own.display()
+    );
+    assert!(stdout.contains(&sandboxed), "{stdout}");
+    assert!(
+        stdout.contains("upstream plain: unsandboxed: runs as the proxy's user, with its files and network"),
+        "{stdout}"
+    );
     Ok(())
 }
 
