@@ -27,6 +27,7 @@ use crate::namespace::is_valid_upstream_name;
 use crate::policy::PolicySet;
 pub use crate::problem::Problem;
 use crate::protocol::KNOWN_VERSIONS;
+use crate::sandbox::SandboxProfile;
 pub use crate::serve_dir::UriBase;
 
 mod access;
@@ -38,6 +39,7 @@ mod cluster;
 mod credentials;
 mod extract;
 mod rate_limits;
+mod sandbox;
 mod server;
 mod telemetry;
 mod transport;
@@ -152,6 +154,9 @@ pub enum UpstreamTransport {
         env: BTreeMap<String, String>,
         inherit_env: Vec<String>,
         cwd: Option<PathBuf>,
+        /// `[upstreams.sandbox]`: what it may touch; none, it runs as the proxy's user with its
+        /// files and network (docs/sandbox.md).
+        sandbox: Option<SandboxProfile>,
     },
     /// Streamable HTTP; an `https://` upstream's certificate is checked against the system's
     /// roots and its `ca_file`. With `auth`, each request carries an access token obtained with
@@ -298,6 +303,7 @@ struct RawUpstream {
     #[serde(default)]
     inherit_env: Vec<String>,
     cwd: Option<PathBuf>,
+    sandbox: Option<sandbox::RawSandbox>,
     url: Option<String>,
     #[serde(default)]
     headers: BTreeMap<String, String>,

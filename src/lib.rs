@@ -36,6 +36,7 @@
 //! - [`listener`]: the accept loop of both HTTP listeners (connection cap, header timeout, `TCP_NODELAY`), allowed `Host`s.
 //! - [`logging`]: what the logs leave out (rmcp's errors about a peer that went away).
 //! - [`admin`]: the admin listener: `/metrics`, `/healthz`, `/readyz`, `/status`.
+//! - [`sandbox`]: a stdio upstream's sandbox profile and the `sandbox-exec` launcher every stdio child starts through (Landlock, rlimits, no_new_privs; the tree killed with the proxy).
 //! - [`ready_file`]: `serve --ready-file`: the bound addresses, written once serving.
 
 pub mod admin;
@@ -64,6 +65,7 @@ pub mod protocol;
 pub mod proxy;
 pub mod rate_limits;
 pub mod ready_file;
+pub mod sandbox;
 pub mod serve_dir;
 pub mod spine;
 pub mod subscriptions;

@@ -142,6 +142,20 @@ enum Command {
         #[command(subcommand)]
         command: PolicyCommand,
     },
+    /// The launcher of one stdio upstream (started by `serve`, not by hand): starts PROGRAM
+    /// under its sandbox profile, and kills everything it started when the lifeline closes.
+    #[command(hide = true, name = "sandbox-exec")]
+    SandboxExec {
+        /// The launcher's end of the proxy's lifeline pipe.
+        #[arg(long)]
+        lifeline: i32,
+        /// The sandbox profile as JSON (none: unrestricted).
+        #[arg(long)]
+        profile: Option<String>,
+        /// The server and its arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<std::ffi::OsString>,
+    },
     /// Serve a folder's files as MCP resources over stdio (the built-in folder server).
     ServeDir {
         dir: PathBuf,
@@ -182,6 +196,13 @@ fn main() -> ExitCode {
     // ring for rustls (reqwest, rmcp, `rediss://`) and jsonwebtoken, before any of them runs.
     mcp_resource_proxy::crypto::install();
     let cli = Cli::parse();
+    // The launcher forks its server: it must stay one thread, so it runs before any runtime.
+    if let Command::SandboxExec { lifeline, profile, command } = &cli.command {
+        return mcp_resource_proxy::sandbox::sandbox_exec(*lifeline, profile.as_deref(), &command[0], &command[1..]);
+    }
+    if let Ok(binary) = std::env::current_exe() {
+        mcp_resource_proxy::sandbox::set_launcher(binary);
+    }
     init_tracing(cli.log_format);
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     match runtime.block_on(run(cli.command)) {
@@ -196,6 +217,7 @@ fn main() -> ExitCode {
 async fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Check { config } => Ok(check(&config)),
+        Command::SandboxExec { .. } => unreachable!("sandbox-exec runs before the runtime starts"),
         Command::Policy { command: PolicyCommand::Explain { principal, groups, config, uris } } => {
             Ok(explain(&config, &policy::identity(&principal, &groups), &uris))
         }

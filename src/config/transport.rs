@@ -1,5 +1,5 @@
 //! The transport of one `[[upstreams]]` entry: exactly one of `dir`, `command`, `url`, with the
-//! settings that belong to it (`uri_base`; `args`, `env`, `inherit_env`, `cwd`; `headers`,
+//! settings that belong to it (`uri_base`; `args`, `env`, `inherit_env`, `cwd`, `sandbox`; `headers`,
 //! `ca_file`), `${VAR}`s expanded.
 //!
 //! Invariant: a [`CaFile`] that exists was read and holds at least one certificate that a TLS
@@ -85,6 +85,7 @@ pub(super) struct RawTransport {
     env: BTreeMap<String, String>,
     inherit_env: Vec<String>,
     cwd: Option<PathBuf>,
+    sandbox: Option<super::sandbox::RawSandbox>,
     url: Option<String>,
     headers: BTreeMap<String, String>,
     ca_file: Option<PathBuf>,
@@ -100,6 +101,7 @@ pub(super) fn raw_transport(raw: &RawUpstream) -> RawTransport {
         env: raw.env.clone(),
         inherit_env: raw.inherit_env.clone(),
         cwd: raw.cwd.clone(),
+        sandbox: raw.sandbox.clone(),
         url: raw.url.clone(),
         headers: raw.headers.clone(),
         ca_file: raw.ca_file.clone(),
@@ -128,6 +130,9 @@ pub(super) fn validate_transport(
     if raw.url.is_none() && raw.auth.is_some() {
         push(problems, &format!("{at}.auth"), "applies only to `url` upstreams".into());
     }
+    if raw.command.is_none() && raw.sandbox.is_some() {
+        push(problems, &format!("{at}.sandbox"), "applies only to `command` upstreams".into());
+    }
     if raw.command.is_none() && !raw.inherit_env.is_empty() {
         push(problems, &format!("{at}.inherit_env"), "applies only to `command` upstreams".into());
     }
@@ -150,7 +155,8 @@ pub(super) fn validate_transport(
         }
         let inherit_env = upstream::inherit_env(at, raw.inherit_env, problems);
         let cwd = raw.cwd.map(|cwd| base.join(cwd));
-        return Some(UpstreamTransport::Command { program, args, env, inherit_env, cwd });
+        let sandbox = raw.sandbox.map(|sandbox| super::sandbox::validate_sandbox(at, sandbox, base, problems));
+        return Some(UpstreamTransport::Command { program, args, env, inherit_env, cwd, sandbox });
     }
     let url = expand("url", raw.url.as_deref().unwrap_or_default());
     let headers: BTreeMap<String, String> =

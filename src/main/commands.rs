@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use mcp_resource_proxy::config::{CliOverrides, Config, ConfigError};
+use mcp_resource_proxy::config::{CliOverrides, Config, ConfigError, UpstreamTransport};
 use mcp_resource_proxy::mcp_json;
 use mcp_resource_proxy::policy::PolicySet;
 use rustix::fs::{Mode, OFlags};
@@ -122,6 +122,17 @@ pub(crate) fn check(path: &Path) -> ExitCode {
             }
             println!("{}: valid ({} upstreams; {policies})", path.display(), config.upstreams.len());
             println!("{}", config.telemetry.describe());
+            for upstream in &config.upstreams {
+                if let UpstreamTransport::Command { sandbox, .. } = &upstream.transport {
+                    match sandbox {
+                        Some(profile) => println!("upstream {}: sandboxed: {}", upstream.name, profile.describe()),
+                        None => println!(
+                            "upstream {}: unsandboxed: runs as the proxy's user, with its files and network",
+                            upstream.name
+                        ),
+                    }
+                }
+            }
             ExitCode::SUCCESS
         }
         Err(error) => {

@@ -7,6 +7,7 @@
 //! caught by the upstream's death fails at once instead of after its timeout.
 
 use std::collections::HashMap;
+use std::os::fd::OwnedFd;
 
 use rmcp::model::ProtocolVersion;
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RoleClient, RunningService};
@@ -32,6 +33,7 @@ use super::tap::Taps;
 use super::thin::{HANDED_ON_QUEUE, Inlet, ThinReader};
 use crate::config::{ProtocolChoice, UpstreamConfig, UpstreamTransport};
 use crate::protocol::{Era, LEGACY_HANDSHAKE, version_of};
+use crate::sandbox::{self, Launch, SandboxProfile};
 use crate::serve_dir::FolderServer;
 use crate::spine::Spine;
 
@@ -207,19 +209,32 @@ async fn start(
             let running = handler.serve_with_lifecycle(transport, mode).await;
             running.map(|running| (running, None)).map_err(|e| initialize_failure(&e, None))
         }
-        UpstreamTransport::Command { program, args, env, inherit_env, cwd } => {
-            let mut command = tokio::process::Command::new(program);
-            command.args(args).env_clear().envs(child_environment(std::env::vars_os(), inherit_env, env));
+        UpstreamTransport::Command { program, args, env, inherit_env, cwd, sandbox } => {
+            let (mut command, lifeline) = stdio_command(program, args, sandbox.as_ref())?;
+            let environment = child_environment(std::env::vars_os(), inherit_env, env, sandbox.as_ref());
+            command.env_clear().envs(environment);
             if let Some(cwd) = cwd {
                 command.current_dir(cwd);
             }
-            let transport =
-                StdioUpstream::spawn(command, config.max_response_bytes, notices.clone(), output.clone(), name, spine)
-                    .map_err(|e| format!("cannot start `{program}`: {e}"))?;
+            let (lifeline, launcher_end) = lifeline.unzip();
+            let spawned = StdioUpstream::spawn(
+                command,
+                lifeline,
+                config.max_response_bytes,
+                notices.clone(),
+                output.clone(),
+                name,
+                spine,
+            );
+            drop(launcher_end);
+            let transport = spawned.map_err(|e| format!("cannot start `{program}`: {e}"))?;
             let transport = tap.on(transport);
             let running = handler.serve_with_lifecycle(transport, mode).await;
             running.map(|running| (running, None)).map_err(|e| match output.exit() {
-                Some(exit) => format!("`{program}` exited ({exit}) during the handshake"),
+                Some(exit) => match output.tail().into_iter().rev().find(|line| line.starts_with("sandbox: ")) {
+                    Some(cause) => format!("`{program}` exited ({exit}) during the handshake: {cause}"),
+                    None => format!("`{program}` exited ({exit}) during the handshake"),
+                },
                 None => initialize_failure(&e, None),
             })
         }
@@ -244,6 +259,31 @@ async fn start(
             let transport = tap.on(Inlet::new(transport, handed_on));
             let running = handler.serve_with_lifecycle(transport, mode).await;
             running.map(|running| (running, Some(thin))).map_err(|e| initialize_failure(&e, Some(url.as_str())))
+        }
+    }
+}
+
+/// The command that starts a stdio upstream: through the proxy binary's launcher when there
+/// is one (with its lifeline: the proxy's end and the launcher's), else the program itself;
+/// a sandboxed upstream needs the launcher.
+fn stdio_command(
+    program: &str,
+    args: &[String],
+    sandbox: Option<&SandboxProfile>,
+) -> Result<(tokio::process::Command, Option<(OwnedFd, OwnedFd)>), String> {
+    match (sandbox::launcher(), sandbox) {
+        (Some(launcher), sandbox) => {
+            let launch = Launch::new(launcher, program, args, sandbox)
+                .map_err(|e| format!("cannot prepare the launch of `{program}`: {e}"))?;
+            Ok((launch.command, Some((launch.lifeline, launch.launcher_end))))
+        }
+        (None, Some(_)) => Err(format!(
+            "`{program}` has a sandboxed profile, which only the proxy binary can start (its `sandbox-exec` launcher)"
+        )),
+        (None, None) => {
+            let mut command = tokio::process::Command::new(program);
+            command.args(args);
+            Ok((command, None))
         }
     }
 }

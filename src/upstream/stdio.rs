@@ -3,7 +3,12 @@
 //!
 //! Environment: a child gets only [`DEFAULT_INHERITED`] (and every `LC_*`) of the proxy's
 //! environment, then the names listed in its `inherit_env`, then its own `env`. So no child
-//! sees the principals' tokens (`token_env`) or another upstream's secrets.
+//! sees the principals' tokens (`token_env`) or another upstream's secrets. A sandboxed child's
+//! allowlist is its profile's instead (`sandbox::ALWAYS_KEPT`, `LC_*`, `keep_env`).
+//!
+//! In the proxy binary the child is its `sandbox-exec` launcher (`sandbox::Launch`), which
+//! starts the server; the transport holds the launcher's lifeline and lets it go on `close` or
+//! drop, which ends the server and everything it started.
 //!
 //! Replies: rmcp's own stdio reader drops a line over its limit, a line that is not UTF-8 or
 //! not JSON, and a response with an unknown id, silently, so the request waits for its
@@ -16,6 +21,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
+use std::os::fd::OwnedFd;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
@@ -33,6 +39,7 @@ use super::faults::Fault;
 use super::notices::{Notice, NoticeSender};
 use super::reason::ChildOutput;
 use super::scan::{TopLevelScan, scan};
+use crate::sandbox::{self, SandboxProfile};
 use crate::spine::Spine;
 
 /// What a child inherits of the proxy's environment without being told (plus every `LC_*`):
@@ -65,16 +72,20 @@ pub const DEFAULT_INHERITED: &[&str] = &[
 /// How long a child may take to exit after its stdin closed.
 const EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// The environment of a child: the allowlisted part of `parent`, then `env`.
+/// The environment of a child: the allowlisted part of `parent`, then `env`. A sandboxed
+/// child's allowlist is its profile's (`sandbox::keeps`) instead of [`DEFAULT_INHERITED`].
 pub fn child_environment(
     parent: impl Iterator<Item = (OsString, OsString)>,
     inherit: &[String],
     env: &BTreeMap<String, String>,
+    sandbox: Option<&SandboxProfile>,
 ) -> Vec<(OsString, OsString)> {
     let allowed = |name: &str| {
-        DEFAULT_INHERITED.iter().any(|d| d.eq_ignore_ascii_case(name))
-            || name.starts_with("LC_")
-            || inherit.iter().any(|i| i == name)
+        let by_default = match sandbox {
+            Some(profile) => sandbox::keeps(profile, name),
+            None => DEFAULT_INHERITED.iter().any(|d| d.eq_ignore_ascii_case(name)) || name.starts_with("LC_"),
+        };
+        by_default || inherit.iter().any(|i| i == name)
     };
     let mut kept: Vec<(OsString, OsString)> = parent
         .filter(|(name, _)| name.to_str().is_some_and(allowed) && !env.contains_key(name.to_str().unwrap_or_default()))
@@ -85,7 +96,11 @@ pub fn child_environment(
 
 /// A stdio child and the guarded ends of its pipes.
 pub(crate) struct StdioUpstream {
-    /// Asked to leave (stdin closed) on `close`, killed when the transport is dropped.
+    /// The proxy's end of the launcher's lifeline (`sandbox::Launch`), when the child is the
+    /// launcher: closing it ends the server and everything it started.
+    lifeline: Option<OwnedFd>,
+    /// Asked to leave (stdin closed) on `close`; killed when the transport is dropped, unless
+    /// the lifeline does it.
     child: Arc<tokio::sync::Mutex<Child>>,
     stdin: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
     stdout: BufReader<ChildStdout>,
@@ -115,6 +130,7 @@ impl StdioUpstream {
     /// `output` (the last lines) and logged at debug level.
     pub fn spawn(
         mut command: tokio::process::Command,
+        lifeline: Option<OwnedFd>,
         limit: usize,
         notices: NoticeSender,
         output: Arc<ChildOutput>,
@@ -122,7 +138,7 @@ impl StdioUpstream {
         spine: &Spine,
     ) -> std::io::Result<Self> {
         let upstream: Arc<str> = Arc::from(upstream);
-        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(lifeline.is_none());
         let mut child = command.spawn()?;
         let stdin = child.stdin.take().ok_or_else(|| std::io::Error::other("no stdin pipe"))?;
         let stdout = child.stdout.take().ok_or_else(|| std::io::Error::other("no stdout pipe"))?;
@@ -135,6 +151,7 @@ impl StdioUpstream {
             None => output.closed(generation),
         }
         let transport = Self {
+            lifeline,
             child: Arc::new(tokio::sync::Mutex::new(child)),
             stdin: Arc::new(tokio::sync::Mutex::new(Some(stdin))),
             stdout: BufReader::new(stdout),
@@ -332,7 +349,11 @@ impl Transport<RoleClient> for StdioUpstream {
         drop(self.stdin.lock().await.take());
         let mut child = self.child.lock().await;
         if tokio::time::timeout(EXIT_GRACE, child.wait()).await.is_err() {
-            child.start_kill()?;
+            // The launcher ends the whole tree when its lifeline closes; a child without one
+            // is killed alone.
+            if self.lifeline.take().is_none() || tokio::time::timeout(EXIT_GRACE, child.wait()).await.is_err() {
+                child.start_kill()?;
+            }
         }
         Ok(())
     }
@@ -379,7 +400,7 @@ mod tests {
             .into_iter()
             .map(|(k, v)| (OsString::from(k), OsString::from(v)));
         let env = BTreeMap::from([("OWN".to_string(), "mine".to_string())]);
-        let mut got: Vec<(String, String)> = child_environment(parent, &["EXTRA".into()], &env)
+        let mut got: Vec<(String, String)> = child_environment(parent, &["EXTRA".into()], &env, None)
             .into_iter()
             .map(|(k, v)| (k.into_string().unwrap(), v.into_string().unwrap()))
             .collect();

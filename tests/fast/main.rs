@@ -41,6 +41,7 @@ mod rate_limits;
 mod readme;
 mod rebinding;
 mod relay_refusals;
+mod sandbox;
 mod serve_dir;
 mod session_pool;
 mod subscriptions;

@@ -26,6 +26,7 @@ mod relay;
 mod relay_modern;
 mod relay_post_only;
 mod reload;
+mod sandbox;
 mod servers_people_run;
 mod third_party;
 mod tools;

@@ -5,6 +5,7 @@
 //!   the human format); ready when the proxy has written its
 //!   `--ready-file` (listeners bound, startup wait over): the addresses come from that file, not logs.
 //!   [`ProxyProcess::start_with_fd_limit`]: the same under `ulimit -n`.
+//!   [`ProxyProcess::start_unprivileged`]: the same as user nobody with no_new_privs.
 //! - [`ProxyProcess::wait_up`] / [`ProxyProcess::wait_down`] / [`ProxyProcess::wait_offerings`]: an
 //!   upstream's state, or its tools and prompts, in `/status`.
 //! - [`ProxyProcess::wait_policy_reloads`]: reloads of the policies folder in `/status`.
@@ -31,6 +32,9 @@ use super::exposition::Exposition;
 use super::fixture::{DEADLINE, Era, EventRecorder, Events, FixtureClient};
 
 pub const PROXY_BIN: &str = env!("CARGO_BIN_EXE_mcp-resource-proxy");
+
+/// util-linux's `setpriv`, which starts the proxy as another user ([`ProxyProcess::start_unprivileged`]).
+const SETPRIV: &str = "setpriv";
 
 /// A running proxy; killed on drop.
 pub struct ProxyProcess {
@@ -70,6 +74,15 @@ impl ProxyProcess {
         Self::spawn(command, config, &[], env).await
     }
 
+    /// The same run as an unprivileged user with no_new_privs, as the shipped unit runs it
+    /// (`DynamicUser`, `NoNewPrivileges`): `setpriv` to uid and gid 65534 (nobody), no groups.
+    /// Its temporary folder is open to that user (the config, the ready file).
+    pub async fn start_unprivileged(config: &str) -> anyhow::Result<Self> {
+        let mut command = Command::new(SETPRIV);
+        command.args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "--no-new-privs", PROXY_BIN]);
+        Self::spawn(command, config, &[], &[]).await
+    }
+
     async fn spawn(command: Command, config: &str, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Self> {
         Self::spawn_logging(command, "json", config, args, env).await
     }
@@ -83,6 +96,10 @@ impl ProxyProcess {
     ) -> anyhow::Result<Self> {
         mcp_resource_proxy::crypto::install();
         let dir = tempfile::tempdir()?;
+        if command.as_std().get_program() == SETPRIV {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777))?;
+        }
         let path = write_config(dir.path(), config)?;
         let ready_file = dir.path().join("ready.json");
         command

@@ -30,9 +30,10 @@ const FLOORS: &[&[&str]] = &[
         "ready_file",
         "host",
     ],
-    // Pure decisions over the facts, the folder server (an MCP server of its own), and the
-    // byte-level rules of MCP over HTTP (from `protocol` only).
-    &["policy", "serve_dir", "wire"],
+    // Pure decisions over the facts, the folder server (an MCP server of its own), the
+    // byte-level rules of MCP over HTTP (from `protocol` only), and the stdio sandbox (its
+    // profile and launcher: nothing of the crate).
+    &["policy", "serve_dir", "wire", "sandbox"],
     // Validated configuration.
     &["config"],
     // Identity, instruments, the accept loop and the rate limits' buckets.
@@ -61,7 +62,7 @@ const EDGES: &[(&str, &[&str])] = &[
     ("policy", &["problem", "uri"]),
     ("serve_dir", &["spine"]),
     ("wire", &["protocol"]),
-    ("config", &["crypto", "protocol", "problem", "namespace", "policy", "serve_dir"]),
+    ("config", &["crypto", "protocol", "problem", "namespace", "policy", "serve_dir", "sandbox"]),
     ("auth", &["host", "crypto", "policy", "config"]),
     ("metrics", &["protocol", "error", "namespace"]),
     ("listener", &["config"]),
@@ -86,6 +87,7 @@ const EDGES: &[(&str, &[&str])] = &[
             "host",
             "serve_dir",
             "wire",
+            "sandbox",
             "config",
             "auth",
             "metrics",
