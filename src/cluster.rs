@@ -3,9 +3,10 @@
 //! keys derived from the cluster secret (`keys`), the Redis connection (one reconnecting
 //! multiplexed connection, RESP3), Redis's health as this replica sees it (a watch), and the
 //! replicas seen alive (`heartbeat`: a key per replica with a time to live, renewed every
-//! `cluster.heartbeat`), each replica's `mailbox` (signed letters from the others over Redis
-//! pub/sub), and this replica's counts that hold across the cluster (`counts`: the
-//! per-principal in-flight call cap).
+//! `cluster.heartbeat`), the seal of what it keeps in Redis (`sealed`: cache entries and
+//! session records, encrypted and bound to their keys), each replica's `mailbox` (signed
+//! letters from the others over Redis pub/sub), and this replica's counts that hold across the
+//! cluster (`counts`: the per-principal in-flight call cap).
 //!
 //! What needs no Redis keeps working while it is unreachable: cursors and `requestState`s are
 //! sealed with derived keys, so any replica opens them without asking anyone. Redis's state is
@@ -23,6 +24,7 @@ mod heartbeat;
 pub mod keys;
 pub mod mailbox;
 mod owners;
+pub mod sealed;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -35,6 +37,7 @@ use tokio::sync::watch;
 pub use self::counts::{Admitted, ClusterCounts};
 pub use self::keys::ClusterKeys;
 pub use self::owners::Owner;
+pub use self::sealed::RedisSeal;
 use crate::config::{ClusterConfig, redact_urls_in};
 use crate::metrics::Metrics;
 use crate::spine::Spine;
@@ -51,6 +54,8 @@ pub struct Cluster {
 struct Inner {
     replica_id: String,
     keys: ClusterKeys,
+    /// Seals what this replica keeps in Redis (`sealed`).
+    seal: RedisSeal,
     /// `mcp-proxy:<namespace>:`: every key of this cluster in Redis starts so.
     prefix: String,
     connection_info: ConnectionInfo,
@@ -129,6 +134,7 @@ impl Cluster {
         metrics.cluster_replica(&config.replica_id);
         let inner = Inner {
             replica_id: config.replica_id.clone(),
+            seal: RedisSeal::new(&keys, metrics.clone()),
             keys,
             prefix,
             connection_info,
@@ -168,6 +174,11 @@ impl Cluster {
 
     pub fn keys(&self) -> &ClusterKeys {
         &self.inner.keys
+    }
+
+    /// Seals and opens what this replica keeps in Redis (cache entries, session records).
+    pub fn seal(&self) -> &RedisSeal {
+        &self.inner.seal
     }
 
     pub fn config(&self) -> &ClusterConfig {

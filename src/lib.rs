@@ -22,7 +22,7 @@
 //! - [`downstream`]: the rmcp `ServerHandler` hosts talk to, over stdio and streamable HTTP.
 //! - [`subscriptions`]: who holds which upstream URI; reference counts (pure).
 //! - [`host`]: what a routed call's host offers the upstream side (`HostRelay`, `ProgressOutlet`) and the host session it came on (`HostSession`): a contract both edges import.
-//! - [`cluster`]: `[cluster]`: this replica's id, keys derived from the cluster secret, the Redis connection and its health, the replicas seen alive, the counts that hold across them.
+//! - [`cluster`]: `[cluster]`: this replica's id, keys derived from the cluster secret, the Redis connection and its health, the replicas seen alive, the counts that hold across them, the seal of what is kept in Redis.
 //! - [`fanout`]: per-host bounded queues and sender tasks for notifications.
 //! - [`proxy`]: capability services (lists, reads, subscriptions, access) over one shared core, behind the `Proxy` handle; live config reload.
 //! - [`spine`]: every background task, named, owned and drained in one place.

@@ -25,7 +25,7 @@ use prometheus::{
 
 pub use self::labels::{
     AUTH_REFUSAL_REASONS, AnswerOutcome, DenialAction, DenialKind, EvictionCause, InvalidationCause, NotificationKind,
-    SharedCacheEvent, Transport,
+    SealedKind, SharedCacheEvent, Transport,
 };
 use self::labels::{policy_label, upstream_label};
 use crate::error::ProxyError;
@@ -100,6 +100,7 @@ struct Inner {
     cluster_redis_failures: IntCounterVec,
     cluster_answers: IntCounterVec,
     cluster_forwards: IntCounterVec,
+    cluster_redis_rejected: IntCounterVec,
     auth_refused: IntCounterVec,
     request_bodies_cut: IntCounterVec,
     denials: IntCounterVec,
@@ -229,6 +230,13 @@ impl Metrics {
                 "cluster_forwards_total",
                 "Requests for per-principal upstream sessions held by another replica: forwarded, fallback (owner unreachable, run here), failed; at the owner: served, refused (a bad mark).",
                 &["outcome"],
+            ),
+            cluster_redis_rejected: b.counter(
+                "cluster_redis_rejected_total",
+                "Values read from Redis that did not open under this cluster's sealing key (forged, sealed under \
+                 another secret, altered, moved to another key, or written in clear before sealing) and were taken \
+                 as missing, by kind: cache_entry, session_record.",
+                &["kind"],
             ),
             auth_refused: b.counter(
                 "auth_refused_total",
@@ -483,6 +491,11 @@ impl Metrics {
         self.inner.cluster_forwards.with_label_values(&[outcome]).inc();
     }
 
+    /// A value of `kind` read from Redis did not open: it is taken as missing.
+    pub fn redis_rejected(&self, kind: SealedKind) {
+        self.inner.cluster_redis_rejected.with_label_values(&[kind.label()]).inc();
+    }
+
     /// An HTTP request was refused with 401; `reason` is a bounded label (`missing`, `expired`…).
     pub fn auth_refused(&self, reason: &'static str) {
         self.inner.auth_refused.with_label_values(&[reason]).inc();
@@ -531,6 +544,9 @@ impl Metrics {
         }
         for event in SharedCacheEvent::ALL {
             i.cache_shared.with_label_values(&[event.label()]);
+        }
+        for kind in SealedKind::ALL {
+            i.cluster_redis_rejected.with_label_values(&[kind.label()]);
         }
         for kind in NotificationKind::ALL {
             i.notifications_delivered.with_label_values(&[kind.label()]);

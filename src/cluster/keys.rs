@@ -30,6 +30,10 @@ pub mod label {
     pub const FORWARD: &str = "forward";
     /// Principals' names in Redis keys (`crate::cluster::counts`).
     pub const PRINCIPAL: &str = "principal-tag";
+    /// What the cluster keeps in Redis, sealed (`crate::cluster::sealed`).
+    pub const REDIS_SEAL: &str = "redis-seal";
+    /// URIs and principals as Redis keys and fields name them (`crate::cluster::sealed`).
+    pub const REDIS_NAMES: &str = "redis-names";
 }
 
 /// The keys of one cluster secret.
@@ -75,6 +79,14 @@ impl ClusterKeys {
         self.derive(label::FORWARD)
     }
 
+    pub fn redis_seal(&self) -> [u8; 32] {
+        self.derive(label::REDIS_SEAL)
+    }
+
+    pub fn redis_names(&self) -> [u8; 32] {
+        self.derive(label::REDIS_NAMES)
+    }
+
     /// A principal's name in Redis keys: 24 hex digits of a keyed hash (the name itself is
     /// never in a key).
     pub fn principal_tag(&self, principal: &str) -> String {
@@ -115,6 +127,8 @@ mod tests {
             a.forward(),
             a.derive(label::NAMESPACE),
             a.derive(label::PRINCIPAL),
+            a.redis_seal(),
+            a.redis_names(),
         ];
         for (i, x) in uses.iter().enumerate() {
             for y in &uses[i + 1..] {

@@ -3,22 +3,29 @@
 //! version every replica reads under, before that replica tells any host of it.
 //!
 //! Versions: per upstream a counter (`ctr`), a floor (raised when anything of the upstream may
-//! have changed: a reconnect, lost events) and a record per notified URI (`rec`, a hash). The
-//! version of a URI is the highest of the floor and the records of the URI and its parents (a
-//! change under a URI counts for it, as in [`crate::coherence`]). Every number comes from the
-//! one counter, so a bump is always above anything handed out before. None of these keys has a
-//! time to live (a Redis evicting only keys that have one, `volatile-*`, never takes them); the
-//! records are bounded instead: past [`MAX_RECORDS`] for an upstream its floor rises and they go,
-//! which costs hits, never freshness.
+//! have changed: a reconnect, lost events) and a record per notified URI (`rec`, a hash whose
+//! fields are the URIs' names). The version of a URI is the highest of the floor and the records
+//! of the URI and its parents (a change under a URI counts for it, as in [`crate::coherence`]).
+//! Every number comes from the one counter, so a bump is always above anything handed out
+//! before. None of these keys has a time to live (a Redis evicting only keys that have one,
+//! `volatile-*`, never takes them); the records are bounded instead: past [`MAX_RECORDS`] for an
+//! upstream its floor rises and they go, which costs hits, never freshness.
 //!
 //! Entries: a hash (`v`: the replica vouching for it, `b`: the entry) under
-//! `e:<upstream>:<version>:<who>:<uri>` (`who` is `-` for public results, a digest of the
-//! principal for private ones), expiring with the entry's `keep_until`. A fill is kept only
-//! when the version is still the one the read began under and Redis is still the one it began
-//! with (`boot`, a token a Redis that lost its data no longer has): a load overtaken by an
-//! update is never stored. An entry kept past its `ttlMs` because its upstream subscription is
-//! watched is vouched for by the watching replica and is found only while that replica's
-//! heartbeat key lives.
+//! `e:<upstream>:<version>:<who>:<uri name>` (`who` is `-` for public results, the principal's
+//! name for private ones), expiring with the entry's `keep_until`. A fill is kept only when the
+//! version is still the one the read began under and Redis is still the one it began with
+//! (`boot`, a token a Redis that lost its data no longer has): a load overtaken by an update is
+//! never stored. An entry kept past its `ttlMs` because its upstream subscription is watched is
+//! vouched for by the watching replica and is found only while that replica's heartbeat key
+//! lives.
+//!
+//! Sealed: an entry is encrypted and authenticated (`crate::cluster::sealed`) under a key
+//! derived from the cluster secret, bound to its Redis key and voucher, and Redis names URIs and
+//! principals only by keyed digests (`RedisSeal::name`), in keys and in the records' fields
+//! alike. A Redis reader learns no body, URI or principal; a Redis writer's entry (forged,
+//! another cluster's, moved from another key or version, or an older release's in clear) does
+//! not open: a miss, counted, loaded again, and the fill takes its place.
 //!
 //! Every read asks for the version first (one round trip): the local tier in front serves an
 //! entry only under the version and boot Redis gave for this read, and only while Redis still
@@ -35,17 +42,15 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use super::generations::parents_of;
+use crate::cache::Entry;
+use crate::cluster::{Cluster, RedisSeal};
+use crate::metrics::{Metrics, SealedKind, SharedCacheEvent};
+use crate::wire::contents_json::contents_json;
 use redis::aio::ConnectionManager;
 use redis::{RedisError, Script};
 use rmcp::model::{CacheScope, ReadResourceResult};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
-
-use super::generations::parents_of;
-use crate::cache::Entry;
-use crate::cluster::Cluster;
-use crate::metrics::{Metrics, SharedCacheEvent};
-use crate::wire::contents_json::contents_json;
 
 /// Longest a call to Redis may take before the tier counts as down.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(1);
@@ -92,6 +97,8 @@ pub struct Place {
     /// A replica `r` is alive while the key `<replicas><r>` exists (the cluster's heartbeat).
     pub replicas: String,
     pub replica: String,
+    /// Seals entries and names URIs and principals (the cluster's).
+    pub seal: RedisSeal,
 }
 
 /// The connection and its state; cheap to share behind the coherence layer's `Arc`.
@@ -100,6 +107,7 @@ pub struct SharedTier {
     prefix: String,
     replicas: String,
     replica: String,
+    seal: RedisSeal,
     /// The boot token this process offers when Redis has none.
     offered_boot: u64,
     up: AtomicBool,
@@ -127,7 +135,7 @@ struct Stored {
     bytes: u32,
 }
 
-/// The version of a URI: ARGV[first..] are the URI's parents. Defines `p`, `up`, `v`.
+/// The version of a URI: ARGV[first..] are the names of the URI and its parents. Defines `p`, `up`, `v`.
 const VERSION_LUA: &str = r"
 local p, up = ARGV[1], ARGV[2]
 local v = tonumber(redis.call('GET', p .. 'floor:' .. up) or '0')
@@ -142,7 +150,7 @@ if #ARGV >= FIRST then
 end
 ";
 
-/// ARGV: prefix, upstream, offered boot, private who, uri, replica key prefix, parents… →
+/// ARGV: prefix, upstream, offered boot, private who, uri's name, replica key prefix, parents' names… →
 /// {boot, version, found, leased}.
 const LOOK_LUA: &str = r"
 local boot = redis.call('GET', p .. 'boot')
@@ -172,7 +180,8 @@ end
 return {boot, v, found, leased}
 ";
 
-/// ARGV: prefix, upstream, boot, version, who, uri, voucher, body, px, parents… → 1 kept, 0 not.
+/// ARGV: prefix, upstream, boot, version, who, uri's name, voucher, sealed body, px, parents' names… →
+/// 1 kept, 0 not.
 const FILL_LUA: &str = r"
 if redis.call('GET', p .. 'boot') ~= ARGV[3] or v ~= tonumber(ARGV[4]) then return 0 end
 local k = p .. 'e:' .. up .. ':' .. v .. ':' .. ARGV[5] .. ':' .. ARGV[6]
@@ -182,7 +191,7 @@ redis.call('DEL', p .. 'lease:' .. up .. ':' .. v .. ':' .. ARGV[5] .. ':' .. AR
 return 1
 ";
 
-/// ARGV: prefix, upstream, uri, most records → the new version.
+/// ARGV: prefix, upstream, uri's name, most records → the new version.
 const BUMP_LUA: &str = r"
 local p, up = ARGV[1], ARGV[2]
 local n = redis.call('INCR', p .. 'ctr:' .. up)
@@ -223,6 +232,7 @@ impl SharedTier {
             prefix: place.prefix,
             replicas: place.replicas,
             replica: place.replica,
+            seal: place.seal,
             offered_boot: rand::random::<u64>() >> 1,
             up: AtomicBool::new(false),
             pending: Mutex::default(),
@@ -238,6 +248,7 @@ impl SharedTier {
             prefix: cluster.key(&["cache", ""]),
             replicas: cluster.key(&["replica", ""]),
             replica: cluster.replica_id().to_string(),
+            seal: cluster.seal().clone(),
         };
         Self::new(cluster.redis(), place, metrics.clone())
     }
@@ -251,9 +262,9 @@ impl SharedTier {
     pub async fn look(&self, slot: &Slot<'_>, principal: &str) -> Result<Look, Down> {
         let mut call = self.scripts.look.prepare_invoke();
         call.arg(&self.prefix).arg(slot.upstream).arg(self.offered_boot.to_string());
-        call.arg(who(Some(principal))).arg(slot.uri).arg(&self.replicas);
+        call.arg(self.who(Some(principal))).arg(self.seal.name(slot.uri)).arg(&self.replicas);
         for parent in parents_of(slot.uri) {
-            call.arg(parent);
+            call.arg(self.seal.name(parent));
         }
         let mut connection = self.connection.clone();
         let (boot, version, found, leased): (String, u64, u8, u8) =
@@ -266,12 +277,17 @@ impl SharedTier {
         Ok(Look { boot: boot.parse().unwrap_or(0), version, found, leased: leased > 0 })
     }
 
-    /// The entry stored for `slot` at `version`, if it is there and can be read.
+    /// The entry stored for `slot` at `version`, if it is there and opens (one that does not
+    /// is counted and is no entry: the read loads, and its fill takes the place).
     pub async fn fetch(&self, slot: &Slot<'_>, version: u64) -> Result<Option<Entry>, Down> {
         let key = self.entry_key(slot, version);
         let mut connection = self.connection.clone();
-        let body: Option<String> = self.call(redis::cmd("HGET").arg(key).arg("b").query_async(&mut connection)).await?;
-        let entry = body.and_then(|body| decode(&body));
+        let mut get = redis::cmd("HMGET");
+        get.arg(&key).arg("v").arg("b");
+        let (voucher, body): (Option<String>, Option<Vec<u8>>) = self.call(get.query_async(&mut connection)).await?;
+        let (Some(voucher), Some(body)) = (voucher, body) else { return Ok(None) };
+        let opened = self.seal.open_text(SealedKind::CacheEntry, (&key, "b", &voucher), &body);
+        let entry = opened.and_then(|body| decode(&body));
         if entry.is_some() {
             self.metrics.shared_cache(SharedCacheEvent::Hit);
         }
@@ -284,13 +300,19 @@ impl SharedTier {
     pub async fn fill(&self, slot: &Slot<'_>, look: &Look, entry: &Entry, vouched: bool) -> Result<bool, Down> {
         let now = Instant::now();
         let keep_ms = entry.keep_until.saturating_duration_since(now).as_millis().max(1);
-        let body = encode(entry, now);
         let voucher = if vouched { self.replica.as_str() } else { "" };
+        // Sealed for the key the script writes (the version is checked there to be this one).
+        let key = self.entry_key(slot, look.version);
+        let body = self.seal.seal((&key, "b", voucher), encode(entry, now).as_bytes());
         let mut call = self.scripts.fill.prepare_invoke();
         call.arg(&self.prefix).arg(slot.upstream).arg(look.boot.to_string()).arg(look.version);
-        call.arg(who(slot.principal)).arg(slot.uri).arg(voucher).arg(body).arg(keep_ms.to_string());
+        call.arg(self.who(slot.principal))
+            .arg(self.seal.name(slot.uri))
+            .arg(voucher)
+            .arg(body)
+            .arg(keep_ms.to_string());
         for parent in parents_of(slot.uri) {
-            call.arg(parent);
+            call.arg(self.seal.name(parent));
         }
         let mut connection = self.connection.clone();
         let kept: u8 = self.call(call.invoke_async(&mut connection)).await?;
@@ -329,7 +351,7 @@ impl SharedTier {
             return Err(Down);
         }
         let mut call = self.scripts.bump.prepare_invoke();
-        call.arg(&self.prefix).arg(upstream).arg(uri).arg(MAX_RECORDS);
+        call.arg(&self.prefix).arg(upstream).arg(self.seal.name(uri)).arg(MAX_RECORDS);
         let mut connection = self.connection.clone();
         match self.call::<u64>(call.invoke_async(&mut connection)).await {
             Ok(_) => {
@@ -387,11 +409,22 @@ impl SharedTier {
     }
 
     fn lease_key(&self, slot: &Slot<'_>, version: u64) -> String {
-        format!("{}lease:{}:{version}:{}:{}", self.prefix, slot.upstream, who(slot.principal), slot.uri)
+        let (who, uri) = (self.who(slot.principal), self.seal.name(slot.uri));
+        format!("{}lease:{}:{version}:{who}:{uri}", self.prefix, slot.upstream)
     }
 
     fn entry_key(&self, slot: &Slot<'_>, version: u64) -> String {
-        format!("{}e:{}:{version}:{}:{}", self.prefix, slot.upstream, who(slot.principal), slot.uri)
+        let (who, uri) = (self.who(slot.principal), self.seal.name(slot.uri));
+        format!("{}e:{}:{version}:{who}:{uri}", self.prefix, slot.upstream)
+    }
+
+    /// Whose an entry is in its key: `-` for everyone, else the principal's keyed name (no
+    /// principal's name goes to Redis).
+    fn who(&self, principal: Option<&str>) -> String {
+        match principal {
+            None => "-".to_string(),
+            Some(principal) => self.seal.name(principal),
+        }
     }
 
     /// One call with the timeout; a failure counts the tier down.
@@ -407,18 +440,6 @@ impl SharedTier {
             self.metrics.set_shared_cache_up(false);
         }
         Err(Down)
-    }
-}
-
-/// Whose an entry is in its key: `-` for everyone, else a digest of the principal (no
-/// principal's name goes to Redis).
-fn who(principal: Option<&str>) -> String {
-    match principal {
-        None => "-".to_string(),
-        Some(principal) => {
-            let digest = Sha256::digest(principal.as_bytes());
-            digest[..16].iter().map(|byte| format!("{byte:02x}")).collect()
-        }
     }
 }
 

@@ -80,6 +80,16 @@ pub enum AnswerOutcome {
     Unheard,
 }
 
+/// What the cluster keeps in Redis, sealed, that was read back and did not open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SealedKind {
+    /// A shared cache entry.
+    CacheEntry,
+    /// A 2025 session's record: its principal, `initialize` parameters, log level or a
+    /// subscribed URI.
+    SessionRecord,
+}
+
 /// What a client was refused by policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DenialAction {
@@ -232,6 +242,17 @@ impl SharedCacheEvent {
             SharedCacheEvent::Invalidation => "invalidation",
             SharedCacheEvent::FloorRaised => "floor_raised",
             SharedCacheEvent::Error => "error",
+        }
+    }
+}
+
+impl SealedKind {
+    pub const ALL: [SealedKind; 2] = [SealedKind::CacheEntry, SealedKind::SessionRecord];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            SealedKind::CacheEntry => "cache_entry",
+            SealedKind::SessionRecord => "session_record",
         }
     }
 }

@@ -16,5 +16,6 @@ mod peers;
 mod redis_outage;
 mod rediss;
 mod replicas;
+mod sealed;
 mod sessions;
 mod upstream_sessions;

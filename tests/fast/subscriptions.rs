@@ -394,3 +394,29 @@ async fn quiet_subscribed_sessions_live_and_quiet_idle_ones_are_closed() -> anyh
     assert!(closed.is_err(), "the idle session was closed: {closed:?}");
     Ok(())
 }
+
+/// A per-host upstream (`session = "per-host"`): a 2026-07-28 listen stream hears each
+/// `updated` exactly once, whatever the upstream's era. The stream waits on the first change,
+/// then on a later marker (a change of another URI it holds), and nothing may come between.
+#[tokio::test]
+async fn a_listen_stream_hears_each_update_of_a_per_host_upstream_once() -> anyhow::Result<()> {
+    for upstream_era in ["legacy", "modern"] {
+        let (proxy, _upstream, side) = proxy_with_fixture(upstream_era, "session = \"per-host\"").await?;
+        let (changed, marker) = ("fx+fx://fx/item/1", "fx+fx://fx/item/2");
+        let mut host = Host::connect(&proxy.url, Era::Modern, &[changed, marker], false).await?;
+        wait_watched(&side, "fx://fx/item/1", 1).await?;
+        wait_watched(&side, "fx://fx/item/2", 1).await?;
+        touch(&side, "fx://fx/item/1").await?;
+        assert_eq!(host.next().await?, Heard::Updated(changed.into()), "{upstream_era} upstream");
+        touch(&side, "fx://fx/item/2").await?;
+        let mut between = Vec::new();
+        loop {
+            match host.next().await? {
+                Heard::Updated(uri) if uri == marker => break,
+                other => between.push(other),
+            }
+        }
+        assert_eq!(between, [], "{upstream_era} upstream: heard again before the marker");
+    }
+    Ok(())
+}

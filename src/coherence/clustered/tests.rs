@@ -14,10 +14,12 @@ use rmcp::model::{CacheScope, ReadResourceResult, ResourceContents};
 
 use super::super::shared::{Place, SharedTier};
 use super::super::{Cached, Coherence, Loaded, Outcome, ReadRequest, WatchBook};
+use crate::cluster::{ClusterKeys, RedisSeal};
 use crate::config::{CacheConfig, UpstreamCache};
 use crate::metrics::Metrics;
 
 const REPLICAS: &str = "test:replica:";
+const SECRET: &[u8] = b"the test cluster's secret, 32 b.";
 const TRUSTED: UpstreamCache =
     UpstreamCache { enabled: true, max_ttl: None, trust_notifications: true, unwatched_ttl: None };
 
@@ -71,6 +73,23 @@ impl Redis {
         redis::cmd("SET").arg(key).arg(value).query_async::<()>(&mut connection).await.unwrap();
     }
 
+    async fn keys(&self, pattern: &str) -> Vec<String> {
+        let mut connection = self.client().get_multiplexed_async_connection().await.unwrap();
+        let mut keys: Vec<String> = redis::cmd("KEYS").arg(pattern).query_async(&mut connection).await.unwrap();
+        keys.sort();
+        keys
+    }
+
+    async fn hset(&self, key: &str, field: &str, value: &[u8]) {
+        let mut connection = self.client().get_multiplexed_async_connection().await.unwrap();
+        redis::cmd("HSET").arg(key).arg(field).arg(value).query_async::<()>(&mut connection).await.unwrap();
+    }
+
+    async fn hget(&self, key: &str, field: &str) -> Vec<u8> {
+        let mut connection = self.client().get_multiplexed_async_connection().await.unwrap();
+        redis::cmd("HGET").arg(key).arg(field).query_async(&mut connection).await.unwrap()
+    }
+
     async fn del(&self, key: &str) {
         let mut connection = self.client().get_multiplexed_async_connection().await.unwrap();
         redis::cmd("DEL").arg(key).query_async::<()>(&mut connection).await.unwrap();
@@ -85,14 +104,20 @@ impl Drop for Redis {
 
 /// One replica's coherence layer, its shared tier under `prefix`; alive (its replica key set).
 async fn replica(redis: &Redis, prefix: &str, name: &str) -> Coherence {
+    replica_of(redis, (prefix, name), SECRET, Metrics::new()).await
+}
+
+/// As [`replica`], of the cluster whose secret is `secret`, counting in `metrics`.
+async fn replica_of(redis: &Redis, (prefix, name): (&str, &str), secret: &[u8], metrics: Metrics) -> Coherence {
     redis.set(&format!("{REPLICAS}{name}"), "1").await;
     let config = ConnectionManagerConfig::new()
         .set_number_of_retries(1)
         .set_connection_timeout(Some(Duration::from_secs(1)))
         .set_response_timeout(Some(Duration::from_secs(1)));
     let connection = ConnectionManager::new_lazy_with_config(redis.client(), config).unwrap();
-    let place = Place { prefix: prefix.to_string(), replicas: REPLICAS.to_string(), replica: name.to_string() };
-    let tier = Arc::new(SharedTier::new(connection, place, Metrics::new()));
+    let seal = RedisSeal::new(&ClusterKeys::new(secret), metrics.clone());
+    let place = Place { prefix: prefix.to_string(), replicas: REPLICAS.to_string(), replica: name.to_string(), seal };
+    let tier = Arc::new(SharedTier::new(connection, place, metrics.clone()));
     assert!(tier.recover().await, "the tier reaches Redis");
     let cache = CacheConfig {
         enabled: true,
@@ -104,7 +129,7 @@ async fn replica(redis: &Redis, prefix: &str, name: &str) -> Coherence {
         max_watched_per_upstream: 1000,
     };
     let book = Arc::new(WatchBook::new(crate::upstream::Registry::default()));
-    Coherence::new(cache, book, 7, Metrics::new(), Duration::from_secs(5), Some(tier))
+    Coherence::new(cache, book, 7, metrics, Duration::from_secs(5), Some(tier))
 }
 
 async fn replicas(redis: &Redis, prefix: &str, count: usize) -> Vec<Coherence> {
@@ -239,6 +264,52 @@ async fn redis_stopped_and_started_again_serves_nothing_stale_and_recovers() {
         assert_eq!(body(&read(cache, "x://r", "p", "v2", &loads).await), "v2");
     }
     assert_eq!(loads.load(Ordering::SeqCst), before + 1, "shared again: one load for both");
+}
+
+/// What a Redis writer can do to an entry: replace its body with one of its own (forged, or an
+/// older release's in clear), or copy another key's entry over it. Neither opens: each read is a
+/// miss, counted, loaded again, and its fill takes the place. An entry another cluster sealed
+/// (another secret) does not open either.
+#[tokio::test]
+async fn an_entry_that_does_not_open_is_a_miss_counted_and_loaded_again() {
+    let redis = Redis::start().await;
+    let metrics = Metrics::new();
+    let writer = replica(&redis, "t7:", "r0").await;
+    let reader = replica_of(&redis, ("t7:", "r1"), SECRET, metrics.clone()).await;
+    let loads = AtomicUsize::new(0);
+    read(&writer, "x://a", "p", "a1", &loads).await;
+    read(&writer, "x://b", "p", "b1", &loads).await;
+    let entries = redis.keys("t7:e:*").await;
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    assert!(entries.iter().all(|key| !key.contains("x://")), "a URI in a key: {entries:?}");
+
+    let forged = concat!(
+        r#"{"result":{"contents":[{"uri":"x://a","text":"forged"}]},"#,
+        r#""fresh_until":99999999999999,"told_until":0,"keep_until":99999999999999,"scope":"public","bytes":6}"#
+    );
+    let moved = redis.hget(&entries[1], "b").await;
+    redis.hset(&entries[0], "b", &moved).await;
+    redis.hset(&entries[1], "b", forged.as_bytes()).await;
+    let third = replica(&redis, "t7:", "r3").await;
+    for (uri, fresh) in [("x://a", "a2"), ("x://b", "b2")] {
+        let cached = read(&reader, uri, "p", fresh, &loads).await;
+        assert_eq!((body(&cached), cached.outcome), (fresh.to_string(), Outcome::Miss), "{uri}");
+        let again = read(&third, uri, "p", "never loaded", &loads).await;
+        assert_eq!((body(&again), again.outcome), (fresh.to_string(), Outcome::Hit), "{uri}: its fill took the place");
+    }
+    assert_eq!(rejected(&metrics), 2.0);
+
+    let foreign = replica_of(&redis, ("t7:", "r2"), b"another cluster's secret, 32 b..", Metrics::new()).await;
+    assert_eq!(body(&read(&foreign, "x://a", "p", "theirs", &loads).await), "theirs");
+    assert_eq!(loads.load(Ordering::SeqCst), 5, "two loads, two again, one of the other cluster");
+}
+
+/// `mcp_proxy_cluster_redis_rejected_total{kind="cache_entry"}` in `metrics`.
+fn rejected(metrics: &Metrics) -> f64 {
+    let exposition = metrics.render();
+    let series = "mcp_proxy_cluster_redis_rejected_total{kind=\"cache_entry\"} ";
+    let line = exposition.lines().find(|line| line.starts_with(series)).expect("the series is there from the start");
+    line[series.len()..].parse().unwrap()
 }
 
 /// Steps of the seeded test; `COHERENCE_STEPS` runs it longer.

@@ -1,9 +1,15 @@
 //! A 2025 session's record in Redis, so any replica can serve it: who opened it (the principal),
 //! its `initialize` parameters (protocol version, client capabilities and info — what rmcp
 //! replays to re-create the session), its `logging/setLevel` and its subscriptions. No token
-//! or secret is in it, and it is named by an HMAC of the session id, never the id.
+//! or secret is in it, and it is named by an HMAC of the session id, never the id. What it says
+//! is sealed (`crate::cluster::sealed`, each value bound to its key and field): the principal,
+//! the `initialize` parameters, the level and each subscribed URI (a field named by the URI's
+//! keyed digest). A value that does not open is missing: a record whose principal or
+//! parameters do not open is no session (the host starts a new one), a URI that does not open
+//! is not held; each is counted.
 //!
-//! Keys (under the cluster's prefix): `session:<k>` (a hash), `session:<k>:subs` (a set),
+//! Keys (under the cluster's prefix): `session:<k>` (a hash), `session:<k>:held` (a hash: URI
+//! name → sealed URI),
 //! `sessions` and `sessions:<principal key>` (sorted sets of live records by expiry: the
 //! cluster-wide session caps; the per-principal subscription cap counts the subscriptions of the
 //! principal's records listed there). A record lives `server.session_idle_timeout` after its last
@@ -13,6 +19,7 @@
 
 #![allow(deprecated)] // Logging is deprecated by SEP-2577 but still in the 2025 era.
 
+use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::aio::ConnectionManager;
@@ -22,6 +29,7 @@ use rmcp::transport::streamable_http_server::session::{SessionState, SessionStor
 
 use super::ids::SessionIds;
 use crate::cluster::{COMMAND_TIMEOUT, Cluster};
+use crate::metrics::SealedKind;
 
 /// What `news` says of a session.
 pub(crate) const ENDED: &str = "ended";
@@ -97,7 +105,7 @@ impl Records {
         invocation
             .key(self.cluster.key(&["sessions"]))
             .key(self.cluster.key(&["sessions", &principal_key]))
-            .arg(principal)
+            .arg(self.seal(&record, "principal", principal.as_bytes()))
             .arg(&principal_key)
             .arg(now_ms())
             .arg(now_ms() + ms(self.idle))
@@ -116,12 +124,14 @@ impl Records {
     /// The record of `session`, if it lives.
     pub async fn load(&self, session: &str) -> RedisResult<Option<Record>> {
         let record = self.record_key(session);
-        let subs = format!("{record}:subs");
+        let held = held_key(&record);
         let mut redis = self.redis();
-        let (fields, subscriptions): (std::collections::HashMap<String, String>, Vec<String>) =
-            self.run(redis::pipe().hgetall(&record).smembers(&subs).query_async(&mut redis)).await?;
-        let Some(principal) = fields.get("principal").cloned() else { return Ok(None) };
-        let level = fields.get("level").and_then(|level| serde_json::from_str(level).ok());
+        let (fields, subscriptions): (HashMap<String, Vec<u8>>, HashMap<String, Vec<u8>>) =
+            self.run(redis::pipe().hgetall(&record).hgetall(&held).query_async(&mut redis)).await?;
+        let open = |field: &str| fields.get(field).and_then(|sealed| self.open(&record, field, sealed));
+        let Some(principal) = open("principal") else { return Ok(None) };
+        let level = open("level").and_then(|level| serde_json::from_str(&level).ok());
+        let subscriptions = subscriptions.iter().filter_map(|(name, sealed)| self.open(&held, name, sealed)).collect();
         Ok(Some(Record { session: session.to_string(), principal, level, subscriptions }))
     }
 
@@ -138,7 +148,7 @@ impl Records {
         let script = Script::new(TOUCH);
         let mut invocation = script.key(&record);
         invocation
-            .key(format!("{record}:subs"))
+            .key(held_key(&record))
             .key(self.cluster.key(&["sessions"]))
             .key(self.cluster.key(&["sessions", ""]))
             .arg(now_ms())
@@ -156,7 +166,7 @@ impl Records {
         let news = format!("{LEVEL} {} {level}", self.ids.record_key(session));
         let mut redis = self.redis();
         let mut pipe = redis::pipe();
-        pipe.hset(&record, "level", &level).publish(self.news_channel(), news);
+        pipe.hset(&record, "level", self.seal(&record, "level", level.as_bytes())).publish(self.news_channel(), news);
         let _: (i64, i64) = self.run(pipe.query_async(&mut redis)).await?;
         Ok(())
     }
@@ -170,18 +180,20 @@ impl Records {
         (max, max_principal): (usize, usize),
     ) -> RedisResult<Result<(), SubscribeRefused>> {
         let record = self.record_key(session);
+        let (held, name) = (held_key(&record), self.cluster.seal().name(uri));
         let script = Script::new(SUBSCRIBE);
         let mut invocation = script.key(&record);
         invocation
-            .key(format!("{record}:subs"))
+            .key(&held)
             .key(self.cluster.key(&["sessions", &self.ids.principal_key(principal)]))
-            .arg(uri)
+            .arg(&name)
             .arg(max)
             .arg(ms(self.subscribed_idle))
             .arg(self.news_channel())
             .arg(format!("{SUBSCRIPTIONS} {}", self.ids.record_key(session)))
             .arg(max_principal)
-            .arg(now_ms());
+            .arg(now_ms())
+            .arg(self.seal(&held, &name, uri.as_bytes()));
         let answer: i64 = self.run(invocation.invoke_async(&mut self.redis())).await?;
         Ok(match answer {
             -1 => Err(SubscribeRefused::NoSession),
@@ -197,7 +209,7 @@ impl Records {
         let mut redis = self.redis();
         let news = format!("{SUBSCRIPTIONS} {}", self.ids.record_key(session));
         let mut pipe = redis::pipe();
-        pipe.srem(format!("{record}:subs"), uri).publish(self.news_channel(), news);
+        pipe.hdel(held_key(&record), self.cluster.seal().name(uri)).publish(self.news_channel(), news);
         let _: (i64, i64) = self.run(pipe.query_async(&mut redis)).await?;
         Ok(())
     }
@@ -208,7 +220,7 @@ impl Records {
         let script = Script::new(END);
         let mut invocation = script.key(&record);
         invocation
-            .key(format!("{record}:subs"))
+            .key(held_key(&record))
             .key(self.cluster.key(&["sessions"]))
             .key(self.cluster.key(&["sessions", ""]))
             .arg(self.news_channel())
@@ -224,6 +236,16 @@ impl Records {
 
     fn redis(&self) -> ConnectionManager {
         self.cluster.redis()
+    }
+
+    /// `plaintext` sealed for `field` of the Redis key `key`.
+    fn seal(&self, key: &str, field: &str, plaintext: &[u8]) -> Vec<u8> {
+        self.cluster.seal().seal((key, field, ""), plaintext)
+    }
+
+    /// What `sealed` says, if it opens for `field` of `key` (counted when it does not).
+    fn open(&self, key: &str, field: &str, sealed: &[u8]) -> Option<String> {
+        self.cluster.seal().open_text(SealedKind::SessionRecord, (key, field, ""), sealed)
     }
 
     /// One command within the cluster's command timeout, its outcome noted in Redis's health.
@@ -248,8 +270,8 @@ impl SessionStore for Records {
     async fn load(&self, session: &str) -> Result<Option<SessionState>, SessionStoreError> {
         let record = self.record_key(session);
         let mut redis = self.redis();
-        let init: Option<String> = self.run(redis.hget(&record, "init")).await?;
-        let Some(init) = init else { return Ok(None) };
+        let init: Option<Vec<u8>> = self.run(redis.hget(&record, "init")).await?;
+        let Some(init) = init.and_then(|sealed| self.open(&record, "init", &sealed)) else { return Ok(None) };
         let params: InitializeRequestParams = serde_json::from_str(&init)?;
         Ok(Some(SessionState::new(params)))
     }
@@ -257,6 +279,7 @@ impl SessionStore for Records {
     async fn store(&self, session: &str, state: &SessionState) -> Result<(), SessionStoreError> {
         let record = self.record_key(session);
         let init = serde_json::to_string(&state.initialize_params)?;
+        let init = self.seal(&record, "init", init.as_bytes());
         let mut redis = self.redis();
         let mut pipe = redis::pipe();
         pipe.hset(&record, "init", init).pexpire(&record, ms(self.idle.max(self.subscribed_idle)) as i64);
@@ -269,6 +292,11 @@ impl SessionStore for Records {
     }
 }
 
+/// The key of the URIs a session's record holds.
+fn held_key(record: &str) -> String {
+    format!("{record}:held")
+}
+
 fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
@@ -277,7 +305,7 @@ fn ms(duration: Duration) -> u64 {
     duration.as_millis().max(1) as u64
 }
 
-/// KEYS: record, all sessions, the principal's; ARGV: principal, principal key, now, expiry,
+/// KEYS: record, all sessions, the principal's; ARGV: sealed principal, principal key, now, expiry,
 /// record ttl, max total, max for the principal, the sorted sets' ttl.
 const ADMIT: &str = r"
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[3])
@@ -298,7 +326,7 @@ return 0
 const TOUCH: &str = r"
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local ttl = ARGV[2]
-if redis.call('SCARD', KEYS[2]) > 0 then ttl = ARGV[3] end
+if redis.call('HLEN', KEYS[2]) > 0 then ttl = ARGV[3] end
 redis.call('PEXPIRE', KEYS[1], ttl)
 redis.call('PEXPIRE', KEYS[2], ttl)
 local expiry = tonumber(ARGV[1]) + tonumber(ttl)
@@ -308,20 +336,20 @@ if pk then redis.call('ZADD', KEYS[4] .. pk, 'XX', expiry, KEYS[1]) end
 return 1
 ";
 
-/// KEYS: record, its subscriptions, the principal's live sessions; ARGV: uri, max, subscribed
-/// ttl, channel, news, max for the principal, now. The principal's URIs are those of its live
-/// sessions' records (at most `server.max_sessions_per_principal` of them).
+/// KEYS: record, its subscriptions, the principal's live sessions; ARGV: uri's name, max,
+/// subscribed ttl, channel, news, max for the principal, now, sealed uri. The principal's URIs
+/// are those of its live sessions' records (at most `server.max_sessions_per_principal` of them).
 const SUBSCRIBE: &str = r"
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then return 0 end
-if redis.call('SCARD', KEYS[2]) >= tonumber(ARGV[2]) then return -2 end
+if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return 0 end
+if redis.call('HLEN', KEYS[2]) >= tonumber(ARGV[2]) then return -2 end
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[7])
 local held = 0
 for _, record in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
-  held = held + redis.call('SCARD', record .. ':subs')
+  held = held + redis.call('HLEN', record .. ':held')
 end
 if held >= tonumber(ARGV[6]) then return -3 end
-redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[8])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 redis.call('PUBLISH', ARGV[4], ARGV[5])
