@@ -7,6 +7,7 @@
 //! arms go to `resources.rs`, `subscribing.rs` and `offerings.rs`. Each audited request (a read,
 //! call, prompt, completion, subscription) is run inside [`crate::audit::scope::noting`] and
 //! its events are made by `audited.rs`, the same for the rmcp handler and the fast path.
+//! `refusal.rs` answers a stdio host whose proxy cannot serve with the reason.
 
 mod audited;
 mod bodies;
@@ -21,6 +22,7 @@ mod metering;
 mod offerings;
 mod outlets;
 mod reaper;
+mod refusal;
 mod relay;
 mod resources;
 mod sessions;
@@ -37,6 +39,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use self::http::serve_http;
 use self::outlets::SessionOutlet;
+pub use self::refusal::refuse_stdio;
 use self::resources::read_response;
 use crate::error::ProxyError;
 use crate::fanout::{OutletInfo, OutletKind};
