@@ -5,7 +5,8 @@
 //! temporary folder (`/etc/mcp-resource-proxy`, `/var/lib`, the binary) and the recipe's ports
 //! moved to free ones. The cluster secret reaches each replica only as a credential file in its
 //! own `$CREDENTIALS_DIRECTORY`. Then haproxy runs the recipe's `haproxy.cfg` (its static servers
-//! pointing at those ports), and a host in each era lists and reads through it.
+//! pointing at those ports), and a host in each era lists and reads through it; each replica's
+//! audit trail is in its own file in its state folder.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -210,6 +211,25 @@ async fn three_replicas_of_the_bare_metal_recipe_behind_its_haproxy_serve_a_host
         }
         host.cancel().await?;
     }
+    // Each replica's audit trail is in its own file in its state folder, as `Environment=` says:
+    // reads go on (round-robin) until each replica's file holds one.
+    let (host, _) = connect_http_with_token(&balancer.url, Era::Modern, TOKEN).await?;
+    let trails: Vec<PathBuf> = INSTANCES
+        .iter()
+        .map(|i| machine.root.path().join(format!("var/lib/mcp-resource-proxy-{i}/audit.jsonl")))
+        .collect();
+    eventually(DEADLINE, "every replica audits a read in its own file", || async {
+        host.read_resource(ReadResourceRequestParams::new("policies+file:///default.toml")).await?;
+        for trail in &trails {
+            let text = std::fs::read_to_string(trail).unwrap_or_default();
+            let events = text.lines().filter_map(|line| serde_json::from_str::<Value>(line).ok());
+            if !events.into_iter().any(|e| e["event"] == "read" && e["principal"] == "platform") {
+                bail!("{}: {text}", trail.display());
+            }
+        }
+        anyhow::Ok(())
+    })
+    .await?;
     drop(replicas);
     Ok(())
 }
