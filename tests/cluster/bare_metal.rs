@@ -104,7 +104,11 @@ impl Machine {
             }
             let free = match self.ports.get(&port) {
                 Some(free) => *free,
-                None => *self.ports.entry(port).or_insert(free_port()?),
+                None => {
+                    let free = free_port()?;
+                    self.ports.insert(port, free);
+                    free
+                }
             };
             text = text.replace(&format!("127.0.0.1:{port}"), &format!("127.0.0.1:{free}"));
             text = text.replace(&format!("port {port}"), &format!("port {free}"));

@@ -79,6 +79,6 @@ fn the_runtimes_target_is_the_proxy_with_node_and_python_and_the_default_is_unch
     for program in ["/usr/local/bin/node", "npx-cli.js /usr/local/bin/npx", "/uvx", "python3"] {
         assert!(runtimes.contains(program), "{program} in the runtimes stage");
     }
-    let last_user = runtimes.lines().filter_map(|l| l.strip_prefix("USER ")).last();
+    let last_user = runtimes.lines().filter_map(|l| l.strip_prefix("USER ")).next_back();
     assert_eq!(last_user, Some("10001:10001"), "runtimes runs as the proxy's user");
 }
