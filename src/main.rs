@@ -250,6 +250,12 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 Ok(config) => config,
                 Err(error) => {
                     eprint!("{error}");
+                    if stdio {
+                        // The host sees the problems as its requests' error, not a closed pipe.
+                        let problems: Vec<String> =
+                            error.problems.iter().map(|p| format!("{}: {}", p.at, p.message)).collect();
+                        downstream::refuse_stdio(&problems).await?;
+                    }
                     return Ok(ExitCode::from(EXIT_CONFIG));
                 }
             };

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::time::Duration;
 
 use figment::value::Value;
@@ -29,7 +30,8 @@ pub struct ClusterConfig {
     pub redis_url: Secret,
     /// The Redis password from `password_env`, when set (it wins over one in the URL).
     pub redis_password: Option<Secret>,
-    /// The secret every replica shares (from the variable `secret_env` names).
+    /// The secret every replica shares (from the variable `secret_env` names, or the file
+    /// `secret_file` names: a systemd credential, a mounted secret).
     pub secret: Secret,
     /// This replica's name, unique in the cluster: in `/status`, metrics and Redis keys.
     pub replica_id: String,
@@ -81,6 +83,7 @@ pub(super) struct RawCluster {
     redis_url: Option<String>,
     password_env: Option<String>,
     secret_env: Option<String>,
+    secret_file: Option<String>,
     replica_id: Option<String>,
     heartbeat: Option<String>,
     ready_without_redis: Option<bool>,
@@ -92,6 +95,7 @@ pub(super) struct RawCluster {
 /// `None` when there is no `[cluster]` section.
 pub(super) fn validate_cluster(
     raw: Option<RawCluster>,
+    base: &Path,
     lookup: &dyn Fn(&str) -> Option<String>,
     problems: &mut Vec<Problem>,
 ) -> Option<ClusterConfig> {
@@ -102,7 +106,14 @@ pub(super) fn validate_cluster(
         let value = env_value("cluster.password_env", &name, lookup, problems)?;
         Some(Secret::new(value))
     });
-    let secret = secret(raw.secret_env, lookup, problems);
+    let secret = match (raw.secret_env, raw.secret_file) {
+        (Some(_), Some(_)) => {
+            push(problems, "cluster.secret_file", "give `secret_env` or `secret_file`, not both".into());
+            String::new()
+        }
+        (None, Some(file)) => secret_from_file(&file, base, lookup, problems),
+        (name, None) => secret(name, lookup, problems),
+    };
     let replica_id = match raw.replica_id {
         Some(id) if is_valid_replica_id(&id) => id,
         Some(id) => {
@@ -204,18 +215,52 @@ fn redis_url(raw: Option<String>, problems: &mut Vec<Problem>) -> String {
 
 fn secret(name: Option<String>, lookup: &dyn Fn(&str) -> Option<String>, problems: &mut Vec<Problem>) -> String {
     let Some(name) = name else {
-        push(problems, "cluster.secret_env", "missing: the name of the variable holding the cluster secret".into());
+        let message = "missing: the name of the variable holding the cluster secret (or `secret_file`)";
+        push(problems, "cluster.secret_env", message.into());
         return String::new();
     };
     let value = env_value("cluster.secret_env", &name, lookup, problems).unwrap_or_default();
-    if !value.is_empty() && value.len() < MIN_SECRET_BYTES {
-        push(
-            problems,
-            "cluster.secret_env",
-            format!("`{name}` holds {} bytes; the cluster secret needs at least {MIN_SECRET_BYTES}", value.len()),
-        );
-    }
+    long_enough("cluster.secret_env", &format!("`{name}`"), &value, problems);
     value
+}
+
+/// The secret in the file `raw` names (`${VAR}`s expanded, relative to the config's folder),
+/// without the line ending a file's last line has. What the file holds is never shown.
+fn secret_from_file(
+    raw: &str,
+    base: &Path,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    problems: &mut Vec<Problem>,
+) -> String {
+    let at = "cluster.secret_file";
+    let path = match super::expand_vars(raw, lookup) {
+        Ok(path) => base.join(path),
+        Err(name) => {
+            push(problems, at, format!("`{raw}`: environment variable `{name}` is not set"));
+            return String::new();
+        }
+    };
+    let value = match std::fs::read_to_string(&path) {
+        Ok(text) => text.strip_suffix('\n').map(|t| t.strip_suffix('\r').unwrap_or(t)).unwrap_or(&text).to_string(),
+        Err(error) => {
+            push(problems, at, format!("{}: cannot be read ({})", path.display(), error.kind()));
+            return String::new();
+        }
+    };
+    if value.is_empty() {
+        push(problems, at, format!("{} is empty", path.display()));
+    }
+    long_enough(at, &path.display().to_string(), &value, problems);
+    value
+}
+
+/// A problem at `at` when a non-empty secret from `source` is shorter than the shortest accepted.
+fn long_enough(at: &str, source: &str, value: &str, problems: &mut Vec<Problem>) {
+    if !value.is_empty() && value.len() < MIN_SECRET_BYTES {
+        let message =
+            format!("{source} holds {} bytes; the cluster secret needs at least {MIN_SECRET_BYTES}", value.len());
+        push(problems, at, message);
+    }
 }
 
 /// The value of the variable `name`, which must be set, non-empty, and not a settings variable.
@@ -313,6 +358,39 @@ mod tests {
         load(format!("[server]\nlisten = \"127.0.0.1:8080\"\n{cluster}{per}"))
             .expect("the listen address is the default");
         load(format!("[server]\nlisten = \"0.0.0.0:8080\"\n{open}{cluster}")).expect("no per-principal upstream");
+    }
+
+    #[test]
+    fn the_secret_may_come_from_a_file_its_path_naming_variables() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("cluster-secret"), format!("{SECRET}\n")).unwrap();
+        std::fs::write(dir.path().join("short"), "short\n").unwrap();
+        let credentials = dir.path().display().to_string();
+        let lookup = |name: &str| match name {
+            "CREDENTIALS_DIRECTORY" => Some(credentials.clone()),
+            other => lookup(other),
+        };
+        let text = |line: &str| format!("[cluster]\nredis_url = \"redis://h\"\n{line}\n");
+        let secret_of = |line: &str, base: &Path| {
+            let config = Config::from_toml(&text(line), base, &lookup).unwrap_or_else(|e| panic!("{line}: {e}"));
+            config.cluster.expect("clustered").secret.expose().to_string()
+        };
+        let systemd = "secret_file = \"${CREDENTIALS_DIRECTORY}/cluster-secret\"";
+        assert_eq!(secret_of(systemd, Path::new("/elsewhere")), SECRET);
+        assert_eq!(secret_of("secret_file = \"cluster-secret\"", dir.path()), SECRET, "relative to the config");
+        let cases = [
+            ("secret_file = \"${NO_SUCH_DIRECTORY}/cluster-secret\"", "`NO_SUCH_DIRECTORY` is not set"),
+            ("secret_file = \"missing\"", "cannot be read"),
+            ("secret_file = \"short\"", "holds 5 bytes"),
+            ("secret_file = \"cluster-secret\"\nsecret_env = \"CLUSTER_SECRET\"", "not both"),
+        ];
+        for (line, said) in cases {
+            let error = Config::from_toml(&text(line), dir.path(), &lookup).expect_err(line);
+            assert_eq!(error.problems.len(), 1, "{line}: {error}");
+            assert_eq!(error.problems[0].at, "cluster.secret_file", "{line}: {error}");
+            assert!(error.problems[0].message.contains(said), "{line}: {error}");
+            assert!(!error.to_string().contains(SECRET), "{error}");
+        }
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! call, prompt, completion, subscription) is run inside [`crate::audit::scope::noting`] and
 //! its events are made by `audited.rs`, the same for the rmcp handler and the fast path. With
 //! traces on, each request runs inside its SERVER span (`traced.rs`, [`crate::telemetry`]).
+//! `refusal.rs` answers a stdio host whose proxy cannot serve with the reason.
 
 mod audited;
 mod bodies;
@@ -22,6 +23,7 @@ mod metering;
 mod offerings;
 mod outlets;
 mod reaper;
+mod refusal;
 mod relay;
 mod resources;
 mod sessions;
@@ -39,6 +41,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use self::http::serve_http;
 use self::outlets::SessionOutlet;
+pub use self::refusal::refuse_stdio;
 use self::resources::read_response;
 use crate::error::ProxyError;
 use crate::fanout::{OutletInfo, OutletKind};

@@ -10,6 +10,7 @@ pub mod support;
 
 mod answers;
 mod bad_input;
+mod bare_metal;
 mod cache;
 mod caps;
 mod peers;

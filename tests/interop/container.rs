@@ -1,8 +1,9 @@
 //! The container file's command line is the binary's: `ENTRYPOINT` + `CMD` of `Containerfile`,
 //! run here with the config path swapped for a temporary one holding a problem, exits 78 with
 //! the problem (the arguments parsed; a wrong flag would exit 2 from the argument parser).
-//! And the file passes hadolint (pinned in tests/py/requirements.txt). No container engine is
-//! needed.
+//! And the file passes hadolint (pinned in tests/py/requirements.txt), both targets in it: the
+//! default (the proxy alone) and `runtimes` (Node.js and Python for stdio servers), which
+//! docs/deploy.md's build command names. No container engine is needed.
 
 use crate::support::proxy::{PROXY_BIN, write_config};
 
@@ -40,4 +41,44 @@ async fn the_containerfile_passes_hadolint() -> anyhow::Result<()> {
     let said = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     assert!(output.status.success(), "{}: {said}", hadolint.display());
     Ok(())
+}
+
+/// `(name, base)` of each `FROM base [AS name]` of the Containerfile, in order.
+fn stages(containerfile: &str) -> Vec<(Option<String>, String)> {
+    containerfile
+        .lines()
+        .filter_map(|line| line.strip_prefix("FROM "))
+        .map(|rest| {
+            let words: Vec<&str> = rest.split_whitespace().collect();
+            let name = words.iter().position(|w| w.eq_ignore_ascii_case("AS")).map(|at| words[at + 1].to_string());
+            (name, words[0].to_string())
+        })
+        .collect()
+}
+
+/// docs/deploy.md's build command names a target of the Containerfile, `runtimes`: the proxy
+/// stage with node, npx, python3 and uvx added, as the same unprivileged user; the default target
+/// (the last stage) is still the proxy alone, as compose and the README build it.
+#[test]
+fn the_runtimes_target_is_the_proxy_with_node_and_python_and_the_default_is_unchanged() {
+    let root = crate::support::peers::repo_root();
+    let docs = std::fs::read_to_string(root.join("docs/deploy.md")).expect("docs/deploy.md");
+    let command = docs.lines().find(|l| l.starts_with("docker build ")).expect("a build command in docs/deploy.md");
+    let words: Vec<&str> = command.split_whitespace().collect();
+    let after = |flag: &str| words.iter().position(|w| *w == flag).map(|at| words[at + 1]).expect(flag);
+    assert_eq!(after("-f"), "Containerfile");
+    let target = after("--target");
+    assert_eq!(target, "runtimes");
+
+    let text = std::fs::read_to_string(root.join("Containerfile")).expect("Containerfile");
+    let stages = stages(&text);
+    assert!(stages.contains(&(Some("runtimes".into()), "proxy".into())), "{stages:?}");
+    assert_eq!(stages.last(), Some(&(None, "proxy".to_string())), "the default target is the proxy alone");
+    let runtimes = text.split("AS runtimes").nth(1).expect("the runtimes stage");
+    let runtimes = runtimes.split("\nFROM ").next().unwrap_or_default();
+    for program in ["/usr/local/bin/node", "npx-cli.js /usr/local/bin/npx", "/uvx", "python3"] {
+        assert!(runtimes.contains(program), "{program} in the runtimes stage");
+    }
+    let last_user = runtimes.lines().filter_map(|l| l.strip_prefix("USER ")).next_back();
+    assert_eq!(last_user, Some("10001:10001"), "runtimes runs as the proxy's user");
 }

@@ -1,8 +1,9 @@
 //! The `deploy/` example (3 replicas + Redis + a load balancer) checked by real validators and
 //! against the project: the Kubernetes manifests by `kubernetes-validate --strict` (Kubernetes
 //! 1.37 schemas), the compose file by `check-jsonschema` (the compose-spec schema), the haproxy
-//! configuration by `haproxy -c`; all pinned and installed by `.ci/install-deploy-checks.sh`
-//! (a venv in `.peers/deploy`, Debian's haproxy). Then what the files say is held against what the
+//! configurations (`deploy/haproxy.cfg`, and `deploy/bare-metal/haproxy.cfg` of the bare-metal
+//! recipe) by `haproxy -c`; all pinned and installed by `.ci/install-deploy-checks.sh` (a venv
+//! in `.peers/deploy`, Debian's haproxy). Then what the files say is held against what the
 //! proxy does: the config passes the proxy's own loader, ports and health paths agree with it,
 //! every secret the config names is provided, and the ConfigMap carries the config verbatim. No
 //! container engine or cluster is needed.
@@ -154,6 +155,14 @@ fn the_haproxy_configuration_passes_haproxy_check() {
     for line in said.lines().filter(|l| l.contains("[WARNING]") || l.contains("[ALERT]")) {
         assert!(line.contains("could not resolve address 'proxy'"), "{line}");
     }
+}
+
+#[test]
+fn the_bare_metal_haproxy_configuration_passes_haproxy_check_with_no_warning() {
+    validators();
+    let (ok, said) = run(Path::new("/usr/sbin/haproxy"), &["-c", "-f", "bare-metal/haproxy.cfg"], &deploy());
+    assert!(ok && said.contains("Configuration file is valid"), "{said}");
+    assert!(!said.contains("[WARNING]") && !said.contains("[ALERT]"), "{said}");
 }
 
 #[test]

@@ -10,6 +10,8 @@
 //!   not yet marked down) goes to another replica (`retries 3`, `option redispatch 1`); every
 //!   answer names its replica in `X-Replica`.
 //! - [`Replicas::wait_all_see`]: each replica's `/status` shows every replica.
+//! - [`Balancer::start_config`]: haproxy on a configuration of the test's own (the shipped
+//!   recipe's, its addresses moved to free ports).
 //!
 //! `redis-server` and `haproxy` come from `.ci/install-cluster.sh` (`bash .ci/run` runs it); a
 //! test installs them that way on first use when they are missing. Everything is killed on drop.
@@ -227,6 +229,20 @@ impl Balancer {
              \x20 default-server inter 500ms fall 3 rise 1\n{servers}\
              listen stats\n  bind 127.0.0.1:{stats}\n  stats enable\n  stats uri /stats\n"
         );
+        Self::start_config(dir, &config, port, stats, replicas.len()).await
+    }
+
+    /// `haproxy` on `config` (written into `dir`), whose frontend binds 127.0.0.1:`port` and whose
+    /// statistics (CSV) are at 127.0.0.1:`stats`/stats, with `count` servers `replica-…` in the
+    /// backend `replicas`; returns once haproxy sees them all up.
+    pub async fn start_config(
+        dir: tempfile::TempDir,
+        config: &str,
+        port: u16,
+        stats: u16,
+        count: usize,
+    ) -> anyhow::Result<Self> {
+        ensure_installed("haproxy", &["-v"])?;
         let path = dir.path().join("haproxy.cfg");
         std::fs::write(&path, config)?;
         let log = std::fs::File::create(dir.path().join("haproxy.log"))?;
@@ -246,7 +262,7 @@ impl Balancer {
             dir,
             _child: child,
         };
-        balancer.wait_servers(replicas.len(), "UP").await?;
+        balancer.wait_servers(count, "UP").await?;
         Ok(balancer)
     }
 
@@ -305,7 +321,8 @@ fn write_tls_files(dir: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn free_port() -> anyhow::Result<u16> {
+/// A port no one listens on now, on 127.0.0.1.
+pub fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 

@@ -1,5 +1,5 @@
 //! `serve-dir` speaks MCP over stdio, and `serve --stdio` keeps stdout for JSON-RPC alone (with
-//! debug logs on, too).
+//! debug logs on, too) and tells its host why it cannot serve.
 
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -163,4 +163,37 @@ async fn read_until_response(
             return Ok(value);
         }
     }
+}
+
+/// A stdio host whose proxy cannot serve — its config names a variable that is not set — is
+/// told why: a real rmcp client's `initialize` (2025) and `server/discover` (2026-07-28) fail
+/// with an MCP error naming the upstream, the key and the variable, not "connection closed"; the
+/// problem is on stderr as before.
+#[tokio::test]
+async fn a_stdio_host_is_told_why_its_proxy_cannot_serve() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let config = "[[upstreams]]\nname = \"github\"\ncommand = \"github-mcp-server\"\n\
+                  env = { GITHUB_TOKEN = \"${GITHUB_TOKEN_NOT_SET_HERE}\" }\n";
+    let config = write_config(dir.path(), config)?;
+    for era in [Era::Legacy, Era::Modern] {
+        let mut command = Command::new(PROXY_BIN);
+        command.args(["serve", "--stdio", "--config"]).arg(&config).env("RUST_LOG", "warn").kill_on_drop(true);
+        let (transport, stderr) = TokioChildProcess::builder(command).stderr(Stdio::piped()).spawn()?;
+        let (recorder, _) = EventRecorder::new();
+        let connected = tokio::time::timeout(DEADLINE, recorder.serve_with_lifecycle(transport, era.lifecycle()))
+            .await
+            .context("the client is answered")?;
+        let Err(error) = connected else { panic!("{era:?}: a proxy with a configuration problem served") };
+        let said = error.to_string();
+        assert!(said.contains("JSON-RPC error"), "{era:?}: an MCP error, not a closed pipe: {said}");
+        for named in ["upstreams[0] (github).env.GITHUB_TOKEN", "`GITHUB_TOKEN_NOT_SET_HERE` is not set"] {
+            assert!(said.contains(named), "{era:?}: {named} in {said}");
+        }
+        // The client dropped its end: stdin closed, the proxy exits 78 with the problem on stderr.
+        let mut stderr = stderr.context("stderr")?;
+        let mut logs = String::new();
+        tokio::time::timeout(DEADLINE, stderr.read_to_string(&mut logs)).await??;
+        assert!(logs.contains("GITHUB_TOKEN_NOT_SET_HERE"), "{logs}");
+    }
+    Ok(())
 }
