@@ -9,10 +9,11 @@ use super::{CliOverrides, Config, ConfigError, Problem, UpstreamTransport};
 
 impl Config {
     /// Like [`Config::load`], but a `${VAR}` that is not set stands for a placeholder instead
-    /// of being a problem: for commands that read policies and connect nothing.
+    /// of being a problem: for commands that read policies and connect nothing. The
+    /// OpenTelemetry variables (`OTEL_*`, read as themselves, never as `${VAR}`s) stay unset.
     pub fn load_without_secrets(path: &Path) -> Result<Config, ConfigError> {
         Self::load_with(path, &CliOverrides::default(), &|name| {
-            Some(std::env::var(name).unwrap_or_else(|_| format!("unset-{name}")))
+            std::env::var(name).ok().or_else(|| (!name.starts_with("OTEL_")).then(|| format!("unset-{name}")))
         })
     }
 
