@@ -202,6 +202,8 @@ fn every_documented_command_is_covered_by_a_test() {
 /// a ready file added so that the test knows them) serves the shipped config until `/readyz`.
 #[tokio::test]
 async fn readme_quick_start_serves_the_shipped_config_until_readyz() -> anyhow::Result<()> {
+    // reqwest has no crypto provider of its own; run alone, no other test has installed one.
+    mcp_resource_proxy::crypto::install();
     let dir = tempfile::tempdir()?;
     let ready = dir.path().join("ready.json");
     let line = covered("cargo run --release -- serve").replace(" --release", "");
