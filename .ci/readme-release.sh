@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The README's release-build commands, run literally (tests/fast/readme.rs runs the rest, and
-# these in debug): `cargo run --release -- serve` from the repository root until /readyz answers
-# 200, then stopped; `cargo install --path . --root DIR` (the README's /usr/local swapped for a
-# temporary folder), the installed binary's `check` of the shipped config and its size (under
-# 40 MB). Needs ports 8080
-# and 9464 free (the shipped config's) and curl.
+# The release-build commands of README.md and the book (docs/getting-started.md), run literally
+# (tests/fast/readme.rs runs the rest, and these in debug): `cargo run --release -- serve` from
+# the repository root until /readyz answers 200, then stopped; the repository commands
+# `cargo run --release -- check`, `… policy explain …` and `… import …` on the same build;
+# `cargo install --path . --root DIR` (the README's /usr/local swapped for a temporary folder),
+# the installed binary's `check` of the shipped config and its size (under 40 MB). Needs ports
+# 8080 and 9464 free (the shipped config's) and curl.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -30,6 +31,12 @@ kill -TERM "$serve_pid"
 wait "$serve_pid" || { echo "serve did not exit cleanly on SIGTERM"; exit 1; }
 serve_pid=""
 echo "cargo run --release -- serve: ready, stopped"
+
+# The repository commands, as the book writes them, on the same release build.
+cargo run --release -- check
+cargo run --release -- policy explain --principal local policies+file:///default.toml grafana+file:///secrets/key.json
+cargo run --release -- import tests/data/mcp-servers/claude_desktop_config.json | grep '^\[\[upstreams\]\]' >/dev/null
+echo "cargo run --release -- check, policy explain, import: done"
 
 # The release build above is reused (cargo install would otherwise build it again in a
 # temporary folder): the same command, with the target folder named.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Measure the proxy's bounds the way an adversarial run found them (README "Security").
+"""Measure the proxy's bounds the way an adversarial run found them (docs/security.md#bounds-and-what-they-cost).
 
     scripts/bounds_measure.py fds PROXY              # 1,100 half-open connections under `ulimit -n 1024`
     scripts/bounds_measure.py search PROXY FIXTURE   # 8 bridge searchers vs another principal's read p50

@@ -1,6 +1,6 @@
 //! Admission: how long a loaded result may be kept, and what a host is told about it.
 //!
-//! The rule (README, "The read cache"): a result is kept only as long as someone who knows
+//! The rule (docs/cache.md): a result is kept only as long as someone who knows
 //! said it may be — never longer than `cache.max_ttl` nor the upstream's own
 //! `[upstreams.cache] max_ttl`; until invalidated when the upstream is trusted to notify AND
 //! acknowledged the subscription for this URI; otherwise for the upstream's own `ttlMs`, or,

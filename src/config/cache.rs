@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use super::{Problem, duration, push, report_unknown};
 
-/// The read cache's settings. See README "The read cache" for how lifetimes are chosen.
+/// The read cache's settings. See docs/cache.md for how lifetimes are chosen.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CacheConfig {
     /// `false` passes every read through to its upstream.

@@ -1,5 +1,5 @@
 //! The `[server]` section: listeners, sessions and the limits that keep a hostile client from
-//! exhausting the proxy (see README "Security").
+//! exhausting the proxy (see docs/security.md#bounds-and-what-they-cost).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

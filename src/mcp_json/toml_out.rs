@@ -14,7 +14,7 @@ use super::{Import, ImportedTransport, ImportedUpstream};
 /// `${VAR}` references themselves).
 const HEADER: &str = "\
 # Imported by `mcp-resource-proxy import` from a host's servers file.
-# Every setting not written here is at its default (README \"Configuration\").
+# Every setting not written here is at its default (docs/configuration.md).
 # Each `${VAR}` below is read from the proxy's environment: set it before `check` or `serve`.
 ";
 

@@ -7,6 +7,7 @@ pub mod support;
 
 mod access;
 mod audit;
+mod book;
 mod bounds;
 mod cache;
 mod capabilities;

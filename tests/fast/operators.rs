@@ -131,10 +131,11 @@ async fn a_healthy_idle_proxy_logs_nothing_after_startup() -> anyhow::Result<()>
     Ok(())
 }
 
-/// The README's promise at the default log level, in front of every kind of upstream: the
-/// fixture over stdio (2025) and over HTTP (2026-07-28: a listen stream for its list changes),
-/// a tools-only fixture (no resources, so nothing to say about subscriptions) and the folder
-/// server. Startup logs its listeners and each `upstream up`, then nothing for the window.
+/// The promise of docs/command-line.md ("A healthy idle proxy logs nothing after startup") at the
+/// default log level, in front of every kind of upstream: the fixture over stdio (2025) and over
+/// HTTP (2026-07-28: a listen stream for its list changes), a tools-only fixture (no resources,
+/// so nothing to say about subscriptions) and the folder server. Startup logs its listeners and
+/// each `upstream up`, then nothing for the window.
 #[tokio::test]
 async fn a_healthy_idle_proxy_logs_nothing_in_front_of_every_kind_of_upstream() -> anyhow::Result<()> {
     let (docs, policies) = (folder()?, tempfile::tempdir()?);

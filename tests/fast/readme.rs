@@ -1,11 +1,13 @@
-//! The README's commands, as written. Every shell command in a `sh` code block of README.md must
-//! be listed in [`COVERED`] with the tests (or CI steps) that run it, so a new command without a
-//! test fails here; the tests below run them: the quick start's `cargo run -- serve` until
-//! `/readyz`, the repository commands (`check`, `policy explain`, `import`), the import section's
-//! `import` / `check` / `serve --mcp-json` in a folder holding `.vscode/mcp.json`, the unit's
-//! install steps into a temporary folder (then its `ExecStartPre` check), and the container's
-//! mounts. Release builds (the literal first command, `cargo install`) run in CI
-//! (`.ci/readme-release.sh`).
+//! The commands of README.md and of the book (docs/*.md), as written. Every shell command in a
+//! `sh` code block of those files must be listed in [`COVERED`] with the tests (or CI steps) that
+//! run it — or, for the benchmarks notebook alone, in [`RUN_BY_HAND`] with why no test runs it —
+//! so a new command without a test fails here; the tests below run them: the quick start's
+//! `cargo run --release -- serve` until `/readyz`, the repository commands (`check`, `policy
+//! explain`, `import`; in this build, `--release` dropped, as in the quick start), the import
+//! section's `import` / `check` / `serve --mcp-json` in a folder holding `.vscode/mcp.json`, the
+//! unit's install steps into a temporary folder (then its `ExecStartPre` check), and the
+//! container's mounts. Release builds (the literal commands, `cargo install`) run in CI
+//! (`.ci/readme-release.sh`), and so does the book's build (`.ci/run`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
@@ -21,8 +23,8 @@ use tokio::process::Command;
 /// A `cargo run` may wait for the build lock of another cargo in this tree.
 const CARGO_DEADLINE: Duration = Duration::from_secs(300);
 
-/// Each README command and where it is run: a test's function name, or `FILE: TEXT` for a CI
-/// script that runs it (FILE must contain TEXT).
+/// Each command of README.md and docs/*.md and where it is run: a test's function name, or
+/// `FILE: TEXT` for a CI script that runs it (FILE must contain TEXT).
 const COVERED: &[(&str, &[&str])] = &[
     (
         "cargo run --release -- serve",
@@ -33,14 +35,17 @@ const COVERED: &[(&str, &[&str])] = &[
     ),
     ("cargo test --test fast -- --test-threads 4", &[".ci/run: cargo test"]),
     ("cargo test", &[".ci/run: cargo test"]),
-    ("cargo run -- check", &["readme_repository_commands_run_as_written"]),
     (
-        "cargo run -- policy explain --principal local policies+file:///default.toml grafana+file:///secrets/key.json",
-        &["readme_repository_commands_run_as_written"],
+        "cargo run --release -- check",
+        &["readme_repository_commands_run_as_written", ".ci/readme-release.sh: cargo run --release -- check"],
     ),
     (
-        "cargo run -- import tests/data/mcp-servers/claude_desktop_config.json",
-        &["readme_repository_commands_run_as_written"],
+        "cargo run --release -- policy explain --principal local policies+file:///default.toml grafana+file:///secrets/key.json",
+        &["readme_repository_commands_run_as_written", ".ci/readme-release.sh: cargo run --release -- policy explain"],
+    ),
+    (
+        "cargo run --release -- import tests/data/mcp-servers/claude_desktop_config.json",
+        &["readme_repository_commands_run_as_written", ".ci/readme-release.sh: cargo run --release -- import"],
     ),
     ("cargo install --path . --root /usr/local", &[".ci/readme-release.sh: cargo install --path . --root"]),
     (
@@ -64,14 +69,38 @@ const COVERED: &[(&str, &[&str])] = &[
         "mcp-resource-proxy connect claude-desktop --config /etc/mcp-resource-proxy/config.toml --dry-run",
         &["readme_connect_dry_run_runs_as_written"],
     ),
+    ("bash .ci/install-book.sh", &[".ci/run: bash .ci/install-book.sh"]),
+    (".peers/book/bin/mkdocs build --strict", &[".ci/run: .peers/book/bin/mkdocs build --strict"]),
 ];
+
+/// The benchmarks notebook's commands, which no test runs: they take minutes, need a quiet
+/// machine to mean anything, and their figures are read by a person. Only that file may hold
+/// commands listed here.
+const RUN_BY_HAND: (&str, &[&str]) = (
+    "docs/benchmarks-notebook.md",
+    &[
+        "cargo build --release --bins",
+        "bash .ci/install-bench-peers.sh",
+        "target/release/proxy-bench matrix --quick",
+        "cargo run --release --bin proxy-bench -- all",
+        "cargo run --release --bin proxy-bench -- read-latency --quick",
+        "cargo run --release --bin proxy-bench -- throughput --json",
+        "bash scripts/callgrind_read.sh target/release/mcp-resource-proxy 2000",
+        "PROXY_BENCH_PROXY=/tmp/old/mcp-resource-proxy target/release/proxy-bench matrix --quick",
+        "cargo run --release --bin proxy-bench -- all --target http://127.0.0.1:9000/mcp --uri 'fx+fx://fx/item/1'",
+    ],
+);
+
+/// The command of [`COVERED`] that starts with `start`.
+fn covered(start: &str) -> &'static str {
+    COVERED.iter().map(|(command, _)| *command).find(|c| c.starts_with(start)).expect(start)
+}
 
 /// The README's `connect` command, as written, in a temporary HOME: it shows the entry it would
 /// write into Claude Desktop's usual file and writes nothing.
 #[tokio::test]
 async fn readme_connect_dry_run_runs_as_written() -> anyhow::Result<()> {
-    let command =
-        readme_commands().into_iter().find(|c| c.starts_with("mcp-resource-proxy connect")).context("connect")?;
+    let command = covered("mcp-resource-proxy connect");
     let args: Vec<&str> = command.split_whitespace().skip(1).collect();
     let home = tempfile::tempdir()?;
     let mut connect = Command::new(PROXY_BIN);
@@ -84,16 +113,40 @@ async fn readme_connect_dry_run_runs_as_written() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The shell commands of README.md's `sh` blocks: continuation lines joined, comments dropped.
-fn readme_commands() -> Vec<String> {
-    let readme = std::fs::read_to_string(repo_root().join("README.md")).expect("README.md");
+/// The files whose commands are checked: README.md and every docs/*.md, by path from the root.
+fn documentation_files() -> Vec<String> {
+    let mut files = vec!["README.md".to_string()];
+    let mut book: Vec<String> = std::fs::read_dir(repo_root().join("docs"))
+        .expect("docs/")
+        .flatten()
+        .filter_map(|entry| entry.file_name().into_string().ok())
+        .filter(|name| name.ends_with(".md"))
+        .map(|name| format!("docs/{name}"))
+        .collect();
+    book.sort();
+    files.extend(book);
+    files
+}
+
+/// The shell commands of `sh` blocks in [`documentation_files`], each with its file:
+/// continuation lines joined, comments (whole lines and ` #` tails) dropped.
+fn documented_commands() -> Vec<(String, String)> {
+    let mut commands = Vec::new();
+    for file in documentation_files() {
+        let text = std::fs::read_to_string(repo_root().join(&file)).expect("documentation file");
+        commands.extend(shell_commands(&text).into_iter().map(|command| (file.clone(), command)));
+    }
+    commands
+}
+
+fn shell_commands(markdown: &str) -> Vec<String> {
     let (mut commands, mut in_shell, mut pending) = (Vec::new(), false, String::new());
-    for line in readme.lines() {
+    for line in markdown.lines() {
         if let Some(info) = line.trim_start().strip_prefix("```") {
             in_shell = !in_shell && ["sh", "bash", "shell", "console"].contains(&info.trim());
             continue;
         }
-        if !in_shell {
+        if !in_shell || line.trim_start().starts_with('#') {
             continue;
         }
         let line = line.split(" #").next().unwrap_or_default().trim();
@@ -111,18 +164,24 @@ fn readme_commands() -> Vec<String> {
     commands
 }
 
-/// Every README command is listed in [`COVERED`] (and nothing listed is gone from it); every
-/// test named there exists, and every CI step named is in its script.
+/// Every command of README.md and the book is listed in [`COVERED`] (or, in the benchmarks
+/// notebook, [`RUN_BY_HAND`]), and nothing listed is gone from them; every test named there
+/// exists, and every CI step named is in its script.
 #[test]
-fn every_readme_command_is_covered_by_a_test() {
-    let commands = readme_commands();
+fn every_documented_command_is_covered_by_a_test() {
+    let commands = documented_commands();
     assert!(commands.len() >= 10, "{commands:#?}");
     let listed: Vec<&str> = COVERED.iter().map(|(command, _)| *command).collect();
-    for command in &commands {
-        assert!(listed.contains(&command.as_str()), "README command without a test (add it to COVERED): {command}");
+    let (notebook, by_hand) = RUN_BY_HAND;
+    for (file, command) in &commands {
+        let by_hand = file == notebook && by_hand.contains(&command.as_str());
+        assert!(
+            by_hand || listed.contains(&command.as_str()),
+            "{file}: command without a test (add it to COVERED): {command}"
+        );
     }
-    for command in &listed {
-        assert!(commands.iter().any(|c| c == command), "COVERED lists a command the README no longer has: {command}");
+    for command in listed.iter().chain(by_hand) {
+        assert!(commands.iter().any(|(_, c)| c == command), "listed, but in no documentation file: {command}");
     }
     let sources = test_sources();
     for (command, runs) in COVERED {
@@ -143,9 +202,11 @@ fn every_readme_command_is_covered_by_a_test() {
 /// a ready file added so that the test knows them) serves the shipped config until `/readyz`.
 #[tokio::test]
 async fn readme_quick_start_serves_the_shipped_config_until_readyz() -> anyhow::Result<()> {
+    // reqwest has no crypto provider of its own; run alone, no other test has installed one.
+    mcp_resource_proxy::crypto::install();
     let dir = tempfile::tempdir()?;
     let ready = dir.path().join("ready.json");
-    let line = "cargo run --release -- serve".replace(" --release", "");
+    let line = covered("cargo run --release -- serve").replace(" --release", "");
     let mut command = shell_line(&line, &repo_root());
     command
         .arg("--ready-file")
@@ -168,18 +229,20 @@ async fn readme_quick_start_serves_the_shipped_config_until_readyz() -> anyhow::
     .await
 }
 
-/// The quick start's repository commands, from the repository root.
+/// The quick start's repository commands, from the repository root (`--release` dropped, as in
+/// the quick start: this build's binary; CI runs them as written).
 #[tokio::test]
 async fn readme_repository_commands_run_as_written() -> anyhow::Result<()> {
     let root = repo_root();
-    let check = output(shell_line(COVERED[3].0, &root)).await?;
+    let in_this_build = |start: &str| covered(start).replace(" --release", "");
+    let check = output(shell_line(&in_this_build("cargo run --release -- check"), &root)).await?;
     assert_eq!(check.status.code(), Some(0), "{}", text(&check));
     assert!(text(&check).contains("config.toml: valid"), "{}", text(&check));
-    let explain = output(shell_line(COVERED[4].0, &root)).await?;
+    let explain = output(shell_line(&in_this_build("cargo run --release -- policy explain"), &root)).await?;
     let said = text(&explain);
     assert_eq!(explain.status.code(), Some(0), "{said}");
     assert!(said.contains("allowed by") && said.contains("denied by"), "{said}");
-    let import = output(shell_line(COVERED[5].0, &root)).await?;
+    let import = output(shell_line(&in_this_build("cargo run --release -- import"), &root)).await?;
     assert_eq!(import.status.code(), Some(0), "{}", text(&import));
     assert!(String::from_utf8_lossy(&import.stdout).contains("[[upstreams]]"), "{}", text(&import));
     Ok(())
@@ -197,7 +260,11 @@ async fn readme_import_check_and_serve_run_as_written() -> anyhow::Result<()> {
         "Docs": {"type": "stdio", "command": PROXY_BIN, "args": ["serve-dir", "${workspaceFolder}/.vscode"]},
     }});
     std::fs::write(dir.path().join(".vscode/mcp.json"), serde_json::to_string_pretty(&servers)?)?;
-    let [import, check, serve] = [COVERED[9].0, COVERED[10].0, COVERED[11].0];
+    let [import, check, serve] = [
+        covered("mcp-resource-proxy import"),
+        covered("mcp-resource-proxy check"),
+        covered("mcp-resource-proxy serve --mcp-json"),
+    ];
     let imported = output(shell_line(import, dir.path())).await?;
     assert_eq!(imported.status.code(), Some(0), "{}", text(&imported));
     assert!(text(&imported).contains("set `FIXTURE_TOKEN`"), "{}", text(&imported));
@@ -268,10 +335,10 @@ async fn the_units_install_steps_give_a_config_check_accepts() -> anyhow::Result
     Ok(())
 }
 
-/// The README's `docker run` mounts the config and every folder it names beside it.
+/// The container's `docker run` mounts the config and every folder it names beside it.
 #[test]
 fn readme_docker_run_mounts_every_folder_the_shipped_config_names() {
-    let run = COVERED[8].0;
+    let run = covered("docker run");
     let mounted: Vec<&str> = run
         .split("-v \"$PWD/")
         .skip(1)
@@ -297,7 +364,7 @@ fn readme_docker_run_mounts_every_folder_the_shipped_config_names() {
 const FREE_PORTS: [(&str, &str); 2] =
     [("MCP_PROXY_SERVER__LISTEN", "127.0.0.1:0"), ("MCP_PROXY_SERVER__ADMIN_LISTEN", "127.0.0.1:0")];
 
-/// A README line as a command: `cargo` is this cargo, `mcp-resource-proxy` this build's binary.
+/// A documented line as a command: `cargo` is this cargo, `mcp-resource-proxy` this build's binary.
 fn shell_line(line: &str, cwd: &Path) -> Command {
     let words: Vec<&str> = line.split_whitespace().collect();
     let program = match words[0] {
