@@ -53,6 +53,10 @@ const COVERED: &[(&str, &[&str])] = &[
         &["the_containerfile_command_line_is_accepted_by_the_binary", "the_containerfile_passes_hadolint"],
     ),
     (
+        "docker build -f Containerfile --target runtimes -t mcp-resource-proxy:runtimes .",
+        &["the_runtimes_target_is_the_proxy_with_node_and_python_and_the_default_is_unchanged"],
+    ),
+    (
         "docker run --rm -p 127.0.0.1:8080:8080 -v \"$PWD/config.toml:/etc/mcp-resource-proxy/config.toml:ro\" -v \"$PWD/policies:/etc/mcp-resource-proxy/policies:ro\" -v \"$PWD/grafana:/etc/mcp-resource-proxy/grafana:ro\" --env-file ./proxy.env mcp-resource-proxy",
         &[
             "the_containerfile_command_line_is_accepted_by_the_binary",
