@@ -121,10 +121,17 @@ fn parent_of(pid: &str) -> anyhow::Result<u32> {
     Ok(rest.split_whitespace().nth(1).context("ppid")?.parse()?)
 }
 
-/// The index of the replica whose child process `pid` is.
+/// The index of the replica that started process `pid` (its parent, or the parent of the
+/// launcher every stdio child starts through).
 fn owner_of(cluster: &Replicas, pid: &str) -> anyhow::Result<usize> {
-    let parent = parent_of(pid)?;
-    cluster.replicas.iter().position(|r| r.pid() == Some(parent)).with_context(|| format!("no replica is {parent}"))
+    let mut ancestor = parent_of(pid)?;
+    for _ in 0..3 {
+        if let Some(index) = cluster.replicas.iter().position(|r| r.pid() == Some(ancestor)) {
+            return Ok(index);
+        }
+        ancestor = parent_of(&ancestor.to_string())?;
+    }
+    anyhow::bail!("no replica started {pid}")
 }
 
 /// `host` keeps `value` and then sees it on every one of `ROUNDS` calls and reads.
