@@ -306,39 +306,62 @@ async fn each_principal_calls_with_its_own_exchanged_token_kept_until_it_expires
     Ok(())
 }
 
+/// alice's hosts with her two JWTs: `scope=admin` (the one expiring last, first seen on a
+/// `resources/list` by a 2025 host) and `scope=read` (a 2026-07-28 host and a 2025 one).
+struct TwoJwts {
+    admin_jwt: String,
+    read_jwt: String,
+    admin: FixtureClient,
+    read_modern: FixtureClient,
+    read_legacy: FixtureClient,
+}
+
+impl TwoJwts {
+    async fn connect(url: &str) -> anyhow::Result<Self> {
+        let jwt = |scope: &str, lifetime: u64| {
+            let mut claims = claims("alice", &[]);
+            (claims["scope"], claims["exp"]) = (json!(scope), json!(now() + lifetime));
+            rsa_a().sign(&claims)
+        };
+        let (admin_jwt, read_jwt) = (jwt("admin", 1200), jwt("read", 600));
+        let (admin, _) = connect_http_with_token(url, Era::Legacy, &admin_jwt).await?;
+        admin.list_all_resources().await.context("alice's list with her admin JWT")?;
+        let (read_modern, _) = connect_http_with_token(url, Era::Modern, &read_jwt).await?;
+        let (read_legacy, _) = connect_http_with_token(url, Era::Legacy, &read_jwt).await?;
+        Ok(Self { admin_jwt, read_jwt, admin, read_modern, read_legacy })
+    }
+
+    /// The hosts the tests send through, in order, each with the JWT it came with.
+    fn hosts(&self) -> [(&FixtureClient, &String); 4] {
+        [
+            (&self.read_modern, &self.read_jwt),
+            (&self.read_legacy, &self.read_jwt),
+            (&self.admin, &self.admin_jwt),
+            (&self.read_modern, &self.read_jwt),
+        ]
+    }
+}
+
 /// alice presents two JWTs: `scope=admin` (the one expiring last, first seen on a
 /// `resources/list`) and `scope=read`. Every call goes upstream with a token exchanged for the
 /// JWT that call came with, in both eras — none with a token exchanged for her other JWT.
 #[tokio::test]
 async fn each_call_goes_with_a_token_exchanged_for_the_jwt_it_came_with() -> anyhow::Result<()> {
     let (proxy, _jwks, authority, _fixture) = gated(Mode::Issue(Duration::from_secs(600)), "").await?;
-    let jwt = |scope: &str, lifetime: u64| {
-        let mut claims = claims("alice", &[]);
-        (claims["scope"], claims["exp"]) = (json!(scope), json!(now() + lifetime));
-        rsa_a().sign(&claims)
-    };
-    let (admin_jwt, read_jwt) = (jwt("admin", 1200), jwt("read", 600));
-    let (admin, _) = connect_http_with_token(&proxy.url, Era::Legacy, &admin_jwt).await?;
-    admin.list_all_resources().await.context("alice's list with her admin JWT")?;
-    let (read_modern, _) = connect_http_with_token(&proxy.url, Era::Modern, &read_jwt).await?;
-    let (read_legacy, _) = connect_http_with_token(&proxy.url, Era::Legacy, &read_jwt).await?;
+    let alice = TwoJwts::connect(&proxy.url).await?;
 
-    let calls = [(&read_modern, &read_jwt), (&read_legacy, &read_jwt), (&admin, &admin_jwt), (&read_modern, &read_jwt)];
+    let calls = alice.hosts();
     for (n, (host, _)) in calls.iter().enumerate() {
         call(host).await?.map_err(anyhow::Error::msg).with_context(|| format!("call {n}"))?;
     }
     // What the token endpoint was asked to exchange for the token each call came with.
-    let exchanged_for = |token: &String| {
-        let exchanges = authority.exchanges.lock().unwrap();
-        let exchange = exchanges.iter().find(|e| e.issued.as_ref().is_some_and(|(value, _)| value == token));
-        exchange.map(|e| e.subject.clone())
-    };
-    let subjects: Vec<Option<String>> = authority.call_tokens().iter().map(exchanged_for).collect();
+    let subjects: Vec<Option<String>> =
+        authority.call_tokens().iter().map(|token| authority.exchanged_for(token)).collect();
     let expected: Vec<Option<String>> = calls.iter().map(|(_, jwt)| Some(jwt.to_string())).collect();
     let own: Vec<bool> = subjects.iter().zip(&expected).map(|(got, wanted)| got == wanted).collect();
     assert_eq!(subjects.len(), calls.len(), "every call reached the upstream once");
     assert_eq!(own.iter().filter(|own| !**own).count(), 0, "calls with another JWT's token: {own:?}");
-    assert_eq!(authority.issued_for(&read_jwt).len(), 1, "the read JWT's token is kept for its calls");
+    assert_eq!(authority.issued_for(&alice.read_jwt).len(), 1, "the read JWT's token is kept for its calls");
     assert_eq!(authority.refused.load(Ordering::SeqCst), 0);
     Ok(())
 }
@@ -350,18 +373,9 @@ async fn each_call_goes_with_a_token_exchanged_for_the_jwt_it_came_with() -> any
 #[tokio::test]
 async fn each_read_and_completion_goes_with_a_token_exchanged_for_the_jwt_it_came_with() -> anyhow::Result<()> {
     let (proxy, _jwks, authority, _fixture) = gated(Mode::Issue(Duration::from_secs(600)), "").await?;
-    let jwt = |scope: &str, lifetime: u64| {
-        let mut claims = claims("alice", &[]);
-        (claims["scope"], claims["exp"]) = (json!(scope), json!(now() + lifetime));
-        rsa_a().sign(&claims)
-    };
-    let (admin_jwt, read_jwt) = (jwt("admin", 1200), jwt("read", 600));
-    let (admin, _) = connect_http_with_token(&proxy.url, Era::Legacy, &admin_jwt).await?;
-    admin.list_all_resources().await.context("alice's list with her admin JWT")?;
-    let (read_modern, _) = connect_http_with_token(&proxy.url, Era::Modern, &read_jwt).await?;
-    let (read_legacy, _) = connect_http_with_token(&proxy.url, Era::Legacy, &read_jwt).await?;
+    let alice = TwoJwts::connect(&proxy.url).await?;
 
-    let hosts = [(&read_modern, &read_jwt), (&read_legacy, &read_jwt), (&admin, &admin_jwt), (&read_modern, &read_jwt)];
+    let hosts = alice.hosts();
     for (n, (host, _)) in hosts.iter().enumerate() {
         let read = host.read_resource(ReadResourceRequestParams::new("gated+fx://fx/item/0"));
         tokio::time::timeout(Duration::from_secs(20), read)
