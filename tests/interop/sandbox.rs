@@ -5,11 +5,10 @@
 
 use std::os::unix::fs::PermissionsExt;
 
-use anyhow::{bail, ensure};
-use rmcp::model::CallToolRequestParams;
-use rmcp::service::{Peer, RoleClient};
-use serde_json::{Value, json};
+use anyhow::ensure;
+use serde_json::json;
 
+use crate::servers_people_run::call_text;
 use crate::support::eventually;
 use crate::support::fixture::{self, DEADLINE, Era};
 use crate::support::peers::{FILESYSTEM_PKG, ensure_installed};
@@ -52,15 +51,4 @@ async fn server_filesystem_in_a_sandbox_lists_and_reads_its_folder_through_the_p
     call_text(host.peer(), "fs__write_file", written).await?;
     ensure!(std::fs::read_to_string(folder.join("new.txt"))? == "written in the sandbox");
     Ok(())
-}
-
-/// The text of a successful tool call; an error for one that failed.
-async fn call_text(host: &Peer<RoleClient>, tool: &str, arguments: Value) -> anyhow::Result<String> {
-    let Value::Object(arguments) = arguments else { bail!("arguments must be an object") };
-    let result = host.call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments)).await?;
-    let text = result.content.first().and_then(|c| c.as_text()).map(|t| t.text.clone()).unwrap_or_default();
-    match result.is_error {
-        Some(true) => bail!("{tool} failed: {text}"),
-        _ => Ok(text),
-    }
 }

@@ -88,8 +88,8 @@ async fn use_every_server(host: &Peer<RoleClient>, folder: &Path) -> anyhow::Res
     Ok(())
 }
 
-/// The text of a successful tool call.
-async fn call_text(host: &Peer<RoleClient>, tool: &str, arguments: Value) -> anyhow::Result<String> {
+/// The text of a successful tool call; an error for one that failed.
+pub(crate) async fn call_text(host: &Peer<RoleClient>, tool: &str, arguments: Value) -> anyhow::Result<String> {
     let Value::Object(arguments) = arguments else { bail!("arguments must be an object") };
     let result = host.call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments)).await?;
     let text = result.content.first().and_then(|c| c.as_text()).map(|t| t.text.clone()).unwrap_or_default();
