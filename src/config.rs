@@ -346,7 +346,10 @@ fn validate(
     let rate_limits = rate_limits::validate_rate_limits("rate_limits", raw.rate_limits, problems);
     let cluster = cluster::validate_cluster(raw.cluster, base, lookup, problems);
     let audit = audit::validate_audit(raw.audit, base, problems);
-    let telemetry = telemetry::validate_telemetry(raw.telemetry, lookup, problems);
+    let mut telemetry = telemetry::validate_telemetry(raw.telemetry, lookup, problems);
+    if let Some(cluster) = &cluster {
+        telemetry.name_instance(&cluster.replica_id);
+    }
     let mut seen = BTreeSet::new();
     let unprefixed: Vec<(usize, Option<String>)> = (raw.upstreams.iter().enumerate())
         .filter(|(_, upstream)| upstream.unprefixed == Some(true))

@@ -13,6 +13,9 @@
 //! ([`Call::Hold`]): the owner holds it on the principal's session while the reply is open,
 //! and writes each change of it as a line. The owner unreachable (no connection
 //! within [`CONNECT_TIMEOUT`]): the caller runs it on a session of its own ([`Sent::Unreachable`]).
+//! With traces on, a call's hop is a CLIENT span of the caller's (child of its host request's
+//! SERVER span) whose context goes in the W3C `traceparent`/`tracestate` headers; the owner's
+//! SERVER span continues it, so a forwarded request is one trace across both replicas.
 //!
 //! Invariant: the owner runs only a request whose mark is right, made for it, at most
 //! [`FRESH_FOR`] ago, and not seen before (its nonce is kept until it would be stale); anything
@@ -42,6 +45,8 @@ use sha2::Sha256;
 use super::{Cluster, Owner};
 use crate::error::ProxyError;
 use crate::host::{HostRelay, ProgressOutlet};
+use crate::protocol::method;
+use crate::telemetry::{self, Outgoing, Span, Transport};
 
 /// The owner's route on its MCP listener.
 pub const PATH: &str = "/mcp-proxy/forward";
@@ -165,6 +170,20 @@ pub enum Call {
         from: String,
         lists: Option<OwnLists>,
     },
+}
+
+impl Call {
+    /// The method and target (a tool's or prompt's name) of a call the owner runs upstream;
+    /// `None` for a hold, an answer or a list, which are not traced.
+    pub fn traced(&self) -> Option<(&'static str, Option<&str>)> {
+        match self {
+            Call::Tool(params) => Some((method::TOOLS_CALL, Some(&params.name))),
+            Call::Prompt(params) => Some((method::PROMPTS_GET, Some(&params.name))),
+            Call::Read(_) => Some((method::RESOURCES_READ, None)),
+            Call::Complete(_) => Some((method::COMPLETION_COMPLETE, None)),
+            Call::Hold { .. } | Call::Reply { .. } | Call::Offerings | Call::Offered { .. } => None,
+        }
+    }
 }
 
 /// A session's own tools and prompts, as it lists them (the upstream's names).
@@ -335,6 +354,7 @@ impl Forwarder {
         timeout: Duration,
     ) -> Result<Answer, Sent> {
         let upstream = of.upstream;
+        let span = hop_span(owner, upstream, &call);
         let exchange = async {
             let declared = host.relay.as_ref().map(|relay| ForwardedHost {
                 sampling: relay.declares_sampling(),
@@ -343,15 +363,21 @@ impl Forwarder {
                 takes_input_required: relay.takes_input_required(),
                 presented: host.presented.to_string(),
             });
-            let response = self.post(owner, of, call, declared).await?;
+            let response = self.post(owner, of, call, declared, span.injected()).await?;
             let relay = host.relay.as_deref();
             let asked = |id, ask| self.answer(owner, of, relay, id, ask);
             read_lines(response, upstream, host.progress, relay, asked).await
         };
-        match tokio::time::timeout(timeout, exchange).await {
+        let answer = match tokio::time::timeout(timeout, exchange).await {
             Ok(answer) => answer,
             Err(_) => Err(Sent::Failed(ProxyError::UpstreamTimeout { upstream: upstream.to_string(), timeout })),
+        };
+        match &answer {
+            Err(Sent::Unreachable) => span.failed("unreachable".to_string()),
+            Err(Sent::Failed(error)) => span.failed(error.kind().to_string()),
+            Ok(_) => {}
         }
+        answer
     }
 
     /// Hold `uri` (the upstream's own) on session `of` at `owner`, for as long as the returned
@@ -360,7 +386,7 @@ impl Forwarder {
     pub async fn hold(&self, owner: &Owner, of: SessionOf<'_>, uri: &str) -> Result<HeldReply, Sent> {
         let slot = self.hold_slot(of.principal, &owner.replica).ok_or_else(|| Sent::Failed(holds_limit()))?;
         let call = Call::Hold { uri: uri.to_string() };
-        let response = tokio::time::timeout(ALIVE_EVERY, self.post(owner, of, call, None))
+        let response = tokio::time::timeout(ALIVE_EVERY, self.post(owner, of, call, None, None))
             .await
             .map_err(|_| failed(of.upstream, "the replica holding the session did not answer"))??;
         Ok(HeldReply { response, buffer: Vec::new(), _slot: slot })
@@ -394,7 +420,7 @@ impl Forwarder {
         let told = self.inner.cluster.others().into_iter().map(|other| {
             let call = Call::Offered { from: from.clone(), lists: lists.clone() };
             async move {
-                let posted = tokio::time::timeout(ALIVE_EVERY, self.post(&other, of, call, None)).await;
+                let posted = tokio::time::timeout(ALIVE_EVERY, self.post(&other, of, call, None, None)).await;
                 if !matches!(posted, Ok(Ok(_))) {
                     tracing::debug!(upstream = of.upstream, replica = %other.replica, "cluster: a replica was not told of a session's own lists");
                 }
@@ -416,7 +442,7 @@ impl Forwarder {
                 relay.elicit(params).await.map_or_else(Reply::Refused, Reply::Elicited)
             }
         };
-        if self.post(owner, of, Call::Reply { id, reply }, None).await.is_err() {
+        if self.post(owner, of, Call::Reply { id, reply }, None, None).await.is_err() {
             tracing::debug!(upstream = of.upstream, replica = %owner.replica, "cluster: a host's answer did not reach the owner");
         }
     }
@@ -440,13 +466,15 @@ impl Forwarder {
         waiting.is_some_and(|waiting| waiting.send(reply).is_ok())
     }
 
-    /// Post `call` to `owner`, marked; its reply once its status is a success.
+    /// Post `call` to `owner`, marked, with the trace context of its hop (`traceparent`,
+    /// `tracestate`) in the W3C headers; its reply once its status is a success.
     async fn post(
         &self,
         owner: &Owner,
         of: SessionOf<'_>,
         call: Call,
         host: Option<ForwardedHost>,
+        trace: Option<(String, String)>,
     ) -> Result<reqwest::Response, Sent> {
         let upstream = of.upstream;
         let request = Forwarded {
@@ -460,7 +488,7 @@ impl Forwarder {
             host,
         };
         let body = serde_json::to_vec(&request).map_err(|e| failed(upstream, format!("not sendable: {e}")))?;
-        let post = self
+        let mut post = self
             .inner
             .http
             .post(format!("{}{PATH}", owner.url))
@@ -468,6 +496,12 @@ impl Forwarder {
             .header(PASS_HEADER, pass_with(&self.inner.key, &owner.replica, request.issued_ms))
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(body);
+        if let Some((traceparent, tracestate)) = trace {
+            post = post.header("traceparent", traceparent);
+            if !tracestate.is_empty() {
+                post = post.header("tracestate", tracestate);
+            }
+        }
         let response = post.send().await.map_err(|e| {
             if e.is_connect() { Sent::Unreachable } else { failed(upstream, "the request could not be sent") }
         })?;
@@ -698,6 +732,22 @@ async fn read_lines<F: Future<Output = ()>>(
         }
     }
     Err(cut())
+}
+
+/// The CLIENT span of `call`'s hop to `owner` (child of the host request's span current on this
+/// task; `mcp_proxy.replica` names the owner); nothing when traces are off or the call is not
+/// traced. Its context goes to the owner in the request's headers, where the owner's SERVER
+/// span continues it.
+fn hop_span(owner: &Owner, upstream: &str, call: &Call) -> Span {
+    if !telemetry::on() {
+        return Span::default();
+    }
+    let Some((method, target)) = call.traced() else { return Span::default() };
+    let url = owner.url.parse::<http::Uri>().ok();
+    let server = url.as_ref().and_then(|url| Some((url.host()?, url.port_u16().unwrap_or(80))));
+    let span = telemetry::client_span(Outgoing { method, target, upstream, server, transport: Transport::Tcp });
+    span.note("mcp_proxy.replica", owner.replica.clone());
+    span
 }
 
 fn failed(upstream: &str, reason: impl Into<String>) -> Sent {

@@ -83,6 +83,14 @@ impl TelemetryConfig {
         self.endpoint.is_some()
     }
 
+    /// A replica of a cluster: the resource's `service.instance.id` is its id (unless the
+    /// operator named one), so a trace across replicas shows which span came from which.
+    pub(super) fn name_instance(&mut self, replica: &str) {
+        if !self.resource.iter().any(|(key, _)| key == INSTANCE_ID) {
+            self.resource.push((INSTANCE_ID.into(), replica.into()));
+        }
+    }
+
     /// One line for `check`: where traces go and how they are sampled; header names only.
     pub fn describe(&self) -> String {
         let Some(endpoint) = &self.endpoint else { return "traces: off (no OTLP endpoint configured)".into() };
@@ -113,6 +121,7 @@ impl Sampler {
 }
 
 const DEFAULT_SERVICE: &str = "mcp-resource-proxy";
+const INSTANCE_ID: &str = "service.instance.id";
 
 #[derive(Debug, Deserialize, Default)]
 pub(super) struct RawTelemetry {

@@ -7,6 +7,10 @@
 //! (the host's answer comes back as another forwarded request), then its answer or error; for a subscription held here for the
 //! other replica, whether it is held, then each change of it, for as long as the reply is open.
 //!
+//! With traces on, a call, prompt, read or completion run here is a SERVER span continuing the
+//! forwarding replica's hop (its `traceparent` header), parent of the CLIENT span to the
+//! upstream.
+//!
 //! Invariant: every progress step is written before the answer; the host that asked is the
 //! forwarding replica's, so the call ends (upstream: cancelled) when that replica goes away.
 
@@ -35,7 +39,9 @@ use crate::cluster::forward::{
 };
 use crate::error::ProxyError;
 use crate::host::{HostRelay, ProgressOutlet};
+use super::traced::header_carrier;
 use crate::proxy::{Proxy, ReplicaHold};
+use crate::telemetry::{self, Carrier, Incoming, Span};
 use crate::tools::Ran;
 
 /// Progress steps queued for the forwarding replica; beyond this they are dropped.
@@ -92,8 +98,9 @@ async fn serve(State(proxy): State<Proxy>, request: axum::extract::Request) -> R
         }
         _ => {}
     }
+    let span = forwarded_span(&head.headers, &request);
     let (steps_in, steps) = mpsc::channel(PROGRESS_QUEUE);
-    let run = Run { call: Box::pin(run(proxy, request, steps_in)), steps, answer: None, done: false };
+    let run = Run { call: Box::pin(traced(span, run(proxy, request, steps_in))), steps, answer: None, done: false };
     let lines = futures::stream::unfold(run, next_line);
     ([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(lines)).into_response()
 }
@@ -140,6 +147,36 @@ async fn run(proxy: Proxy, request: Forwarded, lines: mpsc::Sender<Line>) -> Ran
     });
     let of = SessionOf { principal: &principal, upstream: &upstream, host: session };
     proxy.tools().run_forwarded(of, call, progress, (relay, &presented)).await
+}
+
+/// The SERVER span of a forwarded call, continuing the forwarding replica's hop from the
+/// request's `traceparent` header (nothing when traces are off).
+fn forwarded_span(headers: &axum::http::HeaderMap, request: &Forwarded) -> Span {
+    if !telemetry::on() {
+        return Span::default();
+    }
+    let Some((method, target)) = request.call.traced() else { return Span::default() };
+    let span = telemetry::server_span(Incoming {
+        method,
+        target,
+        meta: Carrier::default(),
+        header: header_carrier(Some(headers)),
+        request_id: None,
+        version: None,
+        session: None,
+        transport: telemetry::Transport::Tcp,
+    });
+    span.note("mcp_proxy.upstream", request.upstream.clone());
+    span
+}
+
+/// Run `call` inside `span`; an error is the span's `error.type`.
+async fn traced(span: Span, call: impl Future<Output = Ran>) -> Ran {
+    let ran = span.attach(call).await;
+    if let Err(error) = &ran {
+        span.failed(error.kind().to_string());
+    }
+    ran
 }
 
 /// The answer being written: progress until the call is done, then what is left of it, then

@@ -28,6 +28,8 @@ pub struct ReceivedSpan {
     pub links: Vec<(String, String)>,
     /// `service.name` of the resource it came with.
     pub service: String,
+    /// `service.instance.id` of the resource it came with (a replica's id), if any.
+    pub instance: String,
 }
 
 impl ReceivedSpan {
@@ -117,6 +119,7 @@ fn flatten(export: ExportTraceServiceRequest) -> Vec<ReceivedSpan> {
     for resource_spans in export.resource_spans {
         let resource = resource_spans.resource.map(|r| attributes(r.attributes)).unwrap_or_default();
         let service = resource.get("service.name").cloned().unwrap_or_default();
+        let instance = resource.get("service.instance.id").cloned().unwrap_or_default();
         for scope in resource_spans.scope_spans {
             for span in scope.spans {
                 let kind = match span.kind {
@@ -133,6 +136,7 @@ fn flatten(export: ExportTraceServiceRequest) -> Vec<ReceivedSpan> {
                     attributes: attributes(span.attributes),
                     links: span.links.iter().map(|link| (hex(&link.trace_id), hex(&link.span_id))).collect(),
                     service: service.clone(),
+                    instance: instance.clone(),
                 });
             }
         }

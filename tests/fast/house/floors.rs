@@ -72,7 +72,7 @@ const EDGES: &[(&str, &[&str])] = &[
     ("cache", &["subscriptions", "metrics"]),
     ("fanout", &["subscriptions", "spine"]),
     ("audit", &["protocol", "spine", "config", "auth", "metrics", "telemetry"]),
-    ("cluster", &["crypto", "error", "spine", "host", "config", "metrics"]),
+    ("cluster", &["crypto", "protocol", "error", "spine", "host", "config", "metrics", "telemetry"]),
     (
         "upstream",
         &[
