@@ -6,7 +6,7 @@
 //! `traceparent` header (both present and different: `_meta` is the parent, the header a
 //! link). Each request the proxy sends an upstream for it is one CLIENT span
 //! ([`client_span`]), child of the SERVER span, whose context goes upstream in the request's
-//! `_meta` (and, for the thin HTTP read, its headers). What only the proxy knows — the cache's
+//! `_meta` (and, to an HTTP upstream, its headers). What only the proxy knows — the cache's
 //! outcome, the policy's decision and its file, a rate limit or cap refusal — is set on the
 //! SERVER span by the hosts' side ([`Span::note`]).
 //!

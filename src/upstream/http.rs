@@ -12,7 +12,8 @@
 //! are taken off whatever arrives elsewhere, so they can be relayed to that call's host (`relay`).
 //!
 //! The guard also records what rmcp's list and read requests carry (session, headers, `_meta`)
-//! for the connection's thin read client (`thin`).
+//! for the connection's thin read client (`thin`). With traces on, a request's trace context
+//! (which its CLIENT span put in `_meta`) goes in the W3C `traceparent`/`tracestate` headers too.
 //!
 //! With client credentials (`[upstreams.auth]`), every request carries the upstream's current
 //! access token (`credentials`) — a request made for a host's call that came with a JWT (a
@@ -29,7 +30,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use http::{HeaderName, HeaderValue};
-use rmcp::model::{ClientJsonRpcMessage, GetExtensions, JsonRpcMessage, RequestId, ServerJsonRpcMessage};
+use rmcp::model::{ClientJsonRpcMessage, GetExtensions, GetMeta, JsonRpcMessage, RequestId, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_client::{
     SseError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse, StreamableHttpResponseLimits,
 };
@@ -38,6 +39,7 @@ use sse_stream::Sse;
 use super::credentials::{TokenFailure, TokenSource};
 use super::faults::Fault;
 use crate::host::SubjectToken;
+use crate::telemetry;
 
 type HttpError = StreamableHttpError<reqwest::Error>;
 type SseStream = BoxStream<'static, Result<Sse, SseError>>;
@@ -139,6 +141,26 @@ impl GuardedHttpClient {
     }
 }
 
+/// `headers` with a request's trace context — the `traceparent`/`tracestate` its CLIENT span
+/// put in its `_meta` — as the W3C headers too (rmcp's transport sends `_meta` only); unchanged
+/// when traces are off or it carries none.
+fn with_trace_headers(
+    message: &ClientJsonRpcMessage,
+    mut headers: HashMap<HeaderName, HeaderValue>,
+) -> HashMap<HeaderName, HeaderValue> {
+    if !telemetry::on() {
+        return headers;
+    }
+    let JsonRpcMessage::Request(request) = message else { return headers };
+    let meta = request.request.get_meta();
+    for (name, value) in [("traceparent", meta.get_traceparent()), ("tracestate", meta.get_tracestate())] {
+        if let Some(value) = value.and_then(|value| HeaderValue::from_str(value).ok()) {
+            headers.insert(HeaderName::from_static(name), value);
+        }
+    }
+    headers
+}
+
 /// rmcp's default client keeps no idle connections, so every upstream request would open a new
 /// one. Ours keeps them (and follows no redirects: a redirect would replay our credentials).
 /// `roots` were checked with the config (`config::CaFile`), so the client builds.
@@ -185,7 +207,9 @@ impl StreamableHttpClient for GuardedHttpClient {
             Ok(auth_header) => auth_header,
             Err(failure) => return self.no_token(request, failure),
         };
+        // Recorded without the request's trace context: the thin read sends its own.
         self.recorder.note(&uri, &message, &session_id, &auth_header, &custom_headers);
+        let custom_headers = with_trace_headers(&message, custom_headers);
         let again = self
             .credentials
             .is_some()

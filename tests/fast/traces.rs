@@ -236,3 +236,27 @@ async fn with_traces_off_the_proxy_opens_no_socket_towards_the_collector() -> an
 async fn traced_proxy_for(receiver: &Receiver) -> anyhow::Result<(ProxyProcess, HttpFixture, tempfile::TempDir)> {
     traced_proxy(&exporting_to(receiver)).await
 }
+
+/// An HTTP upstream gets our CLIENT span's context in the W3C `traceparent` header as well as
+/// in `_meta`, on requests that go through rmcp's transport (a tool call) as on the thin read.
+#[tokio::test]
+async fn an_http_upstream_gets_the_traceparent_header_matching_meta_on_a_call_and_a_read() -> anyhow::Result<()> {
+    let receiver = Receiver::start().await?;
+    let (proxy, _web, _policies) = traced_proxy(&exporting_to(&receiver)).await?;
+    let call = json!({"name": "web__traceparent", "arguments": {}});
+    let host = host_traceparent(30);
+    let reply = modern(&proxy, 1, "tools/call", "web__traceparent", call, Some(&host), None).await?;
+    let text = reply.message().and_then(|m| m["result"]["content"][0]["text"].as_str().map(str::to_owned));
+    let called: Value = serde_json::from_str(&text.context("no text in the call's result")?)?;
+    let host = host_traceparent(31);
+    let read: Value = seen_upstream(&read(&proxy, 2, "web+fx://fx/traceparent", Some(&host), None).await?)?;
+    for (id, seen) in [(30, called), (31, read)] {
+        let meta = seen["meta"].as_str().with_context(|| format!("no _meta.traceparent upstream: {seen}"))?;
+        assert_eq!(seen["header"].as_str(), Some(meta), "the header is _meta's: {seen}");
+        let (trace, _) = traceparent_ids(&host_traceparent(id))?;
+        let spans = receiver.wait("the request's CLIENT span", |s| both(s, &trace)).await?;
+        let client = in_trace(&spans, &trace, "CLIENT")[0];
+        assert_eq!(traceparent_ids(meta)?, (trace, client.span_id.clone()), "our CLIENT span's context");
+    }
+    Ok(())
+}
