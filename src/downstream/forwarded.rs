@@ -33,13 +33,13 @@ use rmcp::model::{
 };
 use tokio::sync::mpsc;
 
+use super::traced::header_carrier;
 use crate::cluster::forward::{
     self, Ask, Call, Forwarded, ForwardedHost, Forwarder, Line, MARK_HEADER, PASS_HEADER, PATH, RemoteError, Reply,
     SessionOf,
 };
 use crate::error::ProxyError;
 use crate::host::{HostRelay, ProgressOutlet};
-use super::traced::header_carrier;
 use crate::proxy::{Proxy, ReplicaHold};
 use crate::telemetry::{self, Carrier, Incoming, Span};
 use crate::tools::Ran;

@@ -64,7 +64,7 @@ fn complete(spans: &[ReceivedSpan], trace: &str) -> bool {
 /// parent), its hop's CLIENT span, the owner's SERVER span under the hop, and the owner's CLIENT
 /// span to the upstream under that; the front's and the owner's spans from two replicas. The
 /// owner's CLIENT span; `None` when the request ran where it landed.
-fn forwarded_trace<'a>(spans: &'a [ReceivedSpan], id: u8) -> anyhow::Result<Option<&'a ReceivedSpan>> {
+fn forwarded_trace(spans: &[ReceivedSpan], id: u8) -> anyhow::Result<Option<&ReceivedSpan>> {
     let (trace, host_span) = traceparent_ids(&host_traceparent(id))?;
     let clients = in_trace(spans, &trace, "CLIENT");
     let Some(hop) = clients.iter().find(|c| c.attribute("mcp_proxy.replica").is_some()) else { return Ok(None) };
@@ -113,8 +113,11 @@ async fn a_call_on_a_session_owned_by_another_replica_is_one_trace_across_both()
         seen_upstream.push((id, seen["meta"].as_str().map(str::to_owned)));
     }
 
-    let traces: Vec<String> =
-        calls.iter().chain(&reads).map(|id| traceparent_ids(&host_traceparent(*id)).map(|(t, _)| t)).collect::<Result<_, _>>()?;
+    let traces: Vec<String> = calls
+        .iter()
+        .chain(&reads)
+        .map(|id| traceparent_ids(&host_traceparent(*id)).map(|(t, _)| t))
+        .collect::<Result<_, _>>()?;
     let spans = receiver.wait("every request's spans", |s| traces.iter().all(|t| complete(s, t))).await?;
     let mut forwarded = 0;
     for id in calls {
