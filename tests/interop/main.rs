@@ -23,6 +23,7 @@ mod otlp_receiver;
 mod prometheus;
 mod python_client;
 mod python_subscriptions;
+mod python_traces;
 mod relay;
 mod relay_modern;
 mod relay_post_only;

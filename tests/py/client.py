@@ -38,6 +38,9 @@ OPs:
   discover[:VERSION]          sends server/discover (default 2026-07-28), nothing adopted ->
                               {"op":"discover","result":{raw}} | error
 
+With OTEL_EXPORTER_OTLP_ENDPOINT set, the SDK's own CLIENT spans are exported there (one at a time, as
+each ends), and every request carries its span's context in `_meta.traceparent` (the SDK injects it).
+
 Notifications are recorded from the session's message handler, which sees both legacy notifications
 and listen-stream events (the SDK tees listen events there too); `via` is "listen" when the
 notification carried `_meta["io.modelcontextprotocol/subscriptionId"]`.
@@ -58,6 +61,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
+from traces_export import export_traces_if_asked
 
 warnings.simplefilter("ignore")  # subscribe_resource etc. are deprecated-for-2026 and warn
 
@@ -329,6 +333,7 @@ async def do_op(name: str, arg: str, client: Client, events: Events, stack: Asyn
 
 def main() -> None:
     cfg = parse_args(sys.argv[1:])
+    export_traces_if_asked()
     try:
         code = anyio.run(run, cfg)
     except Exception as e:  # noqa: BLE001 - a broken connection: say why, exit 1

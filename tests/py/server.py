@@ -17,6 +17,8 @@ Resources:
   - text `note <id> v<version>`, version starting at 1;
   - every cacheable result carries ttlMs=60000, cacheScope=public (2026-07-28 clients only; legacy
     results carry neither, as the 2025 wire has no such fields).
+With OTEL_EXPORTER_OTLP_ENDPOINT set, the SDK's own SERVER spans are exported there (tests/py/traces_export.py).
+
 Tools:
   - `bump(id)`: version += 1, then `notifications/resources/updated {uri: py://note/<id>}` to legacy
     sessions that subscribed to that uri (resources/subscribe) and to every listen stream whose
@@ -44,6 +46,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from mcp.server.mcpserver.resources import FunctionResource
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from traces_export import export_traces_if_asked
 
 log = logging.getLogger("py-notes")
 
@@ -208,6 +211,7 @@ async def serve_http(port: int) -> None:
 
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    export_traces_if_asked()
     if ARGS.http is not None:
         anyio.run(serve_http, ARGS.http)
     else:
