@@ -271,8 +271,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
 /// line as at start (see [`served_as_asked`]).
 fn config_source(loaded: Loaded, cli: CliOverrides, stdio: bool, admin_unasked: bool) -> (PathBuf, ConfigSource) {
     let path = loaded.path().to_path_buf();
-    let source: ConfigSource =
-        Arc::new(move || Ok(served_as_asked(loaded.load(&cli, false)?, stdio, admin_unasked)));
+    let source: ConfigSource = Arc::new(move || Ok(served_as_asked(loaded.load(&cli, false)?, stdio, admin_unasked)));
     (path, source)
 }
 
