@@ -19,4 +19,5 @@ mod rediss;
 mod replicas;
 mod sealed;
 mod sessions;
+mod stdio_default;
 mod upstream_sessions;
