@@ -131,7 +131,7 @@ mod tests {
         let modes = |config: &Config| -> Vec<(super::super::SessionMode, bool)> {
             config.upstreams.iter().map(|upstream| (upstream.sessions.mode, upstream.sessions.set)).collect()
         };
-        let token = |_: &str| Some("a-static-token-of-alice-5f1e9c".to_string());
+        let token = |name: &str| (name == "T").then(|| "a-static-token-of-alice-5f1e9c".to_string());
         let served = Config::from_toml(&format!("{bearer}{upstreams}"), Path::new("/b"), &token).expect("valid");
         assert_eq!(modes(&served), [(PerPrincipal, false), (Shared, true), (Shared, false)]);
         let said = served.upstreams[0].sessions.describe(true);
