@@ -114,6 +114,9 @@ pub struct UpstreamConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UpstreamSessions {
     pub mode: SessionMode,
+    /// Whether the operator wrote `session`; when not, `mode` is the default for the
+    /// upstream's transport (see [`UpstreamSessions::describe`]).
+    pub set: bool,
     /// A per-principal or per-host session unused this long is closed.
     pub idle: Duration,
     /// At most this many such sessions open on this upstream at once.
@@ -126,9 +129,10 @@ pub struct UpstreamSessions {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SessionMode {
-    /// One connection for every host (the default).
+    /// One connection for every host (the default of an HTTP upstream, and of a stdio one
+    /// that serves one principal).
     Shared,
-    /// One connection per principal, opened on its first use.
+    /// One connection per principal, opened on its first use (the default of a stdio upstream).
     PerPrincipal,
     /// One connection per host session (a 2025 session or a stdio host), opened on its first
     /// use and closed when the host session ends.
@@ -137,7 +141,37 @@ pub enum SessionMode {
 
 impl Default for UpstreamSessions {
     fn default() -> Self {
-        Self { mode: SessionMode::Shared, idle: Duration::from_secs(300), max: 64, max_per_principal: 8 }
+        Self { mode: SessionMode::Shared, set: false, idle: Duration::from_secs(300), max: 64, max_per_principal: 8 }
+    }
+}
+
+impl UpstreamSessions {
+    /// The effective mode and where it comes from, as `check` prints it.
+    pub fn describe(&self, stdio: bool) -> String {
+        let mode = self.mode.name();
+        match (self.set, stdio, self.mode) {
+            (true, _, _) => format!("session = \"{mode}\""),
+            (false, true, SessionMode::PerPrincipal) => format!(
+                "session {mode} (the default of a stdio upstream: a child per principal that uses it, \
+                 beside the one that lists)"
+            ),
+            (false, true, _) => format!(
+                "session {mode} (the default of a stdio upstream when one principal is served: \
+                 [auth] mode = \"none\", or serve --stdio)"
+            ),
+            (false, false, _) => format!("session {mode} (the default)"),
+        }
+    }
+}
+
+impl SessionMode {
+    /// The mode as `session` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SessionMode::Shared => "shared",
+            SessionMode::PerPrincipal => "per-principal",
+            SessionMode::PerHost => "per-host",
+        }
     }
 }
 
@@ -205,6 +239,12 @@ pub struct CliOverrides {
 }
 
 impl Config {
+    /// Served to one principal only (a `serve --stdio` host): a stdio upstream whose `session`
+    /// is not set is shared, as with `[auth] mode = "none"`.
+    pub fn serve_one_principal(&mut self) {
+        upstream::one_principal_served(&mut self.upstreams);
+    }
+
     /// The policies loaded with this configuration.
     pub fn policy_set(&self) -> &PolicySet {
         &self.policies.set
@@ -355,12 +395,15 @@ fn validate(
         .filter(|(_, upstream)| upstream.unprefixed == Some(true))
         .map(|(index, upstream)| (index, upstream.name.clone()))
         .collect();
-    let upstreams: Vec<UpstreamConfig> = raw
+    let mut upstreams: Vec<UpstreamConfig> = raw
         .upstreams
         .into_iter()
         .enumerate()
         .filter_map(|(index, upstream)| validate_upstream(index, upstream, base, lookup, &mut seen, problems))
         .collect();
+    if auth.mode == AuthMode::None {
+        upstream::one_principal_served(&mut upstreams);
+    }
     upstream::at_most_one_unprefixed(&unprefixed, problems);
     cluster::advertised_when_needed(cluster.as_ref(), server.listen, &upstreams, problems);
     Config { server, upstreams, auth, policies, cache, bridge, rate_limits, cluster, audit, telemetry }
@@ -416,7 +459,12 @@ fn validate_upstream(
     let unprefixed = raw.unprefixed.unwrap_or(false);
     let roots = upstream::roots(&at, raw.roots, problems);
     let rate_limits = rate_limits::validate_rate_limits(&format!("{at}.rate_limits"), raw.rate_limits, problems);
-    let sessions = upstream::sessions(&at, folder, &raw_sessions, problems);
+    let kind = match transport {
+        Some(UpstreamTransport::Dir { .. }) => upstream::Kind::Folder,
+        Some(UpstreamTransport::Command { .. }) => upstream::Kind::Stdio,
+        _ => upstream::Kind::Http,
+    };
+    let sessions = upstream::sessions(&at, kind, &raw_sessions, problems);
     if let Some(UpstreamTransport::Http { auth: Some(UpstreamAuth::TokenExchange(_)), .. }) = &transport
         && sessions.mode == SessionMode::Shared
     {

@@ -243,11 +243,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             // when asked to on the command line, so they never fight over its port.
             let admin_asked = admin_listen.is_some();
             let config = match config.load(&CliOverrides { listen, admin_listen }, true) {
-                Ok(mut config) if stdio && !admin_asked => {
-                    config.server.admin_listen = None;
-                    config
-                }
-                Ok(config) => config,
+                Ok(config) => served_as_asked(config, stdio, !admin_asked),
                 Err(error) => {
                     eprint!("{error}");
                     if stdio {
@@ -262,7 +258,8 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             let source = config_source(
                 config_path,
                 CliOverrides { listen: listen_override, admin_listen: admin_override },
-                stdio && !admin_asked,
+                stdio,
+                !admin_asked,
             );
             serve(config, stdio, principal, source, ready_file).await?;
             Ok(ExitCode::SUCCESS)
@@ -271,17 +268,23 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
 }
 
 /// How the configuration is loaded again on reload: the same file, environment and command
-/// line as at start (a stdio proxy keeps its admin listener off unless asked for one).
-fn config_source(loaded: Loaded, cli: CliOverrides, admin_off: bool) -> (PathBuf, ConfigSource) {
+/// line as at start (see [`served_as_asked`]).
+fn config_source(loaded: Loaded, cli: CliOverrides, stdio: bool, admin_unasked: bool) -> (PathBuf, ConfigSource) {
     let path = loaded.path().to_path_buf();
-    let source: ConfigSource = Arc::new(move || {
-        let mut config = loaded.load(&cli, false)?;
-        if admin_off {
+    let source: ConfigSource = Arc::new(move || Ok(served_as_asked(loaded.load(&cli, false)?, stdio, admin_unasked)));
+    (path, source)
+}
+
+/// A stdio proxy serves one principal (its stdio upstreams are shared unless `session` says
+/// otherwise), and keeps its admin listener off unless the command line asked for one.
+fn served_as_asked(mut config: Config, stdio: bool, admin_unasked: bool) -> Config {
+    if stdio {
+        config.serve_one_principal();
+        if admin_unasked {
             config.server.admin_listen = None;
         }
-        Ok(config)
-    });
-    (path, source)
+    }
+    config
 }
 
 /// Every task runs on one [`Spine`]: the signal handlers, the admin listener, the MCP server,

@@ -122,6 +122,32 @@ mod tests {
     }
 
     #[test]
+    fn a_stdio_upstream_is_per_principal_by_default_unless_one_principal_is_served() {
+        use super::super::SessionMode::{PerPrincipal, Shared};
+        let upstreams = "[[upstreams]]\nname = \"ev\"\ncommand = \"node\"\n\n\
+                         [[upstreams]]\nname = \"kept\"\ncommand = \"node\"\nsession = \"shared\"\n\n\
+                         [[upstreams]]\nname = \"web\"\nurl = \"http://127.0.0.1:1/\"\n";
+        let bearer = "[auth]\nmode = \"bearer\"\n[[auth.tokens]]\nprincipal = \"alice\"\ntoken_env = \"T\"\n\n";
+        let modes = |config: &Config| -> Vec<(super::super::SessionMode, bool)> {
+            config.upstreams.iter().map(|upstream| (upstream.sessions.mode, upstream.sessions.set)).collect()
+        };
+        let token = |name: &str| (name == "T").then(|| "a-static-token-of-alice-5f1e9c".to_string());
+        let served = Config::from_toml(&format!("{bearer}{upstreams}"), Path::new("/b"), &token).expect("valid");
+        assert_eq!(modes(&served), [(PerPrincipal, false), (Shared, true), (Shared, false)]);
+        let said = served.upstreams[0].sessions.describe(true);
+        assert!(said.starts_with("session per-principal (the default of a stdio upstream"), "{said}");
+        assert_eq!(served.upstreams[1].sessions.describe(true), "session = \"shared\"");
+        // `[auth] mode = "none"`: every request is one principal's.
+        let anonymous = config(upstreams);
+        assert_eq!(modes(&anonymous), [(Shared, false), (Shared, true), (Shared, false)]);
+        assert!(anonymous.upstreams[0].sessions.describe(true).contains("one principal is served"));
+        // A `serve --stdio` host: the same.
+        let mut stdio_host = served;
+        stdio_host.serve_one_principal();
+        assert_eq!(modes(&stdio_host), [(Shared, false), (Shared, true), (Shared, false)]);
+    }
+
+    #[test]
     fn an_admin_listener_off_loopback_is_warned_about() {
         let open = config("[server]\nadmin_listen = \"0.0.0.0:9464\"\n").warnings();
         assert!(open.iter().any(|w| w.contains("0.0.0.0:9464") && w.contains("authentication")), "{open:?}");

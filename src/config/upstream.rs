@@ -3,7 +3,8 @@
 //! `max_response_bytes` (the largest single message accepted from an upstream), `uri_base`
 //! (how a folder upstream names its files), `unprefixed` (at most one upstream presents
 //! its tools and prompts under their own names), and `roots` (the `file://` roots an upstream
-//! is given), and `session` (shared, or one upstream session per principal or per host).
+//! is given), and `session` (shared, or one upstream session per principal or per host; a
+//! stdio upstream's default is one per principal, unless one principal is served).
 
 use figment::value::Value;
 
@@ -17,11 +18,28 @@ pub(super) struct RawSessions {
     pub max_per_principal: Option<i64>,
 }
 
-/// `session = "shared" | "per-principal" | "per-host"` (a folder upstream is shared only),
-/// `session_idle` (a duration), `max_sessions` and `max_sessions_per_principal` (at least 1).
-pub(super) fn sessions(at: &str, folder: bool, raw: &RawSessions, problems: &mut Vec<Problem>) -> UpstreamSessions {
+/// What kind of upstream the `session` settings are for: each has its own default.
+#[derive(Clone, Copy, PartialEq)]
+pub(super) enum Kind {
+    /// The in-process folder server: shared only.
+    Folder,
+    /// A child process over stdio: per principal unless set. Such a server names no call in
+    /// the requests it sends (sampling, elicitation), so on a shared child they reach a host
+    /// only while one principal ever called it; and what it keeps per session (a toggle, a
+    /// knowledge graph) would be every principal's.
+    Stdio,
+    /// Streamable HTTP: shared unless set (each call's POST stream attributes what it relays).
+    Http,
+}
+
+/// `session = "shared" | "per-principal" | "per-host"` (a folder upstream is shared only; a
+/// stdio one is per principal when `session` is not set), `session_idle` (a duration),
+/// `max_sessions` and `max_sessions_per_principal` (at least 1).
+pub(super) fn sessions(at: &str, kind: Kind, raw: &RawSessions, problems: &mut Vec<Problem>) -> UpstreamSessions {
     let defaults = UpstreamSessions::default();
+    let folder = kind == Kind::Folder;
     let mode = match raw.mode.as_deref() {
+        None if kind == Kind::Stdio => SessionMode::PerPrincipal,
         None | Some("shared") => SessionMode::Shared,
         Some("per-principal") => SessionMode::PerPrincipal,
         Some("per-host") => SessionMode::PerHost,
@@ -52,7 +70,15 @@ pub(super) fn sessions(at: &str, folder: bool, raw: &RawSessions, problems: &mut
     let max = count(raw.max, "max_sessions", defaults.max, problems);
     let max_per_principal =
         count(raw.max_per_principal, "max_sessions_per_principal", defaults.max_per_principal, problems);
-    UpstreamSessions { mode, idle, max, max_per_principal }
+    UpstreamSessions { mode, set: raw.mode.is_some(), idle, max, max_per_principal }
+}
+
+/// Every request is one principal's (`[auth] mode = "none"`, or a `serve --stdio` host): a
+/// stdio upstream whose `session` is not set is shared, one child as it would be per principal.
+pub(super) fn one_principal_served(upstreams: &mut [super::UpstreamConfig]) {
+    for upstream in upstreams.iter_mut().filter(|upstream| !upstream.sessions.set) {
+        upstream.sessions.mode = SessionMode::Shared;
+    }
 }
 
 /// The default `max_response_bytes`: rmcp's own limit for stdio lines and HTTP bodies.

@@ -123,6 +123,10 @@ pub(crate) fn check(path: &Path) -> ExitCode {
             println!("{}: valid ({} upstreams; {policies})", path.display(), config.upstreams.len());
             println!("{}", config.telemetry.describe());
             for upstream in &config.upstreams {
+                let stdio = matches!(upstream.transport, UpstreamTransport::Command { .. });
+                if !matches!(upstream.transport, UpstreamTransport::Dir { .. }) {
+                    println!("upstream {}: {}", upstream.name, upstream.sessions.describe(stdio));
+                }
                 if let UpstreamTransport::Command { sandbox, .. } = &upstream.transport {
                     match sandbox {
                         Some(profile) => println!("upstream {}: sandboxed: {}", upstream.name, profile.describe()),

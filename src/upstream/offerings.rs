@@ -152,7 +152,7 @@ impl Upstream {
         match (answer, refusal) {
             (Err(ProxyError::InvalidParams(_) | ProxyError::UpstreamFailed { .. }), Some(refusal)) => {
                 tracing::debug!(upstream = self.name(), method, ?refusal, "a routed call failed after a relay refusal");
-                Err(self.failed(format!("the {method} failed after {}", refusal.describe())))
+                Err(self.failed(format!("the {method} failed after {}", refusal.describe(self.name()))))
             }
             (answer, _) => answer,
         }

@@ -19,5 +19,6 @@ mod rediss;
 mod replicas;
 mod sealed;
 mod sessions;
+mod stdio_default;
 mod traces;
 mod upstream_sessions;

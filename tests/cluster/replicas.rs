@@ -17,11 +17,12 @@ pub const BOB_TOKEN: &str = "bob-tok-cluster-8d2a40";
 pub const TOKENS: [(&str, &str); 2] = [("ALICE_TOKEN", ALICE_TOKEN), ("BOB_TOKEN", BOB_TOKEN)];
 
 /// alice and bob (both allowed everything), lists of 2 per page, one fixture upstream `fx` per
-/// replica (a stdio child each) speaking 2026-07-28: 7 resources, the `ask` tool.
+/// replica (a stdio child each, shared by both: `session = "shared"`) speaking 2026-07-28: 7
+/// resources, the `ask` tool.
 pub fn config() -> anyhow::Result<(String, tempfile::TempDir)> {
     let policies = alice_and_bob_policies("allow = [\"**\"]\n", "allow = [\"**\"]\n")?;
     let upstream = fixture_upstream("fx", &["--era", "modern", "--resources", "5"]);
-    let upstream = format!("{}\nprotocol = \"2026-07-28\"\n\n", upstream.trim_end());
+    let upstream = format!("{}\nprotocol = \"2026-07-28\"\nsession = \"shared\"\n\n", upstream.trim_end());
     Ok((alice_and_bob_under_policies("page_size = 2", policies.path(), &upstream), policies))
 }
 

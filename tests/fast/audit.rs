@@ -1,5 +1,5 @@
 //! The audit trail end to end: the real proxy binary with `[audit] file`, a real fixture
-//! upstream, real rmcp clients in both eras (a 2025 session and 2026-07-28 stateless requests,
+//! upstream (one child shared by every principal, so reads are cached), real rmcp clients in both eras (a 2025 session and 2026-07-28 stateless requests,
 //! both answered on the fast path for reads), static tokens and a JWT checked against a JWKS
 //! served by the test, refused tokens over plain HTTP, a policy reload and a config reload
 //! (SIGHUP). The file must hold exactly one event per call, prompt, read, subscription,
@@ -45,7 +45,7 @@ fn config(jwks_url: &str, policies: &Path, audit_file: &Path, server: &str) -> S
          [[auth.tokens]]\nprincipal = \"alice\"\ntoken_env = \"ALICE_TOKEN\"\n\n\
          [[auth.tokens]]\nprincipal = \"bob\"\ntoken_env = \"BOB_TOKEN\"\n\n\
          [auth.jwt]\nresource = {}\nissuer = {}\njwks_url = {}\njwks_min_refresh = \"1h\"\n\n\
-         [policies]\ndir = {}\n\n[audit]\nfile = {}\n\n{}",
+         [policies]\ndir = {}\n\n[audit]\nfile = {}\n\n{}session = \"shared\"\n",
         toml_str(RESOURCE),
         toml_str(ISSUER),
         toml_str(jwks_url),

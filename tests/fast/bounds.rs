@@ -151,10 +151,11 @@ async fn exchange(stream: &mut TcpStream) -> anyhow::Result<String> {
     .context("no reply")?
 }
 
-/// The proxy with the bridge on and a fixture upstream `fx` (`fixture_args`), for alice and bob.
+/// The proxy with the bridge on and a fixture upstream `fx` (`fixture_args`; one child shared
+/// by alice and bob), for alice and bob.
 async fn bridged(server: &str, bridge: &str, fixture_args: &[&str]) -> anyhow::Result<ProxyProcess> {
     let rest = format!(
-        "[bridge]\nenabled = true\n{bridge}\n\n[cache]\nenabled = false\n\n{}",
+        "[bridge]\nenabled = true\n{bridge}\n\n[cache]\nenabled = false\n\n{}session = \"shared\"\n",
         fixture_upstream("fx", fixture_args)
     );
     let proxy = ProxyProcess::start_with(&config(server, &rest), &[], &TOKENS).await?;

@@ -3,7 +3,8 @@
 //! logs `<tag> late` and asks `late sampling of <tag>` some time after its `late` tool answered
 //! alice, while bob's call is the only one in flight; bob hears and is asked nothing of alice's,
 //! and the proxy counts what it could not attribute. A message that names its call by the
-//! progress token the proxy gave it (`_meta.progressToken`) reaches that call's host.
+//! progress token the proxy gave it (`_meta.progressToken`) reaches that call's host. The
+//! upstream is set `session = "shared"`: what is tested is its one child serving both.
 
 #![allow(deprecated)] // Sampling and logging are deprecated by SEP-2577 but still in the 2025 era.
 
@@ -103,7 +104,7 @@ async fn start() -> anyhow::Result<(ProxyProcess, tempfile::TempDir)> {
         "[auth]\nmode = \"bearer\"\n\n\
          [[auth.tokens]]\nprincipal = \"alice\"\ntoken_env = \"ALICE_TOKEN\"\n\n\
          [[auth.tokens]]\nprincipal = \"bob\"\ntoken_env = \"BOB_TOKEN\"\n\n\
-         [policies]\ndir = {}\n\n{}protocol = \"2025-11-25\"\n",
+         [policies]\ndir = {}\n\n{}protocol = \"2025-11-25\"\nsession = \"shared\"\n",
         toml_str(policies.path().to_str().expect("utf-8 path")),
         fixture_upstream("fx", &[])
     );

@@ -3,9 +3,12 @@
 //! token of its own on every request it sends, as most servers name none), the proxy binary,
 //! rmcp hosts of one or two principals over streamable HTTP.
 //!
+//! The upstream is set `session = "shared"` (a stdio upstream's default is a child per principal,
+//! where such a request always has one principal's calls to go to).
+//!
 //! - When the proxy refuses to relay such a request and the upstream fails its call because of
 //!   it (passing the refusal's code on, as the fixture's `propagate` does), the host's error names the
-//!   refusal — what was refused and why — not "refused the tools/call arguments".
+//!   refusal — what was refused and why, and what to set — not "refused the tools/call arguments".
 //! - One host that never answers its call's sampling holds only its own call: another host's
 //!   sampling on the same upstream is relayed and answered meanwhile, and the parked call fails
 //!   alone, at its own timeout.
@@ -99,7 +102,7 @@ async fn sample(host: &Peer<RoleClient>, arguments: Value) -> Result<CallToolRes
 async fn start() -> anyhow::Result<(ProxyProcess, tempfile::TempDir)> {
     let policies = alice_and_bob_policies("allow = [\"**\"]\n", "allow = [\"**\"]\n")?;
     let upstream = format!(
-        "{}protocol = \"2025-11-25\"\nrequest_timeout = \"{REQUEST_TIMEOUT_SECS}s\"\n",
+        "{}protocol = \"2025-11-25\"\nrequest_timeout = \"{REQUEST_TIMEOUT_SECS}s\"\nsession = \"shared\"\n",
         fixture_upstream("fx", &[])
     );
     let config = alice_and_bob_under_policies("", policies.path(), &upstream);
@@ -151,6 +154,8 @@ async fn a_call_failed_over_an_unattributed_request_says_so() -> anyhow::Result<
     let message = message_of(&called.expect_err("the upstream failed the call"));
     assert!(message.contains("upstream `fx`"), "{message}");
     assert!(message.contains("sampling without naming its call"), "names the refusal: {message}");
+    let advice = "set `session = \"per-principal\"` on upstream `fx` to keep sampling for every caller";
+    assert!(message.contains(advice), "says what to set: {message}");
     assert!(!message.contains("arguments"), "not the host's arguments: {message}");
     assert!(!message.contains("alice"), "nothing of another principal: {message}");
     assert!(bob_asked.try_recv().is_err(), "an unnamed request is not guessed at");

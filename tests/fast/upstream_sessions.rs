@@ -95,7 +95,8 @@ fn ended(pid: &str) -> bool {
 #[tokio::test(flavor = "multi_thread")]
 async fn per_principal_sessions_keep_alice_and_bob_apart_while_a_shared_upstream_serves_both_from_one()
 -> anyhow::Result<()> {
-    let (proxy, _policies) = start(&[("per", "session = \"per-principal\""), ("shared", "")]).await?;
+    let (proxy, _policies) =
+        start(&[("per", "session = \"per-principal\""), ("shared", "session = \"shared\"")]).await?;
     let (alice, bob) = (host(&proxy.url, ALICE_TOKEN).await?, host(&proxy.url, BOB_TOKEN).await?);
 
     assert_eq!(text(&alice, "per__remember", json!({"value": "alice's"})).await?, "kept alice's");
@@ -214,7 +215,8 @@ async fn next_updated(stream: &mut Subscription) -> anyhow::Result<String> {
 #[tokio::test(flavor = "multi_thread")]
 async fn per_principal_subscriptions_hear_only_their_own_session_while_a_shared_upstream_tells_both()
 -> anyhow::Result<()> {
-    let (proxy, _policies) = start(&[("per", "session = \"per-principal\""), ("shared", "")]).await?;
+    let (proxy, _policies) =
+        start(&[("per", "session = \"per-principal\""), ("shared", "session = \"shared\"")]).await?;
     let (per, shared) = ("per+session://value", "shared+session://value");
     let (alice, mut alice_heard) = connect_http_with_token(&proxy.url, Era::Legacy, ALICE_TOKEN).await?;
     for uri in [per, shared] {
@@ -277,7 +279,8 @@ async fn per_principal_subscriptions_hear_only_their_own_session_while_a_shared_
 #[allow(deprecated)]
 async fn a_hosts_log_level_reaches_its_own_upstream_session_before_its_next_call() -> anyhow::Result<()> {
     use rmcp::model::{LoggingLevel, SetLevelRequestParams};
-    let upstreams = [("own", "session = \"per-host\""), ("per", "session = \"per-principal\""), ("shared", "")];
+    let upstreams =
+        [("own", "session = \"per-host\""), ("per", "session = \"per-principal\""), ("shared", "session = \"shared\"")];
     let (proxy, _policies) = start(&upstreams).await?;
     let (first, second) = (host(&proxy.url, ALICE_TOKEN).await?, host(&proxy.url, ALICE_TOKEN).await?);
     let level = async |host: &Host, upstream: &str| text(host, &format!("{upstream}__level"), json!({})).await;
@@ -307,7 +310,7 @@ async fn a_subscription_on_an_upstream_session_is_made_again_when_a_reload_repla
     let policies = alice_and_bob_policies("allow = [\"**\"]\n", "allow = [\"**\"]\n")?;
     let config = |per_extra: &str| {
         let entries = session_upstream("per", &format!("session = \"per-principal\"\n{per_extra}"))
-            + &session_upstream("shared", "");
+            + &session_upstream("shared", "session = \"shared\"");
         alice_and_bob_under_policies("", policies.path(), &entries)
     };
     let proxy = ProxyProcess::start_with_offerings(&config(""), &TOKENS, &["per", "shared"]).await?;
@@ -356,7 +359,11 @@ async fn next_host_updated(heard: &mut crate::support::fixture::Events) -> anyho
 /// a leaked `tools/list_changed` would already have been heard.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sessions_own_tool_list_reaches_its_own_hosts_only() -> anyhow::Result<()> {
-    let upstreams = [("per", "session = \"per-principal\""), ("host", "session = \"per-host\""), ("shared", "")];
+    let upstreams = [
+        ("per", "session = \"per-principal\""),
+        ("host", "session = \"per-host\""),
+        ("shared", "session = \"shared\""),
+    ];
     let (proxy, _policies) = start(&upstreams).await?;
     let shared = "shared+session://value";
     let (alice, mut alice_heard) = told_host(&proxy.url, ALICE_TOKEN).await?;

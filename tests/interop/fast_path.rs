@@ -43,7 +43,8 @@ struct Served {
 
 impl Served {
     /// The proxy with bearer principals alice and bob, their policies, lists in pages of 2,
-    /// `server_extra` in `[server]`, and one fixture upstream (5 items, cached for an hour).
+    /// `server_extra` in `[server]`, and one fixture upstream (5 items, cached for an hour;
+    /// `session = "shared"`, so its reads are cached across principals).
     async fn start(server_extra: &str) -> anyhow::Result<Self> {
         let policies = tempfile::tempdir()?;
         std::fs::write(policies.path().join("alice.toml"), ALICE_POLICY)?;
@@ -55,7 +56,7 @@ impl Served {
              [[auth.tokens]]\nprincipal = \"bob\"\ntoken_env = \"BOB_TOKEN\"\n\n\
              [policies]\ndir = {}\n\n{}",
             toml_str(policies.path().to_str().context("utf-8 path")?),
-            fixture_upstream("fx", &["--resources", "5", "--ttl-ms", "3600000"])
+            fixture_upstream("fx", &["--resources", "5", "--ttl-ms", "3600000"]) + "session = \"shared\"\n"
         );
         let proxy = ProxyProcess::start_with(&config, &[], &TOKENS).await?;
         proxy.wait_up("fx", 1).await?;

@@ -30,6 +30,7 @@ mod relay_post_only;
 mod reload;
 mod sandbox;
 mod servers_people_run;
+mod stdio_default;
 mod third_party;
 mod tools;
 mod ts_client;

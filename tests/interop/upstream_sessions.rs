@@ -109,8 +109,11 @@ async fn python_and_typescript_hosts_of_both_eras_see_only_their_principals_sess
 #[tokio::test]
 async fn server_everythings_toggle_is_per_principal_on_a_per_principal_upstream_and_shared_otherwise()
 -> anyhow::Result<()> {
-    let upstreams =
-        format!("{}{}", everything_upstream("evp", "session = \"per-principal\""), everything_upstream("evs", ""));
+    let upstreams = format!(
+        "{}{}",
+        everything_upstream("evp", "session = \"per-principal\""),
+        everything_upstream("evs", "session = \"shared\"")
+    );
     let (proxy, _policies) = start(&upstreams, &["evp", "evs"]).await?;
     let url = proxy.url.as_str();
     let toggle = |upstream: &str| format!("call:{upstream}__toggle-subscriber-updates:{{}}");
@@ -137,8 +140,11 @@ async fn server_everythings_toggle_is_per_principal_on_a_per_principal_upstream_
 /// (started, not stopped: his switch is his) and hears his.
 #[tokio::test]
 async fn server_everythings_simulated_updates_reach_only_the_principal_whose_session_toggled() -> anyhow::Result<()> {
-    let upstreams =
-        format!("{}{}", everything_upstream("evp", "session = \"per-principal\""), everything_upstream("evs", ""));
+    let upstreams = format!(
+        "{}{}",
+        everything_upstream("evp", "session = \"per-principal\""),
+        everything_upstream("evs", "session = \"shared\"")
+    );
     let (proxy, _policies) = start(&upstreams, &["evp", "evs"]).await?;
     let url = proxy.url.as_str();
     let (per, shared) =

@@ -30,13 +30,15 @@ pub(crate) enum Refusal {
 }
 
 impl Refusal {
-    /// What happened, as the end of "the call failed after …".
-    pub fn describe(&self) -> String {
+    /// What happened, as the end of "the call failed after …", on `upstream`; for a request
+    /// that named no call, what to set so that it is relayed.
+    pub fn describe(&self, upstream: &str) -> String {
         match self {
             Refusal::Unattributed(kind) => format!(
                 "the upstream asked for {kind} without naming its call, which the proxy does not relay on a \
-                 stdio upstream that serves several principals (the request must carry the call's \
-                 `_meta.progressToken`)"
+                 shared stdio upstream once several principals called it (the request must carry the call's \
+                 `_meta.progressToken`): set `session = \"per-principal\"` on upstream `{upstream}` to keep \
+                 {kind} for every caller"
             ),
             Refusal::Undeclared(kind) => {
                 format!("it asked the calling host for {kind}, which the host did not declare (capability `{kind}`)")

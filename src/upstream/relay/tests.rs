@@ -182,6 +182,7 @@ fn a_refusal_is_kept_by_its_call_and_an_unattributed_one_by_every_call() {
     for id in [1, 2] {
         assert_eq!(book.refusal_of(&RequestId::Number(id)), Some(Refusal::Unattributed("sampling")));
     }
-    let said = Refusal::Unattributed("sampling").describe();
+    let said = Refusal::Unattributed("sampling").describe("fx");
     assert!(said.contains("without naming its call") && !said.contains("alice") && !said.contains("bob"), "{said}");
+    assert!(said.contains("set `session = \"per-principal\"` on upstream `fx`"), "says what to set: {said}");
 }
