@@ -2,7 +2,8 @@
 //! `tools/call`, `prompts/get`, `completion/complete` and `resources/read` (cache hits
 //! included, marked), each subscribe, unsubscribe and listen stream, each request refused by
 //! policy, each refused bearer token, each config or policy reload — written as JSON lines to
-//! the `audit` log target or to `[audit] file`.
+//! `[audit] file` (by default `audit.jsonl` in systemd's state folder or beside the config), or
+//! with `file = "-"` to the `audit` log target.
 //!
 //! The hosts' side (`downstream`, both the rmcp handler and the fast path) makes a request's
 //! event when its answer is known, from what it knows (principal, method, name or URI, era,

@@ -385,7 +385,7 @@ fn validate(
     let bridge = bridge::validate_bridge(raw.bridge, problems);
     let rate_limits = rate_limits::validate_rate_limits("rate_limits", raw.rate_limits, problems);
     let cluster = cluster::validate_cluster(raw.cluster, base, lookup, problems);
-    let audit = audit::validate_audit(raw.audit, base, problems);
+    let audit = audit::validate_audit(raw.audit, base, lookup, problems);
     let mut telemetry = telemetry::validate_telemetry(raw.telemetry, lookup, problems);
     if let Some(cluster) = &cluster {
         telemetry.name_instance(&cluster.replica_id);

@@ -2,7 +2,10 @@
 //!
 //! Invariant: what reaches a client says what went wrong and where (which upstream), never
 //! upstream internals — an upstream's own error text, stack traces or credentials are logged
-//! at most, never forwarded.
+//! at most, never forwarded. The one exception is why a stdio child could not start or exited
+//! ([`ProxyError::UpstreamDown`]'s `cause`): its command, how it ended and its last stderr
+//! line with the values of the variables its entry names masked, told only where the upstream
+//! is already named to the host.
 
 use std::time::Duration;
 
@@ -28,9 +31,12 @@ pub enum ProxyError {
     /// The request itself is malformed.
     #[error("invalid request: {0}")]
     InvalidParams(String),
-    /// The upstream the URI routes to is not connected right now.
-    #[error("upstream `{upstream}` is not connected; try again later")]
-    UpstreamDown { upstream: String },
+    /// The upstream the URI routes to is not connected right now. `cause` is why its stdio
+    /// child could not start (its command and how it failed or exited, never its environment),
+    /// when that is why; said only where the upstream is already named to the host (a URI it
+    /// may read, a tool or prompt it may call).
+    #[error("upstream `{upstream}` is not connected{}; try again later", because(cause.as_deref()))]
+    UpstreamDown { upstream: String, cause: Option<String> },
     /// The upstream did not answer in time.
     #[error("upstream `{upstream}` did not answer within {}", humantime(*.timeout))]
     UpstreamTimeout { upstream: String, timeout: Duration },
@@ -95,7 +101,11 @@ impl ProxyError {
             Self::SessionLimit { upstream, .. } => {
                 ErrorData::invalid_request(message, Some(json!({ "upstream": upstream, "kind": self.kind() })))
             }
-            Self::UpstreamDown { upstream }
+            Self::UpstreamDown { upstream, cause: Some(cause) } => ErrorData::internal_error(
+                message,
+                Some(json!({ "upstream": upstream, "kind": self.kind(), "cause": cause })),
+            ),
+            Self::UpstreamDown { upstream, cause: None }
             | Self::UpstreamTimeout { upstream, .. }
             | Self::UpstreamFailed { upstream, .. } => {
                 ErrorData::internal_error(message, Some(json!({ "upstream": upstream, "kind": self.kind() })))
@@ -130,6 +140,10 @@ fn at_upstream(upstream: Option<&str>, scope: &str) -> String {
         Some(upstream) if scope == "upstream" => format!(" at upstream `{upstream}`"),
         _ => String::new(),
     }
+}
+
+fn because(cause: Option<&str>) -> String {
+    cause.map(|cause| format!(" ({cause})")).unwrap_or_default()
 }
 
 fn retry_text(retry_after: Duration) -> String {

@@ -603,7 +603,7 @@ impl RemoteError {
                 ProxyError::UnknownName { offering, name }
             }
             RemoteError::InvalidParams { message } => ProxyError::InvalidParams(message),
-            RemoteError::UpstreamDown => ProxyError::UpstreamDown { upstream },
+            RemoteError::UpstreamDown => ProxyError::UpstreamDown { upstream, cause: None },
             RemoteError::UpstreamTimeout { timeout_ms } => {
                 ProxyError::UpstreamTimeout { upstream, timeout: Duration::from_millis(timeout_ms) }
             }

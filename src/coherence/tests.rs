@@ -355,7 +355,7 @@ async fn randomized_reads_never_return_content_older_than_a_received_update() {
 async fn stale_if_error_serves_an_expired_entry_but_never_an_invalidated_one() {
     let (cache, _) = with(CacheConfig { stale_if_error: Duration::from_secs(60), ..config() });
     let short = || async { Ok(Loaded::unwatched(text("v1").with_ttl_ms(1))) };
-    let down = || async { Err(ProxyError::UpstreamDown { upstream: "u".into() }) };
+    let down = || async { Err(ProxyError::UpstreamDown { upstream: "u".into(), cause: None }) };
     cache.read(request("u", 0, "x://a", "p"), short).await.unwrap();
     // Let the 1 ms lifetime pass: the expiry is the behaviour under test.
     tokio::time::sleep(Duration::from_millis(5)).await;

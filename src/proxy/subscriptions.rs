@@ -109,7 +109,7 @@ impl Subscriptions {
         let found = self
             .access
             .upstream(upstream)
-            .ok_or_else(|| ProxyError::UpstreamDown { upstream: upstream.to_string() })?;
+            .ok_or_else(|| ProxyError::UpstreamDown { upstream: upstream.to_string(), cause: None })?;
         let host = of.host.map(HostSession::from);
         let (changes_in, changes) = tokio::sync::mpsc::channel(REPLICA_HOLD_QUEUE);
         let info = OutletInfo {

@@ -155,7 +155,7 @@ impl Tools {
         (relay, presented): (Option<Arc<dyn HostRelay>>, &str),
     ) -> Ran {
         let principal = of.principal;
-        let down = || ProxyError::UpstreamDown { upstream: of.upstream.to_string() };
+        let down = || ProxyError::UpstreamDown { upstream: of.upstream.to_string(), cause: None };
         let upstream = self.inner.upstreams.get(of.upstream).ok_or_else(down)?;
         // A shared upstream's request comes here only to resume a call parked here.
         if upstream.config().sessions.mode == SessionMode::Shared && !resumes_parked(&call) {

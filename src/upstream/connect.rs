@@ -210,7 +210,11 @@ async fn start(
             running.map(|running| (running, None)).map_err(|e| initialize_failure(&e, None))
         }
         UpstreamTransport::Command { program, args, env, inherit_env, cwd, sandbox } => {
-            let (mut command, lifeline) = stdio_command(program, args, sandbox.as_ref())?;
+            let not_started = |why: String| {
+                output.not_started(&why);
+                why
+            };
+            let (mut command, lifeline) = stdio_command(program, args, sandbox.as_ref()).map_err(not_started)?;
             let environment = child_environment(std::env::vars_os(), inherit_env, env, sandbox.as_ref());
             command.env_clear().envs(environment);
             if let Some(cwd) = cwd {
@@ -227,7 +231,7 @@ async fn start(
                 spine,
             );
             drop(launcher_end);
-            let transport = spawned.map_err(|e| format!("cannot start `{program}`: {e}"))?;
+            let transport = spawned.map_err(|e| not_started(format!("cannot start `{program}`: {e}")))?;
             let transport = tap.on(transport);
             let running = handler.serve_with_lifecycle(transport, mode).await;
             running.map(|running| (running, None)).map_err(|e| match output.exit() {

@@ -76,7 +76,7 @@ impl Upstream {
                     }
                 }
                 self.inner.broken.notify_one();
-                ProxyError::UpstreamDown { upstream: self.name().to_string() }
+                self.down()
             }
         }
     }

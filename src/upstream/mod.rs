@@ -192,6 +192,9 @@ struct Inner {
     watch_set_copies: std::sync::atomic::AtomicU64,
     /// What its stdio children said on stderr.
     child_output: Arc<reason::ChildOutput>,
+    /// Why its stdio child could not start or exited, in words a host may be told (see
+    /// `reason::ChildOutput::cause_for_host`); none while it is up.
+    cause_for_host: Mutex<Option<String>>,
     /// True once the first connection attempt ended, either way.
     settled: watch::Sender<bool>,
     /// The running supervisor: what stops it, and its task.
@@ -309,6 +312,7 @@ impl Upstream {
             connections: std::sync::atomic::AtomicU64::new(0),
             watch_set_copies: std::sync::atomic::AtomicU64::new(0),
             child_output: Arc::default(),
+            cause_for_host: Mutex::new(None),
             settled: watch::Sender::new(false),
             supervisor: Mutex::new(None),
             relays: Arc::new(relays),
@@ -477,12 +481,14 @@ impl Upstream {
     }
 
     pub(crate) fn link(&self) -> Result<Link, ProxyError> {
-        self.inner
-            .link
-            .lock()
-            .expect("link lock")
-            .clone()
-            .ok_or_else(|| ProxyError::UpstreamDown { upstream: self.name().to_string() })
+        self.inner.link.lock().expect("link lock").clone().ok_or_else(|| self.down())
+    }
+
+    /// The error of a request that finds it not connected: with why its child could not
+    /// start, when that is known.
+    pub(crate) fn down(&self) -> ProxyError {
+        let cause = self.inner.cause_for_host.lock().expect("cause lock").clone();
+        ProxyError::UpstreamDown { upstream: self.name().to_string(), cause }
     }
 
     pub(crate) fn config(&self) -> &UpstreamConfig {

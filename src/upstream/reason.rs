@@ -1,9 +1,11 @@
 //! Why an upstream is down, in plain words: the root cause of a connect error (found by
 //! walking its source chain), and the last lines a stdio child wrote to stderr.
 //!
-//! Invariant: what this module produces is for logs and `/status` only, never for clients;
-//! URLs in it are redacted ([`redact_url`]), and a child's stderr tail is bounded
-//! ([`TAIL_LINES`] lines, [`TAIL_BYTES`] bytes).
+//! Invariant: what this module produces is for logs and `/status` only, never for clients,
+//! but for [`ChildOutput::cause_for_host`] (why a stdio child could not start or exited: its
+//! command, how it ended, its last stderr line with the values of the variables its entry
+//! names masked); URLs in it are redacted ([`redact_url`]), and a child's stderr tail is
+//! bounded ([`TAIL_LINES`] lines, [`TAIL_BYTES`] bytes).
 
 use std::collections::VecDeque;
 use std::error::Error as StdError;
@@ -79,6 +81,18 @@ pub(crate) fn plain(error: &(dyn StdError + 'static), url: Option<&str>) -> Stri
     })
 }
 
+/// `line` with each of `secrets` (the longest first, so none is left half masked) replaced
+/// by `***`; values shorter than [`MASKED_MIN`] are left (they would mask ordinary words).
+fn mask(line: &str, secrets: &[String]) -> String {
+    let mut secrets: Vec<&String> = secrets.iter().filter(|s| s.len() >= MASKED_MIN).collect();
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    let masked = secrets.into_iter().fold(line.to_string(), |line, secret| line.replace(secret.as_str(), "***"));
+    redact_urls_in(&masked)
+}
+
+/// The shortest variable value masked in a line a host may be told.
+const MASKED_MIN: usize = 4;
+
 /// A TLS client's refusal of the server's certificate (rustls' words), said plainly.
 fn certificate_refused(error: &str) -> Option<&'static str> {
     let detail = error.strip_prefix("invalid peer certificate: ")?;
@@ -129,6 +143,8 @@ struct TailState {
     bytes: usize,
     generation: u64,
     exit: Option<String>,
+    /// Why the last child could not be started at all (the proxy's own words).
+    not_started: Option<String>,
 }
 
 impl ChildOutput {
@@ -139,8 +155,40 @@ impl ChildOutput {
         state.lines.clear();
         state.bytes = 0;
         state.exit = None;
+        state.not_started = None;
         self.open.send_replace(Some(state.generation));
         state.generation
+    }
+
+    /// A child could not be started: `why`, in the proxy's own words (`cannot start `x`: …`).
+    pub fn not_started(&self, why: &str) {
+        let mut state = self.state.lock().expect("tail lock");
+        state.generation += 1;
+        state.lines.clear();
+        state.bytes = 0;
+        state.exit = None;
+        state.not_started = Some(why.to_string());
+        self.open.send_replace(None);
+    }
+
+    /// Why the last child of `program` is not serving, in words a host may be told: it could
+    /// not be started, or it exited (with its last stderr line, each of `secrets` in it masked;
+    /// the launcher's own `sandbox: cannot start …` said as the proxy says it). `None` while it
+    /// runs, or when it did not get as far as starting.
+    pub fn cause_for_host(&self, program: &str, secrets: &[String]) -> Option<String> {
+        let state = self.state.lock().expect("tail lock");
+        if let Some(why) = &state.not_started {
+            return Some(why.clone());
+        }
+        let exit = state.exit.as_ref()?;
+        let Some(last) = state.lines.iter().rev().find(|line| !line.trim().is_empty()) else {
+            return Some(format!("`{program}` exited ({exit})"));
+        };
+        let last = mask(last, secrets);
+        Some(match last.strip_prefix("sandbox: ") {
+            Some(launcher) if launcher.starts_with("cannot start ") => launcher.to_string(),
+            _ => format!("`{program}` exited ({exit}): {last}"),
+        })
     }
 
     /// Keep `line` of child `generation` (older children's lines are dropped).
@@ -204,6 +252,32 @@ impl ChildOutput {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_host_is_told_how_a_child_ended_without_its_secrets() {
+        let secrets = ["s3cr3t-value".to_string(), "ab".to_string()];
+        let output = ChildOutput::default();
+        assert_eq!(output.cause_for_host("srv", &secrets), None, "no child yet");
+        let first = output.child_started();
+        output.push(first, "token s3cr3t-value refused; ab");
+        assert_eq!(output.cause_for_host("srv", &secrets), None, "still running");
+        output.exited(first, exit_status(3));
+        let told = output.cause_for_host("srv", &secrets).unwrap();
+        assert_eq!(told, "`srv` exited (exit status: 3): token *** refused; ab");
+        let second = output.child_started();
+        output.push(second, "sandbox: cannot start `srv`: No such file or directory (os error 2)");
+        output.exited(second, exit_status(127));
+        let told = output.cause_for_host("srv", &secrets).unwrap();
+        assert_eq!(told, "cannot start `srv`: No such file or directory (os error 2)");
+        output.not_started("cannot start `srv`: permission denied");
+        assert_eq!(output.cause_for_host("srv", &secrets).unwrap(), "cannot start `srv`: permission denied");
+        output.child_started();
+        assert_eq!(output.cause_for_host("srv", &secrets), None, "a new child runs");
+    }
+
+    fn exit_status(code: i32) -> std::process::ExitStatus {
+        std::os::unix::process::ExitStatusExt::from_raw(code << 8)
+    }
 
     #[test]
     fn a_refused_certificate_is_said_plainly() {

@@ -324,7 +324,7 @@ impl Upstream {
                 tracing::warn!(upstream = self.name(), principal, "upstream session could not be opened");
                 book.forget(&key, &session);
                 self.inner.metrics.set_upstream_sessions(self.name(), book.len());
-                return Err(ProxyError::UpstreamDown { upstream: self.name().to_string() });
+                return Err(session.down());
             }
         }
         session.subscriptions_settled().await;
@@ -695,8 +695,7 @@ impl Upstream {
         if of_principal >= settings.max_per_principal {
             return Err(over(settings.max_per_principal, "max_sessions_per_principal"));
         }
-        let (spine, parent_stop) =
-            self.launch().ok_or_else(|| ProxyError::UpstreamDown { upstream: self.name().to_string() })?;
+        let (spine, parent_stop) = self.launch().ok_or_else(|| self.down())?;
         let reclaimed = match open.len() >= settings.max {
             true => Some(book.reclaim(&mut open, settings.idle).ok_or_else(|| over(settings.max, "max_sessions"))?),
             false => None,

@@ -123,6 +123,7 @@ impl Supervisor {
             s.last_error = Some(error);
             s.stderr_tail = stderr_tail;
         });
+        *self.upstream.inner.cause_for_host.lock().expect("cause lock") = self.cause_for_host();
         self.upstream.inner.settled.send_replace(true);
         let metrics = &self.upstream.inner.metrics;
         if !self.upstream.is_session() {
@@ -130,6 +131,21 @@ impl Supervisor {
             metrics.set_catalog_size(name, 0, 0);
         }
         self.emit(UpstreamEvent::Down { upstream: name.to_string() });
+    }
+
+    /// Why its stdio child could not start or exited, for a host's error (see
+    /// `ChildOutput::cause_for_host`): the values of the variables its entry names (`env`,
+    /// `inherit_env`, a sandbox's `keep_env`) are masked. None for other transports.
+    fn cause_for_host(&self) -> Option<String> {
+        let UpstreamTransport::Command { program, env, inherit_env, sandbox, .. } = &self.upstream.config().transport
+        else {
+            return None;
+        };
+        let kept = sandbox.iter().flat_map(|profile| profile.keep_env.iter());
+        let inherited = inherit_env.iter().chain(kept).filter_map(std::env::var_os);
+        let secrets: Vec<String> =
+            env.values().cloned().chain(inherited.filter_map(|value| value.into_string().ok())).collect();
+        self.upstream.inner.child_output.cause_for_host(program, &secrets)
     }
 
     async fn connect_and_serve(&self, remembered: &mut Option<Era>, backoff: &mut Duration) -> End {
@@ -160,6 +176,7 @@ impl Supervisor {
         };
         *backoff = BACKOFF_MIN;
         self.upstream.set_link(Some(link.clone()));
+        *self.upstream.inner.cause_for_host.lock().expect("cause lock") = None;
         self.upstream.update_status(|s| {
             s.state = LinkState::Up;
             s.era = Some(era);

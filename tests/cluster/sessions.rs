@@ -22,7 +22,9 @@ const ITEM: &str = "fx+fx://fx/item/1";
 /// several requests, each a new cursor from whichever replica answered.
 async fn upstream() -> anyhow::Result<(HttpFixture, String)> {
     let fixture = HttpFixture::spawn(&["--resources", "7"]).await?;
-    let config = format!("[server]\npage_size = 2\n\n{}", http_upstream("fx", &fixture.url, ""));
+    // The audit trail on the log (not its own file), where the replicas' lines are looked for.
+    let config =
+        format!("[server]\npage_size = 2\n\n[audit]\nfile = \"-\"\n\n{}", http_upstream("fx", &fixture.url, ""));
     Ok((fixture, config))
 }
 

@@ -31,7 +31,8 @@ async fn traced_proxy(env: &[(&str, String)]) -> anyhow::Result<(ProxyProcess, H
     let upstreams = format!("{cache}{}{}", http_upstream("web", &web.url, ""), fixture_upstream("pipe", &[]));
     let config = alice_and_bob_under_policies("", policies.path(), &upstreams);
     let mut env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    env.extend([("ALICE_TOKEN", ALICE), ("BOB_TOKEN", "bob-token-traces-77aa")]);
+    // The audit trail on the log (not its own file), where its lines are looked for.
+    env.extend([("ALICE_TOKEN", ALICE), ("BOB_TOKEN", "bob-token-traces-77aa"), ("MCP_PROXY_AUDIT__FILE", "-")]);
     let proxy = ProxyProcess::start_with(&config, &[], &env).await?;
     proxy.wait_offerings("web").await?;
     proxy.wait_up("pipe", 1).await?;

@@ -40,7 +40,11 @@ impl Served {
         let docs = dir.path().join("docs");
         std::fs::create_dir(&docs)?;
         std::fs::write(docs.join("a.md"), "# a\n")?;
-        let config = format!("[[upstreams]]\nname = \"docs\"\ndir = {}\n", toml_str(&docs.display().to_string()));
+        // The audit trail on the log (not its own file): its lines are told apart there.
+        let config = format!(
+            "[audit]\nfile = \"-\"\n\n[[upstreams]]\nname = \"docs\"\ndir = {}\n",
+            toml_str(&docs.display().to_string())
+        );
         let path = write_config(dir.path(), &config)?;
         let mut child = Command::new(PROXY_BIN)
             .args(["--log-format", "json", "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])

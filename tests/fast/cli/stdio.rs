@@ -4,8 +4,9 @@
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
+use crate::support::eventually;
 use crate::support::fixture::{DEADLINE, Era, EventRecorder, FixtureClient, list_all_resources};
-use crate::support::proxy::{PROXY_BIN, fixture_upstream, write_config};
+use crate::support::proxy::{PROXY_BIN, fixture_upstream, toml_str, write_config};
 use anyhow::Context;
 use rmcp::ClientServiceExt;
 use rmcp::model::{ReadResourceRequestParams, ResourceContents};
@@ -101,6 +102,58 @@ async fn serve_stdio_with_debug_logs_serves_an_rmcp_client() -> anyhow::Result<(
         client.cancel().await?;
     }
     Ok(())
+}
+
+/// A stdio host is told why an upstream of its proxy cannot serve: a read of a URI of an
+/// upstream whose command does not exist names the missing command, one of an upstream that
+/// exits at once names its exit status and last stderr line (the value of a variable its entry
+/// names masked), while the good upstream serves. The read path is the one tested: an upstream
+/// that never connected never listed its tools or prompts, so its namespaced tool is an unknown
+/// tool, as for any name the host could not have been shown.
+#[tokio::test]
+async fn a_stdio_host_is_told_why_an_upstream_cannot_start() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let quits = "echo \"no luck with key $API_KEY\" >&2; exit 3";
+    let config = format!(
+        "{}[[upstreams]]\nname = \"missing\"\ncommand = \"/nonexistent/server\"\n\n\
+         [[upstreams]]\nname = \"quits\"\ncommand = \"sh\"\nargs = [\"-c\", {}]\n\
+         env = {{ API_KEY = \"do-not-show-me\" }}\n",
+        fixture_upstream("fx", &[]),
+        toml_str(quits)
+    );
+    let config = write_config(dir.path(), &config)?;
+    for era in [Era::Legacy, Era::Modern] {
+        let mut command = Command::new(PROXY_BIN);
+        command.args(["serve", "--stdio", "--config"]).arg(&config).env("RUST_LOG", "warn").kill_on_drop(true);
+        let client = connect_child(command, era).await?;
+        let (message, cause) = told_why(&client, "missing", era).await?;
+        assert!(message.starts_with("upstream `missing` is not connected (cannot start"), "{era:?}: {message}");
+        assert!(cause.contains("cannot start `/nonexistent/server`"), "{era:?}: {cause}");
+        let (message, cause) = told_why(&client, "quits", era).await?;
+        assert_eq!(cause, "`sh` exited (exit status: 3): no luck with key ***", "{era:?}");
+        assert!(!message.contains("do-not-show-me"), "{era:?}: {message}");
+        let read = client.read_resource(ReadResourceRequestParams::new("fx+fx://fx/item/1")).await?;
+        let ResourceContents::TextResourceContents { text, .. } = &read.contents[0] else { panic!("text") };
+        assert_eq!(text, "item 1 v1", "{era:?}: the good upstream serves");
+        client.cancel().await?;
+    }
+    Ok(())
+}
+
+/// The message and `cause` of the error a read of a URI of `upstream` gets, once it has a cause
+/// (before the first attempt to start the upstream ended, it has none).
+async fn told_why(client: &FixtureClient, upstream: &str, era: Era) -> anyhow::Result<(String, String)> {
+    let what = format!("{era:?}: the read of a `{upstream}` URI names the cause");
+    let uri = format!("{upstream}+fx://fx/item/1");
+    eventually(DEADLINE, &what, || async {
+        let error = match client.read_resource(ReadResourceRequestParams::new(uri.clone())).await {
+            Err(rmcp::ServiceError::McpError(error)) => error,
+            other => return Err(format!("{other:?}")),
+        };
+        let cause = error.data.as_ref().and_then(|data| data["cause"].as_str()).map(str::to_owned);
+        cause.map(|cause| (error.message.to_string(), cause)).ok_or(error.message.to_string())
+    })
+    .await
 }
 
 /// A fixture upstream that prints `CONTROL <url>` on its stderr at start.
