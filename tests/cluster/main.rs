@@ -19,4 +19,5 @@ mod rediss;
 mod replicas;
 mod sealed;
 mod sessions;
+mod token_exchange;
 mod upstream_sessions;
