@@ -18,10 +18,11 @@
 //!
 //! A JWT's stream ends when the token stops being accepted ([`expiry`]). The JWT a request
 //! presented goes on in its extensions ([`SubjectToken`], [`subject_of`]): an upstream that
-//! exchanges tokens (RFC 8693) exchanges that one for the request's calls, prompts, reads and
-//! completions. Each principal's latest-expiring accepted JWT is also kept in memory
-//! ([`subjects`]), for what an exchanging upstream's session sends on its own (its handshake,
-//! its stream, its subscriptions).
+//! exchanges tokens (RFC 8693) exchanges that one for the request's calls, prompts, reads,
+//! completions and subscriptions (for a 2026-07-28 listen stream, whose handler rmcp makes per
+//! request, through [`current_subject`]). Each principal's latest-expiring accepted JWT is also
+//! kept in memory ([`subjects`]), for what an exchanging upstream's session sends on its own
+//! before any subscription is held on it (its handshake).
 //!
 //! Invariant: a token is never logged or echoed; a static token only has its digest compared,
 //! and a JWT is kept only in [`subjects`], until it expires.
@@ -179,25 +180,30 @@ impl Authenticator {
 
 /// Run the rest of the chain for an authenticated request: its [`Principal`] (and the JWT it
 /// presented, a [`SubjectToken`]) in the request's extensions and, for the whole request, in
-/// [`current_principal`] (the MCP service factory, which rmcp calls without the request, builds
-/// the handler for this principal).
+/// [`current_principal`] and [`current_subject`] (the MCP service factory, which rmcp calls
+/// without the request, builds the handler for this principal).
 pub async fn run_as(principal: Principal, subject: Option<SubjectToken>, mut request: Request, next: Next) -> Response {
     tracing::trace!(principal = %principal.0, "authenticated");
     let name = principal.0.clone();
     request.extensions_mut().insert(principal);
-    if let Some(subject) = subject {
-        request.extensions_mut().insert(subject);
+    if let Some(subject) = &subject {
+        request.extensions_mut().insert(subject.clone());
     }
-    REQUEST_PRINCIPAL.scope(name, next.run(request)).await
+    REQUEST_PRINCIPAL.scope((name, subject), next.run(request)).await
 }
 
 tokio::task_local! {
-    static REQUEST_PRINCIPAL: String;
+    static REQUEST_PRINCIPAL: (String, Option<SubjectToken>);
 }
 
 /// The principal of the HTTP request being handled on this task, if any.
 pub fn current_principal() -> Option<String> {
-    REQUEST_PRINCIPAL.try_with(Clone::clone).ok()
+    REQUEST_PRINCIPAL.try_with(|(principal, _)| principal.clone()).ok()
+}
+
+/// The JWT the HTTP request being handled on this task presented, if any.
+pub fn current_subject() -> Option<SubjectToken> {
+    REQUEST_PRINCIPAL.try_with(|(_, subject)| subject.clone()).ok().flatten()
 }
 
 /// The principal the middleware put into a request's extensions.

@@ -1,7 +1,7 @@
 //! Requests for a per-principal (or per-host) upstream session held by another replica
 //! (`owners`), forwarded to it over HTTP: `POST <owner>/mcp-proxy/forward` with a JSON
 //! [`Forwarded`] body (the principal, the host session for a per-host upstream, the upstream, the call with the upstream's own names, the replica it is for, when
-//! it was made and a nonce) and a mark, HMAC-SHA256 of the body with the key derived from the
+//! it was made, a nonce and, sealed, the JWT the host's request came with) and a mark, HMAC-SHA256 of the body with the key derived from the
 //! cluster secret for this use. The owner answers with JSON lines: the call's progress as it
 //! comes ([`Line::Progress`]), then one answer or error.
 //!
@@ -17,10 +17,15 @@
 //! SERVER span) whose context goes in the W3C `traceparent`/`tracestate` headers; the owner's
 //! SERVER span continues it, so a forwarded request is one trace across both replicas.
 //!
+//! The JWT a host's call, prompt, read or completion came with travels in the body sealed
+//! (ChaCha20-Poly1305 under the key derived for this use, bound to the request's nonce): the
+//! owner opens it and exchanges that JWT for the upstream's token (`upstream::credentials`),
+//! never the principal's latest.
+//!
 //! Invariant: the owner runs only a request whose mark is right, made for it, at most
 //! [`FRESH_FOR`] ago, and not seen before (its nonce is kept until it would be stale); anything
-//! else is refused without running. The mark's key never leaves the process; a mark is no
-//! secret once sent, and the body carries no token.
+//! else is refused without running. The keys never leave the process; a mark is no
+//! secret once sent, and the body carries no token in clear.
 
 #![allow(deprecated)] // Sampling and logging are deprecated by SEP-2577 but still in the 2025 era.
 
@@ -43,8 +48,9 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
 use super::{Cluster, Owner};
+use crate::crypto::SealingKey;
 use crate::error::ProxyError;
-use crate::host::{HostRelay, ProgressOutlet};
+use crate::host::{HostRelay, ProgressOutlet, SubjectToken};
 use crate::protocol::method;
 use crate::telemetry::{self, Outgoing, Span, Transport};
 
@@ -90,6 +96,11 @@ pub struct Forwarded {
     /// and log messages for it back as [`Line::Ask`] and [`Line::Log`] (none: nothing is).
     #[serde(default)]
     pub host: Option<ForwardedHost>,
+    /// The JWT the host's request came with, sealed to this request ([`Forwarder::subject_of`]
+    /// opens it): the owner's upstream session sends the request with a token exchanged for
+    /// it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
 }
 
 /// The host session of a per-host upstream's request: its key (the same on every replica) and
@@ -294,6 +305,8 @@ pub struct Forwarder {
 struct Inner {
     cluster: Cluster,
     key: [u8; 32],
+    /// Seals the JWT a forwarded request came with.
+    subject_key: SealingKey,
     http: reqwest::Client,
     /// Nonces seen, with when they become stale (ms since the epoch).
     seen: Mutex<HashMap<String, u64>>,
@@ -319,6 +332,7 @@ impl Forwarder {
         let inner = Inner {
             cluster: cluster.clone(),
             key: cluster.keys().forward(),
+            subject_key: SealingKey::new(&cluster.keys().forward_subject()),
             http,
             seen: Mutex::default(),
             asks: Mutex::default(),
@@ -363,7 +377,9 @@ impl Forwarder {
                 takes_input_required: relay.takes_input_required(),
                 presented: host.presented.to_string(),
             });
-            let response = self.post(owner, of, call, declared, span.injected()).await?;
+            // The JWT of a read or completion, else the one of the call's or prompt's host.
+            let subject = host.subject.cloned().or_else(|| host.relay.as_ref()?.subject_token());
+            let response = self.post(owner, of, call, declared, span.injected(), subject.as_ref()).await?;
             let relay = host.relay.as_deref();
             let asked = |id, ask| self.answer(owner, of, relay, id, ask);
             read_lines(response, upstream, host.progress, relay, asked).await
@@ -386,7 +402,7 @@ impl Forwarder {
     pub async fn hold(&self, owner: &Owner, of: SessionOf<'_>, uri: &str) -> Result<HeldReply, Sent> {
         let slot = self.hold_slot(of.principal, &owner.replica).ok_or_else(|| Sent::Failed(holds_limit()))?;
         let call = Call::Hold { uri: uri.to_string() };
-        let response = tokio::time::timeout(ALIVE_EVERY, self.post(owner, of, call, None, None))
+        let response = tokio::time::timeout(ALIVE_EVERY, self.post(owner, of, call, None, None, None))
             .await
             .map_err(|_| failed(of.upstream, "the replica holding the session did not answer"))??;
         Ok(HeldReply { response, buffer: Vec::new(), _slot: slot })
@@ -420,7 +436,7 @@ impl Forwarder {
         let told = self.inner.cluster.others().into_iter().map(|other| {
             let call = Call::Offered { from: from.clone(), lists: lists.clone() };
             async move {
-                let posted = tokio::time::timeout(ALIVE_EVERY, self.post(&other, of, call, None, None)).await;
+                let posted = tokio::time::timeout(ALIVE_EVERY, self.post(&other, of, call, None, None, None)).await;
                 if !matches!(posted, Ok(Ok(_))) {
                     tracing::debug!(upstream = of.upstream, replica = %other.replica, "cluster: a replica was not told of a session's own lists");
                 }
@@ -442,7 +458,7 @@ impl Forwarder {
                 relay.elicit(params).await.map_or_else(Reply::Refused, Reply::Elicited)
             }
         };
-        if self.post(owner, of, Call::Reply { id, reply }, None, None).await.is_err() {
+        if self.post(owner, of, Call::Reply { id, reply }, None, None, None).await.is_err() {
             tracing::debug!(upstream = of.upstream, replica = %owner.replica, "cluster: a host's answer did not reach the owner");
         }
     }
@@ -467,7 +483,8 @@ impl Forwarder {
     }
 
     /// Post `call` to `owner`, marked, with the trace context of its hop (`traceparent`,
-    /// `tracestate`) in the W3C headers; its reply once its status is a success.
+    /// `tracestate`) in the W3C headers and the JWT its host's request came with (`subject`)
+    /// sealed; its reply once its status is a success.
     async fn post(
         &self,
         owner: &Owner,
@@ -475,12 +492,15 @@ impl Forwarder {
         call: Call,
         host: Option<ForwardedHost>,
         trace: Option<(String, String)>,
+        subject: Option<&SubjectToken>,
     ) -> Result<reqwest::Response, Sent> {
         let upstream = of.upstream;
+        let nonce = nonce();
         let request = Forwarded {
             to: owner.replica.clone(),
             issued_ms: now_ms(),
-            nonce: nonce(),
+            subject: subject.map(|subject| self.seal_subject(&nonce, subject)),
+            nonce,
             principal: of.principal.to_string(),
             upstream: upstream.to_string(),
             call,
@@ -509,6 +529,24 @@ impl Forwarder {
             return Err(failed(upstream, format!("the replica holding the session answered {}", response.status())));
         }
         Ok(response)
+    }
+
+    /// `subject` sealed to the request of `nonce`: its expiry and the token, under the key
+    /// derived for this use.
+    fn seal_subject(&self, nonce: &str, subject: &SubjectToken) -> String {
+        let mut plain = subject.until().to_be_bytes().to_vec();
+        plain.extend_from_slice(subject.token().as_bytes());
+        URL_SAFE_NO_PAD.encode(self.inner.subject_key.seal(&subject_bound_to(nonce), &plain))
+    }
+
+    /// The JWT `request` (opened, its mark checked) came with, if any; `None` as well when
+    /// what it carries does not open (it was sealed to another request).
+    pub fn subject_of(&self, request: &Forwarded) -> Option<SubjectToken> {
+        let sealed = URL_SAFE_NO_PAD.decode(request.subject.as_deref()?).ok()?;
+        let plain = self.inner.subject_key.open(&subject_bound_to(&request.nonce), &sealed)?;
+        let (until, token) = plain.split_at_checked(8)?;
+        let until = u64::from_be_bytes(until.try_into().ok()?);
+        Some(SubjectToken::new(std::str::from_utf8(token).ok()?, until))
     }
 
     /// Whether a request's head carries a right `pass`, made for this replica at most
@@ -568,6 +606,11 @@ pub fn pass_with(key: &[u8; 32], to: &str, issued_ms: u64) -> String {
     format!("{issued_ms}.{}", URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes()))
 }
 
+/// What a sealed subject is bound to: the request of `nonce`.
+fn subject_bound_to(nonce: &str) -> Vec<u8> {
+    format!("forward-subject\n{nonce}").into_bytes()
+}
+
 /// What a pass marks (kept apart from any body's mark by its prefix).
 fn pass_text(to: &str, issued_ms: u64) -> Vec<u8> {
     format!("forward-pass\n{to}\n{issued_ms}").into_bytes()
@@ -625,6 +668,8 @@ pub struct ForwardingHost<'a> {
     pub relay: Option<Arc<dyn HostRelay>>,
     /// The tool's or prompt's name as the host knows it.
     pub presented: &'a str,
+    /// The JWT the host's request came with (sealed on its way).
+    pub subject: Option<&'a SubjectToken>,
 }
 
 /// Forgets an unanswered question when its wait ends.

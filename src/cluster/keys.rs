@@ -28,6 +28,8 @@ pub mod label {
     pub const NAMESPACE: &str = "redis-namespace";
     /// Requests forwarded between replicas (`crate::cluster::forward`).
     pub const FORWARD: &str = "forward";
+    /// The JWT a forwarded request came with, sealed in it (`crate::cluster::forward`).
+    pub const FORWARD_SUBJECT: &str = "forward-subject";
     /// Principals' names in Redis keys (`crate::cluster::counts`).
     pub const PRINCIPAL: &str = "principal-tag";
     /// What the cluster keeps in Redis, sealed (`crate::cluster::sealed`).
@@ -77,6 +79,10 @@ impl ClusterKeys {
 
     pub fn forward(&self) -> [u8; 32] {
         self.derive(label::FORWARD)
+    }
+
+    pub fn forward_subject(&self) -> [u8; 32] {
+        self.derive(label::FORWARD_SUBJECT)
     }
 
     pub fn redis_seal(&self) -> [u8; 32] {

@@ -10,6 +10,8 @@
 //! With traces on, a call, prompt, read or completion run here is a SERVER span continuing the
 //! forwarding replica's hop (its `traceparent` header), parent of the CLIENT span to the
 //! upstream.
+//! The request runs with the JWT its host's request came with (sealed in it): the upstream
+//! session sends it with a token exchanged for that JWT.
 //!
 //! Invariant: every progress step is written before the answer; the host that asked is the
 //! forwarding replica's, so the call ends (upstream: cancelled) when that replica goes away.
@@ -39,7 +41,7 @@ use crate::cluster::forward::{
     SessionOf,
 };
 use crate::error::ProxyError;
-use crate::host::{HostRelay, ProgressOutlet};
+use crate::host::{HostRelay, ProgressOutlet, SubjectToken};
 use crate::proxy::{Proxy, ReplicaHold};
 use crate::telemetry::{self, Carrier, Incoming, Span};
 use crate::tools::Ran;
@@ -137,16 +139,22 @@ fn held_reply(held: Result<ReplicaHold, ProxyError>) -> Response {
 
 /// The forwarded request on this replica's session of the principal.
 async fn run(proxy: Proxy, request: Forwarded, lines: mpsc::Sender<Line>) -> Ran {
+    let forwarder = proxy.tools().forwarder().cloned();
+    let subject = forwarder.as_ref().and_then(|forwarder| forwarder.subject_of(&request));
     let Forwarded { principal, upstream, call, host, session, .. } = request;
     tracing::debug!(upstream, principal, "cluster: running a forwarded request");
+    // As if presented here: the principal's session opened for it has a JWT to connect with.
+    if let Some(subject) = &subject {
+        proxy.subjects().record(&principal, subject.token(), subject.until());
+    }
     let progress = matches!(call, Call::Tool(_)).then(|| Arc::new(Steps(lines.clone())) as Arc<dyn ProgressOutlet>);
-    let forwarder = proxy.tools().forwarder().cloned();
     let presented = host.as_ref().map(|host| host.presented.clone()).unwrap_or_default();
     let relay = host.zip(forwarder).map(|(host, forwarder)| {
-        Arc::new(ForwardRelay { lines, forwarder, host, principal: principal.as_str().into() }) as Arc<dyn HostRelay>
+        let principal = principal.as_str().into();
+        Arc::new(ForwardRelay { lines, forwarder, host, principal, subject: subject.clone() }) as Arc<dyn HostRelay>
     });
     let of = SessionOf { principal: &principal, upstream: &upstream, host: session };
-    proxy.tools().run_forwarded(of, call, progress, (relay, &presented)).await
+    proxy.tools().run_forwarded(of, call, progress, (relay, &presented), subject.as_ref()).await
 }
 
 /// The SERVER span of a forwarded call, continuing the forwarding replica's hop from the
@@ -245,6 +253,8 @@ struct ForwardRelay {
     forwarder: Forwarder,
     host: ForwardedHost,
     principal: Arc<str>,
+    /// The JWT the call's request came with.
+    subject: Option<SubjectToken>,
 }
 
 impl ForwardRelay {
@@ -307,5 +317,9 @@ impl HostRelay for ForwardRelay {
 
     fn tenant(&self) -> Option<Arc<str>> {
         Some(self.principal.clone())
+    }
+
+    fn subject_token(&self) -> Option<SubjectToken> {
+        self.subject.clone()
     }
 }

@@ -131,7 +131,8 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     );
     let factory = move || {
         let principal = auth::current_principal().unwrap_or_else(|| auth::ANONYMOUS.to_string());
-        let server = ProxyServer::new(proxy.clone(), &principal, Transport::Http);
+        let server =
+            ProxyServer::new(proxy.clone(), &principal, Transport::Http).for_request_with(auth::current_subject());
         Ok(server.with_session_book(book.clone()).with_records(records.clone()).closing_with(closing.clone()))
     };
     // axum and each `from_fn` layer clone the service behind them at every request; rmcp's

@@ -74,6 +74,10 @@ pub struct ProxyServer {
     /// This host session's key for per-host upstream sessions: its holder id; with `[cluster]`
     /// one derived from its `Mcp-Session-Id`, the same on every replica (set by `seen`).
     host_key: crate::fanout::HostKey,
+    /// The JWT of the HTTP request this handler was made for (rmcp makes one per 2026-07-28
+    /// request): a listen stream's subscriptions go with it. Nothing else uses it: a 2025
+    /// session's handler is made at its `initialize`, and each request carries its own.
+    request_subject: Option<crate::host::SubjectToken>,
 }
 
 struct Session {
@@ -94,6 +98,7 @@ impl Clone for ProxyServer {
         fresh.book = self.book.clone();
         fresh.records = self.records.clone();
         fresh.closing = self.closing.clone();
+        fresh.request_subject = self.request_subject.clone();
         fresh
     }
 }
@@ -112,7 +117,14 @@ impl ProxyServer {
             log_level: relay::LogLevel::default(),
             pending_listens: subscribing::PendingListens::default(),
             host_key: Default::default(),
+            request_subject: None,
         }
+    }
+
+    /// The JWT of the HTTP request this handler is made for (see `request_subject`).
+    fn for_request_with(mut self, subject: Option<crate::host::SubjectToken>) -> Self {
+        self.request_subject = subject;
+        self
     }
 
     /// Listen streams end gracefully (with their final result) when `closing` is cancelled.

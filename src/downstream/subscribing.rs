@@ -57,8 +57,9 @@ impl ProxyServer {
         }
         // The caps (per session, per principal) are kept with the holds themselves.
         let host = host_session(self.host_key().unwrap_or(holder), &context);
+        let caller = self.caller().with_subject(super::subject_of(&context.extensions));
         let (answer, notes) =
-            audit::scope::noting_sync(|| self.proxy.subscribe(&self.caller(), holder, &request.uri, Some(host)));
+            audit::scope::noting_sync(|| self.proxy.subscribe(&caller, holder, &request.uri, Some(host)));
         let kind = (Kind::Subscribe, method::RESOURCES_SUBSCRIBE);
         self.audit_hold(notes, kind, &context, started, &request.uri, audited::outcome(&answer));
         self.record(method::RESOURCES_SUBSCRIBE, started, answer)
@@ -138,9 +139,10 @@ impl ProxyServer {
     }
 
     pub(super) fn subscriptions_accepted_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
-        // One policy snapshot decides what the stream may hold and subscribes it.
+        // One policy snapshot decides what the stream may hold and subscribes it, with the
+        // request's own JWT.
         let started = Instant::now();
-        let caller = self.caller();
+        let caller = self.caller().with_subject(self.request_subject.clone());
         let (candidate, notes) = audit::scope::noting_sync(|| self.listen_candidate(&caller, requested));
         // What rmcp acknowledges: the candidate cut to what was requested and advertised.
         let advertised = requested.supported_by(&self.get_info().capabilities);
@@ -213,7 +215,7 @@ impl ProxyServer {
             Some(pending) if pending.accepted == *accepted => (pending.session, pending.outlet),
             _ => {
                 tracing::debug!(principal = %self.principal, "listen stream not opened before its acknowledgement");
-                self.open_listen(&self.caller(), accepted)
+                self.open_listen(&self.caller().with_subject(self.request_subject.clone()), accepted)
             }
         }
     }

@@ -117,7 +117,7 @@ impl Reads {
         original: &str,
         uri: &str,
     ) -> Result<ReadAnswer, ProxyError> {
-        let answer = match self.tools.read_elsewhere(upstream, caller.principal(), original).await {
+        let answer = match self.tools.read_elsewhere(upstream, caller.principal(), caller.subject(), original).await {
             Some(answer) => answer,
             None => upstream.session_for(caller.principal(), None).await?.read_as(original, caller.subject()).await,
         };

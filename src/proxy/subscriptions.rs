@@ -88,7 +88,7 @@ impl Subscriptions {
             },
         })?;
         let Some(upstream) = self.access.upstream(&route.upstream) else { return Ok(()) };
-        if let Err(error) = upstream.session_hold(caller.principal(), host, holder, &route.original) {
+        if let Err(error) = upstream.session_hold(caller.principal(), host, holder, &route.original, caller.subject()) {
             self.watches.release(holder, &route.upstream, &route.original);
             return Err(error);
         }

@@ -54,7 +54,12 @@ impl Tools {
         let presented = std::mem::replace(&mut params.name, original.into());
         params.meta = meta_upstream(params.meta.take());
         let holder = Holder { principal, name: &presented, upstream: upstream.name() };
-        let forwarding = ForwardingHost { progress: progress.as_deref(), relay: relay.clone(), presented: &presented };
+        let forwarding = ForwardingHost {
+            progress: progress.as_deref(),
+            relay: relay.clone(),
+            presented: &presented,
+            subject: None,
+        };
         let elsewhere = self.tool_elsewhere(&upstream, &holder, &params, forwarding);
         let elsewhere = until_cancelled(cancelled, async { Ok(elsewhere.await) }).await?;
         let answer = match elsewhere {
@@ -352,7 +357,7 @@ impl Tools {
         if !upstream.offers().2 {
             return Ok(CompleteResult::default());
         }
-        let elsewhere = self.complete_elsewhere(&upstream, principal, &params);
+        let elsewhere = self.complete_elsewhere(&upstream, principal, subject, &params);
         let elsewhere = until_cancelled(cancelled, async { Ok(elsewhere.await) }).await?;
         let mut result = match elsewhere {
             Some(result) => result?,

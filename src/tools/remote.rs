@@ -27,7 +27,7 @@ use super::{ProgressOutlet, Tools};
 use crate::cluster::forward::{Answer, Call, Forwarder, ForwardingHost, HostOf, OwnLists, Sent, SessionOf};
 use crate::config::SessionMode;
 use crate::error::ProxyError;
-use crate::host::HostRelay;
+use crate::host::{HostRelay, SubjectToken};
 use crate::upstream::{HostSession, Upstream};
 
 /// The owner's outcome for a request forwarded here: its answer, or why not.
@@ -87,7 +87,7 @@ impl Tools {
         if let Err(error) = self.open_state_in(holder, &mut params.request_state) {
             return Some(Err(error));
         }
-        let host = ForwardingHost { progress: None, relay, presented: holder.name };
+        let host = ForwardingHost { progress: None, relay, presented: holder.name, subject: None };
         let answer = match waits_elsewhere {
             Some(replica) => self.resume_at(upstream, of, replica, Call::Prompt(params), host).await,
             None => self.elsewhere(upstream, of, Call::Prompt(params), host).await?,
@@ -112,15 +112,17 @@ impl Tools {
         Ok(())
     }
 
-    /// As [`Self::tool_elsewhere`], for a completion.
+    /// As [`Self::tool_elsewhere`], for a completion whose request came with `subject`.
     pub(super) async fn complete_elsewhere(
         &self,
         upstream: &Upstream,
         principal: &str,
+        subject: Option<&SubjectToken>,
         params: &CompleteRequestParams,
     ) -> Option<Result<CompleteResult, ProxyError>> {
         let of = session_of(upstream, principal, None);
-        let answer = self.elsewhere(upstream, of, Call::Complete(params.clone()), Default::default()).await?;
+        let host = ForwardingHost { subject, ..Default::default() };
+        let answer = self.elsewhere(upstream, of, Call::Complete(params.clone()), host).await?;
         Some(answer.and_then(|answer| match answer {
             Answer::Complete(result) => Ok(result),
             _ => Err(mismatched(upstream)),
@@ -128,15 +130,17 @@ impl Tools {
     }
 
     /// A read of `principal`'s session of `upstream` (the upstream's own URI) when another
-    /// replica holds it; `None`: read it here.
+    /// replica holds it, for a request that came with `subject`; `None`: read it here.
     pub async fn read_elsewhere(
         &self,
         upstream: &Upstream,
         principal: &str,
+        subject: Option<&SubjectToken>,
         uri: &str,
     ) -> Option<Result<ReadResourceResponse, ProxyError>> {
         let call = Call::Read(rmcp::model::ReadResourceRequestParams::new(uri.to_string()));
-        let answer = self.elsewhere(upstream, session_of(upstream, principal, None), call, Default::default()).await?;
+        let host = ForwardingHost { subject, ..Default::default() };
+        let answer = self.elsewhere(upstream, session_of(upstream, principal, None), call, host).await?;
         Some(answer.and_then(|answer| match answer {
             Answer::Read(result) => Ok(ReadResourceResponse::Complete(result)),
             Answer::InputRequired(needs) => Ok(ReadResourceResponse::InputRequired(needs)),
@@ -146,13 +150,16 @@ impl Tools {
 
     /// Run a request forwarded to this replica (its mark checked) on session `of` here (the
     /// principal's own, or its host session's); progress goes to `progress`, what the upstream
-    /// sends the call's host to `relay` (which passes it back to the forwarding replica).
+    /// sends the call's host to `relay` (which passes it back to the forwarding replica, and
+    /// gives the JWT the call came with). A read or completion goes with `subject`, the JWT
+    /// its request came with.
     pub async fn run_forwarded(
         &self,
         of: SessionOf<'_>,
         call: Call,
         progress: Option<Arc<dyn ProgressOutlet>>,
         (relay, presented): (Option<Arc<dyn HostRelay>>, &str),
+        subject: Option<&SubjectToken>,
     ) -> Ran {
         let principal = of.principal;
         let down = || ProxyError::UpstreamDown { upstream: of.upstream.to_string(), cause: None };
@@ -181,12 +188,12 @@ impl Tools {
                 GetPromptResponse::InputRequired(needs) => Answer::InputRequired(needs),
                 _ => return Err(task_answer(&upstream)),
             },
-            Call::Read(params) => match session.read(&params.uri).await? {
+            Call::Read(params) => match session.read_as(&params.uri, subject).await? {
                 ReadResourceResponse::Complete(result) => Answer::Read(result),
                 ReadResourceResponse::InputRequired(needs) => Answer::InputRequired(needs),
                 _ => return Err(task_answer(&upstream)),
             },
-            Call::Complete(params) => Answer::Complete(session.complete(params).await?),
+            Call::Complete(params) => Answer::Complete(session.complete_as(params, subject).await?),
             Call::Hold { .. } | Call::Reply { .. } | Call::Offerings | Call::Offered { .. } => {
                 return Err(ProxyError::InvalidParams("a subscription, an answer or a list is not run".into()));
             }

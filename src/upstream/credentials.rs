@@ -1,9 +1,10 @@
 //! Access tokens for an HTTP upstream (`[upstreams.auth]`), by OAuth 2.1 client credentials
 //! or, for one principal's own upstream session, by RFC 8693 token exchange of a JWT of that
-//! principal: for a host's call, prompt, read or completion, the JWT that request came with
-//! ([`SubjectToken`]); for what the session sends on its own (its handshake, its stream, its
-//! subscriptions) and a request forwarded from another replica, the principal's latest-expiring
-//! one ([`Subjects`]). Exchanged tokens are kept by the digest of the JWT they
+//! principal: for a host's call, prompt, read or completion (here or forwarded from another
+//! replica), the JWT that request came with ([`SubjectToken`]); for what the session sends on
+//! its own (its subscriptions, a 2026-07-28 listen stream, its stream, its handshake), the JWT
+//! of the latest subscription request held on it ([`TokenSource::stand_for`]) while it is
+//! accepted, else the principal's latest-expiring one ([`Subjects`]). Exchanged tokens are kept by the digest of the JWT they
 //! were exchanged for, so a request never goes with a token exchanged for another JWT. Tokens
 //! are fetched on first use, kept, and fetched anew before they expire — a quarter of their
 //! lifetime (at most a minute) ahead — or when the upstream answers 401 to the token in use.
@@ -21,8 +22,8 @@
 //! principal with no JWT kept (a static token's, or an expired one) gets no exchange: its
 //! request fails at once ([`TokenFailure::NoSubject`]). No redirects are followed.
 //!
-//! Invariant: a request that came with a JWT goes with a token exchanged for that JWT, or
-//! with none. Neither the secret nor a token is logged, put in an error, or shown in `Debug`
+//! Invariant: a host's request that came with a JWT goes with a token exchanged for that JWT,
+//! or with none; so does a subscription, made on its session after any other (see above). Neither the secret nor a token is logged, put in an error, or shown in `Debug`
 //! output; a token endpoint's own error text is not passed on (only its bounded `error` code
 //! goes to the log).
 
@@ -140,10 +141,14 @@ pub(crate) fn exchange_source(config: &UpstreamConfig, subjects: &Subjects, prin
     Some(TokenSource::new(&config.name, grant, config.request_timeout, roots))
 }
 
-/// One upstream's tokens: a cheap `Clone` handle.
+/// One upstream's tokens: a cheap `Clone` handle. A session's own handle
+/// ([`TokenSource::for_session`]) shares the kept tokens and keeps the JWT its own requests go
+/// with.
 #[derive(Clone)]
 pub(crate) struct TokenSource {
     inner: Arc<Inner>,
+    /// The JWT of the latest subscription request held on the session (see the module doc).
+    standing: Arc<std::sync::Mutex<Option<SubjectToken>>>,
 }
 
 /// How a token is obtained.
@@ -222,7 +227,19 @@ impl TokenSource {
             current: Mutex::default(),
             fetches: AtomicU64::new(0),
         };
-        Self { inner: Arc::new(inner) }
+        Self { inner: Arc::new(inner), standing: Arc::default() }
+    }
+
+    /// The handle of one upstream session: the same kept tokens, and no JWT its own requests
+    /// go with until a subscription is held on it.
+    pub fn for_session(&self) -> Self {
+        Self { inner: self.inner.clone(), standing: Arc::default() }
+    }
+
+    /// What the session sends on its own (subscriptions, a listen stream) goes from now on with
+    /// a token exchanged for `subject`, the JWT of the subscription request just held on it.
+    pub fn stand_for(&self, subject: &SubjectToken) {
+        *self.standing.lock().expect("standing subject lock") = Some(subject.clone());
     }
 
     /// Whether its tokens are exchanged for a principal's JWT.
@@ -231,7 +248,7 @@ impl TokenSource {
     }
 
     /// A token to send now: the one kept while it is fresh, else a new one; exchanged (when it
-    /// is an exchange) for the principal's latest JWT.
+    /// is an exchange) for the JWT the session stands for, else the principal's latest.
     pub async fn token(&self) -> Result<Arc<str>, TokenFailure> {
         self.token_for(None).await
     }
@@ -270,15 +287,20 @@ impl TokenSource {
         .await
     }
 
-    /// What a token is for: the request's JWT when it came with one, else the principal's
-    /// latest (an exchange), or the proxy's own client (client credentials).
+    /// What a token is for: the request's JWT when it came with one, else the JWT the session
+    /// stands for while it is accepted, else the principal's latest (an exchange), or the
+    /// proxy's own client (client credentials).
     fn subject(&self, given: Option<&SubjectToken>) -> Result<Subject, TokenFailure> {
         let Grant::Exchange { subjects, principal, .. } = &self.inner.grant else {
             return Ok(Subject { key: [0; 32], exchanged: None });
         };
+        let standing = || {
+            let standing = self.standing.lock().expect("standing subject lock");
+            standing.as_ref().and_then(|subject| Some((subject.token().clone(), subject.rest()?)))
+        };
         let (token, rest) = match given {
             Some(given) => (given.token().clone(), given.rest().ok_or(TokenFailure::NoSubject)?),
-            None => subjects.latest_with_rest(principal).ok_or(TokenFailure::NoSubject)?,
+            None => standing().or_else(|| subjects.latest_with_rest(principal)).ok_or(TokenFailure::NoSubject)?,
         };
         Ok(Subject { key: Sha256::digest(token.as_bytes()).into(), exchanged: Some((token, rest)) })
     }

@@ -28,6 +28,7 @@ use super::{Upstream, UpstreamEvent, Watching};
 use crate::cluster::forward::{Forwarder, HostOf, Line, Sent, SessionOf};
 use crate::config::SessionMode;
 use crate::error::ProxyError;
+use crate::host::SubjectToken;
 use crate::subscriptions::HolderId;
 
 /// How often a hold checks that it is still where the owner is.
@@ -114,6 +115,7 @@ impl Upstream {
         host: Option<HostSession>,
         holder: HolderId,
         uri: &str,
+        subject: Option<&SubjectToken>,
     ) -> Result<(), ProxyError> {
         let key = (holder, uri.to_string());
         if self.inner.following.held.lock().expect("following lock").contains_key(&key) {
@@ -123,7 +125,7 @@ impl Upstream {
         let owner = forwarder.owner(of);
         let (host, here) = (of.host.map(HostSession::from), owner.is_none());
         match &owner {
-            None => self.hold_here(principal, host, holder, uri)?,
+            None => self.hold_here(principal, host, holder, uri, subject)?,
             Some(owner) => forwarder.may_hold_at(principal, owner, self.inner.following.of_principal(principal))?,
         }
         let Some((spine, parent_stop)) = self.launch() else { return Ok(()) };
@@ -158,7 +160,7 @@ impl Upstream {
         if self.follows_owner().is_none() {
             return Err(ProxyError::InvalidParams("not an upstream with sessions of its own here".into()));
         }
-        self.hold_here(principal, host, holder, uri)
+        self.hold_here(principal, host, holder, uri, None)
     }
 
     /// Wait (at most `timeout`) until `principal`'s session here (host session `host`'s)
@@ -228,7 +230,8 @@ impl Keeper {
             match self.forwarder.owner(self.of()) {
                 None => {
                     if !here {
-                        if let Err(error) = self.upstream.hold_here(&self.principal, self.host, self.holder, &self.uri)
+                        if let Err(error) =
+                            self.upstream.hold_here(&self.principal, self.host, self.holder, &self.uri, None)
                         {
                             tracing::warn!(upstream = self.upstream.name(), error = %error, "cluster: a subscription could not be held on this replica's session");
                             if pause(&stop, RETRY).await {

@@ -40,7 +40,9 @@
 //! relay book.
 //!
 //! A `token_exchange` upstream's session sends a token exchanged for its principal's own JWT
-//! (see `credentials`), one exchange per principal kept for all its sessions; a principal with
+//! (see `credentials`): a request with the JWT it came with, a subscription (and what the
+//! session sends on its own) with the JWT of the latest subscription request held on it, one
+//! exchange per JWT kept for all the principal's sessions; a principal with
 //! no JWT kept, or whose exchange fails, gets a clear error at once and no session.
 //!
 //! Invariant: a session serves one principal only (per-host: one host session only); a call,
@@ -57,13 +59,13 @@ use rmcp::model::{LoggingLevel, SetLevelRequestParams};
 use tokio_util::sync::CancellationToken;
 
 use super::client::Declared;
-use super::credentials::{TokenFailure, exchange_source};
+use super::credentials::{TokenFailure, TokenSource, exchange_source};
 use super::pool::{HeldUris, Reclaimed, SessionKey};
 use super::{Offered, Upstream, UpstreamEvent, Watching};
 use crate::cluster::forward::HostOf;
 use crate::config::{SessionMode, UpstreamTransport};
 use crate::error::ProxyError;
-use crate::host::HostSession;
+use crate::host::{HostSession, SubjectToken};
 use crate::protocol::Era;
 use crate::spine::Spine;
 use crate::subscriptions::{HolderId, is_same_or_parent};
@@ -305,7 +307,7 @@ impl Upstream {
         if self.exchanges() && self.inner.subjects.latest(principal).is_none() {
             return Err(self.no_token(TokenFailure::NoSubject));
         }
-        let (session, usage) = self.open_session(book, &key, declared)?;
+        let (session, usage) = self.open_session(book, &key, declared, None)?;
         let handle = SessionHandle { upstream: session.clone(), _lease: Lease { usage: Some(usage) } };
         // A session that could not get its first token is given up (the next request tries
         // anew); a connected one stays: the next request tries its refresh again.
@@ -405,31 +407,36 @@ impl Upstream {
     /// session, opened now if need be, and only its holders hear what that session says of it.
     /// A no-op on a shared upstream (the watch book subscribes the shared connection). With
     /// `[cluster]`, a per-principal hold follows the principal's session to the replica that
-    /// holds it (`held_elsewhere`).
+    /// holds it (`held_elsewhere`). `subject`: the JWT the subscription request came with; a
+    /// `token_exchange` session subscribes with a token exchanged for it (`credentials`).
     pub fn session_hold(
         &self,
         principal: &str,
         host: Option<HostSession>,
         holder: HolderId,
         uri: &str,
+        subject: Option<&SubjectToken>,
     ) -> Result<(), ProxyError> {
         if let Some(forwarder) = self.follows_owner() {
-            return self.hold_following(&forwarder.clone(), principal, host, holder, uri);
+            return self.hold_following(&forwarder.clone(), principal, host, holder, uri, subject);
         }
-        self.hold_here(principal, host, holder, uri)
+        self.hold_here(principal, host, holder, uri, subject)
     }
 
-    /// Hold `uri` for `holder` on this replica's session of `principal` (host session `host`).
+    /// Hold `uri` for `holder` on this replica's session of `principal` (host session `host`),
+    /// for a subscription request that came with `subject`.
     pub(super) fn hold_here(
         &self,
         principal: &str,
         host: Option<HostSession>,
         holder: HolderId,
         uri: &str,
+        subject: Option<&SubjectToken>,
     ) -> Result<(), ProxyError> {
         let Some(book) = &self.inner.sessions else { return Ok(()) };
         let (key, declared) = self.key_of(principal, host);
-        let (session, usage) = self.open_session(book, &key, declared)?;
+        // Its subscription (and a new session's handshake) goes with this request's JWT.
+        let (session, usage) = self.open_session(book, &key, declared, subject)?;
         // A subscription is a request: the session counts as used when it is made.
         let _lease = Lease { usage: Some(usage) };
         if session.inner.holds.hold(holder, uri) {
@@ -511,7 +518,7 @@ impl Upstream {
     /// shared connection). One that cannot be made (past a session cap) is logged.
     pub fn hold_again(&self, holds: Vec<SessionHold>) {
         for hold in holds {
-            if let Err(error) = self.session_hold(&hold.principal, hold.host, hold.holder, &hold.uri) {
+            if let Err(error) = self.session_hold(&hold.principal, hold.host, hold.holder, &hold.uri, None) {
                 tracing::warn!(
                     upstream = self.name(),
                     principal = %hold.principal,
@@ -674,16 +681,20 @@ impl Upstream {
 
     /// The open session for `key`, or a new one when the bounds allow it (a full pool reclaims
     /// a session idle of requests, see `pool`). A new session holds again what a reclaimed one
-    /// of `key` held, and reports all of it as changed once it is subscribed.
+    /// of `key` held, and reports all of it as changed once it is subscribed. `standing`: the
+    /// JWT of a subscription request to be held on it, which what the session sends on its
+    /// own goes with from now on (`credentials`), set before a new session connects.
     fn open_session(
         &self,
         book: &SessionBook,
         key: &SessionKey,
         declared: Option<Declared>,
+        standing: Option<&SubjectToken>,
     ) -> Result<(Upstream, Arc<Usage>), ProxyError> {
         let settings = &self.inner.config.sessions;
         let mut open = book.open.lock().expect("sessions lock");
         if let Some(entry) = open.get(key) {
+            entry.upstream.stand_for(standing);
             return Ok((entry.upstream.clone(), entry.usage.clone()));
         }
         let over = |limit: usize, setting: &'static str| ProxyError::SessionLimit {
@@ -702,7 +713,7 @@ impl Upstream {
         };
         let credentials = if self.exchanges() {
             let kept = open.iter().find(|(k, _)| k.principal() == key.principal());
-            match kept.and_then(|(_, entry)| entry.upstream.inner.credentials.clone()) {
+            match kept.and_then(|(_, entry)| entry.upstream.inner.credentials.as_ref().map(TokenSource::for_session)) {
                 Some(credentials) => Some(credentials),
                 None => exchange_source(&self.inner.config, &self.inner.subjects, key.principal()),
             }
@@ -710,6 +721,7 @@ impl Upstream {
             self.inner.credentials.clone()
         };
         let session = Upstream::session_of(self, (key.principal().into(), key.host()), declared, credentials);
+        session.stand_for(standing);
         let resumed = book.reclaimed.take(key).map(|waiting| session.hold_waiting(waiting.held)).is_some();
         let stop = parent_stop.child_token();
         let events = self.inner.events.lock().expect("events lock").clone();
@@ -731,6 +743,14 @@ impl Upstream {
         Ok((session, usage))
     }
 
+    /// What this session sends on its own goes with a token exchanged for `subject` from now
+    /// on, when it is given and the session exchanges tokens.
+    fn stand_for(&self, subject: Option<&SubjectToken>) {
+        if let (Some(credentials), Some(subject)) = (self.inner.credentials.as_ref(), subject) {
+            credentials.stand_for(subject);
+        }
+    }
+
     /// Hold `held` (what a reclaimed session of the same key held) on this new session, before
     /// it connects.
     fn hold_waiting(&self, held: HeldUris) {
@@ -745,7 +765,7 @@ impl Upstream {
             if book.len() + 1 >= self.inner.config.sessions.max {
                 return;
             }
-            if let Err(error) = self.open_session(book, &key, declared) {
+            if let Err(error) = self.open_session(book, &key, declared, None) {
                 tracing::debug!(upstream = self.name(), error = %error, "a reclaimed session's subscriptions still wait");
             }
         }

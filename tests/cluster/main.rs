@@ -20,5 +20,6 @@ mod replicas;
 mod sealed;
 mod sessions;
 mod stdio_default;
+mod token_exchange;
 mod traces;
 mod upstream_sessions;

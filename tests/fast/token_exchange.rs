@@ -1,192 +1,28 @@
 //! RFC 8693 token exchange for an HTTP upstream (`[upstreams.auth] kind = "token_exchange"`),
-//! end to end: an authorization server served here (axum on 127.0.0.1:0) that issues a token
-//! for each exchange of a principal's JWT (recording the subject token it was given) and, to
-//! the proxy's own client, client-credentials tokens; and the fixture behind a gate served here
-//! that forwards only requests carrying a live token it issued (401 otherwise), recording which
-//! token each JSON-RPC method came with. Hosts authenticate with JWTs signed by the test's keys
-//! (a JWKS served here) or a static token. The proxy runs as its binary.
+//! end to end: an authorization server and a gate in front of the fixture, served here
+//! (`support::token_exchange`), record each exchange and which token each upstream request
+//! came with. Hosts authenticate with JWTs signed by the test's keys (a JWKS served here) or a
+//! static token. The proxy runs as its binary.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use axum::body::Body;
-use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use base64::Engine;
-use futures::TryStreamExt;
+use axum::http::StatusCode;
 use rmcp::model::{
     ArgumentInfo, CallToolRequestParams, CompleteRequestParams, JsonObject, ReadResourceRequestParams, Reference,
 };
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::support::eventually;
 use crate::support::fixture::{Era, FixtureClient, HttpFixture, connect_http_with_token};
 use crate::support::jwt::{ISSUER, JwksServer, RESOURCE, claims, now, rsa_a};
 use crate::support::proxy::{PROXY_BIN, ProxyProcess, http_upstream, toml_str, write_config};
+use crate::support::token_exchange::{Authority, CLIENT_ID, CLIENT_SECRET, Mode};
 
-const CLIENT_ID: &str = "proxy-client";
-const CLIENT_SECRET: &str = "exchange-secret-41f2";
 const SECRET_ENV: &str = "TEST_EXCHANGE_CLIENT_SECRET";
 const CI_TOKEN: &str = "ci-static-token-exchange-9a0c";
-const EXCHANGE_GRANT: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
-
-/// How the token endpoint answers exchanges (client credentials are always issued).
-#[derive(Clone, Copy, PartialEq)]
-enum Mode {
-    /// Exchanged tokens that live this long.
-    Issue(Duration),
-    /// 400 `invalid_grant`.
-    Refuse,
-    /// Accepts the request and never answers.
-    Hang,
-}
-
-/// One exchange the authority answered: the subject token and form it was given, the token
-/// issued (if any) and when that expires.
-#[derive(Clone)]
-struct Exchange {
-    form: Vec<(String, String)>,
-    subject: String,
-    issued: Option<(String, Instant)>,
-}
-
-/// The authorization server and the gate in front of the fixture.
-struct Authority {
-    mode: Mutex<Mode>,
-    exchanges: Mutex<Vec<Exchange>>,
-    /// Client-credentials tokens issued (the shared connection's).
-    client_tokens: Mutex<Vec<String>>,
-    /// Upstream requests forwarded: the JSON-RPC method and the token it carried.
-    accepted: Mutex<Vec<(String, String)>>,
-    refused: AtomicU64,
-    fixture: String,
-    client: reqwest::Client,
-}
-
-impl Authority {
-    /// The tokens issued in exchange for `subject`, in order.
-    fn issued_for(&self, subject: &str) -> Vec<String> {
-        let exchanges = self.exchanges.lock().unwrap();
-        exchanges.iter().filter(|e| e.subject == subject).filter_map(|e| Some(e.issued.as_ref()?.0.clone())).collect()
-    }
-
-    /// The tokens `tools/call` requests reached the upstream with, in order.
-    fn call_tokens(&self) -> Vec<String> {
-        self.tokens_of("tools/call")
-    }
-
-    /// The tokens `method` requests reached the upstream with, in order.
-    fn tokens_of(&self, method: &str) -> Vec<String> {
-        let accepted = self.accepted.lock().unwrap();
-        accepted.iter().filter(|(sent, _)| sent == method).map(|(_, token)| token.clone()).collect()
-    }
-
-    /// The JWT the token endpoint was asked to exchange for `token`, if it issued it.
-    fn exchanged_for(&self, token: &str) -> Option<String> {
-        let exchanges = self.exchanges.lock().unwrap();
-        let exchange = exchanges.iter().find(|e| e.issued.as_ref().is_some_and(|(value, _)| value == token));
-        exchange.map(|e| e.subject.clone())
-    }
-
-    fn live(&self, token: &str) -> bool {
-        let now = Instant::now();
-        let exchanged = self
-            .exchanges
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|e| e.issued.as_ref().is_some_and(|(value, expires)| value == token && now < *expires));
-        exchanged || self.client_tokens.lock().unwrap().iter().any(|value| value == token)
-    }
-}
-
-async fn serve(authority: Arc<Authority>) -> anyhow::Result<String> {
-    let app = axum::Router::new().route("/token", axum::routing::post(token)).fallback(gate).with_state(authority);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let address = listener.local_addr()?;
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    Ok(format!("http://{address}"))
-}
-
-/// An `application/x-www-form-urlencoded` body's fields.
-fn form(body: &str) -> Vec<(String, String)> {
-    let decode =
-        |text: &str| percent_encoding::percent_decode_str(&text.replace('+', " ")).decode_utf8_lossy().into_owned();
-    body.split('&').filter_map(|pair| pair.split_once('=')).map(|(key, value)| (decode(key), decode(value))).collect()
-}
-
-async fn token(State(authority): State<Arc<Authority>>, headers: HeaderMap, body: String) -> Response {
-    let expected = base64::engine::general_purpose::STANDARD.encode(format!("{CLIENT_ID}:{CLIENT_SECRET}"));
-    let basic = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or_default();
-    if basic != format!("Basic {expected}") {
-        return (StatusCode::UNAUTHORIZED, axum::Json(json!({"error": "invalid_client"}))).into_response();
-    }
-    let form = form(&body);
-    let field = |name: &str| form.iter().find(|(key, _)| key == name).map(|(_, value)| value.clone());
-    if field("grant_type").as_deref() == Some("client_credentials") {
-        let value = format!("cc-{:016x}", rand::random::<u64>());
-        authority.client_tokens.lock().unwrap().push(value.clone());
-        return axum::Json(json!({"access_token": value, "token_type": "Bearer", "expires_in": 600})).into_response();
-    }
-    if field("grant_type").as_deref() != Some(EXCHANGE_GRANT) {
-        return (StatusCode::BAD_REQUEST, axum::Json(json!({"error": "unsupported_grant_type"}))).into_response();
-    }
-    let subject = field("subject_token").unwrap_or_default();
-    let mode = *authority.mode.lock().unwrap();
-    let lifetime = match mode {
-        Mode::Hang => std::future::pending().await,
-        Mode::Refuse => {
-            authority.exchanges.lock().unwrap().push(Exchange { form, subject, issued: None });
-            return (StatusCode::BAD_REQUEST, axum::Json(json!({"error": "invalid_grant"}))).into_response();
-        }
-        Mode::Issue(lifetime) => lifetime,
-    };
-    let mut exchanges = authority.exchanges.lock().unwrap();
-    let value = format!("xch-{}-{:016x}", exchanges.len() + 1, rand::random::<u64>());
-    let issued = Some((value.clone(), Instant::now() + lifetime));
-    exchanges.push(Exchange { form, subject, issued });
-    let reply = json!({
-        "access_token": value,
-        "issued_token_type": "urn:ietf:params:oauth:token-type:access_token",
-        "token_type": "Bearer",
-        "expires_in": lifetime.as_secs_f64(),
-    });
-    axum::Json(reply).into_response()
-}
-
-/// Forward to the fixture when the request carries a live token this authority issued.
-async fn gate(State(authority): State<Arc<Authority>>, request: Request) -> Response {
-    let bearer = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or_default();
-    let token = bearer.strip_prefix("Bearer ").unwrap_or_default().to_string();
-    if !authority.live(&token) {
-        authority.refused.fetch_add(1, Ordering::SeqCst);
-        let challenge = [(header::WWW_AUTHENTICATE, "Bearer error=\"invalid_token\"")];
-        return (StatusCode::UNAUTHORIZED, challenge).into_response();
-    }
-    forward(&authority, request, token)
-        .await
-        .unwrap_or_else(|e| (StatusCode::BAD_GATEWAY, e.to_string()).into_response())
-}
-
-async fn forward(authority: &Authority, request: Request, token: String) -> anyhow::Result<Response> {
-    let (parts, body) = request.into_parts();
-    let body = axum::body::to_bytes(body, 16 << 20).await?;
-    let method = serde_json::from_slice::<Value>(&body).ok().and_then(|v| v["method"].as_str().map(str::to_string));
-    authority.accepted.lock().unwrap().push((method.unwrap_or_default(), token));
-    let mut headers = parts.headers.clone();
-    headers.remove(header::HOST);
-    headers.remove(header::AUTHORIZATION);
-    let url = format!("{}{}", authority.fixture.trim_end_matches("/mcp"), parts.uri);
-    let answer = authority.client.request(parts.method, url).headers(headers).body(body).send().await?;
-    let mut response = Response::builder().status(answer.status());
-    for (name, value) in answer.headers() {
-        response = response.header(name, value);
-    }
-    Ok(response.body(Body::from_stream(answer.bytes_stream().map_err(std::io::Error::other)))?)
-}
 
 /// The proxy's config: JWTs from `jwks_url`, a static token for ci-bot, everything allowed, and
 /// `upstream`.
@@ -230,17 +66,18 @@ async fn gated_with(
     upstream_lines: &str,
     jwt_lines: &str,
 ) -> anyhow::Result<(ProxyProcess, JwksServer, Arc<Authority>, HttpFixture)> {
-    let fixture = HttpFixture::spawn(&["--resources", "1", "--completions"]).await?;
-    let authority = Arc::new(Authority {
-        mode: Mutex::new(mode),
-        exchanges: Mutex::default(),
-        client_tokens: Mutex::default(),
-        accepted: Mutex::default(),
-        refused: AtomicU64::new(0),
-        fixture: fixture.url.clone(),
-        client: reqwest::Client::new(),
-    });
-    let base = serve(authority.clone()).await?;
+    gated_on(&[], mode, upstream_lines, jwt_lines).await
+}
+
+/// The same in front of a fixture given `fixture_args` more.
+async fn gated_on(
+    fixture_args: &[&str],
+    mode: Mode,
+    upstream_lines: &str,
+    jwt_lines: &str,
+) -> anyhow::Result<(ProxyProcess, JwksServer, Arc<Authority>, HttpFixture)> {
+    let fixture = HttpFixture::spawn(&[&["--resources", "1", "--completions"], fixture_args].concat()).await?;
+    let (authority, base) = Authority::start(mode, &fixture.url).await?;
     let client = format!("client_id = \"{CLIENT_ID}\"\nclient_secret_env = \"{SECRET_ENV}\"\n");
     let auth = exchange_auth(&format!("{base}/token"), upstream_lines, &client);
     let upstream = http_upstream("gated", &format!("{base}/mcp"), &auth);
@@ -403,6 +240,52 @@ async fn each_read_and_completion_goes_with_a_token_exchanged_for_the_jwt_it_cam
         .collect();
     assert_eq!(tally, methods.map(|method| (method, hosts.len(), 0)), "(method, sent, with another JWT's token)");
     assert_eq!(authority.refused.load(Ordering::SeqCst), 0);
+    Ok(())
+}
+
+/// alice presents two JWTs: `scope=admin` (the one expiring last, first seen on a
+/// `resources/list`) and `scope=read`, which subscribes: a 2025 host's `resources/subscribe`
+/// on a 2025 upstream, a 2026-07-28 host's listen stream on a 2026-07-28 one. The subscription
+/// goes upstream (`resources/subscribe`, `subscriptions/listen` on alice's own session) with a
+/// token exchanged for the read JWT, none with a token exchanged for her admin one.
+#[tokio::test]
+async fn each_subscription_goes_with_a_token_exchanged_for_the_jwt_it_came_with() -> anyhow::Result<()> {
+    let uri = "gated+fx://fx/item/0";
+    for (upstream_era, method) in [("legacy", "resources/subscribe"), ("modern", "subscriptions/listen")] {
+        let mode = Mode::Issue(Duration::from_secs(600));
+        let (proxy, _jwks, authority, _fixture) = gated_on(&["--era", upstream_era], mode, "", "").await?;
+        let alice = TwoJwts::connect(&proxy.url).await?;
+        let _stream = match upstream_era {
+            "legacy" => {
+                #[allow(deprecated)]
+                alice.read_legacy.subscribe(rmcp::model::SubscribeRequestParams::new(uri)).await?;
+                None
+            }
+            _ => {
+                let filter = rmcp::model::SubscriptionFilter::builder().resource_subscriptions([uri.to_string()]);
+                Some(alice.read_modern.listen(filter.build()).await?)
+            }
+        };
+        // The shared connection's own listen stream (for list changes) goes with the proxy's
+        // client credentials (`cc-…`): alice's session's is the one that is hers.
+        let sessions = || -> Vec<String> {
+            authority.tokens_of(method).into_iter().filter(|token| !token.starts_with("cc-")).collect()
+        };
+        let sent = eventually(Duration::from_secs(20), "the subscription upstream", || async {
+            let tokens = sessions();
+            if tokens.is_empty() { bail!("no {method} of a session upstream yet") } else { Ok(tokens) }
+        })
+        .await?;
+        let subjects: Vec<Option<String>> = sent.iter().map(|token| authority.exchanged_for(token)).collect();
+        let admin = subjects.iter().filter(|subject| subject.as_deref() == Some(alice.admin_jwt.as_str())).count();
+        let read = subjects.iter().filter(|subject| subject.as_deref() == Some(alice.read_jwt.as_str())).count();
+        assert_eq!(
+            (admin, read),
+            (0, sent.len()),
+            "{upstream_era} upstream: {method} with the admin / read JWT's token"
+        );
+        assert_eq!(authority.refused.load(Ordering::SeqCst), 0);
+    }
     Ok(())
 }
 

@@ -14,6 +14,7 @@
 //! - [`otlp`]: an OTLP/HTTP trace receiver (official protobuf definitions) that counts its connections.
 //! - [`raw_http`]: raw MCP-over-HTTP exchanges (status, session header, body) for tests of the listener.
 //! - [`wire`]: an rmcp host that logs what it reads in wire order (progress before answers).
+//! - [`token_exchange`]: an OAuth authorization server for token exchange, and a gate in front of an upstream.
 //! - [`eventually`]: the one way to wait for a condition: poll with a deadline.
 //!
 //! Every entry that starts something (a proxy, a fixture, Redis, a JWKS server, a test key) first
@@ -37,6 +38,7 @@ pub mod processes;
 pub mod proxy;
 pub mod raw_http;
 pub mod reads;
+pub mod token_exchange;
 pub mod told;
 pub mod wire;
 

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! cargo build --release --bins
-//! cargo run --release --bin proxy-bench -- <matrix|sparse|read-latency|throughput|catalog|fanout|memory|cluster|rate-limits|all> \
+//! cargo run --release --bin proxy-bench -- <matrix|sparse|read-latency|throughput|catalog|fanout|memory|cluster|rate-limits|searches|all> \
 //!     [--json] [--quick] [--target URL --uri URI]
 //! ```
 //!
@@ -17,7 +17,7 @@
 //!   the Rust gateway `mcp-proxy` 0.6.0 when installed by hand (`.peers/bench-cargo`).
 //! - `report`: the figures of one scenario and their Markdown / JSON rendering.
 //! - `matrix`, `sparse`, `read_latency`, `throughput`, `catalog`, `fanout`, `memory`, `cluster`,
-//!   `rate_limits`: one scenario each (`rate-limits` is not part of `all`).
+//!   `rate_limits`, `searches`: one scenario each (`rate-limits` and `searches` are not part of `all`).
 //!
 //! Every figure of a scenario is measured in the same run, side by side; on a shared machine the
 //! ratios, medians and p99s are what to compare, not single absolute times.
@@ -34,6 +34,7 @@ mod rate_limits;
 mod raw;
 mod read_latency;
 mod report;
+mod searches;
 mod sparse;
 mod throughput;
 mod wire;
@@ -85,6 +86,8 @@ enum Scenario {
     Memory,
     /// Not part of `all`: one principal at ten times its rate limit, another's latency.
     RateLimits,
+    /// Not part of `all`: one principal's bridge searches, another's read latency.
+    Searches,
     /// Three replicas sharing one Redis behind haproxy, against one replica alone.
     Cluster,
     All,
@@ -165,6 +168,7 @@ async fn run(scenario: Scenario, options: &Options) -> Vec<Report> {
             Scenario::Fanout => fanout::run(options).await,
             Scenario::Memory => memory::run(options).await,
             Scenario::RateLimits => rate_limits::run(options).await,
+            Scenario::Searches => searches::run(options).await,
             Scenario::Cluster => cluster::run(options).await,
             Scenario::All => unreachable!("expanded above"),
         };

@@ -115,6 +115,21 @@ impl RawClient {
         checked.with_context(|| format!("read {uri}: {}", String::from_utf8_lossy(body)))
     }
 
+    /// `tools/call` of `name` with `arguments`; the JSON-RPC response (a result or an error).
+    pub async fn call_tool(&mut self, name: &str, arguments: Value) -> anyhow::Result<Value> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut params = json!({ "name": name, "arguments": arguments });
+        if self.era == HostEra::Y2026 {
+            params["_meta"] = modern_meta();
+        }
+        let body = json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params });
+        let head = self.head("tools/call", Some(name))?;
+        wire::request(&mut self.out, &head, &[&serde_json::to_vec(&body)?]);
+        let head = self.exchange("tools/call").await?;
+        response_with_id(head.sse, self.reader.body(), id)
+    }
+
     async fn initialize(&mut self) -> anyhow::Result<()> {
         let params = json!({
             "protocolVersion": LEGACY,
