@@ -1,5 +1,6 @@
 //! What a read's SERVER span says beyond a hit or a miss: a read that waited on another read
-//! of the same entry is `coalesced`. The real proxy binary exporting to the OTLP receiver (`support::otlp`), in front
+//! of the same entry is `coalesced`, and a read refused by a rate limit before routing has its
+//! span too. The real proxy binary exporting to the OTLP receiver (`support::otlp`), in front
 //! of the fixture over HTTP, driven by stateless 2026-07-28 requests that carry a host's
 //! `traceparent` in `_meta`.
 
@@ -15,6 +16,8 @@ use crate::support::reads::upstream_reads;
 const MODERN: &str = "2026-07-28";
 const UPSTREAM_URI: &str = "fx://fx/item/1";
 const ITEM: &str = "fx+fx://fx/item/1";
+/// The JSON-RPC code of a refusal by a rate limit.
+const RATE_LIMITED: &str = "-32029";
 
 /// A host's context: trace `n` (32 hex digits), its span `n` (16).
 fn host_traceparent(n: u8) -> String {
@@ -95,5 +98,31 @@ async fn a_read_that_waited_on_another_read_of_its_entry_says_coalesced() -> any
     assert_eq!(outcome(&first), Some("miss"), "{spans:#?}");
     assert_eq!(outcome(&second), Some("coalesced"), "{spans:#?}");
     assert!(in_trace(&spans, &second, "CLIENT").is_empty(), "a coalesced read asks no upstream: {spans:#?}");
+    Ok(())
+}
+
+/// A read over the rate limit is answered `429` before routing, yet has its SERVER span: in
+/// the host's trace, with the refusal's reason, `error.type` (the JSON-RPC code) and the HTTP
+/// status, and no CLIENT span.
+#[tokio::test]
+async fn a_read_refused_by_the_rate_limit_has_its_server_span() -> anyhow::Result<()> {
+    let receiver = Receiver::start().await?;
+    let (proxy, _upstream) = traced_proxy(&receiver, "[rate_limits]\nreads_per_minute = 1\nreads_burst = 1").await?;
+    let admitted = read(&proxy.url, 1, &host_traceparent(3)).await?;
+    assert_eq!(admitted.status, StatusCode::OK, "{admitted:?}");
+    let refused = read(&proxy.url, 2, &host_traceparent(4)).await?;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS, "{refused:?}");
+
+    let (trace, host_span) = traceparent_ids(&host_traceparent(4))?;
+    let spans = receiver.wait("the refused read's SERVER span", |s| in_trace(s, &trace, "SERVER").len() == 1).await?;
+    let server = in_trace(&spans, &trace, "SERVER")[0];
+    assert_eq!(server.name, "resources/read");
+    assert_eq!(server.parent_span_id, host_span, "the host's trace is continued: {server:#?}");
+    assert_eq!(server.attribute("mcp_proxy.refused"), Some("rate_limited"), "{server:#?}");
+    assert_eq!(server.attribute("error.type"), Some(RATE_LIMITED), "{server:#?}");
+    assert_eq!(server.attribute("http.response.status_code"), Some("429"), "{server:#?}");
+    assert_eq!(server.attribute("jsonrpc.request.id"), Some("2"), "{server:#?}");
+    assert_eq!(server.attribute("mcp.resource.uri"), None, "{server:#?}");
+    assert!(in_trace(&spans, &trace, "CLIENT").is_empty(), "{spans:#?}");
     Ok(())
 }
