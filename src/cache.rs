@@ -4,7 +4,7 @@
 //!
 //! [`Store`] is the seam for another tier (a store shared by replicas): get, insert,
 //! invalidate a URI and everything under it, flush an upstream. [`LocalStore`] is moka.
-//! [`Outcome`] names how a read was answered (hit, miss, stale, bypass), as plain data.
+//! [`Outcome`] names how a read was answered (hit, miss, coalesced, stale, bypass), as plain data.
 //! Invariant: an entry is never returned after its `keep_until`, nor after an `invalidate`
 //! that covers its URI was made (moka hides entries inserted before an invalidation predicate).
 
@@ -37,6 +37,9 @@ pub struct Key {
 pub enum Outcome {
     Hit,
     Miss,
+    /// Answered by another read's load of the same entry, which this one waited on (single
+    /// flight): it asked no upstream itself.
+    Coalesced,
     /// Served past its lifetime because the upstream failed (`stale_if_error`).
     Stale,
     /// Not cacheable (too large, ttl 0, input required, or the cache is off).

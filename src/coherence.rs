@@ -24,6 +24,7 @@ mod watches;
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -110,7 +111,21 @@ enum LoadError {
 
 /// What a finished single-flight load means to each reader of it: a miss (the entry it kept, or
 /// kept under the shared key), a hit (found meanwhile), the uncacheable answer, or the failure.
-fn answered<E: std::ops::Deref<Target = Entry>>(attempt: Result<E, Arc<LoadError>>) -> Result<Cached, ProxyError> {
+/// A reader whose own load never ran (`joined`: it waited on another reader's) was coalesced.
+fn answered<E: std::ops::Deref<Target = Entry>>(
+    attempt: Result<E, Arc<LoadError>>,
+    joined: bool,
+) -> Result<Cached, ProxyError> {
+    let coalesced = |cached: Cached| match joined {
+        true => Cached { outcome: Outcome::Coalesced, ..cached },
+        false => cached,
+    };
+    answered_alone(attempt).map(coalesced)
+}
+
+fn answered_alone<E: std::ops::Deref<Target = Entry>>(
+    attempt: Result<E, Arc<LoadError>>,
+) -> Result<Cached, ProxyError> {
     let miss = |entry: &Entry| Cached { outcome: Outcome::Miss, ..admission::hit(entry, Instant::now()) };
     match attempt {
         Ok(entry) => Ok(miss(&entry)),
@@ -215,10 +230,15 @@ impl Coherence {
         let flight = if known_public { shared.clone() } else { private };
         let (inner, settings) = (self.inner.clone(), request.settings.clone());
         let max_load = self.inner.max_load;
+        // Set when this reader's own load runs; left unset, it waited on another's.
+        let ran = AtomicBool::new(false);
+        let ran_here = &ran;
+        tracing::debug!(upstream = request.upstream, "read waits for its entry's load (its own or another's)");
         // Boxed: the load (an upstream read through rmcp) is a large future, and a hit, which
         // never gets here, would otherwise carry its size — moved into every box the request's
         // futures are put in on the way (the HTTP middlewares), at every hit.
         let attempt = Box::pin(self.inner.store.load_once(flight.clone(), async move {
+            ran_here.store(true, Ordering::Relaxed);
             // A load of this URI that ended between this request's look-up and this flight
             // kept its entry under the shared key before it told of it (see `remember_scope`):
             // found there, it is served without reading upstream again.
@@ -240,7 +260,8 @@ impl Coherence {
             inner.remember_scope(&flight, &entry);
             Ok(entry)
         }));
-        answered(attempt.await).or_else(|failure| self.stale_or(fallback, &failure))
+        let attempt = attempt.await;
+        answered(attempt, !ran.load(Ordering::Relaxed)).or_else(|failure| self.stale_or(fallback, &failure))
     }
 
     /// `upstream` said `uri` changed: drop it and everything under it, and make sure no load

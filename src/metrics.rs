@@ -1,7 +1,10 @@
 //! Metrics: one [`Metrics`] handle that owns its own prometheus [`Registry`] and renders it in
 //! the Prometheus text format for the admin listener's `/metrics`.
 //!
-//! Every family is named `mcp_proxy_<what>_<unit>[_total]` and registered in [`Metrics::new`];
+//! Every family is named `mcp_proxy_<what>_<unit>[_total]` — but the two histograms of the
+//! OpenTelemetry MCP semantic conventions, `mcp_server_operation_duration_seconds` and
+//! `mcp_client_operation_duration_seconds` (their names and buckets), recorded with our own
+//! request histograms — and registered in [`Metrics::new`];
 //! [`Metrics::family_names`] lists them (the Grafana dashboard test checks its queries against
 //! it). Callers record events through small methods, one line per event:
 //! `metrics.downstream_request("resources/read", metrics::outcome(&result), started.elapsed())`.
@@ -37,6 +40,11 @@ pub const LATENCY_BUCKETS: &[f64] = &[
     30.0,
 ];
 
+/// The buckets (seconds) the OpenTelemetry MCP semantic conventions advise for
+/// `mcp.server.operation.duration` and `mcp.client.operation.duration`; our own histograms keep
+/// the finer [`LATENCY_BUCKETS`].
+pub const SEMCONV_BUCKETS: &[f64] = &[0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
+
 /// Every `outcome` label value: `ok` or a [`ProxyError::kind`]. Pre-created so dashboards show 0.
 pub const OUTCOMES: &[&str] =
     &["ok", "not_found", "invalid_cursor", "invalid_params", "upstream_down", "upstream_timeout", "upstream_failed"];
@@ -47,6 +55,12 @@ pub fn outcome<T>(result: &Result<T, ProxyError>) -> &'static str {
         Ok(_) => "ok",
         Err(error) => error.kind(),
     }
+}
+
+/// The `error_type` label of the semantic conventions' histograms: empty for `ok` (no error),
+/// else the outcome, one of a bounded set.
+fn error_type(outcome: &'static str) -> &'static str {
+    if outcome == "ok" { "" } else { outcome }
 }
 
 /// A cheap `Clone` handle on the proxy's metrics.
@@ -69,6 +83,10 @@ struct Inner {
     downstream_duration: HistogramVec,
     upstream_requests: IntCounterVec,
     upstream_duration: HistogramVec,
+    /// `mcp.server.operation.duration` of the semantic conventions.
+    server_operation_duration: HistogramVec,
+    /// `mcp.client.operation.duration` of the semantic conventions.
+    client_operation_duration: HistogramVec,
     upstream_up: IntGaugeVec,
     upstream_sessions: IntGaugeVec,
     upstream_sessions_reclaimed: IntCounterVec,
@@ -129,6 +147,16 @@ impl Metrics {
                 "upstream_request_duration_seconds",
                 "Upstream request latency.",
                 &["upstream", "method"],
+            ),
+            server_operation_duration: b.semconv_histogram(
+                "mcp_server_operation_duration_seconds",
+                "MCP request duration as the server (OpenTelemetry semantic conventions: mcp.server.operation.duration).",
+                &["mcp_method_name", "error_type"],
+            ),
+            client_operation_duration: b.semconv_histogram(
+                "mcp_client_operation_duration_seconds",
+                "MCP request duration as the client (OpenTelemetry semantic conventions: mcp.client.operation.duration).",
+                &["mcp_method_name", "error_type"],
             ),
             upstream_up: b.gauge("upstream_up", "1 while the upstream is connected.", &["upstream"]),
             upstream_sessions: b.gauge(
@@ -284,6 +312,7 @@ impl Metrics {
         let i = &self.inner;
         i.downstream_requests.with_label_values(&[method, outcome]).inc();
         i.downstream_duration.with_label_values(&[method]).observe(elapsed.as_secs_f64());
+        i.server_operation_duration.with_label_values(&[method, error_type(outcome)]).observe(elapsed.as_secs_f64());
     }
 
     /// A request to `upstream` finished.
@@ -291,6 +320,7 @@ impl Metrics {
         let (i, upstream) = (&self.inner, upstream_label(upstream));
         i.upstream_requests.with_label_values(&[upstream, method, outcome]).inc();
         i.upstream_duration.with_label_values(&[upstream, method]).observe(elapsed.as_secs_f64());
+        i.client_operation_duration.with_label_values(&[method, error_type(outcome)]).observe(elapsed.as_secs_f64());
     }
 
     /// A request was refused by a rate limit: `kind` is `calls` or `reads`, `scope` the
@@ -595,6 +625,13 @@ impl Builder {
 
     fn histogram(&mut self, name: &'static str, help: &str, labels: &[&str]) -> HistogramVec {
         let opts = HistogramOpts::new(name, help).namespace("mcp_proxy").buckets(LATENCY_BUCKETS.to_vec());
+        self.register(HistogramVec::new(opts, labels))
+    }
+
+    /// A histogram of the semantic conventions: their name (no `mcp_proxy_` prefix) and their
+    /// advised buckets.
+    fn semconv_histogram(&mut self, name: &'static str, help: &str, labels: &[&str]) -> HistogramVec {
+        let opts = HistogramOpts::new(name, help).buckets(SEMCONV_BUCKETS.to_vec());
         self.register(HistogramVec::new(opts, labels))
     }
 

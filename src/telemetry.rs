@@ -8,7 +8,9 @@
 //! ([`client_span`]), child of the SERVER span, whose context goes upstream in the request's
 //! `_meta` (and, to an HTTP upstream, its headers). What only the proxy knows — the cache's
 //! outcome, the policy's decision and its file, a rate limit or cap refusal — is set on the
-//! SERVER span by the hosts' side ([`Span::note`]).
+//! SERVER span by the hosts' side ([`Span::note`]). An upstream's `updated` is a CONSUMER span
+//! of its own trace, each host it is queued for a PRODUCER span under it ([`updated_span`],
+//! [`Span::delivered`]).
 //!
 //! The exporter is the process's one (`install`, once, from `main`), like the crypto provider:
 //! [`on`] is one atomic load, and everything here is a no-op when it is false — no span, no
@@ -19,6 +21,7 @@
 //! never carries its URI.
 
 mod export;
+mod notification;
 mod propagation;
 
 use std::future::Future;
@@ -32,6 +35,7 @@ use tracing::Instrument;
 use tracing::instrument::Instrumented;
 
 pub use self::export::InstallError;
+pub use self::notification::{Holder, updated_span};
 pub use self::propagation::Carrier;
 use crate::config::TelemetryConfig;
 

@@ -8,6 +8,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rmcp::model::CacheScope;
@@ -95,7 +96,11 @@ impl Coherence {
         let flight = if known_public { shared.clone() } else { private };
         let (inner, tier, settings) = (self.inner.clone(), tier.clone(), request.settings.clone());
         let principal: Arc<str> = request.principal.into();
+        // Set when this reader's own load runs; left unset, it waited on another's.
+        let ran = AtomicBool::new(false);
+        let ran_here = &ran;
         let attempt = Box::pin(self.inner.store.load_once(flight.clone(), async move {
+            ran_here.store(true, Ordering::Relaxed);
             // Another replica loading this very key: its fill is waited for, not read again.
             let claimed = inner.claim_or_wait(&tier, &flight, &look, &principal).await?;
             let loaded = inner.load_and_fill(&tier, flight.clone(), shared, &look, &settings, load).await;
@@ -104,7 +109,8 @@ impl Coherence {
             }
             loaded
         }));
-        answered(attempt.await)
+        let attempt = attempt.await;
+        answered(attempt, !ran.load(Ordering::Relaxed))
     }
 }
 

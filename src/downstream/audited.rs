@@ -109,6 +109,7 @@ pub(super) fn cache_label(outcome: Outcome) -> &'static str {
         Outcome::Hit => "hit",
         Outcome::Stale => "stale",
         Outcome::Miss => "miss",
+        Outcome::Coalesced => "coalesced",
         Outcome::Bypass => "bypass",
     }
 }

@@ -9,6 +9,9 @@
 //! (a batch, a body too large or without a length) and everything over stdio is checked by the
 //! handler ([`ProxyServer::admit`]), which answers the JSON-RPC error alone.
 //!
+//! A request the middleware refuses is a SERVER span of its own when traces are on
+//! ([`super::traced::refused_span`]): `mcp_proxy.refused`, `error.type`, the `429`.
+//!
 //! Invariant: a request is charged once, before any cache or upstream work; with no rate
 //! configured nothing here reads a body.
 
@@ -25,8 +28,10 @@ use serde::Deserialize;
 
 use super::ProxyServer;
 use super::audited::refused_event;
+use super::traced::{self, Refused};
 use crate::error::{ProxyError, retry_after_secs};
 use crate::proxy::{Caller, Metered, Proxy};
+use crate::telemetry::Carrier;
 
 /// Bodies larger than this (or without `Content-Length`) are left to the handler's check.
 const MAX_PEEK: u64 = 64 * 1024;
@@ -62,6 +67,7 @@ pub(super) async fn check_http(proxy: &Proxy, principal: &str, request: Request)
         Err(error) => {
             proxy.metrics().downstream_request(method, error.kind(), started.elapsed());
             proxy.audit().record(refused_event(principal, Some(method), &peeked.metered(), error.kind()));
+            peeked.traced_refusal(method, request.headers(), &error);
             Err(too_many_requests(&error, peeked.id))
         }
     }
@@ -119,6 +125,15 @@ struct PeekedParams {
     uri: Option<String>,
     #[serde(rename = "ref")]
     reference: Option<PeekedReference>,
+    /// The host's trace context, for a refusal's span.
+    #[serde(rename = "_meta")]
+    meta: Option<PeekedMeta>,
+}
+
+#[derive(Deserialize, Default)]
+struct PeekedMeta {
+    traceparent: Option<String>,
+    tracestate: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -144,6 +159,32 @@ impl Peeked {
             "completion/complete" => "completion/complete",
             _ => return None,
         })
+    }
+
+    /// The SERVER span of this request, refused with `error` (nothing when traces are off).
+    fn traced_refusal(&self, method: &'static str, head: &http::HeaderMap, error: &ProxyError) {
+        if !crate::telemetry::on() {
+            return;
+        }
+        let params = self.params.as_ref();
+        let meta = params.and_then(|p| p.meta.as_ref());
+        let target = match self.metered() {
+            Metered::Tool(name) | Metered::Prompt(name) if method != "completion/complete" => Some(name),
+            _ => None,
+        };
+        traced::refused_span(Refused {
+            method,
+            target,
+            meta: Carrier {
+                traceparent: meta.and_then(|m| m.traceparent.as_deref()),
+                tracestate: meta.and_then(|m| m.tracestate.as_deref()),
+            },
+            head,
+            request_id: self.id.to_string(),
+            reason: error.kind(),
+            error_type: error.to_error_data().code.0.to_string(),
+            status: StatusCode::TOO_MANY_REQUESTS.as_u16(),
+        });
     }
 
     fn metered(&self) -> Metered<'_> {

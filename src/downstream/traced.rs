@@ -1,7 +1,8 @@
 //! The hosts' side of traces ([`crate::telemetry`]): each request's SERVER span, made from what
 //! it came with (rmcp's request context, or the fast path's parse and head), and what only the
 //! proxy knows put on it — the cache's outcome, the policy's decision and its file, the
-//! upstream it was routed to. Nothing here runs when traces are off.
+//! upstream it was routed to — and the span of a request refused before routing (a rate
+//! limit's `429`), which no handler ever sees. Nothing here runs when traces are off.
 
 use std::future::Future;
 
@@ -16,6 +17,7 @@ use crate::error::ProxyError;
 use crate::metrics::Transport;
 use crate::proxy::ReadAnswer;
 use crate::telemetry::{self, Carrier, Incoming, Span};
+use crate::wire::headers;
 
 impl ProxyServer {
     /// The SERVER span of a request rmcp's handler serves: `target` is a tool's or prompt's
@@ -45,6 +47,45 @@ impl ProxyServer {
             },
         })
     }
+}
+
+/// An HTTP request turned away before it was routed, as its SERVER span needs it.
+pub(super) struct Refused<'a> {
+    pub method: &'static str,
+    /// The tool or prompt name, as the host gave it.
+    pub target: Option<&'a str>,
+    /// `_meta`'s trace context.
+    pub meta: Carrier<'a>,
+    pub head: &'a HeaderMap,
+    pub request_id: String,
+    /// Why (`mcp_proxy.refused`), as the audit trail says it.
+    pub reason: &'static str,
+    /// `error.type`: the JSON-RPC error code it was answered with.
+    pub error_type: String,
+    /// The HTTP status it was answered with (`http.response.status_code`).
+    pub status: u16,
+}
+
+/// The SERVER span of a request refused before routing (a rate limit's `429`), made and ended
+/// at once: the refusal is all it did. Nothing when traces are off.
+pub(super) fn refused_span(refused: Refused<'_>) {
+    if !telemetry::on() {
+        return;
+    }
+    let head = refused.head;
+    let span = telemetry::server_span(Incoming {
+        method: refused.method,
+        target: refused.target,
+        meta: refused.meta,
+        header: header_carrier(Some(head)),
+        request_id: Some(refused.request_id),
+        version: headers::single(head, headers::PROTOCOL_VERSION).flatten(),
+        session: headers::single(head, headers::SESSION_ID).flatten().map(crate::audit::session_digest),
+        transport: telemetry::Transport::Tcp,
+    });
+    span.note("mcp_proxy.refused", refused.reason);
+    span.note("http.response.status_code", i64::from(refused.status));
+    span.failed(refused.error_type);
 }
 
 /// The trace context of an HTTP request's headers.

@@ -46,6 +46,8 @@ const FAMILIES: &[&str] = &[
     "mcp_proxy_request_bodies_cut_total",
     "mcp_proxy_denials_total",
     "mcp_proxy_audit_dropped_total",
+    "mcp_server_operation_duration_seconds",
+    "mcp_client_operation_duration_seconds",
 ];
 
 /// One call of every recording method, with `upstream` wherever an upstream name goes.
@@ -240,6 +242,34 @@ fn outcome_is_ok_or_the_error_kind() {
     for kind in OUTCOMES {
         assert!(!kind.contains(':'));
     }
+}
+
+/// The semantic conventions' histograms: their names, their buckets, `mcp_method_name` and
+/// `error_type` (empty for a success, the outcome otherwise).
+#[test]
+fn the_semantic_conventions_histograms_are_recorded_with_each_request() {
+    let metrics = Metrics::new();
+    metrics.downstream_request("resources/read", "ok", Duration::from_millis(15));
+    metrics.upstream_request("docs", "tools/call", "upstream_timeout", Duration::from_secs(3));
+    let text = metrics.render();
+    let line = |family: &str, method: &str, error: &str, le: &str| {
+        series(&text)
+            .into_iter()
+            .find(|line| {
+                line.starts_with(&format!("{family}_bucket{{"))
+                    && line.contains(&format!("mcp_method_name=\"{method}\""))
+                    && line.contains(&format!("error_type=\"{error}\""))
+                    && line.contains(&format!("le=\"{le}\""))
+            })
+            .unwrap_or_else(|| panic!("no {family} {method} {error} {le} in:\n{text}"))
+            .to_string()
+    };
+    assert!(line("mcp_server_operation_duration_seconds", "resources/read", "", "0.01").ends_with(" 0"));
+    assert!(line("mcp_server_operation_duration_seconds", "resources/read", "", "0.02").ends_with(" 1"));
+    assert!(line("mcp_client_operation_duration_seconds", "tools/call", "upstream_timeout", "2").ends_with(" 0"));
+    assert!(line("mcp_client_operation_duration_seconds", "tools/call", "upstream_timeout", "5").ends_with(" 1"));
+    assert!(!text.contains("mcp_client_operation_duration_seconds_bucket{upstream"), "no upstream label");
+    assert_eq!((SEMCONV_BUCKETS.first(), SEMCONV_BUCKETS.last()), (Some(&0.01), Some(&300.0)));
 }
 
 #[test]

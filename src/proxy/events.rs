@@ -22,6 +22,7 @@ use crate::namespace;
 use crate::rate_limits::RateLimits;
 use crate::spine::Spine;
 use crate::subscriptions::HolderId;
+use crate::telemetry::Span;
 use crate::tools::Tools;
 use crate::upstream::{Change, EventInbox, Inbound, Lost, Registry, UpstreamEvent};
 
@@ -97,8 +98,11 @@ impl EventLoop {
             UpstreamEvent::ResourceUpdated { upstream, uri, change } => {
                 // Keys are normalised URIs; the upstream may spell them its own way.
                 let normalized = normalized_original(&upstream, &uri);
+                // An `updated` the upstream sent is a span (when traced) until it is fanned out.
+                let span = if change == Change::Heard { updated_span(&upstream, &normalized) } else { Span::default() };
                 // Recorded for every replica before any holder is told.
                 let dropped = cache.invalidate_everywhere(&upstream, &normalized).await;
+                span.note("mcp_proxy.cache.invalidated", i64::try_from(dropped).unwrap_or(i64::MAX));
                 // Unheard ones follow a reconnect, whose flush was counted already.
                 if change == Change::Heard {
                     metrics.notification_received(&upstream, NotificationKind::Updated);
@@ -106,7 +110,7 @@ impl EventLoop {
                 }
                 // Nobody held a rewatched URI while it may have changed: nobody to tell.
                 if change != Change::Rewatched {
-                    subscriptions.updated(&upstream, &normalized);
+                    subscriptions.updated(&upstream, &normalized, &span);
                 }
             }
             UpstreamEvent::Up { upstream, reconnected, .. } => {
@@ -139,7 +143,9 @@ impl EventLoop {
                 if heard {
                     metrics.notification_received(&upstream, NotificationKind::Updated);
                 }
-                subscriptions.session_updated(&upstream, &normalized_original(&upstream, &uri), holders);
+                let normalized = normalized_original(&upstream, &uri);
+                let span = if heard { updated_span(&upstream, &normalized) } else { Span::default() };
+                subscriptions.session_updated(&upstream, &normalized, holders, &span);
             }
         }
     }
@@ -157,7 +163,7 @@ impl EventLoop {
         let dropped = self.changes.cache.invalidate_upstream_everywhere(upstream).await;
         self.changes.metrics.cache_invalidation(InvalidationCause::Reconnect, dropped);
         for uri in uris {
-            self.changes.subscriptions.updated(upstream, &normalized_original(upstream, &uri));
+            self.changes.subscriptions.updated(upstream, &normalized_original(upstream, &uri), &Span::default());
         }
     }
 }
@@ -208,6 +214,18 @@ impl Housekeeping {
             self.metrics.set_downstream_subscriptions(&upstream, hosts);
         }
     }
+}
+
+/// The span of an `updated` `upstream` sent of its `uri` (nothing when traces are off), naming
+/// the URI (namespaced) only when the operator opted in.
+fn updated_span(upstream: &str, uri: &str) -> Span {
+    let span = crate::telemetry::updated_span(upstream);
+    if span.is_some()
+        && let Some(namespaced) = namespace::namespaced(upstream, uri)
+    {
+        span.note_uri(&namespaced);
+    }
+    span
 }
 
 /// `uri` of `upstream` in the normalised form the proxy keys everything by (as is when it

@@ -92,7 +92,8 @@ impl Reads {
                 let metrics = &self.metrics;
                 match outcome {
                     Outcome::Hit | Outcome::Stale => metrics.cache_hit(&name),
-                    Outcome::Miss | Outcome::Bypass => metrics.cache_miss(&name),
+                    // A coalesced read is counted with the load it waited on: a miss.
+                    Outcome::Miss | Outcome::Coalesced | Outcome::Bypass => metrics.cache_miss(&name),
                 }
                 metrics.bytes_served(&name, served_bytes(&result));
                 Ok(ReadAnswer::Result { result, ttl, scope, outcome, contents_json })

@@ -11,6 +11,9 @@
 //! host), and that session's `updated` reaches the holders on it only
 //! ([`Subscriptions::session_updated`]): never another principal's (or host session's).
 //!
+//! When traces are on, the `updated` is a span (the event loop's) and each holder it is queued
+//! for a delivery span under it ([`crate::telemetry::Span::delivered`]).
+//!
 //! Invariant: a holder hears only of URIs its principal may see under the policy in force when
 //! the update is fanned out, and of a per-principal (per-host) upstream only what its own
 //! session said.
@@ -27,6 +30,7 @@ use crate::metrics::DenialAction;
 use crate::namespace;
 use crate::policy::PolicySet;
 use crate::subscriptions::{Caps, HolderId, OverCap};
+use crate::telemetry::{Holder, Span};
 use crate::upstream::HostSession;
 
 /// The subscriptions service, with what it uses. A cheap `Clone` handle.
@@ -131,8 +135,14 @@ impl Subscriptions {
     /// What a per-principal or per-host session of `upstream` said of `uri`: its `holders`
     /// (those that hold it, or a parent of it, on that session) hear it, as for
     /// [`Self::updated`]; nobody else does.
-    pub(crate) fn session_updated(&self, upstream: &str, uri: &str, holders: Vec<(HolderId, Vec<String>)>) {
-        self.tell_holders(upstream, uri, holders);
+    pub(crate) fn session_updated(
+        &self,
+        upstream: &str,
+        uri: &str,
+        holders: Vec<(HolderId, Vec<String>)>,
+        span: &Span,
+    ) {
+        self.tell_holders(upstream, uri, holders, span);
     }
 
     /// How many more URIs `caller`'s hosts may subscribe, across all their sessions and
@@ -172,13 +182,20 @@ impl Subscriptions {
     /// the URI itself; listen streams hear the URI they asked for, since their filter is exact.
     /// Either way only when the holder's principal may see `uri` itself: a change of a denied
     /// sub-resource is not news to a holder of its parent (it would reveal that it exists).
-    pub(crate) fn updated(&self, upstream: &str, uri: &str) {
-        self.tell_holders(upstream, uri, self.watches.holders_of_update(upstream, uri));
+    /// Each holder queued is a delivery span under `span` (the `updated`'s, when traced).
+    pub(crate) fn updated(&self, upstream: &str, uri: &str, span: &Span) {
+        self.tell_holders(upstream, uri, self.watches.holders_of_update(upstream, uri), span);
     }
 
     /// Tell each of `holders` (with the URIs it holds that matched) of the change of `uri`,
     /// as [`Self::updated`] says.
-    fn tell_holders(&self, upstream: &str, uri: &str, holders: impl IntoIterator<Item = (HolderId, Vec<String>)>) {
+    fn tell_holders(
+        &self,
+        upstream: &str,
+        uri: &str,
+        holders: impl IntoIterator<Item = (HolderId, Vec<String>)>,
+        span: &Span,
+    ) {
         let policy = self.access.policy();
         let Some(changed) = namespace::namespaced(upstream, uri) else { return };
         for (holder, held) in holders {
@@ -191,7 +208,7 @@ impl Subscriptions {
                 OutletKind::Session => vec![uri.to_string()],
                 OutletKind::ListenStream => held,
             };
-            self.deliver_updates(holder, &caller, upstream, uris);
+            self.deliver_updates(Holder { id: holder, kind: holder_kind(info.kind) }, &caller, upstream, uris, span);
         }
     }
 
@@ -202,17 +219,34 @@ impl Subscriptions {
         for (holder, held) in self.watches.holders_in(upstream) {
             let Some(info) = self.fanout.info(holder) else { continue };
             let caller = Caller::new(&info.principal, policy.clone());
-            self.deliver_updates(holder, &caller, upstream, held);
+            let holder = Holder { id: holder, kind: holder_kind(info.kind) };
+            self.deliver_updates(holder, &caller, upstream, held, &Span::default());
         }
     }
 
-    fn deliver_updates(&self, holder: HolderId, caller: &Caller, upstream: &str, uris: Vec<String>) {
+    /// Queue `updated` of each of `uris` that `caller` may see for `holder`; each one queued
+    /// (or dropped) is a delivery span under `span`.
+    fn deliver_updates(&self, holder: Holder, caller: &Caller, upstream: &str, uris: Vec<String>, span: &Span) {
         for original in uris {
             let Some(namespaced) = namespace::namespaced(upstream, &original) else { continue };
-            if caller.may_see(&namespaced) {
-                self.fanout.deliver(holder, Outgoing::Updated(namespaced));
+            if !caller.may_see(&namespaced) {
+                continue;
+            }
+            if span.is_some() {
+                let queued = self.fanout.deliver(holder.id, Outgoing::Updated(namespaced.clone()));
+                span.delivered(holder, &namespaced, queued);
+            } else {
+                self.fanout.deliver(holder.id, Outgoing::Updated(namespaced));
             }
         }
+    }
+}
+
+/// A holder's kind as a delivery span names it.
+fn holder_kind(kind: OutletKind) -> &'static str {
+    match kind {
+        OutletKind::Session => "session",
+        OutletKind::ListenStream => "listen_stream",
     }
 }
 

@@ -1,7 +1,8 @@
 //! The Grafana dashboard against the metrics the proxy really registers: it parses, every panel
 //! has a query, every metric name in every query is an exported family (histograms through
-//! `_bucket`/`_sum`/`_count`), every `$variable` is defined in `templating`, and every metric a
-//! panel reads is filtered on the `instance` variable (one replica, several or all).
+//! `_bucket`/`_sum`/`_count`) and every family is on a panel, every `$variable` is defined in
+//! `templating`, every metric a panel reads is filtered on the `instance` variable (one replica,
+//! several or all), and every latency panel links a slow point to its traces (`traces`).
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -49,11 +50,14 @@ fn variables(dashboard: &Value) -> &Vec<Value> {
     dashboard["templating"]["list"].as_array().expect("templating.list")
 }
 
-/// Identifiers `mcp_proxy_[a-z0-9_]+` in `text`.
+/// The prefixes of the families `Metrics` registers: ours, and the semantic conventions' two.
+const PREFIXES: [&str; 3] = ["mcp_proxy_", "mcp_server_", "mcp_client_"];
+
+/// Identifiers `mcp_proxy_[a-z0-9_]+` (or of another of [`PREFIXES`]) in `text`.
 fn metric_names(text: &str) -> Vec<&str> {
     let mut names = Vec::new();
     let mut rest = text;
-    while let Some(start) = rest.find("mcp_proxy_") {
+    while let Some(start) = PREFIXES.iter().filter_map(|prefix| rest.find(prefix)).min() {
         let preceded_by_word = rest[..start].chars().next_back().is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
         let tail = &rest[start..];
         let len =
@@ -158,7 +162,7 @@ fn every_panel_has_a_query_on_the_datasource_variable_and_a_unique_id() {
         for target in targets {
             let expr = target["expr"].as_str().unwrap_or_default();
             assert!(!expr.trim().is_empty(), "{title}: a target without an expr");
-            assert!(!metric_names(expr).is_empty(), "{title}: `{expr}` reads no mcp_proxy_ metric");
+            assert!(!metric_names(expr).is_empty(), "{title}: `{expr}` reads no metric of ours");
         }
     }
 }
@@ -254,7 +258,63 @@ fn the_extractors_find_what_they_should() {
         ["mcp_proxy_a_total", "mcp_proxy_b"]
     );
     assert_eq!(
+        metric_names("rate(mcp_server_operation_duration_seconds_bucket[5m]) + mcp_client_x + mcp_proxy_y"),
+        ["mcp_server_operation_duration_seconds_bucket", "mcp_client_x", "mcp_proxy_y"]
+    );
+    assert_eq!(
         variable_references("a=~\"$upstream\" ${datasource} ${x:csv} [[old]] $__rate_interval $"),
         ["upstream", "datasource", "x", "__rate_interval", "old"]
     );
+}
+
+/// Every panel that shows a latency (our histograms and the semantic conventions' two) links
+/// a point to the traces at least that slow, on the `traces` data source variable (Tempo):
+/// an Explore link whose TraceQL names the span kind and the point's value.
+#[test]
+fn every_latency_panel_links_a_slow_point_to_its_traces() {
+    let dashboard = dashboard();
+    let traces = variables(&dashboard).iter().find(|v| v["name"] == "traces").cloned().expect("traces variable");
+    assert_eq!((&traces["type"], &traces["query"]), (&Value::from("datasource"), &Value::from("tempo")));
+    let mut linked = 0;
+    for panel in panels(&dashboard) {
+        let title = panel["title"].as_str().unwrap_or("?");
+        let exprs: Vec<&str> =
+            panel["targets"].as_array().into_iter().flatten().filter_map(|t| t["expr"].as_str()).collect();
+        let latency = exprs.iter().any(|expr| expr.contains("duration_seconds_bucket"));
+        let links = panel["fieldConfig"]["defaults"]["links"].as_array();
+        if !latency {
+            continue;
+        }
+        let link = links.and_then(|links| links.first()).unwrap_or_else(|| panic!("{title}: no link to traces"));
+        let url = link["url"].as_str().expect("a link's url");
+        let query = percent_decoded(url);
+        assert!(url.starts_with("/explore?"), "{title}: {url}");
+        assert!(query.contains("\"datasource\":\"${traces}\""), "{title}: not on the traces variable: {query}");
+        assert!(query.contains("\"queryType\":\"traceql\""), "{title}: {query}");
+        assert!(query.contains("duration>=${__value.raw}s"), "{title}: not the point's value: {query}");
+        assert!(query.contains("kind=server") || query.contains("kind=client"), "{title}: {query}");
+        linked += 1;
+    }
+    assert!(linked >= 6, "only {linked} latency panels");
+}
+
+/// `text` with its `%XX` escapes decoded (ASCII).
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }

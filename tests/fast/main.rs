@@ -49,5 +49,7 @@ mod subscriptions;
 mod thin_reads;
 mod token_exchange;
 mod traces;
+mod traces_reads;
+mod traces_updated;
 mod upstream_credentials;
 mod upstream_sessions;

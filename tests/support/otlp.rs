@@ -18,7 +18,7 @@ use super::{DEADLINE, eventually};
 #[derive(Debug, Clone)]
 pub struct ReceivedSpan {
     pub name: String,
-    /// `SERVER` or `CLIENT` (or the kind's number otherwise).
+    /// `INTERNAL`, `SERVER`, `CLIENT`, `PRODUCER` or `CONSUMER` (or the kind's number otherwise).
     pub kind: String,
     pub trace_id: String,
     pub span_id: String,
@@ -123,8 +123,11 @@ fn flatten(export: ExportTraceServiceRequest) -> Vec<ReceivedSpan> {
         for scope in resource_spans.scope_spans {
             for span in scope.spans {
                 let kind = match span.kind {
+                    1 => "INTERNAL".to_string(),
                     2 => "SERVER".to_string(),
                     3 => "CLIENT".to_string(),
+                    4 => "PRODUCER".to_string(),
+                    5 => "CONSUMER".to_string(),
                     other => other.to_string(),
                 };
                 found.push(ReceivedSpan {

@@ -28,7 +28,7 @@ impl ServerHandler for ChangeInTheWindow {
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
         // rmcp has sent the acknowledgement; the stream is not handed over yet.
-        self.0.proxy.subscriptions().updated("a", "x://1");
+        self.0.proxy.subscriptions().updated("a", "x://1", &crate::telemetry::Span::default());
         self.0.listen(context).await
     }
 }

@@ -138,6 +138,7 @@ const EDGES: &[(&str, &[&str])] = &[
             "coherence",
             "tools",
             "admin",
+            "telemetry",
         ],
     ),
     ("bridge", &["error", "namespace", "uri", "metrics", "audit", "tools", "proxy"]),
