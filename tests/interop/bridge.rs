@@ -38,7 +38,8 @@ async fn host(url: &str, token: &str) -> anyhow::Result<Host> {
 /// A config: bearer tokens for alice and bob, policies from `policies`, server-everything as
 /// `ev`, and `bridge` as the `[bridge]` section's body (`None`: no section).
 /// server-everything gives no `ttlMs`: its reads are kept (a repeated read is a hit) only with
-/// the operator's opt-in, `[upstreams.cache] unwatched_ttl`.
+/// the operator's opt-in, `[upstreams.cache] unwatched_ttl`; and only on a shared session
+/// (`session = "shared"`: one child for both principals, whose reads the cache may share).
 fn config(policies: &std::path::Path, bridge: Option<&str>) -> String {
     let (program, args) = everything_stdio_command();
     let args: Vec<String> = args.iter().map(|a| toml_str(a)).collect();
@@ -48,7 +49,7 @@ fn config(policies: &std::path::Path, bridge: Option<&str>) -> String {
          [[auth.tokens]]\nprincipal = \"alice\"\ntoken_env = \"ALICE_TOKEN\"\n\n\
          [[auth.tokens]]\nprincipal = \"bob\"\ntoken_env = \"BOB_TOKEN\"\n\n\
          [policies]\ndir = {}\n\n{bridge}\
-         [[upstreams]]\nname = \"ev\"\ncommand = {}\nargs = [{}]\n\
+         [[upstreams]]\nname = \"ev\"\ncommand = {}\nargs = [{}]\nsession = \"shared\"\n\
          [upstreams.cache]\nunwatched_ttl = \"10m\"\n",
         toml_str(policies.to_str().expect("utf-8 path")),
         toml_str(&program),

@@ -7,6 +7,7 @@
 //! (a temporary folder), which it asks the proxy for with `roots/list`.
 
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
 use rmcp::model::{CallToolRequestParams, GetPromptRequestParams, ReadResourceRequestParams, ResourceContents};
@@ -15,10 +16,18 @@ use serde_json::{Value, json};
 
 use crate::support::eventually;
 use crate::support::fixture::{self, DEADLINE, Era, list_all_resources};
-use crate::support::peers::{filesystem_upstream, one_kind_upstream, thinking_upstream};
+use crate::support::peers::{
+    everything_upstream, filesystem_upstream, memory_upstream, one_kind_upstream, py_server_stdio_command,
+    thinking_upstream,
+};
 use crate::support::proxy::{ProxyProcess, connect_stdio_proxy, toml_str, write_config};
 
 const GREETING: &str = "hello from the filesystem";
+
+/// The window after every upstream is up over which the idle proxy must log nothing: longer than
+/// the default health interval (10 s), so each upstream is probed in it. A measurement window
+/// (what it measures is that nothing happens), not synchronisation.
+const IDLE_WINDOW: Duration = Duration::from_secs(12);
 
 #[tokio::test(flavor = "multi_thread")]
 async fn tools_prompts_and_resources_only_servers_are_up_and_usable_by_every_kind_of_host() -> anyhow::Result<()> {
@@ -125,5 +134,47 @@ async fn server_filesystem_follows_a_change_of_its_roots_without_a_reconnect() -
     assert!(read(&first, "first.txt").await.is_err(), "the old root is no longer served");
     let reload = proxy.status().await?["config_reload"].clone();
     assert_eq!((&reload["roots_changed"], &reload["changed"]), (&json!(["fs"]), &Value::Null), "{reload}");
+    Ok(())
+}
+
+/// docs/command-line.md's promise, "A healthy idle proxy logs nothing after startup", at the
+/// default log level with the servers a new user's Claude Desktop setup runs, as `import` leaves
+/// them (no `[auth]`), and a policy (without one, startup warns that everything is allowed):
+/// server-filesystem, server-sequential-thinking, server-memory, server-everything and three
+/// Python SDK servers (prompts only, resources only, and the notes server, which takes
+/// subscriptions). Startup logs its listeners, each `upstream up` and, for the resources-only
+/// server, which offers no subscriptions, that URIs held there are never notified; then nothing
+/// while every server is probed at least once.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idle_proxy_in_front_of_the_servers_people_run_logs_nothing() -> anyhow::Result<()> {
+    let (data, memory, policies) = (tempfile::tempdir()?, tempfile::tempdir()?, tempfile::tempdir()?);
+    std::fs::write(policies.path().join("all.toml"), "principals = [\"*\"]\nallow = [\"**\"]\n")?;
+    let root = format!("file://{}", data.path().canonicalize()?.display());
+    let (python, notes) = py_server_stdio_command(&[]);
+    let notes: Vec<String> = notes.iter().map(|a| toml_str(a)).collect();
+    let config = [
+        format!("[policies]\ndir = {}\n\n", toml_str(policies.path().to_str().context("a UTF-8 path")?)),
+        filesystem_upstream("fs", &format!("roots = [{}]", toml_str(&root))),
+        thinking_upstream("think", ""),
+        memory_upstream("memory", &memory.path().join("graph.jsonl"), ""),
+        everything_upstream("everything", ""),
+        one_kind_upstream("greet", "prompts", ""),
+        one_kind_upstream("notes", "resources", ""),
+        format!("[[upstreams]]\nname = \"py\"\ncommand = {}\nargs = [{}]\n\n", toml_str(&python), notes.join(", ")),
+    ]
+    .concat();
+    let proxy = ProxyProcess::start_with(&config, &[], &[("RUST_LOG", "")]).await?;
+    for name in ["fs", "think", "memory", "everything", "greet", "notes", "py"] {
+        proxy.wait_up(name, 1).await?;
+    }
+    let after_startup = proxy.logs();
+    tokio::time::sleep(IDLE_WINDOW).await;
+    let new: Vec<String> = proxy.logs().into_iter().skip(after_startup.len()).collect();
+    let startup_lines =
+        ["serving MCP at", "admin listening at", "\"upstream up\"", "URIs held there are never notified"];
+    let noise: Vec<&String> =
+        after_startup.iter().filter(|line| !startup_lines.iter().any(|mark| line.contains(mark))).collect();
+    assert!(new.is_empty(), "logged while idle: {new:#?}");
+    assert!(noise.is_empty(), "logged more than startup: {noise:#?}");
     Ok(())
 }
