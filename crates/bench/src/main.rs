@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! cargo build --release --bins
-//! cargo run --release --bin proxy-bench -- <matrix|sparse|read-latency|throughput|catalog|fanout|memory|cluster|rate-limits|searches|all> \
+//! cargo run --release --bin proxy-bench -- <matrix|sparse|read-latency|throughput|catalog|fanout|memory|cluster|rate-limits|searches|traces|all> \
 //!     [--json] [--quick] [--target URL --uri URI]
 //! ```
 //!
@@ -17,7 +17,7 @@
 //!   the Rust gateway `mcp-proxy` 0.6.0 when installed by hand (`.peers/bench-cargo`).
 //! - `report`: the figures of one scenario and their Markdown / JSON rendering.
 //! - `matrix`, `sparse`, `read_latency`, `throughput`, `catalog`, `fanout`, `memory`, `cluster`,
-//!   `rate_limits`, `searches`: one scenario each (`rate-limits` and `searches` are not part of `all`).
+//!   `rate_limits`, `searches`, `traces`: one scenario each (`rate-limits`, `searches` and `traces` are not part of `all`).
 //!
 //! Every figure of a scenario is measured in the same run, side by side; on a shared machine the
 //! ratios, medians and p99s are what to compare, not single absolute times.
@@ -37,6 +37,7 @@ mod report;
 mod searches;
 mod sparse;
 mod throughput;
+mod traces;
 mod wire;
 
 use std::process::ExitCode;
@@ -88,6 +89,8 @@ enum Scenario {
     RateLimits,
     /// Not part of `all`: one principal's bridge searches, another's read latency.
     Searches,
+    /// Not part of `all`: a cache hit's cost with traces off, always on and at 1 %.
+    Traces,
     /// Three replicas sharing one Redis behind haproxy, against one replica alone.
     Cluster,
     All,
@@ -169,6 +172,7 @@ async fn run(scenario: Scenario, options: &Options) -> Vec<Report> {
             Scenario::Memory => memory::run(options).await,
             Scenario::RateLimits => rate_limits::run(options).await,
             Scenario::Searches => searches::run(options).await,
+            Scenario::Traces => traces::run(options).await,
             Scenario::Cluster => cluster::run(options).await,
             Scenario::All => unreachable!("expanded above"),
         };

@@ -61,6 +61,8 @@ pub struct RawClient {
     prepared: Option<Prepared>,
     /// `Authorization: Bearer <token>` on every request (2026-07-28 hosts; see `with_bearer`).
     authorization: Option<String>,
+    /// Reads carry a host's trace context in `_meta` (see `with_trace_context`).
+    trace_context: bool,
 }
 
 impl RawClient {
@@ -80,6 +82,7 @@ impl RawClient {
             next_id: 1,
             prepared: None,
             authorization: None,
+            trace_context: false,
         };
         if era == HostEra::Y2025 {
             client.initialize().await?;
@@ -95,6 +98,13 @@ impl RawClient {
         self
     }
 
+    /// Every read from now on carries `_meta.traceparent` and `tracestate`, as a traced host's do.
+    pub fn with_trace_context(mut self) -> Self {
+        self.trace_context = true;
+        self.prepared = None;
+        self
+    }
+
     /// `resources/read`; the number of contents in the result. The request is written from
     /// bytes prepared once per URI (only the id and the length change) and the reply checked
     /// with a typed parse (id, `result` with its `contents`), so the load generator spends
@@ -103,7 +113,8 @@ impl RawClient {
         let id = self.next_id;
         self.next_id += 1;
         if self.prepared.as_ref().is_none_or(|p| p.uri != uri) {
-            self.prepared = Some(Prepared::new(uri, self.head("resources/read", Some(uri))?, self.era));
+            self.prepared =
+                Some(Prepared::new(uri, self.head("resources/read", Some(uri))?, self.era, self.trace_context));
         }
         let prepared = self.prepared.as_ref().expect("prepared above");
         let mut digits = [0; 20];
@@ -220,10 +231,14 @@ struct Prepared {
 }
 
 impl Prepared {
-    fn new(uri: &str, head: Vec<u8>, era: HostEra) -> Self {
+    fn new(uri: &str, head: Vec<u8>, era: HostEra, trace_context: bool) -> Self {
         let mut params = json!({ "uri": uri });
         if era == HostEra::Y2026 {
             params["_meta"] = modern_meta();
+        }
+        if trace_context {
+            params["_meta"]["traceparent"] = json!("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+            params["_meta"]["tracestate"] = json!("host=1");
         }
         let body_tail = format!(r#","method":"resources/read","params":{params}}}"#).into_bytes();
         let body_head = br#"{"jsonrpc":"2.0","id":"#.to_vec();
