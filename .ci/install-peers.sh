@@ -8,6 +8,9 @@
 #                below): servers that declare only tools, as most servers people run do
 #                run: node .peers/servers/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js DIR…
 #                run: node .peers/servers/node_modules/@modelcontextprotocol/server-sequential-thinking/dist/index.js
+#   .peers/apps  npm @modelcontextprotocol/server-basic-vanillajs (pinned below): an MCP App, whose tool
+#                names its UI resource under both `_meta.ui.resourceUri` and the flat `_meta["ui/resourceUri"]`
+#                run: node .peers/apps/node_modules/@modelcontextprotocol/server-basic-vanillajs/dist/index.js --stdio
 #   .peers/ts    npm @modelcontextprotocol/client (the TypeScript SDK v2 client, both eras; pinned below)
 #                run: node tests/ts/client.mjs … (it resolves the package from .peers/ts, or $MCP_TS_PEERS)
 #   .peers/conformance  npm @modelcontextprotocol/conformance (pinned below), the official MCP
@@ -32,6 +35,8 @@ FILESYSTEM_PKG="@modelcontextprotocol/server-filesystem"
 FILESYSTEM_VERSION="2026.8.31"
 THINKING_PKG="@modelcontextprotocol/server-sequential-thinking"
 THINKING_VERSION="2026.8.31"
+APP_PKG="@modelcontextprotocol/server-basic-vanillajs"
+APP_VERSION="2.0.3"
 TS_CLIENT_PKG="@modelcontextprotocol/client"
 TS_CLIENT_VERSION="2.4.0"
 CONFORMANCE_PKG="@modelcontextprotocol/conformance"
@@ -88,6 +93,9 @@ install_npm_peer npm "$EVERYTHING_PKG/dist/index.js" "$MEMORY_PKG/dist/index.js"
 # ---- npm: tools-only servers (a prefix of their own, so the pins above stay as they are) -------
 install_npm_peer servers "$FILESYSTEM_PKG/dist/index.js" "$THINKING_PKG/dist/index.js" -- \
   "$FILESYSTEM_PKG@$FILESYSTEM_VERSION" "$THINKING_PKG@$THINKING_VERSION"
+
+# ---- npm: an MCP App (a prefix of its own: it brings the TypeScript SDK 2.0.0 with it) ----------
+install_npm_peer apps "$APP_PKG/dist/index.js" -- "$APP_PKG@$APP_VERSION"
 
 # ---- npm: the TypeScript SDK client ----------------------------------------------------------
 install_npm_peer ts "$TS_CLIENT_PKG/package.json" -- "$TS_CLIENT_PKG@$TS_CLIENT_VERSION"

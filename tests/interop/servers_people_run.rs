@@ -17,8 +17,7 @@ use serde_json::{Value, json};
 use crate::support::eventually;
 use crate::support::fixture::{self, DEADLINE, Era, list_all_resources};
 use crate::support::peers::{
-    everything_upstream, filesystem_upstream, memory_upstream, one_kind_upstream, py_server_stdio_command,
-    thinking_upstream,
+    app_upstream, everything_upstream, filesystem_upstream, memory_upstream, one_kind_upstream, thinking_upstream,
 };
 use crate::support::proxy::{ProxyProcess, connect_stdio_proxy, toml_str, write_config};
 
@@ -140,9 +139,8 @@ async fn server_filesystem_follows_a_change_of_its_roots_without_a_reconnect() -
 /// docs/command-line.md's promise, "A healthy idle proxy logs nothing after startup", at the
 /// default log level with the servers a new user's Claude Desktop setup runs, as `import` leaves
 /// them (no `[auth]`), and a policy (without one, startup warns that everything is allowed):
-/// server-filesystem, server-sequential-thinking, server-memory, server-everything and three
-/// Python SDK servers (prompts only, resources only, and the notes server, which takes
-/// subscriptions). Startup logs its listeners, each `upstream up` and, for the resources-only
+/// server-filesystem, server-sequential-thinking, server-memory, server-everything, the MCP App
+/// server-basic-vanillajs and two Python SDK servers (prompts only, resources only). Startup logs its listeners, each `upstream up` and, for the resources-only
 /// server, which offers no subscriptions, that URIs held there are never notified; then nothing
 /// while every server is probed at least once.
 #[tokio::test(flavor = "multi_thread")]
@@ -150,8 +148,6 @@ async fn an_idle_proxy_in_front_of_the_servers_people_run_logs_nothing() -> anyh
     let (data, memory, policies) = (tempfile::tempdir()?, tempfile::tempdir()?, tempfile::tempdir()?);
     std::fs::write(policies.path().join("all.toml"), "principals = [\"*\"]\nallow = [\"**\"]\n")?;
     let root = format!("file://{}", data.path().canonicalize()?.display());
-    let (python, notes) = py_server_stdio_command(&[]);
-    let notes: Vec<String> = notes.iter().map(|a| toml_str(a)).collect();
     let config = [
         format!("[policies]\ndir = {}\n\n", toml_str(policies.path().to_str().context("a UTF-8 path")?)),
         filesystem_upstream("fs", &format!("roots = [{}]", toml_str(&root))),
@@ -160,11 +156,11 @@ async fn an_idle_proxy_in_front_of_the_servers_people_run_logs_nothing() -> anyh
         everything_upstream("everything", ""),
         one_kind_upstream("greet", "prompts", ""),
         one_kind_upstream("notes", "resources", ""),
-        format!("[[upstreams]]\nname = \"py\"\ncommand = {}\nargs = [{}]\n\n", toml_str(&python), notes.join(", ")),
+        app_upstream("app", ""),
     ]
     .concat();
     let proxy = ProxyProcess::start_with(&config, &[], &[("RUST_LOG", "")]).await?;
-    for name in ["fs", "think", "memory", "everything", "greet", "notes", "py"] {
+    for name in ["fs", "think", "memory", "everything", "greet", "notes", "app"] {
         proxy.wait_up(name, 1).await?;
     }
     let after_startup = proxy.logs();
@@ -176,5 +172,30 @@ async fn an_idle_proxy_in_front_of_the_servers_people_run_logs_nothing() -> anyh
         after_startup.iter().filter(|line| !startup_lines.iter().any(|mark| line.contains(mark))).collect();
     assert!(new.is_empty(), "logged while idle: {new:#?}");
     assert!(noise.is_empty(), "logged more than startup: {noise:#?}");
+    Ok(())
+}
+
+/// An MCP App as people run it: npm server-basic-vanillajs names its UI resource under the nested
+/// `_meta.ui.resourceUri` and the flat `_meta["ui/resourceUri"]` (the ext-apps SDK still sends
+/// the flat key). Through the proxy both name the namespaced URI, and a host that follows the
+/// flat key reads the app's HTML.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_mcp_app_s_flat_ui_key_reads_through_the_proxy() -> anyhow::Result<()> {
+    let proxy = ProxyProcess::start(&app_upstream("app", "")).await?;
+    proxy.wait_up("app", 1).await?;
+    let (host, _) = fixture::connect_http(&proxy.url, Era::Legacy).await?;
+    let tools = host.peer().list_all_tools().await?;
+    let tool = tools.iter().find(|tool| tool.name == "app__get-time").context("app__get-time listed")?;
+    let meta = serde_json::to_value(tool.meta.as_ref().context("the tool's _meta")?)?;
+    let flat = meta["ui/resourceUri"].as_str().context("the flat key")?;
+    assert_eq!(flat, "app+ui://get-time/mcp-app.html", "{meta}");
+    assert_eq!(meta["ui"]["resourceUri"].as_str(), Some(flat), "{meta}");
+    let read = host.peer().read_resource(ReadResourceRequestParams::new(flat)).await?;
+    let Some(ResourceContents::TextResourceContents { uri, mime_type, text, .. }) = read.contents.first() else {
+        bail!("no text contents: {read:?}");
+    };
+    assert_eq!(uri, flat);
+    assert_eq!(mime_type.as_deref(), Some("text/html;profile=mcp-app"));
+    assert!(text.to_ascii_lowercase().contains("<html"), "the app's HTML: {text:.200}");
     Ok(())
 }

@@ -124,6 +124,17 @@ pub fn thinking_upstream(name: &str, extra: &str) -> String {
     stdio_upstream(name, ("node".to_string(), vec![path_str(&entry)]), extra)
 }
 
+/// Pinned in `.ci/install-peers.sh`; kept here for paths and messages.
+pub const APP_PKG: &str = "@modelcontextprotocol/server-basic-vanillajs";
+
+/// A `[[upstreams]]` entry `name` running the installed MCP App server-basic-vanillajs over stdio
+/// (its `get-time` tool names `ui://get-time/mcp-app.html` under both `_meta` keys).
+pub fn app_upstream(name: &str, extra: &str) -> String {
+    ensure_installed();
+    let entry = repo_root().join(".peers/apps/node_modules").join(APP_PKG).join("dist/index.js");
+    stdio_upstream(name, ("node".to_string(), vec![path_str(&entry), "--stdio".to_string()]), extra)
+}
+
 /// A `[[upstreams]]` entry `name` running `tests/py/one_kind_server.py KIND` (`prompts` or
 /// `resources`: it declares that kind alone) over stdio.
 pub fn one_kind_upstream(name: &str, kind: &str, extra: &str) -> String {
