@@ -30,7 +30,8 @@
 //! - [`bridge`]: `[bridge]`: resources as the proxy's own tools for models (list, search, read, templates), through the resource paths with the caller's principal.
 //! - [`serve_dir`]: the built-in folder server.
 //! - [`mcp_json`]: host `mcpServers` files (Claude Desktop, Cursor, VS Code) → upstreams, secrets as `${VAR}` (their
-//!   values kept in memory for `serve --mcp-json`; pure).
+//!   values kept in memory for `serve --mcp-json`), a sandbox profile derived per stdio server for `import`
+//!   (pure but for its look at the disk).
 //! - [`telemetry`]: OpenTelemetry traces (MCP semantic conventions) over OTLP/HTTP: a SERVER span per host request, a CLIENT span per upstream request, a CONSUMER span per upstream `updated` and a PRODUCER span per host it is queued for; off unless configured.
 //! - [`metrics`]: the one [`metrics::Metrics`] handle with its own prometheus registry; bounded labels only.
 //! - [`listener`]: the accept loop of both HTTP listeners (connection cap, header timeout, `TCP_NODELAY`), allowed `Host`s.

@@ -59,7 +59,7 @@ pub(crate) fn import(file: &Path, output: Option<&Path>, force: bool) -> ExitCod
             eprintln!("{shown}: `{}`: {}", note.entry, note.message);
         }
     };
-    let imported = match mcp_json::import(&text, &mcp_json::Origin::of_file(file)) {
+    let mut imported = match mcp_json::import(&text, &mcp_json::Origin::of_file(file)) {
         Ok(imported) => imported,
         Err(error) => {
             print_notes(&error.notes);
@@ -67,6 +67,7 @@ pub(crate) fn import(file: &Path, output: Option<&Path>, force: bool) -> ExitCod
             return ExitCode::from(EXIT_CONFIG);
         }
     };
+    imported.suggest_sandboxes(&mcp_json::Host::real());
     print_notes(&imported.notes);
     let text = imported.to_toml();
     let written = match output {

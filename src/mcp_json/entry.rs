@@ -41,7 +41,7 @@ impl<'a> State<'a> {
             Kind::Http => self.http(at, entry, &name, fields),
         };
         if self.problems.len() == before {
-            self.upstreams.push(ImportedUpstream { name, entry: entry.to_string(), transport });
+            self.upstreams.push(ImportedUpstream { name, entry: entry.to_string(), transport, sandbox: None });
         }
     }
 

@@ -1,7 +1,7 @@
 //! `mcpServers` files as proxy upstreams: the JSON hosts are configured with (Claude Desktop and
 //! Cursor `{"mcpServers": {…}}`, VS Code `.vscode/mcp.json` `{"servers": {…}, "inputs": […]}`)
 //! turned into `[[upstreams]]` entries and written out as TOML (`import`), or loaded directly
-//! (`serve --mcp-json`). Pure but for [`load_config`], which reads the file: text in,
+//! (`serve --mcp-json`). Pure but for [`load_config`], which reads the file, and [`Host::real`]: text in,
 //! entries and notes out.
 //!
 //! Invariant: no secret is written in clear. A literal secret-looking value (an `env` value,
@@ -13,10 +13,14 @@
 //! entry that cannot be read is a [`Problem`] naming it, all of them at once; notes and problems
 //! show control characters as escapes.
 //!
+//! `import` also derives a sandbox profile per stdio server (`profile`): written where the
+//! entry shows all it needs, else suggested in a note; `serve --mcp-json` serves without one.
+//!
 //! Invariant: the written config is made by a TOML library (`toml_out`): the file's text is only
 //! ever a key or value of an `[[upstreams]]` table, never a line, a table or a comment.
 
 mod entry;
+mod profile;
 mod secrets;
 mod state;
 mod toml_out;
@@ -29,6 +33,8 @@ use serde_json::{Map, Value};
 
 use crate::config::{CliOverrides, Config, ConfigError};
 use crate::problem::Problem;
+
+pub use self::profile::{Host, PathKind, SuggestedProfile};
 
 /// What the import made of a file.
 #[derive(Debug, Clone, PartialEq)]
@@ -74,6 +80,8 @@ pub struct ImportedUpstream {
     /// The entry's name in the file.
     pub entry: String,
     pub transport: ImportedTransport,
+    /// The sandbox profile written active for it (`import` only: [`Import::suggest_sandboxes`]).
+    pub sandbox: Option<SuggestedProfile>,
 }
 
 /// How the imported upstream is reached (the transports the proxy speaks).

@@ -1,5 +1,6 @@
 //! The imported upstreams written as a config file, through `toml_edit`: a header, then one
-//! `[[upstreams]]` table per server (every other setting at the shipped defaults).
+//! `[[upstreams]]` table per server (every other setting at the shipped defaults), with its
+//! `[upstreams.sandbox]` where `import` derived one.
 //!
 //! Invariant: every key and value is written by the TOML library (quoted and escaped by
 //! construction), so the text parses back to exactly `[[upstreams]]` of the imported values; a
@@ -8,7 +9,7 @@
 
 use toml_edit::{Array, ArrayOfTables, DocumentMut, InlineTable, Item, Table, value};
 
-use super::{Import, ImportedTransport, ImportedUpstream};
+use super::{Import, ImportedTransport, ImportedUpstream, SuggestedProfile};
 
 /// The file's first lines: fixed text (the variables to set are on `import`'s stderr and in the
 /// `${VAR}` references themselves).
@@ -16,6 +17,12 @@ const HEADER: &str = "\
 # Imported by `mcp-resource-proxy import` from a host's servers file.
 # Every setting not written here is at its default (docs/configuration.md).
 # Each `${VAR}` below is read from the proxy's environment: set it before `check` or `serve`.
+";
+
+/// Above a derived `[upstreams.sandbox]`: fixed text.
+const SANDBOX_COMMENT: &str = "\
+# Derived by `import` from the entry: its folder arguments writable, its file arguments
+# readable, the network on. Narrow it (or remove it) as the server needs: docs/sandbox.md.
 ";
 
 pub(super) fn config(import: &Import) -> String {
@@ -42,6 +49,9 @@ fn upstream_table(upstream: &ImportedUpstream) -> Table {
             if let Some(cwd) = cwd {
                 table.insert("cwd", value(cwd.as_str()));
             }
+            if let Some(profile) = &upstream.sandbox {
+                table.insert("sandbox", Item::Table(sandbox_table(profile)));
+            }
         }
         ImportedTransport::Http { url, headers } => {
             table.insert("url", value(url.as_str()));
@@ -50,6 +60,18 @@ fn upstream_table(upstream: &ImportedUpstream) -> Table {
             }
         }
     }
+    table
+}
+
+/// `[upstreams.sandbox]`, under a fixed comment.
+fn sandbox_table(profile: &SuggestedProfile) -> Table {
+    let strings = |items: &[String]| value(items.iter().map(String::as_str).collect::<Array>());
+    let mut table = Table::new();
+    table.decor_mut().set_prefix(SANDBOX_COMMENT);
+    table.insert("read", strings(&profile.read));
+    table.insert("write", strings(&profile.write));
+    table.insert("network", value(profile.network));
+    table.insert("keep_env", strings(&profile.keep_env));
     table
 }
 

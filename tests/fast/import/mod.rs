@@ -16,6 +16,7 @@ use anyhow::Context;
 use tokio::process::Command;
 
 mod hostile;
+mod sandbox;
 
 /// EX_CONFIG from sysexits.h.
 pub(super) const EXIT_CONFIG: i32 = 78;
