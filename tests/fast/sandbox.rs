@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 
 use crate::support::eventually;
 use crate::support::fixture::{DEADLINE, Era, call_json, connect_http};
+use crate::support::processes::{command_line, descendants};
 use crate::support::proxy::{ProxyProcess, fixture_upstream, toml_str};
 
 /// How many more tasks the hostile server's user may have; it tries [`SPAWN_ATTEMPTS`] children.
@@ -175,25 +176,6 @@ fn check_says_what_each_stdio_upstream_may_touch() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Every process below `root` (pid, command line), from /proc.
-fn descendants(root: u32) -> Vec<(u32, String)> {
-    let all: Vec<(u32, u32)> = std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(|pid| Some((pid, stat_field(pid, 1)?.parse().ok()?)))
-        .collect();
-    let mut found = vec![root];
-    let mut index = 0;
-    while index < found.len() {
-        let parent = found[index];
-        found.extend(all.iter().filter(|(_, ppid)| *ppid == parent).map(|(pid, _)| *pid));
-        index += 1;
-    }
-    found.into_iter().skip(1).map(|pid| (pid, command_line(pid))).collect()
-}
-
 /// Whether `pid` still runs `command` (a zombie runs nothing; a reused pid runs another).
 fn runs(pid: u32, command: &str) -> bool {
     stat_field(pid, 0).is_some_and(|state| state != "Z") && command_line(pid) == command
@@ -203,9 +185,4 @@ fn runs(pid: u32, command: &str) -> bool {
 fn stat_field(pid: u32, index: usize) -> Option<String> {
     let stat = std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("stat")).ok()?;
     stat[stat.rfind(')')? + 1..].split_whitespace().nth(index).map(str::to_string)
-}
-
-fn command_line(pid: u32) -> String {
-    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    String::from_utf8_lossy(&raw).replace('\0', " ").trim_end().to_string()
 }

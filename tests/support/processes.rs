@@ -43,7 +43,8 @@ fn parent_of(pid: u32) -> Option<u32> {
     rest.split_whitespace().nth(1)?.parse().ok()
 }
 
-fn command_line(pid: u32) -> String {
+/// The command line of `pid`, its arguments joined by spaces (empty once it is gone).
+pub fn command_line(pid: u32) -> String {
     let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
     raw.split(|byte| *byte == 0).map(String::from_utf8_lossy).collect::<Vec<_>>().join(" ").trim().to_string()
 }
