@@ -18,7 +18,7 @@
 //! - [`audit`]: the audit trail: one JSON event per routed call, read, subscription, denial, refused token and reload; a bounded queue to its writer.
 //! - [`cache`]: the store behind it (`Store`; moka as `LocalStore`: byte-bounded, single flight).
 //! - [`catalog`]: per-upstream resource/template snapshots, generations, merged pages.
-//! - [`upstream`]: connecting (stdio, HTTP, in-process folder), the era probe, supervision.
+//! - [`upstream`]: connections (stdio, HTTP, in-process folder), the era probe, supervision; the shared one and sessions per principal or host.
 //! - [`downstream`]: the rmcp `ServerHandler` hosts talk to, over stdio and streamable HTTP.
 //! - [`subscriptions`]: who holds which upstream URI; reference counts (pure).
 //! - [`host`]: what a routed call's host offers the upstream side (`HostRelay`, `ProgressOutlet`) and the host session it came on (`HostSession`): a contract both edges import.

@@ -43,7 +43,7 @@ use crate::metrics::Metrics;
 use crate::spine::Spine;
 use crate::subscriptions::HolderId;
 use crate::tools::Tools;
-use crate::upstream::{HostSession, Registry, Upstream, UpstreamStatus};
+use crate::upstream::{HostSession, Registry, UpstreamStatus};
 
 mod access;
 mod caller;
@@ -158,7 +158,7 @@ impl Proxy {
     /// True when they all settled in time.
     pub async fn wait_settled(&self, timeout: Duration) -> bool {
         let upstreams = self.inner.upstreams.snapshot();
-        let all_settled = futures::future::join_all(upstreams.values().map(Upstream::wait_settled));
+        let all_settled = futures::future::join_all(upstreams.values().map(|upstream| upstream.wait_settled()));
         tokio::time::timeout(timeout, all_settled).await.is_ok()
     }
 

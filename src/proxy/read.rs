@@ -182,7 +182,7 @@ impl Reads {
             }
         }
         // Dropping the ticket (a failed read, or one not kept) lets the subscription go.
-        match upstream.read(original).await? {
+        match upstream.read_as(original, None).await? {
             ReadResourceResponse::Complete(mut result) => {
                 namespace_contents(name, uri, &mut result.contents);
                 // The upstream's own identity is not ours to pass on.

@@ -56,7 +56,7 @@ struct UpstreamDiff {
     added: Vec<UpstreamConfig>,
     removed: Vec<String>,
     changed: Vec<UpstreamConfig>,
-    /// Only their `roots` differ: given in place (see [`Upstream::set_roots`]).
+    /// Only their `roots` differ: given in place (see [`crate::upstream::Connection::set_roots`]).
     rerooted: Vec<UpstreamConfig>,
 }
 

@@ -32,7 +32,7 @@ use crate::host::{HostRelay, SubjectToken};
 use crate::metrics::{DenialAction, DenialKind};
 use crate::namespace;
 use crate::policy::PolicySet;
-use crate::upstream::{HostSession, Upstream};
+use crate::upstream::{Connection, HostSession, Upstream};
 
 impl Tools {
     /// Call a namespaced tool for `principal`.
@@ -124,7 +124,7 @@ impl Tools {
     /// (see [`Self::sealed_unless_parked`]).
     pub(super) async fn call_parked(
         &self,
-        upstream: &Upstream,
+        upstream: &Connection,
         principal: &str,
         presented: &str,
         mut params: CallToolRequestParams,
@@ -157,7 +157,7 @@ impl Tools {
     /// A `prompts/get` for a 2026-07-28 `host`, as [`Self::call_parked`] for a call.
     pub(super) async fn prompt_parked(
         &self,
-        upstream: &Upstream,
+        upstream: &Connection,
         principal: &str,
         presented: &str,
         mut params: GetPromptRequestParams,

@@ -28,7 +28,7 @@ use crate::cluster::forward::{Answer, Call, Forwarder, ForwardingHost, HostOf, O
 use crate::config::SessionMode;
 use crate::error::ProxyError;
 use crate::host::{HostRelay, SubjectToken};
-use crate::upstream::{HostSession, Upstream};
+use crate::upstream::{Connection, HostSession, Upstream};
 
 /// The owner's outcome for a request forwarded here: its answer, or why not.
 pub type Ran = Result<Answer, ProxyError>;
@@ -213,7 +213,7 @@ impl Tools {
     /// replica) resumes it; for a 2025 host, the upstream's requests go to it through `relay`.
     async fn forwarded_tool(
         &self,
-        session: &Upstream,
+        session: &Connection,
         (principal, presented): (&str, &str),
         params: CallToolRequestParams,
         progress: Option<Arc<dyn ProgressOutlet>>,
@@ -228,7 +228,7 @@ impl Tools {
     /// As [`Self::forwarded_tool`], for a prompt.
     async fn forwarded_prompt(
         &self,
-        session: &Upstream,
+        session: &Connection,
         (principal, presented): (&str, &str),
         params: GetPromptRequestParams,
         relay: Option<Arc<dyn HostRelay>>,

@@ -17,7 +17,7 @@ use rmcp::model::{ErrorCode, InputRequest, InputRequiredResult, InputResponses};
 
 use crate::error::ProxyError;
 use crate::host::HostRelay;
-use crate::upstream::Upstream;
+use crate::upstream::Connection;
 
 /// How many times one call is retried with a host's answers before it fails.
 pub(super) const MAX_ROUNDS: usize = 8;
@@ -32,7 +32,7 @@ pub(super) struct Inputs {
 /// that cannot take it, ask the host and send again with its answers. `needs_of` finds the
 /// `input_required` result in an answer.
 pub(super) async fn bridged<R, Fut>(
-    upstream: &Upstream,
+    upstream: &Connection,
     relay: Option<&dyn HostRelay>,
     needs_of: fn(&R) -> Option<&InputRequiredResult>,
     mut send: impl FnMut(Option<Inputs>) -> Fut,

@@ -20,18 +20,17 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use super::client::{Declared, UpstreamClient};
-use super::credentials::TokenSource;
+use super::client::UpstreamClient;
+use super::connection::{Connection, Inner};
 use super::http::GuardedHttpClient;
 use super::notices::NoticeSender;
 use super::progress::ProgressRoutes;
-use super::reason::{ChildOutput, initialize_failure};
-use super::relay::RelayBook;
+use super::reason::initialize_failure;
 use super::roots::Roots;
 use super::stdio::{StdioUpstream, child_environment};
 use super::tap::Taps;
 use super::thin::{HANDED_ON_QUEUE, Inlet, ThinReader};
-use crate::config::{ProtocolChoice, UpstreamConfig, UpstreamTransport};
+use crate::config::{ProtocolChoice, UpstreamTransport};
 use crate::protocol::{Era, LEGACY_HANDSHAKE, version_of};
 use crate::sandbox::{self, Launch, SandboxProfile};
 use crate::serve_dir::FolderServer;
@@ -49,10 +48,10 @@ enum Plan {
     Modern,
 }
 
-/// Connect once. `remembered` is the era found on the last successful connect, which skips the
-/// probe. A stdio child's stderr goes to `output`. The error text, in plain words (see
-/// `reason`), is for logs and `/status`, never for clients. A streamable HTTP connection comes
-/// with its thin read client (`thin`).
+/// Make `connection` once (its tasks on `spine`, its child's stderr to its child output).
+/// `remembered` is the era found on its last successful connect, which skips the probe. The
+/// error text, in plain words (see `reason`), is for logs and `/status`, never for clients. A
+/// streamable HTTP connection comes with its thin read client (`thin`).
 ///
 /// `auto` with nothing remembered starts with the 2025 handshake, and keeps it when the
 /// upstream would lose something in 2026-07-28 (see [`keeps_2025`]): it offers tools or prompts
@@ -62,19 +61,19 @@ enum Plan {
 /// (`server/discover`), falling back to the 2025 handshake, so an upstream that speaks
 /// 2026-07-28 keeps that era's cache hints.
 pub(crate) async fn connect(
-    config: &UpstreamConfig,
+    connection: &Connection,
     notices: NoticeSender,
     progress: &ProgressRoutes,
     remembered: Option<Era>,
-    standing: Standing<'_>,
+    spine: &Spine,
 ) -> Result<(Running, Era, Option<ThinReader>), String> {
-    if let Some(credentials) = standing.credentials {
+    if let Some(credentials) = connection.credentials() {
         // No token, no handshake in either era (each would only ask the token endpoint again).
         credentials.token().await.map_err(|failure| failure.describe())?;
     }
+    let (config, roots) = (connection.config(), &connection.inner.roots);
     let plan = plan(&config.protocol, remembered);
-    let roots = standing.roots;
-    let start = |plan| start(config, &notices, progress, plan, standing);
+    let start = |plan| start(connection, &notices, progress, plan, spine);
     let (running, thin) = match plan {
         Plan::Auto => match start(Plan::Legacy(LEGACY_HANDSHAKE)).await {
             Ok(running) if keeps_2025(&running.0, roots) => running,
@@ -93,20 +92,6 @@ pub(crate) async fn connect(
     running.set_response_cache_config(ClientCacheConfig::disabled()).await;
     let era = Era::of_negotiated(running.peer_info().as_ref().map(|info| &info.protocol_version));
     Ok((running, era, thin))
-}
-
-/// What a connection is given of its upstream that outlives it: where the child's output goes,
-/// the routed calls that relay, the roots it is answered, and the spine its tasks run on.
-#[derive(Clone, Copy)]
-pub(crate) struct Standing<'a> {
-    pub output: &'a Arc<ChildOutput>,
-    pub relays: &'a Arc<RelayBook>,
-    pub roots: &'a Roots,
-    pub spine: &'a Spine,
-    /// What its one host declared (a per-host session), if it serves one host only.
-    pub declared: Option<Declared>,
-    /// Where its access tokens come from, if it sends any.
-    pub credentials: Option<&'a TokenSource>,
 }
 
 /// rmcp's Auto can fail against legacy-only servers instead of falling back: retry with the
@@ -165,19 +150,19 @@ fn lifecycle(plan: &Plan) -> ClientLifecycleMode {
 }
 
 async fn start(
-    config: &UpstreamConfig,
+    connection: &Connection,
     notices: &NoticeSender,
     progress: &ProgressRoutes,
     plan: Plan,
-    standing: Standing<'_>,
+    spine: &Spine,
 ) -> Result<Connected, String> {
-    let Standing { output, relays, roots, spine, declared, credentials } = standing;
+    let Inner { config, child_output: output, relays, roots, declared, credentials, .. } = &*connection.inner;
     let handshake_version = match &plan {
         Plan::Legacy(v) => v.clone(),
         _ => LEGACY_HANDSHAKE,
     };
     let over_http = matches!(config.transport, UpstreamTransport::Http { .. });
-    let handler = UpstreamClient::new(notices.clone(), handshake_version, relays.clone(), roots.clone(), declared);
+    let handler = UpstreamClient::new(notices.clone(), handshake_version, relays.clone(), roots.clone(), *declared);
     let tap = Taps { progress: progress.clone(), relays: relays.clone(), over_http };
     let mode = lifecycle(&plan);
     let name = &config.name;
@@ -245,7 +230,7 @@ async fn start(
         UpstreamTransport::Http { url, headers, ca, .. } => {
             let limit = config.max_response_bytes;
             let roots = ca.as_ref().map(|ca| ca.certificates()).unwrap_or_default();
-            let credentials = credentials.cloned();
+            let credentials = credentials.clone();
             if let Some(credentials) = &credentials {
                 // The first token before the handshake, so a failure to get one is named as such.
                 credentials.token().await.map_err(|failure| failure.describe())?;

@@ -10,8 +10,9 @@
 
 use rmcp::ServiceError;
 use rmcp::model::{ErrorCode, ErrorData};
+use rmcp::transport::streamable_http_client::StreamableHttpError;
 
-use super::Upstream;
+use super::Connection;
 use super::faults::Fault;
 use crate::error::ProxyError;
 use crate::protocol::Era;
@@ -32,7 +33,7 @@ enum Asked<'a> {
     Request(&'static str),
 }
 
-impl Upstream {
+impl Connection {
     /// The error for a failed `resources/read` of `uri`.
     pub(super) fn read_error(&self, uri: &str, error: ServiceError, connection_open: bool) -> ProxyError {
         self.answer_error(Asked::Read(uri), error, connection_open)
@@ -121,5 +122,37 @@ impl Upstream {
     /// host anything by a request of its own)?
     fn speaks_2026(&self, method: &str) -> bool {
         matches!(method, "tools/call" | "prompts/get") && self.link().is_ok_and(|link| link.era == Era::Modern)
+    }
+
+    /// Note a faulty reply in `/status` (`last_error`, the connection stays up).
+    pub(super) fn record_fault(&self, fault: String) {
+        self.update_status(|status| status.last_error = Some(fault));
+    }
+
+    /// A read that got `fault` for an answer fails alone: logged, shown in `/status`, and told
+    /// to the client in our words.
+    pub(super) fn read_fault(&self, uri: &str, fault: Fault) -> ProxyError {
+        tracing::warn!(upstream = self.name(), uri, fault = fault.kind(), "upstream read failed: faulty reply");
+        self.record_fault(format!("resources/read: {}", fault.describe()));
+        ProxyError::UpstreamFailed { upstream: self.name().to_string(), reason: fault.describe() }
+    }
+
+    /// Whether a read's error is about the reply rather than the connection: the reply stream
+    /// of this request closed while the connection is still open, or an HTTP status answered
+    /// it. Such a read fails alone; the health probe judges the connection.
+    pub(super) fn reply_failure(&self, error: &ServiceError, connection_open: bool) -> Option<String> {
+        match error {
+            ServiceError::TransportClosed if connection_open => {
+                Some("the upstream closed its reply before answering".into())
+            }
+            ServiceError::TransportSend(error) => match error
+                .error
+                .downcast_ref::<StreamableHttpError<reqwest::Error>>()
+            {
+                Some(StreamableHttpError::HttpStatus(status)) => Some(format!("it answered HTTP {}", status.status)),
+                _ => None,
+            },
+            _ => None,
+        }
     }
 }

@@ -9,12 +9,9 @@
 use std::sync::OnceLock;
 
 use rmcp::model::{ErrorData, RequestId, ServerJsonRpcMessage};
-use rmcp::service::ServiceError;
-use rmcp::transport::streamable_http_client::StreamableHttpError;
 use serde_json::json;
 
 use super::credentials::TokenFailure;
-use crate::error::ProxyError;
 
 /// The key under `data` that marks a fault error made by this proxy.
 const MARKER: &str = "mcpProxyUpstreamFault";
@@ -97,40 +94,6 @@ impl Fault {
         match self {
             Fault::TooLarge(limit) => limit,
             _ => 0,
-        }
-    }
-}
-
-impl super::Upstream {
-    /// Note a faulty reply in `/status` (`last_error`, the connection stays up).
-    pub(super) fn record_fault(&self, fault: String) {
-        self.update_status(|status| status.last_error = Some(fault));
-    }
-
-    /// A read that got `fault` for an answer fails alone: logged, shown in `/status`, and told
-    /// to the client in our words.
-    pub(super) fn read_fault(&self, uri: &str, fault: Fault) -> ProxyError {
-        tracing::warn!(upstream = self.name(), uri, fault = fault.kind(), "upstream read failed: faulty reply");
-        self.record_fault(format!("resources/read: {}", fault.describe()));
-        ProxyError::UpstreamFailed { upstream: self.name().to_string(), reason: fault.describe() }
-    }
-
-    /// Whether a read's error is about the reply rather than the connection: the reply stream
-    /// of this request closed while the connection is still open, or an HTTP status answered
-    /// it. Such a read fails alone; the health probe judges the connection.
-    pub(super) fn reply_failure(&self, error: &ServiceError, connection_open: bool) -> Option<String> {
-        match error {
-            ServiceError::TransportClosed if connection_open => {
-                Some("the upstream closed its reply before answering".into())
-            }
-            ServiceError::TransportSend(error) => match error
-                .error
-                .downcast_ref::<StreamableHttpError<reqwest::Error>>()
-            {
-                Some(StreamableHttpError::HttpStatus(status)) => Some(format!("it answered HTTP {}", status.status)),
-                _ => None,
-            },
-            _ => None,
         }
     }
 }

@@ -53,6 +53,18 @@ struct Following {
     acknowledged: watch::Receiver<bool>,
 }
 
+impl From<HostOf> for HostSession {
+    fn from(host: HostOf) -> Self {
+        HostSession { id: host.key, sampling: host.sampling, elicitation: host.elicitation }
+    }
+}
+
+impl From<HostSession> for HostOf {
+    fn from(host: HostSession) -> Self {
+        HostOf { key: host.id, sampling: host.sampling, elicitation: host.elicitation }
+    }
+}
+
 impl FollowingHolds {
     /// Every hold, as (principal, host session, holder, URI).
     pub(super) fn all(&self) -> Vec<(Arc<str>, Option<HostSession>, HolderId, String)> {
@@ -91,17 +103,22 @@ impl FollowingHolds {
 }
 
 impl Upstream {
+    /// `[cluster]`: how requests and subscriptions reach the replica holding a principal's
+    /// session (set once, before it is spawned).
+    pub fn set_forwarder(&self, forwarder: crate::cluster::forward::Forwarder) {
+        let _ = self.inner.forwarder.set(forwarder);
+    }
+
     /// `[cluster]` on a per-principal or per-host upstream: the forwarder that reaches the
     /// owner of a session. `None` otherwise (every hold is this replica's).
     pub(super) fn follows_owner(&self) -> Option<&Forwarder> {
-        let own_sessions = self.inner.config.sessions.mode != SessionMode::Shared;
-        self.inner.forwarder.get().filter(|_| own_sessions && !self.is_session())
+        self.inner.forwarder.get().filter(|_| self.has_sessions())
     }
 
     /// Whose session a request of `principal` from host session `host` runs on, as forwarded
     /// requests name it: the host session counts on a per-host upstream only.
     pub fn forwarded_as<'a>(&'a self, principal: &'a str, host: Option<HostOf>) -> SessionOf<'a> {
-        let host = host.filter(|_| self.inner.config.sessions.mode == SessionMode::PerHost);
+        let host = host.filter(|_| self.config().sessions.mode == SessionMode::PerHost);
         SessionOf { principal, upstream: self.name(), host }
     }
 
@@ -163,19 +180,6 @@ impl Upstream {
         self.hold_here(principal, host, holder, uri, None)
     }
 
-    /// Wait (at most `timeout`) until `principal`'s session here (host session `host`'s)
-    /// answered the subscription of `uri` (the owner's side of a
-    /// [`Call::Hold`](crate::cluster::forward::Call::Hold)).
-    pub async fn wait_for_replica(
-        &self,
-        principal: &str,
-        host: Option<HostSession>,
-        uri: &str,
-        timeout: Duration,
-    ) -> Watching {
-        self.wait_on_session(principal, host, uri, timeout).await
-    }
-
     /// Wait (at most `timeout`) for a hold of `uri` on `principal`'s session (host session
     /// `host`'s) that follows its owner to be acknowledged; `None` when there is no such hold
     /// here.
@@ -205,7 +209,6 @@ impl Upstream {
 
 /// What a `hold:<upstream>` task keeps.
 struct Keeper {
-    /// The upstream (not a session of it).
     upstream: Upstream,
     forwarder: Forwarder,
     principal: Arc<str>,
@@ -242,7 +245,7 @@ impl Keeper {
                         self.moved(&mut placed);
                     }
                     let released = self.here_until_moved(&stop).await;
-                    self.upstream.release_here(self.holder, &self.uri);
+                    self.upstream.release_here(self.holder, Some(&self.uri));
                     if released {
                         return;
                     }
@@ -250,7 +253,7 @@ impl Keeper {
                 }
                 Some(owner) => {
                     if here {
-                        self.upstream.release_here(self.holder, &self.uri);
+                        self.upstream.release_here(self.holder, Some(&self.uri));
                         here = false;
                     }
                     let name = self.upstream.name();
@@ -290,7 +293,7 @@ impl Keeper {
     /// Held here: wait for the session's acknowledgement, then until this replica is no longer
     /// the owner (false) or the hold is released (true).
     async fn here_until_moved(&self, stop: &CancellationToken) -> bool {
-        let acknowledged = self.upstream.wait_on_session(&self.principal, self.host, &self.uri, ACKNOWLEDGE_WAIT);
+        let acknowledged = self.upstream.wait_for_replica(&self.principal, self.host, &self.uri, ACKNOWLEDGE_WAIT);
         tokio::select! {
             _ = stop.cancelled() => return true,
             watching = acknowledged => { self.acknowledged.send_replace(matches!(watching, Watching::Acknowledged)); }

@@ -17,7 +17,7 @@ use std::time::Duration;
 use rmcp::model::{Icon, PaginatedRequestParams, Resource, ResourceTemplate};
 use rmcp::service::ServiceError;
 
-use super::{Link, Upstream};
+use super::{Connection, Link};
 use crate::catalog::UpstreamCatalog;
 use crate::namespace;
 
@@ -37,7 +37,7 @@ pub(super) struct Listing {
     pub refresh: Option<Duration>,
 }
 
-pub(super) async fn fetch(upstream: &Upstream, link: &Link) -> Result<Listing, String> {
+pub(super) async fn fetch(upstream: &Connection, link: &Link) -> Result<Listing, String> {
     if link.capabilities.resources.is_none() {
         // Not declared: the upstream has no resources, and is not asked for them.
         return Ok(Listing { entries: UpstreamCatalog::default(), refresh: None });

@@ -77,7 +77,7 @@ impl Upstream {
             let (upstream, forwarder, principal) = (self.clone(), forwarder.clone(), Arc::<str>::from(principal));
             spine.spawn(format!("own-lists:{}", self.name()), async move {
                 let of = upstream.session_named(&principal, host);
-                let timeout = upstream.inner.config.request_timeout;
+                let timeout = upstream.config().request_timeout;
                 let answer = forwarder.send(&owner, of, Call::Offerings, ForwardingHost::default(), timeout).await;
                 match answer {
                     Ok(Answer::Offerings(lists)) => upstream.offered_elsewhere(&principal, host, &owner.replica, lists),

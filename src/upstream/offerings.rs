@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use super::listing::{PageError, all_pages, empty_if_unsupported, list_outcome};
 use super::progress::{ProgressClaim, ProgressRoutes};
 use super::relay::{Refusal, RelayClaim};
-use super::{Link, Upstream};
+use super::{Connection, Link};
 use crate::error::ProxyError;
 use crate::host::{HostRelay, ProgressOutlet, SubjectToken};
 use crate::protocol::Era;
@@ -31,7 +31,7 @@ pub struct Offered {
     pub prompts: Vec<Prompt>,
 }
 
-impl Upstream {
+impl Connection {
     /// Does the current connection offer tools, prompts, completion?
     pub fn offers(&self) -> (bool, bool, bool) {
         self.link().map_or((false, false, false), |link| {
@@ -156,11 +156,6 @@ impl Upstream {
             }
             (answer, _) => answer,
         }
-    }
-
-    /// `completion/complete` with the upstream's own prompt name or URI template.
-    pub async fn complete(&self, params: CompleteRequestParams) -> Result<CompleteResult, ProxyError> {
-        self.complete_as(params, None).await
     }
 
     /// `completion/complete` for a host's request that came with the JWT `subject` (if any): an

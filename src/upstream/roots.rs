@@ -20,7 +20,7 @@ pub(crate) struct Roots {
     current: Arc<Mutex<Arc<Vec<String>>>>,
 }
 
-/// What [`crate::upstream::Upstream::set_roots`] did.
+/// What [`crate::upstream::Connection::set_roots`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RootsChange {
     /// The same roots as before: nothing to do.

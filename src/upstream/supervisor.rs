@@ -1,19 +1,22 @@
-//! The supervisor of one upstream: connect, load the catalog, serve until the connection ends,
-//! reconnect with capped exponential backoff. One task per upstream, looping over a closed set
+//! The supervisor of one connection: connect, load the catalog, serve until the connection ends,
+//! reconnect with capped exponential backoff. One task per connection, looping over a closed set
 //! of events and selecting on its stop token (a child of the process's shutdown, so a config
 //! reload can stop one upstream alone). On stop the connection is closed, not dropped: rmcp's
 //! service is cancelled (a stdio child's stdin closes, a listen stream ends) within
-//! [`CLOSE_GRACE`].
+//! [`CLOSE_GRACE`]. What it supervises is its [`Role`]: an upstream's shared connection
+//! ([`Shared`]: the catalog, status, gauges and events are its own) or a session of it (whose
+//! events reach only its holders, see `session`).
 
+use std::future::Future;
 use std::time::Duration;
 
 use rmcp::model::{ClientRequest, DiscoverRequest, DiscoverRequestParams};
 use rmcp::service::ServiceError;
 use tokio_util::sync::CancellationToken;
 
-use super::connect::{Running, Standing, connect};
+use super::connect::{Running, connect};
 use super::notices::{NOTICE_CAPACITY, Notice, NoticeInbox};
-use super::{Change, Era, EventSender, Link, LinkState, Lost, Upstream, UpstreamEvent};
+use super::{Change, Connection, Era, EventSender, Link, LinkState, Lost, Offered, UpstreamEvent};
 use crate::catalog::Catalog;
 use crate::config::{UpstreamTransport, redact_urls_in};
 use crate::spine::Spine;
@@ -24,20 +27,72 @@ const STDERR_SETTLE: Duration = Duration::from_secs(1);
 /// How long a stopping supervisor waits for its connection to close.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
-pub(super) struct Supervisor {
-    upstream: Upstream,
+/// What supervising an upstream's shared connection and a session of it differ in. The
+/// defaults are a session's: no catalog, no lists, nothing counted.
+pub(super) trait Role: Send + Sync + 'static {
+    fn supervised(&self) -> &Connection;
+
+    /// Every page of resources and templates on `link` into the catalog; when to list them
+    /// again, if ever, and whether the catalog changed.
+    fn load_catalog(
+        &self,
+        _link: &Link,
+        _stop: &CancellationToken,
+    ) -> impl Future<Output = Result<Reload, String>> + Send {
+        async { Ok(Reload { refresh: None, changed: false }) }
+    }
+
+    /// Its tools and prompts, fetched before it counts as up.
+    fn offered_at_up(&self, _link: &Link) -> impl Future<Output = Offered> + Send {
+        async { Offered::default() }
+    }
+
+    /// How many resources are in its catalog.
+    fn resources(&self) -> usize {
+        0
+    }
+
+    /// It is up on `era`; `reconnected`: it had been up before. True when its connection is to
+    /// report only the changes it hears: a session's first watches only what was held since it
+    /// opened, so nothing changed unseen.
+    fn came_up(&self, era: Era, reconnected: bool) -> bool {
+        tracing::debug!(upstream = self.supervised().name(), era = era.label(), "upstream session up");
+        !reconnected
+    }
+
+    /// Its connection ended; `lost`: not stopped, it went down.
+    fn ended(&self, _lost: bool) {}
+
+    /// Send `event` on.
+    fn emit(&self, events: &EventSender, event: UpstreamEvent);
+
+    /// Its notices overflowed: every URI may have changed unseen.
+    fn lost_everything(&self, events: &EventSender);
+
+    /// It said its tools or prompts changed: `offered`, fetched again (none when that failed).
+    fn offerings_changed(&self, events: &EventSender, offered: Option<Offered>);
+}
+
+/// An upstream's shared connection, with the catalog it loads.
+pub(super) struct Shared {
+    pub connection: Connection,
+    pub catalog: Catalog,
+}
+
+pub(super) struct Supervisor<R> {
+    role: R,
+    connection: Connection,
     /// Whether it has been up before (so the next `Up` is a reconnect).
     was_up: std::sync::Mutex<bool>,
     /// A tools or prompts `list_changed` was taken while draining: fetch them again.
     offerings_stale: std::sync::atomic::AtomicBool,
-    catalog: Catalog,
     events: EventSender,
     shutdown: CancellationToken,
     spine: Spine,
 }
 
 /// What a catalog load found.
-struct Reload {
+pub(super) struct Reload {
     /// When the lists must be fetched again, if ever.
     refresh: Option<Duration>,
     /// Whether the catalog differs from what it was.
@@ -50,21 +105,16 @@ enum End {
     Lost(String),
 }
 
-impl Supervisor {
-    pub fn new(
-        upstream: Upstream,
-        catalog: Catalog,
-        events: EventSender,
-        shutdown: CancellationToken,
-        spine: Spine,
-    ) -> Self {
-        let offerings_stale = Default::default();
-        Self { upstream, was_up: std::sync::Mutex::new(false), offerings_stale, catalog, events, shutdown, spine }
+impl<R: Role> Supervisor<R> {
+    pub fn new(role: R, events: EventSender, shutdown: CancellationToken, spine: Spine) -> Self {
+        let (connection, was_up, offerings_stale) = (role.supervised().clone(), Default::default(), Default::default());
+        Self { role, connection, was_up, offerings_stale, events, shutdown, spine }
     }
 
-    /// Its first connection counts as a reconnect (a session resuming a reclaimed one's holds).
-    pub fn resuming(self) -> Self {
-        *self.was_up.lock().expect("was_up lock") = true;
+    /// `resumed`: its first connection counts as a reconnect (a session resuming a reclaimed
+    /// one's holds).
+    pub fn resuming(self, resumed: bool) -> Self {
+        *self.was_up.lock().expect("was_up lock") = resumed;
         self
     }
 
@@ -75,16 +125,16 @@ impl Supervisor {
         // error, a retry that fails again is debug.
         let mut reported = false;
         loop {
-            self.upstream.update_status(|s| s.state = LinkState::Connecting);
-            let connections = self.upstream.connection();
+            self.connection.update_status(|s| s.state = LinkState::Connecting);
+            let connections = self.connection.connection();
             let end = self.connect_and_serve(&mut remembered, &mut backoff).await;
-            self.upstream.set_link(None);
-            self.catalog.remove_upstream(self.upstream.name());
-            if self.upstream.connection() != connections {
+            self.connection.set_link(None);
+            self.role.ended(matches!(end, End::Lost(_)) && !self.shutdown.is_cancelled());
+            if self.connection.connection() != connections {
                 reported = false;
             }
             if self.shutdown.is_cancelled() {
-                self.upstream.update_status(|s| s.state = LinkState::Down);
+                self.connection.update_status(|s| s.state = LinkState::Down);
                 return;
             }
             let error = match end {
@@ -97,39 +147,30 @@ impl Supervisor {
                 _ = tokio::time::sleep(jittered(backoff)) => {}
                 _ = self.shutdown.cancelled() => return,
             }
-            backoff = (backoff * 2).min(self.upstream.config().reconnect_max.max(BACKOFF_MIN));
+            backoff = (backoff * 2).min(self.connection.config().reconnect_max.max(BACKOFF_MIN));
         }
     }
 
     /// The connection ended or could not be made: say why (with what a stdio child said on
     /// stderr) in `/status`, and in the log once per state change.
     async fn went_down(&self, error: String, retry_in: Duration, report: bool) {
-        let name = self.upstream.name();
-        let output = &self.upstream.inner.child_output;
+        let name = self.connection.name();
+        let output = &self.connection.inner.child_output;
         output.settle(STDERR_SETTLE).await;
         let stderr_tail = output.tail();
         let stderr = stderr_tail.join("\n");
         match report {
-            true if stderr.is_empty() => {
-                tracing::error!(upstream = name, error = %error, retry_in = ?retry_in, "upstream down")
-            }
-            true => tracing::error!(upstream = name, error = %error, stderr, retry_in = ?retry_in, "upstream down"),
-            false => {
-                tracing::debug!(upstream = name, error = %error, retry_in = ?retry_in, "upstream down; reconnect failed")
-            }
+            true if stderr.is_empty() => tracing::error!(upstream = name, %error, ?retry_in, "upstream down"),
+            true => tracing::error!(upstream = name, %error, stderr, ?retry_in, "upstream down"),
+            false => tracing::debug!(upstream = name, %error, ?retry_in, "upstream down; reconnect failed"),
         }
-        self.upstream.update_status(|s| {
+        self.connection.update_status(|s| {
             s.state = LinkState::Down;
             s.last_error = Some(error);
             s.stderr_tail = stderr_tail;
         });
-        *self.upstream.inner.cause_for_host.lock().expect("cause lock") = self.cause_for_host();
-        self.upstream.inner.settled.send_replace(true);
-        let metrics = &self.upstream.inner.metrics;
-        if !self.upstream.is_session() {
-            metrics.set_upstream_up(name, false);
-            metrics.set_catalog_size(name, 0, 0);
-        }
+        *self.connection.inner.cause_for_host.lock().expect("cause lock") = self.cause_for_host();
+        self.connection.inner.settled.send_replace(true);
         self.emit(UpstreamEvent::Down { upstream: name.to_string() });
     }
 
@@ -137,7 +178,7 @@ impl Supervisor {
     /// `ChildOutput::cause_for_host`): the values of the variables its entry names (`env`,
     /// `inherit_env`, a sandbox's `keep_env`) are masked. None for other transports.
     fn cause_for_host(&self) -> Option<String> {
-        let UpstreamTransport::Command { program, env, inherit_env, sandbox, .. } = &self.upstream.config().transport
+        let UpstreamTransport::Command { program, env, inherit_env, sandbox, .. } = &self.connection.config().transport
         else {
             return None;
         };
@@ -145,14 +186,14 @@ impl Supervisor {
         let inherited = inherit_env.iter().chain(kept).filter_map(std::env::var_os);
         let secrets: Vec<String> =
             env.values().cloned().chain(inherited.filter_map(|value| value.into_string().ok())).collect();
-        self.upstream.inner.child_output.cause_for_host(program, &secrets)
+        self.connection.inner.child_output.cause_for_host(program, &secrets)
     }
 
     async fn connect_and_serve(&self, remembered: &mut Option<Era>, backoff: &mut Duration) -> End {
         let (notices_tx, mut notices) = super::notices::channel(NOTICE_CAPACITY);
         let progress = super::progress::ProgressRoutes::default();
         let connected = tokio::select! {
-            connected = connect(self.upstream.config(), notices_tx.clone(), &progress, *remembered, self.standing()) => connected,
+            connected = connect(&self.connection, notices_tx.clone(), &progress, *remembered, &self.spine) => connected,
             _ = self.shutdown.cancelled() => return End::Shutdown,
         };
         let (running, era, thin) = match connected {
@@ -165,60 +206,32 @@ impl Supervisor {
         *remembered = Some(era);
         let capabilities = running.peer_info().map(|i| i.capabilities.clone()).unwrap_or_default();
         let link = Link { peer: running.peer().clone(), era, capabilities, progress, thin };
-        let refresh = match self.load_catalog(&link).await {
+        let refresh = match self.role.load_catalog(&link, &self.shutdown).await {
             Ok(reload) => reload.refresh,
             Err(error) => return End::Lost(error),
         };
         // Before `Up`, so they are in when the upstream counts as up.
-        let offered = match self.upstream.is_session() {
-            true => Default::default(),
-            false => self.upstream.fetch_offerings(&link).await.unwrap_or_default(),
-        };
+        let offered = self.role.offered_at_up(&link).await;
         *backoff = BACKOFF_MIN;
-        self.upstream.set_link(Some(link.clone()));
-        *self.upstream.inner.cause_for_host.lock().expect("cause lock") = None;
-        self.upstream.update_status(|s| {
+        self.connection.set_link(Some(link.clone()));
+        *self.connection.inner.cause_for_host.lock().expect("cause lock") = None;
+        self.connection.update_status(|s| {
             s.state = LinkState::Up;
             s.era = Some(era);
             s.last_error = None;
             s.stderr_tail = Vec::new();
         });
-        self.upstream.inner.settled.send_replace(true);
-        let name = self.upstream.name();
+        self.connection.inner.settled.send_replace(true);
         let reconnected = std::mem::replace(&mut *self.was_up.lock().expect("was_up lock"), true);
-        if self.upstream.is_session() {
-            tracing::debug!(upstream = name, era = era.label(), "upstream session up");
-        } else {
-            tracing::info!(upstream = name, era = era.label(), resources = self.resource_count(), "upstream up");
-            self.upstream.inner.metrics.set_upstream_up(self.upstream.name(), true);
-        }
-        if reconnected && !self.upstream.is_session() {
-            self.upstream.update_status(|s| s.reconnects += 1);
-            self.upstream.inner.metrics.upstream_reconnected(self.upstream.name());
-        }
-        let name = self.upstream.name().to_string();
+        let fresh = self.role.came_up(era, reconnected);
+        let name = self.connection.name().to_string();
         self.emit(UpstreamEvent::Up { upstream: name.clone(), era, reconnected, offered });
         let watcher = self.shutdown.child_token();
-        let upstream = self.upstream.clone();
-        // A session's first connection watches only what was held since it opened: nothing
-        // can have changed unseen before it, so nothing is reported as such.
-        let fresh = self.upstream.is_session() && !reconnected;
-        self.spine.spawn(
-            format!("watching:{name}"),
-            super::watching::keep(
-                self.upstream.name().to_string(),
-                link.clone(),
-                self.upstream.inner.watched.subscribe(),
-                self.upstream.inner.applied.clone(),
-                notices_tx,
-                watcher.clone(),
-                fresh,
-                move || upstream.inner.broken.notify_one(),
-            ),
-        );
+        let keep = super::watching::keep(self.connection.clone(), link.clone(), notices_tx, watcher.clone(), fresh);
+        self.spine.spawn(format!("watching:{name}"), keep);
         let end = self.serve(running, &link, &mut notices, refresh).await;
         watcher.cancel();
-        self.upstream.inner.applied.send_replace(Default::default());
+        self.connection.inner.applied.send_replace(Default::default());
         end
     }
 
@@ -233,7 +246,7 @@ impl Supervisor {
         let mut waiting = std::pin::pin!(running.waiting());
         let far = Duration::from_secs(86_400 * 365);
         let mut refresh_at = tokio::time::Instant::now() + refresh.unwrap_or(far);
-        let every = self.upstream.config().health_interval;
+        let every = self.connection.config().health_interval;
         let mut health = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -252,11 +265,11 @@ impl Supervisor {
                     }
                 }
                 quit = &mut waiting => return End::Lost(self.closed(quit)),
-                _ = self.upstream.inner.broken.notified() => return End::Lost("transport broken".into()),
+                _ = self.connection.inner.broken.notified() => return End::Lost("transport broken".into()),
                 _ = self.shutdown.cancelled() => {
                     closing.cancel();
                     if tokio::time::timeout(CLOSE_GRACE, &mut waiting).await.is_err() {
-                        tracing::debug!(upstream = self.upstream.name(), "connection did not close in time; dropped");
+                        tracing::debug!(upstream = self.connection.name(), "connection did not close in time; dropped");
                     }
                     return End::Shutdown;
                 }
@@ -276,7 +289,7 @@ impl Supervisor {
                 Ok(())
             }
             Notice::Fault(fault) => {
-                self.upstream.record_fault(fault);
+                self.connection.record_fault(fault);
                 Ok(())
             }
             Notice::Lost(lost) => {
@@ -286,7 +299,7 @@ impl Supervisor {
             Notice::OfferingsChanged => {
                 // A burst costs one fetch per kind of notice that queued meanwhile.
                 while self.drain_list_changes(notices) {
-                    self.reloaded(self.load_catalog(link).await?.changed);
+                    self.reloaded(self.role.load_catalog(link, &self.shutdown).await?.changed);
                 }
                 self.refetch_offerings(link).await;
                 Ok(())
@@ -295,9 +308,9 @@ impl Supervisor {
                 // A burst of list_changed costs one reload (two when more arrive during the
                 // first) and one event.
                 self.drain_list_changes(notices);
-                let mut changed = self.load_catalog(link).await?.changed;
+                let mut changed = self.role.load_catalog(link, &self.shutdown).await?.changed;
                 while self.drain_list_changes(notices) {
-                    changed |= self.load_catalog(link).await?.changed;
+                    changed |= self.role.load_catalog(link, &self.shutdown).await?.changed;
                 }
                 self.reloaded(changed);
                 if self.offerings_stale.load(std::sync::atomic::Ordering::Relaxed) {
@@ -311,7 +324,7 @@ impl Supervisor {
     /// Why a connection that was up closed, in plain words.
     fn closed(&self, quit: Result<rmcp::service::QuitReason, tokio::task::JoinError>) -> String {
         use rmcp::service::QuitReason;
-        let exit = self.upstream.inner.child_output.exit();
+        let exit = self.connection.inner.child_output.exit();
         match (quit, exit) {
             (_, Some(exit)) => format!("the command exited ({exit})"),
             (Ok(QuitReason::Closed), None) => "the connection closed".into(),
@@ -323,27 +336,20 @@ impl Supervisor {
 
     /// Fetch the lists again (their `ttlMs` ran out); returns when to do so next.
     async fn reload(&self, link: &Link) -> Result<Option<Duration>, String> {
-        let reload = self.load_catalog(link).await?;
+        let reload = self.role.load_catalog(link, &self.shutdown).await?;
         self.reloaded(reload.changed);
         Ok(reload.refresh)
     }
 
     /// Log a reload and, when it changed something, tell the proxy.
     fn reloaded(&self, changed: bool) {
-        let name = self.upstream.name();
+        let (name, resources) = (self.connection.name(), self.role.resources());
         match changed {
-            true => {
-                tracing::info!(upstream = name, resources = self.resource_count(), changed, "upstream catalog reloaded")
-            }
-            false => tracing::debug!(
-                upstream = name,
-                resources = self.resource_count(),
-                changed,
-                "upstream catalog reloaded"
-            ),
+            true => tracing::info!(upstream = name, resources, changed, "upstream catalog reloaded"),
+            false => tracing::debug!(upstream = name, resources, changed, "upstream catalog reloaded"),
         }
         if changed {
-            self.emit(UpstreamEvent::CatalogChanged { upstream: self.upstream.name().to_string() });
+            self.emit(UpstreamEvent::CatalogChanged { upstream: name.to_string() });
         }
     }
 
@@ -352,14 +358,14 @@ impl Supervisor {
     /// transport error does not. The in-process folder server is not probed: it cannot go
     /// silent without its connection closing.
     async fn probe(&self, link: &Link) -> Result<(), String> {
-        if matches!(self.upstream.config().transport, UpstreamTransport::Dir { .. }) {
+        if matches!(self.connection.config().transport, UpstreamTransport::Dir { .. }) {
             return Ok(());
         }
         let request = match link.era {
             Era::Legacy => ClientRequest::PingRequest(Default::default()),
             Era::Modern => ClientRequest::DiscoverRequest(DiscoverRequest::new(DiscoverRequestParams {})),
         };
-        match tokio::time::timeout(self.upstream.config().request_timeout, link.peer.send_request(request)).await {
+        match tokio::time::timeout(self.connection.config().request_timeout, link.peer.send_request(request)).await {
             Ok(Ok(_)) | Ok(Err(ServiceError::McpError(_))) => Ok(()),
             Ok(Err(error)) => Err(format!("health check failed: {}", super::reason::service_failure(&error))),
             Err(_) => Err("health check timed out".into()),
@@ -367,32 +373,13 @@ impl Supervisor {
     }
 
     fn forward_update(&self, uri: String, change: Change) {
-        let upstream = self.upstream.name().to_string();
+        let upstream = self.connection.name().to_string();
         self.emit(UpstreamEvent::ResourceUpdated { upstream, uri, change });
     }
 
-    /// Send `event` on. A session's own state (up, down, its lists) is nobody's business: of
-    /// its events only updates go on, to the holders of what changed on it (none: dropped).
+    /// Send `event` on, as its role does.
     fn emit(&self, event: UpstreamEvent) {
-        if !self.upstream.is_session() {
-            return self.events.send(event);
-        }
-        if let UpstreamEvent::ResourceUpdated { upstream, uri, change } = event {
-            // Its reads are never cached, and nobody held a rewatched URI: nothing to do.
-            if change == Change::Rewatched {
-                return;
-            }
-            let heard = change == Change::Heard;
-            // Held as normalised URIs; the upstream may spell them its own way.
-            let uri = crate::namespace::namespaced(&upstream, &uri)
-                .and_then(|namespaced| crate::uri::normalize(&namespaced).ok())
-                .and_then(|normalized| crate::namespace::split(&normalized).map(|(_, original)| original.to_string()))
-                .unwrap_or(uri);
-            let holders: Vec<_> = self.upstream.inner.holds.holders_of(&uri).into_iter().collect();
-            if !holders.is_empty() {
-                self.events.send(UpstreamEvent::SessionUpdated { upstream, uri, heard, holders });
-            }
-        }
+        self.role.emit(&self.events, event)
     }
 
     /// Notices of this upstream that did not fit its queue: every lost URI passes on as updated,
@@ -401,36 +388,15 @@ impl Supervisor {
     fn lost(&self, lost: Lost) {
         match lost {
             Lost::Updated(uris) => uris.into_iter().for_each(|uri| self.forward_update(uri, Change::Heard)),
-            Lost::Everything if self.upstream.is_session() => {
-                // Its holders hear of everything they hold on it, nobody else of anything.
-                let upstream = self.upstream.name().to_string();
-                for (holder, uris) in self.upstream.inner.holds.all() {
-                    for uri in uris {
-                        let (upstream, holders) = (upstream.clone(), vec![(holder, vec![uri.clone()])]);
-                        self.events.send(UpstreamEvent::SessionUpdated { upstream, uri, heard: false, holders });
-                    }
-                }
-            }
-            Lost::Everything => self.events.overflowed(self.upstream.name(), Lost::Everything),
+            Lost::Everything => self.role.lost_everything(&self.events),
         }
     }
 
     /// Fetch the tools and prompts again and pass them on (`crate::tools` owns them).
     async fn refetch_offerings(&self, link: &Link) {
         self.offerings_stale.store(false, std::sync::atomic::Ordering::Relaxed);
-        if self.upstream.is_session() {
-            // Its own from now on, for its own hosts (see `sessions`).
-            let kept =
-                self.upstream.fetch_offerings(link).await.and_then(|offered| self.upstream.keep_own_offerings(offered));
-            if let Some(changed) = kept {
-                self.events.send(changed);
-            }
-            return;
-        }
-        if let Some(offered) = self.upstream.fetch_offerings(link).await {
-            let upstream = self.upstream.name().to_string();
-            self.emit(UpstreamEvent::OfferingsChanged { upstream, offered });
-        }
+        let offered = self.connection.fetch_offerings(link).await;
+        self.role.offerings_changed(&self.events, offered);
     }
 
     /// Take what queued; true when a list change was among it. Updates pass on in order.
@@ -441,42 +407,75 @@ impl Supervisor {
                 Notice::ListChanged => changed = true,
                 Notice::Lost(lost) => self.lost(lost),
                 Notice::Changed(uri, change) => self.forward_update(uri, change),
-                Notice::Fault(fault) => self.upstream.record_fault(fault),
+                Notice::Fault(fault) => self.connection.record_fault(fault),
                 // Fetched when the notice is taken (or right after, when drained here).
                 Notice::OfferingsChanged => self.offerings_stale.store(true, std::sync::atomic::Ordering::Relaxed),
             }
         }
         changed
     }
+}
 
-    /// What each connection of this upstream is given that outlives it.
-    fn standing(&self) -> Standing<'_> {
-        let inner = &self.upstream.inner;
-        let (output, relays, roots, spine) = (&inner.child_output, &inner.relays, &inner.roots, &self.spine);
-        Standing { output, relays, roots, spine, declared: inner.declared, credentials: inner.credentials.as_ref() }
-    }
-
-    fn resource_count(&self) -> usize {
-        let snapshot = self.catalog.snapshot();
-        snapshot.counts().iter().find(|(n, _, _)| n == self.upstream.name()).map_or(0, |(_, r, _)| *r)
+impl Role for Shared {
+    fn supervised(&self) -> &Connection {
+        &self.connection
     }
 
     /// Every page of resources and templates, namespaced, into the catalog. Returns when the
     /// lists must be fetched again (the shortest `ttlMs` they came with), if ever.
-    async fn load_catalog(&self, link: &Link) -> Result<Reload, String> {
-        if self.upstream.is_session() {
-            // A session's lists are the shared connection's (see `sessions`).
-            return Ok(Reload { refresh: None, changed: false });
-        }
+    async fn load_catalog(&self, link: &Link, stop: &CancellationToken) -> Result<Reload, String> {
         let listing = tokio::select! {
-            listing = super::listing::fetch(&self.upstream, link) => listing?,
-            _ = self.shutdown.cancelled() => return Err("stopped".into()),
+            listing = super::listing::fetch(&self.connection, link) => listing?,
+            _ = stop.cancelled() => return Err("stopped".into()),
         };
-        let name = self.upstream.name();
+        let name = self.connection.name();
         let (resources, templates) = (listing.entries.resources.len(), listing.entries.templates.len());
-        self.upstream.inner.metrics.set_catalog_size(name, resources, templates);
+        self.connection.inner.metrics.set_catalog_size(name, resources, templates);
         let changed = self.catalog.replace_if_changed(name, listing.entries);
         Ok(Reload { refresh: listing.refresh, changed })
+    }
+
+    async fn offered_at_up(&self, link: &Link) -> Offered {
+        self.connection.fetch_offerings(link).await.unwrap_or_default()
+    }
+
+    fn resources(&self) -> usize {
+        let snapshot = self.catalog.snapshot();
+        snapshot.counts().iter().find(|(n, _, _)| n == self.connection.name()).map_or(0, |(_, r, _)| *r)
+    }
+
+    fn came_up(&self, era: Era, reconnected: bool) -> bool {
+        let (name, metrics) = (self.connection.name(), &self.connection.inner.metrics);
+        tracing::info!(upstream = name, era = era.label(), resources = self.resources(), "upstream up");
+        metrics.set_upstream_up(name, true);
+        if reconnected {
+            self.connection.update_status(|s| s.reconnects += 1);
+            metrics.upstream_reconnected(name);
+        }
+        false
+    }
+
+    fn ended(&self, lost: bool) {
+        let (name, metrics) = (self.connection.name(), &self.connection.inner.metrics);
+        self.catalog.remove_upstream(name);
+        if lost {
+            metrics.set_upstream_up(name, false);
+            metrics.set_catalog_size(name, 0, 0);
+        }
+    }
+
+    fn emit(&self, events: &EventSender, event: UpstreamEvent) {
+        events.send(event)
+    }
+
+    fn lost_everything(&self, events: &EventSender) {
+        events.overflowed(self.connection.name(), Lost::Everything)
+    }
+
+    fn offerings_changed(&self, events: &EventSender, offered: Option<Offered>) {
+        if let Some(offered) = offered {
+            events.send(UpstreamEvent::OfferingsChanged { upstream: self.connection.name().to_string(), offered });
+        }
     }
 }
 

@@ -18,6 +18,7 @@ use rmcp::service::{ServiceError, Subscription};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::connection::{Applied, AppliedSet, Connection, Uri, WatchSet};
 use super::notices::{Notice, NoticeSender};
 use super::{Change, Link};
 use crate::protocol::Era;
@@ -27,37 +28,19 @@ const BATCH: Duration = Duration::from_millis(20);
 const RETRY_MIN: Duration = Duration::from_millis(250);
 const RETRY_MAX: Duration = Duration::from_secs(30);
 
-/// A watched URI: one allocation, shared by the watch set, this module's own sets and the
-/// published [`Applied`] sets (each a pointer), not one copy of the URI in each.
-pub(super) type Uri = Arc<str>;
-
-pub(super) type WatchSet = Arc<BTreeSet<Uri>>;
-
-/// What the upstream answered for the URIs of the watch set, on the current connection.
-#[derive(Debug, Default, Clone)]
-pub(crate) struct Applied {
-    /// Subscribed, acknowledged: an `updated` will come.
-    pub acknowledged: BTreeSet<Uri>,
-    /// Refused (an error reply, or left out of a listen acknowledgement): never notified.
-    pub refused: BTreeSet<Uri>,
-}
-
-pub(super) type AppliedSet = Arc<Applied>;
-
-/// Run until `stop`. `broken` is called when the connection turns out to be dead. `fresh`: no
-/// URI was watched before this connection (a session's first), so the set it starts with is
-/// not reported as changed.
-#[allow(clippy::too_many_arguments)]
+/// Run on `connection`'s `link` until `stop`; a connection that turns out to be dead is marked
+/// broken. `fresh`: no URI was watched before this connection (a session's first), so the set
+/// it starts with is not reported as changed.
 pub(super) async fn keep(
-    upstream: String,
+    connection: Connection,
     link: Link,
-    desired: watch::Receiver<WatchSet>,
-    applied: watch::Sender<AppliedSet>,
     notices: NoticeSender,
     stop: CancellationToken,
     fresh: bool,
-    broken: impl Fn() + Send + 'static,
 ) {
+    let inner = &connection.inner;
+    let (upstream, desired, applied) = (connection.name(), inner.watched.subscribe(), &inner.applied);
+    let broken = || inner.broken.notify_one();
     let offers_resources = link.capabilities.resources.is_some();
     let resources = link.capabilities.resources.clone().unwrap_or_default();
     let can_subscribe = resources.subscribe == Some(true);
@@ -71,18 +54,11 @@ pub(super) async fn keep(
     }
     match link.era {
         Era::Legacy if can_subscribe => {
-            keep_legacy(&upstream, &link, desired, &applied, &notices, (&stop, fresh), broken).await
+            keep_legacy(upstream, &link, desired, applied, &notices, (&stop, fresh), broken).await
         }
         Era::Legacy => {}
         Era::Modern if can_subscribe || lists_change => {
-            let listen = Listen {
-                upstream: &upstream,
-                link: &link,
-                notices: &notices,
-                applied: &applied,
-                can_subscribe,
-                lists_change,
-            };
+            let listen = Listen { upstream, link: &link, notices: &notices, applied, can_subscribe, lists_change };
             listen.run(desired, &stop, fresh).await
         }
         Era::Modern => {}

@@ -179,7 +179,6 @@ const RULES: &[(&str, &str, &str)] = &[
 /// fails, and so does an entry whose import is gone (drop it then).
 const KNOWN_EXCEPTIONS: &[(&str, &str, &str)] = &[
     ("upstream/mod.rs", "cluster::forward", "an upstream holds the `Forwarder` its sessions' calls go through"),
-    ("upstream/sessions.rs", "cluster::forward", "a per-host session's key converts to and from a forwarded `HostOf`"),
     ("upstream/held_elsewhere.rs", "cluster::forward", "a hold on another replica's session is a forwarded call"),
     (
         "upstream/offered_elsewhere.rs",

@@ -1,0 +1,297 @@
+//! One session of an upstream, per principal or per host session: a [`Connection`] of its own
+//! (a stdio upstream: one child) for one principal's (host session's) requests, supervised as
+//! `session:<upstream>`, with no catalog, status, gauges or events of its own: only its
+//! `updated` goes on, to the holders of what changed on it ([`Holds`]); after a reconnect every
+//! URI held on it is reported as changed. Its own `tools/list_changed` (`prompts/…`) makes what
+//! it lists its hosts' own. A per-host session declares upstream only what its host declared;
+//! each relays what it sends for a routed call to that call's host (its own relay book), and is
+//! passed its hosts' `logging/setLevel` ([`Session::pass_log_level`]).
+//!
+//! Invariant: what a session says reaches only the holders on it and its own hosts.
+
+#![allow(deprecated)] // Logging is deprecated by SEP-2577 but still in the 2025 era.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+
+use rmcp::model::{LoggingLevel, SetLevelRequestParams};
+use tokio_util::sync::CancellationToken;
+
+use super::pool::HeldUris;
+use super::supervisor::{Role, Supervisor};
+use super::{Connection, EventSender, Offered, UpstreamEvent, events};
+use crate::protocol::Era;
+use crate::spine::Spine;
+use crate::subscriptions::{HolderId, is_same_or_parent};
+
+/// A cheap `Clone` handle on one session: its connection (which it derefs to), whose it is,
+/// and what is held on it.
+#[derive(Clone)]
+pub struct Session {
+    own: Arc<Own>,
+}
+
+struct Own {
+    connection: Connection,
+    /// Its principal, and its host session when it is one's.
+    principal: Arc<str>,
+    host: Option<u64>,
+    holds: Holds,
+    /// What it lists as its own since it said its tools or prompts changed (before: none).
+    own_offerings: Mutex<Option<Arc<Offered>>>,
+    /// The `logging/setLevel` it was sent last, on which connection.
+    log_level: Mutex<Option<(u64, LoggingLevel)>>,
+}
+
+/// What hosts hold on one session: each URI it watches upstream, with the holders it is
+/// watched for. Only they hear what the session says of it.
+#[derive(Default)]
+pub(super) struct Holds {
+    held: Mutex<BTreeMap<String, BTreeSet<HolderId>>>,
+}
+
+impl std::ops::Deref for Session {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        &self.own.connection
+    }
+}
+
+impl Session {
+    /// A session of `principal` (host session `host`'s) on `connection`, not made yet.
+    pub(super) fn new(connection: Connection, principal: Arc<str>, host: Option<u64>) -> Self {
+        let (holds, own_offerings, log_level) = Default::default();
+        Self { own: Arc::new(Own { connection, principal, host, holds, own_offerings, log_level }) }
+    }
+
+    /// Start its supervisor on `spine` (`session:<upstream>`) until `stop`, its updates to `events`
+    /// (its upstream's). `resumed`: it took over a reclaimed one's holds: it connects as if again.
+    pub(super) fn spawn(&self, spine: &Spine, stop: CancellationToken, events: Option<EventSender>, resumed: bool) {
+        let events = events.unwrap_or_else(|| events::channel(1).0);
+        let supervisor = Supervisor::new(self.clone(), events, stop, spine.clone()).resuming(resumed);
+        spine.spawn(format!("session:{}", self.name()), supervisor.run());
+    }
+
+    pub(super) fn holds(&self) -> &Holds {
+        &self.own.holds
+    }
+
+    /// What it lists as its own tools and prompts, once it said they changed.
+    pub(super) fn own_offerings(&self) -> Option<Arc<Offered>> {
+        self.own.own_offerings.lock().expect("offerings lock").clone()
+    }
+
+    /// What it lists as its own tools and prompts from now on: `now` (it said they changed), or
+    /// none (it is closing: its hosts list the shared connection's again). The event telling
+    /// its hosts which lists changed, when any did.
+    pub(super) fn own_offerings_now(&self, now: Option<Offered>) -> Option<UpstreamEvent> {
+        let now = now.map(Arc::new);
+        let before = std::mem::replace(&mut *self.own.own_offerings.lock().expect("offerings lock"), now.clone());
+        let (tools, prompts) = match (before.as_deref(), now.as_deref()) {
+            (Some(before), Some(now)) => (before.tools != now.tools, before.prompts != now.prompts),
+            (None, None) => (false, false),
+            _ => (true, true),
+        };
+        let (upstream, principal, host) = (self.name().to_string(), self.own.principal.clone(), self.own.host);
+        let changed = UpstreamEvent::SessionOfferingsChanged { upstream, principal, host, tools, prompts };
+        (tools || prompts).then_some(changed)
+    }
+
+    /// Before a host's call or prompt on it: the host's `logging/setLevel` (`level`), when it
+    /// set one, is passed on to a 2025 upstream that declared `logging`, once per connection and
+    /// level. A per-host session is told its host's level; a per-principal one only a level more
+    /// verbose than it was told (each host's own filter still applies to what it is relayed, so
+    /// none gets fewer messages than it asked for).
+    pub async fn pass_log_level(&self, level: Option<LoggingLevel>) {
+        let Some(level) = level else { return };
+        let Ok(link) = self.link() else { return };
+        if link.era != Era::Legacy || link.capabilities.logging.is_none() {
+            return;
+        }
+        let per_host = self.inner.declared.is_some();
+        let connection = self.connection();
+        {
+            let mut told = self.own.log_level.lock().expect("log level lock");
+            let tell = match *told {
+                Some((on, before)) if on == connection => match per_host {
+                    true => before != level,
+                    false => rank(level) < rank(before),
+                },
+                _ => true,
+            };
+            if !tell {
+                return;
+            }
+            *told = Some((connection, level));
+        }
+        let set = link.peer.set_level(SetLevelRequestParams::new(level));
+        if !matches!(tokio::time::timeout(self.inner.config.request_timeout, set).await, Ok(Ok(()))) {
+            tracing::debug!(upstream = self.name(), "the upstream session did not take logging/setLevel");
+        }
+    }
+
+    /// Wait (at most the request timeout) until the upstream answered the subscription of every
+    /// URI held on it: a request goes after what its holders subscribed before it (a host that
+    /// subscribes, then calls a tool that changes it, hears of the change).
+    pub(super) async fn subscriptions_settled(&self) {
+        let offered = self.link().is_ok_and(|link| {
+            link.capabilities.resources.as_ref().is_some_and(|resources| resources.subscribe == Some(true))
+        });
+        if !offered || !self.own.holds.holds_anything() {
+            return;
+        }
+        let (mut watched, mut applied) = (self.inner.watched.subscribe(), self.inner.applied.subscribe());
+        let settled = async {
+            loop {
+                let answered = {
+                    let (watched, applied) = (watched.borrow_and_update(), applied.borrow_and_update());
+                    watched.iter().all(|uri| applied.acknowledged.contains(uri) || applied.refused.contains(uri))
+                };
+                if answered {
+                    return;
+                }
+                tokio::select! {
+                    changed = watched.changed() => if changed.is_err() { return },
+                    changed = applied.changed() => if changed.is_err() { return },
+                }
+            }
+        };
+        if tokio::time::timeout(self.inner.config.request_timeout, settled).await.is_err() {
+            tracing::debug!(
+                upstream = self.name(),
+                "session's subscriptions not answered in time; the request goes on"
+            );
+        }
+    }
+
+    /// What it sends on its own goes with a token exchanged for `subject` from now on, if given.
+    pub(super) fn stand_for(&self, subject: Option<&crate::host::SubjectToken>) {
+        if let (Some(credentials), Some(subject)) = (self.inner.credentials.as_ref(), subject) {
+            credentials.stand_for(subject);
+        }
+    }
+
+    /// Hold `held` (what a reclaimed session of the same key held) before it connects.
+    pub(super) fn hold_waiting(&self, held: HeldUris) {
+        held.keys().for_each(|uri| self.set_watching(uri, true));
+        self.own.holds.restore(held);
+    }
+}
+
+impl Role for Session {
+    fn supervised(&self) -> &Connection {
+        &self.own.connection
+    }
+
+    /// Of its events only updates go on, to the holders of what changed on it (none: dropped).
+    fn emit(&self, events: &EventSender, event: UpstreamEvent) {
+        let UpstreamEvent::ResourceUpdated { upstream, uri, change } = event else { return };
+        // Its reads are never cached, and nobody held a rewatched URI: nothing to do.
+        if change == super::Change::Rewatched {
+            return;
+        }
+        let heard = change == super::Change::Heard;
+        // Held as normalised URIs; the upstream may spell them its own way.
+        let uri = crate::namespace::namespaced(&upstream, &uri)
+            .and_then(|namespaced| crate::uri::normalize(&namespaced).ok())
+            .and_then(|normalized| crate::namespace::split(&normalized).map(|(_, original)| original.to_string()))
+            .unwrap_or(uri);
+        let holders: Vec<_> = self.own.holds.holders_of(&uri).into_iter().collect();
+        if !holders.is_empty() {
+            events.send(UpstreamEvent::SessionUpdated { upstream, uri, heard, holders });
+        }
+    }
+
+    /// Its holders hear of everything they hold on it, nobody else of anything.
+    fn lost_everything(&self, events: &EventSender) {
+        for (holder, uris) in self.own.holds.all() {
+            for uri in uris {
+                let (upstream, holders) = (self.name().to_string(), vec![(holder, vec![uri.clone()])]);
+                events.send(UpstreamEvent::SessionUpdated { upstream, uri, heard: false, holders });
+            }
+        }
+    }
+
+    /// Its own from now on, for its own hosts.
+    fn offerings_changed(&self, events: &EventSender, offered: Option<Offered>) {
+        if let Some(changed) = offered.and_then(|offered| self.own_offerings_now(Some(offered))) {
+            events.send(changed);
+        }
+    }
+}
+
+impl Holds {
+    /// `holder` holds `uri`; true when nobody did before (it is to be watched).
+    pub(super) fn hold(&self, holder: HolderId, uri: &str) -> bool {
+        let mut held = self.held.lock().expect("holds lock");
+        let holders = held.entry(uri.to_string()).or_default();
+        holders.insert(holder) && holders.len() == 1
+    }
+
+    /// `holder` lets go of `uri` (of everything when `None`); the URIs nobody holds now (no
+    /// longer to be watched).
+    pub(super) fn release(&self, holder: HolderId, uri: Option<&str>) -> Vec<String> {
+        let mut held = self.held.lock().expect("holds lock");
+        let mut unheld = Vec::new();
+        let mut gone = |uri: &str, holders: &mut BTreeSet<HolderId>| {
+            let gone = holders.remove(&holder) && holders.is_empty();
+            gone.then(|| unheld.push(uri.to_string())).is_some()
+        };
+        match uri {
+            Some(uri) if held.get_mut(uri).is_some_and(|holders| gone(uri, holders)) => drop(held.remove(uri)),
+            Some(_) => {}
+            None => held.retain(|uri, holders| !gone(uri, holders)),
+        }
+        unheld
+    }
+
+    /// Everything held here, taken away (the session is reclaimed).
+    pub(super) fn take_all(&self) -> HeldUris {
+        std::mem::take(&mut *self.held.lock().expect("holds lock"))
+    }
+
+    fn restore(&self, held: HeldUris) {
+        let mut mine = self.held.lock().expect("holds lock");
+        for (uri, holders) in held {
+            mine.entry(uri).or_default().extend(holders);
+        }
+    }
+
+    pub(super) fn holds_anything(&self) -> bool {
+        !self.held.lock().expect("holds lock").is_empty()
+    }
+
+    /// Who must hear of an update of `uri`: holders of it or of a URI it is a sub-resource
+    /// of, each with the held URIs that matched.
+    fn holders_of(&self, uri: &str) -> BTreeMap<HolderId, Vec<String>> {
+        self.holders_where(|held| is_same_or_parent(held, uri))
+    }
+
+    /// Every URI held here, with its holders.
+    pub(super) fn all(&self) -> BTreeMap<HolderId, Vec<String>> {
+        self.holders_where(|_| true)
+    }
+
+    /// The holders of the held URIs `matching` picks, each with those URIs.
+    fn holders_where(&self, matching: impl Fn(&str) -> bool) -> BTreeMap<HolderId, Vec<String>> {
+        let mut found: BTreeMap<HolderId, Vec<String>> = BTreeMap::new();
+        for (held, holders) in self.held.lock().expect("holds lock").iter().filter(|(held, _)| matching(held)) {
+            holders.iter().for_each(|holder| found.entry(*holder).or_default().push(held.clone()));
+        }
+        found
+    }
+}
+
+/// Severity order (RFC 5424, as the spec lists the levels): lower is more verbose.
+fn rank(level: LoggingLevel) -> u8 {
+    match level {
+        LoggingLevel::Debug => 0,
+        LoggingLevel::Info => 1,
+        LoggingLevel::Notice => 2,
+        LoggingLevel::Warning => 3,
+        LoggingLevel::Error => 4,
+        LoggingLevel::Critical => 5,
+        LoggingLevel::Alert => 6,
+        LoggingLevel::Emergency => 7,
+    }
+}
