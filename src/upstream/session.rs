@@ -24,8 +24,7 @@ use crate::protocol::Era;
 use crate::spine::Spine;
 use crate::subscriptions::{HolderId, is_same_or_parent};
 
-/// A cheap `Clone` handle on one session: its connection (which it derefs to), whose it is,
-/// and what is held on it.
+/// A cheap `Clone` handle on one session: its connection (which it derefs to) and its own state.
 #[derive(Clone)]
 pub struct Session {
     own: Arc<Own>,
@@ -233,14 +232,17 @@ impl Holds {
     pub(super) fn release(&self, holder: HolderId, uri: Option<&str>) -> Vec<String> {
         let mut held = self.held.lock().expect("holds lock");
         let mut unheld = Vec::new();
-        let mut gone = |uri: &str, holders: &mut BTreeSet<HolderId>| {
-            let gone = holders.remove(&holder) && holders.is_empty();
-            gone.then(|| unheld.push(uri.to_string())).is_some()
+        let mut keeps = |uri: &str, holders: &mut BTreeSet<HolderId>| {
+            if holders.remove(&holder) && holders.is_empty() {
+                unheld.push(uri.to_string());
+                return false;
+            }
+            true
         };
         match uri {
-            Some(uri) if held.get_mut(uri).is_some_and(|holders| gone(uri, holders)) => drop(held.remove(uri)),
+            Some(uri) if held.get_mut(uri).is_some_and(|holders| !keeps(uri, holders)) => drop(held.remove(uri)),
             Some(_) => {}
-            None => held.retain(|uri, holders| !gone(uri, holders)),
+            None => held.retain(|uri, holders| keeps(uri, holders)),
         }
         unheld
     }

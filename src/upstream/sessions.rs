@@ -91,7 +91,7 @@ impl std::ops::Deref for SessionHandle {
 }
 
 impl SessionHandle {
-    /// A host's `logging/setLevel` for its session ([`Session::pass_log_level`]); not for the shared.
+    /// A host's `logging/setLevel` for its session (`Session::pass_log_level`); not for the shared.
     pub async fn pass_log_level(&self, level: Option<LoggingLevel>) {
         if let SessionHandle::Own(session, _) = self {
             session.pass_log_level(level).await
@@ -323,7 +323,7 @@ impl Upstream {
             let kept = open.iter().find(|(k, _)| k.principal() == key.principal());
             match kept.and_then(|(_, entry)| entry.session.credentials().map(TokenSource::for_session)) {
                 Some(credentials) => Some(credentials),
-                None => exchange_source(&self.config(), &self.inner.subjects, key.principal()),
+                None => exchange_source(self.config(), &self.inner.subjects, key.principal()),
             }
         } else {
             self.credentials().cloned()

@@ -32,8 +32,7 @@ const CLOSE_GRACE: Duration = Duration::from_secs(2);
 pub(super) trait Role: Send + Sync + 'static {
     fn supervised(&self) -> &Connection;
 
-    /// Every page of resources and templates on `link` into the catalog; when to list them
-    /// again, if ever, and whether the catalog changed.
+    /// Every page of resources and templates into the catalog: when to list again (if ever), whether it changed.
     fn load_catalog(
         &self,
         _link: &Link,
@@ -52,9 +51,8 @@ pub(super) trait Role: Send + Sync + 'static {
         0
     }
 
-    /// It is up on `era`; `reconnected`: it had been up before. True when its connection is to
-    /// report only the changes it hears: a session's first watches only what was held since it
-    /// opened, so nothing changed unseen.
+    /// It is up on `era` (`reconnected`: again). True when its connection reports only the changes
+    /// it hears: a session's first watches only what was held since it opened, none unseen.
     fn came_up(&self, era: Era, reconnected: bool) -> bool {
         tracing::debug!(upstream = self.supervised().name(), era = era.label(), "upstream session up");
         !reconnected
