@@ -19,6 +19,7 @@ mod forwarded;
 mod gate;
 mod handler;
 mod http;
+mod kept;
 mod metering;
 mod offerings;
 mod outlets;
@@ -203,6 +204,15 @@ impl ProxyServer {
     /// request has none.
     fn host_key(&self) -> Option<u64> {
         self.host_key.get().copied()
+    }
+
+    /// The host session's key and, `[cluster]`, the key the answer of the request of `context`
+    /// is kept under when its stream is lost (`kept`).
+    fn host_and_key(&self, context: &rmcp::service::RequestContext<RoleServer>) -> (Option<u64>, Option<String>) {
+        let kept_as = self.records.as_ref().zip(session_header(&context.extensions)).map(|(records, session)| {
+            records.ids.call_key(session, &serde_json::to_string(&context.id).unwrap_or_default())
+        });
+        (self.host_key(), kept_as)
     }
 
     /// This session's holder id, registering its outlet on first use.
