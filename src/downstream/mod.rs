@@ -9,6 +9,9 @@
 //! its events are made by `audited.rs`, the same for the rmcp handler and the fast path. With
 //! traces on, each request runs inside its SERVER span (`traced.rs`, [`crate::telemetry`]).
 //! `refusal.rs` answers a stdio host whose proxy cannot serve with the reason.
+//! With `[cluster]`, `forwarded.rs` runs requests another replica forwards here, and `kept.rs`
+//! keeps the answer of such a call whose forwarding replica died, for the host's resumption on
+//! any replica (`shared/resumed.rs`).
 
 mod audited;
 mod bodies;
