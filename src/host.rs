@@ -58,6 +58,12 @@ pub trait HostRelay: Send + Sync + 'static {
     fn host_session(&self) -> Option<u64> {
         None
     }
+    /// `[cluster]`: the key under which the call's answer is kept, when its host's stream is
+    /// lost, by the replica that runs it for another (the same on every replica; see
+    /// `downstream`'s `kept`).
+    fn kept_as(&self) -> Option<String> {
+        None
+    }
     /// The JWT the call's request came with, when it came with one: an upstream that exchanges
     /// tokens sends the call with a token exchanged for this one, never for another of the
     /// principal's.

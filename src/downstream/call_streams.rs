@@ -16,7 +16,11 @@
 //!   call's stream is gone, goes on to rmcp as before.
 //!
 //! With `[cluster]` the transport also gives each request to the host this replica's own id,
-//! and an answer POSTed here goes where that id says (`shared::answers`).
+//! and an answer POSTed here goes where that id says (`shared::answers`). Each event of a
+//! request's stream (from rmcp's priming event on) carries an event id that names this replica
+//! and the request, marked with the cluster's session-id key (`shared::ids`): a host whose
+//! stream is cut resumes it with `Last-Event-ID` on whichever replica the balancer picks; here
+//! rmcp replays it, elsewhere the session gate answers it (`shared::resumed`).
 //!
 //! Invariant: a marked notification reaches its host once — on its call's stream while that
 //! stream is open, else where rmcp puts it — and before the call's answer whenever it was sent
@@ -29,8 +33,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
-use futures::Stream;
 use futures::future::Either;
+use futures::{Stream, StreamExt};
 use rmcp::RoleServer;
 use rmcp::model::{
     ClientJsonRpcMessage, ClientRequest, GetExtensions, JsonRpcMessage, RequestId, ServerJsonRpcMessage,
@@ -56,6 +60,8 @@ pub(super) struct CallStreams {
     ids: Option<SessionIds>,
     /// `[cluster]`: requests to hosts and their answers, across replicas.
     answers: Option<Arc<Answers>>,
+    /// `[cluster]`: this replica's id, named by the event ids of its request streams.
+    replica: Option<Arc<str>>,
 }
 
 /// A session's transport: marked notifications go to their call's stream (see the module doc).
@@ -106,7 +112,13 @@ struct CallQueue {
 impl CallStreams {
     /// Over `local`, which the rest of the listener (gate, reaper, fast path) shares.
     pub fn new(local: Arc<LocalSessionManager>) -> Self {
-        CallStreams { local, open: Arc::default(), ids: None, answers: None }
+        CallStreams { local, open: Arc::default(), ids: None, answers: None, replica: None }
+    }
+
+    /// `[cluster]`: request streams' event ids name `replica` (see the module doc).
+    pub fn serving_as(mut self, replica: Option<Arc<str>>) -> Self {
+        self.replica = replica;
+        self
     }
 
     /// `[cluster]`: new sessions get ids `ids` mints for the request's principal.
@@ -119,6 +131,29 @@ impl CallStreams {
     pub fn answering(mut self, answers: Option<Arc<Answers>>) -> Self {
         self.answers = answers;
         self
+    }
+
+    /// `[cluster]`: `stream` (of request `request`, its id as JSON, on `session`) with each
+    /// event id made one that names this replica and the request.
+    fn marked<S>(
+        &self,
+        session: &SessionId,
+        request: String,
+        stream: S,
+    ) -> Either<impl Stream<Item = ServerSseMessage> + use<S>, S>
+    where
+        S: Stream<Item = ServerSseMessage>,
+    {
+        let (Some(ids), Some(replica)) = (self.ids.clone(), self.replica.clone()) else {
+            return Either::Right(stream);
+        };
+        let session = session.clone();
+        Either::Left(stream.map(move |mut message| {
+            if let Some(rmcp) = message.event_id.take() {
+                message.event_id = Some(ids.event_id(&session, &replica, &request, &rmcp));
+            }
+            message
+        }))
     }
 
     fn transport(&self, session: &SessionId, transport: SessionTransport) -> CallStreamTransport {
@@ -215,11 +250,13 @@ impl SessionManager for CallStreams {
         message: ClientJsonRpcMessage,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         let queue = self.open.book(id, &message);
+        let request = request_json(&message);
         let answers = self.local.create_stream(id, message).await?;
-        Ok(match queue {
+        let stream = match queue {
             Some(CallQueue { own, booking }) => Either::Left(CallStream { own, answers, _booking: booking }),
             None => Either::Right(answers),
-        })
+        };
+        Ok(self.marked(id, request, stream))
     }
 
     /// `[cluster]`: an answer goes where its id says (`answers`).
@@ -246,7 +283,12 @@ impl SessionManager for CallStreams {
         id: &SessionId,
         last_event_id: String,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
-        self.local.resume(id, last_event_id).await
+        // `[cluster]`: the gate lets through only ids of this replica's streams, or rmcp's own.
+        let opened = self.ids.as_ref().and_then(|ids| ids.open_event_id(id, &last_event_id));
+        Ok(match opened {
+            Some(event) => Either::Left(self.marked(id, event.request, self.local.resume(id, event.rmcp).await?)),
+            None => Either::Right(self.local.resume(id, last_event_id).await?),
+        })
     }
 
     async fn restore_session(&self, id: SessionId) -> Result<RestoreOutcome<Self::Transport>, Self::Error> {
@@ -260,6 +302,14 @@ impl SessionManager for CallStreams {
 
     fn event_store(&self) -> Option<Arc<dyn rmcp::transport::streamable_http_server::session::EventStore>> {
         self.local.event_store()
+    }
+}
+
+/// The id of `message` (a request) as JSON, as event ids name it.
+fn request_json(message: &ClientJsonRpcMessage) -> String {
+    match message {
+        JsonRpcMessage::Request(request) => serde_json::to_string(&request.id).unwrap_or_default(),
+        _ => String::new(),
     }
 }
 

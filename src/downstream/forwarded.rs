@@ -13,8 +13,13 @@
 //! The request runs with the JWT its host's request came with (sealed in it): the upstream
 //! session sends it with a token exchanged for that JWT.
 //!
+//! A 2025 host's call or prompt comes with the key its answer is kept under (`kept`): it runs
+//! to its end even when the forwarding replica goes away, and its answer waits for the host's
+//! resumption on any replica, which collects it here ([`Call::Collect`]).
+//!
 //! Invariant: every progress step is written before the answer; the host that asked is the
-//! forwarding replica's, so the call ends (upstream: cancelled) when that replica goes away.
+//! forwarding replica's, so a call that is not kept ends (upstream: cancelled) when that
+//! replica goes away.
 
 #![allow(deprecated)] // Sampling and logging are deprecated by SEP-2577 but still in the 2025 era.
 
@@ -35,6 +40,7 @@ use rmcp::model::{
 };
 use tokio::sync::mpsc;
 
+use super::kept::{COLLECT_WAIT, KeptAnswer, KeptCalls};
 use super::traced::header_carrier;
 use crate::cluster::forward::{
     self, Ask, Call, Forwarded, ForwardedHost, Forwarder, Line, MARK_HEADER, PASS_HEADER, PATH, RemoteError, Reply,
@@ -49,14 +55,21 @@ use crate::tools::Ran;
 /// Progress steps queued for the forwarding replica; beyond this they are dropped.
 const PROGRESS_QUEUE: usize = 256;
 
-/// The route, when this replica is part of a cluster.
-pub(super) fn routes(proxy: &Proxy) -> Option<axum::Router> {
-    proxy.tools().forwarder()?;
-    let route = axum::routing::post(serve).layer(DefaultBodyLimit::disable());
-    Some(axum::Router::new().route(PATH, route).with_state(proxy.clone()))
+/// What the route works with.
+#[derive(Clone)]
+struct Forwarding {
+    proxy: Proxy,
+    kept: Arc<KeptCalls>,
 }
 
-async fn serve(State(proxy): State<Proxy>, request: axum::extract::Request) -> Response {
+/// The route, when this replica is part of a cluster; calls kept for lost hosts go in `kept`.
+pub(super) fn routes(proxy: &Proxy, kept: Arc<KeptCalls>) -> Option<axum::Router> {
+    proxy.tools().forwarder()?;
+    let route = axum::routing::post(serve).layer(DefaultBodyLimit::disable());
+    Some(axum::Router::new().route(PATH, route).with_state(Forwarding { proxy: proxy.clone(), kept }))
+}
+
+async fn serve(State(Forwarding { proxy, kept }): State<Forwarding>, request: axum::extract::Request) -> Response {
     let Some(forwarder) = proxy.tools().forwarder() else { return StatusCode::NOT_FOUND.into_response() };
     let (head, body) = request.into_parts();
     // The pass is checked on the head: without the cluster's key, not a byte of the body is read.
@@ -98,12 +111,34 @@ async fn serve(State(proxy): State<Proxy>, request: axum::extract::Request) -> R
                 false => (StatusCode::NOT_FOUND, "no such question waits\n").into_response(),
             };
         }
+        Call::Collect { key } => return collected(kept.find(&key, &request.principal)),
         _ => {}
     }
     let span = forwarded_span(&head.headers, &request);
     let (steps_in, steps) = mpsc::channel(PROGRESS_QUEUE);
-    let run = Run { call: Box::pin(traced(span, run(proxy, request, steps_in))), steps, answer: None, done: false };
+    let kept_as = request.host.as_ref().and_then(|host| host.kept_as.clone());
+    let kept_as = kept_as.filter(|_| matches!(request.call, Call::Tool(_) | Call::Prompt(_)));
+    let whose = (request.principal.clone(), request.upstream.clone());
+    let call = traced(span, run(proxy, request, steps_in));
+    let call: BoxFuture<'static, Ran> = match kept_as {
+        Some(key) => kept.run(key, (&whose.0, &whose.1), call),
+        None => Box::pin(call),
+    };
+    let run = Run { call, steps, answer: None, done: false };
     let lines = futures::stream::unfold(run, next_line);
+    ([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(lines)).into_response()
+}
+
+/// The reply to a [`Call::Collect`]: the kept call's upstream at once, then its answer when
+/// the call ends; `404` when none is kept here.
+fn collected(kept: Option<(String, KeptAnswer)>) -> Response {
+    let Some((upstream, answer)) = kept else {
+        return (StatusCode::NOT_FOUND, "no such call kept here\n").into_response();
+    };
+    let first = futures::stream::once(async move { encode(&Line::Kept { upstream }) });
+    let then =
+        futures::stream::once(answer.wait(COLLECT_WAIT)).filter_map(|line| async move { line.as_ref().map(encode) });
+    let lines = first.chain(then).map(Ok::<_, Infallible>);
     ([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(lines)).into_response()
 }
 
@@ -190,7 +225,7 @@ async fn traced(span: Span, call: impl Future<Output = Ran>) -> Ran {
 /// The answer being written: progress until the call is done, then what is left of it, then
 /// the answer.
 struct Run {
-    call: Pin<Box<dyn Future<Output = Ran> + Send>>,
+    call: BoxFuture<'static, Ran>,
     /// Progress, log messages and questions for the host, in the order they came.
     steps: mpsc::Receiver<Line>,
     answer: Option<Line>,

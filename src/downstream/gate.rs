@@ -19,8 +19,10 @@
 //! under the cluster's key, and one this replica does not hold must have a live record of the
 //! same principal (rmcp then re-creates it from the record); anything else is the same 404. The
 //! caps are the cluster's (the records), a GET stream served here holds the session's
-//! subscriptions, and a `Last-Event-ID` of a stream this replica never served is dropped (its
-//! events are another replica's; what the stream owes is sent on the new one).
+//! subscriptions, and a `Last-Event-ID` of a GET stream this replica never served is dropped (its
+//! events are another replica's; what the stream owes is sent on the new one). A `Last-Event-ID`
+//! of a request's stream another replica served (or this one before it restarted) is answered
+//! here with the request's answer or an error naming the lost replica (`shared::resumed`).
 
 use std::sync::Arc;
 
@@ -33,6 +35,7 @@ use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 
 use super::sessions::{OpenedHolder, OverCap, SessionBook};
+use super::shared::ids::StreamEvent;
 use super::shared::records::{Admission, Records};
 use super::shared::{self, Shared};
 use crate::audit::{Audit, Event};
@@ -114,6 +117,13 @@ async fn guard_shared(
         tracing::debug!(principal = %principal, %method, "session id not minted for this principal here");
         return session_not_found();
     }
+    if method == Method::GET
+        && let Some(last) = request.headers().get("last-event-id").and_then(|v| v.to_str().ok())
+        && let Some(event) =
+            shared.resumption.elsewhere(&shared.records.ids, session, last, gate.book.owner(session).is_some())
+    {
+        return resume_elsewhere(shared, principal, session, event).await;
+    }
     let mut restoring = None;
     match gate.book.owner(session) {
         Some(owner) if *owner != *principal => {
@@ -149,6 +159,17 @@ async fn guard_shared(
         return response;
     }
     if method == Method::GET { shared.holding.hold(session, principal, response) } else { response }
+}
+
+/// `[cluster]`: a request stream another replica served, resumed here (`shared::resumed`), on a
+/// session whose record names `principal`.
+async fn resume_elsewhere(shared: &Shared, principal: &str, session: &str, event: StreamEvent) -> Response {
+    match shared.records.load(session).await {
+        Ok(Some(record)) if record.principal == principal => {}
+        Ok(_) => return session_not_found(),
+        Err(_) => return store_unavailable(),
+    }
+    shared.resumption.answer(&shared.records.ids, principal, session, event).await
 }
 
 /// A response that opened a session: enter it, or close it again over a cap.

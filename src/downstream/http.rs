@@ -12,6 +12,7 @@
 //! non-browser clients send no `Origin`. Both answered 403 by rmcp.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::handler::Handler;
 use rmcp::transport::StreamableHttpServerConfig;
@@ -27,12 +28,14 @@ use super::call_streams::CallStreams;
 use super::closing::{ClosingStreams, track_streams};
 use super::fast::{self, FastPath, Front};
 use super::gate::{Gate, guard_sessions};
+use super::kept::KeptCalls;
 use super::reaper::reap;
 use super::sessions::SessionBook;
 use super::shared::Shared;
 use super::shared::answers::Answers;
 use super::shared::news::Newsroom;
 use super::shared::records::Records;
+use super::shared::resumed::Resumption;
 use super::shared::streams::Holding;
 use crate::auth::{self, Authenticator};
 use crate::cluster::mailbox::Mailbox;
@@ -40,6 +43,9 @@ use crate::listener::{self, ConnectionLimits, allowed_hosts, own_origins};
 use crate::metrics::Transport;
 use crate::proxy::Proxy;
 use crate::wire::headers::AllowedHosts;
+
+/// The `retry` of each request stream's priming event.
+const REQUEST_STREAM_RETRY: Duration = Duration::from_millis(500);
 
 /// Serve on `listener` until `shutdown`. Authentication follows `proxy.config().auth`; the
 /// handler's own principal (`anonymous`) is only a fallback for requests without HTTP parts.
@@ -51,6 +57,9 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     // reaps sessions itself (see `sessions`).
     let mut session_config = SessionConfig::default();
     session_config.keep_alive = None;
+    // A host whose request stream is cut reconnects (`Last-Event-ID`) after this: soon enough
+    // that a call on a replica that died is answered within seconds.
+    session_config.sse_retry = Some(REQUEST_STREAM_RETRY);
     let mut sessions = LocalSessionManager::default();
     sessions.session_config = session_config;
     let sessions = Arc::new(sessions);
@@ -69,10 +78,13 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     let spine = proxy.spine();
     let reaper = reap(book.clone(), sessions.clone(), proxy.clone(), records.clone(), shutdown.clone());
     spine.spawn("session-reaper", reaper);
-    let shared = records.clone().map(|records| {
+    // `[cluster]`: calls run here for other replicas, kept when their host's stream is lost.
+    let kept = Arc::new(KeptCalls::default());
+    let shared = records.clone().zip(proxy.cluster()).map(|(records, cluster)| {
         let holding =
             Holding { proxy: proxy.clone(), records: records.clone(), book: book.clone(), streams: Arc::default() };
-        Shared { records, holding }
+        let resumption = Resumption { proxy: proxy.clone(), replica: cluster.replica_id().into(), kept: kept.clone() };
+        Shared { records, holding, resumption }
     });
     if let Some(shared) = &shared {
         let newsroom = Newsroom {
@@ -116,6 +128,7 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     let hosts = Arc::new(AllowedHosts::new(&hosts));
     let fast = FastPath { proxy: proxy.clone(), book: book.clone(), manager: sessions.clone(), hosts };
     let ids = records.as_ref().map(|records| records.ids.clone());
+    let replica: Option<Arc<str>> = proxy.cluster().map(|cluster| cluster.replica_id().into());
     // `[cluster]`: a host's answer reaches the replica that asked, wherever it lands.
     let answers = proxy.cluster().zip(ids.clone()).map(|(cluster, ids)| {
         Arc::new(Answers::new(cluster.replica_id(), ids, Mailbox::new(cluster.clone()), metrics.clone()))
@@ -141,7 +154,7 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     // A call's log messages ride its own response stream, not the GET stream (see `call_streams`).
     let service = Arc::new(StreamableHttpService::new(
         factory,
-        Arc::new(CallStreams::new(sessions).minting(ids).answering(answers)),
+        Arc::new(CallStreams::new(sessions).minting(ids).answering(answers).serving_as(replica)),
         config,
     ));
     let service = move |request: axum::extract::Request| {
@@ -168,7 +181,7 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     if let Some(cluster) = proxy_for_routes.cluster() {
         cluster.listening_at(local);
     }
-    if let Some(routes) = super::forwarded::routes(&proxy_for_routes) {
+    if let Some(routes) = super::forwarded::routes(&proxy_for_routes, kept) {
         app = app.merge(routes);
     }
     tracing::info!(address = %local, "serving MCP at http://{local}/mcp");

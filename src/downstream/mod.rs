@@ -9,6 +9,9 @@
 //! its events are made by `audited.rs`, the same for the rmcp handler and the fast path. With
 //! traces on, each request runs inside its SERVER span (`traced.rs`, [`crate::telemetry`]).
 //! `refusal.rs` answers a stdio host whose proxy cannot serve with the reason.
+//! With `[cluster]`, `forwarded.rs` runs requests another replica forwards here, and `kept.rs`
+//! keeps the answer of such a call whose forwarding replica died, for the host's resumption on
+//! any replica (`shared/resumed.rs`).
 
 mod audited;
 mod bodies;
@@ -19,6 +22,7 @@ mod forwarded;
 mod gate;
 mod handler;
 mod http;
+mod kept;
 mod metering;
 mod offerings;
 mod outlets;
@@ -203,6 +207,15 @@ impl ProxyServer {
     /// request has none.
     fn host_key(&self) -> Option<u64> {
         self.host_key.get().copied()
+    }
+
+    /// The host session's key and, `[cluster]`, the key the answer of the request of `context`
+    /// is kept under when its stream is lost (`kept`).
+    fn host_and_key(&self, context: &rmcp::service::RequestContext<RoleServer>) -> (Option<u64>, Option<String>) {
+        let kept_as = self.records.as_ref().zip(session_header(&context.extensions)).map(|(records, session)| {
+            records.ids.call_key(session, &serde_json::to_string(&context.id).unwrap_or_default())
+        });
+        (self.host_key(), kept_as)
     }
 
     /// This session's holder id, registering its outlet on first use.

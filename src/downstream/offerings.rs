@@ -190,7 +190,8 @@ impl ProxyServer {
         }
         let token = context.meta.get_progress_token().or_else(|| request.meta.as_ref()?.get_progress_token());
         let (progress, outlet) = token.map(|token| HostProgress::start(context.peer.clone(), token)).unzip();
-        let (relay, jobs) = super::relay::for_call(context, &self.log_level, &self.principal, self.host_key());
+        let (relay, jobs) =
+            super::relay::for_call(context, &self.log_level, &self.principal, self.host_and_key(context));
         let call = self.proxy.tools().call_tool(&self.principal, request, &context.ct, outlet, Some(relay));
         let answer = super::relay::serving(call, jobs, &context.peer).await;
         if let Some(progress) = progress {
@@ -209,7 +210,8 @@ impl ProxyServer {
         let started = Instant::now();
         let _permit = self.admit_call("prompts/get", started, Metered::Prompt(&request.name)).await?;
         let name = request.name.clone();
-        let (relay, jobs) = super::relay::for_call(&context, &self.log_level, &self.principal, self.host_key());
+        let (relay, jobs) =
+            super::relay::for_call(&context, &self.log_level, &self.principal, self.host_and_key(&context));
         let get = self.proxy.tools().get_prompt(&self.principal, request, &context.ct, Some(relay));
         let (answer, notes) = audit::scope::noting(super::relay::serving(get, jobs, &context.peer)).await;
         super::traced::note_decision(&crate::telemetry::Span::current(), &notes);

@@ -62,6 +62,8 @@ struct HostCall {
     host: Option<u64>,
     /// The JWT the call's request came with, if it did.
     subject: Option<SubjectToken>,
+    /// `[cluster]`: the key its answer is kept under when its stream is lost.
+    kept_as: Option<String>,
 }
 
 /// A relay for the host request of `context`, and the jobs its task is to serve (`serving`).
@@ -69,7 +71,7 @@ pub(super) fn for_call(
     context: &RequestContext<RoleServer>,
     level: &LogLevel,
     principal: &Arc<str>,
-    host: Option<u64>,
+    (host, kept_as): (Option<u64>, Option<String>),
 ) -> (Arc<dyn HostRelay>, Jobs) {
     let (jobs, pending) = mpsc::channel(RELAY_QUEUE);
     let capabilities = context.client_capabilities().unwrap_or_default();
@@ -78,7 +80,7 @@ pub(super) fn for_call(
     let principal = principal.clone();
     let parts = context.extensions.get::<http::request::Parts>();
     let subject = parts.and_then(crate::auth::subject_of).cloned();
-    let call = HostCall { jobs, level: level.clone(), capabilities, modern, principal, host, subject };
+    let call = HostCall { jobs, level: level.clone(), capabilities, modern, principal, host, subject, kept_as };
     (Arc::new(call), jobs_of_call)
 }
 
@@ -223,6 +225,10 @@ impl HostRelay for HostCall {
 
     fn subject_token(&self) -> Option<SubjectToken> {
         self.subject.clone()
+    }
+
+    fn kept_as(&self) -> Option<String> {
+        self.kept_as.clone()
     }
 
     fn log(&self, params: LoggingMessageNotificationParam) {

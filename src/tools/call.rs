@@ -14,7 +14,8 @@
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
-    GetPromptRequestParams, GetPromptResponse, InputRequiredResult, Reference, RequestMetaObject, ResultType,
+    GetPromptRequestParams, GetPromptResponse, GetPromptResult, InputRequiredResult, Reference, RequestMetaObject,
+    ResultType,
 };
 use std::sync::Arc;
 
@@ -221,7 +222,7 @@ impl Tools {
 
     /// A complete tool result from `upstream` as `principal` may see it: URIs in its blocks,
     /// `_meta` and `structuredContent` namespaced, and what it may not read removed.
-    fn result_for(
+    pub(super) fn result_for(
         &self,
         upstream: &str,
         mut result: CallToolResult,
@@ -278,10 +279,22 @@ impl Tools {
             Some(answer) => answer?,
             None => self.prompt_here(&upstream, principal, &presented, params, cancelled, relay).await?,
         };
-        let GetPromptResponse::Complete(mut result) = answer else { return Ok(answer) };
+        let GetPromptResponse::Complete(result) = answer else { return Ok(answer) };
+        Ok(GetPromptResponse::Complete(self.prompt_for(upstream.name(), result, &policy, principal)))
+    }
+
+    /// A complete prompt from `upstream` as `principal` may see it: URIs in its messages and
+    /// `_meta` namespaced, and the messages it may not read removed.
+    pub(super) fn prompt_for(
+        &self,
+        upstream: &str,
+        mut result: GetPromptResult,
+        policy: &PolicySet,
+        principal: &str,
+    ) -> GetPromptResult {
         result.result_type = Some(ResultType::COMPLETE);
         let resources = self.inner.resources.snapshot();
-        let links = rewrite::Links::new(upstream.name(), &resources, &policy, principal);
+        let links = rewrite::Links::new(upstream, &resources, policy, principal);
         result.meta = rewrite::result_meta(&links, result.meta);
         result.messages.retain_mut(|message| {
             let block = std::mem::replace(&mut message.content, rmcp::model::ContentBlock::text(""));
@@ -293,7 +306,7 @@ impl Tools {
                 None => false,
             }
         });
-        Ok(GetPromptResponse::Complete(result))
+        result
     }
 
     /// A prompt on this replica's connection (the shared one, or the caller's own session).

@@ -20,11 +20,13 @@
 use std::sync::Arc;
 
 use rmcp::model::{CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult};
-use rmcp::model::{GetPromptRequestParams, GetPromptResponse, ReadResourceResponse};
+use rmcp::model::{GetPromptRequestParams, GetPromptResponse, ReadResourceResponse, ServerResult};
 
 use super::sealed::Holder;
 use super::{ProgressOutlet, Tools};
-use crate::cluster::forward::{Answer, Call, Forwarder, ForwardingHost, HostOf, OwnLists, Sent, SessionOf};
+use crate::cluster::forward::{
+    Answer, Call, Forwarder, ForwardingHost, HostOf, OwnLists, RemoteError, Sent, SessionOf,
+};
 use crate::config::SessionMode;
 use crate::error::ProxyError;
 use crate::host::{HostRelay, SubjectToken};
@@ -194,10 +196,34 @@ impl Tools {
                 _ => return Err(task_answer(&upstream)),
             },
             Call::Complete(params) => Answer::Complete(session.complete_as(params, subject).await?),
-            Call::Hold { .. } | Call::Reply { .. } | Call::Offerings | Call::Offered { .. } => {
+            Call::Hold { .. } | Call::Reply { .. } | Call::Offerings | Call::Offered { .. } | Call::Collect { .. } => {
                 return Err(ProxyError::InvalidParams("a subscription, an answer or a list is not run".into()));
             }
         })
+    }
+
+    /// The answer of a call kept for a 2025 host whose stream was lost with the replica that
+    /// served it (`downstream`'s `kept`): `upstream`'s answer or error as `principal` may see
+    /// it, rewritten as that replica would have, under the policy of now.
+    pub fn kept_for(
+        &self,
+        principal: &str,
+        upstream: &str,
+        answer: Result<Answer, RemoteError>,
+    ) -> Result<ServerResult, ProxyError> {
+        let policy = self.policy();
+        let mut result = match answer.map_err(|error| error.into_error(upstream))? {
+            Answer::Tool(result) => ServerResult::CallToolResult(self.result_for(upstream, result, &policy, principal)),
+            Answer::Prompt(result) => {
+                ServerResult::GetPromptResult(self.prompt_for(upstream, result, &policy, principal))
+            }
+            _ => {
+                let reason = "it answered a kept call with something else".to_string();
+                return Err(ProxyError::UpstreamFailed { upstream: upstream.to_string(), reason });
+            }
+        };
+        result.strip_result_type_for_legacy_peer();
+        Ok(result)
     }
 
     /// Replica `from` says what session `of` lists as its own now (see the upstream's

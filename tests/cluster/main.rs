@@ -17,6 +17,7 @@ mod peers;
 mod redis_outage;
 mod rediss;
 mod replicas;
+mod resumption;
 mod sealed;
 mod sessions;
 mod stdio_default;

@@ -56,7 +56,7 @@ const ALLOWED: &[Allowance] = &[
     },
     Allowance {
         what: "a 2025 session's SSE reply: rmcp opens it with a priming event (`data:` empty, `id: 0/<stream>`, \
-               `retry: 3000`) and gives the answer `id: 1/<stream>`; the fast path sends the answer alone, no ids",
+               `retry: 500`) and gives the answer `id: 1/<stream>`; the fast path sends the answer alone, no ids",
         why: "`<stream>` counts the streams rmcp's session worker opened, which only rmcp knows (the fast path's \
               answers are streams it never saw), so ids the fast path wrote would name streams rmcp cannot resume \
               from a `Last-Event-ID`; the spec makes event ids optional (MAY) and asks for the priming event \

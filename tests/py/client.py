@@ -30,6 +30,8 @@ OPs:
                               since connecting, from either mechanism) or waits up to TIMEOUT_S for one.
   wait_list_changed:TIMEOUT_S {"op":"wait_list_changed","received":bool,"via":...} (same, for list_changed)
   call:TOOL:JSONARGS          {"op":"call","tool":TOOL,"result":{raw CallToolResult}} | error
+  call_progress:TOOL:JSONARGS the same call asking for progress: {"op":"progress","progress":n} at its first
+                              progress notification, then {"op":"call_progress","tool":TOOL,"result":{...}} | error
   ready                       {"op":"ready"} (flushed: subscriptions made by earlier ops are in place)
   sleep_until_stdin           blocks until a line (or EOF) arrives on stdin -> {"op":"sleep_until_stdin","eof":bool}
   info                        {"op":"info","protocolVersion":..,"serverInfo":..,"capabilities":..}
@@ -69,7 +71,7 @@ SUBSCRIPTION_ID_META_KEY = "io.modelcontextprotocol/subscriptionId"
 OWN_OPTIONS = {"--mode", "--header", "--url", "--timeout", "--client-cache"}
 KNOWN_OPS = {
     "list_all", "templates_all", "read", "list_cursor", "subscribe", "unsubscribe", "listen", "wait_updated",
-    "wait_list_changed", "call", "ready", "sleep_until_stdin", "sleep", "info", "discover",
+    "wait_list_changed", "call", "call_progress", "ready", "sleep_until_stdin", "sleep", "info", "discover",
 }
 
 
@@ -312,6 +314,19 @@ async def do_op(name: str, arg: str, client: Client, events: Events, stack: Asyn
         args = json.loads(js) if js else {}
         res = await client.call_tool(tool, args)
         out({"op": "call", "tool": tool, "result": dump(res)})
+    elif name == "call_progress":
+        tool, _, js = arg.partition(":")
+        args = json.loads(js) if js else {}
+        told = False
+
+        async def progressed(progress: float, total: float | None, message: str | None) -> None:
+            nonlocal told
+            if not told:
+                told = True
+                out({"op": "progress", "progress": progress})
+
+        res = await client.call_tool(tool, args, progress_callback=progressed)
+        out({"op": "call_progress", "tool": tool, "result": dump(res)})
     elif name == "ready":
         out({"op": "ready"})
     elif name == "sleep_until_stdin":

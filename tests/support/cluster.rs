@@ -8,7 +8,9 @@
 //!   the admin listener accepts; generous check timeouts, so a loaded machine marks none down); as
 //!   the shipped `deploy/haproxy.cfg`, a request whose connection failed (a replica just killed,
 //!   not yet marked down) goes to another replica (`retries 3`, `option redispatch 1`); every
-//!   answer names its replica in `X-Replica`.
+//!   answer names its replica in `X-Replica`. A POST carrying `X-Replica-Pin: N` goes to
+//!   `replica-N` while it is up (a test that must know which replica serves a host's request
+//!   stream); every other request, a GET resuming that stream included, is round-robin.
 //! - [`Replicas::wait_all_see`]: each replica's `/status` shows every replica.
 //! - [`Balancer::start_config`]: haproxy on a configuration of the test's own (the shipped
 //!   recipe's, its addresses moved to free ports).
@@ -212,12 +214,15 @@ impl Balancer {
         ensure_installed("haproxy", &["-v"])?;
         let dir = tempfile::tempdir()?;
         let (port, stats) = (free_port()?, free_port()?);
-        let mut servers = String::new();
+        let (mut servers, mut pins) = (String::new(), String::new());
         for (index, replica) in replicas.iter().enumerate() {
             let mcp = address_of(&replica.url)?;
             let admin = address_of(&replica.admin_url().await?)?;
             let admin_port = admin.rsplit_once(':').context("admin port")?.1;
             servers.push_str(&format!("  server replica-{index} {mcp} check port {admin_port}\n"));
+            pins.push_str(&format!(
+                "  use-server replica-{index} if {{ req.hdr(x-replica-pin) -m str {index} }} METH_POST\n"
+            ));
         }
         let config = format!(
             "global\n  maxconn 512\n\
@@ -226,7 +231,7 @@ impl Balancer {
              backend replicas\n  balance roundrobin\n  retries 3\n  option redispatch 1\n  option httpchk\n\
              \x20 http-check send meth GET uri /readyz ver HTTP/1.1 hdr Host 127.0.0.1\n\
              \x20 http-response set-header X-Replica %s\n\
-             \x20 default-server inter 500ms fall 3 rise 1\n{servers}\
+             \x20 default-server inter 500ms fall 3 rise 1\n{pins}{servers}\
              listen stats\n  bind 127.0.0.1:{stats}\n  stats enable\n  stats uri /stats\n"
         );
         Self::start_config(dir, &config, port, stats, replicas.len()).await

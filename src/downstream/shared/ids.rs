@@ -6,6 +6,11 @@
 //!
 //! Redis never sees an id: a session's record is stored under [`SessionIds::record_key`], an HMAC
 //! of the id, so reading Redis gives nobody a session id to present.
+//!
+//! The same key marks the event ids of a session's POST streams ([`SessionIds::event_id`]):
+//! `<rmcp's id>.<replica>.<request id>.<tag>`, the first three base64url, the tag an HMAC over
+//! the session id and the three, so an event id says which replica served the stream and which
+//! JSON-RPC request it answers, and holds only on the session it was given on.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -62,11 +67,59 @@ impl SessionIds {
         host_key_of(&self.record_key(id)).expect("a record key is hex")
     }
 
+    /// The event id of rmcp's event `rmcp` on the stream replica `replica` serves for request
+    /// `request` (its JSON) of session `session`.
+    pub fn event_id(&self, session: &str, replica: &str, request: &str, rmcp: &str) -> String {
+        let parts = [rmcp, replica, request].map(|part| URL_SAFE_NO_PAD.encode(part));
+        let tag = self.event_tag(session, &parts);
+        format!("{}.{}.{}.{}", parts[0], parts[1], parts[2], URL_SAFE_NO_PAD.encode(tag))
+    }
+
+    /// What event id `id` says, when it was made by [`Self::event_id`] for `session` with this
+    /// key; `None` for anything else (rmcp's own ids, forged or foreign ones).
+    pub fn open_event_id(&self, session: &str, id: &str) -> Option<StreamEvent> {
+        let mut parts = id.split('.');
+        let (rmcp, replica, request, tag) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some() {
+            return None;
+        }
+        let tag = URL_SAFE_NO_PAD.decode(tag).ok()?;
+        let mut mac = self.mac(b"event\0");
+        mac.update(session.as_bytes());
+        for part in [rmcp, replica, request] {
+            mac.update(b"\0");
+            mac.update(part.as_bytes());
+        }
+        mac.verify_truncated_left(&tag).ok()?;
+        let text = |part: &str| String::from_utf8(URL_SAFE_NO_PAD.decode(part).ok()?).ok();
+        Some(StreamEvent { rmcp: text(rmcp)?, replica: text(replica)?, request: text(request)? })
+    }
+
+    /// The key under which the answer of request `request` (its JSON) of session `session` is
+    /// kept when its stream is lost: the same on every replica, and saying nothing of either.
+    pub fn call_key(&self, session: &str, request: &str) -> String {
+        let mut mac = self.mac(b"call\0");
+        mac.update(session.as_bytes());
+        mac.update(b"\0");
+        mac.update(request.as_bytes());
+        mac.finalize().into_bytes()[..16].iter().map(|b| format!("{b:02x}")).collect()
+    }
+
     /// A principal's name in Redis (hex; the cap counters are per principal).
     pub fn principal_key(&self, principal: &str) -> String {
         let mut mac = self.mac(b"principal\0");
         mac.update(principal.as_bytes());
         mac.finalize().into_bytes()[..12].iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    fn event_tag(&self, session: &str, parts: &[String; 3]) -> [u8; TAG] {
+        let mut mac = self.mac(b"event\0");
+        mac.update(session.as_bytes());
+        for part in parts {
+            mac.update(b"\0");
+            mac.update(part.as_bytes());
+        }
+        mac.finalize().into_bytes()[..TAG].try_into().expect("16 bytes")
     }
 
     fn tag(&self, nonce: &[u8], principal: &str) -> [u8; TAG] {
@@ -83,6 +136,17 @@ impl SessionIds {
         mac.update(purpose);
         mac
     }
+}
+
+/// What an event id of a session's POST stream says ([`SessionIds::open_event_id`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StreamEvent {
+    /// rmcp's own event id, for the replica that served the stream.
+    pub rmcp: String,
+    /// The replica that served the stream.
+    pub replica: String,
+    /// The JSON-RPC request the stream answers (its id as JSON).
+    pub request: String,
 }
 
 /// The key of the per-host upstream sessions of the session whose record key is `record_key`
@@ -123,6 +187,26 @@ mod tests {
             check(&ids, forged, "alice", false);
         }
         assert_ne!(ids.mint("alice"), id, "ids are random");
+    }
+
+    #[test]
+    fn an_event_id_opens_only_on_its_session_under_the_same_key() {
+        let ids = SessionIds::new([7; 32]);
+        let session = ids.mint("alice");
+        let id = ids.event_id(&session, "replica-1", "7", "0/3");
+        let opened = ids.open_event_id(&session, &id).expect("opens");
+        assert_eq!(opened, StreamEvent { rmcp: "0/3".into(), replica: "replica-1".into(), request: "7".into() });
+        assert_eq!(ids.open_event_id(&ids.mint("alice"), &id), None, "another session");
+        assert_eq!(SessionIds::new([8; 32]).open_event_id(&session, &id), None, "another secret");
+        let forged = ids.event_id(&session, "replica-2", "7", "0/3");
+        let (head, _) = id.rsplit_once('.').unwrap();
+        let (_, tag) = forged.rsplit_once('.').unwrap();
+        assert_eq!(ids.open_event_id(&session, &format!("{head}.{tag}")), None, "a tag of other parts");
+        for plain in ["0/3", "0", "", "a.b.c", "a.b.c.d.e"] {
+            assert_eq!(ids.open_event_id(&session, plain), None, "{plain:?}");
+        }
+        assert_eq!(ids.call_key(&session, "7"), ids.call_key(&session, "7"));
+        assert_ne!(ids.call_key(&session, "7"), ids.call_key(&session, "\"7\""));
     }
 
     #[test]

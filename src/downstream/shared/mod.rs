@@ -5,6 +5,7 @@
 //! The replica serving the session's GET stream holds its subscriptions (`streams`); `DELETE`
 //! anywhere ends it everywhere (`news`); the session caps and idle reaping are the records'. A
 //! host's answer to a request a replica sent it reaches that replica wherever it lands (`answers`).
+//! A request's stream cut with the replica serving it is resumed on any other (`resumed`).
 //!
 //! Without `[cluster]` none of this exists and sessions are the process's own, as before.
 
@@ -12,11 +13,13 @@ pub(crate) mod answers;
 pub(crate) mod ids;
 pub(crate) mod news;
 pub(crate) mod records;
+pub(crate) mod resumed;
 pub(crate) mod streams;
 
 use std::sync::Arc;
 
 use self::records::{Record, Records};
+use self::resumed::Resumption;
 use self::streams::{Holding, StreamHolds};
 
 tokio::task_local! {
@@ -29,6 +32,7 @@ tokio::task_local! {
 pub(crate) struct Shared {
     pub records: Records,
     pub holding: Holding,
+    pub resumption: Resumption,
 }
 
 impl Shared {

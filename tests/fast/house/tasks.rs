@@ -14,6 +14,7 @@ const SHORT_TASKS: &[(&str, &str)] = &[
     ("listener.rs", "one HTTP connection, held by its connection permit and drained by graceful shutdown"),
     ("downstream/offerings.rs", "one call's progress sender, ending with the call"),
     ("tools/parked.rs", "one parked upstream call, ending with the call or its time limit"),
+    ("downstream/kept.rs", "one forwarded call kept past its forwarding replica, ending with the call"),
 ];
 
 /// The code of `source` that is not test code: nothing of a `tests` module's file, and a file's

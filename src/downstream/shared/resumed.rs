@@ -1,0 +1,113 @@
+//! `[cluster]`: a 2025 host's request stream resumed on a replica that cannot replay it. Each
+//! event of a request's stream names the replica serving it and the request (`ids`); a host
+//! whose stream was cut (that replica died) reconnects with `GET` and `Last-Event-ID` through
+//! the balancer. A replica that served the stream replays it (rmcp, `call_streams`); any other
+//! one, or the same one restarted (it no longer holds the session), answers here, on a stream
+//! of one event, with the request's answer or a JSON-RPC error for its id:
+//! - a call run for that replica by another one (the owner of a per-principal or per-host
+//!   upstream session) is kept by the one running it (`kept`) and collected from it over the
+//!   replicas' own channel (`cluster::forward`), waiting for the call to end, then rewritten
+//!   here for the host as the lost replica would have;
+//! - anything else ran, if at all, on the replica that is gone: the error says that replica was
+//!   lost and the call may or may not have run.
+//!
+//! Invariant: only the principal whose session it is gets an answer (the event id holds only on
+//! its session, the session's record names its principal, and a kept call is handed only to a
+//! request of its principal), and the answer passes the principal's policy of now.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use http::StatusCode;
+use rmcp::ErrorData;
+use rmcp::model::{ErrorCode, JsonRpcMessage, RequestId, ServerJsonRpcMessage};
+use serde_json::json;
+
+use super::ids::{SessionIds, StreamEvent};
+use crate::cluster::forward::{Answer, Line, RemoteError};
+use crate::downstream::kept::{COLLECT_WAIT, KeptCalls};
+use crate::proxy::Proxy;
+use crate::wire::sse;
+
+/// What a resumption elsewhere works with; a cheap `Clone`.
+#[derive(Clone)]
+pub(crate) struct Resumption {
+    pub proxy: Proxy,
+    /// This replica's id.
+    pub replica: Arc<str>,
+    /// The calls this replica runs for others, kept when their host's stream is lost.
+    pub kept: Arc<KeptCalls>,
+}
+
+/// A kept call's upstream, and its answer or error as the upstream gave it.
+type Collected = (String, Result<Answer, RemoteError>);
+
+impl Resumption {
+    /// What `last_event_id` (of `session`) says, when it names a request stream this replica
+    /// cannot replay: another replica's, or its own from before it restarted (it does not hold
+    /// the session: `held_here` false). `None`: rmcp's way (its own ids, or this replica's).
+    pub fn elsewhere(
+        &self,
+        ids: &SessionIds,
+        session: &str,
+        last_event_id: &str,
+        held_here: bool,
+    ) -> Option<StreamEvent> {
+        let event = ids.open_event_id(session, last_event_id)?;
+        (event.replica.as_str() != &*self.replica || !held_here).then_some(event)
+    }
+
+    /// The resumed stream of `event`'s request on `session` of `principal`: its answer, or an
+    /// error naming the lost replica.
+    pub async fn answer(&self, ids: &SessionIds, principal: &str, session: &str, event: StreamEvent) -> Response {
+        let Ok(id) = serde_json::from_str::<RequestId>(&event.request) else {
+            return (StatusCode::BAD_REQUEST, "Bad Request: not a request's event id\n").into_response();
+        };
+        let key = ids.call_key(session, &event.request);
+        let message: ServerJsonRpcMessage = match self.collect(principal, &key).await {
+            Some((upstream, answer)) => {
+                tracing::info!(principal, upstream, "cluster: a lost stream's call answered from where it ran");
+                match self.proxy.tools().kept_for(principal, &upstream, answer) {
+                    Ok(result) => JsonRpcMessage::response(result, id),
+                    Err(error) => JsonRpcMessage::error(error.to_error_data(), Some(id)),
+                }
+            }
+            None => {
+                tracing::info!(principal, replica = %event.replica, "cluster: a lost stream's request was lost with its replica");
+                JsonRpcMessage::error(lost(&event.replica), Some(id))
+            }
+        };
+        one_event(&message)
+    }
+
+    /// The answer of `principal`'s call kept under `key`: here, or at any other replica alive.
+    async fn collect(&self, principal: &str, key: &str) -> Option<Collected> {
+        if let Some((upstream, answer)) = self.kept.find(key, principal) {
+            return match answer.wait(COLLECT_WAIT).await? {
+                Line::Answer(answer) => Some((upstream, Ok(answer))),
+                Line::Error(error) => Some((upstream, Err(error))),
+                _ => None,
+            };
+        }
+        let forwarder = self.proxy.tools().forwarder()?;
+        let others = forwarder.others();
+        let asked = others.iter().map(|other| forwarder.collect(other, principal, key, COLLECT_WAIT));
+        futures::future::join_all(asked).await.into_iter().flatten().next()
+    }
+}
+
+/// The error of a request whose replica was lost with it.
+fn lost(replica: &str) -> ErrorData {
+    let message = format!("the replica serving this request ({replica}) was lost; the call may or may not have run");
+    ErrorData::new(ErrorCode::INTERNAL_ERROR, message, Some(json!({ "cause": "replica_lost", "replica": replica })))
+}
+
+/// An SSE reply of one event carrying `message`, ending there.
+fn one_event(message: &ServerJsonRpcMessage) -> Response {
+    let mut body = Vec::new();
+    sse::event(&mut body, |body| serde_json::to_writer(body, message).expect("JSON"));
+    let mut response = Response::new(Body::from(body));
+    sse::reply_headers(response.headers_mut());
+    response
+}
