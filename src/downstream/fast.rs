@@ -132,13 +132,19 @@ pub(super) async fn front(State(front): State<Front>, request: Request, next: Ne
         Ok(request) => request,
         Err(too_many) => return verdict.answer().unwrap_or(too_many),
     };
+    // Traces on: what a refusal before any handler needs for its span.
+    let (request, held) = match super::turned_away::hold(request).await {
+        Ok(held) => held,
+        Err(incomplete) => return verdict.answer().unwrap_or(incomplete),
+    };
     let expiry = subject.as_ref().map(|subject| auth::expiry::TokenExpiry(subject.until()));
     let response = match front.fast.answer(&principal.0, subject.as_ref(), request).await {
         Ok(response) => response,
         Err(request) => {
             let name = principal.0.clone();
             let response = auth::run_as(principal, subject, request, next).await;
-            audit_header_refusal(&front.fast.proxy, &name, response).await
+            let response = audit_header_refusal(&front.fast.proxy, &name, response).await;
+            super::turned_away::trace_refusal(held, response).await
         }
     };
     if let Some(cut) = verdict.answer() {
@@ -280,6 +286,7 @@ fn server_span(call: &Call, head: &HeaderMap, modern: bool) -> telemetry::Span {
     } else {
         headers::single(head, headers::PROTOCOL_VERSION).flatten()
     };
+    let digest = || call.session.as_deref().map(audit::session_digest).unwrap_or_default();
     telemetry::server_span(telemetry::Incoming {
         method: call.op.method(),
         target: None,
@@ -288,9 +295,9 @@ fn server_span(call: &Call, head: &HeaderMap, modern: bool) -> telemetry::Span {
             tracestate: call.trace.tracestate.as_deref(),
         },
         header: super::traced::header_carrier(Some(head)),
-        request_id: Some(call.id.to_string()),
+        request_id: Some(&call.id),
         version,
-        session: call.session.as_deref().map(audit::session_digest),
+        session: call.session.is_some().then_some(&digest as &dyn Fn() -> String),
         transport: telemetry::Transport::Tcp,
     })
 }

@@ -180,7 +180,7 @@ impl Peeked {
                 tracestate: meta.and_then(|m| m.tracestate.as_deref()),
             },
             head,
-            request_id: self.id.to_string(),
+            request_id: Some(self.id.to_string()),
             reason: error.kind(),
             error_type: error.to_error_data().code.0.to_string(),
             status: StatusCode::TOO_MANY_REQUESTS.as_u16(),

@@ -7,7 +7,8 @@
 //! arms go to `resources.rs`, `subscribing.rs` and `offerings.rs`. Each audited request (a read,
 //! call, prompt, completion, subscription) is run inside [`crate::audit::scope::noting`] and
 //! its events are made by `audited.rs`, the same for the rmcp handler and the fast path. With
-//! traces on, each request runs inside its SERVER span (`traced.rs`, [`crate::telemetry`]).
+//! traces on, each request runs inside its SERVER span (`traced.rs`, [`crate::telemetry`]), and
+//! one refused before any handler has a span of its own (`turned_away.rs`).
 //! `refusal.rs` answers a stdio host whose proxy cannot serve with the reason.
 
 mod audited;
@@ -30,6 +31,7 @@ mod sessions;
 mod shared;
 mod subscribing;
 mod traced;
+mod turned_away;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;

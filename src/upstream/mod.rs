@@ -454,6 +454,10 @@ impl Upstream {
                     thin::ThinRead::Fallback(why) => {
                         tracing::debug!(upstream = self.name(), uri, why, "read sent on rmcp's path")
                     }
+                    thin::ThinRead::Resend(why) => {
+                        tracing::debug!(upstream = self.name(), uri, why, "read sent again on rmcp's path");
+                        span.retried(why);
+                    }
                 }
             }
             let mut params = ReadResourceRequestParams::new(uri);
@@ -471,7 +475,7 @@ impl Upstream {
             })
         });
         if let Err(error) = &answer {
-            span.failed(error.kind().to_string());
+            traced::note_failure(&span, error);
         }
         answer
     }

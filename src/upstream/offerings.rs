@@ -134,7 +134,7 @@ impl Upstream {
         };
         let answer = self.timed("prompts/get", request, !link.peer.is_transport_closed()).await;
         if let Err(error) = &answer {
-            span.failed(error.kind().to_string());
+            super::traced::note_failure(&span, error);
         }
         self.named_refusal("prompts/get", answer, refused)
     }
@@ -249,7 +249,7 @@ impl Upstream {
 fn note_answer(span: &Span, answer: &Result<CallToolResponse, ProxyError>) {
     match answer {
         Ok(CallToolResponse::Complete(result)) if result.is_error == Some(true) => span.failed("tool_error".into()),
-        Err(error) => span.failed(error.kind().to_string()),
+        Err(error) => super::traced::note_failure(span, error),
         Ok(_) => {}
     }
 }

@@ -6,6 +6,7 @@ use rmcp::model::RequestMetaObject;
 
 use super::Upstream;
 use crate::config::UpstreamTransport;
+use crate::error::ProxyError;
 use crate::telemetry::{self, Outgoing, Span, Transport};
 
 impl Upstream {
@@ -25,6 +26,15 @@ impl Upstream {
         });
         let transport = if url.is_some() { Transport::Tcp } else { Transport::Pipe };
         telemetry::client_span(Outgoing { method, target, upstream: self.name(), server, transport })
+    }
+}
+
+/// A failed request on its CLIENT span: `error.type`, and, when the failure broke its
+/// connection (the supervisor reconnects), an event saying so.
+pub(crate) fn note_failure(span: &Span, error: &ProxyError) {
+    span.failed(error.kind().to_string());
+    if matches!(error, ProxyError::UpstreamDown { .. }) {
+        span.reconnecting();
     }
 }
 
