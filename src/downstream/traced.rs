@@ -30,6 +30,7 @@ impl ProxyServer {
         target: Option<&str>,
         context: &RequestContext<RoleServer>,
     ) -> Span {
+        self.note_version(context);
         if !telemetry::on() {
             return Span::default();
         }

@@ -431,6 +431,7 @@ impl Upstream {
             method::RESOURCES_READ,
             crate::metrics::outcome(&result),
             elapsed,
+            self.hop(),
         );
         result
     }

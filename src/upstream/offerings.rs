@@ -236,12 +236,12 @@ impl Upstream {
             Ok(Err(error)) => Err(self.request_error(method, error, connection_open)),
         };
         let elapsed = started.elapsed();
-        self.inner.metrics.upstream_request(self.name(), method, crate::metrics::outcome(&result), elapsed);
+        self.inner.metrics.upstream_request(self.name(), method, crate::metrics::outcome(&result), elapsed, self.hop());
         result
     }
 
     fn count<T>(&self, method: &'static str, result: &Result<T, PageError>, started: std::time::Instant) {
-        self.inner.metrics.upstream_request(self.name(), method, list_outcome(result), started.elapsed());
+        self.inner.metrics.upstream_request(self.name(), method, list_outcome(result), started.elapsed(), self.hop());
     }
 }
 

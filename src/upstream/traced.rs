@@ -1,12 +1,15 @@
 //! The upstream side of traces ([`crate::telemetry`]): a request's CLIENT span, child of the
 //! host request's SERVER span current on the task, and its context written into what goes
-//! upstream (`_meta`'s `traceparent`/`tracestate`). Nothing here runs when traces are off.
+//! upstream (`_meta`'s `traceparent`/`tracestate`). Nothing here runs when traces are off; the
+//! protocol version and transport the conventions' histograms count a request under are here too.
 
 use rmcp::model::RequestMetaObject;
 
-use super::Upstream;
+use super::{Link, Upstream};
 use crate::config::UpstreamTransport;
 use crate::error::ProxyError;
+use crate::metrics::{self, Hop};
+use crate::protocol::{Era, MODERN_VERSION};
 use crate::telemetry::{self, Outgoing, Span, Transport};
 
 impl Upstream {
@@ -26,6 +29,28 @@ impl Upstream {
         });
         let transport = if url.is_some() { Transport::Tcp } else { Transport::Pipe };
         telemetry::client_span(Outgoing { method, target, upstream: self.name(), server, transport })
+    }
+}
+
+impl Upstream {
+    /// The protocol version its connection negotiated (`other` while there is none) and its
+    /// transport (`pipe` for a child or the folder server, `tcp` for HTTP), for the metrics.
+    pub(crate) fn hop(&self) -> Hop {
+        let link = self.inner.link.lock().expect("link lock");
+        self.hop_over(link.as_ref())
+    }
+
+    /// [`Upstream::hop`] over `link` (a connection being set up, not yet the current one).
+    pub(crate) fn hop_over(&self, link: Option<&Link>) -> Hop {
+        let transport = match &self.config().transport {
+            UpstreamTransport::Http { .. } => metrics::Transport::Http,
+            _ => metrics::Transport::Stdio,
+        };
+        let Some(link) = link else { return Hop::new(None, transport) };
+        match (link.era, link.peer.peer_info()) {
+            (Era::Modern, _) => Hop::new(Some(MODERN_VERSION), transport),
+            (Era::Legacy, info) => Hop::new(info.as_ref().map(|info| info.protocol_version.as_str()), transport),
+        }
     }
 }
 
