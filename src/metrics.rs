@@ -7,7 +7,7 @@
 //! request histograms — and registered in [`Metrics::new`];
 //! [`Metrics::family_names`] lists them (the Grafana dashboard test checks its queries against
 //! it). Callers record events through small methods, one line per event:
-//! `metrics.downstream_request("resources/read", metrics::outcome(&result), started.elapsed())`.
+//! `metrics.downstream_request("resources/read", metrics::outcome(&result), started.elapsed(), hop)`.
 //!
 //! Invariant: every label value is bounded, so the number of series does not grow with traffic.
 //! The API never accepts a URI, a principal, a token or a session id: methods and outcomes are
@@ -32,7 +32,7 @@ pub use self::labels::{
 };
 use self::labels::{policy_label, upstream_label};
 use crate::error::ProxyError;
-use crate::protocol::{DOWNSTREAM_METHODS, Era, method};
+use crate::protocol::{DOWNSTREAM_METHODS, Era, KNOWN_VERSIONS, method};
 
 /// Latency buckets (seconds): from a cache hit (~50 µs) to a slow upstream read (30 s).
 pub const LATENCY_BUCKETS: &[f64] = &[
@@ -44,6 +44,30 @@ pub const LATENCY_BUCKETS: &[f64] = &[
 /// `mcp.server.operation.duration` and `mcp.client.operation.duration`; our own histograms keep
 /// the finer [`LATENCY_BUCKETS`].
 pub const SEMCONV_BUCKETS: &[f64] = &[0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
+
+/// The labels of the semantic conventions' histograms.
+const SEMCONV_LABELS: &[&str] = &["mcp_method_name", "error_type", "mcp_protocol_version", "network_transport"];
+
+/// A request's protocol version and transport, as the semantic conventions' histograms label
+/// them: `mcp_protocol_version` a version the proxy knows, any other (or none) `other`;
+/// `network_transport` `pipe` (stdio) or `tcp` (HTTP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hop {
+    version: &'static str,
+    transport: &'static str,
+}
+
+impl Hop {
+    /// `version` as a bounded label, over stdio (`pipe`) or not (`tcp`).
+    pub fn new(version: Option<&str>, transport: Transport) -> Hop {
+        let known = version.and_then(|version| KNOWN_VERSIONS.iter().find(|known| **known == version));
+        let transport = match transport {
+            Transport::Stdio => "pipe",
+            Transport::Http => "tcp",
+        };
+        Hop { version: known.copied().unwrap_or("other"), transport }
+    }
+}
 
 /// Every `outcome` label value: `ok` or a [`ProxyError::kind`]. Pre-created so dashboards show 0.
 pub const OUTCOMES: &[&str] =
@@ -151,12 +175,12 @@ impl Metrics {
             server_operation_duration: b.semconv_histogram(
                 "mcp_server_operation_duration_seconds",
                 "MCP request duration as the server (OpenTelemetry semantic conventions: mcp.server.operation.duration).",
-                &["mcp_method_name", "error_type"],
+                SEMCONV_LABELS,
             ),
             client_operation_duration: b.semconv_histogram(
                 "mcp_client_operation_duration_seconds",
                 "MCP request duration as the client (OpenTelemetry semantic conventions: mcp.client.operation.duration).",
-                &["mcp_method_name", "error_type"],
+                SEMCONV_LABELS,
             ),
             upstream_up: b.gauge("upstream_up", "1 while the upstream is connected.", &["upstream"]),
             upstream_sessions: b.gauge(
@@ -307,20 +331,30 @@ impl Metrics {
         text
     }
 
-    /// A downstream request finished: `method` is the MCP method, `outcome` see [`outcome`].
-    pub fn downstream_request(&self, method: &'static str, outcome: &'static str, elapsed: Duration) {
+    /// A downstream request over `hop` finished: `method` is the MCP method, `outcome` see
+    /// [`outcome`].
+    pub fn downstream_request(&self, method: &'static str, outcome: &'static str, elapsed: Duration, hop: Hop) {
         let i = &self.inner;
         i.downstream_requests.with_label_values(&[method, outcome]).inc();
         i.downstream_duration.with_label_values(&[method]).observe(elapsed.as_secs_f64());
-        i.server_operation_duration.with_label_values(&[method, error_type(outcome)]).observe(elapsed.as_secs_f64());
+        let labels = [method, error_type(outcome), hop.version, hop.transport];
+        i.server_operation_duration.with_label_values(&labels).observe(elapsed.as_secs_f64());
     }
 
-    /// A request to `upstream` finished.
-    pub fn upstream_request(&self, upstream: &str, method: &'static str, outcome: &'static str, elapsed: Duration) {
+    /// A request to `upstream` over `hop` finished.
+    pub fn upstream_request(
+        &self,
+        upstream: &str,
+        method: &'static str,
+        outcome: &'static str,
+        elapsed: Duration,
+        hop: Hop,
+    ) {
         let (i, upstream) = (&self.inner, upstream_label(upstream));
         i.upstream_requests.with_label_values(&[upstream, method, outcome]).inc();
         i.upstream_duration.with_label_values(&[upstream, method]).observe(elapsed.as_secs_f64());
-        i.client_operation_duration.with_label_values(&[method, error_type(outcome)]).observe(elapsed.as_secs_f64());
+        let labels = [method, error_type(outcome), hop.version, hop.transport];
+        i.client_operation_duration.with_label_values(&labels).observe(elapsed.as_secs_f64());
     }
 
     /// A request was refused by a rate limit: `kind` is `calls` or `reads`, `scope` the

@@ -51,6 +51,7 @@ use super::sessions::SessionBook;
 use crate::audit;
 use crate::auth::{self, Authenticator, SubjectToken};
 use crate::error::ProxyError;
+use crate::metrics::{Hop, Transport};
 use crate::protocol::Era;
 use crate::proxy::{Caller, Proxy};
 use crate::telemetry;
@@ -79,6 +80,8 @@ struct Call {
     session: Option<Arc<str>>,
     /// The host's trace context in `_meta`.
     trace: parse::Trace,
+    /// Its protocol version and transport, for the conventions' histograms.
+    hop: Hop,
 }
 
 #[derive(Debug, PartialEq)]
@@ -132,13 +135,19 @@ pub(super) async fn front(State(front): State<Front>, request: Request, next: Ne
         Ok(request) => request,
         Err(too_many) => return verdict.answer().unwrap_or(too_many),
     };
+    // Traces on: what a refusal before any handler needs for its span.
+    let (request, held) = match super::turned_away::hold(request).await {
+        Ok(held) => held,
+        Err(incomplete) => return verdict.answer().unwrap_or(incomplete),
+    };
     let expiry = subject.as_ref().map(|subject| auth::expiry::TokenExpiry(subject.until()));
     let response = match front.fast.answer(&principal.0, subject.as_ref(), request).await {
         Ok(response) => response,
         Err(request) => {
             let name = principal.0.clone();
             let response = auth::run_as(principal, subject, request, next).await;
-            audit_header_refusal(&front.fast.proxy, &name, response).await
+            let response = audit_header_refusal(&front.fast.proxy, &name, response).await;
+            super::turned_away::trace_refusal(held, response).await
         }
     };
     if let Some(cut) = verdict.answer() {
@@ -201,6 +210,7 @@ impl FastPath {
     async fn serve(&self, principal: &str, subject: Option<&SubjectToken>, call: Call, modern: bool) -> Reply {
         let started = Instant::now();
         let mut contents = None;
+        let hop = call.hop;
         let caller = self.proxy.caller(principal).with_subject(subject.cloned());
         let result = match call.op {
             Op::Read(uri) => {
@@ -211,14 +221,16 @@ impl FastPath {
                     request: Some(call.id.to_string()),
                     started,
                 };
-                self.read(&caller, &uri, &asked, &mut contents).await
+                self.read(&caller, &uri, (&asked, hop), &mut contents).await
             }
             Op::List(cursor) => self
-                .record("resources/list", started, self.proxy.list_resources(&caller, cursor.as_deref()))
+                .record("resources/list", (started, hop), self.proxy.list_resources(&caller, cursor.as_deref()))
                 .map(ServerResult::ListResourcesResult),
-            Op::Templates(cursor) => self
-                .record("resources/templates/list", started, self.proxy.list_templates(&caller, cursor.as_deref()))
-                .map(ServerResult::ListResourceTemplatesResult),
+            Op::Templates(cursor) => {
+                let listed = self.proxy.list_templates(&caller, cursor.as_deref());
+                self.record("resources/templates/list", (started, hop), listed)
+                    .map(ServerResult::ListResourceTemplatesResult)
+            }
         };
         // What rmcp's `ServerHandler` dispatch does to every result and error of these eras.
         let result = result.and_then(|mut result| {
@@ -247,7 +259,7 @@ impl FastPath {
         &self,
         caller: &Caller,
         uri: &str,
-        asked: &Asked<'_>,
+        (asked, hop): (&Asked<'_>, Hop),
         contents: &mut Option<SetAside>,
     ) -> Result<ServerResult, ErrorData> {
         let (answer, notes) = audit::scope::noting(self.proxy.read(caller, uri)).await;
@@ -257,15 +269,20 @@ impl FastPath {
             tracing::debug!(uri, principal = caller.principal(), error = %error, kind = error.kind(), "read failed");
         });
         let modern = asked.era == Some(Era::Modern);
-        let mut answer = self.record("resources/read", asked.started, answer)?;
+        let mut answer = self.record("resources/read", (asked.started, hop), answer)?;
         // The cache entry's JSON goes into the reply instead of the contents serialised again.
         *contents = reply::set_aside(&mut answer);
         Ok(ServerResult::from(super::read_response(answer, modern)))
     }
 
     /// Count a request in the metrics exactly as the rmcp-served handler does.
-    fn record<T>(&self, method: &'static str, started: Instant, result: Result<T, ProxyError>) -> Result<T, ErrorData> {
-        self.proxy.metrics().downstream_request(method, crate::metrics::outcome(&result), started.elapsed());
+    fn record<T>(
+        &self,
+        method: &'static str,
+        (started, hop): (Instant, Hop),
+        result: Result<T, ProxyError>,
+    ) -> Result<T, ErrorData> {
+        self.proxy.metrics().downstream_request(method, crate::metrics::outcome(&result), started.elapsed(), hop);
         Ok(result?)
     }
 }
@@ -280,6 +297,7 @@ fn server_span(call: &Call, head: &HeaderMap, modern: bool) -> telemetry::Span {
     } else {
         headers::single(head, headers::PROTOCOL_VERSION).flatten()
     };
+    let digest = || call.session.as_deref().map(audit::session_digest).unwrap_or_default();
     telemetry::server_span(telemetry::Incoming {
         method: call.op.method(),
         target: None,
@@ -288,9 +306,9 @@ fn server_span(call: &Call, head: &HeaderMap, modern: bool) -> telemetry::Span {
             tracestate: call.trace.tracestate.as_deref(),
         },
         header: super::traced::header_carrier(Some(head)),
-        request_id: Some(call.id.to_string()),
+        request_id: Some(&call.id),
         version,
-        session: call.session.as_deref().map(audit::session_digest),
+        session: call.session.is_some().then_some(&digest as &dyn Fn() -> String),
         transport: telemetry::Transport::Tcp,
     })
 }
@@ -356,7 +374,12 @@ fn classify(head: &HeaderMap, body: &Bytes) -> Option<Call> {
         Era::Modern => headers::standard_headers_agree(head, op.method(), name),
         Era::Legacy => headers::only_session_headers(head),
     };
-    agree.then(|| Call { id: request.id, op, session: session.map(Arc::from), trace })
+    let version = match era {
+        Era::Modern => Some(crate::protocol::MODERN_VERSION),
+        Era::Legacy => headers::single(head, headers::PROTOCOL_VERSION).flatten(),
+    };
+    let hop = Hop::new(version, Transport::Http);
+    agree.then(|| Call { id: request.id, op, session: session.map(Arc::from), trace, hop })
 }
 
 #[cfg(test)]

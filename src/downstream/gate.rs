@@ -8,7 +8,8 @@
 //! - A response that opens a session (rmcp's answer to `initialize` carries a new
 //!   `Mcp-Session-Id`) enters it in the [`SessionBook`]; past `server.max_sessions` or
 //!   `server.max_sessions_per_principal` the session is closed again at once and the host gets
-//!   `503 Service Unavailable` with a plain-text reason and `Retry-After`.
+//!   `503 Service Unavailable` with a plain-text reason and `Retry-After` (and, for its span,
+//!   why: [`RefusedAtGate`]).
 //! - A request (a POST answered `200`, not a notification's `202`) or the GET stream on a
 //!   session marks it used: from then on only the idle timeouts apply to it, not
 //!   `server.unused_session_idle_timeout`.
@@ -26,6 +27,7 @@
 
 use std::sync::Arc;
 
+use axum::Extension;
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -38,6 +40,7 @@ use super::sessions::{OpenedHolder, OverCap, SessionBook};
 use super::shared::ids::StreamEvent;
 use super::shared::records::{Admission, Records};
 use super::shared::{self, Shared};
+use super::turned_away::RefusedAtGate;
 use crate::audit::{Audit, Event};
 use crate::auth::Principal;
 use crate::metrics::{Metrics, Transport};
@@ -215,7 +218,7 @@ async fn admit(gate: &Gate, principal: &str, response: Response, opened: Option<
     };
     let headers = [(CONTENT_TYPE, "text/plain; charset=utf-8"), (RETRY_AFTER, "10")];
     let body = format!("Service Unavailable: {reason}; close an unused session (DELETE) or retry later\n");
-    (StatusCode::SERVICE_UNAVAILABLE, headers, body).into_response()
+    (StatusCode::SERVICE_UNAVAILABLE, headers, Extension(RefusedAtGate("session_limit")), body).into_response()
 }
 
 /// `[cluster]`: the cluster-wide caps, kept with the records; `None`: Redis cannot be reached.
@@ -241,7 +244,8 @@ async fn admit_shared(
 fn store_unavailable() -> Response {
     let headers = [(CONTENT_TYPE, "text/plain; charset=utf-8"), (RETRY_AFTER, "5")];
     let body = "Service Unavailable: the cluster's session store (Redis) cannot be reached; retry later\n";
-    (StatusCode::SERVICE_UNAVAILABLE, headers, body).into_response()
+    (StatusCode::SERVICE_UNAVAILABLE, headers, Extension(RefusedAtGate("session_store_unavailable")), body)
+        .into_response()
 }
 
 /// A `DELETE` went through: the session left the book; answer 204 for rmcp's 202.

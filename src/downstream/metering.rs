@@ -30,6 +30,7 @@ use super::ProxyServer;
 use super::audited::refused_event;
 use super::traced::{self, Refused};
 use crate::error::{ProxyError, retry_after_secs};
+use crate::metrics::{Hop, Transport};
 use crate::proxy::{Caller, Metered, Proxy};
 use crate::telemetry::Carrier;
 
@@ -65,7 +66,9 @@ pub(super) async fn check_http(proxy: &Proxy, principal: &str, request: Request)
             Ok(request)
         }
         Err(error) => {
-            proxy.metrics().downstream_request(method, error.kind(), started.elapsed());
+            let version = crate::wire::headers::single(request.headers(), crate::wire::headers::PROTOCOL_VERSION);
+            let hop = Hop::new(version.flatten(), Transport::Http);
+            proxy.metrics().downstream_request(method, error.kind(), started.elapsed(), hop);
             proxy.audit().record(refused_event(principal, Some(method), &peeked.metered(), error.kind()));
             peeked.traced_refusal(method, request.headers(), &error);
             Err(too_many_requests(&error, peeked.id))
@@ -90,7 +93,7 @@ impl ProxyServer {
         }
         let started = Instant::now();
         self.proxy.admit(caller, request).map_err(|error| {
-            self.proxy.metrics().downstream_request(method, error.kind(), started.elapsed());
+            self.proxy.metrics().downstream_request(method, error.kind(), started.elapsed(), self.hop());
             self.proxy.audit().record(refused_event(&self.principal, Some(method), &request, error.kind()));
             error.into()
         })
@@ -180,7 +183,7 @@ impl Peeked {
                 tracestate: meta.and_then(|m| m.tracestate.as_deref()),
             },
             head,
-            request_id: self.id.to_string(),
+            request_id: Some(self.id.to_string()),
             reason: error.kind(),
             error_type: error.to_error_data().code.0.to_string(),
             status: StatusCode::TOO_MANY_REQUESTS.as_u16(),

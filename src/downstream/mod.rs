@@ -7,7 +7,8 @@
 //! arms go to `resources.rs`, `subscribing.rs` and `offerings.rs`. Each audited request (a read,
 //! call, prompt, completion, subscription) is run inside [`crate::audit::scope::noting`] and
 //! its events are made by `audited.rs`, the same for the rmcp handler and the fast path. With
-//! traces on, each request runs inside its SERVER span (`traced.rs`, [`crate::telemetry`]).
+//! traces on, each request runs inside its SERVER span (`traced.rs`, [`crate::telemetry`]), and
+//! one refused before any handler has a span of its own (`turned_away.rs`).
 //! `refusal.rs` answers a stdio host whose proxy cannot serve with the reason.
 //! With `[cluster]`, `forwarded.rs` runs requests another replica forwards here, and `kept.rs`
 //! keeps the answer of such a call whose forwarding replica died, for the host's resumption on
@@ -34,6 +35,7 @@ mod sessions;
 mod shared;
 mod subscribing;
 mod traced;
+mod turned_away;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
@@ -49,7 +51,7 @@ pub use self::refusal::refuse_stdio;
 use self::resources::read_response;
 use crate::error::ProxyError;
 use crate::fanout::{OutletInfo, OutletKind};
-use crate::metrics::{SessionGuard, Transport};
+use crate::metrics::{Hop, SessionGuard, Transport};
 use crate::protocol::Era;
 use crate::proxy::{Caller, Proxy};
 use crate::subscriptions::HolderId;
@@ -82,6 +84,9 @@ pub struct ProxyServer {
     /// request): a listen stream's subscriptions go with it. Nothing else uses it: a 2025
     /// session's handler is made at its `initialize`, and each request carries its own.
     request_subject: Option<crate::host::SubjectToken>,
+    /// The protocol version and transport its requests are counted under (the conventions'
+    /// histograms), from its first request (the version is one per session, host or request).
+    hop: OnceLock<Hop>,
 }
 
 struct Session {
@@ -122,6 +127,7 @@ impl ProxyServer {
             pending_listens: subscribing::PendingListens::default(),
             host_key: Default::default(),
             request_subject: None,
+            hop: OnceLock::new(),
         }
     }
 
@@ -183,8 +189,24 @@ impl ProxyServer {
 
     /// Count a request in the metrics; hand back its result.
     fn record<T>(&self, method: &'static str, started: Instant, result: Result<T, ProxyError>) -> Result<T, ErrorData> {
-        self.proxy.metrics().downstream_request(method, crate::metrics::outcome(&result), started.elapsed());
+        self.proxy.metrics().downstream_request(
+            method,
+            crate::metrics::outcome(&result),
+            started.elapsed(),
+            self.hop(),
+        );
         Ok(result?)
+    }
+
+    /// The protocol version (as its first request said it) and transport of this host's
+    /// requests, for the metrics.
+    fn hop(&self) -> Hop {
+        self.hop.get().copied().unwrap_or_else(|| Hop::new(None, self.transport))
+    }
+
+    /// Note the protocol version of a request `context` carries, once.
+    fn note_version(&self, context: &rmcp::service::RequestContext<RoleServer>) {
+        self.hop.get_or_init(|| Hop::new(context.protocol_version().as_ref().map(|v| v.as_str()), self.transport));
     }
 
     /// A legacy session belongs to the principal that opened it: a request on it that

@@ -257,7 +257,7 @@ impl ProxyServer {
         asked: Metered<'_>,
     ) -> Result<crate::tools::CallPermit, ErrorData> {
         self.proxy.tools().admit_call(&self.principal).await.map_err(|limit| {
-            self.proxy.metrics().downstream_request(method, "over_limit", started.elapsed());
+            self.proxy.metrics().downstream_request(method, "over_limit", started.elapsed(), self.hop());
             self.proxy.audit().record(audited::refused_event(&self.principal, Some(method), &asked, "call_limit"));
             let message = format!(
                 "call limit reached: {limit} calls of this principal are in flight \

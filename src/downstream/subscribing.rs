@@ -30,6 +30,7 @@ use crate::audit::{self, Kind};
 use crate::error::ProxyError;
 use crate::fanout::{OutletInfo, OutletKind};
 use crate::host::HostSession;
+use crate::metrics::Hop;
 use crate::protocol::{Era, method};
 use crate::proxy::Caller;
 
@@ -50,7 +51,8 @@ impl ProxyServer {
             return match answer {
                 Ok(answer) => self.record(method::RESOURCES_SUBSCRIBE, started, answer),
                 Err(error) => {
-                    self.proxy.metrics().downstream_request(method::RESOURCES_SUBSCRIBE, "error", started.elapsed());
+                    let elapsed = started.elapsed();
+                    self.proxy.metrics().downstream_request(method::RESOURCES_SUBSCRIBE, "error", elapsed, self.hop());
                     Err(error)
                 }
             };
@@ -76,7 +78,8 @@ impl ProxyServer {
         if let (Some(records), Some(session)) = (&self.records, session_header(&context.extensions)) {
             let recorded = records.unsubscribe(session, &request.uri).await.map_err(store_error);
             let outcome = if recorded.is_ok() { "ok" } else { "error" };
-            self.proxy.metrics().downstream_request(method::RESOURCES_UNSUBSCRIBE, outcome, started.elapsed());
+            let elapsed = started.elapsed();
+            self.proxy.metrics().downstream_request(method::RESOURCES_UNSUBSCRIBE, outcome, elapsed, self.hop());
             let kind = (Kind::Unsubscribe, method::RESOURCES_UNSUBSCRIBE);
             let notes = audit::scope::Notes::default();
             let audited = if recorded.is_ok() { "ok" } else { "store_unavailable" };
@@ -224,7 +227,8 @@ impl ProxyServer {
         // Released however this ends: returned, or dropped with its request.
         let (_held, outlet) = self.take_listen(context.accepted());
         let _counted = self.proxy.metrics().downstream_session(self.transport, Era::Modern);
-        self.proxy.metrics().downstream_request(method::SUBSCRIPTIONS_LISTEN, "ok", std::time::Duration::ZERO);
+        let hop = Hop::new(Some(crate::protocol::MODERN_VERSION), self.transport);
+        self.proxy.metrics().downstream_request(method::SUBSCRIPTIONS_LISTEN, "ok", std::time::Duration::ZERO, hop);
         outlet.attach(Box::new(ListenOutlet(context.sink().clone()))).await;
         if self.records.is_some() {
             self.announce_listened(&context).await;

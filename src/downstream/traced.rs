@@ -2,7 +2,8 @@
 //! it came with (rmcp's request context, or the fast path's parse and head), and what only the
 //! proxy knows put on it — the cache's outcome, the policy's decision and its file, the
 //! upstream it was routed to — and the span of a request refused before routing (a rate
-//! limit's `429`), which no handler ever sees. Nothing here runs when traces are off.
+//! limit's `429`; rmcp's `400` and the session gate's `503` through `turned_away.rs`), which no
+//! handler ever sees. Nothing here runs when traces are off.
 
 use std::future::Future;
 
@@ -11,6 +12,7 @@ use rmcp::ErrorData;
 use rmcp::service::{RequestContext, RoleServer};
 
 use super::audited::cache_label;
+use super::turned_away::Spanned;
 use super::{ProxyServer, session_header};
 use crate::audit::scope::Notes;
 use crate::error::ProxyError;
@@ -28,19 +30,26 @@ impl ProxyServer {
         target: Option<&str>,
         context: &RequestContext<RoleServer>,
     ) -> Span {
+        self.note_version(context);
         if !telemetry::on() {
             return Span::default();
         }
-        let headers = context.extensions.get::<http::request::Parts>().map(|parts| &parts.headers);
+        let parts = context.extensions.get::<http::request::Parts>();
+        if let Some(spanned) = parts.and_then(|parts| parts.extensions.get::<Spanned>()) {
+            spanned.mark();
+        }
+        let headers = parts.map(|parts| &parts.headers);
         let version = context.protocol_version();
+        let session = session_header(&context.extensions);
+        let digest = || session.map(crate::audit::session_digest).unwrap_or_default();
         telemetry::server_span(Incoming {
             method,
             target,
             meta: Carrier { traceparent: context.meta.get_traceparent(), tracestate: context.meta.get_tracestate() },
             header: header_carrier(headers),
-            request_id: Some(context.id.to_string()),
+            request_id: Some(&context.id),
             version: version.as_ref().map(|version| version.as_str()),
-            session: session_header(&context.extensions).map(crate::audit::session_digest),
+            session: session.is_some().then_some(&digest as &dyn Fn() -> String),
             transport: match self.transport {
                 Transport::Stdio => telemetry::Transport::Pipe,
                 _ => telemetry::Transport::Tcp,
@@ -57,30 +66,34 @@ pub(super) struct Refused<'a> {
     /// `_meta`'s trace context.
     pub meta: Carrier<'a>,
     pub head: &'a HeaderMap,
-    pub request_id: String,
+    pub request_id: Option<String>,
     /// Why (`mcp_proxy.refused`), as the audit trail says it.
     pub reason: &'static str,
-    /// `error.type`: the JSON-RPC error code it was answered with.
+    /// `error.type`: the JSON-RPC error code it was answered with (the HTTP status when the
+    /// answer has none).
     pub error_type: String,
     /// The HTTP status it was answered with (`http.response.status_code`).
     pub status: u16,
 }
 
-/// The SERVER span of a request refused before routing (a rate limit's `429`), made and ended
-/// at once: the refusal is all it did. Nothing when traces are off.
+/// The SERVER span of a request refused before routing (a rate limit's `429`, rmcp's `400`, the
+/// session gate's `503`), made and ended at once: the refusal is all it did. Nothing when
+/// traces are off.
 pub(super) fn refused_span(refused: Refused<'_>) {
     if !telemetry::on() {
         return;
     }
     let head = refused.head;
+    let session = headers::single(head, headers::SESSION_ID).flatten();
+    let digest = || session.map(crate::audit::session_digest).unwrap_or_default();
     let span = telemetry::server_span(Incoming {
         method: refused.method,
         target: refused.target,
         meta: refused.meta,
         header: header_carrier(Some(head)),
-        request_id: Some(refused.request_id),
+        request_id: refused.request_id.as_ref().map(|id| id as &dyn std::fmt::Display),
         version: headers::single(head, headers::PROTOCOL_VERSION).flatten(),
-        session: headers::single(head, headers::SESSION_ID).flatten().map(crate::audit::session_digest),
+        session: session.is_some().then_some(&digest as &dyn Fn() -> String),
         transport: telemetry::Transport::Tcp,
     });
     span.note("mcp_proxy.refused", refused.reason);
@@ -108,7 +121,7 @@ pub(super) async fn traced<T>(span: Span, request: impl Future<Output = Result<T
 /// outcome and (opted in, and only for a read that was answered) its URI.
 pub(super) fn note_read(uri: &str, answer: &Result<ReadAnswer, ProxyError>, notes: &Notes) {
     let span = Span::current();
-    if !span.is_some() {
+    if !span.is_recorded() {
         return;
     }
     note_decision(&span, notes);

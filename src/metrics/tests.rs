@@ -4,6 +4,9 @@ use super::labels::{policy_label, upstream_label};
 use super::*;
 use crate::namespace;
 
+/// A 2025-11-25 request over HTTP.
+const HTTP: Hop = Hop { version: "2025-11-25", transport: "tcp" };
+
 const FAMILIES: &[&str] = &[
     "mcp_proxy_build_info",
     "mcp_proxy_downstream_requests_total",
@@ -53,8 +56,8 @@ const FAMILIES: &[&str] = &[
 /// One call of every recording method, with `upstream` wherever an upstream name goes.
 fn exercise_every_method(metrics: &Metrics, upstream: &str) -> SessionGuard {
     let ms = Duration::from_millis(3);
-    metrics.downstream_request("resources/read", "ok", ms);
-    metrics.upstream_request(upstream, "resources/read", "upstream_timeout", ms);
+    metrics.downstream_request("resources/read", "ok", ms, HTTP);
+    metrics.upstream_request(upstream, "resources/read", "upstream_timeout", ms, HTTP);
     metrics.upstream_configured(upstream);
     metrics.set_upstream_up(upstream, true);
     metrics.set_upstream_sessions(upstream, 1);
@@ -215,12 +218,12 @@ fn cardinality_stays_fixed_over_ten_thousand_distinct_uris() {
         let started = Duration::from_micros(80);
         let upstream = namespace::split(uri).map_or("unknown", |(name, _)| name);
         metrics.cache_miss(upstream);
-        metrics.upstream_request(upstream, "resources/read", "ok", started);
+        metrics.upstream_request(upstream, "resources/read", "ok", started, HTTP);
         metrics.cache_insert(upstream);
         metrics.bytes_served(upstream, uri.len() as u64);
         metrics.notification_received(upstream, NotificationKind::Updated);
         metrics.cache_invalidation(InvalidationCause::Updated, 1);
-        metrics.downstream_request("resources/read", "ok", started);
+        metrics.downstream_request("resources/read", "ok", started, HTTP);
     };
     read("docs+file:///warm-up.md");
     read("mem+urn:note:warm-up");
@@ -249,8 +252,8 @@ fn outcome_is_ok_or_the_error_kind() {
 #[test]
 fn the_semantic_conventions_histograms_are_recorded_with_each_request() {
     let metrics = Metrics::new();
-    metrics.downstream_request("resources/read", "ok", Duration::from_millis(15));
-    metrics.upstream_request("docs", "tools/call", "upstream_timeout", Duration::from_secs(3));
+    metrics.downstream_request("resources/read", "ok", Duration::from_millis(15), HTTP);
+    metrics.upstream_request("docs", "tools/call", "upstream_timeout", Duration::from_secs(3), HTTP);
     let text = metrics.render();
     let line = |family: &str, method: &str, error: &str, le: &str| {
         series(&text)
@@ -277,4 +280,39 @@ fn buckets_span_a_cache_hit_to_a_slow_upstream_read() {
     assert_eq!(LATENCY_BUCKETS.first(), Some(&0.00005));
     assert_eq!(LATENCY_BUCKETS.last(), Some(&30.0));
     assert!(LATENCY_BUCKETS.windows(2).all(|pair| pair[0] < pair[1]));
+}
+
+fn check_hop(version: Option<&str>, transport: Transport, expected: (&str, &str)) {
+    let hop = Hop::new(version, transport);
+    assert_eq!((hop.version, hop.transport), expected, "{version:?} {transport:?}");
+}
+
+/// `mcp_protocol_version` is a version the proxy knows, any other (or none) `other`;
+/// `network_transport` is `pipe` for stdio, `tcp` for HTTP: bounded, whatever a host sends.
+#[test]
+fn the_semantic_conventions_histograms_are_labelled_by_version_and_transport() {
+    check_hop(Some("2026-07-28"), Transport::Http, ("2026-07-28", "tcp"));
+    check_hop(Some("2025-06-18"), Transport::Stdio, ("2025-06-18", "pipe"));
+    check_hop(Some("1999-01-01"), Transport::Http, ("other", "tcp"));
+    check_hop(Some("docs+file:///secret"), Transport::Http, ("other", "tcp"));
+    check_hop(None, Transport::Stdio, ("other", "pipe"));
+    let metrics = Metrics::new();
+    let piped = Hop::new(Some("2025-03-26"), Transport::Stdio);
+    metrics.downstream_request("tools/call", "ok", Duration::from_millis(15), piped);
+    metrics.upstream_request(
+        "docs",
+        "resources/read",
+        "ok",
+        Duration::from_millis(15),
+        Hop::new(Some("x"), Transport::Http),
+    );
+    let text = metrics.render();
+    assert!(
+        text.contains("mcp_server_operation_duration_seconds_count{error_type=\"\",mcp_method_name=\"tools/call\",mcp_protocol_version=\"2025-03-26\",network_transport=\"pipe\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("mcp_client_operation_duration_seconds_count{error_type=\"\",mcp_method_name=\"resources/read\",mcp_protocol_version=\"other\",network_transport=\"tcp\"} 1"),
+        "{text}"
+    );
 }

@@ -220,7 +220,7 @@ impl Housekeeping {
 /// the URI (namespaced) only when the operator opted in.
 fn updated_span(upstream: &str, uri: &str) -> Span {
     let span = crate::telemetry::updated_span(upstream);
-    if span.is_some()
+    if span.is_recorded()
         && let Some(namespaced) = namespace::namespaced(upstream, uri)
     {
         span.note_uri(&namespaced);

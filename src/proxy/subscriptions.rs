@@ -232,7 +232,7 @@ impl Subscriptions {
             if !caller.may_see(&namespaced) {
                 continue;
             }
-            if span.is_some() {
+            if span.is_recorded() {
                 let queued = self.fanout.deliver(holder.id, Outgoing::Updated(namespaced.clone()));
                 span.delivered(holder, &namespaced, queued);
             } else {

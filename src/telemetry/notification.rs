@@ -27,20 +27,24 @@ pub struct Holder {
 /// The CONSUMER span of an `updated` `upstream` sent (nothing when traces are off).
 pub fn updated_span(upstream: &str) -> Span {
     let Some(tracing) = TRACING.get() else { return Span(None) };
-    let attributes =
-        vec![KeyValue::new("mcp.method.name", UPDATED), KeyValue::new("mcp_proxy.upstream", upstream.to_string())];
-    let builder = tracing.tracer.span_builder(UPDATED).with_kind(SpanKind::Consumer).with_attributes(attributes);
+    let builder = tracing.tracer.span_builder(UPDATED).with_kind(SpanKind::Consumer);
     let root = Context::new();
-    let span = tracing.tracer.build_with_context(builder, &root);
+    let mut span = tracing.tracer.build_with_context(builder, &root);
+    if span.is_recording() {
+        span.set_attributes([
+            KeyValue::new("mcp.method.name", UPDATED),
+            KeyValue::new("mcp_proxy.upstream", upstream.to_string()),
+        ]);
+    }
     Span(Some(root.with_span(span)))
 }
 
 impl Span {
     /// The PRODUCER span of queueing this `updated` of `uri` for `holder` (`queued`: whether
     /// its queue took it; not: full, or the host gone), child of this span and ended at once;
-    /// nothing when there is no span. The send itself happens on the host's own outlet task.
+    /// nothing when there is no span or it is not recorded. The send itself happens on the host's own outlet task.
     pub fn delivered(&self, holder: Holder, uri: &str, queued: bool) {
-        let (Some(parent), Some(tracing)) = (&self.0, TRACING.get()) else { return };
+        let (Some(parent), Some(tracing)) = (self.recorded(), TRACING.get()) else { return };
         let mut attributes = vec![
             KeyValue::new("mcp.method.name", UPDATED),
             KeyValue::new("mcp_proxy.holder", i64::try_from(holder.id).unwrap_or(i64::MAX)),

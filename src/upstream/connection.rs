@@ -24,8 +24,8 @@ use super::{reason, relay, roots, thin, traced};
 use crate::config::{UpstreamConfig, UpstreamTransport};
 use crate::error::ProxyError;
 use crate::host::SubjectToken;
-use crate::metrics::Metrics;
-use crate::protocol::method;
+use crate::metrics::{self, Hop, Metrics};
+use crate::protocol::{Era, MODERN_VERSION, method};
 use crate::telemetry::{self, Outgoing, Span, Transport};
 
 /// A watched URI: one allocation, shared by the watch set, `watching`'s own sets and the
@@ -158,6 +158,7 @@ impl Connection {
             method::RESOURCES_READ,
             crate::metrics::outcome(&result),
             elapsed,
+            self.hop(),
         );
         result
     }
@@ -181,6 +182,10 @@ impl Connection {
                     thin::ThinRead::Fallback(why) => {
                         tracing::debug!(upstream = self.name(), uri, why, "read sent on rmcp's path")
                     }
+                    thin::ThinRead::Resend(why) => {
+                        tracing::debug!(upstream = self.name(), uri, why, "read sent again on rmcp's path");
+                        span.retried(why);
+                    }
                 }
             }
             let mut params = ReadResourceRequestParams::new(uri);
@@ -198,7 +203,7 @@ impl Connection {
             })
         });
         if let Err(error) = &answer {
-            span.failed(error.kind().to_string());
+            traced::note_failure(&span, error);
         }
         answer
     }
@@ -219,6 +224,26 @@ impl Connection {
         });
         let transport = if url.is_some() { Transport::Tcp } else { Transport::Pipe };
         telemetry::client_span(Outgoing { method, target, upstream: self.name(), server, transport })
+    }
+
+    /// The protocol version its connection negotiated (`other` while there is none) and its
+    /// transport (`pipe` for a child or the folder server, `tcp` for HTTP), for the metrics.
+    pub(crate) fn hop(&self) -> Hop {
+        let link = self.inner.link.lock().expect("link lock");
+        self.hop_over(link.as_ref())
+    }
+
+    /// [`Connection::hop`] over `link` (a connection being set up, not yet the current one).
+    pub(crate) fn hop_over(&self, link: Option<&Link>) -> Hop {
+        let transport = match &self.config().transport {
+            UpstreamTransport::Http { .. } => metrics::Transport::Http,
+            _ => metrics::Transport::Stdio,
+        };
+        let Some(link) = link else { return Hop::new(None, transport) };
+        match (link.era, link.peer.peer_info()) {
+            (Era::Modern, _) => Hop::new(Some(MODERN_VERSION), transport),
+            (Era::Legacy, info) => Hop::new(info.as_ref().map(|info| info.protocol_version.as_str()), transport),
+        }
     }
 
     pub(super) fn failed(&self, reason: String) -> ProxyError {

@@ -44,6 +44,7 @@ pub(super) async fn fetch(upstream: &Connection, link: &Link) -> Result<Listing,
     }
     let (name, peer) = (upstream.name(), &link.peer);
     let metrics = &upstream.inner.metrics;
+    let hop = upstream.hop_over(Some(link));
     let timeout = upstream.config().request_timeout;
     let started = std::time::Instant::now();
     let resources = all_pages(timeout, |cursor| async {
@@ -51,7 +52,7 @@ pub(super) async fn fetch(upstream: &Connection, link: &Link) -> Result<Listing,
         Ok((page.resources, page.next_cursor, page.ttl_ms))
     })
     .await;
-    metrics.upstream_request(name, "resources/list", list_outcome(&resources), started.elapsed());
+    metrics.upstream_request(name, "resources/list", list_outcome(&resources), started.elapsed(), hop);
     let (resources, resources_ttl) = empty_if_unsupported(resources).map_err(|e| format!("resources/list: {e}"))?;
     let started = std::time::Instant::now();
     let templates = all_pages(timeout, |cursor| async {
@@ -59,7 +60,7 @@ pub(super) async fn fetch(upstream: &Connection, link: &Link) -> Result<Listing,
         Ok((page.resource_templates, page.next_cursor, page.ttl_ms))
     })
     .await;
-    metrics.upstream_request(name, "resources/templates/list", list_outcome(&templates), started.elapsed());
+    metrics.upstream_request(name, "resources/templates/list", list_outcome(&templates), started.elapsed(), hop);
     let (templates, templates_ttl) =
         empty_if_unsupported(templates).map_err(|e| format!("resources/templates/list: {e}"))?;
     let unlisted = |uri: &str| {

@@ -134,7 +134,7 @@ impl Connection {
         };
         let answer = self.timed("prompts/get", request, !link.peer.is_transport_closed()).await;
         if let Err(error) = &answer {
-            span.failed(error.kind().to_string());
+            super::traced::note_failure(&span, error);
         }
         self.named_refusal("prompts/get", answer, refused)
     }
@@ -231,12 +231,12 @@ impl Connection {
             Ok(Err(error)) => Err(self.request_error(method, error, connection_open)),
         };
         let elapsed = started.elapsed();
-        self.inner.metrics.upstream_request(self.name(), method, crate::metrics::outcome(&result), elapsed);
+        self.inner.metrics.upstream_request(self.name(), method, crate::metrics::outcome(&result), elapsed, self.hop());
         result
     }
 
     fn count<T>(&self, method: &'static str, result: &Result<T, PageError>, started: std::time::Instant) {
-        self.inner.metrics.upstream_request(self.name(), method, list_outcome(result), started.elapsed());
+        self.inner.metrics.upstream_request(self.name(), method, list_outcome(result), started.elapsed(), self.hop());
     }
 }
 
@@ -244,7 +244,7 @@ impl Connection {
 fn note_answer(span: &Span, answer: &Result<CallToolResponse, ProxyError>) {
     match answer {
         Ok(CallToolResponse::Complete(result)) if result.is_error == Some(true) => span.failed("tool_error".into()),
-        Err(error) => span.failed(error.kind().to_string()),
+        Err(error) => super::traced::note_failure(span, error),
         Ok(_) => {}
     }
 }

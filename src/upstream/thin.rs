@@ -128,8 +128,11 @@ fn protocol_meta(message: &ClientJsonRpcMessage) -> Option<Map<String, Value>> {
 pub(crate) enum ThinRead {
     /// Answered, or failed the way rmcp's path would have failed it.
     Done(Result<ReadResourceResponse, ServiceError>),
-    /// Send it on rmcp's path instead (why, for the debug log).
+    /// Send it on rmcp's path instead; nothing was sent (why, for the debug log).
     Fallback(&'static str),
+    /// It was sent, but what came back is not an answer this client takes: send it again on
+    /// rmcp's path (why, for the debug log and the request's span).
+    Resend(&'static str),
 }
 
 /// One connection's thin reader: a cheap `Clone` handle.
@@ -206,19 +209,19 @@ impl ThinReader {
 
     async fn reply(&self, answer: Answer, id: &RequestId) -> ThinRead {
         if answer.status != http::StatusCode::OK {
-            return ThinRead::Fallback("an HTTP status other than 200");
+            return ThinRead::Resend("an HTTP status other than 200");
         }
         match answer.media.as_str() {
             headers::JSON => self.json_reply(answer.body, id).await,
             headers::EVENT_STREAM => self.sse_reply(answer.body, id).await,
-            _ => ThinRead::Fallback("an unexpected content type"),
+            _ => ThinRead::Resend("an unexpected content type"),
         }
     }
 
     async fn json_reply(&self, mut chunks: Chunks, id: &RequestId) -> ThinRead {
         let mut body = Vec::new();
         while let Some(chunk) = chunks.next().await {
-            let Ok(chunk) = chunk else { return ThinRead::Fallback("the reply broke off") };
+            let Ok(chunk) = chunk else { return ThinRead::Resend("the reply broke off") };
             if body.len() + chunk.len() > self.inner.limit {
                 return fault(Fault::TooLarge(self.inner.limit), id);
             }
@@ -239,7 +242,7 @@ impl ThinReader {
         // Bytes since the last event: one event may not be larger than the limit.
         let mut pending = 0;
         while let Some(chunk) = chunks.next().await {
-            let Ok(chunk) = chunk else { return ThinRead::Fallback("the reply broke off") };
+            let Ok(chunk) = chunk else { return ThinRead::Resend("the reply broke off") };
             pending += chunk.len();
             if pending > limit {
                 return fault(Fault::TooLarge(limit), id);
@@ -261,7 +264,7 @@ impl ThinReader {
                 }
             }
         }
-        ThinRead::Fallback("the reply ended before the answer")
+        ThinRead::Resend("the reply ended before the answer")
     }
 
     /// What one message of a reply does to the read: the outcome when it answers it, `None`

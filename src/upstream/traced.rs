@@ -5,7 +5,17 @@
 
 use rmcp::model::RequestMetaObject;
 
+use crate::error::ProxyError;
 use crate::telemetry::Span;
+
+/// A failed request on its CLIENT span: `error.type`, and, when the failure broke its
+/// connection (the supervisor reconnects), an event saying so.
+pub(crate) fn note_failure(span: &Span, error: &ProxyError) {
+    span.failed(error.kind().to_string());
+    if matches!(error, ProxyError::UpstreamDown { .. }) {
+        span.reconnecting();
+    }
+}
 
 /// `meta` with `span`'s context added (`traceparent`, and `tracestate` when it has one); `meta`
 /// unchanged when there is no span.

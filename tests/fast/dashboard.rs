@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use mcp_resource_proxy::metrics::Metrics;
+use mcp_resource_proxy::metrics::{Hop, Metrics, Transport};
 use serde_json::Value;
 
 const DASHBOARD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/grafana/dashboards/mcp-resource-proxy.json");
@@ -103,8 +103,9 @@ fn strings(value: &Value, out: &mut Vec<String>) {
 /// The families `Metrics::new()` registers, and which of them are histograms.
 fn exported() -> (BTreeSet<String>, BTreeSet<String>) {
     let metrics = Metrics::new();
-    metrics.downstream_request("resources/read", "ok", Duration::from_millis(1));
-    metrics.upstream_request("docs", "resources/read", "ok", Duration::from_millis(1));
+    let hop = Hop::new(Some("2025-11-25"), Transport::Http);
+    metrics.downstream_request("resources/read", "ok", Duration::from_millis(1), hop);
+    metrics.upstream_request("docs", "resources/read", "ok", Duration::from_millis(1), hop);
     let families: BTreeSet<String> = metrics.family_names().iter().cloned().collect();
     let text = metrics.render();
     let histograms = text

@@ -50,6 +50,8 @@ mod thin_reads;
 mod token_exchange;
 mod traces;
 mod traces_reads;
+mod traces_reconnects;
+mod traces_refusals;
 mod traces_updated;
 mod upstream_credentials;
 mod upstream_sessions;

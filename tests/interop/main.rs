@@ -14,6 +14,7 @@ mod conformance;
 mod container;
 mod content;
 mod deploy;
+mod everything_traces;
 mod fast_path;
 mod graceful_shutdown;
 mod import;

@@ -26,6 +26,8 @@ pub struct ReceivedSpan {
     pub attributes: BTreeMap<String, String>,
     /// Linked contexts: (trace id, span id).
     pub links: Vec<(String, String)>,
+    /// Its events: (name, attributes as strings).
+    pub events: Vec<(String, BTreeMap<String, String>)>,
     /// `service.name` of the resource it came with.
     pub service: String,
     /// `service.instance.id` of the resource it came with (a replica's id), if any.
@@ -35,6 +37,11 @@ pub struct ReceivedSpan {
 impl ReceivedSpan {
     pub fn attribute(&self, key: &str) -> Option<&str> {
         self.attributes.get(key).map(String::as_str)
+    }
+
+    /// The attributes of its first event named `name`, if it has one.
+    pub fn event(&self, name: &str) -> Option<&BTreeMap<String, String>> {
+        self.events.iter().find(|(event, _)| event == name).map(|(_, attributes)| attributes)
     }
 }
 
@@ -138,6 +145,7 @@ fn flatten(export: ExportTraceServiceRequest) -> Vec<ReceivedSpan> {
                     parent_span_id: hex(&span.parent_span_id),
                     attributes: attributes(span.attributes),
                     links: span.links.iter().map(|link| (hex(&link.trace_id), hex(&link.span_id))).collect(),
+                    events: span.events.into_iter().map(|event| (event.name, attributes(event.attributes))).collect(),
                     service: service.clone(),
                     instance: instance.clone(),
                 });
