@@ -6,13 +6,14 @@
 //! handler ever sees. Nothing here runs when traces are off.
 
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use http::HeaderMap;
 use rmcp::ErrorData;
 use rmcp::service::{RequestContext, RoleServer};
 
 use super::audited::cache_label;
-use super::turned_away::Spanned;
 use super::{ProxyServer, session_header};
 use crate::audit::scope::Notes;
 use crate::error::ProxyError;
@@ -20,6 +21,21 @@ use crate::metrics::Transport;
 use crate::proxy::ReadAnswer;
 use crate::telemetry::{self, Carrier, Incoming, Span};
 use crate::wire::headers;
+
+/// In a request's extensions while traces are on: set once a handler (or the fast path) made
+/// the request's SERVER span, so a refusal is not traced twice.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Spanned(Arc<AtomicBool>);
+
+impl Spanned {
+    pub(super) fn mark(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    pub(super) fn marked(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
 
 impl ProxyServer {
     /// The SERVER span of a request rmcp's handler serves: `target` is a tool's or prompt's

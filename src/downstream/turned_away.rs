@@ -9,9 +9,6 @@
 //! Invariant: nothing here runs, and no body is read, when traces are off; a span names no URI
 //! and carries no body.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use axum::body::{Body, Bytes};
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
@@ -20,7 +17,7 @@ use http::{HeaderMap, Method, StatusCode};
 use rmcp::model::{ErrorCode, RequestId};
 use serde::Deserialize;
 
-use super::traced::{self, Refused};
+use super::traced::{self, Refused, Spanned};
 use crate::protocol::{DOWNSTREAM_METHODS, KNOWN_VERSIONS};
 use crate::telemetry::{self, Carrier};
 use crate::wire::headers;
@@ -32,17 +29,6 @@ const MAX_KEPT: u64 = 64 * 1024;
 /// The methods a refusal's span may be named by; anything else is `_OTHER` (a bounded name, as
 /// the conventions do for HTTP methods).
 const LIFECYCLE_METHODS: &[&str] = &["initialize", "ping", "server/discover", "logging/setLevel"];
-
-/// In a request's extensions while traces are on: set once a handler (or the fast path) made
-/// the request's SERVER span, so a refusal is not traced twice.
-#[derive(Debug, Clone, Default)]
-pub(super) struct Spanned(Arc<AtomicBool>);
-
-impl Spanned {
-    pub(super) fn mark(&self) {
-        self.0.store(true, Ordering::Relaxed);
-    }
-}
 
 /// In a response's extensions: why the session gate turned the request away (`503`).
 #[derive(Debug, Clone, Copy)]
@@ -83,7 +69,7 @@ pub(super) async fn trace_refusal(held: Option<Held>, response: Response) -> Res
     let Some(held) = held else { return response };
     let status = response.status();
     let refusal = [StatusCode::BAD_REQUEST, StatusCode::UNSUPPORTED_MEDIA_TYPE, StatusCode::SERVICE_UNAVAILABLE];
-    if held.spanned.0.load(Ordering::Relaxed) || !refusal.contains(&status) {
+    if held.spanned.marked() || !refusal.contains(&status) {
         return response;
     }
     let gate = response.extensions().get::<RefusedAtGate>().map(|refused| refused.0);
