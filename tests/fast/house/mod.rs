@@ -10,9 +10,11 @@
 //! - `submodules`: no import circle among the sub-modules of any module of any crate either;
 //! - `traits`: neither rmcp edge (`upstream`, `downstream`) has its traits implemented outside
 //!   it — what an upstream call needs of its host is a ground-floor contract (`host`);
-//! - `tasks`: no unbounded channel, and long-lived tasks only through the spine.
+//! - `tasks`: no unbounded channel, and long-lived tasks only through the spine;
+//! - `gone`: a second way of doing something, once removed, stays removed (its names listed).
 
 mod floors;
+mod gone;
 mod scan;
 mod submodules;
 mod tasks;

@@ -1,0 +1,26 @@
+//! One way per thing: a second way, once removed, stays removed. Each name below belonged to a
+//! twin of something the product now does one way; none may appear again in its code (comments
+//! aside), test code included.
+
+use super::PRODUCT;
+use super::scan;
+
+/// `(name, what does it one way now)`.
+const GONE: &[(&str, &str)] =
+    &[("is_session", "a shared upstream and a session are two types over one `upstream::Connection`, not a flag")];
+
+#[test]
+fn no_removed_twin_comes_back() {
+    let mut found = Vec::new();
+    for source in scan::sources(PRODUCT) {
+        let text = scan::strip_comments(&source.text);
+        for (index, line) in text.lines().enumerate() {
+            for (name, instead) in GONE {
+                if line.contains(name) {
+                    found.push(format!("{}:{}: `{name}` ({instead})", source.file, index + 1));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "a removed second way is back:\n{}", found.join("\n"));
+}
