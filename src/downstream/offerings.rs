@@ -21,9 +21,10 @@ use super::ProxyServer;
 use super::audited::{self, Asked};
 use crate::audit::{self, Kind};
 use crate::error::ProxyError;
-use crate::host::ProgressOutlet;
+use crate::host::{HostRelay, ProgressOutlet, SubjectToken};
 use crate::protocol::method;
 use crate::proxy::Metered;
+use crate::tools::Asker;
 
 /// Progress notifications that may wait for a slow host before new ones are dropped.
 const PROGRESS_QUEUE: usize = 64;
@@ -191,7 +192,8 @@ impl ProxyServer {
         let token = context.meta.get_progress_token().or_else(|| request.meta.as_ref()?.get_progress_token());
         let (progress, outlet) = token.map(|token| HostProgress::start(context.peer.clone(), token)).unzip();
         let (relay, jobs) = super::relay::for_call(context, &self.log_level, &self.principal, self.host_key());
-        let call = self.proxy.tools().call_tool(&self.principal, request, &context.ct, outlet, Some(relay));
+        let asker = self.asker(context, outlet, Some(relay), None);
+        let call = self.proxy.tools().request(asker, request);
         let answer = super::relay::serving(call, jobs, &context.peer).await;
         if let Some(progress) = progress {
             progress.flushed().await;
@@ -210,7 +212,7 @@ impl ProxyServer {
         let _permit = self.admit_call("prompts/get", started, Metered::Prompt(&request.name)).await?;
         let name = request.name.clone();
         let (relay, jobs) = super::relay::for_call(&context, &self.log_level, &self.principal, self.host_key());
-        let get = self.proxy.tools().get_prompt(&self.principal, request, &context.ct, Some(relay));
+        let get = self.proxy.tools().request(self.asker(&context, None, Some(relay), None), request);
         let (answer, notes) = audit::scope::noting(super::relay::serving(get, jobs, &context.peer)).await;
         super::traced::note_decision(&crate::telemetry::Span::current(), &notes);
         self.proxy.audit().request(notes, || {
@@ -235,7 +237,7 @@ impl ProxyServer {
             _ => (None, None),
         };
         let subject = super::subject_of(&context.extensions);
-        let complete = self.proxy.tools().complete(&self.principal, subject.as_ref(), request, &context.ct);
+        let complete = self.proxy.tools().request(self.asker(&context, None, None, subject.as_ref()), request);
         let (answer, notes) = audit::scope::noting(complete).await;
         self.proxy.audit().request(notes, || {
             let asked = Asked::of(&self.principal, &context, started);
@@ -244,6 +246,17 @@ impl ProxyServer {
             event
         });
         self.record("completion/complete", started, answer)
+    }
+
+    /// Who asks a routed request, and what it came with.
+    fn asker<'a>(
+        &'a self,
+        context: &'a RequestContext<RoleServer>,
+        progress: Option<Arc<dyn ProgressOutlet>>,
+        relay: Option<Arc<dyn HostRelay>>,
+        subject: Option<&'a SubjectToken>,
+    ) -> Asker<'a> {
+        Asker { principal: &self.principal, cancelled: &context.ct, progress, relay, subject }
     }
 
     /// A permit for one more routed call of this principal, or the error naming the limit (the

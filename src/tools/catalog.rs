@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use rmcp::model::{Prompt, Tool};
 
-use super::names::Naming;
+use super::names::{Naming, Offering};
 use crate::catalog::{Fingerprint, Page, page};
 
 /// What one upstream offers, with namespaced names.
@@ -130,6 +130,14 @@ impl OfferingsSnapshot {
     /// The prompt a host names (namespaced), if `upstream` offers it.
     pub fn prompt(&self, upstream: &str, presented: &str) -> Option<&Prompt> {
         self.part(upstream)?.prompts.iter().find(|p| p.name == presented)
+    }
+
+    /// Does `upstream` offer the tool or prompt a host names (namespaced)?
+    pub fn offers(&self, offering: Offering, upstream: &str, presented: &str) -> bool {
+        match offering {
+            Offering::Tool => self.tool(upstream, presented).is_some(),
+            Offering::Prompt => self.prompt(upstream, presented).is_some(),
+        }
     }
 
     /// Up to `limit` visible tools from `offset` of the merged list.

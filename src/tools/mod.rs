@@ -2,7 +2,7 @@
 //! (`<upstream>__<name>`, see [`names`]), merged into one list per kind with cross-upstream
 //! pagination (immutable snapshots and the proxy's encrypted cursors, as for resources), and
 //! `tools/call`, `prompts/get` and `completion/complete` routed to the owning upstream
-//! (`call`).
+//! (`routed`).
 //!
 //! The lists are fetched by the upstream's supervisor when it comes up (before it counts as
 //! up) and again when it says `tools/list_changed` or `prompts/list_changed`, and arrive here
@@ -26,7 +26,6 @@
 //! the principal may not see is dropped, decided by policy, never by whether it exists
 //! (`rewrite`). Results are never cached.
 
-mod call;
 mod catalog;
 mod inflight;
 pub mod names;
@@ -36,6 +35,7 @@ mod progress;
 mod remote;
 mod rewrite;
 mod rounds;
+mod routed;
 mod sealed;
 
 use std::sync::{Arc, RwLock};
@@ -47,6 +47,7 @@ pub use self::inflight::CallPermit;
 use self::names::{Naming, Offering};
 pub use self::remote::Ran;
 pub(crate) use self::rewrite::ListedIcons;
+pub use self::routed::{Asker, Routed};
 use crate::catalog::Catalog;
 use crate::cluster::forward::Forwarder;
 use crate::cursor::{CursorKey, ListKind};
@@ -79,8 +80,7 @@ struct Inner {
     /// Routed calls in flight per principal (`server.max_calls_per_principal`).
     calls: inflight::CallsInFlight,
     /// Calls of 2026-07-28 hosts waiting for their host's input (`parked`).
-    parked_tools: parked::ParkedCalls<rmcp::model::CallToolResponse>,
-    parked_prompts: parked::ParkedCalls<rmcp::model::GetPromptResponse>,
+    parked: parked::ParkedCalls<crate::cluster::forward::Answer>,
     /// Seals upstreams' own `requestState`s to the principal they were handed to (`sealed`).
     state_seal: sealed::StateSeal,
     /// `[cluster]`: per-principal sessions held by another replica are reached through it (`remote`).
@@ -127,8 +127,7 @@ impl Tools {
             policy: parts.policy,
             bridge: parts.bridge,
             calls: inflight::CallsInFlight::new(parts.max_calls_per_principal, parts.cluster),
-            parked_tools: parked::ParkedCalls::of_replica(parts.forwarder.as_ref().map(Forwarder::replica_id)),
-            parked_prompts: parked::ParkedCalls::of_replica(parts.forwarder.as_ref().map(Forwarder::replica_id)),
+            parked: parked::ParkedCalls::of_replica(parts.forwarder.as_ref().map(Forwarder::replica_id)),
             state_seal: parts.state_key.map_or_else(sealed::StateSeal::random, sealed::StateSeal::from_bytes),
             forwarder: parts.forwarder,
             own_parts: Default::default(),
@@ -241,11 +240,8 @@ impl Tools {
         let snapshot = self.snapshot_for(principal, None);
         let naming = snapshot.naming();
         let (upstream, _) = naming.origin(presented)?;
-        let listed = match offering {
-            Offering::Tool => snapshot.tool(upstream, presented).is_some(),
-            Offering::Prompt => snapshot.prompt(upstream, presented).is_some(),
-        };
-        let allowed = listed && self.allowed(policy, principal, naming, offering, presented, None);
+        let allowed = snapshot.offers(offering, upstream, presented)
+            && self.allowed(policy, principal, naming, offering, presented, None);
         allowed.then(|| upstream.to_string())
     }
 

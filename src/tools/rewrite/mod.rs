@@ -17,6 +17,7 @@
 //! Invariant: nothing leaves here carrying an upstream's own URI in these slots, or a URI the
 //! caller may not read.
 
+mod answer;
 mod completion;
 mod links;
 mod listed;
@@ -24,10 +25,10 @@ mod structured;
 
 use rmcp::model::{ContentBlock, Icon, JsonObject, MetaObject, Prompt, ResourceContents, Tool};
 
+pub(crate) use self::answer::answer_for;
 pub(crate) use self::completion::completion_for;
 pub(crate) use self::links::{Link, Links};
 pub(crate) use self::listed::ListedIcons;
-pub(crate) use self::structured::{Structured, structured_for};
 use crate::namespace;
 use crate::policy::PolicySet;
 use crate::uri;
