@@ -21,7 +21,7 @@ use crate::cursor::{CursorKey, ListKind};
 use crate::error::ProxyError;
 
 /// What one upstream contributes to a catalog: two lists, each of them merged across upstreams.
-pub trait Part: Debug + PartialEq + Send + Sync + 'static {
+pub trait Part: Debug + Default + Clone + PartialEq + Send + Sync + 'static {
     /// Add what positions its entries in the merged lists (names, URIs, in order) to `digest`.
     fn fingerprint(&self, digest: &mut Fingerprint);
 
@@ -30,7 +30,7 @@ pub trait Part: Debug + PartialEq + Send + Sync + 'static {
 }
 
 /// What one upstream contributes, with namespaced URIs and templates.
-#[derive(Debug, Default, PartialEq)]
+#[derive(Debug, Default, Clone, PartialEq)]
 pub struct UpstreamCatalog {
     pub resources: Vec<Resource>,
     pub templates: Vec<ResourceTemplate>,
@@ -77,7 +77,7 @@ pub struct Paged<T> {
 }
 
 /// An immutable merged view: the upstreams in name order, each in its own order.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Snapshot<P = UpstreamCatalog> {
     pub generation: u64,
     parts: Vec<(String, Arc<P>)>,
@@ -86,35 +86,16 @@ pub struct Snapshot<P = UpstreamCatalog> {
 }
 
 /// The live catalog. A cheap `Clone` handle.
-#[derive(Debug)]
+#[derive(Debug, Clone, Default)]
 pub struct Catalog<P = UpstreamCatalog> {
     inner: Arc<Mutex<State<P>>>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct State<P> {
     generation: u64,
     upstreams: BTreeMap<String, Arc<P>>,
     snapshot: Arc<Snapshot<P>>,
-}
-
-impl<P> Default for Snapshot<P> {
-    fn default() -> Self {
-        Snapshot { generation: 0, parts: Vec::new(), fingerprint: OnceLock::new() }
-    }
-}
-
-impl<P> Default for Catalog<P> {
-    fn default() -> Self {
-        let state = State { generation: 0, upstreams: BTreeMap::new(), snapshot: Arc::default() };
-        Catalog { inner: Arc::new(Mutex::new(state)) }
-    }
-}
-
-impl<P> Clone for Catalog<P> {
-    fn clone(&self) -> Self {
-        Catalog { inner: self.inner.clone() }
-    }
 }
 
 impl<P: Part> Catalog<P> {
@@ -136,18 +117,17 @@ impl<P: Part> Catalog<P> {
     }
 
     /// Replace what `upstream` contributes (`None`: it left) when it differs from what is
-    /// there. Returns the snapshots before and after, or `None` when nothing changed.
-    pub fn replace(&self, upstream: &str, entries: Option<P>) -> Option<(Arc<Snapshot<P>>, Arc<Snapshot<P>>)> {
+    /// there. Returns the new snapshot, or `None` when nothing changed.
+    pub fn replace(&self, upstream: &str, entries: Option<P>) -> Option<Arc<Snapshot<P>>> {
         let mut state = self.inner.lock().expect("catalog lock");
         if state.upstreams.get(upstream).map(|current| &**current) == entries.as_ref() {
             return None;
         }
-        let before = state.snapshot.clone();
         match entries {
             Some(entries) => state.upstreams.insert(upstream.to_string(), Arc::new(entries)),
             None => state.upstreams.remove(upstream),
         };
-        Some((before, state.next_snapshot()))
+        Some(state.next_snapshot())
     }
 
     /// Drop what `upstream` contributes (it left or went down). Returns the new generation.
@@ -210,12 +190,6 @@ impl<P: Part> Snapshot<P> {
         self.parts.iter().map(|(name, part)| (name.as_str(), &**part))
     }
 
-    /// The snapshot's own copy of an upstream's name (so a borrow of it lives as long as the
-    /// snapshot), or `None` when the snapshot holds nothing of it.
-    pub fn upstream_name(&self, upstream: &str) -> Option<&str> {
-        self.parts.iter().find(|(name, _)| name == upstream).map(|(name, _)| name.as_str())
-    }
-
     /// This view with `own` parts in place of (or besides) the upstreams' shared ones: what a
     /// caller whose upstream sessions list their own entries sees. Its generation is its own
     /// (a cursor of one view is no cursor of another).
@@ -253,14 +227,6 @@ impl<P: Part> Snapshot<P> {
 }
 
 impl Snapshot {
-    pub fn resource_count(&self) -> usize {
-        self.parts.iter().map(|(_, p)| p.resources.len()).sum()
-    }
-
-    pub fn template_count(&self) -> usize {
-        self.parts.iter().map(|(_, p)| p.templates.len()).sum()
-    }
-
     /// Does any template satisfy `test`?
     pub fn any_template(&self, test: impl Fn(&ResourceTemplate) -> bool) -> bool {
         self.parts.iter().any(|(_, p)| p.templates.iter().any(&test))
@@ -385,7 +351,7 @@ mod tests {
         assert_eq!(uris.len(), 7);
         assert!(uris[..4].iter().all(|u| u.starts_with("a+")));
         assert!(uris[4..].iter().all(|u| u.starts_with("b+")));
-        assert_eq!(snapshot.template_count(), 2);
+        assert_eq!(snapshot.counts().iter().map(|(_, _, templates)| templates).sum::<usize>(), 2);
     }
 
     #[test]
@@ -443,8 +409,8 @@ mod tests {
         catalog.set_upstream("a", entries("a", 2));
         let before = catalog.snapshot();
         let generation = catalog.remove_upstream("a");
-        assert_eq!(before.resource_count(), 2);
-        assert_eq!(catalog.snapshot().resource_count(), 0);
+        assert_eq!(before.counts()[0].1, 2);
+        assert_eq!(catalog.snapshot().counts().len(), 0);
         assert_eq!(generation, before.generation + 1);
     }
 }

@@ -6,7 +6,8 @@
 //! released. That channel is bounded: when it is full, the reporting send task (which is
 //! ending anyway) waits for room, so no release is lost and nobody else waits. Send tasks run
 //! on the spine as `outlet:<id>` and end when their outlet is deregistered (its queue closes) or
-//! at shutdown.
+//! at shutdown. Which hosts hear that a list changed is decided here, one way for every list
+//! (`views`).
 //!
 //! rmcp-free: `downstream` implements [`Outlet`] over rmcp peers and subscription sinks.
 //! Invariant: `deliver` and `tell_changed` never await a client.

@@ -30,18 +30,16 @@ pub enum Listing {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Seen([u64; 3]);
 
-/// A digest of what a principal sees of one list: each visible entry added whole.
+/// A digest of what a principal sees of one list.
+#[derive(Default)]
 pub struct ViewDigest(DefaultHasher);
 
-/// The digests computed per principal and list, each with what it was computed from (`K`: a
-/// catalog generation and a policy set, say), reused while that is fresh.
+/// The digests computed per principal and list, each with what it was computed from (`K`).
 pub struct ViewMemo<K> {
     memo: Mutex<HashMap<(String, Listing), (K, u64)>>,
 }
 
 impl Listing {
-    pub const ALL: [Listing; 3] = [Listing::Resources, Listing::Tools, Listing::Prompts];
-
     /// Does this host hear this list's `list_changed`?
     pub fn wanted_by(self, info: &OutletInfo) -> bool {
         match self {
@@ -63,12 +61,9 @@ impl Listing {
 
 impl Seen {
     /// The digests a host registers with: `digest` of each list it hears of (the rest 0).
-    pub fn of(info: &OutletInfo, mut digest: impl FnMut(Listing) -> u64) -> Seen {
-        let mut seen = Seen::default();
-        for listing in Listing::ALL.into_iter().filter(|listing| listing.wanted_by(info)) {
-            *seen.get_mut(listing) = digest(listing);
-        }
-        seen
+    pub fn of(info: &OutletInfo, digest: impl Fn(Listing) -> u64) -> Seen {
+        let lists = [Listing::Resources, Listing::Tools, Listing::Prompts];
+        Seen(lists.map(|listing| if listing.wanted_by(info) { digest(listing) } else { 0 }))
     }
 
     pub(super) fn get_mut(&mut self, listing: Listing) -> &mut u64 {
@@ -77,13 +72,6 @@ impl Seen {
 }
 
 impl ViewDigest {
-    /// A digest of `listing` (so no two lists' empty views run together).
-    pub fn new(listing: Listing) -> Self {
-        let mut hasher = DefaultHasher::new();
-        hasher.write_u8(listing as u8);
-        ViewDigest(hasher)
-    }
-
     /// Add an entry through its JSON form (what a host would be sent); `kind` tells apart the
     /// kinds of one list (a resource from a template).
     pub fn add(&mut self, kind: u8, entry: &impl serde::Serialize) {
@@ -104,8 +92,8 @@ impl<K> Default for ViewMemo<K> {
 }
 
 impl<K> ViewMemo<K> {
-    /// `principal`'s digest of `listing`: the one remembered while `fresh` says what it was
-    /// computed from still holds, else `compute`d (with what it is computed from) and kept.
+    /// `principal`'s digest of `listing`: the one kept while `fresh` holds for what it was
+    /// computed from, else `compute`d (with what it is computed from) and kept.
     pub fn digest(
         &self,
         (principal, listing): (&str, Listing),

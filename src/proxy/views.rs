@@ -58,7 +58,7 @@ impl Views {
 }
 
 fn compute_view_digest(snapshot: &Snapshot, policy: &PolicySet, principal: &str) -> u64 {
-    let mut digest = ViewDigest::new(Listing::Resources);
+    let mut digest = ViewDigest::default();
     let caller = Caller::new(principal, policy.clone());
     for (_, part) in snapshot.parts() {
         part.resources.iter().filter(|resource| caller.may_see(&resource.uri)).for_each(|r| digest.add(b'r', r));

@@ -33,57 +33,34 @@ pub trait Listed: Clone + serde::Serialize + Send + Sync + 'static {
     fn icons(&mut self) -> &mut Option<Vec<Icon>>;
 }
 
-impl Listed for Tool {
-    const OFFERING: Offering = Offering::Tool;
-    const LIST: ListKind = ListKind::Tools;
-    const LISTING: Listing = Listing::Tools;
-
-    fn entries(part: &UpstreamOfferings) -> &Vec<Tool> {
-        &part.tools
-    }
-
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn rename(&mut self, name: String) {
-        self.name = name.into();
-    }
-
-    fn meta(&mut self) -> &mut Option<MetaObject> {
-        &mut self.meta
-    }
-
-    fn icons(&mut self) -> &mut Option<Vec<Icon>> {
-        &mut self.icons
-    }
+/// [`Listed`] for a tool or a prompt, which differ only in these.
+macro_rules! listed {
+    ($entry:ident, $list:ident, $entries:ident) => {
+        impl Listed for $entry {
+            const OFFERING: Offering = Offering::$entry;
+            const LIST: ListKind = ListKind::$list;
+            const LISTING: Listing = Listing::$list;
+            fn entries(part: &UpstreamOfferings) -> &Vec<$entry> {
+                &part.$entries
+            }
+            fn name(&self) -> &str {
+                &self.name
+            }
+            fn rename(&mut self, name: String) {
+                self.name = name.into();
+            }
+            fn meta(&mut self) -> &mut Option<MetaObject> {
+                &mut self.meta
+            }
+            fn icons(&mut self) -> &mut Option<Vec<Icon>> {
+                &mut self.icons
+            }
+        }
+    };
 }
 
-impl Listed for Prompt {
-    const OFFERING: Offering = Offering::Prompt;
-    const LIST: ListKind = ListKind::Prompts;
-    const LISTING: Listing = Listing::Prompts;
-
-    fn entries(part: &UpstreamOfferings) -> &Vec<Prompt> {
-        &part.prompts
-    }
-
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn rename(&mut self, name: String) {
-        self.name = name;
-    }
-
-    fn meta(&mut self) -> &mut Option<MetaObject> {
-        &mut self.meta
-    }
-
-    fn icons(&mut self) -> &mut Option<Vec<Icon>> {
-        &mut self.icons
-    }
-}
+listed!(Tool, Tools, tools);
+listed!(Prompt, Prompts, prompts);
 
 impl Part for UpstreamOfferings {
     fn fingerprint(&self, digest: &mut Fingerprint) {
@@ -184,10 +161,9 @@ mod tests {
     #[test]
     fn an_unchanged_upstream_makes_no_generation_and_removal_does() {
         let catalog = Catalog::<UpstreamOfferings>::default();
-        let (_, first) = catalog.replace("a", Some(offerings("a", 1))).expect("a change");
+        let first = catalog.replace("a", Some(offerings("a", 1))).expect("a change");
         assert!(catalog.replace("a", Some(offerings("a", 1))).is_none());
-        let (before, after) = catalog.replace("a", None).expect("a change");
-        assert_eq!(before.generation, first.generation);
+        let after = catalog.replace("a", None).expect("a change");
         assert_eq!(after.generation, first.generation + 1);
         assert!(after.counts().is_empty());
         assert!(catalog.replace("a", None).is_none());

@@ -4,7 +4,7 @@
 //! list changed hear `tools/list_changed` or `prompts/list_changed` (the one scheme of
 //! `crate::fanout`, as for resources).
 
-use rmcp::model::{ListPromptsResult, ListToolsResult, Prompt, Tool};
+use rmcp::model::{Prompt, Tool};
 
 use super::catalog::{Listed, UpstreamOfferings};
 use super::names::{self, Naming};
@@ -23,36 +23,6 @@ pub(super) struct ViewFrom {
 }
 
 impl Tools {
-    /// One page of the merged tool list, decided with `policy`, the snapshot `principal`'s
-    /// request took once (the bridge's tools that head the first page are decided with it too).
-    /// `host`: the host session asking, when it is one (its per-host upstream sessions' own
-    /// lists are its lists).
-    pub fn list_tools(
-        &self,
-        principal: &str,
-        host: Option<u64>,
-        policy: &PolicySet,
-        cursor: Option<&str>,
-    ) -> Result<ListToolsResult, ProxyError> {
-        let page = self.page::<Tool>((principal, host), policy, cursor)?;
-        let mut result = ListToolsResult::with_all_items(page.items);
-        result.next_cursor = page.next_cursor;
-        Ok(result)
-    }
-
-    /// One page of the merged prompt list.
-    pub fn list_prompts(
-        &self,
-        principal: &str,
-        host: Option<u64>,
-        cursor: Option<&str>,
-    ) -> Result<ListPromptsResult, ProxyError> {
-        let page = self.page::<Prompt>((principal, host), &self.policy(), cursor)?;
-        let mut result = ListPromptsResult::with_all_items(page.items);
-        result.next_cursor = page.next_cursor;
-        Ok(result)
-    }
-
     /// Tell hosts whose visible tools or prompts changed since they last heard (after a change
     /// of the catalog or of the policy); how many were told.
     pub fn announce(&self) -> usize {
@@ -97,8 +67,10 @@ impl Tools {
         allowed
     }
 
-    /// One page of the tools or prompts `principal`'s host session `host` sees.
-    fn page<T: Listed>(
+    /// One page of the merged tool or prompt list, decided with `policy`, the snapshot
+    /// `principal`'s request took once. `host`: the host session asking, when it is one (its
+    /// per-host upstream sessions' own lists are its lists).
+    pub fn list<T: Listed>(
         &self,
         (principal, host): (&str, Option<u64>),
         policy: &PolicySet,
@@ -146,7 +118,7 @@ impl Tools {
     }
 
     fn digest_of<T: Listed>(&self, snapshot: &Snapshot<UpstreamOfferings>, policy: &PolicySet, principal: &str) -> u64 {
-        let mut digest = ViewDigest::new(T::LISTING);
+        let mut digest = ViewDigest::default();
         let naming = snapshot.naming();
         for entry in snapshot.all::<T>() {
             if self.allowed(policy, principal, naming, T::OFFERING, entry.name(), None) {

@@ -28,6 +28,7 @@
 
 mod catalog;
 mod inflight;
+mod kinds;
 mod lists;
 pub mod names;
 pub mod own;
@@ -41,18 +42,18 @@ mod sealed;
 
 use std::sync::{Arc, RwLock};
 
-use self::catalog::Listed;
-pub use self::catalog::UpstreamOfferings;
+pub use self::catalog::{Listed, UpstreamOfferings};
 pub use self::inflight::CallPermit;
+pub use self::kinds::Routed;
 use self::lists::ViewFrom;
 use self::names::{Naming, Offering};
 pub use self::remote::Ran;
 pub(crate) use self::rewrite::ListedIcons;
-pub use self::routed::{Asker, Routed};
-use crate::catalog::{Catalog, Snapshot};
+pub use self::routed::Asker;
+use crate::catalog::{Catalog, Part, Snapshot};
 use crate::cluster::forward::Forwarder;
 use crate::cursor::CursorKey;
-use crate::fanout::{Fanout, Outgoing, ViewMemo};
+use crate::fanout::{Fanout, Listing, ViewMemo};
 pub use crate::host::ProgressOutlet;
 use crate::metrics::Metrics;
 use crate::policy::PolicySet;
@@ -172,11 +173,10 @@ impl Tools {
             if !its_host {
                 continue;
             }
-            if tools && info.wants_tools_list_changed {
-                self.inner.fanout.deliver(id, Outgoing::ToolsListChanged);
-            }
-            if prompts && info.wants_prompts_list_changed {
-                self.inner.fanout.deliver(id, Outgoing::PromptsListChanged);
+            for (changed, listing) in [(tools, Listing::Tools), (prompts, Listing::Prompts)] {
+                if changed && listing.wanted_by(&info) {
+                    self.inner.fanout.deliver(id, listing.news());
+                }
             }
             told += 1;
         }
@@ -220,10 +220,9 @@ impl Tools {
 
     /// Swap in what `upstream` offers, then tell hosts whose view changed.
     fn replace(&self, upstream: &str, offerings: Option<UpstreamOfferings>) {
-        let Some((_, after)) = self.inner.catalog.replace(upstream, offerings) else { return };
+        let Some(after) = self.inner.catalog.replace(upstream, offerings) else { return };
         let told = self.announce();
-        let counts = after.counts();
-        let (tools, prompts) = counts.iter().find(|(n, _, _)| n == upstream).map_or((0, 0), |c| (c.1, c.2));
+        let (tools, prompts) = after.part(upstream).map_or((0, 0), Part::counts);
         // The upstream's own up/down line is the one state-change line; this is detail.
         tracing::debug!(upstream, tools, prompts, hosts_told = told, "tools and prompts changed");
     }

@@ -21,7 +21,8 @@ use std::sync::Arc;
 
 use rmcp::model::ReadResourceResponse;
 
-use super::routed::{self, Asker, mismatched};
+use super::kinds::{send, state_of, takes_input};
+use super::routed::{Asker, mismatched};
 use super::sealed::Holder;
 use super::{ProgressOutlet, Tools};
 use crate::cluster::forward::{Answer, Call, Forwarder, ForwardingHost, HostOf, OwnLists, Sent, SessionOf};
@@ -50,7 +51,7 @@ impl Tools {
         call: &Call,
     ) -> Option<Result<Answer, ProxyError>> {
         let of = session_of(upstream, asker.principal, asker.relay.as_deref());
-        let waits_elsewhere = self.parked_elsewhere(upstream, routed::state_of(call));
+        let waits_elsewhere = self.parked_elsewhere(upstream, state_of(call));
         if waits_elsewhere.is_none() && !self.held_elsewhere(upstream, of) {
             return None;
         }
@@ -106,7 +107,7 @@ impl Tools {
         let down = || ProxyError::UpstreamDown { upstream: of.upstream.to_string(), cause: None };
         let upstream = self.inner.upstreams.get(of.upstream).ok_or_else(down)?;
         // A shared upstream's request comes here only to resume a call parked here.
-        if upstream.config().sessions.mode == SessionMode::Shared && !resumes_parked(&call) {
+        if upstream.config().sessions.mode == SessionMode::Shared && !super::parked::is_ours(state_of(&call)) {
             return Err(ProxyError::InvalidParams("not an upstream with sessions of its own here".into()));
         }
         if let Call::Offerings = call {
@@ -119,10 +120,10 @@ impl Tools {
         // its retry (forwarded here from any replica) resumes it; for a 2025 host, the
         // upstream's requests go to it through `relay`.
         match relay.clone().filter(|relay| relay.takes_input_required()) {
-            Some(host) if routed::takes_input(&call) => {
+            Some(host) if takes_input(&call) => {
                 self.parked(&session, (principal, presented), call, progress, host).await
             }
-            _ => routed::send(&session, call, progress, relay, subject).await,
+            _ => send(&session, call, progress, relay, subject).await,
         }
     }
 
@@ -228,11 +229,6 @@ impl Tools {
             }
         }
     }
-}
-
-/// Whether `call` continues a call the proxy parked for its host's input.
-fn resumes_parked(call: &Call) -> bool {
-    super::parked::is_ours(routed::state_of(call))
 }
 
 /// Whose session a request of `principal` (from `relay`'s host, when it has one) runs on at

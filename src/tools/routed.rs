@@ -17,15 +17,13 @@
 
 use std::sync::Arc;
 
-use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult, GetPromptRequestParams,
-    GetPromptResponse, InputResponses, ReadResourceResponse, Reference, RequestMetaObject,
-};
+use rmcp::model::{CompleteResult, Reference, RequestMetaObject};
 use tokio_util::sync::CancellationToken;
 
+use super::kinds::{Routed, retry_parts, send, state_of, takes_input, with_inputs};
 use super::names::Offering;
 use super::parked::{self, Outcome, Resume};
-use super::rounds::{self, Inputs};
+use super::rounds;
 use super::sealed::Holder;
 use super::{ProgressOutlet, Tools, rewrite};
 use crate::audit::scope;
@@ -36,18 +34,6 @@ use crate::metrics::{DenialAction, DenialKind};
 use crate::namespace;
 use crate::policy::PolicySet;
 use crate::upstream::{HostSession, Upstream};
-
-/// A request the proxy routes to the upstream that offers what it names: rmcp's params of a
-/// `tools/call`, a `prompts/get` or a `completion/complete`, and the answer a host is given.
-pub trait Routed: Send + 'static {
-    type Answer;
-
-    /// The request as one of the kinds the routed path runs.
-    fn into_call(self) -> Call;
-
-    /// The answer of this kind, if `answer` is one.
-    fn answer_of(answer: Answer) -> Option<Self::Answer>;
-}
 
 /// Who asks, and what their request came with.
 pub struct Asker<'a> {
@@ -62,6 +48,13 @@ pub struct Asker<'a> {
     pub subject: Option<&'a SubjectToken>,
 }
 
+impl<'a> Asker<'a> {
+    /// `principal`'s request, with no progress asked, no relay and no JWT.
+    pub fn new(principal: &'a str, cancelled: &'a CancellationToken) -> Self {
+        Asker { principal, cancelled, progress: None, relay: None, subject: None }
+    }
+}
+
 impl Tools {
     /// Route a call, a get or a completion of `asker`'s to its upstream and answer it as the
     /// caller may see it. With a `progress` outlet, every step the upstream sent before its
@@ -73,8 +66,9 @@ impl Tools {
         let (upstream, presented) = self.route(&policy, &asker, &mut call)?;
         let holder = Holder { principal: asker.principal, name: &presented, upstream: upstream.name() };
         let answer = match call {
-            Call::Complete(_) if !upstream.offers().2 => Answer::Complete(CompleteResult::default()),
-            call => until_cancelled(asker.cancelled, self.run(&upstream, &asker, &holder, call)).await?,
+            Call::Complete(_) if !upstream.offers_completion() => Answer::Complete(CompleteResult::default()),
+            // On the heap: the run holds every kind's upstream request, here and elsewhere.
+            call => until_cancelled(asker.cancelled, Box::pin(self.run(&upstream, &asker, &holder, call))).await?,
         };
         let answer = self.rewritten(upstream.name(), answer, &policy, asker.principal);
         R::answer_of(answer).ok_or_else(|| mismatched(&upstream))
@@ -136,18 +130,17 @@ impl Tools {
         host: Arc<dyn HostRelay>,
     ) -> Result<Answer, ProxyError> {
         // A call's state never resumes a get of the same name.
-        let name = format!("{}:{presented}", kind_of(&call));
+        let name = format!("{}:{presented}", if matches!(call, Call::Prompt(_)) { "prompt" } else { "tool" });
         let who = Resume { principal, name: &name, timeout: upstream.config().request_timeout };
         let calls = &self.inner.parked;
+        let ours = state_of(&call).filter(|state| parked::is_ours(Some(state))).map(str::to_owned);
         let outcome =
-            match request_state(&mut call).and_then(Option::take) {
-                Some(state) if parked::is_ours(Some(&state)) => {
-                    calls.resume(who, &state, input_responses(&call), host).await?
+            match ours {
+                Some(state) => {
+                    let responses = retry_parts(&mut call).and_then(|(responses, _)| responses.as_ref());
+                    calls.resume(who, &state, responses, host).await?
                 }
-                state => {
-                    if let Some(slot) = request_state(&mut call) {
-                        *slot = state;
-                    }
+                None => {
                     let upstream = upstream.clone();
                     calls
                         .start(who, host, move |relay| async move {
@@ -257,94 +250,10 @@ impl Tools {
     }
 }
 
-impl Routed for CallToolRequestParams {
-    type Answer = CallToolResponse;
-
-    fn into_call(self) -> Call {
-        Call::Tool(self)
-    }
-
-    fn answer_of(answer: Answer) -> Option<CallToolResponse> {
-        match answer {
-            Answer::Tool(result) => Some(CallToolResponse::Complete(result)),
-            Answer::InputRequired(needs) => Some(CallToolResponse::InputRequired(needs)),
-            _ => None,
-        }
-    }
-}
-
-impl Routed for GetPromptRequestParams {
-    type Answer = GetPromptResponse;
-
-    fn into_call(self) -> Call {
-        Call::Prompt(self)
-    }
-
-    fn answer_of(answer: Answer) -> Option<GetPromptResponse> {
-        match answer {
-            Answer::Prompt(result) => Some(GetPromptResponse::Complete(result)),
-            Answer::InputRequired(needs) => Some(GetPromptResponse::InputRequired(needs)),
-            _ => None,
-        }
-    }
-}
-
-impl Routed for CompleteRequestParams {
-    type Answer = CompleteResult;
-
-    fn into_call(self) -> Call {
-        Call::Complete(self)
-    }
-
-    fn answer_of(answer: Answer) -> Option<CompleteResult> {
-        match answer {
-            Answer::Complete(result) => Some(result),
-            _ => None,
-        }
-    }
-}
-
-/// Send `call` (the upstream's own names) on `upstream`; with a `progress` outlet, the
-/// upstream's progress of it goes there; with a `relay`, what the upstream sends for it;
-/// `subject`: the JWT a read or completion came with. A task (SEP-2663) is not passed through.
-pub(super) async fn send(
-    upstream: &Upstream,
-    call: Call,
-    progress: Option<Arc<dyn ProgressOutlet>>,
-    relay: Option<Arc<dyn HostRelay>>,
-    subject: Option<&SubjectToken>,
-) -> Result<Answer, ProxyError> {
-    let task = || {
-        let reason = "it answered with a task, which the proxy does not pass through".into();
-        ProxyError::UpstreamFailed { upstream: upstream.name().to_string(), reason }
-    };
-    Ok(match call {
-        Call::Tool(params) => match upstream.call_tool(params, progress, relay).await? {
-            CallToolResponse::Complete(result) => Answer::Tool(result),
-            CallToolResponse::InputRequired(needs) => Answer::InputRequired(needs),
-            _ => return Err(task()),
-        },
-        Call::Prompt(params) => match upstream.get_prompt(params, relay).await? {
-            GetPromptResponse::Complete(result) => Answer::Prompt(result),
-            GetPromptResponse::InputRequired(needs) => Answer::InputRequired(needs),
-            _ => return Err(task()),
-        },
-        Call::Read(params) => match upstream.read_as(&params.uri, subject).await? {
-            ReadResourceResponse::Complete(result) => Answer::Read(result),
-            ReadResourceResponse::InputRequired(needs) => Answer::InputRequired(needs),
-            _ => return Err(task()),
-        },
-        Call::Complete(params) => Answer::Complete(upstream.complete_as(params, subject).await?),
-        Call::Hold { .. } | Call::Reply { .. } | Call::Offerings | Call::Offered { .. } => {
-            return Err(ProxyError::InvalidParams("a subscription, an answer or a list is not run".into()));
-        }
-    })
-}
-
 impl Tools {
     /// The host's sealed `requestState` in `call` (a call or get), opened for the upstream.
     pub(super) fn open_state_in(&self, holder: &Holder<'_>, call: &mut Call) -> Result<(), ProxyError> {
-        request_state(call).map_or(Ok(()), |state| self.inner.state_seal.open_in(holder, state))
+        retry_parts(call).map_or(Ok(()), |(_, state)| self.inner.state_seal.open_in(holder, state))
     }
 
     /// `answer` from `upstream` as `principal` may see it (`rewrite`).
@@ -352,62 +261,6 @@ impl Tools {
         let resources = self.inner.resources.snapshot();
         let links = rewrite::Links::new(upstream, &resources, policy, principal);
         rewrite::answer_for(&links, answer, &self.inner.metrics)
-    }
-}
-
-/// Whether `call` may wait for its host's input (`input_required`): a call or a get.
-pub(super) fn takes_input(call: &Call) -> bool {
-    matches!(call, Call::Tool(_) | Call::Prompt(_))
-}
-
-/// The `requestState` slot of a call or get.
-pub(super) fn request_state(call: &mut Call) -> Option<&mut Option<String>> {
-    match call {
-        Call::Tool(params) => Some(&mut params.request_state),
-        Call::Prompt(params) => Some(&mut params.request_state),
-        _ => None,
-    }
-}
-
-/// The `requestState` a call or get carries.
-pub(super) fn state_of(call: &Call) -> Option<&str> {
-    match call {
-        Call::Tool(params) => params.request_state.as_deref(),
-        Call::Prompt(params) => params.request_state.as_deref(),
-        _ => None,
-    }
-}
-
-fn input_responses(call: &Call) -> Option<&InputResponses> {
-    match call {
-        Call::Tool(params) => params.input_responses.as_ref(),
-        Call::Prompt(params) => params.input_responses.as_ref(),
-        _ => None,
-    }
-}
-
-/// A retried call or get carries the host's answers and the upstream's `requestState`.
-fn with_inputs(mut call: Call, inputs: Option<Inputs>) -> Call {
-    let Some(inputs) = inputs else { return call };
-    match &mut call {
-        Call::Tool(params) => {
-            (params.input_responses, params.request_state) = (Some(inputs.responses), inputs.request_state)
-        }
-        Call::Prompt(params) => {
-            (params.input_responses, params.request_state) = (Some(inputs.responses), inputs.request_state)
-        }
-        _ => {}
-    }
-    call
-}
-
-/// The word for a routed request's kind.
-fn kind_of(call: &Call) -> &'static str {
-    match call {
-        Call::Tool(_) => "tool",
-        Call::Prompt(_) => "prompt",
-        Call::Complete(_) => "completion",
-        _ => "other",
     }
 }
 

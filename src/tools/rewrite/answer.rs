@@ -20,8 +20,8 @@ pub(crate) fn answer_for(links: &Links<'_>, answer: Answer, metrics: &Metrics) -
         }
     };
     match answer {
-        Answer::Tool(result) => Answer::Tool(tool_result_for(links, result, withheld)),
-        Answer::Prompt(result) => Answer::Prompt(prompt_for(links, result, withheld)),
+        Answer::Tool(result) => Answer::Tool(rewritten_call(links, result, withheld)),
+        Answer::Prompt(result) => Answer::Prompt(rewritten_get(links, result, withheld)),
         Answer::Complete(mut result) => {
             let (completion, dropped) = completion_for(links, result.completion);
             withheld("completion values", dropped);
@@ -34,7 +34,7 @@ pub(crate) fn answer_for(links: &Links<'_>, answer: Answer, metrics: &Metrics) -
     }
 }
 
-fn tool_result_for(
+fn rewritten_call(
     links: &Links<'_>,
     mut result: CallToolResult,
     withheld: impl Fn(&'static str, usize),
@@ -53,7 +53,7 @@ fn tool_result_for(
     result
 }
 
-fn prompt_for(
+fn rewritten_get(
     links: &Links<'_>,
     mut result: GetPromptResult,
     withheld: impl Fn(&'static str, usize),
@@ -73,4 +73,52 @@ fn prompt_for(
     result.meta = result_meta(links, result.meta);
     result.result_type = Some(ResultType::COMPLETE);
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use rmcp::model::{CompleteResult, CompletionInfo, PromptMessage, Resource, Role};
+
+    use super::*;
+    use crate::catalog::{Catalog, UpstreamCatalog};
+    use crate::policy::PolicySet;
+
+    /// The answer of each kind with one URI the caller may read and one it may not: one
+    /// withheld, counted once as a denied read.
+    #[test]
+    fn what_is_withheld_from_any_kind_of_answer_is_counted_once() {
+        let (public, secret) = ("py://doc/public/1", "py://doc/secret/1");
+        let link = |uri: &str| ContentBlock::resource_link(Resource::new(uri, "doc"));
+        let prompt = GetPromptResult::new(vec![
+            PromptMessage::new(Role::User, link(public)),
+            PromptMessage::new(Role::User, link(secret)),
+        ]);
+        let mut completion = CompletionInfo::default();
+        completion.values = vec![public.to_string(), secret.to_string()];
+        let answers = [
+            ("tool", Answer::Tool(CallToolResult::success(vec![link(public), link(secret)]))),
+            ("prompt", Answer::Prompt(prompt)),
+            ("completion", Answer::Complete(CompleteResult::new(completion))),
+        ];
+        let catalog = Catalog::new();
+        let docs = UpstreamCatalog { resources: vec![Resource::new("docs+py://doc/public/1", "p")], templates: vec![] };
+        catalog.set_upstream("docs", docs);
+        let text = "principals = [\"*\"]\nallow = [\"**\"]\ndeny = [\"docs+py://doc/secret/**\"]\n";
+        let policy = PolicySet::from_texts(&[("p.toml", text)]).expect("valid policy");
+        let snapshot = catalog.snapshot();
+        let links = Links::new("docs", &snapshot, &policy, "alice");
+        for (kind, answer) in answers {
+            let metrics = Metrics::new();
+            let kept = match answer_for(&links, answer, &metrics) {
+                Answer::Tool(result) => result.content.len(),
+                Answer::Prompt(result) => result.messages.len(),
+                Answer::Complete(result) => result.completion.values.len(),
+                _ => 0,
+            };
+            assert_eq!(kept, 1, "{kind}: the readable URI is kept, the other withheld");
+            let denials = metrics.render();
+            let read = denials.lines().find(|line| line.starts_with("mcp_proxy_policy_denials_total{action=\"read\""));
+            assert!(read.is_some_and(|line| line.ends_with(" 1")), "{kind}: counted once: {read:?}");
+        }
+    }
 }
