@@ -1,20 +1,36 @@
-//! The catalog: per upstream, its full list of resources and templates (every upstream page,
-//! already namespaced), and the merged view downstream pages are cut from.
+//! The catalog: per upstream, what it contributes to the merged lists (every upstream page,
+//! already namespaced): its resources and templates ([`UpstreamCatalog`]), or its tools and
+//! prompts (`crate::tools`' part); and the merged view downstream pages are cut from, one
+//! catalog type over whichever it lists ([`Part`]).
 //!
 //! A change to one upstream builds a new immutable [`Snapshot`] that shares every other
-//! upstream's lists (`Arc`), so a change costs O(upstreams), not O(resources), and a page costs
-//! O(page) — never a re-merge of everything.
+//! upstream's lists (`Arc`), so a change costs O(upstreams), not O(entries), and a page costs
+//! O(page) — never a re-merge of everything. Pages carry the proxy's sealed cursors
+//! ([`Snapshot::page_for`], the one place a list's offset and cursor are made).
 //!
 //! Invariant: the generation grows with every change; a snapshot never changes once built, so
 //! an offset is meaningful only together with the generation it was taken from.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Debug;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use rmcp::model::{Resource, ResourceTemplate};
 
+use crate::cursor::{CursorKey, ListKind};
+use crate::error::ProxyError;
+
+/// What one upstream contributes to a catalog: two lists, each of them merged across upstreams.
+pub trait Part: Debug + Default + Clone + PartialEq + Send + Sync + 'static {
+    /// Add what positions its entries in the merged lists (names, URIs, in order) to `digest`.
+    fn fingerprint(&self, digest: &mut Fingerprint);
+
+    /// How many entries each of its two lists holds.
+    fn counts(&self) -> (usize, usize);
+}
+
 /// What one upstream contributes, with namespaced URIs and templates.
-#[derive(Debug, Default, PartialEq)]
+#[derive(Debug, Default, Clone, PartialEq)]
 pub struct UpstreamCatalog {
     pub resources: Vec<Resource>,
     pub templates: Vec<ResourceTemplate>,
@@ -34,42 +50,61 @@ impl UpstreamCatalog {
     }
 }
 
+impl Part for UpstreamCatalog {
+    fn fingerprint(&self, digest: &mut Fingerprint) {
+        self.resources.iter().for_each(|resource| digest.add(&resource.uri));
+        digest.add("\0templates");
+        self.templates.iter().for_each(|template| digest.add(&template.uri_template));
+    }
+
+    fn counts(&self) -> (usize, usize) {
+        (self.resources.len(), self.templates.len())
+    }
+}
+
 /// One page of a merged list, and where the next starts (if anything is left).
 #[derive(Debug)]
-pub struct Page<T> {
+struct Page<T> {
     pub items: Vec<T>,
     pub next: Option<usize>,
 }
 
+/// One page of a merged list as a host gets it: the cursor of the next page, if any.
+#[derive(Debug)]
+pub struct Paged<T> {
+    pub items: Vec<T>,
+    pub next_cursor: Option<String>,
+}
+
 /// An immutable merged view: the upstreams in name order, each in its own order.
 #[derive(Debug, Default)]
-pub struct Snapshot {
+pub struct Snapshot<P = UpstreamCatalog> {
     pub generation: u64,
-    parts: Vec<(String, Arc<UpstreamCatalog>)>,
+    parts: Vec<(String, Arc<P>)>,
     /// [`Snapshot::fingerprint`], made on first use.
     fingerprint: OnceLock<u64>,
 }
 
 /// The live catalog. A cheap `Clone` handle.
 #[derive(Debug, Clone, Default)]
-pub struct Catalog {
-    inner: Arc<Mutex<State>>,
+pub struct Catalog<P = UpstreamCatalog> {
+    inner: Arc<Mutex<State<P>>>,
 }
 
 #[derive(Debug, Default)]
-struct State {
+struct State<P> {
     generation: u64,
-    upstreams: BTreeMap<String, Arc<UpstreamCatalog>>,
-    snapshot: Arc<Snapshot>,
+    upstreams: BTreeMap<String, Arc<P>>,
+    snapshot: Arc<Snapshot<P>>,
 }
 
-impl Catalog {
+impl<P: Part> Catalog<P> {
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Replace what `upstream` contributes. Returns the new generation.
-    pub fn set_upstream(&self, upstream: &str, entries: UpstreamCatalog) -> u64 {
+    pub fn set_upstream(&self, upstream: &str, entries: P) -> u64 {
         self.change(|upstreams| {
             upstreams.insert(upstream.to_string(), Arc::new(entries));
         })
@@ -77,13 +112,22 @@ impl Catalog {
 
     /// Replace what `upstream` contributes when it differs from what is there; true when it did
     /// (a new generation).
-    pub fn replace_if_changed(&self, upstream: &str, entries: UpstreamCatalog) -> bool {
-        let current = self.inner.lock().expect("catalog lock").upstreams.get(upstream).cloned();
-        if current.is_some_and(|current| *current == entries) {
-            return false;
+    pub fn replace_if_changed(&self, upstream: &str, entries: P) -> bool {
+        self.replace(upstream, Some(entries)).is_some()
+    }
+
+    /// Replace what `upstream` contributes (`None`: it left) when it differs from what is
+    /// there. Returns the new snapshot, or `None` when nothing changed.
+    pub fn replace(&self, upstream: &str, entries: Option<P>) -> Option<Arc<Snapshot<P>>> {
+        let mut state = self.inner.lock().expect("catalog lock");
+        if state.upstreams.get(upstream).map(|current| &**current) == entries.as_ref() {
+            return None;
         }
-        self.set_upstream(upstream, entries);
-        true
+        match entries {
+            Some(entries) => state.upstreams.insert(upstream.to_string(), Arc::new(entries)),
+            None => state.upstreams.remove(upstream),
+        };
+        Some(state.next_snapshot())
     }
 
     /// Drop what `upstream` contributes (it left or went down). Returns the new generation.
@@ -94,79 +138,98 @@ impl Catalog {
     }
 
     /// The current merged view.
-    pub fn snapshot(&self) -> Arc<Snapshot> {
+    pub fn snapshot(&self) -> Arc<Snapshot<P>> {
         self.inner.lock().expect("catalog lock").snapshot.clone()
     }
 
-    fn change(&self, edit: impl FnOnce(&mut BTreeMap<String, Arc<UpstreamCatalog>>)) -> u64 {
+    fn change(&self, edit: impl FnOnce(&mut BTreeMap<String, Arc<P>>)) -> u64 {
         let mut state = self.inner.lock().expect("catalog lock");
         edit(&mut state.upstreams);
-        state.generation += 1;
-        let parts = state.upstreams.iter().map(|(name, part)| (name.clone(), part.clone())).collect();
-        state.snapshot = Arc::new(Snapshot { generation: state.generation, parts, fingerprint: OnceLock::new() });
-        state.generation
+        state.next_snapshot().generation
     }
 }
 
-impl Snapshot {
-    /// A digest of what positions entries in the merged lists (each upstream's name, its
-    /// resources' URIs and its templates' URI templates, in order): equal on every replica
-    /// that lists the same, whatever its generation. Computed once per snapshot.
+impl<P> State<P> {
+    /// The next generation's snapshot of what the upstreams contribute now, made current.
+    fn next_snapshot(&mut self) -> Arc<Snapshot<P>> {
+        self.generation += 1;
+        let parts = self.upstreams.iter().map(|(name, part)| (name.clone(), part.clone())).collect();
+        self.snapshot = Arc::new(Snapshot { generation: self.generation, parts, fingerprint: OnceLock::new() });
+        self.snapshot.clone()
+    }
+}
+
+impl<P: Part> Snapshot<P> {
+    /// A digest of what positions entries in the merged lists (each upstream's name and what
+    /// its part adds, in order): equal on every replica that lists the same, whatever its
+    /// generation. Computed once per snapshot.
     pub fn fingerprint(&self) -> u64 {
         *self.fingerprint.get_or_init(|| {
             let mut digest = Fingerprint::default();
             for (name, part) in &self.parts {
                 digest.add(name);
-                part.resources.iter().for_each(|resource| digest.add(&resource.uri));
-                digest.add("\0templates");
-                part.templates.iter().for_each(|template| digest.add(&template.uri_template));
+                part.fingerprint(&mut digest);
             }
             digest.finish()
         })
     }
 
-    pub fn resource_count(&self) -> usize {
-        self.parts.iter().map(|(_, p)| p.resources.len()).sum()
-    }
-
-    pub fn template_count(&self) -> usize {
-        self.parts.iter().map(|(_, p)| p.templates.len()).sum()
-    }
-
-    /// Counts per upstream: `(name, resources, templates)`.
+    /// Counts per upstream: `(name, first list, second list)`.
     pub fn counts(&self) -> Vec<(String, usize, usize)> {
-        self.parts.iter().map(|(n, p)| (n.clone(), p.resources.len(), p.templates.len())).collect()
+        self.parts.iter().map(|(name, part)| (name.clone(), part.counts().0, part.counts().1)).collect()
     }
 
-    /// Does any resource satisfy `test`?
-    pub fn any_resource(&self, test: impl Fn(&Resource) -> bool) -> bool {
-        self.parts.iter().any(|(_, p)| p.resources.iter().any(&test))
+    /// What `upstream` contributes, if anything.
+    pub fn part(&self, upstream: &str) -> Option<&P> {
+        let at = self.parts.binary_search_by(|(name, _)| name.as_str().cmp(upstream)).ok()?;
+        Some(&self.parts[at].1)
     }
 
+    /// Every upstream's part, in name order.
+    pub fn parts(&self) -> impl Iterator<Item = (&str, &P)> {
+        self.parts.iter().map(|(name, part)| (name.as_str(), &**part))
+    }
+
+    /// This view with `own` parts in place of (or besides) the upstreams' shared ones: what a
+    /// caller whose upstream sessions list their own entries sees. Its generation is its own
+    /// (a cursor of one view is no cursor of another).
+    pub fn with_own(&self, own: Vec<(String, Arc<P>)>) -> Snapshot<P> {
+        let mut parts: BTreeMap<String, Arc<P>> = self.parts.iter().cloned().collect();
+        let mut digest = Fingerprint::default();
+        digest.add(&self.generation.to_string());
+        for (name, part) in own {
+            digest.add(&name);
+            part.fingerprint(&mut digest);
+            parts.insert(name, part);
+        }
+        // The top bit set: never the generation of a shared view.
+        let generation = digest.finish() | 1 << 63;
+        Snapshot { generation, parts: parts.into_iter().collect(), fingerprint: OnceLock::new() }
+    }
+
+    /// One page of `principal`'s merged list `list` from `cursor` (none: the first): up to
+    /// `limit` visible entries of `entries`, and the cursor of the next page, bound to the
+    /// principal, the list and this snapshot (its generation, or with `[cluster]` its content).
+    pub fn page_for<T: Clone>(
+        &self,
+        key: &CursorKey,
+        (principal, list): (&str, ListKind),
+        (cursor, limit): (Option<&str>, usize),
+        entries: impl Fn(&P) -> &Vec<T>,
+        visible: impl Fn(&T) -> bool,
+    ) -> Result<Paged<T>, ProxyError> {
+        let version = key.list_version(self.generation, || self.fingerprint());
+        let offset = key.page_start(principal, list, version, cursor).map_err(|_| ProxyError::InvalidCursor)?;
+        let page = page(&self.parts, offset, limit, entries, visible);
+        let next_cursor = page.next.map(|next| key.page_cursor(principal, list, version, next));
+        Ok(Paged { items: page.items, next_cursor })
+    }
+}
+
+impl Snapshot {
     /// Does any template satisfy `test`?
     pub fn any_template(&self, test: impl Fn(&ResourceTemplate) -> bool) -> bool {
         self.parts.iter().any(|(_, p)| p.templates.iter().any(&test))
-    }
-
-    /// Up to `limit` visible resources from `offset` of the merged list.
-    pub fn resources_page(&self, offset: usize, limit: usize, visible: &dyn Fn(&str) -> bool) -> Page<Resource> {
-        page(&self.parts, offset, limit, |p| &p.resources, |r| visible(&r.uri))
-    }
-
-    /// Up to `limit` visible templates from `offset` of the merged list.
-    pub fn templates_page(
-        &self,
-        offset: usize,
-        limit: usize,
-        visible: &dyn Fn(&ResourceTemplate) -> bool,
-    ) -> Page<ResourceTemplate> {
-        page(&self.parts, offset, limit, |p| &p.templates, visible)
-    }
-
-    /// The snapshot's own copy of an upstream's name (so a borrow of it lives as long as the
-    /// snapshot), or `None` when the snapshot holds nothing of it.
-    pub fn upstream_name(&self, upstream: &str) -> Option<&str> {
-        self.parts.iter().find(|(name, _)| name == upstream).map(|(name, _)| name.as_str())
     }
 
     /// The URI schemes (lowercase) of `upstream`'s own resources and templates: what it serves.
@@ -187,7 +250,7 @@ impl Snapshot {
 /// cursor is a valid page).
 /// Generic over what each upstream contributes, so every merged list (resources, templates,
 /// tools, prompts) pages the same way.
-pub(crate) fn page<P, T: Clone>(
+fn page<P, T: Clone>(
     parts: &[(String, Arc<P>)],
     offset: usize,
     limit: usize,
@@ -253,7 +316,7 @@ mod tests {
         let mut uris = Vec::new();
         let mut offset = Some(0);
         while let Some(at) = offset {
-            let page = snapshot.resources_page(at, limit, visible);
+            let page = page(&snapshot.parts, at, limit, |p| &p.resources, |r| visible(&r.uri));
             assert!(page.items.len() <= limit);
             uris.extend(page.items.into_iter().map(|r| r.uri));
             offset = page.next;
@@ -288,7 +351,7 @@ mod tests {
         assert_eq!(uris.len(), 7);
         assert!(uris[..4].iter().all(|u| u.starts_with("a+")));
         assert!(uris[4..].iter().all(|u| u.starts_with("b+")));
-        assert_eq!(snapshot.template_count(), 2);
+        assert_eq!(snapshot.counts().iter().map(|(_, _, templates)| templates).sum::<usize>(), 2);
     }
 
     #[test]
@@ -307,7 +370,7 @@ mod tests {
     fn an_exact_fit_ends_without_an_empty_page() {
         let catalog = Catalog::new();
         catalog.set_upstream("a", entries("a", 4));
-        let page = catalog.snapshot().resources_page(0, 4, &|_| true);
+        let page = page(&catalog.snapshot().parts, 0, 4, |p| &p.resources, |_| true);
         assert_eq!(page.items.len(), 4);
         assert_eq!(page.next, None);
     }
@@ -346,8 +409,8 @@ mod tests {
         catalog.set_upstream("a", entries("a", 2));
         let before = catalog.snapshot();
         let generation = catalog.remove_upstream("a");
-        assert_eq!(before.resource_count(), 2);
-        assert_eq!(catalog.snapshot().resource_count(), 0);
+        assert_eq!(before.counts()[0].1, 2);
+        assert_eq!(catalog.snapshot().counts().len(), 0);
         assert_eq!(generation, before.generation + 1);
     }
 }

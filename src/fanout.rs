@@ -6,7 +6,8 @@
 //! released. That channel is bounded: when it is full, the reporting send task (which is
 //! ending anyway) waits for room, so no release is lost and nobody else waits. Send tasks run
 //! on the spine as `outlet:<id>` and end when their outlet is deregistered (its queue closes) or
-//! at shutdown.
+//! at shutdown. Which hosts hear that a list changed is decided here, one way for every list
+//! (`views`).
 //!
 //! rmcp-free: `downstream` implements [`Outlet`] over rmcp peers and subscription sinks.
 //! Invariant: `deliver` and `tell_changed` never await a client.
@@ -22,6 +23,10 @@ use tokio::sync::mpsc;
 
 use crate::spine::Spine;
 use crate::subscriptions::HolderId;
+
+mod views;
+
+pub use self::views::{Listing, Seen, ViewDigest, ViewMemo};
 
 /// Notifications per outlet that may wait for a slow host before new ones are dropped.
 pub const QUEUE_CAPACITY: usize = 256;
@@ -120,9 +125,9 @@ pub enum Delivery {
 struct Registered {
     info: OutletInfo,
     queue: mpsc::Sender<Outgoing>,
-    /// The digest of the visible lists this outlet has heard of: at registration, then at
-    /// each `list_changed` it was sent (see `proxy::views`).
-    seen_view: u64,
+    /// The digests of the visible lists this outlet has heard of: at registration, then at
+    /// each `list_changed` it was sent (see `views`).
+    seen: Seen,
 }
 
 impl Fanout {
@@ -148,12 +153,12 @@ impl Fanout {
         self.inner.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Register an outlet, whose host has seen the lists whose digest is `view`, and start its
-    /// sender task.
-    pub fn register(&self, info: OutletInfo, view: u64, outlet: Arc<dyn Outlet>) -> HolderId {
+    /// Register an outlet, whose host has seen the lists whose digests are `seen`, and start
+    /// its sender task.
+    pub fn register(&self, info: OutletInfo, seen: Seen, outlet: Arc<dyn Outlet>) -> HolderId {
         let id = self.next_holder_id();
         let (queue, receiver) = mpsc::channel(QUEUE_CAPACITY);
-        let registered = Registered { info, queue, seen_view: view };
+        let registered = Registered { info, queue, seen };
         self.inner.outlets.lock().expect("outlets lock").insert(id, registered);
         let shutdown = self.inner.spine.shutdown();
         self.inner.spine.spawn(format!("outlet:{id}"), send_loop(id, outlet, receiver, self.clone(), shutdown));
@@ -193,38 +198,39 @@ impl Fanout {
         }
     }
 
-    /// Tell the hosts whose view changed, and only those — the one place this is decided, for
-    /// resources (`proxy::views`) and tools and prompts (`crate::tools`) alike. `view` is
-    /// asked once per principal among the outlets `wants` picks; `news` then says, per such
-    /// outlet (its info, its principal's view, the digest of the lists it has heard of, which
-    /// it may move on), what it is queued. An outlet registered meanwhile is left be. Returns
-    /// how many notifications were queued.
-    pub fn tell_changed<V>(
-        &self,
-        wants: impl Fn(&OutletInfo) -> bool,
-        mut view: impl FnMut(&str) -> V,
-        news: impl Fn(&OutletInfo, &V, &mut u64) -> Vec<Outgoing>,
-    ) -> usize {
-        let principals: BTreeSet<String> =
-            self.outlets().into_iter().filter(|(_, info)| wants(info)).map(|(_, info)| info.principal).collect();
-        let views: HashMap<String, V> = principals
+    /// Tell the hosts whose view of `listing` changed, and only those: the one place this is
+    /// decided, for every list (see `views`). `view` gives a principal's digest of the list,
+    /// asked once per principal among the outlets that hear of it; an outlet whose last heard
+    /// digest differs is queued the list's `list_changed` and has heard of this one. An outlet
+    /// registered meanwhile is left be. Returns how many notifications were queued.
+    pub fn tell_changed(&self, listing: Listing, mut view: impl FnMut(&str) -> u64) -> usize {
+        let principals: BTreeSet<String> = self
+            .outlets()
+            .into_iter()
+            .filter(|(_, info)| listing.wanted_by(info))
+            .map(|(_, info)| info.principal)
+            .collect();
+        let views: HashMap<String, u64> = principals
             .into_iter()
             .map(|principal| {
-                let seen = view(&principal);
-                (principal, seen)
+                let digest = view(&principal);
+                (principal, digest)
             })
             .collect();
-        let queued: Vec<(HolderId, Outgoing)> = {
+        let changed: Vec<HolderId> = {
             let mut outlets = self.inner.outlets.lock().expect("outlets lock");
-            let mut queued = Vec::new();
-            for (id, registered) in outlets.iter_mut().filter(|(_, r)| wants(&r.info)) {
+            let mut changed = Vec::new();
+            for (id, registered) in outlets.iter_mut().filter(|(_, r)| listing.wanted_by(&r.info)) {
                 let Some(view) = views.get(&registered.info.principal) else { continue };
-                let messages = news(&registered.info, view, &mut registered.seen_view);
-                queued.extend(messages.into_iter().map(|message| (*id, message)));
+                let seen = registered.seen.get_mut(listing);
+                if seen != view {
+                    *seen = *view;
+                    changed.push(*id);
+                }
             }
-            queued
+            changed
         };
-        queued.into_iter().map(|(id, message)| self.deliver(id, message)).filter(|queued| *queued).count()
+        changed.into_iter().map(|id| self.deliver(id, listing.news())).filter(|queued| *queued).count()
     }
 
     fn report(&self, delivery: Delivery) {
@@ -319,9 +325,9 @@ pub(crate) mod tests {
                 counted.fetch_add(1, Ordering::Relaxed);
             }
         }));
-        let stuck = fanout.register(info(true), 0, Arc::new(Stuck));
+        let stuck = fanout.register(info(true), seen(0), Arc::new(Stuck));
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let healthy = fanout.register(info(true), 0, Arc::new(Recorder(tx)));
+        let healthy = fanout.register(info(true), seen(0), Arc::new(Recorder(tx)));
         for i in 0..QUEUE_CAPACITY + 10 {
             fanout.deliver(stuck, Outgoing::Updated(format!("a+x://{i}")));
         }
@@ -339,33 +345,30 @@ pub(crate) mod tests {
         let (tx2, mut rx2) = mpsc::unbounded_channel();
         let (tx3, mut rx3) = mpsc::unbounded_channel();
         let (tx4, mut rx4) = mpsc::unbounded_channel();
-        fanout.register(info(true), 1, Arc::new(Recorder(tx)));
-        fanout.register(info(false), 1, Arc::new(Recorder(tx2)));
-        fanout.register(info(true), 2, Arc::new(Recorder(tx3)));
+        fanout.register(info(true), seen(1), Arc::new(Recorder(tx)));
+        fanout.register(info(false), seen(1), Arc::new(Recorder(tx2)));
+        fanout.register(info(true), seen(2), Arc::new(Recorder(tx3)));
         let other = OutletInfo { principal: "q".into(), ..info(true) };
-        fanout.register(other, 1, Arc::new(Recorder(tx4)));
-        let views = |principal: &str| Some(if principal == "p" { 2 } else { 1 });
+        fanout.register(other, seen(1), Arc::new(Recorder(tx4)));
+        let views = |principal: &str| if principal == "p" { 2 } else { 1 };
         assert_eq!(broadcast(&fanout, views), 1);
         assert_eq!(broadcast(&fanout, views), 0, "once per change");
-        assert_eq!(broadcast(&fanout, |_| None), 0, "no view known: left be");
         assert_eq!(rx.recv().await, Some(Outgoing::ListChanged));
         assert!(rx2.try_recv().is_err(), "did not ask for it");
         assert!(rx3.try_recv().is_err(), "registered after the change");
         assert!(rx4.try_recv().is_err(), "its view did not change");
-        assert_eq!(broadcast(&fanout, |_| Some(3)), 3, "everyone who wants it, once views change");
+        assert_eq!(broadcast(&fanout, |_| 3), 3, "everyone who wants it, once views change");
     }
 
-    /// `list_changed` as `proxy::views` sends it: to outlets that want it whose principal's
-    /// digest (`None`: unknown) differs from the one they heard of.
-    fn broadcast(fanout: &Fanout, view: impl Fn(&str) -> Option<u64>) -> usize {
-        let news = |_: &OutletInfo, view: &Option<u64>, seen: &mut u64| match view {
-            Some(view) if view != seen => {
-                *seen = *view;
-                vec![Outgoing::ListChanged]
-            }
-            _ => Vec::new(),
-        };
-        fanout.tell_changed(|info| info.wants_list_changed, view, news)
+    /// `list_changed` of resources: to outlets that want it whose principal's digest differs
+    /// from the one they heard of.
+    fn broadcast(fanout: &Fanout, view: impl Fn(&str) -> u64) -> usize {
+        fanout.tell_changed(Listing::Resources, view)
+    }
+
+    /// What a host registers with: digest `digest` of the resources.
+    fn seen(digest: u64) -> Seen {
+        Seen::of(&info(true), |_| digest)
     }
 
     #[tokio::test]
@@ -374,7 +377,7 @@ pub(crate) mod tests {
         let fanout = Fanout::new(gone, Spine::new());
         let (tx, rx) = mpsc::unbounded_channel();
         drop(rx);
-        let id = fanout.register(info(true), 0, Arc::new(Recorder(tx)));
+        let id = fanout.register(info(true), seen(0), Arc::new(Recorder(tx)));
         fanout.deliver(id, Outgoing::ListChanged);
         let reported = tokio::time::timeout(Duration::from_secs(5), gone_rx.recv()).await.unwrap();
         assert_eq!(reported, Some(id));

@@ -17,13 +17,13 @@
 //! - [`coherence`]: the one owner of cache coherence: generations, watch holds, admission, the watch book.
 //! - [`audit`]: the audit trail: one JSON event per routed call, read, subscription, denial, refused token and reload; a bounded queue to its writer.
 //! - [`cache`]: the store behind it (`Store`; moka as `LocalStore`: byte-bounded, single flight).
-//! - [`catalog`]: per-upstream resource/template snapshots, generations, merged pages.
+//! - [`catalog`]: one catalog over what upstreams list (resources and templates, tools and prompts): snapshots, generations, merged pages and their cursors.
 //! - [`upstream`]: connections (stdio, HTTP, in-process folder), the era probe, supervision; the shared one and sessions per principal or host.
 //! - [`downstream`]: the rmcp `ServerHandler` hosts talk to, over stdio and streamable HTTP.
 //! - [`subscriptions`]: who holds which upstream URI; reference counts (pure).
 //! - [`host`]: what a routed call's host offers the upstream side (`HostRelay`, `ProgressOutlet`) and the host session it came on (`HostSession`): a contract both edges import.
 //! - [`cluster`]: `[cluster]`: this replica's id, keys derived from the cluster secret, the Redis connection and its health, the replicas seen alive, the counts that hold across them, the seal of what is kept in Redis.
-//! - [`fanout`]: per-host bounded queues and sender tasks for notifications.
+//! - [`fanout`]: per-host bounded queues and sender tasks for notifications; the one view-diff scheme for every `list_changed`.
 //! - [`proxy`]: capability services (lists, reads, subscriptions, access) over one shared core, behind the `Proxy` handle; live config reload.
 //! - [`spine`]: every background task, named, owned and drained in one place.
 //! - [`tools`]: tools, prompts and completion of every upstream under `<upstream>__<name>`; merged lists, routed calls, policy over `tool://`/`prompt://`.

@@ -5,7 +5,6 @@
 
 use std::time::Instant;
 
-use rmcp::model::{CallToolResponse, GetPromptResponse};
 use rmcp::service::{RequestContext, RoleServer};
 
 use super::session_header;
@@ -14,6 +13,7 @@ use crate::cache::Outcome;
 use crate::error::ProxyError;
 use crate::protocol::Era;
 use crate::proxy::{Metered, ReadAnswer};
+use crate::tools::Routed;
 
 /// Who asked, over what: the fields every event of one request shares.
 pub(super) struct Asked<'a> {
@@ -72,6 +72,11 @@ pub(super) fn refused_event(
     crate::telemetry::Span::current().note("mcp_proxy.refused", reason);
     let mut event = Event::refused(reason).principal(principal);
     event.method = method;
+    naming(event, asked)
+}
+
+/// `event` naming what was `asked` for: a tool's or prompt's name, a URI or template.
+pub(super) fn naming(event: Event, asked: &Metered<'_>) -> Event {
     match asked {
         Metered::Read(uri) | Metered::Template(uri) => event.uri(uri),
         Metered::Tool(name) | Metered::Prompt(name) => event.name(name),
@@ -79,22 +84,11 @@ pub(super) fn refused_event(
     }
 }
 
-/// A `tools/call`'s outcome: `ok`, `tool_error` (the tool said `isError`), `input_required`
+/// A routed request's outcome: `ok`, `tool_error` (a tool said `isError`), `input_required`
 /// or the error's kind.
-pub(super) fn call_outcome(answer: &Result<CallToolResponse, ProxyError>) -> &'static str {
+pub(super) fn routed_outcome<R: Routed>(answer: &Result<R::Answer, ProxyError>) -> &'static str {
     match answer {
-        Ok(CallToolResponse::Complete(result)) if result.is_error == Some(true) => "tool_error",
-        Ok(CallToolResponse::InputRequired(_)) => "input_required",
-        Ok(_) => "ok",
-        Err(error) => error.kind(),
-    }
-}
-
-/// A `prompts/get`'s outcome.
-pub(super) fn prompt_outcome(answer: &Result<GetPromptResponse, ProxyError>) -> &'static str {
-    match answer {
-        Ok(GetPromptResponse::InputRequired(_)) => "input_required",
-        Ok(_) => "ok",
+        Ok(answer) => R::outcome(answer),
         Err(error) => error.kind(),
     }
 }

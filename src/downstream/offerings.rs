@@ -10,8 +10,8 @@ use std::time::Instant;
 use rmcp::ErrorData;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult, GetPromptRequestParams,
-    GetPromptResponse, ListPromptsResult, ListToolsResult, PaginatedRequestParams, PromptsCapability, Reference,
-    ServerCapabilities, ToolsCapability,
+    GetPromptResponse, ListPromptsResult, ListToolsResult, PaginatedRequestParams, Prompt, PromptsCapability,
+    Reference, ServerCapabilities, Tool, ToolsCapability,
 };
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::service::{Peer, RequestContext, RoleServer};
@@ -24,6 +24,7 @@ use crate::error::ProxyError;
 use crate::host::ProgressOutlet;
 use crate::protocol::method;
 use crate::proxy::Metered;
+use crate::tools::{Asker, Routed};
 
 /// Progress notifications that may wait for a slow host before new ones are dropped.
 const PROGRESS_QUEUE: usize = 64;
@@ -92,15 +93,6 @@ impl ProgressOutlet for ProgressQueue {
     }
 }
 
-/// What a completion request spends its token on: its prompt's or template's upstream.
-fn metered_completion(reference: &Reference) -> Metered<'_> {
-    match reference {
-        Reference::Prompt(prompt) => Metered::Prompt(&prompt.name),
-        Reference::Resource(template) => Metered::Template(&template.uri),
-        _ => Metered::Other,
-    }
-}
-
 /// Tools, prompts (both with `listChanged`) and completions, whatever the upstreams offer.
 pub(super) fn advertise(capabilities: &mut ServerCapabilities) {
     let mut tools = ToolsCapability::default();
@@ -125,7 +117,11 @@ impl ProxyServer {
         let cursor = request.and_then(|r| r.cursor);
         let caller = self.caller();
         let host = self.host_key();
-        let mut answer = self.proxy.tools().list_tools(caller.principal(), host, caller.policy(), cursor.as_deref());
+        let page = self.proxy.tools().list::<Tool>((caller.principal(), host), caller.policy(), cursor.as_deref());
+        let mut answer = page.map(|page| ListToolsResult {
+            next_cursor: page.next_cursor,
+            ..ListToolsResult::with_all_items(page.items)
+        });
         if let (Ok(page), None) = (&mut answer, &cursor) {
             // The bridge's tools (when on) head the first page; the cursors page the upstreams'.
             let mut tools = crate::bridge::tools_for(&self.proxy, &caller);
@@ -143,7 +139,16 @@ impl ProxyServer {
         self.check_principal(&context.extensions, method::PROMPTS_LIST)?;
         let started = Instant::now();
         let cursor = request.and_then(|r| r.cursor);
-        let listed = self.proxy.tools().list_prompts(&self.principal, self.host_key(), cursor.as_deref());
+        let caller = self.caller();
+        let page = self.proxy.tools().list::<Prompt>(
+            (caller.principal(), self.host_key()),
+            caller.policy(),
+            cursor.as_deref(),
+        );
+        let listed = page.map(|page| ListPromptsResult {
+            next_cursor: page.next_cursor,
+            ..ListPromptsResult::with_all_items(page.items)
+        });
         self.record("prompts/list", started, listed)
     }
 
@@ -152,34 +157,16 @@ impl ProxyServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        self.check_principal(&context.extensions, method::TOOLS_CALL)?;
-        self.admit(&context.extensions, &self.caller(), Metered::Tool(&request.name), "tools/call")?;
-        let started = Instant::now();
-        // Bridge calls (searches, reads) count against the same per-principal limit.
-        let _permit = self.admit_call("tools/call", started, Metered::Tool(&request.name)).await?;
         let name = request.name.to_string();
         // A bridge read names its resource: the audit trail records it with the call.
         let uri = request.arguments.as_ref().and_then(|a| a.get("uri")?.as_str().map(str::to_string));
-        let (answer, notes) = audit::scope::noting(self.tool_call(request, &context)).await;
-        let span = crate::telemetry::Span::current();
-        super::traced::note_decision(&span, &notes);
-        if audited::call_outcome(&answer) == "tool_error" {
-            span.failed("tool_error".into());
-        }
-        self.proxy.audit().request(notes, || {
-            let mut event = Asked::of(&self.principal, &context, started).event(
-                Kind::Call,
-                method::TOOLS_CALL,
-                audited::call_outcome(&answer),
-            );
-            event.uri = uri.filter(|_| crate::bridge::is_bridge_tool(&name));
-            event.name(&name)
-        });
-        self.record("tools/call", started, answer)
+        let asked = (Kind::Call, Metered::Tool(&name), uri.filter(|_| crate::bridge::is_bridge_tool(&name)));
+        // Bridge calls (searches, reads) count against the same per-principal limit.
+        self.routed::<CallToolRequestParams, _>(&context, asked, || self.bridge_or_route(request, &context)).await
     }
 
     /// A tool call, to the bridge or routed to its upstream.
-    async fn tool_call(
+    async fn bridge_or_route(
         &self,
         request: CallToolRequestParams,
         context: &RequestContext<RoleServer>,
@@ -192,8 +179,8 @@ impl ProxyServer {
         let (progress, outlet) = token.map(|token| HostProgress::start(context.peer.clone(), token)).unzip();
         let (relay, jobs) =
             super::relay::for_call(context, &self.log_level, &self.principal, self.host_and_key(context));
-        let call = self.proxy.tools().call_tool(&self.principal, request, &context.ct, outlet, Some(relay));
-        let answer = super::relay::serving(call, jobs, &context.peer).await;
+        let asker = Asker { progress: outlet, relay: Some(relay), ..Asker::new(&self.principal, &context.ct) };
+        let answer = super::relay::serving(self.proxy.tools().request(asker, request), jobs, &context.peer).await;
         if let Some(progress) = progress {
             progress.flushed().await;
         }
@@ -205,21 +192,14 @@ impl ProxyServer {
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        self.check_principal(&context.extensions, method::PROMPTS_GET)?;
-        self.admit(&context.extensions, &self.caller(), Metered::Prompt(&request.name), "prompts/get")?;
-        let started = Instant::now();
-        let _permit = self.admit_call("prompts/get", started, Metered::Prompt(&request.name)).await?;
         let name = request.name.clone();
-        let (relay, jobs) =
-            super::relay::for_call(&context, &self.log_level, &self.principal, self.host_and_key(&context));
-        let get = self.proxy.tools().get_prompt(&self.principal, request, &context.ct, Some(relay));
-        let (answer, notes) = audit::scope::noting(super::relay::serving(get, jobs, &context.peer)).await;
-        super::traced::note_decision(&crate::telemetry::Span::current(), &notes);
-        self.proxy.audit().request(notes, || {
-            let asked = Asked::of(&self.principal, &context, started);
-            asked.event(Kind::Prompt, method::PROMPTS_GET, audited::prompt_outcome(&answer)).name(&name)
-        });
-        self.record("prompts/get", started, answer)
+        let get = || async {
+            let (relay, jobs) =
+                super::relay::for_call(&context, &self.log_level, &self.principal, self.host_and_key(&context));
+            let asker = Asker { relay: Some(relay), ..Asker::new(&self.principal, &context.ct) };
+            super::relay::serving(self.proxy.tools().request(asker, request), jobs, &context.peer).await
+        };
+        self.routed::<GetPromptRequestParams, _>(&context, (Kind::Prompt, Metered::Prompt(&name), None), get).await
     }
 
     pub(super) async fn offerings_complete(
@@ -227,25 +207,55 @@ impl ProxyServer {
         request: CompleteRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        self.check_principal(&context.extensions, method::COMPLETION_COMPLETE)?;
-        self.admit(&context.extensions, &self.caller(), metered_completion(&request.r#ref), "completion/complete")?;
-        let started = Instant::now();
-        let _permit = self.admit_call("completion/complete", started, metered_completion(&request.r#ref)).await?;
-        let reference = match &request.r#ref {
-            Reference::Prompt(prompt) => (Some(prompt.name.clone()), None),
-            Reference::Resource(template) => (None, Some(template.uri.clone())),
-            _ => (None, None),
+        let reference = request.r#ref.clone();
+        let metered = match &reference {
+            Reference::Prompt(prompt) => Metered::Prompt(&prompt.name),
+            Reference::Resource(template) => Metered::Template(&template.uri),
+            _ => Metered::Other,
         };
-        let subject = super::subject_of(&context.extensions);
-        let complete = self.proxy.tools().complete(&self.principal, subject.as_ref(), request, &context.ct);
-        let (answer, notes) = audit::scope::noting(complete).await;
+        let complete = || async {
+            let subject = super::subject_of(&context.extensions);
+            let asker = Asker { subject: subject.as_ref(), ..Asker::new(&self.principal, &context.ct) };
+            self.proxy.tools().request(asker, request).await
+        };
+        self.routed::<CompleteRequestParams, _>(&context, (Kind::Complete, metered, None), complete).await
+    }
+
+    /// A routed request of any kind, `asked` for (and, for a bridge read, the URI it reads):
+    /// the principal checked, a rate-limit token and an in-flight slot spent, `serve` run, the
+    /// decision noted on the request's span, one audit event and the request counted.
+    async fn routed<R: Routed, F>(
+        &self,
+        context: &RequestContext<RoleServer>,
+        (kind, asked, uri): (Kind, Metered<'_>, Option<String>),
+        serve: impl FnOnce() -> F,
+    ) -> Result<R::Answer, ErrorData>
+    where
+        F: Future<Output = Result<R::Answer, ProxyError>>,
+    {
+        let method = match kind {
+            Kind::Prompt => method::PROMPTS_GET,
+            Kind::Complete => method::COMPLETION_COMPLETE,
+            _ => method::TOOLS_CALL,
+        };
+        self.check_principal(&context.extensions, method)?;
+        self.admit(&context.extensions, &self.caller(), asked, method)?;
+        let started = Instant::now();
+        let _permit = self.admit_call(method, started, asked).await?;
+        let (answer, notes) = audit::scope::noting(Box::pin(serve())).await;
+        let span = crate::telemetry::Span::current();
+        super::traced::note_decision(&span, &notes);
+        let outcome = audited::routed_outcome::<R>(&answer);
+        if outcome == "tool_error" {
+            span.failed(outcome.into());
+        }
         self.proxy.audit().request(notes, || {
-            let asked = Asked::of(&self.principal, &context, started);
-            let mut event = asked.event(Kind::Complete, method::COMPLETION_COMPLETE, audited::outcome(&answer));
-            (event.name, event.uri) = reference;
+            let mut event =
+                audited::naming(Asked::of(&self.principal, context, started).event(kind, method, outcome), &asked);
+            event.uri = uri.or(event.uri);
             event
         });
-        self.record("completion/complete", started, answer)
+        self.record(method, started, answer)
     }
 
     /// A permit for one more routed call of this principal, or the error naming the limit (the

@@ -8,7 +8,7 @@ use rmcp::model::{ListResourceTemplatesResult, ListResourcesResult, Resource, Re
 
 use super::access::Access;
 use super::caller::Caller;
-use crate::catalog::{Catalog, Snapshot};
+use crate::catalog::Catalog;
 use crate::cursor::{CursorKey, ListKind};
 use crate::error::ProxyError;
 use crate::tools::ListedIcons;
@@ -27,15 +27,16 @@ impl Lists {
     /// One page of the merged resource list.
     pub(crate) fn resources(&self, caller: &Caller, cursor: Option<&str>) -> Result<ListResourcesResult, ProxyError> {
         let snapshot = self.catalog.snapshot();
-        let offset = self.offset(caller, ListKind::Resources, cursor, &snapshot)?;
-        let page = snapshot.resources_page(offset, self.page_size, &|uri| self.access.listable(caller, uri));
+        let list = (caller.principal(), ListKind::Resources);
+        let visible = |resource: &Resource| self.access.listable(caller, &resource.uri);
+        let page = snapshot.page_for(&self.cursor_key, list, (cursor, self.page_size), |p| &p.resources, visible)?;
         let mut icons = ListedIcons::new(&snapshot, caller.policy(), caller.principal());
         let listed = |mut resource: Resource| {
             resource.icons = icons.icons(&resource.uri, resource.icons.take());
             resource
         };
         let mut result = ListResourcesResult::with_all_items(page.items.into_iter().map(listed).collect());
-        result.next_cursor = page.next.map(|next| self.cursor(caller, ListKind::Resources, &snapshot, next));
+        result.next_cursor = page.next_cursor;
         Ok(result)
     }
 
@@ -46,42 +47,16 @@ impl Lists {
         cursor: Option<&str>,
     ) -> Result<ListResourceTemplatesResult, ProxyError> {
         let snapshot = self.catalog.snapshot();
-        let offset = self.offset(caller, ListKind::Templates, cursor, &snapshot)?;
-        let page = snapshot.templates_page(offset, self.page_size, &|template| caller.may_see_template(template));
+        let list = (caller.principal(), ListKind::Templates);
+        let visible = |template: &ResourceTemplate| caller.may_see_template(template);
+        let page = snapshot.page_for(&self.cursor_key, list, (cursor, self.page_size), |p| &p.templates, visible)?;
         let mut icons = ListedIcons::new(&snapshot, caller.policy(), caller.principal());
         let listed = |mut template: ResourceTemplate| {
             template.icons = icons.icons(&template.uri_template, template.icons.take());
             template
         };
         let mut result = ListResourceTemplatesResult::with_all_items(page.items.into_iter().map(listed).collect());
-        result.next_cursor = page.next.map(|next| self.cursor(caller, ListKind::Templates, &snapshot, next));
+        result.next_cursor = page.next_cursor;
         Ok(result)
-    }
-
-    fn offset(
-        &self,
-        caller: &Caller,
-        list: ListKind,
-        cursor: Option<&str>,
-        snapshot: &Snapshot,
-    ) -> Result<usize, ProxyError> {
-        let key = &self.cursor_key;
-        key.page_start(
-            caller.principal(),
-            list,
-            key.list_version(snapshot.generation, || snapshot.fingerprint()),
-            cursor,
-        )
-        .map_err(|_| ProxyError::InvalidCursor)
-    }
-
-    fn cursor(&self, caller: &Caller, list: ListKind, snapshot: &Snapshot, offset: usize) -> String {
-        let key = &self.cursor_key;
-        key.page_cursor(
-            caller.principal(),
-            list,
-            key.list_version(snapshot.generation, || snapshot.fingerprint()),
-            offset,
-        )
     }
 }

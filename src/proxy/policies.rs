@@ -55,9 +55,9 @@ impl Policies {
     /// prompts (the bridge's tools included) changed are told, and counted in the answer; the
     /// resources' `list_changed` is left to the caller.
     pub(super) fn install(&self, next: PolicySet) -> usize {
-        let previous = self.access.install(next.clone());
+        self.access.install(next.clone());
         self.subscriptions.drop_forbidden(&next);
-        self.tools.policy_replaced(&previous, &next)
+        self.tools.announce()
     }
 
     /// Load the policies folder again. On success the new rules are in force; on failure the

@@ -25,12 +25,13 @@ use super::caller::Caller;
 use super::views::Views;
 use crate::coherence::WatchBook;
 use crate::error::ProxyError;
-use crate::fanout::{Fanout, Outgoing, Outlet, OutletInfo, OutletKind};
+use crate::fanout::{Fanout, Listing, Outgoing, Outlet, OutletInfo, OutletKind, Seen};
 use crate::metrics::DenialAction;
 use crate::namespace;
 use crate::policy::PolicySet;
 use crate::subscriptions::{Caps, HolderId, OverCap};
 use crate::telemetry::{Holder, Span};
+use crate::tools::Tools;
 use crate::upstream::HostSession;
 
 /// The subscriptions service, with what it uses. A cheap `Clone` handle.
@@ -43,6 +44,8 @@ pub(crate) struct Subscriptions {
     pub(super) watches: Arc<WatchBook>,
     /// What a registering host sees now.
     pub(super) views: Views,
+    /// What it sees of the tools and prompts.
+    pub(super) tools: Tools,
     /// `server.max_subscriptions_per_session` and `server.max_subscriptions_per_principal`.
     pub(super) caps: Caps,
 }
@@ -50,9 +53,12 @@ pub(crate) struct Subscriptions {
 impl Subscriptions {
     /// Register a host's notification outlet (a legacy session or a listen stream).
     pub(crate) fn register_outlet(&self, info: OutletInfo, outlet: Arc<dyn Outlet>) -> HolderId {
-        // What the host sees now: it hears `list_changed` only once that changes.
-        let view = if info.wants_list_changed { self.views.view_of(&info.principal) } else { 0 };
-        self.fanout.register(info, view, outlet)
+        // What the host sees now: it hears a list's `list_changed` only once that changes.
+        let seen = Seen::of(&info, |listing| match listing {
+            Listing::Resources => self.views.view_of(&info.principal),
+            listing => self.tools.view_now(&info.principal, listing),
+        });
+        self.fanout.register(info, seen, outlet)
     }
 
     /// `holder` is gone: drop its outlet and everything it held.
@@ -124,7 +130,7 @@ impl Subscriptions {
             wants_prompts_list_changed: false,
             host_key: Default::default(),
         };
-        let holder = self.fanout.register(info, 0, Arc::new(ReplicaOutlet(changes_in)));
+        let holder = self.fanout.register(info, Seen::default(), Arc::new(ReplicaOutlet(changes_in)));
         let release = ReleaseReplicaHold { subscriptions: self.clone(), upstream: found.clone(), holder };
         found.hold_for_replica(principal, host, holder, uri)?;
         let acknowledged = found.wait_for_replica(principal, host, uri, REPLICA_HOLD_WAIT).await;

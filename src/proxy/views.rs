@@ -1,6 +1,7 @@
-//! What each principal can see of the catalog, condensed to a digest, so that `list_changed`
-//! goes only to hosts whose visible list (resources or templates) changed: a resource only bob
-//! may see appearing upstream tells alice nothing.
+//! What each principal can see of the resource catalog, condensed to a digest, so that
+//! `list_changed` goes only to hosts whose visible list (resources or templates) changed: a
+//! resource only bob may see appearing upstream tells alice nothing. The scheme is the one of
+//! every list (`crate::fanout`'s views; tools and prompts use it too).
 //!
 //! A digest covers every visible resource and template whole (URI, name, description, …), in
 //! catalog order. It is computed at most once per principal per (catalog generation, policy
@@ -8,19 +9,14 @@
 //! catalog change or a policy reload all read the same memo.
 //!
 //! Invariant: a host hears `list_changed` when, and only when, the digest of its principal's
-//! view differs from the one it last heard of (or registered with). Equal digests mean equal
-//! visible lists, up to 64-bit hash collisions. Who is told is decided by
-//! [`Fanout::tell_changed`], as for tools and prompts.
+//! view differs from the one it last heard of (or registered with).
 
-use std::cell::RefCell;
-use std::collections::HashMap;
-use std::hash::{DefaultHasher, Hasher};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use super::access::Access;
 use super::caller::Caller;
 use crate::catalog::{Catalog, Snapshot};
-use crate::fanout::{Fanout, Outgoing, OutletInfo};
+use crate::fanout::{Fanout, Listing, ViewDigest, ViewMemo};
 use crate::policy::PolicySet;
 
 /// The views service: what it needs (the catalog, the policy in force, the outlets) and the
@@ -30,13 +26,7 @@ pub(crate) struct Views {
     catalog: Catalog,
     access: Access,
     fanout: Fanout,
-    memo: Arc<Mutex<HashMap<String, Memo>>>,
-}
-
-struct Memo {
-    generation: u64,
-    policy: PolicySet,
-    digest: u64,
+    memo: Arc<ViewMemo<(u64, PolicySet)>>,
 }
 
 impl Views {
@@ -55,64 +45,26 @@ impl Views {
         let snapshot = self.catalog.snapshot();
         let policy = self.access.policy();
         let view = |principal: &str| self.view_digest(&snapshot, &policy, principal);
-        let news = |_: &OutletInfo, view: &u64, seen: &mut u64| {
-            if view == seen {
-                return Vec::new();
-            }
-            *seen = *view;
-            vec![Outgoing::ListChanged]
-        };
-        self.fanout.tell_changed(|info| info.wants_list_changed, view, news)
+        self.fanout.tell_changed(Listing::Resources, view)
     }
 
     /// The digest of what `principal` sees in `snapshot` under `policy`, from the memo when it
     /// was computed from the same two.
     fn view_digest(&self, snapshot: &Snapshot, policy: &PolicySet, principal: &str) -> u64 {
-        let fresh = |memo: &Memo| memo.generation == snapshot.generation && memo.policy.same(policy);
-        if let Some(memo) = self.memo.lock().expect("views lock").get(principal).filter(|m| fresh(m)) {
-            return memo.digest;
-        }
-        let digest = compute_view_digest(snapshot, policy, principal);
-        let memo = Memo { generation: snapshot.generation, policy: policy.clone(), digest };
-        self.memo.lock().expect("views lock").insert(principal.to_string(), memo);
-        digest
+        let fresh = |(generation, from): &(u64, PolicySet)| *generation == snapshot.generation && from.same(policy);
+        let compute = || ((snapshot.generation, policy.clone()), compute_view_digest(snapshot, policy, principal));
+        self.memo.digest((principal, Listing::Resources), fresh, compute)
     }
 }
 
 fn compute_view_digest(snapshot: &Snapshot, policy: &PolicySet, principal: &str) -> u64 {
-    let hasher = RefCell::new(DefaultHasher::new());
+    let mut digest = ViewDigest::default();
     let caller = Caller::new(principal, policy.clone());
-    snapshot.any_resource(|resource| {
-        if caller.may_see(&resource.uri) {
-            hash_json(&mut hasher.borrow_mut(), b'r', resource);
-        }
-        false
-    });
-    snapshot.any_template(|template| {
-        if caller.may_see_template(template) {
-            hash_json(&mut hasher.borrow_mut(), b't', template);
-        }
-        false
-    });
-    hasher.into_inner().finish()
-}
-
-/// Add a list entry to `hasher` through its JSON form (what a host would be sent).
-fn hash_json(hasher: &mut DefaultHasher, kind: u8, item: &impl serde::Serialize) {
-    hasher.write_u8(kind);
-    // Writing into a hasher cannot fail; an entry that cannot be serialised is not listed either.
-    let _ = serde_json::to_writer(HashWriter(hasher), item);
-}
-
-struct HashWriter<'a>(&'a mut DefaultHasher);
-
-impl std::io::Write for HashWriter<'_> {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.write(bytes);
-        Ok(bytes.len())
+    for (_, part) in snapshot.parts() {
+        part.resources.iter().filter(|resource| caller.may_see(&resource.uri)).for_each(|r| digest.add(b'r', r));
     }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
+    for (_, part) in snapshot.parts() {
+        part.templates.iter().filter(|template| caller.may_see_template(template)).for_each(|t| digest.add(b't', t));
     }
+    digest.finish()
 }

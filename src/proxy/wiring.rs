@@ -163,6 +163,7 @@ impl Shared {
             fanout: fanout.clone(),
             watches: watches.clone(),
             views: views.clone(),
+            tools: tools.clone(),
             caps,
         };
         let rate_limits = RateLimits::new(&config.rate_limits, &config.upstreams);

@@ -2,7 +2,7 @@
 //! (`<upstream>__<name>`, see [`names`]), merged into one list per kind with cross-upstream
 //! pagination (immutable snapshots and the proxy's encrypted cursors, as for resources), and
 //! `tools/call`, `prompts/get` and `completion/complete` routed to the owning upstream
-//! (`call`).
+//! (`routed`).
 //!
 //! The lists are fetched by the upstream's supervisor when it comes up (before it counts as
 //! up) and again when it says `tools/list_changed` or `prompts/list_changed`, and arrive here
@@ -26,9 +26,10 @@
 //! the principal may not see is dropped, decided by policy, never by whether it exists
 //! (`rewrite`). Results are never cached.
 
-mod call;
 mod catalog;
 mod inflight;
+mod kinds;
+mod lists;
 pub mod names;
 pub mod own;
 mod parked;
@@ -36,24 +37,25 @@ mod progress;
 mod remote;
 mod rewrite;
 mod rounds;
+mod routed;
 mod sealed;
 
 use std::sync::{Arc, RwLock};
 
-use rmcp::model::{Icon, ListPromptsResult, ListToolsResult, Prompt, Tool};
-
-pub use self::catalog::{OfferingsCatalog, OfferingsSnapshot, UpstreamOfferings};
+pub use self::catalog::{Listed, UpstreamOfferings};
 pub use self::inflight::CallPermit;
+pub use self::kinds::Routed;
+use self::lists::ViewFrom;
 use self::names::{Naming, Offering};
 pub use self::remote::Ran;
 pub(crate) use self::rewrite::ListedIcons;
-use crate::catalog::Catalog;
+pub use self::routed::Asker;
+use crate::catalog::{Catalog, Part, Snapshot};
 use crate::cluster::forward::Forwarder;
-use crate::cursor::{CursorKey, ListKind};
-use crate::error::ProxyError;
-use crate::fanout::{Fanout, Outgoing, OutletInfo};
+use crate::cursor::CursorKey;
+use crate::fanout::{Fanout, Listing, ViewMemo};
 pub use crate::host::ProgressOutlet;
-use crate::metrics::{DenialAction, Metrics};
+use crate::metrics::Metrics;
 use crate::policy::PolicySet;
 use crate::upstream::{Offered, Registry, UpstreamEvent};
 
@@ -64,7 +66,7 @@ pub struct Tools {
 }
 
 struct Inner {
-    catalog: OfferingsCatalog,
+    catalog: Catalog<UpstreamOfferings>,
     /// The resource catalog: completion is offered for the templates it lists.
     resources: Catalog,
     upstreams: Registry,
@@ -79,14 +81,15 @@ struct Inner {
     /// Routed calls in flight per principal (`server.max_calls_per_principal`).
     calls: inflight::CallsInFlight,
     /// Calls of 2026-07-28 hosts waiting for their host's input (`parked`).
-    parked_tools: parked::ParkedCalls<rmcp::model::CallToolResponse>,
-    parked_prompts: parked::ParkedCalls<rmcp::model::GetPromptResponse>,
+    parked: parked::ParkedCalls<crate::cluster::forward::Answer>,
     /// Seals upstreams' own `requestState`s to the principal they were handed to (`sealed`).
     state_seal: sealed::StateSeal,
     /// `[cluster]`: per-principal sessions held by another replica are reached through it (`remote`).
     forwarder: Option<Forwarder>,
     /// Upstream sessions' own lists, namespaced ([`Tools::own_part`]), the latest last.
     own_parts: std::sync::Mutex<Vec<(Arc<Offered>, Arc<UpstreamOfferings>)>>,
+    /// What each principal sees of the tools and of the prompts, as digests (`lists`).
+    views: ViewMemo<ViewFrom>,
 }
 
 /// How many sessions' own lists are kept namespaced; the oldest goes first.
@@ -117,7 +120,7 @@ pub struct ToolsParts {
 impl Tools {
     pub fn new(parts: ToolsParts) -> Tools {
         let inner = Inner {
-            catalog: OfferingsCatalog::default(),
+            catalog: Catalog::default(),
             resources: parts.resources,
             upstreams: parts.upstreams,
             fanout: parts.fanout,
@@ -127,11 +130,11 @@ impl Tools {
             policy: parts.policy,
             bridge: parts.bridge,
             calls: inflight::CallsInFlight::new(parts.max_calls_per_principal, parts.cluster),
-            parked_tools: parked::ParkedCalls::of_replica(parts.forwarder.as_ref().map(Forwarder::replica_id)),
-            parked_prompts: parked::ParkedCalls::of_replica(parts.forwarder.as_ref().map(Forwarder::replica_id)),
+            parked: parked::ParkedCalls::of_replica(parts.forwarder.as_ref().map(Forwarder::replica_id)),
             state_seal: parts.state_key.map_or_else(sealed::StateSeal::random, sealed::StateSeal::from_bytes),
             forwarder: parts.forwarder,
             own_parts: Default::default(),
+            views: ViewMemo::default(),
         };
         Tools { inner: Arc::new(inner) }
     }
@@ -170,11 +173,10 @@ impl Tools {
             if !its_host {
                 continue;
             }
-            if tools && info.wants_tools_list_changed {
-                self.inner.fanout.deliver(id, Outgoing::ToolsListChanged);
-            }
-            if prompts && info.wants_prompts_list_changed {
-                self.inner.fanout.deliver(id, Outgoing::PromptsListChanged);
+            for (changed, listing) in [(tools, Listing::Tools), (prompts, Listing::Prompts)] {
+                if changed && listing.wanted_by(&info) {
+                    self.inner.fanout.deliver(id, listing.news());
+                }
             }
             told += 1;
         }
@@ -184,7 +186,7 @@ impl Tools {
     /// The merged view as `principal`'s host session `host` sees it: an upstream whose session
     /// of theirs lists its own tools and prompts (it said they changed) is listed as that
     /// session lists it; every other as its shared connection does.
-    fn snapshot_for(&self, principal: &str, host: Option<u64>) -> Arc<OfferingsSnapshot> {
+    fn snapshot_for(&self, principal: &str, host: Option<u64>) -> Arc<Snapshot<UpstreamOfferings>> {
         let shared = self.inner.catalog.snapshot();
         let upstreams = self.inner.upstreams.snapshot();
         let mut own = Vec::new();
@@ -218,11 +220,9 @@ impl Tools {
 
     /// Swap in what `upstream` offers, then tell hosts whose view changed.
     fn replace(&self, upstream: &str, offerings: Option<UpstreamOfferings>) {
-        let Some((before, after)) = self.inner.catalog.replace(upstream, offerings) else { return };
-        let policy = self.policy();
-        let told = self.announce((&before, &policy), (&after, &policy));
-        let counts = after.counts();
-        let (tools, prompts) = counts.iter().find(|(n, _, _)| n == upstream).map_or((0, 0), |c| (c.1, c.2));
+        let Some(after) = self.inner.catalog.replace(upstream, offerings) else { return };
+        let told = self.announce();
+        let (tools, prompts) = after.part(upstream).map_or((0, 0), Part::counts);
         // The upstream's own up/down line is the one state-change line; this is detail.
         tracing::debug!(upstream, tools, prompts, hosts_told = told, "tools and prompts changed");
     }
@@ -241,123 +241,18 @@ impl Tools {
         let snapshot = self.snapshot_for(principal, None);
         let naming = snapshot.naming();
         let (upstream, _) = naming.origin(presented)?;
-        let listed = match offering {
-            Offering::Tool => snapshot.tool(upstream, presented).is_some(),
-            Offering::Prompt => snapshot.prompt(upstream, presented).is_some(),
-        };
-        let allowed = listed && self.allowed(policy, principal, naming, offering, presented, None);
+        let allowed = snapshot.offers(offering, upstream, presented)
+            && self.allowed(policy, principal, naming, offering, presented, None);
         allowed.then(|| upstream.to_string())
     }
 
     /// The merged snapshot (for `/status` and tests).
-    pub fn snapshot(&self) -> Arc<OfferingsSnapshot> {
+    pub fn snapshot(&self) -> Arc<Snapshot<UpstreamOfferings>> {
         self.inner.catalog.snapshot()
-    }
-
-    /// One page of the merged tool list, decided with `policy`, the snapshot `principal`'s
-    /// request took once (the bridge's tools that head the first page are decided with it too).
-    /// `host`: the host session asking, when it is one (its per-host upstream sessions' own
-    /// lists are its lists).
-    pub fn list_tools(
-        &self,
-        principal: &str,
-        host: Option<u64>,
-        policy: &PolicySet,
-        cursor: Option<&str>,
-    ) -> Result<ListToolsResult, ProxyError> {
-        let snapshot = self.snapshot_for(principal, host);
-        let offset = self.offset(principal, ListKind::Tools, cursor, &snapshot)?;
-        let naming = snapshot.naming();
-        let list = Some(DenialAction::List);
-        let visible = |tool: &Tool| self.allowed(policy, principal, naming, Offering::Tool, &tool.name, list);
-        let page = snapshot.tools_page(offset, self.inner.page_size, &visible);
-        let resources = self.inner.resources.snapshot();
-        let listed = |mut tool: Tool| {
-            tool.icons = listed_icons(&resources, policy, principal, naming, &tool.name, tool.icons.take());
-            rewrite::tool_for(tool, policy, principal)
-        };
-        let items = page.items.into_iter().map(listed).collect();
-        let mut result = ListToolsResult::with_all_items(items);
-        result.next_cursor = page.next.map(|next| self.cursor(principal, ListKind::Tools, &snapshot, next));
-        Ok(result)
-    }
-
-    /// One page of the merged prompt list.
-    pub fn list_prompts(
-        &self,
-        principal: &str,
-        host: Option<u64>,
-        cursor: Option<&str>,
-    ) -> Result<ListPromptsResult, ProxyError> {
-        let snapshot = self.snapshot_for(principal, host);
-        let offset = self.offset(principal, ListKind::Prompts, cursor, &snapshot)?;
-        let policy = self.policy();
-        let naming = snapshot.naming();
-        let list = Some(DenialAction::List);
-        let visible = |prompt: &Prompt| self.allowed(&policy, principal, naming, Offering::Prompt, &prompt.name, list);
-        let page = snapshot.prompts_page(offset, self.inner.page_size, &visible);
-        let resources = self.inner.resources.snapshot();
-        let listed = |mut prompt: Prompt| {
-            prompt.icons = listed_icons(&resources, &policy, principal, naming, &prompt.name, prompt.icons.take());
-            rewrite::prompt_for(prompt, &policy, principal)
-        };
-        let items = page.items.into_iter().map(listed).collect();
-        let mut result = ListPromptsResult::with_all_items(items);
-        result.next_cursor = page.next.map(|next| self.cursor(principal, ListKind::Prompts, &snapshot, next));
-        Ok(result)
-    }
-
-    /// Tell hosts whose visible tools or prompts differ between two policy sets.
-    pub fn policy_replaced(&self, before: &PolicySet, after: &PolicySet) -> usize {
-        let snapshot = self.inner.catalog.snapshot();
-        self.announce((&snapshot, before), (&snapshot, after))
     }
 
     fn policy(&self) -> PolicySet {
         self.inner.policy.read().expect("policy lock").clone()
-    }
-
-    /// May `principal` use the tool or prompt a host sees as `presented`? A refusal is counted as
-    /// a policy denial of `counted`, when given (a list entry hidden, a call refused), under the
-    /// policy file that decided it.
-    fn allowed(
-        &self,
-        policy: &PolicySet,
-        principal: &str,
-        naming: Naming,
-        offering: Offering,
-        presented: &str,
-        counted: Option<DenialAction>,
-    ) -> bool {
-        if policy.is_allow_all() {
-            return true;
-        }
-        let decision = naming
-            .origin(presented)
-            .map(|(upstream, name)| policy.decide(principal, &names::policy_uri(offering, upstream, name)));
-        let allowed = decision.as_ref().is_some_and(|decision| decision.allowed);
-        if let (false, Some(action)) = (allowed, counted) {
-            let file = decision.and_then(|decision| decision.file);
-            self.inner.metrics.policy_denied(action, file.as_deref());
-        }
-        allowed
-    }
-
-    fn offset(
-        &self,
-        principal: &str,
-        list: ListKind,
-        cursor: Option<&str>,
-        snapshot: &OfferingsSnapshot,
-    ) -> Result<usize, ProxyError> {
-        let key = &self.inner.cursor_key;
-        key.page_start(principal, list, key.list_version(snapshot.generation, || snapshot.fingerprint()), cursor)
-            .map_err(|_| ProxyError::InvalidCursor)
-    }
-
-    fn cursor(&self, principal: &str, list: ListKind, snapshot: &OfferingsSnapshot, offset: usize) -> String {
-        let key = &self.inner.cursor_key;
-        key.page_cursor(principal, list, key.list_version(snapshot.generation, || snapshot.fingerprint()), offset)
     }
 
     /// Namespace every name (skipping, logging and counting those outside the spec's rules)
@@ -365,100 +260,26 @@ impl Tools {
     fn namespaced(&self, upstream: &str, offered: Offered) -> UpstreamOfferings {
         let unprefixed = self.inner.upstreams.get(upstream).is_some_and(|u| u.config().unprefixed);
         let naming = Naming { unprefixed: unprefixed.then_some(upstream) };
-        let skipped = |kind: &str, name: &str, error: names::NameError| {
-            tracing::warn!(upstream, kind, name, error = %error, "not offered: its name breaks the spec's rules");
-            self.inner.metrics.catalog_entry_unlisted(upstream);
-        };
+        let tools = self.namespaced_entries(naming, upstream, offered.tools);
+        UpstreamOfferings { tools, prompts: self.namespaced_entries(naming, upstream, offered.prompts), unprefixed }
+    }
+
+    fn namespaced_entries<T: Listed>(&self, naming: Naming, upstream: &str, entries: Vec<T>) -> Vec<T> {
         let mut seen = std::collections::HashSet::new();
-        let tools = offered.tools.into_iter().filter_map(|mut tool| match naming.present(upstream, &tool.name) {
+        let namespaced = |mut entry: T| match naming.present(upstream, entry.name()) {
             Ok(name) if seen.insert(name.clone()) => {
-                tool.name = name.into();
-                tool.meta = tool.meta.map(|meta| rewrite::meta_from_upstream(upstream, meta));
-                Some(tool)
+                entry.rename(name);
+                *entry.meta() = entry.meta().take().map(|meta| rewrite::meta_from_upstream(upstream, meta));
+                Some(entry)
             }
             Ok(_) => None,
             Err(error) => {
-                skipped("tool", &tool.name, error);
+                let (kind, name) = (T::OFFERING.label(), entry.name());
+                tracing::warn!(upstream, kind, name, error = %error, "not offered: its name breaks the spec's rules");
+                self.inner.metrics.catalog_entry_unlisted(upstream);
                 None
             }
-        });
-        let tools = tools.collect();
-        seen.clear();
-        let prompts =
-            offered.prompts.into_iter().filter_map(|mut prompt| match naming.present(upstream, &prompt.name) {
-                Ok(name) if seen.insert(name.clone()) => {
-                    prompt.name = name;
-                    prompt.meta = prompt.meta.map(|meta| rewrite::meta_from_upstream(upstream, meta));
-                    Some(prompt)
-                }
-                Ok(_) => None,
-                Err(error) => {
-                    skipped("prompt", &prompt.name, error);
-                    None
-                }
-            });
-        UpstreamOfferings { tools, prompts: prompts.collect(), unprefixed }
-    }
-
-    /// One `tools/list_changed` / `prompts/list_changed` to each host that wants it and whose
-    /// principal's visible list differs between `before` and `after` (decided once per
-    /// principal by [`Fanout::tell_changed`]); how many were told.
-    fn announce(&self, before: (&OfferingsSnapshot, &PolicySet), after: (&OfferingsSnapshot, &PolicySet)) -> usize {
-        let wants = |info: &OutletInfo| info.wants_tools_list_changed || info.wants_prompts_list_changed;
-        let changed = |principal: &str| {
-            let (old, new) = (self.view(before.0, before.1, principal), self.view(after.0, after.1, principal));
-            (old.tools != new.tools || old.own != new.own, old.prompts != new.prompts)
         };
-        let news = |info: &OutletInfo, &(tools, prompts): &(bool, bool), _: &mut u64| {
-            let tools = (tools && info.wants_tools_list_changed).then_some(Outgoing::ToolsListChanged);
-            let prompts = (prompts && info.wants_prompts_list_changed).then_some(Outgoing::PromptsListChanged);
-            tools.into_iter().chain(prompts).collect()
-        };
-        self.inner.fanout.tell_changed(wants, changed, news)
+        entries.into_iter().filter_map(namespaced).collect()
     }
-
-    /// What `principal` sees of a snapshot: its tools (the bridge's too, when on) and its prompts.
-    fn view<'a>(&self, snapshot: &'a OfferingsSnapshot, policy: &PolicySet, principal: &str) -> View<'a> {
-        let mut view = View::default();
-        let naming = snapshot.naming();
-        for entry in snapshot.all() {
-            match entry {
-                (Some(tool), _) if self.allowed(policy, principal, naming, Offering::Tool, &tool.name, None) => {
-                    view.tools.push(tool)
-                }
-                (_, Some(prompt)) if self.allowed(policy, principal, naming, Offering::Prompt, &prompt.name, None) => {
-                    view.prompts.push(prompt)
-                }
-                _ => {}
-            }
-        }
-        if self.inner.bridge {
-            let allowed =
-                |name: &&str| policy.is_allow_all() || policy.decide(principal, &own::policy_uri(name)).allowed;
-            view.own = own::BRIDGE_TOOLS.iter().copied().filter(allowed).collect();
-        }
-        view
-    }
-}
-
-/// A listed tool's or prompt's icons as `principal` may see them (see `rewrite`).
-fn listed_icons(
-    resources: &crate::catalog::Snapshot,
-    policy: &PolicySet,
-    principal: &str,
-    naming: Naming,
-    presented: &str,
-    icons: Option<Vec<Icon>>,
-) -> Option<Vec<Icon>> {
-    let icons = icons?;
-    let (upstream, _) = naming.origin(presented)?;
-    rewrite::icons_for(&rewrite::Links::new(upstream, resources, policy, principal), Some(icons))
-}
-
-/// What one principal sees: the upstreams' tools and prompts, and the proxy's own tools.
-#[derive(Default, PartialEq)]
-struct View<'a> {
-    tools: Vec<&'a Tool>,
-    prompts: Vec<&'a Prompt>,
-    own: Vec<&'static str>,
 }

@@ -19,9 +19,10 @@
 
 use std::sync::Arc;
 
-use rmcp::model::{CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult};
-use rmcp::model::{GetPromptRequestParams, GetPromptResponse, ReadResourceResponse, ServerResult};
+use rmcp::model::{ReadResourceResponse, ServerResult};
 
+use super::kinds::{send, state_of, takes_input};
+use super::routed::{Asker, mismatched};
 use super::sealed::Holder;
 use super::{ProgressOutlet, Tools};
 use crate::cluster::forward::{
@@ -30,7 +31,7 @@ use crate::cluster::forward::{
 use crate::config::SessionMode;
 use crate::error::ProxyError;
 use crate::host::{HostRelay, SubjectToken};
-use crate::upstream::{Connection, HostSession, Upstream};
+use crate::upstream::{HostSession, Upstream};
 
 /// The owner's outcome for a request forwarded here: its answer, or why not.
 pub type Ran = Result<Answer, ProxyError>;
@@ -41,94 +42,35 @@ impl Tools {
         self.inner.forwarder.as_ref()
     }
 
-    /// Run a call `principal`'s `upstream` session owns elsewhere there; `None`: it is this
-    /// replica's (or the owner cannot be reached), run it here.
-    pub(super) async fn tool_elsewhere(
+    /// Run `call` at the replica that holds `asker`'s session of `upstream`, or where the call
+    /// it continues waits for its host's input; `None`: run it here (this replica's, or the
+    /// owner cannot be reached).
+    pub(super) async fn run_elsewhere(
         &self,
         upstream: &Upstream,
+        asker: &Asker<'_>,
         holder: &Holder<'_>,
-        params: &CallToolRequestParams,
-        host: ForwardingHost<'_>,
-    ) -> Option<Result<CallToolResponse, ProxyError>> {
-        let of = session_of(upstream, holder.principal, host.relay.as_deref());
-        let waits_elsewhere = self.parked_elsewhere(upstream, params.request_state.as_deref());
+        call: &Call,
+    ) -> Option<Result<Answer, ProxyError>> {
+        let of = session_of(upstream, asker.principal, asker.relay.as_deref());
+        let waits_elsewhere = self.parked_elsewhere(upstream, state_of(call));
         if waits_elsewhere.is_none() && !self.held_elsewhere(upstream, of) {
             return None;
         }
-        let mut params = params.clone();
-        if let Err(error) = self.open_state_in(holder, &mut params.request_state) {
+        let mut call = call.clone();
+        if let Err(error) = self.open_state_in(holder, &mut call) {
             return Some(Err(error));
         }
-        let answer = match waits_elsewhere {
-            Some(replica) => self.resume_at(upstream, of, replica, Call::Tool(params), host).await,
-            None => self.elsewhere(upstream, of, Call::Tool(params), host).await?,
+        let host = ForwardingHost {
+            progress: asker.progress.as_deref(),
+            relay: asker.relay.clone(),
+            presented: holder.name,
+            subject: asker.subject,
         };
-        Some(answer.and_then(|answer| match answer {
-            Answer::Tool(result) => Ok(CallToolResponse::Complete(result)),
-            Answer::InputRequired(needs) => {
-                Ok(CallToolResponse::InputRequired(self.sealed_unless_parked(holder, needs)))
-            }
-            _ => Err(mismatched(upstream)),
-        }))
-    }
-
-    /// As [`Self::tool_elsewhere`], for a prompt.
-    pub(super) async fn prompt_elsewhere(
-        &self,
-        upstream: &Upstream,
-        holder: &Holder<'_>,
-        params: &GetPromptRequestParams,
-        relay: Option<Arc<dyn HostRelay>>,
-    ) -> Option<Result<GetPromptResponse, ProxyError>> {
-        let of = session_of(upstream, holder.principal, relay.as_deref());
-        let waits_elsewhere = self.parked_elsewhere(upstream, params.request_state.as_deref());
-        if waits_elsewhere.is_none() && !self.held_elsewhere(upstream, of) {
-            return None;
+        match waits_elsewhere {
+            Some(replica) => Some(self.resume_at(upstream, of, replica, call, host).await),
+            None => self.elsewhere(upstream, of, call, host).await,
         }
-        let mut params = params.clone();
-        if let Err(error) = self.open_state_in(holder, &mut params.request_state) {
-            return Some(Err(error));
-        }
-        let host = ForwardingHost { progress: None, relay, presented: holder.name, subject: None };
-        let answer = match waits_elsewhere {
-            Some(replica) => self.resume_at(upstream, of, replica, Call::Prompt(params), host).await,
-            None => self.elsewhere(upstream, of, Call::Prompt(params), host).await?,
-        };
-        Some(answer.and_then(|answer| match answer {
-            Answer::Prompt(result) => Ok(GetPromptResponse::Complete(result)),
-            Answer::InputRequired(needs) => {
-                Ok(GetPromptResponse::InputRequired(self.sealed_unless_parked(holder, needs)))
-            }
-            _ => Err(mismatched(upstream)),
-        }))
-    }
-
-    /// The host's sealed `requestState` in `state`, opened for the owner (which sees it as the
-    /// upstream gave it). The proxy's own, of a call parked for the host's input (at the owner),
-    /// is not sealed and goes as it is.
-    pub(super) fn open_state_in(&self, holder: &Holder<'_>, state: &mut Option<String>) -> Result<(), ProxyError> {
-        if super::parked::is_ours(state.as_deref()) {
-            return Ok(());
-        }
-        *state = self.opened_state(holder, state.take())?;
-        Ok(())
-    }
-
-    /// As [`Self::tool_elsewhere`], for a completion whose request came with `subject`.
-    pub(super) async fn complete_elsewhere(
-        &self,
-        upstream: &Upstream,
-        principal: &str,
-        subject: Option<&SubjectToken>,
-        params: &CompleteRequestParams,
-    ) -> Option<Result<CompleteResult, ProxyError>> {
-        let of = session_of(upstream, principal, None);
-        let host = ForwardingHost { subject, ..Default::default() };
-        let answer = self.elsewhere(upstream, of, Call::Complete(params.clone()), host).await?;
-        Some(answer.and_then(|answer| match answer {
-            Answer::Complete(result) => Ok(result),
-            _ => Err(mismatched(upstream)),
-        }))
     }
 
     /// A read of `principal`'s session of `upstream` (the upstream's own URI) when another
@@ -167,7 +109,7 @@ impl Tools {
         let down = || ProxyError::UpstreamDown { upstream: of.upstream.to_string(), cause: None };
         let upstream = self.inner.upstreams.get(of.upstream).ok_or_else(down)?;
         // A shared upstream's request comes here only to resume a call parked here.
-        if upstream.config().sessions.mode == SessionMode::Shared && !resumes_parked(&call) {
+        if upstream.config().sessions.mode == SessionMode::Shared && !super::parked::is_ours(state_of(&call)) {
             return Err(ProxyError::InvalidParams("not an upstream with sessions of its own here".into()));
         }
         if let Call::Offerings = call {
@@ -176,30 +118,15 @@ impl Tools {
         let session = upstream.session_for(principal, of.host.map(HostSession::from)).await?;
         session.pass_log_level(relay.as_deref().and_then(|relay| relay.log_level())).await;
         self.inner.metrics.cluster_forward("served");
-        Ok(match call {
-            Call::Tool(params) => {
-                match self.forwarded_tool(&session, (principal, presented), params, progress, relay).await? {
-                    CallToolResponse::Complete(result) => Answer::Tool(result),
-                    CallToolResponse::InputRequired(needs) => Answer::InputRequired(needs),
-                    _ => return Err(task_answer(&upstream)),
-                }
+        // A host that takes `input_required` (2026-07-28): parked here as for a local call, so
+        // its retry (forwarded here from any replica) resumes it; for a 2025 host, the
+        // upstream's requests go to it through `relay`.
+        match relay.clone().filter(|relay| relay.takes_input_required()) {
+            Some(host) if takes_input(&call) => {
+                self.parked(&session, (principal, presented), call, progress, host).await
             }
-            Call::Prompt(params) => match self.forwarded_prompt(&session, (principal, presented), params, relay).await?
-            {
-                GetPromptResponse::Complete(result) => Answer::Prompt(result),
-                GetPromptResponse::InputRequired(needs) => Answer::InputRequired(needs),
-                _ => return Err(task_answer(&upstream)),
-            },
-            Call::Read(params) => match session.read_as(&params.uri, subject).await? {
-                ReadResourceResponse::Complete(result) => Answer::Read(result),
-                ReadResourceResponse::InputRequired(needs) => Answer::InputRequired(needs),
-                _ => return Err(task_answer(&upstream)),
-            },
-            Call::Complete(params) => Answer::Complete(session.complete_as(params, subject).await?),
-            Call::Hold { .. } | Call::Reply { .. } | Call::Offerings | Call::Offered { .. } | Call::Collect { .. } => {
-                return Err(ProxyError::InvalidParams("a subscription, an answer or a list is not run".into()));
-            }
-        })
+            _ => send(&session, call, progress, relay, subject).await,
+        }
     }
 
     /// The answer of a call kept for a 2025 host whose stream was lost with the replica that
@@ -212,11 +139,10 @@ impl Tools {
         answer: Result<Answer, RemoteError>,
     ) -> Result<ServerResult, ProxyError> {
         let policy = self.policy();
-        let mut result = match answer.map_err(|error| error.into_error(upstream))? {
-            Answer::Tool(result) => ServerResult::CallToolResult(self.result_for(upstream, result, &policy, principal)),
-            Answer::Prompt(result) => {
-                ServerResult::GetPromptResult(self.prompt_for(upstream, result, &policy, principal))
-            }
+        let answer = answer.map_err(|error| error.into_error(upstream))?;
+        let mut result = match self.rewritten(upstream, answer, &policy, principal) {
+            Answer::Tool(result) => ServerResult::CallToolResult(result),
+            Answer::Prompt(result) => ServerResult::GetPromptResult(result),
             _ => {
                 let reason = "it answered a kept call with something else".to_string();
                 return Err(ProxyError::UpstreamFailed { upstream: upstream.to_string(), reason });
@@ -232,37 +158,6 @@ impl Tools {
         let Some(upstream) = self.inner.upstreams.get(of.upstream) else { return false };
         upstream.offered_elsewhere(of.principal, of.host.map(|host| host.key), from, lists);
         true
-    }
-
-    /// A forwarded call on the principal's `session`: for a host that takes `input_required`
-    /// (2026-07-28), parked here as for a local call, so its retry (forwarded here from any
-    /// replica) resumes it; for a 2025 host, the upstream's requests go to it through `relay`.
-    async fn forwarded_tool(
-        &self,
-        session: &Connection,
-        (principal, presented): (&str, &str),
-        params: CallToolRequestParams,
-        progress: Option<Arc<dyn ProgressOutlet>>,
-        relay: Option<Arc<dyn HostRelay>>,
-    ) -> Result<CallToolResponse, ProxyError> {
-        match relay.clone().filter(|relay| relay.takes_input_required()) {
-            Some(host) => self.call_parked(session, principal, presented, params, progress, host).await,
-            None => session.call_tool(params, progress, relay).await,
-        }
-    }
-
-    /// As [`Self::forwarded_tool`], for a prompt.
-    async fn forwarded_prompt(
-        &self,
-        session: &Connection,
-        (principal, presented): (&str, &str),
-        params: GetPromptRequestParams,
-        relay: Option<Arc<dyn HostRelay>>,
-    ) -> Result<GetPromptResponse, ProxyError> {
-        match relay.clone().filter(|relay| relay.takes_input_required()) {
-            Some(host) => self.prompt_parked(session, principal, presented, params, host).await,
-            None => session.get_prompt(params, relay).await,
-        }
     }
 
     /// Is session `of` another replica's? Asked before anything of the request is opened: a
@@ -361,15 +256,6 @@ impl Tools {
     }
 }
 
-/// Whether `call` continues a call the proxy parked for its host's input.
-fn resumes_parked(call: &Call) -> bool {
-    match call {
-        Call::Tool(params) => super::parked::is_ours(params.request_state.as_deref()),
-        Call::Prompt(params) => super::parked::is_ours(params.request_state.as_deref()),
-        _ => false,
-    }
-}
-
 /// Whose session a request of `principal` (from `relay`'s host, when it has one) runs on at
 /// `upstream`: a per-host upstream's request from a host session runs on that session's own.
 fn session_of<'a>(upstream: &'a Upstream, principal: &'a str, relay: Option<&dyn HostRelay>) -> SessionOf<'a> {
@@ -378,14 +264,4 @@ fn session_of<'a>(upstream: &'a Upstream, principal: &'a str, relay: Option<&dyn
         Some(HostOf { key, sampling: relay.declares_sampling(), elicitation: relay.declares_elicitation() })
     });
     upstream.forwarded_as(principal, host)
-}
-
-fn mismatched(upstream: &Upstream) -> ProxyError {
-    let reason = "the replica holding the session answered another kind of result".into();
-    ProxyError::UpstreamFailed { upstream: upstream.name().to_string(), reason }
-}
-
-fn task_answer(upstream: &Upstream) -> ProxyError {
-    let reason = "it answered with a task, which the proxy does not pass through".into();
-    ProxyError::UpstreamFailed { upstream: upstream.name().to_string(), reason }
 }

@@ -15,6 +15,7 @@ use std::future::Future;
 use rmcp::ErrorData;
 use rmcp::model::{ErrorCode, InputRequest, InputRequiredResult, InputResponses};
 
+use crate::cluster::forward::Answer;
 use crate::error::ProxyError;
 use crate::host::HostRelay;
 use crate::upstream::Connection;
@@ -29,29 +30,29 @@ pub(super) struct Inputs {
 }
 
 /// Send a routed request with `send` and, while the upstream answers `input_required` to a host
-/// that cannot take it, ask the host and send again with its answers. `needs_of` finds the
-/// `input_required` result in an answer.
-pub(super) async fn bridged<R, Fut>(
+/// that cannot take it, ask the host and send again with its answers.
+pub(super) async fn bridged<Fut>(
     upstream: &Connection,
     relay: Option<&dyn HostRelay>,
-    needs_of: fn(&R) -> Option<&InputRequiredResult>,
     mut send: impl FnMut(Option<Inputs>) -> Fut,
-) -> Result<R, ProxyError>
+) -> Result<Answer, ProxyError>
 where
-    Fut: Future<Output = Result<R, ProxyError>>,
+    Fut: Future<Output = Result<Answer, ProxyError>>,
 {
     let Some(relay) = relay.filter(|relay| !relay.takes_input_required()) else { return send(None).await };
     let timeout = upstream.config().request_timeout;
     let rounds = async {
         let mut answer = send(None).await?;
         for _ in 0..MAX_ROUNDS {
-            let Some(needs) = needs_of(&answer) else { return Ok(answer) };
+            let Answer::InputRequired(needs) = &answer else { return Ok(answer) };
             let inputs = ask_host(upstream.name(), relay, needs).await?;
             answer = send(Some(inputs)).await?;
         }
-        match needs_of(&answer) {
-            None => Ok(answer),
-            Some(_) => Err(failed(upstream.name(), format!("it still needs input after {MAX_ROUNDS} rounds"))),
+        match answer {
+            Answer::InputRequired(_) => {
+                Err(failed(upstream.name(), format!("it still needs input after {MAX_ROUNDS} rounds")))
+            }
+            answer => Ok(answer),
         }
     };
     tokio::time::timeout(timeout, rounds)

@@ -16,7 +16,11 @@
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
+use rmcp::model::InputRequiredResult;
+
+use super::parked;
 use crate::crypto::SealingKey;
+use crate::error::ProxyError;
 
 /// How every sealed upstream `requestState` begins.
 pub(super) const SEALED_PREFIX: &str = "mcp-proxy-sealed:";
@@ -47,6 +51,32 @@ impl StateSeal {
     pub fn seal(&self, holder: &Holder<'_>, state: &str) -> String {
         let sealed = self.key.seal(&associated(holder), state.as_bytes());
         format!("{SEALED_PREFIX}{}", URL_SAFE_NO_PAD.encode(sealed))
+    }
+
+    /// The host's `requestState` in `state` opened for the upstream. The proxy's own (of a call
+    /// parked for the host's input, on whichever replica) is not sealed and stays as it is; a
+    /// state this holder was not handed answers like an unknown one.
+    pub fn open_in(&self, holder: &Holder<'_>, state: &mut Option<String>) -> Result<(), ProxyError> {
+        let Some(sealed) = state.as_deref().filter(|state| !parked::is_ours(Some(state))) else { return Ok(()) };
+        let Some(opened) = self.open(holder, sealed) else {
+            tracing::debug!(
+                principal = holder.principal,
+                name = holder.name,
+                "a requestState not handed to this caller"
+            );
+            return Err(parked::unknown_state());
+        };
+        *state = Some(opened);
+        Ok(())
+    }
+
+    /// `needs` for the host: an upstream's `requestState` sealed to the caller; the proxy's own
+    /// passed as it is, since only the principal that was asked can resume it anyway.
+    pub fn seal_needs(&self, holder: &Holder<'_>, mut needs: InputRequiredResult) -> InputRequiredResult {
+        if !parked::is_ours(needs.request_state.as_deref()) {
+            needs.request_state = needs.request_state.map(|state| self.seal(holder, &state));
+        }
+        needs
     }
 
     /// The upstream's state inside `sealed`, if this holder was handed it.

@@ -32,12 +32,9 @@ pub struct Offered {
 }
 
 impl Connection {
-    /// Does the current connection offer tools, prompts, completion?
-    pub fn offers(&self) -> (bool, bool, bool) {
-        self.link().map_or((false, false, false), |link| {
-            let c = &link.capabilities;
-            (c.tools.is_some(), c.prompts.is_some(), c.completions.is_some())
-        })
+    /// Does the current connection offer completion?
+    pub fn offers_completion(&self) -> bool {
+        self.link().is_ok_and(|link| link.capabilities.completions.is_some())
     }
 
     /// Every page of its tools and prompts on `link` (an upstream that lacks one offers none
@@ -51,37 +48,36 @@ impl Connection {
     }
 
     async fn list_offerings(&self, link: &Link) -> Result<Offered, String> {
-        let timeout = self.config().request_timeout;
         let (has_tools, has_prompts) = (link.capabilities.tools.is_some(), link.capabilities.prompts.is_some());
+        let tools = self.every_page("tools/list", has_tools, |cursor| async {
+            let page = link.peer.list_tools(Some(PaginatedRequestParams::default().with_cursor(cursor))).await?;
+            Ok((page.tools, page.next_cursor, None))
+        });
+        let tools = tools.await?;
+        let prompts = self.every_page("prompts/list", has_prompts, |cursor| async {
+            let page = link.peer.list_prompts(Some(PaginatedRequestParams::default().with_cursor(cursor))).await?;
+            Ok((page.prompts, page.next_cursor, None))
+        });
+        Ok(Offered { tools, prompts: prompts.await? })
+    }
+
+    /// Every page of one list (`method`; none when the upstream does not `offer` it), counted.
+    async fn every_page<T, Fut>(
+        &self,
+        method: &'static str,
+        offers: bool,
+        page: impl FnMut(Option<String>) -> Fut,
+    ) -> Result<Vec<T>, String>
+    where
+        Fut: Future<Output = Result<(Vec<T>, Option<String>, Option<u64>), ServiceError>>,
+    {
         let started = std::time::Instant::now();
-        let tools = match has_tools {
+        let listed = match offers {
             false => Ok((Vec::new(), None)),
-            true => {
-                all_pages(timeout, |cursor| async {
-                    let page =
-                        link.peer.list_tools(Some(PaginatedRequestParams::default().with_cursor(cursor))).await?;
-                    Ok((page.tools, page.next_cursor, None))
-                })
-                .await
-            }
+            true => all_pages(self.config().request_timeout, page).await,
         };
-        self.count("tools/list", &tools, started);
-        let tools = empty_if_unsupported(tools).map_err(|e| format!("tools/list: {e}"))?.0;
-        let started = std::time::Instant::now();
-        let prompts = match has_prompts {
-            false => Ok((Vec::new(), None)),
-            true => {
-                all_pages(timeout, |cursor| async {
-                    let params = PaginatedRequestParams::default().with_cursor(cursor);
-                    let page = link.peer.list_prompts(Some(params)).await?;
-                    Ok((page.prompts, page.next_cursor, None))
-                })
-                .await
-            }
-        };
-        self.count("prompts/list", &prompts, started);
-        let prompts = empty_if_unsupported(prompts).map_err(|e| format!("prompts/list: {e}"))?.0;
-        Ok(Offered { tools, prompts })
+        self.count(method, &listed, started);
+        Ok(empty_if_unsupported(listed).map_err(|e| format!("{method}: {e}"))?.0)
     }
 
     /// `tools/call` with the upstream's own tool name. With a `progress` outlet, the upstream's
@@ -95,24 +91,18 @@ impl Connection {
         progress: Option<Arc<dyn ProgressOutlet>>,
         relay: Option<Arc<dyn HostRelay>>,
     ) -> Result<CallToolResponse, ProxyError> {
-        let link = self.link()?;
-        let span = self.client_span("tools/call", Some(&params.name));
+        let name = params.name.to_string();
         let mut request = CallToolRequest::new(params);
         if let Some(outlet) = &progress {
             request.extensions.insert(ProgressClaim(Arc::downgrade(outlet)));
         }
-        let refused = Mutex::new(None);
-        let request = async {
-            match self.send_routed(&link, ClientRequest::CallToolRequest(request), relay, &refused, &span).await? {
-                ServerResult::CallToolResult(result) => Ok(CallToolResponse::Complete(result)),
-                ServerResult::InputRequiredResult(needs) => Ok(CallToolResponse::InputRequired(needs)),
-                ServerResult::CreateTaskResult(task) => Ok(CallToolResponse::Task(task)),
-                _ => Err(ServiceError::UnexpectedResponse),
-            }
+        let answer_of = |result| match result {
+            ServerResult::CallToolResult(result) => Some(CallToolResponse::Complete(result)),
+            ServerResult::InputRequiredResult(needs) => Some(CallToolResponse::InputRequired(needs)),
+            ServerResult::CreateTaskResult(task) => Some(CallToolResponse::Task(task)),
+            _ => None,
         };
-        let answer = self.timed("tools/call", request, !link.peer.is_transport_closed()).await;
-        note_answer(&span, &answer);
-        self.named_refusal("tools/call", answer, refused)
+        self.routed(("tools/call", &name), ClientRequest::CallToolRequest(request), relay, answer_of).await
     }
 
     /// `prompts/get` with the upstream's own prompt name; with a `relay`, as for a call.
@@ -121,22 +111,43 @@ impl Connection {
         params: GetPromptRequestParams,
         relay: Option<Arc<dyn HostRelay>>,
     ) -> Result<GetPromptResponse, ProxyError> {
-        let link = self.link()?;
-        let span = self.client_span("prompts/get", Some(&params.name));
+        let name = params.name.clone();
         let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
+        let answer_of = |result| match result {
+            ServerResult::GetPromptResult(result) => Some(GetPromptResponse::Complete(result)),
+            ServerResult::InputRequiredResult(needs) => Some(GetPromptResponse::InputRequired(needs)),
+            _ => None,
+        };
+        self.routed(("prompts/get", &name), request, relay, answer_of).await
+    }
+
+    /// A routed request (`method`, naming `name`) on its CLIENT span, with the upstream's
+    /// timeout; `answer_of` takes the answer of its kind from the reply. The span notes a tool's
+    /// `isError` as `tool_error`, an error by its kind.
+    async fn routed<T>(
+        &self,
+        (method, name): (&'static str, &str),
+        request: ClientRequest,
+        relay: Option<Arc<dyn HostRelay>>,
+        answer_of: impl FnOnce(ServerResult) -> Option<T>,
+    ) -> Result<T, ProxyError> {
+        let link = self.link()?;
+        let span = self.client_span(method, Some(name));
         let refused = Mutex::new(None);
         let request = async {
-            match self.send_routed(&link, request, relay, &refused, &span).await? {
-                ServerResult::GetPromptResult(result) => Ok(GetPromptResponse::Complete(result)),
-                ServerResult::InputRequiredResult(needs) => Ok(GetPromptResponse::InputRequired(needs)),
-                _ => Err(ServiceError::UnexpectedResponse),
+            let result = self.send_routed(&link, request, relay, &refused, &span).await?;
+            if let ServerResult::CallToolResult(result) = &result
+                && result.is_error == Some(true)
+            {
+                span.failed("tool_error".into());
             }
+            answer_of(result).ok_or(ServiceError::UnexpectedResponse)
         };
-        let answer = self.timed("prompts/get", request, !link.peer.is_transport_closed()).await;
+        let answer = self.timed(method, request, !link.peer.is_transport_closed()).await;
         if let Err(error) = &answer {
             super::traced::note_failure(&span, error);
         }
-        self.named_refusal("prompts/get", answer, refused)
+        self.named_refusal(method, answer, refused)
     }
 
     /// A routed call the upstream failed (an error reply) after a request it sent for the call
@@ -237,15 +248,6 @@ impl Connection {
 
     fn count<T>(&self, method: &'static str, result: &Result<T, PageError>, started: std::time::Instant) {
         self.inner.metrics.upstream_request(self.name(), method, list_outcome(result), started.elapsed(), self.hop());
-    }
-}
-
-/// A call's answer on its CLIENT span: `tool_error` for a tool's `isError`, else the error's kind.
-fn note_answer(span: &Span, answer: &Result<CallToolResponse, ProxyError>) {
-    match answer {
-        Ok(CallToolResponse::Complete(result)) if result.is_error == Some(true) => span.failed("tool_error".into()),
-        Err(error) => super::traced::note_failure(span, error),
-        Ok(_) => {}
     }
 }
 

@@ -37,7 +37,8 @@ impl<'a> ListedIcons<'a> {
         if icons.is_empty() {
             return Some(icons);
         }
-        let upstream = namespace::split(listed).and_then(|(upstream, _)| self.resources.upstream_name(upstream))?;
+        let (upstream, _) = namespace::split(listed)?;
+        let (upstream, _) = self.resources.parts().find(|(name, _)| *name == upstream)?;
         let at = match self.judges.iter().position(|links| links.upstream() == upstream) {
             Some(at) => at,
             None => {

@@ -17,17 +17,18 @@
 //! Invariant: nothing leaves here carrying an upstream's own URI in these slots, or a URI the
 //! caller may not read.
 
+mod answer;
 mod completion;
 mod links;
 mod listed;
 mod structured;
 
-use rmcp::model::{ContentBlock, Icon, JsonObject, MetaObject, Prompt, ResourceContents, Tool};
+use rmcp::model::{ContentBlock, Icon, JsonObject, MetaObject, ResourceContents};
 
+pub(crate) use self::answer::answer_for;
 pub(crate) use self::completion::completion_for;
 pub(crate) use self::links::{Link, Links};
 pub(crate) use self::listed::ListedIcons;
-pub(crate) use self::structured::{Structured, structured_for};
 use crate::namespace;
 use crate::policy::PolicySet;
 use crate::uri;
@@ -103,19 +104,6 @@ pub(super) fn icons_for(links: &Links<'_>, icons: Option<Vec<Icon>>) -> Option<V
         })
         .collect();
     (!kept.is_empty()).then_some(kept)
-}
-
-/// A listed tool's `_meta` (namespaced when it was listed) as `principal` may see it (its
-/// icons: [`icons_for`]).
-pub(super) fn tool_for(mut tool: Tool, policy: &PolicySet, principal: &str) -> Tool {
-    tool.meta = tool.meta.map(|meta| meta_for(meta, policy, principal));
-    tool
-}
-
-/// A listed prompt's `_meta`, the same way.
-pub(super) fn prompt_for(mut prompt: Prompt, policy: &PolicySet, principal: &str) -> Prompt {
-    prompt.meta = prompt.meta.map(|meta| meta_for(meta, policy, principal));
-    prompt
 }
 
 /// A block of a result, for the caller: URIs namespaced, `_meta` and icons rewritten; `None`

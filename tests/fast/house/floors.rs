@@ -25,15 +25,14 @@ const FLOORS: &[&[&str]] = &[
         "uri",
         "cursor",
         "subscriptions",
-        "catalog",
         "spine",
         "ready_file",
         "host",
     ],
-    // Pure decisions over the facts, the folder server (an MCP server of its own), the
-    // byte-level rules of MCP over HTTP (from `protocol` only), and the stdio sandbox (its
-    // profile and launcher: nothing of the crate).
-    &["policy", "serve_dir", "wire", "sandbox"],
+    // Pure decisions over the facts, the merged lists with their cursors, the folder server (an
+    // MCP server of its own), the byte-level rules of MCP over HTTP (from `protocol` only), and
+    // the stdio sandbox (its profile and launcher: nothing of the crate).
+    &["policy", "catalog", "serve_dir", "wire", "sandbox"],
     // Validated configuration.
     &["config"],
     // Identity, instruments, the accept loop and the rate limits' buckets.
@@ -60,6 +59,7 @@ const FLOORS: &[&[&str]] = &[
 const EDGES: &[(&str, &[&str])] = &[
     ("cursor", &["crypto"]),
     ("policy", &["problem", "uri"]),
+    ("catalog", &["error", "cursor"]),
     ("serve_dir", &["spine"]),
     ("wire", &["protocol"]),
     ("config", &["crypto", "protocol", "problem", "namespace", "policy", "serve_dir", "sandbox"]),
