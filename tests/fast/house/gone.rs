@@ -6,8 +6,15 @@ use super::PRODUCT;
 use super::scan;
 
 /// `(name, what does it one way now)`.
-const GONE: &[(&str, &str)] =
-    &[("is_session", "a shared upstream and a session are two types over one `upstream::Connection`, not a flag")];
+const GONE: &[(&str, &str)] = &[
+    ("is_session", "a shared upstream and a session are two types over one `upstream::Connection`, not a flag"),
+    ("fn prompt_here", "tools, prompts and completions take one routed path (`tools::routed`)"),
+    ("fn prompt_parked", "tools, prompts and completions take one routed path (`tools::routed`)"),
+    ("fn prompt_needs", "tools, prompts and completions take one routed path (`tools::routed`)"),
+    ("fn forwarded_prompt", "tools, prompts and completions take one routed path (`tools::routed`)"),
+    ("OfferingsCatalog", "one `catalog::Catalog` over what it lists"),
+    ("OfferingsSnapshot", "one `catalog::Catalog` over what it lists"),
+];
 
 #[test]
 fn no_removed_twin_comes_back() {
