@@ -250,13 +250,32 @@ pub const ALIVE_EVERY: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum RemoteError {
-    NotFound { uri: String },
-    UnknownName { offering: String, name: String },
-    InvalidParams { message: String },
-    UpstreamDown,
-    UpstreamTimeout { timeout_ms: u64 },
-    UpstreamFailed { reason: String },
-    SessionLimit { limit: usize, setting: String },
+    NotFound {
+        uri: String,
+    },
+    UnknownName {
+        offering: String,
+        name: String,
+    },
+    InvalidParams {
+        message: String,
+    },
+    /// The owner's session could not be opened; `cause` is why its stdio child could not
+    /// start (masked as for a local host), when known.
+    UpstreamDown {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cause: Option<String>,
+    },
+    UpstreamTimeout {
+        timeout_ms: u64,
+    },
+    UpstreamFailed {
+        reason: String,
+    },
+    SessionLimit {
+        limit: usize,
+        setting: String,
+    },
 }
 
 /// Why a forwarded request was not answered by its owner.
@@ -625,7 +644,7 @@ impl RemoteError {
                 RemoteError::UnknownName { offering: offering.to_string(), name: name.clone() }
             }
             ProxyError::InvalidParams(message) => RemoteError::InvalidParams { message: message.clone() },
-            ProxyError::UpstreamDown { .. } => RemoteError::UpstreamDown,
+            ProxyError::UpstreamDown { cause, .. } => RemoteError::UpstreamDown { cause: cause.clone() },
             ProxyError::UpstreamTimeout { timeout, .. } => {
                 RemoteError::UpstreamTimeout { timeout_ms: timeout.as_millis() as u64 }
             }
@@ -646,7 +665,7 @@ impl RemoteError {
                 ProxyError::UnknownName { offering, name }
             }
             RemoteError::InvalidParams { message } => ProxyError::InvalidParams(message),
-            RemoteError::UpstreamDown => ProxyError::UpstreamDown { upstream, cause: None },
+            RemoteError::UpstreamDown { cause } => ProxyError::UpstreamDown { upstream, cause },
             RemoteError::UpstreamTimeout { timeout_ms } => {
                 ProxyError::UpstreamTimeout { upstream, timeout: Duration::from_millis(timeout_ms) }
             }
