@@ -830,14 +830,20 @@ fn hop_span(owner: &Owner, upstream: &str, call: &Call) -> Span {
     span
 }
 
-/// Whether `error` is TLS between replicas refusing the connection (the owner did not take this
-/// replica's certificate, whose handshake ends only at its first read): no request reached the
-/// owner.
+/// Whether `error` says the request never reached the owner: TLS between replicas refused the
+/// connection (the owner did not take this replica's certificate, which TLS 1.3 tells only once
+/// the handshake is over, so hyper reports the request as canceled before its connection was
+/// ready), or the refusal itself is at hand.
 fn refused_by_tls(error: &reqwest::Error) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
     while let Some(error) = source {
         let inner = error.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref());
         if error.is::<rustls::Error>() || inner.is_some_and(|inner| inner.is::<rustls::Error>()) {
+            return true;
+        }
+        let not_ready = |cause: &dyn std::error::Error| cause.to_string() == "connection was not ready";
+        let canceled = error.downcast_ref::<hyper::Error>().filter(|error| error.is_canceled());
+        if canceled.and_then(|error| std::error::Error::source(error)).is_some_and(not_ready) {
             return true;
         }
         source = error.source();
