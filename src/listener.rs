@@ -190,7 +190,7 @@ pub async fn serve(
 /// A connection on a listener with TLS between replicas, once its first byte said which.
 enum Opened {
     /// A TLS handshake that verified another replica's certificate: seated as a peer's.
-    Tls(tokio_rustls::server::TlsStream<TcpStream>, Admitting),
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>, Admitting),
     /// Plain HTTP: a host's (never seated as a peer's).
     Plain(TcpStream, Admitting),
 }
@@ -221,7 +221,7 @@ async fn opens_with_tls(
                 }
                 service.verified = true;
                 service.place.proven();
-                Some(Opened::Tls(stream, service))
+                Some(Opened::Tls(Box::new(stream), service))
             }
             Err(error) => {
                 tracing::debug!(error = %error, "a TLS handshake between replicas failed");

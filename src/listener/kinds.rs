@@ -48,11 +48,14 @@ impl Kind {
 #[derive(Clone)]
 pub struct Peers {
     /// Whether a request's head is another replica's (its pass right: checked on the head).
-    pub is_peer: Arc<dyn Fn(&http::Uri, &http::HeaderMap) -> bool + Send + Sync>,
+    pub is_peer: IsPeer,
     /// TLS between replicas: a connection that opens with a TLS handshake is another replica's,
     /// its certificate verified; a plain one is then never seated as one.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
 }
+
+/// Whether a request (its target and headers) is another replica's.
+pub type IsPeer = Arc<dyn Fn(&http::Uri, &http::HeaderMap) -> bool + Send + Sync>;
 
 /// Told the number of connections of a kind open, at each change.
 pub type OpenConnections = Arc<dyn Fn(Kind, usize) + Send + Sync>;
