@@ -311,8 +311,6 @@ async fn a_replica_at_its_hosts_connection_cap_still_serves_the_others_and_they_
     }
     let (full, mut hosts) = owner.context("one read was forwarded")?;
     let owner = &cluster.replicas[full];
-    assert_eq!(connections(owner, "peer").await?, 1.0, "the other replica's connection is a peer's");
-    assert_eq!(connections(owner, "host").await?, CAP as f64);
     drop(hosts.pop());
     let fresh = eventually(DEADLINE, "a host connects to the full owner", || host_connection(owner)).await?;
     assert_eq!(connections(owner, "host").await?, CAP as f64);
