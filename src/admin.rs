@@ -164,7 +164,7 @@ pub async fn serve_admin(
     let hosts: Arc<[String]> = allowed_hosts(address, &extra_hosts).into();
     let app = router(state).layer(axum::middleware::from_fn_with_state(hosts, require_allowed_host));
     tracing::info!(address = %address, "admin listening at http://{address}");
-    listener::serve(listener, app, limits, shutdown).await
+    listener::serve(listener, app, limits, None, None, shutdown).await
 }
 
 /// 403 unless the request's `Host` (port aside, or exactly `host:port`) is in `allowed`.

@@ -24,6 +24,7 @@ mod heartbeat;
 pub mod keys;
 pub mod mailbox;
 mod owners;
+pub mod peer_tls;
 pub mod sealed;
 
 use std::sync::{Arc, Mutex};
@@ -149,6 +150,11 @@ impl Cluster {
             metrics,
         };
         Ok(Cluster { inner: Arc::new(inner) })
+    }
+
+    /// TLS between replicas, when set (`peer_tls`).
+    pub fn peer_tls(&self) -> Option<&crate::config::PeerTls> {
+        self.inner.config.peer_tls.as_ref()
     }
 
     /// Start the `cluster-heartbeat` task on `spine` (it removes this replica's key on shutdown)

@@ -34,7 +34,7 @@
 //!   (pure but for its look at the disk).
 //! - [`telemetry`]: OpenTelemetry traces (MCP semantic conventions) over OTLP/HTTP: a SERVER span per host request, a CLIENT span per upstream request, a CONSUMER span per upstream `updated` and a PRODUCER span per host it is queued for; off unless configured.
 //! - [`metrics`]: the one [`metrics::Metrics`] handle with its own prometheus registry; bounded labels only.
-//! - [`listener`]: the accept loop of both HTTP listeners (connection cap, header timeout, `TCP_NODELAY`), allowed `Host`s.
+//! - [`listener`]: the accept loop of both HTTP listeners (connection cap, header timeout, `TCP_NODELAY`; other replicas' connections counted apart, TLS between replicas), allowed `Host`s.
 //! - [`logging`]: what the logs leave out (rmcp's errors about a peer that went away).
 //! - [`admin`]: the admin listener: `/metrics`, `/healthz`, `/readyz`, `/status`.
 //! - [`sandbox`]: a stdio upstream's sandbox profile and the `sandbox-exec` launcher every stdio child starts through (Landlock, rlimits, no_new_privs; the tree killed with the proxy).

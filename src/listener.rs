@@ -6,11 +6,17 @@
 //! Invariants:
 //! - the caps leave file descriptors for upstreams, folder files and the admin listener,
 //!   whatever the process's limit ([`fds`]);
-//! - at most [`ConnectionLimits::max_connections`] connections are open per listener (one more
-//!   may wait, accepted, for a place): at the cap a newcomer makes room by closing the oldest
-//!   connection that has not yet sent a whole request head (`listener/unproven.rs`: a slowloris
-//!   cannot keep fresh clients waiting); when every connection has sent one, further clients
-//!   wait in the kernel's backlog until a connection closes;
+//! - at most [`ConnectionLimits::max_connections`] hosts' connections are open per listener
+//!   (one more may wait, accepted, for a place): at the cap a newcomer makes room by closing the
+//!   oldest connection that has not yet sent a whole request head (`listener/unproven.rs`: a
+//!   slowloris cannot keep fresh clients waiting); when every connection has sent one, further
+//!   clients wait in the kernel's backlog until a connection closes. On the `/mcp` listener of a
+//!   replica, other replicas' connections have [`PEER_CONNECTIONS`] places of their own beside
+//!   the hosts' (`listener/kinds.rs`): a connection takes a place of its kind at its first
+//!   request, and one waiting for a host's place is still closable for room;
+//! - with TLS between replicas, a connection that opens with a TLS handshake is another
+//!   replica's once its certificate is verified (its requests carry [`VerifiedPeer`]); a plain
+//!   one is a host's;
 //! - a connection must deliver a complete request head within
 //!   [`ConnectionLimits::header_read_timeout`] — its first request and every keep-alive request
 //!   after it — or it is closed (slowloris, idle half-open connections);
@@ -25,6 +31,7 @@
 //!   treat as a yield and answer by waking an idle worker.
 
 pub mod fds;
+pub mod kinds;
 mod repoll;
 mod unproven;
 
@@ -36,11 +43,13 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use self::unproven::{Proving, Unproven};
+use self::kinds::{Admitting, Places, Seat};
+pub use self::kinds::{Kind, OpenConnections, PEER_CONNECTIONS, Peers, VerifiedPeer};
+use self::unproven::Unproven;
 
 /// Requests open at once on one HTTP/2 connection (hyper's default is 200): the forwarded
 /// requests and subscription holds of every principal from one replica to another share one.
@@ -94,14 +103,19 @@ impl ConnectionLimits {
 }
 
 /// Serve `app` over HTTP/1.1 and HTTP/2 (prior knowledge) on `listener` until `shutdown`; then
-/// stop accepting and wait for open connections to finish their current exchange.
+/// stop accepting and wait for open connections to finish their current exchange. With
+/// `peers` (the `/mcp` listener of a replica), other replicas' connections are counted apart
+/// from hosts' ([`kinds`]); `open` is told how many of each kind are open.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     limits: ConnectionLimits,
+    peers: Option<Peers>,
+    open: Option<OpenConnections>,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let places = Places::new(limits.max_connections, peers.is_some(), open);
+    let permits = Arc::new(Semaphore::new(places.total()));
     let unproven = Unproven::default();
     let graceful = GracefulShutdown::new();
     let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -130,12 +144,38 @@ pub async fn serve(
         }
         let place = Arc::new(unproven.enter());
         let evicted = place.evicted.clone();
-        let service = Proving { inner: TowerToHyperService::new(app.clone()), place };
+        let service = Admitting {
+            inner: TowerToHyperService::new(app.clone()),
+            place,
+            seat: Arc::new(Seat::new(places.clone())),
+            peers: peers.clone(),
+            verified: false,
+        };
         let (builder, watcher) = (builder.clone(), graceful.watcher());
+        let tls = peers.as_ref().and_then(|peers| peers.tls.clone());
+        let header_read_timeout = limits.header_read_timeout;
         tokio::spawn(async move {
-            let connection = builder.serve_connection(TokioIo::new(stream), service);
-            let connection = repoll::Repoll::new(watcher.watch(connection));
-            match unproven::until_evicted(connection, evicted).await {
+            let ended = match tls {
+                None => {
+                    let connection = builder.serve_connection(TokioIo::new(stream), service);
+                    unproven::until_evicted(repoll::Repoll::new(watcher.watch(connection)), evicted).await
+                }
+                Some(acceptor) => {
+                    let opening = opens_with_tls(acceptor, stream, header_read_timeout, service);
+                    match unproven::until_evicted(opening, evicted.clone()).await.flatten() {
+                        Some(Opened::Tls(stream, service)) => {
+                            let connection = builder.serve_connection(TokioIo::new(stream), service);
+                            unproven::until_evicted(repoll::Repoll::new(watcher.watch(connection)), evicted).await
+                        }
+                        Some(Opened::Plain(stream, service)) => {
+                            let connection = builder.serve_connection(TokioIo::new(stream), service);
+                            unproven::until_evicted(repoll::Repoll::new(watcher.watch(connection)), evicted).await
+                        }
+                        None => Some(Ok(())),
+                    }
+                }
+            };
+            match ended {
                 Some(Err(error)) => tracing::debug!(error = %error, peer = %peer, "connection ended with an error"),
                 Some(Ok(())) => {}
                 None => tracing::debug!(peer = %peer, "connection without a request head closed to make room"),
@@ -145,6 +185,51 @@ pub async fn serve(
     }
     graceful.shutdown().await;
     Ok(())
+}
+
+/// A connection on a listener with TLS between replicas, once its first byte said which.
+enum Opened {
+    /// A TLS handshake that verified another replica's certificate: seated as a peer's.
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>, Admitting),
+    /// Plain HTTP: a host's (never seated as a peer's).
+    Plain(TcpStream, Admitting),
+}
+
+/// Which a connection opens with, within `timeout`: a TLS handshake (its first byte 0x16), done
+/// with `acceptor` (which verifies the peer's certificate), or plain HTTP. `None`: it sent
+/// nothing in time, its handshake failed, or no peer's place is left.
+async fn opens_with_tls(
+    acceptor: tokio_rustls::TlsAcceptor,
+    stream: TcpStream,
+    timeout: Duration,
+    mut service: Admitting,
+) -> Option<Opened> {
+    const HANDSHAKE: u8 = 0x16;
+    let opening = async {
+        let mut first = [0u8; 1];
+        let read = stream.peek(&mut first).await.ok()?;
+        if read == 0 || first[0] != HANDSHAKE {
+            return Some(Opened::Plain(stream, service));
+        }
+        match acceptor.accept(stream).await {
+            Ok(stream) => {
+                if !service.seat.peer() {
+                    tracing::debug!(
+                        "listener: every place of other replicas' connections is taken; a replica's closed"
+                    );
+                    return None;
+                }
+                service.verified = true;
+                service.place.proven();
+                Some(Opened::Tls(Box::new(stream), service))
+            }
+            Err(error) => {
+                tracing::debug!(error = %error, "a TLS handshake between replicas failed");
+                None
+            }
+        }
+    };
+    tokio::time::timeout(timeout, opening).await.ok().flatten()
 }
 
 /// A place for the next connection. At the cap, a client that arrives meanwhile is accepted

@@ -142,6 +142,7 @@ struct Inner {
     cluster_redis_failures: IntCounterVec,
     cluster_answers: IntCounterVec,
     cluster_forwards: IntCounterVec,
+    listener_connections: IntGaugeVec,
     cluster_redis_rejected: IntCounterVec,
     auth_refused: IntCounterVec,
     request_bodies_cut: IntCounterVec,
@@ -282,6 +283,11 @@ impl Metrics {
                 "cluster_forwards_total",
                 "Requests for per-principal upstream sessions held by another replica: forwarded, fallback (owner unreachable, run here), failed; at the owner: served, refused (a bad mark).",
                 &["outcome"],
+            ),
+            listener_connections: b.gauge(
+                "listener_connections",
+                "Connections open on the MCP listener, by kind: host (counted against server.max_connections) or peer (other replicas', counted apart).",
+                &["kind"],
             ),
             cluster_redis_rejected: b.counter(
                 "cluster_redis_rejected_total",
@@ -553,6 +559,11 @@ impl Metrics {
     /// `forwarded`, `fallback`, `failed`, `served` or `refused`.
     pub fn cluster_forward(&self, outcome: &'static str) {
         self.inner.cluster_forwards.with_label_values(&[outcome]).inc();
+    }
+
+    /// `open` connections of `kind` (`host`, `peer`) on the MCP listener.
+    pub fn listener_connections(&self, kind: &'static str, open: usize) {
+        self.inner.listener_connections.with_label_values(&[kind]).set(saturate(open));
     }
 
     /// A value of `kind` read from Redis did not open: it is taken as missing.

@@ -12,7 +12,10 @@
 //! [`Call::Reply`]. A subscription travels too
 //! ([`Call::Hold`]): the owner holds it on the principal's session while the reply is open,
 //! and writes each change of it as a line. The owner unreachable (no connection
-//! within [`CONNECT_TIMEOUT`]): the caller runs it on a session of its own ([`Sent::Unreachable`]).
+//! within [`CONNECT_TIMEOUT`], or with `peer_tls` a TLS handshake either side refused): the
+//! caller runs it on a session of its own ([`Sent::Unreachable`]). With `peer_tls` every
+//! request goes over TLS ([`super::peer_tls`]), and the owner hears only a replica whose
+//! certificate the cluster's CA issued.
 //! With traces on, a call's hop is a CLIENT span of the caller's (child of its host request's
 //! SERVER span) whose context goes in the W3C `traceparent`/`tracestate` headers; the owner's
 //! SERVER span continues it, so a forwarded request is one trace across both replicas.
@@ -266,13 +269,32 @@ pub const ALIVE_EVERY: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum RemoteError {
-    NotFound { uri: String },
-    UnknownName { offering: String, name: String },
-    InvalidParams { message: String },
-    UpstreamDown,
-    UpstreamTimeout { timeout_ms: u64 },
-    UpstreamFailed { reason: String },
-    SessionLimit { limit: usize, setting: String },
+    NotFound {
+        uri: String,
+    },
+    UnknownName {
+        offering: String,
+        name: String,
+    },
+    InvalidParams {
+        message: String,
+    },
+    /// The owner's session could not be opened; `cause` is why its stdio child could not
+    /// start (masked as for a local host), when known.
+    UpstreamDown {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cause: Option<String>,
+    },
+    UpstreamTimeout {
+        timeout_ms: u64,
+    },
+    UpstreamFailed {
+        reason: String,
+    },
+    SessionLimit {
+        limit: usize,
+        setting: String,
+    },
 }
 
 /// Why a forwarded request was not answered by its owner.
@@ -297,6 +319,8 @@ pub enum Refusal {
     Stale,
     #[error("seen before")]
     Replayed,
+    #[error("not over TLS from a replica of the cluster's CA")]
+    Unverified,
 }
 
 impl Refusal {
@@ -308,6 +332,7 @@ impl Refusal {
             Refusal::Elsewhere => "elsewhere",
             Refusal::Stale => "stale",
             Refusal::Replayed => "replayed",
+            Refusal::Unverified => "unverified",
         }
     }
 }
@@ -336,15 +361,19 @@ impl Forwarder {
     pub fn new(cluster: &Cluster) -> Forwarder {
         // HTTP/2 with prior knowledge: every request to one replica, holds included, is a
         // stream of one connection (the listener speaks both; its `MAX_STREAMS` at once).
-        let http = crate::crypto::http_client()
+        // With `peer_tls`, over TLS: only the cluster's CA is trusted, and this replica's
+        // certificate is presented.
+        let mut http = crate::crypto::http_client()
             .connect_timeout(CONNECT_TIMEOUT)
             .http2_prior_knowledge()
             .http2_keep_alive_interval(KEEP_ALIVE)
             .http2_keep_alive_timeout(KEEP_ALIVE)
             .http2_keep_alive_while_idle(true)
-            .no_proxy()
-            .build()
-            .expect("a plain HTTP client builds");
+            .no_proxy();
+        if let Some(tls) = cluster.peer_tls() {
+            http = http.tls_backend_preconfigured(super::peer_tls::client_config(tls)).https_only(true);
+        }
+        let http = http.build().expect("the client between replicas builds");
         let inner = Inner {
             cluster: cluster.clone(),
             key: cluster.keys().forward(),
@@ -573,7 +602,13 @@ impl Forwarder {
             }
         }
         let response = post.send().await.map_err(|e| {
-            if e.is_connect() { Sent::Unreachable } else { failed(upstream, "the request could not be sent") }
+            if e.is_connect() || refused_by_tls(&e) {
+                Sent::Unreachable
+            } else {
+                let error = causes(&e);
+                tracing::debug!(replica = %owner.replica, error, "cluster: a request could not be sent to another replica");
+                failed(upstream, "the request could not be sent")
+            }
         })?;
         if !response.status().is_success() {
             return Err(failed(upstream, format!("the replica holding the session answered {}", response.status())));
@@ -675,7 +710,7 @@ impl RemoteError {
                 RemoteError::UnknownName { offering: offering.to_string(), name: name.clone() }
             }
             ProxyError::InvalidParams(message) => RemoteError::InvalidParams { message: message.clone() },
-            ProxyError::UpstreamDown { .. } => RemoteError::UpstreamDown,
+            ProxyError::UpstreamDown { cause, .. } => RemoteError::UpstreamDown { cause: cause.clone() },
             ProxyError::UpstreamTimeout { timeout, .. } => {
                 RemoteError::UpstreamTimeout { timeout_ms: timeout.as_millis() as u64 }
             }
@@ -696,7 +731,7 @@ impl RemoteError {
                 ProxyError::UnknownName { offering, name }
             }
             RemoteError::InvalidParams { message } => ProxyError::InvalidParams(message),
-            RemoteError::UpstreamDown => ProxyError::UpstreamDown { upstream, cause: None },
+            RemoteError::UpstreamDown { cause } => ProxyError::UpstreamDown { upstream, cause },
             RemoteError::UpstreamTimeout { timeout_ms } => {
                 ProxyError::UpstreamTimeout { upstream, timeout: Duration::from_millis(timeout_ms) }
             }
@@ -859,6 +894,38 @@ fn hop_span(owner: &Owner, upstream: &str, call: &Call) -> Span {
     let span = telemetry::client_span(Outgoing { method, target, upstream, server, transport: Transport::Tcp });
     span.note("mcp_proxy.replica", owner.replica.clone());
     span
+}
+
+/// Whether `error` says the request never reached the owner: TLS between replicas refused the
+/// connection (the owner did not take this replica's certificate, which TLS 1.3 tells only once
+/// the handshake is over, so hyper reports the request as canceled before its connection was
+/// ready), or the refusal itself is at hand.
+fn refused_by_tls(error: &reqwest::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = source {
+        let inner = error.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref());
+        if error.is::<rustls::Error>() || inner.is_some_and(|inner| inner.is::<rustls::Error>()) {
+            return true;
+        }
+        let not_ready = |cause: &dyn std::error::Error| cause.to_string() == "connection was not ready";
+        let canceled = error.downcast_ref::<hyper::Error>().filter(|error| error.is_canceled());
+        if canceled.and_then(|error| std::error::Error::source(error)).is_some_and(not_ready) {
+            return true;
+        }
+        source = error.source();
+    }
+    false
+}
+
+/// `error` and each of its causes, `: `-separated.
+fn causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    text
 }
 
 fn failed(upstream: &str, reason: impl Into<String>) -> Sent {

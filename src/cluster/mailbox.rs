@@ -204,6 +204,7 @@ mod tests {
             replica_ttl: Duration::from_secs(3),
             ready_without_redis: true,
             advertise_url: None,
+            peer_tls: None,
         };
         Mailbox::new(Cluster::new(&config, Metrics::new()).expect("a cluster handle"))
     }

@@ -20,7 +20,7 @@ use super::Cluster;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Owner {
     pub replica: String,
-    /// Its MCP listener, `http://host:port` (no path).
+    /// Its MCP listener, `http://host:port` (`https://` with `peer_tls`; no path).
     pub url: String,
 }
 
@@ -76,11 +76,12 @@ impl Cluster {
     }
 
     /// The listener is bound at `local`: without `advertise_url`, the others reach this replica
-    /// there when it names an address (not `0.0.0.0` or `::`).
+    /// there when it names an address (not `0.0.0.0` or `::`), over `https://` with `peer_tls`.
     pub fn listening_at(&self, local: SocketAddr) {
+        let scheme = if self.peer_tls().is_some() { "https" } else { "http" };
         let mut own = self.inner.addresses.own.lock().expect("addresses lock");
         if own.is_none() && !local.ip().is_unspecified() {
-            *own = Some(format!("http://{local}"));
+            *own = Some(format!("{scheme}://{local}"));
         }
     }
 

@@ -13,6 +13,7 @@ use std::time::Duration;
 use figment::value::Value;
 use serde::Deserialize;
 
+use super::peer_tls::{PeerTls, RawPeerTls, validate_peer_tls};
 use super::{Problem, SessionMode, UpstreamConfig, duration, push, redact_url, report_unknown};
 
 /// The shortest cluster secret accepted (bytes): every replica derives its keys from it.
@@ -48,6 +49,9 @@ pub struct ClusterConfig {
     /// forwarded to it. `None`: the listen address once bound, when it names one (not
     /// `0.0.0.0` or `::`).
     pub advertise_url: Option<String>,
+    /// TLS between replicas (`peer_tls`): the others are reached over `https://` and must present
+    /// a certificate of the cluster's CA. `None`: forwarded requests travel as plain HTTP/2.
+    pub peer_tls: Option<PeerTls>,
 }
 
 /// A value that must not be shown: `Debug` prints `***`.
@@ -88,6 +92,7 @@ pub(super) struct RawCluster {
     heartbeat: Option<String>,
     ready_without_redis: Option<bool>,
     advertise_url: Option<String>,
+    peer_tls: Option<RawPeerTls>,
     #[serde(flatten)]
     unknown: BTreeMap<String, Value>,
 }
@@ -126,6 +131,12 @@ pub(super) fn validate_cluster(
     if heartbeat < Duration::from_millis(100) || heartbeat > Duration::from_secs(60) {
         push(problems, "cluster.heartbeat", format!("{heartbeat:?} is outside 100ms..=60s"));
     }
+    let advertise_url = raw.advertise_url.and_then(|url| advertise_url(&url, problems));
+    let peer_tls = raw.peer_tls.and_then(|tls| validate_peer_tls(tls, base, lookup, problems));
+    if let Some(url) = advertise_url.as_deref().filter(|url| peer_tls.is_some() && url.starts_with("http://")) {
+        let message = format!("`{}`: with `peer_tls` the others connect over https://", redact_url(url));
+        push(problems, "cluster.advertise_url", message);
+    }
     Some(ClusterConfig {
         redis_url: Secret::new(redis_url),
         redis_password,
@@ -134,7 +145,8 @@ pub(super) fn validate_cluster(
         heartbeat,
         replica_ttl: heartbeat * 3,
         ready_without_redis: raw.ready_without_redis.unwrap_or(true),
-        advertise_url: raw.advertise_url.and_then(|url| advertise_url(&url, problems)),
+        advertise_url,
+        peer_tls,
     })
 }
 

@@ -48,6 +48,7 @@ use crate::cluster::forward::{
 };
 use crate::error::ProxyError;
 use crate::host::{HostRelay, ProgressOutlet, SubjectToken};
+use crate::listener::{Peers, VerifiedPeer};
 use crate::proxy::{Proxy, ReplicaHold};
 use crate::telemetry::{self, Carrier, Incoming, Span};
 use crate::tools::Ran;
@@ -69,9 +70,27 @@ pub(super) fn routes(proxy: &Proxy, kept: Arc<KeptCalls>) -> Option<axum::Router
     Some(axum::Router::new().route(PATH, route).with_state(Forwarding { proxy: proxy.clone(), kept }))
 }
 
+/// How the MCP listener tells other replicas' connections from hosts' (when this replica is
+/// part of a cluster): a request to the route with a right pass on its head, or with
+/// `peer_tls` a TLS connection whose certificate the cluster's CA issued.
+pub(super) fn peers(proxy: &Proxy) -> Option<Peers> {
+    let forwarder = proxy.tools().forwarder()?.clone();
+    let tls = proxy.cluster().and_then(|cluster| cluster.peer_tls()).map(crate::cluster::peer_tls::acceptor);
+    let is_peer = move |uri: &http::Uri, headers: &http::HeaderMap| {
+        let pass = headers.get(PASS_HEADER).and_then(|value| value.to_str().ok());
+        uri.path() == PATH && forwarder.admits(pass).is_ok()
+    };
+    Some(Peers { is_peer: Arc::new(is_peer), tls })
+}
+
 async fn serve(State(Forwarding { proxy, kept }): State<Forwarding>, request: axum::extract::Request) -> Response {
     let Some(forwarder) = proxy.tools().forwarder() else { return StatusCode::NOT_FOUND.into_response() };
     let (head, body) = request.into_parts();
+    // With `peer_tls`, only a replica whose certificate the cluster's CA issued is heard.
+    let tls_required = proxy.cluster().is_some_and(|cluster| cluster.peer_tls().is_some());
+    if tls_required && head.extensions.get::<VerifiedPeer>().is_none() {
+        return refused(&proxy, forward::Refusal::Unverified);
+    }
     // The pass is checked on the head: without the cluster's key, not a byte of the body is read.
     let pass = head.headers.get(PASS_HEADER).and_then(|value| value.to_str().ok());
     if let Err(refusal) = forwarder.admits(pass) {

@@ -64,6 +64,7 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     sessions.session_config = session_config;
     let sessions = Arc::new(sessions);
     let metrics = proxy.metrics().clone();
+    let metrics_for_listener = metrics.clone();
     let proxy_for_routes = proxy.clone();
     let subjects = proxy.subjects().clone();
     // `[cluster]`: sessions any replica serves, kept in Redis (see `shared`).
@@ -185,5 +186,8 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
         app = app.merge(routes);
     }
     tracing::info!(address = %local, "serving MCP at http://{local}/mcp");
-    listener::serve(listener, app, ConnectionLimits::of(&server), shutdown).await
+    let peers = super::forwarded::peers(&proxy_for_routes);
+    let open: listener::OpenConnections =
+        Arc::new(move |kind, open| metrics_for_listener.listener_connections(kind.label(), open));
+    listener::serve(listener, app, ConnectionLimits::of(&server), peers, Some(open), shutdown).await
 }

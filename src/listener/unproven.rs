@@ -69,26 +69,6 @@ impl Drop for Place {
     }
 }
 
-/// A hyper service that marks its connection proven at its first request.
-pub(super) struct Proving<S> {
-    pub inner: S,
-    pub place: Arc<Place>,
-}
-
-impl<S, R> hyper::service::Service<R> for Proving<S>
-where
-    S: hyper::service::Service<R>,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
-
-    fn call(&self, request: R) -> Self::Future {
-        self.place.proven();
-        self.inner.call(request)
-    }
-}
-
 /// Run `connection` until it ends or is evicted (then it is dropped: the socket closes).
 pub(super) async fn until_evicted<F: Future>(connection: F, evicted: CancellationToken) -> Option<F::Output> {
     tokio::select! {

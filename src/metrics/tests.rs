@@ -44,6 +44,7 @@ const FAMILIES: &[&str] = &[
     "mcp_proxy_cluster_redis_failures_total",
     "mcp_proxy_cluster_answers_total",
     "mcp_proxy_cluster_forwards_total",
+    "mcp_proxy_listener_connections",
     "mcp_proxy_cluster_redis_rejected_total",
     "mcp_proxy_auth_refused_total",
     "mcp_proxy_request_bodies_cut_total",
@@ -88,6 +89,7 @@ fn exercise_every_method(metrics: &Metrics, upstream: &str) -> SessionGuard {
     metrics.cluster_redis_failure("replica-1");
     metrics.cluster_answer("replica-1", AnswerOutcome::Forwarded);
     metrics.cluster_forward("forwarded");
+    metrics.listener_connections("peer", 1);
     metrics.redis_rejected(SealedKind::CacheEntry);
     metrics.auth_refused("expired");
     metrics.request_body_cut("body_timeout");

@@ -11,6 +11,7 @@ pub mod support;
 mod answers;
 mod bad_input;
 mod bare_metal;
+mod between_replicas;
 mod cache;
 mod caps;
 mod peers;

@@ -266,6 +266,7 @@ mod tests {
             replica_ttl: Duration::from_secs(3),
             ready_without_redis: true,
             advertise_url: None,
+            peer_tls: None,
         };
         let metrics = Metrics::new();
         let cluster = Cluster::new(&config, metrics.clone()).expect("a cluster handle");

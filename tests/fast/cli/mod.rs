@@ -8,6 +8,7 @@
 //! `stdio`: `serve-dir` and `serve --stdio` over their stdin/stdout.
 
 mod connect;
+mod peer_tls;
 mod stdio;
 
 use std::path::Path;
