@@ -896,6 +896,9 @@ fn hop_span(owner: &Owner, upstream: &str, call: &Call) -> Span {
     span
 }
 
+/// How rustls words an alert the peer sent (`rustls::Error::AlertReceived`).
+const ALERT: &str = "received fatal alert";
+
 /// Whether `error` says the request never reached the owner: TLS between replicas refused the
 /// connection (the owner did not take this replica's certificate, which TLS 1.3 tells only once
 /// the handshake is over, so hyper reports the request as canceled before its connection was
@@ -905,6 +908,11 @@ fn refused_by_tls(error: &reqwest::Error) -> bool {
     while let Some(error) = source {
         let inner = error.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref());
         if error.is::<rustls::Error>() || inner.is_some_and(|inner| inner.is::<rustls::Error>()) {
+            return true;
+        }
+        // HTTP/2 keeps a connection's I/O error as its kind and text only (h2 clones it to every
+        // stream), so a TLS alert from the owner is known there by rustls's words.
+        if error.downcast_ref::<std::io::Error>().is_some_and(|io| io.to_string().starts_with(ALERT)) {
             return true;
         }
         let not_ready = |cause: &dyn std::error::Error| cause.to_string() == "connection was not ready";
