@@ -3,13 +3,11 @@
 //! real hosts subscribed in both eras (2025 sessions and a 2026-07-28 listen stream). One
 //! `updated` is one CONSUMER span, and each host it is queued for one PRODUCER span under it.
 
-use anyhow::Context;
-use rmcp::model::{ServerNotification, SubscribeRequestParams, SubscriptionFilter};
-use rmcp::service::Subscription;
+use rmcp::model::{SubscribeRequestParams, SubscriptionFilter};
 use serde_json::json;
 
 use crate::support::fixture::{
-    self, DEADLINE, Era, Events, FixtureClient, HttpFixture, call_json, wait_for_stats, watched,
+    self, Era, Events, FixtureClient, HttpFixture, call_json, listened_updated, wait_for_stats, watched,
 };
 use crate::support::otlp::{ReceivedSpan, Receiver, exporting_to};
 use crate::support::proxy::{ProxyProcess, alice_and_bob_policies, alice_and_bob_under_policies, http_upstream};
@@ -46,32 +44,6 @@ async fn subscribed(proxy: &ProxyProcess, token: &str, uri: &str) -> anyhow::Res
     Ok((host, events))
 }
 
-/// Wait (at most the deadline) for `updated` of [`ITEM`] on a 2025 session.
-async fn session_hears(events: &mut Events) -> anyhow::Result<()> {
-    loop {
-        if let fixture::FixtureEvent::Updated(uri) = events.next().await?
-            && uri == ITEM
-        {
-            return Ok(());
-        }
-    }
-}
-
-/// Wait (at most the deadline) for `updated` of [`ITEM`] on a listen stream.
-async fn stream_hears(stream: &mut Subscription) -> anyhow::Result<()> {
-    tokio::time::timeout(DEADLINE, async {
-        loop {
-            match stream.next().await? {
-                Some(ServerNotification::ResourceUpdatedNotification(n)) if n.params.uri == ITEM => return Ok(()),
-                Some(_) => continue,
-                None => anyhow::bail!("listen stream ended"),
-            }
-        }
-    })
-    .await
-    .context("no updated within the deadline")?
-}
-
 fn updated_spans<'a>(spans: &'a [ReceivedSpan], kind: &str) -> Vec<&'a ReceivedSpan> {
     spans.iter().filter(|span| span.name == UPDATED && span.kind == kind).collect()
 }
@@ -103,9 +75,9 @@ async fn one_upstream_updated_is_one_span_with_a_delivery_span_per_host_that_may
     let (side, _) = fixture::connect_http(&upstream.url, Era::Auto).await?;
     wait_for_stats(&side, |s| watched(s).iter().any(|uri| uri == UPSTREAM_URI)).await?;
     call_json(&side, "touch", json!({ "uri": UPSTREAM_URI })).await?;
-    session_hears(&mut first_heard).await?;
-    session_hears(&mut second_heard).await?;
-    stream_hears(&mut stream).await?;
+    first_heard.updated(ITEM).await?;
+    second_heard.updated(ITEM).await?;
+    listened_updated(&mut stream, ITEM).await?;
 
     let spans = receiver.wait("the updated span and its three deliveries", |s| fanned_out(s, 3)).await?;
     let updated = updated_spans(&spans, "CONSUMER")[0];

@@ -7,10 +7,9 @@
 //! PRODUCER span per alice's host under it, and none for bob.
 
 use anyhow::Context;
-use rmcp::model::{CallToolRequestParams, ServerNotification, SubscribeRequestParams, SubscriptionFilter};
-use rmcp::service::Subscription;
+use rmcp::model::{CallToolRequestParams, SubscribeRequestParams, SubscriptionFilter};
 
-use crate::support::fixture::{self, DEADLINE, Era, Events, FixtureClient, FixtureEvent};
+use crate::support::fixture::{self, Era, Events, FixtureClient, listened_updated};
 use crate::support::otlp::{ReceivedSpan, Receiver, exporting_to};
 use crate::support::peers::everything_upstream;
 use crate::support::proxy::{ProxyProcess, alice_and_bob_policies, alice_and_bob_under_policies};
@@ -29,32 +28,6 @@ async fn subscribed(proxy: &ProxyProcess, token: &str, uri: &str) -> anyhow::Res
     #[allow(deprecated)]
     host.subscribe(SubscribeRequestParams::new(uri)).await?;
     Ok((host, events))
-}
-
-/// Wait (at most the deadline of [`Events::next`]) for `updated` of [`ITEM`] on a 2025 session.
-async fn session_hears(events: &mut Events) -> anyhow::Result<()> {
-    loop {
-        if let FixtureEvent::Updated(uri) = events.next().await?
-            && uri == ITEM
-        {
-            return Ok(());
-        }
-    }
-}
-
-/// Wait (at most the deadline) for `updated` of [`ITEM`] on a listen stream.
-async fn stream_hears(stream: &mut Subscription) -> anyhow::Result<()> {
-    tokio::time::timeout(DEADLINE, async {
-        loop {
-            match stream.next().await? {
-                Some(ServerNotification::ResourceUpdatedNotification(n)) if n.params.uri == ITEM => return Ok(()),
-                Some(_) => continue,
-                None => anyhow::bail!("listen stream ended"),
-            }
-        }
-    })
-    .await
-    .context("no updated within the deadline")?
 }
 
 fn spans_of<'a>(spans: &'a [ReceivedSpan], kind: &str, uri: Option<&str>) -> Vec<&'a ReceivedSpan> {
@@ -100,9 +73,9 @@ async fn one_server_everything_updated_is_one_span_delivered_to_the_three_hosts_
     proxy.wait_log(&["upstream subscriptions applied", "\"upstream\":\"ev\"", "\"watched\":2"]).await?;
     let toggled = first.call_tool(CallToolRequestParams::new("ev__toggle-subscriber-updates")).await?;
     anyhow::ensure!(toggled.is_error != Some(true), "the tool failed: {toggled:?}");
-    session_hears(&mut first_heard).await?;
-    session_hears(&mut second_heard).await?;
-    stream_hears(&mut stream).await?;
+    first_heard.updated(ITEM).await?;
+    second_heard.updated(ITEM).await?;
+    listened_updated(&mut stream, ITEM).await?;
 
     let fanned_out = |spans: &[ReceivedSpan]| {
         let item = spans_of(spans, "CONSUMER", Some(ITEM));

@@ -160,6 +160,33 @@ impl Events {
     pub fn try_next(&mut self) -> Option<FixtureEvent> {
         self.events.try_recv().ok()
     }
+
+    /// Wait (at most [`DEADLINE`] per event) for an `updated` of `uri`, passing over the rest.
+    pub async fn updated(&mut self, uri: &str) -> anyhow::Result<()> {
+        loop {
+            if let FixtureEvent::Updated(heard) = self.next().await?
+                && heard == uri
+            {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Wait (at most [`DEADLINE`]) for an `updated` of `uri` on a 2026-07-28 listen stream, passing
+/// over the rest.
+pub async fn listened_updated(stream: &mut rmcp::service::Subscription, uri: &str) -> anyhow::Result<()> {
+    use rmcp::model::ServerNotification;
+    let heard = async {
+        loop {
+            match stream.next().await? {
+                Some(ServerNotification::ResourceUpdatedNotification(n)) if n.params.uri == uri => return Ok(()),
+                Some(_) => continue,
+                None => bail!("listen stream ended"),
+            }
+        }
+    };
+    tokio::time::timeout(DEADLINE, heard).await.map_err(|_| anyhow::anyhow!("no updated within {DEADLINE:?}"))?
 }
 
 impl HttpFixture {
