@@ -52,12 +52,17 @@ fn in_trace<'a>(spans: &'a [ReceivedSpan], trace: &str, kind: &str) -> Vec<&'a R
     spans.iter().filter(|span| span.trace_id == trace && span.kind == kind).collect()
 }
 
-/// A request's spans are all in: one SERVER and one CLIENT span when it ran where it landed,
-/// two of each when it was forwarded.
-fn complete(spans: &[ReceivedSpan], trace: &str) -> bool {
-    let (servers, clients) = (in_trace(spans, trace, "SERVER").len(), in_trace(spans, trace, "CLIENT").len());
-    let forwarded = in_trace(spans, trace, "CLIENT").iter().any(|c| c.attribute("mcp_proxy.replica").is_some());
-    (servers, clients) == if forwarded { (2, 2) } else { (1, 1) }
+/// Request `id`'s spans are all in: the front's SERVER span (the host's span its parent), and one
+/// SERVER and one CLIENT span when it ran where it landed, two of each when it was forwarded.
+/// Each replica exports on its own: the owner's two spans alone are no request ran where it
+/// landed.
+fn complete(spans: &[ReceivedSpan], id: u8) -> bool {
+    let Ok((trace, host_span)) = traceparent_ids(&host_traceparent(id)) else { return false };
+    let servers = in_trace(spans, &trace, "SERVER");
+    let clients = in_trace(spans, &trace, "CLIENT");
+    let front = servers.iter().any(|s| s.parent_span_id == host_span);
+    let forwarded = clients.iter().any(|c| c.attribute("mcp_proxy.replica").is_some());
+    front && (servers.len(), clients.len()) == if forwarded { (2, 2) } else { (1, 1) }
 }
 
 /// A forwarded request's trace, checked: the front replica's SERVER span (the host's span its
@@ -113,12 +118,8 @@ async fn a_call_on_a_session_owned_by_another_replica_is_one_trace_across_both()
         seen_upstream.push((id, seen["meta"].as_str().map(str::to_owned)));
     }
 
-    let traces: Vec<String> = calls
-        .iter()
-        .chain(&reads)
-        .map(|id| traceparent_ids(&host_traceparent(*id)).map(|(t, _)| t))
-        .collect::<Result<_, _>>()?;
-    let spans = receiver.wait("every request's spans", |s| traces.iter().all(|t| complete(s, t))).await?;
+    let spans =
+        receiver.wait("every request's spans", |s| calls.iter().chain(&reads).all(|id| complete(s, *id))).await?;
     let mut forwarded = 0;
     for id in calls {
         forwarded += usize::from(forwarded_trace(&spans, id)?.is_some());
