@@ -10,7 +10,7 @@
 //! reaches hosts as `tools/list_changed` / `prompts/list_changed` after the merged list has
 //! it, and only hosts whose principal's visible list changed hear it (the same holds for a
 //! policy reload). A per-principal or per-host upstream session that says its own lists
-//! changed is listed, to its own hosts only, as it lists itself ([`Tools::list_tools`] and the
+//! changed is listed, to its own hosts only, as it lists itself ([`Tools::list`] and the
 //! routing take the caller's view: the catalog with that session's part in place of the
 //! shared connection's); its hosts alone are told.
 //!
