@@ -901,8 +901,8 @@ const ALERT: &str = "received fatal alert";
 
 /// Whether `error` says the request never reached the owner: TLS between replicas refused the
 /// connection (the owner did not take this replica's certificate, which TLS 1.3 tells only once
-/// the handshake is over, so hyper reports the request as canceled before its connection was
-/// ready), or the refusal itself is at hand.
+/// the handshake is over, so hyper reports the request as canceled: its connection was not
+/// ready, or closed while the request was still queued), or the refusal itself is at hand.
 fn refused_by_tls(error: &reqwest::Error) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
     while let Some(error) = source {
@@ -915,9 +915,9 @@ fn refused_by_tls(error: &reqwest::Error) -> bool {
         if error.downcast_ref::<std::io::Error>().is_some_and(|io| io.to_string().starts_with(ALERT)) {
             return true;
         }
-        let not_ready = |cause: &dyn std::error::Error| cause.to_string() == "connection was not ready";
-        let canceled = error.downcast_ref::<hyper::Error>().filter(|error| error.is_canceled());
-        if canceled.and_then(|error| std::error::Error::source(error)).is_some_and(not_ready) {
+        // hyper cancels only a request its connection never started ("connection was not
+        // ready", "connection closed" while it was queued), and hands it back unsent.
+        if error.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_canceled) {
             return true;
         }
         source = error.source();
