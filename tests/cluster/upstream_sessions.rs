@@ -339,7 +339,7 @@ async fn a_subscription_made_on_another_replica_is_held_on_the_principals_one_se
 /// once the owner's session acknowledged it), the replica has at most 2 connections open to the
 /// owner meanwhile (its sockets, counted in the kernel's tables), any subscription refused says
 /// which bound (a 2025 session's past the bound is kept in its record, unheld), and a fresh
-/// host of bob's is served by the owner at once.
+/// host of bob's is connected and served its tools by the owner within a second.
 #[tokio::test(flavor = "multi_thread")]
 async fn one_principals_subscriptions_held_at_another_replica_are_bounded() -> anyhow::Result<()> {
     use crate::support::fixture::{Era, FixtureEvent, connect_http_with_token};
@@ -389,12 +389,16 @@ async fn one_principals_subscriptions_held_at_another_replica_are_bounded() -> a
     }
     let open = connections_to(front, owner_port)?;
     assert!((1..=2).contains(&open), "{open} connections at the owner for one principal's {total} subscriptions");
+    let within = std::time::Duration::from_secs(1);
     let started = std::time::Instant::now();
     let (bob, _) = connect_http_with_token(&cluster.replicas[alice_owner].url, Era::Modern, BOB_TOKEN).await?;
-    let tools = tokio::time::timeout(std::time::Duration::from_secs(5), bob.peer().list_all_tools())
+    let connected = started.elapsed();
+    let tools = tokio::time::timeout(within.saturating_sub(connected), bob.peer().list_all_tools())
         .await
-        .context("the owner did not answer a fresh host within 5 s")??;
-    eprintln!("a fresh host on the owner: connected and listed in {:?} ({open} held connections)", started.elapsed());
+        .with_context(|| format!("the owner did not answer a fresh host within 1 s (connected in {connected:?})"))??;
+    let (listed, answered) = (started.elapsed() - connected, started.elapsed());
+    eprintln!("a fresh host on the owner: connected in {connected:?}, listed in {listed:?} ({open} held connections)");
+    assert!(answered <= within, "a fresh host answered in {answered:?} (connected in {connected:?})");
     assert!(tools.iter().any(|tool| tool.name == "per__recall"), "{tools:?}");
     Ok(())
 }
