@@ -10,7 +10,9 @@
 //!   not yet marked down) goes to another replica (`retries 3`, `option redispatch 1`); every
 //!   answer names its replica in `X-Replica`. A POST carrying `X-Replica-Pin: N` goes to
 //!   `replica-N` while it is up (a test that must know which replica serves a host's request
-//!   stream); every other request, a GET resuming that stream included, is round-robin.
+//!   stream), and so does any request carrying `X-Replica-Route: N` (a test resuming a stream on
+//!   a replica of its choosing); every other request, a GET resuming that stream included, is
+//!   round-robin.
 //! - [`Replicas::wait_all_see`]: each replica's `/status` shows every replica.
 //! - [`Balancer::start_config`]: haproxy on a configuration of the test's own (the shipped
 //!   recipe's, its addresses moved to free ports).
@@ -221,7 +223,8 @@ impl Balancer {
             let admin_port = admin.rsplit_once(':').context("admin port")?.1;
             servers.push_str(&format!("  server replica-{index} {mcp} check port {admin_port}\n"));
             pins.push_str(&format!(
-                "  use-server replica-{index} if {{ req.hdr(x-replica-pin) -m str {index} }} METH_POST\n"
+                "  use-server replica-{index} if {{ req.hdr(x-replica-pin) -m str {index} }} METH_POST\n\
+                 \x20 use-server replica-{index} if {{ req.hdr(x-replica-route) -m str {index} }}\n"
             ));
         }
         let config = format!(
