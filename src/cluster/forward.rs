@@ -189,7 +189,7 @@ pub enum Call {
         lists: Option<OwnLists>,
     },
     /// The answer of the principal's call kept under `key` here (its forwarding replica went
-    /// away): answered [`Line::Kept`] then its answer or error, once the call is over; `404`
+    /// away, or its host's stream served here was cut): answered [`Line::Kept`] then its answer or error, once the call is over; `404`
     /// when none is kept here.
     Collect {
         key: String,
@@ -481,7 +481,7 @@ impl Forwarder {
     }
 
     /// The answer of `principal`'s call kept under `key` at `at` (its upstream, and the answer
-    /// or error as the upstream gave it), once the call ends (waiting at most `wait`); `None`
+    /// or error as kept there), once the call ends (waiting at most `wait`); `None`
     /// when `at` keeps none, or does not say so within [`CONNECT_TIMEOUT`].
     pub async fn collect(
         &self,

@@ -20,7 +20,11 @@
 //! request's stream (from rmcp's priming event on) carries an event id that names this replica
 //! and the request, marked with the cluster's session-id key (`shared::ids`): a host whose
 //! stream is cut resumes it with `Last-Event-ID` on whichever replica the balancer picks; here
-//! rmcp replays it, elsewhere the session gate answers it (`shared::resumed`).
+//! rmcp replays it, elsewhere the session gate answers it (`shared::resumed`). So that a
+//! resumption elsewhere gets the answer of a call whose stream was cut while this replica
+//! lives, each `tools/call` and `prompts/get` stream is booked in `kept` as it opens: the
+//! handler gives its answer there too, kept for a while from the stream's end (which says
+//! whether the answer went out on it: those make room first).
 //!
 //! Invariant: a marked notification reaches its host once — on its call's stream while that
 //! stream is open, else where rmcp puts it — and before the call's answer whenever it was sent
@@ -46,6 +50,7 @@ use rmcp::transport::streamable_http_server::session::local::{LocalSessionManage
 use rmcp::transport::streamable_http_server::session::{RestoreOutcome, ServerSseMessage, SessionId};
 use tokio::sync::mpsc;
 
+use super::kept::{KeptCalls, StreamKept};
 use super::shared::answers::Answers;
 use super::shared::ids::SessionIds;
 
@@ -62,6 +67,8 @@ pub(super) struct CallStreams {
     answers: Option<Arc<Answers>>,
     /// `[cluster]`: this replica's id, named by the event ids of its request streams.
     replica: Option<Arc<str>>,
+    /// `[cluster]`: where a call's answer is kept for a resumption elsewhere.
+    kept: Option<Arc<KeptCalls>>,
 }
 
 /// A session's transport: marked notifications go to their call's stream (see the module doc).
@@ -94,6 +101,8 @@ struct CallStream<S> {
     own: mpsc::Receiver<ServerSseMessage>,
     answers: S,
     _booking: Booking,
+    /// `[cluster]`: told when the call's answer goes out on the stream.
+    kept: Option<StreamKept>,
 }
 
 /// A call's place in [`OpenCalls`], given up when its stream is dropped.
@@ -112,7 +121,7 @@ struct CallQueue {
 impl CallStreams {
     /// Over `local`, which the rest of the listener (gate, reaper, fast path) shares.
     pub fn new(local: Arc<LocalSessionManager>) -> Self {
-        CallStreams { local, open: Arc::default(), ids: None, answers: None, replica: None }
+        CallStreams { local, open: Arc::default(), ids: None, answers: None, replica: None, kept: None }
     }
 
     /// `[cluster]`: request streams' event ids name `replica` (see the module doc).
@@ -124,6 +133,12 @@ impl CallStreams {
     /// `[cluster]`: new sessions get ids `ids` mints for the request's principal.
     pub fn minting(mut self, ids: Option<SessionIds>) -> Self {
         self.ids = ids;
+        self
+    }
+
+    /// `[cluster]`: a call's answer is kept in `kept` for a resumption elsewhere.
+    pub fn keeping(mut self, kept: Option<Arc<KeptCalls>>) -> Self {
+        self.kept = kept;
         self
     }
 
@@ -203,7 +218,14 @@ impl<S: Stream<Item = ServerSseMessage> + Unpin> Stream for CallStream<S> {
         if let Poll::Ready(Some(message)) = self.own.poll_recv(cx) {
             return Poll::Ready(Some(message));
         }
-        Pin::new(&mut self.answers).poll_next(cx)
+        let polled = Pin::new(&mut self.answers).poll_next(cx);
+        if let Poll::Ready(Some(message)) = &polled
+            && let Some(kept) = &mut self.kept
+            && matches!(message.message.as_deref(), Some(JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_)))
+        {
+            kept.delivered();
+        }
+        polled
     }
 }
 
@@ -251,9 +273,21 @@ impl SessionManager for CallStreams {
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         let queue = self.open.book(id, &message);
         let request = request_json(&message);
-        let answers = self.local.create_stream(id, message).await?;
+        let kept = queue.as_ref().and_then(|_| {
+            let (kept, ids) = self.kept.as_ref().zip(self.ids.as_ref())?;
+            kept.stream_opened(ids.call_key(id, &request))
+        });
+        let answers = match self.local.create_stream(id, message).await {
+            Ok(answers) => answers,
+            Err(error) => {
+                if let Some(kept) = kept {
+                    kept.forget();
+                }
+                return Err(error);
+            }
+        };
         let stream = match queue {
-            Some(CallQueue { own, booking }) => Either::Left(CallStream { own, answers, _booking: booking }),
+            Some(CallQueue { own, booking }) => Either::Left(CallStream { own, answers, _booking: booking, kept }),
             None => Either::Right(answers),
         };
         Ok(self.marked(id, request, stream))
@@ -417,7 +451,7 @@ mod tests {
         let queue = open.queue_of(&session, &log("before the answer", Some(1))).expect("its queue");
         let answers = futures::stream::iter([ServerSseMessage::from_message(log("the answer", None))]);
         queue.try_send(ServerSseMessage::from_message(log("before the answer", Some(1)))).expect("room");
-        let stream = CallStream { own, answers, _booking: booking };
+        let stream = CallStream { own, answers, _booking: booking, kept: None };
         let heard: Vec<String> = stream.map(|message| data_of(&message)).collect().await;
         assert_eq!(heard, ["before the answer", "the answer"]);
         assert!(open.streams.lock().unwrap().is_empty(), "the ended stream gave up its booking");

@@ -79,8 +79,10 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     let spine = proxy.spine();
     let reaper = reap(book.clone(), sessions.clone(), proxy.clone(), records.clone(), shutdown.clone());
     spine.spawn("session-reaper", reaper);
-    // `[cluster]`: calls run here for other replicas, kept when their host's stream is lost.
+    // `[cluster]`: calls served or run here, kept when their host's stream is cut.
     let kept = Arc::new(KeptCalls::default());
+    let keeping = records.as_ref().map(|_| kept.clone());
+    let streams_keeping = keeping.clone();
     let shared = records.clone().zip(proxy.cluster()).map(|(records, cluster)| {
         let holding =
             Holding { proxy: proxy.clone(), records: records.clone(), book: book.clone(), streams: Arc::default() };
@@ -147,7 +149,8 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
         let principal = auth::current_principal().unwrap_or_else(|| auth::ANONYMOUS.to_string());
         let server =
             ProxyServer::new(proxy.clone(), &principal, Transport::Http).for_request_with(auth::current_subject());
-        Ok(server.with_session_book(book.clone()).with_records(records.clone()).closing_with(closing.clone()))
+        let server = server.with_session_book(book.clone()).with_records(records.clone()).keeping(keeping.clone());
+        Ok(server.closing_with(closing.clone()))
     };
     // axum and each `from_fn` layer clone the service behind them at every request; rmcp's
     // clone copies its config (the allowed hosts and origins with it) — a dozen times per
@@ -155,7 +158,9 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     // A call's log messages ride its own response stream, not the GET stream (see `call_streams`).
     let service = Arc::new(StreamableHttpService::new(
         factory,
-        Arc::new(CallStreams::new(sessions).minting(ids).answering(answers).serving_as(replica)),
+        Arc::new(
+            CallStreams::new(sessions).minting(ids).answering(answers).serving_as(replica).keeping(streams_keeping),
+        ),
         config,
     ));
     let service = move |request: axum::extract::Request| {

@@ -11,8 +11,9 @@
 //! one refused before any handler has a span of its own (`turned_away.rs`).
 //! `refusal.rs` answers a stdio host whose proxy cannot serve with the reason.
 //! With `[cluster]`, `forwarded.rs` runs requests another replica forwards here, and `kept.rs`
-//! keeps the answer of such a call whose forwarding replica died, for the host's resumption on
-//! any replica (`shared/resumed.rs`).
+//! keeps the answer of a 2025 host's call whose stream was cut (that of a call served here, or
+//! of one run here for a forwarding replica that died), for the host's resumption on any
+//! replica (`shared/resumed.rs`).
 
 mod audited;
 mod bodies;
@@ -66,6 +67,8 @@ pub struct ProxyServer {
     book: Option<Arc<sessions::SessionBook>>,
     /// `[cluster]`: the sessions' records (subscriptions and log level are kept there).
     records: Option<shared::records::Records>,
+    /// `[cluster]`: where the answer of a call whose stream is cut is kept (`kept`).
+    kept: Option<Arc<kept::KeptCalls>>,
     /// This legacy session's outlet, once it has one; released when the server is dropped,
     /// which rmcp does when the session ends.
     session: OnceLock<Session>,
@@ -106,6 +109,7 @@ impl Clone for ProxyServer {
         let mut fresh = Self::new(self.proxy.clone(), &self.principal, self.transport);
         fresh.book = self.book.clone();
         fresh.records = self.records.clone();
+        fresh.kept = self.kept.clone();
         fresh.closing = self.closing.clone();
         fresh.request_subject = self.request_subject.clone();
         fresh
@@ -121,6 +125,7 @@ impl ProxyServer {
             transport,
             book: None,
             records: None,
+            kept: None,
             session: OnceLock::new(),
             closing,
             log_level: relay::LogLevel::default(),
@@ -134,6 +139,12 @@ impl ProxyServer {
     /// The JWT of the HTTP request this handler is made for (see `request_subject`).
     fn for_request_with(mut self, subject: Option<crate::host::SubjectToken>) -> Self {
         self.request_subject = subject;
+        self
+    }
+
+    /// `[cluster]`: a call's answer is kept in `kept` too, for a resumption elsewhere.
+    fn keeping(mut self, kept: Option<Arc<kept::KeptCalls>>) -> Self {
+        self.kept = kept;
         self
     }
 

@@ -19,7 +19,9 @@ use tokio::sync::mpsc;
 
 use super::ProxyServer;
 use super::audited::{self, Asked};
+use super::kept::Answering;
 use crate::audit::{self, Kind};
+use crate::cluster::forward::{Answer, Line, RemoteError};
 use crate::error::ProxyError;
 use crate::host::ProgressOutlet;
 use crate::protocol::method;
@@ -161,8 +163,10 @@ impl ProxyServer {
         // A bridge read names its resource: the audit trail records it with the call.
         let uri = request.arguments.as_ref().and_then(|a| a.get("uri")?.as_str().map(str::to_string));
         let asked = (Kind::Call, Metered::Tool(&name), uri.filter(|_| crate::bridge::is_bridge_tool(&name)));
+        let answering = self.answering(&context, (&name, false));
         // Bridge calls (searches, reads) count against the same per-principal limit.
-        self.routed::<CallToolRequestParams, _>(&context, asked, || self.bridge_or_route(request, &context)).await
+        let serve = || kept_too(answering, self.bridge_or_route(request, &context), tool_answer);
+        self.routed::<CallToolRequestParams, _>(&context, asked, serve).await
     }
 
     /// A tool call, to the bridge or routed to its upstream.
@@ -193,11 +197,13 @@ impl ProxyServer {
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
         let name = request.name.clone();
+        let answering = self.answering(&context, (&name, true));
         let get = || async {
             let (relay, jobs) =
                 super::relay::for_call(&context, &self.log_level, &self.principal, self.host_and_key(&context));
             let asker = Asker { relay: Some(relay), ..Asker::new(&self.principal, &context.ct) };
-            super::relay::serving(self.proxy.tools().request(asker, request), jobs, &context.peer).await
+            let got = super::relay::serving(self.proxy.tools().request(asker, request), jobs, &context.peer);
+            kept_too(answering, got, prompt_answer).await
         };
         self.routed::<GetPromptRequestParams, _>(&context, (Kind::Prompt, Metered::Prompt(&name), None), get).await
     }
@@ -219,6 +225,15 @@ impl ProxyServer {
             self.proxy.tools().request(asker, request).await
         };
         self.routed::<CompleteRequestParams, _>(&context, (Kind::Complete, metered, None), complete).await
+    }
+
+    /// `[cluster]`: this 2025 host's call (or prompt, `prompt`) named `presented`, as its
+    /// stream booked it in `kept`: its answer goes there too (see [`kept_too`]). `None` without
+    /// `[cluster]`, a session or a booking.
+    fn answering(&self, context: &RequestContext<RoleServer>, (presented, prompt): (&str, bool)) -> Option<Answering> {
+        let (kept, key) = self.kept.as_ref().zip(self.host_and_key(context).1)?;
+        let upstream = self.proxy.tools().upstream_of(self.caller().policy(), &self.principal, prompt, presented);
+        kept.answering(&key, (&self.principal, upstream.as_deref().unwrap_or_default()))
     }
 
     /// A routed request of any kind, `asked` for (and, for a bridge read, the URI it reads):
@@ -275,5 +290,40 @@ impl ProxyServer {
             );
             ErrorData::invalid_request(message, None)
         })
+    }
+}
+
+/// `serve`'s answer, also given to `answering` (when kept: `kept_as`), where it waits for the
+/// host's resumption on another replica should the host's stream have been cut.
+async fn kept_too<T>(
+    answering: Option<Answering>,
+    serve: impl Future<Output = Result<T, ProxyError>>,
+    kept_as: fn(&T) -> Option<Answer>,
+) -> Result<T, ProxyError> {
+    let answer = serve.await;
+    // One not kept is forgotten with its `answering`.
+    let line = match &answer {
+        Ok(answered) => kept_as(answered).map(Line::Answer),
+        Err(error) => Some(Line::Error(RemoteError::of(error))),
+    };
+    if let Some((answering, line)) = answering.zip(line) {
+        answering.answered(line);
+    }
+    answer
+}
+
+/// A tool call's answer as it is kept: a 2025 host's is complete.
+fn tool_answer(response: &CallToolResponse) -> Option<Answer> {
+    match response {
+        CallToolResponse::Complete(result) => Some(Answer::Tool(result.clone())),
+        _ => None,
+    }
+}
+
+/// A prompt's answer as it is kept: a 2025 host's is complete.
+fn prompt_answer(response: &GetPromptResponse) -> Option<Answer> {
+    match response {
+        GetPromptResponse::Complete(result) => Some(Answer::Prompt(result.clone())),
+        _ => None,
     }
 }

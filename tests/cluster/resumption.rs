@@ -10,6 +10,12 @@
 //!
 //! Each run is a fresh cluster, the host's POSTs pinned to the replica to kill
 //! (`X-Replica-Pin`); its reconnection is round-robin.
+//!
+//! Nor when its stream is cut while the replica serving it lives: a 2025 host (raw HTTP) whose
+//! call's connection is dropped at its first progress resumes on another replica
+//! (`X-Replica-Route`) and gets the call's result, whether that replica or another ran the
+//! call, and whether it resumes while the call runs or after it ended. A 2026-07-28 call's
+//! stream carries no event id: cut, it has nothing to resume, as before.
 
 use std::time::{Duration, Instant};
 
@@ -24,6 +30,7 @@ use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use crate::support::cluster::{Replicas, cluster_when};
 use crate::support::peers::{everything_upstream, py_client};
 use crate::support::proxy::{ProxyProcess, alice_and_bob_policies, alice_and_bob_under_policies};
+use crate::support::raw_http::{self, LEGACY};
 use crate::support::{DEADLINE, eventually};
 
 const ALICE_TOKEN: &str = "alice-tok-cluster-resumption-51c2";
@@ -149,5 +156,169 @@ async fn the_host_hears_within_5_s_that_its_call_was_lost_with_the_replica_runni
         }
     }
     assert_eq!(told, RUNS, "clear errors within {LOST_WITHIN:?}");
+    Ok(())
+}
+
+/// server-everything's long-running operation (3 s in 3 steps) as request 1, with a progress
+/// token; `_meta` holds `meta` besides.
+fn long_call(mut meta: serde_json::Map<String, Value>) -> Value {
+    meta.insert("progressToken".into(), json!("cut"));
+    json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "ev__trigger-long-running-operation", "arguments": {"duration": 3, "steps": 3}, "_meta": meta}})
+}
+
+/// A 2025 POST of alice's to `url` (on `session`, once there is one).
+fn legacy_post(http: &reqwest::Client, url: &str, session: Option<&str>) -> reqwest::RequestBuilder {
+    let request = http
+        .post(url)
+        .bearer_auth(ALICE_TOKEN)
+        .header("Accept", "application/json, text/event-stream")
+        .header("MCP-Protocol-Version", LEGACY);
+    match session {
+        Some(session) => request.header("Mcp-Session-Id", session),
+        None => request,
+    }
+}
+
+/// A 2025 session of alice's opened through the balancer: its `Mcp-Session-Id`.
+async fn legacy_session(url: &str) -> anyhow::Result<String> {
+    let http = reqwest::Client::new();
+    let opened = raw_http::send(legacy_post(&http, url, None).json(&raw_http::initialize("cut-host"))).await?;
+    let session = opened.session.clone().with_context(|| format!("no session: {opened:?}"))?;
+    let told = raw_http::send(legacy_post(&http, url, Some(&session)).json(&raw_http::initialized())).await?;
+    anyhow::ensure!(told.status.is_success(), "initialized: {told:?}");
+    Ok(session)
+}
+
+/// Read `response`'s SSE lines until `done` says so of one; each `id:` seen is kept.
+async fn read_events(
+    response: &mut reqwest::Response,
+    mut done: impl FnMut(&str) -> bool,
+) -> anyhow::Result<(String, Option<String>)> {
+    let (mut pending, mut last_id) = (String::new(), None);
+    loop {
+        let chunk = tokio::time::timeout(DEADLINE, response.chunk()).await.context("the stream stalled")??;
+        pending.push_str(&String::from_utf8_lossy(&chunk.context("the stream ended first")?));
+        while let Some(end) = pending.find('\n') {
+            let line = pending[..end].trim_end_matches('\r').to_string();
+            pending.drain(..=end);
+            if let Some(id) = line.strip_prefix("id:") {
+                last_id = Some(id.trim().to_string());
+            }
+            if done(&line) {
+                return Ok((line, last_id));
+            }
+        }
+    }
+}
+
+/// The answering replica's name (`X-Replica`, set by the balancer).
+fn replica_of(response: &reqwest::Response) -> String {
+    response.headers().get("x-replica").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string()
+}
+
+/// Alice's long-running call on `session`, its POST on replica `front` over a connection of its
+/// own, dropped at the call's first progress: the last event id its host heard.
+async fn legacy_call_cut(url: &str, session: &str, front: usize) -> anyhow::Result<String> {
+    let http = reqwest::Client::new();
+    let call = legacy_post(&http, url, Some(session)).header("X-Replica-Pin", front.to_string());
+    let sent = call.json(&long_call(serde_json::Map::new())).send();
+    let mut response = tokio::time::timeout(DEADLINE, sent).await.context("no reply")??;
+    anyhow::ensure!(replica_of(&response) == format!("replica-{front}"), "served by {}", replica_of(&response));
+    let progress = |line: &str| line.starts_with("data:") && line.contains("notifications/progress");
+    let (_, last_id) = read_events(&mut response, progress).await?;
+    last_id.context("no event id before the first progress")
+    // Dropped here, the response and its client: the host's connection is cut mid-stream.
+}
+
+/// The stream of `session` resumed after `last_event_id` on replica `on` through the balancer:
+/// the answer of request 1 it carries.
+async fn resumed_on(url: &str, session: &str, last_event_id: &str, on: usize) -> anyhow::Result<Value> {
+    let http = reqwest::Client::new();
+    let resume = http
+        .get(url)
+        .bearer_auth(ALICE_TOKEN)
+        .header("Accept", "text/event-stream")
+        .header("MCP-Protocol-Version", LEGACY)
+        .header("Mcp-Session-Id", session)
+        .header("Last-Event-ID", last_event_id)
+        .header("X-Replica-Route", on.to_string());
+    let mut response = tokio::time::timeout(DEADLINE, resume.send()).await.context("no reply")??;
+    anyhow::ensure!(response.status().is_success(), "resumption: {}", response.status());
+    anyhow::ensure!(replica_of(&response) == format!("replica-{on}"), "resumed on {}", replica_of(&response));
+    let answer = |line: &str| {
+        let data = line.strip_prefix("data:").and_then(|data| serde_json::from_str::<Value>(data.trim()).ok());
+        data.is_some_and(|message| message["id"] == 1)
+    };
+    let (line, _) = read_events(&mut response, answer).await?;
+    Ok(serde_json::from_str(line.trim_start_matches("data:").trim())?)
+}
+
+/// `front`'s count of `tools/call` answered.
+async fn calls_answered(replica: &ProxyProcess) -> anyhow::Result<f64> {
+    let labels = [("method", "tools/call"), ("outcome", "ok")];
+    replica.wait_metric("mcp_proxy_downstream_requests_total", &labels, |_| true).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_host_gets_its_calls_result_on_another_replica_when_its_stream_is_cut_and_its_replica_lives()
+-> anyhow::Result<()> {
+    let (cluster, _policies) = three_replicas().await?;
+    let owner = alices_owner(&cluster).await?;
+    let mut got = 0;
+    for run in 0..RUNS {
+        // The front is the owner (the call runs there) or not (forwarded to it); the host
+        // resumes at once (the call runs) or once the front answered it (the call is over).
+        let front = (owner + run) % 3;
+        let (on, after_the_end) = ((front + 1) % 3, run % 2 == 1);
+        let session = legacy_session(cluster.url()).await?;
+        let answered = calls_answered(&cluster.replicas[front]).await?;
+        let last_event_id = legacy_call_cut(cluster.url(), &session, front).await?;
+        if after_the_end {
+            let labels = [("method", "tools/call"), ("outcome", "ok")];
+            let metric = "mcp_proxy_downstream_requests_total";
+            cluster.replicas[front].wait_metric(metric, &labels, |now| now > answered).await?;
+        }
+        let resumed = Instant::now();
+        let answer = resumed_on(cluster.url(), &session, &last_event_id, on).await?;
+        eprintln!(
+            "run {run}: front replica-{front}, owner replica-{owner}, resumed on replica-{on} {}: {answer} in {:?}",
+            if after_the_end { "after the call" } else { "while it ran" },
+            resumed.elapsed()
+        );
+        let text = text_of(&json!({ "result": answer["result"] }));
+        if text.contains("Long running operation completed") {
+            got += 1;
+        } else {
+            eprintln!("{}", cluster.replicas[front].matching(&["kept"]).join("\n"));
+        }
+    }
+    assert_eq!(got, RUNS, "results on another replica after the stream was cut");
+    Ok(())
+}
+
+/// A 2026-07-28 call's stream carries no event id: a host whose stream is cut has nothing to
+/// resume and learns of it at the cut (its call fails there), as before.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cut_modern_call_has_nothing_to_resume() -> anyhow::Result<()> {
+    let (cluster, _policies) = three_replicas().await?;
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "cut-host", "version": "0"}});
+    let http = reqwest::Client::new();
+    let call = http
+        .post(cluster.url())
+        .bearer_auth(ALICE_TOKEN)
+        .header("Accept", "application/json, text/event-stream")
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", "tools/call")
+        .header("Mcp-Name", "ev__trigger-long-running-operation")
+        .header("X-Replica-Pin", "0")
+        .json(&long_call(meta.as_object().cloned().unwrap_or_default()));
+    let mut response = tokio::time::timeout(DEADLINE, call.send()).await.context("no reply")??;
+    let progress = |line: &str| line.starts_with("data:") && line.contains("notifications/progress");
+    let (_, last_id) = read_events(&mut response, progress).await?;
+    assert_eq!(last_id, None, "a 2026-07-28 call's stream names no event to resume from");
     Ok(())
 }

@@ -1,19 +1,27 @@
 //! `[cluster]`: a 2025 host's request stream resumed on a replica that cannot replay it. Each
 //! event of a request's stream names the replica serving it and the request (`ids`); a host
-//! whose stream was cut (that replica died) reconnects with `GET` and `Last-Event-ID` through
-//! the balancer. A replica that served the stream replays it (rmcp, `call_streams`); any other
-//! one, or the same one restarted (it no longer holds the session), answers here, on a stream
-//! of one event, with the request's answer or a JSON-RPC error for its id:
-//! - a call run for that replica by another one (the owner of a per-principal or per-host
-//!   upstream session) is kept by the one running it (`kept`) and collected from it over the
-//!   replicas' own channel (`cluster::forward`), waiting for the call to end, then rewritten
-//!   here for the host as the lost replica would have;
-//! - anything else ran, if at all, on the replica that is gone: the error says that replica was
-//!   lost and the call may or may not have run.
+//! whose stream was cut (its connection dropped, or that replica died) reconnects with `GET`
+//! and `Last-Event-ID` through the balancer. A replica that served the stream replays it
+//! (rmcp, `call_streams`); any other one, or the same one restarted (it no longer holds the
+//! session), answers here, on a stream of one event, with the request's answer or a JSON-RPC
+//! error for its id. The answer of a call or prompt is collected over the replicas' own
+//! channel (`cluster::forward`), waiting for the call to end, from the replica that keeps it
+//! (`kept`):
+//! - the replica that served the stream, alive, keeps the answer it wrote for the host (a
+//!   while after the call, whether or not it went out on the stream): handed on as it is;
+//! - a replica that ran the call for the serving one (the owner of a per-principal or per-host
+//!   upstream session) keeps the upstream's answer when the serving replica went away:
+//!   rewritten here for the host as that replica would have.
+//!
+//! When none keeps it, the serving replica is taken for lost: the error says so, and that the
+//! call may or may not have run. (A serving replica that lives keeps every such answer for 60 s
+//! after its call ended, `kept`; the channel does not tell one that lives but keeps none from
+//! one that is gone.)
 //!
 //! Invariant: only the principal whose session it is gets an answer (the event id holds only on
 //! its session, the session's record names its principal, and a kept call is handed only to a
-//! request of its principal), and the answer passes the principal's policy of now.
+//! request of its principal); an answer rewritten here passes the principal's policy of now,
+//! one kept by the serving replica the policy of its request (as rmcp's replay there would).
 
 use std::sync::Arc;
 
@@ -21,12 +29,13 @@ use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use rmcp::ErrorData;
-use rmcp::model::{ErrorCode, JsonRpcMessage, RequestId, ServerJsonRpcMessage};
+use rmcp::model::{ErrorCode, JsonRpcMessage, RequestId, ServerJsonRpcMessage, ServerResult};
 use serde_json::json;
 
 use super::ids::{SessionIds, StreamEvent};
 use crate::cluster::forward::{Answer, Line, RemoteError};
 use crate::downstream::kept::{COLLECT_WAIT, KeptCalls};
+use crate::error::ProxyError;
 use crate::proxy::Proxy;
 use crate::wire::sse;
 
@@ -40,8 +49,14 @@ pub(crate) struct Resumption {
     pub kept: Arc<KeptCalls>,
 }
 
-/// A kept call's upstream, and its answer or error as the upstream gave it.
-type Collected = (String, Result<Answer, RemoteError>);
+/// A kept call's upstream, its answer or error, and whether the replica that served the
+/// stream kept it (as written for the host) rather than one that ran the call for it (as the
+/// upstream gave it).
+struct Collected {
+    upstream: String,
+    answer: Result<Answer, RemoteError>,
+    written: bool,
+}
 
 impl Resumption {
     /// What `last_event_id` (of `session`) says, when it names a request stream this replica
@@ -65,10 +80,19 @@ impl Resumption {
             return (StatusCode::BAD_REQUEST, "Bad Request: not a request's event id\n").into_response();
         };
         let key = ids.call_key(session, &event.request);
-        let message: ServerJsonRpcMessage = match self.collect(principal, &key).await {
-            Some((upstream, answer)) => {
-                tracing::info!(principal, upstream, "cluster: a lost stream's call answered from where it ran");
-                match self.proxy.tools().kept_for(principal, &upstream, answer) {
+        let message: ServerJsonRpcMessage = match self.collect(principal, &key, &event.replica).await {
+            Some(Collected { upstream, answer, written }) => {
+                tracing::info!(
+                    principal,
+                    upstream,
+                    written,
+                    "cluster: a lost stream's call answered from where it was kept"
+                );
+                let result = match written {
+                    true => as_written(&upstream, answer),
+                    false => self.proxy.tools().kept_for(principal, &upstream, answer),
+                };
+                match result {
                     Ok(result) => JsonRpcMessage::response(result, id),
                     Err(error) => JsonRpcMessage::error(error.to_error_data(), Some(id)),
                 }
@@ -81,20 +105,40 @@ impl Resumption {
         one_event(&message)
     }
 
-    /// The answer of `principal`'s call kept under `key`: here, or at any other replica alive.
-    async fn collect(&self, principal: &str, key: &str) -> Option<Collected> {
+    /// The answer of `principal`'s call kept under `key`: here, or at any other replica alive;
+    /// `serving` is the replica that served its stream.
+    async fn collect(&self, principal: &str, key: &str, serving: &str) -> Option<Collected> {
         if let Some((upstream, answer)) = self.kept.find(key, principal) {
-            return match answer.wait(COLLECT_WAIT).await? {
-                Line::Answer(answer) => Some((upstream, Ok(answer))),
-                Line::Error(error) => Some((upstream, Err(error))),
-                _ => None,
+            let answer = match answer.wait(COLLECT_WAIT).await? {
+                Line::Answer(answer) => Ok(answer),
+                Line::Error(error) => Err(error),
+                _ => return None,
             };
+            return Some(Collected { upstream, answer, written: serving == &*self.replica });
         }
         let forwarder = self.proxy.tools().forwarder()?;
         let others = forwarder.others();
-        let asked = others.iter().map(|other| forwarder.collect(other, principal, key, COLLECT_WAIT));
+        let asked = others.iter().map(|other| async move {
+            let (upstream, answer) = forwarder.collect(other, principal, key, COLLECT_WAIT).await?;
+            Some(Collected { upstream, answer, written: other.replica == serving })
+        });
         futures::future::join_all(asked).await.into_iter().flatten().next()
     }
+}
+
+/// A call's answer as the replica that served its stream wrote it for the host (already
+/// rewritten there), or its error.
+fn as_written(upstream: &str, answer: Result<Answer, RemoteError>) -> Result<ServerResult, ProxyError> {
+    let mut result = match answer.map_err(|error| error.into_error(upstream))? {
+        Answer::Tool(result) => ServerResult::CallToolResult(result),
+        Answer::Prompt(result) => ServerResult::GetPromptResult(result),
+        _ => {
+            let reason = "the replica serving the stream kept something else".to_string();
+            return Err(ProxyError::UpstreamFailed { upstream: upstream.to_string(), reason });
+        }
+    };
+    result.strip_result_type_for_legacy_peer();
+    Ok(result)
 }
 
 /// The error of a request whose replica was lost with it.
