@@ -13,8 +13,6 @@
 //! `last_error` texts upstream supervision chose to record (ours, not upstream internals).
 
 mod report;
-#[cfg(test)]
-mod tests;
 
 use std::sync::Arc;
 
@@ -120,3 +118,6 @@ async fn status(State(state): State<AdminState>) -> Json<StatusBody> {
     let report = (state.status)();
     Json(StatusBody { readiness: report.readiness(), report })
 }
+
+#[cfg(test)]
+mod tests;

@@ -22,8 +22,6 @@ mod cluster;
 mod families;
 mod labels;
 mod requests;
-#[cfg(test)]
-mod tests;
 mod upstreams;
 
 use std::sync::Arc;
@@ -198,3 +196,6 @@ impl Drop for SessionGuard {
 fn saturate(value: impl TryInto<i64>) -> i64 {
     value.try_into().unwrap_or(i64::MAX)
 }
+
+#[cfg(test)]
+mod tests;
