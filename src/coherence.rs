@@ -7,6 +7,8 @@
 //!
 //! The read path (`proxy/read.rs`) goes top to bottom: take a [`WatchTicket`] if the URI may be
 //! watched, wait for the upstream's acknowledgement, read upstream, hand the result here.
+//! [`Coherence::read`] takes it through one process's store (`local.rs`) or, with `[cluster]`,
+//! through the shared tier (`clustered.rs`); both run the same single-flight load (`flight.rs`).
 //!
 //! Per-URI state is bounded: generations keep a record per notified URI only until nothing
 //! older can matter (`horizon`), hints and holds expire with the entries they describe, and a
@@ -16,19 +18,18 @@
 
 mod admission;
 mod clustered;
+mod flight;
 mod generations;
 mod hints;
 mod holds;
+mod local;
 pub mod shared;
 mod watches;
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-use rmcp::model::CacheScope;
 
 pub use self::admission::{Cached, Loaded, content_bytes, lifetime, told_scope, told_ttl, unwatched_ttl};
 pub use self::holds::WatchTicket;
@@ -38,9 +39,8 @@ pub use crate::cache::Outcome;
 use crate::cache::{Entry, Key, LocalStore, Store};
 use crate::config::{CacheConfig, UpstreamCache};
 use crate::error::ProxyError;
-use crate::metrics::{InvalidationCause, Metrics};
+use crate::metrics::Metrics;
 use crate::subscriptions::{HolderId, is_same_or_parent};
-use crate::wire::contents_json::contents_json;
 
 /// How often expired per-URI state is forgotten: the housekeeping tick that calls
 /// [`Coherence::settle`].
@@ -97,45 +97,6 @@ pub struct Tracked {
     pub hints: usize,
     pub holds: usize,
     pub stale: usize,
-}
-
-enum LoadError {
-    /// Loaded fine, but not to be kept (too big, ttl 0, superseded by an update).
-    Uncacheable(Box<Cached>),
-    /// Loaded under a principal's key, found public, and kept under the shared key instead.
-    StoredShared(Arc<Entry>),
-    /// Not loaded: a load that finished meanwhile had kept a fresh entry under the shared key.
-    FoundShared(Arc<Entry>),
-    Failed(ProxyError),
-}
-
-/// What a finished single-flight load means to each reader of it: a miss (the entry it kept, or
-/// kept under the shared key), a hit (found meanwhile), the uncacheable answer, or the failure.
-/// A reader whose own load never ran (`joined`: it waited on another reader's) was coalesced.
-fn answered<E: std::ops::Deref<Target = Entry>>(
-    attempt: Result<E, Arc<LoadError>>,
-    joined: bool,
-) -> Result<Cached, ProxyError> {
-    let coalesced = |cached: Cached| match joined {
-        true => Cached { outcome: Outcome::Coalesced, ..cached },
-        false => cached,
-    };
-    answered_alone(attempt).map(coalesced)
-}
-
-fn answered_alone<E: std::ops::Deref<Target = Entry>>(
-    attempt: Result<E, Arc<LoadError>>,
-) -> Result<Cached, ProxyError> {
-    let miss = |entry: &Entry| Cached { outcome: Outcome::Miss, ..admission::hit(entry, Instant::now()) };
-    match attempt {
-        Ok(entry) => Ok(miss(&entry)),
-        Err(error) => match &*error {
-            LoadError::StoredShared(entry) => Ok(miss(entry)),
-            LoadError::FoundShared(entry) => Ok(admission::hit(entry, Instant::now())),
-            LoadError::Uncacheable(cached) => Ok((**cached).clone()),
-            LoadError::Failed(failure) => Err(failure.clone()),
-        },
-    }
 }
 
 impl Coherence {
@@ -213,55 +174,7 @@ impl Coherence {
         if let Some(tier) = &self.inner.shared {
             return self.read_clustered(tier, request, load).await;
         }
-        let (shared, private) = self.keys(&request);
-        let now = Instant::now();
-        for key in [&shared, &private] {
-            if let Some(entry) = self.inner.store.get(key).await {
-                if entry.fresh_until > now {
-                    return Ok(admission::hit(&entry, now));
-                }
-                // Past its lifetime but kept for stale-if-error: set it aside for a fresh load.
-                self.inner.stale.lock().expect("stale lock").insert(key.clone(), entry);
-                self.inner.store.remove(key).await;
-            }
-        }
-        let fallback = self.inner.take_stale(&shared, &private);
-        let known_public = self.inner.public.get(request.upstream, request.uri).unwrap_or(false);
-        let flight = if known_public { shared.clone() } else { private };
-        let (inner, settings) = (self.inner.clone(), request.settings.clone());
-        let max_load = self.inner.max_load;
-        // Set when this reader's own load runs; left unset, it waited on another's.
-        let ran = AtomicBool::new(false);
-        let ran_here = &ran;
-        tracing::debug!(upstream = request.upstream, "read waits for its entry's load (its own or another's)");
-        // Boxed: the load (an upstream read through rmcp) is a large future, and a hit, which
-        // never gets here, would otherwise carry its size — moved into every box the request's
-        // futures are put in on the way (the HTTP middlewares), at every hit.
-        let attempt = Box::pin(self.inner.store.load_once(flight.clone(), async move {
-            ran_here.store(true, Ordering::Relaxed);
-            // A load of this URI that ended between this request's look-up and this flight
-            // kept its entry under the shared key before it told of it (see `remember_scope`):
-            // found there, it is served without reading upstream again.
-            if let Some(entry) = inner.store.get(&shared).await.filter(|entry| entry.fresh_until > Instant::now()) {
-                return Err(LoadError::FoundShared(entry));
-            }
-            let loaded = match tokio::time::timeout(max_load, load()).await {
-                Ok(loaded) => loaded.map_err(LoadError::Failed)?,
-                Err(_) => return Err(LoadError::Failed(too_slow(&flight))),
-            };
-            let entry = inner.admit(&flight, &settings, loaded, true)?;
-            if flight.principal.is_some() && entry.scope == CacheScope::Public {
-                // Public after all: keep it once, under the shared key, before saying so —
-                // later readers then find it there instead of loading again.
-                inner.store.insert(shared, entry.clone()).await;
-                inner.remember_scope(&flight, &entry);
-                return Err(LoadError::StoredShared(entry));
-            }
-            inner.remember_scope(&flight, &entry);
-            Ok(entry)
-        }));
-        let attempt = attempt.await;
-        answered(attempt, !ran.load(Ordering::Relaxed)).or_else(|failure| self.stale_or(fallback, &failure))
+        self.read_local(request, load).await
     }
 
     /// `upstream` said `uri` changed: drop it and everything under it, and make sure no load
@@ -314,98 +227,9 @@ impl Coherence {
             stale: self.inner.stale.lock().expect("stale lock").len(),
         }
     }
-
-    fn keys(&self, request: &ReadRequest<'_>) -> (Key, Key) {
-        let generation = self.inner.generations.current(request.upstream, request.uri);
-        let shared = Key {
-            upstream: request.upstream.into(),
-            epoch: request.epoch,
-            uri: request.uri.into(),
-            generation,
-            principal: None,
-        };
-        let private = Key { principal: Some(request.principal.into()), ..shared.clone() };
-        (shared, private)
-    }
-
-    fn stale_or(&self, fallback: Option<(Key, Arc<Entry>)>, failure: &ProxyError) -> Result<Cached, ProxyError> {
-        let upstream_trouble = matches!(
-            failure,
-            ProxyError::UpstreamDown { .. } | ProxyError::UpstreamTimeout { .. } | ProxyError::UpstreamFailed { .. }
-        );
-        match fallback {
-            Some((key, entry)) if upstream_trouble && entry.keep_until > Instant::now() => {
-                let now = Instant::now();
-                let cached = Cached { outcome: Outcome::Stale, ttl: Duration::ZERO, ..admission::hit(&entry, now) };
-                // Still the best there is while the upstream is in trouble.
-                self.inner.stale.lock().expect("stale lock").insert(key, entry);
-                Ok(cached)
-            }
-            _ => Err(failure.clone()),
-        }
-    }
 }
 
 impl Inner {
-    /// The expired entry set aside for `shared` or `private`, if any (taken out: a successful
-    /// load replaces it; a failed one puts it back).
-    fn take_stale(&self, shared: &Key, private: &Key) -> Option<(Key, Arc<Entry>)> {
-        let mut stale = self.stale.lock().expect("stale lock");
-        stale.retain(|_, entry| entry.keep_until > Instant::now());
-        [shared, private].into_iter().find_map(|key| stale.remove(key).map(|entry| (key.clone(), entry)))
-    }
-
-    /// Decide whether a loaded result is kept, and for how long.
-    /// `local_generation`: whether the flight's generation is this process's (else the shared
-    /// tier's, which checks it when storing).
-    fn admit(
-        &self,
-        flight: &Key,
-        settings: &UpstreamCache,
-        loaded: Loaded,
-        local_generation: bool,
-    ) -> Result<Arc<Entry>, LoadError> {
-        let Loaded { result, watch } = loaded;
-        let ttl = lifetime(&self.config, settings, result.ttl_ms, watch.is_some());
-        let (upstream, uri) = (&*flight.upstream, &*flight.uri);
-        match ttl.is_zero() {
-            true => self.unkept.set(upstream, uri, (), Instant::now() + self.config.max_ttl.min(UNKEPT_FOR)),
-            false => self.unkept.remove(upstream, uri),
-        }
-        let mut entry = admission::entry(&self.config, result, ttl);
-        let public = entry.scope == CacheScope::Public;
-        let superseded = local_generation && self.generations.current(upstream, uri) != flight.generation;
-        let shareable = public || flight.principal.is_some();
-        if ttl.is_zero() || u64::from(entry.bytes) > self.config.max_entry_bytes || superseded || !shareable {
-            self.remember_scope(flight, &entry);
-            if superseded {
-                self.metrics.cache_invalidation(InvalidationCause::UpdatedDuringLoad, 1);
-            }
-            let (outcome, ttl) = match superseded {
-                true => (Outcome::Miss, Duration::ZERO),
-                false => (Outcome::Bypass, admission::told_ttl(entry.result.ttl_ms, ttl)),
-            };
-            let scope = admission::told_scope(&entry.result);
-            let cached = Cached { result: entry.result, ttl, scope, outcome, contents_json: None };
-            return Err(LoadError::Uncacheable(Box::new(cached)));
-        }
-        if let Some(watch) = watch {
-            watch.keep_until(entry.keep_until);
-        }
-        entry.contents_json = contents_json(&entry.result.contents);
-        self.metrics.cache_insert(upstream);
-        Ok(Arc::new(entry))
-    }
-
-    /// Remember whether `entry`'s URI answers the same to everyone, so later loads fly under
-    /// the shared key. Told only once the entry is stored where such loads look for it: a load
-    /// that learnt "public" before the entry was there would read upstream a second time.
-    fn remember_scope(&self, flight: &Key, entry: &Entry) {
-        let public = entry.scope == CacheScope::Public;
-        let until = entry.keep_until.max(Instant::now() + SCOPE_KNOWN_FOR);
-        self.public.set(&flight.upstream, &flight.uri, public, until);
-    }
-
     fn sweep(&self) {
         self.holds.sweep();
         self.public.sweep();
@@ -417,10 +241,6 @@ impl Inner {
         let longest = self.config.max_ttl + self.config.stale_if_error + self.max_load;
         self.generations.prune(longest + SWEEP_EVERY);
     }
-}
-
-fn too_slow(key: &Key) -> ProxyError {
-    ProxyError::UpstreamFailed { upstream: key.upstream.to_string(), reason: "the read took too long".into() }
 }
 
 #[cfg(test)]

@@ -62,7 +62,14 @@
 //! - **Longer than [`MAX_URI_BYTES`]** (as sent) is refused before anything else is done.
 //! - The query gets percent-encoding normalisation only; it is kept and forwarded.
 
+mod authority;
+mod percent;
+
 use thiserror::Error;
+
+use self::authority::normalize_authority;
+pub use self::authority::without_port;
+use self::percent::{Component, encode_raw, has_invisible, normalize_percent};
 
 /// The longest URI accepted, in bytes as sent (8 KiB: far above any real resource URI, and
 /// what common HTTP servers accept as a whole request line).
@@ -162,13 +169,6 @@ struct Parts<'a> {
     fragment: Option<&'a str>,
 }
 
-#[derive(Clone, Copy, PartialEq)]
-enum Component {
-    Authority,
-    Path,
-    Query,
-}
-
 impl<'a> Parts<'a> {
     fn split(text: &'a str) -> Result<Parts<'a>, UriError> {
         let (scheme, rest) = text.split_once(':').ok_or(UriError::NoScheme)?;
@@ -204,156 +204,6 @@ fn is_scheme(scheme: &str) -> bool {
 /// `file`, or `<name>+file` for a namespaced one.
 fn is_file_scheme(scheme: &str) -> bool {
     scheme.rsplit('+').next() == Some("file")
-}
-
-/// Refuse controls, whitespace and backslashes; percent-encode non-ASCII and the ASCII
-/// characters RFC 3986 never allows raw.
-fn encode_raw(uri: &str) -> Result<String, UriError> {
-    let mut out = String::with_capacity(uri.len());
-    for c in uri.chars() {
-        if c.is_control() || c.is_whitespace() {
-            return Err(UriError::ControlOrWhitespace);
-        }
-        if c == '\\' {
-            return Err(UriError::Backslash);
-        }
-        if c.is_ascii() && !matches!(c, '"' | '<' | '>' | '^' | '`' | '{' | '|' | '}') {
-            out.push(c);
-            continue;
-        }
-        let mut buffer = [0; 4];
-        for byte in c.encode_utf8(&mut buffer).bytes() {
-            push_encoded(&mut out, byte);
-        }
-    }
-    Ok(out)
-}
-
-/// `host[:port]` in its one spelling (see the module doc): no user info; the host lower-cased,
-/// without a trailing `.`; the port without leading zeros, or gone when empty.
-fn normalize_authority(raw: &str) -> Result<String, UriError> {
-    let text = normalize_percent(raw, Component::Authority)?;
-    if text.contains('@') {
-        return Err(UriError::UserInfo);
-    }
-    let (host, port) = split_port(&text)?;
-    let mut host = lowercase_outside_escapes(host);
-    if !host.starts_with('[') && host.ends_with('.') {
-        host.pop();
-        if host.is_empty() || host.ends_with('.') {
-            return Err(UriError::AmbiguousHost);
-        }
-    }
-    Ok(match port {
-        Some(port) => format!("{host}:{port}"),
-        None => host,
-    })
-}
-
-/// The host and the port (digits, leading zeros dropped; `None` when absent or empty) of an
-/// authority without user info. An IP literal (`[…]`) keeps its colons.
-fn split_port(authority: &str) -> Result<(&str, Option<&str>), UriError> {
-    let host_end = match authority.strip_prefix('[') {
-        Some(literal) => literal.find(']').map(|end| end + 2).ok_or(UriError::AmbiguousHost)?,
-        None => authority.find(':').unwrap_or(authority.len()),
-    };
-    let (host, rest) = authority.split_at(host_end);
-    let port = match rest.strip_prefix(':') {
-        None if rest.is_empty() => return Ok((host, None)),
-        None => return Err(UriError::InvalidPort),
-        Some(port) => port,
-    };
-    if port.is_empty() {
-        return Ok((host, None));
-    }
-    let digits = port.trim_start_matches('0');
-    let in_range = digits.len() <= 5 && digits.parse::<u32>().unwrap_or(0) <= 65535;
-    if !port.bytes().all(|b| b.is_ascii_digit()) || !in_range {
-        return Err(UriError::InvalidPort);
-    }
-    let port = if digits.is_empty() { "0" } else { digits };
-    Ok((host, Some(port)))
-}
-
-/// The URI with its authority's port removed, when it has one: deny globs judge this form too
-/// (see `policy`), because a default port is unknowable for a custom scheme and many
-/// upstreams resolve a URI by its host alone. `uri` must be normalised.
-pub fn without_port(uri: &str) -> Option<String> {
-    let (scheme, rest) = uri.split_once(':')?;
-    let after = rest.strip_prefix("//")?;
-    let end = after.find(['/', '?', '#']).unwrap_or(after.len());
-    let authority = &after[..end];
-    let host_end = match authority.strip_prefix('[') {
-        Some(literal) => literal.find(']')? + 2,
-        None => authority.find(':')?,
-    };
-    if host_end >= authority.len() {
-        return None;
-    }
-    Some(format!("{scheme}://{}{}", &authority[..host_end], &after[end..]))
-}
-
-/// Lower-case letters, but not the hex digits of `%XX` (those stay upper-case).
-fn lowercase_outside_escapes(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut escape = 0;
-    for c in text.chars() {
-        if c == '%' {
-            escape = 2;
-            out.push(c);
-        } else if escape > 0 {
-            escape -= 1;
-            out.push(c);
-        } else {
-            out.push(c.to_ascii_lowercase());
-        }
-    }
-    out
-}
-
-/// Upper-case hex, decode unreserved characters, refuse what the module doc says.
-fn normalize_percent(text: &str, component: Component) -> Result<String, UriError> {
-    let bytes = text.as_bytes();
-    let mut out = String::with_capacity(text.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] != b'%' {
-            out.push(bytes[i] as char);
-            i += 1;
-            continue;
-        }
-        let byte = hex_pair(bytes.get(i + 1..i + 3)).ok_or(UriError::InvalidPercent)?;
-        let structural = component != Component::Query;
-        match byte {
-            0x00..=0x1F | 0x7F => return Err(UriError::ControlOrWhitespace),
-            b'\\' => return Err(UriError::Backslash),
-            b'/' if structural => return Err(UriError::EncodedSlash),
-            b'%' if structural && hex_pair(bytes.get(i + 3..i + 5)).is_some() => {
-                return Err(UriError::DoubleEncoded);
-            }
-            b if is_unreserved(b) => out.push(b as char),
-            b => push_encoded(&mut out, b),
-        }
-        i += 3;
-    }
-    Ok(out)
-}
-
-fn hex_pair(pair: Option<&[u8]>) -> Option<u8> {
-    let pair = pair?;
-    let digit = |b: u8| (b as char).to_digit(16);
-    Some((digit(pair[0])? * 16 + digit(pair[1])?) as u8)
-}
-
-fn is_unreserved(byte: u8) -> bool {
-    byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~')
-}
-
-fn push_encoded(out: &mut String, byte: u8) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    out.push('%');
-    out.push(HEX[usize::from(byte >> 4)] as char);
-    out.push(HEX[usize::from(byte & 0xF)] as char);
 }
 
 fn collapse_slashes(path: &str) -> String {
@@ -393,23 +243,6 @@ fn remove_dot_segments(path: &str) -> String {
         out.push('/');
     }
     out
-}
-
-/// Does the normalised `uri` hold an invisible formatting character? Raw ones were encoded
-/// by [`encode_raw`] and hex is upper-case by now, so the encoded UTF-8 forms are all to find.
-fn has_invisible(uri: &str) -> bool {
-    const INVISIBLE: &[char] = &[
-        '\u{200B}', '\u{200C}', '\u{200D}', '\u{200E}', '\u{200F}', '\u{202A}', '\u{202B}', '\u{202C}', '\u{202D}',
-        '\u{202E}', '\u{2060}', '\u{2061}', '\u{2062}', '\u{2063}', '\u{2064}', '\u{2066}', '\u{2067}', '\u{2068}',
-        '\u{2069}', '\u{FEFF}',
-    ];
-    (uri.contains("%E2%") || uri.contains("%EF%BB%BF"))
-        && INVISIBLE.iter().any(|c| {
-            let mut encoded = String::new();
-            let mut buffer = [0; 4];
-            c.encode_utf8(&mut buffer).bytes().for_each(|byte| push_encoded(&mut encoded, byte));
-            uri.contains(&encoded)
-        })
 }
 
 fn check_segments(path: &str) -> Result<(), UriError> {

@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 use rmcp::model::CacheScope;
 
 use super::admission::{self, Cached, Loaded};
+use super::flight::{LoadError, answered, too_slow};
 use super::shared::{Found, Look, SharedTier, Slot};
-use super::{Coherence, Inner, LoadError, ReadRequest, answered, too_slow};
+use super::{Coherence, Inner, ReadRequest};
 use crate::cache::{Entry, Key, Outcome, Store};
 use crate::config::UpstreamCache;
 use crate::error::ProxyError;

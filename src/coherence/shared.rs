@@ -36,21 +36,25 @@
 //! upstream's floor before the tier is trusted again. The heartbeat tick finds Redis back.
 //! Invariant: a fill is stored only under the version, and boot, current when it is stored —
 //! which is the one its read began under.
+//!
+//! The Lua scripts are in `shared/scripts.rs`, an entry's stored form in `shared/stored.rs`.
+
+mod scripts;
+mod stored;
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
+use self::scripts::Scripts;
+use self::stored::{decode, encode};
 use super::generations::parents_of;
 use crate::cache::Entry;
 use crate::cluster::{Cluster, RedisSeal};
 use crate::metrics::{Metrics, SealedKind, SharedCacheEvent};
-use crate::wire::contents_json::contents_json;
+use redis::RedisError;
 use redis::aio::ConnectionManager;
-use redis::{RedisError, Script};
-use rmcp::model::{CacheScope, ReadResourceResult};
-use serde::{Deserialize, Serialize};
 
 /// Longest a call to Redis may take before the tier counts as down.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(1);
@@ -117,115 +121,10 @@ pub struct SharedTier {
     scripts: Scripts,
 }
 
-struct Scripts {
-    look: Script,
-    fill: Script,
-    bump: Script,
-    raise: Script,
-}
-
-/// An entry as stored: instants as Unix milliseconds.
-#[derive(Serialize, Deserialize)]
-struct Stored {
-    result: ReadResourceResult,
-    fresh_until: u64,
-    told_until: u64,
-    keep_until: u64,
-    scope: CacheScope,
-    bytes: u32,
-}
-
-/// The version of a URI: ARGV[first..] are the names of the URI and its parents. Defines `p`, `up`, `v`.
-const VERSION_LUA: &str = r"
-local p, up = ARGV[1], ARGV[2]
-local v = tonumber(redis.call('GET', p .. 'floor:' .. up) or '0')
-if #ARGV >= FIRST then
-  local got = redis.call('HMGET', p .. 'rec:' .. up, unpack(ARGV, FIRST))
-  for i = 1, #got do
-    if got[i] then
-      local x = tonumber(got[i])
-      if x > v then v = x end
-    end
-  end
-end
-";
-
-/// ARGV: prefix, upstream, offered boot, private who, uri's name, replica key prefix, parents' names… →
-/// {boot, version, found, leased}.
-const LOOK_LUA: &str = r"
-local boot = redis.call('GET', p .. 'boot')
-if not boot then
-  boot = ARGV[3]
-  redis.call('SET', p .. 'boot', boot)
-end
-local found = 0
-local whos = {'-', ARGV[4]}
-for i = 1, 2 do
-  local k = p .. 'e:' .. up .. ':' .. v .. ':' .. whos[i] .. ':' .. ARGV[5]
-  local voucher = redis.call('HGET', k, 'v')
-  if voucher then
-    if voucher == '' or redis.call('EXISTS', ARGV[6] .. voucher) == 1 then
-      found = i
-      break
-    end
-    redis.call('DEL', k)
-  end
-end
-local leased = 0
-if found == 0 then
-  for i = 1, 2 do
-    leased = leased + redis.call('EXISTS', p .. 'lease:' .. up .. ':' .. v .. ':' .. whos[i] .. ':' .. ARGV[5])
-  end
-end
-return {boot, v, found, leased}
-";
-
-/// ARGV: prefix, upstream, boot, version, who, uri's name, voucher, sealed body, px, parents' names… →
-/// 1 kept, 0 not.
-const FILL_LUA: &str = r"
-if redis.call('GET', p .. 'boot') ~= ARGV[3] or v ~= tonumber(ARGV[4]) then return 0 end
-local k = p .. 'e:' .. up .. ':' .. v .. ':' .. ARGV[5] .. ':' .. ARGV[6]
-redis.call('HSET', k, 'v', ARGV[7], 'b', ARGV[8])
-redis.call('PEXPIRE', k, ARGV[9])
-redis.call('DEL', p .. 'lease:' .. up .. ':' .. v .. ':' .. ARGV[5] .. ':' .. ARGV[6])
-return 1
-";
-
-/// ARGV: prefix, upstream, uri's name, most records → the new version.
-const BUMP_LUA: &str = r"
-local p, up = ARGV[1], ARGV[2]
-local n = redis.call('INCR', p .. 'ctr:' .. up)
-if redis.call('HLEN', p .. 'rec:' .. up) >= tonumber(ARGV[4]) then
-  redis.call('SET', p .. 'floor:' .. up, n)
-  redis.call('DEL', p .. 'rec:' .. up)
-  return n
-end
-redis.call('HSET', p .. 'rec:' .. up, ARGV[3], n)
-return n
-";
-
-/// ARGV: prefix, upstream → the new floor.
-const RAISE_LUA: &str = r"
-local p, up = ARGV[1], ARGV[2]
-local n = redis.call('INCR', p .. 'ctr:' .. up)
-redis.call('SET', p .. 'floor:' .. up, n)
-redis.call('DEL', p .. 'rec:' .. up)
-return n
-";
-
 impl SharedTier {
     /// A tier over `connection` (a reconnecting one), at `place`. Down until
     /// [`SharedTier::recover`] first reaches Redis.
     pub fn new(connection: ConnectionManager, place: Place, metrics: Metrics) -> Self {
-        let with_version = |body: &str, first: usize| {
-            Script::new(&format!("{}{body}", VERSION_LUA.replace("FIRST", &first.to_string())))
-        };
-        let scripts = Scripts {
-            look: with_version(LOOK_LUA, 7),
-            fill: with_version(FILL_LUA, 10),
-            bump: Script::new(BUMP_LUA),
-            raise: Script::new(RAISE_LUA),
-        };
         metrics.set_shared_cache_up(false);
         Self {
             connection,
@@ -237,7 +136,7 @@ impl SharedTier {
             up: AtomicBool::new(false),
             pending: Mutex::default(),
             metrics,
-            scripts,
+            scripts: Scripts::new(),
         }
     }
 
@@ -441,42 +340,4 @@ impl SharedTier {
         }
         Err(Down)
     }
-}
-
-fn unix_ms(at: Instant, now: Instant) -> u64 {
-    let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-    let ahead = at.saturating_duration_since(now);
-    u64::try_from((wall + ahead).as_millis()).unwrap_or(u64::MAX)
-}
-
-fn instant(unix_ms: u64, now: Instant) -> Instant {
-    let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-    now + Duration::from_millis(unix_ms).saturating_sub(wall)
-}
-
-fn encode(entry: &Entry, now: Instant) -> String {
-    let stored = Stored {
-        result: entry.result.clone(),
-        fresh_until: unix_ms(entry.fresh_until, now),
-        told_until: unix_ms(entry.told_until, now),
-        keep_until: unix_ms(entry.keep_until, now),
-        scope: entry.scope,
-        bytes: entry.bytes,
-    };
-    serde_json::to_string(&stored).unwrap_or_default()
-}
-
-fn decode(body: &str) -> Option<Entry> {
-    let stored: Stored = serde_json::from_str(body).ok()?;
-    let now = Instant::now();
-    let contents_json = contents_json(&stored.result.contents);
-    Some(Entry {
-        fresh_until: instant(stored.fresh_until, now),
-        told_until: instant(stored.told_until, now),
-        keep_until: instant(stored.keep_until, now),
-        scope: stored.scope,
-        bytes: stored.bytes,
-        result: stored.result,
-        contents_json,
-    })
 }

@@ -1,6 +1,6 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use rmcp::model::{ReadResourceResult, ResourceContents};
+use rmcp::model::{CacheScope, ReadResourceResult, ResourceContents};
 
 use super::*;
 

@@ -5,7 +5,6 @@
 //! `Debug` shows neither; the Redis URL is shown only through [`ClusterConfig::redis_url_redacted`].
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
@@ -13,15 +12,12 @@ use std::time::Duration;
 use figment::value::Value;
 use serde::Deserialize;
 
+mod secret;
+
+pub use self::secret::{MIN_SECRET_BYTES, Secret};
+use self::secret::{cluster_secret, env_value};
 use super::peer_tls::{PeerTls, RawPeerTls, validate_peer_tls};
 use super::{Problem, SessionMode, UpstreamConfig, duration, push, redact_url, report_unknown};
-
-/// The shortest cluster secret accepted (bytes): every replica derives its keys from it.
-pub const MIN_SECRET_BYTES: usize = 32;
-
-/// Environment variables with this prefix are read as settings by the config loader, so a
-/// secret cannot live in one.
-const SETTINGS_PREFIX: &str = "MCP_PROXY_";
 
 /// The validated `[cluster]` section.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,27 +48,6 @@ pub struct ClusterConfig {
     /// TLS between replicas (`peer_tls`): the others are reached over `https://` and must present
     /// a certificate of the cluster's CA. `None`: forwarded requests travel as plain HTTP/2.
     pub peer_tls: Option<PeerTls>,
-}
-
-/// A value that must not be shown: `Debug` prints `***`.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-
-    /// The value itself, for the one place that uses it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("***")
-    }
 }
 
 impl ClusterConfig {
@@ -111,14 +86,7 @@ pub(super) fn validate_cluster(
         let value = env_value("cluster.password_env", &name, lookup, problems)?;
         Some(Secret::new(value))
     });
-    let secret = match (raw.secret_env, raw.secret_file) {
-        (Some(_), Some(_)) => {
-            push(problems, "cluster.secret_file", "give `secret_env` or `secret_file`, not both".into());
-            String::new()
-        }
-        (None, Some(file)) => secret_from_file(&file, base, lookup, problems),
-        (name, None) => secret(name, lookup, problems),
-    };
+    let secret = cluster_secret(raw.secret_env, raw.secret_file, base, lookup, problems);
     let replica_id = match raw.replica_id {
         Some(id) if is_valid_replica_id(&id) => id,
         Some(id) => {
@@ -202,10 +170,8 @@ pub fn is_valid_replica_id(id: &str) -> bool {
 
 /// `<hostname>-<pid>`: readable, and unique among replicas on one host or one per host.
 pub fn default_replica_id() -> String {
-    let host =
-        std::env::var("HOSTNAME").ok().or_else(|| std::fs::read_to_string("/etc/hostname").ok()).unwrap_or_default();
     let host: String =
-        host.trim().chars().filter(|c| c.is_ascii_alphanumeric() || "._-".contains(*c)).take(48).collect();
+        hostname().chars().filter(|c| c.is_ascii_alphanumeric() || "._-".contains(*c)).take(48).collect();
     let host = if host.is_empty() { "replica".to_string() } else { host };
     format!("{host}-{}", std::process::id())
 }
@@ -223,84 +189,6 @@ fn redis_url(raw: Option<String>, problems: &mut Vec<Problem>) -> String {
         push(problems, "cluster.redis_url", format!("`{}` is not usable ({kind})", redact_url(&url)));
     }
     url
-}
-
-fn secret(name: Option<String>, lookup: &dyn Fn(&str) -> Option<String>, problems: &mut Vec<Problem>) -> String {
-    let Some(name) = name else {
-        let message = "missing: the name of the variable holding the cluster secret (or `secret_file`)";
-        push(problems, "cluster.secret_env", message.into());
-        return String::new();
-    };
-    let value = env_value("cluster.secret_env", &name, lookup, problems).unwrap_or_default();
-    long_enough("cluster.secret_env", &format!("`{name}`"), &value, problems);
-    value
-}
-
-/// The secret in the file `raw` names (`${VAR}`s expanded, relative to the config's folder),
-/// without the line ending a file's last line has. What the file holds is never shown.
-fn secret_from_file(
-    raw: &str,
-    base: &Path,
-    lookup: &dyn Fn(&str) -> Option<String>,
-    problems: &mut Vec<Problem>,
-) -> String {
-    let at = "cluster.secret_file";
-    let path = match super::expand_vars(raw, lookup) {
-        Ok(path) => base.join(path),
-        Err(name) => {
-            push(problems, at, format!("`{raw}`: environment variable `{name}` is not set"));
-            return String::new();
-        }
-    };
-    let value = match std::fs::read_to_string(&path) {
-        Ok(text) => text.strip_suffix('\n').map(|t| t.strip_suffix('\r').unwrap_or(t)).unwrap_or(&text).to_string(),
-        Err(error) => {
-            push(problems, at, format!("{}: cannot be read ({})", path.display(), error.kind()));
-            return String::new();
-        }
-    };
-    if value.is_empty() {
-        push(problems, at, format!("{} is empty", path.display()));
-    }
-    long_enough(at, &path.display().to_string(), &value, problems);
-    value
-}
-
-/// A problem at `at` when a non-empty secret from `source` is shorter than the shortest accepted.
-fn long_enough(at: &str, source: &str, value: &str, problems: &mut Vec<Problem>) {
-    if !value.is_empty() && value.len() < MIN_SECRET_BYTES {
-        let message =
-            format!("{source} holds {} bytes; the cluster secret needs at least {MIN_SECRET_BYTES}", value.len());
-        push(problems, at, message);
-    }
-}
-
-/// The value of the variable `name`, which must be set, non-empty, and not a settings variable.
-fn env_value(
-    at: &str,
-    name: &str,
-    lookup: &dyn Fn(&str) -> Option<String>,
-    problems: &mut Vec<Problem>,
-) -> Option<String> {
-    if name.to_ascii_uppercase().starts_with(SETTINGS_PREFIX) {
-        push(
-            problems,
-            at,
-            format!("`{name}`: variables named {SETTINGS_PREFIX}… are read as settings; name it otherwise"),
-        );
-        return None;
-    }
-    match lookup(name) {
-        Some(value) if !value.is_empty() => Some(value),
-        Some(_) => {
-            push(problems, at, format!("`{name}` is empty"));
-            None
-        }
-        None => {
-            push(problems, at, format!("`{name}` is not set"));
-            None
-        }
-    }
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@ use std::time::Duration;
 use super::labels::{policy_label, upstream_label};
 use super::*;
 use crate::namespace;
+use crate::protocol::Era;
 
 /// A 2025-11-25 request over HTTP.
 const HTTP: Hop = Hop { version: "2025-11-25", transport: "tcp" };

@@ -20,12 +20,15 @@
 //! `requested_token_type=…:access_token` and the optional `audience`, `resource` and `scope`;
 //! with Basic authentication when the proxy has a client id, else none (a public client). A
 //! principal with no JWT kept (a static token's, or an expired one) gets no exchange: its
-//! request fails at once ([`TokenFailure::NoSubject`]). No redirects are followed.
+//! request fails at once ([`TokenFailure::NoSubject`]). No redirects are followed. The forms, the
+//! Basic header and the reading of a reply are the token endpoint's file (`token_endpoint.rs`).
 //!
 //! Invariant: a host's request that came with a JWT goes with a token exchanged for that JWT,
 //! or with none; so does a subscription, made on its session after any other (see above). Neither the secret nor a token is logged, put in an error, or shown in `Debug`
 //! output; a token endpoint's own error text is not passed on (only its bounded `error` code
 //! goes to the log).
+
+mod token_endpoint;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -33,8 +36,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use base64::Engine;
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -45,17 +46,10 @@ use crate::host::SubjectToken;
 
 /// The longest a token fetch may take, whatever the upstream's request timeout.
 const FETCH_AT_MOST: Duration = Duration::from_secs(10);
-/// The largest token endpoint reply read.
-const MAX_REPLY_BYTES: usize = 64 * 1024;
-/// How long a token without `expires_in` is kept (unless the upstream refuses it first).
-const UNSTATED_LIFETIME: Duration = Duration::from_secs(3600);
 /// The most subject tokens whose exchanged tokens one source keeps.
 const MAX_KEPT: usize = 32;
 /// The most a token is refreshed ahead of its expiry.
 const REFRESH_AHEAD_AT_MOST: Duration = Duration::from_secs(60);
-
-/// Characters form-encoded in a request body and in Basic credentials (all but unreserved).
-const FORM: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
 
 /// Why no token could be had: a bounded set, shown to clients and in `/status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -362,32 +356,17 @@ impl TokenSource {
         // An exchanged token is not used past the instant the proxy stops accepting the JWT it
         // was exchanged for: the principal's authority ends there, whatever the server says.
         let mut subject_rest = None;
-        let (body, client) = match (&self.inner.grant, &subject.exchanged) {
-            (Grant::ClientCredentials(config), _) => (client_credentials_form(config), Some(config)),
+        let (form, client) = match (&self.inner.grant, &subject.exchanged) {
+            (Grant::ClientCredentials(config), _) => (token_endpoint::client_credentials_form(config), Some(config)),
             (Grant::Exchange { config, .. }, Some((token, rest))) => {
                 subject_rest = Some(*rest);
-                (exchange_form(config, token), config.client.as_ref())
+                (token_endpoint::exchange_form(config, token), config.client.as_ref())
             }
             (Grant::Exchange { .. }, None) => return Err(TokenFailure::NoSubject),
         };
-        let mut request = self
-            .inner
-            .client
-            .post(self.inner.grant.token_url())
-            .header(http::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-            .header(http::header::ACCEPT, "application/json");
-        if let Some(client) = client {
-            request = request.header(http::header::AUTHORIZATION, basic(client)?);
-        }
-        let response = request.body(body).send().await.map_err(|_| TokenFailure::Unreachable)?;
-        let status = response.status();
-        let reply = read_bounded(response).await?;
-        if !status.is_success() {
-            let code = oauth_error_code(&reply);
-            tracing::warn!(upstream = %self.inner.upstream, status = status.as_u16(), error = code.as_deref().unwrap_or("-"), "the token endpoint refused the request");
-            return Err(TokenFailure::Refused(status.as_u16()));
-        }
-        let (token, lifetime) = parse_token(&reply).ok_or(TokenFailure::Unusable)?;
+        let url = self.inner.grant.token_url();
+        let (token, lifetime) =
+            token_endpoint::request(&self.inner.client, url, form, client, &self.inner.upstream).await?;
         Ok((token, subject_rest.map_or(lifetime, |rest| lifetime.min(rest))))
     }
 }
@@ -412,125 +391,5 @@ impl Kept {
     }
 }
 
-/// The form of a client credentials request.
-fn client_credentials_form(config: &ClientCredentials) -> String {
-    let mut body = String::from("grant_type=client_credentials");
-    append(&mut body, &[("scope", &config.scope), ("audience", &config.audience)]);
-    body
-}
-
-/// The form of an RFC 8693 exchange of `subject`.
-fn exchange_form(config: &TokenExchange, subject: &str) -> String {
-    let mut body = format!(
-        "grant_type={}&subject_token={}&subject_token_type={}&requested_token_type={}",
-        utf8_percent_encode("urn:ietf:params:oauth:grant-type:token-exchange", FORM),
-        utf8_percent_encode(subject, FORM),
-        utf8_percent_encode(config.subject_token_type, FORM),
-        utf8_percent_encode("urn:ietf:params:oauth:token-type:access_token", FORM),
-    );
-    append(&mut body, &[("audience", &config.audience), ("resource", &config.resource), ("scope", &config.scope)]);
-    body
-}
-
-fn append(body: &mut String, fields: &[(&str, &Option<String>)]) {
-    for (key, value) in fields {
-        if let Some(value) = value {
-            body.push_str(&format!("&{key}={}", utf8_percent_encode(value, FORM)));
-        }
-    }
-}
-
-/// `Authorization: Basic …` of the proxy's client (sensitive: never printed).
-fn basic(config: &ClientCredentials) -> Result<http::HeaderValue, TokenFailure> {
-    let basic = format!(
-        "{}:{}",
-        utf8_percent_encode(&config.client_id, FORM),
-        utf8_percent_encode(config.client_secret.expose(), FORM)
-    );
-    let mut authorization =
-        http::HeaderValue::from_str(&format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(basic)))
-            .map_err(|_| TokenFailure::Unusable)?;
-    authorization.set_sensitive(true);
-    Ok(authorization)
-}
-
-async fn read_bounded(mut response: reqwest::Response) -> Result<Vec<u8>, TokenFailure> {
-    let mut reply = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|_| TokenFailure::Unreachable)? {
-        if reply.len() + chunk.len() > MAX_REPLY_BYTES {
-            return Err(TokenFailure::Unusable);
-        }
-        reply.extend_from_slice(&chunk);
-    }
-    Ok(reply)
-}
-
-/// `access_token` (of `token_type` Bearer) and its lifetime, from a token endpoint's reply.
-fn parse_token(reply: &[u8]) -> Option<(Arc<str>, Duration)> {
-    let reply: serde_json::Value = serde_json::from_slice(reply).ok()?;
-    let token = reply.get("access_token")?.as_str().filter(|token| is_token68(token))?;
-    if !reply.get("token_type")?.as_str()?.eq_ignore_ascii_case("bearer") {
-        return None;
-    }
-    let lifetime = match reply.get("expires_in") {
-        None | Some(serde_json::Value::Null) => UNSTATED_LIFETIME,
-        Some(seconds) => Duration::from_secs_f64(seconds.as_f64().filter(|s| s.is_finite() && *s >= 0.0)?.min(1e9)),
-    };
-    Some((token.into(), lifetime))
-}
-
-/// Whether `token` can travel as `Bearer <token>` (RFC 6750 b64token).
-fn is_token68(token: &str) -> bool {
-    !token.is_empty() && token.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._~+/=".contains(&b))
-}
-
-/// The `error` code of an OAuth error reply, when it is a short plain word.
-fn oauth_error_code(reply: &[u8]) -> Option<String> {
-    let reply: serde_json::Value = serde_json::from_slice(reply).ok()?;
-    let code = reply.get("error")?.as_str()?;
-    (code.len() <= 64 && code.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'))
-        .then(|| code.to_string())
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_token_reply_is_read_with_its_lifetime() {
-        let parse = |text: &str| parse_token(text.as_bytes()).map(|(token, life)| (token.to_string(), life));
-        let s = Duration::from_secs;
-        assert_eq!(
-            parse(r#"{"access_token":"a.b-c","token_type":"Bearer","expires_in":60}"#),
-            Some(("a.b-c".into(), s(60)))
-        );
-        assert_eq!(parse(r#"{"access_token":"t","token_type":"bearer"}"#), Some(("t".into(), UNSTATED_LIFETIME)));
-        assert_eq!(parse(r#"{"access_token":"t","token_type":"mac","expires_in":60}"#), None);
-        assert_eq!(parse(r#"{"access_token":"t t","token_type":"Bearer"}"#), None);
-        assert_eq!(parse(r#"{"access_token":"t","token_type":"Bearer","expires_in":-1}"#), None);
-        assert_eq!(parse(r#"{"token_type":"Bearer"}"#), None);
-        assert_eq!(parse("not json"), None);
-    }
-
-    #[test]
-    fn only_a_plain_oauth_error_code_is_kept() {
-        assert_eq!(
-            oauth_error_code(br#"{"error":"invalid_client","error_description":"x"}"#).as_deref(),
-            Some("invalid_client")
-        );
-        assert_eq!(oauth_error_code(br#"{"error":"has spaces and secrets"}"#), None);
-    }
-
-    #[test]
-    fn a_failure_round_trips_through_its_parts() {
-        for failure in [
-            TokenFailure::Unreachable,
-            TokenFailure::TimedOut,
-            TokenFailure::Refused(401),
-            TokenFailure::Unusable,
-            TokenFailure::NoSubject,
-        ] {
-            assert_eq!(TokenFailure::from_parts(failure.kind(), failure.status()), Some(failure));
-        }
-    }
-}
+mod tests;

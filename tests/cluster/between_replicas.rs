@@ -23,7 +23,7 @@ use tokio::net::TcpStream;
 use mcp_resource_proxy::cluster::ClusterKeys;
 use mcp_resource_proxy::cluster::forward::{MARK_HEADER, PASS_HEADER, PATH, mark_with, pass_with};
 
-use crate::support::cluster::{Redis, Replicas, SECRET, SECRET_ENV, cluster_when, with_cluster};
+use crate::support::cluster::{Redis, Replicas, SECRET, SECRET_ENV, cluster_when, forwards, with_cluster};
 use crate::support::proxy::{
     ProxyProcess, alice_and_bob_policies, alice_and_bob_under_policies, fixture_upstream, metric_value, toml_str,
 };
@@ -40,21 +40,6 @@ async fn host(url: &str, token: &str) -> anyhow::Result<Host> {
     let config = StreamableHttpClientTransportConfig::with_uri(url).auth_header(token);
     let transport = StreamableHttpClientTransport::from_config(config.reinit_on_expired_session(false));
     Ok(tokio::time::timeout(DEADLINE, ().serve(transport)).await.context("connect")??)
-}
-
-/// The sum of `mcp_proxy_cluster_forwards_total{outcome}` over `replicas`.
-async fn forwards(replicas: &[ProxyProcess], outcome: &str) -> anyhow::Result<f64> {
-    let needle = format!("mcp_proxy_cluster_forwards_total{{outcome=\"{outcome}\"}}");
-    let mut sum = 0.0;
-    for replica in replicas {
-        let metrics = replica.admin_get("/metrics").await?;
-        sum += metrics
-            .lines()
-            .filter(|line| line.starts_with(&needle))
-            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>();
-    }
-    Ok(sum)
 }
 
 /// The message and `data.cause` of the error a read of `uri` gets from `host`, once it has a
@@ -257,7 +242,7 @@ async fn a_replica_whose_certificate_the_clusters_ca_did_not_issue_is_refused() 
     assert_eq!(forwards(&cluster.replicas, "served").await?, 0.0, "no replica served the other");
     assert_eq!(forwards(&cluster.replicas, "forwarded").await?, 0.0);
     for replica in &cluster.replicas {
-        let fallback = forwards(std::slice::from_ref(replica), "fallback").await?;
+        let fallback = forwards([replica], "fallback").await?;
         assert_eq!(fallback, 1.0, "{}: the read that was not its owner's ran here", replica.url);
         let logged = replica.logs().iter().any(|line| line.contains("unreachable"));
         assert!(logged, "{}: the fallback is logged", replica.url);

@@ -15,10 +15,10 @@ use rmcp::model::{
 };
 use serde_json::json;
 
-use crate::support::cluster::{Replicas, cluster_when};
+use crate::support::cluster::{Replicas, cluster_when, forwards};
 use crate::support::fixture::{Era, FixtureClient, HttpFixture, connect_http_with_token};
 use crate::support::jwt::{ISSUER, JwksServer, RESOURCE, claims, now, rsa_a};
-use crate::support::proxy::{ProxyProcess, http_upstream, toml_str};
+use crate::support::proxy::{http_upstream, toml_str};
 use crate::support::token_exchange::{Authority, CLIENT_ID, CLIENT_SECRET, Mode};
 
 const SECRET_ENV: &str = "TEST_EXCHANGE_CLIENT_SECRET";
@@ -53,7 +53,11 @@ async fn a_forwarded_request_goes_with_a_token_exchanged_for_the_jwt_it_came_wit
         ask_each(&read).await.with_context(|| format!("through replica {n}"))?;
     }
 
-    assert_eq!(forwards(&cluster.replicas).await?, METHODS.len() as f64, "one replica's requests were forwarded");
+    assert_eq!(
+        forwards(&cluster.replicas, "forwarded").await?,
+        METHODS.len() as f64,
+        "one replica's requests were forwarded"
+    );
     // Per method: how many reached the upstream, and how many of those with a token exchanged
     // for another JWT than the read one.
     let tally: Vec<(&str, usize, usize)> = METHODS
@@ -106,16 +110,4 @@ async fn ask_each(host: &FixtureClient) -> anyhow::Result<()> {
 /// `what`'s outcome, unless it takes longer than 20 s.
 async fn within<T>(what: impl Future<Output = T>) -> anyhow::Result<T> {
     tokio::time::timeout(Duration::from_secs(20), what).await.context("hung")
-}
-
-/// `mcp_proxy_cluster_forwards_total{outcome="forwarded"}` over `replicas`.
-async fn forwards(replicas: &[ProxyProcess]) -> anyhow::Result<f64> {
-    let needle = "mcp_proxy_cluster_forwards_total{outcome=\"forwarded\"}";
-    let mut sum = 0.0;
-    for replica in replicas {
-        let metrics = replica.admin_get("/metrics").await?;
-        let lines = metrics.lines().filter(|line| line.starts_with(needle));
-        sum += lines.filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok()).sum::<f64>();
-    }
-    Ok(sum)
 }

@@ -195,6 +195,18 @@ pub async fn cluster_when(replica: &ProxyProcess, done: impl Fn(&Value) -> bool)
     .await
 }
 
+/// The sum of `mcp_proxy_cluster_forwards_total{outcome}` over `replicas`.
+pub async fn forwards<'a>(replicas: impl IntoIterator<Item = &'a ProxyProcess>, outcome: &str) -> anyhow::Result<f64> {
+    let needle = format!("mcp_proxy_cluster_forwards_total{{outcome=\"{outcome}\"}}");
+    let mut sum = 0.0;
+    for replica in replicas {
+        let metrics = replica.admin_get("/metrics").await?;
+        let lines = metrics.lines().filter(|line| line.starts_with(&needle));
+        sum += lines.filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok()).sum::<f64>();
+    }
+    Ok(sum)
+}
+
 /// `config` with a `[cluster]` section for replica `id` of the test cluster at `redis_url`.
 pub fn with_cluster(config: &str, redis_url: &str, id: &str) -> String {
     format!(
