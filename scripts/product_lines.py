@@ -4,13 +4,12 @@
 Product code is every `.rs` file under `src/` of the workspace's product crates (the root
 package; not `crates/fixture` or `crates/bench`, which are never shipped), without test code:
 files named `tests.rs` or `*_tests.rs`, anything under a `tests/` or `module_graph/` folder, and
-an inline `#[cfg(test)]` module (from that attribute to the end of its file, where the house
-style keeps tests). Every other line counts, comments and blank lines included.
+an item under `#[cfg(test)]` (an inline test module and its braces, or its `mod tests;` line). Every other line counts, comments and blank lines included.
 
     python3 scripts/product_lines.py            # HEAD
     python3 scripts/product_lines.py 7df4437    # another revision
 
-At 7df4437 (before the round that set out to shrink it): 32,254 lines.
+At 7df4437 (before the round that set out to shrink it): 33,145 lines.
 """
 
 import subprocess
@@ -35,10 +34,20 @@ def files(rev):
 
 
 def counted(text):
-    total = 0
+    """Lines of `text` outside the items `#[cfg(test)]` marks (a `mod tests;` line, or an item
+    and its braces)."""
+    total, skipping, depth, opened = 0, False, 0, False
     for line in text.splitlines():
+        code = line.split("//", 1)[0]
+        if skipping:
+            depth += code.count("{") - code.count("}")
+            opened = opened or "{" in code
+            if (opened and depth <= 0) or (not opened and code.rstrip().endswith(";")):
+                skipping = False
+            continue
         if line.strip().startswith("#[cfg(test)]"):
-            break
+            skipping, depth, opened = True, 0, False
+            continue
         total += 1
     return total
 
