@@ -26,6 +26,7 @@ pub mod mailbox;
 mod owners;
 pub mod peer_tls;
 pub mod sealed;
+pub mod session_pass;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

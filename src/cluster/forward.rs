@@ -386,6 +386,17 @@ impl Forwarder {
         Forwarder { inner: Arc::new(inner) }
     }
 
+    /// The client between replicas (HTTP/2; with `peer_tls`, over TLS).
+    pub fn client(&self) -> reqwest::Client {
+        self.inner.http.clone()
+    }
+
+    /// What makes the passes of requests to the other replicas' session endpoints.
+    pub fn session_passes(&self) -> super::session_pass::Passes {
+        let cluster = &self.inner.cluster;
+        super::session_pass::Passes::new(cluster.replica_id(), &cluster.keys().session_pass())
+    }
+
     /// This replica's id.
     pub fn replica_id(&self) -> &str {
         self.inner.cluster.replica_id()

@@ -46,6 +46,7 @@ use crate::cluster::forward::{
     self, Ask, Call, Forwarded, ForwardedHost, Forwarder, Line, MARK_HEADER, PASS_HEADER, PATH, RemoteError, Reply,
     SessionOf,
 };
+use crate::cluster::session_pass::{self, Passes};
 use crate::error::ProxyError;
 use crate::host::{HostRelay, ProgressOutlet, SubjectToken};
 use crate::listener::{Peers, VerifiedPeer};
@@ -71,12 +72,17 @@ pub(super) fn routes(proxy: &Proxy, kept: Arc<KeptCalls>) -> Option<axum::Router
 }
 
 /// How the MCP listener tells other replicas' connections from hosts' (when this replica is
-/// part of a cluster): a request to the route with a right pass on its head, or with
-/// `peer_tls` a TLS connection whose certificate the cluster's CA issued.
-pub(super) fn peers(proxy: &Proxy) -> Option<Peers> {
+/// part of a cluster): a request to the route or to the session endpoint (`owned`, whose
+/// `passes` are given) with a right pass on its head, or with `peer_tls` a TLS connection whose
+/// certificate the cluster's CA issued.
+pub(super) fn peers(proxy: &Proxy, passes: Option<Passes>) -> Option<Peers> {
     let forwarder = proxy.tools().forwarder()?.clone();
     let tls = proxy.cluster().and_then(|cluster| cluster.peer_tls()).map(crate::cluster::peer_tls::acceptor);
     let is_peer = move |uri: &http::Uri, headers: &http::HeaderMap| {
+        if uri.path() == session_pass::PATH {
+            let pass = headers.get(session_pass::HEADER).and_then(|value| value.to_str().ok());
+            return passes.as_ref().is_some_and(|passes| passes.admits(pass).is_ok());
+        }
         let pass = headers.get(PASS_HEADER).and_then(|value| value.to_str().ok());
         uri.path() == PATH && forwarder.admits(pass).is_ok()
     };

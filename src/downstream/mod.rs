@@ -12,7 +12,8 @@
 //! `refusal.rs` answers a stdio host whose proxy cannot serve with the reason.
 //! With `[cluster]`, `forwarded.rs` runs requests another replica forwards here, and `kept.rs`
 //! keeps the answer of such a call whose forwarding replica died, for the host's resumption on
-//! any replica (`shared/resumed.rs`).
+//! any replica (`shared/resumed.rs`); `owned.rs` serves the upstream sessions this replica
+//! holds to the other replicas as MCP (`/mcp-proxy/session`, each request under a sealed pass).
 
 mod audited;
 mod bodies;
@@ -27,6 +28,7 @@ mod kept;
 mod metering;
 mod offerings;
 mod outlets;
+mod owned;
 mod reaper;
 mod refusal;
 mod relay;

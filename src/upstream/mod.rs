@@ -34,6 +34,7 @@ mod listing;
 mod notices;
 mod offered_elsewhere;
 mod offerings;
+mod owners;
 mod pool;
 mod progress;
 mod reason;
@@ -72,6 +73,7 @@ use crate::spine::Spine;
 use crate::subscriptions::HolderId;
 
 pub use self::offerings::Offered;
+pub use self::owners::{Carried, OwnerAt, OwnerRoutes, Whose};
 
 /// What upstreams tell the rest of the proxy.
 #[derive(Debug, Clone, PartialEq)]
@@ -188,6 +190,10 @@ struct Inner {
     following: held_elsewhere::FollowingHolds,
     /// `[cluster]`: the own lists of sessions other replicas hold (see `offered_elsewhere`).
     own_elsewhere: offered_elsewhere::OwnListsElsewhere,
+    /// `[cluster]`: how other replicas' sessions are reached, and the connections to them
+    /// (see `owners`).
+    owner_routes: std::sync::OnceLock<owners::OwnerRoutes>,
+    at_owners: owners::AtOwners,
     /// The principals' latest JWTs, for a `token_exchange` upstream's sessions.
     subjects: Subjects,
     /// Where its supervisor (and its sessions) run, once spawned.
@@ -232,6 +238,8 @@ impl Upstream {
             forwarder: std::sync::OnceLock::new(),
             following: Default::default(),
             own_elsewhere: Default::default(),
+            owner_routes: std::sync::OnceLock::new(),
+            at_owners: Default::default(),
             subjects,
             spine: Mutex::new(None),
         };
