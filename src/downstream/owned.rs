@@ -172,6 +172,10 @@ impl OwnedSession {
         let relays = matches!(call, Call::Tool(_) | Call::Prompt(_));
         let kept_as = opened.kept_as.clone().filter(|_| relays);
         let relayed = relays.then_some(host_relay);
+        if let Some((method, target)) = call.traced() {
+            let target = target.unwrap_or_default();
+            tracing::debug!(upstream = %identity.upstream, method, target, "cluster: serving another replica's request over MCP");
+        }
         let span = served_span(context, &call, &identity.upstream);
         let (proxy, subject) = (self.proxy.clone(), opened.subject.clone());
         let whose = identity.clone();
@@ -205,7 +209,7 @@ fn served_span(context: &RequestContext<RoleServer>, call: &Call, upstream: &str
     let span = telemetry::server_span(Incoming {
         method,
         target,
-        meta: Carrier::default(),
+        meta: Carrier { traceparent: context.meta.get_traceparent(), tracestate: context.meta.get_tracestate() },
         header: header_carrier(headers),
         request_id: None,
         version: None,
