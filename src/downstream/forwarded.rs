@@ -137,6 +137,8 @@ async fn serve(State(Forwarding { proxy, kept }): State<Forwarding>, request: ax
             };
         }
         Call::Collect { key } => return collected(kept.find(&key, &request.principal)),
+        // A request on a session held here comes over MCP (`owned`), not this way.
+        ref call if !crate::tools::Tools::takes_forwarded(call) => return refused(&proxy, forward::Refusal::Malformed),
         _ => {}
     }
     let span = forwarded_span(&head.headers, &request);

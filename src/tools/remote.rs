@@ -61,9 +61,21 @@ impl Tools {
         Some(self.resume_at(upstream, of, replica, call, host).await)
     }
 
-    /// Run a request forwarded to this replica (its mark checked) on session `of` here (the
+    /// Whether `call` may still come as a forwarded request (`cluster::forward`): a retry of
+    /// a call parked here, or what a session lists as its own. A call, prompt, read or
+    /// completion on a session held here comes over MCP (the session endpoint), never so.
+    pub fn takes_forwarded(call: &Call) -> bool {
+        match call {
+            Call::Offerings => true,
+            Call::Tool(_) | Call::Prompt(_) => super::parked::is_ours(state_of(call)),
+            _ => false,
+        }
+    }
+
+    /// Run a request another replica sent here (over MCP to the session endpoint, or a
+    /// forwarded retry, [`Tools::takes_forwarded`]) on session `of` here (the
     /// principal's own, or its host session's); progress goes to `progress`, what the upstream
-    /// sends the call's host to `relay` (which passes it back to the forwarding replica, and
+    /// sends the call's host to `relay` (which passes it back to the other replica, and
     /// gives the JWT the call came with). A read or completion goes with `subject`, the JWT
     /// its request came with.
     pub async fn run_forwarded(
