@@ -50,6 +50,7 @@ use rmcp::model::{
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
+pub use super::session_pass::HostOf;
 use super::{Cluster, Owner};
 use crate::crypto::SealingKey;
 use crate::error::ProxyError;
@@ -104,15 +105,6 @@ pub struct Forwarded {
     /// it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subject: Option<String>,
-}
-
-/// The host session of a per-host upstream's request: its key (the same on every replica) and
-/// what its host declared, which the session is opened declaring.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HostOf {
-    pub key: u64,
-    pub sampling: bool,
-    pub elicitation: bool,
 }
 
 /// Whose session a forwarded request runs on.

@@ -18,7 +18,6 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::{Deserialize, Serialize};
 
-use super::forward::HostOf;
 use crate::crypto::SealingKey;
 use crate::host::SubjectToken;
 
@@ -32,6 +31,15 @@ pub const FRESH_FOR: Duration = Duration::from_secs(30);
 const MAX_NONCES: usize = 200_000;
 /// What a pass is sealed with, besides the key (kept apart from any other sealed value).
 const BOUND_TO: &[u8] = b"mcp-proxy session pass v1";
+
+/// The host session of a per-host upstream's request: its key (the same on every replica) and
+/// what its host declared, which the session is opened declaring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostOf {
+    pub key: u64,
+    pub sampling: bool,
+    pub elicitation: bool,
+}
 
 /// Whose upstream session a request to the endpoint is for. An MCP session of the endpoint is
 /// bound to the identity of its `initialize`.

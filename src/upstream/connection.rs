@@ -82,7 +82,7 @@ pub(super) struct Inner {
     /// Where its access tokens come from, if it sends any (see `credentials`).
     pub(super) credentials: Option<TokenSource>,
     /// `[cluster]`: a connection to the replica holding its session (see `owners`).
-    pub(super) owner: Option<super::owners::OwnerLink>,
+    pub(super) owner: Option<super::owner_link::OwnerLink>,
 }
 
 impl Connection {
@@ -127,7 +127,7 @@ impl Connection {
         config: UpstreamConfig,
         metrics: Metrics,
         declared: Option<Declared>,
-        owner: super::owners::OwnerLink,
+        owner: super::owner_link::OwnerLink,
     ) -> Self {
         let mut connection = Self::new(config, metrics, declared, None);
         if let Some(inner) = Arc::get_mut(&mut connection.inner) {

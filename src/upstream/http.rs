@@ -38,7 +38,7 @@ use sse_stream::Sse;
 
 use super::credentials::{TokenFailure, TokenSource};
 use super::faults::Fault;
-use super::owners::{Carried, OwnerLink};
+use super::owner_link::{Carried, OwnerLink};
 use crate::host::{KeptAs, SubjectToken};
 use crate::telemetry;
 

@@ -34,6 +34,7 @@ mod listing;
 mod notices;
 mod offered_elsewhere;
 mod offerings;
+mod owner_link;
 mod owners;
 mod pool;
 mod progress;
@@ -73,7 +74,7 @@ use crate::spine::Spine;
 use crate::subscriptions::HolderId;
 
 pub use self::offerings::Offered;
-pub use self::owners::{Carried, OwnerAt, OwnerRoutes, Whose};
+pub use self::owner_link::{Carried, OwnerAt, OwnerRoutes, Whose};
 
 /// What upstreams tell the rest of the proxy.
 #[derive(Debug, Clone, PartialEq)]
@@ -192,7 +193,7 @@ struct Inner {
     own_elsewhere: offered_elsewhere::OwnListsElsewhere,
     /// `[cluster]`: how other replicas' sessions are reached, and the connections to them
     /// (see `owners`).
-    owner_routes: std::sync::OnceLock<owners::OwnerRoutes>,
+    owner_routes: std::sync::OnceLock<owner_link::OwnerRoutes>,
     at_owners: owners::AtOwners,
     /// The principals' latest JWTs, for a `token_exchange` upstream's sessions.
     subjects: Subjects,
