@@ -1,5 +1,7 @@
-//! Requests for a per-principal (or per-host) upstream session held by another replica
-//! (`owners`), forwarded to it over HTTP: `POST <owner>/mcp-proxy/forward` with a JSON
+//! What still crosses replicas as a private request (a call, prompt, read or completion on a
+//! session another replica holds goes to it over MCP: `session_pass`, and the upstream's
+//! `owners`): a 2026-07-28 retry of a call parked on another replica, a subscription held on a
+//! session another replica holds, a session's own lists, a kept answer, forwarded over HTTP: `POST <owner>/mcp-proxy/forward` with a JSON
 //! [`Forwarded`] body (the principal, the host session for a per-host upstream, the upstream, the call with the upstream's own names, the replica it is for, when
 //! it was made, a nonce and, sealed, the JWT the host's request came with) and a mark, HMAC-SHA256 of the body with the key derived from the
 //! cluster secret for this use. The owner answers with JSON lines: the call's progress as it

@@ -1,6 +1,8 @@
-//! `POST /mcp-proxy/forward` on the MCP listener (`[cluster]` only): a request another replica
-//! forwards here because this replica holds the principal's upstream session
-//! ([`crate::cluster::forward`]). It carries a mark made with the cluster's derived key instead
+//! `POST /mcp-proxy/forward` on the MCP listener (`[cluster]` only): what another replica still
+//! forwards here ([`crate::cluster::forward`]): a 2026-07-28 retry of a call parked here, a
+//! subscription held on a session held here, a session's own lists, a host's answer, a kept
+//! answer to collect. A call, prompt, read or completion on a session held here comes over MCP
+//! (`owned`), and is refused on this route. It carries a mark made with the cluster's derived key instead
 //! of a host's token; a request whose mark is wrong, stale, for another replica or seen before
 //! is answered `403` and not run (counted as `refused`). Otherwise the answer is JSON lines: the
 //! call's progress, the upstream's log messages and its questions to the host as they come

@@ -38,7 +38,7 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::transport::StreamableHttpServerConfig;
 use rmcp::transport::streamable_http_server::StreamableHttpService;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::session::local::{LocalSessionManager, SessionConfig};
 use rmcp::{ErrorData, ServerHandler};
 
 use futures::future::BoxFuture;
@@ -85,7 +85,12 @@ pub(super) fn routes(proxy: &Proxy, bodies: BodyGuard, kept: Arc<KeptCalls>) -> 
         let (proxy, kept) = (owner.clone(), kept.clone());
         Ok(OwnedSession { proxy, kept, bound: Arc::default(), level: LogLevel::default() })
     };
-    let sessions = Arc::new(CallStreams::new(Arc::new(LocalSessionManager::default())));
+    // The other replica closes its connection once unused for its upstream's `session_idle`;
+    // one whose replica died is closed here after twice that.
+    let idle = proxy.config().upstreams.iter().map(|upstream| upstream.sessions.idle).max().unwrap_or_default();
+    let mut local = LocalSessionManager::default();
+    local.session_config.keep_alive = Some((idle * 2).max(SessionConfig::DEFAULT_KEEP_ALIVE));
+    let sessions = Arc::new(CallStreams::new(Arc::new(local)));
     let service = Arc::new(StreamableHttpService::new(factory, sessions, config));
     let service = move |request: Request| {
         let service = service.clone();

@@ -14,7 +14,9 @@
 //! context goes upstream in the request's `_meta` (`traced`).
 //! An upstream with `session = "per-principal" | "per-host"` also opens, on first use, one
 //! `session::Session` (a connection of its own) per principal or per host session (`sessions`,
-//! `holding`), bounded, closed with the host session or when idle.
+//! `holding`), bounded, closed with the host session or when idle. With `[cluster]`, a session
+//! another replica holds is that replica's, reached over MCP with the HTTP upstream code
+//! (`owners`, `owner_link`; what crosses replicas is handed in, this module knows no cluster).
 //!
 //! Invariant: an upstream's entries are in the catalog only while it is connected; an upstream
 //! never takes another down, and no upstream error text reaches a client (see `error`). A
