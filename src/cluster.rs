@@ -5,8 +5,9 @@
 //! replicas seen alive (`heartbeat`: a key per replica with a time to live, renewed every
 //! `cluster.heartbeat`), the seal of what it keeps in Redis (`sealed`: cache entries and
 //! session records, encrypted and bound to their keys), each replica's `mailbox` (signed
-//! letters from the others over Redis pub/sub), and this replica's counts that hold across the
-//! cluster (`counts`: the per-principal in-flight call cap).
+//! letters from the others over Redis pub/sub), this replica's counts that hold across the
+//! cluster (`counts`: the per-principal in-flight call cap), and the pass on each request to a
+//! replica's session endpoint (`session_pass`, sealed under a derived key).
 //!
 //! What needs no Redis keeps working while it is unreachable: cursors and `requestState`s are
 //! sealed with derived keys, so any replica opens them without asking anyone. Redis's state is
@@ -26,6 +27,7 @@ pub mod mailbox;
 mod owners;
 pub mod peer_tls;
 pub mod sealed;
+pub mod session_pass;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -72,6 +72,11 @@ pub trait HostRelay: Send + Sync + 'static {
     }
 }
 
+/// `[cluster]`: the key under which a routed call's answer is kept (see
+/// [`HostRelay::kept_as`]), on the extensions of the upstream request made for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptAs(pub String);
+
 /// A JWT the proxy accepted for a request, and the first second (since the epoch) it no longer
 /// does; on the request's extensions, and on the upstream requests made for it. Never printed:
 /// `Debug` shows neither the token nor a part of it.

@@ -1,5 +1,7 @@
-//! Requests for a per-principal (or per-host) upstream session held by another replica
-//! (`owners`), forwarded to it over HTTP: `POST <owner>/mcp-proxy/forward` with a JSON
+//! What still crosses replicas as a private request (a call, prompt, read or completion on a
+//! session another replica holds goes to it over MCP: `session_pass`, and the upstream's
+//! `owners`): a 2026-07-28 retry of a call parked on another replica, a subscription held on a
+//! session another replica holds, a session's own lists, a kept answer, forwarded over HTTP: `POST <owner>/mcp-proxy/forward` with a JSON
 //! [`Forwarded`] body (the principal, the host session for a per-host upstream, the upstream, the call with the upstream's own names, the replica it is for, when
 //! it was made, a nonce and, sealed, the JWT the host's request came with) and a mark, HMAC-SHA256 of the body with the key derived from the
 //! cluster secret for this use. The owner answers with JSON lines: the call's progress as it
@@ -50,6 +52,7 @@ use rmcp::model::{
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
+pub use super::session_pass::HostOf;
 use super::{Cluster, Owner};
 use crate::crypto::SealingKey;
 use crate::error::ProxyError;
@@ -104,15 +107,6 @@ pub struct Forwarded {
     /// it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subject: Option<String>,
-}
-
-/// The host session of a per-host upstream's request: its key (the same on every replica) and
-/// what its host declared, which the session is opened declaring.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HostOf {
-    pub key: u64,
-    pub sampling: bool,
-    pub elicitation: bool,
 }
 
 /// Whose session a forwarded request runs on.
@@ -384,6 +378,17 @@ impl Forwarder {
             holds: Mutex::default(),
         };
         Forwarder { inner: Arc::new(inner) }
+    }
+
+    /// The client between replicas (HTTP/2; with `peer_tls`, over TLS).
+    pub fn client(&self) -> reqwest::Client {
+        self.inner.http.clone()
+    }
+
+    /// What makes the passes of requests to the other replicas' session endpoints.
+    pub fn session_passes(&self) -> super::session_pass::Passes {
+        let cluster = &self.inner.cluster;
+        super::session_pass::Passes::new(cluster.replica_id(), &cluster.keys().session_pass())
     }
 
     /// This replica's id.

@@ -30,6 +30,8 @@ pub mod label {
     pub const FORWARD: &str = "forward";
     /// The JWT a forwarded request came with, sealed in it (`crate::cluster::forward`).
     pub const FORWARD_SUBJECT: &str = "forward-subject";
+    /// The pass on each request to a replica's session endpoint (`crate::cluster::session_pass`).
+    pub const SESSION_PASS: &str = "session-pass";
     /// Principals' names in Redis keys (`crate::cluster::counts`).
     pub const PRINCIPAL: &str = "principal-tag";
     /// What the cluster keeps in Redis, sealed (`crate::cluster::sealed`).
@@ -85,6 +87,10 @@ impl ClusterKeys {
         self.derive(label::FORWARD_SUBJECT)
     }
 
+    pub fn session_pass(&self) -> [u8; 32] {
+        self.derive(label::SESSION_PASS)
+    }
+
     pub fn redis_seal(&self) -> [u8; 32] {
         self.derive(label::REDIS_SEAL)
     }
@@ -135,6 +141,7 @@ mod tests {
             a.derive(label::PRINCIPAL),
             a.redis_seal(),
             a.redis_names(),
+            a.session_pass(),
         ];
         for (i, x) in uses.iter().enumerate() {
             for y in &uses[i + 1..] {

@@ -1,6 +1,8 @@
-//! `POST /mcp-proxy/forward` on the MCP listener (`[cluster]` only): a request another replica
-//! forwards here because this replica holds the principal's upstream session
-//! ([`crate::cluster::forward`]). It carries a mark made with the cluster's derived key instead
+//! `POST /mcp-proxy/forward` on the MCP listener (`[cluster]` only): what another replica still
+//! forwards here ([`crate::cluster::forward`]): a 2026-07-28 retry of a call parked here, a
+//! subscription held on a session held here, a session's own lists, a host's answer, a kept
+//! answer to collect. A call, prompt, read or completion on a session held here comes over MCP
+//! (`owned`), and is refused on this route. It carries a mark made with the cluster's derived key instead
 //! of a host's token; a request whose mark is wrong, stale, for another replica or seen before
 //! is answered `403` and not run (counted as `refused`). Otherwise the answer is JSON lines: the
 //! call's progress, the upstream's log messages and its questions to the host as they come
@@ -46,6 +48,7 @@ use crate::cluster::forward::{
     self, Ask, Call, Forwarded, ForwardedHost, Forwarder, Line, MARK_HEADER, PASS_HEADER, PATH, RemoteError, Reply,
     SessionOf,
 };
+use crate::cluster::session_pass::{self, Passes};
 use crate::error::ProxyError;
 use crate::host::{HostRelay, ProgressOutlet, SubjectToken};
 use crate::listener::{Peers, VerifiedPeer};
@@ -71,12 +74,17 @@ pub(super) fn routes(proxy: &Proxy, kept: Arc<KeptCalls>) -> Option<axum::Router
 }
 
 /// How the MCP listener tells other replicas' connections from hosts' (when this replica is
-/// part of a cluster): a request to the route with a right pass on its head, or with
-/// `peer_tls` a TLS connection whose certificate the cluster's CA issued.
-pub(super) fn peers(proxy: &Proxy) -> Option<Peers> {
+/// part of a cluster): a request to the route or to the session endpoint (`owned`, whose
+/// `passes` are given) with a right pass on its head, or with `peer_tls` a TLS connection whose
+/// certificate the cluster's CA issued.
+pub(super) fn peers(proxy: &Proxy, passes: Option<Passes>) -> Option<Peers> {
     let forwarder = proxy.tools().forwarder()?.clone();
     let tls = proxy.cluster().and_then(|cluster| cluster.peer_tls()).map(crate::cluster::peer_tls::acceptor);
     let is_peer = move |uri: &http::Uri, headers: &http::HeaderMap| {
+        if uri.path() == session_pass::PATH {
+            let pass = headers.get(session_pass::HEADER).and_then(|value| value.to_str().ok());
+            return passes.as_ref().is_some_and(|passes| passes.admits(pass).is_ok());
+        }
         let pass = headers.get(PASS_HEADER).and_then(|value| value.to_str().ok());
         uri.path() == PATH && forwarder.admits(pass).is_ok()
     };
@@ -131,6 +139,8 @@ async fn serve(State(Forwarding { proxy, kept }): State<Forwarding>, request: ax
             };
         }
         Call::Collect { key } => return collected(kept.find(&key, &request.principal)),
+        // A request on a session held here comes over MCP (`owned`), not this way.
+        ref call if !crate::tools::Tools::takes_forwarded(call) => return refused(&proxy, forward::Refusal::Malformed),
         _ => {}
     }
     let span = forwarded_span(&head.headers, &request);

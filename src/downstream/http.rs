@@ -167,6 +167,8 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
         let service = service.clone();
         async move { service.handle(request).await }
     };
+    // `[cluster]`: upstream sessions held here, served to the other replicas as MCP.
+    let owned = super::owned::routes(&proxy_for_routes, bodies.clone(), kept.clone());
     let front = Front { auth: Authenticator::keeping(&proxy_auth, subjects), fast, bodies };
     // Layers run outside in: authentication and the fast path first, then the session gate.
     // One composite layer (a tuple: its first element outermost) instead of one `layer` call
@@ -190,8 +192,12 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     if let Some(routes) = super::forwarded::routes(&proxy_for_routes, kept) {
         app = app.merge(routes);
     }
+    let passes = owned.map(|(routes, passes)| {
+        app = std::mem::take(&mut app).merge(routes);
+        passes
+    });
     tracing::info!(address = %local, "serving MCP at http://{local}/mcp");
-    let peers = super::forwarded::peers(&proxy_for_routes);
+    let peers = super::forwarded::peers(&proxy_for_routes, passes);
     let open: listener::OpenConnections =
         Arc::new(move |kind, open| metrics_for_listener.listener_connections(kind.label(), open));
     listener::serve(listener, app, ConnectionLimits::of(&server), peers, Some(open), shutdown).await

@@ -13,7 +13,8 @@
 //! With `[cluster]`, `forwarded.rs` runs requests another replica forwards here, and `kept.rs`
 //! keeps the answer of a 2025 host's call whose stream was cut (that of a call served here, or
 //! of one run here for a forwarding replica that died), for the host's resumption on any
-//! replica (`shared/resumed.rs`).
+//! replica (`shared/resumed.rs`); `owned.rs` serves the upstream sessions this replica holds to
+//! the other replicas as MCP (`/mcp-proxy/session`, each request under a sealed pass).
 
 mod audited;
 mod bodies;
@@ -28,6 +29,7 @@ mod kept;
 mod metering;
 mod offerings;
 mod outlets;
+mod owned;
 mod reaper;
 mod refusal;
 mod relay;

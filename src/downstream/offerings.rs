@@ -39,7 +39,7 @@ const PROGRESS_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
 /// (so the upstream connection never waits on a host). The call's result goes out only after
 /// [`HostProgress::flushed`]: progress before its result, as the spec has it (a 2026-07-28
 /// host's reply stream even closes with the result).
-struct HostProgress {
+pub(super) struct HostProgress {
     queue: mpsc::Sender<Step>,
     sender: tokio::task::JoinHandle<()>,
 }
@@ -55,7 +55,7 @@ enum Step {
 struct ProgressQueue(mpsc::Sender<Step>);
 
 impl HostProgress {
-    fn start(peer: Peer<RoleServer>, token: ProgressToken) -> (HostProgress, Arc<dyn ProgressOutlet>) {
+    pub(super) fn start(peer: Peer<RoleServer>, token: ProgressToken) -> (HostProgress, Arc<dyn ProgressOutlet>) {
         let (queue, mut pending) = mpsc::channel::<Step>(PROGRESS_QUEUE);
         let sender = tokio::spawn(async move {
             while let Some(step) = pending.recv().await {
@@ -76,7 +76,7 @@ impl HostProgress {
 
     /// Wait (at most [`PROGRESS_FLUSH`]) until the progress queued so far reached the host;
     /// then nothing more is sent.
-    async fn flushed(self) {
+    pub(super) async fn flushed(self) {
         let (done, reached) = tokio::sync::oneshot::channel();
         let flush = async {
             self.queue.send(Step::Flushed(done)).await.ok()?;

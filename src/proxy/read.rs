@@ -20,7 +20,6 @@ use crate::coherence::{Cached, Coherence, Loaded, Outcome, ReadRequest};
 use crate::error::ProxyError;
 use crate::metrics::{DenialAction, Metrics};
 use crate::namespace;
-use crate::tools::Tools;
 use crate::upstream::{Registry, Upstream, Watching};
 
 const SERVER_INFO_META_KEY: &str = "io.modelcontextprotocol/serverInfo";
@@ -53,8 +52,6 @@ pub(crate) struct Reads {
     /// The read cache and its coherence.
     pub(super) cache: Coherence,
     pub(super) metrics: Metrics,
-    /// Reads of a per-principal session another replica holds go there (`[cluster]`).
-    pub(super) tools: Tools,
 }
 
 impl Reads {
@@ -107,7 +104,7 @@ impl Reads {
     }
 
     /// A read of an upstream with sessions per principal or per host: on the principal's own
-    /// session (with `[cluster]`, on the replica holding it), never cached (what a session shows
+    /// session (with `[cluster]`, over MCP on the replica holding it: the upstream decides), never cached (what a session shows
     /// may be its own), so never served to another principal; the host is told `ttlMs` 0,
     /// `private`.
     async fn read_in_session(
@@ -118,10 +115,7 @@ impl Reads {
         original: &str,
         uri: &str,
     ) -> Result<ReadAnswer, ProxyError> {
-        let answer = match self.tools.read_elsewhere(upstream, caller.principal(), caller.subject(), original).await {
-            Some(answer) => answer,
-            None => upstream.session_for(caller.principal(), None).await?.read_as(original, caller.subject()).await,
-        };
+        let answer = upstream.session_for(caller.principal(), None).await?.read_as(original, caller.subject()).await;
         let mut result = match answer {
             Ok(ReadResourceResponse::Complete(result)) => result,
             Ok(ReadResourceResponse::InputRequired(needs)) => {

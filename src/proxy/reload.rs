@@ -34,13 +34,15 @@ use crate::admin::ReloadReport;
 use crate::audit::{self, Audit};
 use crate::auth::subjects::Subjects;
 use crate::catalog::Catalog;
+use crate::cluster::forward::{Forwarder, HostOf, SessionOf};
+use crate::cluster::session_pass::{self, Identity};
 use crate::coherence::WatchBook;
 use crate::config::{Config, ConfigError, UpstreamConfig};
 use crate::metrics::Metrics;
 use crate::rate_limits::RateLimits;
 use crate::spine::Spine;
 use crate::tools::Tools;
-use crate::upstream::{EventSender, Registry, RootsChange, Upstream};
+use crate::upstream::{Carried, EventSender, OwnerAt, OwnerRoutes, Registry, RootsChange, Upstream, Whose};
 
 /// Loads the configuration again, as at start (file, environment, command line).
 pub type ConfigSource = Arc<dyn Fn() -> Result<Config, ConfigError> + Send + Sync>;
@@ -111,6 +113,7 @@ impl Reloader {
         let upstream = Upstream::with_subjects(config, parts.metrics.clone(), parts.subjects.clone());
         if let Some(forwarder) = parts.tools.forwarder() {
             upstream.set_forwarder(forwarder.clone());
+            upstream.set_owner_routes(owner_routes(forwarder));
         }
         parts.upstreams.insert(upstream.clone());
         upstream.spawn(parts.catalog.clone(), parts.events.clone(), &parts.spine);
@@ -349,6 +352,33 @@ pub(super) fn longest_request(config: &Config) -> Duration {
 
 /// `request_timeout`'s default.
 const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `[cluster]`: how an upstream reaches the sessions other replicas hold: their owners by
+/// rendezvous hashing over the replicas alive, each request under a pass sealed with the
+/// cluster's key, over the client between replicas.
+fn owner_routes(forwarder: &Forwarder) -> OwnerRoutes {
+    let owners = forwarder.clone();
+    let owner_of = move |whose: &Whose<'_>| {
+        let host =
+            whose.host.map(|host| HostOf { key: host.id, sampling: host.sampling, elicitation: host.elicitation });
+        let owner = owners.owner(SessionOf { principal: whose.principal, upstream: whose.upstream, host })?;
+        Some(OwnerAt { replica: owner.replica, url: owner.url })
+    };
+    let passes = forwarder.session_passes();
+    let pass = move |to: &str, whose: &Whose<'_>, carried: &Carried<'_>| {
+        let host =
+            whose.host.map(|host| HostOf { key: host.id, sampling: host.sampling, elicitation: host.elicitation });
+        let identity = Identity { principal: whose.principal.to_string(), upstream: whose.upstream.to_string(), host };
+        passes.make(to, &identity, carried.subject, carried.kept_as)
+    };
+    OwnerRoutes {
+        owner_of: Arc::new(owner_of),
+        pass: Arc::new(pass),
+        client: forwarder.client(),
+        path: session_pass::PATH,
+        header: session_pass::HEADER,
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -232,7 +232,6 @@ impl Shared {
             upstreams: self.upstreams.clone(),
             cache: self.cache,
             metrics: self.metrics.clone(),
-            tools: self.tools.clone(),
         };
         let door = Door {
             limits: self.rate_limits,

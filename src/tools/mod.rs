@@ -84,7 +84,7 @@ struct Inner {
     parked: parked::ParkedCalls<crate::cluster::forward::Answer>,
     /// Seals upstreams' own `requestState`s to the principal they were handed to (`sealed`).
     state_seal: sealed::StateSeal,
-    /// `[cluster]`: per-principal sessions held by another replica are reached through it (`remote`).
+    /// `[cluster]`: a retry of a call parked on another replica is sent there through it (`remote`).
     forwarder: Option<Forwarder>,
     /// Upstream sessions' own lists, namespaced ([`Tools::own_part`]), the latest last.
     own_parts: std::sync::Mutex<Vec<(Arc<Offered>, Arc<UpstreamOfferings>)>>,

@@ -1,28 +1,23 @@
-//! Calls, gets and completions on a per-principal (or per-host) upstream session that another
-//! replica holds (`[cluster]`, see [`crate::cluster::forward`]): decided and rewritten here as
-//! any other, run there on the principal's (host session's) one session; and the owner's side,
-//! [`Tools::run_forwarded`].
+//! `[cluster]`: what of the routed path still crosses replicas as a forwarded request
+//! ([`crate::cluster::forward`]), and the owner's side of a request another replica sends here.
 //!
-//! The owner unreachable: the request runs here on a session of this replica (counted as a
-//! `fallback`; that session starts without the owner's state). An MRTR `requestState` travels
-//! sealed to the caller, as for a local call. What a forwarded call's upstream sends besides
-//! progress (log messages, sampling and elicitation requests) reaches the call's host through
-//! the forwarding replica, as for a local call; its answers go back to the owner. A
-//! 2026-07-28 host's call is parked at the owner for its input, and resumed there from any
-//! replica (the proxy's own `requestState` is never sealed, so any replica passes it on). On a
-//! shared upstream a 2026-07-28 host's call is parked on the replica that started it, which its
-//! `requestState` names; a retry landing elsewhere is sent there ([`Tools::run_forwarded`]
-//! takes a shared upstream's request only to resume a call parked there).
+//! A request on a per-principal (or per-host) session another replica holds goes there over
+//! MCP, on the connection the upstream picks (its `session_for`); the owner's session endpoint
+//! runs it here through [`Tools::run_forwarded`] on this replica's own session, never sending
+//! it on. A 2026-07-28 host's call parked for its input waits on the replica that started it,
+//! which the proxy's `requestState` names (it is never sealed, so any replica reads it); a
+//! retry landing on another replica is forwarded there ([`Tools::resume_where_parked`]), and
+//! resumed there ([`Tools::run_forwarded`] takes a request of a shared upstream only for that).
 //!
-//! Invariant: a forwarded request reaches the owner only after this replica decided it for the
-//! principal; the owner runs it on that principal's session and never forwards it again.
+//! Invariant: a request reaches another replica only after this replica decided it for the
+//! principal; the replica that runs it never forwards it again.
 
 use std::sync::Arc;
 
-use rmcp::model::{ReadResourceResponse, ServerResult};
+use rmcp::model::ServerResult;
 
 use super::kinds::{send, state_of, takes_input};
-use super::routed::{Asker, mismatched};
+use super::routed::Asker;
 use super::sealed::Holder;
 use super::{ProgressOutlet, Tools};
 use crate::cluster::forward::{
@@ -42,21 +37,16 @@ impl Tools {
         self.inner.forwarder.as_ref()
     }
 
-    /// Run `call` at the replica that holds `asker`'s session of `upstream`, or where the call
-    /// it continues waits for its host's input; `None`: run it here (this replica's, or the
-    /// owner cannot be reached).
-    pub(super) async fn run_elsewhere(
+    /// A 2026-07-28 retry (`call`, with the proxy's `requestState`) of a call parked on another
+    /// replica: resumed there; `None`: run it here.
+    pub(super) async fn resume_where_parked(
         &self,
         upstream: &Upstream,
         asker: &Asker<'_>,
         holder: &Holder<'_>,
         call: &Call,
     ) -> Option<Result<Answer, ProxyError>> {
-        let of = session_of(upstream, asker.principal, asker.relay.as_deref());
-        let waits_elsewhere = self.parked_elsewhere(upstream, state_of(call));
-        if waits_elsewhere.is_none() && !self.held_elsewhere(upstream, of) {
-            return None;
-        }
+        let replica = self.parked_on_another(state_of(call))?;
         let mut call = call.clone();
         if let Err(error) = self.open_state_in(holder, &mut call) {
             return Some(Err(error));
@@ -67,34 +57,25 @@ impl Tools {
             presented: holder.name,
             subject: asker.subject,
         };
-        match waits_elsewhere {
-            Some(replica) => Some(self.resume_at(upstream, of, replica, call, host).await),
-            None => self.elsewhere(upstream, of, call, host).await,
+        let of = session_of(upstream, asker.principal, asker.relay.as_deref());
+        Some(self.resume_at(upstream, of, replica, call, host).await)
+    }
+
+    /// Whether `call` may still come as a forwarded request (`cluster::forward`): a retry of
+    /// a call parked here, or what a session lists as its own. A call, prompt, read or
+    /// completion on a session held here comes over MCP (the session endpoint), never so.
+    pub fn takes_forwarded(call: &Call) -> bool {
+        match call {
+            Call::Offerings => true,
+            Call::Tool(_) | Call::Prompt(_) => super::parked::is_ours(state_of(call)),
+            _ => false,
         }
     }
 
-    /// A read of `principal`'s session of `upstream` (the upstream's own URI) when another
-    /// replica holds it, for a request that came with `subject`; `None`: read it here.
-    pub async fn read_elsewhere(
-        &self,
-        upstream: &Upstream,
-        principal: &str,
-        subject: Option<&SubjectToken>,
-        uri: &str,
-    ) -> Option<Result<ReadResourceResponse, ProxyError>> {
-        let call = Call::Read(rmcp::model::ReadResourceRequestParams::new(uri.to_string()));
-        let host = ForwardingHost { subject, ..Default::default() };
-        let answer = self.elsewhere(upstream, session_of(upstream, principal, None), call, host).await?;
-        Some(answer.and_then(|answer| match answer {
-            Answer::Read(result) => Ok(ReadResourceResponse::Complete(result)),
-            Answer::InputRequired(needs) => Ok(ReadResourceResponse::InputRequired(needs)),
-            _ => Err(mismatched(upstream)),
-        }))
-    }
-
-    /// Run a request forwarded to this replica (its mark checked) on session `of` here (the
+    /// Run a request another replica sent here (over MCP to the session endpoint, or a
+    /// forwarded retry, [`Tools::takes_forwarded`]) on session `of` here (the
     /// principal's own, or its host session's); progress goes to `progress`, what the upstream
-    /// sends the call's host to `relay` (which passes it back to the forwarding replica, and
+    /// sends the call's host to `relay` (which passes it back to the other replica, and
     /// gives the JWT the call came with). A read or completion goes with `subject`, the JWT
     /// its request came with.
     pub async fn run_forwarded(
@@ -115,7 +96,7 @@ impl Tools {
         if let Call::Offerings = call {
             return Ok(Answer::Offerings(upstream.own_lists_here(principal, of.host.map(|host| host.key))));
         }
-        let session = upstream.session_for(principal, of.host.map(HostSession::from)).await?;
+        let session = upstream.session_here(principal, of.host.map(HostSession::from)).await?;
         session.pass_log_level(relay.as_deref().and_then(|relay| relay.log_level())).await;
         self.inner.metrics.cluster_forward("served");
         // A host that takes `input_required` (2026-07-28): parked here as for a local call, so
@@ -160,16 +141,10 @@ impl Tools {
         true
     }
 
-    /// Is session `of` another replica's? Asked before anything of the request is opened: a
-    /// request run here (a `requestState` of a call parked here, say) is left whole.
-    /// `[cluster]`, a shared upstream: the replica another than this one on which the call
-    /// that `state` (the proxy's own `requestState`) continues is parked. A per-principal or
-    /// per-host upstream's call is parked at its session's owner, where it is sent anyway.
-    fn parked_elsewhere<'s>(&self, upstream: &Upstream, state: Option<&'s str>) -> Option<&'s str> {
+    /// `[cluster]`: the replica other than this one on which the call that `state` (the
+    /// proxy's own `requestState`) continues is parked.
+    fn parked_on_another<'s>(&self, state: Option<&'s str>) -> Option<&'s str> {
         let forwarder = self.inner.forwarder.as_ref()?;
-        if upstream.config().sessions.mode != SessionMode::Shared {
-            return None;
-        }
         let replica = super::parked::parked_at(state?)?;
         (replica != forwarder.replica_id()).then_some(replica)
     }
@@ -207,50 +182,6 @@ impl Tools {
             Err(Sent::Failed(error)) => {
                 self.inner.metrics.cluster_forward("failed");
                 Err(error)
-            }
-        }
-    }
-
-    fn held_elsewhere(&self, upstream: &Upstream, of: SessionOf<'_>) -> bool {
-        self.inner.forwarder.as_ref().is_some_and(|forwarder| {
-            upstream.config().sessions.mode != SessionMode::Shared && forwarder.owner(of).is_some()
-        })
-    }
-
-    /// Send `call` to the replica holding session `of`: `None` when this replica holds it, or
-    /// runs it because the owner cannot be reached.
-    async fn elsewhere(
-        &self,
-        upstream: &Upstream,
-        of: SessionOf<'_>,
-        call: Call,
-        host: ForwardingHost<'_>,
-    ) -> Option<Result<Answer, ProxyError>> {
-        let forwarder = self.inner.forwarder.as_ref()?;
-        if upstream.config().sessions.mode == SessionMode::Shared {
-            return None;
-        }
-        let owner = forwarder.owner(of)?;
-        // The owner's own timeout, and time to reach it.
-        let timeout = upstream.config().request_timeout + crate::cluster::forward::CONNECT_TIMEOUT * 2;
-        let metrics = &self.inner.metrics;
-        match forwarder.send(&owner, of, call, host, timeout).await {
-            Ok(answer) => {
-                metrics.cluster_forward("forwarded");
-                Some(Ok(answer))
-            }
-            Err(Sent::Unreachable) => {
-                metrics.cluster_forward("fallback");
-                tracing::warn!(
-                    upstream = upstream.name(),
-                    replica = %owner.replica,
-                    "the replica holding this upstream session is unreachable; running the request here"
-                );
-                None
-            }
-            Err(Sent::Failed(error)) => {
-                metrics.cluster_forward("failed");
-                Some(Err(error))
             }
         }
     }

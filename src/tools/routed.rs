@@ -1,8 +1,9 @@
 //! `tools/call`, `prompts/get` and `completion/complete`: one routed path over the request's
 //! kind ([`Routed`]). Route: the presented name (or template) is split, looked up in the merged
 //! snapshot and decided for the caller (denied, unknown and of an upstream that is down all
-//! answer alike), then renamed to the upstream's own. Run: sent with the upstream's timeout, on
-//! this replica or at the replica holding the caller's session (`remote`). Rewrite: the
+//! answer alike), then renamed to the upstream's own. Run: sent with the upstream's timeout on
+//! the caller's session, which with `[cluster]` may be a connection to the replica holding it
+//! (a 2026-07-28 retry goes where its call is parked, `remote`). Rewrite: the
 //! answer's URIs namespaced and judged for the caller (`rewrite`). What differs per kind is
 //! only what a request names, rmcp's request and answer types, and the rewrite of the answer.
 //!
@@ -74,8 +75,10 @@ impl Tools {
         R::answer_of(answer).ok_or_else(|| mismatched(&upstream))
     }
 
-    /// Run `call` where the caller's session of `upstream` is: at the replica holding it, or
-    /// here (the shared connection, or the caller's own session).
+    /// Run `call` on the caller's session of `upstream` (the shared connection, the caller's
+    /// own session, or with `[cluster]` the connection to the replica holding it: the upstream
+    /// decides, see its `session_for`); a 2026-07-28 retry of a call parked on another replica
+    /// goes there.
     async fn run(
         &self,
         upstream: &Upstream,
@@ -83,7 +86,7 @@ impl Tools {
         holder: &Holder<'_>,
         call: Call,
     ) -> Result<Answer, ProxyError> {
-        let answer = match self.run_elsewhere(upstream, asker, holder, &call).await {
+        let answer = match self.resume_where_parked(upstream, asker, holder, &call).await {
             Some(answer) => answer?,
             None => self.run_here(upstream, asker, holder, call).await?,
         };

@@ -235,9 +235,14 @@ async fn start(
                 // The first token before the handshake, so a failure to get one is named as such.
                 credentials.token().await.map_err(|failure| failure.describe())?;
             }
-            let client = GuardedHttpClient::new(limit, roots, credentials);
+            // `[cluster]`: a connection to another replica's session endpoint reads over MCP
+            // only (each request needs a pass of its own).
+            let client = match connection.owner() {
+                Some(owner) => GuardedHttpClient::to_owner(limit, owner.clone()),
+                None => GuardedHttpClient::new(limit, roots, credentials),
+            };
             let (inlet, handed_on) = mpsc::channel(HANDED_ON_QUEUE);
-            let thin = client.thin_reader(url.as_str(), inlet);
+            let thin = connection.owner().is_none().then(|| client.thin_reader(url.as_str(), inlet));
             let mut transport_config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                 .custom_headers(header_map(headers))
                 .max_json_response_size(limit)
@@ -247,7 +252,7 @@ async fn start(
             let transport = StreamableHttpClientTransport::with_client(client, transport_config);
             let transport = tap.on(Inlet::new(transport, handed_on));
             let running = handler.serve_with_lifecycle(transport, mode).await;
-            running.map(|running| (running, Some(thin))).map_err(|e| initialize_failure(&e, Some(url.as_str())))
+            running.map(|running| (running, thin)).map_err(|e| initialize_failure(&e, Some(url.as_str())))
         }
     }
 }

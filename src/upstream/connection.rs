@@ -81,6 +81,8 @@ pub(super) struct Inner {
     pub(super) declared: Option<Declared>,
     /// Where its access tokens come from, if it sends any (see `credentials`).
     pub(super) credentials: Option<TokenSource>,
+    /// `[cluster]`: a connection to the replica holding its session (see `owners`).
+    pub(super) owner: Option<super::owner_link::OwnerLink>,
 }
 
 impl Connection {
@@ -114,8 +116,24 @@ impl Connection {
             roots,
             declared,
             credentials,
+            owner: None,
         };
         Self { inner: Arc::new(inner) }
+    }
+
+    /// A connection not made yet to the session endpoint of the replica `owner` names, for
+    /// `config` (its transport that endpoint): its supervisor makes it.
+    pub(super) fn to_owner(
+        config: UpstreamConfig,
+        metrics: Metrics,
+        declared: Option<Declared>,
+        owner: super::owner_link::OwnerLink,
+    ) -> Self {
+        let mut connection = Self::new(config, metrics, declared, None);
+        if let Some(inner) = Arc::get_mut(&mut connection.inner) {
+            inner.owner = Some(owner);
+        }
+        connection
     }
 
     pub fn name(&self) -> &str {
@@ -153,13 +171,11 @@ impl Connection {
         let started = std::time::Instant::now();
         let result = self.read_once(uri, subject).await;
         let elapsed = started.elapsed();
-        self.inner.metrics.upstream_request(
-            self.name(),
-            method::RESOURCES_READ,
-            crate::metrics::outcome(&result),
-            elapsed,
-            self.hop(),
-        );
+        self.count_hop(result.is_ok());
+        if self.owner().is_none() {
+            let outcome = crate::metrics::outcome(&result);
+            self.inner.metrics.upstream_request(self.name(), method::RESOURCES_READ, outcome, elapsed, self.hop());
+        }
         result
     }
 
@@ -223,7 +239,11 @@ impl Connection {
             Some((url.host()?, port))
         });
         let transport = if url.is_some() { Transport::Tcp } else { Transport::Pipe };
-        telemetry::client_span(Outgoing { method, target, upstream: self.name(), server, transport })
+        let span = telemetry::client_span(Outgoing { method, target, upstream: self.name(), server, transport });
+        if let Some(owner) = self.owner() {
+            span.note("mcp_proxy.replica", owner.replica.to_string());
+        }
+        span
     }
 
     /// The protocol version its connection negotiated (`other` while there is none) and its

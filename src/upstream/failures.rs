@@ -91,6 +91,13 @@ impl Connection {
 
     /// The upstream answered with error `e`.
     fn answered_error(&self, asked: Asked<'_>, e: ErrorData) -> ProxyError {
+        if self.owner().is_some() {
+            let uri = match asked {
+                Asked::Read(uri) => Some(uri),
+                Asked::Request(_) => None,
+            };
+            return self.owner_error(uri, e);
+        }
         let code = e.code;
         match asked {
             // -32602 is what 2026-07-28 servers (and some 2025 ones) say for an unknown URI.

@@ -38,7 +38,8 @@ use sse_stream::Sse;
 
 use super::credentials::{TokenFailure, TokenSource};
 use super::faults::Fault;
-use crate::host::SubjectToken;
+use super::owner_link::{Carried, OwnerLink};
+use crate::host::{KeptAs, SubjectToken};
 use crate::telemetry;
 
 type HttpError = StreamableHttpError<reqwest::Error>;
@@ -54,13 +55,35 @@ pub(crate) struct GuardedHttpClient {
     recorder: super::thin::Recorder,
     /// The upstream's access tokens, when it has client credentials.
     credentials: Option<TokenSource>,
+    /// `[cluster]`: the replica holding the session this connection serves; every request
+    /// carries a fresh pass for it (see `owners`).
+    owner: Option<OwnerLink>,
 }
 
 impl GuardedHttpClient {
     /// `roots`: CA certificates trusted for this upstream besides the system's (`ca_file`);
     /// `credentials`: where its access tokens come from, if it takes them.
     pub fn new(max_response_bytes: usize, roots: Vec<reqwest::Certificate>, credentials: Option<TokenSource>) -> Self {
-        Self { inner: pooled_client(roots), max_response_bytes, recorder: Default::default(), credentials }
+        Self { inner: pooled_client(roots), max_response_bytes, recorder: Default::default(), credentials, owner: None }
+    }
+
+    /// The client of a connection to the session endpoint of the replica `owner` names: the
+    /// client between replicas, each request with a pass of its own.
+    pub fn to_owner(max_response_bytes: usize, owner: OwnerLink) -> Self {
+        let inner = owner.client();
+        Self { inner, max_response_bytes, recorder: Default::default(), credentials: None, owner: Some(owner) }
+    }
+
+    /// `headers` with a fresh pass carrying `carried`, on a connection to an owner.
+    fn with_pass(
+        &self,
+        mut headers: HashMap<HeaderName, HeaderValue>,
+        carried: &Carried<'_>,
+    ) -> HashMap<HeaderName, HeaderValue> {
+        if let Some((name, value)) = self.owner.as_ref().and_then(|owner| owner.pass(carried)) {
+            headers.insert(name, value);
+        }
+        headers
     }
 
     /// The thin read client of this connection to `url`: the same pooled client (or, for a
@@ -197,12 +220,19 @@ impl StreamableHttpClient for GuardedHttpClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse, HttpError> {
-        let (request, subject) = match &message {
+        let (request, subject, kept_as) = match &message {
             JsonRpcMessage::Request(request) => {
-                (Some(request.id.clone()), request.request.extensions().get::<SubjectToken>().cloned())
+                let extensions = request.request.extensions();
+                (
+                    Some(request.id.clone()),
+                    extensions.get::<SubjectToken>().cloned(),
+                    extensions.get::<KeptAs>().cloned(),
+                )
             }
-            _ => (None, None),
+            _ => (None, None, None),
         };
+        let carried = Carried { subject: subject.as_ref(), kept_as: kept_as.as_ref().map(|kept| kept.0.as_str()) };
+        let custom_headers = self.with_pass(custom_headers, &carried);
         let auth_header = match self.bearer(auth_header, subject.as_ref()).await {
             Ok(auth_header) => auth_header,
             Err(failure) => return self.no_token(request, failure),
@@ -254,6 +284,7 @@ impl StreamableHttpClient for GuardedHttpClient {
             .bearer(auth_header, None)
             .await
             .map_err(|failure| StreamableHttpError::UnexpectedServerResponse(failure.describe().into()))?;
+        let custom_headers = self.with_pass(custom_headers, &Carried::default());
         self.inner.delete_session(uri, session_id, auth_header, custom_headers).await.map_err(without_url)
     }
 
@@ -280,6 +311,7 @@ impl StreamableHttpClient for GuardedHttpClient {
     ) -> Result<SseStream, HttpError> {
         let no_token = |failure: TokenFailure| StreamableHttpError::UnexpectedServerResponse(failure.describe().into());
         let auth_header = self.bearer(auth_header, None).await.map_err(no_token)?;
+        let custom_headers = self.with_pass(custom_headers, &Carried::default());
         let inner = &self.inner;
         let (id, last, headers, max) =
             (session_id.clone(), last_event_id.clone(), custom_headers.clone(), max_sse_event_size);

@@ -14,7 +14,9 @@
 //! context goes upstream in the request's `_meta` (`traced`).
 //! An upstream with `session = "per-principal" | "per-host"` also opens, on first use, one
 //! `session::Session` (a connection of its own) per principal or per host session (`sessions`,
-//! `holding`), bounded, closed with the host session or when idle.
+//! `holding`), bounded, closed with the host session or when idle. With `[cluster]`, a session
+//! another replica holds is that replica's, reached over MCP with the HTTP upstream code
+//! (`owners`, `owner_link`; what crosses replicas is handed in, this module knows no cluster).
 //!
 //! Invariant: an upstream's entries are in the catalog only while it is connected; an upstream
 //! never takes another down, and no upstream error text reaches a client (see `error`). A
@@ -34,6 +36,8 @@ mod listing;
 mod notices;
 mod offered_elsewhere;
 mod offerings;
+mod owner_link;
+mod owners;
 mod pool;
 mod progress;
 mod reason;
@@ -72,6 +76,7 @@ use crate::spine::Spine;
 use crate::subscriptions::HolderId;
 
 pub use self::offerings::Offered;
+pub use self::owner_link::{Carried, OwnerAt, OwnerRoutes, Whose};
 
 /// What upstreams tell the rest of the proxy.
 #[derive(Debug, Clone, PartialEq)]
@@ -188,6 +193,10 @@ struct Inner {
     following: held_elsewhere::FollowingHolds,
     /// `[cluster]`: the own lists of sessions other replicas hold (see `offered_elsewhere`).
     own_elsewhere: offered_elsewhere::OwnListsElsewhere,
+    /// `[cluster]`: how other replicas' sessions are reached, and the connections to them
+    /// (see `owners`).
+    owner_routes: std::sync::OnceLock<owner_link::OwnerRoutes>,
+    at_owners: owners::AtOwners,
     /// The principals' latest JWTs, for a `token_exchange` upstream's sessions.
     subjects: Subjects,
     /// Where its supervisor (and its sessions) run, once spawned.
@@ -232,6 +241,8 @@ impl Upstream {
             forwarder: std::sync::OnceLock::new(),
             following: Default::default(),
             own_elsewhere: Default::default(),
+            owner_routes: std::sync::OnceLock::new(),
+            at_owners: Default::default(),
             subjects,
             spine: Mutex::new(None),
         };

@@ -20,7 +20,7 @@ use super::progress::{ProgressClaim, ProgressRoutes};
 use super::relay::{Refusal, RelayClaim};
 use super::{Connection, Link};
 use crate::error::ProxyError;
-use crate::host::{HostRelay, ProgressOutlet, SubjectToken};
+use crate::host::{HostRelay, KeptAs, ProgressOutlet, SubjectToken};
 use crate::protocol::Era;
 use crate::telemetry::Span;
 
@@ -214,6 +214,10 @@ impl Connection {
             if let Some(subject) = relay.subject_token() {
                 request.extensions_mut().insert(subject);
             }
+            // `[cluster]`: the owner keeps the answer under this key for a host that loses us.
+            if let Some(key) = relay.kept_as() {
+                request.extensions_mut().insert(KeptAs(key));
+            }
         }
         let handle = peer.send_request_with_option(request, options).await?;
         let _forget = Forget { routes: &link.progress, token: handle.progress_token.clone() };
@@ -242,7 +246,11 @@ impl Connection {
             Ok(Err(error)) => Err(self.request_error(method, error, connection_open)),
         };
         let elapsed = started.elapsed();
-        self.inner.metrics.upstream_request(self.name(), method, crate::metrics::outcome(&result), elapsed, self.hop());
+        self.count_hop(result.is_ok());
+        if self.owner().is_none() {
+            let outcome = crate::metrics::outcome(&result);
+            self.inner.metrics.upstream_request(self.name(), method, outcome, elapsed, self.hop());
+        }
         result
     }
 

@@ -78,6 +78,8 @@ impl Drop for Lease {
 pub enum SessionHandle {
     Shared(Connection),
     Own(Session, Lease),
+    /// `[cluster]`: the connection to the replica holding the session (see `owners`).
+    AtOwner(Session),
 }
 
 impl std::ops::Deref for SessionHandle {
@@ -85,7 +87,7 @@ impl std::ops::Deref for SessionHandle {
     fn deref(&self) -> &Connection {
         match self {
             SessionHandle::Shared(connection) => connection,
-            SessionHandle::Own(session, _) => session,
+            SessionHandle::Own(session, _) | SessionHandle::AtOwner(session) => session,
         }
     }
 }
@@ -93,7 +95,7 @@ impl std::ops::Deref for SessionHandle {
 impl SessionHandle {
     /// A host's `logging/setLevel` for its session (`Session::pass_log_level`); not for the shared.
     pub async fn pass_log_level(&self, level: Option<LoggingLevel>) {
-        if let SessionHandle::Own(session, _) = self {
+        if let SessionHandle::Own(session, _) | SessionHandle::AtOwner(session) = self {
             session.pass_log_level(level).await
         }
     }
@@ -186,7 +188,18 @@ impl Upstream {
     /// 2026-07-28 request, a read, a completion): this shared upstream unless it has sessions
     /// per principal or per host; then that principal's (or host session's) own, opened now if
     /// need be. A per-host upstream serves a request with no host session on the principal's.
+    /// With `[cluster]`, a session another replica holds is that replica's, reached over MCP
+    /// (see `owners`); this is the one place that decides where a request runs.
     pub async fn session_for(&self, principal: &str, host: Option<HostSession>) -> Result<SessionHandle, ProxyError> {
+        if let Some(at_owner) = self.session_at_owner(principal, host).await {
+            return Ok(at_owner);
+        }
+        self.session_here(principal, host).await
+    }
+
+    /// As [`Upstream::session_for`], on this replica whoever holds the session in the cluster:
+    /// for a request another replica sent here, which is never sent on again.
+    pub async fn session_here(&self, principal: &str, host: Option<HostSession>) -> Result<SessionHandle, ProxyError> {
         let Some(book) = &self.inner.sessions else { return Ok(SessionHandle::Shared((**self).clone())) };
         let (key, declared) = self.key_of(principal, host);
         if self.exchanges() && self.inner.subjects.latest(principal).is_none() {
@@ -243,6 +256,7 @@ impl Upstream {
     pub fn host_ended(&self, host: u64) {
         let Some(book) = &self.inner.sessions else { return };
         self.forget_own_elsewhere(host);
+        self.close_host_at_owners(host);
         let closed = book.close_host(host);
         if !closed.is_empty() {
             tracing::debug!(upstream = self.name(), "host session ended; its upstream session closed");
@@ -385,6 +399,7 @@ pub(super) async fn sweep(upstream: Upstream, stop: CancellationToken) {
             _ = tick.tick() => {}
         }
         let Some(book) = &upstream.inner.sessions else { return };
+        upstream.close_idle_at_owners(idle);
         let closed = book.close_idle(idle);
         if !closed.is_empty() {
             tracing::debug!(upstream = upstream.name(), closed = closed.len(), "idle upstream sessions closed");

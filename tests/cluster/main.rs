@@ -20,6 +20,7 @@ mod rediss;
 mod replicas;
 mod resumption;
 mod sealed;
+mod session_endpoint;
 mod sessions;
 mod stdio_default;
 mod token_exchange;

@@ -18,7 +18,9 @@ use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
 use mcp_resource_proxy::cluster::ClusterKeys;
-use mcp_resource_proxy::cluster::forward::{MARK_HEADER, PASS_HEADER, PATH, mark_with, pass_with};
+use mcp_resource_proxy::cluster::forward::PATH;
+use mcp_resource_proxy::cluster::session_pass::{self, Identity, Passes};
+use mcp_resource_proxy::crypto::SealingKey;
 
 use crate::sessions::next_listened;
 use crate::support::cluster::{Replicas, SECRET, cluster_when, forwards};
@@ -175,73 +177,92 @@ async fn a_per_principal_session_lives_on_one_replica_and_its_requests_reach_it_
     Ok(())
 }
 
+/// A POST of `body` to the session endpoint at `url`, with `pass` on its head (and the MCP
+/// session `session` once there is one): its status, its `Mcp-Session-Id` and its text.
+async fn post_sealed(
+    url: &str,
+    pass: Option<&str>,
+    session: Option<&str>,
+    body: &Value,
+) -> anyhow::Result<(u16, Option<String>, String)> {
+    let mut post = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(body.to_string());
+    if let Some(pass) = pass {
+        post = post.header(session_pass::HEADER, pass);
+    }
+    if let Some(session) = session {
+        post = post.header("mcp-session-id", session).header("mcp-protocol-version", "2025-11-25");
+    }
+    let response = post.send().await?;
+    let status = response.status().as_u16();
+    let id = response.headers().get("mcp-session-id").and_then(|id| id.to_str().ok()).map(str::to_owned);
+    let text = tokio::time::timeout(DEADLINE, response.text()).await.context("the answer hung")??;
+    Ok((status, id, text))
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_forged_altered_stale_misdirected_or_replayed_forward_is_refused() -> anyhow::Result<()> {
     let (cluster, _policies) = start(1).await?;
     let replica = &cluster.replicas[0];
-    let url = format!("{}{PATH}", replica.url.strip_suffix("/mcp").context("an /mcp URL")?);
-    let key = ClusterKeys::new(SECRET.as_bytes()).forward();
+    let url = format!("{}{}", replica.url.strip_suffix("/mcp").context("an /mcp URL")?, session_pass::PATH);
+    let keys = ClusterKeys::new(SECRET.as_bytes());
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis() as u64;
-    let request = |to: &str, issued_ms: u64, nonce: &str, principal: &str| {
-        json!({
-            "to": to, "issued_ms": issued_ms, "nonce": nonce, "principal": principal, "upstream": "per",
-            "call": { "kind": "tool", "params": { "name": "recall" } }
-        })
-        .to_string()
-    };
-    let pass = pass_with(&key, "replica-0", now);
-    let post = |body: String, mark: Option<String>| {
-        let (url, pass) = (url.clone(), pass.clone());
-        async move {
-            let mut post = reqwest::Client::new().post(&url).header("content-type", "application/json").body(body);
-            post = post.header(PASS_HEADER, pass);
-            if let Some(mark) = mark {
-                post = post.header(MARK_HEADER, mark);
-            }
-            let response = post.send().await?;
-            anyhow::Ok((response.status().as_u16(), response.text().await?))
-        }
-    };
+    let alice = Identity { principal: "alice".into(), upstream: "per".into(), host: None };
+    let passes = Passes::new("replica-9", &keys.session_pass());
+    let pass = || passes.make("replica-0", &alice, None, None);
 
     // A request made as a replica makes it is run on alice's session.
-    let genuine = request("replica-0", now, "nonce-1", "alice");
-    let (status, answer) = post(genuine.clone(), Some(mark_with(&key, genuine.as_bytes()))).await?;
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "replica-9", "version": "1"}}});
+    let (status, session, answer) = post_sealed(&url, Some(&pass()), None, &initialize).await?;
+    assert_eq!(status, 200, "{answer}");
+    let session = session.context("an MCP session")?;
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    post_sealed(&url, Some(&pass()), Some(&session), &initialized).await?;
+    let recall = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "recall"}});
+    let genuine = pass();
+    let (status, _, answer) = post_sealed(&url, Some(&genuine), Some(&session), &recall).await?;
     assert_eq!(status, 200, "{answer}");
     assert!(answer.contains("nothing"), "alice's fresh session answered: {answer}");
 
-    let other_key = ClusterKeys::new(b"another cluster's secret, 32 bytes or more").forward();
-    let altered = genuine.replace("alice", "bob");
-    let stale = request("replica-0", now - 60_000, "nonce-2", "alice");
-    let elsewhere = request("replica-9", now, "nonce-3", "alice");
-    let other = request("replica-0", now, "nonce-5", "alice");
+    let other_keys = ClusterKeys::new(b"another cluster's secret, 32 bytes or more");
+    let mut altered = genuine.clone().into_bytes();
+    altered[genuine.len() / 2] = if altered[genuine.len() / 2] == b'A' { b'B' } else { b'A' };
+    let key = SealingKey::new(&keys.session_pass());
     let refused = [
-        ("replayed", genuine.clone(), Some(mark_with(&key, genuine.as_bytes()))),
-        ("no mark", request("replica-0", now, "nonce-4", "alice"), None),
-        ("another secret", other.clone(), Some(mark_with(&other_key, other.as_bytes()))),
-        ("altered", altered, Some(mark_with(&key, genuine.as_bytes()))),
-        ("stale", stale.clone(), Some(mark_with(&key, stale.as_bytes()))),
-        ("for another replica", elsewhere.clone(), Some(mark_with(&key, elsewhere.as_bytes()))),
+        ("replayed", Some(genuine.clone())),
+        ("no mark", None),
+        (
+            "another secret",
+            Some(Passes::new("replica-9", &other_keys.session_pass()).make("replica-0", &alice, None, None)),
+        ),
+        ("altered", Some(String::from_utf8(altered)?)),
+        ("stale", Some(session_pass::seal_with(&key, "replica-0", (now - 60_000, None), &alice, None))),
+        ("for another replica", Some(passes.make("replica-9", &alice, None, None))),
     ];
-    for (what, body, mark) in refused {
-        let (status, answer) = post(body, mark).await?;
+    for (what, pass) in refused {
+        let (status, _, answer) = post_sealed(&url, pass.as_deref(), Some(&session), &recall).await?;
         assert_eq!(status, 403, "{what}: {answer}");
         assert!(!answer.contains("nothing"), "{what} was run: {answer}");
     }
-    // Without a right pass on its head, a forwarded request is refused before its body is read.
-    let fresh = request("replica-0", now, "nonce-6", "alice");
+    // Without a right pass on its head, a request is refused before its body is read.
     let passes = [
         ("no pass", None),
-        ("another secret's pass", Some(pass_with(&other_key, "replica-0", now))),
-        ("a pass for another replica", Some(pass_with(&key, "replica-9", now))),
-        ("a stale pass", Some(pass_with(&key, "replica-0", now - 60_000))),
+        (
+            "another secret's pass",
+            Some(Passes::new("replica-9", &other_keys.session_pass()).make("replica-0", &alice, None, None)),
+        ),
+        (
+            "a pass for another replica",
+            Some(Passes::new("replica-9", &keys.session_pass()).make("replica-8", &alice, None, None)),
+        ),
+        ("a stale pass", Some(session_pass::seal_with(&key, "replica-0", (now - 60_000, None), &alice, None))),
     ];
     for (what, pass) in passes {
-        let mut post = reqwest::Client::new().post(&url).header("content-type", "application/json");
-        if let Some(pass) = pass {
-            post = post.header(PASS_HEADER, pass);
-        }
-        let response = post.header(MARK_HEADER, mark_with(&key, fresh.as_bytes())).body(fresh.clone()).send().await?;
-        let (status, answer) = (response.status().as_u16(), response.text().await?);
+        let (status, _, answer) = post_sealed(&url, pass.as_deref(), None, &initialize).await?;
         assert_eq!(status, 403, "{what}: {answer}");
         assert!(!answer.contains("nothing"), "{what} was run: {answer}");
     }

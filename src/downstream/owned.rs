@@ -1,0 +1,322 @@
+//! The session endpoint (`[cluster]` only): `/mcp-proxy/session` on the MCP listener, where
+//! the replica that holds a per-principal (or per-host) upstream session serves it to the
+//! other replicas as MCP (streamable HTTP, 2025 era, one MCP session per upstream session).
+//! Every request carries a pass sealed with the cluster's key ([`crate::cluster::session_pass`]),
+//! opened on its head before a byte of its body is read; anything else is answered `403`
+//! (counted as a forward `refused`). Past the pass its body is bound and has a deadline as a
+//! host's on `/mcp` (`bodies`, charged to the principal it names). With `peer_tls`, only a
+//! replica whose certificate the cluster's CA issued is heard.
+//!
+//! An MCP session here is bound at `initialize` to the identity its pass names (principal,
+//! upstream, host session); a later request of it naming another is refused. Names and URIs on
+//! it are the upstream's own, with no namespace and no policy: the replica that sends a request
+//! here decided it for its principal. `tools/call`, `prompts/get`, `completion/complete` and
+//! `resources/read` run on this replica's session of that principal (or host session) through
+//! the routed path's owner side ([`crate::tools::Tools::run_forwarded`]: rounds, relay, the
+//! token exchanged for the JWT the pass carries). What the upstream sends for a call (sampling,
+//! elicitation, log messages) goes to the other replica on the call's own response stream, its
+//! progress as `notifications/progress` with that replica's token, so that replica's HTTP
+//! upstream code relays them to its host as for any HTTP upstream.
+//!
+//! Invariant: nothing runs for a request whose pass does not open here, or whose identity is
+//! not its MCP session's.
+
+#![allow(deprecated)] // Logging is deprecated by SEP-2577 but still in the 2025 era.
+
+use std::sync::{Arc, OnceLock};
+
+use axum::extract::{Request, State};
+use axum::handler::Handler;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http::StatusCode;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult, GetPromptRequestParams,
+    GetPromptResponse, Implementation, InitializeRequestParams, InitializeResult, ProtocolVersion,
+    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig, SetLevelRequestParams,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::transport::StreamableHttpServerConfig;
+use rmcp::transport::streamable_http_server::StreamableHttpService;
+use rmcp::transport::streamable_http_server::session::local::{LocalSessionManager, SessionConfig};
+use rmcp::{ErrorData, ServerHandler};
+
+use futures::future::BoxFuture;
+
+use super::bodies::BodyGuard;
+use super::call_streams::CallStreams;
+use super::kept::KeptCalls;
+use super::offerings::HostProgress;
+use super::relay::{self, LogLevel};
+use super::traced::header_carrier;
+use crate::cluster::forward::{Answer, Call, SessionOf};
+use crate::cluster::session_pass::{self, Opened, Passes, Refusal};
+use crate::error::ProxyError;
+use crate::listener::VerifiedPeer;
+use crate::proxy::Proxy;
+use crate::telemetry::{self, Carrier, Incoming, Span};
+use crate::tools::Ran;
+
+/// The only era the endpoint speaks: the front's connection to it is a 2025 session.
+const VERSIONS: &[ProtocolVersion] = &[ProtocolVersion::V_2025_11_25];
+
+/// What the route's gate works with.
+#[derive(Clone)]
+struct Gate {
+    proxy: Proxy,
+    passes: Passes,
+    bodies: BodyGuard,
+    tls_required: bool,
+}
+
+/// The route, and the passes it opens (the listener asks them of a connection's first head),
+/// when this replica is part of a cluster.
+pub(super) fn routes(proxy: &Proxy, bodies: BodyGuard, kept: Arc<KeptCalls>) -> Option<(axum::Router, Passes)> {
+    let cluster = proxy.cluster()?;
+    let passes = Passes::new(cluster.replica_id(), &cluster.keys().session_pass());
+    let tls_required = cluster.peer_tls().is_some();
+    let gate = Gate { proxy: proxy.clone(), passes: passes.clone(), bodies, tls_required };
+    let config = StreamableHttpServerConfig::default()
+        .with_sse_keep_alive(None)
+        // Every request carries the cluster's pass: no browser, no rebinding to guard against.
+        .disable_allowed_hosts();
+    let owner = proxy.clone();
+    let factory = move || {
+        let (proxy, kept) = (owner.clone(), kept.clone());
+        Ok(OwnedSession { proxy, kept, bound: Arc::default(), level: LogLevel::default() })
+    };
+    // The other replica closes its connection once unused for its upstream's `session_idle`;
+    // one whose replica died is closed here after twice that.
+    let idle = proxy.config().upstreams.iter().map(|upstream| upstream.sessions.idle).max().unwrap_or_default();
+    let mut local = LocalSessionManager::default();
+    local.session_config.keep_alive = Some((idle * 2).max(SessionConfig::DEFAULT_KEEP_ALIVE));
+    let sessions = Arc::new(CallStreams::new(Arc::new(local)));
+    let service = Arc::new(StreamableHttpService::new(factory, sessions, config));
+    let service = move |request: Request| {
+        let service = service.clone();
+        async move { service.handle(request).await }
+    };
+    let gated = service.layer(axum::middleware::from_fn_with_state(gate, admit)).with_state(());
+    Some((axum::Router::new().route_service(session_pass::PATH, gated), passes))
+}
+
+/// The gate: the pass is opened on the head (with `peer_tls`, over a verified connection
+/// only), then the body guarded as a host's; the opened pass (and the JWT it carries) goes to
+/// the handler in the request's extensions.
+async fn admit(State(gate): State<Gate>, request: Request, next: Next) -> Response {
+    if gate.tls_required && request.extensions().get::<VerifiedPeer>().is_none() {
+        return refused(&gate.proxy, Refusal::Unverified);
+    }
+    let pass = request.headers().get(session_pass::HEADER).and_then(|value| value.to_str().ok());
+    let opened = match gate.passes.open(pass) {
+        Ok(opened) => opened,
+        Err(refusal) => return refused(&gate.proxy, refusal),
+    };
+    let (mut request, verdict) = match gate.bodies.guard(&opened.identity.principal, request) {
+        Ok(guarded) => guarded,
+        Err(refused) => return *refused,
+    };
+    if let Some(subject) = &opened.subject {
+        request.extensions_mut().insert(subject.clone());
+    }
+    request.extensions_mut().insert(opened);
+    let response = next.run(request).await;
+    verdict.answer().unwrap_or(response)
+}
+
+fn refused(proxy: &Proxy, refusal: Refusal) -> Response {
+    proxy.metrics().cluster_forward("refused");
+    tracing::warn!(reason = refusal.label(), "cluster: a request to the session endpoint was refused");
+    (StatusCode::FORBIDDEN, format!("refused: {refusal}\n")).into_response()
+}
+
+/// One MCP session of the endpoint: one upstream session of this replica, served to another.
+#[derive(Clone)]
+struct OwnedSession {
+    proxy: Proxy,
+    kept: Arc<KeptCalls>,
+    /// The identity of its `initialize`.
+    bound: Arc<OnceLock<session_pass::Identity>>,
+    /// The other replica's `logging/setLevel` (its host's), which the relay filters by.
+    level: LogLevel,
+}
+
+impl OwnedSession {
+    /// The pass of `context`'s request, when it names the identity this session is bound to.
+    fn opened<'c>(&self, context: &'c RequestContext<RoleServer>) -> Result<&'c Opened, ErrorData> {
+        let parts = context.extensions.get::<http::request::Parts>();
+        let opened = parts.and_then(|parts| parts.extensions.get::<Opened>());
+        let opened = opened.ok_or_else(|| ErrorData::invalid_request("no pass", None))?;
+        match self.bound.get() {
+            Some(bound) if *bound == opened.identity => Ok(opened),
+            _ => Err(ErrorData::invalid_request("the pass names another session than this one's", None)),
+        }
+    }
+
+    /// Run `call` (the upstream's own names) on the session the pass names, for the request of
+    /// `context`: what the upstream sends for it goes back on the request's own stream. A
+    /// call or prompt whose pass names a key runs to its end even when the other replica goes
+    /// away, its answer kept for the host's resumption (`kept`).
+    async fn run(&self, call: Call, context: &RequestContext<RoleServer>) -> Result<Answer, ErrorData> {
+        let opened = self.opened(context)?;
+        let identity = opened.identity.clone();
+        // As if presented here: the principal's session opened for it has a JWT to connect with.
+        if let Some(subject) = &opened.subject {
+            self.proxy.subjects().record(&identity.principal, subject.token(), subject.until());
+        }
+        let principal: Arc<str> = identity.principal.as_str().into();
+        let token = match &call {
+            Call::Tool(params) => {
+                context.meta.get_progress_token().or_else(|| params.meta.as_ref()?.get_progress_token())
+            }
+            _ => None,
+        };
+        let (progress, outlet) = token.map(|token| HostProgress::start(context.peer.clone(), token)).unzip();
+        let host = identity.host.map(|host| host.key);
+        let (host_relay, jobs) = relay::for_call(context, &self.level, &principal, (host, None));
+        let relays = matches!(call, Call::Tool(_) | Call::Prompt(_));
+        let kept_as = opened.kept_as.clone().filter(|_| relays);
+        let relayed = relays.then_some(host_relay);
+        if let Some((method, target)) = call.traced() {
+            let target = target.unwrap_or_default();
+            tracing::debug!(upstream = %identity.upstream, method, target, "cluster: serving another replica's request over MCP");
+        }
+        let span = served_span(context, &call, &identity.upstream);
+        let (proxy, subject) = (self.proxy.clone(), opened.subject.clone());
+        let whose = identity.clone();
+        let ran = span.attach(async move {
+            let of = SessionOf { principal: &whose.principal, upstream: &whose.upstream, host: whose.host };
+            proxy.tools().run_forwarded(of, call, outlet, (relayed, ""), subject.as_ref()).await
+        });
+        let ran: BoxFuture<'static, Ran> = match kept_as {
+            Some(key) => self.kept.run(key, (&identity.principal, &identity.upstream), ran),
+            None => Box::pin(ran),
+        };
+        let answer = relay::serving(ran, jobs, &context.peer).await;
+        if let Some(progress) = progress {
+            progress.flushed().await;
+        }
+        if let Err(error) = &answer {
+            span.failed(error.kind().to_string());
+        }
+        answer.map_err(ErrorData::from)
+    }
+}
+
+/// The SERVER span of a request served here, continuing the other replica's hop from the
+/// request's `traceparent` header (nothing when traces are off).
+fn served_span(context: &RequestContext<RoleServer>, call: &Call, upstream: &str) -> Span {
+    if !telemetry::on() {
+        return Span::default();
+    }
+    let Some((method, target)) = call.traced() else { return Span::default() };
+    let headers = context.extensions.get::<http::request::Parts>().map(|parts| &parts.headers);
+    let span = telemetry::server_span(Incoming {
+        method,
+        target,
+        meta: Carrier { traceparent: context.meta.get_traceparent(), tracestate: context.meta.get_tracestate() },
+        header: header_carrier(headers),
+        request_id: None,
+        version: None,
+        session: None,
+        transport: telemetry::Transport::Tcp,
+    });
+    span.note("mcp_proxy.upstream", upstream.to_string());
+    span
+}
+
+/// The answer of another kind than asked.
+fn mismatched() -> ErrorData {
+    ProxyError::InvalidParams("the upstream answered another kind of result".into()).into()
+}
+
+impl ServerHandler for OwnedSession {
+    fn get_info(&self) -> ServerConfig {
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_prompts()
+            .enable_resources()
+            .enable_completions()
+            .enable_logging()
+            .build();
+        ServerConfig::new(capabilities)
+            .with_server_info(Implementation::new(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")))
+    }
+
+    fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
+        std::borrow::Cow::Borrowed(VERSIONS)
+    }
+
+    /// Binds the session to the identity its pass names.
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        let parts = context.extensions.get::<http::request::Parts>();
+        let opened = parts.and_then(|parts| parts.extensions.get::<Opened>());
+        let opened = opened.ok_or_else(|| ErrorData::invalid_request("no pass", None))?;
+        if self.bound.set(opened.identity.clone()).is_err() {
+            return Err(ErrorData::invalid_request("the session is initialized already", None));
+        }
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.opened(&context)?;
+        *self.level.lock().expect("log level lock") = Some(request.level);
+        Ok(())
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        match self.run(Call::Tool(request), &context).await? {
+            Answer::Tool(result) => Ok(CallToolResponse::Complete(result)),
+            Answer::InputRequired(needs) => Ok(CallToolResponse::InputRequired(needs)),
+            _ => Err(mismatched()),
+        }
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        match self.run(Call::Prompt(request), &context).await? {
+            Answer::Prompt(result) => Ok(GetPromptResponse::Complete(result)),
+            Answer::InputRequired(needs) => Ok(GetPromptResponse::InputRequired(needs)),
+            _ => Err(mismatched()),
+        }
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        match self.run(Call::Complete(request), &context).await? {
+            Answer::Complete(result) => Ok(result),
+            _ => Err(mismatched()),
+        }
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        match self.run(Call::Read(request), &context).await? {
+            Answer::Read(result) => Ok(ReadResourceResponse::Complete(result)),
+            Answer::InputRequired(needs) => Ok(ReadResourceResponse::InputRequired(needs)),
+            _ => Err(mismatched()),
+        }
+    }
+}
