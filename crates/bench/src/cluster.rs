@@ -98,7 +98,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     failover(&mut setup, &mut report).await?;
     report.note("alone = one proxy, no [cluster], reached directly and behind haproxy (the same configuration as the replicas'); cluster = 3 replicas with [cluster] behind haproxy (round-robin), one redis-server; one fixture behind all, 1 KiB texts, ttlMs 1 h");
     report.note("per-principal stdio: the replicas also serve `st`, the fixture over stdio with session = \"per-principal\"; its reads are never cached, so each is a miss on the principal's session: from the replica holding it (owned here) and from another replica, which forwards it there (owned elsewhere)");
-    report.note("failover: a host reads the hot URI back to back through the balancer; one replica is killed (SIGKILL) mid-run, replica 0 for the 2025 session, replica 1 for the 2026-07-28 host; haproxy has no health check here (the replicas' admin listeners are off) and sends a request whose connection is refused to another replica (`retries 3`, `option redispatch 1`, as deploy/haproxy.cfg)");
+    report.note("failover: a host reads the hot URI back to back through the balancer; one replica is killed (SIGKILL) mid-run, replica 0 for the 2025 session, replica 1 for the 2026-07-28 host; haproxy has no health check here and sends a request whose connection is refused to another replica (`retries 3`, `option redispatch 1`, as deploy/haproxy.cfg)");
     report.note("a cluster read asks Redis for the URI's version (one round trip) before serving its local copy; a miss also fills Redis");
     Ok(report)
 }
@@ -128,10 +128,18 @@ async fn owned_elsewhere(setup: &Setup, options: &Options, report: &mut Report) 
     let there = clients::connect_with(&setup.replicas[other].url, Era::Modern, Default::default()).await?;
     let reads = if options.quick { 100 } else { 400 };
     let (mut owned_here, mut owned_there) = (Vec::new(), Vec::new());
+    let served_before = served(&setup.replicas[owner]).await?;
     for _ in 0..reads {
         owned_here.push(timed_read(here.peer(), STDIO_URI).await?);
         owned_there.push(timed_read(there.peer(), STDIO_URI).await?);
     }
+    // Each read from the other replica crossed to the owner (its session endpoint ran it).
+    let crossed = served(&setup.replicas[owner]).await? - served_before;
+    anyhow::ensure!(
+        crossed >= reads as f64,
+        "{crossed} of {reads} reads from replica {other} were served by the owner"
+    );
+    report.add("per-principal stdio reads from another replica that the owner served", crossed, Unit::Count);
     for (label, samples) in [("owned here", owned_here), ("owned elsewhere", owned_there)] {
         let percentiles = Percentiles::of(samples);
         report.millis(format!("c=1 per-principal stdio read p50, {label}"), percentiles.p50);
@@ -251,14 +259,40 @@ async fn start() -> anyhow::Result<Setup> {
         let config = format!(
             "{upstream}{stdio}[cluster]\nredis_url = \"redis://127.0.0.1:{redis_port}/0\"\nsecret_env = \"{SECRET_ENV}\"\nreplica_id = \"bench-{index}\"\n"
         );
-        replicas.push(ProxyProcess::start_with_env(&config, &[(SECRET_ENV, SECRET)]).await?);
+        replicas.push(ProxyProcess::start_with_admin(&config, &[(SECRET_ENV, SECRET)]).await?);
     }
+    wait_all_see(&replicas).await?;
     let alone_balanced = balancer(&dir, "alone", std::slice::from_ref(&alone)).await?;
     let balancer = balancer(&dir, "replicas", &replicas).await?;
     Ok(Setup { fixture, alone, alone_balanced, replicas, balancer, _redis: redis, _dir: dir })
 }
 
-/// haproxy, round-robin, no health checks (the replicas' admin listeners are off here); a
+/// Until each replica's `/status` lists every replica: before then a replica may take itself
+/// for the owner of a session another one owns.
+async fn wait_all_see(replicas: &[ProxyProcess]) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for replica in replicas {
+        loop {
+            let status: serde_json::Value = serde_json::from_str(&replica.admin_get("/status").await?)?;
+            if status["cluster"]["replicas"].as_array().is_some_and(|seen| seen.len() == replicas.len()) {
+                break;
+            }
+            anyhow::ensure!(Instant::now() < deadline, "the replicas did not see each other in time: {status}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    Ok(())
+}
+
+/// `mcp_proxy_cluster_forwards_total{outcome="served"}` of `replica`: requests of other
+/// replicas it ran on a session it owns.
+async fn served(replica: &ProxyProcess) -> anyhow::Result<f64> {
+    let metrics = replica.admin_get("/metrics").await?;
+    let needle = "mcp_proxy_cluster_forwards_total{outcome=\"served\"} ";
+    Ok(metrics.lines().find_map(|line| line.strip_prefix(needle)).map_or(Ok(0.0), str::parse)?)
+}
+
+/// haproxy, round-robin, no health checks (as in a bench nothing is taken out of service); a
 /// request whose connection is refused goes to another replica.
 async fn balancer(dir: &TempDir, name: &str, replicas: &[ProxyProcess]) -> anyhow::Result<Balancer> {
     let port = free_port()?;

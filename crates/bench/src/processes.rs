@@ -37,6 +37,8 @@ pub struct ProxyProcess {
     pub ready_after: Duration,
     /// Lines at WARN or above it logged before it was serving.
     pub startup_warnings: Vec<String>,
+    /// `http://ADDR` of its admin listener, when started with one.
+    admin: Option<String>,
     child: Child,
     _dir: TempDir,
 }
@@ -82,13 +84,28 @@ impl ProxyProcess {
 
     /// [`ProxyProcess::start`] with `env` set for the proxy (its bearer tokens, a cluster secret).
     pub async fn start_with_env(config: &str, env: &[(&str, &str)]) -> anyhow::Result<Self> {
+        Self::spawn(config, env, false).await
+    }
+
+    /// [`ProxyProcess::start_with_env`] with its admin listener on 127.0.0.1:0 (`/status`,
+    /// `/metrics`: [`ProxyProcess::admin_get`]).
+    pub async fn start_with_admin(config: &str, env: &[(&str, &str)]) -> anyhow::Result<Self> {
+        Self::spawn(config, env, true).await
+    }
+
+    async fn spawn(config: &str, env: &[(&str, &str)], admin: bool) -> anyhow::Result<Self> {
         let dir = TempDir::new()?;
         let path = dir.path.join("config.toml");
         std::fs::write(&path, config).context("write proxy config")?;
+        let ready_file = dir.path.join("ready.json");
         let spawned = Instant::now();
         let mut child = Command::new(proxy_binary()?)
-            .args(["--log-format", "json", "serve", "--listen", "127.0.0.1:0", "--admin-listen", "off", "--config"])
+            .args(["--log-format", "json", "serve", "--listen", "127.0.0.1:0", "--admin-listen"])
+            .arg(if admin { "127.0.0.1:0" } else { "off" })
+            .arg("--config")
             .arg(&path)
+            .arg("--ready-file")
+            .arg(&ready_file)
             .env("RUST_LOG", "warn,mcp_resource_proxy::downstream=info")
             .envs(env.iter().copied())
             .stdin(Stdio::null())
@@ -101,7 +118,27 @@ impl ProxyProcess {
         let (address, startup_warnings) =
             tokio::time::timeout(START_DEADLINE, wait_serving(stderr)).await.context("proxy start timed out")??;
         let ready_after = spawned.elapsed();
-        Ok(Self { url: format!("http://{address}/mcp"), ready_after, startup_warnings, child, _dir: dir })
+        let admin = match admin {
+            true => Some(admin_address(&ready_file).await?),
+            false => None,
+        };
+        Ok(Self { url: format!("http://{address}/mcp"), ready_after, startup_warnings, admin, child, _dir: dir })
+    }
+
+    /// The body of `GET path` on the admin listener (HTTP/1.1, one connection per request).
+    pub async fn admin_get(&self, path: &str) -> anyhow::Result<String> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let admin = self.admin.as_deref().context("this proxy was started without an admin listener")?;
+        let mut stream = tokio::net::TcpStream::connect(admin.trim_start_matches("http://")).await?;
+        let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await?;
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response).await?;
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut head = httparse::Response::new(&mut headers);
+        let httparse::Status::Complete(length) = head.parse(&response)? else { bail!("GET {path}: a partial head") };
+        anyhow::ensure!(head.code == Some(200), "GET {path}: status {:?}", head.code);
+        Ok(String::from_utf8_lossy(&response[length..]).into_owned())
     }
 
     pub fn pid(&self) -> anyhow::Result<u32> {
@@ -216,6 +253,21 @@ fn path_text(path: &Path) -> anyhow::Result<String> {
 
 /// Read JSON log lines until `serving MCP at`; keep draining the pipe afterwards so the proxy
 /// never blocks on a full stderr.
+/// The admin address the proxy wrote into its ready file (written once it serves).
+async fn admin_address(ready_file: &Path) -> anyhow::Result<String> {
+    let deadline = Instant::now() + START_DEADLINE;
+    loop {
+        if let Ok(text) = tokio::fs::read_to_string(ready_file).await
+            && let Ok(ready) = serde_json::from_str::<Value>(&text)
+            && let Some(admin) = ready["admin"].as_str()
+        {
+            return Ok(format!("http://{admin}"));
+        }
+        anyhow::ensure!(Instant::now() < deadline, "no admin address in {}", ready_file.display());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 async fn wait_serving(stderr: ChildStderr) -> anyhow::Result<(String, Vec<String>)> {
     let mut lines = BufReader::new(stderr).lines();
     let mut warnings = Vec::new();
