@@ -30,6 +30,7 @@ mod metering;
 mod offerings;
 mod outlets;
 mod owned;
+mod owned_holds;
 mod reaper;
 mod refusal;
 mod relay;

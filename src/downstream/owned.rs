@@ -16,7 +16,10 @@
 //! token exchanged for the JWT the pass carries). What the upstream sends for a call (sampling,
 //! elicitation, log messages) goes to the other replica on the call's own response stream, its
 //! progress as `notifications/progress` with that replica's token, so that replica's HTTP
-//! upstream code relays them to its host as for any HTTP upstream.
+//! upstream code relays them to its host as for any HTTP upstream. `resources/subscribe` holds
+//! the URI on that session (`owned_holds`: each change comes back as
+//! `notifications/resources/updated`); `tools/list` and `prompts/list` answer what the session
+//! lists as its own, an error while it lists the upstream's.
 //!
 //! Invariant: nothing runs for a request whose pass does not open here, or whose identity is
 //! not its MCP session's.
@@ -32,8 +35,9 @@ use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult, GetPromptRequestParams,
-    GetPromptResponse, Implementation, InitializeRequestParams, InitializeResult, ProtocolVersion,
-    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig, SetLevelRequestParams,
+    GetPromptResponse, Implementation, InitializeRequestParams, InitializeResult, ListPromptsResult, ListToolsResult,
+    PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
+    ServerConfig, SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::transport::StreamableHttpServerConfig;
@@ -47,9 +51,10 @@ use super::bodies::BodyGuard;
 use super::call_streams::CallStreams;
 use super::kept::KeptCalls;
 use super::offerings::HostProgress;
+use super::owned_holds::OwnedHolds;
 use super::relay::{self, LogLevel};
 use super::traced::header_carrier;
-use crate::cluster::forward::{Answer, Call, SessionOf};
+use crate::cluster::forward::{Answer, Call, OwnLists, SessionOf};
 use crate::cluster::session_pass::{self, Opened, Passes, Refusal};
 use crate::error::ProxyError;
 use crate::listener::VerifiedPeer;
@@ -59,6 +64,10 @@ use crate::tools::Ran;
 
 /// The only era the endpoint speaks: the front's connection to it is a 2025 session.
 const VERSIONS: &[ProtocolVersion] = &[ProtocolVersion::V_2025_11_25];
+
+/// The answer to a list while the session lists nothing of its own: the upstream's lists are
+/// its lists, which the asking replica has on its shared connection.
+const OWN_LISTS_NONE: &str = "the session lists no tools or prompts of its own (or is not open here)";
 
 /// What the route's gate works with.
 #[derive(Clone)]
@@ -83,7 +92,13 @@ pub(super) fn routes(proxy: &Proxy, bodies: BodyGuard, kept: Arc<KeptCalls>) -> 
     let owner = proxy.clone();
     let factory = move || {
         let (proxy, kept) = (owner.clone(), kept.clone());
-        Ok(OwnedSession { proxy, kept, bound: Arc::default(), level: LogLevel::default() })
+        Ok(OwnedSession {
+            proxy,
+            kept,
+            bound: Arc::default(),
+            level: LogLevel::default(),
+            holds: OwnedHolds::default(),
+        })
     };
     // The other replica closes its connection once unused for its upstream's `session_idle`;
     // one whose replica died is closed here after twice that.
@@ -139,6 +154,8 @@ struct OwnedSession {
     bound: Arc<OnceLock<session_pass::Identity>>,
     /// The other replica's `logging/setLevel` (its host's), which the relay filters by.
     level: LogLevel,
+    /// Its subscriptions, held on the upstream session.
+    holds: OwnedHolds,
 }
 
 impl OwnedSession {
@@ -201,6 +218,19 @@ impl OwnedSession {
         }
         answer.map_err(ErrorData::from)
     }
+
+    /// What the session the pass names lists as its own (the upstream's names); an error while
+    /// it lists nothing of its own, so the other replica keeps the shared connection's lists.
+    async fn own_lists(&self, context: &RequestContext<RoleServer>) -> Result<OwnLists, ErrorData> {
+        let opened = self.opened(context)?;
+        let identity = &opened.identity;
+        let of = SessionOf { principal: &identity.principal, upstream: &identity.upstream, host: identity.host };
+        match self.proxy.tools().run_forwarded(of, Call::Offerings, None, (None, ""), None).await? {
+            Answer::Offerings(Some(lists)) => Ok(lists),
+            Answer::Offerings(None) => Err(ErrorData::internal_error(OWN_LISTS_NONE, None)),
+            _ => Err(mismatched()),
+        }
+    }
 }
 
 /// The SERVER span of a request served here, continuing the other replica's hop from the
@@ -236,6 +266,7 @@ impl ServerHandler for OwnedSession {
             .enable_tools()
             .enable_prompts()
             .enable_resources()
+            .enable_resources_subscribe()
             .enable_completions()
             .enable_logging()
             .build();
@@ -318,5 +349,45 @@ impl ServerHandler for OwnedSession {
             Answer::InputRequired(needs) => Ok(ReadResourceResponse::InputRequired(needs)),
             _ => Err(mismatched()),
         }
+    }
+
+    async fn list_tools(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.own_lists(&context).await?.tools))
+    }
+
+    async fn list_prompts(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        Ok(ListPromptsResult::with_all_items(self.own_lists(&context).await?.prompts))
+    }
+
+    /// Held on the session the pass names; answered once that session acknowledged it (or
+    /// gave up waiting).
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let identity = self.opened(&context)?.identity.clone();
+        let of = SessionOf { principal: &identity.principal, upstream: &identity.upstream, host: identity.host };
+        let hold = self.proxy.hold_for_replica(of, &request.uri).await?;
+        self.holds.keep(self.proxy.spine(), request.uri, hold, context.peer.clone());
+        Ok(())
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.opened(&context)?;
+        self.holds.release(&request.uri);
+        Ok(())
     }
 }
