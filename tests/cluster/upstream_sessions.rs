@@ -603,12 +603,14 @@ async fn a_forwarded_calls_log_message_and_elicitation_reach_its_host() -> anyho
     Ok(())
 }
 
-/// A 2026-07-28 host, which takes no server-to-client requests, gets the elicitation of a
-/// forwarded call as `input_required`, and its retry resumes the call wherever it lands: the
-/// call is parked at the owner. Through the balancer, each call and its retry land on two
-/// replicas in turn (the owner among them or not); every call completes with the host's answer.
+/// A 2026-07-28 host, which takes no server-to-client requests, gets the elicitation of a call
+/// on a session another replica owns as `input_required`, and its retry resumes the call
+/// wherever it lands: the call is parked on the replica the host asked, which its
+/// `requestState` names. Through the balancer, each call and its retry land on two replicas in
+/// turn (the owner among them or not); every call completes with the host's answer.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_modern_hosts_forwarded_call_is_parked_at_the_owner_and_resumed_from_any_replica() -> anyhow::Result<()> {
+async fn a_modern_hosts_call_on_a_session_owned_elsewhere_is_parked_where_asked_and_resumed_from_any_replica()
+-> anyhow::Result<()> {
     let (cluster, _policies) = start(3).await?;
     elicited_through_the_balancer(&cluster, 4).await?;
     let all: Vec<&ProxyProcess> = cluster.replicas.iter().collect();
