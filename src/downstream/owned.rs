@@ -19,7 +19,9 @@
 //! upstream code relays them to its host as for any HTTP upstream. `resources/subscribe` holds
 //! the URI on that session (`owned_holds`: each change comes back as
 //! `notifications/resources/updated`); `tools/list` and `prompts/list` answer what the session
-//! lists as its own, an error while it lists the upstream's.
+//! lists as its own, an error whose data's `kind` is [`crate::protocol::NO_OWN_LISTS`] while it
+//! lists the upstream's; when that changes, the MCP session hears `tools/list_changed` or
+//! `prompts/list_changed` (`owned_lists`).
 //!
 //! Invariant: nothing runs for a request whose pass does not open here, or whose identity is
 //! not its MCP session's.
@@ -36,14 +38,15 @@ use http::StatusCode;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult, GetPromptRequestParams,
     GetPromptResponse, Implementation, InitializeRequestParams, InitializeResult, ListPromptsResult, ListToolsResult,
-    PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
-    ServerConfig, SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
+    PaginatedRequestParams, Prompt, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
+    ServerCapabilities, ServerConfig, SetLevelRequestParams, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
-use rmcp::service::{RequestContext, RoleServer};
+use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::transport::StreamableHttpServerConfig;
 use rmcp::transport::streamable_http_server::StreamableHttpService;
 use rmcp::transport::streamable_http_server::session::local::{LocalSessionManager, SessionConfig};
 use rmcp::{ErrorData, ServerHandler};
+use tokio_util::sync::DropGuard;
 
 use futures::future::BoxFuture;
 
@@ -52,9 +55,10 @@ use super::call_streams::CallStreams;
 use super::kept::KeptCalls;
 use super::offerings::HostProgress;
 use super::owned_holds::OwnedHolds;
+use super::owned_lists;
 use super::relay::{self, LogLevel};
 use super::traced::header_carrier;
-use crate::cluster::forward::{Answer, Call, OwnLists, SessionOf};
+use crate::cluster::forward::{Answer, Call, SessionOf};
 use crate::cluster::session_pass::{self, Opened, Passes, Refusal};
 use crate::error::ProxyError;
 use crate::listener::VerifiedPeer;
@@ -68,6 +72,9 @@ const VERSIONS: &[ProtocolVersion] = &[ProtocolVersion::V_2025_11_25];
 /// The answer to a list while the session lists nothing of its own: the upstream's lists are
 /// its lists, which the asking replica has on its shared connection.
 const OWN_LISTS_NONE: &str = "the session lists no tools or prompts of its own (or is not open here)";
+
+/// A session's own tools and prompts (the upstream's names).
+type OwnToolsAndPrompts = (Vec<Tool>, Vec<Prompt>);
 
 /// What the route's gate works with.
 #[derive(Clone)]
@@ -98,6 +105,7 @@ pub(super) fn routes(proxy: &Proxy, bodies: BodyGuard, kept: Arc<KeptCalls>) -> 
             bound: Arc::default(),
             level: LogLevel::default(),
             holds: OwnedHolds::default(),
+            lists: Arc::default(),
         })
     };
     // The other replica closes its connection once unused for its upstream's `session_idle`;
@@ -156,6 +164,8 @@ struct OwnedSession {
     level: LogLevel,
     /// Its subscriptions, held on the upstream session.
     holds: OwnedHolds,
+    /// Tells it of its upstream session's own list changes until dropped (`owned_lists`).
+    lists: Arc<OnceLock<DropGuard>>,
 }
 
 impl OwnedSession {
@@ -221,15 +231,12 @@ impl OwnedSession {
 
     /// What the session the pass names lists as its own (the upstream's names); an error while
     /// it lists nothing of its own, so the other replica keeps the shared connection's lists.
-    async fn own_lists(&self, context: &RequestContext<RoleServer>) -> Result<OwnLists, ErrorData> {
-        let opened = self.opened(context)?;
-        let identity = &opened.identity;
-        let of = SessionOf { principal: &identity.principal, upstream: &identity.upstream, host: identity.host };
-        match self.proxy.tools().run_forwarded(of, Call::Offerings, None, (None, ""), None).await? {
-            Answer::Offerings(Some(lists)) => Ok(lists),
-            Answer::Offerings(None) => Err(ErrorData::internal_error(OWN_LISTS_NONE, None)),
-            _ => Err(mismatched()),
-        }
+    fn own_lists(&self, context: &RequestContext<RoleServer>) -> Result<OwnToolsAndPrompts, ErrorData> {
+        let identity = &self.opened(context)?.identity;
+        let host = identity.host.map(|host| host.key);
+        let lists = self.proxy.tools().own_lists_here(&identity.upstream, &identity.principal, host);
+        let none = || serde_json::json!({ "kind": crate::protocol::NO_OWN_LISTS });
+        lists.ok_or_else(|| ErrorData::internal_error(OWN_LISTS_NONE, Some(none())))
     }
 }
 
@@ -264,7 +271,9 @@ impl ServerHandler for OwnedSession {
     fn get_info(&self) -> ServerConfig {
         let capabilities = ServerCapabilities::builder()
             .enable_tools()
+            .enable_tool_list_changed()
             .enable_prompts()
+            .enable_prompts_list_changed()
             .enable_resources()
             .enable_resources_subscribe()
             .enable_completions()
@@ -292,6 +301,14 @@ impl ServerHandler for OwnedSession {
         }
         context.peer.set_peer_info(request.clone());
         self.negotiate_initialize(&request)
+    }
+
+    /// From now on it hears when its upstream session's own lists change.
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        let Some(identity) = self.bound.get() else { return };
+        let changes = self.proxy.tools().own_list_changes();
+        let _ =
+            self.lists.get_or_init(|| owned_lists::relay(self.proxy.spine(), changes, identity.clone(), context.peer));
     }
 
     async fn set_level(
@@ -356,7 +373,7 @@ impl ServerHandler for OwnedSession {
         _: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.own_lists(&context).await?.tools))
+        Ok(ListToolsResult::with_all_items(self.own_lists(&context)?.0))
     }
 
     async fn list_prompts(
@@ -364,7 +381,7 @@ impl ServerHandler for OwnedSession {
         _: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        Ok(ListPromptsResult::with_all_items(self.own_lists(&context).await?.prompts))
+        Ok(ListPromptsResult::with_all_items(self.own_lists(&context)?.1))
     }
 
     /// Held on the session the pass names; answered once that session acknowledged it (or

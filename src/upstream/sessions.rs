@@ -285,7 +285,7 @@ impl Upstream {
     }
 
     /// As [`Upstream::own_offerings`], of a session open on this replica.
-    pub(super) fn own_offerings_here(&self, principal: &str, host: Option<u64>) -> Option<Arc<Offered>> {
+    pub fn own_offerings_here(&self, principal: &str, host: Option<u64>) -> Option<Arc<Offered>> {
         let book = self.inner.sessions.as_ref()?;
         let host = host.map(|id| HostSession { id, sampling: false, elicitation: false });
         book.session(&self.key_of(principal, host).0)?.own_offerings()
