@@ -12,7 +12,9 @@
 //! policy reload). A per-principal or per-host upstream session that says its own lists
 //! changed is listed, to its own hosts only, as it lists itself ([`Tools::list`] and the
 //! routing take the caller's view: the catalog with that session's part in place of the
-//! shared connection's); its hosts alone are told.
+//! shared connection's); its hosts alone are told. With `[cluster]`, such a session another
+//! replica holds lists there, and the replica holding one tells the others of its changes over
+//! MCP (`session_lists`).
 //!
 //! One upstream may present its names un-prefixed (`unprefixed = true`; the rules that keep
 //! that unambiguous are in [`names`]). Policies decide tools and prompts over pseudo-URIs
@@ -153,9 +155,6 @@ impl Tools {
             }
             UpstreamEvent::Down { upstream } => (upstream, None),
             UpstreamEvent::SessionOfferingsChanged { upstream, principal, host, tools, prompts } => {
-                if let Some(upstream) = self.inner.upstreams.get(upstream) {
-                    upstream.share_own_offerings(principal, *host);
-                }
                 let (principal, host, tools, prompts) = (principal.clone(), *host, *tools, *prompts);
                 self.tell_session_hosts(&principal, host, tools, prompts);
                 let upstream = upstream.as_str().into();

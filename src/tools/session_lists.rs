@@ -3,7 +3,10 @@
 //! `tools/list`/`prompts/list` on its session endpoint with what the session lists as its own
 //! ([`Tools::own_lists_here`]), and tells each MCP session of that endpoint serving it when
 //! they change ([`Tools::own_list_changes`]: the endpoint sends `notifications/tools/list_changed`
-//! or `prompts/list_changed`), so the other replica asks again as it would any upstream.
+//! or `prompts/list_changed`), so the other replica asks again as it would any upstream. A
+//! replica that serves a host of a principal (a host session, for a per-host upstream) opens its
+//! connection to the session's owner as the host arrives ([`Tools::watch_own_lists`]), so that
+//! it hears of them even before any request of that host went there.
 //!
 //! Invariant: a change is told only to the MCP sessions serving that very session (upstream,
 //! principal and host session alike); one lost to a full queue is told as both lists changed.
@@ -52,6 +55,15 @@ impl Tools {
     ) -> Option<(Vec<Tool>, Vec<Prompt>)> {
         let offered = self.inner.upstreams.get(upstream)?.own_offerings_here(principal, host)?;
         Some((offered.tools.clone(), offered.prompts.clone()))
+    }
+
+    /// A host of `principal` (host session `host`) is served here: the own lists of its
+    /// sessions that other replicas hold are asked for now, and heard of from then on.
+    pub fn watch_own_lists(&self, principal: &str, host: Option<u64>) {
+        let upstreams = self.inner.upstreams.snapshot();
+        for upstream in upstreams.values().filter(|upstream| upstream.has_sessions()) {
+            upstream.own_offerings(principal, host);
+        }
     }
 
     /// Tell the session endpoint's MCP sessions of `changed`.
