@@ -27,6 +27,10 @@ pub const KNOWN_VERSIONS: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-18", 
 /// The legacy handshake version the proxy offers when it falls back from a probe.
 pub const LEGACY_HANDSHAKE: ProtocolVersion = ProtocolVersion::V_2025_11_25;
 
+/// The `kind` in the error data of a list that the session endpoint answers for a session that
+/// lists no tools or prompts of its own (the upstream's lists are its lists).
+pub const NO_OWN_LISTS: &str = "no_own_lists";
+
 /// The methods hosts call on the proxy (their request counters exist from the start).
 pub mod method {
     pub const RESOURCES_LIST: &str = "resources/list";

@@ -1,7 +1,7 @@
 //! What still crosses replicas as a private request (a call, prompt, read or completion on a
 //! session another replica holds goes to it over MCP: `session_pass`, and the upstream's
-//! `owners`): a 2026-07-28 retry of a call parked on another replica, a subscription held on a
-//! session another replica holds, a session's own lists, a kept answer, forwarded over HTTP: `POST <owner>/mcp-proxy/forward` with a JSON
+//! `owners`; so do a subscription on such a session and its own lists): a 2026-07-28 retry of
+//! a call parked on another replica, a host's answer, a kept answer, forwarded over HTTP: `POST <owner>/mcp-proxy/forward` with a JSON
 //! [`Forwarded`] body (the principal, the host session for a per-host upstream, the upstream, the call with the upstream's own names, the replica it is for, when
 //! it was made, a nonce and, sealed, the JWT the host's request came with) and a mark, HMAC-SHA256 of the body with the key derived from the
 //! cluster secret for this use. The owner answers with JSON lines: the call's progress as it
@@ -11,9 +11,7 @@
 //! its caller as for a local one; the owner runs it on its own session of that principal.
 //! Progress, the upstream's log messages and its sampling and elicitation requests for a call
 //! travel back as lines; the host's answer to a request goes to the owner as a
-//! [`Call::Reply`]. A subscription travels too
-//! ([`Call::Hold`]): the owner holds it on the principal's session while the reply is open,
-//! and writes each change of it as a line. The owner unreachable (no connection
+//! [`Call::Reply`]. The owner unreachable (no connection
 //! within [`CONNECT_TIMEOUT`], or with `peer_tls` a TLS handshake either side refused): the
 //! caller runs it on a session of its own ([`Sent::Unreachable`]). With `peer_tls` every
 //! request goes over TLS ([`super::peer_tls`]), and the owner hears only a replica whose
@@ -73,11 +71,6 @@ pub const FRESH_FOR: Duration = Duration::from_secs(30);
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// The largest body either way.
 pub const MAX_BODY: usize = 32 * 1024 * 1024;
-/// Holds ([`Call::Hold`]) this replica keeps open at one owner for one principal: each is a
-/// stream of the one connection to the owner while it lasts (of at most the listener's
-/// `MAX_STREAMS`), so one principal's subscriptions cannot take that connection's streams from
-/// every other principal. Past it a subscription is refused.
-pub const MAX_HOLDS_PER_OWNER: usize = 64;
 /// How often the connection to a replica is pinged, and how long an unanswered ping waits
 /// before the connection counts as dead (its requests fail; the next one connects anew).
 const KEEP_ALIVE: Duration = Duration::from_secs(10);
@@ -162,25 +155,10 @@ pub enum Call {
     Prompt(GetPromptRequestParams),
     Read(ReadResourceRequestParams),
     Complete(CompleteRequestParams),
-    /// Hold a subscription of this URI on the principal's session for as long as the reply is
-    /// read: the owner answers [`Line::Held`], then [`Line::Updated`] for each change and
-    /// [`Line::Alive`] every [`ALIVE_EVERY`], and lets go when the reply is dropped.
-    Hold {
-        uri: String,
-    },
     /// The host's answer to the owner's [`Line::Ask`] `id`.
     Reply {
         id: String,
         reply: Reply,
-    },
-    /// What the session lists as its own tools and prompts: answered
-    /// [`Answer::Offerings`] (none: it lists none of its own, or none is open). Opens nothing.
-    Offerings,
-    /// Sent by the owner `from` to every other replica when what the session lists as its own
-    /// changed (none: it lists none of its own any more, or closed): kept there for its hosts.
-    Offered {
-        from: String,
-        lists: Option<OwnLists>,
     },
     /// The answer of the principal's call kept under `key` here (its forwarding replica went
     /// away, or its host's stream served here was cut): answered [`Line::Kept`] then its answer or error, once the call is over; `404`
@@ -192,25 +170,16 @@ pub enum Call {
 
 impl Call {
     /// The method and target (a tool's or prompt's name) of a call the owner runs upstream;
-    /// `None` for a hold, an answer or a list, which are not traced.
+    /// `None` for an answer or a collection, which are not traced.
     pub fn traced(&self) -> Option<(&'static str, Option<&str>)> {
         match self {
             Call::Tool(params) => Some((method::TOOLS_CALL, Some(&params.name))),
             Call::Prompt(params) => Some((method::PROMPTS_GET, Some(&params.name))),
             Call::Read(_) => Some((method::RESOURCES_READ, None)),
             Call::Complete(_) => Some((method::COMPLETION_COMPLETE, None)),
-            Call::Hold { .. } | Call::Reply { .. } | Call::Offerings | Call::Offered { .. } | Call::Collect { .. } => {
-                None
-            }
+            Call::Reply { .. } | Call::Collect { .. } => None,
         }
     }
-}
-
-/// A session's own tools and prompts, as it lists them (the upstream's names).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct OwnLists {
-    pub tools: Vec<rmcp::model::Tool>,
-    pub prompts: Vec<rmcp::model::Prompt>,
 }
 
 /// The upstream's answer, as the owner got it.
@@ -222,7 +191,6 @@ pub enum Answer {
     Read(ReadResourceResult),
     Complete(CompleteResult),
     InputRequired(InputRequiredResult),
-    Offerings(Option<OwnLists>),
 }
 
 /// One line of the owner's reply.
@@ -232,16 +200,6 @@ pub enum Line {
     Progress(ProgressNotificationParam),
     Answer(Answer),
     Error(RemoteError),
-    /// A hold is made; whether the upstream acknowledged it in time.
-    Held {
-        acknowledged: bool,
-    },
-    /// The held URI (or one under it: this upstream URI) changed on the session.
-    Updated {
-        uri: String,
-    },
-    /// A held reply is still open.
-    Alive,
     /// A log message of the upstream for the call's host.
     Log(LoggingMessageNotificationParam),
     /// A request of the upstream for the call's host: its answer goes back as [`Call::Reply`].
@@ -254,10 +212,6 @@ pub enum Line {
         upstream: String,
     },
 }
-
-/// How often the owner writes [`Line::Alive`] on a held reply: it notices a gone replica by
-/// the failed write, and the replica holding the reply a gone owner by its silence.
-pub const ALIVE_EVERY: Duration = Duration::from_secs(10);
 
 /// A [`ProxyError`] of the owner, as it travels (upstream names are the caller's to add).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -347,14 +301,12 @@ struct Inner {
     seen: Mutex<HashMap<String, u64>>,
     /// On the owner: questions to forwarded calls' hosts waiting for their answer.
     asks: Mutex<HashMap<String, tokio::sync::oneshot::Sender<Reply>>>,
-    /// Holds open at each owner, by (principal, owner replica).
-    holds: Mutex<HashMap<(String, String), usize>>,
 }
 
 impl Forwarder {
     pub fn new(cluster: &Cluster) -> Forwarder {
-        // HTTP/2 with prior knowledge: every request to one replica, holds included, is a
-        // stream of one connection (the listener speaks both; its `MAX_STREAMS` at once).
+        // HTTP/2 with prior knowledge: every request to one replica (the session endpoint's
+        // MCP sessions' included) is a stream of one connection (the listener speaks both; its `MAX_STREAMS` at once).
         // With `peer_tls`, over TLS: only the cluster's CA is trusted, and this replica's
         // certificate is presented.
         let mut http = crate::crypto::http_client()
@@ -375,7 +327,6 @@ impl Forwarder {
             http,
             seen: Mutex::default(),
             asks: Mutex::default(),
-            holds: Mutex::default(),
         };
         Forwarder { inner: Arc::new(inner) }
     }
@@ -447,39 +398,6 @@ impl Forwarder {
         answer
     }
 
-    /// Hold `uri` (the upstream's own) on session `of` at `owner`, for as long as the returned
-    /// reply lives.
-    /// Past [`MAX_HOLDS_PER_OWNER`] of `of`'s principal at `owner`, refused without asking.
-    pub async fn hold(&self, owner: &Owner, of: SessionOf<'_>, uri: &str) -> Result<HeldReply, Sent> {
-        let slot = self.hold_slot(of.principal, &owner.replica).ok_or_else(|| Sent::Failed(holds_limit()))?;
-        let call = Call::Hold { uri: uri.to_string() };
-        let response = tokio::time::timeout(ALIVE_EVERY, self.post(owner, of, call, None, None, None))
-            .await
-            .map_err(|_| failed(of.upstream, "the replica holding the session did not answer"))??;
-        Ok(HeldReply { response, buffer: Vec::new(), _slot: slot })
-    }
-
-    /// Whether `principal`, which keeps `kept` holds on this upstream, may hold one more
-    /// subscription at `owner`; the error to give when not.
-    pub fn may_hold_at(&self, principal: &str, owner: &Owner, kept: usize) -> Result<(), ProxyError> {
-        let holds = self.inner.holds.lock().expect("holds lock");
-        let open = holds.get(&(principal.to_string(), owner.replica.clone())).copied().unwrap_or(0);
-        if open.max(kept) >= MAX_HOLDS_PER_OWNER { Err(holds_limit()) } else { Ok(()) }
-    }
-
-    /// One more open hold of `principal` at `owner`, kept until the slot is dropped; `None` at
-    /// the bound.
-    fn hold_slot(&self, principal: &str, owner: &str) -> Option<HoldSlot> {
-        let key = (principal.to_string(), owner.to_string());
-        let mut holds = self.inner.holds.lock().expect("holds lock");
-        let open = holds.entry(key.clone()).or_default();
-        if *open >= MAX_HOLDS_PER_OWNER {
-            return None;
-        }
-        *open += 1;
-        Some(HoldSlot { forwarder: self.clone(), key })
-    }
-
     /// Every other replica seen alive that can be reached.
     pub fn others(&self) -> Vec<Owner> {
         self.inner.cluster.others()
@@ -511,22 +429,6 @@ impl Forwarder {
             Line::Error(error) => Some((upstream, Err(error))),
             _ => None,
         }
-    }
-
-    /// Tell every other replica that can be reached what session `of` lists as its own now
-    /// (`lists`); one that cannot be told keeps what it had until it asks ([`Call::Offerings`]).
-    pub async fn tell_others(&self, of: SessionOf<'_>, lists: Option<OwnLists>) {
-        let from = self.inner.cluster.replica_id().to_string();
-        let told = self.inner.cluster.others().into_iter().map(|other| {
-            let call = Call::Offered { from: from.clone(), lists: lists.clone() };
-            async move {
-                let posted = tokio::time::timeout(ALIVE_EVERY, self.post(&other, of, call, None, None, None)).await;
-                if !matches!(posted, Ok(Ok(_))) {
-                    tracing::debug!(upstream = of.upstream, replica = %other.replica, "cluster: a replica was not told of a session's own lists");
-                }
-            }
-        });
-        futures::future::join_all(told).await;
     }
 
     /// Ask the host of a call through `relay` what the owner asked (`id`), and post its answer
@@ -774,60 +676,6 @@ impl Drop for Forget<'_> {
     }
 }
 
-/// The owner's reply to a [`Call::Hold`]; dropping it lets the hold go.
-pub struct HeldReply {
-    response: reqwest::Response,
-    buffer: Vec<u8>,
-    _slot: HoldSlot,
-}
-
-/// One open hold of a principal at an owner, counted while it lives.
-struct HoldSlot {
-    forwarder: Forwarder,
-    key: (String, String),
-}
-
-impl Drop for HoldSlot {
-    fn drop(&mut self) {
-        let mut holds = self.forwarder.inner.holds.lock().expect("holds lock");
-        if let Some(open) = holds.get_mut(&self.key) {
-            *open -= 1;
-            if *open == 0 {
-                holds.remove(&self.key);
-            }
-        }
-    }
-}
-
-/// The error of a subscription past [`MAX_HOLDS_PER_OWNER`].
-fn holds_limit() -> ProxyError {
-    ProxyError::SubscriptionLimit {
-        holder: "this principal, on a replica that does not hold its upstream session,",
-        limit: MAX_HOLDS_PER_OWNER,
-        setting: "the bound on subscriptions held at another replica",
-    }
-}
-
-impl HeldReply {
-    /// The next line: `None` once the reply ended, broke, said something unreadable, or was
-    /// silent for three [`ALIVE_EVERY`] (the owner is gone).
-    pub async fn next(&mut self) -> Option<Line> {
-        loop {
-            if let Some(end) = self.buffer.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = self.buffer.drain(..=end).collect();
-                return serde_json::from_slice::<Line>(&line[..end]).ok();
-            }
-            let chunk = tokio::time::timeout(ALIVE_EVERY * 3, self.response.chunk()).await;
-            match chunk {
-                Ok(Ok(Some(chunk))) if self.buffer.len() + chunk.len() <= MAX_BODY => {
-                    self.buffer.extend_from_slice(&chunk)
-                }
-                _ => return None,
-            }
-        }
-    }
-}
-
 /// The next line of `response` (what was read past it stays in `buffer`); `None` at its end, on
 /// a break or an unreadable line.
 async fn next_line(response: &mut reqwest::Response, buffer: &mut Vec<u8>) -> Option<Line> {
@@ -876,7 +724,7 @@ async fn read_lines<F: Future<Output = ()>>(
                 Ok(Line::Ask { id, ask }) => asked(id, ask).await,
                 Ok(Line::Answer(answer)) => return Ok(answer),
                 Ok(Line::Error(error)) => return Err(Sent::Failed(error.into_error(upstream))),
-                Ok(Line::Held { .. } | Line::Updated { .. } | Line::Alive | Line::Kept { .. }) | Err(_) => {
+                Ok(Line::Kept { .. }) | Err(_) => {
                     return Err(failed(upstream, "the replica holding the session sent an unreadable line"));
                 }
             }

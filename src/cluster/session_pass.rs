@@ -19,7 +19,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::{Deserialize, Serialize};
 
 use crate::crypto::SealingKey;
-use crate::host::SubjectToken;
+use crate::host::{HostSession, SubjectToken};
 
 /// The route of the session endpoint on the MCP listener.
 pub const PATH: &str = "/mcp-proxy/session";
@@ -39,6 +39,18 @@ pub struct HostOf {
     pub key: u64,
     pub sampling: bool,
     pub elicitation: bool,
+}
+
+impl From<HostOf> for HostSession {
+    fn from(host: HostOf) -> Self {
+        HostSession { id: host.key, sampling: host.sampling, elicitation: host.elicitation }
+    }
+}
+
+impl From<HostSession> for HostOf {
+    fn from(host: HostSession) -> Self {
+        HostOf { key: host.id, sampling: host.sampling, elicitation: host.elicitation }
+    }
 }
 
 /// Whose upstream session a request to the endpoint is for. An MCP session of the endpoint is

@@ -1,13 +1,12 @@
 //! `POST /mcp-proxy/forward` on the MCP listener (`[cluster]` only): what another replica still
 //! forwards here ([`crate::cluster::forward`]): a 2026-07-28 retry of a call parked here, a
-//! subscription held on a session held here, a session's own lists, a host's answer, a kept
-//! answer to collect. A call, prompt, read or completion on a session held here comes over MCP
-//! (`owned`), and is refused on this route. It carries a mark made with the cluster's derived key instead
+//! host's answer, a kept answer to collect. A call, prompt, read or completion on a session
+//! held here, a subscription on it and its own lists come over MCP (`owned`), and are refused
+//! on this route. It carries a mark made with the cluster's derived key instead
 //! of a host's token; a request whose mark is wrong, stale, for another replica or seen before
 //! is answered `403` and not run (counted as `refused`). Otherwise the answer is JSON lines: the
 //! call's progress, the upstream's log messages and its questions to the host as they come
-//! (the host's answer comes back as another forwarded request), then its answer or error; for a subscription held here for the
-//! other replica, whether it is held, then each change of it, for as long as the reply is open.
+//! (the host's answer comes back as another forwarded request), then its answer or error.
 //!
 //! With traces on, a call, prompt, read or completion run here is a SERVER span continuing the
 //! forwarding replica's hop (its `traceparent` header), parent of the CLIENT span to the
@@ -26,7 +25,6 @@
 #![allow(deprecated)] // Sampling and logging are deprecated by SEP-2577 but still in the 2025 era.
 
 use std::convert::Infallible;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
@@ -49,10 +47,9 @@ use crate::cluster::forward::{
     SessionOf,
 };
 use crate::cluster::session_pass::{self, Passes};
-use crate::error::ProxyError;
 use crate::host::{HostRelay, ProgressOutlet, SubjectToken};
 use crate::listener::{Peers, VerifiedPeer};
-use crate::proxy::{Proxy, ReplicaHold};
+use crate::proxy::Proxy;
 use crate::telemetry::{self, Carrier, Incoming, Span};
 use crate::tools::Ran;
 
@@ -120,18 +117,6 @@ async fn serve(State(Forwarding { proxy, kept }): State<Forwarding>, request: ax
         Err(refusal) => return refused(&proxy, refusal),
     };
     match request.call {
-        Call::Hold { uri } => {
-            let of = SessionOf { principal: &request.principal, upstream: &request.upstream, host: request.session };
-            let held = proxy.hold_for_replica(of, &uri).await;
-            return held_reply(held);
-        }
-        Call::Offered { from, lists } => {
-            let of = SessionOf { principal: &request.principal, upstream: &request.upstream, host: request.session };
-            return match proxy.tools().offered_elsewhere(of, &from, lists) {
-                true => (StatusCode::OK, "taken\n").into_response(),
-                false => (StatusCode::NOT_FOUND, "no such upstream here\n").into_response(),
-            };
-        }
         Call::Reply { id, reply } => {
             return match forwarder.replied(&id, reply) {
                 true => (StatusCode::OK, "taken\n").into_response(),
@@ -175,30 +160,6 @@ fn refused(proxy: &Proxy, refusal: forward::Refusal) -> Response {
     proxy.metrics().cluster_forward("refused");
     tracing::warn!(reason = refusal.label(), "cluster: a forwarded request was refused");
     (StatusCode::FORBIDDEN, format!("refused: {refusal}\n")).into_response()
-}
-
-/// The reply to a [`Call::Hold`]: whether it is held, then each change, with a line every
-/// [`forward::ALIVE_EVERY`]; the hold goes when the reply is dropped (the other replica let go,
-/// or went away and a write failed).
-fn held_reply(held: Result<ReplicaHold, ProxyError>) -> Response {
-    let lines: Pin<Box<dyn futures::Stream<Item = Result<Bytes, Infallible>> + Send>> = match held {
-        Err(error) => Box::pin(futures::stream::once(async move { Ok(encode(&Line::Error(RemoteError::of(&error)))) })),
-        Ok(hold) => {
-            let first = encode(&Line::Held { acknowledged: hold.acknowledged });
-            let mut alive = tokio::time::interval(forward::ALIVE_EVERY);
-            alive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            alive.reset();
-            let changes = futures::stream::unfold((hold, alive), |(mut hold, mut alive)| async move {
-                let line = tokio::select! {
-                    change = hold.changes.recv() => Line::Updated { uri: change? },
-                    _ = alive.tick() => Line::Alive,
-                };
-                Some((Ok(encode(&line)), (hold, alive)))
-            });
-            Box::pin(futures::stream::once(async move { Ok(first) }).chain(changes))
-        }
-    };
-    ([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(lines)).into_response()
 }
 
 /// The forwarded request on this replica's session of the principal.

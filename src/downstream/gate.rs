@@ -194,7 +194,10 @@ async fn admit(gate: &Gate, principal: &str, response: Response, opened: Option<
             }
             if let (Some(shared), Some(key)) = (&gate.shared, opened.as_ref().and_then(|opened| opened.host_key.get()))
             {
-                let _ = key.set(shared.records.ids.host_key(&session));
+                let host = shared.records.ids.host_key(&session);
+                let _ = key.set(host);
+                // Its per-host sessions another replica holds tell this one of their own lists.
+                shared.holding.proxy.tools().watch_own_lists(principal, Some(host));
             }
             return response;
         }

@@ -14,7 +14,9 @@
 //! keeps the answer of a 2025 host's call whose stream was cut (that of a call served here, or
 //! of one run here for a forwarding replica that died), for the host's resumption on any
 //! replica (`shared/resumed.rs`); `owned.rs` serves the upstream sessions this replica holds to
-//! the other replicas as MCP (`/mcp-proxy/session`, each request under a sealed pass).
+//! the other replicas as MCP (`/mcp-proxy/session`, each request under a sealed pass), their
+//! subscriptions held there (`owned_holds.rs`) and their own list changes told there
+//! (`owned_lists.rs`).
 
 mod audited;
 mod bodies;
@@ -30,6 +32,8 @@ mod metering;
 mod offerings;
 mod outlets;
 mod owned;
+mod owned_holds;
+mod owned_lists;
 mod reaper;
 mod refusal;
 mod relay;

@@ -16,7 +16,12 @@
 //! token exchanged for the JWT the pass carries). What the upstream sends for a call (sampling,
 //! elicitation, log messages) goes to the other replica on the call's own response stream, its
 //! progress as `notifications/progress` with that replica's token, so that replica's HTTP
-//! upstream code relays them to its host as for any HTTP upstream.
+//! upstream code relays them to its host as for any HTTP upstream. `resources/subscribe` holds
+//! the URI on that session (`owned_holds`: each change comes back as
+//! `notifications/resources/updated`); `tools/list` and `prompts/list` answer what the session
+//! lists as its own, an error whose data's `kind` is [`crate::protocol::NO_OWN_LISTS`] while it
+//! lists the upstream's; when that changes, the MCP session hears `tools/list_changed` or
+//! `prompts/list_changed` (`owned_lists`).
 //!
 //! Invariant: nothing runs for a request whose pass does not open here, or whose identity is
 //! not its MCP session's.
@@ -32,14 +37,16 @@ use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult, GetPromptRequestParams,
-    GetPromptResponse, Implementation, InitializeRequestParams, InitializeResult, ProtocolVersion,
-    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig, SetLevelRequestParams,
+    GetPromptResponse, Implementation, InitializeRequestParams, InitializeResult, ListPromptsResult, ListToolsResult,
+    PaginatedRequestParams, Prompt, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
+    ServerCapabilities, ServerConfig, SetLevelRequestParams, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
-use rmcp::service::{RequestContext, RoleServer};
+use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::transport::StreamableHttpServerConfig;
 use rmcp::transport::streamable_http_server::StreamableHttpService;
 use rmcp::transport::streamable_http_server::session::local::{LocalSessionManager, SessionConfig};
 use rmcp::{ErrorData, ServerHandler};
+use tokio_util::sync::DropGuard;
 
 use futures::future::BoxFuture;
 
@@ -47,6 +54,8 @@ use super::bodies::BodyGuard;
 use super::call_streams::CallStreams;
 use super::kept::KeptCalls;
 use super::offerings::HostProgress;
+use super::owned_holds::OwnedHolds;
+use super::owned_lists;
 use super::relay::{self, LogLevel};
 use super::traced::header_carrier;
 use crate::cluster::forward::{Answer, Call, SessionOf};
@@ -59,6 +68,13 @@ use crate::tools::Ran;
 
 /// The only era the endpoint speaks: the front's connection to it is a 2025 session.
 const VERSIONS: &[ProtocolVersion] = &[ProtocolVersion::V_2025_11_25];
+
+/// The answer to a list while the session lists nothing of its own: the upstream's lists are
+/// its lists, which the asking replica has on its shared connection.
+const OWN_LISTS_NONE: &str = "the session lists no tools or prompts of its own (or is not open here)";
+
+/// A session's own tools and prompts (the upstream's names).
+type OwnToolsAndPrompts = (Vec<Tool>, Vec<Prompt>);
 
 /// What the route's gate works with.
 #[derive(Clone)]
@@ -83,7 +99,14 @@ pub(super) fn routes(proxy: &Proxy, bodies: BodyGuard, kept: Arc<KeptCalls>) -> 
     let owner = proxy.clone();
     let factory = move || {
         let (proxy, kept) = (owner.clone(), kept.clone());
-        Ok(OwnedSession { proxy, kept, bound: Arc::default(), level: LogLevel::default() })
+        Ok(OwnedSession {
+            proxy,
+            kept,
+            bound: Arc::default(),
+            level: LogLevel::default(),
+            holds: OwnedHolds::default(),
+            lists: Arc::default(),
+        })
     };
     // The other replica closes its connection once unused for its upstream's `session_idle`;
     // one whose replica died is closed here after twice that.
@@ -139,6 +162,10 @@ struct OwnedSession {
     bound: Arc<OnceLock<session_pass::Identity>>,
     /// The other replica's `logging/setLevel` (its host's), which the relay filters by.
     level: LogLevel,
+    /// Its subscriptions, held on the upstream session.
+    holds: OwnedHolds,
+    /// Tells it of its upstream session's own list changes until dropped (`owned_lists`).
+    lists: Arc<OnceLock<DropGuard>>,
 }
 
 impl OwnedSession {
@@ -201,6 +228,16 @@ impl OwnedSession {
         }
         answer.map_err(ErrorData::from)
     }
+
+    /// What the session the pass names lists as its own (the upstream's names); an error while
+    /// it lists nothing of its own, so the other replica keeps the shared connection's lists.
+    fn own_lists(&self, context: &RequestContext<RoleServer>) -> Result<OwnToolsAndPrompts, ErrorData> {
+        let identity = &self.opened(context)?.identity;
+        let host = identity.host.map(|host| host.key);
+        let lists = self.proxy.tools().own_lists_here(&identity.upstream, &identity.principal, host);
+        let none = || serde_json::json!({ "kind": crate::protocol::NO_OWN_LISTS });
+        lists.ok_or_else(|| ErrorData::internal_error(OWN_LISTS_NONE, Some(none())))
+    }
 }
 
 /// The SERVER span of a request served here, continuing the other replica's hop from the
@@ -234,8 +271,11 @@ impl ServerHandler for OwnedSession {
     fn get_info(&self) -> ServerConfig {
         let capabilities = ServerCapabilities::builder()
             .enable_tools()
+            .enable_tool_list_changed()
             .enable_prompts()
+            .enable_prompts_list_changed()
             .enable_resources()
+            .enable_resources_subscribe()
             .enable_completions()
             .enable_logging()
             .build();
@@ -261,6 +301,14 @@ impl ServerHandler for OwnedSession {
         }
         context.peer.set_peer_info(request.clone());
         self.negotiate_initialize(&request)
+    }
+
+    /// From now on it hears when its upstream session's own lists change.
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        let Some(identity) = self.bound.get() else { return };
+        let changes = self.proxy.tools().own_list_changes();
+        let _ =
+            self.lists.get_or_init(|| owned_lists::relay(self.proxy.spine(), changes, identity.clone(), context.peer));
     }
 
     async fn set_level(
@@ -318,5 +366,45 @@ impl ServerHandler for OwnedSession {
             Answer::InputRequired(needs) => Ok(ReadResourceResponse::InputRequired(needs)),
             _ => Err(mismatched()),
         }
+    }
+
+    async fn list_tools(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.own_lists(&context)?.0))
+    }
+
+    async fn list_prompts(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        Ok(ListPromptsResult::with_all_items(self.own_lists(&context)?.1))
+    }
+
+    /// Held on the session the pass names; answered once that session acknowledged it (or
+    /// gave up waiting).
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let identity = self.opened(&context)?.identity.clone();
+        let of = SessionOf { principal: &identity.principal, upstream: &identity.upstream, host: identity.host };
+        let hold = self.proxy.hold_for_replica(of, &request.uri).await?;
+        self.holds.keep(self.proxy.spine(), request.uri, hold, context.peer.clone());
+        Ok(())
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.opened(&context)?;
+        self.holds.release(&request.uri);
+        Ok(())
     }
 }

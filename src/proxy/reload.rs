@@ -112,7 +112,6 @@ impl Reloader {
         let parts = &self.inner.parts;
         let upstream = Upstream::with_subjects(config, parts.metrics.clone(), parts.subjects.clone());
         if let Some(forwarder) = parts.tools.forwarder() {
-            upstream.set_forwarder(forwarder.clone());
             upstream.set_owner_routes(owner_routes(forwarder));
         }
         parts.upstreams.insert(upstream.clone());

@@ -58,6 +58,8 @@ impl Subscriptions {
             Listing::Resources => self.views.view_of(&info.principal),
             listing => self.tools.view_now(&info.principal, listing),
         });
+        // `[cluster]`: its sessions another replica holds tell this one of their own lists.
+        self.tools.watch_own_lists(&info.principal, info.host_key.get().copied());
         self.fanout.register(info, seen, outlet)
     }
 
@@ -106,8 +108,8 @@ impl Subscriptions {
     }
 
     /// `[cluster]`, on the replica holding `principal`'s session of `upstream`: hold `uri` (the
-    /// upstream's own) there for another replica, which asked over a forwarded
-    /// [`Call::Hold`](crate::cluster::forward::Call::Hold). Changes the session says of it go to
+    /// upstream's own) there for another replica, which asked with `resources/subscribe` on
+    /// its connection to this one's session endpoint. Changes the session says of it go to
     /// the returned hold's queue (the holder registered for it may see what its principal may);
     /// dropping the hold lets go of it.
     pub(crate) async fn hold_for_replica(
@@ -133,9 +135,11 @@ impl Subscriptions {
         let holder = self.fanout.register(info, Seen::default(), Arc::new(ReplicaOutlet(changes_in)));
         let release = ReleaseReplicaHold { subscriptions: self.clone(), upstream: found.clone(), holder };
         found.hold_for_replica(principal, host, holder, uri)?;
-        let acknowledged = found.wait_for_replica(principal, host, uri, REPLICA_HOLD_WAIT).await;
-        let acknowledged = matches!(acknowledged, crate::upstream::Watching::Acknowledged);
-        Ok(ReplicaHold { acknowledged, changes, _release: release })
+        // Answered once the upstream answered (or not in time: held, and told when it is).
+        if found.wait_for_replica(principal, host, uri, REPLICA_HOLD_WAIT).await == crate::upstream::Watching::Refused {
+            return Err(ProxyError::InvalidParams("the upstream refused the subscription".into()));
+        }
+        Ok(ReplicaHold { changes, _release: release })
     }
 
     /// What a per-principal or per-host session of `upstream` said of `uri`: its `holders`
@@ -264,8 +268,6 @@ const REPLICA_HOLD_WAIT: std::time::Duration = std::time::Duration::from_secs(10
 
 /// A subscription held for another replica on this one's upstream session.
 pub(crate) struct ReplicaHold {
-    /// Whether the upstream acknowledged it in time.
-    pub(crate) acknowledged: bool,
     /// The upstream's own URIs the session said changed.
     pub(crate) changes: tokio::sync::mpsc::Receiver<String>,
     _release: ReleaseReplicaHold,

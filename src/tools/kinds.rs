@@ -130,8 +130,8 @@ pub(super) async fn send(
             _ => return Err(task()),
         },
         Call::Complete(params) => Answer::Complete(upstream.complete_as(params, subject).await?),
-        Call::Hold { .. } | Call::Reply { .. } | Call::Offerings | Call::Offered { .. } | Call::Collect { .. } => {
-            return Err(ProxyError::InvalidParams("a subscription, an answer or a list is not run".into()));
+        Call::Reply { .. } | Call::Collect { .. } => {
+            return Err(ProxyError::InvalidParams("an answer or a collection is not run".into()));
         }
     })
 }

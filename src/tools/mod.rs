@@ -12,7 +12,9 @@
 //! policy reload). A per-principal or per-host upstream session that says its own lists
 //! changed is listed, to its own hosts only, as it lists itself ([`Tools::list`] and the
 //! routing take the caller's view: the catalog with that session's part in place of the
-//! shared connection's); its hosts alone are told.
+//! shared connection's); its hosts alone are told. With `[cluster]`, such a session another
+//! replica holds lists there, and the replica holding one tells the others of its changes over
+//! MCP (`session_lists`).
 //!
 //! One upstream may present its names un-prefixed (`unprefixed = true`; the rules that keep
 //! that unambiguous are in [`names`]). Policies decide tools and prompts over pseudo-URIs
@@ -39,6 +41,7 @@ mod rewrite;
 mod rounds;
 mod routed;
 mod sealed;
+mod session_lists;
 
 use std::sync::{Arc, RwLock};
 
@@ -50,6 +53,7 @@ use self::names::{Naming, Offering};
 pub use self::remote::Ran;
 pub(crate) use self::rewrite::ListedIcons;
 pub use self::routed::Asker;
+pub use self::session_lists::OwnListsChanged;
 use crate::catalog::{Catalog, Part, Snapshot};
 use crate::cluster::forward::Forwarder;
 use crate::cursor::CursorKey;
@@ -90,6 +94,8 @@ struct Inner {
     own_parts: std::sync::Mutex<Vec<(Arc<Offered>, Arc<UpstreamOfferings>)>>,
     /// What each principal sees of the tools and of the prompts, as digests (`lists`).
     views: ViewMemo<ViewFrom>,
+    /// `[cluster]`: sessions' own lists changed, for the session endpoint (`session_lists`).
+    own_lists_changed: tokio::sync::broadcast::Sender<OwnListsChanged>,
 }
 
 /// How many sessions' own lists are kept namespaced; the oldest goes first.
@@ -135,6 +141,7 @@ impl Tools {
             forwarder: parts.forwarder,
             own_parts: Default::default(),
             views: ViewMemo::default(),
+            own_lists_changed: session_lists::channel(),
         };
         Tools { inner: Arc::new(inner) }
     }
@@ -148,10 +155,10 @@ impl Tools {
             }
             UpstreamEvent::Down { upstream } => (upstream, None),
             UpstreamEvent::SessionOfferingsChanged { upstream, principal, host, tools, prompts } => {
-                if let Some(upstream) = self.inner.upstreams.get(upstream) {
-                    upstream.share_own_offerings(principal, *host);
-                }
-                return self.tell_session_hosts(principal, *host, *tools, *prompts);
+                let (principal, host, tools, prompts) = (principal.clone(), *host, *tools, *prompts);
+                self.tell_session_hosts(&principal, host, tools, prompts);
+                let upstream = upstream.as_str().into();
+                return self.own_lists_changed(OwnListsChanged { upstream, principal, host, tools, prompts });
             }
             UpstreamEvent::ResourceUpdated { .. }
             | UpstreamEvent::CatalogChanged { .. }

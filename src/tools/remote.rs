@@ -20,9 +20,7 @@ use super::kinds::{send, state_of, takes_input};
 use super::routed::Asker;
 use super::sealed::Holder;
 use super::{ProgressOutlet, Tools};
-use crate::cluster::forward::{
-    Answer, Call, Forwarder, ForwardingHost, HostOf, OwnLists, RemoteError, Sent, SessionOf,
-};
+use crate::cluster::forward::{Answer, Call, Forwarder, ForwardingHost, HostOf, RemoteError, Sent, SessionOf};
 use crate::config::SessionMode;
 use crate::error::ProxyError;
 use crate::host::{HostRelay, SubjectToken};
@@ -62,11 +60,10 @@ impl Tools {
     }
 
     /// Whether `call` may still come as a forwarded request (`cluster::forward`): a retry of
-    /// a call parked here, or what a session lists as its own. A call, prompt, read or
-    /// completion on a session held here comes over MCP (the session endpoint), never so.
+    /// a call parked here. A call, prompt, read or completion on a session held here comes
+    /// over MCP (the session endpoint), never so.
     pub fn takes_forwarded(call: &Call) -> bool {
         match call {
-            Call::Offerings => true,
             Call::Tool(_) | Call::Prompt(_) => super::parked::is_ours(state_of(call)),
             _ => false,
         }
@@ -92,9 +89,6 @@ impl Tools {
         // A shared upstream's request comes here only to resume a call parked here.
         if upstream.config().sessions.mode == SessionMode::Shared && !super::parked::is_ours(state_of(&call)) {
             return Err(ProxyError::InvalidParams("not an upstream with sessions of its own here".into()));
-        }
-        if let Call::Offerings = call {
-            return Ok(Answer::Offerings(upstream.own_lists_here(principal, of.host.map(|host| host.key))));
         }
         let session = upstream.session_here(principal, of.host.map(HostSession::from)).await?;
         session.pass_log_level(relay.as_deref().and_then(|relay| relay.log_level())).await;
@@ -131,14 +125,6 @@ impl Tools {
         };
         result.strip_result_type_for_legacy_peer();
         Ok(result)
-    }
-
-    /// Replica `from` says what session `of` lists as its own now (see the upstream's
-    /// `offered_elsewhere`); false when there is no such upstream here.
-    pub fn offered_elsewhere(&self, of: SessionOf<'_>, from: &str, lists: Option<OwnLists>) -> bool {
-        let Some(upstream) = self.inner.upstreams.get(of.upstream) else { return false };
-        upstream.offered_elsewhere(of.principal, of.host.map(|host| host.key), from, lists);
-        true
     }
 
     /// `[cluster]`: the replica other than this one on which the call that `state` (the
@@ -194,5 +180,6 @@ fn session_of<'a>(upstream: &'a Upstream, principal: &'a str, relay: Option<&dyn
         let key = relay.host_session()?;
         Some(HostOf { key, sampling: relay.declares_sampling(), elicitation: relay.declares_elicitation() })
     });
-    upstream.forwarded_as(principal, host)
+    let host = host.filter(|_| upstream.config().sessions.mode == SessionMode::PerHost);
+    SessionOf { principal, upstream: upstream.name(), host }
 }

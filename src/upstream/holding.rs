@@ -2,7 +2,9 @@
 //! its principal's session (per-host: its host session's), a listen stream's on its principal's;
 //! never on the shared connection. A session holding one is not closed as idle. A reload makes
 //! every hold again on its successor's sessions ([`Upstream::hold_again`]). With `[cluster]`, a
-//! hold is made where its session lives, possibly another replica (`held_elsewhere`).
+//! hold is made where its session lives: on the connection to the replica holding it when
+//! that is another one (`owners`), which holds it there for this one
+//! ([`Upstream::hold_for_replica`]).
 //!
 //! Invariant: a hold is on its holder's principal's (host session's) session only.
 
@@ -31,9 +33,9 @@ impl Upstream {
     /// or per-host upstream the subscription is made on that principal's (host session's) own
     /// session, opened now if need be, and only its holders hear what that session says of it.
     /// A no-op on a shared upstream (the watch book subscribes the shared connection). With
-    /// `[cluster]`, a per-principal hold follows the principal's session to the replica that
-    /// holds it (`held_elsewhere`). `subject`: the JWT the subscription request came with; a
-    /// `token_exchange` session subscribes with a token exchanged for it (`credentials`).
+    /// `[cluster]`, it is made where that session lives (`owners`). `subject`: the JWT the
+    /// subscription request came with; a `token_exchange` session subscribes with a token
+    /// exchanged for it (`credentials`).
     pub fn session_hold(
         &self,
         principal: &str,
@@ -42,10 +44,26 @@ impl Upstream {
         uri: &str,
         subject: Option<&SubjectToken>,
     ) -> Result<(), ProxyError> {
-        if let Some(forwarder) = self.follows_owner() {
-            return self.hold_following(&forwarder.clone(), principal, host, holder, uri, subject);
+        if let Some(held) = self.hold_at_owner(principal, host, holder, uri) {
+            return held;
         }
         self.hold_here(principal, host, holder, uri, subject)
+    }
+
+    /// `[cluster]`, the owner's side: hold `uri` for `holder` (a session of another replica's
+    /// connection to this one) on `principal`'s session here (host session `host`'s), never
+    /// sent on to another replica.
+    pub fn hold_for_replica(
+        &self,
+        principal: &str,
+        host: Option<HostSession>,
+        holder: HolderId,
+        uri: &str,
+    ) -> Result<(), ProxyError> {
+        if !self.has_sessions() {
+            return Err(ProxyError::InvalidParams("not an upstream with sessions of its own here".into()));
+        }
+        self.hold_here(principal, host, holder, uri, None)
     }
 
     /// Hold `uri` for `holder` on this replica's session of `principal` (host session `host`),
@@ -73,8 +91,8 @@ impl Upstream {
     /// when it is shared, else that session, which must be open already (a subscription opened
     /// it). The shared connection of a per-session upstream never subscribes, so waiting on it
     /// would only time out.
-    /// With `[cluster]`, a hold that follows the principal's session to its owner is waited
-    /// on wherever it is.
+    /// With `[cluster]`, a hold on the connection to the replica holding the session is
+    /// waited on there (that replica answers once its session answered).
     pub async fn wait_held(
         &self,
         principal: &str,
@@ -82,14 +100,14 @@ impl Upstream {
         uri: &str,
         timeout: Duration,
     ) -> Watching {
-        if let Some(watching) = self.wait_following(principal, host, uri, timeout).await {
-            return watching;
+        if let Some(session) = self.held_at_owner(principal, host, uri) {
+            return session.wait_watching(uri, timeout).await;
         }
         self.wait_for_replica(principal, host, uri, timeout).await
     }
 
     /// As [`Upstream::wait_held`], on this replica's session only: also the owner's side of a
-    /// [`Call::Hold`](crate::cluster::forward::Call::Hold).
+    /// hold another replica asked for ([`Upstream::hold_for_replica`]).
     pub async fn wait_for_replica(
         &self,
         principal: &str,
@@ -128,8 +146,8 @@ impl Upstream {
             uri,
         });
         holds.extend(waiting);
-        let following = self.inner.following.all().into_iter();
-        holds.extend(following.map(|(principal, host, holder, uri)| SessionHold { principal, host, holder, uri }));
+        let at_owners = self.holds_at_owners().into_iter();
+        holds.extend(at_owners.map(|(principal, host, holder, uri)| SessionHold { principal, host, holder, uri }));
         holds
     }
 
@@ -151,13 +169,13 @@ impl Upstream {
 
     /// `holder` lets go of `uri` on whichever session it held it.
     pub fn session_release(&self, holder: HolderId, uri: &str) {
-        self.inner.following.release(holder, Some(uri));
+        self.release_at_owners(holder, Some(uri));
         self.release_here(holder, Some(uri));
     }
 
     /// `holder` is gone: what it held on this upstream's sessions is let go.
     pub fn session_release_all(&self, holder: HolderId) {
-        self.inner.following.release(holder, None);
+        self.release_at_owners(holder, None);
         self.release_here(holder, None);
     }
 

@@ -29,12 +29,10 @@ mod credentials;
 pub mod events;
 mod failures;
 mod faults;
-mod held_elsewhere;
 mod holding;
 mod http;
 mod listing;
 mod notices;
-mod offered_elsewhere;
 mod offerings;
 mod owner_link;
 mod owners;
@@ -77,6 +75,7 @@ use crate::subscriptions::HolderId;
 
 pub use self::offerings::Offered;
 pub use self::owner_link::{Carried, OwnerAt, OwnerRoutes, Whose};
+pub use self::owners::MAX_HOLDS_PER_OWNER;
 
 /// What upstreams tell the rest of the proxy.
 #[derive(Debug, Clone, PartialEq)]
@@ -187,12 +186,6 @@ struct Inner {
     sessions: Option<sessions::SessionBook>,
     /// Where its supervisor's events go, once spawned; its sessions' updates go there too.
     events: Mutex<Option<EventSender>>,
-    /// `[cluster]`: reaches the replica holding a principal's session (see `held_elsewhere`).
-    forwarder: std::sync::OnceLock<crate::cluster::forward::Forwarder>,
-    /// `[cluster]`: the subscriptions that follow their principal's session to its owner.
-    following: held_elsewhere::FollowingHolds,
-    /// `[cluster]`: the own lists of sessions other replicas hold (see `offered_elsewhere`).
-    own_elsewhere: offered_elsewhere::OwnListsElsewhere,
     /// `[cluster]`: how other replicas' sessions are reached, and the connections to them
     /// (see `owners`).
     owner_routes: std::sync::OnceLock<owner_link::OwnerRoutes>,
@@ -238,9 +231,6 @@ impl Upstream {
             supervisor: Mutex::new(None),
             sessions,
             events: Mutex::new(None),
-            forwarder: std::sync::OnceLock::new(),
-            following: Default::default(),
-            own_elsewhere: Default::default(),
             owner_routes: std::sync::OnceLock::new(),
             at_owners: Default::default(),
             subjects,

@@ -9,33 +9,58 @@
 //!
 //! The owner unreachable (no connection within the peer client's connect timeout, or TLS
 //! refused either side): the request runs on a session here, counted as a `fallback`. Such a
-//! connection is kept while it is used and closed once unused for `session_idle`, with its
-//! host session (per-host), or when its upstream stops.
+//! connection is kept while it is used (a request, a hold, a host listing here) and closed once
+//! unused for `session_idle`, with its host session (per-host), or when its upstream stops.
+//!
+//! A subscription on such a session is held on that connection as on any upstream session
+//! (`resources/subscribe` at the owner, each `updated` back on the MCP session's stream, held
+//! again after a reconnect), at most [`MAX_HOLDS_PER_OWNER`] URIs of one principal at one
+//! owner; what the session lists as its own is asked there, and asked again when the owner
+//! says `tools/list_changed` or `prompts/list_changed` (the shared connection's lists until it
+//! answers). Every second the `sessions:<upstream>` sweep looks where each session
+//! lives now ([`Upstream::follow_owners`]): the holds of one whose owner changed are made where
+//! it lives now (here, or on a connection to the new owner), each holder told once that its
+//! URI may have changed, and its hosts list the shared connection's lists until the new place
+//! says otherwise.
 //!
 //! Invariant: a connection to an owner carries one principal's (host session's) requests
 //! only, each under a pass naming that principal; the owner's own requests never go on one.
+//! A hold is on one session at a time, the one where its session lives as this replica last
+//! looked.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rmcp::model::{ErrorCode, ErrorData};
+use rmcp::service::ServiceError;
 use tokio_util::sync::CancellationToken;
 
+use super::client::Declared;
+use super::holding::host_session;
 use super::owner_link::{OwnerLink, Whose};
 use super::pool::SessionKey;
 use super::session::Session;
 use super::sessions::SessionHandle;
-use super::{Connection, Upstream};
+use super::{Connection, Link, Offered, Upstream, UpstreamEvent};
 use crate::config::{ProtocolChoice, UpstreamTransport};
 use crate::error::ProxyError;
 use crate::host::HostSession;
+use crate::subscriptions::HolderId;
+
+/// URIs one principal holds at most on the sessions one owner keeps for this replica: each is
+/// a subscription and a task there, so one principal's subscriptions cannot take an owner from
+/// every other host. Past it a subscription is refused, naming the bound.
+pub const MAX_HOLDS_PER_OWNER: usize = 64;
 
 /// The connections to owners, by owner and whose session.
 #[derive(Default)]
 pub(super) struct AtOwners {
-    open: Mutex<BTreeMap<(Arc<str>, SessionKey), AtOwner>>,
+    open: Mutex<BTreeMap<At, AtOwner>>,
 }
+
+/// An owner replica, and whose session a connection there serves.
+type At = (Arc<str>, SessionKey);
 
 struct AtOwner {
     session: Session,
@@ -43,22 +68,40 @@ struct AtOwner {
     last: Instant,
 }
 
+/// One hold taken off a session to be made again where its session lives now.
+struct Moving {
+    principal: Arc<str>,
+    host: Option<HostSession>,
+    holder: HolderId,
+    uri: String,
+}
+
 impl AtOwners {
-    /// Close those unused for `idle`, and (with `host`) those of that host session.
-    fn close_where(&self, mut closing: impl FnMut(&SessionKey, &AtOwner) -> bool) {
-        self.open.lock().expect("owners lock").retain(|(_, key), held| {
-            let close = closing(key, held);
+    /// Close those `closing` picks; those there were.
+    fn close_where(&self, mut closing: impl FnMut(&At, &AtOwner) -> bool) -> Vec<Session> {
+        let mut closed = Vec::new();
+        self.open.lock().expect("owners lock").retain(|at, held| {
+            let close = closing(at, held);
             if close {
                 held.stop.cancel();
+                closed.push(held.session.clone());
             }
             !close
         });
+        closed
     }
 
-    fn forget(&self, at: &(Arc<str>, SessionKey)) {
-        if let Some(held) = self.open.lock().expect("owners lock").remove(at) {
-            held.stop.cancel();
-        }
+    /// Every open connection, with its owner and key.
+    fn all(&self) -> Vec<(At, Session)> {
+        let open = self.open.lock().expect("owners lock");
+        open.iter().map(|(at, held)| (at.clone(), held.session.clone())).collect()
+    }
+
+    /// The URIs `principal` holds on connections to `owner`.
+    fn uris_held(&self, owner: &str, principal: &str) -> usize {
+        let open = self.open.lock().expect("owners lock");
+        let theirs = open.iter().filter(|((at, key), _)| &**at == owner && key.principal() == principal);
+        theirs.map(|(_, held)| held.session.holds().uris()).sum()
     }
 }
 
@@ -69,64 +112,231 @@ impl Upstream {
     }
 
     /// The connection to the replica holding the session of `principal` (host session `host`),
-    /// when another one holds it and can be reached; `None`: the session is this replica's (or
-    /// its owner cannot be reached, counted as a `fallback`).
-    pub(super) async fn session_at_owner(&self, principal: &str, host: Option<HostSession>) -> Option<SessionHandle> {
+    /// when another one holds it, opened now if need be (not waiting for it to connect):
+    /// that replica and the connection's session.
+    fn at_owner(&self, principal: &str, host: Option<HostSession>) -> Option<(Arc<str>, Session)> {
         let routes = self.inner.owner_routes.get().filter(|_| self.has_sessions())?;
         let (key, declared) = self.key_of(principal, host);
         let host = host.filter(|_| key.host().is_some());
         let whose = Whose { upstream: self.name(), principal, host };
         let owner = (routes.owner_of)(&whose)?;
-        let at = (Arc::<str>::from(owner.replica.as_str()), key);
-        let session = {
-            let mut open = self.inner.at_owners.open.lock().expect("owners lock");
-            match open.get_mut(&at) {
-                Some(held) => {
-                    held.last = Instant::now();
-                    held.session.clone()
-                }
-                None => {
-                    let (spine, parent_stop) = self.launch()?;
-                    let mut config = self.config().clone();
-                    let url = format!("{}{}", owner.url, routes.path);
-                    config.transport =
-                        UpstreamTransport::Http { url, headers: Default::default(), ca: None, auth: None };
-                    config.protocol = ProtocolChoice::Pinned(crate::protocol::LEGACY_HANDSHAKE.to_string());
-                    let link = OwnerLink::new(routes.clone(), at.0.clone(), whose);
-                    let connection = Connection::to_owner(config, self.metrics().clone(), declared, link);
-                    let session = Session::new(connection, principal.into(), at.1.host());
-                    let stop = parent_stop.child_token();
-                    session.spawn(&spine, stop.clone(), None, false);
-                    open.insert(at.clone(), AtOwner { session: session.clone(), stop, last: Instant::now() });
-                    session
-                }
+        let at: At = (owner.replica.as_str().into(), key);
+        let mut open = self.inner.at_owners.open.lock().expect("owners lock");
+        let held = match open.get_mut(&at) {
+            // A host session's own requests declare what it declared; a connection opened to
+            // learn its lists knew none of it, and gives way (its holds go along).
+            Some(held) if held.session.inner.declared != declared && declares_anything(declared) => {
+                held.stop.cancel();
+                let holds = held.session.holds().take_all();
+                let fresh = self.open_at_owner(routes, &at, whose, declared)?;
+                fresh.session.hold_waiting(holds);
+                *held = fresh;
+                held
+            }
+            Some(held) => held,
+            None => {
+                let session = self.open_at_owner(routes, &at, whose, declared)?;
+                open.entry(at.clone()).or_insert(session)
             }
         };
+        held.last = Instant::now();
+        Some((at.0, held.session.clone()))
+    }
+
+    /// A new connection to `at`'s owner for `whose` session, supervised until the upstream
+    /// stops (or it is closed); its updates and own lists go to the upstream's events.
+    fn open_at_owner(
+        &self,
+        routes: &super::OwnerRoutes,
+        at: &At,
+        whose: Whose<'_>,
+        declared: Option<Declared>,
+    ) -> Option<AtOwner> {
+        let (spine, parent_stop) = self.launch()?;
+        let owner = (routes.owner_of)(&whose)?;
+        let mut config = self.config().clone();
+        let url = format!("{}{}", owner.url, routes.path);
+        config.transport = UpstreamTransport::Http { url, headers: Default::default(), ca: None, auth: None };
+        config.protocol = ProtocolChoice::Pinned(crate::protocol::LEGACY_HANDSHAKE.to_string());
+        let link = OwnerLink::new(routes.clone(), at.0.clone(), whose);
+        let connection = Connection::to_owner(config, self.metrics().clone(), declared, link);
+        let session = Session::new(connection, whose.principal.into(), at.1.host());
+        let stop = parent_stop.child_token();
+        let events = self.inner.events.lock().expect("events lock").clone();
+        session.spawn(&spine, stop.clone(), events, false);
+        Some(AtOwner { session, stop, last: Instant::now() })
+    }
+
+    /// The connection to the replica holding the session of `principal` (host session `host`),
+    /// when another one holds it and can be reached; `None`: the session is this replica's (or
+    /// its owner cannot be reached, counted as a `fallback`).
+    pub(super) async fn session_at_owner(&self, principal: &str, host: Option<HostSession>) -> Option<SessionHandle> {
+        let (replica, session) = self.at_owner(principal, host)?;
         if session.link().is_err() {
             let opened = tokio::time::timeout(self.config().request_timeout, session.wait_settled()).await;
             if opened.is_err() || session.link().is_err() {
-                self.inner.at_owners.forget(&at);
+                // What it holds stays on it: it connects again, or moves with its session.
+                self.inner.at_owners.close_where(|(to, _), held| {
+                    *to == replica
+                        && Arc::ptr_eq(&held.session.inner, &session.inner)
+                        && !session.holds().holds_anything()
+                });
                 self.metrics().cluster_forward("fallback");
                 tracing::warn!(
                     upstream = self.name(),
-                    replica = %at.0,
+                    replica = %replica,
                     "the replica holding this upstream session is unreachable; running the request here"
                 );
                 return None;
             }
         }
+        // As on a session here: a request goes after what its holders subscribed before it.
+        session.subscriptions_settled().await;
         Some(SessionHandle::AtOwner(session))
     }
 
-    /// Close the connections to owners unused for `idle`.
+    /// What the session of `principal` (host session `host`) lists as its own when another
+    /// replica holds it: `Some(None)` while it lists none of its own, or before that replica
+    /// answered (asked now, on a connection opened if need be); `None` when it is this
+    /// replica's.
+    pub(super) fn own_offerings_at_owner(&self, principal: &str, host: Option<u64>) -> Option<Option<Arc<Offered>>> {
+        let host = host.map(|id| HostSession { id, sampling: false, elicitation: false });
+        let (_, session) = self.at_owner(principal, host)?;
+        Some(session.own_offerings())
+    }
+
+    /// Hold `uri` for `holder` on the session of `principal` (host session `host`) at the
+    /// replica holding it, when another one does; `None`: it is this replica's. Past
+    /// [`MAX_HOLDS_PER_OWNER`] URIs of the principal at that replica, refused.
+    pub(super) fn hold_at_owner(
+        &self,
+        principal: &str,
+        host: Option<HostSession>,
+        holder: HolderId,
+        uri: &str,
+    ) -> Option<Result<(), ProxyError>> {
+        let (replica, session) = self.at_owner(principal, host)?;
+        let full = self.inner.at_owners.uris_held(&replica, principal) >= MAX_HOLDS_PER_OWNER;
+        if full && !session.holds().holds_uri(uri) {
+            return Some(Err(holds_limit()));
+        }
+        if session.holds().hold(holder, uri) {
+            session.set_watching(uri, true);
+        }
+        Some(Ok(()))
+    }
+
+    /// The session at the replica holding the session of `principal` (host session `host`)
+    /// on which `uri` is held, if any.
+    pub(super) fn held_at_owner(&self, principal: &str, host: Option<HostSession>, uri: &str) -> Option<Session> {
+        let (key, _) = self.key_of(principal, host);
+        let open = self.inner.at_owners.open.lock().expect("owners lock");
+        let mut held = open.iter().filter(|((_, at), _)| *at == key).map(|(_, held)| &held.session);
+        held.find(|session| session.holds().holds_uri(uri)).cloned()
+    }
+
+    /// Every hold on connections to owners, as (principal, host session, holder, URI).
+    pub(super) fn holds_at_owners(&self) -> Vec<(Arc<str>, Option<HostSession>, HolderId, String)> {
+        let mut holds = Vec::new();
+        for ((_, key), session) in self.inner.at_owners.all() {
+            let (principal, host): (Arc<str>, _) = (key.principal().into(), host_session(&key, session.inner.declared));
+            for (holder, uris) in session.holds().all() {
+                holds.extend(uris.into_iter().map(|uri| (principal.clone(), host, holder, uri)));
+            }
+        }
+        holds
+    }
+
+    /// `holder` lets go of `uri` (everything it held when `None`) on connections to owners.
+    pub(super) fn release_at_owners(&self, holder: HolderId, uri: Option<&str>) {
+        for (_, session) in self.inner.at_owners.all() {
+            session.holds().release(holder, uri).iter().for_each(|uri| session.set_watching(uri, false));
+        }
+    }
+
+    /// Close the connections to owners unused for `idle` that hold nothing.
     pub(super) fn close_idle_at_owners(&self, idle: Duration) {
-        self.inner.at_owners.close_where(|_, held| held.last.elapsed() >= idle);
+        let closed = self
+            .inner
+            .at_owners
+            .close_where(|_, held| !held.session.holds().holds_anything() && held.last.elapsed() >= idle);
+        self.closed_with_own_offerings(&closed);
     }
 
     /// Host session `host` ended: its connections to owners close (the owner closes its session
     /// on the session's news).
     pub(super) fn close_host_at_owners(&self, host: u64) {
-        self.inner.at_owners.close_where(|key, _| key.host() == Some(host));
+        let closed = self.inner.at_owners.close_where(|(_, key), _| key.host() == Some(host));
+        self.closed_with_own_offerings(&closed);
+    }
+
+    /// Each session's holds go where it lives now: those on a connection to a replica that no
+    /// longer holds it, and those on a session here that another replica holds now. Each
+    /// holder is told once that its URI may have changed while it moved.
+    pub(super) fn follow_owners(&self) {
+        let Some(routes) = self.inner.owner_routes.get().filter(|_| self.has_sessions()) else { return };
+        let lives_at = |key: &SessionKey, declared: Option<Declared>| {
+            let host = host_session(key, declared);
+            let whose = Whose { upstream: self.name(), principal: key.principal(), host };
+            (routes.owner_of)(&whose).map(|owner| owner.replica)
+        };
+        let moved_away = self.inner.at_owners.close_where(|(replica, key), held| {
+            lives_at(key, held.session.inner.declared).as_deref() != Some(&**replica)
+        });
+        let mut moving = Vec::new();
+        for session in &moved_away {
+            moving.extend(taken_off(session, session.holds().take_all()));
+        }
+        self.closed_with_own_offerings(&moved_away);
+        if let Some(book) = &self.inner.sessions {
+            for (key, session) in book.sessions() {
+                if session.holds().holds_anything() && lives_at(&key, session.inner.declared).is_some() {
+                    let held = session.holds().take_all();
+                    held.keys().for_each(|uri| session.set_watching(uri, false));
+                    moving.extend(taken_off(&session, held));
+                }
+            }
+        }
+        for hold in moving {
+            self.hold_moved(hold);
+        }
+    }
+
+    /// Make `hold` where its session lives now, and tell its holder once.
+    fn hold_moved(&self, hold: Moving) {
+        let Moving { principal, host, holder, uri } = hold;
+        if let Err(error) = self.session_hold(&principal, host, holder, &uri, None) {
+            tracing::warn!(upstream = self.name(), error = %error, "cluster: a subscription could not follow its session");
+            return;
+        }
+        let Some(events) = self.inner.events.lock().expect("events lock").clone() else { return };
+        let (upstream, holders) = (self.name().to_string(), vec![(holder, vec![uri.clone()])]);
+        events.send(UpstreamEvent::SessionUpdated { upstream, uri, heard: false, holders });
+    }
+}
+
+/// The holds `held`, taken off `session`, to be made again.
+fn taken_off(session: &Session, held: super::pool::HeldUris) -> Vec<Moving> {
+    let principal: Arc<str> = session.principal().into();
+    let host = session.host().map(|id| {
+        let declared = session.inner.declared.unwrap_or(Declared { sampling: false, elicitation: false });
+        HostSession { id, sampling: declared.sampling, elicitation: declared.elicitation }
+    });
+    let each = held.into_iter().flat_map(|(uri, holders)| holders.into_iter().map(move |holder| (uri.clone(), holder)));
+    each.map(|(uri, holder)| Moving { principal: principal.clone(), host, holder, uri }).collect()
+}
+
+/// Does a host session declare anything an upstream may ask it for?
+fn declares_anything(declared: Option<Declared>) -> bool {
+    declared.is_some_and(|declared| declared.sampling || declared.elicitation)
+}
+
+/// The error of a subscription past [`MAX_HOLDS_PER_OWNER`].
+fn holds_limit() -> ProxyError {
+    ProxyError::SubscriptionLimit {
+        holder: "this principal, on a replica that does not hold its upstream session,",
+        limit: MAX_HOLDS_PER_OWNER,
+        setting: "the bound on subscriptions held at another replica",
     }
 }
 
@@ -142,6 +352,25 @@ impl Connection {
         if self.owner().is_some() {
             self.metrics().cluster_forward(if ok { "forwarded" } else { "failed" });
         }
+    }
+
+    /// What the session a connection to an owner serves lists there as its own: `None` while
+    /// it lists none of its own (the owner says so with [`crate::protocol::NO_OWN_LISTS`]).
+    pub(super) async fn own_lists_at_owner(&self, link: &Link) -> Result<Option<Offered>, String> {
+        let timeout = self.config().request_timeout;
+        let tools = match tokio::time::timeout(timeout, link.peer.list_tools(None)).await {
+            Ok(Ok(page)) => page.tools,
+            Ok(Err(ServiceError::McpError(error))) if lists_none(&error) => return Ok(None),
+            Ok(Err(error)) => return Err(super::reason::service_failure(&error)),
+            Err(_) => return Err("tools/list timed out".into()),
+        };
+        let prompts = match tokio::time::timeout(timeout, link.peer.list_prompts(None)).await {
+            Ok(Ok(page)) => page.prompts,
+            Ok(Err(ServiceError::McpError(error))) if lists_none(&error) => return Ok(None),
+            Ok(Err(error)) => return Err(super::reason::service_failure(&error)),
+            Err(_) => return Err("prompts/list timed out".into()),
+        };
+        Ok(Some(Offered { tools, prompts }))
     }
 
     /// The error an owner answered, as it gave it: its replica is this proxy, whose errors
@@ -166,4 +395,9 @@ impl Connection {
             (_, kind) => ProxyError::UpstreamFailed { upstream, reason: kind.unwrap_or("upstream_failed").to_string() },
         }
     }
+}
+
+/// Does the owner's `error` say the session lists none of its own?
+fn lists_none(error: &ErrorData) -> bool {
+    error.data.as_ref().is_some_and(|data| data["kind"] == crate::protocol::NO_OWN_LISTS)
 }

@@ -3,7 +3,10 @@
 //! `session:<upstream>`, with no catalog, status, gauges or events of its own: only its
 //! `updated` goes on, to the holders of what changed on it ([`Holds`]); after a reconnect every
 //! URI held on it is reported as changed. Its own `tools/list_changed` (`prompts/…`) makes what
-//! it lists its hosts' own. A per-host session declares upstream only what its host declared;
+//! it lists its hosts' own. A session whose connection goes to the replica holding it
+//! (`owners`) subscribes and lists there alike: what that replica's session says of a URI comes
+//! back as `updated`, and what it lists as its own is asked there whenever it connects or says
+//! its tools or prompts changed. A per-host session declares upstream only what its host declared;
 //! each relays what it sends for a routed call to that call's host (its own relay book), and is
 //! passed its hosts' `logging/setLevel` ([`Session::pass_log_level`]).
 //!
@@ -19,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::pool::HeldUris;
 use super::supervisor::{Role, Supervisor};
-use super::{Connection, EventSender, Offered, UpstreamEvent, events};
+use super::{Connection, EventSender, Link, Offered, UpstreamEvent, events};
 use crate::protocol::Era;
 use crate::spine::Spine;
 use crate::subscriptions::{HolderId, is_same_or_parent};
@@ -69,6 +72,16 @@ impl Session {
         let events = events.unwrap_or_else(|| events::channel(1).0);
         let supervisor = Supervisor::new(self.clone(), events, stop, spine.clone()).resuming(resumed);
         spine.spawn(format!("session:{}", self.name()), supervisor.run());
+    }
+
+    /// Whose session it is.
+    pub(super) fn principal(&self) -> &str {
+        &self.own.principal
+    }
+
+    /// The host session it is for, when it is one's (its key).
+    pub(super) fn host(&self) -> Option<u64> {
+        self.own.host
     }
 
     pub(super) fn holds(&self) -> &Holds {
@@ -189,7 +202,8 @@ impl Role for Session {
         if change == super::Change::Rewatched {
             return;
         }
-        let heard = change == super::Change::Heard;
+        // A session at its owner's: the owner counted (and traced) what it heard.
+        let heard = change == super::Change::Heard && self.owner().is_none();
         // Held as normalised URIs; the upstream may spell them its own way.
         let uri = crate::namespace::namespaced(&upstream, &uri)
             .and_then(|namespaced| crate::uri::normalize(&namespaced).ok())
@@ -211,10 +225,32 @@ impl Role for Session {
         }
     }
 
-    /// Its own from now on, for its own hosts.
-    fn offerings_changed(&self, events: &EventSender, offered: Option<Offered>) {
-        if let Some(changed) = offered.and_then(|offered| self.own_offerings_now(Some(offered))) {
+    /// Its own from now on, for its own hosts. A session at its owner's lists what that
+    /// session lists there as its own (none: the shared connection's lists are its lists).
+    async fn refetch_offerings(&self, link: &Link, events: &EventSender) {
+        let offered = match self.owner() {
+            Some(_) => match self.own_lists_at_owner(link).await {
+                Ok(own) => own,
+                Err(error) => {
+                    tracing::debug!(upstream = self.name(), error = %error, "the owner did not say a session's own lists");
+                    return;
+                }
+            },
+            None => match self.fetch_offerings(link).await {
+                Some(offered) => Some(offered),
+                None => return,
+            },
+        };
+        if let Some(changed) = self.own_offerings_now(offered) {
             events.send(changed);
+        }
+    }
+
+    /// A session at its owner's asks what that session lists as its own whenever it connects
+    /// (it may have changed meanwhile, or before this replica asked).
+    async fn listed_at_up(&self, link: &Link, events: &EventSender) {
+        if self.owner().is_some() {
+            self.refetch_offerings(link, events).await;
         }
     }
 }
@@ -261,6 +297,16 @@ impl Holds {
 
     pub(super) fn holds_anything(&self) -> bool {
         !self.held.lock().expect("holds lock").is_empty()
+    }
+
+    /// Is `uri` held here (by anyone)?
+    pub(super) fn holds_uri(&self, uri: &str) -> bool {
+        self.held.lock().expect("holds lock").contains_key(uri)
+    }
+
+    /// How many URIs are held here.
+    pub(super) fn uris(&self) -> usize {
+        self.held.lock().expect("holds lock").len()
     }
 
     /// Who must hear of an update of `uri`: holders of it or of a URI it is a sub-resource

@@ -42,6 +42,10 @@ use crate::error::ProxyError;
 use crate::host::{HostSession, SubjectToken};
 use crate::spine::Spine;
 
+/// `[cluster]`: how often the sweep looks whether each session still lives where this replica
+/// holds it (`owners`).
+const OWNER_CHECK: Duration = Duration::from_secs(1);
+
 /// The open sessions of one upstream, and the holds of those reclaimed from a full pool.
 /// Lock order: `open`, then `reclaimed`.
 #[derive(Default)]
@@ -255,7 +259,6 @@ impl Upstream {
     /// Host session `host` ended: its per-host sessions are closed (a stdio child ends).
     pub fn host_ended(&self, host: u64) {
         let Some(book) = &self.inner.sessions else { return };
-        self.forget_own_elsewhere(host);
         self.close_host_at_owners(host);
         let closed = book.close_host(host);
         if !closed.is_empty() {
@@ -267,7 +270,7 @@ impl Upstream {
 
     /// Sessions that listed tools or prompts of their own closed: their hosts list the shared
     /// connection's again, and are told (with `[cluster]`, on every replica).
-    fn closed_with_own_offerings(&self, closed: &[Session]) {
+    pub(super) fn closed_with_own_offerings(&self, closed: &[Session]) {
         let Some(events) = self.inner.events.lock().expect("events lock").clone() else { return };
         closed.iter().filter_map(|session| session.own_offerings_now(None)).for_each(|changed| events.send(changed));
     }
@@ -275,17 +278,17 @@ impl Upstream {
     /// What `principal`'s open session (host session `host`'s on a per-host upstream) lists as
     /// its own tools and prompts, once it said they changed; `None` while it has not (or none
     /// is open): the shared connection's lists are its lists.
-    /// With `[cluster]`, a session another replica holds lists what that replica said (see
-    /// `offered_elsewhere`).
+    /// With `[cluster]`, a session another replica holds lists what that replica says it lists
+    /// (asked on the connection to it, opened now if need be: see `owners`).
     pub fn own_offerings(&self, principal: &str, host: Option<u64>) -> Option<Arc<Offered>> {
-        if let Some(elsewhere) = self.own_offerings_elsewhere(principal, host) {
-            return elsewhere;
+        if let Some(at_owner) = self.own_offerings_at_owner(principal, host) {
+            return at_owner;
         }
         self.own_offerings_here(principal, host)
     }
 
     /// As [`Upstream::own_offerings`], of a session open on this replica.
-    pub(super) fn own_offerings_here(&self, principal: &str, host: Option<u64>) -> Option<Arc<Offered>> {
+    pub fn own_offerings_here(&self, principal: &str, host: Option<u64>) -> Option<Arc<Offered>> {
         let book = self.inner.sessions.as_ref()?;
         let host = host.map(|id| HostSession { id, sampling: false, elicitation: false });
         book.session(&self.key_of(principal, host).0)?.own_offerings()
@@ -387,15 +390,22 @@ impl Upstream {
     }
 }
 
-/// The `sessions:<upstream>` sweep: closes sessions idle for `session_idle`, until `stop`.
+/// The `sessions:<upstream>` sweep: closes sessions idle for `session_idle`, and (`[cluster]`)
+/// moves holds where their sessions live now every [`OWNER_CHECK`], until `stop`.
 pub(super) async fn sweep(upstream: Upstream, stop: CancellationToken) {
     let idle = upstream.config().sessions.idle;
     let every = (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut owners = tokio::time::interval(OWNER_CHECK);
+    owners.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
+            _ = owners.tick() => {
+                upstream.follow_owners();
+                continue;
+            }
             _ = tick.tick() => {}
         }
         let Some(book) = &upstream.inner.sessions else { return };

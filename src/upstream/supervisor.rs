@@ -67,8 +67,14 @@ pub(super) trait Role: Send + Sync + 'static {
     /// Its notices overflowed: every URI may have changed unseen.
     fn lost_everything(&self, events: &EventSender);
 
-    /// It said its tools or prompts changed: `offered`, fetched again (none when that failed).
-    fn offerings_changed(&self, events: &EventSender, offered: Option<Offered>);
+    /// It said its tools or prompts changed: fetch them again on `link` and pass them on.
+    fn refetch_offerings(&self, link: &Link, events: &EventSender) -> impl Future<Output = ()> + Send;
+
+    /// It is up and `Up` was sent: what more it lists is fetched (a session at its owner's:
+    /// what that session lists as its own there); nothing by default.
+    fn listed_at_up(&self, _link: &Link, _events: &EventSender) -> impl Future<Output = ()> + Send {
+        async {}
+    }
 }
 
 /// An upstream's shared connection, with the catalog it loads.
@@ -224,6 +230,7 @@ impl<R: Role> Supervisor<R> {
         let fresh = self.role.came_up(era, reconnected);
         let name = self.connection.name().to_string();
         self.emit(UpstreamEvent::Up { upstream: name.clone(), era, reconnected, offered });
+        self.role.listed_at_up(&link, &self.events).await;
         let watcher = self.shutdown.child_token();
         let keep = super::watching::keep(self.connection.clone(), link.clone(), notices_tx, watcher.clone(), fresh);
         self.spine.spawn(format!("watching:{name}"), keep);
@@ -393,8 +400,7 @@ impl<R: Role> Supervisor<R> {
     /// Fetch the tools and prompts again and pass them on (`crate::tools` owns them).
     async fn refetch_offerings(&self, link: &Link) {
         self.offerings_stale.store(false, std::sync::atomic::Ordering::Relaxed);
-        let offered = self.connection.fetch_offerings(link).await;
-        self.role.offerings_changed(&self.events, offered);
+        self.role.refetch_offerings(link, &self.events).await;
     }
 
     /// Take what queued; true when a list change was among it. Updates pass on in order.
@@ -470,8 +476,8 @@ impl Role for Shared {
         events.overflowed(self.connection.name(), Lost::Everything)
     }
 
-    fn offerings_changed(&self, events: &EventSender, offered: Option<Offered>) {
-        if let Some(offered) = offered {
+    async fn refetch_offerings(&self, link: &Link, events: &EventSender) {
+        if let Some(offered) = self.connection.fetch_offerings(link).await {
             events.send(UpstreamEvent::OfferingsChanged { upstream: self.connection.name().to_string(), offered });
         }
     }

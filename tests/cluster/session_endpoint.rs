@@ -201,3 +201,108 @@ async fn a_call_on_a_session_another_replica_holds_crosses_as_mcp_under_a_sealed
     assert_eq!(forwards(owner, "refused").await? - refused_before, passes.len() as f64);
     Ok(())
 }
+
+/// A subscription and the session's own lists cross as MCP too: the test, as another replica,
+/// subscribes a URI on alice's session at a replica's endpoint and hears its `updated` as
+/// `notifications/resources/updated` on its MCP session (one of a URI under a held one too);
+/// after unsubscribing it hears nothing more of it (the next it hears is of another URI it
+/// holds). `tools/list` before her session lists tools of its own is an error naming why, so
+/// the asking replica keeps the shared connection's lists.
+#[tokio::test(flavor = "multi_thread")]
+#[allow(deprecated)] // resources/subscribe is the 2025 era's, which the endpoint speaks.
+async fn a_subscription_on_a_session_another_replica_holds_is_held_over_mcp() -> anyhow::Result<()> {
+    use crate::support::fixture::EventRecorder;
+    use serde_json::json;
+    let policies = alice_and_bob_policies("allow = [\"**\"]\n", "allow = [\"**\"]\n")?;
+    let upstream = format!("{}\nsession = \"per-principal\"\n\n", fixture_upstream("fx", &[]).trim_end());
+    let config = alice_and_bob_under_policies("", policies.path(), &upstream);
+    let env = [("ALICE_TOKEN", ALICE_TOKEN), ("BOB_TOKEN", BOB_TOKEN), (SECRET_ENV, SECRET)];
+    let cluster = Replicas::start(2, &config, &env).await?;
+    let owner = &cluster.replicas[0];
+    cluster_when(owner, |c| c["reachable"].as_array().is_some_and(|r| r.len() == 2)).await?;
+
+    let passes = Passes::new("replica-9", &ClusterKeys::new(SECRET.as_bytes()).session_pass());
+    let whose = Arc::new(Mutex::new(identity("alice")));
+    let sealed = SealedClient { http: reqwest::Client::new(), passes, to: "replica-0".into(), whose };
+    let url = format!("{}{}", base(owner)?, session_pass::PATH);
+    let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).reinit_on_expired_session(false);
+    let (recorder, mut heard) = EventRecorder::new();
+    let client = recorder.serve(StreamableHttpClientTransport::with_client(sealed, config)).await?;
+    let subscribe = |uri: &str| client.peer().subscribe(rmcp::model::SubscribeRequestParams::new(uri.to_string()));
+    let touch = |uri: &str| {
+        let arguments = json!({ "uri": uri }).as_object().cloned().unwrap_or_default();
+        client.peer().call_tool(CallToolRequestParams::new("touch").with_arguments(arguments))
+    };
+
+    let listed = tokio::time::timeout(DEADLINE, client.peer().list_tools(None)).await.context("list hung")?;
+    let error = listed.expect_err("no lists of its own yet");
+    assert!(error.to_string().contains("lists no tools or prompts of its own"), "{error:#}");
+
+    tokio::time::timeout(DEADLINE, subscribe("fx://fx/item/1")).await.context("subscribe hung")??;
+    tokio::time::timeout(DEADLINE, touch("fx://fx/item/1")).await.context("touch hung")??;
+    heard.updated("fx://fx/item/1").await.context("the held URI's change")?;
+
+    tokio::time::timeout(DEADLINE, subscribe("fx://fx/item")).await.context("subscribe hung")??;
+    tokio::time::timeout(DEADLINE, touch("fx://fx/item/2")).await.context("touch hung")??;
+    heard.updated("fx://fx/item/2").await.context("a change under a held URI")?;
+
+    let unsubscribe = rmcp::model::UnsubscribeRequestParams::new("fx://fx/item".to_string());
+    tokio::time::timeout(DEADLINE, client.peer().unsubscribe(unsubscribe)).await.context("unsubscribe hung")??;
+    tokio::time::timeout(DEADLINE, touch("fx://fx/item/2")).await.context("touch hung")??;
+    tokio::time::timeout(DEADLINE, touch("fx://fx/item/1")).await.context("touch hung")??;
+    let next = heard.next().await?;
+    assert_eq!(next, crate::support::fixture::FixtureEvent::Updated("fx://fx/item/1".into()), "nothing of item/2");
+    client.cancel().await?;
+    Ok(())
+}
+
+/// A session's own lists reach the replica connected to it as MCP list changes: the test, as
+/// another replica, connects to alice's session (the Python session server, per principal) at
+/// a replica's endpoint. `tools/list` there is first an error whose data says the session lists
+/// none of its own (`no_own_lists`); once a call on that MCP session unlocks `secret`, the
+/// owner says `notifications/tools/list_changed` on it, and `tools/list` lists `secret`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sessions_own_list_change_reaches_the_replica_connected_to_it_as_list_changed() -> anyhow::Result<()> {
+    use crate::support::peers::{py_script, python};
+    use crate::support::proxy::toml_str;
+    use crate::support::told::{Told, answered, next_heard, tool_names};
+    let policies = alice_and_bob_policies("allow = [\"**\"]\n", "allow = [\"**\"]\n")?;
+    let program = toml_str(python().to_str().context("utf-8 path")?);
+    let script = toml_str(py_script("session_server.py").to_str().context("utf-8 path")?);
+    let upstream = format!(
+        "[[upstreams]]\nname = \"per\"\ncommand = {program}\nargs = [{script}]\nsession = \"per-principal\"\n\n"
+    );
+    let config = alice_and_bob_under_policies("", policies.path(), &upstream);
+    let env = [("ALICE_TOKEN", ALICE_TOKEN), ("BOB_TOKEN", BOB_TOKEN), (SECRET_ENV, SECRET)];
+    let cluster = Replicas::start(2, &config, &env).await?;
+    let owner = &cluster.replicas[0];
+    cluster_when(owner, |c| c["reachable"].as_array().is_some_and(|r| r.len() == 2)).await?;
+
+    let passes = Passes::new("replica-9", &ClusterKeys::new(SECRET.as_bytes()).session_pass());
+    let alice = Identity { principal: "alice".into(), upstream: "per".into(), host: None };
+    let sealed = SealedClient {
+        http: reqwest::Client::new(),
+        passes,
+        to: "replica-0".into(),
+        whose: Arc::new(Mutex::new(alice)),
+    };
+    let url = format!("{}{}", base(owner)?, session_pass::PATH);
+    let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).reinit_on_expired_session(false);
+    let (told, mut heard) = Told::new();
+    let transport = StreamableHttpClientTransport::with_client(sealed, config);
+    let client = tokio::time::timeout(DEADLINE, told.serve(transport)).await.context("connect")??;
+
+    let listed = tokio::time::timeout(DEADLINE, client.peer().list_tools(None)).await.context("list hung")?;
+    let Err(rmcp::ServiceError::McpError(error)) = listed else {
+        anyhow::bail!("listed before it had lists of its own: {listed:?}")
+    };
+    let kind = error.data.as_ref().map(|data| data["kind"].clone());
+    assert_eq!(kind, Some(serde_json::json!("no_own_lists")), "{error:?}");
+
+    assert_eq!(answered(client.peer(), "unlock").await?, Ok("unlocked".into()));
+    assert_eq!(next_heard(&mut heard).await?, "tools/list_changed", "the owner says its session's list changed");
+    let names = tool_names(client.peer()).await?;
+    assert!(names.contains(&"secret".to_string()) && names.contains(&"unlock".to_string()), "{names:?}");
+    client.cancel().await?;
+    Ok(())
+}

@@ -352,7 +352,7 @@ async fn a_subscription_made_on_another_replica_is_held_on_the_principals_one_se
 #[tokio::test(flavor = "multi_thread")]
 async fn one_principals_subscriptions_held_at_another_replica_are_bounded() -> anyhow::Result<()> {
     use crate::support::fixture::{Era, FixtureEvent, connect_http_with_token};
-    use mcp_resource_proxy::cluster::forward::MAX_HOLDS_PER_OWNER;
+    use mcp_resource_proxy::upstream::MAX_HOLDS_PER_OWNER;
     let (cluster, _policies) = start(2).await?;
     let alice_owner = owner(&cluster, ALICE_TOKEN).await?;
     let owner_port: u16 = cluster.replicas[alice_owner]

@@ -17,6 +17,14 @@ pub type Heard = tokio::sync::mpsc::UnboundedReceiver<String>;
 #[derive(Clone)]
 pub struct Told(tokio::sync::mpsc::UnboundedSender<String>);
 
+impl Told {
+    /// A handler, and what it will have heard.
+    pub fn new() -> (Told, Heard) {
+        let (told, heard) = tokio::sync::mpsc::unbounded_channel();
+        (Told(told), heard)
+    }
+}
+
 impl rmcp::ClientHandler for Told {
     async fn on_resource_updated(
         &self,
@@ -33,10 +41,10 @@ impl rmcp::ClientHandler for Told {
 
 /// A [`Told`] host of the principal whose bearer token is `token`, connected to `url`.
 pub async fn told_host(url: &str, token: &str) -> anyhow::Result<(RunningService<RoleClient, Told>, Heard)> {
-    let (told, heard) = tokio::sync::mpsc::unbounded_channel();
+    let (told, heard) = Told::new();
     let config = StreamableHttpClientTransportConfig::with_uri(url).auth_header(token);
     let transport = StreamableHttpClientTransport::from_config(config.reinit_on_expired_session(false));
-    let host = tokio::time::timeout(DEADLINE, Told(told).serve(transport)).await.context("connect")??;
+    let host = tokio::time::timeout(DEADLINE, told.serve(transport)).await.context("connect")??;
     Ok((host, heard))
 }
 

@@ -177,15 +177,7 @@ const RULES: &[(&str, &str, &str)] = &[
 /// Imports that break a rule of [`RULES`] today, as (importing file, the module it imports, why
 /// it is still here). This list may only shrink: an import that breaks a rule and is not here
 /// fails, and so does an entry whose import is gone (drop it then).
-const KNOWN_EXCEPTIONS: &[(&str, &str, &str)] = &[
-    ("upstream/mod.rs", "cluster::forward", "an upstream holds the `Forwarder` its sessions' calls go through"),
-    ("upstream/held_elsewhere.rs", "cluster::forward", "a hold on another replica's session is a forwarded call"),
-    (
-        "upstream/offered_elsewhere.rs",
-        "cluster::forward",
-        "a session's own lists are told to replicas as forwarded calls",
-    ),
-];
+const KNOWN_EXCEPTIONS: &[(&str, &str, &str)] = &[];
 
 fn floor_of(module: &str) -> Option<usize> {
     FLOORS.iter().position(|floor| floor.contains(&module))

@@ -14,6 +14,10 @@ const GONE: &[(&str, &str)] = &[
     ("fn forwarded_prompt", "tools, prompts and completions take one routed path (`tools::routed`)"),
     ("OfferingsCatalog", "one `catalog::Catalog` over what it lists"),
     ("OfferingsSnapshot", "one `catalog::Catalog` over what it lists"),
+    ("Call::Hold", "a subscription on a session another replica holds is MCP on its connection (`upstream::owners`)"),
+    ("Call::Offerings", "a session's own lists at another replica are its `tools/list` there (`upstream::owners`)"),
+    ("Call::Offered", "a session's own list changes reach replicas as MCP `list_changed` (`downstream::owned_lists`)"),
+    ("fn hold_following", "a hold is made on the session `upstream::owners` picks, like any session's"),
 ];
 
 #[test]
