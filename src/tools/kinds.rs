@@ -130,7 +130,7 @@ pub(super) async fn send(
             _ => return Err(task()),
         },
         Call::Complete(params) => Answer::Complete(upstream.complete_as(params, subject).await?),
-        Call::Hold { .. } | Call::Reply { .. } | Call::Offerings | Call::Offered { .. } | Call::Collect { .. } => {
+        Call::Hold { .. } | Call::Reply { .. } | Call::Offerings | Call::Offered { .. } => {
             return Err(ProxyError::InvalidParams("a subscription, an answer or a list is not run".into()));
         }
     })
