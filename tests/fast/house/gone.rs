@@ -15,7 +15,7 @@ const GONE: &[(&str, &str)] = &[
     ("OfferingsCatalog", "one `catalog::Catalog` over what it lists"),
     ("OfferingsSnapshot", "one `catalog::Catalog` over what it lists"),
     ("mod mailbox", "a host's answer for another replica goes on the one session news channel, sealed and addressed"),
-    ("Collect {", "a cut stream's kept answer is asked for on the session news channel and read from Redis"),
+    ("Call::Collect", "a cut stream's kept answer is asked for on the session news channel and read from Redis"),
     ("Line::Kept", "a cut stream's kept answer is asked for on the session news channel and read from Redis"),
 ];
 
