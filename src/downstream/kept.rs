@@ -283,7 +283,10 @@ impl Drop for Answering {
 
 /// How a call's answer or error is kept.
 pub(super) fn line_of(ran: &Ran) -> KeptLine {
-    ran.as_ref().map(Clone::clone).map_err(RemoteError::of)
+    match ran {
+        Ok(answer) => Ok(answer.clone()),
+        Err(error) => Err(RemoteError::of(error)),
+    }
 }
 
 #[cfg(test)]
