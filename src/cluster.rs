@@ -4,8 +4,7 @@
 //! multiplexed connection, RESP3), Redis's health as this replica sees it (a watch), and the
 //! replicas seen alive (`heartbeat`: a key per replica with a time to live, renewed every
 //! `cluster.heartbeat`), the seal of what it keeps in Redis (`sealed`: cache entries and
-//! session records, encrypted and bound to their keys), each replica's `mailbox` (signed
-//! letters from the others over Redis pub/sub), this replica's counts that hold across the
+//! session records, encrypted and bound to their keys), this replica's counts that hold across the
 //! cluster (`counts`: the per-principal in-flight call cap), and the pass on each request to a
 //! replica's session endpoint (`session_pass`, sealed under a derived key).
 //!
@@ -23,7 +22,6 @@ pub mod counts;
 pub mod forward;
 mod heartbeat;
 pub mod keys;
-pub mod mailbox;
 mod owners;
 pub mod peer_tls;
 pub mod sealed;

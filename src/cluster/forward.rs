@@ -1,7 +1,7 @@
 //! What still crosses replicas as a private request (a call, prompt, read or completion on a
 //! session another replica holds goes to it over MCP: `session_pass`, and the upstream's
 //! `owners`; so do a subscription on such a session and its own lists): a 2026-07-28 retry of
-//! a call parked on another replica, a host's answer, a kept answer, forwarded over HTTP: `POST <owner>/mcp-proxy/forward` with a JSON
+//! a call parked on another replica, a host's answer, forwarded over HTTP: `POST <owner>/mcp-proxy/forward` with a JSON
 //! [`Forwarded`] body (the principal, the host session for a per-host upstream, the upstream, the call with the upstream's own names, the replica it is for, when
 //! it was made, a nonce and, sealed, the JWT the host's request came with) and a mark, HMAC-SHA256 of the body with the key derived from the
 //! cluster secret for this use. The owner answers with JSON lines: the call's progress as it
@@ -124,10 +124,6 @@ pub struct ForwardedHost {
     /// resumed under it, on whichever replica the retry lands).
     #[serde(default)]
     pub presented: String,
-    /// The key the call's answer is kept under when the forwarding replica goes away before
-    /// it is answered ([`Call::Collect`] takes it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kept_as: Option<String>,
 }
 
 /// A request of the upstream to the host of a forwarded call, asked by the owner.
@@ -160,12 +156,6 @@ pub enum Call {
         id: String,
         reply: Reply,
     },
-    /// The answer of the principal's call kept under `key` here (its forwarding replica went
-    /// away, or its host's stream served here was cut): answered [`Line::Kept`] then its answer or error, once the call is over; `404`
-    /// when none is kept here.
-    Collect {
-        key: String,
-    },
 }
 
 impl Call {
@@ -177,7 +167,7 @@ impl Call {
             Call::Prompt(params) => Some((method::PROMPTS_GET, Some(&params.name))),
             Call::Read(_) => Some((method::RESOURCES_READ, None)),
             Call::Complete(_) => Some((method::COMPLETION_COMPLETE, None)),
-            Call::Reply { .. } | Call::Collect { .. } => None,
+            Call::Reply { .. } => None,
         }
     }
 }
@@ -206,10 +196,6 @@ pub enum Line {
     Ask {
         id: String,
         ask: Ask,
-    },
-    /// A kept call's upstream, before its answer ([`Call::Collect`]).
-    Kept {
-        upstream: String,
     },
 }
 
@@ -377,7 +363,6 @@ impl Forwarder {
                 log_level: relay.log_level(),
                 takes_input_required: relay.takes_input_required(),
                 presented: host.presented.to_string(),
-                kept_as: relay.kept_as(),
             });
             // The JWT of a read or completion, else the one of the call's or prompt's host.
             let subject = host.subject.cloned().or_else(|| host.relay.as_ref()?.subject_token());
@@ -396,39 +381,6 @@ impl Forwarder {
             Ok(_) => {}
         }
         answer
-    }
-
-    /// Every other replica seen alive that can be reached.
-    pub fn others(&self) -> Vec<Owner> {
-        self.inner.cluster.others()
-    }
-
-    /// The answer of `principal`'s call kept under `key` at `at` (its upstream, and the answer
-    /// or error as kept there), once the call ends (waiting at most `wait`); `None`
-    /// when `at` keeps none, or does not say so within [`CONNECT_TIMEOUT`].
-    pub async fn collect(
-        &self,
-        at: &Owner,
-        principal: &str,
-        key: &str,
-        wait: Duration,
-    ) -> Option<(String, Result<Answer, RemoteError>)> {
-        let of = SessionOf { principal, upstream: "", host: None };
-        let call = Call::Collect { key: key.to_string() };
-        let asked = tokio::time::timeout(CONNECT_TIMEOUT, async {
-            let mut response = self.post(at, of, call, None, None, None).await.ok()?;
-            let mut buffer = Vec::new();
-            match next_line(&mut response, &mut buffer).await? {
-                Line::Kept { upstream } => Some((upstream, response, buffer)),
-                _ => None,
-            }
-        });
-        let (upstream, mut response, mut buffer) = asked.await.ok()??;
-        match tokio::time::timeout(wait, next_line(&mut response, &mut buffer)).await.ok()?? {
-            Line::Answer(answer) => Some((upstream, Ok(answer))),
-            Line::Error(error) => Some((upstream, Err(error))),
-            _ => None,
-        }
     }
 
     /// Ask the host of a call through `relay` what the owner asked (`id`), and post its answer
@@ -676,22 +628,6 @@ impl Drop for Forget<'_> {
     }
 }
 
-/// The next line of `response` (what was read past it stays in `buffer`); `None` at its end, on
-/// a break or an unreadable line.
-async fn next_line(response: &mut reqwest::Response, buffer: &mut Vec<u8>) -> Option<Line> {
-    loop {
-        if let Some(end) = buffer.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = buffer.drain(..=end).collect();
-            return serde_json::from_slice(&line[..end]).ok();
-        }
-        let chunk = response.chunk().await.ok()??;
-        if buffer.len() + chunk.len() > MAX_BODY {
-            return None;
-        }
-        buffer.extend_from_slice(&chunk);
-    }
-}
-
 /// Read the owner's lines until its answer or error; each question is answered (`asked`)
 /// before the next line is read (the call waits on it).
 async fn read_lines<F: Future<Output = ()>>(
@@ -724,7 +660,7 @@ async fn read_lines<F: Future<Output = ()>>(
                 Ok(Line::Ask { id, ask }) => asked(id, ask).await,
                 Ok(Line::Answer(answer)) => return Ok(answer),
                 Ok(Line::Error(error)) => return Err(Sent::Failed(error.into_error(upstream))),
-                Ok(Line::Kept { .. }) | Err(_) => {
+                Err(_) => {
                     return Err(failed(upstream, "the replica holding the session sent an unreadable line"));
                 }
             }

@@ -22,8 +22,6 @@ pub mod label {
     pub const REQUEST_STATE: &str = "request-state";
     /// 2025 session ids.
     pub const SESSION_ID: &str = "session-id";
-    /// Letters between replicas (`crate::cluster::mailbox`).
-    pub const MAILBOX: &str = "mailbox";
     /// The prefix of the cluster's keys in Redis.
     pub const NAMESPACE: &str = "redis-namespace";
     /// Requests forwarded between replicas (`crate::cluster::forward`).
@@ -73,10 +71,6 @@ impl ClusterKeys {
 
     pub fn session_id(&self) -> [u8; 32] {
         self.derive(label::SESSION_ID)
-    }
-
-    pub fn mailbox(&self) -> [u8; 32] {
-        self.derive(label::MAILBOX)
     }
 
     pub fn forward(&self) -> [u8; 32] {
@@ -135,7 +129,6 @@ mod tests {
             a.cursor(),
             a.request_state(),
             a.session_id(),
-            a.mailbox(),
             a.forward(),
             a.derive(label::NAMESPACE),
             a.derive(label::PRINCIPAL),

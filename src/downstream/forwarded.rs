@@ -1,8 +1,8 @@
 //! `POST /mcp-proxy/forward` on the MCP listener (`[cluster]` only): what another replica still
 //! forwards here ([`crate::cluster::forward`]): a 2026-07-28 retry of a call parked here, a
-//! host's answer, a kept answer to collect. A call, prompt, read or completion on a session
-//! held here, a subscription on it and its own lists come over MCP (`owned`), and are refused
-//! on this route. It carries a mark made with the cluster's derived key instead
+//! host's answer. A call, prompt, read or completion on a session held here, a subscription on
+//! it and its own lists come over MCP (`owned`), and are refused on this route. It carries a
+//! mark made with the cluster's derived key instead
 //! of a host's token; a request whose mark is wrong, stale, for another replica or seen before
 //! is answered `403` and not run (counted as `refused`). Otherwise the answer is JSON lines: the
 //! call's progress, the upstream's log messages and its questions to the host as they come
@@ -14,13 +14,8 @@
 //! The request runs with the JWT its host's request came with (sealed in it): the upstream
 //! session sends it with a token exchanged for that JWT.
 //!
-//! A 2025 host's call or prompt comes with the key its answer is kept under (`kept`): it runs
-//! to its end even when the forwarding replica goes away, and its answer waits for the host's
-//! resumption on any replica, which collects it here ([`Call::Collect`]).
-//!
 //! Invariant: every progress step is written before the answer; the host that asked is the
-//! forwarding replica's, so a call that is not kept ends (upstream: cancelled) when that
-//! replica goes away.
+//! forwarding replica's, so a call ends (upstream: cancelled) when that replica goes away.
 
 #![allow(deprecated)] // Sampling and logging are deprecated by SEP-2577 but still in the 2025 era.
 
@@ -31,7 +26,6 @@ use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use futures::StreamExt;
 use futures::future::BoxFuture;
 use rmcp::ErrorData;
 use rmcp::model::{
@@ -40,7 +34,6 @@ use rmcp::model::{
 };
 use tokio::sync::mpsc;
 
-use super::kept::{COLLECT_WAIT, KeptAnswer, KeptCalls};
 use super::traced::header_carrier;
 use crate::cluster::forward::{
     self, Ask, Call, Forwarded, ForwardedHost, Forwarder, Line, MARK_HEADER, PASS_HEADER, PATH, RemoteError, Reply,
@@ -56,18 +49,11 @@ use crate::tools::Ran;
 /// Progress steps queued for the forwarding replica; beyond this they are dropped.
 const PROGRESS_QUEUE: usize = 256;
 
-/// What the route works with.
-#[derive(Clone)]
-struct Forwarding {
-    proxy: Proxy,
-    kept: Arc<KeptCalls>,
-}
-
-/// The route, when this replica is part of a cluster; calls kept for lost hosts go in `kept`.
-pub(super) fn routes(proxy: &Proxy, kept: Arc<KeptCalls>) -> Option<axum::Router> {
+/// The route, when this replica is part of a cluster.
+pub(super) fn routes(proxy: &Proxy) -> Option<axum::Router> {
     proxy.tools().forwarder()?;
     let route = axum::routing::post(serve).layer(DefaultBodyLimit::disable());
-    Some(axum::Router::new().route(PATH, route).with_state(Forwarding { proxy: proxy.clone(), kept }))
+    Some(axum::Router::new().route(PATH, route).with_state(proxy.clone()))
 }
 
 /// How the MCP listener tells other replicas' connections from hosts' (when this replica is
@@ -88,7 +74,7 @@ pub(super) fn peers(proxy: &Proxy, passes: Option<Passes>) -> Option<Peers> {
     Some(Peers { is_peer: Arc::new(is_peer), tls })
 }
 
-async fn serve(State(Forwarding { proxy, kept }): State<Forwarding>, request: axum::extract::Request) -> Response {
+async fn serve(State(proxy): State<Proxy>, request: axum::extract::Request) -> Response {
     let Some(forwarder) = proxy.tools().forwarder() else { return StatusCode::NOT_FOUND.into_response() };
     let (head, body) = request.into_parts();
     // With `peer_tls`, only a replica whose certificate the cluster's CA issued is heard.
@@ -123,36 +109,15 @@ async fn serve(State(Forwarding { proxy, kept }): State<Forwarding>, request: ax
                 false => (StatusCode::NOT_FOUND, "no such question waits\n").into_response(),
             };
         }
-        Call::Collect { key } => return collected(kept.find(&key, &request.principal)),
         // A request on a session held here comes over MCP (`owned`), not this way.
         ref call if !crate::tools::Tools::takes_forwarded(call) => return refused(&proxy, forward::Refusal::Malformed),
         _ => {}
     }
     let span = forwarded_span(&head.headers, &request);
     let (steps_in, steps) = mpsc::channel(PROGRESS_QUEUE);
-    let kept_as = request.host.as_ref().and_then(|host| host.kept_as.clone());
-    let kept_as = kept_as.filter(|_| matches!(request.call, Call::Tool(_) | Call::Prompt(_)));
-    let whose = (request.principal.clone(), request.upstream.clone());
-    let call = traced(span, run(proxy, request, steps_in));
-    let call: BoxFuture<'static, Ran> = match kept_as {
-        Some(key) => kept.run(key, (&whose.0, &whose.1), call),
-        None => Box::pin(call),
-    };
+    let call: BoxFuture<'static, Ran> = Box::pin(traced(span, run(proxy, request, steps_in)));
     let run = Run { call, steps, answer: None, done: false };
     let lines = futures::stream::unfold(run, next_line);
-    ([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(lines)).into_response()
-}
-
-/// The reply to a [`Call::Collect`]: the kept call's upstream at once, then its answer when
-/// the call ends; `404` when none is kept here.
-fn collected(kept: Option<(String, KeptAnswer)>) -> Response {
-    let Some((upstream, answer)) = kept else {
-        return (StatusCode::NOT_FOUND, "no such call kept here\n").into_response();
-    };
-    let first = futures::stream::once(async move { encode(&Line::Kept { upstream }) });
-    let then =
-        futures::stream::once(answer.wait(COLLECT_WAIT)).filter_map(|line| async move { line.as_ref().map(encode) });
-    let lines = first.chain(then).map(Ok::<_, Infallible>);
     ([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(lines)).into_response()
 }
 

@@ -33,12 +33,12 @@ use super::reaper::reap;
 use super::sessions::SessionBook;
 use super::shared::Shared;
 use super::shared::answers::Answers;
+use super::shared::keepers::Keepers;
 use super::shared::news::Newsroom;
 use super::shared::records::Records;
 use super::shared::resumed::Resumption;
 use super::shared::streams::Holding;
 use crate::auth::{self, Authenticator};
-use crate::cluster::mailbox::Mailbox;
 use crate::listener::{self, ConnectionLimits, allowed_hosts, own_origins};
 use crate::metrics::Transport;
 use crate::proxy::Proxy;
@@ -83,19 +83,28 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     let kept = Arc::new(KeptCalls::default());
     let keeping = records.as_ref().map(|_| kept.clone());
     let streams_keeping = keeping.clone();
+    // `[cluster]`: a host's answer reaches the replica that asked, wherever it lands.
+    let answers = records
+        .clone()
+        .zip(proxy.cluster())
+        .map(|(records, cluster)| Arc::new(Answers::new(cluster.replica_id(), records, metrics.clone())));
     let shared = records.clone().zip(proxy.cluster()).map(|(records, cluster)| {
         let holding =
             Holding { proxy: proxy.clone(), records: records.clone(), book: book.clone(), streams: Arc::default() };
-        let resumption = Resumption { proxy: proxy.clone(), replica: cluster.replica_id().into(), kept: kept.clone() };
+        let keepers = Keepers::new(records.clone(), cluster.replica_id(), kept.clone());
+        let replica = cluster.replica_id().into();
+        let resumption = Resumption { proxy: proxy.clone(), replica, kept: kept.clone(), keepers };
         Shared { records, holding, resumption }
     });
-    if let Some(shared) = &shared {
+    if let Some((shared, answers)) = shared.as_ref().zip(answers.clone()) {
         let newsroom = Newsroom {
             records: shared.records.clone(),
             book: book.clone(),
             manager: sessions.clone(),
             streams: shared.streams().clone(),
             proxy: proxy.clone(),
+            answers,
+            keepers: shared.resumption.keepers.clone(),
         };
         spine.spawn("session-news", newsroom.run(shutdown.clone()));
     }
@@ -132,13 +141,6 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     let fast = FastPath { proxy: proxy.clone(), book: book.clone(), manager: sessions.clone(), hosts };
     let ids = records.as_ref().map(|records| records.ids.clone());
     let replica: Option<Arc<str>> = proxy.cluster().map(|cluster| cluster.replica_id().into());
-    // `[cluster]`: a host's answer reaches the replica that asked, wherever it lands.
-    let answers = proxy.cluster().zip(ids.clone()).map(|(cluster, ids)| {
-        Arc::new(Answers::new(cluster.replica_id(), ids, Mailbox::new(cluster.clone()), metrics.clone()))
-    });
-    if let Some(answers) = &answers {
-        spine.spawn("cluster-mailbox", answers.clone().hear(sessions.clone(), shutdown.clone()));
-    }
     let bodies = BodyGuard::new(
         server.body_read_timeout,
         server.max_body_bytes_per_principal,
@@ -189,7 +191,7 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     if let Some(cluster) = proxy_for_routes.cluster() {
         cluster.listening_at(local);
     }
-    if let Some(routes) = super::forwarded::routes(&proxy_for_routes, kept) {
+    if let Some(routes) = super::forwarded::routes(&proxy_for_routes) {
         app = app.merge(routes);
     }
     let passes = owned.map(|(routes, passes)| {

@@ -1,8 +1,9 @@
 //! `[cluster]`: the answers of 2025 hosts' calls kept for a resumption on another replica. A
 //! host whose request stream is cut (its connection dropped, or the replica serving it died)
 //! resumes it with `Last-Event-ID` on whichever replica the balancer picks (`shared::resumed`),
-//! which asks every replica for the call's answer under its key (derived from the session and
-//! the request id, the same on every replica). Two replicas may keep it:
+//! which asks on the session news channel who keeps the call's answer under its key (derived
+//! from the session and the request id, the same on every replica; `shared::keepers`). Two
+//! replicas may keep it:
 //! - the replica serving the host's stream, for each `tools/call` and `prompts/get` on it
 //!   ([`KeptCalls::stream_opened`], [`KeptCalls::answering`]): its answer as it was written
 //!   for the host, kept for [`KEPT_FOR`] after the call ended. Even one that went out on the
@@ -27,9 +28,12 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use tokio::sync::{oneshot, watch};
 
-use crate::cluster::forward::{Line, RemoteError};
+use crate::cluster::forward::{Answer, RemoteError};
 use crate::error::ProxyError;
 use crate::tools::Ran;
+
+/// A kept call's answer, or its error, as the replica keeping it has it.
+pub(super) type KeptLine = Result<Answer, RemoteError>;
 
 /// How long an answer is kept after its call ended (a served call's: and its stream).
 pub(super) const KEPT_FOR: Duration = Duration::from_secs(60);
@@ -45,11 +49,11 @@ pub(super) struct KeptCalls {
 }
 
 /// A kept call's answer, once it ended.
-pub(super) struct KeptAnswer(watch::Receiver<Option<Line>>);
+pub(super) struct KeptAnswer(watch::Receiver<Option<KeptLine>>);
 
 impl KeptAnswer {
     /// The answer: at once when the call is over, else when it ends (waiting at most `wait`).
-    pub async fn wait(mut self, wait: Duration) -> Option<Line> {
+    pub async fn wait(mut self, wait: Duration) -> Option<KeptLine> {
         let ended = tokio::time::timeout(wait, self.0.wait_for(Option::is_some)).await.ok()?.ok()?;
         ended.clone()
     }
@@ -60,7 +64,7 @@ impl KeptAnswer {
 struct Kept {
     principal: String,
     upstream: String,
-    answer: watch::Receiver<Option<Line>>,
+    answer: watch::Receiver<Option<KeptLine>>,
     until: Option<Instant>,
     /// A call whose host's stream is served here.
     served: Option<Served>,
@@ -69,7 +73,7 @@ struct Kept {
 /// A served call's way in for its answer, until its handler takes it; whether its stream
 /// ended, and whether its answer went out on it then.
 struct Served {
-    answering: Option<watch::Sender<Option<Line>>>,
+    answering: Option<watch::Sender<Option<KeptLine>>>,
     ended: bool,
     delivered: bool,
 }
@@ -88,7 +92,7 @@ pub(super) struct StreamKept {
 pub(super) struct Answering {
     calls: Arc<KeptCalls>,
     key: String,
-    answer: Option<watch::Sender<Option<Line>>>,
+    answer: Option<watch::Sender<Option<KeptLine>>>,
 }
 
 impl KeptCalls {
@@ -148,10 +152,17 @@ impl KeptCalls {
     /// `principal`'s call kept under `key`: its upstream, and its answer to wait for; `None`
     /// when none of `principal`'s is kept here.
     pub fn find(&self, key: &str, principal: &str) -> Option<(String, KeptAnswer)> {
+        let (whose, upstream, answer) = self.whose(key)?;
+        (whose == principal).then_some((upstream, answer))
+    }
+
+    /// The call kept under `key`, whoever's: its principal, its upstream and its answer to wait
+    /// for (the replica that asks for it checks the principal); `None` when none is kept here.
+    pub fn whose(&self, key: &str) -> Option<(String, String, KeptAnswer)> {
         let calls = self.calls.lock().expect("kept calls lock");
         let claimed = |kept: &&Kept| kept.served.as_ref().is_none_or(|served| served.answering.is_none());
-        let kept = calls.get(key).filter(claimed).filter(|kept| kept.principal == principal)?;
-        Some((kept.upstream.clone(), KeptAnswer(kept.answer.clone())))
+        let kept = calls.get(key).filter(claimed)?;
+        Some((kept.principal.clone(), kept.upstream.clone(), KeptAnswer(kept.answer.clone())))
     }
 
     /// Book `kept` under `key`, unless full or booked already; the stale ones go first, then,
@@ -254,7 +265,7 @@ impl Drop for StreamKept {
 
 impl Answering {
     /// The call's answer (or error) as its handler gives it to the host.
-    pub fn answered(mut self, line: Line) {
+    pub fn answered(mut self, line: KeptLine) {
         if let Some(answer) = self.answer.take() {
             answer.send_replace(Some(line));
             self.calls.served_answered(&self.key);
@@ -271,17 +282,16 @@ impl Drop for Answering {
 }
 
 /// How a call's answer or error is kept.
-pub(super) fn line_of(ran: &Ran) -> Line {
+pub(super) fn line_of(ran: &Ran) -> KeptLine {
     match ran {
-        Ok(answer) => Line::Answer(answer.clone()),
-        Err(error) => Line::Error(RemoteError::of(error)),
+        Ok(answer) => Ok(answer.clone()),
+        Err(error) => Err(RemoteError::of(error)),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::forward::Answer;
     use rmcp::model::CallToolResult;
 
     fn answered() -> Ran {
@@ -303,7 +313,7 @@ mod tests {
         assert_eq!(upstream, "ev");
         go.send(()).expect("the call waits");
         let line = answer.wait(Duration::from_secs(5)).await.expect("its answer once it ends");
-        assert!(matches!(line, Line::Answer(Answer::Tool(_))), "{line:?}");
+        assert!(matches!(line, Ok(Answer::Tool(_))), "{line:?}");
         let (_, again) = calls.find("k", "alice").expect("kept after it ended");
         assert!(again.wait(Duration::from_secs(5)).await.is_some());
     }
@@ -333,7 +343,7 @@ mod tests {
         let (upstream, answer) = calls.find("cut", "alice").expect("kept while it runs, its stream cut");
         assert_eq!(upstream, "ev");
         answering.answered(line_of(&answered()));
-        assert!(matches!(answer.wait(Duration::from_secs(5)).await, Some(Line::Answer(Answer::Tool(_)))));
+        assert!(matches!(answer.wait(Duration::from_secs(5)).await, Some(Ok(Answer::Tool(_)))));
         assert!(calls.find("cut", "alice").is_some(), "kept after it was answered");
 
         let mut stream = calls.stream_opened("out".into()).expect("booked");

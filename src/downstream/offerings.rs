@@ -21,7 +21,7 @@ use super::ProxyServer;
 use super::audited::{self, Asked};
 use super::kept::Answering;
 use crate::audit::{self, Kind};
-use crate::cluster::forward::{Answer, Line, RemoteError};
+use crate::cluster::forward::{Answer, RemoteError};
 use crate::error::ProxyError;
 use crate::host::ProgressOutlet;
 use crate::protocol::method;
@@ -303,8 +303,8 @@ async fn kept_too<T>(
     let answer = serve.await;
     // One not kept is forgotten with its `answering`.
     let line = match &answer {
-        Ok(answered) => kept_as(answered).map(Line::Answer),
-        Err(error) => Some(Line::Error(RemoteError::of(error))),
+        Ok(answered) => kept_as(answered).map(Ok),
+        Err(error) => Some(Err(RemoteError::of(error))),
     };
     if let Some((answering, line)) = answering.zip(line) {
         answering.answered(line);

@@ -124,7 +124,7 @@ families! {
     listener_connections: gauge("listener_connections", &["kind"],
         "Connections open on the MCP listener, by kind: host (counted against server.max_connections) or peer (other replicas', counted apart).");
     cluster_redis_rejected: counter("cluster_redis_rejected_total", &["kind"],
-        "Values read from Redis that did not open under this cluster's sealing key (forged, sealed under another secret, altered, moved to another key, or written in clear before sealing) and were taken as missing, by kind: cache_entry, session_record.");
+        "Values read from Redis that did not open under this cluster's sealing key (forged, sealed under another secret, altered, moved to another key, or written in clear before sealing) and were taken as missing, by kind: cache_entry, session_record, session_news (a host's answer addressed to this replica), kept_answer (a call's answer kept for a host's resumption).");
     auth_refused: counter("auth_refused_total", &["reason"],
         "HTTP requests refused with 401, by why the token was not accepted.");
     request_bodies_cut: counter("request_bodies_cut_total", &["reason"],

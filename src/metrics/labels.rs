@@ -69,14 +69,15 @@ pub enum SharedCacheEvent {
 pub enum AnswerOutcome {
     /// It came to the replica that asked, which took it.
     Local,
-    /// It came to another replica, which posted it to the asking one's mailbox.
+    /// It came to another replica, which published it, sealed and addressed to the asking
+    /// one, on the session news channel.
     Forwarded,
     /// This replica asked, and took the answer another replica forwarded.
     Delivered,
     /// Dropped: no request of this session is waiting for it (forged, of another session or
-    /// principal, answered already), or a letter was lost.
+    /// principal, answered already), or it did not open.
     Dropped,
-    /// Forwarded to no one: the asking replica does not listen (gone), or Redis is down.
+    /// Forwarded to no one: the asking replica is not seen alive (gone), or Redis is down.
     Unheard,
 }
 
@@ -88,6 +89,10 @@ pub enum SealedKind {
     /// A 2025 session's record: its principal, `initialize` parameters, log level or a
     /// subscribed URI.
     SessionRecord,
+    /// A host's answer addressed to this replica on the session news channel.
+    SessionNews,
+    /// A call's answer kept for a host's resumption of its cut stream.
+    KeptAnswer,
 }
 
 /// What a client was refused by policy.
@@ -247,12 +252,15 @@ impl SharedCacheEvent {
 }
 
 impl SealedKind {
-    pub const ALL: [SealedKind; 2] = [SealedKind::CacheEntry, SealedKind::SessionRecord];
+    pub const ALL: [SealedKind; 4] =
+        [SealedKind::CacheEntry, SealedKind::SessionRecord, SealedKind::SessionNews, SealedKind::KeptAnswer];
 
     pub fn label(self) -> &'static str {
         match self {
             SealedKind::CacheEntry => "cache_entry",
             SealedKind::SessionRecord => "session_record",
+            SealedKind::SessionNews => "session_news",
+            SealedKind::KeptAnswer => "kept_answer",
         }
     }
 }

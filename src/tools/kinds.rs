@@ -130,8 +130,8 @@ pub(super) async fn send(
             _ => return Err(task()),
         },
         Call::Complete(params) => Answer::Complete(upstream.complete_as(params, subject).await?),
-        Call::Reply { .. } | Call::Collect { .. } => {
-            return Err(ProxyError::InvalidParams("an answer or a collection is not run".into()));
+        Call::Reply { .. } => {
+            return Err(ProxyError::InvalidParams("an answer is not run".into()));
         }
     })
 }

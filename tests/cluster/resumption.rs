@@ -14,8 +14,10 @@
 //! Nor when its stream is cut while the replica serving it lives: a 2025 host (raw HTTP) whose
 //! call's connection is dropped at its first progress resumes on another replica
 //! (`X-Replica-Route`) and gets the call's result, whether that replica or another ran the
-//! call, and whether it resumes while the call runs or after it ended. A 2026-07-28 call's
-//! stream carries no event id: cut, it has nothing to resume, as before.
+//! call, and whether it resumes while the call runs or after it ended. A request whose answer
+//! no replica keeps (a `ping`'s), resumed elsewhere while the replica that served it lives, is
+//! told at once that its answer is not kept, never that the replica was lost. A 2026-07-28
+//! call's stream carries no event id: cut, it has nothing to resume, as before.
 
 use std::time::{Duration, Instant};
 
@@ -294,6 +296,33 @@ async fn the_host_gets_its_calls_result_on_another_replica_when_its_stream_is_cu
         }
     }
     assert_eq!(got, RUNS, "results on another replica after the stream was cut");
+    Ok(())
+}
+
+/// A `ping` answered on replica 0, its stream resumed on replica 1: no replica keeps a ping's
+/// answer, and replica 0 lives, so the host is told at once that the answer is not kept (the
+/// replicas say so on the session news channel), not that replica 0 was lost.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_resumption_whose_answer_is_kept_nowhere_hears_so_at_once_not_that_its_replica_was_lost() -> anyhow::Result<()>
+{
+    let (cluster, _policies) = three_replicas().await?;
+    let session = legacy_session(cluster.url()).await?;
+    let http = reqwest::Client::new();
+    let ping = legacy_post(&http, cluster.url(), Some(&session)).header("X-Replica-Pin", "0");
+    let sent = ping.json(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"})).send();
+    let mut response = tokio::time::timeout(DEADLINE, sent).await.context("no reply")??;
+    let answered = |line: &str| line.starts_with("data:") && line.contains("\"result\"");
+    let (_, last_event_id) = read_events(&mut response, answered).await?;
+    let last_event_id = last_event_id.context("the ping's stream names its events")?;
+    let resumed = Instant::now();
+    let answer = resumed_on(cluster.url(), &session, &last_event_id, 1).await?;
+    let after = resumed.elapsed();
+    eprintln!("resumed on replica-1 in {after:?}: {answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert_eq!(answer["error"]["data"]["cause"], "not_kept", "{answer}");
+    assert!(message.contains("replica serving this request (replica-0) keeps no answer"), "{answer}");
+    assert!(!message.contains("lost"), "replica-0 lives: {answer}");
+    assert!(after < Duration::from_millis(1500), "told at once, not at a deadline: {after:?}");
     Ok(())
 }
 

@@ -5,33 +5,36 @@
 //! balancer may take to any replica:
 //! - on the asking replica, the answer is taken if it came on the session that was asked, with
 //!   rmcp's id put back;
-//! - on another, it is posted to the asking replica's mailbox (`crate::cluster::mailbox`) with
-//!   the record key of the session it came on; the asking replica takes it from there on the
-//!   same terms, as if it had come to it.
+//! - on another, it is published on the session news channel (`news`), as `answer <replica>
+//!   <sealed>`: addressed to the asking replica, and sealed for it with the cluster's Redis
+//!   key (bound to the channel and the addressee), together with the record key of the session
+//!   it came on. Every replica hears it; the others drop it unread beyond the address, and the
+//!   asking replica takes it on the same terms, as if it had come to it.
 //!
 //! Counters start at the time of start in microseconds, so an id is not reused across restarts.
 //!
 //! Invariant: an answer completes a request only if it came on the session that request was sent
 //! to (a session id names its principal: the session gate checked it), and at most once; any
 //! other answer is dropped, counted, and never reaches rmcp. No session id goes to Redis (the
-//! record key, an HMAC of it, names the session).
+//! record key, an HMAC of it, names the session), and no answer in clear.
 
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rmcp::model::{
     ClientJsonRpcMessage, JsonRpcMessage, JsonRpcNotification, RequestId, ServerJsonRpcMessage, ServerNotification,
 };
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use rmcp::transport::streamable_http_server::session::{SessionId, SessionManager};
+use rmcp::transport::streamable_http_server::session::SessionId;
 use serde::{Deserialize, Serialize};
-use tokio_util::sync::CancellationToken;
 
 use super::ids::SessionIds;
-use crate::cluster::mailbox::{Letter, Mailbox, Posted};
+use super::records::Records;
 use crate::metrics::{AnswerOutcome, Metrics};
+
+/// What session news calls a host's answer for another replica: `answer <replica> <sealed>`.
+pub(crate) const ANSWER: &str = "answer";
 
 /// Requests waiting for an answer, at most; past it the oldest is forgotten.
 const MAX_ASKED: usize = 10_000;
@@ -44,7 +47,7 @@ pub(crate) struct Answers {
     next: AtomicU64,
     asked: Mutex<BTreeMap<u64, Asked>>,
     ids: SessionIds,
-    mailbox: Mailbox,
+    records: Records,
     metrics: Metrics,
 }
 
@@ -56,7 +59,7 @@ struct Asked {
     at: Instant,
 }
 
-/// A forwarded answer, as posted to the asking replica's mailbox.
+/// A forwarded answer, as sealed for the asking replica.
 #[derive(Serialize, Deserialize)]
 struct Forwarded {
     /// The record key of the session the answer came on.
@@ -65,31 +68,16 @@ struct Forwarded {
 }
 
 impl Answers {
-    pub fn new(replica: &str, ids: SessionIds, mailbox: Mailbox, metrics: Metrics) -> Self {
+    pub fn new(replica: &str, records: Records, metrics: Metrics) -> Self {
         let start = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
         Answers {
             replica: replica.to_owned(),
             next: AtomicU64::new(start),
             asked: Mutex::default(),
-            ids,
-            mailbox,
+            ids: records.ids.clone(),
+            records,
             metrics,
         }
-    }
-
-    /// The `cluster-mailbox` task: hand the answers other replicas forward here to their
-    /// sessions in `manager`, until `shutdown`.
-    pub async fn hear(self: Arc<Self>, manager: Arc<LocalSessionManager>, shutdown: CancellationToken) {
-        let mailbox = self.mailbox.clone();
-        mailbox
-            .run(shutdown, |letter| {
-                let (answers, manager) = (self.clone(), manager.clone());
-                async move {
-                    let Some((session, answer)) = answers.open(letter) else { return };
-                    answers.handed(manager.accept_message(&session, answer).await.is_ok());
-                }
-            })
-            .await;
     }
 
     /// `message` goes to the host of `session`: a request gets this replica's id, and is booked;
@@ -141,20 +129,27 @@ impl Answers {
         }
         let forwarded = Forwarded { session: self.ids.record_key(session), answer: message };
         let body = serde_json::to_vec(&forwarded).expect("a JSON-RPC message serialises");
-        match self.mailbox.post(&replica, &body).await {
-            Posted::Heard => self.count(AnswerOutcome::Forwarded),
-            Posted::Unheard => {
-                tracing::debug!(replica = %replica, "an answer for a replica that does not listen was dropped");
+        let news = format!("{ANSWER} {replica} {}", self.records.seal_news(ANSWER, &replica, &body));
+        let published = self.records.publish(news).await;
+        match published {
+            Ok(()) if self.records.cluster().replicas().contains(&replica) => self.count(AnswerOutcome::Forwarded),
+            _ => {
+                tracing::debug!(replica = %replica, "an answer for a replica not seen alive (or Redis down) was dropped");
                 self.count(AnswerOutcome::Unheard);
             }
         }
         None
     }
 
-    /// A letter from this replica's mailbox: the session and answer to hand rmcp, if a request
-    /// of that session waits for it.
-    pub fn open(&self, letter: Letter) -> Option<(SessionId, ClientJsonRpcMessage)> {
-        let Letter::Read(body) = letter else {
+    /// Session news `answer <replica> <sealed>` (`news`, the part after `answer `): the session
+    /// and answer to hand rmcp, if it is addressed to this replica and a request of that
+    /// session waits for it. One addressed to another replica is left unread.
+    pub fn open(&self, news: &str) -> Option<(SessionId, ClientJsonRpcMessage)> {
+        let (to, sealed) = news.split_once(' ')?;
+        if to != self.replica {
+            return None;
+        }
+        let Some(body) = self.records.open_news(ANSWER, to, sealed) else {
             self.count(AnswerOutcome::Dropped);
             return None;
         };
@@ -252,6 +247,8 @@ mod tests {
     use rmcp::model::{ClientResult, CreateMessageResult, JsonRpcResponse, JsonRpcVersion2_0, SamplingMessage};
     use rmcp::model::{CreateMessageRequest, CreateMessageRequestParams, ServerRequest};
 
+    use std::sync::Arc;
+
     use super::*;
     use crate::cluster::Cluster;
     use crate::config::{ClusterConfig, Secret};
@@ -270,7 +267,8 @@ mod tests {
         };
         let metrics = Metrics::new();
         let cluster = Cluster::new(&config, metrics.clone()).expect("a cluster handle");
-        Answers::new(replica, SessionIds::new([7; 32]), Mailbox::new(cluster), metrics)
+        let records = Records::new(cluster, Duration::from_secs(60), Duration::from_secs(60));
+        Answers::new(replica, records, metrics)
     }
 
     /// rmcp's request `id`, as sent: its id on the wire.
@@ -307,6 +305,25 @@ mod tests {
         check(answers.route(&mine, answer(wire.clone())).await, Some(RequestId::Number(4)));
         check(answers.route(&mine, answer(wire)).await, None);
         assert_ne!(asked(&answers, &mine, 5), asked(&answers, &mine, 5), "ids are not reused");
+    }
+
+    #[tokio::test]
+    async fn an_answer_on_the_news_is_read_only_by_the_replica_it_is_sealed_and_addressed_to() {
+        let (asking, other) = (answers("replica-0"), answers("replica-1"));
+        let session: SessionId = Arc::from("mine");
+        let wire = asked(&asking, &session, 4);
+        let forwarded = Forwarded { session: asking.ids.record_key(&session), answer: answer(wire) };
+        let body = serde_json::to_vec(&forwarded).expect("serialises");
+        let sealed_for = |to: &str| other.records.seal_news(ANSWER, to, &body);
+        assert!(other.open(&format!("replica-0 {}", sealed_for("replica-0"))).is_none(), "left unread elsewhere");
+        assert!(asking.open(&format!("replica-1 {}", sealed_for("replica-1"))).is_none(), "addressed to another");
+        assert!(asking.open(&format!("replica-0 {}", sealed_for("replica-1"))).is_none(), "sealed for another");
+        assert!(asking.open("replica-0 eyJpbi1jbGVhciI6MX0").is_none(), "not sealed");
+        let news = format!("replica-0 {}", sealed_for("replica-0"));
+        let (to, taken) = asking.open(&news).expect("the asking replica takes it");
+        assert_eq!(to, session);
+        check(Some(taken), Some(RequestId::Number(4)));
+        assert!(asking.open(&news).is_none(), "once");
     }
 
     #[test]

@@ -4,13 +4,16 @@
 //! session it does not hold (the session gate checks the id and the record's principal first).
 //! The replica serving the session's GET stream holds its subscriptions (`streams`); `DELETE`
 //! anywhere ends it everywhere (`news`); the session caps and idle reaping are the records'. A
-//! host's answer to a request a replica sent it reaches that replica wherever it lands (`answers`).
-//! A request's stream cut with the replica serving it is resumed on any other (`resumed`).
+//! host's answer to a request a replica sent it reaches that replica wherever it lands
+//! (`answers`, on the news channel). A request's stream cut with the replica serving it is
+//! resumed on any other (`resumed`), which asks on the news channel who keeps its answer
+//! (`keepers`).
 //!
 //! Without `[cluster]` none of this exists and sessions are the process's own, as before.
 
 pub(crate) mod answers;
 pub(crate) mod ids;
+pub(crate) mod keepers;
 pub(crate) mod news;
 pub(crate) mod records;
 pub(crate) mod resumed;

@@ -2,9 +2,14 @@
 //! holds: a session ended (`DELETE` anywhere) is closed here too; a session's subscriptions
 //! changed, so its GET stream here (if any) syncs again; its `logging/setLevel` on another
 //! replica sets the level its handler here filters log messages by; a session ended anywhere
-//! closes its per-host upstream sessions held here. A lost message (the push connection
-//! dropped, or the queue overflowed) makes every stream here sync again; a session ended while
-//! news was lost is closed here once it falls idle and its record is found gone (`sessions`).
+//! closes its per-host upstream sessions held here. The same channel carries what one replica
+//! says to another about a session's requests: a host's answer to a request this replica asked
+//! (`answers`: sealed and addressed to the asking replica; the others leave it unread), and the
+//! questions and words on who keeps a cut stream's answer (`keepers`). A lost message (the push
+//! connection dropped, or the queue overflowed) makes every stream here sync again, and every
+//! question waiting here read what its keeper may have written; a session ended while news was
+//! lost is closed here once it falls idle and its record is found gone (`sessions`). A lost
+//! answer is lost with its request's call (the upstream's request times out).
 
 #![allow(deprecated)] // Logging is deprecated by SEP-2577 but still in the 2025 era.
 
@@ -20,6 +25,8 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::answers::{ANSWER, Answers};
+use super::keepers::{COLLECT, KEPT, Keepers};
 use super::records::{ENDED, LEVEL, Records, SUBSCRIPTIONS};
 use super::streams::StreamHolds;
 use crate::downstream::sessions::SessionBook;
@@ -38,6 +45,10 @@ pub(crate) struct Newsroom {
     /// Per-host upstream sessions of a session ended anywhere are closed (on the replica that
     /// holds them, which may hold no handler of the session).
     pub proxy: crate::proxy::Proxy,
+    /// Hosts' answers forwarded to this replica go to their sessions through it.
+    pub answers: Arc<Answers>,
+    /// Who keeps a cut stream's answer: asked and told here.
+    pub keepers: Keepers,
 }
 
 impl Newsroom {
@@ -82,6 +93,7 @@ impl Newsroom {
             let Some(info) = info else { return };
             if lost.swap(false, Ordering::Relaxed) {
                 self.streams.resync_all();
+                self.keepers.news_lost();
             }
             self.handle(info).await;
         }
@@ -93,20 +105,31 @@ impl Newsroom {
             PushKind::Disconnection => {
                 tracing::debug!("cluster: session news connection dropped; every stream syncs again");
                 self.streams.resync_all();
+                self.keepers.news_lost();
                 return;
             }
             _ => return,
         }
         let Some(Value::BulkString(payload)) = info.data.get(1) else { return };
-        let Some((what, record_key)) = std::str::from_utf8(payload).ok().and_then(|text| text.split_once(' ')) else {
+        let Some((what, news)) = std::str::from_utf8(payload).ok().and_then(|text| text.split_once(' ')) else {
             return;
         };
         match what {
-            ENDED => self.ended(record_key).await,
-            SUBSCRIPTIONS => self.streams.resync(record_key),
-            LEVEL => self.level(record_key),
+            ENDED => self.ended(news).await,
+            SUBSCRIPTIONS => self.streams.resync(news),
+            LEVEL => self.level(news),
+            ANSWER => self.answer(news).await,
+            COLLECT => self.keepers.asked(news),
+            KEPT => self.keepers.heard(news),
             _ => {}
         }
+    }
+
+    /// `answer <replica> <sealed>`: a host's answer to a request of this replica, handed to the
+    /// session it was asked on (one for another replica is left unread).
+    async fn answer(&self, news: &str) {
+        let Some((session, answer)) = self.answers.open(news) else { return };
+        self.answers.handed(self.manager.accept_message(&session, answer).await.is_ok());
     }
 
     /// `level <record key> <level>`: the session's handler here filters by the new level.

@@ -15,13 +15,19 @@
 //! principal's records listed there). A record lives `server.session_idle_timeout` after its last
 //! request seen (`server.subscribed_session_idle_timeout` while it holds subscriptions): the
 //! idle reaping of the cluster is Redis's expiry. Changes of a session that other replicas act
-//! on (its end, its subscriptions, its log level) are published on `sessions:news`.
+//! on (its end, its subscriptions, its log level) are published on `sessions:news`, the one
+//! channel of session news, as is what one replica says to another about a session's requests
+//! (a host's answer, sealed for the replica that asked: `answers`; who keeps a lost stream's
+//! answer: `keepers`). Such an answer, once asked for, is kept at `kept:<call key>:<replica>`,
+//! sealed, for a minute.
 
 #![allow(deprecated)] // Logging is deprecated by SEP-2577 but still in the 2025 era.
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use redis::aio::ConnectionManager;
 use redis::{AsyncCommands, RedisResult, Script};
 use rmcp::model::{InitializeRequestParams, LoggingLevel};
@@ -84,6 +90,45 @@ impl Records {
     /// The channel replicas hear each other's session news on.
     pub fn news_channel(&self) -> String {
         self.cluster.key(&["sessions", "news"])
+    }
+
+    /// Publish `news` on the session news channel.
+    pub async fn publish(&self, news: String) -> RedisResult<()> {
+        let _: i64 = self.run(self.redis().publish(self.news_channel(), news)).await?;
+        Ok(())
+    }
+
+    /// `plaintext` sealed as news of kind `what` for replica `to` alone (base64: news is text).
+    pub fn seal_news(&self, what: &str, to: &str, plaintext: &[u8]) -> String {
+        URL_SAFE_NO_PAD.encode(self.cluster.seal().seal((&self.news_channel(), what, to), plaintext))
+    }
+
+    /// What `sealed` says, if it was sealed as news of kind `what` for replica `to` by this
+    /// cluster (counted when it was not).
+    pub fn open_news(&self, what: &str, to: &str, sealed: &str) -> Option<Vec<u8>> {
+        let (channel, sealed) = (self.news_channel(), URL_SAFE_NO_PAD.decode(sealed).unwrap_or_default());
+        self.cluster.seal().open(SealedKind::SessionNews, (&channel, what, to), &sealed)
+    }
+
+    /// Keep `plaintext`, the answer of the call under `call_key` as `replica` keeps it, sealed,
+    /// for `ttl`.
+    pub async fn keep_answer(
+        &self,
+        (call_key, replica): (&str, &str),
+        plaintext: &[u8],
+        ttl: Duration,
+    ) -> RedisResult<()> {
+        let key = self.cluster.key(&["kept", call_key, replica]);
+        let sealed = self.cluster.seal().seal((&key, "", ""), plaintext);
+        let _: () = self.run(self.redis().pset_ex(&key, sealed, ms(ttl))).await?;
+        Ok(())
+    }
+
+    /// The answer of the call under `call_key` as `replica` keeps it, if it is there and opens.
+    pub async fn kept_answer(&self, (call_key, replica): (&str, &str)) -> RedisResult<Option<Vec<u8>>> {
+        let key = self.cluster.key(&["kept", call_key, replica]);
+        let sealed: Option<Vec<u8>> = self.run(self.redis().get(&key)).await?;
+        Ok(sealed.and_then(|sealed| self.cluster.seal().open(SealedKind::KeptAnswer, (&key, "", ""), &sealed)))
     }
 
     pub fn cluster(&self) -> &Cluster {

@@ -4,19 +4,20 @@
 //! and `Last-Event-ID` through the balancer. A replica that served the stream replays it
 //! (rmcp, `call_streams`); any other one, or the same one restarted (it no longer holds the
 //! session), answers here, on a stream of one event, with the request's answer or a JSON-RPC
-//! error for its id. The answer of a call or prompt is collected over the replicas' own
-//! channel (`cluster::forward`), waiting for the call to end, from the replica that keeps it
-//! (`kept`):
+//! error for its id. The answer of a call or prompt kept here is taken at once (or when the
+//! call ends); else the replicas are asked on the session news channel who keeps it, and the
+//! keeper hands it over through Redis once the call ends (`keepers`). It may be kept (`kept`):
 //! - the replica that served the stream, alive, keeps the answer it wrote for the host (a
 //!   while after the call, whether or not it went out on the stream): handed on as it is;
 //! - a replica that ran the call for the serving one (the owner of a per-principal or per-host
 //!   upstream session) keeps the upstream's answer when the serving replica went away:
 //!   rewritten here for the host as that replica would have.
 //!
-//! When none keeps it, the serving replica is taken for lost: the error says so, and that the
-//! call may or may not have run. (A serving replica that lives keeps every such answer for 60 s
-//! after its call ended, `kept`; the channel does not tell one that lives but keeps none from
-//! one that is gone.)
+//! When none keeps it, the error says why: the serving replica, alive, keeps no answer for it
+//! (it went out on the stream, or more than 60 s ago: a serving replica keeps every such
+//! answer that long after its call ended, `kept`); or the serving replica said nothing and is
+//! taken for lost (dead, or restarted), or the keeper went away before the call ended, and the
+//! call may or may not have run; or Redis could not be reached to ask.
 //!
 //! Invariant: only the principal whose session it is gets an answer (the event id holds only on
 //! its session, the session's record names its principal, and a kept call is handed only to a
@@ -33,7 +34,8 @@ use rmcp::model::{ErrorCode, JsonRpcMessage, RequestId, ServerJsonRpcMessage, Se
 use serde_json::json;
 
 use super::ids::{SessionIds, StreamEvent};
-use crate::cluster::forward::{Answer, Line, RemoteError};
+use super::keepers::{Found, Keepers};
+use crate::cluster::forward::{Answer, RemoteError};
 use crate::downstream::kept::{COLLECT_WAIT, KeptCalls};
 use crate::error::ProxyError;
 use crate::proxy::Proxy;
@@ -47,15 +49,8 @@ pub(crate) struct Resumption {
     pub replica: Arc<str>,
     /// The calls this replica runs for others, kept when their host's stream is lost.
     pub kept: Arc<KeptCalls>,
-}
-
-/// A kept call's upstream, its answer or error, and whether the replica that served the
-/// stream kept it (as written for the host) rather than one that ran the call for it (as the
-/// upstream gave it).
-struct Collected {
-    upstream: String,
-    answer: Result<Answer, RemoteError>,
-    written: bool,
+    /// Who keeps a call's answer elsewhere, asked on the session news channel.
+    pub keepers: Keepers,
 }
 
 impl Resumption {
@@ -81,7 +76,7 @@ impl Resumption {
         };
         let key = ids.call_key(session, &event.request);
         let message: ServerJsonRpcMessage = match self.collect(principal, &key, &event.replica).await {
-            Some(Collected { upstream, answer, written }) => {
+            Found::Kept { upstream, answer, written } => {
                 tracing::info!(
                     principal,
                     upstream,
@@ -97,9 +92,17 @@ impl Resumption {
                     Err(error) => JsonRpcMessage::error(error.to_error_data(), Some(id)),
                 }
             }
-            None => {
-                tracing::info!(principal, replica = %event.replica, "cluster: a lost stream's request was lost with its replica");
-                JsonRpcMessage::error(lost(&event.replica), Some(id))
+            Found::NotKept => {
+                tracing::info!(principal, replica = %event.replica, "cluster: a lost stream's answer is kept nowhere");
+                JsonRpcMessage::error(not_kept(&event.replica), Some(id))
+            }
+            Found::Lost(replica) => {
+                tracing::info!(principal, replica = %replica, "cluster: a lost stream's request was lost with its replica");
+                JsonRpcMessage::error(lost(&replica, replica == event.replica), Some(id))
+            }
+            Found::Unasked => {
+                tracing::info!(principal, "cluster: a lost stream's answer could not be asked for (Redis down)");
+                JsonRpcMessage::error(unasked(), Some(id))
             }
         };
         one_event(&message)
@@ -107,22 +110,14 @@ impl Resumption {
 
     /// The answer of `principal`'s call kept under `key`: here, or at any other replica alive;
     /// `serving` is the replica that served its stream.
-    async fn collect(&self, principal: &str, key: &str, serving: &str) -> Option<Collected> {
-        if let Some((upstream, answer)) = self.kept.find(key, principal) {
-            let answer = match answer.wait(COLLECT_WAIT).await? {
-                Line::Answer(answer) => Ok(answer),
-                Line::Error(error) => Err(error),
-                _ => return None,
-            };
-            return Some(Collected { upstream, answer, written: serving == &*self.replica });
+    async fn collect(&self, principal: &str, key: &str, serving: &str) -> Found {
+        let Some((upstream, answer)) = self.kept.find(key, principal) else {
+            return self.keepers.collect(principal, key, serving).await;
+        };
+        match answer.wait(COLLECT_WAIT).await {
+            Some(answer) => Found::Kept { upstream, answer, written: serving == &*self.replica },
+            None => Found::NotKept,
         }
-        let forwarder = self.proxy.tools().forwarder()?;
-        let others = forwarder.others();
-        let asked = others.iter().map(|other| async move {
-            let (upstream, answer) = forwarder.collect(other, principal, key, COLLECT_WAIT).await?;
-            Some(Collected { upstream, answer, written: other.replica == serving })
-        });
-        futures::future::join_all(asked).await.into_iter().flatten().next()
     }
 }
 
@@ -141,10 +136,29 @@ fn as_written(upstream: &str, answer: Result<Answer, RemoteError>) -> Result<Ser
     Ok(result)
 }
 
-/// The error of a request whose replica was lost with it.
-fn lost(replica: &str) -> ErrorData {
-    let message = format!("the replica serving this request ({replica}) was lost; the call may or may not have run");
+/// The error of a request whose replica (the one serving its stream, `serving`, or the one
+/// running its call) was lost with it.
+fn lost(replica: &str, serving: bool) -> ErrorData {
+    let role = if serving { "serving" } else { "running" };
+    let message = format!("the replica {role} this request ({replica}) was lost; the call may or may not have run");
     ErrorData::new(ErrorCode::INTERNAL_ERROR, message, Some(json!({ "cause": "replica_lost", "replica": replica })))
+}
+
+/// The error of a request whose serving replica lives but keeps no answer for it.
+fn not_kept(replica: &str) -> ErrorData {
+    let message = format!(
+        "the replica serving this request ({replica}) keeps no answer for it: it went out on the stream, or the call \
+         ended more than {} s ago",
+        crate::downstream::kept::KEPT_FOR.as_secs()
+    );
+    ErrorData::new(ErrorCode::INTERNAL_ERROR, message, Some(json!({ "cause": "not_kept", "replica": replica })))
+}
+
+/// The error of a request whose answer could not be asked for.
+fn unasked() -> ErrorData {
+    let message = "the answer of this request cannot be asked for now: the cluster's Redis cannot be reached; \
+                   the call may or may not have run";
+    ErrorData::new(ErrorCode::INTERNAL_ERROR, message.to_string(), Some(json!({ "cause": "redis_unreachable" })))
 }
 
 /// An SSE reply of one event carrying `message`, ending there.

@@ -18,6 +18,9 @@ const GONE: &[(&str, &str)] = &[
     ("Call::Offerings", "a session's own lists at another replica are its `tools/list` there (`upstream::owners`)"),
     ("Call::Offered", "a session's own list changes reach replicas as MCP `list_changed` (`downstream::owned_lists`)"),
     ("fn hold_following", "a hold is made on the session `upstream::owners` picks, like any session's"),
+    ("mod mailbox", "a host's answer for another replica goes on the one session news channel, sealed and addressed"),
+    ("Call::Collect", "a cut stream's kept answer is asked for on the session news channel and read from Redis"),
+    ("Line::Kept", "a cut stream's kept answer is asked for on the session news channel and read from Redis"),
 ];
 
 #[test]

@@ -15,6 +15,7 @@ const SHORT_TASKS: &[(&str, &str)] = &[
     ("downstream/offerings.rs", "one call's progress sender, ending with the call"),
     ("tools/parked.rs", "one parked upstream call, ending with the call or its time limit"),
     ("downstream/kept.rs", "one forwarded call kept past its forwarding replica, ending with the call"),
+    ("downstream/shared/keepers.rs", "one word on a kept answer asked for, ending with the call or at COLLECT_WAIT"),
 ];
 
 /// The code of `source` that is not test code: nothing of a `tests` module's file, and a file's
