@@ -1,38 +1,23 @@
 //! What still crosses replicas as a private request (a call, prompt, read or completion on a
-//! session another replica holds goes to it over MCP: `session_pass`, and the upstream's
-//! `owners`): a 2026-07-28 retry of a call parked on another replica, a subscription held on a
-//! session another replica holds, a session's own lists, a kept answer, forwarded over HTTP: `POST <owner>/mcp-proxy/forward` with a JSON
-//! [`Forwarded`] body (the principal, the host session for a per-host upstream, the upstream, the call with the upstream's own names, the replica it is for, when
-//! it was made, a nonce and, sealed, the JWT the host's request came with) and a mark, HMAC-SHA256 of the body with the key derived from the
-//! cluster secret for this use. The owner answers with JSON lines: the call's progress as it
-//! comes ([`Line::Progress`]), then one answer or error.
+//! session another replica holds, and a 2026-07-28 retry of a call parked on another replica,
+//! go to it over MCP: `session_pass`, and the upstream's `owners`): a subscription held on a
+//! session another replica holds, a session's own lists, a kept answer, forwarded over HTTP:
+//! `POST <owner>/mcp-proxy/forward` with a JSON [`Forwarded`] body (the principal, the host
+//! session for a per-host upstream, the upstream, the request, the replica it is for, when it
+//! was made and a nonce) and a mark, HMAC-SHA256 of the body with the key derived from the
+//! cluster secret for this use. The owner answers with JSON lines.
 //!
-//! The forwarding replica decides the request (policy, rate limits) and rewrites the answer for
-//! its caller as for a local one; the owner runs it on its own session of that principal.
-//! Progress, the upstream's log messages and its sampling and elicitation requests for a call
-//! travel back as lines; the host's answer to a request goes to the owner as a
-//! [`Call::Reply`]. A subscription travels too
-//! ([`Call::Hold`]): the owner holds it on the principal's session while the reply is open,
-//! and writes each change of it as a line. The owner unreachable (no connection
-//! within [`CONNECT_TIMEOUT`], or with `peer_tls` a TLS handshake either side refused): the
-//! caller runs it on a session of its own ([`Sent::Unreachable`]). With `peer_tls` every
-//! request goes over TLS ([`super::peer_tls`]), and the owner hears only a replica whose
-//! certificate the cluster's CA issued.
-//! With traces on, a call's hop is a CLIENT span of the caller's (child of its host request's
-//! SERVER span) whose context goes in the W3C `traceparent`/`tracestate` headers; the owner's
-//! SERVER span continues it, so a forwarded request is one trace across both replicas.
-//!
-//! The JWT a host's call, prompt, read or completion came with travels in the body sealed
-//! (ChaCha20-Poly1305 under the key derived for this use, bound to the request's nonce): the
-//! owner opens it and exchanges that JWT for the upstream's token (`upstream::credentials`),
-//! never the principal's latest.
+//! A subscription travels ([`Call::Hold`]): the owner holds it on the principal's session while
+//! the reply is open, and writes each change of it as a line. The owner unreachable (no
+//! connection within [`CONNECT_TIMEOUT`], or with `peer_tls` a TLS handshake either side
+//! refused): the caller does without ([`Sent::Unreachable`]). With `peer_tls` every request goes
+//! over TLS ([`super::peer_tls`]), and the owner hears only a replica whose certificate the
+//! cluster's CA issued.
 //!
 //! Invariant: the owner runs only a request whose mark is right, made for it, at most
 //! [`FRESH_FOR`] ago, and not seen before (its nonce is kept until it would be stale); anything
 //! else is refused without running. The keys never leave the process; a mark is no
-//! secret once sent, and the body carries no token in clear.
-
-#![allow(deprecated)] // Sampling and logging are deprecated by SEP-2577 but still in the 2025 era.
+//! secret once sent.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -42,23 +27,13 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, KeyInit, Mac};
 use rand::Rng;
-use rmcp::ErrorData;
-use rmcp::model::{
-    CallToolRequestParams, CallToolResult, CompleteRequestParams, CompleteResult, CreateMessageRequestParams,
-    CreateMessageResult, ElicitRequestParams, ElicitResult, GetPromptRequestParams, GetPromptResult,
-    InputRequiredResult, LoggingLevel, LoggingMessageNotificationParam, ProgressNotificationParam,
-    ReadResourceRequestParams, ReadResourceResult,
-};
+use rmcp::model::{CallToolResult, CompleteResult, GetPromptResult, InputRequiredResult, ReadResourceResult};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
 pub use super::session_pass::HostOf;
 use super::{Cluster, Owner};
-use crate::crypto::SealingKey;
 use crate::error::ProxyError;
-use crate::host::{HostRelay, ProgressOutlet, SubjectToken};
-use crate::protocol::method;
-use crate::telemetry::{self, Outgoing, Span, Transport};
 
 /// The owner's route on its MCP listener.
 pub const PATH: &str = "/mcp-proxy/forward";
@@ -98,15 +73,6 @@ pub struct Forwarded {
     /// principal's).
     #[serde(default)]
     pub session: Option<HostOf>,
-    /// What the host of a call or prompt declared: the owner relays the upstream's requests
-    /// and log messages for it back as [`Line::Ask`] and [`Line::Log`] (none: nothing is).
-    #[serde(default)]
-    pub host: Option<ForwardedHost>,
-    /// The JWT the host's request came with, sealed to this request ([`Forwarder::subject_of`]
-    /// opens it): the owner's upstream session sends the request with a token exchanged for
-    /// it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub subject: Option<String>,
 }
 
 /// Whose session a forwarded request runs on.
@@ -118,92 +84,24 @@ pub struct SessionOf<'a> {
     pub host: Option<HostOf>,
 }
 
-/// What the host of a forwarded call declared.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ForwardedHost {
-    pub sampling: bool,
-    pub elicitation: bool,
-    pub log_level: Option<LoggingLevel>,
-    /// A 2026-07-28 host: what the upstream asks of it is answered as `input_required`.
-    #[serde(default)]
-    pub takes_input_required: bool,
-    /// The tool's or prompt's name as the host knows it (a call parked for its input is
-    /// resumed under it, on whichever replica the retry lands).
-    #[serde(default)]
-    pub presented: String,
-    /// The key the call's answer is kept under when the forwarding replica goes away before
-    /// it is answered ([`Call::Collect`] takes it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kept_as: Option<String>,
-}
-
-/// A request of the upstream to the host of a forwarded call, asked by the owner.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "kind", content = "params", rename_all = "snake_case")]
-pub enum Ask {
-    Sample(CreateMessageRequestParams),
-    Elicit(ElicitRequestParams),
-}
-
-/// The host's answer to an [`Ask`], sent back to the owner as [`Call::Reply`].
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "kind", content = "result", rename_all = "snake_case")]
-pub enum Reply {
-    Sampled(CreateMessageResult),
-    Elicited(ElicitResult),
-    Refused(ErrorData),
-}
-
-/// What the owner runs on the principal's session (names and URIs are the upstream's own).
+/// What the owner does for the replica asking (URIs are the upstream's own).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "kind", content = "params", rename_all = "snake_case")]
 pub enum Call {
-    Tool(CallToolRequestParams),
-    Prompt(GetPromptRequestParams),
-    Read(ReadResourceRequestParams),
-    Complete(CompleteRequestParams),
     /// Hold a subscription of this URI on the principal's session for as long as the reply is
     /// read: the owner answers [`Line::Held`], then [`Line::Updated`] for each change and
     /// [`Line::Alive`] every [`ALIVE_EVERY`], and lets go when the reply is dropped.
-    Hold {
-        uri: String,
-    },
-    /// The host's answer to the owner's [`Line::Ask`] `id`.
-    Reply {
-        id: String,
-        reply: Reply,
-    },
+    Hold { uri: String },
     /// What the session lists as its own tools and prompts: answered
     /// [`Answer::Offerings`] (none: it lists none of its own, or none is open). Opens nothing.
     Offerings,
     /// Sent by the owner `from` to every other replica when what the session lists as its own
     /// changed (none: it lists none of its own any more, or closed): kept there for its hosts.
-    Offered {
-        from: String,
-        lists: Option<OwnLists>,
-    },
+    Offered { from: String, lists: Option<OwnLists> },
     /// The answer of the principal's call kept under `key` here (its forwarding replica went
     /// away, or its host's stream served here was cut): answered [`Line::Kept`] then its answer or error, once the call is over; `404`
     /// when none is kept here.
-    Collect {
-        key: String,
-    },
-}
-
-impl Call {
-    /// The method and target (a tool's or prompt's name) of a call the owner runs upstream;
-    /// `None` for a hold, an answer or a list, which are not traced.
-    pub fn traced(&self) -> Option<(&'static str, Option<&str>)> {
-        match self {
-            Call::Tool(params) => Some((method::TOOLS_CALL, Some(&params.name))),
-            Call::Prompt(params) => Some((method::PROMPTS_GET, Some(&params.name))),
-            Call::Read(_) => Some((method::RESOURCES_READ, None)),
-            Call::Complete(_) => Some((method::COMPLETION_COMPLETE, None)),
-            Call::Hold { .. } | Call::Reply { .. } | Call::Offerings | Call::Offered { .. } | Call::Collect { .. } => {
-                None
-            }
-        }
-    }
+    Collect { key: String },
 }
 
 /// A session's own tools and prompts, as it lists them (the upstream's names).
@@ -229,7 +127,6 @@ pub enum Answer {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Line {
-    Progress(ProgressNotificationParam),
     Answer(Answer),
     Error(RemoteError),
     /// A hold is made; whether the upstream acknowledged it in time.
@@ -242,13 +139,6 @@ pub enum Line {
     },
     /// A held reply is still open.
     Alive,
-    /// A log message of the upstream for the call's host.
-    Log(LoggingMessageNotificationParam),
-    /// A request of the upstream for the call's host: its answer goes back as [`Call::Reply`].
-    Ask {
-        id: String,
-        ask: Ask,
-    },
     /// A kept call's upstream, before its answer ([`Call::Collect`]).
     Kept {
         upstream: String,
@@ -340,13 +230,9 @@ pub struct Forwarder {
 struct Inner {
     cluster: Cluster,
     key: [u8; 32],
-    /// Seals the JWT a forwarded request came with.
-    subject_key: SealingKey,
     http: reqwest::Client,
     /// Nonces seen, with when they become stale (ms since the epoch).
     seen: Mutex<HashMap<String, u64>>,
-    /// On the owner: questions to forwarded calls' hosts waiting for their answer.
-    asks: Mutex<HashMap<String, tokio::sync::oneshot::Sender<Reply>>>,
     /// Holds open at each owner, by (principal, owner replica).
     holds: Mutex<HashMap<(String, String), usize>>,
 }
@@ -371,10 +257,8 @@ impl Forwarder {
         let inner = Inner {
             cluster: cluster.clone(),
             key: cluster.keys().forward(),
-            subject_key: SealingKey::new(&cluster.keys().forward_subject()),
             http,
             seen: Mutex::default(),
-            asks: Mutex::default(),
             holds: Mutex::default(),
         };
         Forwarder { inner: Arc::new(inner) }
@@ -406,45 +290,17 @@ impl Forwarder {
         self.inner.cluster.owner_of(of.upstream, of.principal, of.host.map(|host| host.key))
     }
 
-    /// Send `call` to `owner` and wait (at most `timeout`) for its answer; progress on the way
-    /// goes to the host's `progress`, the upstream's log messages and requests for the call to
-    /// its `relay` (the host's answers go back to the owner).
-    pub async fn send(
-        &self,
-        owner: &Owner,
-        of: SessionOf<'_>,
-        call: Call,
-        host: ForwardingHost<'_>,
-        timeout: Duration,
-    ) -> Result<Answer, Sent> {
+    /// Send `call` to `owner` and wait (at most `timeout`) for its answer.
+    pub async fn send(&self, owner: &Owner, of: SessionOf<'_>, call: Call, timeout: Duration) -> Result<Answer, Sent> {
         let upstream = of.upstream;
-        let span = hop_span(owner, upstream, &call);
         let exchange = async {
-            let declared = host.relay.as_ref().map(|relay| ForwardedHost {
-                sampling: relay.declares_sampling(),
-                elicitation: relay.declares_elicitation(),
-                log_level: relay.log_level(),
-                takes_input_required: relay.takes_input_required(),
-                presented: host.presented.to_string(),
-                kept_as: relay.kept_as(),
-            });
-            // The JWT of a read or completion, else the one of the call's or prompt's host.
-            let subject = host.subject.cloned().or_else(|| host.relay.as_ref()?.subject_token());
-            let response = self.post(owner, of, call, declared, span.injected(), subject.as_ref()).await?;
-            let relay = host.relay.as_deref();
-            let asked = |id, ask| self.answer(owner, of, relay, id, ask);
-            read_lines(response, upstream, host.progress, relay, asked).await
+            let response = self.post(owner, of, call).await?;
+            read_answer(response, upstream).await
         };
-        let answer = match tokio::time::timeout(timeout, exchange).await {
+        match tokio::time::timeout(timeout, exchange).await {
             Ok(answer) => answer,
             Err(_) => Err(Sent::Failed(ProxyError::UpstreamTimeout { upstream: upstream.to_string(), timeout })),
-        };
-        match &answer {
-            Err(Sent::Unreachable) => span.failed("unreachable".to_string()),
-            Err(Sent::Failed(error)) => span.failed(error.kind().to_string()),
-            Ok(_) => {}
         }
-        answer
     }
 
     /// Hold `uri` (the upstream's own) on session `of` at `owner`, for as long as the returned
@@ -453,7 +309,7 @@ impl Forwarder {
     pub async fn hold(&self, owner: &Owner, of: SessionOf<'_>, uri: &str) -> Result<HeldReply, Sent> {
         let slot = self.hold_slot(of.principal, &owner.replica).ok_or_else(|| Sent::Failed(holds_limit()))?;
         let call = Call::Hold { uri: uri.to_string() };
-        let response = tokio::time::timeout(ALIVE_EVERY, self.post(owner, of, call, None, None, None))
+        let response = tokio::time::timeout(ALIVE_EVERY, self.post(owner, of, call))
             .await
             .map_err(|_| failed(of.upstream, "the replica holding the session did not answer"))??;
         Ok(HeldReply { response, buffer: Vec::new(), _slot: slot })
@@ -498,7 +354,7 @@ impl Forwarder {
         let of = SessionOf { principal, upstream: "", host: None };
         let call = Call::Collect { key: key.to_string() };
         let asked = tokio::time::timeout(CONNECT_TIMEOUT, async {
-            let mut response = self.post(at, of, call, None, None, None).await.ok()?;
+            let mut response = self.post(at, of, call).await.ok()?;
             let mut buffer = Vec::new();
             match next_line(&mut response, &mut buffer).await? {
                 Line::Kept { upstream } => Some((upstream, response, buffer)),
@@ -520,7 +376,7 @@ impl Forwarder {
         let told = self.inner.cluster.others().into_iter().map(|other| {
             let call = Call::Offered { from: from.clone(), lists: lists.clone() };
             async move {
-                let posted = tokio::time::timeout(ALIVE_EVERY, self.post(&other, of, call, None, None, None)).await;
+                let posted = tokio::time::timeout(ALIVE_EVERY, self.post(&other, of, call)).await;
                 if !matches!(posted, Ok(Ok(_))) {
                     tracing::debug!(upstream = of.upstream, replica = %other.replica, "cluster: a replica was not told of a session's own lists");
                 }
@@ -529,70 +385,20 @@ impl Forwarder {
         futures::future::join_all(told).await;
     }
 
-    /// Ask the host of a call through `relay` what the owner asked (`id`), and post its answer
-    /// back to the owner (no host: a refusal).
-    async fn answer(&self, owner: &Owner, of: SessionOf<'_>, relay: Option<&dyn HostRelay>, id: String, ask: Ask) {
-        let no_host = || ErrorData::invalid_request("the call's host cannot be asked", None);
-        let reply = match (relay, ask) {
-            (None, _) => Reply::Refused(no_host()),
-            (Some(relay), Ask::Sample(params)) => {
-                relay.sample(params).await.map_or_else(Reply::Refused, Reply::Sampled)
-            }
-            (Some(relay), Ask::Elicit(params)) => {
-                relay.elicit(params).await.map_or_else(Reply::Refused, Reply::Elicited)
-            }
-        };
-        if self.post(owner, of, Call::Reply { id, reply }, None, None, None).await.is_err() {
-            tracing::debug!(upstream = of.upstream, replica = %owner.replica, "cluster: a host's answer did not reach the owner");
-        }
-    }
-
-    /// On the owner: ask the forwarded call's host `ask` through the reply being written (its
-    /// `lines`), and wait for its answer ([`Forwarder::replied`]); an error when the reply is
-    /// gone. Dropping the wait forgets the question.
-    pub async fn ask(&self, lines: &tokio::sync::mpsc::Sender<Line>, ask: Ask) -> Result<Reply, ErrorData> {
-        let id = nonce();
-        let (answer_in, answer) = tokio::sync::oneshot::channel();
-        self.inner.asks.lock().expect("asks lock").insert(id.clone(), answer_in);
-        let _forget = Forget { forwarder: self, id: id.clone() };
-        let gone = || ErrorData::internal_error("the call's host went away", None);
-        lines.send(Line::Ask { id, ask }).await.map_err(|_| gone())?;
-        answer.await.map_err(|_| gone())
-    }
-
-    /// On the owner: the host's answer to the question `id`; false when none is waiting for it.
-    pub fn replied(&self, id: &str, reply: Reply) -> bool {
-        let waiting = self.inner.asks.lock().expect("asks lock").remove(id);
-        waiting.is_some_and(|waiting| waiting.send(reply).is_ok())
-    }
-
-    /// Post `call` to `owner`, marked, with the trace context of its hop (`traceparent`,
-    /// `tracestate`) in the W3C headers and the JWT its host's request came with (`subject`)
-    /// sealed; its reply once its status is a success.
-    async fn post(
-        &self,
-        owner: &Owner,
-        of: SessionOf<'_>,
-        call: Call,
-        host: Option<ForwardedHost>,
-        trace: Option<(String, String)>,
-        subject: Option<&SubjectToken>,
-    ) -> Result<reqwest::Response, Sent> {
+    /// Post `call` to `owner`, marked; its reply once its status is a success.
+    async fn post(&self, owner: &Owner, of: SessionOf<'_>, call: Call) -> Result<reqwest::Response, Sent> {
         let upstream = of.upstream;
-        let nonce = nonce();
         let request = Forwarded {
             to: owner.replica.clone(),
             issued_ms: now_ms(),
-            subject: subject.map(|subject| self.seal_subject(&nonce, subject)),
-            nonce,
+            nonce: nonce(),
             principal: of.principal.to_string(),
             upstream: upstream.to_string(),
             call,
             session: of.host,
-            host,
         };
         let body = serde_json::to_vec(&request).map_err(|e| failed(upstream, format!("not sendable: {e}")))?;
-        let mut post = self
+        let post = self
             .inner
             .http
             .post(format!("{}{PATH}", owner.url))
@@ -600,12 +406,6 @@ impl Forwarder {
             .header(PASS_HEADER, pass_with(&self.inner.key, &owner.replica, request.issued_ms))
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(body);
-        if let Some((traceparent, tracestate)) = trace {
-            post = post.header("traceparent", traceparent);
-            if !tracestate.is_empty() {
-                post = post.header("tracestate", tracestate);
-            }
-        }
         let response = post.send().await.map_err(|e| {
             if e.is_connect() || refused_by_tls(&e) {
                 Sent::Unreachable
@@ -619,24 +419,6 @@ impl Forwarder {
             return Err(failed(upstream, format!("the replica holding the session answered {}", response.status())));
         }
         Ok(response)
-    }
-
-    /// `subject` sealed to the request of `nonce`: its expiry and the token, under the key
-    /// derived for this use.
-    fn seal_subject(&self, nonce: &str, subject: &SubjectToken) -> String {
-        let mut plain = subject.until().to_be_bytes().to_vec();
-        plain.extend_from_slice(subject.token().as_bytes());
-        URL_SAFE_NO_PAD.encode(self.inner.subject_key.seal(&subject_bound_to(nonce), &plain))
-    }
-
-    /// The JWT `request` (opened, its mark checked) came with, if any; `None` as well when
-    /// what it carries does not open (it was sealed to another request).
-    pub fn subject_of(&self, request: &Forwarded) -> Option<SubjectToken> {
-        let sealed = URL_SAFE_NO_PAD.decode(request.subject.as_deref()?).ok()?;
-        let plain = self.inner.subject_key.open(&subject_bound_to(&request.nonce), &sealed)?;
-        let (until, token) = plain.split_at_checked(8)?;
-        let until = u64::from_be_bytes(until.try_into().ok()?);
-        Some(SubjectToken::new(std::str::from_utf8(token).ok()?, until))
     }
 
     /// Whether a request's head carries a right `pass`, made for this replica at most
@@ -696,11 +478,6 @@ pub fn pass_with(key: &[u8; 32], to: &str, issued_ms: u64) -> String {
     format!("{issued_ms}.{}", URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes()))
 }
 
-/// What a sealed subject is bound to: the request of `nonce`.
-fn subject_bound_to(nonce: &str) -> Vec<u8> {
-    format!("forward-subject\n{nonce}").into_bytes()
-}
-
 /// What a pass marks (kept apart from any body's mark by its prefix).
 fn pass_text(to: &str, issued_ms: u64) -> Vec<u8> {
     format!("forward-pass\n{to}\n{issued_ms}").into_bytes()
@@ -747,30 +524,6 @@ impl RemoteError {
                 ProxyError::SessionLimit { upstream, limit, setting }
             }
         }
-    }
-}
-
-/// The host of a forwarded request: where its progress, and the upstream's log messages and
-/// requests for it, go.
-#[derive(Default)]
-pub struct ForwardingHost<'a> {
-    pub progress: Option<&'a dyn ProgressOutlet>,
-    pub relay: Option<Arc<dyn HostRelay>>,
-    /// The tool's or prompt's name as the host knows it.
-    pub presented: &'a str,
-    /// The JWT the host's request came with (sealed on its way).
-    pub subject: Option<&'a SubjectToken>,
-}
-
-/// Forgets an unanswered question when its wait ends.
-struct Forget<'a> {
-    forwarder: &'a Forwarder,
-    id: String,
-}
-
-impl Drop for Forget<'_> {
-    fn drop(&mut self) {
-        self.forwarder.inner.asks.lock().expect("asks lock").remove(&self.id);
     }
 }
 
@@ -844,61 +597,15 @@ async fn next_line(response: &mut reqwest::Response, buffer: &mut Vec<u8>) -> Op
     }
 }
 
-/// Read the owner's lines until its answer or error; each question is answered (`asked`)
-/// before the next line is read (the call waits on it).
-async fn read_lines<F: Future<Output = ()>>(
-    mut response: reqwest::Response,
-    upstream: &str,
-    progress: Option<&dyn ProgressOutlet>,
-    relay: Option<&dyn HostRelay>,
-    asked: impl Fn(String, Ask) -> F,
-) -> Result<Answer, Sent> {
-    let cut = || failed(upstream, "the replica holding the session stopped answering");
-    let mut buffer: Vec<u8> = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|_| cut())? {
-        buffer.extend_from_slice(&chunk);
-        if buffer.len() > MAX_BODY {
-            return Err(failed(upstream, "the replica holding the session answered too much"));
-        }
-        while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = buffer.drain(..=end).collect();
-            match serde_json::from_slice::<Line>(&line[..end]) {
-                Ok(Line::Progress(step)) => {
-                    if let Some(outlet) = progress {
-                        outlet.send(step);
-                    }
-                }
-                Ok(Line::Log(message)) => {
-                    if let Some(relay) = relay {
-                        relay.log(message);
-                    }
-                }
-                Ok(Line::Ask { id, ask }) => asked(id, ask).await,
-                Ok(Line::Answer(answer)) => return Ok(answer),
-                Ok(Line::Error(error)) => return Err(Sent::Failed(error.into_error(upstream))),
-                Ok(Line::Held { .. } | Line::Updated { .. } | Line::Alive | Line::Kept { .. }) | Err(_) => {
-                    return Err(failed(upstream, "the replica holding the session sent an unreadable line"));
-                }
-            }
-        }
+/// Read the owner's reply until its answer or error.
+async fn read_answer(mut response: reqwest::Response, upstream: &str) -> Result<Answer, Sent> {
+    let mut buffer = Vec::new();
+    match next_line(&mut response, &mut buffer).await {
+        Some(Line::Answer(answer)) => Ok(answer),
+        Some(Line::Error(error)) => Err(Sent::Failed(error.into_error(upstream))),
+        Some(_) => Err(failed(upstream, "the replica holding the session sent an unreadable line")),
+        None => Err(failed(upstream, "the replica holding the session stopped answering")),
     }
-    Err(cut())
-}
-
-/// The CLIENT span of `call`'s hop to `owner` (child of the host request's span current on this
-/// task; `mcp_proxy.replica` names the owner); nothing when traces are off or the call is not
-/// traced. Its context goes to the owner in the request's headers, where the owner's SERVER
-/// span continues it.
-fn hop_span(owner: &Owner, upstream: &str, call: &Call) -> Span {
-    if !telemetry::on() {
-        return Span::default();
-    }
-    let Some((method, target)) = call.traced() else { return Span::default() };
-    let url = owner.url.parse::<http::Uri>().ok();
-    let server = url.as_ref().and_then(|url| Some((url.host()?, url.port_u16().unwrap_or(80))));
-    let span = telemetry::client_span(Outgoing { method, target, upstream, server, transport: Transport::Tcp });
-    span.note("mcp_proxy.replica", owner.replica.clone());
-    span
 }
 
 /// How rustls words an alert the peer sent (`rustls::Error::AlertReceived`).

@@ -1,29 +1,14 @@
 //! `POST /mcp-proxy/forward` on the MCP listener (`[cluster]` only): what another replica still
-//! forwards here ([`crate::cluster::forward`]): a 2026-07-28 retry of a call parked here, a
-//! subscription held on a session held here, a session's own lists, a host's answer, a kept
-//! answer to collect. A call, prompt, read or completion on a session held here comes over MCP
-//! (`owned`), and is refused on this route. It carries a mark made with the cluster's derived key instead
-//! of a host's token; a request whose mark is wrong, stale, for another replica or seen before
-//! is answered `403` and not run (counted as `refused`). Otherwise the answer is JSON lines: the
-//! call's progress, the upstream's log messages and its questions to the host as they come
-//! (the host's answer comes back as another forwarded request), then its answer or error; for a subscription held here for the
-//! other replica, whether it is held, then each change of it, for as long as the reply is open.
+//! forwards here ([`crate::cluster::forward`]): a subscription held on a session held here, a
+//! session's own lists, a kept answer to collect. A call, prompt, read or completion on a
+//! session held here, and a 2026-07-28 retry of a call parked here, come over MCP (`owned`).
+//! It carries a mark made with the cluster's derived key instead of a host's token; a request
+//! whose mark is wrong, stale, for another replica or seen before is answered `403` and not run
+//! (counted as `refused`). Otherwise the answer is JSON lines: a session's lists; for a
+//! subscription held here for the other replica, whether it is held, then each change of it, for
+//! as long as the reply is open; for a kept answer, the call's upstream, then its answer.
 //!
-//! With traces on, a call, prompt, read or completion run here is a SERVER span continuing the
-//! forwarding replica's hop (its `traceparent` header), parent of the CLIENT span to the
-//! upstream.
-//! The request runs with the JWT its host's request came with (sealed in it): the upstream
-//! session sends it with a token exchanged for that JWT.
-//!
-//! A 2025 host's call or prompt comes with the key its answer is kept under (`kept`): it runs
-//! to its end even when the forwarding replica goes away, and its answer waits for the host's
-//! resumption on any replica, which collects it here ([`Call::Collect`]).
-//!
-//! Invariant: every progress step is written before the answer; the host that asked is the
-//! forwarding replica's, so a call that is not kept ends (upstream: cancelled) when that
-//! replica goes away.
-
-#![allow(deprecated)] // Sampling and logging are deprecated by SEP-2577 but still in the 2025 era.
+//! Invariant: nothing is done for a request whose mark does not open here.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -34,30 +19,14 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
-use futures::future::BoxFuture;
-use rmcp::ErrorData;
-use rmcp::model::{
-    CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult, LoggingLevel,
-    LoggingMessageNotificationParam, ProgressNotificationParam,
-};
-use tokio::sync::mpsc;
 
 use super::kept::{COLLECT_WAIT, KeptAnswer, KeptCalls};
-use super::traced::header_carrier;
-use crate::cluster::forward::{
-    self, Ask, Call, Forwarded, ForwardedHost, Forwarder, Line, MARK_HEADER, PASS_HEADER, PATH, RemoteError, Reply,
-    SessionOf,
-};
+use crate::cluster::forward::{self, Call, Line, MARK_HEADER, PASS_HEADER, PATH, RemoteError, SessionOf};
 use crate::cluster::session_pass::{self, Passes};
 use crate::error::ProxyError;
-use crate::host::{HostRelay, ProgressOutlet, SubjectToken};
 use crate::listener::{Peers, VerifiedPeer};
 use crate::proxy::{Proxy, ReplicaHold};
-use crate::telemetry::{self, Carrier, Incoming, Span};
 use crate::tools::Ran;
-
-/// Progress steps queued for the forwarding replica; beyond this they are dropped.
-const PROGRESS_QUEUE: usize = 256;
 
 /// What the route works with.
 #[derive(Clone)]
@@ -119,43 +88,25 @@ async fn serve(State(Forwarding { proxy, kept }): State<Forwarding>, request: ax
         Ok(request) => request,
         Err(refusal) => return refused(&proxy, refusal),
     };
+    let of = SessionOf { principal: &request.principal, upstream: &request.upstream, host: request.session };
     match request.call {
-        Call::Hold { uri } => {
-            let of = SessionOf { principal: &request.principal, upstream: &request.upstream, host: request.session };
-            let held = proxy.hold_for_replica(of, &uri).await;
-            return held_reply(held);
-        }
-        Call::Offered { from, lists } => {
-            let of = SessionOf { principal: &request.principal, upstream: &request.upstream, host: request.session };
-            return match proxy.tools().offered_elsewhere(of, &from, lists) {
-                true => (StatusCode::OK, "taken\n").into_response(),
-                false => (StatusCode::NOT_FOUND, "no such upstream here\n").into_response(),
-            };
-        }
-        Call::Reply { id, reply } => {
-            return match forwarder.replied(&id, reply) {
-                true => (StatusCode::OK, "taken\n").into_response(),
-                false => (StatusCode::NOT_FOUND, "no such question waits\n").into_response(),
-            };
-        }
-        Call::Collect { key } => return collected(kept.find(&key, &request.principal)),
-        // A request on a session held here comes over MCP (`owned`), not this way.
-        ref call if !crate::tools::Tools::takes_forwarded(call) => return refused(&proxy, forward::Refusal::Malformed),
-        _ => {}
+        Call::Hold { uri } => held_reply(proxy.hold_for_replica(of, &uri).await),
+        Call::Offered { from, lists } => match proxy.tools().offered_elsewhere(of, &from, lists) {
+            true => (StatusCode::OK, "taken\n").into_response(),
+            false => (StatusCode::NOT_FOUND, "no such upstream here\n").into_response(),
+        },
+        Call::Offerings => answered(proxy.tools().own_lists(of)),
+        Call::Collect { key } => collected(kept.find(&key, &request.principal)),
     }
-    let span = forwarded_span(&head.headers, &request);
-    let (steps_in, steps) = mpsc::channel(PROGRESS_QUEUE);
-    let kept_as = request.host.as_ref().and_then(|host| host.kept_as.clone());
-    let kept_as = kept_as.filter(|_| matches!(request.call, Call::Tool(_) | Call::Prompt(_)));
-    let whose = (request.principal.clone(), request.upstream.clone());
-    let call = traced(span, run(proxy, request, steps_in));
-    let call: BoxFuture<'static, Ran> = match kept_as {
-        Some(key) => kept.run(key, (&whose.0, &whose.1), call),
-        None => Box::pin(call),
+}
+
+/// The reply to a [`Call::Offerings`]: its answer or error, one line.
+fn answered(ran: Ran) -> Response {
+    let line = match ran {
+        Ok(answer) => Line::Answer(answer),
+        Err(error) => Line::Error(RemoteError::of(&error)),
     };
-    let run = Run { call, steps, answer: None, done: false };
-    let lines = futures::stream::unfold(run, next_line);
-    ([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(lines)).into_response()
+    ([(header::CONTENT_TYPE, "application/x-ndjson")], encode(&line)).into_response()
 }
 
 /// The reply to a [`Call::Collect`]: the kept call's upstream at once, then its answer when
@@ -201,95 +152,6 @@ fn held_reply(held: Result<ReplicaHold, ProxyError>) -> Response {
     ([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(lines)).into_response()
 }
 
-/// The forwarded request on this replica's session of the principal.
-async fn run(proxy: Proxy, request: Forwarded, lines: mpsc::Sender<Line>) -> Ran {
-    let forwarder = proxy.tools().forwarder().cloned();
-    let subject = forwarder.as_ref().and_then(|forwarder| forwarder.subject_of(&request));
-    let Forwarded { principal, upstream, call, host, session, .. } = request;
-    tracing::debug!(upstream, principal, "cluster: running a forwarded request");
-    // As if presented here: the principal's session opened for it has a JWT to connect with.
-    if let Some(subject) = &subject {
-        proxy.subjects().record(&principal, subject.token(), subject.until());
-    }
-    let progress = matches!(call, Call::Tool(_)).then(|| Arc::new(Steps(lines.clone())) as Arc<dyn ProgressOutlet>);
-    let presented = host.as_ref().map(|host| host.presented.clone()).unwrap_or_default();
-    let relay = host.zip(forwarder).map(|(host, forwarder)| {
-        let principal = principal.as_str().into();
-        Arc::new(ForwardRelay { lines, forwarder, host, principal, subject: subject.clone() }) as Arc<dyn HostRelay>
-    });
-    let of = SessionOf { principal: &principal, upstream: &upstream, host: session };
-    proxy.tools().run_forwarded(of, call, progress, (relay, &presented), subject.as_ref()).await
-}
-
-/// The SERVER span of a forwarded call, continuing the forwarding replica's hop from the
-/// request's `traceparent` header (nothing when traces are off).
-fn forwarded_span(headers: &axum::http::HeaderMap, request: &Forwarded) -> Span {
-    if !telemetry::on() {
-        return Span::default();
-    }
-    let Some((method, target)) = request.call.traced() else { return Span::default() };
-    let span = telemetry::server_span(Incoming {
-        method,
-        target,
-        meta: Carrier::default(),
-        header: header_carrier(Some(headers)),
-        request_id: None,
-        version: None,
-        session: None,
-        transport: telemetry::Transport::Tcp,
-    });
-    span.note("mcp_proxy.upstream", request.upstream.clone());
-    span
-}
-
-/// Run `call` inside `span`; an error is the span's `error.type`.
-async fn traced(span: Span, call: impl Future<Output = Ran>) -> Ran {
-    let ran = span.attach(call).await;
-    if let Err(error) = &ran {
-        span.failed(error.kind().to_string());
-    }
-    ran
-}
-
-/// The answer being written: progress until the call is done, then what is left of it, then
-/// the answer.
-struct Run {
-    call: BoxFuture<'static, Ran>,
-    /// Progress, log messages and questions for the host, in the order they came.
-    steps: mpsc::Receiver<Line>,
-    answer: Option<Line>,
-    done: bool,
-}
-
-enum Next {
-    Step(Line),
-    Ran(Ran),
-}
-
-async fn next_line(mut run: Run) -> Option<(Result<Bytes, Infallible>, Run)> {
-    if run.done {
-        return None;
-    }
-    if run.answer.is_none() {
-        let next = tokio::select! {
-            biased;
-            Some(step) = run.steps.recv() => Next::Step(step),
-            ran = &mut run.call => Next::Ran(ran),
-        };
-        match next {
-            Next::Step(step) => return Some((Ok(encode(&step)), run)),
-            Next::Ran(Ok(answer)) => run.answer = Some(Line::Answer(answer)),
-            Next::Ran(Err(error)) => run.answer = Some(Line::Error(RemoteError::of(&error))),
-        }
-    }
-    if let Ok(step) = run.steps.try_recv() {
-        return Some((Ok(encode(&step)), run));
-    }
-    run.done = true;
-    let answer = run.answer.take()?;
-    Some((Ok(encode(&answer)), run))
-}
-
 fn encode(line: &Line) -> Bytes {
     let mut bytes = serde_json::to_vec(line).unwrap_or_else(|_| {
         let error = RemoteError::UpstreamFailed { reason: "the answer could not be written".into() };
@@ -297,93 +159,4 @@ fn encode(line: &Line) -> Bytes {
     });
     bytes.push(b'\n');
     Bytes::from(bytes)
-}
-
-/// A forwarded call's progress, queued for the forwarding replica (never waits).
-struct Steps(mpsc::Sender<Line>);
-
-impl ProgressOutlet for Steps {
-    fn send(&self, progress: ProgressNotificationParam) {
-        if self.0.try_send(Line::Progress(progress)).is_err() {
-            tracing::debug!("cluster: a forwarded call's progress step was dropped (queue full)");
-        }
-    }
-}
-
-/// The host of a forwarded call, on the owner: what the upstream sends it is written to the
-/// reply for the forwarding replica, which relays it to the host and posts its answers back.
-struct ForwardRelay {
-    lines: mpsc::Sender<Line>,
-    forwarder: Forwarder,
-    host: ForwardedHost,
-    principal: Arc<str>,
-    /// The JWT the call's request came with.
-    subject: Option<SubjectToken>,
-}
-
-impl ForwardRelay {
-    /// Ask the host, unless it did not declare what is asked.
-    fn ask(&self, declared: bool, what: &str, ask: Ask) -> BoxFuture<'static, Result<Reply, ErrorData>> {
-        if !declared {
-            let refused = ErrorData::invalid_request(format!("the host did not declare {what}"), None);
-            return Box::pin(async move { Err(refused) });
-        }
-        let (forwarder, lines) = (self.forwarder.clone(), self.lines.clone());
-        Box::pin(async move { forwarder.ask(&lines, ask).await })
-    }
-}
-
-impl HostRelay for ForwardRelay {
-    fn sample(&self, params: CreateMessageRequestParams) -> BoxFuture<'static, Result<CreateMessageResult, ErrorData>> {
-        let asked = self.ask(self.host.sampling, "sampling", Ask::Sample(params));
-        Box::pin(async move {
-            match asked.await? {
-                Reply::Sampled(result) => Ok(result),
-                Reply::Refused(error) => Err(error),
-                Reply::Elicited(_) => Err(ErrorData::internal_error("the host answered another question", None)),
-            }
-        })
-    }
-
-    fn elicit(&self, params: ElicitRequestParams) -> BoxFuture<'static, Result<ElicitResult, ErrorData>> {
-        let asked = self.ask(self.host.elicitation, "elicitation", Ask::Elicit(params));
-        Box::pin(async move {
-            match asked.await? {
-                Reply::Elicited(result) => Ok(result),
-                Reply::Refused(error) => Err(error),
-                Reply::Sampled(_) => Err(ErrorData::internal_error("the host answered another question", None)),
-            }
-        })
-    }
-
-    fn log(&self, params: LoggingMessageNotificationParam) {
-        // The forwarding replica's relay filters by the host's level again.
-        if self.lines.try_send(Line::Log(params)).is_err() {
-            tracing::debug!("cluster: a forwarded call's log message was dropped (queue full)");
-        }
-    }
-
-    fn log_level(&self) -> Option<LoggingLevel> {
-        self.host.log_level
-    }
-
-    fn takes_input_required(&self) -> bool {
-        self.host.takes_input_required
-    }
-
-    fn declares_sampling(&self) -> bool {
-        self.host.sampling
-    }
-
-    fn declares_elicitation(&self) -> bool {
-        self.host.elicitation
-    }
-
-    fn tenant(&self) -> Option<Arc<str>> {
-        Some(self.principal.clone())
-    }
-
-    fn subject_token(&self) -> Option<SubjectToken> {
-        self.subject.clone()
-    }
 }

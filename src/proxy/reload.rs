@@ -353,9 +353,10 @@ pub(super) fn longest_request(config: &Config) -> Duration {
 /// `request_timeout`'s default.
 const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// `[cluster]`: how an upstream reaches the sessions other replicas hold: their owners by
-/// rendezvous hashing over the replicas alive, each request under a pass sealed with the
-/// cluster's key, over the client between replicas.
+/// `[cluster]`: how an upstream reaches the sessions other replicas hold (their owners by
+/// rendezvous hashing over the replicas alive) and the calls parked on them (the replica alive
+/// a `requestState` names), each request under a pass sealed with the cluster's key, over the
+/// client between replicas.
 fn owner_routes(forwarder: &Forwarder) -> OwnerRoutes {
     let owners = forwarder.clone();
     let owner_of = move |whose: &Whose<'_>| {
@@ -363,6 +364,11 @@ fn owner_routes(forwarder: &Forwarder) -> OwnerRoutes {
             whose.host.map(|host| HostOf { key: host.id, sampling: host.sampling, elicitation: host.elicitation });
         let owner = owners.owner(SessionOf { principal: whose.principal, upstream: whose.upstream, host })?;
         Some(OwnerAt { replica: owner.replica, url: owner.url })
+    };
+    let replicas = forwarder.clone();
+    let replica_at = move |id: &str| {
+        let replica = replicas.replica(id)?;
+        Some(OwnerAt { replica: replica.replica, url: replica.url })
     };
     let passes = forwarder.session_passes();
     let pass = move |to: &str, whose: &Whose<'_>, carried: &Carried<'_>| {
@@ -373,6 +379,7 @@ fn owner_routes(forwarder: &Forwarder) -> OwnerRoutes {
     };
     OwnerRoutes {
         owner_of: Arc::new(owner_of),
+        replica_at: Arc::new(replica_at),
         pass: Arc::new(pass),
         client: forwarder.client(),
         path: session_pass::PATH,

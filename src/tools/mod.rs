@@ -34,22 +34,22 @@ pub mod names;
 pub mod own;
 mod parked;
 mod progress;
-mod remote;
 mod rewrite;
 mod rounds;
 mod routed;
 mod sealed;
+mod served;
 
 use std::sync::{Arc, RwLock};
 
 pub use self::catalog::{Listed, UpstreamOfferings};
 pub use self::inflight::CallPermit;
-pub use self::kinds::Routed;
+pub use self::kinds::{Call, Routed};
 use self::lists::ViewFrom;
 use self::names::{Naming, Offering};
-pub use self::remote::Ran;
 pub(crate) use self::rewrite::ListedIcons;
 pub use self::routed::Asker;
+pub use self::served::Ran;
 use crate::catalog::{Catalog, Part, Snapshot};
 use crate::cluster::forward::Forwarder;
 use crate::cursor::CursorKey;
@@ -84,7 +84,8 @@ struct Inner {
     parked: parked::ParkedCalls<crate::cluster::forward::Answer>,
     /// Seals upstreams' own `requestState`s to the principal they were handed to (`sealed`).
     state_seal: sealed::StateSeal,
-    /// `[cluster]`: a retry of a call parked on another replica is sent there through it (`remote`).
+    /// `[cluster]`: this replica's id and the others' (which a `requestState` names), and the
+    /// private forward's requests (`served`).
     forwarder: Option<Forwarder>,
     /// Upstream sessions' own lists, namespaced ([`Tools::own_part`]), the latest last.
     own_parts: std::sync::Mutex<Vec<(Arc<Offered>, Arc<UpstreamOfferings>)>>,

@@ -77,6 +77,7 @@ use crate::subscriptions::HolderId;
 
 pub use self::offerings::Offered;
 pub use self::owner_link::{Carried, OwnerAt, OwnerRoutes, Whose};
+pub use self::owners::Unreached;
 
 /// What upstreams tell the rest of the proxy.
 #[derive(Debug, Clone, PartialEq)]

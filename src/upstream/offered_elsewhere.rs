@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{Offered, Upstream, UpstreamEvent};
-use crate::cluster::forward::{Answer, Call, ForwardingHost, HostOf, OwnLists, SessionOf};
+use crate::cluster::forward::{Answer, Call, HostOf, OwnLists, SessionOf};
 
 /// How long after an unanswered question the owner is asked again.
 const ASK_AGAIN: Duration = Duration::from_secs(5);
@@ -78,7 +78,7 @@ impl Upstream {
             spine.spawn(format!("own-lists:{}", self.name()), async move {
                 let of = upstream.session_named(&principal, host);
                 let timeout = upstream.config().request_timeout;
-                let answer = forwarder.send(&owner, of, Call::Offerings, ForwardingHost::default(), timeout).await;
+                let answer = forwarder.send(&owner, of, Call::Offerings, timeout).await;
                 match answer {
                     Ok(Answer::Offerings(lists)) => upstream.offered_elsewhere(&principal, host, &owner.replica, lists),
                     _ => tracing::debug!(

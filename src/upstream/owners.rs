@@ -12,6 +12,12 @@
 //! connection is kept while it is used and closed once unused for `session_idle`, with its
 //! host session (per-host), or when its upstream stops.
 //!
+//! A 2026-07-28 host's retry of a call parked on another replica goes to that replica the same
+//! way ([`Upstream::session_on`]), of any upstream (a shared one too): a connection to its
+//! session endpoint pinned to 2026-07-28, where the answer can be `input_required` again,
+//! declaring what the host declared; that replica gone or unreachable, the retry fails
+//! ([`Unreached`]), never runs here.
+//!
 //! Invariant: a connection to an owner carries one principal's (host session's) requests
 //! only, each under a pass naming that principal; the owner's own requests never go on one.
 
@@ -22,7 +28,8 @@ use std::time::{Duration, Instant};
 use rmcp::model::{ErrorCode, ErrorData};
 use tokio_util::sync::CancellationToken;
 
-use super::owner_link::{OwnerLink, Whose};
+use super::client::Declared;
+use super::owner_link::{OwnerAt, OwnerLink, OwnerRoutes, Whose};
 use super::pool::SessionKey;
 use super::session::Session;
 use super::sessions::SessionHandle;
@@ -30,11 +37,30 @@ use super::{Connection, Upstream};
 use crate::config::{ProtocolChoice, UpstreamTransport};
 use crate::error::ProxyError;
 use crate::host::HostSession;
+use crate::protocol::{LEGACY_HANDSHAKE, MODERN_VERSION};
 
-/// The connections to owners, by owner and whose session.
+/// The connections to owners, by replica, whose session and what for.
 #[derive(Default)]
 pub(super) struct AtOwners {
-    open: Mutex<BTreeMap<(Arc<str>, SessionKey), AtOwner>>,
+    open: Mutex<BTreeMap<(Arc<str>, SessionKey, Reach), AtOwner>>,
+}
+
+/// What a connection to another replica is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Reach {
+    /// The session it holds (2025 era).
+    Session,
+    /// Retries of calls parked there, from hosts that declared (sampling, elicitation).
+    Parked(bool, bool),
+}
+
+/// Why a retry cannot reach the replica its call is parked on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unreached {
+    /// No such replica is alive.
+    Gone,
+    /// It could not be connected to.
+    Unreachable,
 }
 
 struct AtOwner {
@@ -46,7 +72,7 @@ struct AtOwner {
 impl AtOwners {
     /// Close those unused for `idle`, and (with `host`) those of that host session.
     fn close_where(&self, mut closing: impl FnMut(&SessionKey, &AtOwner) -> bool) {
-        self.open.lock().expect("owners lock").retain(|(_, key), held| {
+        self.open.lock().expect("owners lock").retain(|(_, key, _), held| {
             let close = closing(key, held);
             if close {
                 held.stop.cancel();
@@ -55,7 +81,7 @@ impl AtOwners {
         });
     }
 
-    fn forget(&self, at: &(Arc<str>, SessionKey)) {
+    fn forget(&self, at: &(Arc<str>, SessionKey, Reach)) {
         if let Some(held) = self.open.lock().expect("owners lock").remove(at) {
             held.stop.cancel();
         }
@@ -77,10 +103,61 @@ impl Upstream {
         let host = host.filter(|_| key.host().is_some());
         let whose = Whose { upstream: self.name(), principal, host };
         let owner = (routes.owner_of)(&whose)?;
-        let at = (Arc::<str>::from(owner.replica.as_str()), key);
+        let at = (Arc::<str>::from(owner.replica.as_str()), key, Reach::Session);
+        let session = self.connected_to(routes, &owner, &at, whose, declared).await;
+        if session.is_none() {
+            self.metrics().cluster_forward("fallback");
+            tracing::warn!(
+                upstream = self.name(),
+                replica = %at.0,
+                "the replica holding this upstream session is unreachable; running the request here"
+            );
+        }
+        session.map(SessionHandle::AtOwner)
+    }
+
+    /// The connection to replica `replica`, where a call of `principal`'s (host session
+    /// `host`'s) waits for its 2026-07-28 host's input, for that host's retry; the host declared
+    /// `(sampling, elicitation)`. Of any upstream: a retry resumes a call parked there, whoever
+    /// holds the upstream's session.
+    pub async fn session_on(
+        &self,
+        replica: &str,
+        principal: &str,
+        host: Option<HostSession>,
+        (sampling, elicitation): (bool, bool),
+    ) -> Result<SessionHandle, Unreached> {
+        let routes = self.inner.owner_routes.get().ok_or(Unreached::Gone)?;
+        let at = (routes.replica_at)(replica).ok_or(Unreached::Gone)?;
+        let (key, _) = self.key_of(principal, host);
+        let host = host.filter(|_| key.host().is_some());
+        let whose = Whose { upstream: self.name(), principal, host };
+        let declared = Some(Declared { sampling, elicitation });
+        let open_at = (Arc::<str>::from(at.replica.as_str()), key, Reach::Parked(sampling, elicitation));
+        match self.connected_to(routes, &at, &open_at, whose, declared).await {
+            Some(session) => Ok(SessionHandle::AtOwner(session)),
+            None => {
+                self.metrics().cluster_forward("failed");
+                tracing::warn!(upstream = self.name(), replica, "the replica a call waits on is unreachable");
+                Err(Unreached::Unreachable)
+            }
+        }
+    }
+
+    /// The connection `at` to replica `to`'s session endpoint for `whose` session, opened now
+    /// if need be (declaring `declared`); `None` when it cannot be connected to within the
+    /// request timeout.
+    async fn connected_to(
+        &self,
+        routes: &OwnerRoutes,
+        to: &OwnerAt,
+        at: &(Arc<str>, SessionKey, Reach),
+        whose: Whose<'_>,
+        declared: Option<Declared>,
+    ) -> Option<Session> {
         let session = {
             let mut open = self.inner.at_owners.open.lock().expect("owners lock");
-            match open.get_mut(&at) {
+            match open.get_mut(at) {
                 Some(held) => {
                     held.last = Instant::now();
                     held.session.clone()
@@ -88,13 +165,16 @@ impl Upstream {
                 None => {
                     let (spine, parent_stop) = self.launch()?;
                     let mut config = self.config().clone();
-                    let url = format!("{}{}", owner.url, routes.path);
+                    let url = format!("{}{}", to.url, routes.path);
                     config.transport =
                         UpstreamTransport::Http { url, headers: Default::default(), ca: None, auth: None };
-                    config.protocol = ProtocolChoice::Pinned(crate::protocol::LEGACY_HANDSHAKE.to_string());
+                    config.protocol = ProtocolChoice::Pinned(match at.2 {
+                        Reach::Session => LEGACY_HANDSHAKE.to_string(),
+                        Reach::Parked(..) => MODERN_VERSION.to_string(),
+                    });
                     let link = OwnerLink::new(routes.clone(), at.0.clone(), whose);
                     let connection = Connection::to_owner(config, self.metrics().clone(), declared, link);
-                    let session = Session::new(connection, principal.into(), at.1.host());
+                    let session = Session::new(connection, whose.principal.into(), at.1.host());
                     let stop = parent_stop.child_token();
                     session.spawn(&spine, stop.clone(), None, false);
                     open.insert(at.clone(), AtOwner { session: session.clone(), stop, last: Instant::now() });
@@ -105,17 +185,11 @@ impl Upstream {
         if session.link().is_err() {
             let opened = tokio::time::timeout(self.config().request_timeout, session.wait_settled()).await;
             if opened.is_err() || session.link().is_err() {
-                self.inner.at_owners.forget(&at);
-                self.metrics().cluster_forward("fallback");
-                tracing::warn!(
-                    upstream = self.name(),
-                    replica = %at.0,
-                    "the replica holding this upstream session is unreachable; running the request here"
-                );
+                self.inner.at_owners.forget(at);
                 return None;
             }
         }
-        Some(SessionHandle::AtOwner(session))
+        Some(session)
     }
 
     /// Close the connections to owners unused for `idle`.
