@@ -5,7 +5,9 @@
 //! back as `input_required` with the proxy's `requestState`, which names the replica the call is
 //! parked on; each retry lands on the next replica, which sends it there over MCP (a `prompts/get`
 //! carrying the `requestState` and the host's `inputResponses`, at that replica's session
-//! endpoint), where the call resumes. The prompt answers with the three names, in order.
+//! endpoint), where the call resumes. The prompt answers with the three names, in order. A retry
+//! whose replica was killed (`kill -9`) fails at once with `-32602` naming that replica and
+//! saying the call is lost (while it is still listed) or over (once it is gone), and runs nowhere.
 
 #![allow(deprecated)] // Sampling is deprecated by SEP-2577 but still in the 2025 era.
 
@@ -15,9 +17,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use anyhow::Context;
 use rmcp::model::{
     ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult, GetPromptRequestParams,
-    Implementation, SamplingCapability, SamplingMessage,
+    GetPromptResponse, Implementation, SamplingCapability, SamplingMessage,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{RequestContext, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, ClientServiceExt, ErrorData, RoleClient};
@@ -25,8 +27,8 @@ use serde_json::{Value, json};
 
 use super::replicas::{ALICE_TOKEN, TOKENS};
 use crate::support::DEADLINE;
-use crate::support::cluster::{Replicas, forwards};
-use crate::support::fixture::{Era, HttpFixture};
+use crate::support::cluster::{Replicas, cluster_when, forwards};
+use crate::support::fixture::{Era, HttpFixture, error_code};
 use crate::support::proxy::{alice_and_bob_policies, alice_and_bob_under_policies, http_upstream};
 
 /// Names the fixture's `ask` prompt asks for, one round each.
@@ -70,20 +72,29 @@ impl ClientHandler for NamingHost {
     }
 }
 
+/// alice's 2026-07-28 host at `url` (the balancer's or one replica's), answering as `host` does.
+async fn naming_host(url: &str, host: NamingHost) -> anyhow::Result<RunningService<RoleClient, NamingHost>> {
+    let config = StreamableHttpClientTransportConfig::with_uri(url).auth_header(ALICE_TOKEN);
+    let transport = StreamableHttpClientTransport::from_config(config.reinit_on_expired_session(false));
+    let connecting = host.serve_with_lifecycle(transport, Era::Modern.lifecycle());
+    Ok(tokio::time::timeout(DEADLINE, connecting).await.context("connect")??)
+}
+
+/// `fx__ask` asking `rounds` names by sampling.
+fn ask(rounds: usize) -> GetPromptRequestParams {
+    let arguments = json!({"rounds": rounds.to_string(), "by": "sampling"});
+    GetPromptRequestParams::new("fx__ask").with_arguments(arguments.as_object().cloned().unwrap_or_default())
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_modern_hosts_answers_to_a_2025_upstreams_sampling_resume_its_call_over_mcp_from_any_replica()
 -> anyhow::Result<()> {
     let (cluster, _fixture, _policies) = three_replicas().await?;
-    let config = StreamableHttpClientTransportConfig::with_uri(cluster.url()).auth_header(ALICE_TOKEN);
-    let transport = StreamableHttpClientTransport::from_config(config.reinit_on_expired_session(false));
     let host = NamingHost::default();
-    let connecting = host.clone().serve_with_lifecycle(transport, Era::Modern.lifecycle());
-    let alice = tokio::time::timeout(DEADLINE, connecting).await.context("connect")??;
+    let alice = naming_host(&cluster.url(), host.clone()).await?;
 
     // The running service drives the rounds: it answers each `input_required` and asks again.
-    let arguments = json!({"rounds": ROUNDS.to_string(), "by": "sampling"});
-    let get = GetPromptRequestParams::new("fx__ask").with_arguments(arguments.as_object().cloned().unwrap_or_default());
-    let result = tokio::time::timeout(DEADLINE, alice.get_prompt(get)).await.context("the prompt hung")??;
+    let result = tokio::time::timeout(DEADLINE, alice.get_prompt(ask(ROUNDS))).await.context("the prompt hung")??;
     let [message] = &result.messages[..] else { anyhow::bail!("expected one message: {result:?}") };
     let text = message.content.as_text().with_context(|| format!("no text in {message:?}"))?;
     let names: Value = serde_json::from_str(&text.text).with_context(|| format!("not JSON: {}", text.text))?;
@@ -98,5 +109,42 @@ async fn a_modern_hosts_answers_to_a_2025_upstreams_sampling_resume_its_call_ove
     eprintln!("retries resumed over MCP: {resumed} (requests sent to another replica: {sent})");
     assert!(resumed >= 1.0, "no retry crossed to the replica its call waits on as MCP");
     assert!(sent >= resumed, "each retry that crossed was sent by a replica's connection to another");
+    Ok(())
+}
+
+/// alice's call is parked on replica-0, which is then killed (`kill -9`): once the heartbeats
+/// drop it, her retry through replica-1 fails at once with `-32602` naming replica-0 and saying
+/// the call is over, and runs nowhere (replica-1 and replica-2 resume nothing); the same retry
+/// again says the same.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retry_whose_replica_died_fails_at_once_saying_the_call_is_over() -> anyhow::Result<()> {
+    let (cluster, _fixture, _policies) = three_replicas().await?;
+    let on_0 = naming_host(&cluster.replicas[0].url, NamingHost::default()).await?;
+    let on_1 = naming_host(&cluster.replicas[1].url, NamingHost::default()).await?;
+    let mut retry = ask(2);
+    let first = tokio::time::timeout(DEADLINE, on_0.peer().get_prompt_once(retry.clone())).await??;
+    let GetPromptResponse::InputRequired(needs) = first else { anyhow::bail!("expected input_required: {first:?}") };
+    let state = needs.request_state.context("a requestState")?;
+    anyhow::ensure!(state.ends_with("@replica-0"), "the state names the replica the call waits on: {state}");
+    let answer = CreateMessageResult::new(SamplingMessage::assistant_text("heron"), "test-model".into());
+    retry.input_responses = Some([("upstream-request".to_owned(), serde_json::to_value(answer)?)].into());
+    retry.request_state = Some(state);
+    let pid = cluster.replicas[0].pid().context("replica-0 runs")?;
+    let killed = tokio::process::Command::new("kill").args(["-9", &pid.to_string()]).status().await?;
+    anyhow::ensure!(killed.success(), "kill -9 {pid}");
+    cluster_when(&cluster.replicas[1], |c| c["replicas"].as_array().is_some_and(|r| r.len() == 2)).await?;
+
+    for attempt in ["first", "again"] {
+        let started = std::time::Instant::now();
+        let retried = tokio::time::timeout(DEADLINE, on_1.peer().get_prompt_once(retry.clone()));
+        let error = retried.await.context("the retry hung")?.expect_err(attempt);
+        let took = started.elapsed();
+        assert_eq!(error_code(&error), Some(-32602), "{attempt}: {error}");
+        let text = error.to_string();
+        assert!(text.contains("replica `replica-0`, which is gone: that call is over"), "{attempt}: {text}");
+        assert!(took < std::time::Duration::from_secs(5), "{attempt}: answered in {took:?}");
+    }
+    let survivors = [&cluster.replicas[1], &cluster.replicas[2]];
+    assert_eq!(forwards(survivors, "resumed").await?, 0.0, "no retry ran on another replica");
     Ok(())
 }
