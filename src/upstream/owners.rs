@@ -42,8 +42,11 @@ use crate::protocol::{LEGACY_HANDSHAKE, MODERN_VERSION};
 /// The connections to owners, by replica, whose session and what for.
 #[derive(Default)]
 pub(super) struct AtOwners {
-    open: Mutex<BTreeMap<(Arc<str>, SessionKey, Reach), AtOwner>>,
+    open: Mutex<BTreeMap<At, AtOwner>>,
 }
+
+/// Where one connection to another replica goes: the replica, whose session, what for.
+type At = (Arc<str>, SessionKey, Reach);
 
 /// What a connection to another replica is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -81,7 +84,7 @@ impl AtOwners {
         });
     }
 
-    fn forget(&self, at: &(Arc<str>, SessionKey, Reach)) {
+    fn forget(&self, at: &At) {
         if let Some(held) = self.open.lock().expect("owners lock").remove(at) {
             held.stop.cancel();
         }
@@ -151,7 +154,7 @@ impl Upstream {
         &self,
         routes: &OwnerRoutes,
         to: &OwnerAt,
-        at: &(Arc<str>, SessionKey, Reach),
+        at: &At,
         whose: Whose<'_>,
         declared: Option<Declared>,
     ) -> Option<Session> {

@@ -91,7 +91,7 @@ async fn a_modern_hosts_answers_to_a_2025_upstreams_sampling_resume_its_call_ove
 -> anyhow::Result<()> {
     let (cluster, _fixture, _policies) = three_replicas().await?;
     let host = NamingHost::default();
-    let alice = naming_host(&cluster.url(), host.clone()).await?;
+    let alice = naming_host(cluster.url(), host.clone()).await?;
 
     // The running service drives the rounds: it answers each `input_required` and asks again.
     let result = tokio::time::timeout(DEADLINE, alice.get_prompt(ask(ROUNDS))).await.context("the prompt hung")??;
