@@ -28,8 +28,6 @@ pub mod label {
     pub const NAMESPACE: &str = "redis-namespace";
     /// Requests forwarded between replicas (`crate::cluster::forward`).
     pub const FORWARD: &str = "forward";
-    /// The JWT a forwarded request came with, sealed in it (`crate::cluster::forward`).
-    pub const FORWARD_SUBJECT: &str = "forward-subject";
     /// The pass on each request to a replica's session endpoint (`crate::cluster::session_pass`).
     pub const SESSION_PASS: &str = "session-pass";
     /// Principals' names in Redis keys (`crate::cluster::counts`).
@@ -81,10 +79,6 @@ impl ClusterKeys {
 
     pub fn forward(&self) -> [u8; 32] {
         self.derive(label::FORWARD)
-    }
-
-    pub fn forward_subject(&self) -> [u8; 32] {
-        self.derive(label::FORWARD_SUBJECT)
     }
 
     pub fn session_pass(&self) -> [u8; 32] {
