@@ -16,7 +16,8 @@
 //! way ([`Upstream::session_on`]), of any upstream (a shared one too): a connection to its
 //! session endpoint pinned to 2026-07-28, where the answer can be `input_required` again,
 //! declaring what the host declared; that replica gone or unreachable, the retry fails
-//! ([`Unreached`]), never runs here.
+//! ([`Unreached`]), never runs here. Such connections close once unused for `session_idle`
+//! (checked at each retry, since a shared upstream has no sweep).
 //!
 //! Invariant: a connection to an owner carries one principal's (host session's) requests
 //! only, each under a pass naming that principal; the owner's own requests never go on one.
@@ -131,6 +132,8 @@ impl Upstream {
         (sampling, elicitation): (bool, bool),
     ) -> Result<SessionHandle, Unreached> {
         let routes = self.inner.owner_routes.get().ok_or(Unreached::Gone)?;
+        // A shared upstream has no sweep: its connections for retries close here once idle.
+        self.close_idle_at_owners(self.config().sessions.idle);
         let at = (routes.replica_at)(replica).ok_or(Unreached::Gone)?;
         let (key, _) = self.key_of(principal, host);
         let host = host.filter(|_| key.host().is_some());
