@@ -19,11 +19,11 @@
 //! (not the secret).
 
 pub mod counts;
-pub mod forward;
 mod heartbeat;
 pub mod keys;
 mod owners;
 pub mod peer_tls;
+pub mod peers;
 pub mod sealed;
 pub mod session_pass;
 

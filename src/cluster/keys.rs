@@ -24,10 +24,6 @@ pub mod label {
     pub const SESSION_ID: &str = "session-id";
     /// The prefix of the cluster's keys in Redis.
     pub const NAMESPACE: &str = "redis-namespace";
-    /// Requests forwarded between replicas (`crate::cluster::forward`).
-    pub const FORWARD: &str = "forward";
-    /// The JWT a forwarded request came with, sealed in it (`crate::cluster::forward`).
-    pub const FORWARD_SUBJECT: &str = "forward-subject";
     /// The pass on each request to a replica's session endpoint (`crate::cluster::session_pass`).
     pub const SESSION_PASS: &str = "session-pass";
     /// Principals' names in Redis keys (`crate::cluster::counts`).
@@ -71,14 +67,6 @@ impl ClusterKeys {
 
     pub fn session_id(&self) -> [u8; 32] {
         self.derive(label::SESSION_ID)
-    }
-
-    pub fn forward(&self) -> [u8; 32] {
-        self.derive(label::FORWARD)
-    }
-
-    pub fn forward_subject(&self) -> [u8; 32] {
-        self.derive(label::FORWARD_SUBJECT)
     }
 
     pub fn session_pass(&self) -> [u8; 32] {
@@ -129,7 +117,6 @@ mod tests {
             a.cursor(),
             a.request_state(),
             a.session_id(),
-            a.forward(),
             a.derive(label::NAMESPACE),
             a.derive(label::PRINCIPAL),
             a.redis_seal(),

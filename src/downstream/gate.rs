@@ -125,7 +125,7 @@ async fn guard_shared(
         && let Some(event) =
             shared.resumption.elsewhere(&shared.records.ids, session, last, gate.book.owner(session).is_some())
     {
-        return resume_elsewhere(shared, principal, session, event).await;
+        return resume_from_keeper(shared, principal, session, event).await;
     }
     let mut restoring = None;
     match gate.book.owner(session) {
@@ -166,7 +166,7 @@ async fn guard_shared(
 
 /// `[cluster]`: a request stream another replica served, resumed here (`shared::resumed`), on a
 /// session whose record names `principal`.
-async fn resume_elsewhere(shared: &Shared, principal: &str, session: &str, event: StreamEvent) -> Response {
+async fn resume_from_keeper(shared: &Shared, principal: &str, session: &str, event: StreamEvent) -> Response {
     match shared.records.load(session).await {
         Ok(Some(record)) if record.principal == principal => {}
         Ok(_) => return session_not_found(),

@@ -187,19 +187,16 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     if let Some(jwt) = &proxy_auth.jwt {
         app = app.merge(auth::metadata::routes(jwt));
     }
-    // `[cluster]`: requests forwarded by other replicas carry their own mark, not a host's token.
+    // `[cluster]`: other replicas' requests carry a sealed pass, not a host's token.
     if let Some(cluster) = proxy_for_routes.cluster() {
         cluster.listening_at(local);
-    }
-    if let Some(routes) = super::forwarded::routes(&proxy_for_routes) {
-        app = app.merge(routes);
     }
     let passes = owned.map(|(routes, passes)| {
         app = std::mem::take(&mut app).merge(routes);
         passes
     });
     tracing::info!(address = %local, "serving MCP at http://{local}/mcp");
-    let peers = super::forwarded::peers(&proxy_for_routes, passes);
+    let peers = super::owned::peers(&proxy_for_routes, passes);
     let open: listener::OpenConnections =
         Arc::new(move |kind, open| metrics_for_listener.listener_connections(kind.label(), open));
     listener::serve(listener, app, ConnectionLimits::of(&server), peers, Some(open), shutdown).await

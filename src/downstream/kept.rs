@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use tokio::sync::{oneshot, watch};
 
-use crate::cluster::forward::{Answer, RemoteError};
+use crate::cluster::peers::{Answer, RemoteError};
 use crate::error::ProxyError;
 use crate::tools::Ran;
 

@@ -10,9 +10,8 @@
 //! traces on, each request runs inside its SERVER span (`traced.rs`, [`crate::telemetry`]), and
 //! one refused before any handler has a span of its own (`turned_away.rs`).
 //! `refusal.rs` answers a stdio host whose proxy cannot serve with the reason.
-//! With `[cluster]`, `forwarded.rs` runs requests another replica forwards here, and `kept.rs`
-//! keeps the answer of a 2025 host's call whose stream was cut (that of a call served here, or
-//! of one run here for a forwarding replica that died), for the host's resumption on any
+//! With `[cluster]`, `kept.rs` keeps the answer of a 2025 host's call whose stream was cut (that of a call served here, or
+//! of one run here for a replica that went away), for the host's resumption on any
 //! replica (`shared/resumed.rs`); `owned.rs` serves the upstream sessions this replica holds to
 //! the other replicas as MCP (`/mcp-proxy/session`, each request under a sealed pass), their
 //! subscriptions held there (`owned_holds.rs`) and their own list changes told there
@@ -23,7 +22,6 @@ mod bodies;
 mod call_streams;
 mod closing;
 mod fast;
-mod forwarded;
 mod gate;
 mod handler;
 mod http;

@@ -21,7 +21,7 @@ use super::ProxyServer;
 use super::audited::{self, Asked};
 use super::kept::Answering;
 use crate::audit::{self, Kind};
-use crate::cluster::forward::{Answer, RemoteError};
+use crate::cluster::peers::{Answer, RemoteError};
 use crate::error::ProxyError;
 use crate::host::ProgressOutlet;
 use crate::protocol::method;

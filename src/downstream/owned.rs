@@ -1,6 +1,9 @@
 //! The session endpoint (`[cluster]` only): `/mcp-proxy/session` on the MCP listener, where
 //! the replica that holds a per-principal (or per-host) upstream session serves it to the
-//! other replicas as MCP (streamable HTTP, 2025 era, one MCP session per upstream session).
+//! other replicas as MCP (streamable HTTP, 2025 era, one MCP session per upstream session),
+//! and where a 2026-07-28 host's retry of a call parked on this replica comes from the replica
+//! it landed on (2026-07-28 era, stateless: the retry's `requestState` and `inputResponses` go
+//! in, the call's answer or its next `input_required` comes back).
 //! Every request carries a pass sealed with the cluster's key ([`crate::cluster::session_pass`]),
 //! opened on its head before a byte of its body is read; anything else is answered `403`
 //! (counted as a forward `refused`). Past the pass its body is bound and has a deadline as a
@@ -12,8 +15,11 @@
 //! it are the upstream's own, with no namespace and no policy: the replica that sends a request
 //! here decided it for its principal. `tools/call`, `prompts/get`, `completion/complete` and
 //! `resources/read` run on this replica's session of that principal (or host session) through
-//! the routed path's owner side ([`crate::tools::Tools::run_forwarded`]: rounds, relay, the
-//! token exchanged for the JWT the pass carries). What the upstream sends for a call (sampling,
+//! the routed path's side for other replicas ([`crate::tools::Tools::run_for_replica`]: rounds,
+//! relay, the token exchanged for the JWT the pass carries). A 2026-07-28 request has no MCP
+//! session: its pass alone names whose it is, and it is taken only when it resumes a call
+//! parked here (`tools/call` or `prompts/get` with the proxy's `requestState` naming this
+//! replica, of any upstream, a shared one too); anything else is refused. What the upstream sends for a call (sampling,
 //! elicitation, log messages) goes to the other replica on the call's own response stream, its
 //! progress as `notifications/progress` with that replica's token, so that replica's HTTP
 //! upstream code relays them to its host as for any HTTP upstream. `resources/subscribe` holds
@@ -24,7 +30,8 @@
 //! `prompts/list_changed` (`owned_lists`).
 //!
 //! Invariant: nothing runs for a request whose pass does not open here, or whose identity is
-//! not its MCP session's.
+//! not its MCP session's; a 2026-07-28 request runs nothing but the resumption of a call parked
+//! here for the principal its pass names.
 
 #![allow(deprecated)] // Logging is deprecated by SEP-2577 but still in the 2025 era.
 
@@ -58,16 +65,18 @@ use super::owned_holds::OwnedHolds;
 use super::owned_lists;
 use super::relay::{self, LogLevel};
 use super::traced::header_carrier;
-use crate::cluster::forward::{Answer, Call, SessionOf};
+use crate::cluster::peers::{Answer, SessionOf};
 use crate::cluster::session_pass::{self, Opened, Passes, Refusal};
 use crate::error::ProxyError;
-use crate::listener::VerifiedPeer;
+use crate::listener::{Peers, VerifiedPeer};
+use crate::protocol::Era;
 use crate::proxy::Proxy;
 use crate::telemetry::{self, Carrier, Incoming, Span};
-use crate::tools::Ran;
+use crate::tools::{Call, Ran};
 
-/// The only era the endpoint speaks: the front's connection to it is a 2025 session.
-const VERSIONS: &[ProtocolVersion] = &[ProtocolVersion::V_2025_11_25];
+/// The eras the endpoint speaks: a session's connection is a 2025 session; a retry of a call
+/// parked here comes as a 2026-07-28 request.
+const VERSIONS: &[ProtocolVersion] = &[ProtocolVersion::V_2025_11_25, ProtocolVersion::V_2026_07_28];
 
 /// The answer to a list while the session lists nothing of its own: the upstream's lists are
 /// its lists, which the asking replica has on its shared connection.
@@ -83,6 +92,19 @@ struct Gate {
     passes: Passes,
     bodies: BodyGuard,
     tls_required: bool,
+}
+
+/// How the MCP listener tells other replicas' connections from hosts' (when this replica is
+/// part of a cluster): a request to the session endpoint with a right pass (`passes`) on its
+/// head, or with `peer_tls` a TLS connection whose certificate the cluster's CA issued.
+pub(super) fn peers(proxy: &Proxy, passes: Option<Passes>) -> Option<Peers> {
+    let passes = passes?;
+    let tls = proxy.cluster().and_then(|cluster| cluster.peer_tls()).map(crate::cluster::peer_tls::acceptor);
+    let is_peer = move |uri: &http::Uri, headers: &http::HeaderMap| {
+        let pass = headers.get(session_pass::HEADER).and_then(|value| value.to_str().ok());
+        uri.path() == session_pass::PATH && passes.admits(pass).is_ok()
+    };
+    Some(Peers { is_peer: Arc::new(is_peer), tls })
 }
 
 /// The route, and the passes it opens (the listener asks them of a connection's first head),
@@ -169,11 +191,15 @@ struct OwnedSession {
 }
 
 impl OwnedSession {
-    /// The pass of `context`'s request, when it names the identity this session is bound to.
+    /// The pass of `context`'s request, when it names the identity this session is bound to
+    /// (a 2026-07-28 request has no session: its pass is whose it is).
     fn opened<'c>(&self, context: &'c RequestContext<RoleServer>) -> Result<&'c Opened, ErrorData> {
         let parts = context.extensions.get::<http::request::Parts>();
         let opened = parts.and_then(|parts| parts.extensions.get::<Opened>());
         let opened = opened.ok_or_else(|| ErrorData::invalid_request("no pass", None))?;
+        if modern(context) {
+            return Ok(opened);
+        }
         match self.bound.get() {
             Some(bound) if *bound == opened.identity => Ok(opened),
             _ => Err(ErrorData::invalid_request("the pass names another session than this one's", None)),
@@ -186,6 +212,10 @@ impl OwnedSession {
     /// away, its answer kept for the host's resumption (`kept`).
     async fn run(&self, call: Call, context: &RequestContext<RoleServer>) -> Result<Answer, ErrorData> {
         let opened = self.opened(context)?;
+        if modern(context) && !self.proxy.tools().resumes_parked_here(&call) {
+            let refused = "a 2026-07-28 request is taken here only to resume a call parked on this replica";
+            return Err(ErrorData::invalid_request(refused, None));
+        }
         let identity = opened.identity.clone();
         // As if presented here: the principal's session opened for it has a JWT to connect with.
         if let Some(subject) = &opened.subject {
@@ -204,16 +234,15 @@ impl OwnedSession {
         let relays = matches!(call, Call::Tool(_) | Call::Prompt(_));
         let kept_as = opened.kept_as.clone().filter(|_| relays);
         let relayed = relays.then_some(host_relay);
-        if let Some((method, target)) = call.traced() {
-            let target = target.unwrap_or_default();
-            tracing::debug!(upstream = %identity.upstream, method, target, "cluster: serving another replica's request over MCP");
-        }
+        let (method, target) = call.traced();
+        let target = target.unwrap_or_default();
+        tracing::debug!(upstream = %identity.upstream, method, target, "cluster: serving another replica's request over MCP");
         let span = served_span(context, &call, &identity.upstream);
         let (proxy, subject) = (self.proxy.clone(), opened.subject.clone());
         let whose = identity.clone();
         let ran = span.attach(async move {
             let of = SessionOf { principal: &whose.principal, upstream: &whose.upstream, host: whose.host };
-            proxy.tools().run_forwarded(of, call, outlet, (relayed, ""), subject.as_ref()).await
+            proxy.tools().run_for_replica(of, call, outlet, relayed, subject.as_ref()).await
         });
         let ran: BoxFuture<'static, Ran> = match kept_as {
             Some(key) => self.kept.run(key, (&identity.principal, &identity.upstream), ran),
@@ -246,7 +275,7 @@ fn served_span(context: &RequestContext<RoleServer>, call: &Call, upstream: &str
     if !telemetry::on() {
         return Span::default();
     }
-    let Some((method, target)) = call.traced() else { return Span::default() };
+    let (method, target) = call.traced();
     let headers = context.extensions.get::<http::request::Parts>().map(|parts| &parts.headers);
     let span = telemetry::server_span(Incoming {
         method,
@@ -260,6 +289,11 @@ fn served_span(context: &RequestContext<RoleServer>, call: &Call, upstream: &str
     });
     span.note("mcp_proxy.upstream", upstream.to_string());
     span
+}
+
+/// Whether `context`'s request is of the 2026-07-28 era (stateless: no MCP session).
+fn modern(context: &RequestContext<RoleServer>) -> bool {
+    Era::of_negotiated(context.protocol_version().as_ref()) == Era::Modern
 }
 
 /// The answer of another kind than asked.

@@ -37,8 +37,9 @@ impl Metrics {
         self.inner.cluster_answers.with_label_values(&[replica, outcome.label()]).inc();
     }
 
-    /// A request for a per-principal session held elsewhere, or forwarded here; `outcome` is
-    /// `forwarded`, `fallback`, `failed`, `served` or `refused`.
+    /// A request for a per-principal session held elsewhere (or a retry of a call parked on
+    /// another replica), or one sent here; `outcome` is `forwarded`, `fallback`, `failed`,
+    /// `served`, `resumed` or `refused`.
     pub fn cluster_forward(&self, outcome: &'static str) {
         self.inner.cluster_forwards.with_label_values(&[outcome]).inc();
     }

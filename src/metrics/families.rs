@@ -120,7 +120,7 @@ families! {
     cluster_answers: counter("cluster_answers_total", &["replica", "outcome"],
         "Hosts' answers to requests a replica sent them (sampling, elicitation), by what became of them here: local, forwarded (to the asking replica), delivered (from another), dropped, unheard.");
     cluster_forwards: counter("cluster_forwards_total", &["outcome"],
-        "Requests for per-principal upstream sessions held by another replica: forwarded, fallback (owner unreachable, run here), failed; at the owner: served, refused (a bad mark).");
+        "Requests for per-principal upstream sessions held by another replica, and retries of calls parked on another: forwarded, fallback (owner unreachable, run here), failed; at the owner: served, resumed (a retry of a call parked there), refused (a bad mark).");
     listener_connections: gauge("listener_connections", &["kind"],
         "Connections open on the MCP listener, by kind: host (counted against server.max_connections) or peer (other replicas', counted apart).");
     cluster_redis_rejected: counter("cluster_redis_rejected_total", &["kind"],

@@ -246,7 +246,7 @@ impl Proxy {
     /// `Subscriptions::hold_for_replica`).
     pub(crate) async fn hold_for_replica(
         &self,
-        of: crate::cluster::forward::SessionOf<'_>,
+        of: crate::cluster::peers::SessionOf<'_>,
         uri: &str,
     ) -> Result<ReplicaHold, ProxyError> {
         self.inner.subscriptions.hold_for_replica(of, uri).await

@@ -34,7 +34,7 @@ use crate::admin::ReloadReport;
 use crate::audit::{self, Audit};
 use crate::auth::subjects::Subjects;
 use crate::catalog::Catalog;
-use crate::cluster::forward::{Forwarder, HostOf, SessionOf};
+use crate::cluster::peers::{HostOf, PeerClient, SessionOf};
 use crate::cluster::session_pass::{self, Identity};
 use crate::coherence::WatchBook;
 use crate::config::{Config, ConfigError, UpstreamConfig};
@@ -352,16 +352,22 @@ pub(super) fn longest_request(config: &Config) -> Duration {
 /// `request_timeout`'s default.
 const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// `[cluster]`: how an upstream reaches the sessions other replicas hold: their owners by
-/// rendezvous hashing over the replicas alive, each request under a pass sealed with the
-/// cluster's key, over the client between replicas.
-fn owner_routes(forwarder: &Forwarder) -> OwnerRoutes {
+/// `[cluster]`: how an upstream reaches the sessions other replicas hold (their owners by
+/// rendezvous hashing over the replicas alive) and the calls parked on them (the replica alive
+/// a `requestState` names), each request under a pass sealed with the cluster's key, over the
+/// client between replicas.
+fn owner_routes(forwarder: &PeerClient) -> OwnerRoutes {
     let owners = forwarder.clone();
     let owner_of = move |whose: &Whose<'_>| {
         let host =
             whose.host.map(|host| HostOf { key: host.id, sampling: host.sampling, elicitation: host.elicitation });
         let owner = owners.owner(SessionOf { principal: whose.principal, upstream: whose.upstream, host })?;
         Some(OwnerAt { replica: owner.replica, url: owner.url })
+    };
+    let replicas = forwarder.clone();
+    let replica_at = move |id: &str| {
+        let replica = replicas.replica(id)?;
+        Some(OwnerAt { replica: replica.replica, url: replica.url })
     };
     let passes = forwarder.session_passes();
     let pass = move |to: &str, whose: &Whose<'_>, carried: &Carried<'_>| {
@@ -372,6 +378,7 @@ fn owner_routes(forwarder: &Forwarder) -> OwnerRoutes {
     };
     OwnerRoutes {
         owner_of: Arc::new(owner_of),
+        replica_at: Arc::new(replica_at),
         pass: Arc::new(pass),
         client: forwarder.client(),
         path: session_pass::PATH,

@@ -114,7 +114,7 @@ impl Subscriptions {
     /// dropping the hold lets go of it.
     pub(crate) async fn hold_for_replica(
         &self,
-        of: crate::cluster::forward::SessionOf<'_>,
+        of: crate::cluster::peers::SessionOf<'_>,
         uri: &str,
     ) -> Result<ReplicaHold, ProxyError> {
         let (principal, upstream) = (of.principal, of.upstream);

@@ -21,7 +21,7 @@ use crate::audit::Audit;
 use crate::auth::subjects::Subjects;
 use crate::catalog::Catalog;
 use crate::cluster::Cluster;
-use crate::cluster::forward::Forwarder;
+use crate::cluster::peers::PeerClient;
 use crate::coherence::shared::SharedTier;
 use crate::coherence::{Coherence, WatchBook};
 use crate::config::Config;
@@ -152,7 +152,7 @@ impl Shared {
             max_calls_per_principal: server.max_calls_per_principal,
             cluster: cluster.clone(),
             state_key: cluster.as_ref().map(|cluster| cluster.keys().request_state()),
-            forwarder: cluster.as_ref().map(Forwarder::new),
+            forwarder: cluster.as_ref().map(PeerClient::new),
         });
         let caps = Caps {
             per_holder: server.max_subscriptions_per_session,

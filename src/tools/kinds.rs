@@ -1,21 +1,44 @@
 //! The kinds of routed request ([`Routed`]: a `tools/call`, a `prompts/get`, a
-//! `completion/complete`) as the one routed path (`routed`) runs them: each as a forwardable
-//! [`Call`], sent on an upstream ([`send`]), its answer an [`Answer`] until it is handed back
-//! as rmcp's answer of its kind.
+//! `completion/complete`) as the one routed path (`routed`) runs them: each as a [`Call`]
+//! (a `resources/read` too, as another replica's session endpoint sends it), sent on an
+//! upstream ([`send`]), its answer an [`Answer`] until it is handed back as rmcp's answer of
+//! its kind.
 
 use std::sync::Arc;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult, GetPromptRequestParams,
-    GetPromptResponse, InputResponses, ReadResourceResponse,
+    GetPromptResponse, InputResponses, ReadResourceRequestParams, ReadResourceResponse,
 };
 
 use super::ProgressOutlet;
 use super::rounds::Inputs;
-use crate::cluster::forward::{Answer, Call};
+use crate::cluster::peers::Answer;
 use crate::error::ProxyError;
 use crate::host::{HostRelay, SubjectToken};
+use crate::protocol::method;
 use crate::upstream::Connection;
+
+/// A request run on an upstream's session (names and URIs are the upstream's own).
+#[derive(Debug, Clone)]
+pub enum Call {
+    Tool(CallToolRequestParams),
+    Prompt(GetPromptRequestParams),
+    Read(ReadResourceRequestParams),
+    Complete(CompleteRequestParams),
+}
+
+impl Call {
+    /// The method and target (a tool's or prompt's name) it is traced as.
+    pub fn traced(&self) -> (&'static str, Option<&str>) {
+        match self {
+            Call::Tool(params) => (method::TOOLS_CALL, Some(&params.name)),
+            Call::Prompt(params) => (method::PROMPTS_GET, Some(&params.name)),
+            Call::Read(_) => (method::RESOURCES_READ, None),
+            Call::Complete(_) => (method::COMPLETION_COMPLETE, None),
+        }
+    }
+}
 
 /// A request the proxy routes to the upstream that offers what it names: rmcp's params of a
 /// `tools/call`, a `prompts/get` or a `completion/complete`, and the answer a host is given.
@@ -130,9 +153,6 @@ pub(super) async fn send(
             _ => return Err(task()),
         },
         Call::Complete(params) => Answer::Complete(upstream.complete_as(params, subject).await?),
-        Call::Reply { .. } => {
-            return Err(ProxyError::InvalidParams("an answer is not run".into()));
-        }
     })
 }
 

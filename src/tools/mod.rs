@@ -36,26 +36,26 @@ pub mod names;
 pub mod own;
 mod parked;
 mod progress;
-mod remote;
 mod rewrite;
 mod rounds;
 mod routed;
 mod sealed;
+mod served;
 mod session_lists;
 
 use std::sync::{Arc, RwLock};
 
 pub use self::catalog::{Listed, UpstreamOfferings};
 pub use self::inflight::CallPermit;
-pub use self::kinds::Routed;
+pub use self::kinds::{Call, Routed};
 use self::lists::ViewFrom;
 use self::names::{Naming, Offering};
-pub use self::remote::Ran;
 pub(crate) use self::rewrite::ListedIcons;
 pub use self::routed::Asker;
+pub use self::served::Ran;
 pub use self::session_lists::OwnListsChanged;
 use crate::catalog::{Catalog, Part, Snapshot};
-use crate::cluster::forward::Forwarder;
+use crate::cluster::peers::PeerClient;
 use crate::cursor::CursorKey;
 use crate::fanout::{Fanout, Listing, ViewMemo};
 pub use crate::host::ProgressOutlet;
@@ -85,11 +85,12 @@ struct Inner {
     /// Routed calls in flight per principal (`server.max_calls_per_principal`).
     calls: inflight::CallsInFlight,
     /// Calls of 2026-07-28 hosts waiting for their host's input (`parked`).
-    parked: parked::ParkedCalls<crate::cluster::forward::Answer>,
+    parked: parked::ParkedCalls<crate::cluster::peers::Answer>,
     /// Seals upstreams' own `requestState`s to the principal they were handed to (`sealed`).
     state_seal: sealed::StateSeal,
-    /// `[cluster]`: a retry of a call parked on another replica is sent there through it (`remote`).
-    forwarder: Option<Forwarder>,
+    /// `[cluster]`: this replica's id and the others' (which a `requestState` names), and the
+    /// private forward's requests (`served`).
+    forwarder: Option<PeerClient>,
     /// Upstream sessions' own lists, namespaced ([`Tools::own_part`]), the latest last.
     own_parts: std::sync::Mutex<Vec<(Arc<Offered>, Arc<UpstreamOfferings>)>>,
     /// What each principal sees of the tools and of the prompts, as digests (`lists`).
@@ -120,7 +121,7 @@ pub struct ToolsParts {
     /// process); a cluster passes the key derived from its secret.
     pub state_key: Option<[u8; 32]>,
     /// `[cluster]`: sends requests for per-principal sessions to the replica holding them.
-    pub forwarder: Option<Forwarder>,
+    pub forwarder: Option<PeerClient>,
 }
 
 impl Tools {
@@ -136,7 +137,7 @@ impl Tools {
             policy: parts.policy,
             bridge: parts.bridge,
             calls: inflight::CallsInFlight::new(parts.max_calls_per_principal, parts.cluster),
-            parked: parked::ParkedCalls::of_replica(parts.forwarder.as_ref().map(Forwarder::replica_id)),
+            parked: parked::ParkedCalls::of_replica(parts.forwarder.as_ref().map(PeerClient::replica_id)),
             state_seal: parts.state_key.map_or_else(sealed::StateSeal::random, sealed::StateSeal::from_bytes),
             forwarder: parts.forwarder,
             own_parts: Default::default(),

@@ -12,10 +12,11 @@
 //! Invariant: parked calls are bounded — at most [`PER_PRINCIPAL`] per principal and [`TOTAL`]
 //! in all, each parked no longer than its upstream's `request_timeout` (the upstream call itself
 //! times out within that too). A `requestState` is 256 random bits, resumed once, only by the
-//! principal that parked it and for the same presented name; unknown, expired and another
+//! principal that parked it and for the same tool or prompt of the same upstream; unknown, expired and another
 //! principal's state answer alike. Nothing is asked of a host that did not declare it. With
 //! `[cluster]` a state ends with `@<replica>`, the replica the call is parked on (not a secret:
-//! the token alone resumes it, and only there).
+//! the token alone resumes it, and only there); a retry landing on another replica goes there
+//! over MCP (`routed`, `served`).
 
 #![allow(deprecated)] // Sampling is deprecated by SEP-2577 but still in the 2025 era.
 

@@ -15,7 +15,7 @@ use std::future::Future;
 use rmcp::ErrorData;
 use rmcp::model::{ErrorCode, InputRequest, InputRequiredResult, InputResponses};
 
-use crate::cluster::forward::Answer;
+use crate::cluster::peers::Answer;
 use crate::error::ProxyError;
 use crate::host::HostRelay;
 use crate::upstream::Connection;

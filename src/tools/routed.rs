@@ -2,8 +2,8 @@
 //! kind ([`Routed`]). Route: the presented name (or template) is split, looked up in the merged
 //! snapshot and decided for the caller (denied, unknown and of an upstream that is down all
 //! answer alike), then renamed to the upstream's own. Run: sent with the upstream's timeout on
-//! the caller's session, which with `[cluster]` may be a connection to the replica holding it
-//! (a 2026-07-28 retry goes where its call is parked, `remote`). Rewrite: the
+//! the caller's session, which with `[cluster]` may be a connection to the replica holding it;
+//! a 2026-07-28 retry goes over MCP to the replica its call is parked on. Rewrite: the
 //! answer's URIs namespaced and judged for the caller (`rewrite`). What differs per kind is
 //! only what a request names, rmcp's request and answer types, and the rewrite of the answer.
 //!
@@ -21,20 +21,20 @@ use std::sync::Arc;
 use rmcp::model::{CompleteResult, Reference, RequestMetaObject};
 use tokio_util::sync::CancellationToken;
 
-use super::kinds::{Routed, retry_parts, send, state_of, takes_input, with_inputs};
+use super::kinds::{Call, Routed, retry_parts, send, state_of, takes_input, with_inputs};
 use super::names::Offering;
 use super::parked::{self, Outcome, Resume};
 use super::rounds;
 use super::sealed::Holder;
 use super::{ProgressOutlet, Tools, rewrite};
 use crate::audit::scope;
-use crate::cluster::forward::{Answer, Call};
+use crate::cluster::peers::Answer;
 use crate::error::ProxyError;
 use crate::host::{HostRelay, SubjectToken};
 use crate::metrics::{DenialAction, DenialKind};
 use crate::namespace;
 use crate::policy::PolicySet;
-use crate::upstream::{Connection, HostSession, Upstream};
+use crate::upstream::{Connection, HostSession, Unreached, Upstream};
 
 /// Who asks, and what their request came with.
 pub struct Asker<'a> {
@@ -86,8 +86,8 @@ impl Tools {
         holder: &Holder<'_>,
         call: Call,
     ) -> Result<Answer, ProxyError> {
-        let answer = match self.resume_where_parked(upstream, asker, holder, &call).await {
-            Some(answer) => answer?,
+        let answer = match self.parked_on_another(state_of(&call)).map(str::to_owned) {
+            Some(replica) => self.retry_where_parked(upstream, asker, &replica, call).await?,
             None => self.run_here(upstream, asker, holder, call).await?,
         };
         Ok(match answer {
@@ -109,7 +109,7 @@ impl Tools {
         match asker.relay.clone().filter(|relay| relay.takes_input_required()) {
             Some(host) if takes_input(&call) => {
                 self.open_state_in(holder, &mut call)?;
-                self.parked(&upstream, (holder.principal, holder.name), call, asker.progress.clone(), host).await
+                self.parked(&upstream, holder.principal, call, asker.progress.clone(), host).await
             }
             _ => {
                 let (progress, subject) = (&asker.progress, asker.subject);
@@ -121,19 +121,60 @@ impl Tools {
         }
     }
 
+    /// A 2026-07-28 host's retry of a call parked on replica `replica` (its `requestState`
+    /// names it), sent there over MCP, on this replica's connection to that replica's session
+    /// endpoint for the caller's session (`upstream`'s `session_on`), where it resumes. The
+    /// replica gone or unreachable: the call is over, and the error says so; never run here.
+    async fn retry_where_parked(
+        &self,
+        upstream: &Upstream,
+        asker: &Asker<'_>,
+        replica: &str,
+        call: Call,
+    ) -> Result<Answer, ProxyError> {
+        let relay = asker.relay.as_deref();
+        let Some(host) = asker.relay.clone().filter(|relay| relay.takes_input_required()) else {
+            return Err(parked::unknown_state());
+        };
+        let declares = (host.declares_sampling(), host.declares_elicitation());
+        let there = match upstream.session_on(replica, asker.principal, relay.and_then(host_session), declares).await {
+            Ok(there) => there,
+            Err(Unreached::Gone) => {
+                tracing::debug!(upstream = upstream.name(), replica, "a requestState names a replica that is gone");
+                return Err(ProxyError::InvalidParams(format!(
+                    "requestState continues a call that waited on replica `{replica}`, which is gone: that call is \
+                     over; call again without requestState"
+                )));
+            }
+            Err(Unreached::Unreachable) => {
+                return Err(ProxyError::InvalidParams(format!(
+                    "requestState continues a call that waits on replica `{replica}`, which cannot be reached: \
+                     that call is lost; call again without requestState"
+                )));
+            }
+        };
+        send(&there, call, asker.progress.clone(), Some(host), asker.subject).await
+    }
+
     /// A call or get for a 2026-07-28 `host`: what the upstream asks of it meanwhile is
     /// answered as `input_required`, and a retry with the proxy's `requestState` resumes it
-    /// (`parked`). `call` carries the upstream's own `requestState` (opened) or the proxy's.
+    /// (`parked`), on this replica whichever replica the retry landed on. `call` carries the
+    /// upstream's own names, and its own `requestState` (opened) or the proxy's.
     pub(super) async fn parked(
         &self,
         upstream: &Connection,
-        (principal, presented): (&str, &str),
+        principal: &str,
         mut call: Call,
         progress: Option<Arc<dyn ProgressOutlet>>,
         host: Arc<dyn HostRelay>,
     ) -> Result<Answer, ProxyError> {
-        // A call's state never resumes a get of the same name.
-        let name = format!("{}:{presented}", if matches!(call, Call::Prompt(_)) { "prompt" } else { "tool" });
+        // A state resumes the same tool (or prompt: never a call's state a get's) of the same
+        // upstream, by the upstream's own names, which the replica it is parked on knows.
+        let name = match &call {
+            Call::Prompt(params) => format!("prompt:{}/{}", upstream.name(), params.name),
+            Call::Tool(params) => format!("tool:{}/{}", upstream.name(), params.name),
+            _ => return Err(ProxyError::InvalidParams("only a call or a get waits for input".into())),
+        };
         let who = Resume { principal, name: &name, timeout: upstream.config().request_timeout };
         let calls = &self.inner.parked;
         let ours = state_of(&call).filter(|state| parked::is_ours(Some(state))).map(str::to_owned);

@@ -75,7 +75,7 @@ use crate::subscriptions::HolderId;
 
 pub use self::offerings::Offered;
 pub use self::owner_link::{Carried, OwnerAt, OwnerRoutes, Whose};
-pub use self::owners::MAX_HOLDS_PER_OWNER;
+pub use self::owners::{MAX_HOLDS_PER_OWNER, Unreached};
 
 /// What upstreams tell the rest of the proxy.
 #[derive(Debug, Clone, PartialEq)]

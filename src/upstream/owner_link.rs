@@ -1,5 +1,5 @@
 //! `[cluster]`: what a connection to another replica's session endpoint is given (see
-//! `owners`): how owners are found and passes made ([`OwnerRoutes`], handed in by the
+//! `owners`): how owners and replicas are found and passes made ([`OwnerRoutes`], handed in by the
 //! composition), and the owner and session one connection serves ([`OwnerLink`]).
 
 use std::sync::Arc;
@@ -11,6 +11,9 @@ use crate::host::{HostSession, SubjectToken};
 /// The replica holding a session, when another one than this.
 pub type OwnerOf = Arc<dyn Fn(&Whose<'_>) -> Option<OwnerAt> + Send + Sync>;
 
+/// Another replica alive, by its id.
+pub type ReplicaAt = Arc<dyn Fn(&str) -> Option<OwnerAt> + Send + Sync>;
+
 /// A fresh pass for one request to a replica, for a session, carrying what it carries.
 pub type MakePass = Arc<dyn Fn(&str, &Whose<'_>, &Carried<'_>) -> String + Send + Sync>;
 
@@ -19,6 +22,9 @@ pub type MakePass = Arc<dyn Fn(&str, &Whose<'_>, &Carried<'_>) -> String + Send 
 pub struct OwnerRoutes {
     /// The replica holding `whose` session, when another one than this.
     pub owner_of: OwnerOf,
+    /// Another replica alive, by its id (the one a call waits on, which its `requestState`
+    /// names).
+    pub replica_at: ReplicaAt,
     /// A fresh pass for one request to replica `to` for `whose` session, carrying `carried`.
     pub pass: MakePass,
     /// The client between replicas (HTTP/2, with `peer_tls` over TLS).

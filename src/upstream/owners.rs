@@ -23,6 +23,13 @@
 //! URI may have changed, and its hosts list the shared connection's lists until the new place
 //! says otherwise.
 //!
+//! A 2026-07-28 host's retry of a call parked on another replica goes to that replica the same
+//! way ([`Upstream::session_on`]), of any upstream (a shared one too): a connection to its
+//! session endpoint pinned to 2026-07-28, where the answer can be `input_required` again,
+//! declaring what the host declared; that replica gone or unreachable, the retry fails
+//! ([`Unreached`]), never runs here. Such connections close once unused for `session_idle`
+//! (checked at each retry, since a shared upstream has no sweep).
+//!
 //! Invariant: a connection to an owner carries one principal's (host session's) requests
 //! only, each under a pass naming that principal; the owner's own requests never go on one.
 //! A hold is on one session at a time, the one where its session lives as this replica last
@@ -46,6 +53,7 @@ use super::{Connection, Link, Offered, Upstream, UpstreamEvent};
 use crate::config::{ProtocolChoice, UpstreamTransport};
 use crate::error::ProxyError;
 use crate::host::HostSession;
+use crate::protocol::{LEGACY_HANDSHAKE, MODERN_VERSION};
 use crate::subscriptions::HolderId;
 
 /// URIs one principal holds at most on the sessions one owner keeps for this replica: each is
@@ -53,14 +61,32 @@ use crate::subscriptions::HolderId;
 /// every other host. Past it a subscription is refused, naming the bound.
 pub const MAX_HOLDS_PER_OWNER: usize = 64;
 
-/// The connections to owners, by owner and whose session.
+/// The connections to other replicas, by replica, whose session and what for.
 #[derive(Default)]
 pub(super) struct AtOwners {
     open: Mutex<BTreeMap<At, AtOwner>>,
 }
 
-/// An owner replica, and whose session a connection there serves.
-type At = (Arc<str>, SessionKey);
+/// Where one connection to another replica goes: the replica, whose session, what for.
+type At = (Arc<str>, SessionKey, Reach);
+
+/// What a connection to another replica is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Reach {
+    /// The session it holds (2025 era): requests, holds, its own lists.
+    Session,
+    /// Retries of calls parked there, from hosts that declared (sampling, elicitation).
+    Parked(bool, bool),
+}
+
+/// Why a retry cannot reach the replica its call is parked on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unreached {
+    /// No such replica is alive.
+    Gone,
+    /// It could not be connected to.
+    Unreachable,
+}
 
 struct AtOwner {
     session: Session,
@@ -100,7 +126,7 @@ impl AtOwners {
     /// The URIs `principal` holds on connections to `owner`.
     fn uris_held(&self, owner: &str, principal: &str) -> usize {
         let open = self.open.lock().expect("owners lock");
-        let theirs = open.iter().filter(|((at, key), _)| &**at == owner && key.principal() == principal);
+        let theirs = open.iter().filter(|((at, key, _), _)| &**at == owner && key.principal() == principal);
         theirs.map(|(_, held)| held.session.holds().uris()).sum()
     }
 }
@@ -120,7 +146,7 @@ impl Upstream {
         let host = host.filter(|_| key.host().is_some());
         let whose = Whose { upstream: self.name(), principal, host };
         let owner = (routes.owner_of)(&whose)?;
-        let at: At = (owner.replica.as_str().into(), key);
+        let at: At = (owner.replica.as_str().into(), key, Reach::Session);
         let mut open = self.inner.at_owners.open.lock().expect("owners lock");
         let held = match open.get_mut(&at) {
             // A host session's own requests declare what it declared; a connection opened to
@@ -128,14 +154,14 @@ impl Upstream {
             Some(held) if held.session.inner.declared != declared && declares_anything(declared) => {
                 held.stop.cancel();
                 let holds = held.session.holds().take_all();
-                let fresh = self.open_at_owner(routes, &at, whose, declared)?;
+                let fresh = self.open_at_owner(routes, &owner.url, &at, whose, declared)?;
                 fresh.session.hold_waiting(holds);
                 *held = fresh;
                 held
             }
             Some(held) => held,
             None => {
-                let session = self.open_at_owner(routes, &at, whose, declared)?;
+                let session = self.open_at_owner(routes, &owner.url, &at, whose, declared)?;
                 open.entry(at.clone()).or_insert(session)
             }
         };
@@ -143,26 +169,33 @@ impl Upstream {
         Some((at.0, held.session.clone()))
     }
 
-    /// A new connection to `at`'s owner for `whose` session, supervised until the upstream
-    /// stops (or it is closed); its updates and own lists go to the upstream's events.
+    /// A new connection `at` to the session endpoint of the replica at `url` for `whose`
+    /// session, supervised until the upstream stops (or it is closed); a session's updates and
+    /// own lists go to the upstream's events.
     fn open_at_owner(
         &self,
         routes: &super::OwnerRoutes,
+        url: &str,
         at: &At,
         whose: Whose<'_>,
         declared: Option<Declared>,
     ) -> Option<AtOwner> {
         let (spine, parent_stop) = self.launch()?;
-        let owner = (routes.owner_of)(&whose)?;
         let mut config = self.config().clone();
-        let url = format!("{}{}", owner.url, routes.path);
+        let url = format!("{url}{}", routes.path);
         config.transport = UpstreamTransport::Http { url, headers: Default::default(), ca: None, auth: None };
-        config.protocol = ProtocolChoice::Pinned(crate::protocol::LEGACY_HANDSHAKE.to_string());
+        config.protocol = ProtocolChoice::Pinned(match at.2 {
+            Reach::Session => LEGACY_HANDSHAKE.to_string(),
+            Reach::Parked(..) => MODERN_VERSION.to_string(),
+        });
         let link = OwnerLink::new(routes.clone(), at.0.clone(), whose);
         let connection = Connection::to_owner(config, self.metrics().clone(), declared, link);
         let session = Session::new(connection, whose.principal.into(), at.1.host());
         let stop = parent_stop.child_token();
-        let events = self.inner.events.lock().expect("events lock").clone();
+        let events = match at.2 {
+            Reach::Session => self.inner.events.lock().expect("events lock").clone(),
+            Reach::Parked(..) => None,
+        };
         session.spawn(&spine, stop.clone(), events, false);
         Some(AtOwner { session, stop, last: Instant::now() })
     }
@@ -176,7 +209,7 @@ impl Upstream {
             let opened = tokio::time::timeout(self.config().request_timeout, session.wait_settled()).await;
             if opened.is_err() || session.link().is_err() {
                 // What it holds stays on it: it connects again, or moves with its session.
-                self.inner.at_owners.close_where(|(to, _), held| {
+                self.inner.at_owners.close_where(|(to, _, _), held| {
                     *to == replica
                         && Arc::ptr_eq(&held.session.inner, &session.inner)
                         && !session.holds().holds_anything()
@@ -193,6 +226,50 @@ impl Upstream {
         // As on a session here: a request goes after what its holders subscribed before it.
         session.subscriptions_settled().await;
         Some(SessionHandle::AtOwner(session))
+    }
+
+    /// The connection to replica `replica`, where a call of `principal`'s (host session
+    /// `host`'s) waits for its 2026-07-28 host's input, for that host's retry; the host declared
+    /// `(sampling, elicitation)`. Of any upstream: a retry resumes a call parked there, whoever
+    /// holds the upstream's session.
+    pub async fn session_on(
+        &self,
+        replica: &str,
+        principal: &str,
+        host: Option<HostSession>,
+        (sampling, elicitation): (bool, bool),
+    ) -> Result<SessionHandle, Unreached> {
+        let routes = self.inner.owner_routes.get().ok_or(Unreached::Gone)?;
+        // A shared upstream has no sweep: its connections for retries close here once idle.
+        self.close_idle_at_owners(self.config().sessions.idle);
+        let to = (routes.replica_at)(replica).ok_or(Unreached::Gone)?;
+        let (key, _) = self.key_of(principal, host);
+        let host = host.filter(|_| key.host().is_some());
+        let whose = Whose { upstream: self.name(), principal, host };
+        let declared = Some(Declared { sampling, elicitation });
+        let at: At = (to.replica.as_str().into(), key, Reach::Parked(sampling, elicitation));
+        let session = {
+            let mut open = self.inner.at_owners.open.lock().expect("owners lock");
+            let held = match open.get_mut(&at) {
+                Some(held) => held,
+                None => {
+                    let fresh = self.open_at_owner(routes, &to.url, &at, whose, declared);
+                    open.entry(at.clone()).or_insert(fresh.ok_or(Unreached::Unreachable)?)
+                }
+            };
+            held.last = Instant::now();
+            held.session.clone()
+        };
+        if session.link().is_err() {
+            let opened = tokio::time::timeout(self.config().request_timeout, session.wait_settled()).await;
+            if opened.is_err() || session.link().is_err() {
+                self.inner.at_owners.close_where(|open, _| *open == at);
+                self.metrics().cluster_forward("failed");
+                tracing::warn!(upstream = self.name(), replica, "the replica a call waits on is unreachable");
+                return Err(Unreached::Unreachable);
+            }
+        }
+        Ok(SessionHandle::AtOwner(session))
     }
 
     /// What the session of `principal` (host session `host`) lists as its own when another
@@ -231,14 +308,14 @@ impl Upstream {
     pub(super) fn held_at_owner(&self, principal: &str, host: Option<HostSession>, uri: &str) -> Option<Session> {
         let (key, _) = self.key_of(principal, host);
         let open = self.inner.at_owners.open.lock().expect("owners lock");
-        let mut held = open.iter().filter(|((_, at), _)| *at == key).map(|(_, held)| &held.session);
+        let mut held = open.iter().filter(|((_, at, _), _)| *at == key).map(|(_, held)| &held.session);
         held.find(|session| session.holds().holds_uri(uri)).cloned()
     }
 
     /// Every hold on connections to owners, as (principal, host session, holder, URI).
     pub(super) fn holds_at_owners(&self) -> Vec<(Arc<str>, Option<HostSession>, HolderId, String)> {
         let mut holds = Vec::new();
-        for ((_, key), session) in self.inner.at_owners.all() {
+        for ((_, key, _), session) in self.inner.at_owners.all() {
             let (principal, host): (Arc<str>, _) = (key.principal().into(), host_session(&key, session.inner.declared));
             for (holder, uris) in session.holds().all() {
                 holds.extend(uris.into_iter().map(|uri| (principal.clone(), host, holder, uri)));
@@ -266,7 +343,7 @@ impl Upstream {
     /// Host session `host` ended: its connections to owners close (the owner closes its session
     /// on the session's news).
     pub(super) fn close_host_at_owners(&self, host: u64) {
-        let closed = self.inner.at_owners.close_where(|(_, key), _| key.host() == Some(host));
+        let closed = self.inner.at_owners.close_where(|(_, key, _), _| key.host() == Some(host));
         self.closed_with_own_offerings(&closed);
     }
 
@@ -280,8 +357,8 @@ impl Upstream {
             let whose = Whose { upstream: self.name(), principal: key.principal(), host };
             (routes.owner_of)(&whose).map(|owner| owner.replica)
         };
-        let moved_away = self.inner.at_owners.close_where(|(replica, key), held| {
-            lives_at(key, held.session.inner.declared).as_deref() != Some(&**replica)
+        let moved_away = self.inner.at_owners.close_where(|(replica, key, reach), held| {
+            *reach == Reach::Session && lives_at(key, held.session.inner.declared).as_deref() != Some(&**replica)
         });
         let mut moving = Vec::new();
         for session in &moved_away {

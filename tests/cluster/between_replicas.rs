@@ -21,7 +21,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use mcp_resource_proxy::cluster::ClusterKeys;
-use mcp_resource_proxy::cluster::forward::{MARK_HEADER, PASS_HEADER, PATH, mark_with, pass_with};
+use mcp_resource_proxy::cluster::session_pass::{self, Identity, Passes};
 
 use crate::support::cluster::{Redis, Replicas, SECRET, SECRET_ENV, cluster_when, forwards, with_cluster};
 use crate::support::proxy::{
@@ -172,23 +172,22 @@ async fn read_as(replica: &ProxyProcess, token: &str) -> anyhow::Result<String> 
     }
 }
 
-/// A request marked as another replica makes it (the cluster's key, for `replica-0`), posted
-/// over plain HTTP to `replica`: its status and answer.
+/// A request under a pass another replica makes (the cluster's key, for `replica-0`), posted
+/// over plain HTTP to `replica`'s session endpoint: its status and answer.
 async fn plain_forward(replica: &ProxyProcess) -> anyhow::Result<(u16, String)> {
-    let url = format!("{}{PATH}", replica.url.strip_suffix("/mcp").context("an /mcp URL")?);
-    let key = ClusterKeys::new(SECRET.as_bytes()).forward();
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis() as u64;
-    let body = json!({
-        "to": "replica-0", "issued_ms": now, "nonce": "plain-1", "principal": "alice", "upstream": "fx",
-        "call": { "kind": "read", "params": { "uri": "fx://fx/item/1" } }
-    })
-    .to_string();
+    let url = format!("{}{}", replica.url.strip_suffix("/mcp").context("an /mcp URL")?, session_pass::PATH);
+    let passes = Passes::new("replica-9", &ClusterKeys::new(SECRET.as_bytes()).session_pass());
+    let identity = Identity { principal: "alice".into(), upstream: "fx".into(), host: None };
+    let initialize = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": { "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "plain", "version": "1" } }
+    });
     let response = reqwest::Client::new()
         .post(&url)
         .header("content-type", "application/json")
-        .header(PASS_HEADER, pass_with(&key, "replica-0", now))
-        .header(MARK_HEADER, mark_with(&key, body.as_bytes()))
-        .body(body)
+        .header("accept", "application/json, text/event-stream")
+        .header(session_pass::HEADER, passes.make("replica-0", &identity, None, None))
+        .body(initialize.to_string())
         .send()
         .await?;
     Ok((response.status().as_u16(), response.text().await?))

@@ -14,6 +14,7 @@ mod bare_metal;
 mod between_replicas;
 mod cache;
 mod caps;
+mod parked;
 mod peers;
 mod redis_outage;
 mod rediss;

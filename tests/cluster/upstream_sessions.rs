@@ -18,7 +18,6 @@ use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
 use mcp_resource_proxy::cluster::ClusterKeys;
-use mcp_resource_proxy::cluster::forward::PATH;
 use mcp_resource_proxy::cluster::session_pass::{self, Identity, Passes};
 use mcp_resource_proxy::crypto::SealingKey;
 
@@ -284,7 +283,8 @@ async fn an_unmarked_upload_to_the_replicas_route_is_refused_before_its_body() -
         replica.url.strip_prefix("http://").and_then(|rest| rest.strip_suffix("/mcp")).context("an address")?;
     let mut stream = tokio::net::TcpStream::connect(address).await?;
     let head = format!(
-        "POST {PATH} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        "POST {} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        session_pass::PATH,
         30 << 20
     );
     stream.write_all(head.as_bytes()).await?;
@@ -441,9 +441,9 @@ fn connections_to(pid: u32, port: u16) -> anyhow::Result<usize> {
 
 /// A 2026-07-28 host answers a shared 2025 upstream's elicitation through the balancer: the
 /// call is parked on the replica that started it (each runs its own child of the server), and
-/// a retry that lands on another replica is sent to that one, where the call resumes. Every
-/// round completes with the host's answer (before, a retry elsewhere answered "requestState is
-/// unknown or expired").
+/// a retry that lands on another replica is sent to that one over MCP (its session endpoint),
+/// where the call resumes. Every round completes with the host's answer (before, a retry
+/// elsewhere answered "requestState is unknown or expired").
 #[tokio::test(flavor = "multi_thread")]
 async fn a_modern_hosts_call_on_a_shared_upstream_resumes_on_the_replica_it_waits_on() -> anyhow::Result<()> {
     let (cluster, _policies) = start_with(3, "shared").await?;
@@ -453,6 +453,7 @@ async fn a_modern_hosts_call_on_a_shared_upstream_resumes_on_the_replica_it_wait
         forwards(all.iter().copied(), "forwarded").await? >= 1.0,
         "some retries went to the replica their call waits on"
     );
+    assert!(forwards(all.iter().copied(), "resumed").await? >= 1.0, "and resumed it there, over MCP");
     Ok(())
 }
 
@@ -615,6 +616,7 @@ async fn a_modern_hosts_call_on_a_session_owned_elsewhere_is_parked_where_asked_
     elicited_through_the_balancer(&cluster, 4).await?;
     let all: Vec<&ProxyProcess> = cluster.replicas.iter().collect();
     assert!(forwards(all.iter().copied(), "forwarded").await? >= 1.0, "some rounds went to the owner from elsewhere");
+    assert!(forwards(all.iter().copied(), "resumed").await? >= 1.0, "some retries resumed their call over MCP");
     Ok(())
 }
 

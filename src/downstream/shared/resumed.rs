@@ -35,7 +35,7 @@ use serde_json::json;
 
 use super::ids::{SessionIds, StreamEvent};
 use super::keepers::{Found, Keepers};
-use crate::cluster::forward::{Answer, RemoteError};
+use crate::cluster::peers::{Answer, RemoteError};
 use crate::downstream::kept::{COLLECT_WAIT, KeptCalls};
 use crate::error::ProxyError;
 use crate::proxy::Proxy;

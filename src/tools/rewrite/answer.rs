@@ -7,7 +7,7 @@ use rmcp::model::{CallToolResult, ContentBlock, GetPromptResult, ResultType};
 use super::links::Links;
 use super::structured::{Structured, structured_for};
 use super::{block_for, blocks_for, completion_for, result_meta};
-use crate::cluster::forward::Answer;
+use crate::cluster::peers::Answer;
 use crate::metrics::{DenialAction, Metrics};
 
 /// `answer` from `links`' upstream as its caller may see it. A 2025-era upstream's result has

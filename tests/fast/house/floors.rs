@@ -99,6 +99,7 @@ const EDGES: &[(&str, &[&str])] = &[
         "tools",
         &[
             "crypto",
+            "protocol",
             "error",
             "namespace",
             "uri",

@@ -21,6 +21,19 @@ const GONE: &[(&str, &str)] = &[
     ("mod mailbox", "a host's answer for another replica goes on the one session news channel, sealed and addressed"),
     ("Call::Collect", "a cut stream's kept answer is asked for on the session news channel and read from Redis"),
     ("Line::Kept", "a cut stream's kept answer is asked for on the session news channel and read from Redis"),
+    ("mod forward;", "what crosses to another replica's session is MCP to its session endpoint (`upstream::owners`)"),
+    ("mod forwarded;", "another replica's requests come to the session endpoint as MCP (`downstream::owned`)"),
+    ("mod remote;", "another replica's requests run through `tools::served`, as MCP requests"),
+    (
+        "mod held_elsewhere",
+        "a subscription on a session another replica holds is MCP on its connection (`upstream::owners`)",
+    ),
+    (
+        "mod offered_elsewhere",
+        "a session's own lists at another replica are its `tools/list` there (`upstream::owners`)",
+    ),
+    ("fn resume_at", "a 2026-07-28 retry goes to the replica its call is parked on over MCP (`Upstream::session_on`)"),
+    ("_elsewhere(", "one decision says where a request runs (`Upstream::session_for`); no caller knows elsewhere"),
 ];
 
 #[test]

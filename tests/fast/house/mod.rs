@@ -38,7 +38,7 @@ const ROOTS: &[&str] = &["lib", "main", "bin"];
 #[derive(Debug)]
 struct Edge {
     from: String,
-    /// The module it lands in, in full (`cluster::forward`); its first segment is the
+    /// The module it lands in, in full (`cluster::peers`); its first segment is the
     /// top-level module.
     to: ModulePath,
     /// The importing file, relative to its crate's source folder.

@@ -1,0 +1,178 @@
+//! `[cluster]`: how the replicas reach one another, and what a request's answer is as it
+//! crosses. A request on a session another replica holds, a subscription on it, its own lists
+//! and a 2026-07-28 retry of a call parked on another replica go there over MCP, to its session
+//! endpoint (`session_pass`, and the upstream's `owners`), through [`PeerClient`]'s HTTP/2
+//! client (with `peer_tls`, over TLS: only the cluster's CA is trusted, and this replica's
+//! certificate is presented). An [`Answer`] or a [`RemoteError`] is also how a kept answer is
+//! sealed into Redis for a host that resumes its stream on another replica.
+//!
+//! Invariant: one client per replica, so every request to one other replica is a stream of one
+//! HTTP/2 connection.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::{CallToolResult, CompleteResult, GetPromptResult, InputRequiredResult, ReadResourceResult};
+use serde::{Deserialize, Serialize};
+
+pub use super::session_pass::HostOf;
+use super::{Cluster, Owner};
+use crate::error::ProxyError;
+
+/// How long the caller waits for a connection to the owner before running the request itself.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How often the connection to a replica is pinged, and how long an unanswered ping waits
+/// before the connection counts as dead (its requests fail; the next one connects anew).
+const KEEP_ALIVE: Duration = Duration::from_secs(10);
+
+/// Whose session a request of another replica runs on.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionOf<'a> {
+    pub principal: &'a str,
+    pub upstream: &'a str,
+    /// A per-host upstream's host session (none: the principal's session).
+    pub host: Option<HostOf>,
+}
+
+/// The upstream's answer to a call, prompt, read or completion.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "result", rename_all = "snake_case")]
+pub enum Answer {
+    Tool(CallToolResult),
+    Prompt(GetPromptResult),
+    Read(ReadResourceResult),
+    Complete(CompleteResult),
+    InputRequired(InputRequiredResult),
+}
+
+/// A [`ProxyError`] of the owner, as it travels (upstream names are the caller's to add).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RemoteError {
+    NotFound {
+        uri: String,
+    },
+    UnknownName {
+        offering: String,
+        name: String,
+    },
+    InvalidParams {
+        message: String,
+    },
+    /// The owner's session could not be opened; `cause` is why its stdio child could not
+    /// start (masked as for a local host), when known.
+    UpstreamDown {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cause: Option<String>,
+    },
+    UpstreamTimeout {
+        timeout_ms: u64,
+    },
+    UpstreamFailed {
+        reason: String,
+    },
+    SessionLimit {
+        limit: usize,
+        setting: String,
+    },
+}
+
+/// The client between replicas, and where each is; a cheap `Clone`.
+#[derive(Clone)]
+pub struct PeerClient {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    cluster: Cluster,
+    http: reqwest::Client,
+}
+
+impl PeerClient {
+    pub fn new(cluster: &Cluster) -> PeerClient {
+        // HTTP/2 with prior knowledge: every request to one replica, holds included, is a
+        // stream of one connection (the listener speaks both; its `MAX_STREAMS` at once).
+        let mut http = crate::crypto::http_client()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .http2_prior_knowledge()
+            .http2_keep_alive_interval(KEEP_ALIVE)
+            .http2_keep_alive_timeout(KEEP_ALIVE)
+            .http2_keep_alive_while_idle(true)
+            .no_proxy();
+        if let Some(tls) = cluster.peer_tls() {
+            http = http.tls_backend_preconfigured(super::peer_tls::client_config(tls)).https_only(true);
+        }
+        let http = http.build().expect("the client between replicas builds");
+        PeerClient { inner: Arc::new(Inner { cluster: cluster.clone(), http }) }
+    }
+
+    /// The client between replicas (HTTP/2; with `peer_tls`, over TLS).
+    pub fn client(&self) -> reqwest::Client {
+        self.inner.http.clone()
+    }
+
+    /// What makes the passes of requests to the other replicas' session endpoints.
+    pub fn session_passes(&self) -> super::session_pass::Passes {
+        let cluster = &self.inner.cluster;
+        super::session_pass::Passes::new(cluster.replica_id(), &cluster.keys().session_pass())
+    }
+
+    /// This replica's id.
+    pub fn replica_id(&self) -> &str {
+        self.inner.cluster.replica_id()
+    }
+
+    /// Another replica seen alive that can be reached, by its id.
+    pub fn replica(&self, id: &str) -> Option<Owner> {
+        self.inner.cluster.others().into_iter().find(|other| other.replica == id)
+    }
+
+    /// The replica holding `of`, when it is another one.
+    pub fn owner(&self, of: SessionOf<'_>) -> Option<Owner> {
+        self.inner.cluster.owner_of(of.upstream, of.principal, of.host.map(|host| host.key))
+    }
+}
+
+impl RemoteError {
+    /// How `error` travels.
+    pub fn of(error: &ProxyError) -> RemoteError {
+        match error {
+            ProxyError::NotFound { uri } => RemoteError::NotFound { uri: uri.clone() },
+            ProxyError::UnknownName { offering, name } => {
+                RemoteError::UnknownName { offering: offering.to_string(), name: name.clone() }
+            }
+            ProxyError::InvalidParams(message) => RemoteError::InvalidParams { message: message.clone() },
+            ProxyError::UpstreamDown { cause, .. } => RemoteError::UpstreamDown { cause: cause.clone() },
+            ProxyError::UpstreamTimeout { timeout, .. } => {
+                RemoteError::UpstreamTimeout { timeout_ms: timeout.as_millis() as u64 }
+            }
+            ProxyError::SessionLimit { limit, setting, .. } => {
+                RemoteError::SessionLimit { limit: *limit, setting: setting.to_string() }
+            }
+            other => RemoteError::UpstreamFailed { reason: other.kind().to_string() },
+        }
+    }
+
+    /// The error a caller of `upstream` gets.
+    pub fn into_error(self, upstream: &str) -> ProxyError {
+        let upstream = upstream.to_string();
+        match self {
+            RemoteError::NotFound { uri } => ProxyError::NotFound { uri },
+            RemoteError::UnknownName { offering, name } => {
+                let offering = if offering == "prompt" { "prompt" } else { "tool" };
+                ProxyError::UnknownName { offering, name }
+            }
+            RemoteError::InvalidParams { message } => ProxyError::InvalidParams(message),
+            RemoteError::UpstreamDown { cause } => ProxyError::UpstreamDown { upstream, cause },
+            RemoteError::UpstreamTimeout { timeout_ms } => {
+                ProxyError::UpstreamTimeout { upstream, timeout: Duration::from_millis(timeout_ms) }
+            }
+            RemoteError::UpstreamFailed { reason } => ProxyError::UpstreamFailed { upstream, reason },
+            RemoteError::SessionLimit { limit, setting } => {
+                let setting =
+                    if setting == "max_sessions_per_principal" { "max_sessions_per_principal" } else { "max_sessions" };
+                ProxyError::SessionLimit { upstream, limit, setting }
+            }
+        }
+    }
+}
