@@ -16,7 +16,7 @@
 //! `session::Session` (a connection of its own) per principal or per host session (`sessions`,
 //! `holding`), bounded, closed with the host session or when idle. With `[cluster]`, a session
 //! another replica holds is that replica's, reached over MCP with the HTTP upstream code
-//! (`owners`, `owner_link`; what crosses replicas is handed in, this module knows no cluster).
+//! (`owners`, `owner_link`, `owner_calls`; what crosses replicas is handed in, this module knows no cluster).
 //!
 //! Invariant: an upstream's entries are in the catalog only while it is connected; an upstream
 //! never takes another down, and no upstream error text reaches a client (see `error`). A
@@ -34,6 +34,7 @@ mod http;
 mod listing;
 mod notices;
 mod offerings;
+mod owner_calls;
 mod owner_link;
 mod owners;
 mod pool;
