@@ -21,7 +21,7 @@
 //!   [`ConnectionLimits::header_read_timeout`] — its first request and every keep-alive request
 //!   after it — or it is closed (slowloris, idle half-open connections);
 //! - a connection speaks HTTP/1.1, or HTTP/2 when it opens with HTTP/2's preface (prior
-//!   knowledge, `h2c`: the other replicas send every forwarded request to one replica over one
+//!   knowledge, `h2c`: the other replicas send every request to one replica over one
 //!   such connection); an HTTP/2 connection carries at most [`MAX_STREAMS`] requests at once and
 //!   is proven by its first request, like an HTTP/1.1 one;
 //! - every accepted socket has `TCP_NODELAY`: replies written in pieces (SSE frames) leave at

@@ -46,7 +46,7 @@ pub struct ClusterConfig {
     /// `0.0.0.0` or `::`).
     pub advertise_url: Option<String>,
     /// TLS between replicas (`peer_tls`): the others are reached over `https://` and must present
-    /// a certificate of the cluster's CA. `None`: forwarded requests travel as plain HTTP/2.
+    /// a certificate of the cluster's CA. `None`: requests between replicas travel as plain HTTP/2.
     pub peer_tls: Option<PeerTls>,
 }
 

@@ -63,7 +63,7 @@ pub struct ServerConfig {
     /// A connection must send a whole request head within this, or it is closed.
     pub header_read_timeout: Duration,
     /// A request body must arrive whole within this of its head, or it is cut (`/mcp` and
-    /// the replicas' forwarded requests).
+    /// the replicas' requests to the session endpoint).
     pub body_read_timeout: Duration,
     /// Bytes of request bodies one principal's hosts may be sending at once, between them; a
     /// body past it is refused (`413`) or cut.

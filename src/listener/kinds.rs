@@ -3,7 +3,7 @@
 //! [`PEER_CONNECTIONS`] places of their own beside it, so neither starves the other.
 //!
 //! A connection is seated at its first request: as another replica's when that request's head
-//! is one ([`Peers::is_peer`]: the forward route with a right pass) or, with TLS between
+//! is one ([`Peers::is_peer`]: the session endpoint with a right pass) or, with TLS between
 //! replicas, as soon as its handshake verified the peer's certificate; else as a host's, which
 //! waits for a host's place before its request is served (still closable for room meanwhile,
 //! like a connection that has sent nothing). A replica's connection finding no peer's place

@@ -25,7 +25,7 @@ use crate::upstream::HostSession;
 pub type Ran = Result<Answer, ProxyError>;
 
 impl Tools {
-    /// `[cluster]`: what sends and opens forwarded requests.
+    /// `[cluster]`: the client between replicas, and where each is.
     pub fn forwarder(&self) -> Option<&PeerClient> {
         self.inner.forwarder.as_ref()
     }
