@@ -44,6 +44,9 @@ async fn three_replicas() -> anyhow::Result<(Replicas, HttpFixture, tempfile::Te
     let cluster = Replicas::start(3, &config, &TOKENS).await?;
     for replica in &cluster.replicas {
         replica.wait_offerings("fx").await?;
+        // Until a replica has seen the others, a `requestState` naming one of them names a
+        // replica it takes for gone.
+        cluster_when(replica, |c| c["reachable"].as_array().is_some_and(|r| r.len() == 3)).await?;
     }
     Ok((cluster, fixture, policies))
 }
