@@ -50,6 +50,7 @@ mod caller;
 mod events;
 mod lists;
 mod metered;
+mod owner_routes;
 mod policies;
 mod read;
 mod reload;

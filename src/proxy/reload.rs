@@ -28,21 +28,20 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::events::Changes;
+use super::owner_routes::owner_routes;
 use super::policies::Policies;
 use super::views::Views;
 use crate::admin::ReloadReport;
 use crate::audit::{self, Audit};
 use crate::auth::subjects::Subjects;
 use crate::catalog::Catalog;
-use crate::cluster::peers::{HostOf, PeerClient, SessionOf};
-use crate::cluster::session_pass::{self, Identity};
 use crate::coherence::WatchBook;
 use crate::config::{Config, ConfigError, UpstreamConfig};
 use crate::metrics::Metrics;
 use crate::rate_limits::RateLimits;
 use crate::spine::Spine;
 use crate::tools::Tools;
-use crate::upstream::{Carried, EventSender, OwnerAt, OwnerRoutes, Registry, RootsChange, Upstream, Whose};
+use crate::upstream::{EventSender, Registry, RootsChange, Upstream};
 
 /// Loads the configuration again, as at start (file, environment, command line).
 pub type ConfigSource = Arc<dyn Fn() -> Result<Config, ConfigError> + Send + Sync>;
@@ -352,85 +351,5 @@ pub(super) fn longest_request(config: &Config) -> Duration {
 /// `request_timeout`'s default.
 const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// `[cluster]`: how an upstream reaches the sessions other replicas hold (their owners by
-/// rendezvous hashing over the replicas alive) and the calls parked on them (the replica alive
-/// a `requestState` names), each request under a pass sealed with the cluster's key, over the
-/// client between replicas.
-fn owner_routes(forwarder: &PeerClient) -> OwnerRoutes {
-    let owners = forwarder.clone();
-    let owner_of = move |whose: &Whose<'_>| {
-        let host =
-            whose.host.map(|host| HostOf { key: host.id, sampling: host.sampling, elicitation: host.elicitation });
-        let owner = owners.owner(SessionOf { principal: whose.principal, upstream: whose.upstream, host })?;
-        Some(OwnerAt { replica: owner.replica, url: owner.url })
-    };
-    let replicas = forwarder.clone();
-    let replica_at = move |id: &str| {
-        let replica = replicas.replica(id)?;
-        Some(OwnerAt { replica: replica.replica, url: replica.url })
-    };
-    let passes = forwarder.session_passes();
-    let pass = move |to: &str, whose: &Whose<'_>, carried: &Carried<'_>| {
-        let host =
-            whose.host.map(|host| HostOf { key: host.id, sampling: host.sampling, elicitation: host.elicitation });
-        let identity = Identity { principal: whose.principal.to_string(), upstream: whose.upstream.to_string(), host };
-        passes.make(to, &identity, carried.subject, carried.kept_as)
-    };
-    OwnerRoutes {
-        owner_of: Arc::new(owner_of),
-        replica_at: Arc::new(replica_at),
-        pass: Arc::new(pass),
-        client: forwarder.client(),
-        path: session_pass::PATH,
-        header: session_pass::HEADER,
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn config(text: &str) -> Config {
-        Config::from_toml(text, Path::new("/"), &|_| None).expect("config")
-    }
-
-    fn upstream(name: &str, port: u16) -> String {
-        format!("[[upstreams]]\nname = \"{name}\"\nurl = \"http://127.0.0.1:{port}/mcp\"\n")
-    }
-
-    #[test]
-    fn the_diff_names_added_removed_and_changed_upstreams() {
-        let running = config(&[upstream("a", 1), upstream("b", 2), upstream("c", 3)].concat());
-        let running: BTreeMap<String, Upstream> =
-            running.upstreams.into_iter().map(|u| (u.name.clone(), Upstream::new(u, Metrics::new()))).collect();
-        let next = config(&[upstream("a", 1), upstream("c", 4), upstream("d", 5)].concat());
-        let diff = diff(&running, &next.upstreams);
-        let names = |configs: &[UpstreamConfig]| configs.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
-        assert_eq!(names(&diff.added), ["d"]);
-        assert_eq!(diff.removed, ["b"]);
-        assert_eq!(names(&diff.changed), ["c"]);
-    }
-
-    #[test]
-    fn a_change_of_roots_alone_is_made_in_place() {
-        let rooted = |name: &str, root: &str| format!("{}roots = [\"{root}\"]\n", upstream(name, 1));
-        let running = config(&[rooted("a", "file:///x"), rooted("b", "file:///x")].concat());
-        let running: BTreeMap<String, Upstream> =
-            running.upstreams.into_iter().map(|u| (u.name.clone(), Upstream::new(u, Metrics::new()))).collect();
-        let next = config(&[rooted("a", "file:///y"), rooted("b", "file:///x")].concat());
-        let diff = diff(&running, &next.upstreams);
-        assert!(diff.changed.is_empty());
-        assert_eq!(diff.rerooted.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["a"]);
-    }
-
-    #[test]
-    fn sections_that_cannot_change_live_are_named() {
-        let running = config(&upstream("a", 1));
-        let next = config(&format!(
-            "[server]\npage_size = 7\n[cache]\nenabled = false\n[bridge]\nenabled = true\n[audit]\nqueue = 7\n{}",
-            upstream("b", 2)
-        ));
-        assert_eq!(restart_needed(&running, &next), ["server", "cache", "bridge", "audit"]);
-        assert!(restart_needed(&running, &running.clone()).is_empty());
-    }
-}
+mod tests;

@@ -46,6 +46,7 @@ mod roots;
 mod scan;
 mod session;
 mod sessions;
+mod shared;
 mod stdio;
 mod supervisor;
 mod tap;
@@ -250,7 +251,7 @@ impl Upstream {
     pub fn spawn(&self, catalog: Catalog, events: EventSender, spine: &Spine) {
         let stop = spine.shutdown().child_token();
         *self.inner.events.lock().expect("events lock") = Some(events.clone());
-        let shared = supervisor::Shared { connection: self.inner.connection.clone(), catalog };
+        let shared = shared::Shared { connection: self.inner.connection.clone(), catalog };
         let supervisor = supervisor::Supervisor::new(shared, events, stop.clone(), spine.clone());
         let task = spine.spawn(format!("supervisor:{}", self.name()), supervisor.run());
         *self.inner.spine.lock().expect("spine lock") = Some(spine.clone());

@@ -4,7 +4,7 @@
 //! reload can stop one upstream alone). On stop the connection is closed, not dropped: rmcp's
 //! service is cancelled (a stdio child's stdin closes, a listen stream ends) within
 //! [`CLOSE_GRACE`]. What it supervises is its [`Role`]: an upstream's shared connection
-//! ([`Shared`]: the catalog, status, gauges and events are its own) or a session of it (whose
+//! (`shared`: the catalog, status, gauges and events are its own) or a session of it (whose
 //! events reach only its holders, see `session`).
 
 use std::future::Future;
@@ -17,7 +17,6 @@ use tokio_util::sync::CancellationToken;
 use super::connect::{Running, connect};
 use super::notices::{NOTICE_CAPACITY, Notice, NoticeInbox};
 use super::{Change, Connection, Era, EventSender, Link, LinkState, Lost, Offered, UpstreamEvent};
-use crate::catalog::Catalog;
 use crate::config::{UpstreamTransport, redact_urls_in};
 use crate::spine::Spine;
 
@@ -77,12 +76,6 @@ pub(super) trait Role: Send + Sync + 'static {
     }
 }
 
-/// An upstream's shared connection, with the catalog it loads.
-pub(super) struct Shared {
-    pub connection: Connection,
-    pub catalog: Catalog,
-}
-
 pub(super) struct Supervisor<R> {
     role: R,
     connection: Connection,
@@ -98,9 +91,9 @@ pub(super) struct Supervisor<R> {
 /// What a catalog load found.
 pub(super) struct Reload {
     /// When the lists must be fetched again, if ever.
-    refresh: Option<Duration>,
+    pub refresh: Option<Duration>,
     /// Whether the catalog differs from what it was.
-    changed: bool,
+    pub changed: bool,
 }
 
 /// Why a connection ended.
@@ -417,69 +410,6 @@ impl<R: Role> Supervisor<R> {
             }
         }
         changed
-    }
-}
-
-impl Role for Shared {
-    fn supervised(&self) -> &Connection {
-        &self.connection
-    }
-
-    /// Every page of resources and templates, namespaced, into the catalog. Returns when the
-    /// lists must be fetched again (the shortest `ttlMs` they came with), if ever.
-    async fn load_catalog(&self, link: &Link, stop: &CancellationToken) -> Result<Reload, String> {
-        let listing = tokio::select! {
-            listing = super::listing::fetch(&self.connection, link) => listing?,
-            _ = stop.cancelled() => return Err("stopped".into()),
-        };
-        let name = self.connection.name();
-        let (resources, templates) = (listing.entries.resources.len(), listing.entries.templates.len());
-        self.connection.inner.metrics.set_catalog_size(name, resources, templates);
-        let changed = self.catalog.replace_if_changed(name, listing.entries);
-        Ok(Reload { refresh: listing.refresh, changed })
-    }
-
-    async fn offered_at_up(&self, link: &Link) -> Offered {
-        self.connection.fetch_offerings(link).await.unwrap_or_default()
-    }
-
-    fn resources(&self) -> usize {
-        let snapshot = self.catalog.snapshot();
-        snapshot.counts().iter().find(|(n, _, _)| n == self.connection.name()).map_or(0, |(_, r, _)| *r)
-    }
-
-    fn came_up(&self, era: Era, reconnected: bool) -> bool {
-        let (name, metrics) = (self.connection.name(), &self.connection.inner.metrics);
-        tracing::info!(upstream = name, era = era.label(), resources = self.resources(), "upstream up");
-        metrics.set_upstream_up(name, true);
-        if reconnected {
-            self.connection.update_status(|s| s.reconnects += 1);
-            metrics.upstream_reconnected(name);
-        }
-        false
-    }
-
-    fn ended(&self, lost: bool) {
-        let (name, metrics) = (self.connection.name(), &self.connection.inner.metrics);
-        self.catalog.remove_upstream(name);
-        if lost {
-            metrics.set_upstream_up(name, false);
-            metrics.set_catalog_size(name, 0, 0);
-        }
-    }
-
-    fn emit(&self, events: &EventSender, event: UpstreamEvent) {
-        events.send(event)
-    }
-
-    fn lost_everything(&self, events: &EventSender) {
-        events.overflowed(self.connection.name(), Lost::Everything)
-    }
-
-    async fn refetch_offerings(&self, link: &Link, events: &EventSender) {
-        if let Some(offered) = self.connection.fetch_offerings(link).await {
-            events.send(UpstreamEvent::OfferingsChanged { upstream: self.connection.name().to_string(), offered });
-        }
     }
 }
 
