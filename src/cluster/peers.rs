@@ -12,7 +12,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rmcp::model::{CallToolResult, CompleteResult, GetPromptResult, InputRequiredResult, ReadResourceResult};
+use rmcp::model::{
+    CallToolResult, CompleteResult, GetPromptResult, InputRequiredResult, ReadResourceResult, ServerResult,
+};
 use serde::{Deserialize, Serialize};
 
 pub use super::session_pass::HostOf;
@@ -130,6 +132,23 @@ impl PeerClient {
     /// The replica holding `of`, when it is another one.
     pub fn owner(&self, of: SessionOf<'_>) -> Option<Owner> {
         self.inner.cluster.owner_of(of.upstream, of.principal, of.host.map(|host| host.key))
+    }
+}
+
+impl Answer {
+    /// A kept call's answer as its host gets it: the call's or the get's result, in the form a
+    /// 2025 host reads. Only those are kept: another kind is `upstream`'s failure.
+    pub fn into_kept_result(self, upstream: &str) -> Result<ServerResult, ProxyError> {
+        let mut result = match self {
+            Answer::Tool(result) => ServerResult::CallToolResult(result),
+            Answer::Prompt(result) => ServerResult::GetPromptResult(result),
+            _ => {
+                let reason = "a kept answer is of neither a call nor a get".to_string();
+                return Err(ProxyError::UpstreamFailed { upstream: upstream.to_string(), reason });
+            }
+        };
+        result.strip_result_type_for_legacy_peer();
+        Ok(result)
     }
 }
 

@@ -88,16 +88,7 @@ impl Tools {
     ) -> Result<ServerResult, ProxyError> {
         let policy = self.policy();
         let answer = answer.map_err(|error| error.into_error(upstream))?;
-        let mut result = match self.rewritten(upstream, answer, &policy, principal) {
-            Answer::Tool(result) => ServerResult::CallToolResult(result),
-            Answer::Prompt(result) => ServerResult::GetPromptResult(result),
-            _ => {
-                let reason = "it answered a kept call with something else".to_string();
-                return Err(ProxyError::UpstreamFailed { upstream: upstream.to_string(), reason });
-            }
-        };
-        result.strip_result_type_for_legacy_peer();
-        Ok(result)
+        self.rewritten(upstream, answer, &policy, principal).into_kept_result(upstream)
     }
 
     /// `[cluster]`: the replica other than this one on which the call that `state` (the

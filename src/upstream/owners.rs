@@ -18,9 +18,9 @@
 //! owner; what the session lists as its own is asked there, and asked again when the owner
 //! says `tools/list_changed` or `prompts/list_changed` (the shared connection's lists until it
 //! answers). Every second the `sessions:<upstream>` sweep looks where each session
-//! lives now ([`Upstream::follow_owners`]): the holds of one whose owner changed are made where
-//! it lives now (here, or on a connection to the new owner), each holder told once that its
-//! URI may have changed, and its hosts list the shared connection's lists until the new place
+//! lives now ([`Upstream::follow_owners`]): the holds of one whose owner changed (those
+//! waiting since it was reclaimed from a full pool too) are made where it lives now (here, or
+//! on a connection to the new owner), each holder told once that its URI may have changed, and its hosts list the shared connection's lists until the new place
 //! says otherwise.
 //!
 //! A 2026-07-28 host's retry of a call parked on another replica goes to that replica the same
@@ -360,7 +360,7 @@ impl Upstream {
         });
         let mut moving = Vec::new();
         for session in &moved_away {
-            moving.extend(taken_off(session, session.holds().take_all()));
+            moving.extend(taken_off(session.principal(), session_host(session), session.holds().take_all()));
         }
         self.closed_with_own_offerings(&moved_away);
         if let Some(book) = &self.inner.sessions {
@@ -368,7 +368,16 @@ impl Upstream {
                 if session.holds().holds_anything() && lives_at(&key, session.inner.declared).is_some() {
                     let held = session.holds().take_all();
                     held.keys().for_each(|uri| session.set_watching(uri, false));
-                    moving.extend(taken_off(&session, held));
+                    moving.extend(taken_off(session.principal(), session_host(&session), held));
+                }
+            }
+            // Those waiting since their session was reclaimed from a full pool too: they would
+            // wait for a place here, for a session that lives elsewhere now.
+            for (key, declared) in book.reclaimed.keys() {
+                if lives_at(&key, declared).is_some()
+                    && let Some(waiting) = book.reclaimed.take(&key)
+                {
+                    moving.extend(taken_off(key.principal(), host_session(&key, waiting.declared), waiting.held));
                 }
             }
         }
@@ -390,13 +399,17 @@ impl Upstream {
     }
 }
 
-/// The holds `held`, taken off `session`, to be made again.
-fn taken_off(session: &Session, held: super::pool::HeldUris) -> Vec<Moving> {
-    let principal: Arc<str> = session.principal().into();
-    let host = session.host().map(|id| {
+/// The host session `session` is for (a per-host one's), with what it declared.
+fn session_host(session: &Session) -> Option<HostSession> {
+    session.host().map(|id| {
         let declared = session.inner.declared.unwrap_or(Declared { sampling: false, elicitation: false });
         HostSession { id, sampling: declared.sampling, elicitation: declared.elicitation }
-    });
+    })
+}
+
+/// The holds `held`, taken off a session of `principal` (host session `host`), to be made again.
+fn taken_off(principal: &str, host: Option<HostSession>, held: super::pool::HeldUris) -> Vec<Moving> {
+    let principal: Arc<str> = principal.into();
     let each = held.into_iter().flat_map(|(uri, holders)| holders.into_iter().map(move |holder| (uri.clone(), holder)));
     each.map(|(uri, holder)| Moving { principal: principal.clone(), host, holder, uri }).collect()
 }

@@ -5,7 +5,9 @@
 //! flight on it (it holds only subscriptions, or nothing): it is closed and what it held waits
 //! here, still held for the same holders, until a session of the same key opens again (its
 //! principal's or host session's next request, or the `sessions:<upstream>` sweep once the
-//! pool has room). That session makes every held URI again and reports each as changed.
+//! pool has room). That session makes every held URI again and reports each as changed. With
+//! `[cluster]`, what waits for a session that another replica holds now goes there instead
+//! (`owners`), each holder told once.
 //!
 //! Invariant: a waiting hold is made again only on a session of its own key, never another's;
 //! a holder that lets go (or whose host session ends) is forgotten here as on an open session.

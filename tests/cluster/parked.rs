@@ -6,13 +6,16 @@
 //! parked on; each retry lands on the next replica, which sends it there over MCP (a `prompts/get`
 //! carrying the `requestState` and the host's `inputResponses`, at that replica's session
 //! endpoint), where the call resumes. The prompt answers with the three names, in order. A retry
-//! whose replica was killed (`kill -9`) fails at once with `-32602` naming that replica and
-//! saying the call is lost (while it is still listed) or over (once it is gone), and runs nowhere.
+//! whose replica is gone (`kill -9`) fails at once with `-32602` naming that replica and saying
+//! the call is over; one whose replica lives but cannot be reached (it tells the others an
+//! address where nothing answers) fails the same way within the upstream's request timeout,
+//! saying the call is lost; neither runs anywhere.
 
 #![allow(deprecated)] // Sampling is deprecated by SEP-2577 but still in the 2025 era.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use rmcp::model::{
@@ -28,7 +31,7 @@ use serde_json::{Value, json};
 use super::replicas::{ALICE_TOKEN, TOKENS};
 use crate::support::DEADLINE;
 use crate::support::cluster::{Replicas, cluster_when, forwards};
-use crate::support::fixture::{Era, HttpFixture, error_code};
+use crate::support::fixture::{Era, HttpFixture, connect_http, error_code, stats};
 use crate::support::proxy::{alice_and_bob_policies, alice_and_bob_under_policies, http_upstream};
 
 /// Names the fixture's `ask` prompt asks for, one round each.
@@ -37,11 +40,20 @@ const ROUNDS: usize = 3;
 /// Three replicas in front of one HTTP fixture spoken to in the 2025 era (it asks the calling
 /// host by server-to-client requests), alice and bob allowed everything.
 async fn three_replicas() -> anyhow::Result<(Replicas, HttpFixture, tempfile::TempDir)> {
+    three_replicas_with("", |_| String::new()).await
+}
+
+/// The same, with `upstream_lines` added to the upstream's and `cluster_lines(index)` to
+/// replica `index`'s `[cluster]` section.
+async fn three_replicas_with(
+    upstream_lines: &str,
+    cluster_lines: impl Fn(usize) -> String,
+) -> anyhow::Result<(Replicas, HttpFixture, tempfile::TempDir)> {
     let fixture = HttpFixture::spawn(&[]).await?;
     let policies = alice_and_bob_policies("allow = [\"**\"]\n", "allow = [\"**\"]\n")?;
-    let upstream = http_upstream("fx", &fixture.url, "protocol = \"2025-11-25\"");
+    let upstream = http_upstream("fx", &fixture.url, &format!("protocol = \"2025-11-25\"\n{upstream_lines}"));
     let config = alice_and_bob_under_policies("", policies.path(), &upstream);
-    let cluster = Replicas::start(3, &config, &TOKENS).await?;
+    let cluster = Replicas::start_each(3, &config, &TOKENS, cluster_lines).await?;
     for replica in &cluster.replicas {
         replica.wait_offerings("fx").await?;
         // Until a replica has seen the others, a `requestState` naming one of them names a
@@ -115,6 +127,72 @@ async fn a_modern_hosts_answers_to_a_2025_upstreams_sampling_resume_its_call_ove
     Ok(())
 }
 
+/// alice's `fx__ask` of two rounds through `host`, whose replica is `replica` (where the call
+/// parks, asking its first name), and her retry answering that name with the proxy's
+/// `requestState`.
+async fn parked_on(
+    host: &RunningService<RoleClient, NamingHost>,
+    replica: &str,
+) -> anyhow::Result<GetPromptRequestParams> {
+    let mut retry = ask(2);
+    let first = tokio::time::timeout(DEADLINE, host.peer().get_prompt_once(retry.clone())).await??;
+    let GetPromptResponse::InputRequired(needs) = first else { anyhow::bail!("expected input_required: {first:?}") };
+    let state = needs.request_state.context("a requestState")?;
+    anyhow::ensure!(state.ends_with(&format!("@{replica}")), "the state names the replica the call waits on: {state}");
+    let answer = CreateMessageResult::new(SamplingMessage::assistant_text("heron"), "test-model".into());
+    retry.input_responses = Some([("upstream-request".to_owned(), serde_json::to_value(answer)?)].into());
+    retry.request_state = Some(state);
+    Ok(retry)
+}
+
+/// The upstream's request timeout in the test below: the bound a retry waits for the replica
+/// its call is parked on.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// alice's call is parked on replica-0, which stays alive and heartbeating but tells the others
+/// an address where nothing answers (a port bound and never accepted from: its session endpoint
+/// cannot be reached): her retry through replica-1 fails with `-32602` saying the call is lost
+/// (not over, not that the replica is gone) within the upstream's request timeout, the same
+/// again, and runs nowhere (the fixture was asked for the prompt once, by replica-0).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retry_whose_replica_cannot_be_reached_fails_within_the_request_timeout_saying_the_call_is_lost()
+-> anyhow::Result<()> {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let nowhere = format!("advertise_url = \"http://{}\"\n", silent.local_addr()?);
+    let timeout = format!("request_timeout = \"{}s\"", REQUEST_TIMEOUT.as_secs());
+    let unreachable_0 = |index: usize| if index == 0 { nowhere.clone() } else { String::new() };
+    let (cluster, fixture, _policies) = three_replicas_with(&timeout, unreachable_0).await?;
+    let on_0 = naming_host(&cluster.replicas[0].url, NamingHost::default()).await?;
+    let on_1 = naming_host(&cluster.replicas[1].url, NamingHost::default()).await?;
+    let retry = parked_on(&on_0, "replica-0").await?;
+    let (side, _) = connect_http(&fixture.url, Era::Legacy).await?;
+    assert_eq!(stats(&side).await?["prompt_gets"], 1, "replica-0 asked the fixture for the prompt");
+
+    for attempt in ["first", "again"] {
+        let started = Instant::now();
+        let retried = tokio::time::timeout(DEADLINE, on_1.peer().get_prompt_once(retry.clone()));
+        let error = retried.await.context("the retry hung")?.expect_err(attempt);
+        let took = started.elapsed();
+        eprintln!("{attempt} retry answered in {took:?}: {error}");
+        assert_eq!(error_code(&error), Some(-32602), "{attempt}: {error}");
+        let text = error.to_string();
+        assert!(
+            text.contains(
+                "replica `replica-0`, which cannot be reached: that call is lost; call again without requestState"
+            ),
+            "{attempt}: {text}"
+        );
+        assert!(!text.contains("gone") && !text.contains("over"), "{attempt}: {text}");
+        assert!(took < REQUEST_TIMEOUT + Duration::from_secs(1), "{attempt}: answered in {took:?}");
+    }
+    let status = cluster.replicas[1].status().await?;
+    assert!(status["cluster"]["replicas"].as_array().is_some_and(|r| r.len() == 3), "replica-0 is still listed");
+    assert_eq!(stats(&side).await?["prompt_gets"], 1, "no replica asked the fixture again");
+    assert_eq!(forwards(&cluster.replicas, "resumed").await?, 0.0, "no retry ran on another replica");
+    drop(silent);
+    Ok(())
+}
+
 /// alice's call is parked on replica-0, which is then killed (`kill -9`): once the heartbeats
 /// drop it, her retry through replica-1 fails at once with `-32602` naming replica-0 and saying
 /// the call is over, and runs nowhere (replica-1 and replica-2 resume nothing); the same retry
@@ -124,14 +202,7 @@ async fn a_retry_whose_replica_died_fails_at_once_saying_the_call_is_over() -> a
     let (cluster, _fixture, _policies) = three_replicas().await?;
     let on_0 = naming_host(&cluster.replicas[0].url, NamingHost::default()).await?;
     let on_1 = naming_host(&cluster.replicas[1].url, NamingHost::default()).await?;
-    let mut retry = ask(2);
-    let first = tokio::time::timeout(DEADLINE, on_0.peer().get_prompt_once(retry.clone())).await??;
-    let GetPromptResponse::InputRequired(needs) = first else { anyhow::bail!("expected input_required: {first:?}") };
-    let state = needs.request_state.context("a requestState")?;
-    anyhow::ensure!(state.ends_with("@replica-0"), "the state names the replica the call waits on: {state}");
-    let answer = CreateMessageResult::new(SamplingMessage::assistant_text("heron"), "test-model".into());
-    retry.input_responses = Some([("upstream-request".to_owned(), serde_json::to_value(answer)?)].into());
-    retry.request_state = Some(state);
+    let retry = parked_on(&on_0, "replica-0").await?;
     let pid = cluster.replicas[0].pid().context("replica-0 runs")?;
     let killed = tokio::process::Command::new("kill").args(["-9", &pid.to_string()]).status().await?;
     anyhow::ensure!(killed.success(), "kill -9 {pid}");

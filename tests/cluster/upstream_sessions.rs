@@ -489,6 +489,56 @@ async fn a_subscription_follows_its_session_to_a_new_owner() -> anyhow::Result<(
     Ok(())
 }
 
+/// A subscription waiting since its session was reclaimed from a full pool follows the session
+/// to a new owner too. One replica, `max_sessions = 1`: bob subscribes (his session holds it),
+/// alice's call once bob's session is idle reclaims it (his hold waits for his next session)
+/// and alice subscribes (the pool stays full). A second replica joins, which owns bob's session
+/// from then on (rendezvous over `replica-0` and `replica-1`) while alice's stays: bob is told
+/// once that the URI may have changed, and hears the change his next call makes on his session
+/// at the newcomer. (Before, the waiting hold stayed where it was, waiting for a place in the
+/// full pool, and bob heard nothing more.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subscription_waiting_in_a_full_pool_follows_its_session_to_a_new_owner() -> anyhow::Result<()> {
+    use crate::support::cluster::{SECRET_ENV, with_cluster};
+    use crate::support::fixture::{Era, FixtureEvent, connect_http_with_token};
+    let per = "per+session://value";
+    let (config, _policies) = config_with("per-principal")?;
+    let config = config.replacen(
+        "session = \"per-principal\"\n",
+        "session = \"per-principal\"\nmax_sessions = 1\nsession_idle = \"1s\"\n",
+        1,
+    );
+    let cluster = Replicas::start(1, &config, &TOKENS).await?;
+    let first = &cluster.replicas[0];
+    first.wait_offerings("per").await?;
+    let (bob, mut bob_heard) = connect_http_with_token(&first.url, Era::Legacy, BOB_TOKEN).await?;
+    #[allow(deprecated)]
+    bob.subscribe(rmcp::model::SubscribeRequestParams::new(per)).await?;
+    let announced = bob_heard.next().await.context("the subscription announced")?;
+    assert_eq!(announced, FixtureEvent::Updated(per.into()));
+    let (alice, _alice_heard) = connect_http_with_token(&first.url, Era::Legacy, ALICE_TOKEN).await?;
+    let pid = || alice.peer().call_tool(CallToolRequestParams::new("per__pid"));
+    eventually(DEADLINE, "alice's call reclaims bob's idle session", pid).await?;
+    #[allow(deprecated)]
+    alice.subscribe(rmcp::model::SubscribeRequestParams::new(per)).await?;
+    assert_eq!(sessions(&[first]).await?, [1], "one place, alice's");
+
+    let mut env: Vec<(&str, &str)> = TOKENS.to_vec();
+    env.push((SECRET_ENV, SECRET));
+    let late = ProxyProcess::start_with(&with_cluster(&config, &cluster.redis.url(), "replica-1"), &[], &env).await?;
+    late.wait_offerings("per").await?;
+    cluster_when(first, |c| c["reachable"].as_array().is_some_and(|r| r.len() == 2)).await?;
+    let told = bob_heard.next().await.context("bob told once when his waiting hold moved")?;
+    assert_eq!(told, FixtureEvent::Updated(per.into()));
+    let remembered = CallToolRequestParams::new("per__remember")
+        .with_arguments(json!({ "value": "b2" }).as_object().cloned().unwrap_or_default());
+    tokio::time::timeout(DEADLINE, bob.peer().call_tool(remembered)).await.context("the call hung")??;
+    let heard = bob_heard.next().await.context("bob hears his session at the newcomer")?;
+    assert_eq!(heard, FixtureEvent::Updated(per.into()));
+    assert_eq!(sessions(&[first, &late]).await?, [1, 1], "alice's session stays, bob's is the newcomer's");
+    Ok(())
+}
+
 /// Per-host sessions across replicas: a host session's own upstream session lives on one
 /// replica (rendezvous over the upstream, the principal and the host session's key, which every
 /// replica derives alike from its `Mcp-Session-Id`). Two hosts of alice's behind haproxy

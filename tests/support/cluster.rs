@@ -13,6 +13,8 @@
 //!   stream), and so does any request carrying `X-Replica-Route: N` (a test resuming a stream on
 //!   a replica of its choosing); every other request, a GET resuming that stream included, is
 //!   round-robin.
+//!   [`Replicas::start_each`] adds lines of its own to each replica's `[cluster]` section (an
+//!   `advertise_url` nobody listens on, say).
 //! - [`Replicas::wait_all_see`]: each replica's `/status` shows every replica.
 //! - [`Balancer::start_config`]: haproxy on a configuration of the test's own (the shipped
 //!   recipe's, its addresses moved to free ports).
@@ -150,12 +152,22 @@ impl Replicas {
     /// `count` replicas of `config` (which has no `[cluster]` section) with `env`, behind
     /// haproxy; returns once the balancer sees them all up and each sees all the others.
     pub async fn start(count: usize, config: &str, env: &[(&str, &str)]) -> anyhow::Result<Self> {
+        Self::start_each(count, config, env, |_| String::new()).await
+    }
+
+    /// The same, with `cluster_lines(index)` added to replica `index`'s `[cluster]` section.
+    pub async fn start_each(
+        count: usize,
+        config: &str,
+        env: &[(&str, &str)],
+        cluster_lines: impl Fn(usize) -> String,
+    ) -> anyhow::Result<Self> {
         let redis = Redis::start().await?;
         let mut replicas = Vec::with_capacity(count);
         let mut env: Vec<(&str, &str)> = env.to_vec();
         env.push((SECRET_ENV, SECRET));
         for index in 0..count {
-            let config = with_cluster(config, &redis.url(), &format!("replica-{index}"));
+            let config = with_cluster(config, &redis.url(), &format!("replica-{index}")) + &cluster_lines(index);
             replicas.push(ProxyProcess::start_with(&config, &[], &env).await?);
         }
         let balancer = Balancer::start(&replicas).await?;

@@ -124,16 +124,7 @@ impl Resumption {
 /// A call's answer as the replica that served its stream wrote it for the host (already
 /// rewritten there), or its error.
 fn as_written(upstream: &str, answer: Result<Answer, RemoteError>) -> Result<ServerResult, ProxyError> {
-    let mut result = match answer.map_err(|error| error.into_error(upstream))? {
-        Answer::Tool(result) => ServerResult::CallToolResult(result),
-        Answer::Prompt(result) => ServerResult::GetPromptResult(result),
-        _ => {
-            let reason = "the replica serving the stream kept something else".to_string();
-            return Err(ProxyError::UpstreamFailed { upstream: upstream.to_string(), reason });
-        }
-    };
-    result.strip_result_type_for_legacy_peer();
-    Ok(result)
+    answer.map_err(|error| error.into_error(upstream))?.into_kept_result(upstream)
 }
 
 /// The error of a request whose replica (the one serving its stream, `serving`, or the one
