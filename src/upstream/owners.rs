@@ -18,7 +18,7 @@
 //! owner; what the session lists as its own is asked there, and asked again when the owner
 //! says `tools/list_changed` or `prompts/list_changed` (the shared connection's lists until it
 //! answers). Every second the `sessions:<upstream>` sweep looks where each session
-//! lives now ([`Upstream::follow_owners`]): the holds of one whose owner changed (those
+//! lives now ([`Upstream::follow_owners`], `following`): the holds of one whose owner changed (those
 //! waiting since it was reclaimed from a full pool too) are made where it lives now (here, or
 //! on a connection to the new owner), each holder told once that its URI may have changed, and its hosts list the shared connection's lists until the new place
 //! says otherwise.
@@ -35,6 +35,8 @@
 //! A hold is on one session at a time, the one where its session lives as this replica last
 //! looked.
 
+mod following;
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -47,7 +49,7 @@ use super::owner_link::{OwnerLink, Whose};
 use super::pool::SessionKey;
 use super::session::Session;
 use super::sessions::SessionHandle;
-use super::{Connection, Offered, Upstream, UpstreamEvent};
+use super::{Connection, Offered, Upstream};
 use crate::config::{ProtocolChoice, UpstreamTransport};
 use crate::error::ProxyError;
 use crate::host::HostSession;
@@ -90,14 +92,6 @@ struct AtOwner {
     session: Session,
     stop: CancellationToken,
     last: Instant,
-}
-
-/// One hold taken off a session to be made again where its session lives now.
-struct Moving {
-    principal: Arc<str>,
-    host: Option<HostSession>,
-    holder: HolderId,
-    uri: String,
 }
 
 impl AtOwners {
@@ -344,74 +338,6 @@ impl Upstream {
         let closed = self.inner.at_owners.close_where(|(_, key, _), _| key.host() == Some(host));
         self.closed_with_own_offerings(&closed);
     }
-
-    /// Each session's holds go where it lives now: those on a connection to a replica that no
-    /// longer holds it, and those on a session here that another replica holds now. Each
-    /// holder is told once that its URI may have changed while it moved.
-    pub(super) fn follow_owners(&self) {
-        let Some(routes) = self.inner.owner_routes.get().filter(|_| self.has_sessions()) else { return };
-        let lives_at = |key: &SessionKey, declared: Option<Declared>| {
-            let host = host_session(key, declared);
-            let whose = Whose { upstream: self.name(), principal: key.principal(), host };
-            (routes.owner_of)(&whose).map(|owner| owner.replica)
-        };
-        let moved_away = self.inner.at_owners.close_where(|(replica, key, reach), held| {
-            *reach == Reach::Session && lives_at(key, held.session.inner.declared).as_deref() != Some(&**replica)
-        });
-        let mut moving = Vec::new();
-        for session in &moved_away {
-            moving.extend(taken_off(session.principal(), session_host(session), session.holds().take_all()));
-        }
-        self.closed_with_own_offerings(&moved_away);
-        if let Some(book) = &self.inner.sessions {
-            for (key, session) in book.sessions() {
-                if session.holds().holds_anything() && lives_at(&key, session.inner.declared).is_some() {
-                    let held = session.holds().take_all();
-                    held.keys().for_each(|uri| session.set_watching(uri, false));
-                    moving.extend(taken_off(session.principal(), session_host(&session), held));
-                }
-            }
-            // Those waiting since their session was reclaimed from a full pool too: they would
-            // wait for a place here, for a session that lives elsewhere now.
-            for (key, declared) in book.reclaimed.keys() {
-                if lives_at(&key, declared).is_some()
-                    && let Some(waiting) = book.reclaimed.take(&key)
-                {
-                    moving.extend(taken_off(key.principal(), host_session(&key, waiting.declared), waiting.held));
-                }
-            }
-        }
-        for hold in moving {
-            self.hold_moved(hold);
-        }
-    }
-
-    /// Make `hold` where its session lives now, and tell its holder once.
-    fn hold_moved(&self, hold: Moving) {
-        let Moving { principal, host, holder, uri } = hold;
-        if let Err(error) = self.session_hold(&principal, host, holder, &uri, None) {
-            tracing::warn!(upstream = self.name(), error = %error, "cluster: a subscription could not follow its session");
-            return;
-        }
-        let Some(events) = self.inner.events.lock().expect("events lock").clone() else { return };
-        let (upstream, holders) = (self.name().to_string(), vec![(holder, vec![uri.clone()])]);
-        events.send(UpstreamEvent::SessionUpdated { upstream, uri, heard: false, holders });
-    }
-}
-
-/// The host session `session` is for (a per-host one's), with what it declared.
-fn session_host(session: &Session) -> Option<HostSession> {
-    session.host().map(|id| {
-        let declared = session.inner.declared.unwrap_or(Declared { sampling: false, elicitation: false });
-        HostSession { id, sampling: declared.sampling, elicitation: declared.elicitation }
-    })
-}
-
-/// The holds `held`, taken off a session of `principal` (host session `host`), to be made again.
-fn taken_off(principal: &str, host: Option<HostSession>, held: super::pool::HeldUris) -> Vec<Moving> {
-    let principal: Arc<str> = principal.into();
-    let each = held.into_iter().flat_map(|(uri, holders)| holders.into_iter().map(move |holder| (uri.clone(), holder)));
-    each.map(|(uri, holder)| Moving { principal: principal.clone(), host, holder, uri }).collect()
 }
 
 /// Does a host session declare anything an upstream may ask it for?
