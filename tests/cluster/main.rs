@@ -24,6 +24,7 @@ mod sealed;
 mod session_endpoint;
 mod sessions;
 mod stdio_default;
+mod third_party;
 mod token_exchange;
 mod traces;
 mod upstream_sessions;
