@@ -27,4 +27,5 @@ mod stdio_default;
 mod third_party;
 mod token_exchange;
 mod traces;
+mod uploads;
 mod upstream_sessions;
