@@ -146,7 +146,9 @@ async fn a_listen_stream_hears_each_updated_of_a_per_host_server_everything_exac
         assert_eq!(sorted(uris.clone()), documents, "tick {tick}: each URI heard exactly once ({events:?})");
     }
     assert!(events.iter().all(|event| event["via"] == "listen"), "all on the listen stream: {events:?}");
-    let served = cluster.replicas[elsewhere].matching(&["listen stream announced"]);
+    let serving = &cluster.replicas[elsewhere];
+    serving.wait_log(&["listen stream announced"]).await?;
+    let served = serving.matching(&["listen stream announced"]);
     assert_eq!(served.len(), 1, "replica-{elsewhere}, not the owner, served the listen stream");
     Ok(())
 }
