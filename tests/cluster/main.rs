@@ -24,6 +24,8 @@ mod sealed;
 mod session_endpoint;
 mod sessions;
 mod stdio_default;
+mod third_party;
 mod token_exchange;
 mod traces;
+mod uploads;
 mod upstream_sessions;

@@ -5,7 +5,8 @@
 //! `toggle-subscriber-updates` answer Started, Stopped, Started… wherever they land. Its
 //! sampling (a request that names no call) is answered for both principals, each by its own
 //! host: 2025 hosts on their call's stream, and a 2026-07-28 host through `input_required` and
-//! a retry that may land on any replica.
+//! a retry that may land on any replica. A 2026-07-28 Python SDK host (`tests/py/client.py`)
+//! answers its sampling and its elicitation, each with an answer of its own, through the same.
 
 #![allow(deprecated)] // Sampling is deprecated by SEP-2577 but still in the 2025 era.
 
@@ -22,7 +23,7 @@ use serde_json::json;
 
 use crate::support::DEADLINE;
 use crate::support::cluster::{Replicas, cluster_when};
-use crate::support::peers::everything_upstream;
+use crate::support::peers::{everything_upstream, parse_json_lines, py_client};
 use crate::support::proxy::{alice_and_bob_policies, alice_and_bob_under_policies};
 
 const ALICE_TOKEN: &str = "alice-tok-cluster-stdio-default-7a31";
@@ -168,5 +169,57 @@ async fn a_modern_hosts_sampling_of_server_everything_is_answered_through_the_ba
     assert_eq!(sampled(&alice, "alice").await, CALLS, "every call and its retry, wherever they land");
     assert!(forwarded(&cluster).await? >= 1.0, "calls or retries reached the owner from another replica");
     alice.cancel().await?;
+    Ok(())
+}
+
+/// What the Python host answers round `round`'s sampling with, and accepts its elicitation with.
+fn python_answers(round: usize) -> (String, String) {
+    (format!("the answer of alice {round}"), format!("alice-{round}"))
+}
+
+/// The text of a client.py call line's result.
+fn text_of(line: &serde_json::Value) -> String {
+    let blocks = line["result"]["content"].as_array().cloned().unwrap_or_default();
+    blocks.iter().filter_map(|block| block["text"].as_str()).collect::<Vec<_>>().join("\n")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_modern_python_hosts_sampling_and_elicitation_of_server_everything_are_answered_through_the_balancer()
+-> anyhow::Result<()> {
+    let (cluster, _policies) = three_replicas().await?;
+    let bearer = format!("Authorization: Bearer {ALICE_TOKEN}");
+    let mut args = vec!["--url", cluster.url(), "--mode", "2026-07-28", "--header", &bearer, "--timeout", "30"]
+        .into_iter()
+        .map(String::from)
+        .collect::<Vec<_>>();
+    for round in 0..CALLS {
+        let (reply, name) = python_answers(round);
+        let prompt = json!({ "prompt": format!("question {round}") });
+        args.push(format!("call_sampled:{reply}:ev__trigger-sampling-request:{prompt}"));
+        args.push(format!("call_elicited:{name}:ev__trigger-elicitation-request:{{}}"));
+    }
+    let mut command = tokio::process::Command::from(py_client(&args));
+    command.stdin(std::process::Stdio::null()).kill_on_drop(true);
+    let output = tokio::time::timeout(std::time::Duration::from_secs(90), command.output()).await.context("hung")??;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    anyhow::ensure!(output.status.success(), "the Python host failed: {stderr}");
+    let lines = parse_json_lines(&output.stdout);
+    anyhow::ensure!(lines.len() == 2 * CALLS, "one line per call: {lines:?}\n{stderr}");
+    let (mut sampled, mut elicited) = (0, 0);
+    for (round, pair) in lines.chunks(2).enumerate() {
+        let (reply, name) = python_answers(round);
+        let (sampling, elicitation) = (&pair[0], &pair[1]);
+        match sampling["sampled"] == 1 && text_of(sampling).contains(&format!("\"text\": \"{reply}\"")) {
+            true => sampled += 1,
+            false => eprintln!("round {round}'s sampling: {sampling}"),
+        }
+        match elicitation["elicited"] == 1 && text_of(elicitation).contains(&format!("- Name: {name}\n")) {
+            true => elicited += 1,
+            false => eprintln!("round {round}'s elicitation: {elicitation}"),
+        }
+    }
+    assert_eq!((sampled, elicited), (CALLS, CALLS), "each call carried the host's own answer for it");
+    assert!(forwarded(&cluster).await? >= 1.0, "calls or retries reached the owner from another replica");
+    assert_eq!(sessions(&cluster).await?, 1, "alice's one session of server-everything");
     Ok(())
 }

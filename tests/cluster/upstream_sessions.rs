@@ -327,8 +327,14 @@ async fn a_subscription_made_on_another_replica_is_held_on_the_principals_one_se
     let filter = rmcp::model::SubscriptionFilter::builder().resource_subscriptions([per.to_owned()]).build();
     let mut bob_heard = bob.listen(filter).await?;
     assert_eq!(next_listened(&mut bob_heard).await?.as_deref(), Some(per), "the stream announces what it holds");
+    // The replica's log line is read from its stderr apart from the stream: wait for it.
+    let logged = bob_replica.wait_log(&["listen stream announced"]).await?;
     let announced = ["listen stream announced", "\"acknowledged\":1"];
-    assert_eq!(bob_replica.matching(&announced).len(), 1, "announced once the owner's session acknowledged it");
+    assert_eq!(
+        bob_replica.matching(&announced).len(),
+        1,
+        "announced once the owner's session acknowledged it: {logged}"
+    );
     let remembered = CallToolRequestParams::new("per__remember")
         .with_arguments(json!({ "value": "b1" }).as_object().cloned().unwrap_or_default());
     tokio::time::timeout(DEADLINE, bob.peer().call_tool(remembered)).await.context("the call hung")??;

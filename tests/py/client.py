@@ -32,6 +32,17 @@ OPs:
   call:TOOL:JSONARGS          {"op":"call","tool":TOOL,"result":{raw CallToolResult}} | error
   call_progress:TOOL:JSONARGS the same call asking for progress: {"op":"progress","progress":n} at its first
                               progress notification, then {"op":"call_progress","tool":TOOL,"result":{...}} | error
+  call_sampled:REPLY:TOOL:JSONARGS
+                              the call, every sampling/createMessage asked for it answered with the assistant
+                              text REPLY (no `:` in it) -> {"op":"call_sampled","tool":TOOL,"sampled":n,
+                              "result":{...}} | error; n: the sampling requests this call was asked
+  call_elicited:NAME:TOOL:JSONARGS
+                              the call, every elicitation/create asked for it accepted with content
+                              {"name": NAME} -> {"op":"call_elicited","tool":TOOL,"elicited":n,"result":{...}} | error
+  updates:N:TIMEOUT_S         waits until N notifications/resources/updated were received since connecting (or
+                              TIMEOUT_S passed) -> {"op":"updates","heard":[{"uri","via","at","during"}...]}: every
+                              one received so far, consumed by wait_updated or not, in arrival order; `at` in
+                              seconds since connecting, `during` the index (from 0) of the op running when it came
   ready                       {"op":"ready"} (flushed: subscriptions made by earlier ops are in place)
   sleep_until_stdin           blocks until a line (or EOF) arrives on stdin -> {"op":"sleep_until_stdin","eof":bool}
   info                        {"op":"info","protocolVersion":..,"serverInfo":..,"capabilities":..}
@@ -39,6 +50,9 @@ OPs:
                               so capabilities are {} until a `discover` op)
   discover[:VERSION]          sends server/discover (default 2026-07-28), nothing adopted ->
                               {"op":"discover","result":{raw}} | error
+
+A host that has a call_sampled (call_elicited) op declares sampling (elicitation) and answers it as that op
+says while the op runs; one that has none declares neither.
 
 With OTEL_EXPORTER_OTLP_ENDPOINT set, the SDK's own CLIENT spans are exported there (one at a time, as
 each ends), and every request carries its span's context in `_meta.traceparent` (the SDK injects it).
@@ -71,7 +85,8 @@ SUBSCRIPTION_ID_META_KEY = "io.modelcontextprotocol/subscriptionId"
 OWN_OPTIONS = {"--mode", "--header", "--url", "--timeout", "--client-cache"}
 KNOWN_OPS = {
     "list_all", "templates_all", "read", "list_cursor", "subscribe", "unsubscribe", "listen", "wait_updated",
-    "wait_list_changed", "call", "call_progress", "ready", "sleep_until_stdin", "sleep", "info", "discover",
+    "wait_list_changed", "call", "call_progress", "call_sampled", "call_elicited", "updates", "ready",
+    "sleep_until_stdin", "sleep", "info", "discover",
 }
 
 
@@ -155,14 +170,20 @@ def parse_args(argv: list[str]) -> dict[str, Any]:
 
 
 class Events:
-    """Notifications seen on this connection, consumed by the wait_* ops."""
+    """Notifications seen on this connection, consumed by the wait_* ops; every `updated` also kept in `heard`."""
 
     def __init__(self) -> None:
         self.pending: list[tuple[str, str | None, str]] = []  # (kind, uri, via)
+        self.heard: list[dict[str, Any]] = []  # every updated: {"uri", "via", "at", "during"}
+        self.started = anyio.current_time()
+        self.op = 0  # the index of the op running
         self.wake = anyio.Event()
 
     def add(self, kind: str, uri: str | None, via: str) -> None:
         self.pending.append((kind, uri, via))
+        if kind == "updated":
+            at = round(anyio.current_time() - self.started, 3)
+            self.heard.append({"uri": uri, "via": via, "at": at, "during": self.op})
         self.wake.set()
         self.wake = anyio.Event()
 
@@ -176,9 +197,45 @@ class Events:
                 await self.wake.wait()
         return None
 
+    async def until_heard(self, count: int, timeout: float) -> None:
+        with anyio.move_on_after(timeout):
+            while len(self.heard) < count:
+                await self.wake.wait()
+
+
+class Answers:
+    """What this host answers the server's sampling and elicitation with, set by the op running."""
+
+    def __init__(self) -> None:
+        self.reply: str | None = None  # call_sampled's REPLY
+        self.name: str | None = None  # call_elicited's NAME
+        self.asked = 0
+
+    async def sample(self, context: Any, params: types.CreateMessageRequestParams) -> Any:
+        if self.reply is None:
+            return types.ErrorData(code=-32600, message="no call_sampled op is running")
+        self.asked += 1
+        return types.CreateMessageResult(
+            role="assistant", content=types.TextContent(type="text", text=self.reply), model="client.py",
+            stop_reason="endTurn",
+        )
+
+    async def elicit(self, context: Any, params: types.ElicitRequestParams) -> Any:
+        if self.name is None:
+            return types.ErrorData(code=-32600, message="no call_elicited op is running")
+        self.asked += 1
+        return types.ElicitResult(action="accept", content={"name": self.name})
+
 
 async def run(cfg: dict[str, Any]) -> int:
     events = Events()
+    answers = Answers()
+    kinds = {op.partition(":")[0] for op in cfg["ops"]}
+    callbacks: dict[str, Any] = {}
+    if "call_sampled" in kinds:
+        callbacks["sampling_callback"] = answers.sample
+    if "call_elicited" in kinds:
+        callbacks["elicitation_callback"] = answers.elicit
 
     async def on_message(msg: Any) -> None:
         if isinstance(msg, Exception):
@@ -208,6 +265,7 @@ async def run(cfg: dict[str, Any]) -> int:
                     message_handler=on_message,
                     read_timeout_seconds=cfg["timeout"],
                     **cache,
+                    **callbacks,
                 )
             )
         except BaseException as e:  # noqa: BLE001 - report the real cause of a failed connect
@@ -219,10 +277,11 @@ async def run(cfg: dict[str, Any]) -> int:
         # Cancel the drain tasks before the task group's exit waits on them (stack is LIFO).
         stack.callback(tg.cancel_scope.cancel)
 
-        for op in cfg["ops"]:
+        for index, op in enumerate(cfg["ops"]):
             name, _, arg = op.partition(":")
+            events.op = index
             try:
-                await do_op(name, arg, client, events, stack, tg, cfg)
+                await do_op(name, arg, client, events, answers, stack, tg, cfg)
             except MCPError as e:
                 out({"op": name, **({"uri": arg} if name in ("read", "subscribe", "unsubscribe") else {}),
                      "error": err_obj(e)})
@@ -238,8 +297,8 @@ async def drain(sub: Any, uris: list[str]) -> None:
         print(f"client.py: listen {uris} lost: {e!r}", file=sys.stderr)
 
 
-async def do_op(name: str, arg: str, client: Client, events: Events, stack: AsyncExitStack, tg: Any,
-                cfg: dict[str, Any]) -> None:
+async def do_op(name: str, arg: str, client: Client, events: Events, answers: Answers, stack: AsyncExitStack,
+                tg: Any, cfg: dict[str, Any]) -> None:
     if name == "list_all":
         uris: list[str] = []
         pages = 0
@@ -327,6 +386,25 @@ async def do_op(name: str, arg: str, client: Client, events: Events, stack: Asyn
 
         res = await client.call_tool(tool, args, progress_callback=progressed)
         out({"op": "call_progress", "tool": tool, "result": dump(res)})
+    elif name in ("call_sampled", "call_elicited"):
+        answer, _, rest = arg.partition(":")
+        tool, _, js = rest.partition(":")
+        args = json.loads(js) if js else {}
+        answers.asked = 0
+        if name == "call_sampled":
+            answers.reply = answer
+        else:
+            answers.name = answer
+        try:
+            res = await client.call_tool(tool, args)
+        finally:
+            answers.reply = answers.name = None
+        counted = "sampled" if name == "call_sampled" else "elicited"
+        out({"op": name, "tool": tool, counted: answers.asked, "result": dump(res)})
+    elif name == "updates":
+        count, _, t = arg.partition(":")
+        await events.until_heard(int(count), float(t))
+        out({"op": "updates", "heard": events.heard})
     elif name == "ready":
         out({"op": "ready"})
     elif name == "sleep_until_stdin":
