@@ -33,7 +33,7 @@ use crate::support::cluster::{Replicas, cluster_when};
 use crate::support::peers::{everything_upstream, py_client};
 use crate::support::proxy::{ProxyProcess, alice_and_bob_policies, alice_and_bob_under_policies};
 use crate::support::raw_http::{self, LEGACY};
-use crate::support::{DEADLINE, eventually};
+use crate::support::DEADLINE;
 
 const ALICE_TOKEN: &str = "alice-tok-cluster-resumption-51c2";
 const BOB_TOKEN: &str = "bob-tok-cluster-resumption-9e07";
@@ -65,19 +65,7 @@ async fn alices_owner(cluster: &Replicas) -> anyhow::Result<usize> {
     let echo = json!({ "message": "warm" }).as_object().cloned().unwrap_or_default();
     host.call_tool(CallToolRequestParams::new("ev__echo").with_arguments(echo)).await?;
     host.cancel().await?;
-    eventually(DEADLINE, "one replica holds alice's session", || async {
-        let mut holding = Vec::new();
-        for (index, replica) in cluster.replicas.iter().enumerate() {
-            if replica.upstream_status("ev").await?["sessions"].as_u64() == Some(1) {
-                holding.push(index);
-            }
-        }
-        match holding.as_slice() {
-            [one] => Ok(*one),
-            other => Err(anyhow::anyhow!("replicas holding a session: {other:?}")),
-        }
-    })
-    .await
+    cluster.the_one_holding_a_session("ev").await
 }
 
 /// The Python host's next line, within `within`.

@@ -17,7 +17,6 @@ use crate::support::cluster::{Replicas, cluster_when, forwards};
 use crate::support::fixture::{Era, connect_http_with_token};
 use crate::support::peers::{everything_upstream, parse_json_lines, py_client, thinking_upstream};
 use crate::support::proxy::{alice_and_bob_policies, alice_and_bob_under_policies};
-use crate::support::{DEADLINE, eventually};
 
 const ALICE_TOKEN: &str = "alice-tok-cluster-third-party-3d91";
 const BOB_TOKEN: &str = "bob-tok-cluster-third-party-b6e4";
@@ -55,19 +54,7 @@ async fn alices_owner(cluster: &Replicas) -> anyhow::Result<usize> {
     let (host, _) = connect_http_with_token(cluster.url(), Era::Modern, ALICE_TOKEN).await?;
     let echo = json!({ "message": "warm" }).as_object().cloned().unwrap_or_default();
     host.call_tool(rmcp::model::CallToolRequestParams::new("ev__echo").with_arguments(echo)).await?;
-    eventually(DEADLINE, "one replica holds alice's session", || async {
-        let mut holding = Vec::new();
-        for (index, replica) in cluster.replicas.iter().enumerate() {
-            if replica.upstream_status("ev").await?["sessions"].as_u64() == Some(1) {
-                holding.push(index);
-            }
-        }
-        match holding.as_slice() {
-            [one] => Ok(*one),
-            other => Err(anyhow::anyhow!("replicas holding a session: {other:?}")),
-        }
-    })
-    .await
+    cluster.the_one_holding_a_session("ev").await
 }
 
 /// Alice's Python host through the balancer in `mode`, running `ops`; `headers` go on each of

@@ -195,6 +195,23 @@ impl Replicas {
         }
         Ok(reports)
     }
+
+    /// The index of the one replica holding a session of `upstream`, once one alone does.
+    pub async fn the_one_holding_a_session(&self, upstream: &str) -> anyhow::Result<usize> {
+        eventually(DEADLINE, "one replica holds the session", || async {
+            let mut holding = Vec::new();
+            for (index, replica) in self.replicas.iter().enumerate() {
+                if replica.upstream_status(upstream).await?["sessions"].as_u64() == Some(1) {
+                    holding.push(index);
+                }
+            }
+            match holding.as_slice() {
+                [one] => Ok(*one),
+                other => Err(anyhow::anyhow!("replicas holding a session of {upstream}: {other:?}")),
+            }
+        })
+        .await
+    }
 }
 
 /// `replica`'s `cluster` in `/status`, once `done` holds for it.
