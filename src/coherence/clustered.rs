@@ -67,9 +67,12 @@ impl Coherence {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Loaded, ProxyError>>,
     {
-        let slot = Slot { upstream: request.upstream, uri: request.uri, principal: None };
+        // Whose key a load fills (and claims in the look, when there is nothing to serve).
+        let known_public = self.inner.public.get(request.upstream, request.uri).unwrap_or(false);
+        let loads_as = (!known_public).then_some(request.principal);
+        let slot = Slot { upstream: request.upstream, uri: request.uri, principal: loads_as };
         let look = match tier.is_up() {
-            true => tier.look(&slot, request.principal).await.ok(),
+            true => tier.look(&slot, request.principal, self.inner.max_load).await.ok(),
             false => None,
         };
         let Some(look) = look else {
@@ -93,7 +96,6 @@ impl Coherence {
         self.inner.store.remove(&shared).await;
         self.inner.store.remove(&private).await;
         self.inner.metrics.shared_cache(SharedCacheEvent::Miss);
-        let known_public = self.inner.public.get(request.upstream, request.uri).unwrap_or(false);
         let flight = if known_public { shared.clone() } else { private };
         let (inner, tier, settings) = (self.inner.clone(), tier.clone(), request.settings.clone());
         let principal: Arc<str> = request.principal.into();
@@ -105,7 +107,9 @@ impl Coherence {
             // Another replica loading this very key: its fill is waited for, not read again.
             let claimed = inner.claim_or_wait(&tier, &flight, &look, &principal).await?;
             let loaded = inner.load_and_fill(&tier, flight.clone(), shared, &look, &settings, load).await;
-            if claimed {
+            // A kept fill let go of the claim in the same script.
+            let kept = matches!(loaded, Ok(_) | Err(LoadError::StoredShared(_)));
+            if claimed && !kept {
                 tier.release(&slot_of(&flight), &look).await;
             }
             loaded
@@ -116,7 +120,8 @@ impl Coherence {
 }
 
 impl Inner {
-    /// Read upstream, admit, fill Redis (only if no update overtook the load).
+    /// Read upstream, admit, fill Redis (only if no update overtook the load). `Ok` and
+    /// `Err(StoredShared)`: kept, and the fill let go of `flight`'s claim in the same script.
     async fn load_and_fill<F, Fut>(
         &self,
         tier: &SharedTier,
@@ -138,7 +143,7 @@ impl Inner {
         let entry = self.admit(&flight, settings, loaded, false)?;
         let public_after_all = flight.principal.is_some() && entry.scope == CacheScope::Public;
         let target = if public_after_all { &shared } else { &flight };
-        match tier.fill(&slot_of(target), look, &entry, vouched).await {
+        match tier.fill((&slot_of(target), &slot_of(&flight)), look, &entry, vouched).await {
             Ok(true) => {}
             Ok(false) => {
                 self.metrics.cache_invalidation(InvalidationCause::UpdatedDuringLoad, 1);
@@ -158,10 +163,11 @@ impl Inner {
         Ok(entry)
     }
 
-    /// Claim the load of `flight` (true), or wait while another replica holds the claim: its
-    /// fill, once in Redis, is served (`Err(FoundShared)`). Gives up waiting (false: load here)
-    /// when the claim goes without a fill, the version moves on, Redis fails, or after
-    /// [`LEASE_WAIT`].
+    /// Hold the claim of `flight`'s load (true: the look took it, or takes it now), or wait
+    /// while another replica holds it: its fill, once in Redis, is served (`Err(FoundShared)`).
+    /// A claim of this replica's is this load's (its reader joined this load). Gives up waiting
+    /// (false: load here) when the claim goes without a fill, the version moves on, Redis fails,
+    /// or after [`LEASE_WAIT`].
     async fn claim_or_wait(
         &self,
         tier: &SharedTier,
@@ -171,9 +177,13 @@ impl Inner {
     ) -> Result<bool, LoadError> {
         let slot = slot_of(flight);
         let deadline = Instant::now() + self.max_load.min(LEASE_WAIT);
-        let mut leased = look.leased;
+        let mut seen = *look;
         loop {
-            if !leased {
+            if seen.claimed {
+                return Ok(true);
+            }
+            // Found by the look, gone before it was fetched: nothing claimed it yet.
+            if !seen.leased {
                 match tier.claim(&slot, look, self.max_load).await {
                     Ok(false) => {}
                     Ok(true) => return Ok(true),
@@ -185,14 +195,13 @@ impl Inner {
             }
             // Redis has no wait for a key to appear: look again shortly.
             tokio::time::sleep(LEASE_POLL).await;
-            let public = Slot { principal: None, ..slot_of(flight) };
-            let Ok(now) = tier.look(&public, principal).await else { return Ok(false) };
+            let Ok(now) = tier.look(&slot, principal, self.max_load).await else { return Ok(false) };
             if (now.boot, now.version) != (look.boot, look.version) {
                 return Ok(false);
             }
             let who = match now.found {
                 Found::Nowhere => {
-                    leased = now.leased;
+                    seen = now;
                     continue;
                 }
                 Found::Shared => None,

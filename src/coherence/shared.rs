@@ -30,6 +30,9 @@
 //! Every read asks for the version first (one round trip): the local tier in front serves an
 //! entry only under the version and boot Redis gave for this read, and only while Redis still
 //! holds it, vouched. So no invalidation feed is needed for freshness, and none can be lost.
+//! The same round trip claims the load when nothing is found (a lease, so one replica loads and
+//! the others wait for its fill), and the fill lets go of it: a hit costs one round trip (and a
+//! fetch of the entry the first time this replica serves it), a miss two.
 //!
 //! Redis unreachable (a call fails or takes longer than [`CALL_TIMEOUT`]): the tier is down,
 //! reads go upstream and keep nothing; an `updated` that could not be recorded raises its
@@ -78,8 +81,12 @@ pub struct Look {
     /// The URI's version.
     pub version: u64,
     pub found: Found,
-    /// Nothing found, but a replica is loading the URI at this version (it holds the lease).
+    /// Nothing found, and another replica is loading the URI at this version (it holds the
+    /// claim): its fill is waited for.
     pub leased: bool,
+    /// Nothing found, and this replica holds the claim of the load: taken by this look, or
+    /// left by a reader here that joined another load of the same key.
+    pub claimed: bool,
 }
 
 /// Redis did not answer (in time): the tier is down.
@@ -157,23 +164,27 @@ impl SharedTier {
         self.up.load(Ordering::Acquire)
     }
 
-    /// The version of `slot`'s URI, and where a vouched entry of it is.
-    pub async fn look(&self, slot: &Slot<'_>, principal: &str) -> Result<Look, Down> {
+    /// The version of `slot`'s URI and where a vouched entry of it is, for a read by
+    /// `principal`. When there is none and no replica claims its load, the load of `slot`'s key
+    /// is claimed for this replica, for `lasting`, in the same round trip.
+    pub async fn look(&self, slot: &Slot<'_>, principal: &str, lasting: Duration) -> Result<Look, Down> {
         let mut call = self.scripts.look.prepare_invoke();
         call.arg(&self.prefix).arg(slot.upstream).arg(self.offered_boot.to_string());
         call.arg(self.who(Some(principal))).arg(self.seal.name(slot.uri)).arg(&self.replicas);
+        call.arg(self.who(slot.principal)).arg(&self.replica).arg(lasting.as_millis().max(1).to_string());
         for parent in parents_of(slot.uri) {
             call.arg(self.seal.name(parent));
         }
         let mut connection = self.connection.clone();
-        let (boot, version, found, leased): (String, u64, u8, u8) =
+        let (boot, version, found, lease): (String, u64, u8, u8) =
             self.call(call.invoke_async(&mut connection)).await?;
         let found = match found {
             1 => Found::Shared,
             2 => Found::Private,
             _ => Found::Nowhere,
         };
-        Ok(Look { boot: boot.parse().unwrap_or(0), version, found, leased: leased > 0 })
+        let boot = boot.parse().unwrap_or(0);
+        Ok(Look { boot, version, found, leased: lease == 1, claimed: lease == 2 })
     }
 
     /// The entry stored for `slot` at `version`, if it is there and opens (one that does not
@@ -195,8 +206,16 @@ impl SharedTier {
 
     /// Keep `entry` for `slot` when `version` (of `boot`) is still current; `vouched` when it
     /// lives past its `ttlMs` only because this replica watches its upstream subscription.
-    /// `Ok(false)`: an update overtook the load, not kept.
-    pub async fn fill(&self, slot: &Slot<'_>, look: &Look, entry: &Entry, vouched: bool) -> Result<bool, Down> {
+    /// Kept, the claim of the load of `loaded_as` (the key it was loaded under: `slot`'s, or a
+    /// principal's whose result was public after all) is let go of. `Ok(false)`: an update
+    /// overtook the load, not kept.
+    pub async fn fill(
+        &self,
+        (slot, loaded_as): (&Slot<'_>, &Slot<'_>),
+        look: &Look,
+        entry: &Entry,
+        vouched: bool,
+    ) -> Result<bool, Down> {
         let now = Instant::now();
         let keep_ms = entry.keep_until.saturating_duration_since(now).as_millis().max(1);
         let voucher = if vouched { self.replica.as_str() } else { "" };
@@ -209,7 +228,8 @@ impl SharedTier {
             .arg(self.seal.name(slot.uri))
             .arg(voucher)
             .arg(body)
-            .arg(keep_ms.to_string());
+            .arg(keep_ms.to_string())
+            .arg(self.who(loaded_as.principal));
         for parent in parents_of(slot.uri) {
             call.arg(self.seal.name(parent));
         }
@@ -223,7 +243,7 @@ impl SharedTier {
     }
 
     /// Claim the load of `slot` at `look`'s version for `lasting` (one replica loads, the
-    /// others wait for its fill). True when this replica got it.
+    /// others wait for its fill), when the look did not. True when this replica got it.
     pub async fn claim(&self, slot: &Slot<'_>, look: &Look, lasting: Duration) -> Result<bool, Down> {
         let mut cmd = redis::cmd("SET");
         cmd.arg(self.lease_key(slot, look.version)).arg(&self.replica).arg("NX").arg("PX");

@@ -99,7 +99,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     report.note("alone = one proxy, no [cluster], reached directly and behind haproxy (the same configuration as the replicas'); cluster = 3 replicas with [cluster] behind haproxy (round-robin), one redis-server; one fixture behind all, 1 KiB texts, ttlMs 1 h");
     report.note("per-principal stdio: the replicas also serve `st`, the fixture over stdio with session = \"per-principal\"; its reads are never cached, so each is a miss on the principal's session: from the replica holding it (owned here) and from another replica, which forwards it there (owned elsewhere)");
     report.note("failover: a host reads the hot URI back to back through the balancer; one replica is killed (SIGKILL) mid-run, replica 0 for the 2025 session, replica 1 for the 2026-07-28 host; haproxy has no health check here and sends a request whose connection is refused to another replica (`retries 3`, `option redispatch 1`, as deploy/haproxy.cfg)");
-    report.note("a cluster read asks Redis for the URI's version (one round trip) before serving its local copy; a miss also fills Redis");
+    report.note("a cluster read asks Redis for the URI's version (one round trip, one Lua script) before serving its local copy; a miss is two: that script also claims the load, then the fill lets go of it");
     Ok(report)
 }
 

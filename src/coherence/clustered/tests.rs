@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use rmcp::model::{CacheScope, ReadResourceResult, ResourceContents};
 
@@ -140,6 +141,27 @@ async fn replicas(redis: &Redis, prefix: &str, count: usize) -> Vec<Coherence> {
     all
 }
 
+/// The commands sent to Redis while `reads` runs, in order: its round trips, not what its
+/// scripts run inside Redis. Seen by `MONITOR`, up to a marker written after `reads`.
+async fn round_trips(redis: &Redis, reads: impl Future<Output = ()>) -> Vec<String> {
+    let mut lines = redis.client().get_async_monitor().await.unwrap().into_on_message::<String>();
+    reads.await;
+    redis.set("marker", "end of reads").await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut sent = Vec::new();
+    loop {
+        let line = tokio::time::timeout_at(deadline, lines.next()).await.expect("the marker in time").unwrap();
+        // `<time> [<db> <client address, or lua>] "<COMMAND>" "<argument>"…`
+        if line.contains("\"marker\"") {
+            return sent;
+        }
+        if !line.contains(" lua] ") {
+            let command = line.split("] \"").nth(1).and_then(|rest| rest.split('"').next()).unwrap();
+            sent.push(command.to_uppercase());
+        }
+    }
+}
+
 fn request<'a>(uri: &'a str, principal: &'a str) -> ReadRequest<'a> {
     ReadRequest { upstream: "u", epoch: 0, uri, principal, settings: &TRUSTED }
 }
@@ -182,6 +204,25 @@ async fn a_uri_read_on_three_replicas_is_loaded_once() {
         }
     }
     assert_eq!(loads.load(Ordering::SeqCst), 2, "one load per URI for the cluster");
+}
+
+#[tokio::test]
+async fn a_miss_costs_two_round_trips_to_redis_and_a_hit_one() {
+    let redis = Redis::start().await;
+    let cache = replica(&redis, "t9:", "r0").await;
+    let loads = AtomicUsize::new(0);
+    // The scripts are in Redis before counting (the first call of one may take two round trips).
+    read(&cache, "x://warm", "p", "v1", &loads).await;
+    let miss = round_trips(&redis, async {
+        assert_eq!(read(&cache, "x://m", "p", "v1", &loads).await.outcome, Outcome::Miss);
+    })
+    .await;
+    assert_eq!(miss, ["EVALSHA", "EVALSHA"], "the look (which claims the load), the fill (which lets go of it)");
+    let hit = round_trips(&redis, async {
+        assert_eq!(read(&cache, "x://m", "p", "v1", &loads).await.outcome, Outcome::Hit);
+    })
+    .await;
+    assert_eq!(hit, ["EVALSHA"], "the look alone: the entry is served from the local store");
 }
 
 #[tokio::test]

@@ -1,7 +1,7 @@
 //! The shared tier's Lua scripts: a URI's version (the highest of its upstream's floor and the
-//! records of the URI and its parents), a look for a vouched entry, a fill kept only under the
-//! version and boot it began with, a bump of one URI and a raise of an upstream's floor. Each
-//! runs as one atomic step on Redis.
+//! records of the URI and its parents), a look for a vouched entry (claiming the load when there
+//! is none and no replica loads it), a fill kept only under the version and boot it began with,
+//! a bump of one URI and a raise of an upstream's floor. Each runs as one atomic step on Redis.
 
 use redis::Script;
 
@@ -19,8 +19,8 @@ impl Scripts {
             Script::new(&format!("{}{body}", VERSION_LUA.replace("FIRST", &first.to_string())))
         };
         Scripts {
-            look: with_version(LOOK_LUA, 7),
-            fill: with_version(FILL_LUA, 10),
+            look: with_version(LOOK_LUA, 10),
+            fill: with_version(FILL_LUA, 11),
             bump: Script::new(BUMP_LUA),
             raise: Script::new(RAISE_LUA),
         }
@@ -42,8 +42,10 @@ if #ARGV >= FIRST then
 end
 ";
 
-/// ARGV: prefix, upstream, offered boot, private who, uri's name, replica key prefix, parents' names… →
-/// {boot, version, found, leased}.
+/// ARGV: prefix, upstream, offered boot, private who, uri's name, replica key prefix, the
+/// loading key's who, this replica, claim px, parents' names… → {boot, version, found, lease}.
+/// Nothing found: the load's claim is taken when no replica holds one (lease 2: this replica
+/// holds it, now or left by a reader of its own), else lease 1 (another replica loads).
 const LOOK_LUA: &str = r"
 local boot = redis.call('GET', p .. 'boot')
 if not boot then
@@ -63,23 +65,33 @@ for i = 1, 2 do
     redis.call('DEL', k)
   end
 end
-local leased = 0
-if found == 0 then
-  for i = 1, 2 do
-    leased = leased + redis.call('EXISTS', p .. 'lease:' .. up .. ':' .. v .. ':' .. whos[i] .. ':' .. ARGV[5])
+if found > 0 then return {boot, v, found, 0} end
+local lease = 0
+for i = 1, 2 do
+  local holder = redis.call('GET', p .. 'lease:' .. up .. ':' .. v .. ':' .. whos[i] .. ':' .. ARGV[5])
+  if holder then
+    if holder == ARGV[8] and whos[i] == ARGV[7] then
+      if lease == 0 then lease = 2 end
+    else
+      lease = 1
+    end
   end
 end
-return {boot, v, found, leased}
+if lease == 0 then
+  redis.call('SET', p .. 'lease:' .. up .. ':' .. v .. ':' .. ARGV[7] .. ':' .. ARGV[5], ARGV[8], 'PX', ARGV[9])
+  lease = 2
+end
+return {boot, v, found, lease}
 ";
 
-/// ARGV: prefix, upstream, boot, version, who, uri's name, voucher, sealed body, px, parents' names… →
-/// 1 kept, 0 not.
+/// ARGV: prefix, upstream, boot, version, who, uri's name, voucher, sealed body, px, the loading
+/// key's who, parents' names… → 1 kept (and the load's claim let go of), 0 not.
 const FILL_LUA: &str = r"
 if redis.call('GET', p .. 'boot') ~= ARGV[3] or v ~= tonumber(ARGV[4]) then return 0 end
 local k = p .. 'e:' .. up .. ':' .. v .. ':' .. ARGV[5] .. ':' .. ARGV[6]
 redis.call('HSET', k, 'v', ARGV[7], 'b', ARGV[8])
 redis.call('PEXPIRE', k, ARGV[9])
-redis.call('DEL', p .. 'lease:' .. up .. ':' .. v .. ':' .. ARGV[5] .. ':' .. ARGV[6])
+redis.call('DEL', p .. 'lease:' .. up .. ':' .. v .. ':' .. ARGV[10] .. ':' .. ARGV[6])
 return 1
 ";
 
