@@ -29,11 +29,11 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 
+use crate::support::DEADLINE;
 use crate::support::cluster::{Replicas, cluster_when};
 use crate::support::peers::{everything_upstream, py_client};
 use crate::support::proxy::{ProxyProcess, alice_and_bob_policies, alice_and_bob_under_policies};
 use crate::support::raw_http::{self, LEGACY};
-use crate::support::DEADLINE;
 
 const ALICE_TOKEN: &str = "alice-tok-cluster-resumption-51c2";
 const BOB_TOKEN: &str = "bob-tok-cluster-resumption-9e07";
