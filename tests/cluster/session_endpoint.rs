@@ -38,6 +38,24 @@ const BOB_TOKEN: &str = "bob-tok-session-endpoint-c47e";
 /// What the owner logs for each request it serves over MCP.
 const SERVED: &str = "serving another replica's request over MCP";
 
+/// Two replicas of one cluster serving `upstream` to alice and bob (everything allowed), once
+/// each sees the other; the policies' folder lives as long as it is held.
+async fn two_replicas(upstream: &str) -> anyhow::Result<(Replicas, tempfile::TempDir)> {
+    let policies = alice_and_bob_policies("allow = [\"**\"]\n", "allow = [\"**\"]\n")?;
+    let config = alice_and_bob_under_policies("", policies.path(), upstream);
+    let env = [("ALICE_TOKEN", ALICE_TOKEN), ("BOB_TOKEN", BOB_TOKEN), (SECRET_ENV, SECRET)];
+    let cluster = Replicas::start(2, &config, &env).await?;
+    for replica in &cluster.replicas {
+        cluster_when(replica, |c| c["reachable"].as_array().is_some_and(|r| r.len() == 2)).await?;
+    }
+    Ok((cluster, policies))
+}
+
+/// The fixture, one session per principal.
+fn per_principal_fixture() -> String {
+    format!("{}\nsession = \"per-principal\"\n\n", fixture_upstream("fx", &[]).trim_end())
+}
+
 /// The rmcp client of a replica that is not one: each request with a fresh pass for `to`,
 /// naming `whose` session (which the test may change between requests).
 #[derive(Clone)]
@@ -137,14 +155,7 @@ async fn head_only(replica: &ProxyProcess, pass: Option<&str>) -> anyhow::Result
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_call_on_a_session_another_replica_holds_crosses_as_mcp_under_a_sealed_pass() -> anyhow::Result<()> {
-    let policies = alice_and_bob_policies("allow = [\"**\"]\n", "allow = [\"**\"]\n")?;
-    let upstream = format!("{}\nsession = \"per-principal\"\n\n", fixture_upstream("fx", &[]).trim_end());
-    let config = alice_and_bob_under_policies("", policies.path(), &upstream);
-    let env = [("ALICE_TOKEN", ALICE_TOKEN), ("BOB_TOKEN", BOB_TOKEN), (SECRET_ENV, SECRET)];
-    let cluster = Replicas::start(2, &config, &env).await?;
-    for replica in &cluster.replicas {
-        cluster_when(replica, |c| c["reachable"].as_array().is_some_and(|r| r.len() == 2)).await?;
-    }
+    let (cluster, _policies) = two_replicas(&per_principal_fixture()).await?;
 
     // alice calls through each replica: the one not holding her session asks the owner over MCP,
     // on the upstream's own name.
@@ -213,13 +224,8 @@ async fn a_call_on_a_session_another_replica_holds_crosses_as_mcp_under_a_sealed
 async fn a_subscription_on_a_session_another_replica_holds_is_held_over_mcp() -> anyhow::Result<()> {
     use crate::support::fixture::EventRecorder;
     use serde_json::json;
-    let policies = alice_and_bob_policies("allow = [\"**\"]\n", "allow = [\"**\"]\n")?;
-    let upstream = format!("{}\nsession = \"per-principal\"\n\n", fixture_upstream("fx", &[]).trim_end());
-    let config = alice_and_bob_under_policies("", policies.path(), &upstream);
-    let env = [("ALICE_TOKEN", ALICE_TOKEN), ("BOB_TOKEN", BOB_TOKEN), (SECRET_ENV, SECRET)];
-    let cluster = Replicas::start(2, &config, &env).await?;
+    let (cluster, _policies) = two_replicas(&per_principal_fixture()).await?;
     let owner = &cluster.replicas[0];
-    cluster_when(owner, |c| c["reachable"].as_array().is_some_and(|r| r.len() == 2)).await?;
 
     let passes = Passes::new("replica-9", &ClusterKeys::new(SECRET.as_bytes()).session_pass());
     let whose = Arc::new(Mutex::new(identity("alice")));
@@ -266,17 +272,13 @@ async fn a_sessions_own_list_change_reaches_the_replica_connected_to_it_as_list_
     use crate::support::peers::{py_script, python};
     use crate::support::proxy::toml_str;
     use crate::support::told::{Told, answered, next_heard, tool_names};
-    let policies = alice_and_bob_policies("allow = [\"**\"]\n", "allow = [\"**\"]\n")?;
     let program = toml_str(python().to_str().context("utf-8 path")?);
     let script = toml_str(py_script("session_server.py").to_str().context("utf-8 path")?);
     let upstream = format!(
         "[[upstreams]]\nname = \"per\"\ncommand = {program}\nargs = [{script}]\nsession = \"per-principal\"\n\n"
     );
-    let config = alice_and_bob_under_policies("", policies.path(), &upstream);
-    let env = [("ALICE_TOKEN", ALICE_TOKEN), ("BOB_TOKEN", BOB_TOKEN), (SECRET_ENV, SECRET)];
-    let cluster = Replicas::start(2, &config, &env).await?;
+    let (cluster, _policies) = two_replicas(&upstream).await?;
     let owner = &cluster.replicas[0];
-    cluster_when(owner, |c| c["reachable"].as_array().is_some_and(|r| r.len() == 2)).await?;
 
     let passes = Passes::new("replica-9", &ClusterKeys::new(SECRET.as_bytes()).session_pass());
     let alice = Identity { principal: "alice".into(), upstream: "per".into(), host: None };
