@@ -38,6 +38,7 @@
 //! - [`logging`]: what the logs leave out (rmcp's errors about a peer that went away).
 //! - [`admin`]: the admin listener: `/metrics`, `/healthz`, `/readyz`, `/status`.
 //! - [`sandbox`]: a stdio upstream's sandbox profile and the `sandbox-exec` launcher every stdio child starts through (Landlock, rlimits, no_new_privs; the tree killed with the proxy).
+//! - [`command_line`]: the `mcp-resource-proxy` command (its flags, `serve` and the one-shot commands), in `src/main/`; the binary only sets the allocator and calls it.
 //! - [`ready_file`]: `serve --ready-file`: the bound addresses, written once serving.
 
 pub mod admin;
@@ -48,6 +49,8 @@ pub mod cache;
 pub mod catalog;
 pub mod cluster;
 pub mod coherence;
+#[path = "main/mod.rs"]
+pub mod command_line;
 pub mod config;
 pub mod crypto;
 pub mod cursor;

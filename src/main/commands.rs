@@ -5,9 +5,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use mcp_resource_proxy::config::{CliOverrides, Config, ConfigError, UpstreamTransport};
-use mcp_resource_proxy::mcp_json;
-use mcp_resource_proxy::policy::PolicySet;
+use crate::config::{CliOverrides, Config, ConfigError, UpstreamTransport};
+use crate::mcp_json;
+use crate::policy::PolicySet;
 use rustix::fs::{Mode, OFlags};
 
 use super::EXIT_CONFIG;

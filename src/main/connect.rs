@@ -11,8 +11,8 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use crate::mcp_json::printable;
 use clap::ValueEnum;
-use mcp_resource_proxy::mcp_json::printable;
 use serde_json::{Map, Value, json};
 
 use super::EXIT_CONFIG;

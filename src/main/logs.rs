@@ -1,7 +1,7 @@
 //! Logging: to stderr (stdout belongs to stdio MCP), human or JSON, its level from `RUST_LOG`
 //! or else `server.log_level`, with rmcp's own logging held back.
 
-use mcp_resource_proxy::logging::{EscapedFields, WithoutPeerGone};
+use crate::logging::{EscapedFields, WithoutPeerGone};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::SubscriberExt;

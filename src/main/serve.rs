@@ -5,13 +5,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::admin::{self, AdminState};
+use crate::config::{CliOverrides, Config};
+use crate::downstream;
+use crate::proxy::{ConfigSource, Proxy};
+use crate::spine::Spine;
+use crate::upstream::LinkState;
 use anyhow::Context;
-use mcp_resource_proxy::admin::{self, AdminState};
-use mcp_resource_proxy::config::{CliOverrides, Config};
-use mcp_resource_proxy::downstream;
-use mcp_resource_proxy::proxy::{ConfigSource, Proxy};
-use mcp_resource_proxy::spine::Spine;
-use mcp_resource_proxy::upstream::LinkState;
 use tokio_util::sync::CancellationToken;
 
 use super::commands::Loaded;
@@ -63,9 +63,9 @@ pub(crate) async fn serve(
     for missing in config.missing_folders() {
         tracing::warn!(at = missing.at, "{}; the upstream stays down until it exists", missing.message);
     }
-    let traces = mcp_resource_proxy::telemetry::install(&config.telemetry)?;
+    let traces = crate::telemetry::install(&config.telemetry)?;
     let upstreams = config.upstreams.len();
-    mcp_resource_proxy::listener::fds::settle(&mut config.server, upstreams);
+    crate::listener::fds::settle(&mut config.server, upstreams);
     let spine = Spine::new();
     let shutdown = spine.shutdown();
     spine.spawn("signals", cancel_on_signal(shutdown.clone()));
@@ -85,7 +85,7 @@ pub(crate) async fn serve(
         tracing::warn!(?down, "serving without upstreams that are not up yet; they join when they come up");
     }
     if let Some(path) = &ready_file {
-        mcp_resource_proxy::ready_file::write(path, bound.0, bound.1)
+        crate::ready_file::write(path, bound.0, bound.1)
             .with_context(|| format!("cannot write the ready file {}", path.display()))?;
     }
     let serving = shutdown.clone();
@@ -140,7 +140,7 @@ fn serve_admin(spine: &Spine, proxy: &Proxy, admin: tokio::net::TcpListener) {
         }),
     };
     let server = &proxy.config().server;
-    let limits = mcp_resource_proxy::listener::ConnectionLimits::admin(server);
+    let limits = crate::listener::ConnectionLimits::admin(server);
     spine.spawn("admin", admin::serve_admin(admin, state, limits, server.allowed_hosts.clone(), spine.shutdown()));
 }
 
