@@ -1,8 +1,9 @@
 //! A stdio upstream's default session across replicas: three replicas behind haproxy
 //! (round-robin) and a real Redis, with the real server-everything over stdio configured with
 //! nothing but its command, and alice and bob on static tokens. A stateful stdio server is one
-//! server per principal in the cluster, not a child per replica: alice's consecutive
-//! `toggle-subscriber-updates` answer Started, Stopped, Started… wherever they land. Its
+//! server per principal in the cluster, not a child per replica: the consecutive
+//! `toggle-subscriber-updates` of alice's 2025 Python SDK host answer Started, Stopped,
+//! Started… wherever they land. Its
 //! sampling (a request that names no call) is answered for both principals, each by its own
 //! host: 2025 hosts on their call's stream, and a 2026-07-28 host through `input_required` and
 //! a retry that may land on any replica. A 2026-07-28 Python SDK host (`tests/py/client.py`)
@@ -134,17 +135,14 @@ async fn sessions(cluster: &Replicas) -> anyhow::Result<u64> {
 #[tokio::test(flavor = "multi_thread")]
 async fn server_everythings_toggle_alternates_across_replicas_under_default_settings() -> anyhow::Result<()> {
     let (cluster, _policies) = three_replicas().await?;
-    let alice = host(cluster.url(), "alice", ALICE_TOKEN, false).await?;
-    let mut said = Vec::new();
-    for _ in 0..6 {
-        let text = call(&alice, "toggle-subscriber-updates", json!({})).await?;
-        said.push(text.split_whitespace().next().unwrap_or_default().to_string());
-    }
+    let toggles = vec!["call:ev__toggle-subscriber-updates:{}".to_string(); 6];
+    let lines = python_host(&cluster, "legacy", toggles).await?;
+    let said: Vec<String> =
+        lines.iter().map(|line| text_of(line).split_whitespace().next().unwrap_or_default().to_string()).collect();
     let expected: Vec<&str> = (0..6).map(|n| if n % 2 == 0 { "Started" } else { "Stopped" }).collect();
     assert_eq!(said, expected, "one switch for alice in the cluster");
     assert_eq!(sessions(&cluster).await?, 1, "alice's one session");
     assert!(forwarded(&cluster).await? >= 1.0, "toggles landed on replicas other than the owner");
-    alice.cancel().await?;
     Ok(())
 }
 
@@ -172,6 +170,26 @@ async fn a_modern_hosts_sampling_of_server_everything_is_answered_through_the_ba
     Ok(())
 }
 
+/// The result lines of alice's Python SDK host (`tests/py/client.py`, protocol `mode`) running
+/// `ops` through the balancer, one line per op.
+async fn python_host(cluster: &Replicas, mode: &str, ops: Vec<String>) -> anyhow::Result<Vec<serde_json::Value>> {
+    let bearer = format!("Authorization: Bearer {ALICE_TOKEN}");
+    let mut args = vec!["--url", cluster.url(), "--mode", mode, "--header", &bearer, "--timeout", "30"]
+        .into_iter()
+        .map(String::from)
+        .collect::<Vec<_>>();
+    let count = ops.len();
+    args.extend(ops);
+    let mut command = tokio::process::Command::from(py_client(&args));
+    command.stdin(std::process::Stdio::null()).kill_on_drop(true);
+    let output = tokio::time::timeout(std::time::Duration::from_secs(90), command.output()).await.context("hung")??;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    anyhow::ensure!(output.status.success(), "the Python host failed: {stderr}");
+    let lines = parse_json_lines(&output.stdout);
+    anyhow::ensure!(lines.len() == count, "one line per op: {lines:?}\n{stderr}");
+    Ok(lines)
+}
+
 /// What the Python host answers round `round`'s sampling with, and accepts its elicitation with.
 fn python_answers(round: usize) -> (String, String) {
     (format!("the answer of alice {round}"), format!("alice-{round}"))
@@ -187,24 +205,14 @@ fn text_of(line: &serde_json::Value) -> String {
 async fn a_modern_python_hosts_sampling_and_elicitation_of_server_everything_are_answered_through_the_balancer()
 -> anyhow::Result<()> {
     let (cluster, _policies) = three_replicas().await?;
-    let bearer = format!("Authorization: Bearer {ALICE_TOKEN}");
-    let mut args = vec!["--url", cluster.url(), "--mode", "2026-07-28", "--header", &bearer, "--timeout", "30"]
-        .into_iter()
-        .map(String::from)
-        .collect::<Vec<_>>();
+    let mut ops = Vec::new();
     for round in 0..CALLS {
         let (reply, name) = python_answers(round);
         let prompt = json!({ "prompt": format!("question {round}") });
-        args.push(format!("call_sampled:{reply}:ev__trigger-sampling-request:{prompt}"));
-        args.push(format!("call_elicited:{name}:ev__trigger-elicitation-request:{{}}"));
+        ops.push(format!("call_sampled:{reply}:ev__trigger-sampling-request:{prompt}"));
+        ops.push(format!("call_elicited:{name}:ev__trigger-elicitation-request:{{}}"));
     }
-    let mut command = tokio::process::Command::from(py_client(&args));
-    command.stdin(std::process::Stdio::null()).kill_on_drop(true);
-    let output = tokio::time::timeout(std::time::Duration::from_secs(90), command.output()).await.context("hung")??;
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    anyhow::ensure!(output.status.success(), "the Python host failed: {stderr}");
-    let lines = parse_json_lines(&output.stdout);
-    anyhow::ensure!(lines.len() == 2 * CALLS, "one line per call: {lines:?}\n{stderr}");
+    let lines = python_host(&cluster, "2026-07-28", ops).await?;
     let (mut sampled, mut elicited) = (0, 0);
     for (round, pair) in lines.chunks(2).enumerate() {
         let (reply, name) = python_answers(round);

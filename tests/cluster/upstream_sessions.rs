@@ -349,7 +349,8 @@ async fn a_subscription_made_on_another_replica_is_held_on_the_principals_one_se
 /// One principal's subscriptions cannot take the owner's connections from every other host:
 /// each subscription held at another replica is a stream of the one HTTP/2 connection that
 /// replica keeps to the owner, and a replica keeps at most 64 of one principal open at one
-/// owner. alice makes 1,100 subscriptions (two host sessions, under the per-session cap) on a
+/// owner. Three replicas behind the balancer: alice makes 1,100 subscriptions (two host
+/// sessions, under the per-session cap) through it, each request sent (`X-Replica-Route`) to a
 /// replica that does not own her session: 64 are held at the owner (each announced to her host
 /// once the owner's session acknowledged it), the replica has at most 2 connections open to the
 /// owner meanwhile (its sockets, counted in the kernel's tables), any subscription refused says
@@ -357,9 +358,10 @@ async fn a_subscription_made_on_another_replica_is_held_on_the_principals_one_se
 /// host of bob's is connected and served its tools by the owner within a second.
 #[tokio::test(flavor = "multi_thread")]
 async fn one_principals_subscriptions_held_at_another_replica_are_bounded() -> anyhow::Result<()> {
-    use crate::support::fixture::{Era, FixtureEvent, connect_http_with_token};
+    use crate::support::fixture::{Era, FixtureEvent, connect_http_config, connect_http_with_token};
     use mcp_resource_proxy::upstream::MAX_HOLDS_PER_OWNER;
-    let (cluster, _policies) = start(2).await?;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let (cluster, _policies) = start(3).await?;
     let alice_owner = owner(&cluster, ALICE_TOKEN).await?;
     let owner_port: u16 = cluster.replicas[alice_owner]
         .url
@@ -368,11 +370,19 @@ async fn one_principals_subscriptions_held_at_another_replica_are_bounded() -> a
         .and_then(|p| p.strip_suffix("/mcp"))
         .context("a port")?
         .parse()?;
-    let elsewhere = &cluster.replicas[(alice_owner + 1) % 2];
-    let front = elsewhere.pid().context("the replica runs")?;
+    let elsewhere = (alice_owner + 1) % cluster.replicas.len();
+    let front = cluster.replicas[elsewhere].pid().context("the replica runs")?;
+    // Through the balancer, every request of alice's hosts sent to that one replica.
+    let routed = std::collections::HashMap::from([(
+        http::HeaderName::from_static("x-replica-route"),
+        http::HeaderValue::from_str(&elsewhere.to_string())?,
+    )]);
     let (mut accepted, mut hosts) = (Vec::new(), Vec::new());
     for session in 0..2 {
-        let (alice, heard) = connect_http_with_token(&elsewhere.url, Era::Legacy, ALICE_TOKEN).await?;
+        let config = StreamableHttpClientTransportConfig::with_uri(cluster.url())
+            .auth_header(ALICE_TOKEN)
+            .custom_headers(routed.clone());
+        let (alice, heard) = connect_http_config(config, Era::Legacy).await?;
         let mut held = Vec::new();
         for n in 0..550 {
             let uri = format!("per+session://value/{session}/{n}");

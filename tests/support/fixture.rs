@@ -254,7 +254,7 @@ pub async fn connect_http_with_token(url: &str, era: Era, token: &str) -> anyhow
 }
 
 /// Connect with a transport config (session re-initialisation is always off).
-async fn connect_http_config(
+pub async fn connect_http_config(
     config: StreamableHttpClientTransportConfig,
     era: Era,
 ) -> anyhow::Result<(FixtureClient, Events)> {
