@@ -18,11 +18,11 @@
 //! Invariant: a read begun after an `updated` was received never returns older content.
 
 mod admission;
+mod cache_subscriptions;
 mod clustered;
 mod flight;
 mod generations;
 mod hints;
-mod cache_subscriptions;
 mod local;
 pub mod shared;
 mod upstream_subscriptions;

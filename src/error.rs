@@ -44,7 +44,9 @@ pub enum ProxyError {
     #[error("upstream `{upstream}` failed: {reason}")]
     UpstreamFailed { upstream: String, reason: String },
     /// A subscribe past a cap on what one session (or listen stream) or one principal may hold.
-    #[error("subscription limit reached: {subscriber} holds {limit} subscriptions ({setting}); unsubscribe from one first")]
+    #[error(
+        "subscription limit reached: {subscriber} holds {limit} subscriptions ({setting}); unsubscribe from one first"
+    )]
     SubscriptionLimit { subscriber: &'static str, limit: usize, setting: &'static str },
     /// A rate limit's bucket is empty (`[rate_limits]`, `[upstreams.rate_limits]`): the
     /// request was refused before any work; the next token comes after `retry_after`.

@@ -70,7 +70,13 @@ impl SubscriptionTable {
     /// A host's `subscriber`, of `principal`, subscribes `key` unless that breaks `caps`. Ok(true)
     /// when nobody subscribed the key before; subscribing a subscribed key again is Ok and changes
     /// nothing.
-    pub fn subscribe_within(&mut self, subscriber: SubscriberId, principal: &str, key: Key, caps: Caps) -> Result<bool, OverCap> {
+    pub fn subscribe_within(
+        &mut self,
+        subscriber: SubscriberId,
+        principal: &str,
+        key: Key,
+        caps: Caps,
+    ) -> Result<bool, OverCap> {
         let subscribed = self.by_subscriber.get(&subscriber);
         if subscribed.is_some_and(|subscribed| subscribed.keys.contains(&key)) {
             return Ok(false);
@@ -203,7 +209,8 @@ impl SubscriptionTable {
             Some((shared, _)) => shared.clone(),
             None => Arc::from(name),
         });
-        let subscribed = self.by_subscriber.entry(subscriber).or_insert_with(|| SubscriberKeys { principal, keys: BTreeSet::new() });
+        let subscribed =
+            self.by_subscriber.entry(subscriber).or_insert_with(|| SubscriberKeys { principal, keys: BTreeSet::new() });
         if !subscribed.keys.insert(key.clone()) {
             return false;
         }
@@ -299,7 +306,11 @@ mod tests {
         let mut subs = SubscriptionTable::new();
         assert_eq!(subs.subscribe_within(1, "bob", key("a", "x://1"), caps), Ok(true));
         assert_eq!(subs.subscribe_within(1, "bob", key("a", "x://2"), caps), Ok(true));
-        assert_eq!(subs.subscribe_within(1, "bob", key("a", "x://1"), caps), Ok(false), "subscribed again: no new subscription");
+        assert_eq!(
+            subs.subscribe_within(1, "bob", key("a", "x://1"), caps),
+            Ok(false),
+            "subscribed again: no new subscription"
+        );
         assert_eq!(subs.subscribe_within(1, "bob", key("a", "x://3"), caps), Err(OverCap::Subscriber(2)));
         assert_eq!(subs.subscribe_within(2, "bob", key("a", "x://1"), caps), Ok(false));
         assert_eq!(subs.subscribe_within(2, "bob", key("a", "x://3"), caps), Err(OverCap::Principal(3)));

@@ -22,7 +22,8 @@ fn config() -> CacheConfig {
 
 fn with(config: CacheConfig) -> (Coherence, Arc<UpstreamSubscriptions>) {
     let book = Arc::new(UpstreamSubscriptions::new(crate::upstream::Registry::default()));
-    let coherence = Coherence::new(config, book.clone(), CACHE_SUBSCRIBER, Metrics::new(), Duration::from_secs(5), None);
+    let coherence =
+        Coherence::new(config, book.clone(), CACHE_SUBSCRIBER, Metrics::new(), Duration::from_secs(5), None);
     (coherence, book)
 }
 
@@ -82,7 +83,11 @@ async fn concurrent_misses_make_one_load_and_then_hit() {
     assert!(results.iter().all(|r| body(r) == "v1"));
     let again = cache.read(request("u", 0, "x://a", "p"), || async { panic!("must hit") }).await.unwrap();
     assert_eq!(again.outcome, Outcome::Hit);
-    assert_eq!(book.subscribed_by(CACHE_SUBSCRIBER), [("u".to_string(), "x://a".to_string())], "one hold for the watched entry");
+    assert_eq!(
+        book.subscribed_by(CACHE_SUBSCRIBER),
+        [("u".to_string(), "x://a".to_string())],
+        "one hold for the watched entry"
+    );
 }
 
 /// Results nobody said may be kept (no `ttlMs`, untrusted, no opt-in) are not kept, yet

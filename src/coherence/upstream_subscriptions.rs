@@ -22,7 +22,7 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use crate::subscription_table::{Caps, SubscriberId, SubscriptionTable, Key, OverCap};
+use crate::subscription_table::{Caps, Key, OverCap, SubscriberId, SubscriptionTable};
 use crate::upstream::{Registry, Upstream};
 
 /// Shared by the proxy's subscriptions service and the cache's subscriptions.
@@ -112,7 +112,8 @@ impl UpstreamSubscriptions {
         for (upstream, uri) in subscriptions.unsubscribe_all(subscriber) {
             self.apply(&upstream, &uri, false);
         }
-        let upstreams: std::collections::BTreeSet<&str> = subscribed.iter().map(|(upstream, _)| upstream.as_str()).collect();
+        let upstreams: std::collections::BTreeSet<&str> =
+            subscribed.iter().map(|(upstream, _)| upstream.as_str()).collect();
         for upstream in upstreams.into_iter().filter_map(|name| self.with_sessions(name)) {
             upstream.session_unsubscribe_all(subscriber);
         }

@@ -62,8 +62,10 @@ impl ServerHandler for ProxyServer {
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, ErrorData> {
         context.peer.set_peer_info(request.clone());
-        let opened =
-            context.extensions.get::<::http::request::Parts>().and_then(|parts| parts.extensions.get::<OpenedSubscriber>());
+        let opened = context
+            .extensions
+            .get::<::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<OpenedSubscriber>());
         if let Some(opened) = opened {
             let _ = opened.subscriber.set(self.session(&context.peer));
             let _ = opened.host_key.set(self.host_key.clone());

@@ -89,8 +89,12 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
         .zip(proxy.cluster())
         .map(|(records, cluster)| Arc::new(Answers::new(cluster.replica_id(), records, metrics.clone())));
     let shared = records.clone().zip(proxy.cluster()).map(|(records, cluster)| {
-        let stream_subscriptions =
-            StreamSubscriptions { proxy: proxy.clone(), records: records.clone(), book: book.clone(), streams: Arc::default() };
+        let stream_subscriptions = StreamSubscriptions {
+            proxy: proxy.clone(),
+            records: records.clone(),
+            book: book.clone(),
+            streams: Arc::default(),
+        };
         let keepers = Keepers::new(records.clone(), cluster.replica_id(), kept.clone());
         let replica = cluster.replica_id().into();
         let resumption = Resumption { proxy: proxy.clone(), replica, kept: kept.clone(), keepers };

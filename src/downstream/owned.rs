@@ -51,9 +51,9 @@ use futures::future::BoxFuture;
 
 use super::kept::KeptCalls;
 use super::offerings::HostProgress;
-use super::replica_subscriptions::ReplicaSubscriptions;
 use super::owned_lists;
 use super::relay::{self, LogLevel};
+use super::replica_subscriptions::ReplicaSubscriptions;
 use super::traced::header_carrier;
 use crate::cluster::peers::{Answer, SessionOf};
 use crate::cluster::session_pass::{self, Opened};

@@ -74,7 +74,8 @@ pub(super) async fn trace_refusal(kept_request: Option<KeptRequest>, response: R
     }
     let gate = response.extensions().get::<RefusedAtGate>().map(|refused| refused.0);
     let (response, code) = error_code(response).await;
-    let sent = kept_request.body.as_deref().and_then(|body| serde_json::from_slice::<Sent>(body).ok()).unwrap_or_default();
+    let sent =
+        kept_request.body.as_deref().and_then(|body| serde_json::from_slice::<Sent>(body).ok()).unwrap_or_default();
     let (reason, error_type) = match (gate, code) {
         (Some(reason), _) => (reason, status.as_u16().to_string()),
         (None, _) if status == StatusCode::UNSUPPORTED_MEDIA_TYPE => ("bad_body", status.as_u16().to_string()),

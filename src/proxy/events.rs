@@ -155,11 +155,18 @@ impl EventLoop {
     /// when those were not kept.
     async fn overflowed(&self, upstream: &str, lost: Lost) {
         let Lost::Updated(uris) = lost else {
-            tracing::warn!(upstream, "event queue full: events were dropped; subscribers of all its URIs are told updated");
+            tracing::warn!(
+                upstream,
+                "event queue full: events were dropped; subscribers of all its URIs are told updated"
+            );
             return self.changes.everything_changed(upstream).await;
         };
         let lost = uris.len();
-        tracing::warn!(upstream, lost, "event queue full: updated events were dropped; their subscribers are told updated");
+        tracing::warn!(
+            upstream,
+            lost,
+            "event queue full: updated events were dropped; their subscribers are told updated"
+        );
         let dropped = self.changes.cache.invalidate_upstream_everywhere(upstream).await;
         self.changes.metrics.cache_invalidation(InvalidationCause::Reconnect, dropped);
         for uri in uris {

@@ -20,7 +20,7 @@ use crate::coherence::{Cached, Coherence, Loaded, Outcome, ReadRequest};
 use crate::error::ProxyError;
 use crate::metrics::{DenialAction, Metrics};
 use crate::namespace;
-use crate::upstream::{Registry, Upstream, SubscribeOutcome};
+use crate::upstream::{Registry, SubscribeOutcome, Upstream};
 
 const SERVER_INFO_META_KEY: &str = "io.modelcontextprotocol/serverInfo";
 

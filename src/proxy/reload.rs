@@ -237,7 +237,8 @@ impl Reloader {
         let parts = &self.inner.parts;
         let name = config.name.clone();
         // What hosts held on its own upstream sessions is held again on the new ones.
-        let session_subscriptions = parts.upstreams.get(&name).map(|old| old.session_subscriptions()).unwrap_or_default();
+        let session_subscriptions =
+            parts.upstreams.get(&name).map(|old| old.session_subscriptions()).unwrap_or_default();
         self.stop(&name).await;
         parts.catalog.remove_upstream(&name);
         parts.tools.upstream_left(&name);

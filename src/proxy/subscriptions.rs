@@ -29,8 +29,8 @@ use crate::fanout::{Fanout, Listing, Outgoing, Outlet, OutletInfo, OutletKind, S
 use crate::metrics::DenialAction;
 use crate::namespace;
 use crate::policy::PolicySet;
-use crate::subscription_table::{Caps, SubscriberId, OverCap};
-use crate::telemetry::{Subscriber, Span};
+use crate::subscription_table::{Caps, OverCap, SubscriberId};
+use crate::telemetry::{Span, Subscriber};
 use crate::tools::Tools;
 use crate::upstream::HostSession;
 
@@ -86,7 +86,13 @@ impl Subscriptions {
         host: Option<HostSession>,
     ) -> Result<(), ProxyError> {
         let route = self.access.route(caller, uri, DenialAction::Subscribe)?;
-        let subscribed = self.upstream_subscriptions.subscribe_within(subscriber, caller.principal(), &route.upstream, &route.original, self.caps);
+        let subscribed = self.upstream_subscriptions.subscribe_within(
+            subscriber,
+            caller.principal(),
+            &route.upstream,
+            &route.original,
+            self.caps,
+        );
         subscribed.map_err(|over| match over {
             OverCap::Subscriber(limit) => ProxyError::SubscriptionLimit {
                 subscriber: "this session",
@@ -100,7 +106,9 @@ impl Subscriptions {
             },
         })?;
         let Some(upstream) = self.access.upstream(&route.upstream) else { return Ok(()) };
-        if let Err(error) = upstream.session_subscribe(caller.principal(), host, subscriber, &route.original, caller.subject()) {
+        if let Err(error) =
+            upstream.session_subscribe(caller.principal(), host, subscriber, &route.original, caller.subject())
+        {
             self.upstream_subscriptions.unsubscribe(subscriber, &route.upstream, &route.original);
             return Err(error);
         }
@@ -136,7 +144,9 @@ impl Subscriptions {
         let release = EndReplicaSubscription { subscriptions: self.clone(), upstream: found.clone(), subscriber };
         found.subscribe_for_replica(principal, host, subscriber, uri)?;
         // Answered once the upstream answered (or not in time: subscribed, and told when it is).
-        if found.wait_for_replica(principal, host, uri, REPLICA_SUBSCRIPTION_WAIT).await == crate::upstream::SubscribeOutcome::Refused {
+        if found.wait_for_replica(principal, host, uri, REPLICA_SUBSCRIPTION_WAIT).await
+            == crate::upstream::SubscribeOutcome::Refused
+        {
             return Err(ProxyError::InvalidParams("the upstream refused the subscription".into()));
         }
         Ok(ReplicaSubscription { changes, _release: release })
@@ -218,7 +228,13 @@ impl Subscriptions {
                 OutletKind::Session => vec![uri.to_string()],
                 OutletKind::ListenStream => subscribed,
             };
-            self.deliver_updates(Subscriber { id: subscriber, kind: subscriber_kind(info.kind) }, &caller, upstream, uris, span);
+            self.deliver_updates(
+                Subscriber { id: subscriber, kind: subscriber_kind(info.kind) },
+                &caller,
+                upstream,
+                uris,
+                span,
+            );
         }
     }
 

@@ -131,8 +131,14 @@ impl Shared {
             Cluster::new(cluster, metrics.clone()).expect("a validated [cluster] section makes a Redis client")
         });
         let tier = cluster.as_ref().map(|cluster| Arc::new(SharedTier::for_cluster(cluster, &metrics)));
-        let cache =
-            Coherence::new(config.cache.clone(), upstream_subscriptions.clone(), cache_subscriber, metrics.clone(), max_load, tier);
+        let cache = Coherence::new(
+            config.cache.clone(),
+            upstream_subscriptions.clone(),
+            cache_subscriber,
+            metrics.clone(),
+            max_load,
+            tier,
+        );
         let access = Access::new(config.policies.set.clone(), upstreams.clone(), metrics.clone());
         let views = Views::new(catalog.clone(), access.clone(), fanout.clone());
         let cursor_key = match &cluster {

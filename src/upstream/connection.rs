@@ -19,7 +19,7 @@ use tokio::sync::{Notify, watch};
 
 use super::client::Declared;
 use super::credentials::TokenSource;
-use super::{Link, RootsChange, UpstreamStatus, SubscribeOutcome};
+use super::{Link, RootsChange, SubscribeOutcome, UpstreamStatus};
 use super::{reason, relay, roots, thin, traced};
 use crate::config::{UpstreamConfig, UpstreamTransport};
 use crate::error::ProxyError;

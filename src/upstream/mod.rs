@@ -64,9 +64,9 @@ use tokio_util::sync::CancellationToken;
 
 pub use self::connection::Connection;
 pub use self::events::{EventInbox, EventSender, Inbound, Lost};
+pub use self::open_sessions::Lease;
 pub use self::registry::Registry;
 pub use self::roots::RootsChange;
-pub use self::open_sessions::Lease;
 pub use self::sessions::SessionHandle;
 use crate::auth::subjects::Subjects;
 use crate::catalog::Catalog;

@@ -44,10 +44,10 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::client::Declared;
-use super::session_subscriptions::host_session;
 use super::owner_link::{OwnerLink, Whose};
 use super::pool::SessionKey;
 use super::session::Session;
+use super::session_subscriptions::host_session;
 use super::sessions::SessionHandle;
 use super::{Connection, Offered, Upstream};
 use crate::config::{ProtocolChoice, UpstreamTransport};
@@ -319,7 +319,11 @@ impl Upstream {
     /// `subscriber` lets go of `uri` (everything it subscribed when `None`) on connections to owners.
     pub(super) fn unsubscribe_at_owners(&self, subscriber: SubscriberId, uri: Option<&str>) {
         for (_, session) in self.inner.at_owners.all() {
-            session.subscriptions().unsubscribe(subscriber, uri).iter().for_each(|uri| session.set_subscribed(uri, false));
+            session
+                .subscriptions()
+                .unsubscribe(subscriber, uri)
+                .iter()
+                .for_each(|uri| session.set_subscribed(uri, false));
         }
     }
 

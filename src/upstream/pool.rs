@@ -110,7 +110,9 @@ impl Reclaimed {
         let mut all = Vec::new();
         for (key, waiting) in waiting.iter() {
             for (uri, subscribers) in &waiting.subscribed {
-                all.extend(subscribers.iter().map(|subscriber| (key.clone(), waiting.declared, *subscriber, uri.clone())));
+                all.extend(
+                    subscribers.iter().map(|subscriber| (key.clone(), waiting.declared, *subscriber, uri.clone())),
+                );
             }
         }
         all

@@ -20,8 +20,8 @@ use rmcp::model::{LoggingLevel, SetLevelRequestParams};
 use tokio_util::sync::CancellationToken;
 
 use super::pool::SubscribedUris;
-use super::session_subscriptions::SessionSubscriptions;
 use super::role::Role;
+use super::session_subscriptions::SessionSubscriptions;
 use super::supervisor::Supervisor;
 use super::{Connection, EventSender, Link, Offered, UpstreamEvent, events};
 use crate::protocol::Era;

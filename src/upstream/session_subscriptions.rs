@@ -156,7 +156,12 @@ impl Upstream {
         });
         subscriptions.extend(waiting);
         let at_owners = self.subscriptions_at_owners().into_iter();
-        subscriptions.extend(at_owners.map(|(principal, host, subscriber, uri)| SessionSubscription { principal, host, subscriber, uri }));
+        subscriptions.extend(at_owners.map(|(principal, host, subscriber, uri)| SessionSubscription {
+            principal,
+            host,
+            subscriber,
+            uri,
+        }));
         subscriptions
     }
 
@@ -165,7 +170,13 @@ impl Upstream {
     /// shared connection). One that cannot be made (past a session cap) is logged.
     pub fn subscribe_again(&self, subscriptions: Vec<SessionSubscription>) {
         for subscription in subscriptions {
-            if let Err(error) = self.session_subscribe(&subscription.principal, subscription.host, subscription.subscriber, &subscription.uri, None) {
+            if let Err(error) = self.session_subscribe(
+                &subscription.principal,
+                subscription.host,
+                subscription.subscriber,
+                &subscription.uri,
+                None,
+            ) {
                 tracing::warn!(
                     upstream = self.name(),
                     principal = %subscription.principal,
@@ -193,7 +204,11 @@ impl Upstream {
         let Some(book) = &self.inner.sessions else { return };
         book.reclaimed.release(subscriber, uri);
         for (_, session) in book.sessions() {
-            session.subscriptions().unsubscribe(subscriber, uri).iter().for_each(|uri| session.set_subscribed(uri, false));
+            session
+                .subscriptions()
+                .unsubscribe(subscriber, uri)
+                .iter()
+                .for_each(|uri| session.set_subscribed(uri, false));
         }
     }
 }
@@ -226,7 +241,9 @@ impl SessionSubscriptions {
             true
         };
         match uri {
-            Some(uri) if subscribed.get_mut(uri).is_some_and(|subscribers| !keeps(uri, subscribers)) => drop(subscribed.remove(uri)),
+            Some(uri) if subscribed.get_mut(uri).is_some_and(|subscribers| !keeps(uri, subscribers)) => {
+                drop(subscribed.remove(uri))
+            }
             Some(_) => {}
             None => subscribed.retain(|uri, subscribers| keeps(uri, subscribers)),
         }
@@ -273,7 +290,13 @@ impl SessionSubscriptions {
     /// The subscribers of the subscribed URIs `matching` picks, each with those URIs.
     fn subscribers_where(&self, matching: impl Fn(&str) -> bool) -> BTreeMap<SubscriberId, Vec<String>> {
         let mut found: BTreeMap<SubscriberId, Vec<String>> = BTreeMap::new();
-        for (subscribed, subscribers) in self.subscribed.lock().expect("session subscriptions lock").iter().filter(|(subscribed, _)| matching(subscribed)) {
+        for (subscribed, subscribers) in self
+            .subscribed
+            .lock()
+            .expect("session subscriptions lock")
+            .iter()
+            .filter(|(subscribed, _)| matching(subscribed))
+        {
             subscribers.iter().for_each(|subscriber| found.entry(*subscriber).or_default().push(subscribed.clone()));
         }
         found

@@ -18,7 +18,7 @@ use rmcp::service::{ServiceError, Subscription};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::connection::{Applied, AppliedSet, Connection, Uri, SubscribedSet};
+use super::connection::{Applied, AppliedSet, Connection, SubscribedSet, Uri};
 use super::notices::{Notice, NoticeSender};
 use super::{Change, Link};
 use crate::protocol::Era;

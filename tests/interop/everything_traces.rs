@@ -96,7 +96,11 @@ async fn one_server_everything_updated_is_one_span_delivered_to_the_three_hosts_
         for delivery in &deliveries {
             assert_eq!(delivery.trace_id, updated.trace_id, "{delivery:#?}");
             assert_eq!(delivery.attribute("mcp_proxy.delivery"), Some("queued"), "{delivery:#?}");
-            assert_ne!(delivery.attribute("mcp_proxy.holder"), Some(bob_subscriber), "bob may not see it: {delivery:#?}");
+            assert_ne!(
+                delivery.attribute("mcp_proxy.holder"),
+                Some(bob_subscriber),
+                "bob may not see it: {delivery:#?}"
+            );
         }
         // The last `updated` may have been exported before all its deliveries were.
         if deliveries.len() == 3 {

@@ -10,7 +10,10 @@ async fn a_uri_whose_results_cannot_be_kept_is_not_watched_again() {
     assert!(loaded.subscription.is_some(), "watchable at first");
     let untrusted = ReadRequest { settings: &UNTRUSTED, ..request("u", 0, "x://z", "p") };
     cache.read(untrusted, || async { Ok(loaded) }).await.unwrap();
-    assert!(cache.load_subscription("u", "x://z", &TRUSTED).is_none(), "no subscribe/unsubscribe churn for uncacheable URIs");
+    assert!(
+        cache.load_subscription("u", "x://z", &TRUSTED).is_none(),
+        "no subscribe/unsubscribe churn for uncacheable URIs"
+    );
     assert!(book.subscribed_by(CACHE_SUBSCRIBER).is_empty(), "the subscription taken for the load was let go");
     cache.invalidate("u", "x://z");
     let kept = || async { Ok(Loaded::unwatched(text("v").with_ttl_ms(60_000))) };

@@ -19,8 +19,8 @@ use crate::cluster::session_pass::{self, Passes, Refusal};
 use crate::downstream::bodies::BodyGuard;
 use crate::downstream::call_streams::CallStreams;
 use crate::downstream::kept::KeptCalls;
-use crate::downstream::replica_subscriptions::ReplicaSubscriptions;
 use crate::downstream::relay::LogLevel;
+use crate::downstream::replica_subscriptions::ReplicaSubscriptions;
 use crate::listener::{Peers, VerifiedPeer};
 use crate::proxy::Proxy;
 

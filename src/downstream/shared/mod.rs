@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use self::records::{Record, Records};
 use self::resumed::Resumption;
-use self::streams::{StreamSubscriptions, OpenStreams};
+use self::streams::{OpenStreams, StreamSubscriptions};
 
 tokio::task_local! {
     /// The record of the session a request is restoring on this replica.

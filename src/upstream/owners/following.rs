@@ -9,10 +9,10 @@ use super::Reach;
 use crate::host::HostSession;
 use crate::subscription_table::SubscriberId;
 use crate::upstream::client::Declared;
-use crate::upstream::session_subscriptions::host_session;
 use crate::upstream::owner_link::Whose;
 use crate::upstream::pool::SessionKey;
 use crate::upstream::session::Session;
+use crate::upstream::session_subscriptions::host_session;
 use crate::upstream::{Upstream, UpstreamEvent};
 
 /// One subscription taken off a session to be made again where its session lives now.
@@ -87,8 +87,14 @@ fn session_host(session: &Session) -> Option<HostSession> {
 }
 
 /// The subscriptions `subscribed`, taken off a session of `principal` (host session `host`), to be made again.
-fn taken_off(principal: &str, host: Option<HostSession>, subscribed: crate::upstream::pool::SubscribedUris) -> Vec<Moving> {
+fn taken_off(
+    principal: &str,
+    host: Option<HostSession>,
+    subscribed: crate::upstream::pool::SubscribedUris,
+) -> Vec<Moving> {
     let principal: Arc<str> = principal.into();
-    let each = subscribed.into_iter().flat_map(|(uri, subscribers)| subscribers.into_iter().map(move |subscriber| (uri.clone(), subscriber)));
+    let each = subscribed
+        .into_iter()
+        .flat_map(|(uri, subscribers)| subscribers.into_iter().map(move |subscriber| (uri.clone(), subscriber)));
     each.map(|(uri, subscriber)| Moving { principal: principal.clone(), host, subscriber, uri }).collect()
 }
