@@ -17,7 +17,7 @@ use moka::notification::RemovalCause;
 use rmcp::model::{CacheScope, ReadResourceResult};
 
 use crate::metrics::{EvictionCause, Metrics};
-use crate::subscriptions::is_same_or_parent;
+use crate::subscription_table::is_same_or_parent;
 
 /// What an entry is stored under. Generations come from the upstream's notifications as
 /// counted by this process, and `epoch` is the connection number; a shared store would

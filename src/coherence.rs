@@ -1,30 +1,31 @@
 //! Coherence: the one owner of what the read cache may keep and for how long. It owns the
 //! generations (a read begun after an `updated` never joins or finds anything older), the
-//! cache's watch holds (an entry is "watched" only when the upstream acknowledged its
-//! subscription), admission (lifetimes, see `admission`) and the watch book every holder's
-//! subscriptions go through (`WatchBook`). The cache itself is a store behind
+//! cache's own subscriptions (`CacheSubscriptions`: an entry is "watched", kept on the word of
+//! its upstream subscription, only when the upstream acknowledged that subscription), admission
+//! (lifetimes, see `admission`) and the upstream subscriptions every subscriber's subscriptions
+//! go through (`UpstreamSubscriptions`). The cache itself is a store behind
 //! [`crate::cache::Store`]; moka ([`LocalStore`]) is the local one.
 //!
-//! The read path (`proxy/read.rs`) goes top to bottom: take a [`WatchTicket`] if the URI may be
+//! The read path (`proxy/read.rs`) goes top to bottom: take a [`LoadSubscription`] if the URI may be
 //! watched, wait for the upstream's acknowledgement, read upstream, hand the result here.
 //! [`Coherence::read`] takes it through one process's store (`local.rs`) or, with `[cluster]`,
 //! through the shared tier (`clustered.rs`); both run the same single-flight load (`flight.rs`).
 //!
 //! Per-URI state is bounded: generations keep a record per notified URI only until nothing
-//! older can matter (`horizon`), hints and holds expire with the entries they describe, and a
+//! older can matter (`horizon`), hints and the cache's subscriptions expire with the entries they describe, and a
 //! sweep forgets what has expired. The sweep runs in [`Coherence::settle`], which the proxy's
 //! `cache-housekeeping` task (on the spine) calls every [`SWEEP_EVERY`]; nothing here spawns.
 //! Invariant: a read begun after an `updated` was received never returns older content.
 
 mod admission;
+mod cache_subscriptions;
 mod clustered;
 mod flight;
 mod generations;
 mod hints;
-mod holds;
 mod local;
 pub mod shared;
-mod watches;
+mod upstream_subscriptions;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -32,15 +33,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub use self::admission::{Cached, Loaded, content_bytes, lifetime, told_scope, told_ttl, unwatched_ttl};
-pub use self::holds::WatchTicket;
+pub use self::cache_subscriptions::LoadSubscription;
 // How a read was answered: plain data of the store's floor (`cache`), which hosts label.
-pub(crate) use self::watches::WatchBook;
+pub(crate) use self::upstream_subscriptions::UpstreamSubscriptions;
 pub use crate::cache::Outcome;
 use crate::cache::{Entry, Key, LocalStore, Store};
 use crate::config::{CacheConfig, UpstreamCache};
 use crate::error::ProxyError;
 use crate::metrics::Metrics;
-use crate::subscriptions::{HolderId, is_same_or_parent};
+use crate::subscription_table::{SubscriberId, is_same_or_parent};
 
 /// How often expired per-URI state is forgotten: the housekeeping tick that calls
 /// [`Coherence::settle`].
@@ -72,7 +73,7 @@ struct Inner {
     config: CacheConfig,
     store: LocalStore,
     generations: generations::Generations,
-    holds: Arc<holds::Holds>,
+    subscriptions: Arc<cache_subscriptions::CacheSubscriptions>,
     /// Whether a URI's last result was public: loads of URIs not known to be public are not
     /// shared across principals.
     public: hints::Hints<bool>,
@@ -95,27 +96,33 @@ struct Inner {
 pub struct Tracked {
     pub generations: usize,
     pub hints: usize,
-    pub holds: usize,
+    /// URIs the cache subscribes (`holds` in `/status`, as before).
+    #[serde(rename = "holds")]
+    pub subscriptions: usize,
     pub stale: usize,
 }
 
 impl Coherence {
-    /// `book` is the watch book, `holder` the cache's own holder id in it; loads taking
+    /// `upstream_subscriptions` are the proxy's, `subscriber` the cache's own subscriber id in them; loads taking
     /// longer than `max_load` fail (so generation records can be forgotten safely).
     pub(crate) fn new(
         config: CacheConfig,
-        book: Arc<WatchBook>,
-        holder: HolderId,
+        upstream_subscriptions: Arc<UpstreamSubscriptions>,
+        subscriber: SubscriberId,
         metrics: Metrics,
         max_load: Duration,
         shared: Option<Arc<shared::SharedTier>>,
     ) -> Self {
-        let holds = Arc::new(holds::Holds::new(book, holder, config.max_watched_per_upstream));
+        let subscriptions = Arc::new(cache_subscriptions::CacheSubscriptions::new(
+            upstream_subscriptions,
+            subscriber,
+            config.max_watched_per_upstream,
+        ));
         let inner = Arc::new(Inner {
             store: LocalStore::new(config.max_bytes, Some(metrics.clone())),
             config,
             generations: Default::default(),
-            holds,
+            subscriptions,
             public: hints::Hints::new(),
             unkept: hints::Hints::new(),
             refused: hints::Hints::new(),
@@ -131,12 +138,12 @@ impl Coherence {
         &self.inner.config
     }
 
-    /// Should a load of `uri` subscribe upstream first? A ticket when it should (cache on for
+    /// Should a load of `uri` subscribe upstream first? A [`LoadSubscription`] when it should (cache on for
     /// the upstream, its results can be kept, the watch cap allows); the load waits for the
-    /// acknowledgement and hands the ticket back in [`Loaded`] — or drops it. An upstream not
+    /// acknowledgement and hands it back in [`Loaded`] — or drops it. An upstream not
     /// trusted to notify, with no `unwatched_ttl` opted into, is never watched for the cache:
     /// its acknowledgement would keep nothing longer (only its own `ttlMs` keeps its results).
-    pub fn watch(&self, upstream: &str, uri: &str, settings: &UpstreamCache) -> Option<WatchTicket> {
+    pub fn load_subscription(&self, upstream: &str, uri: &str, settings: &UpstreamCache) -> Option<LoadSubscription> {
         let on = self.inner.config.enabled && settings.enabled;
         let worth_it =
             settings.trust_notifications || !admission::unwatched_ttl(&self.inner.config, settings).is_zero();
@@ -147,7 +154,7 @@ impl Coherence {
         {
             return None;
         }
-        self.inner.holds.ticket(upstream, uri)
+        self.inner.subscriptions.for_load(upstream, uri)
     }
 
     /// The upstream refused to subscribe `uri`: its loads read unwatched for a while without
@@ -223,7 +230,7 @@ impl Coherence {
         Tracked {
             generations: self.inner.generations.len(),
             hints: self.inner.public.len() + self.inner.unkept.len() + self.inner.refused.len(),
-            holds: self.inner.holds.len(),
+            subscriptions: self.inner.subscriptions.len(),
             stale: self.inner.stale.lock().expect("stale lock").len(),
         }
     }
@@ -231,7 +238,7 @@ impl Coherence {
 
 impl Inner {
     fn sweep(&self) {
-        self.holds.sweep();
+        self.subscriptions.sweep();
         self.public.sweep();
         self.unkept.sweep();
         self.refused.sweep();

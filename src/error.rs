@@ -44,8 +44,10 @@ pub enum ProxyError {
     #[error("upstream `{upstream}` failed: {reason}")]
     UpstreamFailed { upstream: String, reason: String },
     /// A subscribe past a cap on what one session (or listen stream) or one principal may hold.
-    #[error("subscription limit reached: {holder} holds {limit} subscriptions ({setting}); unsubscribe from one first")]
-    SubscriptionLimit { holder: &'static str, limit: usize, setting: &'static str },
+    #[error(
+        "subscription limit reached: {subscriber} holds {limit} subscriptions ({setting}); unsubscribe from one first"
+    )]
+    SubscriptionLimit { subscriber: &'static str, limit: usize, setting: &'static str },
     /// A rate limit's bucket is empty (`[rate_limits]`, `[upstreams.rate_limits]`): the
     /// request was refused before any work; the next token comes after `retry_after`.
     #[error("rate limit reached: too many {kind} for this principal{}; retry after {}", at_upstream(upstream.as_deref(), scope), retry_text(*.retry_after))]

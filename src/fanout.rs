@@ -22,7 +22,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use crate::spine::Spine;
-use crate::subscriptions::HolderId;
+use crate::subscription_table::SubscriberId;
 
 mod views;
 
@@ -87,7 +87,7 @@ pub struct OutletInfo {
     pub host_key: HostKey,
 }
 
-/// A host session's key, set once it is known (its holder id; with `[cluster]`, from its
+/// A host session's key, set once it is known (its subscriber id; with `[cluster]`, from its
 /// `Mcp-Session-Id` on its first request here).
 pub type HostKey = Arc<OnceLock<u64>>;
 
@@ -104,9 +104,9 @@ pub struct Fanout {
 }
 
 struct Inner {
-    outlets: Mutex<HashMap<HolderId, Registered>>,
+    outlets: Mutex<HashMap<SubscriberId, Registered>>,
     next_id: AtomicU64,
-    gone: mpsc::Sender<HolderId>,
+    gone: mpsc::Sender<SubscriberId>,
     hooks: Mutex<Option<DeliveryHook>>,
     spine: Spine,
 }
@@ -132,7 +132,7 @@ struct Registered {
 
 impl Fanout {
     /// `gone` receives the id of every outlet whose host disappeared; send tasks run on `spine`.
-    pub fn new(gone: mpsc::Sender<HolderId>, spine: Spine) -> Self {
+    pub fn new(gone: mpsc::Sender<SubscriberId>, spine: Spine) -> Self {
         let inner = Inner {
             outlets: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
@@ -148,15 +148,15 @@ impl Fanout {
         *self.inner.hooks.lock().expect("hooks lock") = Some(hook);
     }
 
-    /// A fresh holder id (for holders that are not outlets, such as the cache).
-    pub fn next_holder_id(&self) -> HolderId {
+    /// A fresh subscriber id (for subscribers that are not outlets, such as the cache).
+    pub fn next_subscriber_id(&self) -> SubscriberId {
         self.inner.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Register an outlet, whose host has seen the lists whose digests are `seen`, and start
     /// its sender task.
-    pub fn register(&self, info: OutletInfo, seen: Seen, outlet: Arc<dyn Outlet>) -> HolderId {
-        let id = self.next_holder_id();
+    pub fn register(&self, info: OutletInfo, seen: Seen, outlet: Arc<dyn Outlet>) -> SubscriberId {
+        let id = self.next_subscriber_id();
         let (queue, receiver) = mpsc::channel(QUEUE_CAPACITY);
         let registered = Registered { info, queue, seen };
         self.inner.outlets.lock().expect("outlets lock").insert(id, registered);
@@ -166,22 +166,22 @@ impl Fanout {
     }
 
     /// Forget an outlet; its sender task ends once its queue is drained.
-    pub fn deregister(&self, id: HolderId) -> Option<OutletInfo> {
+    pub fn deregister(&self, id: SubscriberId) -> Option<OutletInfo> {
         self.inner.outlets.lock().expect("outlets lock").remove(&id).map(|r| r.info)
     }
 
-    pub fn info(&self, id: HolderId) -> Option<OutletInfo> {
+    pub fn info(&self, id: SubscriberId) -> Option<OutletInfo> {
         self.inner.outlets.lock().expect("outlets lock").get(&id).map(|r| r.info.clone())
     }
 
     /// Every registered outlet.
-    pub fn outlets(&self) -> Vec<(HolderId, OutletInfo)> {
+    pub fn outlets(&self) -> Vec<(SubscriberId, OutletInfo)> {
         self.inner.outlets.lock().expect("outlets lock").iter().map(|(id, r)| (*id, r.info.clone())).collect()
     }
 
     /// Queue `message` for outlet `id` without waiting. False when it was dropped (queue full)
     /// or the outlet is unknown.
-    pub fn deliver(&self, id: HolderId, message: Outgoing) -> bool {
+    pub fn deliver(&self, id: SubscriberId, message: Outgoing) -> bool {
         let queue = match self.inner.outlets.lock().expect("outlets lock").get(&id) {
             Some(registered) => registered.queue.clone(),
             None => return false,
@@ -217,7 +217,7 @@ impl Fanout {
                 (principal, digest)
             })
             .collect();
-        let changed: Vec<HolderId> = {
+        let changed: Vec<SubscriberId> = {
             let mut outlets = self.inner.outlets.lock().expect("outlets lock");
             let mut changed = Vec::new();
             for (id, registered) in outlets.iter_mut().filter(|(_, r)| listing.wanted_by(&r.info)) {
@@ -242,7 +242,7 @@ impl Fanout {
 }
 
 async fn send_loop(
-    id: HolderId,
+    id: SubscriberId,
     outlet: Arc<dyn Outlet>,
     mut queue: mpsc::Receiver<Outgoing>,
     fanout: Fanout,

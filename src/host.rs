@@ -52,7 +52,7 @@ pub trait HostRelay: Send + Sync + 'static {
     fn tenant(&self) -> Option<Arc<str>> {
         None
     }
-    /// The host session the call came on (its holder id), when it has one (a 2025 session or a
+    /// The host session the call came on (its subscriber id), when it has one (a 2025 session or a
     /// stdio host; a stateless 2026-07-28 request has none): a per-host upstream session is
     /// that host session's own.
     fn host_session(&self) -> Option<u64> {
@@ -119,7 +119,7 @@ impl fmt::Debug for SubjectToken {
 /// side names its sessions with it, the upstream side keys per-host sessions by it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HostSession {
-    /// Its key, whose per-host sessions it names: its holder id; with `[cluster]` a digest of
+    /// Its key, whose per-host sessions it names: its subscriber id; with `[cluster]` a digest of
     /// its `Mcp-Session-Id`, the same on every replica.
     pub id: u64,
     pub sampling: bool,

@@ -14,13 +14,13 @@
 //! - [`rate_limits`]: token buckets for calls and reads per principal and per principal × upstream (`governor`).
 //! - [`auth`]: bearer tokens (static, or JWT access tokens with groups) → [`auth::Principal`] on every HTTP request, before any MCP; RFC 9728 metadata.
 //! - [`cursor`]: opaque, authenticated pagination cursors (pure).
-//! - [`coherence`]: the one owner of cache coherence: generations, watch holds, admission, the watch book.
+//! - [`coherence`]: the one owner of cache coherence: generations, the cache's subscriptions, admission, the upstream subscriptions.
 //! - [`audit`]: the audit trail: one JSON event per routed call, read, subscription, denial, refused token and reload; a bounded queue to its writer.
 //! - [`cache`]: the store behind it (`Store`; moka as `LocalStore`: byte-bounded, single flight).
 //! - [`catalog`]: one catalog over what upstreams list (resources and templates, tools and prompts): snapshots, generations, merged pages and their cursors.
 //! - [`upstream`]: connections (stdio, HTTP, in-process folder), the era probe, supervision; the shared one and sessions per principal or host.
 //! - [`downstream`]: the rmcp `ServerHandler` hosts talk to, over stdio and streamable HTTP.
-//! - [`subscriptions`]: who holds which upstream URI; reference counts (pure).
+//! - [`subscription_table`]: who subscribes which upstream URI; reference counts (pure).
 //! - [`host`]: what a routed call's host offers the upstream side (`HostRelay`, `ProgressOutlet`) and the host session it came on (`HostSession`): a contract both edges import.
 //! - [`cluster`]: `[cluster]`: this replica's id, keys derived from the cluster secret, the Redis connection and its health, the replicas seen alive, the counts that hold across them, the seal of what is kept in Redis.
 //! - [`fanout`]: per-host bounded queues and sender tasks for notifications; the one view-diff scheme for every `list_changed`.
@@ -72,7 +72,7 @@ pub mod ready_file;
 pub mod sandbox;
 pub mod serve_dir;
 pub mod spine;
-pub mod subscriptions;
+pub mod subscription_table;
 pub mod telemetry;
 pub mod tools;
 pub mod upstream;

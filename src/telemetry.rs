@@ -40,7 +40,7 @@ use tracing::Instrument;
 use tracing::instrument::Instrumented;
 
 pub use self::export::InstallError;
-pub use self::notification::{Holder, updated_span};
+pub use self::notification::{Subscriber, updated_span};
 pub use self::propagation::Carrier;
 use crate::config::TelemetryConfig;
 

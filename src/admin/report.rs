@@ -42,7 +42,7 @@ pub struct CacheReport {
 pub struct SubscriptionReport {
     /// Registered notification outlets (legacy sessions and listen streams).
     pub hosts: usize,
-    /// Holder × URI pairs, the cache's own holds included.
+    /// Subscriber × URI pairs, the cache's own holds included.
     pub held: usize,
     /// Distinct upstream URIs held.
     pub upstream_uris: usize,

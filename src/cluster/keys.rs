@@ -18,7 +18,7 @@ use sha2::Sha256;
 pub mod label {
     /// Pagination cursors (`crate::cursor::CursorKey`).
     pub const CURSOR: &str = "cursor";
-    /// Upstreams' `requestState`s sealed to their holder (`crate::tools`).
+    /// Upstreams' `requestState`s sealed to their subscriber (`crate::tools`).
     pub const REQUEST_STATE: &str = "request-state";
     /// 2025 session ids.
     pub const SESSION_ID: &str = "session-id";

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use rmcp::model::{CacheScope, ReadResourceResult, ResourceContents};
 
-use super::holds::WatchTicket;
+use super::cache_subscriptions::LoadSubscription;
 use crate::cache::{Entry, Outcome};
 use crate::config::{CacheConfig, UpstreamCache};
 
@@ -41,13 +41,13 @@ pub struct Loaded {
     pub result: ReadResourceResult,
     /// Present when the upstream acknowledged a subscription to this URI for the cache before
     /// it was read (so an `updated` will come).
-    pub watch: Option<WatchTicket>,
+    pub subscription: Option<LoadSubscription>,
 }
 
 impl Loaded {
     /// A result read without a subscription in place.
     pub fn unwatched(result: ReadResourceResult) -> Self {
-        Self { result, watch: None }
+        Self { result, subscription: None }
     }
 }
 

@@ -34,7 +34,7 @@ impl Coherence {
     }
 
     /// `upstream` said `uri` changed: drop it here and raise its version for every replica
-    /// (awaited: only then may holders be told). Returns how many local entries that drops.
+    /// (awaited: only then may subscribers be told). Returns how many local entries that drops.
     pub async fn invalidate_everywhere(&self, upstream: &str, uri: &str) -> usize {
         let dropped = self.invalidate(upstream, uri);
         if let Some(tier) = &self.inner.shared
@@ -139,7 +139,7 @@ impl Inner {
             Ok(loaded) => loaded.map_err(LoadError::Failed)?,
             Err(_) => return Err(LoadError::Failed(too_slow(&flight))),
         };
-        let vouched = loaded.watch.is_some();
+        let vouched = loaded.subscription.is_some();
         let entry = self.admit(&flight, settings, loaded, false)?;
         let public_after_all = flight.principal.is_some() && entry.scope == CacheScope::Public;
         let target = if public_after_all { &shared } else { &flight };

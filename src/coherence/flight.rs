@@ -70,8 +70,8 @@ impl Inner {
         loaded: Loaded,
         local_generation: bool,
     ) -> Result<Arc<Entry>, LoadError> {
-        let Loaded { result, watch } = loaded;
-        let ttl = lifetime(&self.config, settings, result.ttl_ms, watch.is_some());
+        let Loaded { result, subscription } = loaded;
+        let ttl = lifetime(&self.config, settings, result.ttl_ms, subscription.is_some());
         let (upstream, uri) = (&*flight.upstream, &*flight.uri);
         match ttl.is_zero() {
             true => self.unkept.set(upstream, uri, (), Instant::now() + self.config.max_ttl.min(UNKEPT_FOR)),
@@ -94,8 +94,8 @@ impl Inner {
             let cached = Cached { result: entry.result, ttl, scope, outcome, contents_json: None };
             return Err(LoadError::Uncacheable(Box::new(cached)));
         }
-        if let Some(watch) = watch {
-            watch.keep_until(entry.keep_until);
+        if let Some(subscription) = subscription {
+            subscription.keep_until(entry.keep_until);
         }
         entry.contents_json = contents_json(&entry.result.contents);
         self.metrics.cache_insert(upstream);

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::subscriptions::is_same_or_parent;
+use crate::subscription_table::is_same_or_parent;
 
 /// More records than this across all upstreams: the notified upstream's floor rises instead.
 const MAX_RECORDS: usize = 100_000;

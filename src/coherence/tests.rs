@@ -4,7 +4,7 @@ use rmcp::model::{CacheScope, ReadResourceResult, ResourceContents};
 
 use super::*;
 
-const HOLDER: HolderId = 7;
+const CACHE_SUBSCRIBER: SubscriberId = 7;
 
 /// An operator who opted into 5 s for results that come without a `ttlMs` (the shipped default
 /// is zero: see `lifetimes`).
@@ -20,13 +20,14 @@ fn config() -> CacheConfig {
     }
 }
 
-fn with(config: CacheConfig) -> (Coherence, Arc<WatchBook>) {
-    let book = Arc::new(WatchBook::new(crate::upstream::Registry::default()));
-    let coherence = Coherence::new(config, book.clone(), HOLDER, Metrics::new(), Duration::from_secs(5), None);
+fn with(config: CacheConfig) -> (Coherence, Arc<UpstreamSubscriptions>) {
+    let book = Arc::new(UpstreamSubscriptions::new(crate::upstream::Registry::default()));
+    let coherence =
+        Coherence::new(config, book.clone(), CACHE_SUBSCRIBER, Metrics::new(), Duration::from_secs(5), None);
     (coherence, book)
 }
 
-fn cache() -> (Coherence, Arc<WatchBook>) {
+fn cache() -> (Coherence, Arc<UpstreamSubscriptions>) {
     with(config())
 }
 
@@ -44,7 +45,7 @@ fn text(body: &str) -> ReadResourceResult {
 
 /// A load of `uri` the upstream acknowledged a subscription for.
 fn watched(cache: &Coherence, uri: &str, result: ReadResourceResult) -> Loaded {
-    Loaded { result, watch: cache.watch("u", uri, &TRUSTED) }
+    Loaded { result, subscription: cache.load_subscription("u", uri, &TRUSTED) }
 }
 
 fn body(cached: &Cached) -> String {
@@ -82,7 +83,11 @@ async fn concurrent_misses_make_one_load_and_then_hit() {
     assert!(results.iter().all(|r| body(r) == "v1"));
     let again = cache.read(request("u", 0, "x://a", "p"), || async { panic!("must hit") }).await.unwrap();
     assert_eq!(again.outcome, Outcome::Hit);
-    assert_eq!(book.held_by(HOLDER), [("u".to_string(), "x://a".to_string())], "one hold for the watched entry");
+    assert_eq!(
+        book.subscribed_by(CACHE_SUBSCRIBER),
+        [("u".to_string(), "x://a".to_string())],
+        "one hold for the watched entry"
+    );
 }
 
 /// Results nobody said may be kept (no `ttlMs`, untrusted, no opt-in) are not kept, yet
@@ -249,65 +254,6 @@ async fn some_results_are_never_kept() {
     assert_eq!(body(&read_value(&cache, "u", "x://err", "now").await), "now", "errors are not cached");
 }
 
-#[test]
-fn lifetimes() {
-    // The shipped default: nothing is kept on the proxy's own say.
-    let c = CacheConfig { unwatched_ttl: Duration::ZERO, ..config() };
-    let own = UpstreamCache { max_ttl: Some(Duration::from_secs(60)), ..TRUSTED };
-    let opted = UpstreamCache { unwatched_ttl: Some(Duration::from_secs(30)), ..UNTRUSTED };
-    let second = Duration::from_secs(1);
-    let cases = [
-        (&c, TRUSTED, None, true, c.max_ttl, "trusted and acknowledged: until invalidated (max_ttl)"),
-        (&c, TRUSTED, Some(0), true, c.max_ttl, "trusted notifications outrank ttlMs 0"),
-        (&c, own.clone(), None, true, Duration::from_secs(60), "the upstream's own max_ttl"),
-        (&c, UNTRUSTED, None, true, Duration::ZERO, "untrusted, no ttlMs: not kept even when subscribed"),
-        (&c, UNTRUSTED, None, false, Duration::ZERO, "no word from anyone: not kept"),
-        (&c, TRUSTED, None, false, Duration::ZERO, "trusted but not acknowledged, no ttlMs: not kept"),
-        (&c, UNTRUSTED, Some(2000), true, Duration::from_secs(2), "untrusted: the upstream's ttlMs"),
-        (&c, UNTRUSTED, Some(600_000), false, Duration::from_secs(600), "unwatched: the upstream's ttlMs as said"),
-        (&c, TRUSTED, Some(1000), false, second, "trusted, unwatched: the upstream's ttlMs"),
-        (&c, opted.clone(), None, false, Duration::from_secs(30), "the operator's opt-in for this upstream"),
-        (&c, opted.clone(), Some(1000), false, second, "the upstream's own ttlMs outranks the opt-in"),
-        (&config(), UNTRUSTED, None, false, config().unwatched_ttl, "the opt-in for every upstream"),
-        (&config(), opted, None, false, Duration::from_secs(30), "an upstream's own opt-in outranks the global one"),
-    ];
-    for (config, settings, ttl_ms, acknowledged, expected, what) in cases {
-        assert_eq!(lifetime(config, &settings, ttl_ms, acknowledged), expected, "{what}");
-    }
-}
-
-/// A host is told only what the upstream gave: what is left of its `ttlMs` (none: 0) and its
-/// `cacheScope` (none: `private`) — also when the proxy keeps the entry much longer.
-#[tokio::test]
-async fn hosts_are_told_only_the_upstreams_own_lifetime_and_scope() {
-    let (cache, _) = with(CacheConfig { unwatched_ttl: Duration::ZERO, ..config() });
-    let cases = [
-        ("x://said", Some(60_000), Some(CacheScope::Public), 60_000, CacheScope::Public),
-        ("x://said-private", Some(60_000), Some(CacheScope::Private), 60_000, CacheScope::Private),
-        ("x://silent", None, None, 0, CacheScope::Private),
-        ("x://zero", Some(0), Some(CacheScope::Public), 0, CacheScope::Public),
-    ];
-    for (uri, ttl_ms, scope, told_ms, told_scope) in cases {
-        let mut result = text("v");
-        (result.ttl_ms, result.cache_scope) = (ttl_ms, scope);
-        let loaded = watched(&cache, uri, result);
-        let miss = cache.read(request("u", 0, uri, "p"), || async { Ok(loaded) }).await.unwrap();
-        let hit = cache.read(request("u", 0, uri, "p"), || async { panic!("{uri}: kept (trusted)") }).await.unwrap();
-        for (what, cached) in [("miss", &miss), ("hit", &hit)] {
-            let told = cached.ttl.as_millis() as u64;
-            assert!(
-                told <= told_ms && told + 5_000 >= told_ms,
-                "{uri} {what}: told {told} ms, upstream said {ttl_ms:?}"
-            );
-            assert_eq!(cached.scope, told_scope, "{uri} {what}");
-        }
-    }
-    let silent = || async { Ok(Loaded::unwatched(text("v"))) };
-    let passed = cache.read(ReadRequest { settings: &UNTRUSTED, ..request("u", 0, "x://p", "p") }, silent);
-    let passed = passed.await.unwrap();
-    assert_eq!((passed.outcome, passed.ttl, passed.scope), (Outcome::Bypass, Duration::ZERO, CacheScope::Private));
-}
-
 /// Steps of the seeded coherence test; `COHERENCE_STEPS` runs it longer.
 const STEPS: u32 = 3000;
 
@@ -339,12 +285,12 @@ async fn randomized_reads_never_return_content_older_than_a_received_update() {
             let loader = cache.clone();
             let read = cache
                 .read(request("u", 0, "x://a", "p"), || async move {
-                    let watch = loader.watch("u", "x://a", &TRUSTED);
+                    let subscription = loader.load_subscription("u", "x://a", &TRUSTED);
                     let v = version.load(Ordering::SeqCst);
                     for _ in 0..delay {
                         tokio::task::yield_now().await;
                     }
-                    Ok(Loaded { result: text(&v.to_string()), watch })
+                    Ok(Loaded { result: text(&v.to_string()), subscription })
                 })
                 .await
                 .unwrap();
@@ -380,38 +326,6 @@ async fn stale_if_error_serves_an_expired_entry_but_never_an_invalidated_one() {
     assert_eq!(error.kind(), "not_found", "only upstream trouble");
 }
 
-#[tokio::test]
-async fn a_uri_whose_results_cannot_be_kept_is_not_watched_again() {
-    let (cache, book) = cache();
-    let loaded = watched(&cache, "x://z", text("v").with_ttl_ms(0));
-    assert!(loaded.watch.is_some(), "watchable at first");
-    let untrusted = ReadRequest { settings: &UNTRUSTED, ..request("u", 0, "x://z", "p") };
-    cache.read(untrusted, || async { Ok(loaded) }).await.unwrap();
-    assert!(cache.watch("u", "x://z", &TRUSTED).is_none(), "no subscribe/unsubscribe churn for uncacheable URIs");
-    assert!(book.held_by(HOLDER).is_empty(), "the hold taken for the load was let go");
-    cache.invalidate("u", "x://z");
-    let kept = || async { Ok(Loaded::unwatched(text("v").with_ttl_ms(60_000))) };
-    cache.read(request("u", 0, "x://z", "p"), kept).await.unwrap();
-    assert!(cache.watch("u", "x://z", &TRUSTED).is_some(), "watched again once its results can be kept");
-}
-
-#[tokio::test]
-async fn a_failed_or_refused_load_lets_its_hold_go_and_a_refusal_is_remembered() {
-    let (cache, book) = cache();
-    let ticket = cache.watch("u", "x://f", &TRUSTED);
-    assert_eq!(book.counts(), (1, 1), "a load holds its URI while it waits");
-    let failed = cache.read(request("u", 0, "x://f", "p"), || async move {
-        let _ticket = ticket;
-        Err(ProxyError::not_found("u+x://f"))
-    });
-    assert!(failed.await.is_err());
-    assert_eq!(book.counts(), (0, 0), "nothing held for a failed load");
-
-    drop(cache.watch("u", "x://r", &TRUSTED));
-    cache.refused("u", "x://r");
-    assert!(cache.watch("u", "x://r", &TRUSTED).is_none(), "a refused URI is not asked for again at once");
-}
-
 /// Per-URI state does not outlive the entries: 100,000 distinct URIs read (and 1,000
 /// notified) leave nothing tracked once their entries and records have expired.
 #[tokio::test]
@@ -434,43 +348,18 @@ async fn per_uri_state_ages_out_with_the_entries() {
         }
     }
     let busy = cache.tracked();
-    assert!(busy.generations >= 1000 && busy.holds >= 1000, "{busy:?}");
+    assert!(busy.generations >= 1000 && busy.subscriptions >= 1000, "{busy:?}");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         cache.settle().await;
         let tracked = cache.tracked();
-        if tracked == (Tracked { generations: 0, hints: 0, holds: 0, stale: 0 }) && cache.size().0 == 0 {
+        if tracked == (Tracked { generations: 0, hints: 0, subscriptions: 0, stale: 0 }) && cache.size().0 == 0 {
             break;
         }
         assert!(Instant::now() < deadline, "still tracked after expiry: {tracked:?}, {:?}", cache.size());
         tokio::time::sleep(Duration::from_millis(100)).await; // poll interval; the loop ends at its deadline
     }
     assert_eq!(book.counts(), (0, 0), "every hold was let go");
-}
-
-#[tokio::test]
-async fn an_upstream_with_its_cache_off_is_read_through_and_never_watched() {
-    let (cache, book) = cache();
-    let off = UpstreamCache { enabled: false, ..TRUSTED };
-    assert!(cache.watch("u", "x://a", &off).is_none(), "no subscription for an uncached upstream");
-    for value in ["v1", "v2"] {
-        let loaded = Loaded::unwatched(text(value));
-        let request = ReadRequest { settings: &off, ..request("u", 0, "x://a", "p") };
-        let read = cache.read(request, || async { Ok(loaded) }).await.unwrap();
-        assert_eq!((body(&read), read.outcome, read.ttl), (value.to_string(), Outcome::Bypass, Duration::ZERO));
-    }
-    assert_eq!(book.counts(), (0, 0));
-}
-
-/// An untrusted upstream's acknowledgement keeps nothing longer: without an opt-in it is not
-/// subscribed to for the cache at all; with one (or trusted) it is.
-#[test]
-fn only_a_subscription_that_can_keep_something_is_taken() {
-    let (silent, _) = with(CacheConfig { unwatched_ttl: Duration::ZERO, ..config() });
-    assert!(silent.watch("u", "x://a", &UNTRUSTED).is_none(), "untrusted, no opt-in");
-    assert!(silent.watch("u", "x://b", &TRUSTED).is_some(), "trusted");
-    let opted = UpstreamCache { unwatched_ttl: Some(Duration::from_secs(1)), ..UNTRUSTED };
-    assert!(silent.watch("u", "x://c", &opted).is_some(), "opted in: an `updated` ends the entry early");
 }
 
 /// The sweep runs once, in `settle`, which the proxy's housekeeping task calls on the spine:
@@ -482,3 +371,6 @@ async fn a_cache_starts_no_task_of_its_own() {
     let (_cache, _book) = cache();
     assert_eq!(tasks.num_alive_tasks(), before, "no sweeper beside the housekeeping task's");
 }
+
+mod lifetimes;
+mod subscriptions;

@@ -136,8 +136,8 @@ pub(super) async fn front(State(front): State<Front>, request: Request, next: Ne
         Err(too_many) => return verdict.answer().unwrap_or(too_many),
     };
     // Traces on: what a refusal before any handler needs for its span.
-    let (request, held) = match super::turned_away::hold(request).await {
-        Ok(held) => held,
+    let (request, kept_request) = match super::turned_away::keep_request(request).await {
+        Ok(kept) => kept,
         Err(incomplete) => return verdict.answer().unwrap_or(incomplete),
     };
     let expiry = subject.as_ref().map(|subject| auth::expiry::TokenExpiry(subject.until()));
@@ -147,7 +147,7 @@ pub(super) async fn front(State(front): State<Front>, request: Request, next: Ne
             let name = principal.0.clone();
             let response = auth::run_as(principal, subject, request, next).await;
             let response = audit_header_refusal(&front.fast.proxy, &name, response).await;
-            super::turned_away::trace_refusal(held, response).await
+            super::turned_away::trace_refusal(kept_request, response).await
         }
     };
     if let Some(cut) = verdict.answer() {

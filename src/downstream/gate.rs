@@ -36,7 +36,7 @@ use http::{Method, StatusCode};
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 
-use super::sessions::{OpenedHolder, OverCap, SessionBook};
+use super::sessions::{OpenedSubscriber, OverCap, SessionBook};
 use super::shared::ids::StreamEvent;
 use super::shared::records::{Admission, Records};
 use super::shared::{self, Shared};
@@ -82,7 +82,7 @@ pub(super) async fn guard_sessions(State(gate): State<Gate>, mut request: Reques
         }
     }
     let opened = (named.is_none() && gate.shared.is_some()).then(|| {
-        let opened = OpenedHolder::default();
+        let opened = OpenedSubscriber::default();
         request.extensions_mut().insert(opened.clone());
         opened
     });
@@ -161,7 +161,7 @@ async fn guard_shared(
         }
         return response;
     }
-    if method == Method::GET { shared.holding.hold(session, principal, response) } else { response }
+    if method == Method::GET { shared.stream_subscriptions.subscribe(session, principal, response) } else { response }
 }
 
 /// `[cluster]`: a request stream another replica served, resumed here (`shared::resumed`), on a
@@ -176,7 +176,7 @@ async fn resume_from_keeper(shared: &Shared, principal: &str, session: &str, eve
 }
 
 /// A response that opened a session: enter it, or close it again over a cap.
-async fn admit(gate: &Gate, principal: &str, response: Response, opened: Option<OpenedHolder>) -> Response {
+async fn admit(gate: &Gate, principal: &str, response: Response, opened: Option<OpenedSubscriber>) -> Response {
     let Some(session) = response.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
         return response;
     };
@@ -189,15 +189,15 @@ async fn admit(gate: &Gate, principal: &str, response: Response, opened: Option<
     let admitted = admitted.and_then(|()| gate.book.admit(&session, principal, counted).map_err(Some));
     let over = match admitted {
         Ok(()) => {
-            if let Some(&holder) = opened.as_ref().and_then(|opened| opened.holder.get()) {
-                gate.book.set_holder(&session, holder);
+            if let Some(&subscriber) = opened.as_ref().and_then(|opened| opened.subscriber.get()) {
+                gate.book.set_subscriber(&session, subscriber);
             }
             if let (Some(shared), Some(key)) = (&gate.shared, opened.as_ref().and_then(|opened| opened.host_key.get()))
             {
                 let host = shared.records.ids.host_key(&session);
                 let _ = key.set(host);
                 // Its per-host sessions another replica holds tell this one of their own lists.
-                shared.holding.proxy.tools().watch_own_lists(principal, Some(host));
+                shared.stream_subscriptions.proxy.tools().watch_own_lists(principal, Some(host));
             }
             return response;
         }

@@ -24,7 +24,7 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData, ServerHandler};
 
-use super::sessions::OpenedHolder;
+use super::sessions::OpenedSubscriber;
 use super::traced::traced;
 use super::{ProxyServer, offerings, session_header};
 use crate::protocol::{self, method};
@@ -54,18 +54,20 @@ impl ServerHandler for ProxyServer {
     }
 
     /// `[cluster]`: a 2025 session's outlet is registered as it opens (not only at
-    /// `notifications/initialized`, which may land on another replica), its holder id left for
-    /// the gate (`OpenedHolder`).
+    /// `notifications/initialized`, which may land on another replica), its subscriber id left for
+    /// the gate (`OpenedSubscriber`).
     async fn initialize(
         &self,
         request: InitializeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, ErrorData> {
         context.peer.set_peer_info(request.clone());
-        let opened =
-            context.extensions.get::<::http::request::Parts>().and_then(|parts| parts.extensions.get::<OpenedHolder>());
+        let opened = context
+            .extensions
+            .get::<::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<OpenedSubscriber>());
         if let Some(opened) = opened {
-            let _ = opened.holder.set(self.session(&context.peer));
+            let _ = opened.subscriber.set(self.session(&context.peer));
             let _ = opened.host_key.set(self.host_key.clone());
         }
         self.negotiate_initialize(&request)

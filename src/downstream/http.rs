@@ -37,7 +37,7 @@ use super::shared::keepers::Keepers;
 use super::shared::news::Newsroom;
 use super::shared::records::Records;
 use super::shared::resumed::Resumption;
-use super::shared::streams::Holding;
+use super::shared::streams::StreamSubscriptions;
 use crate::auth::{self, Authenticator};
 use crate::listener::{self, ConnectionLimits, allowed_hosts, own_origins};
 use crate::metrics::Transport;
@@ -89,12 +89,16 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
         .zip(proxy.cluster())
         .map(|(records, cluster)| Arc::new(Answers::new(cluster.replica_id(), records, metrics.clone())));
     let shared = records.clone().zip(proxy.cluster()).map(|(records, cluster)| {
-        let holding =
-            Holding { proxy: proxy.clone(), records: records.clone(), book: book.clone(), streams: Arc::default() };
+        let stream_subscriptions = StreamSubscriptions {
+            proxy: proxy.clone(),
+            records: records.clone(),
+            book: book.clone(),
+            streams: Arc::default(),
+        };
         let keepers = Keepers::new(records.clone(), cluster.replica_id(), kept.clone());
         let replica = cluster.replica_id().into();
         let resumption = Resumption { proxy: proxy.clone(), replica, kept: kept.clone(), keepers };
-        Shared { records, holding, resumption }
+        Shared { records, stream_subscriptions, resumption }
     });
     if let Some((shared, answers)) = shared.as_ref().zip(answers.clone()) {
         let newsroom = Newsroom {

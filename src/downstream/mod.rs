@@ -14,7 +14,7 @@
 //! of one run here for a replica that went away), for the host's resumption on any
 //! replica (`shared/resumed.rs`); `owned.rs` serves the upstream sessions this replica holds to
 //! the other replicas as MCP (`/mcp-proxy/session`, each request under a sealed pass), their
-//! subscriptions held there (`owned_holds.rs`) and their own list changes told there
+//! subscriptions held there (`replica_subscriptions.rs`) and their own list changes told there
 //! (`owned_lists.rs`).
 
 mod audited;
@@ -30,11 +30,11 @@ mod metering;
 mod offerings;
 mod outlets;
 mod owned;
-mod owned_holds;
 mod owned_lists;
 mod reaper;
 mod refusal;
 mod relay;
+mod replica_subscriptions;
 mod resources;
 mod sessions;
 mod shared;
@@ -59,7 +59,7 @@ use crate::fanout::{OutletInfo, OutletKind};
 use crate::metrics::{Hop, SessionGuard, Transport};
 use crate::protocol::Era;
 use crate::proxy::{Caller, Proxy};
-use crate::subscriptions::HolderId;
+use crate::subscription_table::SubscriberId;
 
 /// One per legacy session, per stateless 2026-07-28 request, or per stdio host. Cloning gives a
 /// new one with no session: the HTTP service clones a template for every session and request.
@@ -84,7 +84,7 @@ pub struct ProxyServer {
     /// Listen streams registered before rmcp acknowledged them, by the request's task, until
     /// `listen` takes them (see `subscribing`); released with the server otherwise.
     pending_listens: subscribing::PendingListens,
-    /// This host session's key for per-host upstream sessions: its holder id; with `[cluster]`
+    /// This host session's key for per-host upstream sessions: its subscriber id; with `[cluster]`
     /// one derived from its `Mcp-Session-Id`, the same on every replica (set by `seen`).
     host_key: crate::fanout::HostKey,
     /// The JWT of the HTTP request this handler was made for (rmcp makes one per 2026-07-28
@@ -98,13 +98,13 @@ pub struct ProxyServer {
 
 struct Session {
     proxy: Proxy,
-    id: HolderId,
+    id: SubscriberId,
     _counted: Option<SessionGuard>,
 }
 
 impl Drop for Session {
     fn drop(&mut self) {
-        self.proxy.release(self.id);
+        self.proxy.deregister(self.id);
     }
 }
 
@@ -255,8 +255,8 @@ impl ProxyServer {
         (self.host_key(), kept_as)
     }
 
-    /// This session's holder id, registering its outlet on first use.
-    fn session(&self, peer: &Peer<RoleServer>) -> HolderId {
+    /// This session's subscriber id, registering its outlet on first use.
+    fn session(&self, peer: &Peer<RoleServer>) -> SubscriberId {
         self.session
             .get_or_init(|| {
                 let info = OutletInfo {

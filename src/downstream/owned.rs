@@ -22,8 +22,8 @@
 //! replica, of any upstream, a shared one too); anything else is refused. What the upstream sends for a call (sampling,
 //! elicitation, log messages) goes to the other replica on the call's own response stream, its
 //! progress as `notifications/progress` with that replica's token, so that replica's HTTP
-//! upstream code relays them to its host as for any HTTP upstream. `resources/subscribe` holds
-//! the URI on that session (`owned_holds`: each change comes back as
+//! upstream code relays them to its host as for any HTTP upstream. `resources/subscribe` subscribes
+//! the URI on that session (`replica_subscriptions`: each change comes back as
 //! `notifications/resources/updated`); `tools/list` and `prompts/list` answer what the session
 //! lists as its own, an error whose data's `kind` is [`crate::protocol::NO_OWN_LISTS`] while it
 //! lists the upstream's; when that changes, the MCP session hears `tools/list_changed` or
@@ -51,9 +51,9 @@ use futures::future::BoxFuture;
 
 use super::kept::KeptCalls;
 use super::offerings::HostProgress;
-use super::owned_holds::OwnedHolds;
 use super::owned_lists;
 use super::relay::{self, LogLevel};
+use super::replica_subscriptions::ReplicaSubscriptions;
 use super::traced::header_carrier;
 use crate::cluster::peers::{Answer, SessionOf};
 use crate::cluster::session_pass::{self, Opened};
@@ -88,7 +88,7 @@ struct OwnedSession {
     /// The other replica's `logging/setLevel` (its host's), which the relay filters by.
     level: LogLevel,
     /// Its subscriptions, held on the upstream session.
-    holds: OwnedHolds,
+    subscriptions: ReplicaSubscriptions,
     /// Tells it of its upstream session's own list changes until dropped (`owned_lists`).
     lists: Arc<OnceLock<DropGuard>>,
 }
@@ -321,7 +321,7 @@ impl ServerHandler for OwnedSession {
         Ok(ListPromptsResult::with_all_items(self.own_lists(&context)?.1))
     }
 
-    /// Held on the session the pass names; answered once that session acknowledged it (or
+    /// Subscribed on the session the pass names; answered once that session acknowledged it (or
     /// gave up waiting).
     async fn subscribe(
         &self,
@@ -330,8 +330,8 @@ impl ServerHandler for OwnedSession {
     ) -> Result<(), ErrorData> {
         let identity = self.opened(&context)?.identity.clone();
         let of = SessionOf { principal: &identity.principal, upstream: &identity.upstream, host: identity.host };
-        let hold = self.proxy.hold_for_replica(of, &request.uri).await?;
-        self.holds.keep(self.proxy.spine(), request.uri, hold, context.peer.clone());
+        let subscription = self.proxy.subscribe_for_replica(of, &request.uri).await?;
+        self.subscriptions.keep(self.proxy.spine(), request.uri, subscription, context.peer.clone());
         Ok(())
     }
 
@@ -341,7 +341,7 @@ impl ServerHandler for OwnedSession {
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         self.opened(&context)?;
-        self.holds.release(&request.uri);
+        self.subscriptions.unsubscribe(&request.uri);
         Ok(())
     }
 }

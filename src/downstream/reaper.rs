@@ -35,8 +35,8 @@ pub(super) async fn reap(
             _ = tick.tick() => {}
             _ = shutdown.cancelled() => return,
         }
-        let mut due = book.due(server.session_idle_timeout, server.subscribed_session_idle_timeout, |holder| {
-            proxy.holds_anything(holder)
+        let mut due = book.due(server.session_idle_timeout, server.subscribed_session_idle_timeout, |subscriber| {
+            proxy.subscribes_anything(subscriber)
         });
         if let Some(records) = &records {
             due = still_due(&book, records, due).await;

@@ -19,23 +19,23 @@ use std::time::{Duration, Instant};
 
 use super::relay::LogLevel;
 use crate::metrics::SessionGuard;
-use crate::subscriptions::HolderId;
+use crate::subscription_table::SubscriberId;
 
-/// The open legacy sessions: owner, last activity, holder id once it has one.
+/// The open legacy sessions: owner, last activity, subscriber id once it has one.
 pub(super) struct SessionBook {
     sessions: Mutex<HashMap<String, Seen>>,
     max_sessions: usize,
     max_per_principal: usize,
     /// `[cluster]`: the caps are kept cluster-wide by the records, not here.
     shared_caps: bool,
-    /// Woken whenever a session's holder id becomes known (see [`SessionBook::wait_holder`]).
-    holders: tokio::sync::Notify,
+    /// Woken whenever a session's subscriber id becomes known (see [`SessionBook::wait_subscriber`]).
+    subscribers: tokio::sync::Notify,
 }
 
 struct Seen {
     principal: Arc<str>,
     last: Instant,
-    holder: Option<HolderId>,
+    subscriber: Option<SubscriberId>,
     /// The session made a request, or opened its GET stream, after its `initialize`.
     used: bool,
     /// The session finished a handshake that chose a 2025-era version: the fast path may
@@ -52,12 +52,12 @@ struct Seen {
 }
 
 /// `[cluster]`: put by the gate on a request that opens a session; the handler answering its
-/// `initialize` registers the session's outlet at once and leaves its holder id here, so the
+/// `initialize` registers the session's outlet at once and leaves its subscriber id here, so the
 /// book knows it although `notifications/initialized` may land on another replica (a GET stream
 /// served here then waits for no handler that will never come).
 #[derive(Clone, Default)]
-pub(crate) struct OpenedHolder {
-    pub holder: Arc<OnceLock<HolderId>>,
+pub(crate) struct OpenedSubscriber {
+    pub subscriber: Arc<OnceLock<SubscriberId>>,
     /// The handler's host key, which the gate sets once the session's id is known.
     pub host_key: Arc<OnceLock<crate::fanout::HostKey>>,
 }
@@ -78,7 +78,7 @@ impl SessionBook {
             max_sessions,
             max_per_principal,
             shared_caps: false,
-            holders: tokio::sync::Notify::new(),
+            subscribers: tokio::sync::Notify::new(),
         }
     }
 
@@ -119,16 +119,16 @@ impl SessionBook {
         seen.used = true;
     }
 
-    /// The session's holder id on this replica, waiting (at most `timeout`) until its handler
+    /// The session's subscriber id on this replica, waiting (at most `timeout`) until its handler
     /// registered one.
-    pub async fn wait_holder(&self, session: &str, timeout: Duration) -> Option<HolderId> {
+    pub async fn wait_subscriber(&self, session: &str, timeout: Duration) -> Option<SubscriberId> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            let woken = self.holders.notified();
-            let known = self.sessions.lock().expect("sessions lock").get(session).map(|seen| seen.holder);
+            let woken = self.subscribers.notified();
+            let known = self.sessions.lock().expect("sessions lock").get(session).map(|seen| seen.subscriber);
             match known {
                 None => return None,
-                Some(Some(holder)) => return Some(holder),
+                Some(Some(subscriber)) => return Some(subscriber),
                 Some(None) => {}
             }
             if tokio::time::timeout_at(deadline, woken).await.is_err() {
@@ -188,19 +188,19 @@ impl SessionBook {
         }
     }
 
-    /// The session's handler here registered `holder` (see [`OpenedHolder`]).
-    pub fn set_holder(&self, session: &str, holder: HolderId) {
-        self.touch(session, Some(holder));
+    /// The session's handler here registered `subscriber` (see [`OpenedSubscriber`]).
+    pub fn set_subscriber(&self, session: &str, subscriber: SubscriberId) {
+        self.touch(session, Some(subscriber));
     }
 
     /// The session made a request (sessions the book does not know are ignored).
-    pub fn touch(&self, session: &str, holder: Option<HolderId>) {
+    pub fn touch(&self, session: &str, subscriber: Option<SubscriberId>) {
         let mut sessions = self.sessions.lock().expect("sessions lock");
         if let Some(seen) = sessions.get_mut(session) {
             seen.last = Instant::now();
-            if seen.holder.is_none() && holder.is_some() {
-                seen.holder = holder;
-                self.holders.notify_waiters();
+            if seen.subscriber.is_none() && subscriber.is_some() {
+                seen.subscriber = subscriber;
+                self.subscribers.notify_waiters();
             }
         }
     }
@@ -233,13 +233,13 @@ impl SessionBook {
     }
 
     /// Sessions due to be closed now for having been silent past their idle timeout.
-    pub fn due(&self, idle: Duration, subscribed_idle: Duration, holds: impl Fn(HolderId) -> bool) -> Vec<String> {
+    pub fn due(&self, idle: Duration, subscribed_idle: Duration, holds: impl Fn(SubscriberId) -> bool) -> Vec<String> {
         let now = Instant::now();
         let sessions = self.sessions.lock().expect("sessions lock");
         sessions
             .iter()
             .filter(|(_, seen)| {
-                let limit = if seen.holder.is_some_and(&holds) { subscribed_idle } else { idle };
+                let limit = if seen.subscriber.is_some_and(&holds) { subscribed_idle } else { idle };
                 now.duration_since(seen.last) >= limit
             })
             .map(|(id, _)| id.clone())
@@ -268,7 +268,7 @@ impl Seen {
         Seen {
             principal: principal.into(),
             last: now,
-            holder: None,
+            subscriber: None,
             used: false,
             legacy_ready: false,
             streamed_here: false,

@@ -8,9 +8,9 @@
 //! same task, then attaches rmcp's sink to the buffering outlet. So every update after the
 //! acknowledgement reaches the host.
 //!
-//! Invariant: a session or listen stream holds no more than `server.max_subscriptions_per_session`
+//! Invariant: a session or listen stream subscribes no more than `server.max_subscriptions_per_session`
 //! URIs, and one principal's together no more than `server.max_subscriptions_per_principal`
-//! (both kept by the watch book with the holds); its holds are released when it ends
+//! (both kept by the upstream subscriptions); its subscriptions end when it ends
 //! (`Session`'s drop).
 
 use std::collections::HashMap;
@@ -42,12 +42,12 @@ impl ProxyServer {
     ) -> Result<(), ErrorData> {
         self.check_principal(&context.extensions, method::RESOURCES_SUBSCRIBE)?;
         let started = Instant::now();
-        let holder = self.session(&context.peer);
+        let subscriber = self.session(&context.peer);
         self.seen(&context.extensions);
         if let (Some(records), Some(session)) = (&self.records, session_header(&context.extensions)) {
             let (answer, notes) = audit::scope::noting(self.subscribe_shared(records, session, &request.uri)).await;
             let kind = (Kind::Subscribe, method::RESOURCES_SUBSCRIBE);
-            self.audit_hold(notes, kind, &context, started, &request.uri, stored_outcome(&answer));
+            self.audit_subscription(notes, kind, &context, started, &request.uri, stored_outcome(&answer));
             return match answer {
                 Ok(answer) => self.record(method::RESOURCES_SUBSCRIBE, started, answer),
                 Err(error) => {
@@ -58,12 +58,12 @@ impl ProxyServer {
             };
         }
         // The caps (per session, per principal) are kept with the holds themselves.
-        let host = host_session(self.host_key().unwrap_or(holder), &context);
+        let host = host_session(self.host_key().unwrap_or(subscriber), &context);
         let caller = self.caller().with_subject(super::subject_of(&context.extensions));
         let (answer, notes) =
-            audit::scope::noting_sync(|| self.proxy.subscribe(&caller, holder, &request.uri, Some(host)));
+            audit::scope::noting_sync(|| self.proxy.subscribe(&caller, subscriber, &request.uri, Some(host)));
         let kind = (Kind::Subscribe, method::RESOURCES_SUBSCRIBE);
-        self.audit_hold(notes, kind, &context, started, &request.uri, audited::outcome(&answer));
+        self.audit_subscription(notes, kind, &context, started, &request.uri, audited::outcome(&answer));
         self.record(method::RESOURCES_SUBSCRIBE, started, answer)
     }
 
@@ -74,7 +74,7 @@ impl ProxyServer {
     ) -> Result<(), ErrorData> {
         self.check_principal(&context.extensions, method::RESOURCES_UNSUBSCRIBE)?;
         let started = Instant::now();
-        let holder = self.session(&context.peer);
+        let subscriber = self.session(&context.peer);
         if let (Some(records), Some(session)) = (&self.records, session_header(&context.extensions)) {
             let recorded = records.unsubscribe(session, &request.uri).await.map_err(store_error);
             let outcome = if recorded.is_ok() { "ok" } else { "error" };
@@ -83,18 +83,18 @@ impl ProxyServer {
             let kind = (Kind::Unsubscribe, method::RESOURCES_UNSUBSCRIBE);
             let notes = audit::scope::Notes::default();
             let audited = if recorded.is_ok() { "ok" } else { "store_unavailable" };
-            self.audit_hold(notes, kind, &context, started, &request.uri, audited);
+            self.audit_subscription(notes, kind, &context, started, &request.uri, audited);
             return recorded;
         }
         let (answer, notes) =
-            audit::scope::noting_sync(|| self.proxy.unsubscribe(&self.caller(), holder, &request.uri));
+            audit::scope::noting_sync(|| self.proxy.unsubscribe(&self.caller(), subscriber, &request.uri));
         let kind = (Kind::Unsubscribe, method::RESOURCES_UNSUBSCRIBE);
-        self.audit_hold(notes, kind, &context, started, &request.uri, audited::outcome(&answer));
+        self.audit_subscription(notes, kind, &context, started, &request.uri, audited::outcome(&answer));
         self.record(method::RESOURCES_UNSUBSCRIBE, started, answer)
     }
 
     /// A subscribe's or unsubscribe's audit events.
-    fn audit_hold(
+    fn audit_subscription(
         &self,
         notes: audit::scope::Notes,
         (kind, method): (Kind, &'static str),
@@ -129,12 +129,12 @@ impl ProxyServer {
         Ok(recorded.map_err(|refused| match refused {
             SubscribeRefused::NoSession => ProxyError::not_found(uri),
             SubscribeRefused::Full => ProxyError::SubscriptionLimit {
-                holder: "this session",
+                subscriber: "this session",
                 limit,
                 setting: "server.max_subscriptions_per_session",
             },
             SubscribeRefused::PrincipalFull => ProxyError::SubscriptionLimit {
-                holder: "this principal",
+                subscriber: "this principal",
                 limit: principal_limit,
                 setting: "server.max_subscriptions_per_principal",
             },
@@ -198,10 +198,10 @@ impl ProxyServer {
             host_key: Default::default(),
         };
         let outlet = Arc::new(BufferedOutlet::new());
-        let holder = self.proxy.register_outlet(info, outlet.clone());
-        let session = Session { proxy: self.proxy.clone(), id: holder, _counted: None };
+        let subscriber = self.proxy.register_outlet(info, outlet.clone());
+        let session = Session { proxy: self.proxy.clone(), id: subscriber, _counted: None };
         for uri in accepted.resource_subscriptions.iter().flatten() {
-            if let Err(error) = self.proxy.subscribe(caller, holder, uri, None) {
+            if let Err(error) = self.proxy.subscribe(caller, subscriber, uri, None) {
                 tracing::debug!(uri, error = %error, "listen URI not held");
             }
         }
@@ -268,7 +268,7 @@ impl ProxyServer {
             return;
         }
         let caller = self.caller();
-        let watched = uris.iter().map(|uri| self.proxy.wait_watched(&caller, uri, ANNOUNCE_WAIT));
+        let watched = uris.iter().map(|uri| self.proxy.wait_subscribed(&caller, uri, ANNOUNCE_WAIT));
         let acknowledged = futures::future::join_all(watched).await.into_iter().filter(|held| *held).count();
         tracing::debug!(principal = %self.principal, uris = uris.len(), acknowledged, "cluster: listen stream announced");
         for uri in uris {

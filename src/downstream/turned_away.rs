@@ -2,7 +2,7 @@
 //! (headers that disagree with the body, an unsupported protocol version, a malformed request)
 //! and `415` (a body it cannot read as JSON-RPC), and the session gate's `503` (a session cap,
 //! the cluster's session store out of reach). The front middleware ([`super::fast::front`]) keeps what such a span needs —
-//! the head and the (small) body as they came — while traces are on ([`hold`]), and makes the
+//! the head and the (small) body as they came — while traces are on ([`keep_request`]), and makes the
 //! span when the answer is one of these and no handler made one ([`trace_refusal`]). The `429`
 //! of a rate limit has its own span, made where it is refused ([`super::metering`]).
 //!
@@ -35,7 +35,7 @@ const LIFECYCLE_METHODS: &[&str] = &["initialize", "ping", "server/discover", "l
 pub(super) struct RefusedAtGate(pub &'static str);
 
 /// What a request came with, kept for its refusal's span.
-pub(super) struct Held {
+pub(super) struct KeptRequest {
     head: HeaderMap,
     body: Option<Bytes>,
     spanned: Spanned,
@@ -44,7 +44,7 @@ pub(super) struct Held {
 /// `request` with its body read (when small and announced), and what a refusal's span needs of
 /// it; `None` when traces are off (nothing read). The body that does not arrive whole is
 /// answered `400` here, as the fast path would.
-pub(super) async fn hold(request: Request) -> Result<(Request, Option<Held>), Response> {
+pub(super) async fn keep_request(request: Request) -> Result<(Request, Option<KeptRequest>), Response> {
     if !telemetry::on() || request.method() != Method::POST {
         return Ok((request, None));
     }
@@ -59,27 +59,28 @@ pub(super) async fn hold(request: Request) -> Result<(Request, Option<Held>), Re
         },
         _ => (body, None),
     };
-    let held = Held { head: parts.headers.clone(), body: kept, spanned };
-    Ok((Request::from_parts(parts, body), Some(held)))
+    let kept_request = KeptRequest { head: parts.headers.clone(), body: kept, spanned };
+    Ok((Request::from_parts(parts, body), Some(kept_request)))
 }
 
 /// `response` as it goes back; a `400`, `415` or `503` no handler traced is first a SERVER span
 /// of its own (made and ended at once), continuing the host's trace like any request's.
-pub(super) async fn trace_refusal(held: Option<Held>, response: Response) -> Response {
-    let Some(held) = held else { return response };
+pub(super) async fn trace_refusal(kept_request: Option<KeptRequest>, response: Response) -> Response {
+    let Some(kept_request) = kept_request else { return response };
     let status = response.status();
     let refusal = [StatusCode::BAD_REQUEST, StatusCode::UNSUPPORTED_MEDIA_TYPE, StatusCode::SERVICE_UNAVAILABLE];
-    if held.spanned.marked() || !refusal.contains(&status) {
+    if kept_request.spanned.marked() || !refusal.contains(&status) {
         return response;
     }
     let gate = response.extensions().get::<RefusedAtGate>().map(|refused| refused.0);
     let (response, code) = error_code(response).await;
-    let sent = held.body.as_deref().and_then(|body| serde_json::from_slice::<Sent>(body).ok()).unwrap_or_default();
+    let sent =
+        kept_request.body.as_deref().and_then(|body| serde_json::from_slice::<Sent>(body).ok()).unwrap_or_default();
     let (reason, error_type) = match (gate, code) {
         (Some(reason), _) => (reason, status.as_u16().to_string()),
         (None, _) if status == StatusCode::UNSUPPORTED_MEDIA_TYPE => ("bad_body", status.as_u16().to_string()),
         (None, Some(code)) => (reason_of_code(code), code.to_string()),
-        (None, None) => (reason_of_head(&held.head), status.as_u16().to_string()),
+        (None, None) => (reason_of_head(&kept_request.head), status.as_u16().to_string()),
     };
     let method = known_method(sent.method.as_deref());
     let params = sent.params.unwrap_or_default();
@@ -89,7 +90,7 @@ pub(super) async fn trace_refusal(held: Option<Held>, response: Response) -> Res
         method,
         target,
         meta: Carrier { traceparent: meta.traceparent.as_deref(), tracestate: meta.tracestate.as_deref() },
-        head: &held.head,
+        head: &kept_request.head,
         request_id: sent.id.map(|id| id.to_string()),
         reason,
         error_type,

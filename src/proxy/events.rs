@@ -5,7 +5,7 @@
 //!
 //! Both are types owning what they use ([`EventLoop`], [`Housekeeping`]), spawned on the spine,
 //! and select on its shutdown. Ingress is bounded: upstream
-//! events through [`crate::upstream::events`] (overflow coalesces per upstream), gone holders
+//! events through [`crate::upstream::events`] (overflow coalesces per upstream), gone subscribers
 //! through the fan-out's bounded channel (an ending send task waits for room).
 
 use std::sync::Arc;
@@ -16,12 +16,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::subscriptions::Subscriptions;
 use super::views::Views;
-use crate::coherence::{Coherence, WatchBook};
+use crate::coherence::{Coherence, UpstreamSubscriptions};
 use crate::metrics::{InvalidationCause, Metrics, NotificationKind};
 use crate::namespace;
 use crate::rate_limits::RateLimits;
 use crate::spine::Spine;
-use crate::subscriptions::HolderId;
+use crate::subscription_table::SubscriberId;
 use crate::telemetry::Span;
 use crate::tools::Tools;
 use crate::upstream::{Change, EventInbox, Inbound, Lost, Registry, UpstreamEvent};
@@ -41,7 +41,7 @@ pub(super) struct Changes {
 
 impl Changes {
     /// Anything of `upstream` may have changed (events lost past the bound, or it was
-    /// replaced). Its cache entries go and every holder of its URIs hears `updated` (the caller
+    /// replaced). Its cache entries go and every subscriber of its URIs hears `updated` (the caller
     /// has list views compared again).
     pub(super) async fn everything_changed(&self, upstream: &str) {
         let dropped = self.cache.invalidate_upstream_everywhere(upstream).await;
@@ -65,16 +65,16 @@ pub(super) struct EventLoop {
 
 impl EventLoop {
     /// Run on `spine` until its shutdown, over what upstreams report and hosts that went away.
-    pub(super) fn spawn(self, spine: &Spine, events: EventInbox, gone: mpsc::Receiver<HolderId>) {
+    pub(super) fn spawn(self, spine: &Spine, events: EventInbox, gone: mpsc::Receiver<SubscriberId>) {
         spine.spawn("event-loop", self.run(events, gone, spine.shutdown()));
     }
 
-    async fn run(self, mut events: EventInbox, mut gone: mpsc::Receiver<HolderId>, shutdown: CancellationToken) {
+    async fn run(self, mut events: EventInbox, mut gone: mpsc::Receiver<SubscriberId>, shutdown: CancellationToken) {
         let mut list_changed = Debounce::new(self.debounce);
         loop {
             tokio::select! {
                 Some(inbound) = events.recv() => self.on_inbound(inbound, &mut list_changed).await,
-                Some(holder) = gone.recv() => self.changes.subscriptions.release(holder),
+                Some(subscriber) = gone.recv() => self.changes.subscriptions.deregister(subscriber),
                 _ = list_changed.fired() => {
                     let sent = self.views.announce();
                     tracing::debug!(sent, "list_changed sent to hosts whose view changed");
@@ -100,7 +100,7 @@ impl EventLoop {
                 let normalized = normalized_original(&upstream, &uri);
                 // An `updated` the upstream sent is a span (when traced) until it is fanned out.
                 let span = if change == Change::Heard { updated_span(&upstream, &normalized) } else { Span::default() };
-                // Recorded for every replica before any holder is told.
+                // Recorded for every replica before any subscriber is told.
                 let dropped = cache.invalidate_everywhere(&upstream, &normalized).await;
                 span.note("mcp_proxy.cache.invalidated", i64::try_from(dropped).unwrap_or(i64::MAX));
                 // Unheard ones follow a reconnect, whose flush was counted already.
@@ -109,7 +109,7 @@ impl EventLoop {
                     metrics.cache_invalidation(InvalidationCause::Updated, dropped as u64);
                 }
                 // Nobody held a rewatched URI while it may have changed: nobody to tell.
-                if change != Change::Rewatched {
+                if change != Change::Resubscribed {
                     subscriptions.updated(&upstream, &normalized, &span);
                 }
             }
@@ -138,28 +138,35 @@ impl EventLoop {
                 // Its hosts were told by `tools`, which lists it for them.
                 metrics.notification_received(&upstream, NotificationKind::ListChanged);
             }
-            UpstreamEvent::SessionUpdated { upstream, uri, heard, holders } => {
+            UpstreamEvent::SessionUpdated { upstream, uri, heard, subscribers } => {
                 // Reads of such an upstream are never cached: nothing to invalidate.
                 if heard {
                     metrics.notification_received(&upstream, NotificationKind::Updated);
                 }
                 let normalized = normalized_original(&upstream, &uri);
                 let span = if heard { updated_span(&upstream, &normalized) } else { Span::default() };
-                subscriptions.session_updated(&upstream, &normalized, holders, &span);
+                subscriptions.session_updated(&upstream, &normalized, subscribers, &span);
             }
         }
     }
 
     /// Events of `upstream` were lost (ingress full): its cache entries go (whatever the lost
-    /// events said), and holders hear `updated` for the lost URIs — for all they hold of it
+    /// events said), and subscribers hear `updated` for the lost URIs — for all they hold of it
     /// when those were not kept.
     async fn overflowed(&self, upstream: &str, lost: Lost) {
         let Lost::Updated(uris) = lost else {
-            tracing::warn!(upstream, "event queue full: events were dropped; holders of all its URIs are told updated");
+            tracing::warn!(
+                upstream,
+                "event queue full: events were dropped; subscribers of all its URIs are told updated"
+            );
             return self.changes.everything_changed(upstream).await;
         };
         let lost = uris.len();
-        tracing::warn!(upstream, lost, "event queue full: updated events were dropped; their holders are told updated");
+        tracing::warn!(
+            upstream,
+            lost,
+            "event queue full: updated events were dropped; their subscribers are told updated"
+        );
         let dropped = self.changes.cache.invalidate_upstream_everywhere(upstream).await;
         self.changes.metrics.cache_invalidation(InvalidationCause::Reconnect, dropped);
         for uri in uris {
@@ -172,9 +179,9 @@ impl EventLoop {
 /// included, the only one) and the sampled gauges, on their own tick.
 pub(super) struct Housekeeping {
     pub(super) cache: Coherence,
-    pub(super) watches: Arc<WatchBook>,
-    /// The cache's own holder id in the watch book (not a host).
-    pub(super) cache_holder: HolderId,
+    pub(super) upstream_subscriptions: Arc<UpstreamSubscriptions>,
+    /// The cache's own subscriber id in the upstream subscriptions (not a host).
+    pub(super) cache_subscriber: SubscriberId,
     pub(super) metrics: Metrics,
     /// Principals whose buckets are full again are forgotten on each tick.
     pub(super) rate_limits: RateLimits,
@@ -209,7 +216,7 @@ impl Housekeeping {
         }
         let (entries, bytes) = self.cache.size();
         self.metrics.set_cache_size(entries, bytes);
-        for (upstream, uris, hosts) in self.watches.per_upstream(self.cache_holder) {
+        for (upstream, uris, hosts) in self.upstream_subscriptions.per_upstream(self.cache_subscriber) {
             self.metrics.set_upstream_subscriptions(&upstream, uris);
             self.metrics.set_downstream_subscriptions(&upstream, hosts);
         }

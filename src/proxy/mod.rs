@@ -1,5 +1,5 @@
 //! The proxy: a composition root. [`Proxy::start`] (through `wiring`) makes the shared handles (catalog, upstream
-//! registry, cache and its watch book, fan-out, access, views, tools), gives each service
+//! registry, cache and the upstream subscriptions, fan-out, access, views, tools), gives each service
 //! exactly the handles it uses (a parts struct per service, as `crate::tools` has), starts the
 //! background tasks on the spine, and keeps the services behind [`Proxy`], whose methods are the
 //! one API the hosts' side and the admin listener use. No service holds another's whole state.
@@ -12,7 +12,7 @@
 //! - `lists`: `Lists`, pages of the merged resource and template lists.
 //! - `read`: `Reads`, the read path through the cache.
 //! - `metered`: `Door`, the rate limits' check of a host's call or read, before any work.
-//! - `subscriptions`: `Subscriptions`, outlets, holds and fan-out of `updated`.
+//! - `subscriptions`: `Subscriptions`, outlets, subscriptions and fan-out of `updated`.
 //! - `policies`: `Policies`, putting a reloaded policy set in force (and the `policy-watch` task).
 //! - `events`: `EventLoop` (the `event-loop` task) and `Housekeeping` (`cache-housekeeping`,
 //!   which also runs the cache's sweep).
@@ -41,7 +41,7 @@ use crate::error::ProxyError;
 use crate::fanout::{Outlet, OutletInfo};
 use crate::metrics::Metrics;
 use crate::spine::Spine;
-use crate::subscriptions::HolderId;
+use crate::subscription_table::SubscriberId;
 use crate::tools::Tools;
 use crate::upstream::{HostSession, Registry, UpstreamStatus};
 
@@ -70,7 +70,7 @@ use self::read::Reads;
 pub use self::reload::ConfigSource;
 use self::reload::Reloader;
 use self::status::Status;
-pub(crate) use self::subscriptions::ReplicaHold;
+pub(crate) use self::subscriptions::ReplicaSubscription;
 use self::subscriptions::Subscriptions;
 
 /// A cheap `Clone` handle on the running proxy: its one API for the hosts' side and the admin
@@ -219,16 +219,16 @@ impl Proxy {
     }
 
     /// Register a host's notification outlet (a legacy session or a listen stream).
-    pub fn register_outlet(&self, info: OutletInfo, outlet: Arc<dyn Outlet>) -> HolderId {
+    pub fn register_outlet(&self, info: OutletInfo, outlet: Arc<dyn Outlet>) -> SubscriberId {
         self.inner.subscriptions.register_outlet(info, outlet)
     }
 
-    /// `holder` is gone: its outlet and everything it held go.
+    /// `subscriber` is gone: its outlet and everything it held go.
     /// A host session (or listen stream) ended: what it held goes, and so do its per-host
     /// upstream sessions.
-    pub fn release(&self, holder: HolderId) {
-        self.inner.subscriptions.release(holder);
-        self.host_ended(holder);
+    pub fn deregister(&self, subscriber: SubscriberId) {
+        self.inner.subscriptions.deregister(subscriber);
+        self.host_ended(subscriber);
     }
 
     /// The host session keyed `key` ended (see `HostSession`): its per-host upstream sessions
@@ -239,40 +239,40 @@ impl Proxy {
         }
     }
 
-    pub fn holds_anything(&self, holder: HolderId) -> bool {
-        self.inner.subscriptions.holds_anything(holder)
+    pub fn subscribes_anything(&self, subscriber: SubscriberId) -> bool {
+        self.inner.subscriptions.subscribes_anything(subscriber)
     }
 
     /// `[cluster]`: hold a subscription here for another replica (see
-    /// `Subscriptions::hold_for_replica`).
-    pub(crate) async fn hold_for_replica(
+    /// `Subscriptions::subscribe_for_replica`).
+    pub(crate) async fn subscribe_for_replica(
         &self,
         of: crate::cluster::peers::SessionOf<'_>,
         uri: &str,
-    ) -> Result<ReplicaHold, ProxyError> {
-        self.inner.subscriptions.hold_for_replica(of, uri).await
+    ) -> Result<ReplicaSubscription, ProxyError> {
+        self.inner.subscriptions.subscribe_for_replica(of, uri).await
     }
 
-    /// `holder` subscribes `uri`; `host`: the 2025 host session it comes on, if any (see
+    /// `subscriber` subscribes `uri`; `host`: the 2025 host session it comes on, if any (see
     /// `Subscriptions::subscribe`).
     pub fn subscribe(
         &self,
         caller: &Caller,
-        holder: HolderId,
+        subscriber: SubscriberId,
         uri: &str,
         host: Option<HostSession>,
     ) -> Result<(), ProxyError> {
-        self.inner.subscriptions.subscribe(caller, holder, uri, host)
+        self.inner.subscriptions.subscribe(caller, subscriber, uri, host)
     }
 
-    pub fn unsubscribe(&self, caller: &Caller, holder: HolderId, uri: &str) -> Result<(), ProxyError> {
-        self.inner.subscriptions.unsubscribe(caller, holder, uri)
+    pub fn unsubscribe(&self, caller: &Caller, subscriber: SubscriberId, uri: &str) -> Result<(), ProxyError> {
+        self.inner.subscriptions.unsubscribe(caller, subscriber, uri)
     }
 
     /// Wait (at most `timeout`) until the upstream acknowledged its subscription to `uri`
     /// (held by someone); false when refused, not in time, or not `caller`'s to see.
-    pub async fn wait_watched(&self, caller: &Caller, uri: &str, timeout: Duration) -> bool {
-        self.inner.reads.wait_watched(caller, uri, timeout).await
+    pub async fn wait_subscribed(&self, caller: &Caller, uri: &str, timeout: Duration) -> bool {
+        self.inner.reads.wait_subscribed(caller, uri, timeout).await
     }
 
     /// The subset of `uris` that `caller` may subscribe to.

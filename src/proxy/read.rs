@@ -3,7 +3,7 @@
 //! The life of a `resources/read`, top to bottom in [`Reads::read`]: the caller's policy
 //! snapshot decides the URI (denied or unknown → not found), split the namespace
 //! (unknown → not found) → [`Coherence::read`] (a fresh entry: done) → on a miss, when the
-//! upstream can notify and [`Coherence::watch`] gives a ticket (or a host holds the URI), wait
+//! upstream can notify and [`Coherence::load_subscription`] gives one (or a host subscribes the URI), wait
 //! until the upstream acknowledged the subscription (so no change between the read and the
 //! subscription can be missed; a refusal or no answer reads unwatched) → read upstream with its timeout →
 //! namespace every `contents[*].uri` → coherence keeps it per the lifetime rules → contents
@@ -20,7 +20,7 @@ use crate::coherence::{Cached, Coherence, Loaded, Outcome, ReadRequest};
 use crate::error::ProxyError;
 use crate::metrics::{DenialAction, Metrics};
 use crate::namespace;
-use crate::upstream::{Registry, Upstream, Watching};
+use crate::upstream::{Registry, SubscribeOutcome, Upstream};
 
 const SERVER_INFO_META_KEY: &str = "io.modelcontextprotocol/serverInfo";
 
@@ -145,12 +145,12 @@ impl Reads {
     /// Wait (at most `timeout`) until the upstream of a namespaced URI `caller` may see has
     /// acknowledged its subscription; false when it refused, did not answer in time, cannot
     /// notify, or the URI is not the caller's to see.
-    pub(crate) async fn wait_watched(&self, caller: &Caller, uri: &str, timeout: Duration) -> bool {
+    pub(crate) async fn wait_subscribed(&self, caller: &Caller, uri: &str, timeout: Duration) -> bool {
         let Ok(route) = self.access.route(caller, uri, DenialAction::Subscribe) else { return false };
         let Some(upstream) = self.upstreams.get(&route.upstream) else { return false };
-        // On a per-principal upstream the hold is on the caller's own session, not the shared one.
-        let held = upstream.wait_held(caller.principal(), None, &route.original, timeout);
-        upstream.can_notify() && matches!(held.await, Watching::Acknowledged)
+        // On a per-principal upstream the subscription is on the caller's own session, not the shared one.
+        let subscribed = upstream.wait_session_subscribed(caller.principal(), None, &route.original, timeout);
+        upstream.can_notify() && matches!(subscribed.await, SubscribeOutcome::Acknowledged)
     }
 
     /// One upstream read, watched when the upstream acknowledges the subscription first.
@@ -158,24 +158,24 @@ impl Reads {
         let coherence = &self.cache;
         let settings = &upstream.config().cache;
         let can_notify = upstream.can_notify();
-        let mut watch = can_notify.then(|| coherence.watch(name, original, settings)).flatten();
-        // A URI a host subscribed to is waited for too, ticket or not (its results may not be
+        let mut subscription = can_notify.then(|| coherence.load_subscription(name, original, settings)).flatten();
+        // A URI a host subscribed to is waited for too, a load subscription or not (its results may not be
         // kept): a read after a subscribe then shows the upstream as of its acknowledgement.
-        if watch.is_some() || (can_notify && upstream.wants_watched(original)) {
-            match upstream.wait_watching(original, WATCH_WAIT).await {
-                Watching::Acknowledged => {}
-                Watching::Refused => {
+        if subscription.is_some() || (can_notify && upstream.wants_subscribed(original)) {
+            match upstream.wait_subscribed(original, WATCH_WAIT).await {
+                SubscribeOutcome::Acknowledged => {}
+                SubscribeOutcome::Refused => {
                     tracing::debug!(upstream = name, uri, "subscription refused; caching unwatched");
                     coherence.refused(name, original);
-                    watch = None;
+                    subscription = None;
                 }
-                Watching::NotInTime => {
+                SubscribeOutcome::NotInTime => {
                     tracing::debug!(upstream = name, uri, "subscription not in place in time; caching unwatched");
-                    watch = None;
+                    subscription = None;
                 }
             }
         }
-        // Dropping the ticket (a failed read, or one not kept) lets the subscription go.
+        // Dropping the load subscription (a failed read, or one not kept) lets the subscription go.
         match upstream.read_as(original, None).await? {
             ReadResourceResponse::Complete(mut result) => {
                 namespace_contents(name, uri, &mut result.contents);
@@ -183,7 +183,7 @@ impl Reads {
                 if let Some(meta) = result.meta.as_mut() {
                     meta.remove(SERVER_INFO_META_KEY);
                 }
-                Ok(Loaded { result, watch })
+                Ok(Loaded { result, subscription })
             }
             ReadResourceResponse::InputRequired(needs) => Err(ProxyError::InputRequired(Box::new(needs))),
             _ => Err(ProxyError::UpstreamFailed { upstream: name.to_string(), reason: "unknown read response".into() }),

@@ -8,7 +8,7 @@
 //!   released, cache entries dropped, catalog entries removed;
 //! - changed ones (any field of their config differs) reconnect: the old supervisor is stopped,
 //!   a new one started; holds of their URIs are kept and re-applied, their cache entries
-//!   dropped and every holder told `updated` (anything may have changed meanwhile);
+//!   dropped and every subscriber told `updated` (anything may have changed meanwhile);
 //! - ones whose `roots` alone changed (from some to others) keep their connection: the new
 //!   roots are answered from then on and the upstream is told `notifications/roots/list_changed`
 //!   (to or from none, the roots capability declared at connect differs: they reconnect);
@@ -35,7 +35,7 @@ use crate::admin::ReloadReport;
 use crate::audit::{self, Audit};
 use crate::auth::subjects::Subjects;
 use crate::catalog::Catalog;
-use crate::coherence::WatchBook;
+use crate::coherence::UpstreamSubscriptions;
 use crate::config::{Config, ConfigError, UpstreamConfig};
 use crate::metrics::Metrics;
 use crate::rate_limits::RateLimits;
@@ -80,12 +80,12 @@ pub(super) struct ReloaderParts {
     pub(super) config: Config,
     pub(super) upstreams: Registry,
     pub(super) catalog: Catalog,
-    pub(super) watches: Arc<WatchBook>,
+    pub(super) upstream_subscriptions: Arc<UpstreamSubscriptions>,
     /// Where supervisors (also those a reload starts) send their events.
     pub(super) events: EventSender,
     pub(super) spine: Spine,
     pub(super) metrics: Metrics,
-    /// An upstream replaced: its cache entries go, its holders hear `updated`.
+    /// An upstream replaced: its cache entries go, its subscribers hear `updated`.
     pub(super) changes: Changes,
     pub(super) tools: Tools,
     /// The policies that come with a reloaded config are put in force through these.
@@ -224,7 +224,7 @@ impl Reloader {
     async fn leave(&self, name: &str) {
         let parts = &self.inner.parts;
         self.stop(name).await;
-        parts.watches.release_upstream(name);
+        parts.upstream_subscriptions.unsubscribe_upstream(name);
         parts.catalog.remove_upstream(name);
         parts.tools.upstream_left(name);
         parts.changes.cache.invalidate_upstream_everywhere(name).await;
@@ -237,14 +237,15 @@ impl Reloader {
         let parts = &self.inner.parts;
         let name = config.name.clone();
         // What hosts held on its own upstream sessions is held again on the new ones.
-        let session_holds = parts.upstreams.get(&name).map(|old| old.session_holds()).unwrap_or_default();
+        let session_subscriptions =
+            parts.upstreams.get(&name).map(|old| old.session_subscriptions()).unwrap_or_default();
         self.stop(&name).await;
         parts.catalog.remove_upstream(&name);
         parts.tools.upstream_left(&name);
         self.start_upstream(config);
-        parts.watches.attach(&name);
+        parts.upstream_subscriptions.attach(&name);
         if let Some(new) = parts.upstreams.get(&name) {
-            new.hold_again(session_holds);
+            new.subscribe_again(session_subscriptions);
         }
         parts.changes.everything_changed(&name).await;
     }

@@ -8,7 +8,7 @@ use super::access::Access;
 use crate::admin::{CacheReport, ReloadReport, StatusReport, SubscriptionReport, UpstreamReport};
 use crate::catalog::Catalog;
 use crate::cluster::Cluster;
-use crate::coherence::{Coherence, WatchBook};
+use crate::coherence::{Coherence, UpstreamSubscriptions};
 use crate::config::CacheConfig;
 use crate::fanout::Fanout;
 use crate::tools::Tools;
@@ -22,7 +22,7 @@ pub(super) struct Status {
     pub(super) cache: Coherence,
     /// `[cache]` as at start.
     pub(super) cache_config: CacheConfig,
-    pub(super) watches: Arc<WatchBook>,
+    pub(super) upstream_subscriptions: Arc<UpstreamSubscriptions>,
     pub(super) fanout: Fanout,
     /// What the last config reload did (written by the reloader).
     pub(super) last_reload: Arc<Mutex<Option<ReloadReport>>>,
@@ -51,7 +51,7 @@ impl Status {
             })
             .collect();
         let (entries, weighted_bytes) = self.cache.size();
-        let (upstream_uris, held) = self.watches.counts();
+        let (upstream_uris, held) = self.upstream_subscriptions.counts();
         StatusReport {
             upstreams,
             cache: CacheReport {

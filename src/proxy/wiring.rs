@@ -23,14 +23,14 @@ use crate::catalog::Catalog;
 use crate::cluster::Cluster;
 use crate::cluster::peers::PeerClient;
 use crate::coherence::shared::SharedTier;
-use crate::coherence::{Coherence, WatchBook};
+use crate::coherence::{Coherence, UpstreamSubscriptions};
 use crate::config::Config;
 use crate::cursor::CursorKey;
 use crate::fanout::{Delivery, Fanout};
 use crate::metrics::{Metrics, NotificationKind};
 use crate::rate_limits::RateLimits;
 use crate::spine::Spine;
-use crate::subscriptions::{Caps, HolderId};
+use crate::subscription_table::{Caps, SubscriberId};
 use crate::tools::{Tools, ToolsParts};
 use crate::upstream::{EventInbox, EventSender, Registry};
 
@@ -54,7 +54,7 @@ pub(super) fn start(config: Config, spine: &Spine) -> Services {
         upstreams: shared.upstreams.clone(),
         cache: shared.cache.clone(),
         cache_config: config.cache.clone(),
-        watches: shared.watches.clone(),
+        upstream_subscriptions: shared.upstream_subscriptions.clone(),
         fanout: shared.fanout.clone(),
         last_reload: Arc::default(),
         access: shared.access.clone(),
@@ -64,7 +64,7 @@ pub(super) fn start(config: Config, spine: &Spine) -> Services {
         config: config.clone(),
         upstreams: shared.upstreams.clone(),
         catalog: shared.catalog.clone(),
-        watches: shared.watches.clone(),
+        upstream_subscriptions: shared.upstream_subscriptions.clone(),
         events: shared.events.0.clone(),
         spine: spine.clone(),
         metrics: shared.metrics.clone(),
@@ -95,10 +95,10 @@ struct Shared {
     catalog: Catalog,
     cursor_key: CursorKey,
     fanout: Fanout,
-    watches: Arc<WatchBook>,
+    upstream_subscriptions: Arc<UpstreamSubscriptions>,
     cache: Coherence,
-    /// The cache's own holder id in the watch book.
-    cache_holder: HolderId,
+    /// The cache's own subscriber id in the upstream subscriptions.
+    cache_subscriber: SubscriberId,
     access: Access,
     views: Views,
     tools: Tools,
@@ -108,7 +108,7 @@ struct Shared {
     /// Where supervisors send their events, and where the event loop takes them.
     events: (EventSender, EventInbox),
     /// Hosts gone, for the event loop.
-    gone: mpsc::Receiver<HolderId>,
+    gone: mpsc::Receiver<SubscriberId>,
     /// `[cluster]`: this replica's place in it (keys, Redis).
     cluster: Option<Cluster>,
 }
@@ -124,15 +124,21 @@ impl Shared {
         let (gone_tx, gone) = mpsc::channel(GONE_CAPACITY);
         let fanout = Fanout::new(gone_tx, spine.clone());
         fanout.set_delivery_hook(delivery_metrics(metrics.clone()));
-        let watches = Arc::new(WatchBook::new(upstreams.clone()));
-        let cache_holder = fanout.next_holder_id();
+        let upstream_subscriptions = Arc::new(UpstreamSubscriptions::new(upstreams.clone()));
+        let cache_subscriber = fanout.next_subscriber_id();
         let max_load = longest_request(config) + read::WATCH_WAIT;
         let cluster = config.cluster.as_ref().map(|cluster| {
             Cluster::new(cluster, metrics.clone()).expect("a validated [cluster] section makes a Redis client")
         });
         let tier = cluster.as_ref().map(|cluster| Arc::new(SharedTier::for_cluster(cluster, &metrics)));
-        let cache =
-            Coherence::new(config.cache.clone(), watches.clone(), cache_holder, metrics.clone(), max_load, tier);
+        let cache = Coherence::new(
+            config.cache.clone(),
+            upstream_subscriptions.clone(),
+            cache_subscriber,
+            metrics.clone(),
+            max_load,
+            tier,
+        );
         let access = Access::new(config.policies.set.clone(), upstreams.clone(), metrics.clone());
         let views = Views::new(catalog.clone(), access.clone(), fanout.clone());
         let cursor_key = match &cluster {
@@ -155,13 +161,13 @@ impl Shared {
             forwarder: cluster.as_ref().map(PeerClient::new),
         });
         let caps = Caps {
-            per_holder: server.max_subscriptions_per_session,
+            per_subscriber: server.max_subscriptions_per_session,
             per_principal: server.max_subscriptions_per_principal,
         };
         let subscriptions = Subscriptions {
             access: access.clone(),
             fanout: fanout.clone(),
-            watches: watches.clone(),
+            upstream_subscriptions: upstream_subscriptions.clone(),
             views: views.clone(),
             tools: tools.clone(),
             caps,
@@ -176,9 +182,9 @@ impl Shared {
             catalog,
             cursor_key,
             fanout,
-            watches,
+            upstream_subscriptions,
             cache,
-            cache_holder,
+            cache_subscriber,
             access,
             views,
             tools,
@@ -211,8 +217,8 @@ impl Shared {
         self.event_loop(&config).spawn(spine, self.events.1, self.gone);
         let housekeeping = Housekeeping {
             cache: self.cache.clone(),
-            watches: self.watches.clone(),
-            cache_holder: self.cache_holder,
+            upstream_subscriptions: self.upstream_subscriptions.clone(),
+            cache_subscriber: self.cache_subscriber,
             metrics: self.metrics.clone(),
             rate_limits: self.rate_limits.clone(),
         };

@@ -25,7 +25,7 @@ use super::kinds::{Call, Routed, retry_parts, send, state_of, takes_input, with_
 use super::names::Offering;
 use super::parked::{self, Outcome, Resume};
 use super::rounds;
-use super::sealed::Holder;
+use super::sealed::SealedFor;
 use super::{ProgressOutlet, Tools, rewrite};
 use crate::audit::scope;
 use crate::cluster::peers::Answer;
@@ -65,11 +65,11 @@ impl Tools {
         let policy = self.policy();
         let mut call = request.into_call();
         let (upstream, presented) = self.route(&policy, &asker, &mut call)?;
-        let holder = Holder { principal: asker.principal, name: &presented, upstream: upstream.name() };
+        let sealed_for = SealedFor { principal: asker.principal, name: &presented, upstream: upstream.name() };
         let answer = match call {
             Call::Complete(_) if !upstream.offers_completion() => Answer::Complete(CompleteResult::default()),
             // On the heap: the run holds every kind's upstream request, here and elsewhere.
-            call => until_cancelled(asker.cancelled, Box::pin(self.run(&upstream, &asker, &holder, call))).await?,
+            call => until_cancelled(asker.cancelled, Box::pin(self.run(&upstream, &asker, &sealed_for, call))).await?,
         };
         let answer = self.rewritten(upstream.name(), answer, &policy, asker.principal);
         R::answer_of(answer).ok_or_else(|| mismatched(&upstream))
@@ -83,15 +83,15 @@ impl Tools {
         &self,
         upstream: &Upstream,
         asker: &Asker<'_>,
-        holder: &Holder<'_>,
+        sealed_for: &SealedFor<'_>,
         call: Call,
     ) -> Result<Answer, ProxyError> {
         let answer = match self.parked_on_another(state_of(&call)).map(str::to_owned) {
             Some(replica) => self.retry_where_parked(upstream, asker, &replica, call).await?,
-            None => self.run_here(upstream, asker, holder, call).await?,
+            None => self.run_here(upstream, asker, sealed_for, call).await?,
         };
         Ok(match answer {
-            Answer::InputRequired(needs) => Answer::InputRequired(self.inner.state_seal.seal_needs(holder, needs)),
+            Answer::InputRequired(needs) => Answer::InputRequired(self.inner.state_seal.seal_needs(sealed_for, needs)),
             answer => answer,
         })
     }
@@ -100,7 +100,7 @@ impl Tools {
         &self,
         upstream: &Upstream,
         asker: &Asker<'_>,
-        holder: &Holder<'_>,
+        sealed_for: &SealedFor<'_>,
         mut call: Call,
     ) -> Result<Answer, ProxyError> {
         let relay = asker.relay.as_deref();
@@ -108,8 +108,8 @@ impl Tools {
         upstream.pass_log_level(relay.and_then(|relay| relay.log_level())).await;
         match asker.relay.clone().filter(|relay| relay.takes_input_required()) {
             Some(host) if takes_input(&call) => {
-                self.open_state_in(holder, &mut call)?;
-                self.parked(&upstream, holder.principal, call, asker.progress.clone(), host).await
+                self.open_state_in(sealed_for, &mut call)?;
+                self.parked(&upstream, sealed_for.principal, call, asker.progress.clone(), host).await
             }
             _ => {
                 let (progress, subject) = (&asker.progress, asker.subject);
@@ -296,8 +296,8 @@ impl Tools {
 
 impl Tools {
     /// The host's sealed `requestState` in `call` (a call or get), opened for the upstream.
-    pub(super) fn open_state_in(&self, holder: &Holder<'_>, call: &mut Call) -> Result<(), ProxyError> {
-        retry_parts(call).map_or(Ok(()), |(_, state)| self.inner.state_seal.open_in(holder, state))
+    pub(super) fn open_state_in(&self, sealed_for: &SealedFor<'_>, call: &mut Call) -> Result<(), ProxyError> {
+        retry_parts(call).map_or(Ok(()), |(_, state)| self.inner.state_seal.open_in(sealed_for, state))
     }
 
     /// `answer` from `upstream` as `principal` may see it (`rewrite`).

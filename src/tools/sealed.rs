@@ -31,7 +31,7 @@ pub(super) struct StateSeal {
 }
 
 /// Whom a sealed state belongs to.
-pub(super) struct Holder<'a> {
+pub(super) struct SealedFor<'a> {
     pub principal: &'a str,
     pub name: &'a str,
     pub upstream: &'a str,
@@ -48,20 +48,20 @@ impl StateSeal {
     }
 
     /// `state` as the host may hold it.
-    pub fn seal(&self, holder: &Holder<'_>, state: &str) -> String {
-        let sealed = self.key.seal(&associated(holder), state.as_bytes());
+    pub fn seal(&self, sealed_for: &SealedFor<'_>, state: &str) -> String {
+        let sealed = self.key.seal(&associated(sealed_for), state.as_bytes());
         format!("{SEALED_PREFIX}{}", URL_SAFE_NO_PAD.encode(sealed))
     }
 
     /// The host's `requestState` in `state` opened for the upstream. The proxy's own (of a call
     /// parked for the host's input, on whichever replica) is not sealed and stays as it is; a
-    /// state this holder was not handed answers like an unknown one.
-    pub fn open_in(&self, holder: &Holder<'_>, state: &mut Option<String>) -> Result<(), ProxyError> {
+    /// state this caller was not handed answers like an unknown one.
+    pub fn open_in(&self, sealed_for: &SealedFor<'_>, state: &mut Option<String>) -> Result<(), ProxyError> {
         let Some(sealed) = state.as_deref().filter(|state| !parked::is_ours(Some(state))) else { return Ok(()) };
-        let Some(opened) = self.open(holder, sealed) else {
+        let Some(opened) = self.open(sealed_for, sealed) else {
             tracing::debug!(
-                principal = holder.principal,
-                name = holder.name,
+                principal = sealed_for.principal,
+                name = sealed_for.name,
                 "a requestState not handed to this caller"
             );
             return Err(parked::unknown_state());
@@ -72,25 +72,25 @@ impl StateSeal {
 
     /// `needs` for the host: an upstream's `requestState` sealed to the caller; the proxy's own
     /// passed as it is, since only the principal that was asked can resume it anyway.
-    pub fn seal_needs(&self, holder: &Holder<'_>, mut needs: InputRequiredResult) -> InputRequiredResult {
+    pub fn seal_needs(&self, sealed_for: &SealedFor<'_>, mut needs: InputRequiredResult) -> InputRequiredResult {
         if !parked::is_ours(needs.request_state.as_deref()) {
-            needs.request_state = needs.request_state.map(|state| self.seal(holder, &state));
+            needs.request_state = needs.request_state.map(|state| self.seal(sealed_for, &state));
         }
         needs
     }
 
-    /// The upstream's state inside `sealed`, if this holder was handed it.
-    pub fn open(&self, holder: &Holder<'_>, sealed: &str) -> Option<String> {
+    /// The upstream's state inside `sealed`, if this caller was handed it.
+    pub fn open(&self, sealed_for: &SealedFor<'_>, sealed: &str) -> Option<String> {
         let bytes = URL_SAFE_NO_PAD.decode(sealed.strip_prefix(SEALED_PREFIX)?).ok()?;
-        let state = self.key.open(&associated(holder), &bytes)?;
+        let state = self.key.open(&associated(sealed_for), &bytes)?;
         String::from_utf8(state).ok()
     }
 }
 
-/// Whom a sealed state is bound to: each part with its length, so no two holders run together.
-fn associated(holder: &Holder<'_>) -> Vec<u8> {
+/// Whom a sealed state is bound to: each part with its length, so no two run together.
+fn associated(sealed_for: &SealedFor<'_>) -> Vec<u8> {
     let mut associated = b"upstream requestState\0".to_vec();
-    for part in [holder.principal, holder.name, holder.upstream] {
+    for part in [sealed_for.principal, sealed_for.name, sealed_for.upstream] {
         associated.extend_from_slice(&(part.len() as u64).to_be_bytes());
         associated.extend_from_slice(part.as_bytes());
     }
@@ -101,7 +101,7 @@ fn associated(holder: &Holder<'_>) -> Vec<u8> {
 mod tests {
     use super::*;
 
-    const ALICE: Holder<'static> = Holder { principal: "alice", name: "fx__ask", upstream: "fx" };
+    const ALICE: SealedFor<'static> = SealedFor { principal: "alice", name: "fx__ask", upstream: "fx" };
 
     #[test]
     fn a_sealed_state_opens_only_for_its_holder() {
@@ -113,9 +113,9 @@ mod tests {
         assert_ne!(seal.seal(&ALICE, "upstream state 1"), sealed, "each seal has a nonce of its own");
         assert_eq!(seal.open(&ALICE, &sealed).as_deref(), Some("upstream state 1"));
         for other in [
-            Holder { principal: "bob", ..ALICE },
-            Holder { name: "fx__other", ..ALICE },
-            Holder { upstream: "gx", ..ALICE },
+            SealedFor { principal: "bob", ..ALICE },
+            SealedFor { name: "fx__other", ..ALICE },
+            SealedFor { upstream: "gx", ..ALICE },
         ] {
             assert_eq!(seal.open(&other, &sealed), None);
         }

@@ -19,7 +19,7 @@ use tokio::sync::{Notify, watch};
 
 use super::client::Declared;
 use super::credentials::TokenSource;
-use super::{Link, RootsChange, UpstreamStatus, Watching};
+use super::{Link, RootsChange, SubscribeOutcome, UpstreamStatus};
 use super::{reason, relay, roots, thin, traced};
 use crate::config::{UpstreamConfig, UpstreamTransport};
 use crate::error::ProxyError;
@@ -28,13 +28,14 @@ use crate::metrics::{self, Hop, Metrics};
 use crate::protocol::{Era, MODERN_VERSION, method};
 use crate::telemetry::{self, Outgoing, Span, Transport};
 
-/// A watched URI: one allocation, shared by the watch set, `watching`'s own sets and the
+/// A subscribed URI: one allocation, shared by the subscribed set, `watching`'s own sets and the
 /// published [`Applied`] sets (each a pointer), not one copy of the URI in each.
 pub(super) type Uri = Arc<str>;
 
-pub(super) type WatchSet = Arc<BTreeSet<Uri>>;
+/// The URIs subscribed on one connection (what the upstream is asked to keep subscribed).
+pub(super) type SubscribedSet = Arc<BTreeSet<Uri>>;
 
-/// What the upstream answered for the URIs of the watch set, on the current connection.
+/// What the upstream answered for the URIs of the subscribed set, on the current connection.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Applied {
     /// Subscribed, acknowledged: an `updated` will come.
@@ -59,13 +60,13 @@ pub(super) struct Inner {
     /// Woken when a request finds the transport broken, so the supervisor reconnects.
     pub(super) broken: Notify,
     /// The URIs the proxy wants watched on it (host subscriptions and the cache).
-    pub(super) watched: watch::Sender<WatchSet>,
+    pub(super) watched: watch::Sender<SubscribedSet>,
     /// How many connections have been made: the cache keys entries by it.
     connections: AtomicU64,
     /// What the upstream answered for the watched URIs on the current connection.
     pub(super) applied: watch::Sender<AppliedSet>,
     /// Times a change to `watched` had to copy the whole set (it is shared while read).
-    watch_set_copies: AtomicU64,
+    subscribed_set_copies: AtomicU64,
     /// What its stdio children said on stderr.
     pub(super) child_output: Arc<reason::ChildOutput>,
     /// Why its stdio child could not start or exited, in words a host may be told (see
@@ -108,7 +109,7 @@ impl Connection {
             watched: watch::Sender::new(Default::default()),
             applied: watch::Sender::new(Default::default()),
             connections: AtomicU64::new(0),
-            watch_set_copies: AtomicU64::new(0),
+            subscribed_set_copies: AtomicU64::new(0),
             child_output: Arc::default(),
             cause_for_host: Mutex::new(None),
             settled: watch::Sender::new(false),
@@ -306,14 +307,14 @@ impl Connection {
     }
 
     /// Start (`true`) or stop keeping `uri` subscribed upstream. A delta: the set is copied
-    /// only when a reader still holds the previous one (counted in [`Self::watch_set_copies`]).
-    pub fn set_watching(&self, uri: &str, watched: bool) {
+    /// only when a reader still holds the previous one (counted in [`Self::subscribed_set_copies`]).
+    pub fn set_subscribed(&self, uri: &str, watched: bool) {
         self.inner.watched.send_if_modified(|set| {
             if set.contains(uri) == watched {
                 return false;
             }
             if Arc::strong_count(set) > 1 {
-                self.inner.watch_set_copies.fetch_add(1, Ordering::Relaxed);
+                self.inner.subscribed_set_copies.fetch_add(1, Ordering::Relaxed);
             }
             let set = Arc::make_mut(set);
             match watched {
@@ -324,17 +325,17 @@ impl Connection {
     }
 
     /// How many changes to the watch set had to copy it whole.
-    pub fn watch_set_copies(&self) -> u64 {
-        self.inner.watch_set_copies.load(Ordering::Relaxed)
+    pub fn subscribed_set_copies(&self) -> u64 {
+        self.inner.subscribed_set_copies.load(Ordering::Relaxed)
     }
 
     /// Does the proxy want `uri` watched on this upstream (for a host or for the cache)?
-    pub fn wants_watched(&self, uri: &str) -> bool {
+    pub fn wants_subscribed(&self, uri: &str) -> bool {
         self.inner.watched.borrow().contains(uri)
     }
 
     /// The URIs the proxy wants watched on this upstream.
-    pub fn watch_set_len(&self) -> usize {
+    pub fn subscribed_set_len(&self) -> usize {
         self.inner.watched.borrow().len()
     }
 
@@ -345,13 +346,13 @@ impl Connection {
 
     /// Wait (at most `timeout`) until the upstream answered the subscription for `uri`: true
     /// only when it acknowledged it. A refusal answers false at once.
-    pub async fn wait_watching(&self, uri: &str, timeout: std::time::Duration) -> Watching {
+    pub async fn wait_subscribed(&self, uri: &str, timeout: std::time::Duration) -> SubscribeOutcome {
         let mut applied = self.inner.applied.subscribe();
         let answered = applied.wait_for(|set| set.acknowledged.contains(uri) || set.refused.contains(uri));
         match tokio::time::timeout(timeout, answered).await {
-            Ok(Ok(set)) if set.acknowledged.contains(uri) => Watching::Acknowledged,
-            Ok(Ok(_)) => Watching::Refused,
-            Ok(Err(_)) | Err(_) => Watching::NotInTime,
+            Ok(Ok(set)) if set.acknowledged.contains(uri) => SubscribeOutcome::Acknowledged,
+            Ok(Ok(_)) => SubscribeOutcome::Refused,
+            Ok(Err(_)) | Err(_) => SubscribeOutcome::NotInTime,
         }
     }
 

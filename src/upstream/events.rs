@@ -6,7 +6,7 @@
 //! [`Inbound::Overflowed`] for it before anything else, with what was lost ([`Lost`]): the URIs
 //! of the dropped `updated` events while they are at most [`LOST_URIS_MAX`], else (or when any
 //! other event was dropped) "anything of this upstream may have changed". The loop flushes the
-//! upstream's cache and has list views compared again either way, but tells holders `updated`
+//! upstream's cache and has list views compared again either way, but tells subscribers `updated`
 //! only for the lost URIs — for every URI they hold of the upstream only when the set was not
 //! kept. A spurious `updated` is safe and a missing one is not, so the fallback is "all".
 //!

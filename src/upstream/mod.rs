@@ -14,7 +14,7 @@
 //! context goes upstream in the request's `_meta` (`traced`).
 //! An upstream with `session = "per-principal" | "per-host"` also opens, on first use, one
 //! `session::Session` (a connection of its own) per principal or per host session (`sessions`,
-//! `holding`), bounded, closed with the host session or when idle. With `[cluster]`, a session
+//! `session_subscriptions`), bounded, closed with the host session or when idle. With `[cluster]`, a session
 //! another replica holds is that replica's, reached over MCP with the HTTP upstream code
 //! (`owners`, `owner_link`, `owner_calls`; what crosses replicas is handed in, this module knows no cluster).
 //!
@@ -29,11 +29,11 @@ mod credentials;
 pub mod events;
 mod failures;
 mod faults;
-mod holding;
 mod http;
 mod listing;
 mod notices;
 mod offerings;
+mod open_sessions;
 mod owner_calls;
 mod owner_link;
 mod owners;
@@ -42,9 +42,11 @@ mod progress;
 mod reason;
 mod registry;
 mod relay;
+mod role;
 mod roots;
 mod scan;
 mod session;
+mod session_subscriptions;
 mod sessions;
 mod shared;
 mod stdio;
@@ -62,9 +64,10 @@ use tokio_util::sync::CancellationToken;
 
 pub use self::connection::Connection;
 pub use self::events::{EventInbox, EventSender, Inbound, Lost};
+pub use self::open_sessions::Lease;
 pub use self::registry::Registry;
 pub use self::roots::RootsChange;
-pub use self::sessions::{Lease, SessionHandle};
+pub use self::sessions::SessionHandle;
 use crate::auth::subjects::Subjects;
 use crate::catalog::Catalog;
 use crate::config::{SessionMode, UpstreamConfig};
@@ -73,11 +76,11 @@ pub use crate::host::HostSession;
 use crate::metrics::Metrics;
 use crate::protocol::Era;
 use crate::spine::Spine;
-use crate::subscriptions::HolderId;
+use crate::subscription_table::SubscriberId;
 
 pub use self::offerings::Offered;
 pub use self::owner_link::{Carried, OwnerAt, OwnerRoutes, Whose};
-pub use self::owners::{MAX_HOLDS_PER_OWNER, Unreached};
+pub use self::owners::{MAX_SUBSCRIPTIONS_PER_OWNER, Unreached};
 
 /// What upstreams tell the rest of the proxy.
 #[derive(Debug, Clone, PartialEq)]
@@ -95,9 +98,9 @@ pub enum UpstreamEvent {
     /// (see `crate::tools`).
     OfferingsChanged { upstream: String, offered: Offered },
     /// A per-principal or per-host session of it says this (un-namespaced) URI changed (or may
-    /// have, `heard` false): for these holders only — those that hold it (or a parent of it,
+    /// have, `heard` false): for these subscribers only — those that hold it (or a parent of it,
     /// the URIs they hold matched) on that session. Never cached, so nothing to invalidate.
-    SessionUpdated { upstream: String, uri: String, heard: bool, holders: Vec<(HolderId, Vec<String>)> },
+    SessionUpdated { upstream: String, uri: String, heard: bool, subscribers: Vec<(SubscriberId, Vec<String>)> },
     /// A per-principal or per-host session of it (`principal`'s; host session `host`'s when it
     /// is one) said its tools or prompts changed, and lists them now as
     /// [`Upstream::own_offerings`] gives them: that session's hosts only are told (`tools`,
@@ -111,12 +114,12 @@ pub enum Change {
     /// The upstream said so.
     Heard,
     /// It may have changed unseen while it was held (a fresh connection, a listen stream that
-    /// ended): what was kept of it goes, and its holders are told.
+    /// ended): what was kept of it goes, and its subscribers are told.
     Unseen,
     /// It left the watch set and is back: a read that saw it acknowledged just before it left
     /// may have missed a change in between, so what was kept of it goes. Nobody held it
-    /// meanwhile (else it would not have left), so nobody missed anything: no holder is told.
-    Rewatched,
+    /// meanwhile (else it would not have left), so nobody missed anything: no subscriber is told.
+    Resubscribed,
 }
 
 impl UpstreamEvent {
@@ -136,7 +139,7 @@ impl UpstreamEvent {
 
 /// What became of a subscription the proxy asked an upstream for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Watching {
+pub enum SubscribeOutcome {
     /// In place: the upstream will send `updated`.
     Acknowledged,
     /// Refused (error reply, or left out of a listen acknowledgement): never notified.
@@ -185,7 +188,7 @@ struct Inner {
     /// The running supervisor: what stops it, and its task.
     supervisor: Mutex<Option<(CancellationToken, tokio::task::JoinHandle<()>)>>,
     /// Its sessions per principal or per host (none when it is shared; see `sessions`).
-    sessions: Option<sessions::SessionBook>,
+    sessions: Option<open_sessions::OpenSessions>,
     /// Where its supervisor's events go, once spawned; its sessions' updates go there too.
     events: Mutex<Option<EventSender>>,
     /// `[cluster]`: how other replicas' sessions are reached, and the connections to them
@@ -226,7 +229,7 @@ impl Upstream {
     /// in `subjects` (see `credentials`).
     pub fn with_subjects(config: UpstreamConfig, metrics: Metrics, subjects: Subjects) -> Self {
         metrics.upstream_configured(&config.name);
-        let sessions = (config.sessions.mode != SessionMode::Shared).then(sessions::SessionBook::default);
+        let sessions = (config.sessions.mode != SessionMode::Shared).then(open_sessions::OpenSessions::default);
         let credentials = credentials::shared_source(&config);
         let inner = Inner {
             connection: Connection::new(config, metrics, None, credentials),

@@ -8,7 +8,7 @@
 //! this upstream may have changed"; a `list_changed` (of resources, or of tools and prompts) is
 //! kept as a flag, a fault as the newest one. [`NoticeInbox::recv`] hands the spill on before
 //! anything queued ([`Notice::Lost`], then the flags), and the supervisor tells the proxy:
-//! every lost URI as updated, or the upstream overflowed (its cache flushed, its holders told).
+//! every lost URI as updated, or the upstream overflowed (its cache flushed, its subscribers told).
 //!
 //! Invariant: no `updated` is lost silently — a notice sent is either received, or is in a
 //! [`Notice::Lost`] received after the moment it was spilled.

@@ -9,18 +9,18 @@
 //!
 //! The owner unreachable (no connection within the peer client's connect timeout, or TLS
 //! refused either side): the request runs on a session here, counted as a `fallback`. Such a
-//! connection is kept while it is used (a request, a hold, a host listing here) and closed once
+//! connection is kept while it is used (a request, a subscription, a host listing here) and closed once
 //! unused for `session_idle`, with its host session (per-host), or when its upstream stops.
 //!
-//! A subscription on such a session is held on that connection as on any upstream session
+//! A subscription on such a session is made on that connection as on any upstream session
 //! (`resources/subscribe` at the owner, each `updated` back on the MCP session's stream, held
-//! again after a reconnect), at most [`MAX_HOLDS_PER_OWNER`] URIs of one principal at one
+//! again after a reconnect), at most [`MAX_SUBSCRIPTIONS_PER_OWNER`] URIs of one principal at one
 //! owner; what the session lists as its own is asked there, and asked again when the owner
 //! says `tools/list_changed` or `prompts/list_changed` (the shared connection's lists until it
 //! answers). Every second the `sessions:<upstream>` sweep looks where each session
-//! lives now ([`Upstream::follow_owners`], `following`): the holds of one whose owner changed (those
+//! lives now ([`Upstream::follow_owners`], `following`): the subscriptions of one whose owner changed (those
 //! waiting since it was reclaimed from a full pool too) are made where it lives now (here, or
-//! on a connection to the new owner), each holder told once that its URI may have changed, and its hosts list the shared connection's lists until the new place
+//! on a connection to the new owner), each subscriber told once that its URI may have changed, and its hosts list the shared connection's lists until the new place
 //! says otherwise.
 //!
 //! A 2026-07-28 host's retry of a call parked on another replica goes to that replica the same
@@ -32,7 +32,7 @@
 //!
 //! Invariant: a connection to an owner carries one principal's (host session's) requests
 //! only, each under a pass naming that principal; the owner's own requests never go on one.
-//! A hold is on one session at a time, the one where its session lives as this replica last
+//! A subscription is on one session at a time, the one where its session lives as this replica last
 //! looked.
 
 mod following;
@@ -44,22 +44,22 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::client::Declared;
-use super::holding::host_session;
 use super::owner_link::{OwnerLink, Whose};
 use super::pool::SessionKey;
 use super::session::Session;
+use super::session_subscriptions::host_session;
 use super::sessions::SessionHandle;
 use super::{Connection, Offered, Upstream};
 use crate::config::{ProtocolChoice, UpstreamTransport};
 use crate::error::ProxyError;
 use crate::host::HostSession;
 use crate::protocol::{LEGACY_HANDSHAKE, MODERN_VERSION};
-use crate::subscriptions::HolderId;
+use crate::subscription_table::SubscriberId;
 
-/// URIs one principal holds at most on the sessions one owner keeps for this replica: each is
+/// URIs one principal subscribes at most on the sessions one owner keeps for this replica: each is
 /// a subscription and a task there, so one principal's subscriptions cannot take an owner from
 /// every other host. Past it a subscription is refused, naming the bound.
-pub const MAX_HOLDS_PER_OWNER: usize = 64;
+pub const MAX_SUBSCRIPTIONS_PER_OWNER: usize = 64;
 
 /// The connections to other replicas, by replica, whose session and what for.
 #[derive(Default)]
@@ -73,7 +73,7 @@ type At = (Arc<str>, SessionKey, Reach);
 /// What a connection to another replica is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Reach {
-    /// The session it holds (2025 era): requests, holds, its own lists.
+    /// The session it holds (2025 era): requests, subscriptions, its own lists.
     Session,
     /// Retries of calls parked there, from hosts that declared (sampling, elicitation).
     Parked(bool, bool),
@@ -115,11 +115,11 @@ impl AtOwners {
         open.iter().map(|(at, held)| (at.clone(), held.session.clone())).collect()
     }
 
-    /// The URIs `principal` holds on connections to `owner`.
-    fn uris_held(&self, owner: &str, principal: &str) -> usize {
+    /// The URIs `principal` subscribes on connections to `owner`.
+    fn uris_subscribed(&self, owner: &str, principal: &str) -> usize {
         let open = self.open.lock().expect("owners lock");
         let theirs = open.iter().filter(|((at, key, _), _)| &**at == owner && key.principal() == principal);
-        theirs.map(|(_, held)| held.session.holds().uris()).sum()
+        theirs.map(|(_, held)| held.session.subscriptions().len()).sum()
     }
 }
 
@@ -142,12 +142,12 @@ impl Upstream {
         let mut open = self.inner.at_owners.open.lock().expect("owners lock");
         let held = match open.get_mut(&at) {
             // A host session's own requests declare what it declared; a connection opened to
-            // learn its lists knew none of it, and gives way (its holds go along).
+            // learn its lists knew none of it, and gives way (its subscriptions go along).
             Some(held) if held.session.inner.declared != declared && declares_anything(declared) => {
                 held.stop.cancel();
-                let holds = held.session.holds().take_all();
+                let subscribed = held.session.subscriptions().take_all();
                 let fresh = self.open_at_owner(routes, &owner.url, &at, whose, declared)?;
-                fresh.session.hold_waiting(holds);
+                fresh.session.subscribe_waiting(subscribed);
                 *held = fresh;
                 held
             }
@@ -200,11 +200,11 @@ impl Upstream {
         if session.link().is_err() {
             let opened = tokio::time::timeout(self.config().request_timeout, session.wait_settled()).await;
             if opened.is_err() || session.link().is_err() {
-                // What it holds stays on it: it connects again, or moves with its session.
+                // What it subscribes stays on it: it connects again, or moves with its session.
                 self.inner.at_owners.close_where(|(to, _, _), held| {
                     *to == replica
                         && Arc::ptr_eq(&held.session.inner, &session.inner)
-                        && !session.holds().holds_anything()
+                        && !session.subscriptions().subscribes_anything()
                 });
                 self.metrics().cluster_forward("fallback");
                 tracing::warn!(
@@ -215,7 +215,7 @@ impl Upstream {
                 return None;
             }
         }
-        // As on a session here: a request goes after what its holders subscribed before it.
+        // As on a session here: a request goes after what its subscribers subscribed before it.
         session.subscriptions_settled().await;
         Some(SessionHandle::AtOwner(session))
     }
@@ -274,61 +274,65 @@ impl Upstream {
         Some(session.own_offerings())
     }
 
-    /// Hold `uri` for `holder` on the session of `principal` (host session `host`) at the
+    /// Subscribe `uri` for `subscriber` on the session of `principal` (host session `host`) at the
     /// replica holding it, when another one does; `None`: it is this replica's. Past
-    /// [`MAX_HOLDS_PER_OWNER`] URIs of the principal at that replica, refused.
-    pub(super) fn hold_at_owner(
+    /// [`MAX_SUBSCRIPTIONS_PER_OWNER`] URIs of the principal at that replica, refused.
+    pub(super) fn subscribe_at_owner(
         &self,
         principal: &str,
         host: Option<HostSession>,
-        holder: HolderId,
+        subscriber: SubscriberId,
         uri: &str,
     ) -> Option<Result<(), ProxyError>> {
         let (replica, session) = self.at_owner(principal, host)?;
-        let full = self.inner.at_owners.uris_held(&replica, principal) >= MAX_HOLDS_PER_OWNER;
-        if full && !session.holds().holds_uri(uri) {
-            return Some(Err(holds_limit()));
+        let full = self.inner.at_owners.uris_subscribed(&replica, principal) >= MAX_SUBSCRIPTIONS_PER_OWNER;
+        if full && !session.subscriptions().subscribes_uri(uri) {
+            return Some(Err(subscriptions_limit()));
         }
-        if session.holds().hold(holder, uri) {
-            session.set_watching(uri, true);
+        if session.subscriptions().subscribe(subscriber, uri) {
+            session.set_subscribed(uri, true);
         }
         Some(Ok(()))
     }
 
     /// The session at the replica holding the session of `principal` (host session `host`)
-    /// on which `uri` is held, if any.
-    pub(super) fn held_at_owner(&self, principal: &str, host: Option<HostSession>, uri: &str) -> Option<Session> {
+    /// on which `uri` is subscribed, if any.
+    pub(super) fn subscribed_at_owner(&self, principal: &str, host: Option<HostSession>, uri: &str) -> Option<Session> {
         let (key, _) = self.key_of(principal, host);
         let open = self.inner.at_owners.open.lock().expect("owners lock");
         let mut held = open.iter().filter(|((_, at, _), _)| *at == key).map(|(_, held)| &held.session);
-        held.find(|session| session.holds().holds_uri(uri)).cloned()
+        held.find(|session| session.subscriptions().subscribes_uri(uri)).cloned()
     }
 
-    /// Every hold on connections to owners, as (principal, host session, holder, URI).
-    pub(super) fn holds_at_owners(&self) -> Vec<(Arc<str>, Option<HostSession>, HolderId, String)> {
-        let mut holds = Vec::new();
+    /// Every subscription on connections to owners, as (principal, host session, subscriber, URI).
+    pub(super) fn subscriptions_at_owners(&self) -> Vec<(Arc<str>, Option<HostSession>, SubscriberId, String)> {
+        let mut subscriptions = Vec::new();
         for ((_, key, _), session) in self.inner.at_owners.all() {
             let (principal, host): (Arc<str>, _) = (key.principal().into(), host_session(&key, session.inner.declared));
-            for (holder, uris) in session.holds().all() {
-                holds.extend(uris.into_iter().map(|uri| (principal.clone(), host, holder, uri)));
+            for (subscriber, uris) in session.subscriptions().all() {
+                subscriptions.extend(uris.into_iter().map(|uri| (principal.clone(), host, subscriber, uri)));
             }
         }
-        holds
+        subscriptions
     }
 
-    /// `holder` lets go of `uri` (everything it held when `None`) on connections to owners.
-    pub(super) fn release_at_owners(&self, holder: HolderId, uri: Option<&str>) {
+    /// `subscriber` lets go of `uri` (everything it subscribed when `None`) on connections to owners.
+    pub(super) fn unsubscribe_at_owners(&self, subscriber: SubscriberId, uri: Option<&str>) {
         for (_, session) in self.inner.at_owners.all() {
-            session.holds().release(holder, uri).iter().for_each(|uri| session.set_watching(uri, false));
+            session
+                .subscriptions()
+                .unsubscribe(subscriber, uri)
+                .iter()
+                .for_each(|uri| session.set_subscribed(uri, false));
         }
     }
 
-    /// Close the connections to owners unused for `idle` that hold nothing.
+    /// Close the connections to owners unused for `idle` that subscribe nothing.
     pub(super) fn close_idle_at_owners(&self, idle: Duration) {
         let closed = self
             .inner
             .at_owners
-            .close_where(|_, held| !held.session.holds().holds_anything() && held.last.elapsed() >= idle);
+            .close_where(|_, held| !held.session.subscriptions().subscribes_anything() && held.last.elapsed() >= idle);
         self.closed_with_own_offerings(&closed);
     }
 
@@ -345,11 +349,11 @@ fn declares_anything(declared: Option<Declared>) -> bool {
     declared.is_some_and(|declared| declared.sampling || declared.elicitation)
 }
 
-/// The error of a subscription past [`MAX_HOLDS_PER_OWNER`].
-fn holds_limit() -> ProxyError {
+/// The error of a subscription past [`MAX_SUBSCRIPTIONS_PER_OWNER`].
+fn subscriptions_limit() -> ProxyError {
     ProxyError::SubscriptionLimit {
-        holder: "this principal, on a replica that does not hold its upstream session,",
-        limit: MAX_HOLDS_PER_OWNER,
+        subscriber: "this principal, on a replica that does not hold its upstream session,",
+        limit: MAX_SUBSCRIPTIONS_PER_OWNER,
         setting: "the bound on subscriptions held at another replica",
     }
 }

@@ -2,27 +2,27 @@
 //!
 //! A full pool (`max_sessions` open) makes room for a new principal by reclaiming the session
 //! that went longest without a request, once that is at least `session_idle` ago and none is in
-//! flight on it (it holds only subscriptions, or nothing): it is closed and what it held waits
-//! here, still held for the same holders, until a session of the same key opens again (its
+//! flight on it (it holds only subscriptions, or nothing): it is closed and what it subscribed waits
+//! here, still subscribed for the same subscribers, until a session of the same key opens again (its
 //! principal's or host session's next request, or the `sessions:<upstream>` sweep once the
-//! pool has room). That session makes every held URI again and reports each as changed. With
+//! pool has room). That session makes every subscribed URI again and reports each as changed. With
 //! `[cluster]`, what waits for a session that another replica holds now goes there instead
-//! (`owners`), each holder told once.
+//! (`owners`), each subscriber told once.
 //!
-//! Invariant: a waiting hold is made again only on a session of its own key, never another's;
-//! a holder that lets go (or whose host session ends) is forgotten here as on an open session.
+//! Invariant: a waiting subscription is made again only on a session of its own key, never another's;
+//! a subscriber that lets go (or whose host session ends) is forgotten here as on an open session.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use super::client::Declared;
-use crate::subscriptions::HolderId;
+use crate::subscription_table::SubscriberId;
 
 /// Who a session is for.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum SessionKey {
     Principal(Arc<str>),
-    /// A principal's host session (its holder id).
+    /// A principal's host session (its subscriber id).
     Host(Arc<str>, u64),
 }
 
@@ -41,50 +41,50 @@ impl SessionKey {
     }
 }
 
-/// The URIs held on one session, each with its holders.
-pub(super) type HeldUris = BTreeMap<String, BTreeSet<HolderId>>;
+/// The URIs subscribed on one session, each with its subscribers.
+pub(super) type SubscribedUris = BTreeMap<String, BTreeSet<SubscriberId>>;
 
-/// What a reclaimed session held, and what it declared upstream (per-host: its host's).
+/// What a reclaimed session subscribed, and what it declared upstream (per-host: its host's).
 pub(super) struct Waiting {
-    pub held: HeldUris,
+    pub subscribed: SubscribedUris,
     pub declared: Option<Declared>,
 }
 
-/// The holds of reclaimed sessions, per key, until a session of that key opens again.
+/// The subscriptions of reclaimed sessions, per key, until a session of that key opens again.
 #[derive(Default)]
 pub(super) struct Reclaimed {
     waiting: Mutex<BTreeMap<SessionKey, Waiting>>,
 }
 
 impl Reclaimed {
-    /// `key`'s session was closed holding `held`: it waits (with what waited already).
-    pub(super) fn park(&self, key: SessionKey, held: HeldUris, declared: Option<Declared>) {
-        if held.is_empty() {
+    /// `key`'s session was closed subscribing `subscribed`: it waits (with what waited already).
+    pub(super) fn park(&self, key: SessionKey, subscribed: SubscribedUris, declared: Option<Declared>) {
+        if subscribed.is_empty() {
             return;
         }
         let mut waiting = self.waiting.lock().expect("reclaimed lock");
-        let entry = waiting.entry(key).or_insert_with(|| Waiting { held: HeldUris::new(), declared });
-        for (uri, holders) in held {
-            entry.held.entry(uri).or_default().extend(holders);
+        let entry = waiting.entry(key).or_insert_with(|| Waiting { subscribed: SubscribedUris::new(), declared });
+        for (uri, subscribers) in subscribed {
+            entry.subscribed.entry(uri).or_default().extend(subscribers);
         }
     }
 
-    /// What waits for `key`'s session, taken to be held on it.
+    /// What waits for `key`'s session, taken to be subscribed on it.
     pub(super) fn take(&self, key: &SessionKey) -> Option<Waiting> {
         self.waiting.lock().expect("reclaimed lock").remove(key)
     }
 
-    /// `holder` lets go of `uri` (`None`: of everything it holds).
-    pub(super) fn release(&self, holder: HolderId, uri: Option<&str>) {
+    /// `subscriber` lets go of `uri` (`None`: of everything it subscribes).
+    pub(super) fn release(&self, subscriber: SubscriberId, uri: Option<&str>) {
         let mut waiting = self.waiting.lock().expect("reclaimed lock");
         waiting.retain(|_, waiting| {
-            waiting.held.retain(|held, holders| {
-                if uri.is_none_or(|uri| uri == held) {
-                    holders.remove(&holder);
+            waiting.subscribed.retain(|subscribed, subscribers| {
+                if uri.is_none_or(|uri| uri == subscribed) {
+                    subscribers.remove(&subscriber);
                 }
-                !holders.is_empty()
+                !subscribers.is_empty()
             });
-            !waiting.held.is_empty()
+            !waiting.subscribed.is_empty()
         });
     }
 
@@ -104,13 +104,15 @@ impl Reclaimed {
         waiting.iter().map(|(key, waiting)| (key.clone(), waiting.declared)).collect()
     }
 
-    /// Every waiting hold: key, declared, holder, URI.
-    pub(super) fn all(&self) -> Vec<(SessionKey, Option<Declared>, HolderId, String)> {
+    /// Every waiting hold: key, declared, subscriber, URI.
+    pub(super) fn all(&self) -> Vec<(SessionKey, Option<Declared>, SubscriberId, String)> {
         let waiting = self.waiting.lock().expect("reclaimed lock");
         let mut all = Vec::new();
         for (key, waiting) in waiting.iter() {
-            for (uri, holders) in &waiting.held {
-                all.extend(holders.iter().map(|holder| (key.clone(), waiting.declared, *holder, uri.clone())));
+            for (uri, subscribers) in &waiting.subscribed {
+                all.extend(
+                    subscribers.iter().map(|subscriber| (key.clone(), waiting.declared, *subscriber, uri.clone())),
+                );
             }
         }
         all
@@ -121,18 +123,18 @@ impl Reclaimed {
 mod tests {
     use super::*;
 
-    fn held(pairs: &[(&str, &[HolderId])]) -> HeldUris {
-        pairs.iter().map(|(uri, holders)| (uri.to_string(), holders.iter().copied().collect())).collect()
+    fn subscribed(pairs: &[(&str, &[SubscriberId])]) -> SubscribedUris {
+        pairs.iter().map(|(uri, subscribers)| (uri.to_string(), subscribers.iter().copied().collect())).collect()
     }
 
-    fn check(reclaimed: &Reclaimed, expected: &[(&str, HolderId, &str)]) {
-        let all: Vec<(String, HolderId, String)> = reclaimed
+    fn check(reclaimed: &Reclaimed, expected: &[(&str, SubscriberId, &str)]) {
+        let all: Vec<(String, SubscriberId, String)> = reclaimed
             .all()
             .into_iter()
-            .map(|(key, _, holder, uri)| (format!("{}{:?}", key.principal(), key.host()), holder, uri))
+            .map(|(key, _, subscriber, uri)| (format!("{}{:?}", key.principal(), key.host()), subscriber, uri))
             .collect();
-        let expected: Vec<(String, HolderId, String)> =
-            expected.iter().map(|(key, holder, uri)| (key.to_string(), *holder, uri.to_string())).collect();
+        let expected: Vec<(String, SubscriberId, String)> =
+            expected.iter().map(|(key, subscriber, uri)| (key.to_string(), *subscriber, uri.to_string())).collect();
         assert_eq!(all, expected);
     }
 
@@ -140,10 +142,10 @@ mod tests {
     fn waiting_holds_are_merged_released_and_ended_with_their_host_session() {
         let reclaimed = Reclaimed::default();
         let (alice, host) = (SessionKey::Principal("alice".into()), SessionKey::Host("bob".into(), 7));
-        reclaimed.park(alice.clone(), held(&[("a://1", &[1, 2])]), None);
-        reclaimed.park(alice.clone(), held(&[("a://1", &[3]), ("a://2", &[1])]), None);
-        reclaimed.park(host.clone(), held(&[("b://1", &[9])]), None);
-        reclaimed.park(SessionKey::Principal("carol".into()), HeldUris::new(), None);
+        reclaimed.park(alice.clone(), subscribed(&[("a://1", &[1, 2])]), None);
+        reclaimed.park(alice.clone(), subscribed(&[("a://1", &[3]), ("a://2", &[1])]), None);
+        reclaimed.park(host.clone(), subscribed(&[("b://1", &[9])]), None);
+        reclaimed.park(SessionKey::Principal("carol".into()), SubscribedUris::new(), None);
         let all = [
             ("aliceNone", 1, "a://1"),
             ("aliceNone", 2, "a://1"),

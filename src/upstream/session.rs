@@ -1,8 +1,8 @@
 //! One session of an upstream, per principal or per host session: a [`Connection`] of its own
 //! (a stdio upstream: one child) for one principal's (host session's) requests, supervised as
 //! `session:<upstream>`, with no catalog, status, gauges or events of its own: only its
-//! `updated` goes on, to the holders of what changed on it ([`Holds`]); after a reconnect every
-//! URI held on it is reported as changed. Its own `tools/list_changed` (`prompts/…`) makes what
+//! `updated` goes on, to the subscribers of what changed on it ([`SessionSubscriptions`]); after a reconnect every
+//! URI subscribed on it is reported as changed. Its own `tools/list_changed` (`prompts/…`) makes what
 //! it lists its hosts' own. A session whose connection goes to the replica holding it
 //! (`owners`) subscribes and lists there alike: what that replica's session says of a URI comes
 //! back as `updated`, and what it lists as its own is asked there whenever it connects or says
@@ -10,22 +10,22 @@
 //! each relays what it sends for a routed call to that call's host (its own relay book), and is
 //! passed its hosts' `logging/setLevel` ([`Session::pass_log_level`]).
 //!
-//! Invariant: what a session says reaches only the holders on it and its own hosts.
+//! Invariant: what a session says reaches only the subscribers on it and its own hosts.
 
 #![allow(deprecated)] // Logging is deprecated by SEP-2577 but still in the 2025 era.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{LoggingLevel, SetLevelRequestParams};
 use tokio_util::sync::CancellationToken;
 
-use super::pool::HeldUris;
-use super::supervisor::{Role, Supervisor};
+use super::pool::SubscribedUris;
+use super::role::Role;
+use super::session_subscriptions::SessionSubscriptions;
+use super::supervisor::Supervisor;
 use super::{Connection, EventSender, Link, Offered, UpstreamEvent, events};
 use crate::protocol::Era;
 use crate::spine::Spine;
-use crate::subscriptions::{HolderId, is_same_or_parent};
 
 /// A cheap `Clone` handle on one session: its connection (which it derefs to) and its own state.
 #[derive(Clone)]
@@ -38,18 +38,11 @@ struct Own {
     /// Its principal, and its host session when it is one's.
     principal: Arc<str>,
     host: Option<u64>,
-    holds: Holds,
+    subscriptions: SessionSubscriptions,
     /// What it lists as its own since it said its tools or prompts changed (before: none).
     own_offerings: Mutex<Option<Arc<Offered>>>,
     /// The `logging/setLevel` it was sent last, on which connection.
     log_level: Mutex<Option<(u64, LoggingLevel)>>,
-}
-
-/// What hosts hold on one session: each URI it watches upstream, with the holders it is
-/// watched for. Only they hear what the session says of it.
-#[derive(Default)]
-pub(super) struct Holds {
-    held: Mutex<BTreeMap<String, BTreeSet<HolderId>>>,
 }
 
 impl std::ops::Deref for Session {
@@ -62,12 +55,12 @@ impl std::ops::Deref for Session {
 impl Session {
     /// A session of `principal` (host session `host`'s) on `connection`, not made yet.
     pub(super) fn new(connection: Connection, principal: Arc<str>, host: Option<u64>) -> Self {
-        let (holds, own_offerings, log_level) = Default::default();
-        Self { own: Arc::new(Own { connection, principal, host, holds, own_offerings, log_level }) }
+        let (subscriptions, own_offerings, log_level) = Default::default();
+        Self { own: Arc::new(Own { connection, principal, host, subscriptions, own_offerings, log_level }) }
     }
 
     /// Start its supervisor on `spine` (`session:<upstream>`) until `stop`, its updates to `events`
-    /// (its upstream's). `resumed`: it took over a reclaimed one's holds: it connects as if again.
+    /// (its upstream's). `resumed`: it took over a reclaimed one's subscriptions: it connects as if again.
     pub(super) fn spawn(&self, spine: &Spine, stop: CancellationToken, events: Option<EventSender>, resumed: bool) {
         let events = events.unwrap_or_else(|| events::channel(1).0);
         let supervisor = Supervisor::new(self.clone(), events, stop, spine.clone()).resuming(resumed);
@@ -84,8 +77,8 @@ impl Session {
         self.own.host
     }
 
-    pub(super) fn holds(&self) -> &Holds {
-        &self.own.holds
+    pub(super) fn subscriptions(&self) -> &SessionSubscriptions {
+        &self.own.subscriptions
     }
 
     /// What it lists as its own tools and prompts, once it said they changed.
@@ -143,13 +136,13 @@ impl Session {
     }
 
     /// Wait (at most the request timeout) until the upstream answered the subscription of every
-    /// URI held on it: a request goes after what its holders subscribed before it (a host that
+    /// URI held on it: a request goes after what its subscribers subscribed before it (a host that
     /// subscribes, then calls a tool that changes it, hears of the change).
     pub(super) async fn subscriptions_settled(&self) {
         let offered = self.link().is_ok_and(|link| {
             link.capabilities.resources.as_ref().is_some_and(|resources| resources.subscribe == Some(true))
         });
-        if !offered || !self.own.holds.holds_anything() {
+        if !offered || !self.own.subscriptions.subscribes_anything() {
             return;
         }
         let (mut watched, mut applied) = (self.inner.watched.subscribe(), self.inner.applied.subscribe());
@@ -183,10 +176,10 @@ impl Session {
         }
     }
 
-    /// Hold `held` (what a reclaimed session of the same key held) before it connects.
-    pub(super) fn hold_waiting(&self, held: HeldUris) {
-        held.keys().for_each(|uri| self.set_watching(uri, true));
-        self.own.holds.restore(held);
+    /// Subscribe `subscribed` (what a reclaimed session of the same key subscribed) before it connects.
+    pub(super) fn subscribe_waiting(&self, subscribed: SubscribedUris) {
+        subscribed.keys().for_each(|uri| self.set_subscribed(uri, true));
+        self.own.subscriptions.restore(subscribed);
     }
 }
 
@@ -195,11 +188,11 @@ impl Role for Session {
         &self.own.connection
     }
 
-    /// Of its events only updates go on, to the holders of what changed on it (none: dropped).
+    /// Of its events only updates go on, to the subscribers of what changed on it (none: dropped).
     fn emit(&self, events: &EventSender, event: UpstreamEvent) {
         let UpstreamEvent::ResourceUpdated { upstream, uri, change } = event else { return };
-        // Its reads are never cached, and nobody held a rewatched URI: nothing to do.
-        if change == super::Change::Rewatched {
+        // Its reads are never cached, and nobody subscribed a resubscribed URI: nothing to do.
+        if change == super::Change::Resubscribed {
             return;
         }
         // A session at its owner's: the owner counted (and traced) what it heard.
@@ -209,18 +202,18 @@ impl Role for Session {
             .and_then(|namespaced| crate::uri::normalize(&namespaced).ok())
             .and_then(|normalized| crate::namespace::split(&normalized).map(|(_, original)| original.to_string()))
             .unwrap_or(uri);
-        let holders: Vec<_> = self.own.holds.holders_of(&uri).into_iter().collect();
-        if !holders.is_empty() {
-            events.send(UpstreamEvent::SessionUpdated { upstream, uri, heard, holders });
+        let subscribers: Vec<_> = self.own.subscriptions.subscribers_of(&uri).into_iter().collect();
+        if !subscribers.is_empty() {
+            events.send(UpstreamEvent::SessionUpdated { upstream, uri, heard, subscribers });
         }
     }
 
-    /// Its holders hear of everything they hold on it, nobody else of anything.
+    /// Its subscribers hear of everything they subscribe on it, nobody else of anything.
     fn lost_everything(&self, events: &EventSender) {
-        for (holder, uris) in self.own.holds.all() {
+        for (subscriber, uris) in self.own.subscriptions.all() {
             for uri in uris {
-                let (upstream, holders) = (self.name().to_string(), vec![(holder, vec![uri.clone()])]);
-                events.send(UpstreamEvent::SessionUpdated { upstream, uri, heard: false, holders });
+                let (upstream, subscribers) = (self.name().to_string(), vec![(subscriber, vec![uri.clone()])]);
+                events.send(UpstreamEvent::SessionUpdated { upstream, uri, heard: false, subscribers });
             }
         }
     }
@@ -252,81 +245,6 @@ impl Role for Session {
         if self.owner().is_some() {
             self.refetch_offerings(link, events).await;
         }
-    }
-}
-
-impl Holds {
-    /// `holder` holds `uri`; true when nobody did before (it is to be watched).
-    pub(super) fn hold(&self, holder: HolderId, uri: &str) -> bool {
-        let mut held = self.held.lock().expect("holds lock");
-        let holders = held.entry(uri.to_string()).or_default();
-        holders.insert(holder) && holders.len() == 1
-    }
-
-    /// `holder` lets go of `uri` (of everything when `None`); the URIs nobody holds now (no
-    /// longer to be watched).
-    pub(super) fn release(&self, holder: HolderId, uri: Option<&str>) -> Vec<String> {
-        let mut held = self.held.lock().expect("holds lock");
-        let mut unheld = Vec::new();
-        let mut keeps = |uri: &str, holders: &mut BTreeSet<HolderId>| {
-            if holders.remove(&holder) && holders.is_empty() {
-                unheld.push(uri.to_string());
-                return false;
-            }
-            true
-        };
-        match uri {
-            Some(uri) if held.get_mut(uri).is_some_and(|holders| !keeps(uri, holders)) => drop(held.remove(uri)),
-            Some(_) => {}
-            None => held.retain(|uri, holders| keeps(uri, holders)),
-        }
-        unheld
-    }
-
-    /// Everything held here, taken away (the session is reclaimed).
-    pub(super) fn take_all(&self) -> HeldUris {
-        std::mem::take(&mut *self.held.lock().expect("holds lock"))
-    }
-
-    fn restore(&self, held: HeldUris) {
-        let mut mine = self.held.lock().expect("holds lock");
-        for (uri, holders) in held {
-            mine.entry(uri).or_default().extend(holders);
-        }
-    }
-
-    pub(super) fn holds_anything(&self) -> bool {
-        !self.held.lock().expect("holds lock").is_empty()
-    }
-
-    /// Is `uri` held here (by anyone)?
-    pub(super) fn holds_uri(&self, uri: &str) -> bool {
-        self.held.lock().expect("holds lock").contains_key(uri)
-    }
-
-    /// How many URIs are held here.
-    pub(super) fn uris(&self) -> usize {
-        self.held.lock().expect("holds lock").len()
-    }
-
-    /// Who must hear of an update of `uri`: holders of it or of a URI it is a sub-resource
-    /// of, each with the held URIs that matched.
-    fn holders_of(&self, uri: &str) -> BTreeMap<HolderId, Vec<String>> {
-        self.holders_where(|held| is_same_or_parent(held, uri))
-    }
-
-    /// Every URI held here, with its holders.
-    pub(super) fn all(&self) -> BTreeMap<HolderId, Vec<String>> {
-        self.holders_where(|_| true)
-    }
-
-    /// The holders of the held URIs `matching` picks, each with those URIs.
-    fn holders_where(&self, matching: impl Fn(&str) -> bool) -> BTreeMap<HolderId, Vec<String>> {
-        let mut found: BTreeMap<HolderId, Vec<String>> = BTreeMap::new();
-        for (held, holders) in self.held.lock().expect("holds lock").iter().filter(|(held, _)| matching(held)) {
-            holders.iter().for_each(|holder| found.entry(*holder).or_default().push(held.clone()));
-        }
-        found
     }
 }
 

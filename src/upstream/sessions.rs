@@ -10,13 +10,13 @@
 //! either bound a request gets a clear error at once ([`ProxyError::SessionLimit`]), never a
 //! wait. A full pool first reclaims the session longest without a request, once that is
 //! `session_idle` ago and none is in flight on it: its subscriptions wait (see `pool`) and come
-//! back on its key's next session. A request on a session waits (at most `request_timeout`)
-//! until the subscriptions held on it are answered (`holding`), so a host that subscribes and
+//! back on its key's next session (`open_sessions`). A request on a session waits (at most `request_timeout`)
+//! until the subscriptions made on it are answered (`session_subscriptions`), so a host that subscribes and
 //! then makes a change hears of it.
 //!
 //! A `token_exchange` upstream's session sends a token exchanged for its principal's own JWT
 //! (see `credentials`): a request with the JWT it came with, a subscription (and what the
-//! session sends on its own) with the JWT of the latest subscription request held on it, one
+//! session sends on its own) with the JWT of the latest subscription request made on it, one
 //! exchange per JWT kept for all the principal's sessions; a principal with
 //! no JWT kept, or whose exchange fails, gets a clear error at once and no session.
 //!
@@ -25,16 +25,16 @@
 
 #![allow(deprecated)] // Logging is deprecated by SEP-2577 but still in the 2025 era.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use rmcp::model::LoggingLevel;
 use tokio_util::sync::CancellationToken;
 
 use super::client::Declared;
 use super::credentials::{TokenFailure, TokenSource, exchange_source};
-use super::pool::{Reclaimed, SessionKey};
+use super::open_sessions::{Entry, Lease, OpenSessions, Usage};
+use super::pool::SessionKey;
 use super::session::Session;
 use super::{Connection, Offered, Upstream};
 use crate::config::{SessionMode, UpstreamTransport};
@@ -45,37 +45,6 @@ use crate::spine::Spine;
 /// `[cluster]`: how often the sweep looks whether each session still lives where this replica
 /// holds it (`owners`).
 const OWNER_CHECK: Duration = Duration::from_secs(1);
-
-/// The open sessions of one upstream, and the holds of those reclaimed from a full pool.
-/// Lock order: `open`, then `reclaimed`.
-#[derive(Default)]
-pub(super) struct SessionBook {
-    open: Mutex<BTreeMap<SessionKey, Entry>>,
-    pub(super) reclaimed: Reclaimed,
-}
-
-struct Entry {
-    session: Session,
-    stop: CancellationToken,
-    usage: Arc<Usage>,
-}
-
-/// When a session was last used; a [`Lease`] per request holds it busy.
-struct Usage {
-    last: Mutex<Instant>,
-}
-
-/// A request's hold on a session: it is not closed as idle while held, and counts as used
-/// until the hold ends.
-pub struct Lease {
-    usage: Arc<Usage>,
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        *self.usage.last.lock().expect("usage lock") = Instant::now();
-    }
-}
 
 /// The connection a request goes on (which it derefs to): the shared upstream's, or a session
 /// of its own, held for as long as this lives.
@@ -102,88 +71,6 @@ impl SessionHandle {
         if let SessionHandle::Own(session, _) | SessionHandle::AtOwner(session) = self {
             session.pass_log_level(level).await
         }
-    }
-}
-
-impl SessionBook {
-    pub fn len(&self) -> usize {
-        self.open.lock().expect("sessions lock").len()
-    }
-
-    /// The open session of `key`, if one is.
-    pub(super) fn session(&self, key: &SessionKey) -> Option<Session> {
-        self.open.lock().expect("sessions lock").get(key).map(|entry| entry.session.clone())
-    }
-
-    /// Every open session, with its key.
-    pub(super) fn sessions(&self) -> Vec<(SessionKey, Session)> {
-        let open = self.open.lock().expect("sessions lock");
-        open.iter().map(|(key, entry)| (key.clone(), entry.session.clone())).collect()
-    }
-
-    /// Close every session (the upstream is stopping or starting again).
-    pub fn close_all(&self) {
-        let closed = std::mem::take(&mut *self.open.lock().expect("sessions lock"));
-        closed.values().for_each(|entry| entry.stop.cancel());
-        self.reclaimed.clear();
-    }
-
-    /// Close the sessions of host session `host`; those there were.
-    fn close_host(&self, host: u64) -> Vec<Session> {
-        self.reclaimed.host_ended(host);
-        self.close_where(|key, _| matches!(key, SessionKey::Host(_, h) if *h == host))
-    }
-
-    /// Close the sessions unused for `idle` that no request holds; those there were.
-    fn close_idle(&self, idle: Duration) -> Vec<Session> {
-        self.close_where(|_, entry| {
-            let busy = Arc::strong_count(&entry.usage) > 1 || entry.session.holds().holds_anything();
-            !busy && entry.usage.last.lock().expect("usage lock").elapsed() >= idle
-        })
-    }
-
-    /// Close the sessions `closing` picks; those there were.
-    fn close_where(&self, mut closing: impl FnMut(&SessionKey, &Entry) -> bool) -> Vec<Session> {
-        let mut open = self.open.lock().expect("sessions lock");
-        let mut closed = Vec::new();
-        open.retain(|key, entry| {
-            let close = closing(key, entry);
-            if close {
-                entry.stop.cancel();
-                closed.push(entry.session.clone());
-            }
-            !close
-        });
-        closed
-    }
-
-    /// Forget `key`'s session if it is still `session` (one that could not be opened); what it
-    /// held waits for the next one.
-    fn forget(&self, key: &SessionKey, session: &Session) {
-        let mut open = self.open.lock().expect("sessions lock");
-        if open.get(key).is_some_and(|entry| Arc::ptr_eq(&entry.session.inner, &session.inner))
-            && let Some(entry) = open.remove(key)
-        {
-            entry.stop.cancel();
-            self.reclaimed.park(key.clone(), entry.session.holds().take_all(), entry.session.inner.declared);
-        }
-    }
-
-    /// Make room in a full pool: close the session that went longest without a request, if
-    /// that is `idle` ago or more and no request holds it; what it held waits in `reclaimed`.
-    fn reclaim(&self, open: &mut BTreeMap<SessionKey, Entry>, idle: Duration) -> Option<Session> {
-        let last_used = |entry: &Entry| *entry.usage.last.lock().expect("usage lock");
-        let (key, _) = open
-            .iter()
-            .filter(|(_, entry)| Arc::strong_count(&entry.usage) == 1)
-            .map(|(key, entry)| (key, last_used(entry)))
-            .filter(|(_, last)| last.elapsed() >= idle)
-            .min_by_key(|(_, last)| *last)?;
-        let key = key.clone();
-        let entry = open.remove(&key)?;
-        entry.stop.cancel();
-        self.reclaimed.park(key, entry.session.holds().take_all(), entry.session.inner.declared);
-        Some(entry.session)
     }
 }
 
@@ -305,13 +192,13 @@ impl Upstream {
     }
 
     /// The open session for `key`, or a new one when the bounds allow it (a full pool reclaims
-    /// a session idle of requests, see `pool`). A new session holds again what a reclaimed one
+    /// a session idle of requests, see `pool`). A new session subscribes again what a reclaimed one
     /// of `key` held, and reports all of it as changed once it is subscribed. `standing`: the
     /// JWT of a subscription request to be held on it, which what the session sends on its
     /// own goes with from now on (`credentials`), set before a new session connects.
     pub(super) fn open_session(
         &self,
-        book: &SessionBook,
+        book: &OpenSessions,
         key: &SessionKey,
         declared: Option<Declared>,
         standing: Option<&SubjectToken>,
@@ -320,7 +207,7 @@ impl Upstream {
         let mut open = book.open.lock().expect("sessions lock");
         if let Some(entry) = open.get(key) {
             entry.session.stand_for(standing);
-            return Ok((entry.session.clone(), Lease { usage: entry.usage.clone() }));
+            return Ok((entry.session.clone(), Lease::on(&entry.usage)));
         }
         let over = |limit: usize, setting: &'static str| ProxyError::SessionLimit {
             upstream: self.name().to_string(),
@@ -348,11 +235,11 @@ impl Upstream {
         let connection = Connection::new(self.config().clone(), self.metrics().clone(), declared, credentials);
         let session = Session::new(connection, key.principal().into(), key.host());
         session.stand_for(standing);
-        let resumed = book.reclaimed.take(key).map(|waiting| session.hold_waiting(waiting.held)).is_some();
+        let resumed = book.reclaimed.take(key).map(|waiting| session.subscribe_waiting(waiting.subscribed)).is_some();
         let stop = parent_stop.child_token();
         let events = self.inner.events.lock().expect("events lock").clone();
         session.spawn(&spine, stop.clone(), events, resumed);
-        let usage = Arc::new(Usage { last: Mutex::new(Instant::now()) });
+        let usage = Usage::now();
         open.insert(key.clone(), Entry { session: session.clone(), stop, usage: usage.clone() });
         let count = open.len();
         drop(open);
@@ -366,12 +253,12 @@ impl Upstream {
             self.closed_with_own_offerings(&[reclaimed]);
         }
         self.metrics().set_upstream_sessions(self.name(), count);
-        Ok((session, Lease { usage }))
+        Ok((session, Lease::on(&usage)))
     }
 
     /// The `sessions:<upstream>` sweep, once the pool has room: sessions whose subscriptions
     /// wait since theirs was reclaimed open again, leaving one place free for a newcomer.
-    fn resume_reclaimed(&self, book: &SessionBook) {
+    fn resume_reclaimed(&self, book: &OpenSessions) {
         for (key, declared) in book.reclaimed.keys() {
             if book.len() + 1 >= self.config().sessions.max {
                 return;
@@ -391,7 +278,7 @@ impl Upstream {
 }
 
 /// The `sessions:<upstream>` sweep: closes sessions idle for `session_idle`, and (`[cluster]`)
-/// moves holds where their sessions live now every [`OWNER_CHECK`], until `stop`.
+/// moves subscriptions where their sessions live now every [`OWNER_CHECK`], until `stop`.
 pub(super) async fn sweep(upstream: Upstream, stop: CancellationToken) {
     let idle = upstream.config().sessions.idle;
     let every = (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));

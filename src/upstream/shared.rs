@@ -1,9 +1,9 @@
 //! An upstream's shared connection in its supervisor's [`Role`]: the catalog it loads, its
-//! status, gauges and events are its own (a session's are its holders', see `session`).
+//! status, gauges and events are its own (a session's are its subscribers', see `session`).
 
 use tokio_util::sync::CancellationToken;
 
-use super::supervisor::{Reload, Role};
+use super::role::{Reload, Role};
 use super::{Connection, Era, EventSender, Link, Lost, Offered, UpstreamEvent};
 use crate::catalog::Catalog;
 

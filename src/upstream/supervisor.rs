@@ -3,11 +3,10 @@
 //! of events and selecting on its stop token (a child of the process's shutdown, so a config
 //! reload can stop one upstream alone). On stop the connection is closed, not dropped: rmcp's
 //! service is cancelled (a stdio child's stdin closes, a listen stream ends) within
-//! [`CLOSE_GRACE`]. What it supervises is its [`Role`]: an upstream's shared connection
+//! [`CLOSE_GRACE`]. What it supervises is its [`Role`] (`role`): an upstream's shared connection
 //! (`shared`: the catalog, status, gauges and events are its own) or a session of it (whose
-//! events reach only its holders, see `session`).
+//! events reach only its subscribers, see `session`).
 
-use std::future::Future;
 use std::time::Duration;
 
 use rmcp::model::{ClientRequest, DiscoverRequest, DiscoverRequestParams};
@@ -16,7 +15,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::connect::{Running, connect};
 use super::notices::{NOTICE_CAPACITY, Notice, NoticeInbox};
-use super::{Change, Connection, Era, EventSender, Link, LinkState, Lost, Offered, UpstreamEvent};
+use super::role::Role;
+use super::{Change, Connection, Era, EventSender, Link, LinkState, Lost, UpstreamEvent};
 use crate::config::{UpstreamTransport, redact_urls_in};
 use crate::spine::Spine;
 
@@ -25,56 +25,6 @@ const BACKOFF_MIN: Duration = Duration::from_millis(250);
 const STDERR_SETTLE: Duration = Duration::from_secs(1);
 /// How long a stopping supervisor waits for its connection to close.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
-
-/// What supervising an upstream's shared connection and a session of it differ in. The
-/// defaults are a session's: no catalog, no lists, nothing counted.
-pub(super) trait Role: Send + Sync + 'static {
-    fn supervised(&self) -> &Connection;
-
-    /// Every page of resources and templates into the catalog: when to list again (if ever), whether it changed.
-    fn load_catalog(
-        &self,
-        _link: &Link,
-        _stop: &CancellationToken,
-    ) -> impl Future<Output = Result<Reload, String>> + Send {
-        async { Ok(Reload { refresh: None, changed: false }) }
-    }
-
-    /// Its tools and prompts, fetched before it counts as up.
-    fn offered_at_up(&self, _link: &Link) -> impl Future<Output = Offered> + Send {
-        async { Offered::default() }
-    }
-
-    /// How many resources are in its catalog.
-    fn resources(&self) -> usize {
-        0
-    }
-
-    /// It is up on `era` (`reconnected`: again). True when its connection reports only the changes
-    /// it hears: a session's first watches only what was held since it opened, none unseen.
-    fn came_up(&self, era: Era, reconnected: bool) -> bool {
-        tracing::debug!(upstream = self.supervised().name(), era = era.label(), "upstream session up");
-        !reconnected
-    }
-
-    /// Its connection ended; `lost`: not stopped, it went down.
-    fn ended(&self, _lost: bool) {}
-
-    /// Send `event` on.
-    fn emit(&self, events: &EventSender, event: UpstreamEvent);
-
-    /// Its notices overflowed: every URI may have changed unseen.
-    fn lost_everything(&self, events: &EventSender);
-
-    /// It said its tools or prompts changed: fetch them again on `link` and pass them on.
-    fn refetch_offerings(&self, link: &Link, events: &EventSender) -> impl Future<Output = ()> + Send;
-
-    /// It is up and `Up` was sent: what more it lists is fetched (a session at its owner's:
-    /// what that session lists as its own there); nothing by default.
-    fn listed_at_up(&self, _link: &Link, _events: &EventSender) -> impl Future<Output = ()> + Send {
-        async {}
-    }
-}
 
 pub(super) struct Supervisor<R> {
     role: R,
@@ -86,14 +36,6 @@ pub(super) struct Supervisor<R> {
     events: EventSender,
     shutdown: CancellationToken,
     spine: Spine,
-}
-
-/// What a catalog load found.
-pub(super) struct Reload {
-    /// When the lists must be fetched again, if ever.
-    pub refresh: Option<Duration>,
-    /// Whether the catalog differs from what it was.
-    pub changed: bool,
 }
 
 /// Why a connection ended.
@@ -382,7 +324,7 @@ impl<R: Role> Supervisor<R> {
 
     /// Notices of this upstream that did not fit its queue: every lost URI passes on as updated,
     /// or, when they were too many to keep, the upstream counts as overflowed (the proxy flushes
-    /// its cache and tells its holders, as for an overflow of the event queue).
+    /// its cache and tells its subscribers, as for an overflow of the event queue).
     fn lost(&self, lost: Lost) {
         match lost {
             Lost::Updated(uris) => uris.into_iter().for_each(|uri| self.forward_update(uri, Change::Heard)),

@@ -1,12 +1,12 @@
-//! Keeping an upstream's subscriptions equal to the proxy's watch set for it, on one
+//! Keeping an upstream's subscriptions equal to the proxy's subscribed set for it, on one
 //! connection: `resources/subscribe` / `unsubscribe` for 2025 upstreams; one
 //! `subscriptions/listen` stream whose filter is the whole set (plus list changes) for
 //! 2026-07-28 upstreams, replaced make-before-break when the set changes.
 //!
 //! Invariant: whenever the upstream may have changed something without telling us — a fresh
-//! connection, a listen stream that ended — every watched URI is reported as updated, so no
-//! update is silently lost. A URI that left the watch set and is back is reported as
-//! [`Change::Rewatched`]: what the cache kept of it goes, but no host is told, since none held
+//! connection, a listen stream that ended — every subscribed URI is reported as updated, so no
+//! update is silently lost. A URI that left the subscribed set and is back is reported as
+//! [`Change::Resubscribed`]: what the cache kept of it goes, but no host is told, since none subscribed
 //! it meanwhile (a host opening a listen stream hears no `updated` for what did not change).
 
 use std::collections::BTreeSet;
@@ -18,7 +18,7 @@ use rmcp::service::{ServiceError, Subscription};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::connection::{Applied, AppliedSet, Connection, Uri, WatchSet};
+use super::connection::{Applied, AppliedSet, Connection, SubscribedSet, Uri};
 use super::notices::{Notice, NoticeSender};
 use super::{Change, Link};
 use crate::protocol::Era;
@@ -74,7 +74,7 @@ fn publish(applied: &watch::Sender<AppliedSet>, edit: impl FnOnce(&mut Applied))
 async fn keep_legacy(
     upstream: &str,
     link: &Link,
-    mut desired: watch::Receiver<WatchSet>,
+    mut desired: watch::Receiver<SubscribedSet>,
     applied: &watch::Sender<AppliedSet>,
     notices: &NoticeSender,
     (stop, fresh): (&CancellationToken, bool),
@@ -151,7 +151,7 @@ impl Legacy<'_> {
                     set.acknowledged.insert(uri.clone());
                 });
                 if again {
-                    self.notices.send(Notice::Changed(uri.to_string(), Change::Rewatched));
+                    self.notices.send(Notice::Changed(uri.to_string(), Change::Resubscribed));
                 }
                 self.subscribed.insert(uri);
             }
@@ -201,7 +201,7 @@ struct Listen<'a> {
 }
 
 impl Listen<'_> {
-    async fn run(&self, mut desired: watch::Receiver<WatchSet>, stop: &CancellationToken, fresh: bool) {
+    async fn run(&self, mut desired: watch::Receiver<SubscribedSet>, stop: &CancellationToken, fresh: bool) {
         let mut current: Option<(Subscription, BTreeSet<Uri>)> = None;
         let mut dropped = BTreeSet::new();
         let mut resumed = !fresh;
@@ -273,7 +273,7 @@ impl Listen<'_> {
             // Left in the last change and back now: a read may have seen it acknowledged just
             // before it left, and missed a change in between.
             for uri in acknowledged.intersection(dropped) {
-                self.notices.send(Notice::Changed(uri.to_string(), Change::Rewatched));
+                self.notices.send(Notice::Changed(uri.to_string(), Change::Resubscribed));
             }
         }
         *dropped = left;

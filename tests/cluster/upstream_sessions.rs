@@ -359,7 +359,7 @@ async fn a_subscription_made_on_another_replica_is_held_on_the_principals_one_se
 #[tokio::test(flavor = "multi_thread")]
 async fn one_principals_subscriptions_held_at_another_replica_are_bounded() -> anyhow::Result<()> {
     use crate::support::fixture::{Era, FixtureEvent, connect_http_config, connect_http_with_token};
-    use mcp_resource_proxy::upstream::MAX_HOLDS_PER_OWNER;
+    use mcp_resource_proxy::upstream::MAX_SUBSCRIPTIONS_PER_OWNER;
     use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
     let (cluster, _policies) = start(3).await?;
     let alice_owner = owner(&cluster, ALICE_TOKEN).await?;
@@ -400,12 +400,12 @@ async fn one_principals_subscriptions_held_at_another_replica_are_bounded() -> a
         hosts.push((alice, heard)); // open while the rest is counted: its holds stay
     }
     let total: usize = accepted.iter().map(Vec::len).sum();
-    assert!(total >= MAX_HOLDS_PER_OWNER, "{total} accepted");
+    assert!(total >= MAX_SUBSCRIPTIONS_PER_OWNER, "{total} accepted");
     // Each hold acknowledged at the owner is announced to its host: wait for the bound's worth,
     // the first host's first.
     let mut announced = std::collections::HashSet::new();
     for ((_, heard), held) in hosts.iter_mut().zip(&accepted) {
-        let wanted = (announced.len() + held.len()).min(MAX_HOLDS_PER_OWNER);
+        let wanted = (announced.len() + held.len()).min(MAX_SUBSCRIPTIONS_PER_OWNER);
         while announced.len() < wanted {
             if let FixtureEvent::Updated(uri) = heard.next().await? {
                 announced.insert(uri);

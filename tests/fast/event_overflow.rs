@@ -18,7 +18,7 @@ use crate::support::proxy::{ProxyProcess, fixture_upstream};
 const BURSTS: usize = 5;
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_overflow_tells_holders_only_of_the_lost_uris_they_hold() -> anyhow::Result<()> {
+async fn an_overflow_tells_subscribers_only_of_the_lost_uris_they_hold() -> anyhow::Result<()> {
     let upstream = fixture_upstream("fx", &["--era", "legacy", "--resources", "300"]);
     let config = format!("[server]\nevent_queue = 1\n\n{upstream}protocol = \"2025-11-25\"\n");
     let proxy = ProxyProcess::start_with_offerings(&config, &[], &["fx"]).await?;

@@ -234,7 +234,7 @@ async fn subscriptions_past_the_per_session_cap_are_refused_clearly() -> anyhow:
 const HEALTHZ: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
 
 /// One request on a kept-alive raw connection; the reply's head and `Content-Length` body.
-/// A token holder who stalls request bodies holds neither memory nor connections for long: 20
+/// A token subscriber who stalls request bodies holds neither memory nor connections for long: 20
 /// connections with alice's token each announce 4 MiB and send 3 MiB of it, then stall. What
 /// the proxy holds for them stays within alice's body budget (its resident memory grows by less
 /// than 40 MB), each is answered or closed within the body deadline (plus a margin), each cut is

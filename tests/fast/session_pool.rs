@@ -1,7 +1,7 @@
 //! A per-principal upstream's session pool leaves room for a new principal: subjects (JWTs
 //! signed by the test's keys, a JWKS served here) fill `max_sessions` of an HTTP fixture's
 //! sessions with subscriptions only; once the oldest has gone `session_idle` without a request,
-//! a new subject's call is served (that session is reclaimed). The reclaimed holder keeps its
+//! a new subject's call is served (that session is reclaimed). The reclaimed subscriber keeps its
 //! subscription: its next request opens its session again, it is told `updated` for what it
 //! held (a change may have gone unheard), and a change after that reaches it.
 
@@ -70,12 +70,12 @@ async fn a_new_principal_is_served_while_other_subjects_hold_every_session_with_
     let fixture = HttpFixture::spawn(&["--resources", "2"]).await?;
     let jwks = JwksServer::start(vec![rsa_a().jwk()]).await?;
     let (proxy, _policies) = start(&jwks.url, &fixture.url).await?;
-    let mut holders = Vec::new();
+    let mut subscribers = Vec::new();
     for n in 0..POOL {
-        let (client, heard) = host(&proxy, &format!("holder-{n}")).await?;
+        let (client, heard) = host(&proxy, &format!("subscriber-{n}")).await?;
         #[allow(deprecated)]
-        client.subscribe(SubscribeRequestParams::new(HELD)).await.with_context(|| format!("holder-{n}"))?;
-        holders.push((client, heard));
+        client.subscribe(SubscribeRequestParams::new(HELD)).await.with_context(|| format!("subscriber-{n}"))?;
+        subscribers.push((client, heard));
     }
     let full = proxy.status_when("pool", |status| status["sessions"] == POOL).await;
     full.context("every session held by a subscription")?;
@@ -95,16 +95,16 @@ async fn a_new_principal_is_served_while_other_subjects_hold_every_session_with_
     proxy.wait_metric("mcp_proxy_upstream_sessions_reclaimed_total", &reclaimed, |n| n == 1.0).await?;
     assert_eq!(proxy.upstream_status("pool").await?["sessions"], POOL);
 
-    // The oldest holder's session was the one reclaimed; it kept its subscription. Its next
+    // The oldest subscriber's session was the one reclaimed; it kept its subscription. Its next
     // request opens its session again, and it is told its URI may have changed.
-    let (first, first_heard) = &mut holders[0];
+    let (first, first_heard) = &mut subscribers[0];
     let read = || first.read_resource(ReadResourceRequestParams::new(HELD));
-    eventually(DEADLINE, "holder-0's read served", || async { read().await.map(|_| ()) }).await?;
+    eventually(DEADLINE, "subscriber-0's read served", || async { read().await.map(|_| ()) }).await?;
     assert_eq!(next_updated(first_heard).await?, HELD, "told after its session came back");
     // And a change on its new session reaches it.
     call(first, "updated_burst", json!({"count": 1, "from": 0})).await?.map_err(anyhow::Error::msg)?;
     assert_eq!(next_updated(first_heard).await?, HELD, "its subscription lives on its new session");
-    for (client, _) in holders {
+    for (client, _) in subscribers {
         client.cancel().await?;
     }
     carol.cancel().await?;

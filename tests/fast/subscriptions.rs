@@ -106,7 +106,7 @@ impl Host {
     }
 }
 
-async fn wait_watched(side: &FixtureClient, uri: &str, times: usize) -> anyhow::Result<Value> {
+async fn wait_subscribed(side: &FixtureClient, uri: &str, times: usize) -> anyhow::Result<Value> {
     wait_for_stats(side, |s| watched(s).iter().filter(|u| *u == uri).count() == times).await
 }
 
@@ -138,14 +138,14 @@ async fn updates_cross_every_pairing_of_eras() -> anyhow::Result<()> {
             let case = format!("{host_era:?} host, {upstream_era} upstream");
             let mut host =
                 Host::connect(&proxy.url, host_era, &["fx+fx://fx/item/1", "fx+fx://fx/item/2"], false).await?;
-            wait_watched(&side, "fx://fx/item/1", 1).await?;
-            wait_watched(&side, "fx://fx/item/2", 1).await?;
+            wait_subscribed(&side, "fx://fx/item/1", 1).await?;
+            wait_subscribed(&side, "fx://fx/item/2", 1).await?;
             touch(&side, "fx://fx/item/1").await?;
             assert_eq!(host.next().await?, Heard::Updated("fx+fx://fx/item/1".into()), "{case}");
             if let Host::Legacy { client, .. } = &host {
                 #[allow(deprecated)]
                 client.unsubscribe(UnsubscribeRequestParams::new("fx+fx://fx/item/1")).await?;
-                wait_watched(&side, "fx://fx/item/1", 0).await?;
+                wait_subscribed(&side, "fx://fx/item/1", 0).await?;
                 touch(&side, "fx://fx/item/1").await?;
                 touch(&side, "fx://fx/item/2").await?;
                 assert_eq!(host.next().await?, Heard::Updated("fx+fx://fx/item/2".into()), "{case}: unsubscribed");
@@ -158,14 +158,14 @@ async fn updates_cross_every_pairing_of_eras() -> anyhow::Result<()> {
 /// Two hosts on one URI make one upstream subscription; it stays while one holds it and goes
 /// when the last leaves — also when that one just disconnects.
 #[tokio::test]
-async fn one_upstream_subscription_is_shared_by_every_holder() -> anyhow::Result<()> {
+async fn one_upstream_subscription_is_shared_by_every_subscriber() -> anyhow::Result<()> {
     let (proxy, _upstream, side) = proxy_with_fixture("legacy", "").await?;
     let uri = "fx+fx://fx/item/3";
     let first = Host::connect(&proxy.url, Era::Legacy, &[uri], false).await?;
     let second = Host::connect(&proxy.url, Era::Legacy, &[uri], false).await?;
     let mut third = Host::connect(&proxy.url, Era::Modern, &[uri], false).await?;
-    let held = wait_watched(&side, "fx://fx/item/3", 1).await?;
-    assert_eq!(held["subscribes"], 1, "one upstream subscribe for three holders");
+    let held = wait_subscribed(&side, "fx://fx/item/3", 1).await?;
+    assert_eq!(held["subscribes"], 1, "one upstream subscribe for three subscribers");
 
     #[allow(deprecated)]
     first.legacy_client().unsubscribe(UnsubscribeRequestParams::new(uri)).await?;
@@ -176,9 +176,9 @@ async fn one_upstream_subscription_is_shared_by_every_holder() -> anyhow::Result
     assert_eq!(events.next().await?, FixtureEvent::Updated(uri.into()));
     assert_eq!(stats(&side).await?["unsubscribes"], 0);
 
-    // The last holder disconnects without unsubscribing.
+    // The last subscriber disconnects without unsubscribing.
     client.cancel().await?;
-    let gone = wait_watched(&side, "fx://fx/item/3", 0).await?;
+    let gone = wait_subscribed(&side, "fx://fx/item/3", 0).await?;
     assert_eq!(gone["unsubscribes"], 1);
     third = Host::connect(&proxy.url, Era::Modern, &[], true).await?;
     drop(third);
@@ -194,8 +194,8 @@ async fn hosts_hear_only_what_they_asked_for() -> anyhow::Result<()> {
     let mut never_subscribed = Host::connect(&proxy.url, Era::Legacy, &[], false).await?;
     let mut stream_without_lists = Host::connect(&proxy.url, Era::Modern, &["fx+fx://fx/item/0"], false).await?;
     let mut stream_with_lists = Host::connect(&proxy.url, Era::Modern, &["fx+fx://fx/item/1"], true).await?;
-    wait_watched(&side, "fx://fx/item/0", 1).await?;
-    wait_watched(&side, "fx://fx/item/1", 1).await?;
+    wait_subscribed(&side, "fx://fx/item/0", 1).await?;
+    wait_subscribed(&side, "fx://fx/item/1", 1).await?;
 
     touch(&side, "fx://fx/item/2").await?; // nobody holds it
     call_json(&side, "add", json!({"count": 1})).await?; // list changed
@@ -219,10 +219,10 @@ async fn hosts_hear_only_what_they_asked_for() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// An upstream killed and restarted: the proxy subscribes again, and every holder hears one
+/// An upstream killed and restarted: the proxy subscribes again, and every subscriber hears one
 /// `updated` per held URI, since a change may have been missed while it was gone.
 #[tokio::test]
-async fn a_restarted_upstream_is_resubscribed_and_holders_told() -> anyhow::Result<()> {
+async fn a_restarted_upstream_is_resubscribed_and_subscribers_told() -> anyhow::Result<()> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let address = format!("127.0.0.1:{port}");
     let mut upstream = HttpFixture::spawn_at(&address, &["--era", "legacy"]).await?;
@@ -232,8 +232,8 @@ async fn a_restarted_upstream_is_resubscribed_and_holders_told() -> anyhow::Resu
     let mut legacy = Host::connect(&proxy.url, Era::Legacy, &["fx+fx://fx/item/1"], false).await?;
     let mut modern = Host::connect(&proxy.url, Era::Modern, &["fx+fx://fx/item/2"], false).await?;
     let (side, _) = fixture::connect_http(&upstream.url, Era::Legacy).await?;
-    wait_watched(&side, "fx://fx/item/1", 1).await?;
-    wait_watched(&side, "fx://fx/item/2", 1).await?;
+    wait_subscribed(&side, "fx://fx/item/1", 1).await?;
+    wait_subscribed(&side, "fx://fx/item/2", 1).await?;
 
     let _ = call_json(&side, "exit", json!({"code": 0})).await;
     upstream.wait_exit().await?;
@@ -245,7 +245,7 @@ async fn a_restarted_upstream_is_resubscribed_and_holders_told() -> anyhow::Resu
     assert_eq!(next_update(&mut legacy).await?, "fx+fx://fx/item/1");
     assert_eq!(next_update(&mut modern).await?, "fx+fx://fx/item/2");
     let (side, _) = fixture::connect_http(&format!("http://{address}/mcp"), Era::Legacy).await?;
-    let again = wait_watched(&side, "fx://fx/item/1", 1).await?;
+    let again = wait_subscribed(&side, "fx://fx/item/1", 1).await?;
     assert!(watched(&again).contains(&"fx://fx/item/2".to_string()), "{again}");
     Ok(())
 }
@@ -289,7 +289,7 @@ async fn a_stuck_host_does_not_delay_the_others() -> anyhow::Result<()> {
     for _ in 0..20 {
         hosts.push(Host::connect(&proxy.url, Era::Legacy, &[uri], false).await?);
     }
-    wait_watched(&side, "fx://fx/item/0", 1).await?;
+    wait_subscribed(&side, "fx://fx/item/0", 1).await?;
     let started = std::time::Instant::now();
     for _ in 0..30 {
         touch(&side, "fx://fx/item/0").await?;
@@ -383,7 +383,7 @@ async fn quiet_subscribed_sessions_live_and_quiet_idle_ones_are_closed() -> anyh
     let (side, _) = fixture::connect_http(&upstream.url, Era::Legacy).await?;
     let mut subscribed = Host::connect(&proxy.url, Era::Legacy, &["fx+fx://fx/item/1"], false).await?;
     let idle = Host::connect(&proxy.url, Era::Legacy, &[], false).await?;
-    wait_watched(&side, "fx://fx/item/1", 1).await?;
+    wait_subscribed(&side, "fx://fx/item/1", 1).await?;
     // The idle timeout passing is the behaviour under test, not a synchronisation; the reaper
     // stops counting a session once it has closed it.
     let legacy_http = [("transport", "http"), ("era", "2025")];
@@ -404,8 +404,8 @@ async fn a_listen_stream_hears_each_update_of_a_per_host_upstream_once() -> anyh
         let (proxy, _upstream, side) = proxy_with_fixture(upstream_era, "session = \"per-host\"").await?;
         let (changed, marker) = ("fx+fx://fx/item/1", "fx+fx://fx/item/2");
         let mut host = Host::connect(&proxy.url, Era::Modern, &[changed, marker], false).await?;
-        wait_watched(&side, "fx://fx/item/1", 1).await?;
-        wait_watched(&side, "fx://fx/item/2", 1).await?;
+        wait_subscribed(&side, "fx://fx/item/1", 1).await?;
+        wait_subscribed(&side, "fx://fx/item/2", 1).await?;
         touch(&side, "fx://fx/item/1").await?;
         assert_eq!(host.next().await?, Heard::Updated(changed.into()), "{upstream_era} upstream");
         touch(&side, "fx://fx/item/2").await?;

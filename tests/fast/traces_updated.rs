@@ -96,10 +96,10 @@ async fn one_upstream_updated_is_one_span_with_a_delivery_span_per_host_that_may
         assert_eq!(delivery.attribute("mcp_proxy.delivery"), Some("queued"), "{delivery:#?}");
         assert_eq!(delivery.attribute("mcp.resource.uri"), Some(ITEM), "{delivery:#?}");
     }
-    let mut holders: Vec<_> = deliveries.iter().filter_map(|d| d.attribute("mcp_proxy.holder")).collect();
-    holders.sort_unstable();
-    holders.dedup();
-    assert_eq!(holders.len(), 3, "one delivery per host: {deliveries:#?}");
+    let mut subscribers: Vec<_> = deliveries.iter().filter_map(|d| d.attribute("mcp_proxy.holder")).collect();
+    subscribers.sort_unstable();
+    subscribers.dedup();
+    assert_eq!(subscribers.len(), 3, "one delivery per host: {deliveries:#?}");
     assert_eq!(updated_spans(&spans, "PRODUCER").len(), 3, "bob, who may not see it, had none: {spans:#?}");
     Ok(())
 }

@@ -46,7 +46,7 @@ fn under<'a>(spans: &'a [ReceivedSpan], parent: &ReceivedSpan) -> Vec<&'a Receiv
 /// Three alice hosts (two 2025 sessions, a 2026-07-28 listen stream) hold a server-everything
 /// document, bob its parent; once the tool is on, each host hears the document's `updated`, and
 /// the receiver has a CONSUMER span of it (its own trace, the upstream `ev`) with exactly three
-/// PRODUCER spans under it, one per alice's host, queued. Bob's holder, seen in the deliveries of
+/// PRODUCER spans under it, one per alice's host, queued. Bob's subscriber, seen in the deliveries of
 /// the parent's own `updated`, is in none of the document's.
 #[tokio::test]
 async fn one_server_everything_updated_is_one_span_delivered_to_the_three_hosts_that_may_see_it() -> anyhow::Result<()>
@@ -84,7 +84,7 @@ async fn one_server_everything_updated_is_one_span_delivered_to_the_three_hosts_
     };
     let spans =
         receiver.wait("the document's updated with three deliveries, the parent's with one", fanned_out).await?;
-    let bob_holder = spans_of(&spans, "CONSUMER", Some(DOCS))
+    let bob_subscriber = spans_of(&spans, "CONSUMER", Some(DOCS))
         .iter()
         .flat_map(|updated| under(&spans, updated))
         .find_map(|delivery| delivery.attribute("mcp_proxy.holder"))
@@ -96,7 +96,11 @@ async fn one_server_everything_updated_is_one_span_delivered_to_the_three_hosts_
         for delivery in &deliveries {
             assert_eq!(delivery.trace_id, updated.trace_id, "{delivery:#?}");
             assert_eq!(delivery.attribute("mcp_proxy.delivery"), Some("queued"), "{delivery:#?}");
-            assert_ne!(delivery.attribute("mcp_proxy.holder"), Some(bob_holder), "bob may not see it: {delivery:#?}");
+            assert_ne!(
+                delivery.attribute("mcp_proxy.holder"),
+                Some(bob_subscriber),
+                "bob may not see it: {delivery:#?}"
+            );
         }
         // The last `updated` may have been exported before all its deliveries were.
         if deliveries.len() == 3 {

@@ -189,7 +189,7 @@ async fn a_file_write_removes_one_upstream_and_reconnects_a_changed_one() -> any
     wait_for_stats(&setup.side, |s| s["subscribes"].as_u64().unwrap_or(0) >= subscribes + 2).await?;
     let status = setup.status().await?;
     assert_eq!(status["config_reload"]["changed"], json!(["fx"]), "{status}");
-    // Anything may have changed while it reconnected: each holder is told so. Its list is the
+    // Anything may have changed while it reconnected: each subscriber is told so. Its list is the
     // same once fx is back, so no list_changed; and its updates flow over the new connection.
     assert_eq!(setup.heard().await?, FixtureEvent::Updated("fx+fx://fx/item/1".into()));
     #[allow(deprecated)]

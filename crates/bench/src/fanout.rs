@@ -55,7 +55,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     let connecting = Instant::now();
     let hosts = connect_hosts(&proxy.url, per_era, &updates).await?;
     let connected = connecting.elapsed();
-    wait_watched(&side).await?;
+    wait_subscribed(&side).await?;
     let mut deliveries = Vec::new();
     for _ in 0..repeats {
         deliveries.push(deliver(&side, &mut heard, hosts.count).await?);
@@ -120,7 +120,7 @@ async fn forward_updates(id: usize, client: Client, mut subscription: Subscripti
 }
 
 /// Wait until the proxy holds its upstream subscription on the URI.
-async fn wait_watched(side: &Client) -> anyhow::Result<()> {
+async fn wait_subscribed(side: &Client) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let stats = clients::fixture_stats(side).await?;

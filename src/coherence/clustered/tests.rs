@@ -4,104 +4,28 @@
 //! principal, an entry whose vouching replica is gone is not served, and Redis stopped and
 //! started again: nothing stale, and the tier comes back by itself.
 
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use rmcp::model::{CacheScope, ReadResourceResult, ResourceContents};
 
 use super::super::shared::{Place, SharedTier};
-use super::super::{Cached, Coherence, Loaded, Outcome, ReadRequest, WatchBook};
+use super::super::{Cached, Coherence, Loaded, Outcome, ReadRequest, UpstreamSubscriptions};
 use crate::cluster::{ClusterKeys, RedisSeal};
 use crate::config::{CacheConfig, UpstreamCache};
 use crate::metrics::Metrics;
+
+mod redis_server;
+
+use self::redis_server::Redis;
 
 const REPLICAS: &str = "test:replica:";
 const SECRET: &[u8] = b"the test cluster's secret, 32 b.";
 const TRUSTED: UpstreamCache =
     UpstreamCache { enabled: true, max_ttl: None, trust_notifications: true, unwatched_ttl: None };
-
-/// A `redis-server` on a free loopback port, without persistence; killed when dropped.
-struct Redis {
-    port: u16,
-    child: Option<Child>,
-}
-
-impl Redis {
-    async fn start() -> Redis {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut redis = Redis { port, child: None };
-        redis.run().await;
-        redis
-    }
-
-    async fn run(&mut self) {
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server (installed by .ci/install-cluster.sh)");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(mut connection) = self.client().get_multiplexed_async_connection().await
-                && redis::cmd("PING").query_async::<String>(&mut connection).await.is_ok()
-            {
-                return;
-            }
-            assert!(Instant::now() < deadline, "redis-server did not answer in time");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    fn client(&self) -> redis::Client {
-        redis::Client::open(format!("redis://127.0.0.1:{}/0", self.port)).unwrap()
-    }
-
-    async fn set(&self, key: &str, value: &str) {
-        let mut connection = self.client().get_multiplexed_async_connection().await.unwrap();
-        redis::cmd("SET").arg(key).arg(value).query_async::<()>(&mut connection).await.unwrap();
-    }
-
-    async fn keys(&self, pattern: &str) -> Vec<String> {
-        let mut connection = self.client().get_multiplexed_async_connection().await.unwrap();
-        let mut keys: Vec<String> = redis::cmd("KEYS").arg(pattern).query_async(&mut connection).await.unwrap();
-        keys.sort();
-        keys
-    }
-
-    async fn hset(&self, key: &str, field: &str, value: &[u8]) {
-        let mut connection = self.client().get_multiplexed_async_connection().await.unwrap();
-        redis::cmd("HSET").arg(key).arg(field).arg(value).query_async::<()>(&mut connection).await.unwrap();
-    }
-
-    async fn hget(&self, key: &str, field: &str) -> Vec<u8> {
-        let mut connection = self.client().get_multiplexed_async_connection().await.unwrap();
-        redis::cmd("HGET").arg(key).arg(field).query_async(&mut connection).await.unwrap()
-    }
-
-    async fn del(&self, key: &str) {
-        let mut connection = self.client().get_multiplexed_async_connection().await.unwrap();
-        redis::cmd("DEL").arg(key).query_async::<()>(&mut connection).await.unwrap();
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
 
 /// One replica's coherence layer, its shared tier under `prefix`; alive (its replica key set).
 async fn replica(redis: &Redis, prefix: &str, name: &str) -> Coherence {
@@ -129,7 +53,7 @@ async fn replica_of(redis: &Redis, (prefix, name): (&str, &str), secret: &[u8], 
         stale_if_error: Duration::ZERO,
         max_watched_per_upstream: 1000,
     };
-    let book = Arc::new(WatchBook::new(crate::upstream::Registry::default()));
+    let book = Arc::new(UpstreamSubscriptions::new(crate::upstream::Registry::default()));
     Coherence::new(cache, book, 7, metrics, Duration::from_secs(5), Some(tier))
 }
 
@@ -182,7 +106,7 @@ async fn read(cache: &Coherence, uri: &str, principal: &str, value: &str, loads:
     let loader = cache.clone();
     let load = || async move {
         loads.fetch_add(1, Ordering::SeqCst);
-        Ok(Loaded { result: text(value), watch: loader.watch("u", uri, &TRUSTED) })
+        Ok(Loaded { result: text(value), subscription: loader.load_subscription("u", uri, &TRUSTED) })
     };
     cache.read(request(uri, principal), load).await.unwrap()
 }
@@ -387,12 +311,12 @@ async fn randomized_reads_across_replicas_never_return_content_older_than_a_rece
             let loader = cache.clone();
             let read = cache
                 .read(request(uri, "p"), || async move {
-                    let watch = loader.watch("u", uri, &TRUSTED);
+                    let subscription = loader.load_subscription("u", uri, &TRUSTED);
                     let v = version.load(Ordering::SeqCst);
                     for _ in 0..delay {
                         tokio::task::yield_now().await;
                     }
-                    Ok(Loaded { result: text(&v.to_string()), watch })
+                    Ok(Loaded { result: text(&v.to_string()), subscription })
                 })
                 .await
                 .unwrap();

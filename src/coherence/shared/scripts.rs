@@ -68,9 +68,9 @@ end
 if found > 0 then return {boot, v, found, 0} end
 local lease = 0
 for i = 1, 2 do
-  local holder = redis.call('GET', p .. 'lease:' .. up .. ':' .. v .. ':' .. whos[i] .. ':' .. ARGV[5])
-  if holder then
-    if holder == ARGV[8] and whos[i] == ARGV[7] then
+  local subscriber = redis.call('GET', p .. 'lease:' .. up .. ':' .. v .. ':' .. whos[i] .. ':' .. ARGV[5])
+  if subscriber then
+    if subscriber == ARGV[8] and whos[i] == ARGV[7] then
       if lease == 0 then lease = 2 end
     else
       lease = 1

@@ -19,8 +19,8 @@ use crate::cluster::session_pass::{self, Passes, Refusal};
 use crate::downstream::bodies::BodyGuard;
 use crate::downstream::call_streams::CallStreams;
 use crate::downstream::kept::KeptCalls;
-use crate::downstream::owned_holds::OwnedHolds;
 use crate::downstream::relay::LogLevel;
+use crate::downstream::replica_subscriptions::ReplicaSubscriptions;
 use crate::listener::{Peers, VerifiedPeer};
 use crate::proxy::Proxy;
 
@@ -69,7 +69,7 @@ pub(in crate::downstream) fn routes(
             kept,
             bound: Arc::default(),
             level: LogLevel::default(),
-            holds: OwnedHolds::default(),
+            subscriptions: ReplicaSubscriptions::default(),
             lists: Arc::default(),
         })
     };

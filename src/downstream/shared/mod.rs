@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use self::records::{Record, Records};
 use self::resumed::Resumption;
-use self::streams::{Holding, StreamHolds};
+use self::streams::{OpenStreams, StreamSubscriptions};
 
 tokio::task_local! {
     /// The record of the session a request is restoring on this replica.
@@ -34,13 +34,13 @@ tokio::task_local! {
 #[derive(Clone)]
 pub(crate) struct Shared {
     pub records: Records,
-    pub holding: Holding,
+    pub stream_subscriptions: StreamSubscriptions,
     pub resumption: Resumption,
 }
 
 impl Shared {
-    pub fn streams(&self) -> &Arc<StreamHolds> {
-        &self.holding.streams
+    pub fn streams(&self) -> &Arc<OpenStreams> {
+        &self.stream_subscriptions.streams
     }
 }
 

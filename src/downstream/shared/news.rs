@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 use super::answers::{ANSWER, Answers};
 use super::keepers::{COLLECT, KEPT, Keepers};
 use super::records::{ENDED, LEVEL, Records, SUBSCRIPTIONS};
-use super::streams::StreamHolds;
+use super::streams::OpenStreams;
 use crate::downstream::sessions::SessionBook;
 
 /// News waiting to be handled; past it, news counts as lost.
@@ -41,7 +41,7 @@ pub(crate) struct Newsroom {
     pub records: Records,
     pub book: Arc<SessionBook>,
     pub manager: Arc<LocalSessionManager>,
-    pub streams: Arc<StreamHolds>,
+    pub streams: Arc<OpenStreams>,
     /// Per-host upstream sessions of a session ended anywhere are closed (on the replica that
     /// holds them, which may hold no handler of the session).
     pub proxy: crate::proxy::Proxy,

@@ -173,7 +173,7 @@ impl Records {
     /// The record of `session`, if it lives.
     pub async fn load(&self, session: &str) -> RedisResult<Option<Record>> {
         let record = self.record_key(session);
-        let held = held_key(&record);
+        let held = subscribed_key(&record);
         let mut redis = self.redis();
         let (fields, subscriptions): (HashMap<String, Vec<u8>>, HashMap<String, Vec<u8>>) =
             self.run(redis::pipe().hgetall(&record).hgetall(&held).query_async(&mut redis)).await?;
@@ -197,7 +197,7 @@ impl Records {
         let script = Script::new(TOUCH);
         let mut invocation = script.key(&record);
         invocation
-            .key(held_key(&record))
+            .key(subscribed_key(&record))
             .key(self.cluster.key(&["sessions"]))
             .key(self.cluster.key(&["sessions", ""]))
             .arg(now_ms())
@@ -229,7 +229,7 @@ impl Records {
         (max, max_principal): (usize, usize),
     ) -> RedisResult<Result<(), SubscribeRefused>> {
         let record = self.record_key(session);
-        let (held, name) = (held_key(&record), self.cluster.seal().name(uri));
+        let (held, name) = (subscribed_key(&record), self.cluster.seal().name(uri));
         let script = Script::new(SUBSCRIBE);
         let mut invocation = script.key(&record);
         invocation
@@ -258,7 +258,7 @@ impl Records {
         let mut redis = self.redis();
         let news = format!("{SUBSCRIPTIONS} {}", self.ids.record_key(session));
         let mut pipe = redis::pipe();
-        pipe.hdel(held_key(&record), self.cluster.seal().name(uri)).publish(self.news_channel(), news);
+        pipe.hdel(subscribed_key(&record), self.cluster.seal().name(uri)).publish(self.news_channel(), news);
         let _: (i64, i64) = self.run(pipe.query_async(&mut redis)).await?;
         Ok(())
     }
@@ -269,7 +269,7 @@ impl Records {
         let script = Script::new(END);
         let mut invocation = script.key(&record);
         invocation
-            .key(held_key(&record))
+            .key(subscribed_key(&record))
             .key(self.cluster.key(&["sessions"]))
             .key(self.cluster.key(&["sessions", ""]))
             .arg(self.news_channel())
@@ -342,7 +342,7 @@ impl SessionStore for Records {
 }
 
 /// The key of the URIs a session's record holds.
-fn held_key(record: &str) -> String {
+fn subscribed_key(record: &str) -> String {
     format!("{record}:held")
 }
 

@@ -1,14 +1,14 @@
-//! `[cluster]`: the replica serving a 2025 session's GET stream delivers its `updated`. It holds
+//! `[cluster]`: the replica serving a 2025 session's GET stream delivers its `updated`. It subscribes
 //! the session's subscriptions (from its record) through its own upstream connections while the
 //! stream is open here, follows the record's changes (news from any replica, see `news`), and
 //! lets them go when the stream ends.
 //!
 //! Nothing owed is lost when the stream moves (the host reconnects after a replica died, or its
-//! load balancer sent the GET elsewhere): each URI this stream starts holding is acknowledged by
+//! load balancer sent the GET elsewhere): each URI this stream starts subscribing is acknowledged by
 //! its upstream first, then the host is sent one `updated` for it on this stream — a change made
-//! while no replica watched it for this host is announced, at the price of a spurious one.
+//! while no replica subscribed it for this host is announced, at the price of a spurious one.
 //!
-//! Invariant: a URI is held for a session on this replica only while a GET stream of the session
+//! Invariant: a URI is subscribed for a session on this replica only while a GET stream of the session
 //! is open here (or a newer one replaced it); the host hears of it only as its principal may
 //! see it (the proxy's own subscribe and fan-out decide).
 
@@ -31,23 +31,23 @@ use super::records::Records;
 use crate::downstream::sessions::SessionBook;
 use crate::host::HostSession;
 use crate::proxy::Proxy;
-use crate::subscriptions::HolderId;
+use crate::subscription_table::SubscriberId;
 use crate::wire::sse;
 
 /// How long a stream waits for the session's handler to register (a session restored by the
 /// GET itself registers as its replayed handshake ends).
-const HOLDER_WAIT: Duration = Duration::from_secs(10);
+const SUBSCRIBER_WAIT: Duration = Duration::from_secs(10);
 /// How long a URI's upstream has to acknowledge it before its `updated` is sent regardless.
 const WATCH_WAIT: Duration = Duration::from_secs(5);
 
 /// The GET streams open on this replica, by record key, each with its resync signal.
 #[derive(Default)]
-pub(crate) struct StreamHolds {
+pub(crate) struct OpenStreams {
     open: Mutex<HashMap<String, (u64, mpsc::Sender<()>)>>,
     serial: AtomicU64,
 }
 
-impl StreamHolds {
+impl OpenStreams {
     /// The record keyed `record_key` changed: its stream here (if any) syncs again.
     pub fn resync(&self, record_key: &str) {
         if let Some((_, signal)) = self.open.lock().expect("streams lock").get(record_key) {
@@ -64,31 +64,31 @@ impl StreamHolds {
     }
 }
 
-/// What a held stream works with.
+/// What a stream subscribing its session's subscriptions works with.
 #[derive(Clone)]
-pub(crate) struct Holding {
+pub(crate) struct StreamSubscriptions {
     pub proxy: Proxy,
     pub records: Records,
     pub book: Arc<SessionBook>,
-    pub streams: Arc<StreamHolds>,
+    pub streams: Arc<OpenStreams>,
 }
 
-impl Holding {
-    /// `response` (rmcp's GET stream of `session`) with the session's subscriptions held and
+impl StreamSubscriptions {
+    /// `response` (rmcp's GET stream of `session`) with the session's subscriptions subscribed and
     /// announced on it.
-    pub fn hold(&self, session: &str, principal: &str, response: Response) -> Response {
+    pub fn subscribe(&self, session: &str, principal: &str, response: Response) -> Response {
         let record_key = self.records.ids.record_key(session);
         tracing::debug!(principal, "cluster: this replica serves the session's GET stream");
         let serial = self.streams.serial.fetch_add(1, Ordering::Relaxed);
         let (signal, resyncs) = mpsc::channel(1);
         self.streams.open.lock().expect("streams lock").insert(record_key.clone(), (serial, signal));
         let sync = Arc::new(Sync {
-            holding: self.clone(),
+            stream_subscriptions: self.clone(),
             session: session.to_owned(),
             principal: principal.to_owned(),
-            holder: Mutex::new(None),
+            subscriber: Mutex::new(None),
             host: Mutex::new(None),
-            held: Mutex::default(),
+            subscribed: Mutex::default(),
         });
         let runner = sync.clone();
         let ours = futures::stream::once(async {})
@@ -100,31 +100,31 @@ impl Holding {
             .fuse()
             .boxed();
         let guard = Guard { sync, record_key, serial };
-        response.map(|body| Body::from_stream(HeldBody { rmcp: body.into_data_stream(), ours, _guard: guard }))
+        response.map(|body| Body::from_stream(SubscribedBody { rmcp: body.into_data_stream(), ours, _guard: guard }))
     }
 }
 
-/// One held stream's subscriptions.
+/// One stream's subscriptions.
 struct Sync {
-    holding: Holding,
+    stream_subscriptions: StreamSubscriptions,
     session: String,
     principal: String,
-    holder: Mutex<Option<HolderId>>,
+    subscriber: Mutex<Option<SubscriberId>>,
     /// The session as a per-host upstream session's host, once its `initialize` was read.
     host: Mutex<Option<HostSession>>,
-    /// What this stream holds now.
-    held: Mutex<BTreeSet<String>>,
+    /// What this stream subscribes now.
+    subscribed: Mutex<BTreeSet<String>>,
 }
 
 impl Sync {
-    /// Hold what the record holds, let go of what it no longer does; the `updated` events for
-    /// the URIs newly held, once their upstreams acknowledged them.
+    /// Subscribe what the record has, let go of what it no longer does; the `updated` events for
+    /// the URIs newly subscribed, once their upstreams acknowledged them.
     async fn run(self: Arc<Self>) -> Vec<Bytes> {
-        let Some(holder) = self.holder().await else {
+        let Some(subscriber) = self.subscriber().await else {
             tracing::debug!(principal = %self.principal, "stream of a session with no handler here");
             return Vec::new();
         };
-        let wanted: BTreeSet<String> = match self.holding.records.load(&self.session).await {
+        let wanted: BTreeSet<String> = match self.stream_subscriptions.records.load(&self.session).await {
             Ok(Some(record)) => record.subscriptions.into_iter().collect(),
             Ok(None) => BTreeSet::new(),
             Err(error) => {
@@ -133,27 +133,27 @@ impl Sync {
             }
         };
         let host = self.host().await;
-        let proxy = &self.holding.proxy;
+        let proxy = &self.stream_subscriptions.proxy;
         let caller = proxy.caller(&self.principal);
         let added: Vec<String> = {
-            let mut held = self.held.lock().expect("held lock");
-            for gone in held.difference(&wanted).cloned().collect::<Vec<_>>() {
-                let _ = proxy.unsubscribe(&caller, holder, &gone);
-                held.remove(&gone);
+            let mut subscribed = self.subscribed.lock().expect("stream subscriptions lock");
+            for gone in subscribed.difference(&wanted).cloned().collect::<Vec<_>>() {
+                let _ = proxy.unsubscribe(&caller, subscriber, &gone);
+                subscribed.remove(&gone);
             }
             let mut added = Vec::new();
-            for uri in wanted.difference(&held.clone()) {
-                match proxy.subscribe(&caller, holder, uri, host) {
+            for uri in wanted.difference(&subscribed.clone()) {
+                match proxy.subscribe(&caller, subscriber, uri, host) {
                     Ok(()) => {
-                        held.insert(uri.clone());
+                        subscribed.insert(uri.clone());
                         added.push(uri.clone());
                     }
-                    Err(error) => tracing::debug!(uri, error = %error, "a session's subscription not held here"),
+                    Err(error) => tracing::debug!(uri, error = %error, "a session's subscription not made here"),
                 }
             }
             added
         };
-        let acknowledged = added.iter().map(|uri| proxy.wait_watched(&caller, uri, WATCH_WAIT));
+        let acknowledged = added.iter().map(|uri| proxy.wait_subscribed(&caller, uri, WATCH_WAIT));
         futures::future::join_all(acknowledged).await;
         added.iter().map(|uri| updated_event(uri)).collect()
     }
@@ -164,7 +164,7 @@ impl Sync {
         if let Some(host) = *self.host.lock().expect("host lock") {
             return Some(host);
         }
-        let records = &self.holding.records;
+        let records = &self.stream_subscriptions.records;
         let capabilities = match SessionStore::load(records, &self.session).await {
             Ok(Some(state)) => state.initialize_params.capabilities,
             _ => return None,
@@ -178,13 +178,13 @@ impl Sync {
         Some(host)
     }
 
-    async fn holder(&self) -> Option<HolderId> {
-        if let Some(holder) = *self.holder.lock().expect("holder lock") {
-            return Some(holder);
+    async fn subscriber(&self) -> Option<SubscriberId> {
+        if let Some(subscriber) = *self.subscriber.lock().expect("subscriber lock") {
+            return Some(subscriber);
         }
-        let holder = self.holding.book.wait_holder(&self.session, HOLDER_WAIT).await?;
-        *self.holder.lock().expect("holder lock") = Some(holder);
-        Some(holder)
+        let subscriber = self.stream_subscriptions.book.wait_subscriber(&self.session, SUBSCRIBER_WAIT).await?;
+        *self.subscriber.lock().expect("subscriber lock") = Some(subscriber);
+        Some(subscriber)
     }
 }
 
@@ -200,7 +200,7 @@ fn updated_event(uri: &str) -> Bytes {
     Bytes::from(body)
 }
 
-/// The stream's place in [`StreamHolds`] and its holds, given up when the body is dropped.
+/// The stream's place in [`OpenStreams`] and its subscriptions, given up when the body is dropped.
 struct Guard {
     sync: Arc<Sync>,
     record_key: String,
@@ -209,31 +209,31 @@ struct Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        let streams = &self.sync.holding.streams;
+        let streams = &self.sync.stream_subscriptions.streams;
         let mut open = streams.open.lock().expect("streams lock");
-        // A newer stream of the session here holds the same URIs under the same holder.
+        // A newer stream of the session here subscribes the same URIs under the same subscriber.
         if open.get(&self.record_key).is_none_or(|(serial, _)| *serial != self.serial) {
             return;
         }
         open.remove(&self.record_key);
         drop(open);
-        let Some(holder) = *self.sync.holder.lock().expect("holder lock") else { return };
-        let proxy = &self.sync.holding.proxy;
+        let Some(subscriber) = *self.sync.subscriber.lock().expect("subscriber lock") else { return };
+        let proxy = &self.sync.stream_subscriptions.proxy;
         let caller = proxy.caller(&self.sync.principal);
-        for uri in std::mem::take(&mut *self.sync.held.lock().expect("held lock")) {
-            let _ = proxy.unsubscribe(&caller, holder, &uri);
+        for uri in std::mem::take(&mut *self.sync.subscribed.lock().expect("stream subscriptions lock")) {
+            let _ = proxy.unsubscribe(&caller, subscriber, &uri);
         }
     }
 }
 
 /// rmcp's stream, with this stream's own events between its messages; it ends with rmcp's.
-struct HeldBody {
+struct SubscribedBody {
     rmcp: axum::body::BodyDataStream,
     ours: BoxStream<'static, Bytes>,
     _guard: Guard,
 }
 
-impl Stream for HeldBody {
+impl Stream for SubscribedBody {
     type Item = Result<Bytes, axum::Error>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {

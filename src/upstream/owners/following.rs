@@ -1,32 +1,32 @@
-//! Every second the `sessions:<upstream>` sweep looks where each session lives now: the holds
+//! Every second the `sessions:<upstream>` sweep looks where each session lives now: the subscriptions
 //! of one whose owner changed (those waiting since it was reclaimed from a full pool too) are
-//! made where it lives now (here, or on a connection to the new owner), each holder told once
+//! made where it lives now (here, or on a connection to the new owner), each subscriber told once
 //! that its URI may have changed.
 
 use std::sync::Arc;
 
 use super::Reach;
 use crate::host::HostSession;
-use crate::subscriptions::HolderId;
+use crate::subscription_table::SubscriberId;
 use crate::upstream::client::Declared;
-use crate::upstream::holding::host_session;
 use crate::upstream::owner_link::Whose;
 use crate::upstream::pool::SessionKey;
 use crate::upstream::session::Session;
+use crate::upstream::session_subscriptions::host_session;
 use crate::upstream::{Upstream, UpstreamEvent};
 
-/// One hold taken off a session to be made again where its session lives now.
+/// One subscription taken off a session to be made again where its session lives now.
 struct Moving {
     principal: Arc<str>,
     host: Option<HostSession>,
-    holder: HolderId,
+    subscriber: SubscriberId,
     uri: String,
 }
 
 impl Upstream {
-    /// Each session's holds go where it lives now: those on a connection to a replica that no
+    /// Each session's subscriptions go where it lives now: those on a connection to a replica that no
     /// longer holds it, and those on a session here that another replica holds now. Each
-    /// holder is told once that its URI may have changed while it moved.
+    /// subscriber is told once that its URI may have changed while it moved.
     pub(in crate::upstream) fn follow_owners(&self) {
         let Some(routes) = self.inner.owner_routes.get().filter(|_| self.has_sessions()) else { return };
         let lives_at = |key: &SessionKey, declared: Option<Declared>| {
@@ -39,15 +39,15 @@ impl Upstream {
         });
         let mut moving = Vec::new();
         for session in &moved_away {
-            moving.extend(taken_off(session.principal(), session_host(session), session.holds().take_all()));
+            moving.extend(taken_off(session.principal(), session_host(session), session.subscriptions().take_all()));
         }
         self.closed_with_own_offerings(&moved_away);
         if let Some(book) = &self.inner.sessions {
             for (key, session) in book.sessions() {
-                if session.holds().holds_anything() && lives_at(&key, session.inner.declared).is_some() {
-                    let held = session.holds().take_all();
-                    held.keys().for_each(|uri| session.set_watching(uri, false));
-                    moving.extend(taken_off(session.principal(), session_host(&session), held));
+                if session.subscriptions().subscribes_anything() && lives_at(&key, session.inner.declared).is_some() {
+                    let subscribed = session.subscriptions().take_all();
+                    subscribed.keys().for_each(|uri| session.set_subscribed(uri, false));
+                    moving.extend(taken_off(session.principal(), session_host(&session), subscribed));
                 }
             }
             // Those waiting since their session was reclaimed from a full pool too: they would
@@ -56,25 +56,25 @@ impl Upstream {
                 if lives_at(&key, declared).is_some()
                     && let Some(waiting) = book.reclaimed.take(&key)
                 {
-                    moving.extend(taken_off(key.principal(), host_session(&key, waiting.declared), waiting.held));
+                    moving.extend(taken_off(key.principal(), host_session(&key, waiting.declared), waiting.subscribed));
                 }
             }
         }
-        for hold in moving {
-            self.hold_moved(hold);
+        for subscription in moving {
+            self.subscription_moved(subscription);
         }
     }
 
-    /// Make `hold` where its session lives now, and tell its holder once.
-    fn hold_moved(&self, hold: Moving) {
-        let Moving { principal, host, holder, uri } = hold;
-        if let Err(error) = self.session_hold(&principal, host, holder, &uri, None) {
+    /// Make `subscription` where its session lives now, and tell its subscriber once.
+    fn subscription_moved(&self, subscription: Moving) {
+        let Moving { principal, host, subscriber, uri } = subscription;
+        if let Err(error) = self.session_subscribe(&principal, host, subscriber, &uri, None) {
             tracing::warn!(upstream = self.name(), error = %error, "cluster: a subscription could not follow its session");
             return;
         }
         let Some(events) = self.inner.events.lock().expect("events lock").clone() else { return };
-        let (upstream, holders) = (self.name().to_string(), vec![(holder, vec![uri.clone()])]);
-        events.send(UpstreamEvent::SessionUpdated { upstream, uri, heard: false, holders });
+        let (upstream, subscribers) = (self.name().to_string(), vec![(subscriber, vec![uri.clone()])]);
+        events.send(UpstreamEvent::SessionUpdated { upstream, uri, heard: false, subscribers });
     }
 }
 
@@ -86,9 +86,15 @@ fn session_host(session: &Session) -> Option<HostSession> {
     })
 }
 
-/// The holds `held`, taken off a session of `principal` (host session `host`), to be made again.
-fn taken_off(principal: &str, host: Option<HostSession>, held: crate::upstream::pool::HeldUris) -> Vec<Moving> {
+/// The subscriptions `subscribed`, taken off a session of `principal` (host session `host`), to be made again.
+fn taken_off(
+    principal: &str,
+    host: Option<HostSession>,
+    subscribed: crate::upstream::pool::SubscribedUris,
+) -> Vec<Moving> {
     let principal: Arc<str> = principal.into();
-    let each = held.into_iter().flat_map(|(uri, holders)| holders.into_iter().map(move |holder| (uri.clone(), holder)));
-    each.map(|(uri, holder)| Moving { principal: principal.clone(), host, holder, uri }).collect()
+    let each = subscribed
+        .into_iter()
+        .flat_map(|(uri, subscribers)| subscribers.into_iter().map(move |subscriber| (uri.clone(), subscriber)));
+    each.map(|(uri, subscriber)| Moving { principal: principal.clone(), host, subscriber, uri }).collect()
 }

@@ -173,7 +173,7 @@ async fn list_changed_reaches_only_hosts_whose_visible_list_changed() -> anyhow:
 /// and not the parent either (the stream, whose filter names `multi`). Order proves absence:
 /// the first update on each is `item/1`, touched after; alice, allowed `multi/b`, hears it.
 #[tokio::test]
-async fn a_change_of_a_denied_part_reaches_no_holder_of_its_parent() -> anyhow::Result<()> {
+async fn a_change_of_a_denied_part_reaches_no_subscriber_of_its_parent() -> anyhow::Result<()> {
     let world = Principals::start().await?;
     let side = world.alpha_side().await?;
     let (alice, mut alice_events) = world.http("alice", Era::Legacy).await?;

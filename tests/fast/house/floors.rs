@@ -24,7 +24,7 @@ const FLOORS: &[&[&str]] = &[
         "namespace",
         "uri",
         "cursor",
-        "subscriptions",
+        "subscription_table",
         "spine",
         "ready_file",
         "host",
@@ -41,7 +41,7 @@ const FLOORS: &[&[&str]] = &[
     &["cache", "fanout", "audit", "cluster"],
     // Upstream connections.
     &["upstream"],
-    // Cache coherence (holds upstream handles in its watch book).
+    // Cache coherence (holds upstream handles in its upstream subscriptions).
     &["coherence", "tools"],
     // The admin listener (given the status by whoever serves it).
     &["admin"],
@@ -69,8 +69,8 @@ const EDGES: &[(&str, &[&str])] = &[
     ("mcp_json", &["problem", "namespace", "config"]),
     ("rate_limits", &["policy", "config"]),
     ("telemetry", &["crypto", "config"]),
-    ("cache", &["subscriptions", "metrics"]),
-    ("fanout", &["subscriptions", "spine"]),
+    ("cache", &["subscription_table", "metrics"]),
+    ("fanout", &["subscription_table", "spine"]),
     ("audit", &["protocol", "spine", "config", "auth", "metrics", "telemetry"]),
     ("cluster", &["crypto", "protocol", "error", "spine", "host", "config", "metrics", "telemetry"]),
     (
@@ -81,7 +81,7 @@ const EDGES: &[(&str, &[&str])] = &[
             "error",
             "namespace",
             "uri",
-            "subscriptions",
+            "subscription_table",
             "catalog",
             "spine",
             "host",
@@ -94,7 +94,7 @@ const EDGES: &[(&str, &[&str])] = &[
             "telemetry",
         ],
     ),
-    ("coherence", &["error", "subscriptions", "wire", "config", "metrics", "cache", "cluster", "upstream"]),
+    ("coherence", &["error", "subscription_table", "wire", "config", "metrics", "cache", "cluster", "upstream"]),
     (
         "tools",
         &[
@@ -124,7 +124,7 @@ const EDGES: &[(&str, &[&str])] = &[
             "namespace",
             "uri",
             "cursor",
-            "subscriptions",
+            "subscription_table",
             "catalog",
             "spine",
             "policy",
@@ -148,7 +148,7 @@ const EDGES: &[(&str, &[&str])] = &[
         &[
             "protocol",
             "error",
-            "subscriptions",
+            "subscription_table",
             "spine",
             "host",
             "wire",

@@ -34,6 +34,20 @@ const GONE: &[(&str, &str)] = &[
     ),
     ("fn resume_at", "a 2026-07-28 retry goes to the replica its call is parked on over MCP (`Upstream::session_on`)"),
     ("_elsewhere(", "one decision says where a request runs (`Upstream::session_for`); no caller knows elsewhere"),
+    ("WatchBook", "one name per concept: the proxy's upstream subscriptions are `coherence::UpstreamSubscriptions`"),
+    ("WatchTicket", "one name per concept: a load's claim is a `coherence::LoadSubscription`"),
+    ("HolderId", "one name per concept: whoever subscribes is a subscriber (`subscription_table::SubscriberId`)"),
+    ("Holdings", "one name per concept: who subscribes what is the `subscription_table::SubscriptionTable`"),
+    ("struct Holds", "one name per concept: `CacheSubscriptions`, `SessionSubscriptions` (see ARCHITECTURE.md)"),
+    ("struct Hold ", "one name per concept: the cache's is a `CacheSubscription`"),
+    ("struct Held ", "one name per concept: see the glossary in ARCHITECTURE.md"),
+    ("struct Holding", "one name per concept: a GET stream's are its `StreamSubscriptions`"),
+    ("StreamHolds", "one name per concept: the streams open here are `OpenStreams`"),
+    ("OwnedHolds", "one name per concept: one MCP session's are its `ReplicaSubscriptions`"),
+    ("SessionHold", "one name per concept: one on a session is a `SessionSubscription`"),
+    ("ReplicaHold", "one name per concept: one for another replica is a `ReplicaSubscription`"),
+    ("enum Watching", "one name per concept: what became of a subscribe is a `SubscribeOutcome`"),
+    ("WatchSet", "one name per concept: a connection's is its `SubscribedSet`"),
 ];
 
 #[test]
