@@ -50,8 +50,8 @@ mod sockets;
 mod stored;
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use self::scripts::Scripts;
