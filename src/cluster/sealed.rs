@@ -31,13 +31,15 @@ const VERSION: u8 = 1;
 #[derive(Clone)]
 pub struct RedisSeal {
     key: SealingKey,
-    names: [u8; 32],
+    /// The keyed digest of names, keyed once (each name clones it).
+    names: Hmac<Sha256>,
     metrics: Metrics,
 }
 
 impl RedisSeal {
     pub fn new(keys: &ClusterKeys, metrics: Metrics) -> Self {
-        Self { key: SealingKey::new(&keys.redis_seal()), names: keys.redis_names(), metrics }
+        let names = Hmac::<Sha256>::new_from_slice(&keys.redis_names()).expect("any key length");
+        Self { key: SealingKey::new(&keys.redis_seal()), names, metrics }
     }
 
     /// `plaintext` sealed for `field` of the Redis key `redis_key`, bound to `bound` too.
@@ -86,9 +88,15 @@ impl RedisSeal {
     /// `text` (a URI, a principal) as Redis may name it: 32 hex digits of a keyed digest, the
     /// same on every replica of this cluster and saying nothing of the text.
     pub fn name(&self, text: &str) -> String {
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.names).expect("any key length");
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut mac = self.names.clone();
         mac.update(text.as_bytes());
-        mac.finalize().into_bytes()[..16].iter().map(|b| format!("{b:02x}")).collect()
+        let mut name = String::with_capacity(32);
+        for byte in &mac.finalize().into_bytes()[..16] {
+            name.push(char::from(HEX[usize::from(byte >> 4)]));
+            name.push(char::from(HEX[usize::from(byte & 0xf)]));
+        }
+        name
     }
 }
 
@@ -160,6 +168,11 @@ mod tests {
         assert_ne!(name, seal(b"another secret, just as long, 32b").0.name("file:///alice/notes.md"));
         assert_ne!(name, ours.name("file:///alice/notes.mdx"));
         assert_eq!(name.len(), 32);
+        // The digest as every release names it (HMAC-SHA256 of the text, its first 16 bytes in hex).
+        let mut mac = Hmac::<Sha256>::new_from_slice(&ClusterKeys::new(SECRET).redis_names()).unwrap();
+        mac.update(b"file:///alice/notes.md");
+        let expected: String = mac.finalize().into_bytes()[..16].iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(name, expected);
         assert!(!name.contains("alice"));
     }
 }
