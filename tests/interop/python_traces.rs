@@ -122,7 +122,7 @@ async fn a_python_host_over_stdio_has_its_trace_continued_over_pipe() -> anyhow:
     let config = write_config(dir.path(), &format!("{telemetry}{}", traced_py_upstream(&receiver)))?;
     let config = config.to_str().context("a UTF-8 path")?;
     let stdio = ["--stdio", PROXY_BIN, "serve", "--stdio", "--config", config, "--"];
-    traced_host(&stdio, &receiver, "legacy", &["call:py__bump:{\"id\":3}", "read:py+py://note/3"]).await?;
+    traced_host(&stdio, &receiver, "legacy", &["call:py__bump:{\"id\":1}", "read:py+py://note/1"]).await?;
 
     let whole =
         |spans: &[ReceivedSpan]| whole_chains(spans, "tools/call") == 1 && whole_chains(spans, "resources/read") == 1;
