@@ -10,6 +10,7 @@
 #   UPSTREAM_URL=http://127.0.0.1:PORT/mcp READ_URI='fx+demo://resource/static/document/architecture.md' \
 #     MISS=1 bash scripts/callgrind_read.sh ...  # another upstream (e.g. server-everything), named fx
 #   CG_KEEP=/tmp/cg bash scripts/callgrind_read.sh ...  # keep the dumps (cg.<era>) for callgrind_annotate
+#   TRACED=1 bash scripts/callgrind_read.sh ...  # every read with `_meta.traceparent`/`tracestate` (a traced host)
 #
 # Needs valgrind, python3, and `cargo build --release --bins` (the fixture is taken next to the
 # proxy binary). Prints `<era> <instructions per read>`.

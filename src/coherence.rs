@@ -176,7 +176,8 @@ impl Coherence {
             let loaded = Box::pin(load()).await?;
             let scope = admission::told_scope(&loaded.result);
             let outcome = Outcome::Bypass;
-            return Ok(Cached { ttl: Duration::ZERO, scope, result: loaded.result, outcome, contents_json: None });
+            let (ttl, kept_for) = (Duration::ZERO, Duration::ZERO);
+            return Ok(Cached { ttl, kept_for, scope, result: loaded.result, outcome, contents_json: None });
         }
         if let Some(tier) = &self.inner.shared {
             return self.read_clustered(tier, request, load).await;

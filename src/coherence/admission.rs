@@ -29,6 +29,9 @@ pub struct Cached {
     /// The `ttlMs` a host may be told: what is left of the upstream's own `ttlMs` (none: 0),
     /// never past the entry's lifetime.
     pub ttl: Duration,
+    /// What is left of the kept entry's lifetime (its `fresh_until`); zero when the result was
+    /// not kept or is served past it.
+    pub kept_for: Duration,
     /// The `cacheScope` the upstream gave (none: `private`), before the caller's policy.
     pub scope: CacheScope,
     pub outcome: Outcome,
@@ -96,6 +99,7 @@ pub(super) fn hit(entry: &Entry, now: Instant) -> Cached {
     Cached {
         result: entry.result.clone(),
         ttl: entry.told_until.saturating_duration_since(now),
+        kept_for: entry.fresh_until.saturating_duration_since(now),
         scope: told_scope(&entry.result),
         outcome: Outcome::Hit,
         contents_json: entry.contents_json.clone(),

@@ -264,7 +264,8 @@ fn keys(request: &ReadRequest<'_>, look: &Look) -> (Key, Key) {
 /// A result loaded but not kept: passed on, with nothing promised to the host.
 fn not_kept(entry: &Entry) -> Cached {
     let scope = admission::told_scope(&entry.result);
-    Cached { result: entry.result.clone(), ttl: Duration::ZERO, scope, outcome: Outcome::Miss, contents_json: None }
+    let (ttl, kept_for) = (Duration::ZERO, Duration::ZERO);
+    Cached { result: entry.result.clone(), ttl, kept_for, scope, outcome: Outcome::Miss, contents_json: None }
 }
 
 /// Read upstream, keep nothing.
@@ -275,7 +276,8 @@ where
 {
     let loaded = Box::pin(load()).await?;
     let scope = admission::told_scope(&loaded.result);
-    Ok(Cached { ttl: Duration::ZERO, scope, result: loaded.result, outcome: Outcome::Bypass, contents_json: None })
+    let (ttl, kept_for, outcome) = (Duration::ZERO, Duration::ZERO, Outcome::Bypass);
+    Ok(Cached { ttl, kept_for, scope, result: loaded.result, outcome, contents_json: None })
 }
 
 #[cfg(test)]

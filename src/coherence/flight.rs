@@ -91,7 +91,8 @@ impl Inner {
                 false => (Outcome::Bypass, admission::told_ttl(entry.result.ttl_ms, ttl)),
             };
             let scope = admission::told_scope(&entry.result);
-            let cached = Cached { result: entry.result, ttl, scope, outcome, contents_json: None };
+            let kept_for = Duration::ZERO;
+            let cached = Cached { result: entry.result, ttl, kept_for, scope, outcome, contents_json: None };
             return Err(LoadError::Uncacheable(Box::new(cached)));
         }
         if let Some(subscription) = subscription {

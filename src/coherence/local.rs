@@ -96,7 +96,12 @@ impl Coherence {
         match fallback {
             Some((key, entry)) if upstream_trouble && entry.keep_until > Instant::now() => {
                 let now = Instant::now();
-                let cached = Cached { outcome: Outcome::Stale, ttl: Duration::ZERO, ..admission::hit(&entry, now) };
+                let cached = Cached {
+                    outcome: Outcome::Stale,
+                    ttl: Duration::ZERO,
+                    kept_for: Duration::ZERO,
+                    ..admission::hit(&entry, now)
+                };
                 // Still the best there is while the upstream is in trouble.
                 self.inner.stale.lock().expect("stale lock").insert(key, entry);
                 Ok(cached)

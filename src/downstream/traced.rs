@@ -134,15 +134,19 @@ pub(super) async fn traced<T>(span: Span, request: impl Future<Output = Result<T
 }
 
 /// A read's facts on the current span: the policy's decision, the upstream, the cache's
-/// outcome and (opted in, and only for a read that was answered) its URI.
+/// outcome, what is left of the entry's lifetime when it was kept, and (opted in, and only for
+/// a read that was answered) its URI.
 pub(super) fn note_read(uri: &str, answer: &Result<ReadAnswer, ProxyError>, notes: &Notes) {
     let span = Span::current();
     if !span.is_recorded() {
         return;
     }
     note_decision(&span, notes);
-    if let Ok(ReadAnswer::Result { outcome, .. }) = answer {
+    if let Ok(ReadAnswer::Result { outcome, kept_for, .. }) = answer {
         span.note("mcp_proxy.cache.outcome", cache_label(*outcome));
+        if !kept_for.is_zero() {
+            span.note("mcp_proxy.cache.remaining_s", kept_for.as_secs_f64());
+        }
         span.note_uri(uri);
     }
 }

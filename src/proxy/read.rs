@@ -33,6 +33,9 @@ pub enum ReadAnswer {
     Result {
         result: ReadResourceResult,
         ttl: Duration,
+        /// What is left of the kept entry's lifetime (zero when the result was not kept): on
+        /// the request's span, never told to the host.
+        kept_for: Duration,
         /// The `cacheScope` a host is told, decided with the reading caller's policy snapshot.
         scope: CacheScope,
         outcome: Outcome,
@@ -75,7 +78,7 @@ impl Reads {
         };
         let load = || self.load(upstream, &name, &original, uri);
         match self.cache.read(request, load).await {
-            Ok(Cached { mut result, ttl, scope, outcome, contents_json }) => {
+            Ok(Cached { mut result, ttl, kept_for, scope, outcome, contents_json }) => {
                 // One read may carry several resources (a folder's entries, say): each must be
                 // one this principal may see.
                 let kept = result.contents.len();
@@ -93,7 +96,7 @@ impl Reads {
                     Outcome::Miss | Outcome::Coalesced | Outcome::Bypass => metrics.cache_miss(&name),
                 }
                 metrics.bytes_served(&name, served_bytes(&result));
-                Ok(ReadAnswer::Result { result, ttl, scope, outcome, contents_json })
+                Ok(ReadAnswer::Result { result, ttl, kept_for, scope, outcome, contents_json })
             }
             Err(ProxyError::InputRequired(needs)) => {
                 Ok(ReadAnswer::InputRequired(ReadResourceResponse::InputRequired(*needs)))
@@ -138,8 +141,8 @@ impl Reads {
         }
         self.metrics.cache_miss(name);
         self.metrics.bytes_served(name, served_bytes(&result));
-        let (ttl, scope, outcome) = (Duration::ZERO, CacheScope::Private, Outcome::Bypass);
-        Ok(ReadAnswer::Result { result, ttl, scope, outcome, contents_json: None })
+        let (ttl, kept_for, scope, outcome) = (Duration::ZERO, Duration::ZERO, CacheScope::Private, Outcome::Bypass);
+        Ok(ReadAnswer::Result { result, ttl, kept_for, scope, outcome, contents_json: None })
     }
 
     /// Wait (at most `timeout`) until the upstream of a namespaced URI `caller` may see has

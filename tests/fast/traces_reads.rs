@@ -1,8 +1,10 @@
-//! What a read's SERVER span says beyond a hit or a miss: a read that waited on another read
-//! of the same entry is `coalesced`, and a read refused by a rate limit before routing has its
+//! What a read's SERVER span says about the cache: a hit on the fast path and how long its
+//! entry is still kept, a read that waited on another read of the same entry is `coalesced`, a
+//! read with the cache off is `bypass`, a read on a 2025 session names the session by the audit
+//! trail's digest alone, and a read refused by a rate limit before routing has its
 //! span too. The real proxy binary exporting to the OTLP receiver (`support::otlp`), in front
 //! of the fixture over HTTP, driven by stateless 2026-07-28 requests that carry a host's
-//! `traceparent` in `_meta`.
+//! `traceparent`, `tracestate` and `baggage` in `_meta`.
 
 use reqwest::StatusCode;
 use serde_json::json;
@@ -41,7 +43,7 @@ async fn read(url: &str, id: u64, traceparent: &str) -> anyhow::Result<Reply> {
         "io.modelcontextprotocol/protocolVersion": MODERN,
         "io.modelcontextprotocol/clientCapabilities": {},
         "io.modelcontextprotocol/clientInfo": {"name": "traces", "version": "0"},
-        "traceparent": traceparent});
+        "traceparent": traceparent, "tracestate": "host=1", "baggage": "tenant=t1"});
     let body = json!({"jsonrpc": "2.0", "id": id, "method": "resources/read",
         "params": {"uri": ITEM, "_meta": meta}});
     let request = reqwest::Client::new()
@@ -54,8 +56,103 @@ async fn read(url: &str, id: u64, traceparent: &str) -> anyhow::Result<Reply> {
     raw_http::send(request).await
 }
 
+/// A 2025-11-25 POST of `body`, on `session` when given.
+async fn legacy_post(url: &str, session: Option<&str>, body: serde_json::Value) -> anyhow::Result<Reply> {
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .header("Accept", "application/json, text/event-stream")
+        .header("MCP-Protocol-Version", raw_http::LEGACY)
+        .json(&body);
+    if let Some(session) = session {
+        request = request.header("Mcp-Session-Id", session);
+    }
+    raw_http::send(request).await
+}
+
 fn in_trace<'a>(spans: &'a [ReceivedSpan], trace: &str, kind: &str) -> Vec<&'a ReceivedSpan> {
     spans.iter().filter(|span| span.trace_id == trace && span.kind == kind).collect()
+}
+
+/// What is left of a read's entry's lifetime, as its SERVER span says it (seconds).
+fn remaining(span: &ReceivedSpan) -> Option<f64> {
+    span.attribute("mcp_proxy.cache.remaining_s").and_then(|s| s.parse().ok())
+}
+
+/// A miss, then a hit of the same entry (kept 10 minutes), both with the three trace keys in
+/// `_meta`: both answered on the fast path, each with its SERVER span in its host's trace; the
+/// hit's says `hit`, has no CLIENT span, and both say how long their entry is still kept.
+#[tokio::test]
+async fn a_traced_hit_on_the_fast_path_says_hit_and_how_long_its_entry_is_kept() -> anyhow::Result<()> {
+    let receiver = Receiver::start().await?;
+    let (proxy, _upstream) = traced_proxy(&receiver, "[cache]\nunwatched_ttl = \"10m\"").await?;
+    for (id, n) in [(1, 5), (2, 6)] {
+        let reply = read(&proxy.url, id, &host_traceparent(n)).await?;
+        assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    }
+    proxy.wait_log_count(&["answered on the fast path", "resources/read"], 2).await?;
+    let ((missed, _), (hit, host_span)) =
+        (traceparent_ids(&host_traceparent(5))?, traceparent_ids(&host_traceparent(6))?);
+    let spans = receiver
+        .wait("the miss's and the hit's SERVER spans", |s| {
+            in_trace(s, &missed, "SERVER").len() == 1 && in_trace(s, &hit, "SERVER").len() == 1
+        })
+        .await?;
+    let (miss, server) = (in_trace(&spans, &missed, "SERVER")[0], in_trace(&spans, &hit, "SERVER")[0]);
+    assert_eq!(miss.attribute("mcp_proxy.cache.outcome"), Some("miss"), "{miss:#?}");
+    assert_eq!(server.attribute("mcp_proxy.cache.outcome"), Some("hit"), "{server:#?}");
+    assert_eq!(server.parent_span_id, host_span, "{server:#?}");
+    assert_eq!(server.attribute("mcp.protocol.version"), Some(MODERN), "{server:#?}");
+    assert!(in_trace(&spans, &hit, "CLIENT").is_empty(), "a hit asks no upstream: {spans:#?}");
+    for span in [miss, server] {
+        let left = remaining(span).unwrap_or_default();
+        assert!(left > 0.0 && left <= 600.0, "kept for 10 minutes at most: {span:#?}");
+    }
+    Ok(())
+}
+
+/// With the cache off a read is `bypass`: its SERVER span says so and names no lifetime, and its
+/// CLIENT span is the upstream read.
+#[tokio::test]
+async fn a_read_with_the_cache_off_says_bypass() -> anyhow::Result<()> {
+    let receiver = Receiver::start().await?;
+    let (proxy, _upstream) = traced_proxy(&receiver, "[cache]\nenabled = false").await?;
+    let reply = read(&proxy.url, 1, &host_traceparent(7)).await?;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    let (trace, _) = traceparent_ids(&host_traceparent(7))?;
+    let spans = receiver
+        .wait("the read's SERVER and CLIENT spans", |s| {
+            in_trace(s, &trace, "SERVER").len() == 1 && in_trace(s, &trace, "CLIENT").len() == 1
+        })
+        .await?;
+    let server = in_trace(&spans, &trace, "SERVER")[0];
+    assert_eq!(server.attribute("mcp_proxy.cache.outcome"), Some("bypass"), "{server:#?}");
+    assert_eq!(remaining(server), None, "nothing kept: {server:#?}");
+    Ok(())
+}
+
+/// A read on a 2025 session: its SERVER span in the host's trace names the session by the
+/// digest the audit trail uses, never by its id.
+#[tokio::test]
+async fn a_read_on_a_2025_session_names_its_session_by_digest_only() -> anyhow::Result<()> {
+    let receiver = Receiver::start().await?;
+    let (proxy, _upstream) = traced_proxy(&receiver, "").await?;
+    let opened = legacy_post(&proxy.url, None, raw_http::initialize("traces")).await?;
+    let session = opened.session.clone().ok_or_else(|| anyhow::anyhow!("no session: {opened:?}"))?;
+    legacy_post(&proxy.url, Some(&session), raw_http::initialized()).await?;
+    let meta = json!({"traceparent": host_traceparent(8)});
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "resources/read", "params": {"uri": ITEM, "_meta": meta}});
+    let reply = legacy_post(&proxy.url, Some(&session), body).await?;
+    assert!(reply.contents_text().is_some_and(|text| text.starts_with("item 1")), "{reply:?}");
+
+    let (trace, host_span) = traceparent_ids(&host_traceparent(8))?;
+    let spans = receiver.wait("the read's SERVER span", |s| in_trace(s, &trace, "SERVER").len() == 1).await?;
+    let server = in_trace(&spans, &trace, "SERVER")[0];
+    assert_eq!(server.parent_span_id, host_span, "{server:#?}");
+    assert_eq!(server.attribute("mcp.protocol.version"), Some(raw_http::LEGACY), "{server:#?}");
+    let digest = mcp_resource_proxy::audit::session_digest(&session);
+    assert_eq!(server.attribute("mcp.session.id"), Some(digest.as_str()), "{server:#?}");
+    assert!(!format!("{spans:?}").contains(&session), "the session's id is in no span: {spans:#?}");
+    Ok(())
 }
 
 /// Two reads of one cold entry while the upstream holds the first: one upstream read; the

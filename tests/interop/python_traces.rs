@@ -3,7 +3,8 @@
 //! SDK's own spans (`tests/py/traces_export.py`) to the test OTLP receiver the proxy exports to.
 //! The host's SDK puts its CLIENT span's context in `_meta.traceparent`; the proxy's SERVER span
 //! continues it, its CLIENT span is under that, and the upstream SDK's SERVER span is under ours:
-//! the upstream received our `traceparent`.
+//! the upstream received our `traceparent`. Over HTTP and, with the host running the proxy as
+//! its stdio server, over `pipe`.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -12,7 +13,7 @@ use anyhow::Context;
 
 use crate::support::otlp::{ReceivedSpan, Receiver, exporting_to};
 use crate::support::peers::{parse_json_lines, py_client, py_server_stdio_command};
-use crate::support::proxy::{ProxyProcess, toml_str};
+use crate::support::proxy::{PROXY_BIN, ProxyProcess, toml_str, write_config};
 
 /// How long one client.py run may take (a Python start costs about a second).
 const CLIENT_DEADLINE: Duration = Duration::from_secs(60);
@@ -34,9 +35,10 @@ fn traced_py_upstream(receiver: &Receiver) -> String {
     )
 }
 
-/// client.py in `mode`, exporting its spans to `receiver` as [`HOST`]: each op must succeed.
-async fn traced_host(proxy: &ProxyProcess, receiver: &Receiver, mode: &str, ops: &[&str]) -> anyhow::Result<()> {
-    let args = ["--url", &proxy.url, "--mode", mode].into_iter().chain(ops.iter().copied());
+/// client.py in `mode` on `server` (`--url URL`, or `--stdio PROGRAM ARG… --`), exporting its
+/// spans to `receiver` as [`HOST`]: each op must succeed.
+async fn traced_host(server: &[&str], receiver: &Receiver, mode: &str, ops: &[&str]) -> anyhow::Result<()> {
+    let args = server.iter().copied().chain(["--mode", mode]).chain(ops.iter().copied());
     let mut command = tokio::process::Command::from(py_client(&args.collect::<Vec<_>>()));
     command
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint)
@@ -95,14 +97,39 @@ async fn a_python_host_s_trace_runs_through_the_proxy_into_a_python_server() -> 
     let proxy = ProxyProcess::start_with(&traced_py_upstream(&receiver), &[], &env).await?;
     proxy.wait_up("py", 1).await?;
 
-    traced_host(&proxy, &receiver, "legacy", &["call:py__bump:{\"id\":1}", "read:py+py://note/1"]).await?;
-    traced_host(&proxy, &receiver, "2026-07-28", &["call:py__bump:{\"id\":2}", "read:py+py://note/2"]).await?;
+    let url = ["--url", proxy.url.as_str()];
+    traced_host(&url, &receiver, "legacy", &["call:py__bump:{\"id\":1}", "read:py+py://note/1"]).await?;
+    traced_host(&url, &receiver, "2026-07-28", &["call:py__bump:{\"id\":2}", "read:py+py://note/2"]).await?;
 
     let whole =
         |spans: &[ReceivedSpan]| whole_chains(spans, "tools/call") == 2 && whole_chains(spans, "resources/read") == 2;
     let spans = receiver.wait("two calls' and two reads' traces, host to upstream", whole).await?;
     for server in of(&spans, UPSTREAM, "SERVER", "tools/call") {
         assert_eq!(server.attribute("gen_ai.tool.name"), Some("bump"), "the upstream's own tool name: {server:#?}");
+    }
+    Ok(())
+}
+
+/// A Python SDK host running the proxy as its stdio server (its `[telemetry]` section names the
+/// receiver: the SDK hands a stdio server only a few variables): the host's call and read are
+/// each one trace into the Python server, our SERVER spans over `pipe`.
+#[tokio::test]
+async fn a_python_host_over_stdio_has_its_trace_continued_over_pipe() -> anyhow::Result<()> {
+    let receiver = Receiver::start().await?;
+    let dir = tempfile::tempdir()?;
+    let telemetry =
+        format!("[telemetry]\nendpoint = {}\nservice_name = \"proxy-under-test\"\n\n", toml_str(&receiver.endpoint));
+    let config = write_config(dir.path(), &format!("{telemetry}{}", traced_py_upstream(&receiver)))?;
+    let config = config.to_str().context("a UTF-8 path")?;
+    let stdio = ["--stdio", PROXY_BIN, "serve", "--stdio", "--config", config, "--"];
+    traced_host(&stdio, &receiver, "legacy", &["call:py__bump:{\"id\":1}", "read:py+py://note/1"]).await?;
+
+    let whole =
+        |spans: &[ReceivedSpan]| whole_chains(spans, "tools/call") == 1 && whole_chains(spans, "resources/read") == 1;
+    let spans = receiver.wait("the call's and the read's traces, host to upstream", whole).await?;
+    let ours = spans.iter().filter(|span| span.service == "proxy-under-test" && span.kind == "SERVER");
+    for server in ours {
+        assert_eq!(server.attribute("network.transport"), Some("pipe"), "a stdio host's request: {server:#?}");
     }
     Ok(())
 }

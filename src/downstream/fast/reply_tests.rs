@@ -75,6 +75,7 @@ async fn framings(result: &ReadResourceResult, id: &RequestId, splice: Splice) -
         let mut answer = ReadAnswer::Result {
             result: result.clone(),
             ttl: Duration::from_secs(1),
+            kept_for: Duration::from_secs(1),
             scope: CacheScope::Public,
             outcome: Outcome::Hit,
             contents_json,
