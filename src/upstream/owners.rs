@@ -1,4 +1,4 @@
-//! `[cluster]`: a per-principal (or per-host) upstream session another replica holds, reached
+//! `[cluster]`: a per-principal (or per-host) upstream session another replica owns, reached
 //! over MCP. Where a request runs is decided once, where its session is picked
 //! ([`Upstream::session_for`]): the caller's session here, or a [`Session`] whose
 //! [`Connection`] is a streamable HTTP connection to the owner's session endpoint — made,
@@ -13,7 +13,7 @@
 //! unused for `session_idle`, with its host session (per-host), or when its upstream stops.
 //!
 //! A subscription on such a session is made on that connection as on any upstream session
-//! (`resources/subscribe` at the owner, each `updated` back on the MCP session's stream, held
+//! (`resources/subscribe` at the owner, each `updated` back on the MCP session's stream, made
 //! again after a reconnect), at most [`MAX_SUBSCRIPTIONS_PER_OWNER`] URIs of one principal at one
 //! owner; what the session lists as its own is asked there, and asked again when the owner
 //! says `tools/list_changed` or `prompts/list_changed` (the shared connection's lists until it
@@ -73,7 +73,7 @@ type At = (Arc<str>, SessionKey, Reach);
 /// What a connection to another replica is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Reach {
-    /// The session it holds (2025 era): requests, subscriptions, its own lists.
+    /// The session it owns (2025 era): requests, subscriptions, its own lists.
     Session,
     /// Retries of calls parked there, from hosts that declared (sampling, elicitation).
     Parked(bool, bool),
@@ -98,11 +98,11 @@ impl AtOwners {
     /// Close those `closing` picks; those there were.
     fn close_where(&self, mut closing: impl FnMut(&At, &AtOwner) -> bool) -> Vec<Session> {
         let mut closed = Vec::new();
-        self.open.lock().expect("owners lock").retain(|at, held| {
-            let close = closing(at, held);
+        self.open.lock().expect("owners lock").retain(|at, conn| {
+            let close = closing(at, conn);
             if close {
-                held.stop.cancel();
-                closed.push(held.session.clone());
+                conn.stop.cancel();
+                closed.push(conn.session.clone());
             }
             !close
         });
@@ -112,14 +112,14 @@ impl AtOwners {
     /// Every open connection, with its owner and key.
     fn all(&self) -> Vec<(At, Session)> {
         let open = self.open.lock().expect("owners lock");
-        open.iter().map(|(at, held)| (at.clone(), held.session.clone())).collect()
+        open.iter().map(|(at, conn)| (at.clone(), conn.session.clone())).collect()
     }
 
     /// The URIs `principal` subscribes on connections to `owner`.
     fn uris_subscribed(&self, owner: &str, principal: &str) -> usize {
         let open = self.open.lock().expect("owners lock");
         let theirs = open.iter().filter(|((at, key, _), _)| &**at == owner && key.principal() == principal);
-        theirs.map(|(_, held)| held.session.subscriptions().len()).sum()
+        theirs.map(|(_, conn)| conn.session.subscriptions().len()).sum()
     }
 }
 
@@ -129,8 +129,8 @@ impl Upstream {
         let _ = self.inner.owner_routes.set(routes);
     }
 
-    /// The connection to the replica holding the session of `principal` (host session `host`),
-    /// when another one holds it, opened now if need be (not waiting for it to connect):
+    /// The connection to the replica owning the session of `principal` (host session `host`),
+    /// when another one owns it, opened now if need be (not waiting for it to connect):
     /// that replica and the connection's session.
     fn at_owner(&self, principal: &str, host: Option<HostSession>) -> Option<(Arc<str>, Session)> {
         let routes = self.inner.owner_routes.get().filter(|_| self.has_sessions())?;
@@ -140,25 +140,25 @@ impl Upstream {
         let owner = (routes.owner_of)(&whose)?;
         let at: At = (owner.replica.as_str().into(), key, Reach::Session);
         let mut open = self.inner.at_owners.open.lock().expect("owners lock");
-        let held = match open.get_mut(&at) {
+        let conn = match open.get_mut(&at) {
             // A host session's own requests declare what it declared; a connection opened to
             // learn its lists knew none of it, and gives way (its subscriptions go along).
-            Some(held) if held.session.inner.declared != declared && declares_anything(declared) => {
-                held.stop.cancel();
-                let subscribed = held.session.subscriptions().take_all();
+            Some(conn) if conn.session.inner.declared != declared && declares_anything(declared) => {
+                conn.stop.cancel();
+                let subscribed = conn.session.subscriptions().take_all();
                 let fresh = self.open_at_owner(routes, &owner.url, &at, whose, declared)?;
                 fresh.session.subscribe_waiting(subscribed);
-                *held = fresh;
-                held
+                *conn = fresh;
+                conn
             }
-            Some(held) => held,
+            Some(conn) => conn,
             None => {
                 let session = self.open_at_owner(routes, &owner.url, &at, whose, declared)?;
                 open.entry(at.clone()).or_insert(session)
             }
         };
-        held.last = Instant::now();
-        Some((at.0, held.session.clone()))
+        conn.last = Instant::now();
+        Some((at.0, conn.session.clone()))
     }
 
     /// A new connection `at` to the session endpoint of the replica at `url` for `whose`
@@ -192,8 +192,8 @@ impl Upstream {
         Some(AtOwner { session, stop, last: Instant::now() })
     }
 
-    /// The connection to the replica holding the session of `principal` (host session `host`),
-    /// when another one holds it and can be reached; `None`: the session is this replica's (or
+    /// The connection to the replica owning the session of `principal` (host session `host`),
+    /// when another one owns it and can be reached; `None`: the session is this replica's (or
     /// its owner cannot be reached, counted as a `fallback`).
     pub(super) async fn session_at_owner(&self, principal: &str, host: Option<HostSession>) -> Option<SessionHandle> {
         let (replica, session) = self.at_owner(principal, host)?;
@@ -201,16 +201,16 @@ impl Upstream {
             let opened = tokio::time::timeout(self.config().request_timeout, session.wait_settled()).await;
             if opened.is_err() || session.link().is_err() {
                 // What it subscribes stays on it: it connects again, or moves with its session.
-                self.inner.at_owners.close_where(|(to, _, _), held| {
+                self.inner.at_owners.close_where(|(to, _, _), conn| {
                     *to == replica
-                        && Arc::ptr_eq(&held.session.inner, &session.inner)
+                        && Arc::ptr_eq(&conn.session.inner, &session.inner)
                         && !session.subscriptions().subscribes_anything()
                 });
                 self.metrics().cluster_forward("fallback");
                 tracing::warn!(
                     upstream = self.name(),
                     replica = %replica,
-                    "the replica holding this upstream session is unreachable; running the request here"
+                    "the replica owning this upstream session is unreachable; running the request here"
                 );
                 return None;
             }
@@ -223,7 +223,7 @@ impl Upstream {
     /// The connection to replica `replica`, where a call of `principal`'s (host session
     /// `host`'s) waits for its 2026-07-28 host's input, for that host's retry; the host declared
     /// `(sampling, elicitation)`. Of any upstream: a retry resumes a call parked there, whoever
-    /// holds the upstream's session.
+    /// owns the upstream's session.
     pub async fn session_on(
         &self,
         replica: &str,
@@ -242,15 +242,15 @@ impl Upstream {
         let at: At = (to.replica.as_str().into(), key, Reach::Parked(sampling, elicitation));
         let session = {
             let mut open = self.inner.at_owners.open.lock().expect("owners lock");
-            let held = match open.get_mut(&at) {
-                Some(held) => held,
+            let conn = match open.get_mut(&at) {
+                Some(conn) => conn,
                 None => {
                     let fresh = self.open_at_owner(routes, &to.url, &at, whose, declared);
                     open.entry(at.clone()).or_insert(fresh.ok_or(Unreached::Unreachable)?)
                 }
             };
-            held.last = Instant::now();
-            held.session.clone()
+            conn.last = Instant::now();
+            conn.session.clone()
         };
         if session.link().is_err() {
             let opened = tokio::time::timeout(self.config().request_timeout, session.wait_settled()).await;
@@ -265,7 +265,7 @@ impl Upstream {
     }
 
     /// What the session of `principal` (host session `host`) lists as its own when another
-    /// replica holds it: `Some(None)` while it lists none of its own, or before that replica
+    /// replica owns it: `Some(None)` while it lists none of its own, or before that replica
     /// answered (asked now, on a connection opened if need be); `None` when it is this
     /// replica's.
     pub(super) fn own_offerings_at_owner(&self, principal: &str, host: Option<u64>) -> Option<Option<Arc<Offered>>> {
@@ -275,7 +275,7 @@ impl Upstream {
     }
 
     /// Subscribe `uri` for `subscriber` on the session of `principal` (host session `host`) at the
-    /// replica holding it, when another one does; `None`: it is this replica's. Past
+    /// replica owning it, when another one does; `None`: it is this replica's. Past
     /// [`MAX_SUBSCRIPTIONS_PER_OWNER`] URIs of the principal at that replica, refused.
     pub(super) fn subscribe_at_owner(
         &self,
@@ -295,13 +295,13 @@ impl Upstream {
         Some(Ok(()))
     }
 
-    /// The session at the replica holding the session of `principal` (host session `host`)
+    /// The session at the replica owning the session of `principal` (host session `host`)
     /// on which `uri` is subscribed, if any.
     pub(super) fn subscribed_at_owner(&self, principal: &str, host: Option<HostSession>, uri: &str) -> Option<Session> {
         let (key, _) = self.key_of(principal, host);
         let open = self.inner.at_owners.open.lock().expect("owners lock");
-        let mut held = open.iter().filter(|((_, at, _), _)| *at == key).map(|(_, held)| &held.session);
-        held.find(|session| session.subscriptions().subscribes_uri(uri)).cloned()
+        let mut conn = open.iter().filter(|((_, at, _), _)| *at == key).map(|(_, conn)| &conn.session);
+        conn.find(|session| session.subscriptions().subscribes_uri(uri)).cloned()
     }
 
     /// Every subscription on connections to owners, as (principal, host session, subscriber, URI).
@@ -332,7 +332,7 @@ impl Upstream {
         let closed = self
             .inner
             .at_owners
-            .close_where(|_, held| !held.session.subscriptions().subscribes_anything() && held.last.elapsed() >= idle);
+            .close_where(|_, conn| !conn.session.subscriptions().subscribes_anything() && conn.last.elapsed() >= idle);
         self.closed_with_own_offerings(&closed);
     }
 
@@ -352,8 +352,8 @@ fn declares_anything(declared: Option<Declared>) -> bool {
 /// The error of a subscription past [`MAX_SUBSCRIPTIONS_PER_OWNER`].
 fn subscriptions_limit() -> ProxyError {
     ProxyError::SubscriptionLimit {
-        subscriber: "this principal, on a replica that does not hold its upstream session,",
+        subscriber: "this principal, on a replica that does not own its upstream session,",
         limit: MAX_SUBSCRIPTIONS_PER_OWNER,
-        setting: "the bound on subscriptions held at another replica",
+        setting: "the bound on subscriptions made at another replica",
     }
 }

@@ -6,7 +6,7 @@
 //! here, still subscribed for the same subscribers, until a session of the same key opens again (its
 //! principal's or host session's next request, or the `sessions:<upstream>` sweep once the
 //! pool has room). That session makes every subscribed URI again and reports each as changed. With
-//! `[cluster]`, what waits for a session that another replica holds now goes there instead
+//! `[cluster]`, what waits for a session that another replica owns now goes there instead
 //! (`owners`), each subscriber told once.
 //!
 //! Invariant: a waiting subscription is made again only on a session of its own key, never another's;
@@ -104,7 +104,7 @@ impl Reclaimed {
         waiting.iter().map(|(key, waiting)| (key.clone(), waiting.declared)).collect()
     }
 
-    /// Every waiting hold: key, declared, subscriber, URI.
+    /// Every waiting subscription: key, declared, subscriber, URI.
     pub(super) fn all(&self) -> Vec<(SessionKey, Option<Declared>, SubscriberId, String)> {
         let waiting = self.waiting.lock().expect("reclaimed lock");
         let mut all = Vec::new();

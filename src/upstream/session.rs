@@ -3,7 +3,7 @@
 //! `session:<upstream>`, with no catalog, status, gauges or events of its own: only its
 //! `updated` goes on, to the subscribers of what changed on it ([`SessionSubscriptions`]); after a reconnect every
 //! URI subscribed on it is reported as changed. Its own `tools/list_changed` (`prompts/…`) makes what
-//! it lists its hosts' own. A session whose connection goes to the replica holding it
+//! it lists its hosts' own. A session whose connection goes to the replica owning it
 //! (`owners`) subscribes and lists there alike: what that replica's session says of a URI comes
 //! back as `updated`, and what it lists as its own is asked there whenever it connects or says
 //! its tools or prompts changed. A per-host session declares upstream only what its host declared;
@@ -136,7 +136,7 @@ impl Session {
     }
 
     /// Wait (at most the request timeout) until the upstream answered the subscription of every
-    /// URI held on it: a request goes after what its subscribers subscribed before it (a host that
+    /// URI subscribed on it: a request goes after what its subscribers subscribed before it (a host that
     /// subscribes, then calls a tool that changes it, hears of the change).
     pub(super) async fn subscriptions_settled(&self) {
         let offered = self.link().is_ok_and(|link| {

@@ -1,7 +1,7 @@
 //! Upstream sessions per principal or per host (`session = "per-principal" | "per-host"`): a
 //! server that keeps state per session (a login, a browser, a scratch value) gets one
 //! [`Session`] of its own per principal, or per host session, besides the shared connection
-//! that loads the catalog and holds the proxy's subscriptions.
+//! that loads the catalog and carries the proxy's subscriptions.
 //!
 //! A session is opened on its first use ([`Upstream::session_for`]) and stopped with its
 //! upstream. It is closed when its host session ends (per-host, [`Upstream::host_ended`]), or
@@ -43,7 +43,7 @@ use crate::host::{HostSession, SubjectToken};
 use crate::spine::Spine;
 
 /// `[cluster]`: how often the sweep looks whether each session still lives where this replica
-/// holds it (`owners`).
+/// owns it (`owners`).
 const OWNER_CHECK: Duration = Duration::from_secs(1);
 
 /// The connection a request goes on (which it derefs to): the shared upstream's, or a session
@@ -79,7 +79,7 @@ impl Upstream {
     /// 2026-07-28 request, a read, a completion): this shared upstream unless it has sessions
     /// per principal or per host; then that principal's (or host session's) own, opened now if
     /// need be. A per-host upstream serves a request with no host session on the principal's.
-    /// With `[cluster]`, a session another replica holds is that replica's, reached over MCP
+    /// With `[cluster]`, a session another replica owns is that replica's, reached over MCP
     /// (see `owners`); this is the one place that decides where a request runs.
     pub async fn session_for(&self, principal: &str, host: Option<HostSession>) -> Result<SessionHandle, ProxyError> {
         if let Some(at_owner) = self.session_at_owner(principal, host).await {
@@ -88,7 +88,7 @@ impl Upstream {
         self.session_here(principal, host).await
     }
 
-    /// As [`Upstream::session_for`], on this replica whoever holds the session in the cluster:
+    /// As [`Upstream::session_for`], on this replica whoever owns the session in the cluster:
     /// for a request another replica sent here, which is never sent on again.
     pub async fn session_here(&self, principal: &str, host: Option<HostSession>) -> Result<SessionHandle, ProxyError> {
         let Some(book) = &self.inner.sessions else { return Ok(SessionHandle::Shared((**self).clone())) };
@@ -165,7 +165,7 @@ impl Upstream {
     /// What `principal`'s open session (host session `host`'s on a per-host upstream) lists as
     /// its own tools and prompts, once it said they changed; `None` while it has not (or none
     /// is open): the shared connection's lists are its lists.
-    /// With `[cluster]`, a session another replica holds lists what that replica says it lists
+    /// With `[cluster]`, a session another replica owns lists what that replica says it lists
     /// (asked on the connection to it, opened now if need be: see `owners`).
     pub fn own_offerings(&self, principal: &str, host: Option<u64>) -> Option<Arc<Offered>> {
         if let Some(at_owner) = self.own_offerings_at_owner(principal, host) {
@@ -194,7 +194,7 @@ impl Upstream {
     /// The open session for `key`, or a new one when the bounds allow it (a full pool reclaims
     /// a session idle of requests, see `pool`). A new session subscribes again what a reclaimed one
     /// of `key` held, and reports all of it as changed once it is subscribed. `standing`: the
-    /// JWT of a subscription request to be held on it, which what the session sends on its
+    /// JWT of a subscription request to be kept on it, which what the session sends on its
     /// own goes with from now on (`credentials`), set before a new session connects.
     pub(super) fn open_session(
         &self,

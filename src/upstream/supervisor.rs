@@ -51,7 +51,7 @@ impl<R: Role> Supervisor<R> {
     }
 
     /// `resumed`: its first connection counts as a reconnect (a session resuming a reclaimed
-    /// one's holds).
+    /// one's subscriptions).
     pub fn resuming(self, resumed: bool) -> Self {
         *self.was_up.lock().expect("was_up lock") = resumed;
         self

@@ -25,7 +25,7 @@ struct Moving {
 
 impl Upstream {
     /// Each session's subscriptions go where it lives now: those on a connection to a replica that no
-    /// longer holds it, and those on a session here that another replica holds now. Each
+    /// longer owns it, and those on a session here that another replica owns now. Each
     /// subscriber is told once that its URI may have changed while it moved.
     pub(in crate::upstream) fn follow_owners(&self) {
         let Some(routes) = self.inner.owner_routes.get().filter(|_| self.has_sessions()) else { return };
