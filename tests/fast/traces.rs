@@ -1,7 +1,8 @@
 //! Traces end to end: the real proxy binary exporting over OTLP/HTTP to a receiver that decodes
 //! the official protobuf messages (`support::otlp`), in front of the fixture over HTTP (`web`)
 //! and over stdio (`pipe`). The fixture's `fx://fx/traceparent` answers with the trace context
-//! its read arrived with, so a test sees what reached the upstream.
+//! its read arrived with, so a test sees what reached the upstream. With nothing configured, the
+//! proxy's sockets are read from `/proc` (`support::processes`): none goes towards a collector.
 
 use anyhow::Context;
 use reqwest::StatusCode;
@@ -9,6 +10,7 @@ use serde_json::{Value, json};
 
 use crate::support::fixture::HttpFixture;
 use crate::support::otlp::{ReceivedSpan, Receiver, exporting_to, traceparent_ids};
+use crate::support::processes;
 use crate::support::proxy::{
     ProxyProcess, alice_and_bob_policies, alice_and_bob_under_policies, fixture_upstream, http_upstream,
 };
@@ -232,6 +234,47 @@ async fn with_traces_off_the_proxy_opens_no_socket_towards_the_collector() -> an
     traced.wait("the traced proxy's export", |s| !s.is_empty()).await?;
     assert_eq!(receiver.connections(), 0, "the untraced proxy connected to the collector");
     Ok(())
+}
+
+/// Nothing configured (no `[telemetry]`, no `OTEL_*` variable in the proxy's environment): reads,
+/// a tool call and a traced host's read are served, nothing of the trace goes upstream, and every
+/// TCP socket the proxy holds is one of its listeners, a connection accepted on one, or a
+/// connection to the upstream — none towards a collector (4317, 4318) or anywhere else.
+#[tokio::test]
+async fn with_nothing_configured_the_proxy_opens_no_socket_but_its_own_and_the_upstreams() -> anyhow::Result<()> {
+    let (proxy, web, _policies) = traced_proxy(&[]).await?;
+    let pid = proxy.pid().context("the proxy's pid")?;
+    let inherited = processes::environment_names(pid)?;
+    let telemetry: Vec<&String> =
+        inherited.iter().filter(|name| name.starts_with("OTEL_") || name.starts_with("MCP_PROXY_TELEMETRY")).collect();
+    assert!(telemetry.is_empty(), "the proxy was given telemetry settings: {telemetry:?}");
+
+    for id in 1..=2 {
+        read(&proxy, id, "web+fx://fx/item/1", None, None).await?;
+    }
+    modern(&proxy, 3, "tools/call", "web__stats", json!({"name": "web__stats", "arguments": {}}), None, None).await?;
+    let seen = seen_upstream(&read(&proxy, 4, "web+fx://fx/traceparent", Some(&host_traceparent(40)), None).await?)?;
+
+    let ours = [port_of(&proxy.url)?, port_of(&proxy.admin_url().await?)?];
+    let upstream = port_of(&web.url)?;
+    let sockets = processes::tcp_sockets(pid)?;
+    let listening: Vec<u16> = sockets.iter().filter(|s| s.listening).map(|s| s.local_port).collect();
+    assert_eq!(listening.iter().filter(|port| ours.contains(port)).count(), 2, "its listeners: {sockets:?}");
+    for socket in &sockets {
+        let accepted = ours.contains(&socket.local_port);
+        assert!(![4317, 4318].contains(&socket.remote_port), "a connection to a collector: {socket:?}");
+        assert!(accepted || socket.remote_port == upstream, "a socket neither ours nor the upstream's: {socket:?}");
+    }
+    assert!(sockets.iter().any(|s| s.remote_port == upstream), "no connection to the upstream: {sockets:?}");
+    assert_eq!(seen["meta"], Value::Null, "no trace context upstream: {seen}");
+    assert_eq!(seen["header"], Value::Null, "no traceparent header upstream: {seen}");
+    Ok(())
+}
+
+/// The port of `url` (`http://HOST:PORT[/path]`).
+fn port_of(url: &str) -> anyhow::Result<u16> {
+    let address = url.trim_start_matches("http://").split('/').next().unwrap_or_default();
+    Ok(address.rsplit_once(':').context("no port")?.1.parse()?)
 }
 
 async fn traced_proxy_for(receiver: &Receiver) -> anyhow::Result<(ProxyProcess, HttpFixture, tempfile::TempDir)> {

@@ -1,22 +1,30 @@
 //! Requests turned away before any handler serves them have their SERVER span: rmcp's `400`
 //! (headers that disagree with the body, a protocol version it does not know) and `415` (a body
-//! that is not JSON) and the session gate's `503` (a session cap). The real proxy binary exporting
+//! that is not JSON) and the session gate's `503` (a session cap); so has a call refused by the
+//! handler over the cap on calls in flight. The real proxy binary exporting
 //! to the OTLP receiver (`support::otlp`), in front of the fixture over HTTP, driven by raw
 //! HTTP requests that carry a host's `traceparent` (in `_meta` when the body has one, else in
 //! the header).
 
+use anyhow::Context;
 use reqwest::StatusCode;
-use serde_json::json;
+use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest};
+use rmcp::service::PeerRequestOptions;
+use serde_json::{Value, json};
 
-use crate::support::fixture::HttpFixture;
+use crate::support::eventually;
+use crate::support::fixture::{DEADLINE, Era, HttpFixture};
 use crate::support::otlp::{ReceivedSpan, Receiver, exporting_to, traceparent_ids};
 use crate::support::proxy::{ProxyProcess, http_upstream};
 use crate::support::raw_http::{self, Reply};
+use crate::support::wire;
 
 const MODERN: &str = "2026-07-28";
 const ITEM: &str = "fx+fx://fx/item/1";
 /// The JSON-RPC code of headers that disagree with the body.
 const HEADER_MISMATCH: &str = "-32020";
+/// The JSON-RPC code of a call refused over `server.max_calls_per_principal` (invalid request).
+const CALL_LIMIT: i64 = -32600;
 
 /// A host's context: trace `n` (32 hex digits), its span `n` (16).
 fn host_traceparent(n: u8) -> String {
@@ -37,13 +45,18 @@ async fn traced_proxy(receiver: &Receiver, server: &str) -> anyhow::Result<(Prox
 /// A stateless 2026-07-28 read of [`ITEM`] with `traceparent` in its `_meta`, sent with
 /// `headers` (added to the `Accept`).
 async fn modern_read(url: &str, traceparent: &str, headers: &[(&str, &str)]) -> anyhow::Result<Reply> {
-    let meta = json!({
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "resources/read",
+        "params": {"uri": ITEM, "_meta": modern_meta(traceparent)}});
+    post(url, headers, body.to_string()).await
+}
+
+/// A stateless 2026-07-28 request's `_meta`, with `traceparent`.
+fn modern_meta(traceparent: &str) -> Value {
+    json!({
         "io.modelcontextprotocol/protocolVersion": MODERN,
         "io.modelcontextprotocol/clientCapabilities": {},
         "io.modelcontextprotocol/clientInfo": {"name": "refusals", "version": "0"},
-        "traceparent": traceparent});
-    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "resources/read", "params": {"uri": ITEM, "_meta": meta}});
-    post(url, headers, body.to_string()).await
+        "traceparent": traceparent})
 }
 
 async fn post(url: &str, headers: &[(&str, &str)], body: String) -> anyhow::Result<Reply> {
@@ -131,5 +144,43 @@ async fn a_session_refused_over_its_cap_has_its_server_span() -> anyhow::Result<
     let span = refusal_span(&receiver, &refused_trace).await?;
     assert_refused(&span, "initialize", "session_limit", "503", "503");
     assert_eq!(span.attribute("jsonrpc.request.id"), Some("0"), "{span:#?}");
+    Ok(())
+}
+
+/// With `server.max_calls_per_principal = 1` and one call held by the fixture (`progress` with a
+/// hold, seen in flight by its progress step), the principal's next call is refused at once, and
+/// its SERVER span says so: `tools/call <tool>` in the host's trace, `call_limit`, `error.type`
+/// the JSON-RPC code, and no CLIENT span (nothing went upstream).
+#[tokio::test]
+async fn a_call_refused_over_the_in_flight_cap_has_its_server_span() -> anyhow::Result<()> {
+    let receiver = Receiver::start().await?;
+    let (proxy, _upstream) = traced_proxy(&receiver, "max_calls_per_principal = 1").await?;
+    let (holder, holder_log) = wire::connect(&proxy.url, Era::Legacy, None).await?;
+    let held = json!({"count": 1, "hold_ms": 60_000}).as_object().cloned().context("an object")?;
+    let held = ClientRequest::CallToolRequest(CallToolRequest::new(
+        CallToolRequestParams::new("fx__progress").with_arguments(held),
+    ));
+    let _held = holder.send_request_with_option(held, PeerRequestOptions::no_options()).await?;
+    eventually(DEADLINE, "the held call in flight (its progress step read)", || async {
+        let steps = holder_log.reads().iter().filter(|read| matches!(read, wire::Read::Progress(..))).count();
+        if steps == 1 { Ok(()) } else { Err(format!("{steps} steps read")) }
+    })
+    .await?;
+
+    let refused_trace = host_traceparent(5);
+    let params = json!({"name": "fx__progress", "arguments": {"count": 0}, "_meta": modern_meta(&refused_trace)});
+    let call = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": params});
+    let headers = [("MCP-Protocol-Version", MODERN), ("Mcp-Method", "tools/call"), ("Mcp-Name", "fx__progress")];
+    let reply = post(&proxy.url, &headers, call.to_string()).await?;
+    let error = reply.message().map(|message| message["error"].clone()).unwrap_or_default();
+    assert_eq!(error["code"].as_i64(), Some(CALL_LIMIT), "refused over the cap: {reply:?}");
+    assert!(error["message"].as_str().is_some_and(|m| m.contains("max_calls_per_principal")), "{reply:?}");
+
+    let span = refusal_span(&receiver, &refused_trace).await?;
+    assert_eq!(span.name, "tools/call fx__progress", "{span:#?}");
+    assert_eq!(span.attribute("gen_ai.tool.name"), Some("fx__progress"), "{span:#?}");
+    assert_eq!(span.attribute("jsonrpc.request.id"), Some("9"), "{span:#?}");
+    assert_eq!(span.attribute("mcp_proxy.refused"), Some("call_limit"), "{span:#?}");
+    assert_eq!(span.attribute("error.type"), Some(CALL_LIMIT.to_string().as_str()), "{span:#?}");
     Ok(())
 }

@@ -10,7 +10,8 @@
 //! - [`peers`]: third-party peers (npm, PyPI) — only the interop tier may use them; they install
 //!   on first use.
 //! - [`exposition`]: a Prometheus text parser for `/metrics`.
-//! - [`processes`]: the processes below a proxy (its stdio children) and their resident memory.
+//! - [`processes`]: the processes below a proxy (its stdio children), their resident memory, a
+//!   process's TCP sockets and environment from `/proc`.
 //! - [`otlp`]: an OTLP/HTTP trace receiver (official protobuf definitions) that counts its connections.
 //! - [`raw_http`]: raw MCP-over-HTTP exchanges (status, session header, body) for tests of the listener.
 //! - [`wire`]: an rmcp host that logs what it reads in wire order (progress before answers).

@@ -4,6 +4,7 @@
 //! - [`ProxyProcess::start`]: spawn with a config text (logging JSON; [`ProxyProcess::start_human`]:
 //!   the human format); ready when the proxy has written its
 //!   `--ready-file` (listeners bound, startup wait over): the addresses come from that file, not logs.
+//!   It inherits none of the runner's `OTEL_*` or `MCP_PROXY_TELEMETRY__*` variables.
 //!   [`ProxyProcess::start_with_fd_limit`]: the same under `ulimit -n`.
 //!   [`ProxyProcess::start_unprivileged`]: the same as user nobody with no_new_privs.
 //! - [`ProxyProcess::wait_up`] / [`ProxyProcess::wait_down`] / [`ProxyProcess::wait_offerings`]: an
@@ -117,7 +118,13 @@ impl ProxyProcess {
             .arg("--ready-file")
             .arg(&ready_file)
             .args(args)
-            .env("RUST_LOG", "info,rmcp=warn,mcp_resource_proxy=debug")
+            .env("RUST_LOG", "info,rmcp=warn,mcp_resource_proxy=debug");
+        // Traces only as the test configures them: none of the runner's own telemetry settings.
+        let telemetry = |name: &str| name.starts_with("OTEL_") || name.starts_with("MCP_PROXY_TELEMETRY__");
+        for (name, _) in std::env::vars_os().filter(|(name, _)| name.to_str().is_some_and(telemetry)) {
+            command.env_remove(name);
+        }
+        command
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
