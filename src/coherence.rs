@@ -180,7 +180,8 @@ impl Coherence {
             return Ok(Cached { ttl, kept_for, scope, result: loaded.result, outcome, contents_json: None });
         }
         if let Some(tier) = &self.inner.shared {
-            return self.read_clustered(tier, request, load).await;
+            // Boxed: Redis's futures are large, and a read without `[cluster]` carries none.
+            return Box::pin(self.read_clustered(tier, request, load)).await;
         }
         self.read_local(request, load).await
     }

@@ -262,7 +262,9 @@ impl FastPath {
         (asked, hop): (&Asked<'_>, Hop),
         contents: &mut Option<SetAside>,
     ) -> Result<ServerResult, ErrorData> {
-        let (answer, notes) = audit::scope::noting(self.proxy.read(caller, uri)).await;
+        // Boxed: each layer of futures above it would hold a copy of its state, moved on every
+        // hit (a read's future is kilobytes; a box is one allocation).
+        let (answer, notes) = audit::scope::noting(Box::pin(self.proxy.read(caller, uri))).await;
         super::traced::note_read(uri, &answer, &notes);
         self.proxy.audit().request(notes, || read_event(asked, uri, &answer));
         let answer = answer.inspect_err(|error| {

@@ -67,7 +67,8 @@ impl Reads {
         let upstream = &self.upstreams.get(&name).ok_or_else(|| ProxyError::not_found(uri))?;
         let principal = caller.principal();
         if upstream.has_sessions() {
-            return self.read_in_session(caller, upstream, &name, &original, uri).await;
+            // Boxed: a session's request is a large future, and a cached read's stays small.
+            return Box::pin(self.read_in_session(caller, upstream, &name, &original, uri)).await;
         }
         let request = ReadRequest {
             upstream: &name,
