@@ -42,7 +42,8 @@ async fn replica_of(redis: &Redis, (prefix, name): (&str, &str), secret: &[u8], 
     let connection = ConnectionManager::new_lazy_with_config(redis.client(), config).unwrap();
     let seal = RedisSeal::new(&ClusterKeys::new(secret), metrics.clone());
     let place = Place { prefix: prefix.to_string(), replicas: REPLICAS.to_string(), replica: name.to_string(), seal };
-    let tier = Arc::new(SharedTier::new(connection, place, metrics.clone()));
+    let client = redis.client();
+    let tier = Arc::new(SharedTier::new((connection, client.get_connection_info()), place, metrics.clone()));
     assert!(tier.recover().await, "the tier reaches Redis");
     let cache = CacheConfig {
         enabled: true,
@@ -330,4 +331,19 @@ async fn randomized_reads_across_replicas_never_return_content_older_than_a_rece
         hits += usize::from(task.await.unwrap_or_else(|e| panic!("seed {seed}: {e}")) == Outcome::Hit);
     }
     assert!(hits > 0, "the tier was used at all");
+}
+
+#[tokio::test]
+async fn a_look_goes_on_a_socket_the_reading_task_drives() {
+    let redis = Redis::start().await;
+    let cache = replica(&redis, "t10:", "r0").await;
+    let loads = AtomicUsize::new(0);
+    for _ in 0..3 {
+        read(&cache, "x://s", "p", "v1", &loads).await;
+    }
+    let mut connection = redis.client().get_multiplexed_async_connection().await.unwrap();
+    let clients: String = redis::cmd("CLIENT").arg("LIST").query_async(&mut connection).await.unwrap();
+    let looks: Vec<&str> = clients.lines().filter(|line| line.contains(" name=mcp-proxy-look ")).collect();
+    assert_eq!(looks.len(), 1, "one socket for reads one at a time: {clients}");
+    assert!(looks[0].contains(" cmd=evalsha "), "the last look went on it: {clients}");
 }
