@@ -39,7 +39,10 @@
 //!
 //! Redis unreachable (a call fails or takes longer than [`CALL_TIMEOUT`]): the tier is down,
 //! reads go upstream and keep nothing; an `updated` that could not be recorded raises its
-//! upstream's floor before the tier is trusted again. The heartbeat tick finds Redis back.
+//! upstream's floor before the tier is trusted again. The housekeeping tick finds Redis back
+//! ([`SharedTier::recover`]) at its first try after Redis answers again, though the shared
+//! connection may not have seen Redis go (the looks saw it, on their own sockets), and closes
+//! the look sockets left idle meanwhile: after a restart no read fails on one once the tier is up.
 //! Invariant: a fill is stored only under the version, and boot, current when it is stored —
 //! which is the one its read began under.
 //!
@@ -63,6 +66,7 @@ use crate::cluster::{Cluster, RedisSeal};
 use crate::metrics::{Metrics, SealedKind, SharedCacheEvent};
 use redis::aio::ConnectionManager;
 use redis::{ConnectionInfo, FromRedisValue, RedisError, ScriptInvocation};
+use tokio::time::error::Elapsed;
 
 /// Longest a call to Redis may take before the tier counts as down.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(1);
@@ -312,6 +316,9 @@ impl SharedTier {
         if self.is_up() {
             return true;
         }
+        if self.ping().await.is_err() {
+            return false;
+        }
         let pending: Vec<String> = self.pending.lock().expect("pending lock").iter().cloned().collect();
         for upstream in pending {
             if self.raise(&upstream).await.is_err() {
@@ -319,13 +326,31 @@ impl SharedTier {
             }
             self.pending.lock().expect("pending lock").remove(&upstream);
         }
-        let mut connection = self.connection.clone();
-        let answered = self.call::<()>(redis::cmd("PING").query_async(&mut connection)).await.is_ok();
-        if answered && !self.up.swap(true, Ordering::AcqRel) {
+        // A look socket left idle while the tier was down may be to a Redis gone since: none is
+        // taken again, so no read fails on one once the tier is up.
+        if let Some(sockets) = &self.sockets {
+            sockets.close_idle();
+        }
+        if !self.up.swap(true, Ordering::AcqRel) {
             tracing::info!("the shared cache tier is reachable");
             self.metrics.set_shared_cache_up(true);
         }
-        answered
+        true
+    }
+
+    /// `PING` on the shared connection. A connection that has not seen Redis go (the looks,
+    /// which go on their own sockets, saw it) fails its first command and reconnects only then:
+    /// a `PING` that failed so (an error the connection reconnects on) is sent once more, on the
+    /// new connection. One that found no answer in time is not.
+    async fn ping(&self) -> Result<(), Down> {
+        let ping = || {
+            let mut connection = self.connection.clone();
+            async move { redis::cmd("PING").query_async::<()>(&mut connection).await }
+        };
+        match tokio::time::timeout(CALL_TIMEOUT, ping()).await {
+            Ok(Err(error)) if error.is_io_error() || error.is_unrecoverable_error() => self.call(ping()).await,
+            first => self.settle(first),
+        }
     }
 
     async fn raise(&self, upstream: &str) -> Result<(), Down> {
@@ -384,7 +409,12 @@ impl SharedTier {
 
     /// One call with the timeout; a failure counts the tier down.
     async fn call<T>(&self, call: impl Future<Output = Result<T, RedisError>>) -> Result<T, Down> {
-        let error = match tokio::time::timeout(CALL_TIMEOUT, call).await {
+        self.settle(tokio::time::timeout(CALL_TIMEOUT, call).await)
+    }
+
+    /// A call's outcome: its answer, or (Redis's error, no answer in time) the tier down.
+    fn settle<T>(&self, outcome: Result<Result<T, RedisError>, Elapsed>) -> Result<T, Down> {
+        let error = match outcome {
             Ok(Ok(value)) => return Ok(value),
             Ok(Err(error)) => error.to_string(),
             Err(_) => "no answer in time".to_string(),

@@ -9,8 +9,12 @@
 //! Plain `redis://` over TCP only: a socket is opened (with `AUTH` and `SELECT` when the URL
 //! asks for them) when none is idle, at most [`SOCKETS`] at once, and closed when an exchange on
 //! it did not end with a whole reply (an error, a look given up by its timeout mid-reply): the
-//! next look opens another, so Redis coming back needs nothing more. `rediss://` has none: its
-//! looks, and looks while all [`SOCKETS`] are busy, go through the multiplexed connection.
+//! next look opens another. The idle ones are closed when the tier comes back up
+//! ([`Sockets::close_idle`], from `SharedTier::recover`): one left idle while the tier was down
+//! may be to a Redis that has gone since, and would fail a read and take the tier down again.
+//! So after Redis restarts, the looks under way when it went fail (the tier down), and none
+//! after the tier is found up. `rediss://` has none: its looks, and looks while all [`SOCKETS`]
+//! are busy, go through the multiplexed connection.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -84,6 +88,12 @@ impl Sockets {
             return None;
         }
         Some(Held { sockets: self, socket, clean: true })
+    }
+
+    /// Close the idle sockets; the next looks open new ones.
+    pub(super) fn close_idle(&self) {
+        let closed = std::mem::take(&mut *self.idle.lock().expect("idle sockets lock"));
+        self.open.fetch_sub(closed.len(), Ordering::AcqRel);
     }
 
     async fn connect(&self) -> RedisResult<Socket> {
