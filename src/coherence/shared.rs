@@ -46,8 +46,10 @@
 //! Invariant: a fill is stored only under the version, and boot, current when it is stored —
 //! which is the one its read began under.
 //!
-//! The Lua scripts are in `shared/scripts.rs`, an entry's stored form in `shared/stored.rs`.
+//! The Lua scripts are in `shared/scripts.rs`, an entry's stored form in `shared/stored.rs`, the
+//! tier's way back up in `shared/recovery.rs`.
 
+mod recovery;
 mod scripts;
 mod sockets;
 mod stored;
@@ -308,49 +310,6 @@ impl SharedTier {
             self.pending.lock().expect("pending lock").insert(upstream.to_string());
         }
         result
-    }
-
-    /// When the tier is down: record what could not be (pending floors), then count it up
-    /// again. True when Redis answered (or the tier was up).
-    pub async fn recover(&self) -> bool {
-        if self.is_up() {
-            return true;
-        }
-        if self.ping().await.is_err() {
-            return false;
-        }
-        let pending: Vec<String> = self.pending.lock().expect("pending lock").iter().cloned().collect();
-        for upstream in pending {
-            if self.raise(&upstream).await.is_err() {
-                return false;
-            }
-            self.pending.lock().expect("pending lock").remove(&upstream);
-        }
-        // A look socket left idle while the tier was down may be to a Redis gone since: none is
-        // taken again, so no read fails on one once the tier is up.
-        if let Some(sockets) = &self.sockets {
-            sockets.close_idle();
-        }
-        if !self.up.swap(true, Ordering::AcqRel) {
-            tracing::info!("the shared cache tier is reachable");
-            self.metrics.set_shared_cache_up(true);
-        }
-        true
-    }
-
-    /// `PING` on the shared connection. A connection that has not seen Redis go (the looks,
-    /// which go on their own sockets, saw it) fails its first command and reconnects only then:
-    /// a `PING` that failed so (an error the connection reconnects on) is sent once more, on the
-    /// new connection. One that found no answer in time is not.
-    async fn ping(&self) -> Result<(), Down> {
-        let ping = || {
-            let mut connection = self.connection.clone();
-            async move { redis::cmd("PING").query_async::<()>(&mut connection).await }
-        };
-        match tokio::time::timeout(CALL_TIMEOUT, ping()).await {
-            Ok(Err(error)) if error.is_io_error() || error.is_unrecoverable_error() => self.call(ping()).await,
-            first => self.settle(first),
-        }
     }
 
     async fn raise(&self, upstream: &str) -> Result<(), Down> {
