@@ -1,7 +1,8 @@
 //! `[cluster]`: several replicas behind a load balancer, sharing what must be shared through
 //! Redis 7 / Valkey 8. [`Cluster`] is the handle made once at start: this replica's id, the
 //! keys derived from the cluster secret (`keys`), the Redis connection (one reconnecting
-//! multiplexed connection, RESP3), Redis's health as this replica sees it (a watch), and the
+//! multiplexed connection, RESP3; the shared cache's look, on every clustered read, goes on
+//! sockets of its own, `coherence/shared/sockets.rs`), Redis's health as this replica sees it (a watch), and the
 //! replicas seen alive (`heartbeat`: a key per replica with a time to live, renewed every
 //! `cluster.heartbeat`), the seal of what it keeps in Redis (`sealed`: cache entries and
 //! session records, encrypted and bound to their keys), this replica's counts that hold across the
@@ -202,6 +203,12 @@ impl Cluster {
     /// what a command did with [`Cluster::note`].
     pub fn redis(&self) -> ConnectionManager {
         self.inner.redis.clone()
+    }
+
+    /// Where Redis is and how it is entered (address, database, credentials): for a connection
+    /// of one's own.
+    pub fn connection_info(&self) -> &ConnectionInfo {
+        &self.inner.connection_info
     }
 
     /// Another connection to the same Redis, for what needs one of its own (a RESP3 push

@@ -33,37 +33,51 @@
 //! The same round trip claims the load when nothing is found (a lease, so one replica loads and
 //! the others wait for its fill), and the fill lets go of it: a hit costs one round trip (and a
 //! fetch of the entry the first time this replica serves it), a miss two.
+//! The look goes on a socket the reading task drives itself (`shared/sockets.rs`), not through
+//! the multiplexed connection, whose hand-overs to and from its driver task cost a hit more
+//! than Redis's work; the rest of the tier's calls go through the multiplexed connection.
 //!
 //! Redis unreachable (a call fails or takes longer than [`CALL_TIMEOUT`]): the tier is down,
 //! reads go upstream and keep nothing; an `updated` that could not be recorded raises its
-//! upstream's floor before the tier is trusted again. The heartbeat tick finds Redis back.
+//! upstream's floor before the tier is trusted again. The housekeeping tick finds Redis back
+//! ([`SharedTier::recover`]) at its first try after Redis answers again, though the shared
+//! connection may not have seen Redis go (the looks saw it, on their own sockets), and closes
+//! the look sockets left idle meanwhile: after a restart no read fails on one once the tier is up.
 //! Invariant: a fill is stored only under the version, and boot, current when it is stored —
 //! which is the one its read began under.
 //!
-//! The Lua scripts are in `shared/scripts.rs`, an entry's stored form in `shared/stored.rs`.
+//! The Lua scripts are in `shared/scripts.rs`, an entry's stored form in `shared/stored.rs`, the
+//! tier's way back up in `shared/recovery.rs`.
 
+mod recovery;
 mod scripts;
+mod sockets;
 mod stored;
 
-use std::collections::BTreeSet;
-use std::sync::Mutex;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use self::scripts::Scripts;
+use self::sockets::Sockets;
 use self::stored::{decode, encode};
 use super::generations::parents_of;
 use crate::cache::Entry;
 use crate::cluster::{Cluster, RedisSeal};
 use crate::metrics::{Metrics, SealedKind, SharedCacheEvent};
-use redis::RedisError;
 use redis::aio::ConnectionManager;
+use redis::{ConnectionInfo, FromRedisValue, RedisError, ScriptInvocation};
+use tokio::time::error::Elapsed;
 
 /// Longest a call to Redis may take before the tier counts as down.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Records (notified URIs) kept per upstream; past it the upstream's floor rises instead.
 pub const MAX_RECORDS: u64 = 100_000;
+
+/// URIs whose names (with their parents') are kept; past it they are all forgotten at once.
+const MAX_CHAINS: usize = 4096;
 
 /// Where an entry was found for a read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,6 +129,8 @@ pub struct Place {
 /// The connection and its state; cheap to share behind the coherence layer's `Arc`.
 pub struct SharedTier {
     connection: ConnectionManager,
+    /// The look's own sockets (`shared/sockets.rs`); `None` for a Redis they cannot reach.
+    sockets: Option<Sockets>,
     prefix: String,
     replicas: String,
     replica: String,
@@ -126,15 +142,18 @@ pub struct SharedTier {
     pending: Mutex<BTreeSet<String>>,
     metrics: Metrics,
     scripts: Scripts,
+    /// The names of a URI and its parents ([`SharedTier::chain`]), by URI.
+    chains: Mutex<HashMap<Box<str>, Arc<[String]>>>,
 }
 
 impl SharedTier {
-    /// A tier over `connection` (a reconnecting one), at `place`. Down until
-    /// [`SharedTier::recover`] first reaches Redis.
-    pub fn new(connection: ConnectionManager, place: Place, metrics: Metrics) -> Self {
+    /// A tier over `connection` (a reconnecting one) to the Redis of `info`, at `place`. Down
+    /// until [`SharedTier::recover`] first reaches Redis.
+    pub fn new((connection, info): (ConnectionManager, &ConnectionInfo), place: Place, metrics: Metrics) -> Self {
         metrics.set_shared_cache_up(false);
         Self {
             connection,
+            sockets: Sockets::for_redis(info),
             prefix: place.prefix,
             replicas: place.replicas,
             replica: place.replica,
@@ -144,6 +163,7 @@ impl SharedTier {
             pending: Mutex::default(),
             metrics,
             scripts: Scripts::new(),
+            chains: Mutex::default(),
         }
     }
 
@@ -156,7 +176,7 @@ impl SharedTier {
             replica: cluster.replica_id().to_string(),
             seal: cluster.seal().clone(),
         };
-        Self::new(cluster.redis(), place, metrics.clone())
+        Self::new((cluster.redis(), cluster.connection_info()), place, metrics.clone())
     }
 
     /// Whether the tier answered last time (reads use it only then).
@@ -168,16 +188,13 @@ impl SharedTier {
     /// `principal`. When there is none and no replica claims its load, the load of `slot`'s key
     /// is claimed for this replica, for `lasting`, in the same round trip.
     pub async fn look(&self, slot: &Slot<'_>, principal: &str, lasting: Duration) -> Result<Look, Down> {
+        let chain = self.chain(slot.uri);
         let mut call = self.scripts.look.prepare_invoke();
         call.arg(&self.prefix).arg(slot.upstream).arg(self.offered_boot.to_string());
-        call.arg(self.who(Some(principal))).arg(self.seal.name(slot.uri)).arg(&self.replicas);
+        call.arg(self.who(Some(principal))).arg(&chain[0]).arg(&self.replicas);
         call.arg(self.who(slot.principal)).arg(&self.replica).arg(lasting.as_millis().max(1).to_string());
-        for parent in parents_of(slot.uri) {
-            call.arg(self.seal.name(parent));
-        }
-        let mut connection = self.connection.clone();
-        let (boot, version, found, lease): (String, u64, u8, u8) =
-            self.call(call.invoke_async(&mut connection)).await?;
+        call.arg(&chain[..]);
+        let (boot, version, found, lease): (String, u64, u8, u8) = self.call(self.driven(&call)).await?;
         let found = match found {
             1 => Found::Shared,
             2 => Found::Private,
@@ -224,15 +241,14 @@ impl SharedTier {
         let body = self.seal.seal((&key, "b", voucher), encode(entry, now).as_bytes());
         let mut call = self.scripts.fill.prepare_invoke();
         call.arg(&self.prefix).arg(slot.upstream).arg(look.boot.to_string()).arg(look.version);
+        let chain = self.chain(slot.uri);
         call.arg(self.who(slot.principal))
-            .arg(self.seal.name(slot.uri))
+            .arg(&chain[0])
             .arg(voucher)
             .arg(body)
             .arg(keep_ms.to_string())
-            .arg(self.who(loaded_as.principal));
-        for parent in parents_of(slot.uri) {
-            call.arg(self.seal.name(parent));
-        }
+            .arg(self.who(loaded_as.principal))
+            .arg(&chain[..]);
         let mut connection = self.connection.clone();
         let kept: u8 = self.call(call.invoke_async(&mut connection)).await?;
         self.metrics.shared_cache(match kept {
@@ -296,28 +312,6 @@ impl SharedTier {
         result
     }
 
-    /// When the tier is down: record what could not be (pending floors), then count it up
-    /// again. True when Redis answered (or the tier was up).
-    pub async fn recover(&self) -> bool {
-        if self.is_up() {
-            return true;
-        }
-        let pending: Vec<String> = self.pending.lock().expect("pending lock").iter().cloned().collect();
-        for upstream in pending {
-            if self.raise(&upstream).await.is_err() {
-                return false;
-            }
-            self.pending.lock().expect("pending lock").remove(&upstream);
-        }
-        let mut connection = self.connection.clone();
-        let answered = self.call::<()>(redis::cmd("PING").query_async(&mut connection)).await.is_ok();
-        if answered && !self.up.swap(true, Ordering::AcqRel) {
-            tracing::info!("the shared cache tier is reachable");
-            self.metrics.set_shared_cache_up(true);
-        }
-        answered
-    }
-
     async fn raise(&self, upstream: &str) -> Result<(), Down> {
         let mut call = self.scripts.raise.prepare_invoke();
         call.arg(&self.prefix).arg(upstream);
@@ -328,13 +322,30 @@ impl SharedTier {
     }
 
     fn lease_key(&self, slot: &Slot<'_>, version: u64) -> String {
-        let (who, uri) = (self.who(slot.principal), self.seal.name(slot.uri));
-        format!("{}lease:{}:{version}:{who}:{uri}", self.prefix, slot.upstream)
+        let (who, chain) = (self.who(slot.principal), self.chain(slot.uri));
+        format!("{}lease:{}:{version}:{who}:{}", self.prefix, slot.upstream, chain[0])
     }
 
     fn entry_key(&self, slot: &Slot<'_>, version: u64) -> String {
-        let (who, uri) = (self.who(slot.principal), self.seal.name(slot.uri));
-        format!("{}e:{}:{version}:{who}:{uri}", self.prefix, slot.upstream)
+        let (who, chain) = (self.who(slot.principal), self.chain(slot.uri));
+        format!("{}e:{}:{version}:{who}:{}", self.prefix, slot.upstream, chain[0])
+    }
+
+    /// The names (keyed digests) of `uri` and of its parents, each once, `uri`'s first: worked
+    /// out once per URI (a read asks for them at every look), not at every read.
+    fn chain(&self, uri: &str) -> Arc<[String]> {
+        if let Some(chain) = self.chains.lock().expect("chains lock").get(uri) {
+            return chain.clone();
+        }
+        let mut seen = BTreeSet::new();
+        let chain: Arc<[String]> =
+            parents_of(uri).filter(|parent| seen.insert(*parent)).map(|parent| self.seal.name(parent)).collect();
+        let mut chains = self.chains.lock().expect("chains lock");
+        if chains.len() >= MAX_CHAINS {
+            chains.clear();
+        }
+        chains.insert(uri.into(), chain.clone());
+        chain
     }
 
     /// Whose an entry is in its key: `-` for everyone, else the principal's keyed name (no
@@ -346,9 +357,23 @@ impl SharedTier {
         }
     }
 
+    /// `call` on a socket this task drives (`shared/sockets.rs`), or through the multiplexed
+    /// connection when there is none to be had.
+    async fn driven<T: FromRedisValue>(&self, call: &ScriptInvocation<'_>) -> Result<T, RedisError> {
+        if let Some(mut held) = self.sockets.as_ref().and_then(Sockets::hold) {
+            return call.invoke_async(&mut held).await;
+        }
+        call.invoke_async(&mut self.connection.clone()).await
+    }
+
     /// One call with the timeout; a failure counts the tier down.
     async fn call<T>(&self, call: impl Future<Output = Result<T, RedisError>>) -> Result<T, Down> {
-        let error = match tokio::time::timeout(CALL_TIMEOUT, call).await {
+        self.settle(tokio::time::timeout(CALL_TIMEOUT, call).await)
+    }
+
+    /// A call's outcome: its answer, or (Redis's error, no answer in time) the tier down.
+    fn settle<T>(&self, outcome: Result<Result<T, RedisError>, Elapsed>) -> Result<T, Down> {
+        let error = match outcome {
             Ok(Ok(value)) => return Ok(value),
             Ok(Err(error)) => error.to_string(),
             Err(_) => "no answer in time".to_string(),

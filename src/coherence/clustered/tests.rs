@@ -42,7 +42,8 @@ async fn replica_of(redis: &Redis, (prefix, name): (&str, &str), secret: &[u8], 
     let connection = ConnectionManager::new_lazy_with_config(redis.client(), config).unwrap();
     let seal = RedisSeal::new(&ClusterKeys::new(secret), metrics.clone());
     let place = Place { prefix: prefix.to_string(), replicas: REPLICAS.to_string(), replica: name.to_string(), seal };
-    let tier = Arc::new(SharedTier::new(connection, place, metrics.clone()));
+    let client = redis.client();
+    let tier = Arc::new(SharedTier::new((connection, client.get_connection_info()), place, metrics.clone()));
     assert!(tier.recover().await, "the tier reaches Redis");
     let cache = CacheConfig {
         enabled: true,
@@ -330,4 +331,50 @@ async fn randomized_reads_across_replicas_never_return_content_older_than_a_rece
         hits += usize::from(task.await.unwrap_or_else(|e| panic!("seed {seed}: {e}")) == Outcome::Hit);
     }
     assert!(hits > 0, "the tier was used at all");
+}
+
+#[tokio::test]
+async fn a_look_goes_on_a_socket_the_reading_task_drives() {
+    let redis = Redis::start().await;
+    let cache = replica(&redis, "t10:", "r0").await;
+    let loads = AtomicUsize::new(0);
+    for _ in 0..3 {
+        read(&cache, "x://s", "p", "v1", &loads).await;
+    }
+    let looks = look_sockets(&redis).await;
+    assert_eq!(looks.len(), 1, "one socket for reads one at a time: {looks:?}");
+    assert!(looks[0].contains(" cmd=evalsha "), "the last look went on it: {looks:?}");
+}
+
+/// Redis restarted while no read was under way: the look sockets left idle are to the Redis
+/// that went. The first read finds it gone (the tier down, read upstream); once the tier is
+/// found up again, no read fails on another of them.
+#[tokio::test]
+async fn after_redis_restarts_one_read_finds_it_gone_and_none_once_the_tier_is_up() {
+    let mut redis = Redis::start().await;
+    let cache = replica(&redis, "t11:", "r0").await;
+    let loads = AtomicUsize::new(0);
+    let uris = ["x://s/1", "x://s/2", "x://s/3", "x://s/4"];
+    futures::future::join_all(uris.map(|uri| read(&cache, uri, "p", "v1", &loads))).await;
+    assert_eq!(look_sockets(&redis).await.len(), uris.len(), "a socket for each read under way");
+
+    redis.stop();
+    redis.run().await;
+    redis.set(&format!("{REPLICAS}r0"), "1").await;
+    let tier = cache.shared_tier().unwrap().clone();
+    let mut bypassed = 0;
+    for _ in 0..2 * uris.len() {
+        if read(&cache, "x://s/1", "p", "v2", &loads).await.outcome == Outcome::Bypass {
+            bypassed += 1;
+            assert!(tier.recover().await, "the tier finds Redis back at its first try");
+        }
+    }
+    assert_eq!(bypassed, 1, "the first read alone found Redis gone");
+}
+
+/// The look sockets open to `redis`, as `CLIENT LIST` shows them.
+async fn look_sockets(redis: &Redis) -> Vec<String> {
+    let mut connection = redis.client().get_multiplexed_async_connection().await.unwrap();
+    let clients: String = redis::cmd("CLIENT").arg("LIST").query_async(&mut connection).await.unwrap();
+    clients.lines().filter(|line| line.contains(" name=mcp-proxy-look ")).map(str::to_string).collect()
 }
