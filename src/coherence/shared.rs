@@ -33,9 +33,10 @@
 //! The same round trip claims the load when nothing is found (a lease, so one replica loads and
 //! the others wait for its fill), and the fill lets go of it: a hit costs one round trip (and a
 //! fetch of the entry the first time this replica serves it), a miss two.
-//! The look goes on a socket the reading task drives itself (`shared/sockets.rs`), not through
-//! the multiplexed connection, whose hand-overs to and from its driver task cost a hit more
-//! than Redis's work; the rest of the tier's calls go through the multiplexed connection.
+//! A read's own calls (the look, the fetch, the fill) go on a socket the reading task drives
+//! itself (`shared/sockets.rs`), not through the multiplexed connection, whose hand-overs to and
+//! from its driver task cost a read more than Redis's work; the rest of the tier's calls (bumps,
+//! floors, a waiting read's claim) go through the multiplexed connection.
 //!
 //! Redis unreachable (a call fails or takes longer than [`CALL_TIMEOUT`]): the tier is down,
 //! reads go upstream and keep nothing; an `updated` that could not be recorded raises its
@@ -208,10 +209,9 @@ impl SharedTier {
     /// is counted and is no entry: the read loads, and its fill takes the place).
     pub async fn fetch(&self, slot: &Slot<'_>, version: u64) -> Result<Option<Entry>, Down> {
         let key = self.entry_key(slot, version);
-        let mut connection = self.connection.clone();
         let mut get = redis::cmd("HMGET");
         get.arg(&key).arg("v").arg("b");
-        let (voucher, body): (Option<String>, Option<Vec<u8>>) = self.call(get.query_async(&mut connection)).await?;
+        let (voucher, body): (Option<String>, Option<Vec<u8>>) = self.call(self.driven_query(&get)).await?;
         let (Some(voucher), Some(body)) = (voucher, body) else { return Ok(None) };
         let opened = self.seal.open_text(SealedKind::CacheEntry, (&key, "b", &voucher), &body);
         let entry = opened.and_then(|body| decode(&body));
@@ -249,8 +249,7 @@ impl SharedTier {
             .arg(keep_ms.to_string())
             .arg(self.who(loaded_as.principal))
             .arg(&chain[..]);
-        let mut connection = self.connection.clone();
-        let kept: u8 = self.call(call.invoke_async(&mut connection)).await?;
+        let kept: u8 = self.call(self.driven(&call)).await?;
         self.metrics.shared_cache(match kept {
             1 => SharedCacheEvent::Fill,
             _ => SharedCacheEvent::FillOvertaken,
@@ -364,6 +363,14 @@ impl SharedTier {
             return call.invoke_async(&mut held).await;
         }
         call.invoke_async(&mut self.connection.clone()).await
+    }
+
+    /// `query` as [`SharedTier::driven`] sends a script.
+    async fn driven_query<T: FromRedisValue>(&self, query: &redis::Cmd) -> Result<T, RedisError> {
+        if let Some(mut held) = self.sockets.as_ref().and_then(Sockets::hold) {
+            return query.query_async(&mut held).await;
+        }
+        query.query_async(&mut self.connection.clone()).await
     }
 
     /// One call with the timeout; a failure counts the tier down.

@@ -1,6 +1,7 @@
-//! The look's sockets: connections to Redis that the reading task drives itself. A look (the
-//! one round trip of every clustered read) takes an idle socket, writes its command, reads the
-//! reply and puts the socket back, all on the reading task. Through the cluster's multiplexed
+//! A read's sockets: connections to Redis that the reading task drives itself. A read's call
+//! (the look, the one round trip of every clustered read; the fetch of an entry; the fill of a
+//! miss) takes an idle socket, writes its command, reads the reply and puts the socket back, all
+//! on the reading task. Through the cluster's multiplexed
 //! connection the same command is handed to that connection's driver task and its reply handed
 //! back through a oneshot: two wake-ups of other tasks (often on the other worker thread) per
 //! call, and a second timer (its response timeout) under the tier's own. On a 2-core machine
