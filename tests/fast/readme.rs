@@ -9,13 +9,13 @@
 //! container's mounts. Release builds (the literal commands, `cargo install`) run in CI
 //! (`.ci/readme-release.sh`), and so does the book's build (`.ci/run`).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use crate::support::fixture::fixture_bin;
 use crate::support::proxy::PROXY_BIN;
-use crate::support::{eventually, repo_root};
+use crate::support::{cargo, eventually, repo_root};
 use anyhow::Context;
 use mcp_resource_proxy::config::{CliOverrides, Config, UpstreamTransport};
 use tokio::process::Command;
@@ -368,15 +368,15 @@ fn readme_docker_run_mounts_every_folder_the_shipped_config_names() {
 const FREE_PORTS: [(&str, &str); 2] =
     [("MCP_PROXY_SERVER__LISTEN", "127.0.0.1:0"), ("MCP_PROXY_SERVER__ADMIN_LISTEN", "127.0.0.1:0")];
 
-/// A documented line as a command: `cargo` is this cargo, `mcp-resource-proxy` this build's binary.
+/// A documented line as a command: `cargo` is this cargo ([`cargo`]), `mcp-resource-proxy` this
+/// build's binary.
 fn shell_line(line: &str, cwd: &Path) -> Command {
     let words: Vec<&str> = line.split_whitespace().collect();
-    let program = match words[0] {
-        "cargo" => PathBuf::from(env!("CARGO")),
-        "mcp-resource-proxy" => PathBuf::from(PROXY_BIN),
+    let mut command = match words[0] {
+        "cargo" => Command::from(cargo()),
+        "mcp-resource-proxy" => Command::new(PROXY_BIN),
         other => panic!("no runner for `{other}`"),
     };
-    let mut command = Command::new(program);
     command.args(&words[1..]).current_dir(cwd).stdin(Stdio::null()).kill_on_drop(true);
     command
 }

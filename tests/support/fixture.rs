@@ -4,7 +4,8 @@
 //!
 //! - [`fixture_bin`]: the fixture as a process: the product package's `mcp-proxy-fixture` example,
 //!   built by `cargo test` and, on first use in a test process, by `cargo build --example` again
-//!   (a no-op when fresh), so a filtered run (`cargo test --test fast`) never runs a stale one.
+//!   (a no-op when fresh; [`super::cargo`]), so a filtered run (`cargo test --test fast`) never
+//!   runs a stale one.
 //! - [`fixture_command`]: a `Command` for the fixture binary (e.g. to hand to the proxy's config).
 //! - [`HttpFixture::spawn`]: `--http 127.0.0.1:0`, reads the `LISTENING <url>` line; kills on drop.
 //! - [`serve_in_process`]: the fixture library on 127.0.0.1:0 inside the test process.
@@ -54,7 +55,7 @@ pub fn fixture_bin() -> &'static Path {
 fn build_fixture() -> Result<PathBuf, String> {
     let product = Path::new(super::proxy::PROXY_BIN);
     let release = product.parent().and_then(Path::file_name).is_some_and(|dir| dir == "release");
-    let mut command = std::process::Command::new(env!("CARGO"));
+    let mut command = super::cargo();
     command
         .args(["build", "--quiet", "--example", "mcp-proxy-fixture", "--message-format", "json", "--manifest-path"])
         .arg(super::repo_root().join("Cargo.toml"))

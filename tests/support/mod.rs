@@ -17,6 +17,7 @@
 //! - [`wire`]: an rmcp host that logs what it reads in wire order (progress before answers).
 //! - [`token_exchange`]: an OAuth authorization server for token exchange, and a gate in front of an upstream.
 //! - [`eventually`]: the one way to wait for a condition: poll with a deadline.
+//! - [`cargo`]: the one way a test starts cargo (the fixture's build, the README's `cargo run`).
 //!
 //! Every entry that starts something (a proxy, a fixture, Redis, a JWKS server, a test key) first
 //! makes ring the test process's crypto provider (`mcp_resource_proxy::crypto::install`):
@@ -57,6 +58,22 @@ const POLL_INTERVAL: Duration = Duration::from_millis(20);
 /// The repository root (`CARGO_MANIFEST_DIR`).
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// This cargo (`$CARGO`), without the variables cargo sets in a test process for the package
+/// under test (`CARGO_MANIFEST_DIR`, `CARGO_MANIFEST_PATH`, every `CARGO_PKG_*`; the product has no
+/// build script, so no `OUT_DIR`). ring's build script asks to be rerun when those change: a cargo
+/// seeing them would rerun it and rebuild ring and everything above it (rustls, reqwest, rmcp,
+/// redis, the product), and the next cargo started without them all of it again.
+pub fn cargo() -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO"));
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if name.starts_with("CARGO_PKG_") || name == "CARGO_MANIFEST_DIR" || name == "CARGO_MANIFEST_PATH" {
+            command.env_remove(name.as_ref());
+        }
+    }
+    command
 }
 
 /// Ask `probe` until it answers `Ok` (returned) or `within` has passed (an error naming `what`
