@@ -125,8 +125,8 @@ mod tests {
 
     fn key() -> EncodingKey {
         crate::crypto::install();
-        let pem = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/jwt/rsa-a.pem")).unwrap();
-        EncodingKey::from_rsa_pem(&pem).unwrap()
+        let der = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/jwt/rsa-a.der")).unwrap();
+        EncodingKey::from_rsa_der(&der)
     }
 
     /// A validator over a JWKS file holding the test key as `kid = "k"`, principal from `email`.

@@ -41,12 +41,11 @@ pub struct TestKey {
 impl TestKey {
     pub fn load(file: &str, kid: &'static str, algorithm: Algorithm) -> TestKey {
         mcp_resource_proxy::crypto::install();
-        let pem = std::fs::read(data_dir().join(file)).expect("test key");
+        let der = std::fs::read(data_dir().join(file)).expect("test key");
         let encoding = match algorithm {
-            Algorithm::ES256 => EncodingKey::from_ec_pem(&pem),
-            _ => EncodingKey::from_rsa_pem(&pem),
-        }
-        .expect("valid test key");
+            Algorithm::ES256 => EncodingKey::from_ec_der(&der),
+            _ => EncodingKey::from_rsa_der(&der),
+        };
         TestKey { kid, algorithm, encoding }
     }
 
@@ -179,13 +178,13 @@ pub async fn post_initialize(proxy: &ProxyProcess, authorization: Option<&str>) 
 }
 
 pub fn rsa_a() -> TestKey {
-    TestKey::load("rsa-a.pem", "rsa-a", Algorithm::RS256)
+    TestKey::load("rsa-a.der", "rsa-a", Algorithm::RS256)
 }
 
 pub fn rsa_b() -> TestKey {
-    TestKey::load("rsa-b.pem", "rsa-b", Algorithm::RS256)
+    TestKey::load("rsa-b.der", "rsa-b", Algorithm::RS256)
 }
 
 pub fn ec_a() -> TestKey {
-    TestKey::load("ec-a.pem", "ec-a", Algorithm::ES256)
+    TestKey::load("ec-a.der", "ec-a", Algorithm::ES256)
 }
