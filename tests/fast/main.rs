@@ -33,6 +33,7 @@ mod mrtr;
 mod mrtr_prompts;
 mod mrtr_replay;
 mod mrtr_tools;
+mod nested_cargo;
 mod never_stale;
 mod observability;
 mod operators;
