@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Check the systemd units with `systemd-analyze verify`, against the binary built by `cargo
-# build` (the units' /usr/local/bin path is swapped for it): deploy/mcp-resource-proxy.service,
+# Check the systemd units with `systemd-analyze verify`, against the binary of `cargo build
+# --release` (the units' /usr/local/bin path is swapped for it; in CI .ci/readme-release.sh has
+# just built it, so the build here does nothing): deploy/mcp-resource-proxy.service,
 # and the bare-metal template deploy/bare-metal/mcp-resource-proxy@.service as its instance 1
 # (the template beside it, so its specifiers are resolved). Any message counts as a failure:
 # systemd-analyze exits 0 on settings it ignores.
@@ -10,8 +11,8 @@ if ! command -v systemd-analyze >/dev/null; then
   echo "systemd-analyze not found: the units are not verified on this machine"
   exit 0
 fi
-cargo build --quiet --bin mcp-resource-proxy
-binary="$(pwd)/target/debug/mcp-resource-proxy"
+cargo build --quiet --release --bin mcp-resource-proxy
+binary="$(pwd)/target/release/mcp-resource-proxy"
 dir="$(mktemp -d)"
 trap 'rm -rf "$dir"' EXIT
 verify() { # verify SOURCE UNIT: SOURCE copied into the folder, UNIT (a name there) verified
