@@ -147,7 +147,7 @@ async fn parked_on(
 
 /// The upstream's request timeout in the test below: the bound a retry waits for the replica
 /// its call is parked on.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// alice's call is parked on replica-0, which stays alive and heartbeating but tells the others
 /// an address where nothing answers (a port bound and never accepted from: its session endpoint

@@ -8,8 +8,9 @@
 //!   another one and survives;
 //! - a JSON-RPC error naming the lost replica within 5 s, when the killed replica ran the call.
 //!
-//! Each run is a fresh cluster, the host's POSTs pinned to the replica to kill
-//! (`X-Replica-Pin`); its reconnection is round-robin.
+//! Each test starts one cluster; each run kills a replica, the host's POSTs pinned to it
+//! (`X-Replica-Pin`; its reconnection is round-robin), and starts the killed one again (same id,
+//! new ports) once the others see it gone.
 //!
 //! Nor when its stream is cut while the replica serving it lives: a 2025 host (raw HTTP) whose
 //! call's connection is dropped at its first progress resumes on another replica
@@ -40,8 +41,11 @@ const BOB_TOKEN: &str = "bob-tok-cluster-resumption-9e07";
 const TOKENS: [(&str, &str); 2] = [("ALICE_TOKEN", ALICE_TOKEN), ("BOB_TOKEN", BOB_TOKEN)];
 /// Runs of each outcome.
 const RUNS: usize = 10;
-/// server-everything's long-running operation: 3 s in 3 steps (a progress notification each).
-const LONG_CALL: &str = r#"call_progress:ev__trigger-long-running-operation:{"duration":3,"steps":3}"#;
+/// server-everything's long-running operation: 1.5 s in 3 steps (a progress notification each).
+/// The replica is killed at the first (0.5 s): the call still has 1 s to run, and each test
+/// checks that the kill landed mid-call (the answer came through the resumption, or the call
+/// was lost).
+const LONG_CALL: &str = r#"call_progress:ev__trigger-long-running-operation:{"duration":1.5,"steps":3}"#;
 /// How soon a host whose call died with its replica must hear so.
 const LOST_WITHIN: Duration = Duration::from_secs(5);
 
@@ -56,6 +60,22 @@ async fn three_replicas() -> anyhow::Result<(Replicas, tempfile::TempDir)> {
         cluster_when(replica, |c| c["reachable"].as_array().is_some_and(|r| r.len() == 3)).await?;
     }
     Ok((cluster, policies))
+}
+
+/// Replica `index`, killed, started again: returns once each replica lists `ev`'s tools and
+/// reaches the others.
+async fn restart(cluster: &mut Replicas, index: usize) -> anyhow::Result<()> {
+    cluster.restart(index).await?;
+    for replica in &cluster.replicas {
+        replica.wait_offerings("ev").await?;
+        cluster_when(replica, |c| c["reachable"].as_array().is_some_and(|r| r.len() == 3)).await?;
+    }
+    Ok(())
+}
+
+/// How many times each replica logged that it handed a lost stream's kept answer over.
+fn handed_over(cluster: &Replicas) -> Vec<usize> {
+    cluster.replicas.iter().map(|replica| replica.matching(&["a lost stream's call answered"]).len()).collect()
 }
 
 /// The index of the replica holding alice's session of `ev`, once a call of hers opened it.
@@ -112,19 +132,21 @@ fn text_of(answer: &Value) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_host_gets_its_calls_result_when_its_streams_replica_dies_and_the_calls_owner_lives() -> anyhow::Result<()>
 {
+    let (mut cluster, _policies) = three_replicas().await?;
     let mut got = 0;
     for run in 0..RUNS {
-        let (cluster, _policies) = three_replicas().await?;
         let owner = alices_owner(&cluster).await?;
         let front = (owner + 1) % 3;
+        let handed_before = handed_over(&cluster);
         let (answer, after) = call_cut_at(&cluster, front).await?;
         eprintln!("run {run}: front replica-{front} killed, owner replica-{owner}: {answer} after {after:?}");
         let text = text_of(&answer);
         if answer["op"] == "call_progress" && text.contains("Long running operation completed") {
             got += 1;
         }
-        let handed = cluster.replicas.iter().filter(|r| !r.matching(&["a lost stream's call answered"]).is_empty());
+        let handed = handed_over(&cluster).into_iter().zip(handed_before).filter(|(now, before)| now > before);
         assert_eq!(handed.count(), 1, "run {run}: one replica handed the kept answer over");
+        restart(&mut cluster, front).await?;
     }
     assert_eq!(got, RUNS, "results after the stream's replica died");
     Ok(())
@@ -132,9 +154,9 @@ async fn the_host_gets_its_calls_result_when_its_streams_replica_dies_and_the_ca
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_host_hears_within_5_s_that_its_call_was_lost_with_the_replica_running_it() -> anyhow::Result<()> {
+    let (mut cluster, _policies) = three_replicas().await?;
     let mut told = 0;
     for run in 0..RUNS {
-        let (cluster, _policies) = three_replicas().await?;
         let owner = alices_owner(&cluster).await?;
         let (answer, after) = call_cut_at(&cluster, owner).await?;
         eprintln!("run {run}: replica-{owner} (front and owner) killed: {answer} after {after:?}");
@@ -144,6 +166,7 @@ async fn the_host_hears_within_5_s_that_its_call_was_lost_with_the_replica_runni
         if names_the_cause && after <= LOST_WITHIN {
             told += 1;
         }
+        restart(&mut cluster, owner).await?;
     }
     assert_eq!(told, RUNS, "clear errors within {LOST_WITHIN:?}");
     Ok(())

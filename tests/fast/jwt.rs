@@ -232,7 +232,8 @@ async fn post(
     Ok(request.send().await?)
 }
 
-/// A JWT accepted for a few more seconds, with `leeway = "0s"`.
+/// A JWT accepted for a few more seconds, with `leeway = "0s"` (`exp` is in whole seconds, so
+/// `seconds` 3 leaves 2 to 3 s: at least 2 to open a session and a stream with it).
 fn expiring_token(seconds: u64) -> String {
     let mut claims = claims("alice", &[]);
     claims["exp"] = json!(now() + seconds);
@@ -245,7 +246,7 @@ fn expiring_token(seconds: u64) -> String {
 async fn a_get_stream_ends_when_its_jwt_expires() -> anyhow::Result<()> {
     let jwks = JwksServer::start(vec![rsa_a().jwk()]).await?;
     let (proxy, _policies) = start_proxy(&jwks.url, "leeway = \"0s\"").await?;
-    let token = expiring_token(4);
+    let token = expiring_token(3);
     let session = open_session(&proxy, &token).await?;
     let stream = reqwest::Client::new()
         .get(&proxy.url)
@@ -275,7 +276,7 @@ async fn a_listen_stream_ends_when_its_jwt_expires() -> anyhow::Result<()> {
     use rmcp::model::SubscriptionFilter;
     let jwks = JwksServer::start(vec![rsa_a().jwk()]).await?;
     let (proxy, _policies) = start_proxy(&jwks.url, "leeway = \"0s\"").await?;
-    let token = expiring_token(4);
+    let token = expiring_token(3);
     let (client, _) = connect_http_with_token(&proxy.url, Era::Modern, &token).await?;
     let filter = SubscriptionFilter::builder().resource_subscriptions(["fx+fx://fx/item/1".to_string()]).build();
     let mut stream = client.listen(filter).await?;

@@ -23,12 +23,15 @@ const FATAL_LINE: &str = "fatal: GITHUB_TOKEN is not set";
 
 /// The window over which an idle proxy must stay silent: several health intervals (200 ms).
 /// A measurement window, not synchronisation: what it measures is that nothing happens.
-const QUIET_WINDOW: Duration = Duration::from_secs(3);
+const QUIET_WINDOW: Duration = Duration::from_secs(1);
+
+/// How often the upstreams of the idle test are probed.
+const PROBED_EVERY: &str = "500ms";
 
 /// The window after readiness over which a healthy idle proxy in front of every kind of upstream
-/// must log nothing: longer than the default health interval (10 s), so each upstream is probed
-/// in it. The one timed wait of its test, measuring that nothing happens.
-const IDLE_WINDOW: Duration = Duration::from_secs(12);
+/// must log nothing: five of its upstreams' health intervals ([`PROBED_EVERY`]), so each upstream
+/// is probed in it several times. The one timed wait of its test, measuring that nothing happens.
+const IDLE_WINDOW: Duration = Duration::from_millis(2500);
 
 /// How long after the last expected `list_changed` an extra one is still looked for (the
 /// debounce is 100 ms); a measurement window, not synchronisation.
@@ -49,6 +52,11 @@ fn folder_upstream(name: &str, dir: &Path) -> String {
         "[[upstreams]]\nname = \"{name}\"\ndir = {}\nhealth_interval = \"200ms\"\n\n",
         toml_str(dir.to_str().expect("utf-8"))
     )
+}
+
+/// An `[[upstreams]]` entry probed every [`PROBED_EVERY`].
+fn probed_often(entry: String) -> String {
+    format!("{entry}health_interval = \"{PROBED_EVERY}\"\n\n")
 }
 
 /// A folder with two files.
@@ -134,8 +142,9 @@ async fn a_healthy_idle_proxy_logs_nothing_after_startup() -> anyhow::Result<()>
 /// The promise of docs/command-line.md ("A healthy idle proxy logs nothing after startup") at the
 /// default log level, in front of every kind of upstream: the fixture over stdio (2025) and over
 /// HTTP (2026-07-28: a listen stream for its list changes), a tools-only fixture (no resources,
-/// so nothing to say about subscriptions) and the folder server. Startup logs its listeners and
-/// each `upstream up`, then nothing for the window.
+/// so nothing to say about subscriptions) and the folder server, each probed every 500 ms (the
+/// folder server is not probed). Startup logs its listeners and each `upstream up`, then nothing
+/// for the window.
 #[tokio::test]
 async fn a_healthy_idle_proxy_logs_nothing_in_front_of_every_kind_of_upstream() -> anyhow::Result<()> {
     let (docs, policies) = (folder()?, tempfile::tempdir()?);
@@ -144,9 +153,9 @@ async fn a_healthy_idle_proxy_logs_nothing_in_front_of_every_kind_of_upstream() 
     let config = format!(
         "[policies]\ndir = {}\n\n{}{}{}{}",
         toml_str(policies.path().to_str().unwrap()),
-        fixture_upstream("stdio", &[]),
-        http_upstream("http", &modern.url, ""),
-        fixture_upstream("tools", &["--offer", "tools"]),
+        probed_often(fixture_upstream("stdio", &[])),
+        http_upstream("http", &modern.url, &format!("health_interval = \"{PROBED_EVERY}\"")),
+        probed_often(fixture_upstream("tools", &["--offer", "tools"])),
         folder_upstream("docs", docs.path())
     );
     let proxy = start_with_default_logging(&config).await?;

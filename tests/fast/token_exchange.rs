@@ -291,8 +291,8 @@ async fn each_subscription_goes_with_a_token_exchanged_for_the_jwt_it_came_with(
 
 #[tokio::test]
 async fn an_expiring_exchanged_token_is_exchanged_again_and_no_call_fails() -> anyhow::Result<()> {
-    // Exchanged tokens live 4 s: the next is fetched a quarter of that (1 s) ahead of expiry.
-    let lifetime = Duration::from_secs(4);
+    // Exchanged tokens live 2 s: the next is fetched a quarter of that (0.5 s) ahead of expiry.
+    let lifetime = Duration::from_secs(2);
     let (proxy, _jwks, authority, _fixture) = gated(Mode::Issue(lifetime), "").await?;
     let alice_jwt = rsa_a().sign(&claims("alice", &[]));
     let (alice, _) = connect_http_with_token(&proxy.url, Era::Legacy, &alice_jwt).await?;

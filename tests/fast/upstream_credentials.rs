@@ -26,8 +26,8 @@ const CLIENT_ID: &str = "proxy-client";
 const CLIENT_SECRET: &str = "client-secret-7d1c";
 const SECRET_ENV: &str = "TEST_UPSTREAM_CLIENT_SECRET";
 const URI: &str = "gated+fx://fx/item/1";
-/// Tokens live 4 s: the proxy fetches the next one a quarter of that (1 s) ahead of expiry.
-const LIFETIME: Duration = Duration::from_secs(4);
+/// Tokens live 2 s: the proxy fetches the next one a quarter of that (0.5 s) ahead of expiry.
+const LIFETIME: Duration = Duration::from_secs(2);
 
 /// How the token endpoint answers.
 #[derive(Clone, Copy, PartialEq)]

@@ -13,8 +13,8 @@
 //!
 //! Its `dns-rebinding-protection` scenario is about the HTTP listener itself (a 2025
 //! `initialize` whose `Host` and `Origin` name the attacker's domain must get a 4xx, one with
-//! the server URL's own `Host` and `Origin` a 2xx): it must pass through the proxy, and passes
-//! directly against the upstream.
+//! the server URL's own `Host` and `Origin` a 2xx): it is part of `--suite all`, and must pass
+//! through the proxy in each run of the suite, and directly against the upstream.
 //!
 //! The suite writes `<out>/server-<scenario>-<timestamp>/checks.json` per scenario (an array
 //! of checks, each with a `status` of SUCCESS, FAILURE, WARNING or INFO) and exits 1 when any
@@ -136,6 +136,7 @@ async fn tools_and_prompts_scenarios_pass_through_the_proxy_as_directly() -> any
         assert_eq!(spoken, era, "{run}: the era spoken upstream");
         let through = run_suite(&proxy.url).await.with_context(|| format!("the suite through the proxy ({run})"))?;
         wrong.extend(compare(run, &direct, &through));
+        wrong.extend(rebinding_protected(run, &direct, &through));
     }
     if !wrong.is_empty() {
         bail!("{}", wrong.join("\n"));
@@ -165,25 +166,6 @@ async fn a_pinned_2026_upstream_that_cannot_ask_the_host_is_named_as_the_reason(
 
 /// The scenario that checks the listener's DNS-rebinding protection (as of 0.1.13).
 const REBINDING: &str = "dns-rebinding-protection";
-
-/// `dns-rebinding-protection` passes directly against the upstream and through the proxy,
-/// whose own origin (`http://127.0.0.1:<port>`, the port bound at start) it sends.
-#[tokio::test(flavor = "multi_thread")]
-async fn dns_rebinding_protection_passes_directly_and_through_the_proxy() -> anyhow::Result<()> {
-    let upstream = spawn_py_script_http("conformance_server.py", &[]);
-    let direct = run_scenario(&upstream.url, REBINDING).await.context("the scenario against the upstream")?;
-    let proxy = ProxyProcess::start(&http_upstream("conformance", &upstream.url, "unprefixed = true")).await?;
-    proxy.wait_up("conformance", 1).await?;
-    let through = run_scenario(&proxy.url, REBINDING).await.context("the scenario through the proxy")?;
-    eprintln!("conformance {REBINDING}: direct {}, proxy {}", label(&direct), label(&through));
-    if let Err(why) = through {
-        bail!("{REBINDING} fails through the proxy: {why}");
-    }
-    if let Err(why) = direct {
-        bail!("{REBINDING} fails against the upstream itself: {why}");
-    }
-    Ok(())
-}
 
 /// Next to a prefixed upstream (server-everything as `ev`) and the bridge, the un-prefixed
 /// one's tools and prompts are listed under their own names, decided by policies over
@@ -316,6 +298,21 @@ fn compare(run: &str, direct: &Outcomes, through: &Outcomes) -> Vec<String> {
     wrong
 }
 
+/// `dns-rebinding-protection` (part of `--suite all`) passes directly against the upstream and
+/// through the proxy, whose own origin (`http://127.0.0.1:<port>`, the port bound at start) it
+/// sends.
+fn rebinding_protected(run: &str, direct: &Outcomes, through: &Outcomes) -> Vec<String> {
+    let mut wrong = Vec::new();
+    for (side, outcomes) in [("against the upstream itself", direct), ("through the proxy", through)] {
+        match outcomes.get(REBINDING) {
+            Some(Ok(())) => {}
+            Some(Err(why)) => wrong.push(format!("[{run}] {REBINDING} fails {side}: {why}")),
+            None => wrong.push(format!("[{run}] no results for {REBINDING} {side}")),
+        }
+    }
+    wrong
+}
+
 fn label(outcome: &Result<(), String>) -> &'static str {
     if outcome.is_ok() { "pass" } else { "FAIL" }
 }
@@ -331,12 +328,6 @@ async fn run_suite(url: &str) -> anyhow::Result<Outcomes> {
         }
     }
     Ok(outcomes)
-}
-
-/// Run the one server scenario `scenario` against `url`; its outcome.
-async fn run_scenario(url: &str, scenario: &str) -> anyhow::Result<Result<(), String>> {
-    let (mut outcomes, printed) = run_conformance(url, &["--scenario", scenario]).await?;
-    outcomes.remove(scenario).with_context(|| format!("no results for {scenario}; the suite printed:\n{printed}"))
 }
 
 /// Run the suite's server mode with `selection` against `url`: the outcome of each scenario

@@ -15,6 +15,9 @@
 //!   round-robin.
 //!   [`Replicas::start_each`] adds lines of its own to each replica's `[cluster]` section (an
 //!   `advertise_url` nobody listens on, say).
+//!   The replicas start together.
+//! - [`Replicas::restart`]: a killed replica started again (same config and id, new ports) and
+//!   the balancer anew over the replicas.
 //! - [`Replicas::wait_all_see`]: each replica's `/status` shows every replica.
 //! - [`Balancer::start_config`]: haproxy on a configuration of the test's own (the shipped
 //!   recipe's, its addresses moved to free ports).
@@ -146,6 +149,9 @@ pub struct Replicas {
     pub replicas: Vec<ProxyProcess>,
     pub redis: Redis,
     pub balancer: Balancer,
+    /// Each replica's config and the environment they share, to start one again.
+    configs: Vec<String>,
+    env: Vec<(String, String)>,
 }
 
 impl Replicas {
@@ -156,6 +162,7 @@ impl Replicas {
     }
 
     /// The same, with `cluster_lines(index)` added to replica `index`'s `[cluster]` section.
+    /// The replicas start together; each is ready when it wrote its ready file.
     pub async fn start_each(
         count: usize,
         config: &str,
@@ -163,17 +170,31 @@ impl Replicas {
         cluster_lines: impl Fn(usize) -> String,
     ) -> anyhow::Result<Self> {
         let redis = Redis::start().await?;
-        let mut replicas = Vec::with_capacity(count);
-        let mut env: Vec<(&str, &str)> = env.to_vec();
-        env.push((SECRET_ENV, SECRET));
-        for index in 0..count {
-            let config = with_cluster(config, &redis.url(), &format!("replica-{index}")) + &cluster_lines(index);
-            replicas.push(ProxyProcess::start_with(&config, &[], &env).await?);
-        }
+        let mut env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        env.push((SECRET_ENV.into(), SECRET.into()));
+        let configs: Vec<String> = (0..count)
+            .map(|index| with_cluster(config, &redis.url(), &format!("replica-{index}")) + &cluster_lines(index))
+            .collect();
+        let starting = configs.iter().map(|config| start_replica(config, &env));
+        let replicas = futures::future::try_join_all(starting).await?;
         let balancer = Balancer::start(&replicas).await?;
-        let cluster = Self { replicas, redis, balancer };
+        let cluster = Self { replicas, redis, balancer, configs, env };
         cluster.wait_all_see(count).await?;
         Ok(cluster)
+    }
+
+    /// Replica `index` again, after it was killed: once the others see it gone, the same config
+    /// and id on new ports, and a new balancer over the replicas (its URL changes); returns once
+    /// the balancer sees them all up and each sees all the others.
+    pub async fn restart(&mut self, index: usize) -> anyhow::Result<()> {
+        let count = self.replicas.len();
+        for (other, replica) in self.replicas.iter().enumerate().filter(|(other, _)| *other != index) {
+            let gone = |cluster: &Value| cluster["replicas"].as_array().is_some_and(|r| r.len() == count - 1);
+            cluster_when(replica, gone).await.with_context(|| format!("replica-{other} sees replica-{index} gone"))?;
+        }
+        self.replicas[index] = start_replica(&self.configs[index], &self.env).await?;
+        self.balancer = Balancer::start(&self.replicas).await?;
+        self.wait_all_see(count).await.map(drop)
     }
 
     /// The MCP endpoint through the load balancer.
@@ -212,6 +233,12 @@ impl Replicas {
         })
         .await
     }
+}
+
+/// One replica of `config` with `env`, ready.
+async fn start_replica(config: &str, env: &[(String, String)]) -> anyhow::Result<ProxyProcess> {
+    let env: Vec<(&str, &str)> = env.iter().map(|(name, value)| (name.as_str(), value.as_str())).collect();
+    ProxyProcess::start_with(config, &[], &env).await
 }
 
 /// `replica`'s `cluster` in `/status`, once `done` holds for it.
