@@ -19,7 +19,7 @@ trap cleanup EXIT
 
 built_from=$SECONDS
 cargo build --release --bin mcp-resource-proxy   # the build first, so that the wait below is for the proxy alone
-echo "the first command's release build (cold in a fresh clone: the debug tests share no artifact with it): $((SECONDS - built_from)) s"
+echo "the first command's release build (in CI already built under the tests; cold in a fresh clone): $((SECONDS - built_from)) s"
 cargo run --release -- serve &
 serve_pid=$!
 for _ in $(seq 1 300); do
