@@ -1,21 +1,20 @@
 //! A read's sockets: connections to Redis that the reading task drives itself. A read's call
 //! (the look, the one round trip of every clustered read; the fetch of an entry; the fill of a
 //! miss) takes an idle socket, writes its command, reads the reply and puts the socket back, all
-//! on the reading task. Through the cluster's multiplexed
-//! connection the same command is handed to that connection's driver task and its reply handed
-//! back through a oneshot: two wake-ups of other tasks (often on the other worker thread) per
+//! on the reading task. Through the cluster's multiplexed connection the same command is handed
+//! to that connection's driver task and its reply handed back through a oneshot: two wake-ups of other tasks (often on the other worker thread) per
 //! call, and a second timer (its response timeout) under the tier's own. On a 2-core machine
 //! those hand-overs were most of what a clustered hit cost beyond Redis's own work.
 //!
 //! Plain `redis://` over TCP only: a socket is opened (with `AUTH` and `SELECT` when the URL
 //! asks for them) when none is idle, at most [`SOCKETS`] at once, and closed when an exchange on
-//! it did not end with a whole reply (an error, a look given up by its timeout mid-reply): the
-//! next look opens another. The idle ones are closed when the tier comes back up
+//! it did not end with a whole reply (an error, a call given up by its timeout mid-reply): the
+//! next call opens another. The idle ones are closed when the tier comes back up
 //! ([`Sockets::close_idle`], from `SharedTier::recover`): one left idle while the tier was down
 //! may be to a Redis that has gone since, and would fail a read and take the tier down again.
-//! So after Redis restarts, the looks under way when it went fail (the tier down), and none
-//! after the tier is found up. `rediss://` has none: its looks, and looks while all [`SOCKETS`]
-//! are busy, go through the multiplexed connection.
+//! So after Redis restarts, the calls under way when it went fail (the tier down), and none
+//! after the tier is found up. `rediss://` has none: its reads' calls, and calls while all
+//! [`SOCKETS`] are busy, go through the multiplexed connection.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -27,14 +26,14 @@ use tokio::net::TcpStream;
 use tokio_util::bytes::BytesMut;
 use tokio_util::codec::Decoder;
 
-/// Most sockets open at once (idle or in use): past it a look goes through the multiplexed
+/// Most sockets open at once (idle or in use): past it a read's call goes through the multiplexed
 /// connection, which pipelines.
 pub const SOCKETS: usize = 16;
 
-/// A look socket's name in Redis (`CLIENT LIST`).
+/// A read socket's name in Redis (`CLIENT LIST`).
 pub const NAME: &str = "mcp-proxy-look";
 
-/// The look's sockets to one Redis.
+/// A read's sockets to one Redis.
 pub(super) struct Sockets {
     address: (String, u16),
     db: i64,
@@ -91,7 +90,7 @@ impl Sockets {
         Some(Held { sockets: self, socket, clean: true })
     }
 
-    /// Close the idle sockets; the next looks open new ones.
+    /// Close the idle sockets; the next calls open new ones.
     pub(super) fn close_idle(&self) {
         let closed = std::mem::take(&mut *self.idle.lock().expect("idle sockets lock"));
         self.open.fetch_sub(closed.len(), Ordering::AcqRel);
