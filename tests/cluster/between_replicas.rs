@@ -23,7 +23,8 @@ use tokio::net::TcpStream;
 use mcp_resource_proxy::cluster::ClusterKeys;
 use mcp_resource_proxy::cluster::session_pass::{self, Identity, Passes};
 
-use crate::support::cluster::{Redis, Replicas, SECRET, SECRET_ENV, cluster_when, forwards, with_cluster};
+use crate::support::cluster::{Replicas, SECRET, SECRET_ENV, cluster_when, forwards, with_cluster};
+use crate::support::redis_server::Redis;
 use crate::support::proxy::{
     ProxyProcess, alice_and_bob_policies, alice_and_bob_under_policies, fixture_upstream, metric_value, toml_str,
 };

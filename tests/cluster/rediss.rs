@@ -3,7 +3,8 @@
 //! only the system's roots never gets to Redis, and `/status` says so.
 
 use super::replicas::{TOKENS, config};
-use crate::support::cluster::{Redis, SECRET, SECRET_ENV, cluster_when, with_cluster};
+use crate::support::cluster::{SECRET, SECRET_ENV, cluster_when, with_cluster};
+use crate::support::redis_server::Redis;
 use crate::support::proxy::ProxyProcess;
 
 async fn replica(redis: &Redis, id: &str, ca_file: Option<&str>) -> anyhow::Result<(ProxyProcess, tempfile::TempDir)> {

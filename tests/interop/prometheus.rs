@@ -6,7 +6,8 @@
 use std::process::Stdio;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::support::cluster::{Redis, SECRET, SECRET_ENV, with_cluster};
+use crate::support::cluster::{SECRET, SECRET_ENV, with_cluster};
+use crate::support::redis_server::Redis;
 use crate::support::fixture::{self, DEADLINE, Era, FixtureClient, list_all_resources};
 use crate::support::proxy::{ProxyProcess, fixture_upstream, http_upstream};
 use anyhow::{Context, ensure};

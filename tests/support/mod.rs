@@ -6,7 +6,8 @@
 //! - [`proxy`]: the real `mcp-resource-proxy` binary (for tests about the binary: CLI, stdio,
 //!   signals, logs); [`inproc`]: the library's `Proxy` serving HTTP on 127.0.0.1:0 in the test
 //!   process. Both report "ready" without reading logs (`--ready-file`, or the library call).
-//! - [`cluster`]: replicas behind haproxy sharing a real `redis-server` (the cluster tier).
+//! - [`cluster`]: replicas behind haproxy sharing a real `redis-server` ([`redis_server`]; the
+//!   cluster tier).
 //! - [`peers`]: third-party peers (npm, PyPI) — only the interop tier may use them; they install
 //!   on first use.
 //! - [`exposition`]: a Prometheus text parser for `/metrics`.
@@ -40,6 +41,7 @@ pub mod processes;
 pub mod proxy;
 pub mod raw_http;
 pub mod reads;
+pub mod redis_server;
 pub mod token_exchange;
 pub mod told;
 pub mod wire;
