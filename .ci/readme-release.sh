@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The release-build commands of README.md and the book (docs/getting-started.md), run literally
-# (tests/fast/readme.rs runs the rest, and these in debug): `cargo run --release -- serve` from
+# (tests/fast/readme/ runs the rest, and these in debug): `cargo run --release -- serve` from
 # the repository root until /readyz answers 200, then stopped; the repository commands
 # `cargo run --release -- check`, `… policy explain …` and `… import …` on the same build;
 # `cargo install --path . --root DIR` (the README's /usr/local swapped for a temporary folder),
