@@ -3,8 +3,10 @@
 
 use std::collections::BTreeSet;
 
-use crate::support::fixture::{self, Era, HttpFixture, call_json, error_code, list_all_resources, read_control_file};
-use crate::support::proxy::{ProxyProcess, connect_stdio_proxy, fixture_upstream, http_upstream, write_config};
+use crate::support::fixture::{
+    self, Era, HttpFixture, call_json, connect_stdio_proxy, error_code, list_all_resources, read_control_file,
+};
+use crate::support::proxy::{ProxyProcess, fixture_upstream, http_upstream, write_config};
 use base64::Engine;
 use rmcp::model::{PaginatedRequestParams, ReadResourceRequestParams, ResourceContents};
 use serde_json::json;

@@ -14,9 +14,9 @@ use rmcp::model::{CallToolRequestParams, ReadResourceRequestParams};
 use serde_json::{Value, json};
 
 use crate::support::eventually;
-use crate::support::fixture::{DEADLINE, Era, error_code};
+use crate::support::fixture::{DEADLINE, Era, connect_stdio_proxy, error_code};
 use crate::support::jwt::{ISSUER, JwksServer, RESOURCE, claims, rsa_a};
-use crate::support::proxy::{ProxyProcess, connect_stdio_proxy, fixture_upstream, toml_str, write_config};
+use crate::support::proxy::{ProxyProcess, fixture_upstream, toml_str, write_config};
 use crate::support::raw_http::{self, LEGACY, Reply};
 
 const ALICE: &str = "alice-token-rate-4b1e";

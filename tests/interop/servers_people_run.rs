@@ -15,11 +15,11 @@ use rmcp::service::{Peer, RoleClient};
 use serde_json::{Value, json};
 
 use crate::support::eventually;
-use crate::support::fixture::{self, DEADLINE, Era, list_all_resources};
+use crate::support::fixture::{self, DEADLINE, Era, connect_stdio_proxy, list_all_resources};
 use crate::support::peers::{
     app_upstream, everything_upstream, filesystem_upstream, memory_upstream, one_kind_upstream, thinking_upstream,
 };
-use crate::support::proxy::{ProxyProcess, connect_stdio_proxy, toml_str, write_config};
+use crate::support::proxy::{ProxyProcess, toml_str, write_config};
 
 const GREETING: &str = "hello from the filesystem";
 

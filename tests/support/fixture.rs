@@ -10,7 +10,8 @@
 //! - [`HttpFixture::spawn`]: `--http 127.0.0.1:0`, reads the `LISTENING <url>` line; kills on drop.
 //! - [`serve_in_process`]: the fixture library on 127.0.0.1:0 inside the test process.
 //! - [`connect_stdio`] / [`connect_http`] / [`connect_http_with_token`]: a [`FixtureClient`] plus its
-//!   [`Events`].
+//!   [`Events`]; [`connect_stdio_proxy`] / [`connect_stdio_proxy_with`]: the same for the proxy
+//!   binary that it spawns as `serve --stdio`.
 //! - [`call_json`], [`stats`], [`wait_for_stats`], [`list_all_resources`], [`error_code`],
 //!   [`read_control_file`].
 
@@ -38,6 +39,8 @@ use tokio::{
     sync::mpsc,
 };
 
+use super::proxy::PROXY_BIN;
+
 pub use super::DEADLINE;
 pub use mcp_proxy_fixture::{InProcess, serve_in_process};
 
@@ -53,7 +56,7 @@ pub fn fixture_bin() -> &'static Path {
 /// `cargo build --example mcp-proxy-fixture` in the profile the tests were built in; the path of
 /// the executable from cargo's JSON messages.
 fn build_fixture() -> Result<PathBuf, String> {
-    let product = Path::new(super::proxy::PROXY_BIN);
+    let product = Path::new(PROXY_BIN);
     let release = product.parent().and_then(Path::file_name).is_some_and(|dir| dir == "release");
     let mut command = super::cargo();
     command
@@ -264,6 +267,37 @@ pub async fn connect_http_config(
     let (recorder, events) = EventRecorder::new();
     let connecting = recorder.serve_with_lifecycle(transport, era.lifecycle());
     let client = tokio::time::timeout(DEADLINE, connecting).await.context("connect timed out")??;
+    client.set_response_cache_config(ClientCacheConfig::disabled()).await;
+    Ok((client, events))
+}
+
+/// Spawn `mcp-resource-proxy serve --stdio --config PATH` and connect to it in `era`.
+pub async fn connect_stdio_proxy(config_path: &Path, era: Era) -> anyhow::Result<(FixtureClient, Events)> {
+    connect_stdio_proxy_with(config_path, era, &[], &[]).await
+}
+
+/// The same with extra `serve` arguments (e.g. `--principal NAME`) and environment.
+pub async fn connect_stdio_proxy_with(
+    config_path: &Path,
+    era: Era,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> anyhow::Result<(FixtureClient, Events)> {
+    let mut command = Command::new(PROXY_BIN);
+    command
+        .arg("serve")
+        .arg("--stdio")
+        .arg("--config")
+        .arg(config_path)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .envs(env.iter().copied())
+        .kill_on_drop(true);
+    let transport = TokioChildProcess::builder(command).stderr(Stdio::inherit()).spawn()?.0;
+    let (recorder, events) = EventRecorder::new();
+    let client = tokio::time::timeout(DEADLINE, recorder.serve_with_lifecycle(transport, era.lifecycle()))
+        .await
+        .context("connect timed out")??;
     client.set_response_cache_config(ClientCacheConfig::disabled()).await;
     Ok((client, events))
 }

@@ -14,23 +14,19 @@
 //! - [`ProxyProcess::wait_log`]: wait on a log line, with a deadline (for tests about logging).
 //! - [`ProxyProcess::admin_url`] / [`ProxyProcess::admin_get`] / [`ProxyProcess::status`],
 //!   [`ProxyProcess::wait_metric`], [`metric_value`]: the admin listener.
-//! - [`connect_stdio_proxy`] / [`connect_stdio_proxy_with`]: an rmcp client that spawns `serve --stdio`.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, bail};
-use rmcp::ClientServiceExt;
-use rmcp::service::ClientCacheConfig;
-use rmcp::transport::TokioChildProcess;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::Notify;
 
 use super::eventually;
 use super::exposition::Exposition;
-use super::fixture::{DEADLINE, Era, EventRecorder, Events, FixtureClient};
+use super::fixture::DEADLINE;
 
 pub const PROXY_BIN: &str = env!("CARGO_BIN_EXE_mcp-resource-proxy");
 
@@ -310,37 +306,6 @@ pub fn write_config(dir: &Path, config: &str) -> anyhow::Result<PathBuf> {
     let path = dir.join("config.toml");
     std::fs::write(&path, config)?;
     Ok(path)
-}
-
-/// Spawn `mcp-resource-proxy serve --stdio --config PATH` and connect to it in `era`.
-pub async fn connect_stdio_proxy(config_path: &Path, era: Era) -> anyhow::Result<(FixtureClient, Events)> {
-    connect_stdio_proxy_with(config_path, era, &[], &[]).await
-}
-
-/// The same with extra `serve` arguments (e.g. `--principal NAME`) and environment.
-pub async fn connect_stdio_proxy_with(
-    config_path: &Path,
-    era: Era,
-    args: &[&str],
-    env: &[(&str, &str)],
-) -> anyhow::Result<(FixtureClient, Events)> {
-    let mut command = Command::new(PROXY_BIN);
-    command
-        .arg("serve")
-        .arg("--stdio")
-        .arg("--config")
-        .arg(config_path)
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .envs(env.iter().copied())
-        .kill_on_drop(true);
-    let transport = TokioChildProcess::builder(command).stderr(Stdio::inherit()).spawn()?.0;
-    let (recorder, events) = EventRecorder::new();
-    let client = tokio::time::timeout(DEADLINE, recorder.serve_with_lifecycle(transport, era.lifecycle()))
-        .await
-        .context("connect timed out")??;
-    client.set_response_cache_config(ClientCacheConfig::disabled()).await;
-    Ok((client, events))
 }
 
 /// A TOML string literal.

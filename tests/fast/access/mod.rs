@@ -17,9 +17,9 @@ use std::path::{Path, PathBuf};
 
 use crate::support::fixture::{
     self, Era, Events, FixtureClient, FixtureEvent, HttpFixture, call_json, connect_http_with_token,
-    list_all_resources, watched,
+    connect_stdio_proxy_with, list_all_resources, watched,
 };
-use crate::support::proxy::{ProxyProcess, connect_stdio_proxy_with, http_upstream, toml_str};
+use crate::support::proxy::{ProxyProcess, http_upstream, toml_str};
 use rmcp::model::{ReadResourceRequestParams, ResourceContents, ServerNotification, SubscribeRequestParams};
 use rmcp::service::{ServiceError, Subscription};
 use serde_json::{Value, json};
