@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """An MCP upstream that remembers one value per session, built on PyPI `mcp` 2.3.0 (`MCPServer`,
-both eras, stdio), for tests/fast/upstream_sessions.rs. Over stdio a process is one session, so
+both eras, stdio), for tests/fast/upstream_sessions/. Over stdio a process is one session, so
 its state is the process's:
 
     tool `remember(value)`   keeps `value` for this session; answers "kept <value>", after telling
