@@ -24,10 +24,10 @@ use mcp_resource_proxy::cluster::ClusterKeys;
 use mcp_resource_proxy::cluster::session_pass::{self, Identity, Passes};
 
 use crate::support::cluster::{Replicas, SECRET, SECRET_ENV, cluster_when, forwards, with_cluster};
-use crate::support::redis_server::Redis;
 use crate::support::proxy::{
     ProxyProcess, alice_and_bob_policies, alice_and_bob_under_policies, fixture_upstream, metric_value, toml_str,
 };
+use crate::support::redis_server::Redis;
 use crate::support::{DEADLINE, eventually};
 
 const ALICE_TOKEN: &str = "alice-tok-between-replicas-3d58";

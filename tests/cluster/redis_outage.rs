@@ -6,9 +6,9 @@ use serde_json::Value;
 
 use super::replicas::{ALICE_TOKEN, TOKENS, config, three_replicas};
 use crate::support::cluster::{SECRET, SECRET_ENV, cluster_when, with_cluster};
-use crate::support::redis_server::Redis;
 use crate::support::fixture::{DEADLINE, Era, connect_http_with_token, list_all_resources};
 use crate::support::proxy::ProxyProcess;
+use crate::support::redis_server::Redis;
 
 const REPLICAS: [&str; 3] = ["replica-0", "replica-1", "replica-2"];
 

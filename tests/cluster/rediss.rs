@@ -4,8 +4,8 @@
 
 use super::replicas::{TOKENS, config};
 use crate::support::cluster::{SECRET, SECRET_ENV, cluster_when, with_cluster};
-use crate::support::redis_server::Redis;
 use crate::support::proxy::ProxyProcess;
+use crate::support::redis_server::Redis;
 
 async fn replica(redis: &Redis, id: &str, ca_file: Option<&str>) -> anyhow::Result<(ProxyProcess, tempfile::TempDir)> {
     let (plain, policies) = config()?;

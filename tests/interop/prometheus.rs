@@ -7,9 +7,9 @@ use std::process::Stdio;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::support::cluster::{SECRET, SECRET_ENV, with_cluster};
-use crate::support::redis_server::Redis;
 use crate::support::fixture::{self, DEADLINE, Era, FixtureClient, list_all_resources};
 use crate::support::proxy::{ProxyProcess, fixture_upstream, http_upstream};
+use crate::support::redis_server::Redis;
 use anyhow::{Context, ensure};
 use rmcp::model::SubscribeRequestParams;
 use serde_json::Value;

@@ -16,9 +16,7 @@ use crate::support::eventually;
 use crate::support::fixture::{
     self, DEADLINE, Era, FixtureEvent, HttpFixture, call_json, connect_stdio_proxy, list_all_resources,
 };
-use crate::support::proxy::{
-    ProxyProcess, fixture_upstream, http_upstream, toml_str, write_config,
-};
+use crate::support::proxy::{ProxyProcess, fixture_upstream, http_upstream, toml_str, write_config};
 use anyhow::{Context, ensure};
 use rmcp::model::{CallToolRequestParams, GetPromptRequestParams, ReadResourceRequestParams};
 use serde_json::{Value, json};
