@@ -41,11 +41,12 @@ const BOB_TOKEN: &str = "bob-tok-cluster-resumption-9e07";
 const TOKENS: [(&str, &str); 2] = [("ALICE_TOKEN", ALICE_TOKEN), ("BOB_TOKEN", BOB_TOKEN)];
 /// Runs of each outcome.
 const RUNS: usize = 10;
-/// server-everything's long-running operation: 1.5 s in 3 steps (a progress notification each).
-/// The replica is killed at the first (0.5 s): the call still has 1 s to run, and each test
-/// checks that the kill landed mid-call (the answer came through the resumption, or the call
-/// was lost).
-const LONG_CALL: &str = r#"call_progress:ev__trigger-long-running-operation:{"duration":1.5,"steps":3}"#;
+/// server-everything's long-running operation, and its arguments: 1.5 s in 3 steps (a progress
+/// notification each). A stream is cut at the first (0.5 s): the call still has 1 s to run, and
+/// each test checks that the cut landed mid-call (the answer came through the resumption, or the
+/// call was lost, or the replica serving the stream had not answered it yet).
+const LONG_OPERATION: &str = "ev__trigger-long-running-operation";
+const LONG_ARGUMENTS: &str = r#"{"duration":1.5,"steps":3}"#;
 /// How soon a host whose call died with its replica must hear so.
 const LOST_WITHIN: Duration = Duration::from_secs(5);
 
@@ -112,7 +113,11 @@ async fn call_cut_at(cluster: &Replicas, front: usize) -> anyhow::Result<(Value,
     let (pin, bearer) = (format!("X-Replica-Pin: {front}"), format!("Authorization: Bearer {ALICE_TOKEN}"));
     let args = ["--url", cluster.url(), "--mode", "legacy", "--header", &pin, "--header", &bearer, "--timeout", "60"];
     let mut command = tokio::process::Command::from(py_client(&args));
-    command.arg(LONG_CALL).stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped()).kill_on_drop(true);
+    command
+        .arg(format!("call_progress:{LONG_OPERATION}:{LONG_ARGUMENTS}"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true);
     let mut host = command.spawn().context("spawn the Python host")?;
     let mut lines = BufReader::new(host.stdout.take().context("stdout")?).lines();
     let progress = next_line(&mut lines, DEADLINE).await?;
@@ -172,12 +177,13 @@ async fn the_host_hears_within_5_s_that_its_call_was_lost_with_the_replica_runni
     Ok(())
 }
 
-/// server-everything's long-running operation (3 s in 3 steps) as request 1, with a progress
+/// server-everything's long-running operation ([`LONG_ARGUMENTS`]) as request 1, with a progress
 /// token; `_meta` holds `meta` besides.
 fn long_call(mut meta: serde_json::Map<String, Value>) -> Value {
     meta.insert("progressToken".into(), json!("cut"));
+    let arguments: Value = serde_json::from_str(LONG_ARGUMENTS).expect("the operation's arguments");
     json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-        "name": "ev__trigger-long-running-operation", "arguments": {"duration": 3, "steps": 3}, "_meta": meta}})
+        "name": LONG_OPERATION, "arguments": arguments, "_meta": meta}})
 }
 
 /// A 2025 POST of alice's to `url` (on `session`, once there is one).
@@ -287,6 +293,10 @@ async fn the_host_gets_its_calls_result_on_another_replica_when_its_stream_is_cu
         let session = legacy_session(cluster.url()).await?;
         let answered = calls_answered(&cluster.replicas[front]).await?;
         let last_event_id = legacy_call_cut(cluster.url(), &session, front).await?;
+        // The cut landed mid-call (and a resumption at once starts while the call runs): the
+        // front had not answered the call when its host's connection was dropped.
+        let at_the_cut = calls_answered(&cluster.replicas[front]).await?;
+        anyhow::ensure!(at_the_cut == answered, "run {run}: the call was answered before the cut");
         if after_the_end {
             let labels = [("method", "tools/call"), ("outcome", "ok")];
             let metric = "mcp_proxy_downstream_requests_total";
@@ -353,7 +363,7 @@ async fn a_cut_modern_call_has_nothing_to_resume() -> anyhow::Result<()> {
         .header("Accept", "application/json, text/event-stream")
         .header("MCP-Protocol-Version", "2026-07-28")
         .header("Mcp-Method", "tools/call")
-        .header("Mcp-Name", "ev__trigger-long-running-operation")
+        .header("Mcp-Name", LONG_OPERATION)
         .header("X-Replica-Pin", "0")
         .json(&long_call(meta.as_object().cloned().unwrap_or_default()));
     let mut response = tokio::time::timeout(DEADLINE, call.send()).await.context("no reply")??;
