@@ -39,7 +39,7 @@ use tokio::{
     sync::mpsc,
 };
 
-use super::proxy::PROXY_BIN;
+use super::PROXY_BIN;
 
 pub use super::DEADLINE;
 pub use mcp_proxy_fixture::{InProcess, serve_in_process};

@@ -25,7 +25,8 @@
 //! reqwest, rmcp's HTTP client and jsonwebtoken have none of their own.
 //!
 //! Invariants: nothing waits by sleeping; every wait ends at a deadline with an error that says
-//! what it waited for and what it last saw.
+//! what it waited for and what it last saw. The modules here import one another without a
+//! circle (what two of them need, such as [`PROXY_BIN`] and [`DEADLINE`], lives here).
 
 pub mod bypass_corpus;
 pub mod cluster;
@@ -50,6 +51,10 @@ use std::fmt::Display;
 use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
+
+/// The proxy binary of this build (cargo builds it for the integration tests); [`proxy`] runs it,
+/// [`fixture`] connects to it over stdio.
+pub const PROXY_BIN: &str = env!("CARGO_BIN_EXE_mcp-resource-proxy");
 
 /// How long spawning, connecting, or waiting for one event may take.
 pub const DEADLINE: Duration = Duration::from_secs(15);

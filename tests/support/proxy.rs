@@ -24,11 +24,10 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::Notify;
 
-use super::eventually;
 use super::exposition::Exposition;
-use super::fixture::DEADLINE;
+use super::{DEADLINE, eventually};
 
-pub const PROXY_BIN: &str = env!("CARGO_BIN_EXE_mcp-resource-proxy");
+pub use super::PROXY_BIN;
 
 /// util-linux's `setpriv`, which starts the proxy as another user ([`ProxyProcess::start_unprivileged`]).
 const SETPRIV: &str = "setpriv";
