@@ -2,8 +2,8 @@
 //! load per key at a time. It decides nothing — lifetimes, generations, watch holds and which
 //! key a read uses belong to [`crate::coherence`], its one owner.
 //!
-//! [`Store`] is the seam for another tier (a store shared by replicas): get, insert,
-//! invalidate a URI and everything under it, flush an upstream. [`LocalStore`] is moka.
+//! [`LocalStore`] is moka: get, insert, invalidate a URI and everything under it, flush an
+//! upstream (the replicas' shared tier is `coherence::shared`, beside it).
 //! [`Outcome`] names how a read was answered (hit, miss, coalesced, stale, bypass), as plain data.
 //! Invariant: an entry is never returned after its `keep_until`, nor after an `invalidate`
 //! that covers its URI was made (moka hides entries inserted before an invalidation predicate).
@@ -73,18 +73,6 @@ impl Entry {
     }
 }
 
-/// The store behind the coherence layer.
-pub trait Store: Send + Sync + 'static {
-    fn get(&self, key: &Key) -> impl Future<Output = Option<Arc<Entry>>> + Send;
-    fn insert(&self, key: Key, entry: Arc<Entry>) -> impl Future<Output = ()> + Send;
-    /// Drop `uri` of `upstream` and everything under it.
-    fn invalidate(&self, upstream: &str, uri: &str) -> u64;
-    /// Drop every entry of `upstream` from connections before `epoch`.
-    fn flush_upstream(&self, upstream: &str, epoch: u64) -> u64;
-    /// (entries, weighted bytes).
-    fn size(&self) -> (u64, u64);
-}
-
 /// moka, in this process; also runs the single flight (`load_once`).
 #[derive(Clone)]
 pub struct LocalStore {
@@ -135,18 +123,17 @@ impl LocalStore {
     pub async fn settle(&self) {
         self.entries.run_pending_tasks().await;
     }
-}
 
-impl Store for LocalStore {
-    async fn get(&self, key: &Key) -> Option<Arc<Entry>> {
+    pub async fn get(&self, key: &Key) -> Option<Arc<Entry>> {
         self.entries.get(key).await
     }
 
-    async fn insert(&self, key: Key, entry: Arc<Entry>) {
+    pub async fn insert(&self, key: Key, entry: Arc<Entry>) {
         self.entries.insert(key, entry).await;
     }
 
-    fn invalidate(&self, upstream: &str, uri: &str) -> u64 {
+    /// Drop `uri` of `upstream` and everything under it.
+    pub fn invalidate(&self, upstream: &str, uri: &str) -> u64 {
         let matches = |key: &Key| *key.upstream == *upstream && is_same_or_parent(uri, &key.uri);
         let dropped = self.entries.iter().filter(|(key, _)| matches(key)).count();
         let (upstream, uri): (Arc<str>, Arc<str>) = (upstream.into(), uri.into());
@@ -156,14 +143,16 @@ impl Store for LocalStore {
         dropped as u64
     }
 
-    fn flush_upstream(&self, upstream: &str, epoch: u64) -> u64 {
+    /// Drop every entry of `upstream` from connections before `epoch`.
+    pub fn flush_upstream(&self, upstream: &str, epoch: u64) -> u64 {
         let upstream: Arc<str> = upstream.into();
         let dropped = self.entries.iter().filter(|(key, _)| key.upstream == upstream && key.epoch < epoch).count();
         let _ = self.entries.invalidate_entries_if(move |key, _| key.upstream == upstream && key.epoch < epoch);
         dropped as u64
     }
 
-    fn size(&self) -> (u64, u64) {
+    /// (entries, weighted bytes).
+    pub fn size(&self) -> (u64, u64) {
         (self.entries.entry_count(), self.entries.weighted_size())
     }
 }

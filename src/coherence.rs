@@ -3,8 +3,8 @@
 //! cache's own subscriptions (`CacheSubscriptions`: an entry is "watched", kept on the word of
 //! its upstream subscription, only when the upstream acknowledged that subscription), admission
 //! (lifetimes, see `admission`) and the upstream subscriptions every subscriber's subscriptions
-//! go through (`UpstreamSubscriptions`). The cache itself is a store behind
-//! [`crate::cache::Store`]; moka ([`LocalStore`]) is the local one.
+//! go through (`UpstreamSubscriptions`). The cache itself is a store: moka
+//! ([`LocalStore`]) in this process.
 //!
 //! The read path (`proxy/read.rs`) goes top to bottom: take a [`LoadSubscription`] if the URI may be
 //! watched, wait for the upstream's acknowledgement, read upstream, hand the result here.
@@ -37,7 +37,7 @@ pub use self::cache_subscriptions::LoadSubscription;
 // How a read was answered: plain data of the store's floor (`cache`), which hosts label.
 pub(crate) use self::upstream_subscriptions::UpstreamSubscriptions;
 pub use crate::cache::Outcome;
-use crate::cache::{Entry, Key, LocalStore, Store};
+use crate::cache::{Entry, Key, LocalStore};
 use crate::config::{CacheConfig, UpstreamCache};
 use crate::error::ProxyError;
 use crate::metrics::Metrics;

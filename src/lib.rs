@@ -16,7 +16,7 @@
 //! - [`cursor`]: opaque, authenticated pagination cursors (pure).
 //! - [`coherence`]: the one owner of cache coherence: generations, the cache's subscriptions, admission, the upstream subscriptions.
 //! - [`audit`]: the audit trail: one JSON event per routed call, read, subscription, denial, refused token and reload; a bounded queue to its writer.
-//! - [`cache`]: the store behind it (`Store`; moka as `LocalStore`: byte-bounded, single flight).
+//! - [`cache`]: the store behind it (moka as `LocalStore`: byte-bounded, single flight).
 //! - [`catalog`]: one catalog over what upstreams list (resources and templates, tools and prompts): snapshots, generations, merged pages and their cursors.
 //! - [`upstream`]: connections (stdio, HTTP, in-process folder), the era probe, supervision; the shared one and sessions per principal or host.
 //! - [`downstream`]: the rmcp `ServerHandler` hosts talk to, over stdio and streamable HTTP.

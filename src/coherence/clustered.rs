@@ -17,7 +17,7 @@ use super::admission::{self, Cached, Loaded};
 use super::flight::{LoadError, answered, too_slow};
 use super::shared::{Found, Look, SharedTier, Slot};
 use super::{Coherence, Inner, ReadRequest};
-use crate::cache::{Entry, Key, Outcome, Store};
+use crate::cache::{Entry, Key, Outcome};
 use crate::config::UpstreamCache;
 use crate::error::ProxyError;
 use crate::metrics::{InvalidationCause, SharedCacheEvent};

@@ -13,7 +13,7 @@ use rmcp::model::CacheScope;
 use super::admission::{self, Cached, Loaded};
 use super::flight::{LoadError, answered, too_slow};
 use super::{Coherence, Inner, ReadRequest};
-use crate::cache::{Entry, Key, Outcome, Store};
+use crate::cache::{Entry, Key, Outcome};
 use crate::error::ProxyError;
 
 impl Coherence {
