@@ -1,6 +1,6 @@
 //! One way per thing: a second way, once removed, stays removed. Each name below belonged to a
 //! twin of something the product now does one way; none may appear again in its code (comments
-//! aside), test code included.
+//! aside), test code included; nor may a removed package come back into Cargo.lock.
 
 use super::PRODUCT;
 use super::scan;
@@ -64,4 +64,27 @@ fn no_removed_twin_comes_back() {
         }
     }
     assert!(found.is_empty(), "a removed second way is back:\n{}", found.join("\n"));
+}
+
+/// `(package, why it stays out of Cargo.lock)`.
+const GONE_PACKAGES: &[(&str, &str)] = &[
+    ("aws-lc-rs", "one crypto provider: ring, for rustls, the JWT signatures and the AEAD"),
+    ("aws-lc-sys", "one crypto provider: ring, for rustls, the JWT signatures and the AEAD"),
+    ("protobuf", "the metrics' text format only (prometheus without `protobuf`)"),
+    ("rmcp-macros", "no member uses rmcp's macros; rmcp is taken without its default features"),
+    ("darling", "no member uses rmcp's macros; rmcp is taken without its default features"),
+];
+
+#[test]
+fn no_removed_package_comes_back_into_the_lock() {
+    let lock = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.lock")).expect("Cargo.lock");
+    let packages: Vec<&str> =
+        lock.lines().filter_map(|line| line.strip_prefix("name = \"")?.strip_suffix('"')).collect();
+    assert!(packages.contains(&"ring"), "Cargo.lock lists no `ring`: the one crypto provider is gone");
+    let back: Vec<String> = GONE_PACKAGES
+        .iter()
+        .filter(|(package, _)| packages.contains(package))
+        .map(|(package, why)| format!("`{package}` ({why})"))
+        .collect();
+    assert!(back.is_empty(), "a removed package is back in Cargo.lock:\n{}", back.join("\n"));
 }
