@@ -17,6 +17,7 @@ use tokio::net::TcpStream;
 use crate::support::eventually;
 use crate::support::fixture::{DEADLINE, Era, FixtureClient, call_json, connect_http_with_token};
 use crate::support::proxy::{ProxyProcess, fixture_upstream, toml_str};
+use crate::support::raw_http;
 
 const ALICE: &str = "alice-token-bounds-7f3a";
 const BOB: &str = "bob-token-bounds-2c9e";
@@ -105,7 +106,7 @@ async fn a_slowloris_at_the_cap_does_not_keep_fresh_clients_waiting() -> anyhow:
     let proxy = ProxyProcess::start_with(&text, &[], &TOKENS).await?;
     let address = proxy.url.trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
     let mut proven = TcpStream::connect(&address).await?;
-    exchange(&mut proven).await.context("a first request")?;
+    raw_http::healthz(&mut proven).await.context("a first request")?;
     let mut slow = Vec::new();
     for _ in 0..4 {
         let mut stream = TcpStream::connect(&address).await?;
@@ -114,41 +115,13 @@ async fn a_slowloris_at_the_cap_does_not_keep_fresh_clients_waiting() -> anyhow:
     }
     let started = tokio::time::Instant::now();
     let mut fresh = TcpStream::connect(&address).await?;
-    exchange(&mut fresh).await.context("a fresh client is served while the slowloris goes on")?;
+    raw_http::healthz(&mut fresh).await.context("a fresh client is served while the slowloris goes on")?;
     assert!(started.elapsed() < Duration::from_secs(30), "served well before the 60 s header timeout");
-    exchange(&mut proven).await.context("the connection that sent a request stays")?;
+    raw_http::healthz(&mut proven).await.context("the connection that sent a request stays")?;
     let mut byte = [0u8; 1];
     let closed = tokio::time::timeout(DEADLINE, slow[0].read(&mut byte)).await;
     assert!(matches!(closed, Ok(Ok(0)) | Ok(Err(_))), "the oldest slow connection was closed: {closed:?}");
     Ok(())
-}
-
-/// One request on a kept-alive raw connection (`GET /healthz`, 404 on `/mcp`'s listener); the
-/// reply's head.
-async fn exchange(stream: &mut TcpStream) -> anyhow::Result<String> {
-    stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").await?;
-    let mut received = Vec::new();
-    let mut buffer = [0u8; 1024];
-    tokio::time::timeout(DEADLINE, async {
-        loop {
-            let n = stream.read(&mut buffer).await?;
-            anyhow::ensure!(n > 0, "closed before a whole reply");
-            received.extend_from_slice(&buffer[..n]);
-            let text = String::from_utf8_lossy(&received).to_string();
-            if let Some((head, body)) = text.split_once("\r\n\r\n") {
-                let length = head
-                    .lines()
-                    .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_owned()))
-                    .and_then(|v| v.parse::<usize>().ok())
-                    .unwrap_or(0);
-                if body.len() >= length {
-                    return Ok(head.to_owned());
-                }
-            }
-        }
-    })
-    .await
-    .context("no reply")?
 }
 
 /// The proxy with the bridge on and a fixture upstream `fx` (`fixture_args`; one child shared

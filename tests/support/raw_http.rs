@@ -1,12 +1,15 @@
 //! Raw MCP over HTTP (reqwest, no MCP client), for tests about status codes and headers: send a
 //! request and read its [`Reply`] — the body to its end, or an SSE stream to the first JSON-RPC
-//! answer — and the bodies of a 2025-11-25 handshake.
+//! answer — and the bodies of a 2025-11-25 handshake; and a `GET /healthz` on a raw kept-alive
+//! connection, for tests of the listener's connection bounds.
 
 use std::time::Duration;
 
 use anyhow::Context;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 /// The era a 2025 session is opened in.
 pub const LEGACY: &str = "2025-11-25";
@@ -62,3 +65,34 @@ pub fn initialize(client: &str) -> Value {
 pub fn initialized() -> Value {
     json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
 }
+
+/// One `GET /healthz` on a kept-alive raw connection (either listener answers it, the MCP one
+/// with 404), read to the end of its `Content-Length` body: the reply's head and body.
+pub async fn healthz(stream: &mut TcpStream) -> anyhow::Result<String> {
+    stream.write_all(HEALTHZ).await?;
+    let mut received = Vec::new();
+    let mut buffer = [0u8; 1024];
+    tokio::time::timeout(EXCHANGE_DEADLINE, async {
+        loop {
+            let n = stream.read(&mut buffer).await?;
+            anyhow::ensure!(n > 0, "closed before a whole reply");
+            received.extend_from_slice(&buffer[..n]);
+            let text = String::from_utf8_lossy(&received).to_string();
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let length = head
+                    .lines()
+                    .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_owned()))
+                    .and_then(|v| v.parse::<usize>().ok())
+                    .unwrap_or(0);
+                if body.len() >= length {
+                    return Ok(text);
+                }
+            }
+        }
+    })
+    .await
+    .context("no reply")?
+}
+
+/// `GET /healthz`, kept alive.
+pub const HEALTHZ: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";

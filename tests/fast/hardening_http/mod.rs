@@ -157,15 +157,15 @@ async fn past_the_connection_cap_new_connections_wait_and_open_ones_work() -> an
     let served = Served::start("max_connections = 2\nheader_read_timeout = \"60s\"\n").await?;
     for address in [served.mcp_address(), served.admin_address().await?] {
         let mut working = TcpStream::connect(&address).await?;
-        raw_exchange(&mut working).await.context("first connection")?;
+        raw_http::healthz(&mut working).await.context("first connection")?;
         let mut idle = TcpStream::connect(&address).await?;
-        raw_exchange(&mut idle).await.context("second connection")?;
+        raw_http::healthz(&mut idle).await.context("second connection")?;
         let mut waiting = TcpStream::connect(&address).await?;
-        waiting.write_all(HEALTHZ).await?;
+        waiting.write_all(raw_http::HEALTHZ).await?;
         let mut byte = [0u8; 1];
         let early = tokio::time::timeout(Duration::from_millis(500), waiting.read(&mut byte)).await;
         assert!(early.is_err(), "{address}: a third connection was served past the cap");
-        raw_exchange(&mut working).await.context("the open connection still works")?;
+        raw_http::healthz(&mut working).await.context("the open connection still works")?;
         drop(idle);
         let served_later = tokio::time::timeout(DEADLINE, waiting.read(&mut byte)).await;
         assert!(matches!(served_later, Ok(Ok(1))), "{address}: the waiting connection is served: {served_later:?}");
@@ -233,36 +233,6 @@ async fn subscriptions_past_the_per_session_cap_are_refused_clearly() -> anyhow:
     let reply = served.send(served.call(&session, "resources/subscribe", json!({"uri": c}))).await?;
     assert!(reply.message().is_some_and(|m| m["result"].is_object()), "after unsubscribing: {reply:?}");
     served.assert_reads(&session).await
-}
-
-/// `GET /healthz`, kept alive; either listener answers it (the MCP one with 404).
-const HEALTHZ: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
-
-/// One request on a kept-alive raw connection; the reply's head and `Content-Length` body.
-async fn raw_exchange(stream: &mut TcpStream) -> anyhow::Result<String> {
-    stream.write_all(HEALTHZ).await?;
-    let mut received = Vec::new();
-    let mut buffer = [0u8; 1024];
-    tokio::time::timeout(DEADLINE, async {
-        loop {
-            let n = stream.read(&mut buffer).await?;
-            anyhow::ensure!(n > 0, "closed before a whole reply");
-            received.extend_from_slice(&buffer[..n]);
-            let text = String::from_utf8_lossy(&received).to_string();
-            if let Some((head, body)) = text.split_once("\r\n\r\n") {
-                let length = head
-                    .lines()
-                    .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_owned()))
-                    .and_then(|v| v.parse::<usize>().ok())
-                    .unwrap_or(0);
-                if body.len() >= length {
-                    return Ok(text);
-                }
-            }
-        }
-    })
-    .await
-    .context("no reply")?
 }
 
 /// The proxy with bearer principals alice and bob, one folder upstream `docs` (a, b, c.txt),

@@ -47,13 +47,7 @@ async fn a_healthy_idle_proxy_logs_nothing_after_startup() -> anyhow::Result<()>
     proxy.wait_up("docs", 1).await?;
     proxy.wait_up("more", 1).await?;
     proxy.admin_url().await?;
-    let after_startup = proxy.logs();
-    tokio::time::sleep(QUIET_WINDOW).await;
-    let new: Vec<String> = proxy.logs().into_iter().skip(after_startup.len()).collect();
-    let startup_noise: Vec<&String> = after_startup.iter().filter(|l| !is_startup_line(l)).collect();
-    assert!(new.is_empty(), "logged while idle: {new:#?}");
-    assert!(startup_noise.is_empty(), "logged more than startup: {startup_noise:#?}");
-    Ok(())
+    assert_silent_after_startup(&proxy, QUIET_WINDOW).await
 }
 
 /// The promise of docs/command-line.md ("A healthy idle proxy logs nothing after startup") at the
@@ -79,13 +73,7 @@ async fn a_healthy_idle_proxy_logs_nothing_in_front_of_every_kind_of_upstream() 
     for upstream in ["stdio", "http", "tools", "docs"] {
         proxy.wait_up(upstream, 1).await?;
     }
-    let after_startup = proxy.logs();
-    tokio::time::sleep(IDLE_WINDOW).await;
-    let new: Vec<String> = proxy.logs().into_iter().skip(after_startup.len()).collect();
-    let startup_noise: Vec<&String> = after_startup.iter().filter(|l| !is_startup_line(l)).collect();
-    assert!(new.is_empty(), "logged while idle: {new:#?}");
-    assert!(startup_noise.is_empty(), "logged more than startup: {startup_noise:#?}");
-    Ok(())
+    assert_silent_after_startup(&proxy, IDLE_WINDOW).await
 }
 
 /// A host's ordinary traffic — a list, a read of a missing URI, an unknown method, a
@@ -145,5 +133,16 @@ async fn a_down_upstream_logs_one_line_across_its_retries() -> anyhow::Result<()
     let down = proxy.matching(&["\"upstream\":\"dead\""]);
     assert_eq!(down.len(), 1, "one line for the state change, none per retry: {down:#?}");
     assert!(down[0].contains("\"upstream down\""), "{down:?}");
+    Ok(())
+}
+
+/// What `proxy` logged up to now is startup alone, and over `window` it logs nothing more.
+async fn assert_silent_after_startup(proxy: &ProxyProcess, window: Duration) -> anyhow::Result<()> {
+    let after_startup = proxy.logs();
+    tokio::time::sleep(window).await;
+    let new: Vec<String> = proxy.logs().into_iter().skip(after_startup.len()).collect();
+    let startup_noise: Vec<&String> = after_startup.iter().filter(|l| !is_startup_line(l)).collect();
+    ensure!(new.is_empty(), "logged while idle: {new:#?}");
+    ensure!(startup_noise.is_empty(), "logged more than startup: {startup_noise:#?}");
     Ok(())
 }
