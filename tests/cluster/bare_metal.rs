@@ -17,9 +17,9 @@ use rmcp::model::ReadResourceRequestParams;
 use serde_json::Value;
 use tokio::process::{Child, Command};
 
+use crate::support::PROXY_BIN;
 use crate::support::cluster::Balancer;
 use crate::support::fixture::{DEADLINE, Era, connect_http_with_token, list_all_resources};
-use crate::support::proxy::PROXY_BIN;
 use crate::support::redis_server::{Redis, free_port};
 use crate::support::{eventually, repo_root};
 

@@ -145,7 +145,7 @@ async fn policy_explain_takes_groups() -> anyhow::Result<()> {
     let config = "[policies]\ndir = \"policies\"\n";
     let path = crate::support::proxy::write_config(dir.path(), config)?;
     let explain = |groups: &[&str]| -> anyhow::Result<String> {
-        let mut command = std::process::Command::new(crate::support::proxy::PROXY_BIN);
+        let mut command = std::process::Command::new(crate::support::PROXY_BIN);
         command.args(["policy", "explain", "--principal", "alice", "--config"]).arg(&path);
         for group in groups {
             command.args(["--group", group]);

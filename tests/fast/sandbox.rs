@@ -156,11 +156,7 @@ fn check_says_what_each_stdio_upstream_may_touch() -> anyhow::Result<()> {
     let ground = Ground::new()?;
     let config = format!("{}[[upstreams]]\nname = \"plain\"\ncommand = \"true\"\n", ground.config(true));
     let path = crate::support::proxy::write_config(ground.dir.path(), &config)?;
-    let out = std::process::Command::new(crate::support::proxy::PROXY_BIN)
-        .arg("check")
-        .arg("--config")
-        .arg(&path)
-        .output()?;
+    let out = std::process::Command::new(crate::support::PROXY_BIN).arg("check").arg("--config").arg(&path).output()?;
     let stdout = String::from_utf8(out.stdout)?;
     assert!(out.status.success(), "{stdout}");
     let own = ground.path("own");

@@ -18,9 +18,10 @@ use base64::Engine;
 use futures::TryStreamExt;
 use rmcp::model::ReadResourceRequestParams;
 
+use crate::support::PROXY_BIN;
 use crate::support::eventually;
 use crate::support::fixture::{self, Era, HttpFixture};
-use crate::support::proxy::{PROXY_BIN, ProxyProcess, http_upstream, toml_str, write_config};
+use crate::support::proxy::{ProxyProcess, http_upstream, toml_str, write_config};
 
 const CLIENT_ID: &str = "proxy-client";
 const CLIENT_SECRET: &str = "client-secret-7d1c";

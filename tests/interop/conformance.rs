@@ -31,9 +31,10 @@ use rmcp::model::{
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 
+use crate::support::PROXY_BIN;
 use crate::support::fixture::error_code;
 use crate::support::peers::{conformance_entry, everything_upstream, spawn_py_script_http};
-use crate::support::proxy::{PROXY_BIN, ProxyProcess, http_upstream, metric_value, toml_str};
+use crate::support::proxy::{ProxyProcess, http_upstream, metric_value, toml_str};
 
 /// The suite's tools, prompts and completion scenarios (as of 0.1.13).
 const SCENARIOS: [&str; 20] = [

@@ -5,7 +5,8 @@
 //! default (the proxy alone) and `runtimes` (Node.js and Python for stdio servers), which
 //! docs/deploy.md's build command names. No container engine is needed.
 
-use crate::support::proxy::{PROXY_BIN, write_config};
+use crate::support::PROXY_BIN;
+use crate::support::proxy::write_config;
 
 /// The JSON array of the first line starting with `instruction`.
 fn exec_form(containerfile: &str, instruction: &str) -> Vec<String> {

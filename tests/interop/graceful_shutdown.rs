@@ -5,10 +5,11 @@
 
 use std::process::{ExitStatus, Stdio};
 
+use crate::support::PROXY_BIN;
 use crate::support::eventually;
 use crate::support::fixture::{self, DEADLINE, Era, list_all_resources};
 use crate::support::peers::py_client;
-use crate::support::proxy::{PROXY_BIN, toml_str, write_config};
+use crate::support::proxy::{toml_str, write_config};
 use anyhow::{Context, bail, ensure};
 use rmcp::model::SubscriptionFilter;
 use rmcp::service::SubscriptionEnd;

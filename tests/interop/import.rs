@@ -13,10 +13,11 @@ use anyhow::{Context, ensure};
 use serde_json::json;
 
 use crate::servers_people_run::call_text;
+use crate::support::PROXY_BIN;
 use crate::support::eventually;
 use crate::support::fixture::{self, DEADLINE, Era};
 use crate::support::peers::{FILESYSTEM_PKG, ensure_installed, repo_root};
-use crate::support::proxy::{PROXY_BIN, ProxyProcess};
+use crate::support::proxy::ProxyProcess;
 
 /// (file, how it is served, its stdio upstreams, the variables its import names).
 const FILES: [(&str, Serve, &[&str], &[&str]); 3] = [

@@ -6,8 +6,9 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
+use crate::support::PROXY_BIN;
 use crate::support::peers::{parse_json_lines, py_client, py_server_stdio_command};
-use crate::support::proxy::{PROXY_BIN, ProxyProcess, fixture_upstream, toml_str, write_config};
+use crate::support::proxy::{ProxyProcess, fixture_upstream, toml_str, write_config};
 use serde_json::{Value, json};
 
 /// How long one client.py run may take (a Python start costs about a second).

@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+use crate::support::PROXY_BIN;
 use crate::support::otlp::{ReceivedSpan, Receiver, exporting_to};
 use crate::support::peers::{parse_json_lines, py_client, py_server_stdio_command};
-use crate::support::proxy::{PROXY_BIN, ProxyProcess, toml_str, write_config};
+use crate::support::proxy::{ProxyProcess, toml_str, write_config};
 
 /// How long one client.py run may take (a Python start costs about a second).
 const CLIENT_DEADLINE: Duration = Duration::from_secs(60);

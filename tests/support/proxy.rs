@@ -25,9 +25,7 @@ use tokio::process::{Child, Command};
 use tokio::sync::Notify;
 
 use super::exposition::Exposition;
-use super::{DEADLINE, eventually};
-
-pub use super::PROXY_BIN;
+use super::{DEADLINE, PROXY_BIN, eventually};
 
 /// util-linux's `setpriv`, which starts the proxy as another user ([`ProxyProcess::start_unprivileged`]).
 const SETPRIV: &str = "setpriv";

@@ -1,8 +1,9 @@
 //! Bearer tokens (401 without a valid one, never logged), and the policy problems `check` and
 //! `policy explain` report.
 
+use crate::support::PROXY_BIN;
 use crate::support::fixture::{Era, connect_http_with_token, list_all_resources};
-use crate::support::proxy::{PROXY_BIN, ProxyProcess, fixture_upstream, toml_str};
+use crate::support::proxy::{ProxyProcess, fixture_upstream, toml_str};
 use rmcp::model::ReadResourceRequestParams;
 
 use super::*;

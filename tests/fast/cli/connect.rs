@@ -11,8 +11,8 @@ use serde_json::Value;
 use tokio::process::Command;
 
 use super::{EXIT_CONFIG, stderr, stdout};
+use crate::support::PROXY_BIN;
 use crate::support::fixture::DEADLINE;
-use crate::support::proxy::PROXY_BIN;
 use crate::support::repo_root;
 
 /// One host: its name on the command line, its usual file (under the temporary HOME or

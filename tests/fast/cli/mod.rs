@@ -14,8 +14,9 @@ mod stdio;
 use std::path::Path;
 use std::process::{Output, Stdio};
 
+use crate::support::PROXY_BIN;
 use crate::support::fixture::DEADLINE;
-use crate::support::proxy::{PROXY_BIN, toml_str, write_config};
+use crate::support::proxy::{toml_str, write_config};
 use crate::support::repo_root;
 use anyhow::Context;
 use tokio::io::{AsyncBufReadExt, BufReader};

@@ -4,9 +4,10 @@
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
+use crate::support::PROXY_BIN;
 use crate::support::eventually;
 use crate::support::fixture::{DEADLINE, Era, EventRecorder, FixtureClient, list_all_resources};
-use crate::support::proxy::{PROXY_BIN, fixture_upstream, toml_str, write_config};
+use crate::support::proxy::{fixture_upstream, toml_str, write_config};
 use anyhow::Context;
 use rmcp::ClientServiceExt;
 use rmcp::model::{ReadResourceRequestParams, ResourceContents};

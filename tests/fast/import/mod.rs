@@ -8,8 +8,9 @@
 
 use std::process::{Output, Stdio};
 
+use crate::support::PROXY_BIN;
 use crate::support::fixture::{DEADLINE, Era, HttpFixture, connect_http, fixture_bin};
-use crate::support::proxy::{PROXY_BIN, ProxyProcess};
+use crate::support::proxy::ProxyProcess;
 use crate::support::reads::{read, text};
 use crate::support::repo_root;
 use anyhow::Context;

@@ -11,8 +11,9 @@ use std::os::unix::fs::PermissionsExt;
 use anyhow::{Context, ensure};
 
 use super::{run, texts};
+use crate::support::PROXY_BIN;
 use crate::support::fixture::{Era, connect_http, fixture_bin};
-use crate::support::proxy::{PROXY_BIN, ProxyProcess};
+use crate::support::proxy::ProxyProcess;
 use crate::support::reads::{read, text};
 
 #[tokio::test]

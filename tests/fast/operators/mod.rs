@@ -252,7 +252,7 @@ async fn a_reload_names_every_section_that_needs_a_restart() -> anyhow::Result<(
 async fn check_warns_that_no_policies_allow_everything() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let config = write_config(dir.path(), "[server]\npage_size = 10\n")?;
-    let output = tokio::process::Command::new(crate::support::proxy::PROXY_BIN)
+    let output = tokio::process::Command::new(crate::support::PROXY_BIN)
         .args(["check", "--config", config.to_str().unwrap()])
         .output()
         .await?;
@@ -261,7 +261,7 @@ async fn check_warns_that_no_policies_allow_everything() -> anyhow::Result<()> {
     assert!(text.lines().any(|l| l.starts_with("warning: no policies") && l.contains("everything")), "{text}");
     std::fs::create_dir(dir.path().join("policies"))?;
     std::fs::write(dir.path().join("policies/all.toml"), "principals = [\"*\"]\nallow = [\"**\"]\n")?;
-    let guarded = tokio::process::Command::new(crate::support::proxy::PROXY_BIN)
+    let guarded = tokio::process::Command::new(crate::support::PROXY_BIN)
         .args(["check", "--config", config.to_str().unwrap()])
         .output()
         .await?;

@@ -6,7 +6,7 @@ use mcp_resource_proxy::config::{CliOverrides, Config, UpstreamTransport};
 use tokio::process::Command;
 
 use super::{covered, output, text};
-use crate::support::proxy::PROXY_BIN;
+use crate::support::PROXY_BIN;
 use crate::support::repo_root;
 
 /// The unit header's install steps, into a temporary folder for /etc/mcp-resource-proxy (the

@@ -18,8 +18,8 @@ use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
+use crate::support::PROXY_BIN;
 use crate::support::fixture::fixture_bin;
-use crate::support::proxy::PROXY_BIN;
 use crate::support::{cargo, eventually, repo_root};
 use anyhow::Context;
 use tokio::process::Command;

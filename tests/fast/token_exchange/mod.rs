@@ -18,10 +18,11 @@ use axum::http::StatusCode;
 use rmcp::model::{CallToolRequestParams, JsonObject};
 use serde_json::json;
 
+use crate::support::PROXY_BIN;
 use crate::support::eventually;
 use crate::support::fixture::{Era, FixtureClient, HttpFixture, connect_http_with_token};
 use crate::support::jwt::{ISSUER, JwksServer, RESOURCE, claims, now, rsa_a};
-use crate::support::proxy::{PROXY_BIN, ProxyProcess, http_upstream, toml_str, write_config};
+use crate::support::proxy::{ProxyProcess, http_upstream, toml_str, write_config};
 use crate::support::token_exchange::{Authority, CLIENT_ID, CLIENT_SECRET, Mode};
 
 const SECRET_ENV: &str = "TEST_EXCHANGE_CLIENT_SECRET";

@@ -6,9 +6,10 @@
 use std::collections::BTreeSet;
 use std::process::Stdio;
 
+use crate::support::PROXY_BIN;
 use crate::support::fixture::{DEADLINE, Era, error_code};
 use crate::support::peers::{everything_upstream, memory_upstream, parse_json_lines, py_script, python};
-use crate::support::proxy::{PROXY_BIN, ProxyProcess};
+use crate::support::proxy::ProxyProcess;
 use anyhow::{Context, bail};
 use rmcp::model::{
     ArgumentInfo, CallToolRequest, CallToolRequestParams, ClientRequest, CompleteRequestParams, NumberOrString,
