@@ -93,11 +93,6 @@ pub(super) fn routed_outcome<R: Routed>(answer: &Result<R::Answer, ProxyError>) 
     }
 }
 
-/// Any other request's outcome.
-pub(super) fn outcome<T>(answer: &Result<T, ProxyError>) -> &'static str {
-    crate::metrics::outcome(answer)
-}
-
 pub(super) fn cache_label(outcome: Outcome) -> &'static str {
     match outcome {
         Outcome::Hit => "hit",

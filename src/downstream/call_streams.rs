@@ -61,14 +61,19 @@ const CALL_QUEUE: usize = 16;
 pub(super) struct CallStreams {
     local: Arc<LocalSessionManager>,
     open: Arc<OpenCalls>,
-    /// `[cluster]`: session ids are minted with the cluster's key, bound to their principal.
-    ids: Option<SessionIds>,
-    /// `[cluster]`: requests to hosts and their answers, across replicas.
-    answers: Option<Arc<Answers>>,
-    /// `[cluster]`: this replica's id, named by the event ids of its request streams.
-    replica: Option<Arc<str>>,
-    /// `[cluster]`: where a call's answer is kept for a resumption elsewhere.
-    kept: Option<Arc<KeptCalls>>,
+    cluster: Option<ClusterStreams>,
+}
+
+/// `[cluster]`: what the session manager does across replicas.
+pub(super) struct ClusterStreams {
+    /// Session ids are minted with the cluster's key, bound to their principal.
+    pub ids: SessionIds,
+    /// Requests to hosts and their answers, across replicas.
+    pub answers: Arc<Answers>,
+    /// This replica's id, named by the event ids of its request streams.
+    pub replica: Arc<str>,
+    /// Where a call's answer is kept for a resumption elsewhere.
+    pub kept: Arc<KeptCalls>,
 }
 
 /// A session's transport: marked notifications go to their call's stream (see the module doc).
@@ -120,32 +125,8 @@ struct CallQueue {
 
 impl CallStreams {
     /// Over `local`, which the rest of the listener (gate, reaper, fast path) shares.
-    pub fn new(local: Arc<LocalSessionManager>) -> Self {
-        CallStreams { local, open: Arc::default(), ids: None, answers: None, replica: None, kept: None }
-    }
-
-    /// `[cluster]`: request streams' event ids name `replica` (see the module doc).
-    pub fn serving_as(mut self, replica: Option<Arc<str>>) -> Self {
-        self.replica = replica;
-        self
-    }
-
-    /// `[cluster]`: new sessions get ids `ids` mints for the request's principal.
-    pub fn minting(mut self, ids: Option<SessionIds>) -> Self {
-        self.ids = ids;
-        self
-    }
-
-    /// `[cluster]`: a call's answer is kept in `kept` for a resumption elsewhere.
-    pub fn keeping(mut self, kept: Option<Arc<KeptCalls>>) -> Self {
-        self.kept = kept;
-        self
-    }
-
-    /// `[cluster]`: requests to hosts get this replica's ids, and answers find it (`answers`).
-    pub fn answering(mut self, answers: Option<Arc<Answers>>) -> Self {
-        self.answers = answers;
-        self
+    pub fn new(local: Arc<LocalSessionManager>, cluster: Option<ClusterStreams>) -> Self {
+        CallStreams { local, open: Arc::default(), cluster }
     }
 
     /// `[cluster]`: `stream` (of request `request`, its id as JSON, on `session`) with each
@@ -159,9 +140,8 @@ impl CallStreams {
     where
         S: Stream<Item = ServerSseMessage>,
     {
-        let (Some(ids), Some(replica)) = (self.ids.clone(), self.replica.clone()) else {
-            return Either::Right(stream);
-        };
+        let Some(ClusterStreams { ids, replica, .. }) = &self.cluster else { return Either::Right(stream) };
+        let (ids, replica) = (ids.clone(), replica.clone());
         let session = session.clone();
         Either::Left(stream.map(move |mut message| {
             if let Some(rmcp) = message.event_id.take() {
@@ -172,7 +152,7 @@ impl CallStreams {
     }
 
     fn transport(&self, session: &SessionId, transport: SessionTransport) -> CallStreamTransport {
-        let answers = self.answers.clone();
+        let answers = self.cluster.as_ref().map(|cluster| cluster.answers.clone());
         CallStreamTransport { transport, session: session.clone(), open: self.open.clone(), answers }
     }
 }
@@ -234,7 +214,7 @@ impl SessionManager for CallStreams {
     type Transport = CallStreamTransport;
 
     async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
-        if let Some(ids) = &self.ids {
+        if let Some(ClusterStreams { ids, .. }) = &self.cluster {
             let principal = crate::auth::current_principal().unwrap_or_else(|| crate::auth::ANONYMOUS.to_string());
             let id: SessionId = Arc::from(ids.mint(&principal));
             // rmcp's way to open a session under an id of one's own choosing.
@@ -273,10 +253,10 @@ impl SessionManager for CallStreams {
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         let queue = self.open.book(id, &message);
         let request = request_json(&message);
-        let kept = queue.as_ref().and_then(|_| {
-            let (kept, ids) = self.kept.as_ref().zip(self.ids.as_ref())?;
-            kept.stream_opened(ids.call_key(id, &request))
-        });
+        let kept = queue
+            .as_ref()
+            .zip(self.cluster.as_ref())
+            .and_then(|(_, cluster)| cluster.kept.stream_opened(cluster.ids.call_key(id, &request)));
         let answers = match self.local.create_stream(id, message).await {
             Ok(answers) => answers,
             Err(error) => {
@@ -295,9 +275,9 @@ impl SessionManager for CallStreams {
 
     /// `[cluster]`: an answer goes where its id says (`answers`).
     async fn accept_message(&self, id: &SessionId, message: ClientJsonRpcMessage) -> Result<(), Self::Error> {
-        let message = match (&self.answers, &message) {
-            (Some(answers), JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_)) => {
-                let Some(message) = answers.route(id, message).await else { return Ok(()) };
+        let message = match (&self.cluster, &message) {
+            (Some(cluster), JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_)) => {
+                let Some(message) = cluster.answers.route(id, message).await else { return Ok(()) };
                 message
             }
             _ => message,
@@ -318,7 +298,7 @@ impl SessionManager for CallStreams {
         last_event_id: String,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         // `[cluster]`: the gate lets through only ids of this replica's streams, or rmcp's own.
-        let opened = self.ids.as_ref().and_then(|ids| ids.open_event_id(id, &last_event_id));
+        let opened = self.cluster.as_ref().and_then(|cluster| cluster.ids.open_event_id(id, &last_event_id));
         Ok(match opened {
             Some(event) => Either::Left(self.marked(id, event.request, self.local.resume(id, event.rmcp).await?)),
             None => Either::Right(self.local.resume(id, last_event_id).await?),

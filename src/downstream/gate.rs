@@ -190,7 +190,7 @@ async fn admit(gate: &Gate, principal: &str, response: Response, opened: Option<
     let over = match admitted {
         Ok(()) => {
             if let Some(&subscriber) = opened.as_ref().and_then(|opened| opened.subscriber.get()) {
-                gate.book.set_subscriber(&session, subscriber);
+                gate.book.touch(&session, Some(subscriber));
             }
             if let (Some(shared), Some(key)) = (&gate.shared, opened.as_ref().and_then(|opened| opened.host_key.get()))
             {

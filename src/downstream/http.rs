@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::ProxyServer;
 use super::bodies::BodyGuard;
-use super::call_streams::CallStreams;
+use super::call_streams::{CallStreams, ClusterStreams};
 use super::closing::{ClosingStreams, track_streams};
 use super::fast::{self, FastPath, Front};
 use super::gate::{Gate, guard_sessions};
@@ -82,7 +82,6 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     // `[cluster]`: calls served or run here, kept when their host's stream is cut.
     let kept = Arc::new(KeptCalls::default());
     let keeping = records.as_ref().map(|_| kept.clone());
-    let streams_keeping = keeping.clone();
     // `[cluster]`: a host's answer reaches the replica that asked, wherever it lands.
     let answers = records
         .clone()
@@ -143,8 +142,9 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     let closing = streams.closing.clone();
     let hosts = Arc::new(AllowedHosts::new(&hosts));
     let fast = FastPath { proxy: proxy.clone(), book: book.clone(), manager: sessions.clone(), hosts };
-    let ids = records.as_ref().map(|records| records.ids.clone());
-    let replica: Option<Arc<str>> = proxy.cluster().map(|cluster| cluster.replica_id().into());
+    let streams_cluster = records.as_ref().zip(answers).zip(proxy.cluster()).map(|((records, answers), cluster)| {
+        ClusterStreams { ids: records.ids.clone(), answers, replica: cluster.replica_id().into(), kept: kept.clone() }
+    });
     let bodies = BodyGuard::new(
         server.body_read_timeout,
         server.max_body_bytes_per_principal,
@@ -153,22 +153,21 @@ pub async fn serve_http(proxy: Proxy, listener: TcpListener, shutdown: Cancellat
     );
     let factory = move || {
         let principal = auth::current_principal().unwrap_or_else(|| auth::ANONYMOUS.to_string());
-        let server =
-            ProxyServer::new(proxy.clone(), &principal, Transport::Http).for_request_with(auth::current_subject());
-        let server = server.with_session_book(book.clone()).with_records(records.clone()).keeping(keeping.clone());
-        Ok(server.closing_with(closing.clone()))
+        let server = ProxyServer {
+            book: Some(book.clone()),
+            kept: keeping.clone(),
+            closing: closing.clone(),
+            request_subject: auth::current_subject(),
+            ..ProxyServer::new(proxy.clone(), &principal, Transport::Http)
+        };
+        Ok(server.with_records(records.clone()))
     };
     // axum and each `from_fn` layer clone the service behind them at every request; rmcp's
     // clone copies its config (the allowed hosts and origins with it) — a dozen times per
     // request, most of a cache hit's allocations. Behind an `Arc` a clone is a counter.
     // A call's log messages ride its own response stream, not the GET stream (see `call_streams`).
-    let service = Arc::new(StreamableHttpService::new(
-        factory,
-        Arc::new(
-            CallStreams::new(sessions).minting(ids).answering(answers).serving_as(replica).keeping(streams_keeping),
-        ),
-        config,
-    ));
+    let service =
+        Arc::new(StreamableHttpService::new(factory, Arc::new(CallStreams::new(sessions, streams_cluster)), config));
     let service = move |request: axum::extract::Request| {
         let service = service.clone();
         async move { service.handle(request).await }

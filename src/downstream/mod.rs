@@ -61,8 +61,8 @@ use crate::protocol::Era;
 use crate::proxy::{Caller, Proxy};
 use crate::subscription_table::SubscriberId;
 
-/// One per legacy session, per stateless 2026-07-28 request, or per stdio host. Cloning gives a
-/// new one with no session: the HTTP service clones a template for every session and request.
+/// One per legacy session, per stateless 2026-07-28 request, or per stdio host: the HTTP
+/// service's factory makes one for every session and request.
 pub struct ProxyServer {
     proxy: Proxy,
     principal: Arc<str>,
@@ -108,18 +108,6 @@ impl Drop for Session {
     }
 }
 
-impl Clone for ProxyServer {
-    fn clone(&self) -> Self {
-        let mut fresh = Self::new(self.proxy.clone(), &self.principal, self.transport);
-        fresh.book = self.book.clone();
-        fresh.records = self.records.clone();
-        fresh.kept = self.kept.clone();
-        fresh.closing = self.closing.clone();
-        fresh.request_subject = self.request_subject.clone();
-        fresh
-    }
-}
-
 impl ProxyServer {
     pub fn new(proxy: Proxy, principal: &str, transport: Transport) -> Self {
         let closing = CancellationToken::new();
@@ -138,29 +126,6 @@ impl ProxyServer {
             request_subject: None,
             hop: OnceLock::new(),
         }
-    }
-
-    /// The JWT of the HTTP request this handler is made for (see `request_subject`).
-    fn for_request_with(mut self, subject: Option<crate::host::SubjectToken>) -> Self {
-        self.request_subject = subject;
-        self
-    }
-
-    /// `[cluster]`: a call's answer is kept in `kept` too, for a resumption elsewhere.
-    fn keeping(mut self, kept: Option<Arc<kept::KeptCalls>>) -> Self {
-        self.kept = kept;
-        self
-    }
-
-    /// Listen streams end gracefully (with their final result) when `closing` is cancelled.
-    fn closing_with(mut self, closing: CancellationToken) -> Self {
-        self.closing = closing;
-        self
-    }
-
-    fn with_session_book(mut self, book: Arc<sessions::SessionBook>) -> Self {
-        self.book = Some(book);
-        self
     }
 
     /// `[cluster]`: sessions kept in `records`; a handler built to restore one (rmcp replays

@@ -35,19 +35,14 @@ pub(super) async fn reap(
             _ = tick.tick() => {}
             _ = shutdown.cancelled() => return,
         }
-        let mut due = book.due(server.session_idle_timeout, server.subscribed_session_idle_timeout, |subscriber| {
-            proxy.subscribes_anything(subscriber)
-        });
+        let timeouts = (server.session_idle_timeout, server.subscribed_session_idle_timeout, unused);
+        let mut due = book.due(timeouts, |subscriber| proxy.subscribes_anything(subscriber));
         if let Some(records) = &records {
             due = still_due(&book, records, due).await;
         }
         for session in due {
             // The session id stays out of the log: it is the session's only credential.
             tracing::info!("closing idle session");
-            close(&book, &manager, &session).await;
-        }
-        for session in book.unused(unused) {
-            tracing::info!("closing a session unused since its initialize");
             close(&book, &manager, &session).await;
         }
     }

@@ -188,11 +188,6 @@ impl SessionBook {
         }
     }
 
-    /// The session's handler here registered `subscriber` (see [`OpenedSubscriber`]).
-    pub fn set_subscriber(&self, session: &str, subscriber: SubscriberId) {
-        self.touch(session, Some(subscriber));
-    }
-
     /// The session made a request (sessions the book does not know are ignored).
     pub fn touch(&self, session: &str, subscriber: Option<SubscriberId>) {
         let mut sessions = self.sessions.lock().expect("sessions lock");
@@ -232,31 +227,22 @@ impl SessionBook {
         self.sessions.lock().expect("sessions lock").remove(session);
     }
 
-    /// Sessions due to be closed now for having been silent past their idle timeout.
-    pub fn due(&self, idle: Duration, subscribed_idle: Duration, holds: impl Fn(SubscriberId) -> bool) -> Vec<String> {
+    /// Sessions due to be closed now for having been silent past their idle timeout, or never
+    /// used since their `initialize` and silent for `unused` (zero: off).
+    pub fn due(
+        &self,
+        (idle, subscribed_idle, unused): (Duration, Duration, Duration),
+        holds: impl Fn(SubscriberId) -> bool,
+    ) -> Vec<String> {
         let now = Instant::now();
         let sessions = self.sessions.lock().expect("sessions lock");
         sessions
             .iter()
             .filter(|(_, seen)| {
                 let limit = if seen.subscriber.is_some_and(&holds) { subscribed_idle } else { idle };
-                now.duration_since(seen.last) >= limit
+                let silent = now.duration_since(seen.last);
+                silent >= limit || (!unused.is_zero() && !seen.used && silent >= unused)
             })
-            .map(|(id, _)| id.clone())
-            .collect()
-    }
-
-    /// Sessions never used since their `initialize` and silent for `unused` (nothing when it
-    /// is zero: off).
-    pub fn unused(&self, unused: Duration) -> Vec<String> {
-        if unused.is_zero() {
-            return Vec::new();
-        }
-        let now = Instant::now();
-        let sessions = self.sessions.lock().expect("sessions lock");
-        sessions
-            .iter()
-            .filter(|(_, seen)| !seen.used && now.duration_since(seen.last) >= unused)
             .map(|(id, _)| id.clone())
             .collect()
     }

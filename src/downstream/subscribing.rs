@@ -22,7 +22,7 @@ use rmcp::service::{RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData, ServerHandler};
 use tokio::task;
 
-use super::audited::{self, Asked};
+use super::audited::Asked;
 use super::outlets::{BufferedOutlet, ListenOutlet};
 use super::shared::records::{Records, SubscribeRefused};
 use super::{ProxyServer, Session, session_header};
@@ -63,7 +63,7 @@ impl ProxyServer {
         let (answer, notes) =
             audit::scope::noting_sync(|| self.proxy.subscribe(&caller, subscriber, &request.uri, Some(host)));
         let kind = (Kind::Subscribe, method::RESOURCES_SUBSCRIBE);
-        self.audit_subscription(notes, kind, &context, started, &request.uri, audited::outcome(&answer));
+        self.audit_subscription(notes, kind, &context, started, &request.uri, crate::metrics::outcome(&answer));
         self.record(method::RESOURCES_SUBSCRIBE, started, answer)
     }
 
@@ -89,7 +89,7 @@ impl ProxyServer {
         let (answer, notes) =
             audit::scope::noting_sync(|| self.proxy.unsubscribe(&self.caller(), subscriber, &request.uri));
         let kind = (Kind::Unsubscribe, method::RESOURCES_UNSUBSCRIBE);
-        self.audit_subscription(notes, kind, &context, started, &request.uri, audited::outcome(&answer));
+        self.audit_subscription(notes, kind, &context, started, &request.uri, crate::metrics::outcome(&answer));
         self.record(method::RESOURCES_UNSUBSCRIBE, started, answer)
     }
 
@@ -246,7 +246,7 @@ impl ProxyServer {
 /// not be reached.
 fn stored_outcome(answer: &Result<Result<(), ProxyError>, ErrorData>) -> &'static str {
     match answer {
-        Ok(answer) => audited::outcome(answer),
+        Ok(answer) => crate::metrics::outcome(answer),
         Err(_) => "store_unavailable",
     }
 }

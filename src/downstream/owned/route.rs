@@ -78,7 +78,7 @@ pub(in crate::downstream) fn routes(
     let idle = proxy.config().upstreams.iter().map(|upstream| upstream.sessions.idle).max().unwrap_or_default();
     let mut local = LocalSessionManager::default();
     local.session_config.keep_alive = Some((idle * 2).max(SessionConfig::DEFAULT_KEEP_ALIVE));
-    let sessions = Arc::new(CallStreams::new(Arc::new(local)));
+    let sessions = Arc::new(CallStreams::new(Arc::new(local), None));
     let service = Arc::new(StreamableHttpService::new(factory, sessions, config));
     let service = move |request: Request| {
         let service = service.clone();

@@ -34,8 +34,8 @@ impl SessionIds {
     /// A new id for a session `principal` opens.
     pub fn mint(&self, principal: &str) -> String {
         let nonce: [u8; NONCE] = rand::random();
-        let tag = self.tag(&nonce, principal);
-        format!("{}.{}", URL_SAFE_NO_PAD.encode(nonce), URL_SAFE_NO_PAD.encode(tag))
+        let tag = self.mac("tag", &[&nonce, principal.as_bytes()]).finalize().into_bytes();
+        format!("{}.{}", URL_SAFE_NO_PAD.encode(nonce), URL_SAFE_NO_PAD.encode(&tag[..TAG]))
     }
 
     /// `id` was minted with this key for `principal`.
@@ -44,21 +44,14 @@ impl SessionIds {
         let (Ok(nonce), Ok(tag)) = (URL_SAFE_NO_PAD.decode(nonce), URL_SAFE_NO_PAD.decode(tag)) else {
             return false;
         };
-        if nonce.len() != NONCE || tag.len() != TAG {
-            return false;
-        }
-        let mut mac = self.mac(b"tag\0");
-        mac.update(&nonce);
-        mac.update(b"\0");
-        mac.update(principal.as_bytes());
-        mac.verify_truncated_left(&tag).is_ok()
+        nonce.len() == NONCE
+            && tag.len() == TAG
+            && self.mac("tag", &[&nonce, principal.as_bytes()]).verify_truncated_left(&tag).is_ok()
     }
 
     /// The name of `id`'s record in Redis (hex; says nothing of the id).
     pub fn record_key(&self, id: &str) -> String {
-        let mut mac = self.mac(b"record\0");
-        mac.update(id.as_bytes());
-        mac.finalize().into_bytes()[..16].iter().map(|b| format!("{b:02x}")).collect()
+        self.hex("record", &[id.as_bytes()], 16)
     }
 
     /// The key of `id`'s per-host upstream sessions: the same on every replica, and what news
@@ -71,8 +64,8 @@ impl SessionIds {
     /// `request` (its JSON) of session `session`.
     pub fn event_id(&self, session: &str, replica: &str, request: &str, rmcp: &str) -> String {
         let parts = [rmcp, replica, request].map(|part| URL_SAFE_NO_PAD.encode(part));
-        let tag = self.event_tag(session, &parts);
-        format!("{}.{}.{}.{}", parts[0], parts[1], parts[2], URL_SAFE_NO_PAD.encode(tag))
+        let tag = self.event_mac(session, [&parts[0], &parts[1], &parts[2]]).finalize().into_bytes();
+        format!("{}.{}.{}.{}", parts[0], parts[1], parts[2], URL_SAFE_NO_PAD.encode(&tag[..TAG]))
     }
 
     /// What event id `id` says, when it was made by [`Self::event_id`] for `session` with this
@@ -84,13 +77,7 @@ impl SessionIds {
             return None;
         }
         let tag = URL_SAFE_NO_PAD.decode(tag).ok()?;
-        let mut mac = self.mac(b"event\0");
-        mac.update(session.as_bytes());
-        for part in [rmcp, replica, request] {
-            mac.update(b"\0");
-            mac.update(part.as_bytes());
-        }
-        mac.verify_truncated_left(&tag).ok()?;
+        self.event_mac(session, [rmcp, replica, request]).verify_truncated_left(&tag).ok()?;
         let text = |part: &str| String::from_utf8(URL_SAFE_NO_PAD.decode(part).ok()?).ok();
         Some(StreamEvent { rmcp: text(rmcp)?, replica: text(replica)?, request: text(request)? })
     }
@@ -98,42 +85,31 @@ impl SessionIds {
     /// The key under which the answer of request `request` (its JSON) of session `session` is
     /// kept when its stream is lost: the same on every replica, and saying nothing of either.
     pub fn call_key(&self, session: &str, request: &str) -> String {
-        let mut mac = self.mac(b"call\0");
-        mac.update(session.as_bytes());
-        mac.update(b"\0");
-        mac.update(request.as_bytes());
-        mac.finalize().into_bytes()[..16].iter().map(|b| format!("{b:02x}")).collect()
+        self.hex("call", &[session.as_bytes(), request.as_bytes()], 16)
     }
 
     /// A principal's name in Redis (hex; the cap counters are per principal).
     pub fn principal_key(&self, principal: &str) -> String {
-        let mut mac = self.mac(b"principal\0");
-        mac.update(principal.as_bytes());
-        mac.finalize().into_bytes()[..12].iter().map(|b| format!("{b:02x}")).collect()
+        self.hex("principal", &[principal.as_bytes()], 12)
     }
 
-    fn event_tag(&self, session: &str, parts: &[String; 3]) -> [u8; TAG] {
-        let mut mac = self.mac(b"event\0");
-        mac.update(session.as_bytes());
+    fn event_mac(&self, session: &str, [rmcp, replica, request]: [&str; 3]) -> Hmac<Sha256> {
+        self.mac("event", &[session.as_bytes(), rmcp.as_bytes(), replica.as_bytes(), request.as_bytes()])
+    }
+
+    /// The first `bytes` bytes of [`Self::mac`]'s tag, in hex.
+    fn hex(&self, purpose: &str, parts: &[&[u8]], bytes: usize) -> String {
+        self.mac(purpose, parts).finalize().into_bytes()[..bytes].iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// The MAC, under this key, of `purpose` and then each of `parts` after a NUL.
+    fn mac(&self, purpose: &str, parts: &[&[u8]]) -> Hmac<Sha256> {
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("any key length");
+        mac.update(purpose.as_bytes());
         for part in parts {
             mac.update(b"\0");
-            mac.update(part.as_bytes());
+            mac.update(part);
         }
-        mac.finalize().into_bytes()[..TAG].try_into().expect("16 bytes")
-    }
-
-    fn tag(&self, nonce: &[u8], principal: &str) -> [u8; TAG] {
-        let mut mac = self.mac(b"tag\0");
-        mac.update(nonce);
-        mac.update(b"\0");
-        mac.update(principal.as_bytes());
-        let full = mac.finalize().into_bytes();
-        full[..TAG].try_into().expect("16 bytes")
-    }
-
-    fn mac(&self, purpose: &[u8]) -> Hmac<Sha256> {
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("any key length");
-        mac.update(purpose);
         mac
     }
 }
