@@ -102,7 +102,7 @@ impl UpstreamSubscriptions {
             self.apply(upstream, uri, false);
         }
         if let Some(upstream) = self.with_sessions(upstream) {
-            upstream.session_unsubscribe(subscriber, uri);
+            upstream.session_unsubscribe(subscriber, Some(uri));
         }
     }
 
@@ -115,7 +115,7 @@ impl UpstreamSubscriptions {
         let upstreams: std::collections::BTreeSet<&str> =
             subscribed.iter().map(|(upstream, _)| upstream.as_str()).collect();
         for upstream in upstreams.into_iter().filter_map(|name| self.with_sessions(name)) {
-            upstream.session_unsubscribe_all(subscriber);
+            upstream.session_unsubscribe(subscriber, None);
         }
     }
 

@@ -297,7 +297,7 @@ struct EndReplicaSubscription {
 
 impl Drop for EndReplicaSubscription {
     fn drop(&mut self) {
-        self.upstream.session_unsubscribe_all(self.subscriber);
+        self.upstream.session_unsubscribe(self.subscriber, None);
         self.subscriptions.deregister(self.subscriber);
     }
 }

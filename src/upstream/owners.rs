@@ -47,7 +47,6 @@ use super::client::Declared;
 use super::owner_link::{OwnerLink, Whose};
 use super::pool::SessionKey;
 use super::session::Session;
-use super::session_subscriptions::host_session;
 use super::sessions::SessionHandle;
 use super::{Connection, Offered, Upstream};
 use crate::config::{ProtocolChoice, UpstreamTransport};
@@ -109,10 +108,9 @@ impl AtOwners {
         closed
     }
 
-    /// Every open connection, with its owner and key.
-    fn all(&self) -> Vec<(At, Session)> {
-        let open = self.open.lock().expect("owners lock");
-        open.iter().map(|(at, conn)| (at.clone(), conn.session.clone())).collect()
+    /// Every open connection's session.
+    pub(super) fn sessions(&self) -> Vec<Session> {
+        self.open.lock().expect("owners lock").values().map(|conn| conn.session.clone()).collect()
     }
 
     /// The URIs `principal` subscribes on connections to `owner`.
@@ -289,9 +287,7 @@ impl Upstream {
         if full && !session.subscriptions().subscribes_uri(uri) {
             return Some(Err(subscriptions_limit()));
         }
-        if session.subscriptions().subscribe(subscriber, uri) {
-            session.set_subscribed(uri, true);
-        }
+        session.subscribe(subscriber, uri);
         Some(Ok(()))
     }
 
@@ -302,29 +298,6 @@ impl Upstream {
         let open = self.inner.at_owners.open.lock().expect("owners lock");
         let mut conn = open.iter().filter(|((_, at, _), _)| *at == key).map(|(_, conn)| &conn.session);
         conn.find(|session| session.subscriptions().subscribes_uri(uri)).cloned()
-    }
-
-    /// Every subscription on connections to owners, as (principal, host session, subscriber, URI).
-    pub(super) fn subscriptions_at_owners(&self) -> Vec<(Arc<str>, Option<HostSession>, SubscriberId, String)> {
-        let mut subscriptions = Vec::new();
-        for ((_, key, _), session) in self.inner.at_owners.all() {
-            let (principal, host): (Arc<str>, _) = (key.principal().into(), host_session(&key, session.inner.declared));
-            for (subscriber, uris) in session.subscriptions().all() {
-                subscriptions.extend(uris.into_iter().map(|uri| (principal.clone(), host, subscriber, uri)));
-            }
-        }
-        subscriptions
-    }
-
-    /// `subscriber` lets go of `uri` (everything it subscribed when `None`) on connections to owners.
-    pub(super) fn unsubscribe_at_owners(&self, subscriber: SubscriberId, uri: Option<&str>) {
-        for (_, session) in self.inner.at_owners.all() {
-            session
-                .subscriptions()
-                .unsubscribe(subscriber, uri)
-                .iter()
-                .for_each(|uri| session.set_subscribed(uri, false));
-        }
     }
 
     /// Close the connections to owners unused for `idle` that subscribe nothing.

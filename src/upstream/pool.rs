@@ -104,18 +104,10 @@ impl Reclaimed {
         waiting.iter().map(|(key, waiting)| (key.clone(), waiting.declared)).collect()
     }
 
-    /// Every waiting subscription: key, declared, subscriber, URI.
-    pub(super) fn all(&self) -> Vec<(SessionKey, Option<Declared>, SubscriberId, String)> {
+    /// What waits: each key, what its session declared, and what it subscribed.
+    pub(super) fn snapshot(&self) -> Vec<(SessionKey, Option<Declared>, SubscribedUris)> {
         let waiting = self.waiting.lock().expect("reclaimed lock");
-        let mut all = Vec::new();
-        for (key, waiting) in waiting.iter() {
-            for (uri, subscribers) in &waiting.subscribed {
-                all.extend(
-                    subscribers.iter().map(|subscriber| (key.clone(), waiting.declared, *subscriber, uri.clone())),
-                );
-            }
-        }
-        all
+        waiting.iter().map(|(key, waiting)| (key.clone(), waiting.declared, waiting.subscribed.clone())).collect()
     }
 }
 
@@ -128,11 +120,14 @@ mod tests {
     }
 
     fn check(reclaimed: &Reclaimed, expected: &[(&str, SubscriberId, &str)]) {
-        let all: Vec<(String, SubscriberId, String)> = reclaimed
-            .all()
-            .into_iter()
-            .map(|(key, _, subscriber, uri)| (format!("{}{:?}", key.principal(), key.host()), subscriber, uri))
-            .collect();
+        let each = |(key, _, subscribed): (SessionKey, _, SubscribedUris)| {
+            let key = format!("{}{:?}", key.principal(), key.host());
+            let each = subscribed
+                .into_iter()
+                .flat_map(|(uri, subscribers)| subscribers.into_iter().map(move |s| (s, uri.clone())));
+            each.map(move |(subscriber, uri)| (key.clone(), subscriber, uri)).collect::<Vec<_>>()
+        };
+        let all: Vec<(String, SubscriberId, String)> = reclaimed.snapshot().into_iter().flat_map(each).collect();
         let expected: Vec<(String, SubscriberId, String)> =
             expected.iter().map(|(key, subscriber, uri)| (key.to_string(), *subscriber, uri.to_string())).collect();
         assert_eq!(all, expected);

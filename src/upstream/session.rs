@@ -120,7 +120,8 @@ impl Session {
             let tell = match *told {
                 Some((on, before)) if on == connection => match per_host {
                     true => before != level,
-                    false => rank(level) < rank(before),
+                    // Lower is more verbose: the spec lists the levels in RFC 5424's order.
+                    false => (level as u8) < (before as u8),
                 },
                 _ => true,
             };
@@ -210,10 +211,10 @@ impl Role for Session {
 
     /// Its subscribers hear of everything they subscribe on it, nobody else of anything.
     fn lost_everything(&self, events: &EventSender) {
-        for (subscriber, uris) in self.own.subscriptions.all() {
-            for uri in uris {
+        for (uri, subscribers) in self.own.subscriptions.snapshot() {
+            for subscriber in subscribers {
                 let (upstream, subscribers) = (self.name().to_string(), vec![(subscriber, vec![uri.clone()])]);
-                events.send(UpstreamEvent::SessionUpdated { upstream, uri, heard: false, subscribers });
+                events.send(UpstreamEvent::SessionUpdated { upstream, uri: uri.clone(), heard: false, subscribers });
             }
         }
     }
@@ -245,19 +246,5 @@ impl Role for Session {
         if self.owner().is_some() {
             self.refetch_offerings(link, events).await;
         }
-    }
-}
-
-/// Severity order (RFC 5424, as the spec lists the levels): lower is more verbose.
-fn rank(level: LoggingLevel) -> u8 {
-    match level {
-        LoggingLevel::Debug => 0,
-        LoggingLevel::Info => 1,
-        LoggingLevel::Notice => 2,
-        LoggingLevel::Warning => 3,
-        LoggingLevel::Error => 4,
-        LoggingLevel::Critical => 5,
-        LoggingLevel::Alert => 6,
-        LoggingLevel::Emergency => 7,
     }
 }

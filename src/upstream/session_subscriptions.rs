@@ -14,7 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::client::Declared;
-use super::pool::{SessionKey, SubscribedUris};
+use super::pool::SubscribedUris;
+use super::session::Session;
 use super::{HostSession, SubscribeOutcome, Upstream};
 use crate::error::ProxyError;
 use crate::host::SubjectToken;
@@ -23,10 +24,10 @@ use crate::subscription_table::{SubscriberId, is_same_or_parent};
 /// One URI subscribed on a session, for `subscriber` of `principal` (on host session `host` when the
 /// session is that host's).
 pub struct SessionSubscription {
-    principal: Arc<str>,
-    host: Option<HostSession>,
-    subscriber: SubscriberId,
-    uri: String,
+    pub(super) principal: Arc<str>,
+    pub(super) host: Option<HostSession>,
+    pub(super) subscriber: SubscriberId,
+    pub(super) uri: String,
 }
 
 /// The subscriptions on one session: each URI it subscribes upstream, with the subscribers it
@@ -89,9 +90,7 @@ impl Upstream {
         let (key, declared) = self.key_of(principal, host);
         // With this request's JWT; a subscription is a request: the session counts as used.
         let (session, _lease) = self.open_session(book, &key, declared, subject)?;
-        if session.subscriptions().subscribe(subscriber, uri) {
-            session.set_subscribed(uri, true);
-        }
+        session.subscribe(subscriber, uri);
         Ok(())
     }
 
@@ -135,33 +134,16 @@ impl Upstream {
     /// successor ([`Upstream::subscribe_again`]).
     pub fn session_subscriptions(&self) -> Vec<SessionSubscription> {
         let Some(book) = &self.inner.sessions else { return Vec::new() };
-        let mut subscriptions = Vec::new();
-        for (key, session) in book.sessions() {
-            let (principal, host): (Arc<str>, _) = (key.principal().into(), host_session(&key, session.inner.declared));
-            for (subscriber, uris) in session.subscriptions().all() {
-                let principal = &principal;
-                subscriptions.extend(uris.into_iter().map(|uri| SessionSubscription {
-                    principal: principal.clone(),
-                    host,
-                    subscriber,
-                    uri,
-                }));
-            }
+        let open = book.sessions().into_iter().map(|(_, session)| session).chain(self.inner.at_owners.sessions());
+        let mut subscriptions: Vec<_> =
+            open.flat_map(|session| session.subscribed(session.subscriptions().snapshot())).collect();
+        for (key, declared, subscribed) in book.reclaimed.snapshot() {
+            subscriptions.extend(SessionSubscription::each(
+                key.principal(),
+                host_session(key.host(), declared),
+                subscribed,
+            ));
         }
-        let waiting = book.reclaimed.all().into_iter().map(|(key, declared, subscriber, uri)| SessionSubscription {
-            principal: key.principal().into(),
-            host: host_session(&key, declared),
-            subscriber,
-            uri,
-        });
-        subscriptions.extend(waiting);
-        let at_owners = self.subscriptions_at_owners().into_iter();
-        subscriptions.extend(at_owners.map(|(principal, host, subscriber, uri)| SessionSubscription {
-            principal,
-            host,
-            subscriber,
-            uri,
-        }));
         subscriptions
     }
 
@@ -187,35 +169,65 @@ impl Upstream {
         }
     }
 
-    /// `subscriber` lets go of `uri` on whichever session it subscribed it.
-    pub fn session_unsubscribe(&self, subscriber: SubscriberId, uri: &str) {
-        self.unsubscribe_at_owners(subscriber, Some(uri));
-        self.unsubscribe_here(subscriber, Some(uri));
-    }
-
-    /// `subscriber` is gone: what it subscribed on this upstream's sessions is let go.
-    pub fn session_unsubscribe_all(&self, subscriber: SubscriberId) {
-        self.unsubscribe_at_owners(subscriber, None);
-        self.unsubscribe_here(subscriber, None);
-    }
-
-    /// `subscriber` lets go of `uri` (everything it subscribed when `None`) on this replica's sessions.
-    pub(super) fn unsubscribe_here(&self, subscriber: SubscriberId, uri: Option<&str>) {
+    /// `subscriber` lets go of `uri` (everything it subscribed when `None`) on whichever session it
+    /// subscribed it: on connections to owners, on this replica's sessions, or waiting for one.
+    pub fn session_unsubscribe(&self, subscriber: SubscriberId, uri: Option<&str>) {
+        for session in self.inner.at_owners.sessions() {
+            session.unsubscribe(subscriber, uri);
+        }
         let Some(book) = &self.inner.sessions else { return };
         book.reclaimed.release(subscriber, uri);
         for (_, session) in book.sessions() {
-            session
-                .subscriptions()
-                .unsubscribe(subscriber, uri)
-                .iter()
-                .for_each(|uri| session.set_subscribed(uri, false));
+            session.unsubscribe(subscriber, uri);
         }
     }
 }
 
-/// The host session a session of `key` is for (a per-host one's), with what it declared.
-pub(super) fn host_session(key: &SessionKey, declared: Option<Declared>) -> Option<HostSession> {
-    let id = key.host()?;
+impl Session {
+    /// `subscriber` subscribes `uri` here; the session subscribes it upstream if nobody did.
+    pub(super) fn subscribe(&self, subscriber: SubscriberId, uri: &str) {
+        if self.subscriptions().subscribe(subscriber, uri) {
+            self.set_subscribed(uri, true);
+        }
+    }
+
+    /// `subscriber` lets go of `uri` here (of everything when `None`); the session unsubscribes
+    /// upstream what nobody subscribes now.
+    pub(super) fn unsubscribe(&self, subscriber: SubscriberId, uri: Option<&str>) {
+        for uri in self.subscriptions().unsubscribe(subscriber, uri) {
+            self.set_subscribed(&uri, false);
+        }
+    }
+
+    /// `subscribed` (this session's, or taken off it) as its subscriptions.
+    pub(super) fn subscribed(&self, subscribed: SubscribedUris) -> impl Iterator<Item = SessionSubscription> + use<> {
+        SessionSubscription::each(self.principal(), host_session(self.host(), self.inner.declared), subscribed)
+    }
+}
+
+impl SessionSubscription {
+    /// Each subscription of `subscribed`, on a session of `principal` (host session `host`).
+    pub(super) fn each(
+        principal: &str,
+        host: Option<HostSession>,
+        subscribed: SubscribedUris,
+    ) -> impl Iterator<Item = SessionSubscription> + use<> {
+        let principal: Arc<str> = principal.into();
+        subscribed.into_iter().flat_map(move |(uri, subscribers)| {
+            let principal = principal.clone();
+            subscribers.into_iter().map(move |subscriber| SessionSubscription {
+                principal: principal.clone(),
+                host,
+                subscriber,
+                uri: uri.clone(),
+            })
+        })
+    }
+}
+
+/// The host session `host` a session is for (a per-host one's), with what it declared.
+pub(super) fn host_session(host: Option<u64>, declared: Option<Declared>) -> Option<HostSession> {
+    let id = host?;
     let (sampling, elicitation) = declared.map_or((false, false), |d| (d.sampling, d.elicitation));
     Some(HostSession { id, sampling, elicitation })
 }
@@ -276,26 +288,17 @@ impl SessionSubscriptions {
         self.subscribed.lock().expect("session subscriptions lock").len()
     }
 
+    /// Everything subscribed here: each URI with its subscribers.
+    pub(super) fn snapshot(&self) -> SubscribedUris {
+        self.subscribed.lock().expect("session subscriptions lock").clone()
+    }
+
     /// Who must hear of an update of `uri`: subscribers of it or of a URI it is a sub-resource
     /// of, each with the subscribed URIs that matched.
     pub(super) fn subscribers_of(&self, uri: &str) -> BTreeMap<SubscriberId, Vec<String>> {
-        self.subscribers_where(|subscribed| is_same_or_parent(subscribed, uri))
-    }
-
-    /// Every URI subscribed here, with its subscribers.
-    pub(super) fn all(&self) -> BTreeMap<SubscriberId, Vec<String>> {
-        self.subscribers_where(|_| true)
-    }
-
-    /// The subscribers of the subscribed URIs `matching` picks, each with those URIs.
-    fn subscribers_where(&self, matching: impl Fn(&str) -> bool) -> BTreeMap<SubscriberId, Vec<String>> {
         let mut found: BTreeMap<SubscriberId, Vec<String>> = BTreeMap::new();
-        for (subscribed, subscribers) in self
-            .subscribed
-            .lock()
-            .expect("session subscriptions lock")
-            .iter()
-            .filter(|(subscribed, _)| matching(subscribed))
+        let subscribed = self.subscribed.lock().expect("session subscriptions lock");
+        for (subscribed, subscribers) in subscribed.iter().filter(|(subscribed, _)| is_same_or_parent(subscribed, uri))
         {
             subscribers.iter().for_each(|subscriber| found.entry(*subscriber).or_default().push(subscribed.clone()));
         }

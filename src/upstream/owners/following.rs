@@ -3,25 +3,12 @@
 //! made where it lives now (here, or on a connection to the new owner), each subscriber told once
 //! that its URI may have changed.
 
-use std::sync::Arc;
-
 use super::Reach;
-use crate::host::HostSession;
-use crate::subscription_table::SubscriberId;
 use crate::upstream::client::Declared;
 use crate::upstream::owner_link::Whose;
 use crate::upstream::pool::SessionKey;
-use crate::upstream::session::Session;
-use crate::upstream::session_subscriptions::host_session;
+use crate::upstream::session_subscriptions::{SessionSubscription, host_session};
 use crate::upstream::{Upstream, UpstreamEvent};
-
-/// One subscription taken off a session to be made again where its session lives now.
-struct Moving {
-    principal: Arc<str>,
-    host: Option<HostSession>,
-    subscriber: SubscriberId,
-    uri: String,
-}
 
 impl Upstream {
     /// Each session's subscriptions go where it lives now: those on a connection to a replica that no
@@ -30,7 +17,7 @@ impl Upstream {
     pub(in crate::upstream) fn follow_owners(&self) {
         let Some(routes) = self.inner.owner_routes.get().filter(|_| self.has_sessions()) else { return };
         let lives_at = |key: &SessionKey, declared: Option<Declared>| {
-            let host = host_session(key, declared);
+            let host = host_session(key.host(), declared);
             let whose = Whose { upstream: self.name(), principal: key.principal(), host };
             (routes.owner_of)(&whose).map(|owner| owner.replica)
         };
@@ -39,7 +26,7 @@ impl Upstream {
         });
         let mut moving = Vec::new();
         for session in &moved_away {
-            moving.extend(taken_off(session.principal(), session_host(session), session.subscriptions().take_all()));
+            moving.extend(session.subscribed(session.subscriptions().take_all()));
         }
         self.closed_with_own_offerings(&moved_away);
         if let Some(book) = &self.inner.sessions {
@@ -47,7 +34,7 @@ impl Upstream {
                 if session.subscriptions().subscribes_anything() && lives_at(&key, session.inner.declared).is_some() {
                     let subscribed = session.subscriptions().take_all();
                     subscribed.keys().for_each(|uri| session.set_subscribed(uri, false));
-                    moving.extend(taken_off(session.principal(), session_host(&session), subscribed));
+                    moving.extend(session.subscribed(subscribed));
                 }
             }
             // Those waiting since their session was reclaimed from a full pool too: they would
@@ -56,7 +43,8 @@ impl Upstream {
                 if lives_at(&key, declared).is_some()
                     && let Some(waiting) = book.reclaimed.take(&key)
                 {
-                    moving.extend(taken_off(key.principal(), host_session(&key, waiting.declared), waiting.subscribed));
+                    let host = host_session(key.host(), waiting.declared);
+                    moving.extend(SessionSubscription::each(key.principal(), host, waiting.subscribed));
                 }
             }
         }
@@ -66,8 +54,8 @@ impl Upstream {
     }
 
     /// Make `subscription` where its session lives now, and tell its subscriber once.
-    fn subscription_moved(&self, subscription: Moving) {
-        let Moving { principal, host, subscriber, uri } = subscription;
+    fn subscription_moved(&self, subscription: SessionSubscription) {
+        let SessionSubscription { principal, host, subscriber, uri } = subscription;
         if let Err(error) = self.session_subscribe(&principal, host, subscriber, &uri, None) {
             tracing::warn!(upstream = self.name(), error = %error, "cluster: a subscription could not follow its session");
             return;
@@ -76,25 +64,4 @@ impl Upstream {
         let (upstream, subscribers) = (self.name().to_string(), vec![(subscriber, vec![uri.clone()])]);
         events.send(UpstreamEvent::SessionUpdated { upstream, uri, heard: false, subscribers });
     }
-}
-
-/// The host session `session` is for (a per-host one's), with what it declared.
-fn session_host(session: &Session) -> Option<HostSession> {
-    session.host().map(|id| {
-        let declared = session.inner.declared.unwrap_or(Declared { sampling: false, elicitation: false });
-        HostSession { id, sampling: declared.sampling, elicitation: declared.elicitation }
-    })
-}
-
-/// The subscriptions `subscribed`, taken off a session of `principal` (host session `host`), to be made again.
-fn taken_off(
-    principal: &str,
-    host: Option<HostSession>,
-    subscribed: crate::upstream::pool::SubscribedUris,
-) -> Vec<Moving> {
-    let principal: Arc<str> = principal.into();
-    let each = subscribed
-        .into_iter()
-        .flat_map(|(uri, subscribers)| subscribers.into_iter().map(move |subscriber| (uri.clone(), subscriber)));
-    each.map(|(uri, subscriber)| Moving { principal: principal.clone(), host, subscriber, uri }).collect()
 }
