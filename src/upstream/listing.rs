@@ -44,25 +44,16 @@ pub(super) async fn fetch(upstream: &Connection, link: &Link) -> Result<Listing,
     }
     let (name, peer) = (upstream.name(), &link.peer);
     let metrics = &upstream.inner.metrics;
-    let hop = upstream.hop_over(Some(link));
-    let timeout = upstream.config().request_timeout;
-    let started = std::time::Instant::now();
-    let resources = all_pages(timeout, |cursor| async {
+    let (resources, resources_ttl) = every_page(upstream, link, "resources/list", true, |cursor| async {
         let page = peer.list_resources(Some(PaginatedRequestParams::default().with_cursor(cursor))).await?;
         Ok((page.resources, page.next_cursor, page.ttl_ms))
     })
-    .await;
-    metrics.upstream_request(name, "resources/list", list_outcome(&resources), started.elapsed(), hop);
-    let (resources, resources_ttl) = empty_if_unsupported(resources).map_err(|e| format!("resources/list: {e}"))?;
-    let started = std::time::Instant::now();
-    let templates = all_pages(timeout, |cursor| async {
+    .await?;
+    let (templates, templates_ttl) = every_page(upstream, link, "resources/templates/list", true, |cursor| async {
         let page = peer.list_resource_templates(Some(PaginatedRequestParams::default().with_cursor(cursor))).await?;
         Ok((page.resource_templates, page.next_cursor, page.ttl_ms))
     })
-    .await;
-    metrics.upstream_request(name, "resources/templates/list", list_outcome(&templates), started.elapsed(), hop);
-    let (templates, templates_ttl) =
-        empty_if_unsupported(templates).map_err(|e| format!("resources/templates/list: {e}"))?;
+    .await?;
     let unlisted = |uri: &str| {
         tracing::warn!(upstream = name, uri, "URI has no scheme; not listed");
         metrics.catalog_entry_unlisted(name);
@@ -133,30 +124,41 @@ fn namespace_icons(upstream: &str, served: &BTreeSet<String>, icons: Option<&mut
     }
 }
 
-/// The `outcome` label of a list fetch: `ok`, `method_not_found` (the upstream answered
-/// -32601: an empty list), or `upstream_failed`.
-pub(super) fn list_outcome<T>(fetched: &Result<T, PageError>) -> &'static str {
-    match fetched {
+/// Every page of one list (`method`) on `link` (none when the upstream does not `offer` it),
+/// with the shortest `ttlMs` of its pages; counted with its `outcome`: `ok`, `method_not_found`
+/// (the upstream answered -32601: an empty list, never a failure, as a server that does not have
+/// a kind of thing need not implement its list), or `upstream_failed`.
+pub(super) async fn every_page<T, Fut>(
+    upstream: &Connection,
+    link: &Link,
+    method: &'static str,
+    offers: bool,
+    page: impl FnMut(Option<String>) -> Fut,
+) -> Result<(Vec<T>, Option<u64>), String>
+where
+    Fut: std::future::Future<Output = Result<(Vec<T>, Option<String>, Option<u64>), ServiceError>>,
+{
+    let started = std::time::Instant::now();
+    let listed = match offers {
+        false => Ok((Vec::new(), None)),
+        true => all_pages(upstream.config().request_timeout, page).await,
+    };
+    let outcome = match &listed {
         Ok(_) => "ok",
         Err(e) if e.is_method_not_found() => "method_not_found",
         Err(_) => "upstream_failed",
-    }
-}
-
-/// A list the upstream answers with -32601 (method not found) is empty, never a failure: a
-/// server that does not have a kind of thing need not implement its list.
-pub(super) fn empty_if_unsupported<T>(
-    fetched: Result<(Vec<T>, Option<u64>), PageError>,
-) -> Result<(Vec<T>, Option<u64>), PageError> {
-    match fetched {
+    };
+    let (name, hop) = (upstream.name(), upstream.hop_over(Some(link)));
+    upstream.inner.metrics.upstream_request(name, method, outcome, started.elapsed(), hop);
+    match listed {
         Err(e) if e.is_method_not_found() => Ok((Vec::new(), None)),
-        other => other,
+        other => other.map_err(|e| format!("{method}: {e}")),
     }
 }
 
 /// A failed page fetch.
 #[derive(Debug)]
-pub(super) enum PageError {
+enum PageError {
     Service(ServiceError),
     Timeout,
     Loop,
@@ -164,7 +166,7 @@ pub(super) enum PageError {
 }
 
 impl PageError {
-    pub(super) fn is_method_not_found(&self) -> bool {
+    fn is_method_not_found(&self) -> bool {
         matches!(self, PageError::Service(ServiceError::McpError(e)) if e.code == rmcp::model::ErrorCode::METHOD_NOT_FOUND)
     }
 }
@@ -187,7 +189,7 @@ impl From<ServiceError> for PageError {
 }
 
 /// Follow cursors to the end; the items and the shortest `ttlMs` of any page.
-pub(super) async fn all_pages<T, F, Fut>(timeout: Duration, mut fetch: F) -> Result<(Vec<T>, Option<u64>), PageError>
+async fn all_pages<T, F, Fut>(timeout: Duration, mut fetch: F) -> Result<(Vec<T>, Option<u64>), PageError>
 where
     F: FnMut(Option<String>) -> Fut,
     Fut: std::future::Future<Output = Result<(Vec<T>, Option<String>, Option<u64>), ServiceError>>,

@@ -15,7 +15,7 @@ use rmcp::service::{Peer, PeerRequestOptions, RoleClient, ServiceError};
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::listing::{PageError, all_pages, empty_if_unsupported, list_outcome};
+use super::listing::every_page;
 use super::progress::{ProgressClaim, ProgressRoutes};
 use super::relay::{Refusal, RelayClaim};
 use super::{Connection, Link};
@@ -49,35 +49,16 @@ impl Connection {
 
     async fn list_offerings(&self, link: &Link) -> Result<Offered, String> {
         let (has_tools, has_prompts) = (link.capabilities.tools.is_some(), link.capabilities.prompts.is_some());
-        let tools = self.every_page("tools/list", has_tools, |cursor| async {
+        let tools = every_page(self, link, "tools/list", has_tools, |cursor| async {
             let page = link.peer.list_tools(Some(PaginatedRequestParams::default().with_cursor(cursor))).await?;
             Ok((page.tools, page.next_cursor, None))
         });
-        let tools = tools.await?;
-        let prompts = self.every_page("prompts/list", has_prompts, |cursor| async {
+        let tools = tools.await?.0;
+        let prompts = every_page(self, link, "prompts/list", has_prompts, |cursor| async {
             let page = link.peer.list_prompts(Some(PaginatedRequestParams::default().with_cursor(cursor))).await?;
             Ok((page.prompts, page.next_cursor, None))
         });
-        Ok(Offered { tools, prompts: prompts.await? })
-    }
-
-    /// Every page of one list (`method`; none when the upstream does not `offer` it), counted.
-    async fn every_page<T, Fut>(
-        &self,
-        method: &'static str,
-        offers: bool,
-        page: impl FnMut(Option<String>) -> Fut,
-    ) -> Result<Vec<T>, String>
-    where
-        Fut: Future<Output = Result<(Vec<T>, Option<String>, Option<u64>), ServiceError>>,
-    {
-        let started = std::time::Instant::now();
-        let listed = match offers {
-            false => Ok((Vec::new(), None)),
-            true => all_pages(self.config().request_timeout, page).await,
-        };
-        self.count(method, &listed, started);
-        Ok(empty_if_unsupported(listed).map_err(|e| format!("{method}: {e}"))?.0)
+        Ok(Offered { tools, prompts: prompts.await?.0 })
     }
 
     /// `tools/call` with the upstream's own tool name. With a `progress` outlet, the upstream's
@@ -252,10 +233,6 @@ impl Connection {
             self.inner.metrics.upstream_request(self.name(), method, outcome, elapsed, self.hop());
         }
         result
-    }
-
-    fn count<T>(&self, method: &'static str, result: &Result<T, PageError>, started: std::time::Instant) {
-        self.inner.metrics.upstream_request(self.name(), method, list_outcome(result), started.elapsed(), self.hop());
     }
 }
 

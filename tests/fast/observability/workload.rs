@@ -113,6 +113,15 @@ async fn metrics_count_a_scripted_workload_with_the_right_labels() -> anyhow::Re
             "mcp_proxy_upstream_subscriptions{{upstream=\"fx\"}} is {held_upstream:?}, expected {ITEMS}"
         ));
     }
+    // The upstream's tools were listed at each connect, counted under the version it negotiated.
+    let tools_lists = ("mcp_client_operation_duration_seconds_count", [("mcp_method_name", "tools/list")]);
+    let by_version: Vec<(&str, f64)> = after
+        .matching(tools_lists.0, &tools_lists.1)
+        .map(|sample| (sample.labels["mcp_protocol_version"].as_str(), sample.value))
+        .collect();
+    if by_version.is_empty() || by_version.iter().any(|(version, _)| !version.starts_with("2025-")) {
+        mismatches.push(format!("{} for tools/list by protocol version: {by_version:?}", tools_lists.0));
+    }
     if after.value("mcp_proxy_build_info", &[("version", version)]) != Some(1.0) {
         mismatches.push(format!("mcp_proxy_build_info{{version={version:?}}} is not 1"));
     }
