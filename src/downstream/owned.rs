@@ -61,7 +61,7 @@ use crate::error::ProxyError;
 use crate::protocol::Era;
 use crate::proxy::Proxy;
 use crate::telemetry::{self, Carrier, Incoming, Span};
-use crate::tools::{Call, Ran};
+use crate::tools::{Call, Ran, Routed};
 
 /// The eras the endpoint speaks: a session's connection is a 2025 session; a retry of a call
 /// parked here comes as a 2026-07-28 request.
@@ -159,6 +159,15 @@ impl OwnedSession {
             span.failed(error.kind().to_string());
         }
         answer.map_err(ErrorData::from)
+    }
+
+    /// [`Self::run`] for a request of kind `R`, its answer of that kind.
+    async fn answer<R: Routed>(
+        &self,
+        request: R,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<R::Answer, ErrorData> {
+        R::answer_of(self.run(request.into_call(), context).await?).ok_or_else(mismatched)
     }
 
     /// What the session the pass names lists as its own (the upstream's names); an error while
@@ -263,11 +272,7 @@ impl ServerHandler for OwnedSession {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        match self.run(Call::Tool(request), &context).await? {
-            Answer::Tool(result) => Ok(CallToolResponse::Complete(result)),
-            Answer::InputRequired(needs) => Ok(CallToolResponse::InputRequired(needs)),
-            _ => Err(mismatched()),
-        }
+        self.answer(request, &context).await
     }
 
     async fn get_prompt(
@@ -275,11 +280,7 @@ impl ServerHandler for OwnedSession {
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        match self.run(Call::Prompt(request), &context).await? {
-            Answer::Prompt(result) => Ok(GetPromptResponse::Complete(result)),
-            Answer::InputRequired(needs) => Ok(GetPromptResponse::InputRequired(needs)),
-            _ => Err(mismatched()),
-        }
+        self.answer(request, &context).await
     }
 
     async fn complete(
@@ -287,10 +288,7 @@ impl ServerHandler for OwnedSession {
         request: CompleteRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        match self.run(Call::Complete(request), &context).await? {
-            Answer::Complete(result) => Ok(result),
-            _ => Err(mismatched()),
-        }
+        self.answer(request, &context).await
     }
 
     async fn read_resource(
