@@ -87,12 +87,14 @@ pub(super) struct Inner {
 }
 
 impl Connection {
-    /// A connection not made yet, for `config`: its supervisor makes it.
+    /// A connection not made yet, for `config`: its supervisor makes it. With `owner`, to the
+    /// session endpoint of the replica it names (`config`'s transport is that endpoint).
     pub(super) fn new(
         config: UpstreamConfig,
         metrics: Metrics,
         declared: Option<Declared>,
         credentials: Option<TokenSource>,
+        owner: Option<super::owner_link::OwnerLink>,
     ) -> Self {
         let relays = {
             let (metrics, name) = (metrics.clone(), config.name.clone());
@@ -117,24 +119,9 @@ impl Connection {
             roots,
             declared,
             credentials,
-            owner: None,
+            owner,
         };
         Self { inner: Arc::new(inner) }
-    }
-
-    /// A connection not made yet to the session endpoint of the replica `owner` names, for
-    /// `config` (its transport that endpoint): its supervisor makes it.
-    pub(super) fn to_owner(
-        config: UpstreamConfig,
-        metrics: Metrics,
-        declared: Option<Declared>,
-        owner: super::owner_link::OwnerLink,
-    ) -> Self {
-        let mut connection = Self::new(config, metrics, declared, None);
-        if let Some(inner) = Arc::get_mut(&mut connection.inner) {
-            inner.owner = Some(owner);
-        }
-        connection
     }
 
     pub fn name(&self) -> &str {

@@ -33,6 +33,22 @@ enum Asked<'a> {
     Request(&'static str),
 }
 
+impl Asked<'_> {
+    fn method(self) -> &'static str {
+        match self {
+            Asked::Read(_) => "resources/read",
+            Asked::Request(method) => method,
+        }
+    }
+
+    fn uri(&self) -> Option<&str> {
+        match self {
+            Asked::Read(uri) => Some(uri),
+            Asked::Request(_) => None,
+        }
+    }
+}
+
 impl Connection {
     /// The error for a failed `resources/read` of `uri`.
     pub(super) fn read_error(&self, uri: &str, error: ServiceError, connection_open: bool) -> ProxyError {
@@ -48,55 +64,37 @@ impl Connection {
         if let ServiceError::McpError(e) = &error
             && let Some(fault) = Fault::of(e)
         {
-            return match asked {
-                Asked::Read(uri) => self.read_fault(uri, fault),
-                Asked::Request(method) => self.request_fault(method, fault),
-            };
+            let (method, uri) = (asked.method(), asked.uri());
+            tracing::warn!(
+                upstream = self.name(),
+                method,
+                uri,
+                fault = fault.kind(),
+                "upstream request failed: faulty reply"
+            );
+            self.record_fault(format!("{method}: {}", fault.describe()));
+            return self.failed(fault.describe());
         }
+        let (method, uri) = (asked.method(), asked.uri());
         if let Some(reason) = self.reply_failure(&error, connection_open) {
-            match asked {
-                Asked::Read(uri) => {
-                    tracing::warn!(upstream = self.name(), uri, error = %error, "upstream read failed; connection kept")
-                }
-                Asked::Request(method) => {
-                    tracing::warn!(upstream = self.name(), method, error = %error, "upstream request failed; connection kept")
-                }
-            }
+            tracing::warn!(upstream = self.name(), method, uri, error = %error, "upstream request failed; connection kept");
             return self.failed(reason);
         }
         match error {
             ServiceError::McpError(e) => self.answered_error(asked, e),
             ServiceError::UnexpectedResponse => self.failed("it sent an unexpected response".into()),
             other => {
-                match asked {
-                    Asked::Read(uri) => {
-                        tracing::warn!(upstream = self.name(), uri, error = %other, "upstream connection broken")
-                    }
-                    Asked::Request(method) => {
-                        tracing::warn!(upstream = self.name(), method, error = %other, "upstream connection broken")
-                    }
-                }
+                tracing::warn!(upstream = self.name(), method, uri, error = %other, "upstream connection broken");
                 self.inner.broken.notify_one();
                 self.down()
             }
         }
     }
 
-    /// A request that got `fault` for an answer fails alone: logged, shown in `/status`.
-    fn request_fault(&self, method: &'static str, fault: Fault) -> ProxyError {
-        tracing::warn!(upstream = self.name(), method, fault = fault.kind(), "upstream request failed: faulty reply");
-        self.record_fault(format!("{method}: {}", fault.describe()));
-        self.failed(fault.describe())
-    }
-
     /// The upstream answered with error `e`.
     fn answered_error(&self, asked: Asked<'_>, e: ErrorData) -> ProxyError {
         if self.owner().is_some() {
-            let uri = match asked {
-                Asked::Read(uri) => Some(uri),
-                Asked::Request(_) => None,
-            };
-            return self.owner_error(uri, e);
+            return self.owner_error(asked.uri(), e);
         }
         let code = e.code;
         match asked {
@@ -134,14 +132,6 @@ impl Connection {
     /// Note a faulty reply in `/status` (`last_error`, the connection stays up).
     pub(super) fn record_fault(&self, fault: String) {
         self.update_status(|status| status.last_error = Some(fault));
-    }
-
-    /// A read that got `fault` for an answer fails alone: logged, shown in `/status`, and told
-    /// to the client in our words.
-    pub(super) fn read_fault(&self, uri: &str, fault: Fault) -> ProxyError {
-        tracing::warn!(upstream = self.name(), uri, fault = fault.kind(), "upstream read failed: faulty reply");
-        self.record_fault(format!("resources/read: {}", fault.describe()));
-        ProxyError::UpstreamFailed { upstream: self.name().to_string(), reason: fault.describe() }
     }
 
     /// Whether a read's error is about the reply rather than the connection: the reply stream

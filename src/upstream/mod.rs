@@ -232,7 +232,7 @@ impl Upstream {
         let sessions = (config.sessions.mode != SessionMode::Shared).then(open_sessions::OpenSessions::default);
         let credentials = credentials::shared_source(&config);
         let inner = Inner {
-            connection: Connection::new(config, metrics, None, credentials),
+            connection: Connection::new(config, metrics, None, credentials, None),
             supervisor: Mutex::new(None),
             sessions,
             events: Mutex::new(None),

@@ -179,7 +179,7 @@ impl Upstream {
             Reach::Parked(..) => MODERN_VERSION.to_string(),
         });
         let link = OwnerLink::new(routes.clone(), at.0.clone(), whose);
-        let connection = Connection::to_owner(config, self.metrics().clone(), declared, link);
+        let connection = Connection::new(config, self.metrics().clone(), declared, None, Some(link));
         let session = Session::new(connection, whose.principal.into(), at.1.host());
         let stop = parent_stop.child_token();
         let events = match at.2 {

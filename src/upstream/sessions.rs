@@ -232,7 +232,7 @@ impl Upstream {
         } else {
             self.credentials().cloned()
         };
-        let connection = Connection::new(self.config().clone(), self.metrics().clone(), declared, credentials);
+        let connection = Connection::new(self.config().clone(), self.metrics().clone(), declared, credentials, None);
         let session = Session::new(connection, key.principal().into(), key.host());
         session.stand_for(standing);
         let resumed = book.reclaimed.take(key).map(|waiting| session.subscribe_waiting(waiting.subscribed)).is_some();
