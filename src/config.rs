@@ -15,6 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -362,6 +363,16 @@ fn duration(text: Option<&str>, default: &str, at: &str, problems: &mut Vec<Prob
         push(problems, at, format!("`{text}` is not a duration like 250ms, 30s, 5m, 1h"));
         parse_duration(default).expect("defaults parse")
     })
+}
+
+/// An integer setting that must lie in `range` (`default` when absent).
+fn integer(n: Option<i64>, default: usize, range: RangeInclusive<i64>, at: &str, problems: &mut Vec<Problem>) -> usize {
+    let n = n.unwrap_or(default as i64);
+    if range.contains(&n) {
+        return n as usize;
+    }
+    push(problems, at, format!("{n} is outside {range:?}"));
+    default
 }
 
 fn report_unknown(at: &str, unknown: &BTreeMap<String, Value>, problems: &mut Vec<Problem>) {

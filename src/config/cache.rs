@@ -6,7 +6,7 @@ use std::time::Duration;
 use figment::value::Value;
 use serde::Deserialize;
 
-use super::{Problem, duration, push, report_unknown};
+use super::{Problem, duration, integer, push, report_unknown};
 
 /// The read cache's settings. See docs/cache.md for how lifetimes are chosen.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,13 +48,8 @@ pub(super) fn validate_cache(raw: RawCache, problems: &mut Vec<Problem>) -> Cach
     report_unknown("cache", &raw.unknown, problems);
     let max_bytes = size(raw.max_bytes.as_ref(), 256 << 20, "cache.max_bytes", problems);
     let max_entry_bytes = size(raw.max_entry_bytes.as_ref(), 8 << 20, "cache.max_entry_bytes", problems);
-    let max_watched_per_upstream = match raw.max_watched_per_upstream.unwrap_or(1000) {
-        n @ 0..=1_000_000 => n as usize,
-        n => {
-            push(problems, "cache.max_watched_per_upstream", format!("{n} is outside 0..=1000000"));
-            1000
-        }
-    };
+    let max_watched_per_upstream =
+        integer(raw.max_watched_per_upstream, 1000, 0..=1_000_000, "cache.max_watched_per_upstream", problems);
     CacheConfig {
         enabled: raw.enabled.unwrap_or(true),
         max_bytes,

@@ -8,7 +8,7 @@
 
 use figment::value::Value;
 
-use super::{Problem, SessionMode, UpstreamSessions, UriBase, parse_size, push};
+use super::{Problem, SessionMode, UpstreamSessions, UriBase, integer, parse_size, push};
 
 /// The raw `session*` settings of one upstream.
 pub(super) struct RawSessions {
@@ -59,13 +59,8 @@ pub(super) fn sessions(at: &str, kind: Kind, raw: &RawSessions, problems: &mut V
             defaults.idle
         }),
     };
-    let count = |value: Option<i64>, key: &str, default: usize, problems: &mut Vec<Problem>| match value {
-        None => default,
-        Some(n) if (1..=100_000).contains(&n) => n as usize,
-        Some(n) => {
-            push(problems, &format!("{at}.{key}"), format!("{n} is outside 1..=100000"));
-            default
-        }
+    let count = |value: Option<i64>, key: &str, default: usize, problems: &mut Vec<Problem>| {
+        integer(value, default, 1..=100_000, &format!("{at}.{key}"), problems)
     };
     let max = count(raw.max, "max_sessions", defaults.max, problems);
     let max_per_principal =
