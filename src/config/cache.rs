@@ -102,10 +102,11 @@ pub(super) fn validate_upstream_cache(
     at: &str,
     folder: bool,
     legacy_trust: Option<bool>,
-    raw: Option<RawUpstreamCache>,
+    raw: Option<&RawUpstreamCache>,
     problems: &mut Vec<Problem>,
 ) -> UpstreamCache {
-    let raw = raw.unwrap_or_default();
+    let default = RawUpstreamCache::default();
+    let raw = raw.unwrap_or(&default);
     let at = format!("{at}.cache");
     report_unknown(&at, &raw.unknown, problems);
     if legacy_trust.is_some() && raw.trust_notifications.is_some() {

@@ -8,15 +8,7 @@
 
 use figment::value::Value;
 
-use super::{Problem, SessionMode, UpstreamSessions, UriBase, integer, parse_size, push};
-
-/// The raw `session*` settings of one upstream.
-pub(super) struct RawSessions {
-    pub mode: Option<String>,
-    pub idle: Option<String>,
-    pub max: Option<i64>,
-    pub max_per_principal: Option<i64>,
-}
+use super::{Problem, RawUpstream, SessionMode, UpstreamSessions, UriBase, integer, parse_size, push};
 
 /// What kind of upstream the `session` settings are for: each has its own default.
 #[derive(Clone, Copy, PartialEq)]
@@ -35,10 +27,10 @@ pub(super) enum Kind {
 /// `session = "shared" | "per-principal" | "per-host"` (a folder upstream is shared only; a
 /// stdio one is per principal when `session` is not set), `session_idle` (a duration),
 /// `max_sessions` and `max_sessions_per_principal` (at least 1).
-pub(super) fn sessions(at: &str, kind: Kind, raw: &RawSessions, problems: &mut Vec<Problem>) -> UpstreamSessions {
+pub(super) fn sessions(at: &str, kind: Kind, raw: &RawUpstream, problems: &mut Vec<Problem>) -> UpstreamSessions {
     let defaults = UpstreamSessions::default();
     let folder = kind == Kind::Folder;
-    let mode = match raw.mode.as_deref() {
+    let mode = match raw.session.as_deref() {
         None if kind == Kind::Stdio => SessionMode::PerPrincipal,
         None | Some("shared") => SessionMode::Shared,
         Some("per-principal") => SessionMode::PerPrincipal,
@@ -52,7 +44,7 @@ pub(super) fn sessions(at: &str, kind: Kind, raw: &RawSessions, problems: &mut V
     if folder && mode != SessionMode::Shared {
         push(problems, &format!("{at}.session"), "a folder upstream keeps no session state: it is shared only".into());
     }
-    let idle = match raw.idle.as_deref() {
+    let idle = match raw.session_idle.as_deref() {
         None => defaults.idle,
         Some(text) => super::parse_duration(text).filter(|d| !d.is_zero()).unwrap_or_else(|| {
             push(problems, &format!("{at}.session_idle"), format!("`{text}` is not a duration like 30s or 5m"));
@@ -62,10 +54,10 @@ pub(super) fn sessions(at: &str, kind: Kind, raw: &RawSessions, problems: &mut V
     let count = |value: Option<i64>, key: &str, default: usize, problems: &mut Vec<Problem>| {
         integer(value, default, 1..=100_000, &format!("{at}.{key}"), problems)
     };
-    let max = count(raw.max, "max_sessions", defaults.max, problems);
+    let max = count(raw.max_sessions, "max_sessions", defaults.max, problems);
     let max_per_principal =
-        count(raw.max_per_principal, "max_sessions_per_principal", defaults.max_per_principal, problems);
-    UpstreamSessions { mode, set: raw.mode.is_some(), idle, max, max_per_principal }
+        count(raw.max_sessions_per_principal, "max_sessions_per_principal", defaults.max_per_principal, problems);
+    UpstreamSessions { mode, set: raw.session.is_some(), idle, max, max_per_principal }
 }
 
 /// Every request is one principal's (`[auth] mode = "none"`, or a `serve --stdio` host): a
@@ -101,16 +93,16 @@ pub(super) fn at_most_one_unprefixed(setting: &[(usize, Option<String>)], proble
 /// `roots`: each a `file://` URI of an absolute path (`file:///srv/data`, or with a host:
 /// `file://host/srv/data`), without whitespace, control characters, `.`/`..` segments or a
 /// query or fragment, and named once. Every bad entry is a problem of its own.
-pub(super) fn roots(at: &str, roots: Vec<String>, problems: &mut Vec<Problem>) -> Vec<String> {
+pub(super) fn roots(at: &str, roots: &[String], problems: &mut Vec<Problem>) -> Vec<String> {
     let mut kept: Vec<String> = Vec::with_capacity(roots.len());
-    for (index, root) in roots.into_iter().enumerate() {
+    for (index, root) in roots.iter().enumerate() {
         let at = format!("{at}.roots[{index}]");
-        if let Err(why) = check_root(&root) {
+        if let Err(why) = check_root(root) {
             push(problems, &at, format!("`{root}` {why}"));
-        } else if kept.contains(&root) {
+        } else if kept.contains(root) {
             push(problems, &at, format!("`{root}` is named twice"));
         } else {
-            kept.push(root);
+            kept.push(root.clone());
         }
     }
     kept
