@@ -129,19 +129,21 @@ pub(super) fn validate_upstream_cache(
 }
 
 pub(super) fn size(value: Option<&Value>, default: u64, at: &str, problems: &mut Vec<Problem>) -> u64 {
-    let parsed = match value {
-        None => return default,
-        // A TOML integer is signed: `max_bytes = 1024` must count too.
-        Some(Value::Num(_, n)) => {
-            n.to_u128().or_else(|| n.to_i128().and_then(|i| u128::try_from(i).ok())).and_then(|n| u64::try_from(n).ok())
-        }
-        Some(Value::String(_, text)) => parse_size(text),
-        Some(_) => None,
-    };
-    parsed.unwrap_or_else(|| {
+    let Some(value) = value else { return default };
+    bytes(value).unwrap_or_else(|| {
         push(problems, at, "not a size like 256MiB, 512KiB, 1GiB or a number of bytes".into());
         default
     })
+}
+
+/// A size setting's bytes: a number (a TOML integer is signed: `max_bytes = 1024` counts too)
+/// or a text [`parse_size`] reads.
+pub(super) fn bytes(value: &Value) -> Option<u64> {
+    match value {
+        Value::Num(_, n) => n.to_u128_lossy().and_then(|n| u64::try_from(n).ok()),
+        Value::String(_, text) => parse_size(text),
+        _ => None,
+    }
 }
 
 /// `"256MiB"`, `"512KiB"`, `"1GiB"`, `"100"` (bytes); also `KB`/`MB`/`GB` as powers of 1000.

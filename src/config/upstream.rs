@@ -8,7 +8,8 @@
 
 use figment::value::Value;
 
-use super::{Problem, RawUpstream, SessionMode, UpstreamSessions, UriBase, integer, parse_size, push};
+use super::cache::bytes;
+use super::{Problem, RawUpstream, SessionMode, UpstreamSessions, UriBase, integer, push};
 
 /// What kind of upstream the `session` settings are for: each has its own default.
 #[derive(Clone, Copy, PartialEq)]
@@ -145,13 +146,8 @@ pub(super) fn inherit_env(at: &str, names: Vec<String>, problems: &mut Vec<Probl
 
 /// `max_response_bytes`: a size like `"16MiB"` or a number of bytes, within 4KiB..=1GiB.
 pub(super) fn max_response_bytes(at: &str, value: Option<&Value>, problems: &mut Vec<Problem>) -> usize {
-    let parsed = match value {
-        None => return DEFAULT_MAX_RESPONSE_BYTES,
-        Some(Value::Num(_, n)) => n.to_u128().and_then(|n| u64::try_from(n).ok()),
-        Some(Value::String(_, text)) => parse_size(text),
-        Some(_) => None,
-    };
-    match parsed {
+    let Some(value) = value else { return DEFAULT_MAX_RESPONSE_BYTES };
+    match bytes(value) {
         Some(bytes @ MIN_RESPONSE_BYTES..=MAX_RESPONSE_BYTES) => usize::try_from(bytes).unwrap_or(usize::MAX),
         Some(bytes) => {
             push(problems, &format!("{at}.max_response_bytes"), format!("{bytes} bytes is outside 4KiB..=1GiB"));
@@ -310,6 +306,18 @@ mod tests {
                 "upstreams[3] (d).unprefixed: `b` already presents its names unprefixed; at most one upstream may",
             ]
         );
+    }
+
+    #[test]
+    fn max_response_bytes_may_be_a_bare_number_of_bytes() {
+        let load = |bytes: &str| {
+            let text = format!("[[upstreams]]\nname = \"a\"\nurl = \"http://h/mcp\"\nmax_response_bytes = {bytes}\n");
+            super::super::Config::from_toml(&text, std::path::Path::new("/"), &|_| None)
+        };
+        assert_eq!(load("65536").unwrap().upstreams[0].max_response_bytes, 65536);
+        let problems = load("12").unwrap_err().problems;
+        let shown: Vec<String> = problems.iter().map(|p| format!("{}: {}", p.at, p.message)).collect();
+        assert_eq!(shown, ["upstreams[0] (a).max_response_bytes: 12 bytes is outside 4KiB..=1GiB"]);
     }
 
     #[test]
