@@ -67,14 +67,11 @@ fn check_pem(pem: &[u8]) -> Result<(), String> {
         .map_err(|error| format!("holds a certificate that is not a valid CA certificate: {}", source_chain(&error)))
 }
 
+/// `error` and its sources, each after a `: `.
 fn source_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(inner) = source {
-        text = format!("{text}: {inner}");
-        source = inner.source();
-    }
-    text
+    let chain: Vec<String> =
+        std::iter::successors(Some(error), |error| error.source()).map(ToString::to_string).collect();
+    chain.join(": ")
 }
 
 pub(super) fn validate_transport(
