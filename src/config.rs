@@ -55,6 +55,7 @@ pub use self::rate_limits::{Bucket, RateLimitsConfig};
 pub use self::server::ServerConfig;
 pub use self::telemetry::{Root, Sampler, TelemetryConfig};
 pub use self::transport::CaFile;
+pub(crate) use self::upstream::is_variable_name;
 pub use self::upstream::{redact_url, redact_urls_in};
 
 /// The validated configuration.

@@ -161,7 +161,6 @@ pub(super) fn max_response_bytes(at: &str, value: Option<&Value>, problems: &mut
     }
 }
 
-/// A portable environment variable name.
 /// `uri_base` of a folder upstream: `relative` (the default) or `absolute`.
 pub(super) fn uri_base(at: &str, value: Option<&str>, problems: &mut Vec<Problem>) -> UriBase {
     match value {
@@ -174,7 +173,8 @@ pub(super) fn uri_base(at: &str, value: Option<&str>, problems: &mut Vec<Problem
     }
 }
 
-pub(super) fn is_variable_name(name: &str) -> bool {
+/// A portable environment variable name (`[A-Za-z_][A-Za-z0-9_]*`).
+pub(crate) fn is_variable_name(name: &str) -> bool {
     let mut chars = name.chars();
     chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
