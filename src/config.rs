@@ -49,7 +49,7 @@ pub use self::audit::AuditConfig;
 pub use self::bridge::BridgeConfig;
 pub use self::cache::{CacheConfig, UpstreamCache, parse_size};
 pub use self::cluster::{ClusterConfig, MIN_SECRET_BYTES, Secret, default_replica_id, is_valid_replica_id};
-pub use self::credentials::{ClientCredentials, ClientSecret, TokenExchange, UpstreamAuth};
+pub use self::credentials::{ClientCredentials, TokenExchange, UpstreamAuth};
 pub use self::peer_tls::PeerTls;
 pub use self::rate_limits::{Bucket, RateLimitsConfig};
 pub use self::server::ServerConfig;
