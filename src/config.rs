@@ -15,6 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -48,12 +49,13 @@ pub use self::audit::AuditConfig;
 pub use self::bridge::BridgeConfig;
 pub use self::cache::{CacheConfig, UpstreamCache, parse_size};
 pub use self::cluster::{ClusterConfig, MIN_SECRET_BYTES, Secret, default_replica_id, is_valid_replica_id};
-pub use self::credentials::{ClientCredentials, ClientSecret, TokenExchange, UpstreamAuth};
+pub use self::credentials::{ClientCredentials, TokenExchange, UpstreamAuth};
 pub use self::peer_tls::PeerTls;
 pub use self::rate_limits::{Bucket, RateLimitsConfig};
 pub use self::server::ServerConfig;
 pub use self::telemetry::{Root, Sampler, TelemetryConfig};
 pub use self::transport::CaFile;
+pub(crate) use self::upstream::is_variable_name;
 pub use self::upstream::{redact_url, redact_urls_in};
 
 /// The validated configuration.
@@ -362,6 +364,16 @@ fn duration(text: Option<&str>, default: &str, at: &str, problems: &mut Vec<Prob
         push(problems, at, format!("`{text}` is not a duration like 250ms, 30s, 5m, 1h"));
         parse_duration(default).expect("defaults parse")
     })
+}
+
+/// An integer setting that must lie in `range` (`default` when absent).
+fn integer(n: Option<i64>, default: usize, range: RangeInclusive<i64>, at: &str, problems: &mut Vec<Problem>) -> usize {
+    let n = n.unwrap_or(default as i64);
+    if range.contains(&n) {
+        return n as usize;
+    }
+    push(problems, at, format!("{n} is outside {range:?}"));
+    default
 }
 
 fn report_unknown(at: &str, unknown: &BTreeMap<String, Value>, problems: &mut Vec<Problem>) {

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use figment::value::Value;
 use serde::Deserialize;
 
-use super::{Problem, push, report_unknown};
+use super::{Problem, integer, push, report_unknown};
 
 /// The audit file's name when `file` is not set.
 pub const DEFAULT_FILE: &str = "audit.jsonl";
@@ -50,13 +50,7 @@ pub(super) fn validate_audit(
 ) -> AuditConfig {
     report_unknown("audit", &raw.unknown, problems);
     let defaults = AuditConfig::default();
-    let queue = match raw.queue.unwrap_or(defaults.queue as i64) {
-        n @ 1..=1_000_000 => n as usize,
-        n => {
-            push(problems, "audit.queue", format!("{n} is outside 1..=1000000"));
-            defaults.queue
-        }
-    };
+    let queue = integer(raw.queue, defaults.queue, 1..=1_000_000, "audit.queue", problems);
     let file = match raw.file {
         Some(file) if file.as_os_str() == "-" => None,
         Some(file) => {

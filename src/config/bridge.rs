@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use figment::value::Value;
 use serde::Deserialize;
 
-use super::{Problem, cache::size, push, report_unknown};
+use super::{Problem, cache::size, integer, report_unknown};
 
 /// The bridge's settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,20 +43,10 @@ pub(super) fn validate_bridge(raw: RawBridge, problems: &mut Vec<Problem>) -> Br
     report_unknown("bridge", &raw.unknown, problems);
     let defaults = BridgeConfig::default();
     let max_blob_bytes = size(raw.max_blob_bytes.as_ref(), defaults.max_blob_bytes, "bridge.max_blob_bytes", problems);
-    let max_search_results = match raw.max_search_results.unwrap_or(defaults.max_search_results as i64) {
-        n @ 1..=1000 => n as usize,
-        n => {
-            push(problems, "bridge.max_search_results", format!("{n} is outside 1..=1000"));
-            defaults.max_search_results
-        }
-    };
-    let max_search_scan = match raw.max_search_scan.unwrap_or(defaults.max_search_scan as i64) {
-        n @ 1..=1_000_000 => n as usize,
-        n => {
-            push(problems, "bridge.max_search_scan", format!("{n} is outside 1..=1000000"));
-            defaults.max_search_scan
-        }
-    };
+    let max_search_results =
+        integer(raw.max_search_results, defaults.max_search_results, 1..=1000, "bridge.max_search_results", problems);
+    let max_search_scan =
+        integer(raw.max_search_scan, defaults.max_search_scan, 1..=1_000_000, "bridge.max_search_scan", problems);
     BridgeConfig { enabled: raw.enabled.unwrap_or(false), max_blob_bytes, max_search_results, max_search_scan }
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 use figment::value::Value;
 use serde::Deserialize;
 
-use super::{Problem, duration, push, report_unknown};
+use super::{Problem, duration, integer, push, report_unknown};
 
 /// The read cache's settings. See docs/cache.md for how lifetimes are chosen.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,13 +48,8 @@ pub(super) fn validate_cache(raw: RawCache, problems: &mut Vec<Problem>) -> Cach
     report_unknown("cache", &raw.unknown, problems);
     let max_bytes = size(raw.max_bytes.as_ref(), 256 << 20, "cache.max_bytes", problems);
     let max_entry_bytes = size(raw.max_entry_bytes.as_ref(), 8 << 20, "cache.max_entry_bytes", problems);
-    let max_watched_per_upstream = match raw.max_watched_per_upstream.unwrap_or(1000) {
-        n @ 0..=1_000_000 => n as usize,
-        n => {
-            push(problems, "cache.max_watched_per_upstream", format!("{n} is outside 0..=1000000"));
-            1000
-        }
-    };
+    let max_watched_per_upstream =
+        integer(raw.max_watched_per_upstream, 1000, 0..=1_000_000, "cache.max_watched_per_upstream", problems);
     CacheConfig {
         enabled: raw.enabled.unwrap_or(true),
         max_bytes,
@@ -107,10 +102,11 @@ pub(super) fn validate_upstream_cache(
     at: &str,
     folder: bool,
     legacy_trust: Option<bool>,
-    raw: Option<RawUpstreamCache>,
+    raw: Option<&RawUpstreamCache>,
     problems: &mut Vec<Problem>,
 ) -> UpstreamCache {
-    let raw = raw.unwrap_or_default();
+    let default = RawUpstreamCache::default();
+    let raw = raw.unwrap_or(&default);
     let at = format!("{at}.cache");
     report_unknown(&at, &raw.unknown, problems);
     if legacy_trust.is_some() && raw.trust_notifications.is_some() {
@@ -133,19 +129,21 @@ pub(super) fn validate_upstream_cache(
 }
 
 pub(super) fn size(value: Option<&Value>, default: u64, at: &str, problems: &mut Vec<Problem>) -> u64 {
-    let parsed = match value {
-        None => return default,
-        // A TOML integer is signed: `max_bytes = 1024` must count too.
-        Some(Value::Num(_, n)) => {
-            n.to_u128().or_else(|| n.to_i128().and_then(|i| u128::try_from(i).ok())).and_then(|n| u64::try_from(n).ok())
-        }
-        Some(Value::String(_, text)) => parse_size(text),
-        Some(_) => None,
-    };
-    parsed.unwrap_or_else(|| {
+    let Some(value) = value else { return default };
+    bytes(value).unwrap_or_else(|| {
         push(problems, at, "not a size like 256MiB, 512KiB, 1GiB or a number of bytes".into());
         default
     })
+}
+
+/// A size setting's bytes: a number (a TOML integer is signed: `max_bytes = 1024` counts too)
+/// or a text [`parse_size`] reads.
+pub(super) fn bytes(value: &Value) -> Option<u64> {
+    match value {
+        Value::Num(_, n) => n.to_u128_lossy().and_then(|n| u64::try_from(n).ok()),
+        Value::String(_, text) => parse_size(text),
+        _ => None,
+    }
 }
 
 /// `"256MiB"`, `"512KiB"`, `"1GiB"`, `"100"` (bytes); also `KB`/`MB`/`GB` as powers of 1000.

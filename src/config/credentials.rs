@@ -19,7 +19,7 @@ use std::fmt;
 use figment::value::Value;
 use serde::Deserialize;
 
-use super::{Problem, push, redact_url, report_unknown, upstream};
+use super::{Problem, Secret, push, redact_url, report_unknown, upstream};
 
 /// `[upstreams.auth]` of one upstream.
 #[derive(Debug, Clone, PartialEq)]
@@ -77,7 +77,7 @@ pub struct ClientCredentials {
     pub token_url: String,
     pub client_id: String,
     /// The client secret, read from `client_secret_env`.
-    pub client_secret: ClientSecret,
+    pub client_secret: Secret,
     /// `scope` of the token request, if any.
     pub scope: Option<String>,
     /// `audience` of the token request (as Auth0, Keycloak and others take it), if any.
@@ -93,23 +93,6 @@ impl fmt::Debug for ClientCredentials {
             .field("scope", &self.scope)
             .field("audience", &self.audience)
             .finish()
-    }
-}
-
-/// A secret that prints as `[redacted]`.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ClientSecret(String);
-
-impl ClientSecret {
-    /// The secret itself, for the token request only.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for ClientSecret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("[redacted]")
     }
 }
 
@@ -230,7 +213,7 @@ fn client(
     required: bool,
     lookup: &dyn Fn(&str) -> Option<String>,
     problems: &mut Vec<Problem>,
-) -> Option<(String, ClientSecret)> {
+) -> Option<(String, Secret)> {
     let client_id = id.filter(|id| !id.is_empty());
     if client_id.is_none() {
         let why = if required {
@@ -282,7 +265,7 @@ fn client_secret(
     name: Option<String>,
     lookup: &dyn Fn(&str) -> Option<String>,
     problems: &mut Vec<Problem>,
-) -> Option<ClientSecret> {
+) -> Option<Secret> {
     let at = format!("{at}.client_secret_env");
     let Some(name) = name else {
         push(problems, &at, "missing (the variable holding the client secret)".into());
@@ -293,7 +276,7 @@ fn client_secret(
         return None;
     }
     match lookup(&name).filter(|secret| !secret.is_empty()) {
-        Some(secret) => Some(ClientSecret(secret)),
+        Some(secret) => Some(Secret::new(secret)),
         None => {
             push(problems, &at, format!("environment variable `{name}` is not set"));
             None

@@ -84,7 +84,7 @@ fn validate(
     let policies = access::validate_policies(raw.policies, base, problems);
     let cache = cache::validate_cache(raw.cache, problems);
     let bridge = bridge::validate_bridge(raw.bridge, problems);
-    let rate_limits = rate_limits::validate_rate_limits("rate_limits", raw.rate_limits, problems);
+    let rate_limits = rate_limits::validate_rate_limits("rate_limits", &raw.rate_limits, problems);
     let cluster = cluster::validate_cluster(raw.cluster, base, lookup, problems);
     let audit = audit::validate_audit(raw.audit, base, lookup, problems);
     let mut telemetry = telemetry::validate_telemetry(raw.telemetry, lookup, problems);
@@ -123,12 +123,6 @@ fn validate_upstream(
         None => format!("upstreams[{index}]"),
     };
     report_unknown(&at, &raw.unknown, problems);
-    let raw_sessions = upstream::RawSessions {
-        mode: raw.session.clone(),
-        idle: raw.session_idle.clone(),
-        max: raw.max_sessions,
-        max_per_principal: raw.max_sessions_per_principal,
-    };
     let name = raw.name.clone().unwrap_or_default();
     if raw.name.is_none() {
         push(problems, &at, "missing `name`".into());
@@ -137,7 +131,7 @@ fn validate_upstream(
     } else if !seen.insert(name.clone()) {
         push(problems, &format!("{at}.name"), format!("`{name}` is used by another upstream"));
     }
-    let transport = transport::validate_transport(&at, transport::raw_transport(&raw), base, lookup, problems);
+    let transport = transport::validate_transport(&at, &raw, base, lookup, problems);
     let protocol = match raw.protocol.as_deref() {
         None | Some("auto") => ProtocolChoice::Auto,
         Some(version) if KNOWN_VERSIONS.contains(&version) => ProtocolChoice::Pinned(version.into()),
@@ -156,16 +150,16 @@ fn validate_upstream(
     let health_interval = duration(raw.health_interval.as_deref(), "10s", &format!("{at}.health_interval"), problems);
     let max_response_bytes = upstream::max_response_bytes(&at, raw.max_response_bytes.as_ref(), problems);
     let folder = matches!(transport, Some(UpstreamTransport::Dir { .. }));
-    let cache = cache::validate_upstream_cache(&at, folder, raw.trust_notifications, raw.cache, problems);
+    let cache = cache::validate_upstream_cache(&at, folder, raw.trust_notifications, raw.cache.as_ref(), problems);
     let unprefixed = raw.unprefixed.unwrap_or(false);
-    let roots = upstream::roots(&at, raw.roots, problems);
-    let rate_limits = rate_limits::validate_rate_limits(&format!("{at}.rate_limits"), raw.rate_limits, problems);
+    let roots = upstream::roots(&at, &raw.roots, problems);
+    let rate_limits = rate_limits::validate_rate_limits(&format!("{at}.rate_limits"), &raw.rate_limits, problems);
     let kind = match transport {
         Some(UpstreamTransport::Dir { .. }) => upstream::Kind::Folder,
         Some(UpstreamTransport::Command { .. }) => upstream::Kind::Stdio,
         _ => upstream::Kind::Http,
     };
-    let sessions = upstream::sessions(&at, kind, &raw_sessions, problems);
+    let sessions = upstream::sessions(&at, kind, &raw, problems);
     if let Some(UpstreamTransport::Http { auth: Some(UpstreamAuth::TokenExchange(_)), .. }) = &transport
         && sessions.mode == SessionMode::Shared
     {

@@ -53,7 +53,7 @@ pub(super) struct RawRateLimits {
 
 /// Validate one `rate_limits` table found at `at` (`rate_limits`, or
 /// `upstreams[0] (docs).rate_limits`), every problem reported.
-pub(super) fn validate_rate_limits(at: &str, raw: RawRateLimits, problems: &mut Vec<Problem>) -> RateLimitsConfig {
+pub(super) fn validate_rate_limits(at: &str, raw: &RawRateLimits, problems: &mut Vec<Problem>) -> RateLimitsConfig {
     report_unknown(at, &raw.unknown, problems);
     let calls = Rates { per_second: raw.calls_per_second, per_minute: raw.calls_per_minute, burst: raw.calls_burst };
     let reads = Rates { per_second: raw.reads_per_second, per_minute: raw.reads_per_minute, burst: raw.reads_burst };

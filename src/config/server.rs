@@ -8,7 +8,7 @@ use std::time::Duration;
 use figment::value::Value;
 use serde::Deserialize;
 
-use super::{Problem, duration, push, report_unknown};
+use super::{Problem, duration, integer, push, report_unknown};
 
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -107,13 +107,7 @@ pub(super) struct RawServer {
 pub(super) fn validate_server(raw: RawServer, problems: &mut Vec<Problem>) -> ServerConfig {
     report_unknown("server", &raw.unknown, problems);
     let (listen, admin_listen) = validate_addresses(raw.listen, raw.admin_listen, problems);
-    let page_size = match raw.page_size.unwrap_or(100) {
-        n @ 1..=10_000 => n as usize,
-        n => {
-            push(problems, "server.page_size", format!("{n} is outside 1..=10000"));
-            100
-        }
-    };
+    let page_size = integer(raw.page_size, 100, 1..=10_000, "server.page_size", problems);
     let session_idle_timeout =
         duration(raw.session_idle_timeout.as_deref(), "1h", "server.session_idle_timeout", problems);
     let subscribed_session_idle_timeout = duration(
@@ -151,13 +145,13 @@ pub(super) fn validate_server(raw: RawServer, problems: &mut Vec<Problem>) -> Se
     if body_read_timeout.is_zero() {
         push(problems, "server.body_read_timeout", "must be more than 0s".into());
     }
-    let max_body_bytes_per_principal = match raw.max_body_bytes_per_principal.unwrap_or(16 << 20) {
-        n @ 65_536..=4_294_967_296 => n as usize,
-        n => {
-            push(problems, "server.max_body_bytes_per_principal", format!("{n} is outside 65536..=4294967296"));
-            16 << 20
-        }
-    };
+    let max_body_bytes_per_principal = integer(
+        raw.max_body_bytes_per_principal,
+        16 << 20,
+        65_536..=4_294_967_296,
+        "server.max_body_bytes_per_principal",
+        problems,
+    );
     let allowed_origins = validate_origins(raw.allowed_origins.unwrap_or_default(), problems);
     ServerConfig {
         listen,
@@ -225,11 +219,5 @@ fn validate_origins(origins: Vec<String>, problems: &mut Vec<Problem>) -> Vec<St
 
 /// A limit in 1..=1,000,000 (`default` when absent).
 fn count(raw: Option<i64>, default: usize, at: &str, problems: &mut Vec<Problem>) -> usize {
-    match raw.unwrap_or(default as i64) {
-        n @ 1..=1_000_000 => n as usize,
-        n => {
-            push(problems, at, format!("{n} is outside 1..=1000000"));
-            default
-        }
-    }
+    integer(raw, default, 1..=1_000_000, at, problems)
 }

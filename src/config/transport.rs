@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::credentials::{self, RawUpstreamAuth};
+use super::credentials;
 use super::{Problem, RawUpstream, UpstreamTransport, expand_vars, push, redact_url, upstream};
 
 const RESERVED_HEADERS: &[&str] =
@@ -67,51 +67,16 @@ fn check_pem(pem: &[u8]) -> Result<(), String> {
         .map_err(|error| format!("holds a certificate that is not a valid CA certificate: {}", source_chain(&error)))
 }
 
+/// `error` and its sources, each after a `: `.
 fn source_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(inner) = source {
-        text = format!("{text}: {inner}");
-        source = inner.source();
-    }
-    text
-}
-
-pub(super) struct RawTransport {
-    dir: Option<PathBuf>,
-    uri_base: Option<String>,
-    command: Option<String>,
-    args: Vec<String>,
-    env: BTreeMap<String, String>,
-    inherit_env: Vec<String>,
-    cwd: Option<PathBuf>,
-    sandbox: Option<super::sandbox::RawSandbox>,
-    url: Option<String>,
-    headers: BTreeMap<String, String>,
-    ca_file: Option<PathBuf>,
-    auth: Option<RawUpstreamAuth>,
-}
-
-pub(super) fn raw_transport(raw: &RawUpstream) -> RawTransport {
-    RawTransport {
-        dir: raw.dir.clone(),
-        uri_base: raw.uri_base.clone(),
-        command: raw.command.clone(),
-        args: raw.args.clone(),
-        env: raw.env.clone(),
-        inherit_env: raw.inherit_env.clone(),
-        cwd: raw.cwd.clone(),
-        sandbox: raw.sandbox.clone(),
-        url: raw.url.clone(),
-        headers: raw.headers.clone(),
-        ca_file: raw.ca_file.clone(),
-        auth: raw.auth.clone(),
-    }
+    let chain: Vec<String> =
+        std::iter::successors(Some(error), |error| error.source()).map(ToString::to_string).collect();
+    chain.join(": ")
 }
 
 pub(super) fn validate_transport(
     at: &str,
-    raw: RawTransport,
+    raw: &RawUpstream,
     base: &Path,
     lookup: &dyn Fn(&str) -> Option<String>,
     problems: &mut Vec<Problem>,
@@ -143,19 +108,19 @@ pub(super) fn validate_transport(
             String::new()
         })
     };
-    if let Some(dir) = raw.dir {
+    if let Some(dir) = &raw.dir {
         return Some(UpstreamTransport::Dir { path: base.join(dir), uri_base: dir_uri_base });
     }
-    if let Some(program) = raw.command {
+    if let Some(program) = raw.command.clone() {
         let args = raw.args.iter().map(|a| expand("args", a)).collect();
         let env: BTreeMap<String, String> =
             raw.env.iter().map(|(k, v)| (k.clone(), expand(&format!("env.{k}"), v))).collect();
         for name in env.keys().filter(|name| !upstream::is_variable_name(name)) {
             push(problems, &format!("{at}.env"), format!("`{name}` is not a variable name like API_KEY"));
         }
-        let inherit_env = upstream::inherit_env(at, raw.inherit_env, problems);
-        let cwd = raw.cwd.map(|cwd| base.join(cwd));
-        let sandbox = raw.sandbox.map(|sandbox| super::sandbox::validate_sandbox(at, sandbox, base, problems));
+        let inherit_env = upstream::inherit_env(at, raw.inherit_env.clone(), problems);
+        let cwd = raw.cwd.as_ref().map(|cwd| base.join(cwd));
+        let sandbox = raw.sandbox.clone().map(|sandbox| super::sandbox::validate_sandbox(at, sandbox, base, problems));
         return Some(UpstreamTransport::Command { program, args, env, inherit_env, cwd, sandbox });
     }
     let url = expand("url", raw.url.as_deref().unwrap_or_default());
@@ -171,8 +136,9 @@ pub(super) fn validate_transport(
             push(problems, &format!("{at}.headers"), format!("`{name}` is set by the proxy itself"));
         }
     }
-    let ca = raw.ca_file.and_then(|path| CaFile::load(&format!("{at}.ca_file"), &url, &base.join(path), problems));
-    let auth = raw.auth.and_then(|auth| credentials::validate_auth(at, auth, &headers, lookup, problems));
+    let ca =
+        raw.ca_file.as_ref().and_then(|path| CaFile::load(&format!("{at}.ca_file"), &url, &base.join(path), problems));
+    let auth = raw.auth.clone().and_then(|auth| credentials::validate_auth(at, auth, &headers, lookup, problems));
     Some(UpstreamTransport::Http { url, headers, ca, auth })
 }
 

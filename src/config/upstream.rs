@@ -8,15 +8,8 @@
 
 use figment::value::Value;
 
-use super::{Problem, SessionMode, UpstreamSessions, UriBase, parse_size, push};
-
-/// The raw `session*` settings of one upstream.
-pub(super) struct RawSessions {
-    pub mode: Option<String>,
-    pub idle: Option<String>,
-    pub max: Option<i64>,
-    pub max_per_principal: Option<i64>,
-}
+use super::cache::bytes;
+use super::{Problem, RawUpstream, SessionMode, UpstreamSessions, UriBase, integer, push};
 
 /// What kind of upstream the `session` settings are for: each has its own default.
 #[derive(Clone, Copy, PartialEq)]
@@ -35,10 +28,10 @@ pub(super) enum Kind {
 /// `session = "shared" | "per-principal" | "per-host"` (a folder upstream is shared only; a
 /// stdio one is per principal when `session` is not set), `session_idle` (a duration),
 /// `max_sessions` and `max_sessions_per_principal` (at least 1).
-pub(super) fn sessions(at: &str, kind: Kind, raw: &RawSessions, problems: &mut Vec<Problem>) -> UpstreamSessions {
+pub(super) fn sessions(at: &str, kind: Kind, raw: &RawUpstream, problems: &mut Vec<Problem>) -> UpstreamSessions {
     let defaults = UpstreamSessions::default();
     let folder = kind == Kind::Folder;
-    let mode = match raw.mode.as_deref() {
+    let mode = match raw.session.as_deref() {
         None if kind == Kind::Stdio => SessionMode::PerPrincipal,
         None | Some("shared") => SessionMode::Shared,
         Some("per-principal") => SessionMode::PerPrincipal,
@@ -52,25 +45,20 @@ pub(super) fn sessions(at: &str, kind: Kind, raw: &RawSessions, problems: &mut V
     if folder && mode != SessionMode::Shared {
         push(problems, &format!("{at}.session"), "a folder upstream keeps no session state: it is shared only".into());
     }
-    let idle = match raw.idle.as_deref() {
+    let idle = match raw.session_idle.as_deref() {
         None => defaults.idle,
         Some(text) => super::parse_duration(text).filter(|d| !d.is_zero()).unwrap_or_else(|| {
             push(problems, &format!("{at}.session_idle"), format!("`{text}` is not a duration like 30s or 5m"));
             defaults.idle
         }),
     };
-    let count = |value: Option<i64>, key: &str, default: usize, problems: &mut Vec<Problem>| match value {
-        None => default,
-        Some(n) if (1..=100_000).contains(&n) => n as usize,
-        Some(n) => {
-            push(problems, &format!("{at}.{key}"), format!("{n} is outside 1..=100000"));
-            default
-        }
+    let count = |value: Option<i64>, key: &str, default: usize, problems: &mut Vec<Problem>| {
+        integer(value, default, 1..=100_000, &format!("{at}.{key}"), problems)
     };
-    let max = count(raw.max, "max_sessions", defaults.max, problems);
+    let max = count(raw.max_sessions, "max_sessions", defaults.max, problems);
     let max_per_principal =
-        count(raw.max_per_principal, "max_sessions_per_principal", defaults.max_per_principal, problems);
-    UpstreamSessions { mode, set: raw.mode.is_some(), idle, max, max_per_principal }
+        count(raw.max_sessions_per_principal, "max_sessions_per_principal", defaults.max_per_principal, problems);
+    UpstreamSessions { mode, set: raw.session.is_some(), idle, max, max_per_principal }
 }
 
 /// Every request is one principal's (`[auth] mode = "none"`, or a `serve --stdio` host): a
@@ -106,16 +94,16 @@ pub(super) fn at_most_one_unprefixed(setting: &[(usize, Option<String>)], proble
 /// `roots`: each a `file://` URI of an absolute path (`file:///srv/data`, or with a host:
 /// `file://host/srv/data`), without whitespace, control characters, `.`/`..` segments or a
 /// query or fragment, and named once. Every bad entry is a problem of its own.
-pub(super) fn roots(at: &str, roots: Vec<String>, problems: &mut Vec<Problem>) -> Vec<String> {
+pub(super) fn roots(at: &str, roots: &[String], problems: &mut Vec<Problem>) -> Vec<String> {
     let mut kept: Vec<String> = Vec::with_capacity(roots.len());
-    for (index, root) in roots.into_iter().enumerate() {
+    for (index, root) in roots.iter().enumerate() {
         let at = format!("{at}.roots[{index}]");
-        if let Err(why) = check_root(&root) {
+        if let Err(why) = check_root(root) {
             push(problems, &at, format!("`{root}` {why}"));
-        } else if kept.contains(&root) {
+        } else if kept.contains(root) {
             push(problems, &at, format!("`{root}` is named twice"));
         } else {
-            kept.push(root);
+            kept.push(root.clone());
         }
     }
     kept
@@ -158,13 +146,8 @@ pub(super) fn inherit_env(at: &str, names: Vec<String>, problems: &mut Vec<Probl
 
 /// `max_response_bytes`: a size like `"16MiB"` or a number of bytes, within 4KiB..=1GiB.
 pub(super) fn max_response_bytes(at: &str, value: Option<&Value>, problems: &mut Vec<Problem>) -> usize {
-    let parsed = match value {
-        None => return DEFAULT_MAX_RESPONSE_BYTES,
-        Some(Value::Num(_, n)) => n.to_u128().and_then(|n| u64::try_from(n).ok()),
-        Some(Value::String(_, text)) => parse_size(text),
-        Some(_) => None,
-    };
-    match parsed {
+    let Some(value) = value else { return DEFAULT_MAX_RESPONSE_BYTES };
+    match bytes(value) {
         Some(bytes @ MIN_RESPONSE_BYTES..=MAX_RESPONSE_BYTES) => usize::try_from(bytes).unwrap_or(usize::MAX),
         Some(bytes) => {
             push(problems, &format!("{at}.max_response_bytes"), format!("{bytes} bytes is outside 4KiB..=1GiB"));
@@ -178,7 +161,6 @@ pub(super) fn max_response_bytes(at: &str, value: Option<&Value>, problems: &mut
     }
 }
 
-/// A portable environment variable name.
 /// `uri_base` of a folder upstream: `relative` (the default) or `absolute`.
 pub(super) fn uri_base(at: &str, value: Option<&str>, problems: &mut Vec<Problem>) -> UriBase {
     match value {
@@ -191,7 +173,8 @@ pub(super) fn uri_base(at: &str, value: Option<&str>, problems: &mut Vec<Problem
     }
 }
 
-pub(super) fn is_variable_name(name: &str) -> bool {
+/// A portable environment variable name (`[A-Za-z_][A-Za-z0-9_]*`).
+pub(crate) fn is_variable_name(name: &str) -> bool {
     let mut chars = name.chars();
     chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
@@ -323,6 +306,18 @@ mod tests {
                 "upstreams[3] (d).unprefixed: `b` already presents its names unprefixed; at most one upstream may",
             ]
         );
+    }
+
+    #[test]
+    fn max_response_bytes_may_be_a_bare_number_of_bytes() {
+        let load = |bytes: &str| {
+            let text = format!("[[upstreams]]\nname = \"a\"\nurl = \"http://h/mcp\"\nmax_response_bytes = {bytes}\n");
+            super::super::Config::from_toml(&text, std::path::Path::new("/"), &|_| None)
+        };
+        assert_eq!(load("65536").unwrap().upstreams[0].max_response_bytes, 65536);
+        let problems = load("12").unwrap_err().problems;
+        let shown: Vec<String> = problems.iter().map(|p| format!("{}: {}", p.at, p.message)).collect();
+        assert_eq!(shown, ["upstreams[0] (a).max_response_bytes: 12 bytes is outside 4KiB..=1GiB"]);
     }
 
     #[test]

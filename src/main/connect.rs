@@ -11,6 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use crate::config::is_variable_name;
 use crate::mcp_json::printable;
 use clap::ValueEnum;
 use serde_json::{Map, Value, json};
@@ -147,9 +148,7 @@ fn entry(request: &Request) -> Result<Value, String> {
     }
     let mut entry = json!({"url": url});
     if let Some(variable) = &request.token_env {
-        let named = variable.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
-            && variable.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !named {
+        if !is_variable_name(variable) {
             return Err(format!("--token-env `{}` is not a variable name like PROXY_TOKEN", printable(variable)));
         }
         entry["headers"] = json!({"Authorization": format!("Bearer ${{env:{variable}}}")});

@@ -5,6 +5,7 @@ use serde_json::{Map, Value};
 
 use super::state::State;
 use super::{ImportedTransport, ImportedUpstream, secrets, vars};
+use crate::config::is_variable_name;
 use crate::namespace::is_valid_upstream_name;
 
 /// Keys hosts use that the proxy has no equivalent for: noted, not a problem.
@@ -100,7 +101,7 @@ impl<'a> State<'a> {
         let args = args.iter().map(|arg| self.text(&format!("{at}.args"), arg)).collect();
         let args = secrets::args(self, entry, name, args);
         let env = self.pairs(&format!("{at}.env"), fields.get("env"));
-        for (key, _) in env.iter().filter(|(key, _)| !vars::is_variable_name(key)) {
+        for (key, _) in env.iter().filter(|(key, _)| !is_variable_name(key)) {
             self.problem(&format!("{at}.env.{key}"), "not a variable name like API_KEY");
         }
         let env = secrets::env(self, entry, name, env);

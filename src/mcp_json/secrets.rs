@@ -10,7 +10,8 @@
 use std::convert::Infallible;
 
 use super::state::State;
-use super::vars::{is_variable_name, reference, variable_name};
+use super::vars::{reference, variable_name};
+use crate::config::is_variable_name;
 
 /// Words of a name that say it holds a secret.
 const SECRET_WORDS: &[&str] = &[

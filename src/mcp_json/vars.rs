@@ -8,6 +8,7 @@ use std::convert::Infallible;
 use serde_json::Value;
 
 use super::state::{Inputs, State};
+use crate::config::is_variable_name;
 
 /// The `inputs` array of a VS Code file (entries without an `id` are left out).
 pub(super) fn inputs(value: Option<&Value>) -> Inputs {
@@ -86,10 +87,4 @@ pub(super) fn variable_name(text: &str) -> String {
         name.insert(0, '_');
     }
     name
-}
-
-pub(super) fn is_variable_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }

@@ -18,37 +18,15 @@ pub const SEMCONV_BUCKETS: &[f64] = &[0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0,
 /// The labels of the semantic conventions' histograms.
 const SEMCONV_LABELS: &[&str] = &["mcp_method_name", "error_type", "mcp_protocol_version", "network_transport"];
 
-/// The type a [`Builder`] method of that name registers.
-macro_rules! family_type {
-    (counter) => {
-        IntCounterVec
-    };
-    (gauge) => {
-        IntGaugeVec
-    };
-    (counter0) => {
-        IntCounter
-    };
-    (gauge0) => {
-        IntGauge
-    };
-    (histogram) => {
-        HistogramVec
-    };
-    (semconv_histogram) => {
-        HistogramVec
-    };
-}
-
-/// One field per family (`field: builder_method(args);`), and [`Families::register`], which
+/// One field per family (`field: Type = builder_method(args);`), and [`Families::register`], which
 /// registers them in the order written.
 macro_rules! families {
-    ($($(#[$doc:meta])* $field:ident: $kind:ident($($arg:expr),* $(,)?);)*) => {
+    ($($(#[$doc:meta])* $field:ident: $ty:ty = $kind:ident($($arg:expr),* $(,)?);)*) => {
         /// Every family, with the registry that holds them and their full names.
         pub(super) struct Families {
             pub(super) registry: Registry,
             pub(super) family_names: Vec<String>,
-            $($(#[$doc])* pub(super) $field: family_type!($kind),)*
+            $($(#[$doc])* pub(super) $field: $ty,)*
         }
 
         impl Families {
@@ -65,73 +43,80 @@ macro_rules! families {
 }
 
 families! {
-    downstream_requests: counter("downstream_requests_total", &["method", "outcome"], "Downstream requests.");
-    downstream_duration: histogram("downstream_request_duration_seconds", &["method"], "Downstream request latency.");
-    upstream_requests: counter("upstream_requests_total", &["upstream", "method", "outcome"],
+    downstream_requests: IntCounterVec = counter("downstream_requests_total", &["method", "outcome"],
+        "Downstream requests.");
+    downstream_duration: HistogramVec = histogram("downstream_request_duration_seconds", &["method"],
+        "Downstream request latency.");
+    upstream_requests: IntCounterVec = counter("upstream_requests_total", &["upstream", "method", "outcome"],
         "Requests sent to upstreams.");
-    upstream_duration: histogram("upstream_request_duration_seconds", &["upstream", "method"],
+    upstream_duration: HistogramVec = histogram("upstream_request_duration_seconds", &["upstream", "method"],
         "Upstream request latency.");
     /// `mcp.server.operation.duration` of the semantic conventions.
-    server_operation_duration: semconv_histogram("mcp_server_operation_duration_seconds", SEMCONV_LABELS,
+    server_operation_duration: HistogramVec = semconv_histogram("mcp_server_operation_duration_seconds", SEMCONV_LABELS,
         "MCP request duration as the server (OpenTelemetry semantic conventions: mcp.server.operation.duration).");
     /// `mcp.client.operation.duration` of the semantic conventions.
-    client_operation_duration: semconv_histogram("mcp_client_operation_duration_seconds", SEMCONV_LABELS,
+    client_operation_duration: HistogramVec = semconv_histogram("mcp_client_operation_duration_seconds", SEMCONV_LABELS,
         "MCP request duration as the client (OpenTelemetry semantic conventions: mcp.client.operation.duration).");
-    upstream_up: gauge("upstream_up", &["upstream"], "1 while the upstream is connected.");
-    upstream_sessions: gauge("upstream_sessions", &["upstream"],
+    upstream_up: IntGaugeVec = gauge("upstream_up", &["upstream"], "1 while the upstream is connected.");
+    upstream_sessions: IntGaugeVec = gauge("upstream_sessions", &["upstream"],
         "Per-principal or per-host upstream sessions open (besides the shared connection).");
-    upstream_sessions_reclaimed: counter("upstream_sessions_reclaimed_total", &["upstream"],
+    upstream_sessions_reclaimed: IntCounterVec = counter("upstream_sessions_reclaimed_total", &["upstream"],
         "Upstream sessions reclaimed from a full pool for another principal (their subscriptions wait).");
-    upstream_reconnects: counter("upstream_reconnects_total", &["upstream"], "Upstream reconnections.");
-    catalog_resources: gauge("catalog_resources", &["upstream"], "Resources listed per upstream.");
-    catalog_templates: gauge("catalog_templates", &["upstream"], "Resource templates per upstream.");
-    catalog_unlisted: counter("catalog_unlisted_total", &["upstream"],
+    upstream_reconnects: IntCounterVec = counter("upstream_reconnects_total", &["upstream"], "Upstream reconnections.");
+    catalog_resources: IntGaugeVec = gauge("catalog_resources", &["upstream"], "Resources listed per upstream.");
+    catalog_templates: IntGaugeVec = gauge("catalog_templates", &["upstream"], "Resource templates per upstream.");
+    catalog_unlisted: IntCounterVec = counter("catalog_unlisted_total", &["upstream"],
         "Upstream entries not listed (URI without a scheme, or listed twice).");
-    cache_hits: counter("cache_hits_total", &["upstream"], "Reads answered from the cache.");
-    cache_misses: counter("cache_misses_total", &["upstream"], "Reads that went upstream.");
-    cache_inserts: counter("cache_inserts_total", &["upstream"], "Values inserted into the cache.");
-    cache_evictions: counter("cache_evictions_total", &["cause"], "Entries the cache evicted.");
-    cache_invalidations: counter("cache_invalidations_total", &["cause"], "Entries dropped as possibly stale.");
-    cache_entries: gauge0("cache_entries", "Entries in the read cache.");
-    cache_weighted_bytes: gauge0("cache_weighted_bytes", "Weighted size of the read cache.");
-    cache_shared: counter("cache_shared_events_total", &["event"],
+    cache_hits: IntCounterVec = counter("cache_hits_total", &["upstream"], "Reads answered from the cache.");
+    cache_misses: IntCounterVec = counter("cache_misses_total", &["upstream"], "Reads that went upstream.");
+    cache_inserts: IntCounterVec = counter("cache_inserts_total", &["upstream"], "Values inserted into the cache.");
+    cache_evictions: IntCounterVec = counter("cache_evictions_total", &["cause"], "Entries the cache evicted.");
+    cache_invalidations: IntCounterVec = counter("cache_invalidations_total", &["cause"],
+        "Entries dropped as possibly stale.");
+    cache_entries: IntGauge = gauge0("cache_entries", "Entries in the read cache.");
+    cache_weighted_bytes: IntGauge = gauge0("cache_weighted_bytes", "Weighted size of the read cache.");
+    cache_shared: IntCounterVec = counter("cache_shared_events_total", &["event"],
         "What happened in the cluster's shared cache tier (hits, fills, invalidations, errors).");
-    cache_shared_up: gauge0("cache_shared_up", "1 while the cluster's shared cache tier answers.");
-    downstream_sessions: gauge("downstream_sessions", &["transport", "era"], "Open downstream sessions.");
-    downstream_subscriptions: gauge("downstream_subscriptions", &["upstream"], "URIs held by downstream sessions.");
-    upstream_subscriptions: gauge("upstream_subscriptions", &["upstream"], "URIs the proxy holds upstream.");
-    notifications_received: counter("notifications_received_total", &["upstream", "kind"],
+    cache_shared_up: IntGauge = gauge0("cache_shared_up", "1 while the cluster's shared cache tier answers.");
+    downstream_sessions: IntGaugeVec = gauge("downstream_sessions", &["transport", "era"], "Open downstream sessions.");
+    downstream_subscriptions: IntGaugeVec = gauge("downstream_subscriptions", &["upstream"],
+        "URIs held by downstream sessions.");
+    upstream_subscriptions: IntGaugeVec = gauge("upstream_subscriptions", &["upstream"],
+        "URIs the proxy holds upstream.");
+    notifications_received: IntCounterVec = counter("notifications_received_total", &["upstream", "kind"],
         "Notifications from upstreams.");
-    notifications_delivered: counter("notifications_delivered_total", &["kind"], "Notifications sent to sessions.");
-    notifications_dropped: counter("notifications_dropped_total", &["kind"],
+    notifications_delivered: IntCounterVec = counter("notifications_delivered_total", &["kind"],
+        "Notifications sent to sessions.");
+    notifications_dropped: IntCounterVec = counter("notifications_dropped_total", &["kind"],
         "Notifications a session lost (slow or gone).");
-    policy_denials: counter("policy_denials_total", &["action", "policy"], "Requests or items refused by policy.");
-    served_bytes: counter("served_bytes_total", &["upstream"], "Resource content bytes served.");
-    relay_unattributed: counter("relay_unattributed_total", &["upstream", "kind"],
+    policy_denials: IntCounterVec = counter("policy_denials_total", &["action", "policy"],
+        "Requests or items refused by policy.");
+    served_bytes: IntCounterVec = counter("served_bytes_total", &["upstream"], "Resource content bytes served.");
+    relay_unattributed: IntCounterVec = counter("relay_unattributed_total", &["upstream", "kind"],
         "Log messages dropped and requests refused: an upstream sent them for no call in flight it named.");
-    rate_limited: counter("rate_limited_total", &["kind", "scope", "upstream"],
+    rate_limited: IntCounterVec = counter("rate_limited_total", &["kind", "scope", "upstream"],
         "Requests refused by a rate limit, before any work: kind (calls, reads), the bucket's scope (principal, upstream) and the upstream the request was for (empty when it named none).");
-    cluster_redis_up: gauge("cluster_redis_up", &["replica"],
+    cluster_redis_up: IntGaugeVec = gauge("cluster_redis_up", &["replica"],
         "1 while this replica reaches Redis (`[cluster]` only; the label is this replica's id).");
-    cluster_replicas: gauge("cluster_replicas", &["replica"],
+    cluster_replicas: IntGaugeVec = gauge("cluster_replicas", &["replica"],
         "Replicas this one saw alive at its last heartbeat, itself included.");
-    cluster_redis_failures: counter("cluster_redis_failures_total", &["replica"],
+    cluster_redis_failures: IntCounterVec = counter("cluster_redis_failures_total", &["replica"],
         "Redis commands of this replica that failed or timed out.");
-    cluster_answers: counter("cluster_answers_total", &["replica", "outcome"],
+    cluster_answers: IntCounterVec = counter("cluster_answers_total", &["replica", "outcome"],
         "Hosts' answers to requests a replica sent them (sampling, elicitation), by what became of them here: local, forwarded (to the asking replica), delivered (from another), dropped, unheard.");
-    cluster_forwards: counter("cluster_forwards_total", &["outcome"],
+    cluster_forwards: IntCounterVec = counter("cluster_forwards_total", &["outcome"],
         "Requests for per-principal upstream sessions held by another replica, and retries of calls parked on another: forwarded, fallback (owner unreachable, run here), failed; at the owner: served, resumed (a retry of a call parked there), refused (a bad mark).");
-    listener_connections: gauge("listener_connections", &["kind"],
+    listener_connections: IntGaugeVec = gauge("listener_connections", &["kind"],
         "Connections open on the MCP listener, by kind: host (counted against server.max_connections) or peer (other replicas', counted apart).");
-    cluster_redis_rejected: counter("cluster_redis_rejected_total", &["kind"],
+    cluster_redis_rejected: IntCounterVec = counter("cluster_redis_rejected_total", &["kind"],
         "Values read from Redis that did not open under this cluster's sealing key (forged, sealed under another secret, altered, moved to another key, or written in clear before sealing) and were taken as missing, by kind: cache_entry, session_record, session_news (a host's answer addressed to this replica), kept_answer (a call's answer kept for a host's resumption).");
-    auth_refused: counter("auth_refused_total", &["reason"],
+    auth_refused: IntCounterVec = counter("auth_refused_total", &["reason"],
         "HTTP requests refused with 401, by why the token was not accepted.");
-    request_bodies_cut: counter("request_bodies_cut_total", &["reason"],
+    request_bodies_cut: IntCounterVec = counter("request_bodies_cut_total", &["reason"],
         "Request bodies cut before they arrived whole: body_timeout (not whole within server.body_read_timeout), body_budget (past server.max_body_bytes_per_principal).");
-    denials: counter("denials_total", &["kind"],
+    denials: IntCounterVec = counter("denials_total", &["kind"],
         "Requests refused by policy (a read, call, prompt, template or subscription; list filtering is not counted here).");
-    audit_dropped: counter0("audit_dropped_total",
+    audit_dropped: IntCounter = counter0("audit_dropped_total",
         "Audit events dropped because the audit writer's queue was full.");
 }
 

@@ -48,6 +48,7 @@ const GONE: &[(&str, &str)] = &[
     ("ReplicaHold", "one name per concept: one for another replica is a `ReplicaSubscription`"),
     ("enum Watching", "one name per concept: what became of a subscribe is a `SubscribeOutcome`"),
     ("WatchSet", "one name per concept: a connection's is its `SubscribedSet`"),
+    ("ClientSecret", "a value never shown (the cluster's secrets, an upstream's client secret) is a `config::Secret`"),
 ];
 
 #[test]
