@@ -8,16 +8,25 @@ use http::{HeaderName, HeaderValue};
 
 use crate::host::{HostSession, SubjectToken};
 
+/// The replica holding a session, when another one than this.
+pub type OwnerOf = Arc<dyn Fn(&Whose<'_>) -> Option<OwnerAt> + Send + Sync>;
+
+/// Another replica alive, by its id.
+pub type ReplicaAt = Arc<dyn Fn(&str) -> Option<OwnerAt> + Send + Sync>;
+
+/// A fresh pass for one request to a replica, for a session, carrying what it carries.
+pub type MakePass = Arc<dyn Fn(&str, &Whose<'_>, &Carried<'_>) -> String + Send + Sync>;
+
 /// How another replica's sessions are reached, handed in by the composition.
 #[derive(Clone)]
 pub struct OwnerRoutes {
     /// The replica holding `whose` session, when another one than this.
-    pub owner_of: Arc<dyn Fn(&Whose<'_>) -> Option<OwnerAt> + Send + Sync>,
+    pub owner_of: OwnerOf,
     /// Another replica alive, by its id (the one a call waits on, which its `requestState`
     /// names).
-    pub replica_at: Arc<dyn Fn(&str) -> Option<OwnerAt> + Send + Sync>,
+    pub replica_at: ReplicaAt,
     /// A fresh pass for one request to replica `to` for `whose` session, carrying `carried`.
-    pub pass: Arc<dyn Fn(&str, &Whose<'_>, &Carried<'_>) -> String + Send + Sync>,
+    pub pass: MakePass,
     /// The client between replicas (HTTP/2, with `peer_tls` over TLS).
     pub client: reqwest::Client,
     /// The session endpoint's route and the header of its pass.
