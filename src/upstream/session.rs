@@ -21,11 +21,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::pool::SubscribedUris;
 use super::role::Role;
-use super::session_subscriptions::SessionSubscriptions;
+use super::session_subscriptions::{SessionSubscription, SessionSubscriptions, host_session};
 use super::supervisor::Supervisor;
 use super::{Connection, EventSender, Link, Offered, UpstreamEvent, events};
 use crate::protocol::Era;
 use crate::spine::Spine;
+use crate::subscription_table::SubscriberId;
 
 /// A cheap `Clone` handle on one session: its connection (which it derefs to) and its own state.
 #[derive(Clone)]
@@ -246,5 +247,27 @@ impl Role for Session {
         if self.owner().is_some() {
             self.refetch_offerings(link, events).await;
         }
+    }
+}
+
+impl Session {
+    /// `subscriber` subscribes `uri` here; the session subscribes it upstream if nobody did.
+    pub(super) fn subscribe(&self, subscriber: SubscriberId, uri: &str) {
+        if self.subscriptions().subscribe(subscriber, uri) {
+            self.set_subscribed(uri, true);
+        }
+    }
+
+    /// `subscriber` lets go of `uri` here (of everything when `None`); the session unsubscribes
+    /// upstream what nobody subscribes now.
+    pub(super) fn unsubscribe(&self, subscriber: SubscriberId, uri: Option<&str>) {
+        for uri in self.subscriptions().unsubscribe(subscriber, uri) {
+            self.set_subscribed(&uri, false);
+        }
+    }
+
+    /// `subscribed` (this session's, or taken off it) as its subscriptions.
+    pub(super) fn subscribed(&self, subscribed: SubscribedUris) -> impl Iterator<Item = SessionSubscription> + use<> {
+        SessionSubscription::each(self.principal(), host_session(self.host(), self.inner.declared), subscribed)
     }
 }

@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use super::client::Declared;
 use super::pool::SubscribedUris;
-use super::session::Session;
 use super::{HostSession, SubscribeOutcome, Upstream};
 use crate::error::ProxyError;
 use crate::host::SubjectToken;
@@ -180,28 +179,6 @@ impl Upstream {
         for (_, session) in book.sessions() {
             session.unsubscribe(subscriber, uri);
         }
-    }
-}
-
-impl Session {
-    /// `subscriber` subscribes `uri` here; the session subscribes it upstream if nobody did.
-    pub(super) fn subscribe(&self, subscriber: SubscriberId, uri: &str) {
-        if self.subscriptions().subscribe(subscriber, uri) {
-            self.set_subscribed(uri, true);
-        }
-    }
-
-    /// `subscriber` lets go of `uri` here (of everything when `None`); the session unsubscribes
-    /// upstream what nobody subscribes now.
-    pub(super) fn unsubscribe(&self, subscriber: SubscriberId, uri: Option<&str>) {
-        for uri in self.subscriptions().unsubscribe(subscriber, uri) {
-            self.set_subscribed(&uri, false);
-        }
-    }
-
-    /// `subscribed` (this session's, or taken off it) as its subscriptions.
-    pub(super) fn subscribed(&self, subscribed: SubscribedUris) -> impl Iterator<Item = SessionSubscription> + use<> {
-        SessionSubscription::each(self.principal(), host_session(self.host(), self.inner.declared), subscribed)
     }
 }
 
