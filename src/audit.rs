@@ -235,12 +235,6 @@ impl Audit {
         Audit { inner: Arc::new(Inner { queue, metrics, dropping: AtomicBool::new(false) }) }
     }
 
-    /// A trail that records nothing (tests, tools).
-    pub fn off(metrics: Metrics) -> Audit {
-        let inner = Inner { queue: None, metrics, dropping: AtomicBool::new(false) };
-        Audit { inner: Arc::new(inner) }
-    }
-
     pub fn enabled(&self) -> bool {
         self.inner.queue.is_some()
     }

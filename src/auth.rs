@@ -104,11 +104,12 @@ struct Inner {
 }
 
 impl Authenticator {
+    #[cfg(test)]
     pub fn new(config: &AuthConfig) -> Authenticator {
         Self::keeping(config, Subjects::default())
     }
 
-    /// As [`Authenticator::new`], keeping each principal's latest accepted JWT in `subjects`.
+    /// An authenticator for `config`, keeping each principal's latest accepted JWT in `subjects`.
     pub fn keeping(config: &AuthConfig, subjects: Subjects) -> Authenticator {
         let tokens = config.tokens.iter().map(|t| (t.principal.clone(), t.sha256)).collect();
         let jwt = config.jwt.as_ref().map(JwtValidator::new);
@@ -117,6 +118,7 @@ impl Authenticator {
     }
 
     /// The principal for a request with these headers.
+    #[cfg(test)]
     pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, Rejection> {
         self.authenticate_subject(headers).await.map(|(principal, _)| principal)
     }

@@ -218,11 +218,6 @@ impl Cluster {
         ConnectionManager::new_with_config(client, config).await
     }
 
-    /// Redis's health, as of now and as it changes.
-    pub fn health(&self) -> watch::Receiver<RedisHealth> {
-        self.inner.health.subscribe()
-    }
-
     /// Redis answered at the last try.
     pub fn redis_up(&self) -> bool {
         self.inner.health.borrow().state == RedisState::Up

@@ -131,7 +131,8 @@ impl PolicySet {
         if problems.is_empty() { PolicySet::from_files(parsed) } else { Err(problems) }
     }
 
-    /// Compile policy files given as `(file name, TOML text)`; for tests and for `load`.
+    /// Compile policy files given as `(file name, TOML text)`.
+    #[cfg(test)]
     pub fn from_texts(files: &[(&str, &str)]) -> Result<PolicySet, Vec<Problem>> {
         let mut problems = Vec::new();
         let parsed: Vec<PolicyFile> =
@@ -183,6 +184,7 @@ impl PolicySet {
     }
 
     /// Shorthand: normalises and is allowed.
+    #[cfg(test)]
     pub fn allows(&self, principal: &str, uri: &str) -> bool {
         self.normalize_and_decide(principal, uri).is_ok_and(|(_, decision)| decision.allowed)
     }

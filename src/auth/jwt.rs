@@ -49,6 +49,7 @@ impl JwtValidator {
     }
 
     /// The identity (principal and groups) a valid token stands for.
+    #[cfg(test)]
     pub async fn validate(&self, token: &str) -> Result<String, JwtRejection> {
         self.validate_until(token).await.map(|(identity, _)| identity)
     }

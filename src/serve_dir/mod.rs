@@ -77,13 +77,8 @@ struct StreamRegistration {
 
 impl FolderServer {
     /// Canonicalises `dir`, starts watching it (must be called inside a tokio runtime); files
-    /// are named relative to it (`file:///README.md`). Error if `dir` is not a directory.
-    pub fn new(dir: &Path) -> std::io::Result<FolderServer> {
-        Self::with_uri_base(dir, UriBase::Relative)
-    }
-
-    /// The same, naming files as `base` says; its watch task on a spine of its own (the
-    /// `serve-dir` command, tests).
+    /// are named as `base` says (relative to it: `file:///README.md`). Error if `dir` is not a
+    /// directory. Its watch task runs on a spine of its own (the `serve-dir` command, tests).
     pub fn with_uri_base(dir: &Path, base: UriBase) -> std::io::Result<FolderServer> {
         Self::on_spine(dir, base, &Spine::new())
     }

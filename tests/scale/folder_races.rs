@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use mcp_resource_proxy::serve_dir::FolderServer;
+use mcp_resource_proxy::serve_dir::{FolderServer, UriBase};
 use rmcp::model::{ReadResourceRequestParams, ResourceContents};
 use rmcp::service::{Peer, RoleClient, RunningService};
 use rmcp::{ClientCacheConfig, ServiceExt};
@@ -65,7 +65,7 @@ impl Folder {
 }
 
 async fn connect(dir: &Path) -> RunningService<RoleClient, ()> {
-    let server = FolderServer::new(dir).unwrap();
+    let server = FolderServer::with_uri_base(dir, UriBase::Relative).unwrap();
     let (server_side, client_side) = tokio::io::duplex(1024 * 1024);
     tokio::spawn(async move {
         if let Ok(running) = server.serve(server_side).await {
