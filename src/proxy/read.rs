@@ -65,20 +65,20 @@ impl Reads {
         let (name, original) = (route.upstream, route.original);
         // Gone since the route was decided (a reload removed it): like any unknown namespace.
         let upstream = &self.upstreams.get(&name).ok_or_else(|| ProxyError::not_found(uri))?;
-        let principal = caller.principal();
-        if upstream.has_sessions() {
+        let read = if upstream.has_sessions() {
             // Boxed: a session's request is a large future, and a cached read's stays small.
-            return Box::pin(self.read_in_session(caller, upstream, &name, &original, uri)).await;
-        }
-        let request = ReadRequest {
-            upstream: &name,
-            epoch: upstream.connection(),
-            uri: &original,
-            principal,
-            settings: &upstream.config().cache,
+            Box::pin(self.read_in_session(caller, upstream, &name, &original, uri)).await
+        } else {
+            let request = ReadRequest {
+                upstream: &name,
+                epoch: upstream.connection(),
+                uri: &original,
+                principal: caller.principal(),
+                settings: &upstream.config().cache,
+            };
+            self.cache.read(request, || self.load(upstream, &name, &original, uri)).await
         };
-        let load = || self.load(upstream, &name, &original, uri);
-        match self.cache.read(request, load).await {
+        match read {
             Ok(Cached { mut result, ttl, kept_for, scope, outcome, contents_json }) => {
                 // One read may carry several resources (a folder's entries, say): each must be
                 // one this principal may see.
@@ -118,32 +118,11 @@ impl Reads {
         name: &str,
         original: &str,
         uri: &str,
-    ) -> Result<ReadAnswer, ProxyError> {
-        let answer = upstream.session_for(caller.principal(), None).await?.read_as(original, caller.subject()).await;
-        let mut result = match answer {
-            Ok(ReadResourceResponse::Complete(result)) => result,
-            Ok(ReadResourceResponse::InputRequired(needs)) => {
-                return Ok(ReadAnswer::InputRequired(ReadResourceResponse::InputRequired(needs)));
-            }
-            Ok(_) => {
-                let reason = "unknown read response".into();
-                return Err(ProxyError::UpstreamFailed { upstream: name.to_string(), reason });
-            }
-            Err(ProxyError::NotFound { .. }) => return Err(ProxyError::not_found(uri)),
-            Err(other) => return Err(other),
-        };
-        namespace_contents(name, uri, &mut result.contents);
-        if let Some(meta) = result.meta.as_mut() {
-            meta.remove(SERVER_INFO_META_KEY);
-        }
-        result.contents.retain(|content| caller.may_see(content_uri(content)));
-        if result.contents.is_empty() {
-            return Err(ProxyError::not_found(uri));
-        }
-        self.metrics.cache_miss(name);
-        self.metrics.bytes_served(name, served_bytes(&result));
+    ) -> Result<Cached, ProxyError> {
+        let answer = upstream.session_for(caller.principal(), None).await?.read_as(original, caller.subject()).await?;
+        let result = presented(name, uri, answer)?;
         let (ttl, kept_for, scope, outcome) = (Duration::ZERO, Duration::ZERO, CacheScope::Private, Outcome::Bypass);
-        Ok(ReadAnswer::Result { result, ttl, kept_for, scope, outcome, contents_json: None })
+        Ok(Cached { result, ttl, kept_for, scope, outcome, contents_json: None })
     }
 
     /// Wait (at most `timeout`) until the upstream of a namespaced URI `caller` may see has
@@ -180,18 +159,24 @@ impl Reads {
             }
         }
         // Dropping the load subscription (a failed read, or one not kept) lets the subscription go.
-        match upstream.read_as(original, None).await? {
-            ReadResourceResponse::Complete(mut result) => {
-                namespace_contents(name, uri, &mut result.contents);
-                // The upstream's own identity is not ours to pass on.
-                if let Some(meta) = result.meta.as_mut() {
-                    meta.remove(SERVER_INFO_META_KEY);
-                }
-                Ok(Loaded { result, subscription })
+        let result = presented(name, uri, upstream.read_as(original, None).await?)?;
+        Ok(Loaded { result, subscription })
+    }
+}
+
+/// What upstream `name` answered to a read of `uri` (namespaced), as the proxy presents it: its
+/// contents namespaced, without the upstream's own identity; an `input_required` as an error.
+fn presented(name: &str, uri: &str, answer: ReadResourceResponse) -> Result<ReadResourceResult, ProxyError> {
+    match answer {
+        ReadResourceResponse::Complete(mut result) => {
+            namespace_contents(name, uri, &mut result.contents);
+            if let Some(meta) = result.meta.as_mut() {
+                meta.remove(SERVER_INFO_META_KEY);
             }
-            ReadResourceResponse::InputRequired(needs) => Err(ProxyError::InputRequired(Box::new(needs))),
-            _ => Err(ProxyError::UpstreamFailed { upstream: name.to_string(), reason: "unknown read response".into() }),
+            Ok(result)
         }
+        ReadResourceResponse::InputRequired(needs) => Err(ProxyError::InputRequired(Box::new(needs))),
+        _ => Err(ProxyError::UpstreamFailed { upstream: name.to_string(), reason: "unknown read response".into() }),
     }
 }
 
