@@ -117,10 +117,11 @@ impl fmt::Debug for SubjectToken {
 /// The host session a request came on, and what that host declared: a per-host upstream
 /// session is opened declaring to the upstream only what its host did. Plain data: the hosts'
 /// side names its sessions with it, the upstream side keys per-host sessions by it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct HostSession {
     /// Its key, whose per-host sessions it names: its subscriber id; with `[cluster]` a digest of
-    /// its `Mcp-Session-Id`, the same on every replica.
+    /// its `Mcp-Session-Id`, the same on every replica (what a session pass names it by).
+    #[serde(rename = "key")]
     pub id: u64,
     pub sampling: bool,
     pub elicitation: bool,

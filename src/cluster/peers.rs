@@ -17,9 +17,9 @@ use rmcp::model::{
 };
 use serde::{Deserialize, Serialize};
 
-pub use super::session_pass::HostOf;
 use super::{Cluster, Owner};
 use crate::error::ProxyError;
+use crate::host::HostSession;
 
 /// How long the caller waits for a connection to the owner before running the request itself.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -33,7 +33,7 @@ pub struct SessionOf<'a> {
     pub principal: &'a str,
     pub upstream: &'a str,
     /// A per-host upstream's host session (none: the principal's session).
-    pub host: Option<HostOf>,
+    pub host: Option<HostSession>,
 }
 
 /// The upstream's answer to a call, prompt, read or completion.
@@ -131,7 +131,7 @@ impl PeerClient {
 
     /// The replica holding `of`, when it is another one.
     pub fn owner(&self, of: SessionOf<'_>) -> Option<Owner> {
-        self.inner.cluster.owner_of(of.upstream, of.principal, of.host.map(|host| host.key))
+        self.inner.cluster.owner_of(of.upstream, of.principal, of.host.map(|host| host.id))
     }
 }
 

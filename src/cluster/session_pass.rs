@@ -32,27 +32,6 @@ const MAX_NONCES: usize = 200_000;
 /// What a pass is sealed with, besides the key (kept apart from any other sealed value).
 const BOUND_TO: &[u8] = b"mcp-proxy session pass v1";
 
-/// The host session of a per-host upstream's request: its key (the same on every replica) and
-/// what its host declared, which the session is opened declaring.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HostOf {
-    pub key: u64,
-    pub sampling: bool,
-    pub elicitation: bool,
-}
-
-impl From<HostOf> for HostSession {
-    fn from(host: HostOf) -> Self {
-        HostSession { id: host.key, sampling: host.sampling, elicitation: host.elicitation }
-    }
-}
-
-impl From<HostSession> for HostOf {
-    fn from(host: HostSession) -> Self {
-        HostOf { key: host.id, sampling: host.sampling, elicitation: host.elicitation }
-    }
-}
-
 /// Whose upstream session a request to the endpoint is for. An MCP session of the endpoint is
 /// bound to the identity of its `initialize`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -61,7 +40,7 @@ pub struct Identity {
     pub upstream: String,
     /// A per-host upstream's host session (none: the principal's session).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub host: Option<HostOf>,
+    pub host: Option<HostSession>,
 }
 
 /// A pass, opened: whose session, and the JWT its host's request came with.

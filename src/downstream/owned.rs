@@ -132,7 +132,7 @@ impl OwnedSession {
             _ => None,
         };
         let (progress, outlet) = token.map(|token| HostProgress::start(context.peer.clone(), token)).unzip();
-        let host = identity.host.map(|host| host.key);
+        let host = identity.host.map(|host| host.id);
         let (host_relay, jobs) = relay::for_call(context, &self.level, &principal, (host, None));
         let relays = matches!(call, Call::Tool(_) | Call::Prompt(_));
         let kept_as = opened.kept_as.clone().filter(|_| relays);
@@ -174,7 +174,7 @@ impl OwnedSession {
     /// it lists nothing of its own, so the other replica keeps the shared connection's lists.
     fn own_lists(&self, context: &RequestContext<RoleServer>) -> Result<OwnToolsAndPrompts, ErrorData> {
         let identity = &self.opened(context)?.identity;
-        let host = identity.host.map(|host| host.key);
+        let host = identity.host.map(|host| host.id);
         let lists = self.proxy.tools().own_lists_here(&identity.upstream, &identity.principal, host);
         let none = || serde_json::json!({ "kind": crate::protocol::NO_OWN_LISTS });
         lists.ok_or_else(|| ErrorData::internal_error(OWN_LISTS_NONE, Some(none())))

@@ -36,7 +36,7 @@ async fn relay_changes(
     peer: Peer<RoleServer>,
     stop: CancellationToken,
 ) {
-    let host = identity.host.map(|host| host.key);
+    let host = identity.host.map(|host| host.id);
     loop {
         let (tools, prompts) = tokio::select! {
             _ = stop.cancelled() => return,

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::cluster::peers::{HostOf, PeerClient, SessionOf};
+use crate::cluster::peers::{PeerClient, SessionOf};
 use crate::cluster::session_pass::{self, Identity};
 use crate::upstream::{Carried, OwnerAt, OwnerRoutes, Whose};
 
@@ -14,8 +14,7 @@ use crate::upstream::{Carried, OwnerAt, OwnerRoutes, Whose};
 pub(super) fn owner_routes(forwarder: &PeerClient) -> OwnerRoutes {
     let owners = forwarder.clone();
     let owner_of = move |whose: &Whose<'_>| {
-        let host =
-            whose.host.map(|host| HostOf { key: host.id, sampling: host.sampling, elicitation: host.elicitation });
+        let host = whose.host;
         let owner = owners.owner(SessionOf { principal: whose.principal, upstream: whose.upstream, host })?;
         Some(OwnerAt { replica: owner.replica, url: owner.url })
     };
@@ -26,8 +25,7 @@ pub(super) fn owner_routes(forwarder: &PeerClient) -> OwnerRoutes {
     };
     let passes = forwarder.session_passes();
     let pass = move |to: &str, whose: &Whose<'_>, carried: &Carried<'_>| {
-        let host =
-            whose.host.map(|host| HostOf { key: host.id, sampling: host.sampling, elicitation: host.elicitation });
+        let host = whose.host;
         let identity = Identity { principal: whose.principal.to_string(), upstream: whose.upstream.to_string(), host };
         passes.make(to, &identity, carried.subject, carried.kept_as)
     };

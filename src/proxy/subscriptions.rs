@@ -130,7 +130,7 @@ impl Subscriptions {
             .access
             .upstream(upstream)
             .ok_or_else(|| ProxyError::UpstreamDown { upstream: upstream.to_string(), cause: None })?;
-        let host = of.host.map(HostSession::from);
+        let host = of.host;
         let (changes_in, changes) = tokio::sync::mpsc::channel(REPLICA_SUBSCRIPTION_QUEUE);
         let info = OutletInfo {
             principal: principal.to_string(),
@@ -150,19 +150,6 @@ impl Subscriptions {
             return Err(ProxyError::InvalidParams("the upstream refused the subscription".into()));
         }
         Ok(ReplicaSubscription { changes, _release: release })
-    }
-
-    /// What a per-principal or per-host session of `upstream` said of `uri`: its `subscribers`
-    /// (those that subscribe it, or a parent of it, on that session) hear it, as for
-    /// [`Self::updated`]; nobody else does.
-    pub(crate) fn session_updated(
-        &self,
-        upstream: &str,
-        uri: &str,
-        subscribers: Vec<(SubscriberId, Vec<String>)>,
-        span: &Span,
-    ) {
-        self.tell_subscribers(upstream, uri, subscribers, span);
     }
 
     /// How many more URIs `caller`'s hosts may subscribe, across all their sessions and
@@ -204,12 +191,14 @@ impl Subscriptions {
     /// sub-resource is not news to a subscriber of its parent (it would reveal that it exists).
     /// Each subscriber queued is a delivery span under `span` (the `updated`'s, when traced).
     pub(crate) fn updated(&self, upstream: &str, uri: &str, span: &Span) {
-        self.tell_subscribers(upstream, uri, self.upstream_subscriptions.subscribers_of_update(upstream, uri), span);
+        self.session_updated(upstream, uri, self.upstream_subscriptions.subscribers_of_update(upstream, uri), span);
     }
 
     /// Tell each of `subscribers` (with the URIs it subscribes that matched) of the change of `uri`,
-    /// as [`Self::updated`] says.
-    fn tell_subscribers(
+    /// as [`Self::updated`] says: also what a per-principal or per-host session of `upstream` said
+    /// of `uri`, which its `subscribers` (those that subscribe it, or a parent of it, on that
+    /// session) hear, and nobody else.
+    pub(crate) fn session_updated(
         &self,
         upstream: &str,
         uri: &str,

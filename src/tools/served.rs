@@ -19,7 +19,6 @@ use crate::cluster::peers::{Answer, PeerClient, RemoteError, SessionOf};
 use crate::config::SessionMode;
 use crate::error::ProxyError;
 use crate::host::{HostRelay, SubjectToken};
-use crate::upstream::HostSession;
 
 /// The outcome of a request another replica sent here: its answer, or why not.
 pub type Ran = Result<Answer, ProxyError>;
@@ -65,7 +64,7 @@ impl Tools {
         if upstream.config().sessions.mode == SessionMode::Shared {
             return Err(ProxyError::InvalidParams("not an upstream with sessions of its own here".into()));
         }
-        let session = upstream.session_here(principal, of.host.map(HostSession::from)).await?;
+        let session = upstream.session_here(principal, of.host).await?;
         session.pass_log_level(relay.as_deref().and_then(|relay| relay.log_level())).await;
         self.inner.metrics.cluster_forward("served");
         // A host that takes `input_required` (2026-07-28): parked here as for a local call, so
