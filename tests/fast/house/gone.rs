@@ -49,6 +49,7 @@ const GONE: &[(&str, &str)] = &[
     ("enum Watching", "one name per concept: what became of a subscribe is a `SubscribeOutcome`"),
     ("WatchSet", "one name per concept: a connection's is its `SubscribedSet`"),
     ("ClientSecret", "a value never shown (the cluster's secrets, an upstream's client secret) is a `config::Secret`"),
+    ("HostOf", "a host session is one `host::HostSession`, in a sealed session pass too"),
 ];
 
 #[test]
