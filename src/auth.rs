@@ -1,5 +1,5 @@
 //! Who is calling over HTTP: the first thing `/mcp`'s front middleware
-//! (`downstream::fast::front`) does — [`Authenticator::authenticate`] turns the
+//! (`downstream::fast::front`) does — [`Authenticator::authenticate_subject`] turns the
 //! `Authorization` header into a [`Principal`], carried on by [`run_as`] in the request
 //! extensions, or [`Authenticator::refuse`] answers 401 before any MCP processing.
 //!
