@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use redis::{RedisResult, Script};
+use redis::{AsyncCommands, RedisResult, ScanOptions, Script};
 use tokio::sync::Notify;
 
 use super::{COMMAND_TIMEOUT, Cluster};
@@ -108,11 +108,7 @@ impl ClusterCounts {
     }
 
     fn mark_due(&self, key: String) {
-        let mut due = self.inner.due.lock().expect("counts lock");
-        if !due.contains(&key) {
-            due.push(key);
-        }
-        drop(due);
+        self.mark_due_quietly(key);
         self.inner.wake.notify_one();
     }
 
@@ -169,41 +165,18 @@ impl ClusterCounts {
 
     /// Clear the fields an earlier process with this replica id left in the count hashes.
     async fn clear_earlier(&self, cluster: &Cluster) -> RedisResult<()> {
-        let pattern = cluster.key(&[CALLS, "*"]);
+        let mut scanning = cluster.redis();
+        let scan = ScanOptions::default().with_pattern(cluster.key(&[CALLS, "*"])).with_count(500).with_type("hash");
+        let mut keys = scanning.scan_options::<String>(scan).await?;
         let mut redis = cluster.redis();
         let script = Script::new(CLEAR_EARLIER);
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(500)
-                .arg("TYPE")
-                .arg("hash")
-                .query_async(&mut redis)
-                .await?;
-            for key in &keys {
-                let mut invocation = script.key(key);
-                invocation.arg(format!("{}#", cluster.replica_id())).arg(&self.inner.field);
-                let _: i64 = invocation.invoke_async(&mut redis).await?;
-            }
-            if next == 0 {
-                return Ok(());
-            }
-            cursor = next;
+        while let Some(key) = keys.next_item().await {
+            let mut invocation = script.key(key?);
+            invocation.arg(format!("{}#", cluster.replica_id())).arg(&self.inner.field);
+            let _: i64 = invocation.invoke_async(&mut redis).await?;
         }
+        Ok(())
     }
-}
-
-/// What the `cluster-counts` loop waits for.
-enum Event {
-    /// A count changed here.
-    Changed,
-    /// A heartbeat went by: every count not zero is written again.
-    Beat,
-    Shutdown,
 }
 
 /// Start the `cluster-counts` task.
@@ -215,14 +188,12 @@ pub(super) fn spawn(cluster: Cluster, spine: &Spine) {
         let mut beat = tokio::time::interval(cluster.config().heartbeat);
         beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let event = tokio::select! {
-                _ = shutdown.cancelled() => Event::Shutdown,
-                () = counts.inner.wake.notified() => Event::Changed,
-                _ = beat.tick() => Event::Beat,
-            };
-            match event {
-                Event::Changed => counts.write(&cluster, false).await,
-                Event::Beat => {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                // A count changed here.
+                () = counts.inner.wake.notified() => counts.write(&cluster, false).await,
+                // A heartbeat went by: every count not zero is written again.
+                _ = beat.tick() => {
                     if !cleared && cluster.redis_up() {
                         cleared = tokio::time::timeout(COMMAND_TIMEOUT * 5, counts.clear_earlier(&cluster))
                             .await
@@ -230,7 +201,6 @@ pub(super) fn spawn(cluster: Cluster, spine: &Spine) {
                     }
                     counts.write(&cluster, true).await;
                 }
-                Event::Shutdown => break,
             }
         }
         // Leaving: this replica counts nothing any more (best effort; its heartbeat key goes

@@ -265,29 +265,18 @@ impl Shared {
     }
 }
 
-/// What the `rate-limits-share` loop waits for.
-enum ShareEvent {
-    /// The number of live replicas changed (or is first known).
-    Replicas(usize),
-    Shutdown,
-}
-
 /// `[cluster]`: the `rate-limits-share` task divides the rate limits among the live replicas,
 /// again whenever their number changes.
 fn share_rate_limits(cluster: &Cluster, limits: RateLimits, spine: &Spine) {
     let mut live = cluster.live_replicas();
     let shutdown = spine.shutdown();
     spine.spawn("rate-limits-share", async move {
-        let mut event = ShareEvent::Replicas(*live.borrow_and_update());
-        while let ShareEvent::Replicas(replicas) = event {
-            limits.share_among(replicas);
-            event = tokio::select! {
-                changed = live.changed() => match changed {
-                    Ok(()) => ShareEvent::Replicas(*live.borrow_and_update()),
-                    Err(_) => ShareEvent::Shutdown,
-                },
-                _ = shutdown.cancelled() => ShareEvent::Shutdown,
-            };
+        loop {
+            limits.share_among(*live.borrow_and_update());
+            tokio::select! {
+                changed = live.changed() => if changed.is_err() { break },
+                _ = shutdown.cancelled() => break,
+            }
         }
     });
 }
