@@ -42,10 +42,11 @@ use crate::protocol::Era;
 use crate::spine::Spine;
 
 /// What an event records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
     /// A `tools/call` (an upstream's tool or a bridge tool).
+    #[default]
     Call,
     /// A `prompts/get`.
     Prompt,
@@ -72,7 +73,7 @@ pub enum Kind {
 }
 
 /// One audit event: a JSON object per line, absent fields left out.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Event {
     /// RFC 3339, UTC, milliseconds.
     pub time: String,
@@ -131,28 +132,7 @@ pub struct Event {
 impl Event {
     /// An event of `kind` with `outcome`, stamped now.
     pub fn new(kind: Kind, outcome: &'static str) -> Event {
-        Event {
-            time: rfc3339(SystemTime::now()),
-            event: kind,
-            principal: None,
-            method: None,
-            upstream: None,
-            name: None,
-            uri: None,
-            uris: None,
-            outcome,
-            denied: None,
-            reason: None,
-            cache: None,
-            duration_ms: None,
-            era: None,
-            session: None,
-            request: None,
-            trace_id: None,
-            span_id: None,
-            changes: None,
-            reopen_first: false,
-        }
+        Event { time: rfc3339(SystemTime::now()), event: kind, outcome, ..Default::default() }
     }
 
     /// A [`Kind::Refused`] event, for `reason` (a bounded label), stamped now.

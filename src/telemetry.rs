@@ -303,9 +303,6 @@ impl Span {
 /// The trace and span ids (hex) of the span current on this task, if traces are on and one is
 /// recorded.
 pub fn current_ids() -> Option<(String, String)> {
-    if !on() {
-        return None;
-    }
     Span::current().ids()
 }
 

@@ -49,7 +49,7 @@ pub struct SubscriptionReport {
 }
 
 /// The outcome of the last configuration reload in `/status`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct ReloadReport {
     /// `applied`, `unchanged` or `rejected`.
     pub outcome: &'static str,

@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use redis::{RedisResult, Script};
+use redis::{AsyncCommands, RedisResult, ScanOptions, Script};
 use tokio::sync::Notify;
 
 use super::{COMMAND_TIMEOUT, Cluster};
@@ -108,11 +108,7 @@ impl ClusterCounts {
     }
 
     fn mark_due(&self, key: String) {
-        let mut due = self.inner.due.lock().expect("counts lock");
-        if !due.contains(&key) {
-            due.push(key);
-        }
-        drop(due);
+        self.mark_due_quietly(key);
         self.inner.wake.notify_one();
     }
 
@@ -169,31 +165,17 @@ impl ClusterCounts {
 
     /// Clear the fields an earlier process with this replica id left in the count hashes.
     async fn clear_earlier(&self, cluster: &Cluster) -> RedisResult<()> {
-        let pattern = cluster.key(&[CALLS, "*"]);
+        let mut scanning = cluster.redis();
+        let scan = ScanOptions::default().with_pattern(cluster.key(&[CALLS, "*"])).with_count(500).with_type("hash");
+        let mut keys = scanning.scan_options::<String>(scan).await?;
         let mut redis = cluster.redis();
         let script = Script::new(CLEAR_EARLIER);
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(500)
-                .arg("TYPE")
-                .arg("hash")
-                .query_async(&mut redis)
-                .await?;
-            for key in &keys {
-                let mut invocation = script.key(key);
-                invocation.arg(format!("{}#", cluster.replica_id())).arg(&self.inner.field);
-                let _: i64 = invocation.invoke_async(&mut redis).await?;
-            }
-            if next == 0 {
-                return Ok(());
-            }
-            cursor = next;
+        while let Some(key) = keys.next_item().await {
+            let mut invocation = script.key(key?);
+            invocation.arg(format!("{}#", cluster.replica_id())).arg(&self.inner.field);
+            let _: i64 = invocation.invoke_async(&mut redis).await?;
         }
+        Ok(())
     }
 }
 

@@ -6,7 +6,8 @@
 
 use std::time::Duration;
 
-use redis::AsyncCommands;
+use futures::TryStreamExt;
+use redis::{AsyncCommands, ScanOptions};
 
 use super::Cluster;
 use crate::spine::Spine;
@@ -68,25 +69,9 @@ async fn renew_and_list(cluster: &Cluster) -> redis::RedisResult<Vec<(String, St
     let key = cluster.key(&["replica", cluster.replica_id()]);
     let ttl = cluster.config().replica_ttl.as_millis().max(1) as u64;
     let _: () = redis.pset_ex(&key, cluster.advertised().unwrap_or_default(), ttl).await?;
-    let pattern = cluster.key(&["replica", "*"]);
     let prefix = cluster.key(&["replica", ""]);
-    let mut keys: Vec<String> = Vec::new();
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(&pattern)
-            .arg("COUNT")
-            .arg(200)
-            .query_async(&mut redis)
-            .await?;
-        keys.extend(batch);
-        if next == 0 {
-            break;
-        }
-        cursor = next;
-    }
+    let scan = ScanOptions::default().with_pattern(cluster.key(&["replica", "*"])).with_count(200);
+    let keys: Vec<String> = redis.scan_options::<String>(scan).await?.try_collect().await?;
     let urls: Vec<Option<String>> =
         if keys.is_empty() { Vec::new() } else { redis::cmd("MGET").arg(&keys).query_async(&mut redis).await? };
     let ids = keys.iter().map(|key| key.strip_prefix(&prefix));

@@ -57,30 +57,6 @@ impl ClusterKeys {
         mac.finalize().into_bytes().into()
     }
 
-    pub fn cursor(&self) -> [u8; 32] {
-        self.derive(label::CURSOR)
-    }
-
-    pub fn request_state(&self) -> [u8; 32] {
-        self.derive(label::REQUEST_STATE)
-    }
-
-    pub fn session_id(&self) -> [u8; 32] {
-        self.derive(label::SESSION_ID)
-    }
-
-    pub fn session_pass(&self) -> [u8; 32] {
-        self.derive(label::SESSION_PASS)
-    }
-
-    pub fn redis_seal(&self) -> [u8; 32] {
-        self.derive(label::REDIS_SEAL)
-    }
-
-    pub fn redis_names(&self) -> [u8; 32] {
-        self.derive(label::REDIS_NAMES)
-    }
-
     /// A principal's name in Redis keys: 24 hex digits of a keyed hash (the name itself is
     /// never in a key).
     pub fn principal_tag(&self, principal: &str) -> String {
@@ -111,17 +87,17 @@ mod tests {
     #[test]
     fn one_secret_derives_the_same_keys_everywhere_and_one_per_use() {
         let (a, b) = (ClusterKeys::new(SECRET), ClusterKeys::new(SECRET));
-        assert_eq!(a.cursor(), b.cursor());
+        assert_eq!(a.derive(label::CURSOR), b.derive(label::CURSOR));
         assert_eq!(a.namespace(), b.namespace());
         let uses = [
-            a.cursor(),
-            a.request_state(),
-            a.session_id(),
+            a.derive(label::CURSOR),
+            a.derive(label::REQUEST_STATE),
+            a.derive(label::SESSION_ID),
             a.derive(label::NAMESPACE),
             a.derive(label::PRINCIPAL),
-            a.redis_seal(),
-            a.redis_names(),
-            a.session_pass(),
+            a.derive(label::REDIS_SEAL),
+            a.derive(label::REDIS_NAMES),
+            a.derive(label::SESSION_PASS),
         ];
         for (i, x) in uses.iter().enumerate() {
             for y in &uses[i + 1..] {
@@ -134,7 +110,7 @@ mod tests {
     #[test]
     fn another_secret_derives_unrelated_keys_and_nothing_shows_the_secret() {
         let (a, other) = (ClusterKeys::new(SECRET), ClusterKeys::new(b"another secret, just as long, 32b"));
-        assert_ne!(a.cursor(), other.cursor());
+        assert_ne!(a.derive(label::CURSOR), other.derive(label::CURSOR));
         assert_ne!(a.namespace(), other.namespace());
         assert_eq!(a.namespace().len(), 16);
         assert_ne!(a.principal_tag("alice"), other.principal_tag("alice"));

@@ -17,6 +17,7 @@ use rmcp::model::{
 };
 use serde::{Deserialize, Serialize};
 
+use super::keys::label;
 use super::{Cluster, Owner};
 use crate::error::ProxyError;
 use crate::host::HostSession;
@@ -116,7 +117,7 @@ impl PeerClient {
     /// What makes the passes of requests to the other replicas' session endpoints.
     pub fn session_passes(&self) -> super::session_pass::Passes {
         let cluster = &self.inner.cluster;
-        super::session_pass::Passes::new(cluster.replica_id(), &cluster.keys().session_pass())
+        super::session_pass::Passes::new(cluster.replica_id(), &cluster.keys().derive(label::SESSION_PASS))
     }
 
     /// This replica's id.

@@ -19,7 +19,7 @@
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
-use super::keys::ClusterKeys;
+use super::keys::{ClusterKeys, label};
 use crate::crypto::SealingKey;
 use crate::metrics::{Metrics, SealedKind};
 
@@ -38,8 +38,8 @@ pub struct RedisSeal {
 
 impl RedisSeal {
     pub fn new(keys: &ClusterKeys, metrics: Metrics) -> Self {
-        let names = Hmac::<Sha256>::new_from_slice(&keys.redis_names()).expect("any key length");
-        Self { key: SealingKey::new(&keys.redis_seal()), names, metrics }
+        let names = Hmac::<Sha256>::new_from_slice(&keys.derive(label::REDIS_NAMES)).expect("any key length");
+        Self { key: SealingKey::new(&keys.derive(label::REDIS_SEAL)), names, metrics }
     }
 
     /// `plaintext` sealed for `field` of the Redis key `redis_key`, bound to `bound` too.
@@ -169,7 +169,7 @@ mod tests {
         assert_ne!(name, ours.name("file:///alice/notes.mdx"));
         assert_eq!(name.len(), 32);
         // The digest as every release names it (HMAC-SHA256 of the text, its first 16 bytes in hex).
-        let mut mac = Hmac::<Sha256>::new_from_slice(&ClusterKeys::new(SECRET).redis_names()).unwrap();
+        let mut mac = Hmac::<Sha256>::new_from_slice(&ClusterKeys::new(SECRET).derive(label::REDIS_NAMES)).unwrap();
         mac.update(b"file:///alice/notes.md");
         let expected: String = mac.finalize().into_bytes()[..16].iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(name, expected);

@@ -188,9 +188,10 @@ fn now_ms() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::keys::label;
 
     fn passes(replica: &str, secret: &[u8]) -> Passes {
-        Passes::new(replica, &crate::cluster::ClusterKeys::new(secret).session_pass())
+        Passes::new(replica, &crate::cluster::ClusterKeys::new(secret).derive(label::SESSION_PASS))
     }
 
     fn alice() -> Identity {
@@ -217,7 +218,7 @@ mod tests {
         let to = passes("replica-1", b"one secret");
         let foreign = passes("replica-0", b"another secret").make("replica-1", &alice(), None, None);
         assert_eq!(to.admits(Some(&foreign)), Err(Refusal::Unsealed));
-        let key = SealingKey::new(&crate::cluster::ClusterKeys::new(b"one secret").session_pass());
+        let key = SealingKey::new(&crate::cluster::ClusterKeys::new(b"one secret").derive(label::SESSION_PASS));
         let stale = seal_with(&key, "replica-1", (now_ms() - 31_000, None), &alice(), None);
         assert_eq!(to.admits(Some(&stale)), Err(Refusal::Stale));
         for mangled in [None, Some(""), Some("not base64!"), Some("AAAA")] {

@@ -291,34 +291,19 @@ fn without_roots(config: &UpstreamConfig) -> UpstreamConfig {
 /// The sections that differ but cannot change while the proxy runs.
 fn restart_needed(running: &Config, next: &Config) -> Vec<String> {
     let differs = |a: &dyn std::fmt::Debug, b: &dyn std::fmt::Debug| format!("{a:?}") != format!("{b:?}");
-    let mut sections = Vec::new();
-    if differs(&running.server, &next.server) {
-        sections.push("server".to_string());
-    }
-    if differs(&running.auth, &next.auth) {
-        sections.push("auth".to_string());
-    }
-    if differs(&running.cache, &next.cache) {
-        sections.push("cache".to_string());
-    }
-    if running.policies.dir != next.policies.dir {
-        sections.push("policies.dir".to_string());
-    }
-    if running.rate_limits != next.rate_limits {
-        sections.push("rate_limits".to_string());
-    }
-    // The bridge's tools are offered (or not) from the start: its settings are read once.
-    if running.bridge != next.bridge {
-        sections.push("bridge".to_string());
-    }
-    if running.cluster != next.cluster {
-        sections.push("cluster".to_string());
-    }
-    // The audit trail's writer is started once (its file is reopened on every reload).
-    if running.audit != next.audit {
-        sections.push("audit".to_string());
-    }
-    sections
+    let sections = [
+        ("server", differs(&running.server, &next.server)),
+        ("auth", differs(&running.auth, &next.auth)),
+        ("cache", differs(&running.cache, &next.cache)),
+        ("policies.dir", running.policies.dir != next.policies.dir),
+        ("rate_limits", running.rate_limits != next.rate_limits),
+        // The bridge's tools are offered (or not) from the start: its settings are read once.
+        ("bridge", running.bridge != next.bridge),
+        ("cluster", running.cluster != next.cluster),
+        // The audit trail's writer is started once (its file is reopened on every reload).
+        ("audit", running.audit != next.audit),
+    ];
+    sections.into_iter().filter(|(_, differs)| *differs).map(|(section, _)| section.to_string()).collect()
 }
 
 fn rejected(error: &ConfigError) -> ReloadReport {
@@ -330,11 +315,7 @@ fn rejected(error: &ConfigError) -> ReloadReport {
         outcome: "rejected",
         at_unix: now_unix(),
         problems: error.problems.iter().map(|p| format!("{}: {}", p.at, p.message)).collect(),
-        added: Vec::new(),
-        removed: Vec::new(),
-        changed: Vec::new(),
-        roots_changed: Vec::new(),
-        restart_needed: Vec::new(),
+        ..Default::default()
     }
 }
 

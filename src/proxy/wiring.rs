@@ -21,6 +21,7 @@ use crate::audit::Audit;
 use crate::auth::subjects::Subjects;
 use crate::catalog::Catalog;
 use crate::cluster::Cluster;
+use crate::cluster::keys::label;
 use crate::cluster::peers::PeerClient;
 use crate::coherence::shared::SharedTier;
 use crate::coherence::{Coherence, UpstreamSubscriptions};
@@ -142,7 +143,7 @@ impl Shared {
         let access = Access::new(config.policies.set.clone(), upstreams.clone(), metrics.clone());
         let views = Views::new(catalog.clone(), access.clone(), fanout.clone());
         let cursor_key = match &cluster {
-            Some(cluster) => CursorKey::shared(cluster.keys().cursor()),
+            Some(cluster) => CursorKey::shared(cluster.keys().derive(label::CURSOR)),
             None => CursorKey::random(),
         };
         let server = &config.server;
@@ -157,7 +158,7 @@ impl Shared {
             bridge: config.bridge.enabled,
             max_calls_per_principal: server.max_calls_per_principal,
             cluster: cluster.clone(),
-            state_key: cluster.as_ref().map(|cluster| cluster.keys().request_state()),
+            state_key: cluster.as_ref().map(|cluster| cluster.keys().derive(label::REQUEST_STATE)),
             forwarder: cluster.as_ref().map(PeerClient::new),
         });
         let caps = Caps {

@@ -2,8 +2,10 @@
 //! headers) read into the parent of our SERVER span, and our CLIENT span's context written for
 //! the upstream request. The SDK's `TraceContextPropagator` does the parsing and formatting.
 
+use std::collections::HashMap;
+
 use opentelemetry::Context;
-use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
+use opentelemetry::propagation::{Extractor, TextMapPropagator};
 use opentelemetry::trace::{SpanContext, TraceContextExt};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 
@@ -52,25 +54,9 @@ fn remote(carrier: &Carrier<'_>) -> Option<SpanContext> {
 
 /// `context`'s span as `traceparent` and `tracestate` values.
 pub(super) fn inject(context: &Context) -> Option<(String, String)> {
-    let mut written = Written::default();
+    let mut written = HashMap::<String, String>::new();
     TraceContextPropagator::new().inject_context(context, &mut written);
-    Some((written.traceparent?, written.tracestate.unwrap_or_default()))
-}
-
-#[derive(Default)]
-struct Written {
-    traceparent: Option<String>,
-    tracestate: Option<String>,
-}
-
-impl Injector for Written {
-    fn set(&mut self, key: &str, value: String) {
-        match key {
-            "traceparent" => self.traceparent = Some(value),
-            "tracestate" => self.tracestate = Some(value),
-            _ => {}
-        }
-    }
+    Some((written.remove("traceparent")?, written.remove("tracestate").unwrap_or_default()))
 }
 
 #[cfg(test)]

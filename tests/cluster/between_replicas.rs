@@ -21,6 +21,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use mcp_resource_proxy::cluster::ClusterKeys;
+use mcp_resource_proxy::cluster::keys::label;
 use mcp_resource_proxy::cluster::session_pass::{self, Identity, Passes};
 
 use crate::support::cluster::{Replicas, SECRET, SECRET_ENV, cluster_when, forwards, with_cluster};
@@ -177,7 +178,7 @@ async fn read_as(replica: &ProxyProcess, token: &str) -> anyhow::Result<String> 
 /// over plain HTTP to `replica`'s session endpoint: its status and answer.
 async fn plain_forward(replica: &ProxyProcess) -> anyhow::Result<(u16, String)> {
     let url = format!("{}{}", replica.url.strip_suffix("/mcp").context("an /mcp URL")?, session_pass::PATH);
-    let passes = Passes::new("replica-9", &ClusterKeys::new(SECRET.as_bytes()).session_pass());
+    let passes = Passes::new("replica-9", &ClusterKeys::new(SECRET.as_bytes()).derive(label::SESSION_PASS));
     let identity = Identity { principal: "alice".into(), upstream: "fx".into(), host: None };
     let initialize = json!({
         "jsonrpc": "2.0", "id": 1, "method": "initialize",

@@ -24,6 +24,7 @@ use rmcp::{RoleClient, ServiceExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use mcp_resource_proxy::cluster::ClusterKeys;
+use mcp_resource_proxy::cluster::keys::label;
 use mcp_resource_proxy::cluster::session_pass::{self, Identity, Passes};
 use mcp_resource_proxy::crypto::SealingKey;
 
@@ -178,7 +179,7 @@ async fn a_call_on_a_session_another_replica_holds_crosses_as_mcp_under_a_sealed
 
     // The test as another replica: a real MCP client, a fresh pass on each request.
     let keys = ClusterKeys::new(SECRET.as_bytes());
-    let passes = Passes::new("replica-9", &keys.session_pass());
+    let passes = Passes::new("replica-9", &keys.derive(label::SESSION_PASS));
     let to = format!("replica-{}", served[0]);
     let whose = Arc::new(Mutex::new(identity("alice")));
     let sealed = SealedClient { http: reqwest::Client::new(), passes, to: to.clone(), whose: whose.clone() };
@@ -195,15 +196,15 @@ async fn a_call_on_a_session_another_replica_holds_crosses_as_mcp_under_a_sealed
 
     // No pass, another cluster's, a stale one, one for the other replica: refused on the head.
     let refused_before = forwards(owner, "refused").await?;
-    let foreign = Passes::new("replica-9", &ClusterKeys::new(b"another cluster's secret").session_pass());
+    let foreign = Passes::new("replica-9", &ClusterKeys::new(b"another cluster's secret").derive(label::SESSION_PASS));
     let stale_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis() as u64 - 60_000;
-    let key = SealingKey::new(&keys.session_pass());
+    let key = SealingKey::new(&keys.derive(label::SESSION_PASS));
     let other = format!("replica-{}", 1 - served[0]);
     let passes = [
         None,
         Some(foreign.make(&to, &identity("alice"), None, None)),
         Some(session_pass::seal_with(&key, &to, (stale_ms, None), &identity("alice"), None)),
-        Some(Passes::new("replica-9", &keys.session_pass()).make(&other, &identity("alice"), None, None)),
+        Some(Passes::new("replica-9", &keys.derive(label::SESSION_PASS)).make(&other, &identity("alice"), None, None)),
     ];
     for pass in &passes {
         let status = head_only(owner, pass.as_deref()).await?;
@@ -227,7 +228,7 @@ async fn a_subscription_on_a_session_another_replica_holds_is_held_over_mcp() ->
     let (cluster, _policies) = two_replicas(&per_principal_fixture()).await?;
     let owner = &cluster.replicas[0];
 
-    let passes = Passes::new("replica-9", &ClusterKeys::new(SECRET.as_bytes()).session_pass());
+    let passes = Passes::new("replica-9", &ClusterKeys::new(SECRET.as_bytes()).derive(label::SESSION_PASS));
     let whose = Arc::new(Mutex::new(identity("alice")));
     let sealed = SealedClient { http: reqwest::Client::new(), passes, to: "replica-0".into(), whose };
     let url = format!("{}{}", base(owner)?, session_pass::PATH);
@@ -280,7 +281,7 @@ async fn a_sessions_own_list_change_reaches_the_replica_connected_to_it_as_list_
     let (cluster, _policies) = two_replicas(&upstream).await?;
     let owner = &cluster.replicas[0];
 
-    let passes = Passes::new("replica-9", &ClusterKeys::new(SECRET.as_bytes()).session_pass());
+    let passes = Passes::new("replica-9", &ClusterKeys::new(SECRET.as_bytes()).derive(label::SESSION_PASS));
     let alice = Identity { principal: "alice".into(), upstream: "per".into(), host: None };
     let sealed = SealedClient {
         http: reqwest::Client::new(),

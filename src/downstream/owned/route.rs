@@ -15,6 +15,7 @@ use rmcp::transport::streamable_http_server::StreamableHttpService;
 use rmcp::transport::streamable_http_server::session::local::{LocalSessionManager, SessionConfig};
 
 use super::OwnedSession;
+use crate::cluster::keys::label;
 use crate::cluster::session_pass::{self, Passes, Refusal};
 use crate::downstream::bodies::BodyGuard;
 use crate::downstream::call_streams::CallStreams;
@@ -54,7 +55,7 @@ pub(in crate::downstream) fn routes(
     kept: Arc<KeptCalls>,
 ) -> Option<(axum::Router, Passes)> {
     let cluster = proxy.cluster()?;
-    let passes = Passes::new(cluster.replica_id(), &cluster.keys().session_pass());
+    let passes = Passes::new(cluster.replica_id(), &cluster.keys().derive(label::SESSION_PASS));
     let tls_required = cluster.peer_tls().is_some();
     let gate = Gate { proxy: proxy.clone(), passes: passes.clone(), bodies, tls_required };
     let config = StreamableHttpServerConfig::default()

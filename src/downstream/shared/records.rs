@@ -34,6 +34,7 @@ use rmcp::model::{InitializeRequestParams, LoggingLevel};
 use rmcp::transport::streamable_http_server::session::{SessionState, SessionStore, SessionStoreError};
 
 use super::ids::SessionIds;
+use crate::cluster::keys::label;
 use crate::cluster::{COMMAND_TIMEOUT, Cluster};
 use crate::metrics::SealedKind;
 
@@ -87,7 +88,7 @@ pub(crate) struct Records {
 
 impl Records {
     pub fn new(cluster: Cluster, idle: Duration, subscribed_idle: Duration) -> Self {
-        let ids = SessionIds::new(cluster.keys().session_id());
+        let ids = SessionIds::new(cluster.keys().derive(label::SESSION_ID));
         Self { cluster, ids, idle, subscribed_idle }
     }
 

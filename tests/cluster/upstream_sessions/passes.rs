@@ -6,6 +6,7 @@ use anyhow::Context;
 use serde_json::{Value, json};
 
 use mcp_resource_proxy::cluster::ClusterKeys;
+use mcp_resource_proxy::cluster::keys::label;
 use mcp_resource_proxy::cluster::session_pass::{self, Identity, Passes};
 use mcp_resource_proxy::crypto::SealingKey;
 
@@ -47,7 +48,7 @@ async fn a_forged_altered_stale_misdirected_or_replayed_forward_is_refused() -> 
     let keys = ClusterKeys::new(SECRET.as_bytes());
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis() as u64;
     let alice = Identity { principal: "alice".into(), upstream: "per".into(), host: None };
-    let passes = Passes::new("replica-9", &keys.session_pass());
+    let passes = Passes::new("replica-9", &keys.derive(label::SESSION_PASS));
     let pass = || passes.make("replica-0", &alice, None, None);
 
     // A request made as a replica makes it is run on alice's session.
@@ -64,17 +65,17 @@ async fn a_forged_altered_stale_misdirected_or_replayed_forward_is_refused() -> 
     assert_eq!(status, 200, "{answer}");
     assert!(answer.contains("nothing"), "alice's fresh session answered: {answer}");
 
-    let other_keys = ClusterKeys::new(b"another cluster's secret, 32 bytes or more");
+    let foreign = Passes::new(
+        "replica-9",
+        &ClusterKeys::new(b"another cluster's secret, 32 bytes or more").derive(label::SESSION_PASS),
+    );
     let mut altered = genuine.clone().into_bytes();
     altered[genuine.len() / 2] = if altered[genuine.len() / 2] == b'A' { b'B' } else { b'A' };
-    let key = SealingKey::new(&keys.session_pass());
+    let key = SealingKey::new(&keys.derive(label::SESSION_PASS));
     let refused = [
         ("replayed", Some(genuine.clone())),
         ("no mark", None),
-        (
-            "another secret",
-            Some(Passes::new("replica-9", &other_keys.session_pass()).make("replica-0", &alice, None, None)),
-        ),
+        ("another secret", Some(foreign.make("replica-0", &alice, None, None))),
         ("altered", Some(String::from_utf8(altered)?)),
         ("stale", Some(session_pass::seal_with(&key, "replica-0", (now - 60_000, None), &alice, None))),
         ("for another replica", Some(passes.make("replica-9", &alice, None, None))),
@@ -87,13 +88,10 @@ async fn a_forged_altered_stale_misdirected_or_replayed_forward_is_refused() -> 
     // Without a right pass on its head, a request is refused before its body is read.
     let passes = [
         ("no pass", None),
-        (
-            "another secret's pass",
-            Some(Passes::new("replica-9", &other_keys.session_pass()).make("replica-0", &alice, None, None)),
-        ),
+        ("another secret's pass", Some(foreign.make("replica-0", &alice, None, None))),
         (
             "a pass for another replica",
-            Some(Passes::new("replica-9", &keys.session_pass()).make("replica-8", &alice, None, None)),
+            Some(Passes::new("replica-9", &keys.derive(label::SESSION_PASS)).make("replica-8", &alice, None, None)),
         ),
         ("a stale pass", Some(session_pass::seal_with(&key, "replica-0", (now - 60_000, None), &alice, None))),
     ];
