@@ -33,7 +33,7 @@ enum Asked<'a> {
     Request(&'static str),
 }
 
-impl Asked<'_> {
+impl<'a> Asked<'a> {
     fn method(self) -> &'static str {
         match self {
             Asked::Read(_) => "resources/read",
@@ -41,7 +41,7 @@ impl Asked<'_> {
         }
     }
 
-    fn uri(&self) -> Option<&str> {
+    fn uri(self) -> Option<&'a str> {
         match self {
             Asked::Read(uri) => Some(uri),
             Asked::Request(_) => None,

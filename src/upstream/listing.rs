@@ -1,6 +1,7 @@
 //! Fetching an upstream's whole catalog: every page of its resources and templates,
 //! namespaced, with the shortest `ttlMs` the pages came with. A list is bounded at 100,000
-//! items (and pages); a cursor the upstream already gave ends it as a loop (an error).
+//! items (and pages); a cursor the upstream already gave ends it as a loop (an error). Its
+//! tools and prompts (`offerings`) are fetched and counted by the same [`every_page`].
 //!
 //! An entry's `icons[].src` that is a whole URI in a scheme the upstream serves (one of its
 //! listed resources' or templates') is namespaced here like the entry's own URI; every other
@@ -143,17 +144,14 @@ where
         false => Ok((Vec::new(), None)),
         true => all_pages(upstream.config().request_timeout, page).await,
     };
-    let outcome = match &listed {
-        Ok(_) => "ok",
-        Err(e) if e.is_method_not_found() => "method_not_found",
-        Err(_) => "upstream_failed",
+    let (outcome, listed) = match listed {
+        Ok(listed) => ("ok", Ok(listed)),
+        Err(e) if e.is_method_not_found() => ("method_not_found", Ok((Vec::new(), None))),
+        Err(e) => ("upstream_failed", Err(format!("{method}: {e}"))),
     };
     let (name, hop) = (upstream.name(), upstream.hop_over(Some(link)));
     upstream.inner.metrics.upstream_request(name, method, outcome, started.elapsed(), hop);
-    match listed {
-        Err(e) if e.is_method_not_found() => Ok((Vec::new(), None)),
-        other => other.map_err(|e| format!("{method}: {e}")),
-    }
+    listed
 }
 
 /// A failed page fetch.
