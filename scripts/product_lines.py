@@ -6,8 +6,10 @@ package; not `crates/fixture` or `crates/bench`, which are never shipped), witho
 files named `tests.rs` or `*_tests.rs`, anything under a `tests/` or `module_graph/` folder, and
 an item under `#[cfg(test)]` (an inline test module and its braces, or its `mod tests;` line). Every other line counts, comments and blank lines included.
 
-    python3 scripts/product_lines.py            # HEAD
-    python3 scripts/product_lines.py 7df4437    # another revision
+    python3 scripts/product_lines.py                  # HEAD
+    python3 scripts/product_lines.py 7df4437          # another revision
+    python3 scripts/product_lines.py --since 7df4437  # each commit on main's first-parent line
+                                                      # since then, with what it changed
 
 At 7df4437 (before the round that set out to shrink it): 33,145 lines.
 """
@@ -52,13 +54,39 @@ def counted(text):
     return total
 
 
+def total(rev):
+    """Product lines at `rev`, its files read in one `git cat-file --batch`."""
+    asked = "".join(f"{rev}:{path}\n" for path in files(rev)).encode()
+    out = subprocess.run(["git", "cat-file", "--batch"], input=asked, capture_output=True, check=True).stdout
+    lines, at = 0, 0
+    while at < len(out):
+        head_end = out.index(b"\n", at)
+        size = int(out[at:head_end].split()[2])
+        lines += counted(out[head_end + 1 : head_end + 1 + size].decode())
+        at = head_end + 1 + size + 1
+    return lines
+
+
+def walk(since):
+    """Each first-parent commit after `since` up to HEAD: its figure, what it changed, its subject."""
+    log = ["git", "log", "--first-parent", "--reverse", "--format=%h\t%s", f"{since}..HEAD"]
+    commits = subprocess.run(log, capture_output=True, text=True, check=True).stdout.splitlines()
+    before = total(since)
+    print(f"{since}\t{before:,}")
+    for commit in commits:
+        rev, subject = commit.split("\t", 1)
+        now = total(rev)
+        if now != before:
+            print(f"{rev}\t{now:,}\t{now - before:+,}\t{subject[:100]}")
+        before = now
+
+
 def main():
+    if sys.argv[1:2] == ["--since"]:
+        walk(sys.argv[2])
+        return
     rev = sys.argv[1] if len(sys.argv) > 1 else "HEAD"
-    total = 0
-    for path in files(rev):
-        text = subprocess.run(["git", "show", f"{rev}:{path}"], capture_output=True, text=True, check=True).stdout
-        total += counted(text)
-    print(f"product code at {rev}: {total:,} lines")
+    print(f"product code at {rev}: {total(rev):,} lines")
 
 
 if __name__ == "__main__":
