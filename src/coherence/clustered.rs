@@ -2,7 +2,9 @@
 //! `shared`) says the version and whether a vouched entry exists, the local store in front
 //! serves it when it holds that very entry (keyed by Redis's boot token and the version), else
 //! it is fetched; a miss loads once per key on this replica and fills Redis only if no update
-//! overtook the load. Redis down: reads go upstream and nothing is kept (the local store is
+//! overtook the load. An entry found past its lifetime (Redis keeps it for `stale_if_error`) is
+//! set aside and served, marked stale, only when that load fails for the upstream's trouble, as
+//! on one process. Redis down: reads go upstream and nothing is kept (the local store is
 //! emptied: nothing in it is vouched for any more).
 //! Invariant: a read is served from either tier only under the version Redis gave it.
 
@@ -96,6 +98,7 @@ impl Coherence {
         self.inner.store.remove(&shared).await;
         self.inner.store.remove(&private).await;
         self.inner.metrics.shared_cache(SharedCacheEvent::Miss);
+        let fallback = self.inner.take_stale(&shared, &private);
         let flight = if known_public { shared.clone() } else { private };
         let (inner, tier, settings) = (self.inner.clone(), tier.clone(), request.settings.clone());
         let principal: Arc<str> = request.principal.into();
@@ -115,7 +118,7 @@ impl Coherence {
             loaded
         }));
         let attempt = attempt.await;
-        answered(attempt, !ran.load(Ordering::Relaxed))
+        answered(attempt, !ran.load(Ordering::Relaxed)).or_else(|failure| self.inner.stale_or(fallback, &failure))
     }
 }
 
@@ -229,8 +232,12 @@ impl Inner {
         }
         let slot = Slot { upstream: &key.upstream, uri: &key.uri, principal: key.principal.as_deref() };
         let fetched = tier.fetch(&slot, look.version).await.map_err(|_| self.forget_local())?;
-        let Some(entry) = fetched.filter(|entry| entry.fresh_until > Instant::now()) else { return Ok(None) };
-        let entry = Arc::new(entry);
+        let Some(entry) = fetched.map(Arc::new) else { return Ok(None) };
+        if entry.fresh_until <= Instant::now() {
+            // Kept past its lifetime for `stale_if_error`, under the version Redis gave.
+            self.set_aside(key.clone(), entry);
+            return Ok(None);
+        }
         self.store.insert(key.clone(), entry.clone()).await;
         Ok(Some(admission::hit(&entry, Instant::now())))
     }

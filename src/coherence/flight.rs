@@ -1,6 +1,7 @@
 //! A single-flight load, as both read paths (local and clustered) run it: admission of what it
 //! loaded (kept or not, for how long, under which key), how it ended when it did not keep an
-//! entry of its own ([`LoadError`]), and what that means to each reader waiting on it.
+//! entry of its own ([`LoadError`]), what that means to each reader waiting on it, and the
+//! expired entry served instead when it failed for the upstream's trouble (`stale_if_error`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -110,5 +111,43 @@ impl Inner {
         let public = entry.scope == CacheScope::Public;
         let until = entry.keep_until.max(Instant::now() + SCOPE_KNOWN_FOR);
         self.public.set(&flight.upstream, &flight.uri, public, until);
+    }
+
+    /// Set `entry` aside under `key`: past its lifetime, but kept for `stale_if_error` should the
+    /// load that replaces it fail.
+    pub(super) fn set_aside(&self, key: Key, entry: Arc<Entry>) {
+        self.stale.lock().expect("stale lock").insert(key, entry);
+    }
+
+    /// The entry set aside under `shared` or `private`, if any (taken out: a successful load
+    /// replaces it; a failed one puts it back).
+    pub(super) fn take_stale(&self, shared: &Key, private: &Key) -> Option<(Key, Arc<Entry>)> {
+        let mut stale = self.stale.lock().expect("stale lock");
+        stale.retain(|_, entry| entry.keep_until > Instant::now());
+        [shared, private].into_iter().find_map(|key| stale.remove(key).map(|entry| (key.clone(), entry)))
+    }
+
+    /// A load failed with `failure`: for the upstream's trouble, the entry set aside (`fallback`),
+    /// marked stale, while it is kept; else the failure.
+    pub(super) fn stale_or(
+        &self,
+        fallback: Option<(Key, Arc<Entry>)>,
+        failure: &ProxyError,
+    ) -> Result<Cached, ProxyError> {
+        let upstream_trouble = matches!(
+            failure,
+            ProxyError::UpstreamDown { .. } | ProxyError::UpstreamTimeout { .. } | ProxyError::UpstreamFailed { .. }
+        );
+        match fallback {
+            Some((key, entry)) if upstream_trouble && entry.keep_until > Instant::now() => {
+                let (ttl, kept_for) = (Duration::ZERO, Duration::ZERO);
+                let cached =
+                    Cached { outcome: Outcome::Stale, ttl, kept_for, ..admission::hit(&entry, Instant::now()) };
+                // Still the best there is while the upstream is in trouble.
+                self.set_aside(key, entry);
+                Ok(cached)
+            }
+            _ => Err(failure.clone()),
+        }
     }
 }

@@ -4,16 +4,15 @@
 //! fails for the upstream's trouble (`stale_if_error`).
 
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rmcp::model::CacheScope;
 
 use super::admission::{self, Cached, Loaded};
 use super::flight::{LoadError, answered, too_slow};
-use super::{Coherence, Inner, ReadRequest};
-use crate::cache::{Entry, Key, Outcome};
+use super::{Coherence, ReadRequest};
+use crate::cache::Key;
 use crate::error::ProxyError;
 
 impl Coherence {
@@ -31,8 +30,7 @@ impl Coherence {
                 if entry.fresh_until > now {
                     return Ok(admission::hit(&entry, now));
                 }
-                // Past its lifetime but kept for stale-if-error: set it aside for a fresh load.
-                self.inner.stale.lock().expect("stale lock").insert(key.clone(), entry);
+                self.inner.set_aside(key.clone(), entry);
                 self.inner.store.remove(key).await;
             }
         }
@@ -72,7 +70,7 @@ impl Coherence {
             Ok(entry)
         }));
         let attempt = attempt.await;
-        answered(attempt, !ran.load(Ordering::Relaxed)).or_else(|failure| self.stale_or(fallback, &failure))
+        answered(attempt, !ran.load(Ordering::Relaxed)).or_else(|failure| self.inner.stale_or(fallback, &failure))
     }
 
     fn keys(&self, request: &ReadRequest<'_>) -> (Key, Key) {
@@ -86,37 +84,5 @@ impl Coherence {
         };
         let private = Key { principal: Some(request.principal.into()), ..shared.clone() };
         (shared, private)
-    }
-
-    fn stale_or(&self, fallback: Option<(Key, Arc<Entry>)>, failure: &ProxyError) -> Result<Cached, ProxyError> {
-        let upstream_trouble = matches!(
-            failure,
-            ProxyError::UpstreamDown { .. } | ProxyError::UpstreamTimeout { .. } | ProxyError::UpstreamFailed { .. }
-        );
-        match fallback {
-            Some((key, entry)) if upstream_trouble && entry.keep_until > Instant::now() => {
-                let now = Instant::now();
-                let cached = Cached {
-                    outcome: Outcome::Stale,
-                    ttl: Duration::ZERO,
-                    kept_for: Duration::ZERO,
-                    ..admission::hit(&entry, now)
-                };
-                // Still the best there is while the upstream is in trouble.
-                self.inner.stale.lock().expect("stale lock").insert(key, entry);
-                Ok(cached)
-            }
-            _ => Err(failure.clone()),
-        }
-    }
-}
-
-impl Inner {
-    /// The expired entry set aside for `shared` or `private`, if any (taken out: a successful
-    /// load replaces it; a failed one puts it back).
-    fn take_stale(&self, shared: &Key, private: &Key) -> Option<(Key, Arc<Entry>)> {
-        let mut stale = self.stale.lock().expect("stale lock");
-        stale.retain(|_, entry| entry.keep_until > Instant::now());
-        [shared, private].into_iter().find_map(|key| stale.remove(key).map(|entry| (key.clone(), entry)))
     }
 }

@@ -16,6 +16,7 @@ use super::super::shared::{Place, SharedTier};
 use super::super::{Cached, Coherence, Loaded, Outcome, ReadRequest, UpstreamSubscriptions};
 use crate::cluster::{ClusterKeys, RedisSeal};
 use crate::config::{CacheConfig, UpstreamCache};
+use crate::error::ProxyError;
 use crate::metrics::Metrics;
 
 mod redis_server;
@@ -34,6 +35,17 @@ async fn replica(redis: &Redis, prefix: &str, name: &str) -> Coherence {
 
 /// As [`replica`], of the cluster whose secret is `secret`, counting in `metrics`.
 async fn replica_of(redis: &Redis, (prefix, name): (&str, &str), secret: &[u8], metrics: Metrics) -> Coherence {
+    replica_with(redis, (prefix, name), secret, metrics, Duration::ZERO).await
+}
+
+/// As [`replica_of`], keeping expired entries `stale_if_error`.
+async fn replica_with(
+    redis: &Redis,
+    (prefix, name): (&str, &str),
+    secret: &[u8],
+    metrics: Metrics,
+    stale_if_error: Duration,
+) -> Coherence {
     redis.set(&format!("{REPLICAS}{name}"), "1").await;
     let config = ConnectionManagerConfig::new()
         .set_number_of_retries(1)
@@ -51,7 +63,7 @@ async fn replica_of(redis: &Redis, (prefix, name): (&str, &str), secret: &[u8], 
         max_entry_bytes: 64 << 10,
         unwatched_ttl: Duration::from_secs(60),
         max_ttl: Duration::from_secs(3600),
-        stale_if_error: Duration::ZERO,
+        stale_if_error,
         max_watched_per_upstream: 1000,
     };
     let book = Arc::new(UpstreamSubscriptions::new(crate::upstream::Registry::default()));
@@ -200,6 +212,31 @@ async fn an_entry_whose_vouching_replica_is_gone_is_not_served() {
     let after = read(&all[1], "x://v", "p", "v2", &loads).await;
     assert_eq!((body(&after), after.outcome), ("v2".to_string(), Outcome::Miss), "r0 is gone: read again");
     assert_eq!(loads.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn stale_if_error_serves_an_entry_expired_on_any_replica_but_never_an_invalidated_one() {
+    let redis = Redis::start().await;
+    let mut all = Vec::new();
+    for name in ["r0", "r1"] {
+        all.push(replica_with(&redis, ("t9:", name), SECRET, Metrics::new(), Duration::from_secs(60)).await);
+    }
+    let short = |value: &'static str| move || async move { Ok(Loaded::unwatched(text(value).with_ttl_ms(1))) };
+    let down = || async { Err(ProxyError::UpstreamDown { upstream: "u".into(), cause: None }) };
+    all[0].read(request("x://a", "p"), short("v1")).await.unwrap();
+    all[0].read(request("x://b", "p"), short("v1")).await.unwrap();
+    all[0].invalidate_everywhere("u", "x://b").await;
+    // Let the 1 ms lifetimes pass: the expiry is the behaviour under test.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    for (i, cache) in all.iter().chain(all.iter()).enumerate() {
+        let stale = cache.read(request("x://a", "p"), down).await.unwrap();
+        assert_eq!((body(&stale), stale.outcome), ("v1".to_string(), Outcome::Stale), "read {i}: upstream down");
+        let error = cache.read(request("x://b", "p"), down).await.unwrap_err();
+        assert_eq!(error.kind(), "upstream_down", "read {i}: an invalidated entry is never served stale");
+    }
+    let not_found = || async { Err(ProxyError::not_found("u+x://a")) };
+    let error = all[1].read(request("x://a", "p"), not_found).await.unwrap_err();
+    assert_eq!(error.kind(), "not_found", "only upstream trouble");
 }
 
 #[tokio::test]
