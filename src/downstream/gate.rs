@@ -118,6 +118,9 @@ async fn guard_shared(
     let method = request.method().clone();
     if !shared.records.ids.verify(session, principal) {
         tracing::debug!(principal = %principal, %method, "session id not minted for this principal here");
+        if another_principals(gate, shared, session, principal).await {
+            gate.audit.record(Event::refused("wrong_principal").principal(principal));
+        }
         return session_not_found();
     }
     if method == Method::GET
@@ -128,11 +131,8 @@ async fn guard_shared(
         return resume_from_keeper(shared, principal, session, event).await;
     }
     let mut restoring = None;
+    // Minted for `principal`: a session known here is theirs.
     match gate.book.owner(session) {
-        Some(owner) if *owner != *principal => {
-            gate.audit.record(Event::refused("wrong_principal").principal(principal));
-            return session_not_found();
-        }
         Some(_) => gate.book.touch(session, None),
         None => match shared.records.load(session).await {
             Ok(Some(record)) if record.principal == principal => {
@@ -162,6 +162,16 @@ async fn guard_shared(
         return response;
     }
     if method == Method::GET { shared.stream_subscriptions.subscribe(session, principal, response) } else { response }
+}
+
+/// `[cluster]`: whether `session`, not minted for `principal`, is a live session of another
+/// principal (known here, or by its record) — refused as the single process refuses it, where
+/// an id nobody holds is only unknown.
+async fn another_principals(gate: &Gate, shared: &Shared, session: &str, principal: &str) -> bool {
+    match gate.book.owner(session) {
+        Some(owner) => *owner != *principal,
+        None => matches!(shared.records.load(session).await, Ok(Some(record)) if record.principal != principal),
+    }
 }
 
 /// `[cluster]`: a request stream another replica served, resumed here (`shared::resumed`), on a

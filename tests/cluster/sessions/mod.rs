@@ -1,7 +1,7 @@
 //! 2025 sessions across replicas (issue 28): a session whose requests land on every replica
 //! works, its GET stream survives the `kill -9` of the replica serving it, and a session id that
 //! is forged, replayed, another principal's or another cluster secret's is answered exactly like
-//! an unknown one.
+//! an unknown one (another principal's audited as refused, as on one process).
 //!
 //! The SDKs' own clients (Python, TypeScript) holding a session across replicas are
 //! `sdk_clients`.
@@ -302,6 +302,18 @@ async fn a_forged_replayed_foreign_or_other_cluster_session_id_is_answered_like_
     for replica in &cluster.replicas {
         alike(&post_on(&replica.url, &alices, Some("bob-token")).await?, "alice's session presented by bob");
     }
+    // Each replica audits bob's try as one process does (refused, `wrong_principal`, bob's); an id
+    // nobody holds is only unknown, as there.
+    let wrong = |replica: &ProxyProcess| replica.matching(&[r#"\"reason\":\"wrong_principal\""#]);
+    for replica in &cluster.replicas {
+        eventually(DEADLINE, "bob's try audited", || async {
+            let audited = wrong(replica);
+            anyhow::ensure!(audited.len() == 1, "{} audited", audited.len());
+            anyhow::ensure!(audited[0].contains(r#"\"principal\":\"bob\""#), "{}", audited[0]);
+            Ok(())
+        })
+        .await?;
+    }
     let (nonce, tag) = alices.split_once('.').context("an id of two parts")?;
     let rest = tag.get(1..).context("a tag")?;
     let forged_tag = if tag.starts_with('A') { format!("B{rest}") } else { format!("A{rest}") };
@@ -335,6 +347,8 @@ async fn a_forged_replayed_foreign_or_other_cluster_session_id_is_answered_like_
         .await
         .map(|reply| alike(&reply, "a replayed id after DELETE"))?;
     }
+    let audited: Vec<usize> = cluster.replicas.iter().map(|replica| wrong(replica).len()).collect();
+    assert_eq!(audited, [1, 1], "forged, foreign and ended ids are not another principal's");
     Ok(())
 }
 
