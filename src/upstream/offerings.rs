@@ -151,24 +151,23 @@ impl Connection {
     }
 
     /// `completion/complete` for a host's request that came with the JWT `subject` (if any): an
-    /// upstream that exchanges tokens gets it with a token exchanged for that one.
+    /// upstream that exchanges tokens gets it with a token exchanged for that one. Routed as a
+    /// call is (its CLIENT span, its trace context upstream, cancelled upstream when dropped).
     pub async fn complete_as(
         &self,
         params: CompleteRequestParams,
         subject: Option<&SubjectToken>,
     ) -> Result<CompleteResult, ProxyError> {
-        let link = self.link()?;
+        let target = params.r#ref.as_prompt_name().or(params.r#ref.as_resource_uri()).unwrap_or_default().to_owned();
         let mut request = ClientRequest::CompleteRequest(CompleteRequest::new(params));
         if let Some(subject) = subject {
             request.extensions_mut().insert(subject.clone());
         }
-        let request = async {
-            match link.peer.send_request(request).await? {
-                ServerResult::CompleteResult(result) => Ok(result),
-                _ => Err(ServiceError::UnexpectedResponse),
-            }
+        let answer_of = |result| match result {
+            ServerResult::CompleteResult(result) => Some(result),
+            _ => None,
         };
-        self.timed("completion/complete", request, !link.peer.is_transport_closed()).await
+        self.routed(("completion/complete", &target), request, None, answer_of).await
     }
 
     /// Send a routed request and await its answer; `relay` gets what the upstream sends for it

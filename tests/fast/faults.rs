@@ -6,14 +6,17 @@
 //! - a reply too large, not UTF-8, not JSON-RPC, or with the wrong id fails its own read at
 //!   once with a clear error; a reply that never comes fails at the timeout; meanwhile other
 //!   reads and other upstreams keep working and the upstream is not reconnected;
+//! - a completion that never answers fails at the timeout and is cancelled upstream;
 //! - an upstream that lists a URI twice has it listed once.
 
 use std::time::{Duration, Instant};
 
 use crate::support::eventually;
-use crate::support::fixture::{self, DEADLINE, Era, FixtureClient, HttpFixture, list_all_resources};
+use crate::support::fixture::{self, DEADLINE, Era, FixtureClient, HttpFixture, list_all_resources, wait_for_stats};
 use crate::support::proxy::{ProxyProcess, fixture_upstream, http_upstream, toml_str};
-use rmcp::model::{ReadResourceRequestParams, ResourceContents, SubscribeRequestParams};
+use rmcp::model::{
+    ArgumentInfo, CompleteRequestParams, ReadResourceRequestParams, Reference, ResourceContents, SubscribeRequestParams,
+};
 use rmcp::service::ServiceError;
 use serde_json::Value;
 
@@ -190,6 +193,23 @@ async fn a_reply_that_never_comes_fails_at_the_timeout_while_other_reads_go_on()
         let status = status_of(&proxy, upstream).await?;
         assert_eq!((status["state"].as_str(), status["reconnects"].as_u64()), (Some("up"), Some(0)), "{status}");
     }
+    Ok(())
+}
+
+/// A completion that never answers fails at the upstream's timeout, and the upstream is told to
+/// stop it (`notifications/cancelled`), as a call is.
+#[tokio::test]
+async fn a_completion_that_never_answers_fails_at_the_timeout_and_is_cancelled_upstream() -> anyhow::Result<()> {
+    let http = HttpFixture::spawn(&["--completions"]).await?;
+    let proxy = ProxyProcess::start(&http_upstream("hc", &http.url, "request_timeout = \"400ms\"")).await?;
+    proxy.wait_up("hc", 1).await?;
+    let (client, _) = fixture::connect_http(&proxy.url, Era::Legacy).await?;
+    let template = Reference::for_resource("hc+fx://fx/sized/{bytes}");
+    let hung = client.complete(CompleteRequestParams::new(template, ArgumentInfo::new("bytes", "hang"))).await;
+    let message = hung.expect_err("a completion that never answers").to_string();
+    assert!(message.contains("did not answer within 400ms"), "{message}");
+    let (side, _) = fixture::connect_http(&http.url, Era::Legacy).await?;
+    wait_for_stats(&side, |stats| stats["completions_cancelled"] == 1).await?;
     Ok(())
 }
 
