@@ -143,20 +143,22 @@ impl Inner {
             Err(_) => return Err(LoadError::Failed(too_slow(&flight))),
         };
         let vouched = loaded.subscription.is_some();
-        let entry = self.admit(&flight, settings, loaded, false)?;
-        let public_after_all = flight.principal.is_some() && entry.scope == CacheScope::Public;
+        let admitted = self.admit(&flight, settings, loaded, false)?;
+        let public_after_all = flight.principal.is_some() && admitted.entry.scope == CacheScope::Public;
         let target = if public_after_all { &shared } else { &flight };
-        match tier.fill((&slot_of(target), &slot_of(&flight)), look, &entry, vouched).await {
+        // Not stored: dropped unkept (its subscription let go of, nothing counted).
+        match tier.fill((&slot_of(target), &slot_of(&flight)), look, &admitted.entry, vouched).await {
             Ok(true) => {}
             Ok(false) => {
                 self.metrics.cache_invalidation(InvalidationCause::UpdatedDuringLoad, 1);
-                return Err(LoadError::Uncacheable(Box::new(not_kept(&entry))));
+                return Err(LoadError::Uncacheable(Box::new(not_kept(&admitted.entry))));
             }
             Err(_) => {
                 self.forget_local();
-                return Err(LoadError::Uncacheable(Box::new(not_kept(&entry))));
+                return Err(LoadError::Uncacheable(Box::new(not_kept(&admitted.entry))));
             }
         }
+        let entry = self.keep(admitted);
         if public_after_all {
             self.store.insert(shared, entry.clone()).await;
             self.remember_scope(&flight, &entry);

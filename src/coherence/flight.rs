@@ -9,12 +9,20 @@ use std::time::{Duration, Instant};
 use rmcp::model::CacheScope;
 
 use super::admission::{self, Cached, Loaded, lifetime};
+use super::cache_subscriptions::LoadSubscription;
 use super::{Inner, SCOPE_KNOWN_FOR, UNKEPT_FOR};
 use crate::cache::{Entry, Key, Outcome};
 use crate::config::UpstreamCache;
 use crate::error::ProxyError;
 use crate::metrics::InvalidationCause;
 use crate::wire::contents_json::contents_json;
+
+/// A loaded entry admitted to the cache, not yet kept ([`Inner::keep`]).
+pub(super) struct Admitted {
+    pub(super) entry: Arc<Entry>,
+    subscription: Option<LoadSubscription>,
+    upstream: Arc<str>,
+}
 
 /// How a single-flight load ended when it did not hand back the entry it kept.
 pub(super) enum LoadError {
@@ -61,7 +69,8 @@ pub(super) fn too_slow(key: &Key) -> ProxyError {
 }
 
 impl Inner {
-    /// Decide whether a loaded result is kept, and for how long.
+    /// Decide whether a loaded result is kept, and for how long: the entry to keep, kept once
+    /// [`Self::keep`] is given it (the shared tier stores it first, and may not).
     /// `local_generation`: whether the flight's generation is this process's (else the shared
     /// tier's, which checks it when storing).
     pub(super) fn admit(
@@ -70,7 +79,7 @@ impl Inner {
         settings: &UpstreamCache,
         loaded: Loaded,
         local_generation: bool,
-    ) -> Result<Arc<Entry>, LoadError> {
+    ) -> Result<Admitted, LoadError> {
         let Loaded { result, subscription } = loaded;
         let ttl = lifetime(&self.config, settings, result.ttl_ms, subscription.is_some());
         let (upstream, uri) = (&*flight.upstream, &*flight.uri);
@@ -96,12 +105,19 @@ impl Inner {
             let cached = Cached { result: entry.result, ttl, kept_for, scope, outcome, contents_json: None };
             return Err(LoadError::Uncacheable(Box::new(cached)));
         }
+        entry.contents_json = contents_json(&entry.result.contents);
+        Ok(Admitted { entry: Arc::new(entry), subscription, upstream: flight.upstream.clone() })
+    }
+
+    /// `admitted` is kept: its subscription stays while the entry lives, and it is counted.
+    /// Dropped instead, its subscription is let go of and nothing is counted.
+    pub(super) fn keep(&self, admitted: Admitted) -> Arc<Entry> {
+        let Admitted { entry, subscription, upstream } = admitted;
         if let Some(subscription) = subscription {
             subscription.keep_until(entry.keep_until);
         }
-        entry.contents_json = contents_json(&entry.result.contents);
-        self.metrics.cache_insert(upstream);
-        Ok(Arc::new(entry))
+        self.metrics.cache_insert(&upstream);
+        entry
     }
 
     /// Remember whether `entry`'s URI answers the same to everyone, so later loads fly under

@@ -239,6 +239,31 @@ async fn stale_if_error_serves_an_entry_expired_on_any_replica_but_never_an_inva
     assert_eq!(error.kind(), "not_found", "only upstream trouble");
 }
 
+/// A load an update overtook is not kept on any tier, and neither is anything for it: its
+/// upstream subscription is let go of and no insert is counted (as on one process).
+#[tokio::test]
+async fn a_load_an_update_overtook_keeps_no_subscription_and_counts_no_insert() {
+    let redis = Redis::start().await;
+    let metrics = Metrics::new();
+    let reader = replica_of(&redis, ("t10:", "r0"), SECRET, metrics.clone()).await;
+    let updater = replica(&redis, "t10:", "r1").await;
+    let (loader, updater) = (&reader, &updater);
+    let load = || async move {
+        let subscription = loader.load_subscription("u", "x://a", &TRUSTED);
+        assert!(subscription.is_some(), "the load subscribes first");
+        updater.invalidate_everywhere("u", "x://a").await;
+        Ok(Loaded { result: text("v1"), subscription })
+    };
+    let read = reader.read(request("x://a", "p"), load).await.unwrap();
+    assert_eq!((body(&read), read.outcome), ("v1".to_string(), Outcome::Miss));
+    reader.settle().await;
+    assert_eq!(reader.tracked().subscriptions, 0, "no subscription kept for what was not kept");
+    let exposition = metrics.render();
+    let inserts = exposition.lines().filter(|line| line.starts_with("mcp_proxy_cache_inserts_total"));
+    let inserted: f64 = inserts.map(|line| line.rsplit(' ').next().unwrap().parse::<f64>().unwrap()).sum();
+    assert_eq!(inserted, 0.0, "no insert counted:\n{exposition}");
+}
+
 #[tokio::test]
 async fn redis_stopped_and_started_again_serves_nothing_stale_and_recovers() {
     let mut redis = Redis::start().await;
