@@ -212,9 +212,12 @@ impl Coherence {
     }
 
     /// `upstream` reconnected as connection `epoch`: entries of earlier connections are no
-    /// longer read (their keys carry the old number); this frees their memory.
+    /// longer read (their keys carry the old number); this frees their memory. Returns how many.
+    /// With `[cluster]` the keys carry Redis's boot token instead, and the upstream's floor rises
+    /// in Redis (see `proxy::events`): every entry of it here goes.
     pub fn flush_upstream(&self, upstream: &str, epoch: u64) -> u64 {
-        self.inner.store.flush_upstream(upstream, epoch)
+        let below = if self.inner.shared.is_some() { u64::MAX } else { epoch };
+        self.inner.store.flush_upstream(upstream, below)
     }
 
     /// (entries, weighted bytes).

@@ -264,6 +264,21 @@ async fn a_load_an_update_overtook_keeps_no_subscription_and_counts_no_insert() 
     assert_eq!(inserted, 0.0, "no insert counted:\n{exposition}");
 }
 
+/// A reconnect's flush frees this replica's entries of that upstream, as on one process, and
+/// counts them.
+#[tokio::test]
+async fn a_reconnect_flushes_the_upstreams_entries_here() {
+    let redis = Redis::start().await;
+    let cache = replica(&redis, "t11:", "r0").await;
+    let loads = AtomicUsize::new(0);
+    read(&cache, "x://a", "p", "v1", &loads).await;
+    cache.settle().await;
+    assert_eq!(cache.size().0, 1);
+    assert_eq!(cache.flush_upstream("u", 1), 1, "the entry of the old connection is dropped");
+    cache.settle().await;
+    assert_eq!(cache.size().0, 0);
+}
+
 #[tokio::test]
 async fn redis_stopped_and_started_again_serves_nothing_stale_and_recovers() {
     let mut redis = Redis::start().await;
