@@ -202,6 +202,9 @@ async fn admit(gate: &Gate, principal: &str, response: Response, opened: Option<
             if let Some(&subscriber) = opened.as_ref().and_then(|opened| opened.subscriber.get()) {
                 gate.book.touch(&session, Some(subscriber));
             }
+            if let (Some(shared), Some(level)) = (&gate.shared, opened.as_ref().and_then(|o| o.log_level.get())) {
+                gate.book.keep_level(&session, &shared.records.ids.record_key(&session), level);
+            }
             if let (Some(shared), Some(key)) = (&gate.shared, opened.as_ref().and_then(|opened| opened.host_key.get()))
             {
                 let host = shared.records.ids.host_key(&session);

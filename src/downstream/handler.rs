@@ -69,6 +69,7 @@ impl ServerHandler for ProxyServer {
         if let Some(opened) = opened {
             let _ = opened.subscriber.set(self.session(&context.peer));
             let _ = opened.host_key.set(self.host_key.clone());
+            let _ = opened.log_level.set(self.log_level.clone());
         }
         self.negotiate_initialize(&request)
     }

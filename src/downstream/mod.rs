@@ -129,7 +129,8 @@ impl ProxyServer {
     }
 
     /// `[cluster]`: sessions kept in `records`; a handler built to restore one (rmcp replays
-    /// its handshake) takes its log level from the record, and knows its host key at once (a
+    /// its handshake) takes its log level from the record, and session news sets it from then
+    /// on (a GET stream serves no request that would note it); it knows its host key at once (a
     /// GET stream restored here tells its host of its per-host sessions' own lists).
     fn with_records(mut self, records: Option<shared::records::Records>) -> Self {
         if let Some(record) = shared::restoring() {
@@ -138,6 +139,9 @@ impl ProxyServer {
             }
             if let Some(records) = &records {
                 let _ = self.host_key.set(records.ids.host_key(&record.session));
+                if let Some(book) = &self.book {
+                    book.keep_level(&record.session, &records.ids.record_key(&record.session), &self.log_level);
+                }
             }
         }
         self.records = records;
@@ -156,7 +160,8 @@ impl ProxyServer {
             book.touch(session, self.session.get().map(|s| s.id));
             if self.records.is_some() {
                 // Session news sets it when `logging/setLevel` lands on another replica.
-                book.keep_level(session, &self.log_level);
+                let record_key = self.records.as_ref().map(|records| records.ids.record_key(session));
+                book.keep_level(session, &record_key.unwrap_or_default(), &self.log_level);
             }
         }
     }

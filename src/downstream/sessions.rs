@@ -13,9 +13,13 @@
 //! opened it, and its count in `mcp_proxy_downstream_sessions` lives exactly as long as it does;
 //! a session is marked used (for good) by its first request or GET stream after `initialize`.
 
+#![allow(deprecated)] // Logging is deprecated by SEP-2577 but still in the 2025 era.
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+use rmcp::model::LoggingLevel;
 
 use super::relay::LogLevel;
 use crate::metrics::SessionGuard;
@@ -30,7 +34,15 @@ pub(super) struct SessionBook {
     shared_caps: bool,
     /// Woken whenever a session's subscriber id becomes known (see [`SessionBook::wait_subscriber`]).
     subscribers: tokio::sync::Notify,
+    /// `[cluster]`: levels session news brought, by record key, while no handler here filtered
+    /// that session's messages yet (one being restored); taken by the first to register within
+    /// [`EARLY_LEVEL_FOR`]. Locked inside `sessions`.
+    early_levels: Mutex<HashMap<String, (LoggingLevel, Instant)>>,
 }
+
+/// How long a level session news brought waits for a handler restored here (its record was
+/// read before the level was set; its handler registers a moment later).
+const EARLY_LEVEL_FOR: Duration = Duration::from_secs(10);
 
 struct Seen {
     principal: Arc<str>,
@@ -60,6 +72,9 @@ pub(crate) struct OpenedSubscriber {
     pub subscriber: Arc<OnceLock<SubscriberId>>,
     /// The handler's host key, which the gate sets once the session's id is known.
     pub host_key: Arc<OnceLock<crate::fanout::HostKey>>,
+    /// The handler's log level, which session news sets when `logging/setLevel` lands on
+    /// another replica before this one served a request of the session.
+    pub log_level: Arc<OnceLock<LogLevel>>,
 }
 
 /// Why a new session was not admitted.
@@ -79,6 +94,7 @@ impl SessionBook {
             max_per_principal,
             shared_caps: false,
             subscribers: tokio::sync::Notify::new(),
+            early_levels: Mutex::default(),
         }
     }
 
@@ -208,18 +224,35 @@ impl SessionBook {
         }
     }
 
-    /// `[cluster]`: the log level `session`'s handler here filters by (kept once).
-    pub fn keep_level(&self, session: &str, level: &LogLevel) {
-        if let Some(seen) = self.sessions.lock().expect("sessions lock").get_mut(session)
-            && seen.level.is_none()
-        {
-            seen.level = Some(level.clone());
+    /// `[cluster]`: the log level `session`'s handler here filters by (kept once), set to what
+    /// session news brought for its record key `record_key` while it had none.
+    pub fn keep_level(&self, session: &str, record_key: &str, level: &LogLevel) {
+        let mut sessions = self.sessions.lock().expect("sessions lock");
+        let Some(seen) = sessions.get_mut(session).filter(|seen| seen.level.is_none()) else { return };
+        seen.level = Some(level.clone());
+        let early = self.early_levels.lock().expect("early levels lock").remove(record_key);
+        if let Some((heard, _)) = early.filter(|(_, at)| at.elapsed() < EARLY_LEVEL_FOR) {
+            *level.lock().expect("log level lock") = Some(heard);
         }
     }
 
-    /// `[cluster]`: the log level of `session`'s handler here, if it made a request here.
-    pub fn level(&self, session: &str) -> Option<LogLevel> {
-        self.sessions.lock().expect("sessions lock").get(session).and_then(|seen| seen.level.clone())
+    /// `[cluster]`: session news set `level` for the session keyed `record_key` (`key_of` names
+    /// a session's key): its handlers here filter by it; with none yet, the first to register
+    /// soon takes it ([`SessionBook::keep_level`]).
+    pub fn news_level(&self, record_key: &str, key_of: impl Fn(&str) -> String, level: LoggingLevel) {
+        let sessions = self.sessions.lock().expect("sessions lock");
+        let mut held = false;
+        for seen in
+            sessions.iter().filter(|(id, _)| key_of(id) == record_key).filter_map(|(_, seen)| seen.level.as_ref())
+        {
+            *seen.lock().expect("log level lock") = Some(level);
+            held = true;
+        }
+        if !held {
+            let mut early = self.early_levels.lock().expect("early levels lock");
+            early.retain(|_, (_, at)| at.elapsed() < EARLY_LEVEL_FOR);
+            early.insert(record_key.to_owned(), (level, Instant::now()));
+        }
     }
 
     /// The session ended; its count in the metric goes with it.

@@ -2,7 +2,7 @@
 //! cap (`server.max_calls_per_principal`) counts the calls of every live replica, the
 //! subscription cap (`server.max_subscriptions_per_principal`) the subscriptions of every 2025
 //! session, the rate limits are shared among the live replicas, and a 2025 session's
-//! `logging/setLevel` holds on every replica that serves it.
+//! `logging/setLevel` holds on every replica that serves it, the one that answered `initialize` too.
 
 #![allow(deprecated)] // Logging is deprecated by SEP-2577 but still in the 2025 era.
 
@@ -328,6 +328,43 @@ async fn a_sessions_log_level_holds_on_every_replica_that_serves_it() -> anyhow:
         }
     })
     .await?;
+    host.cancel().await?;
+    Ok(())
+}
+
+/// `logging/setLevel` sent before any call (after `initialize` and `notifications/initialized`,
+/// which the balancer sends to other replicas) holds on the replica that answered `initialize`
+/// too, whose handler served no request of the session yet.
+#[tokio::test]
+async fn a_log_level_set_before_any_call_holds_on_the_replica_that_answered_initialize() -> anyhow::Result<()> {
+    let config = fixture_upstream("fx", &[]);
+    let cluster = Replicas::start(3, &config, &[]).await?;
+    for replica in &cluster.replicas {
+        replica.wait_offerings("fx").await?;
+    }
+    let (sender, heard) = mpsc::unbounded_channel();
+    let heard = Mutex::new(heard);
+    let transport =
+        StreamableHttpClientTransport::from_config(StreamableHttpClientTransportConfig::with_uri(cluster.url()));
+    let transport = RecordingTransport { transport, heard: sender };
+    let host = tokio::time::timeout(DEADLINE, LoggedHost.serve(transport)).await.context("connect")??;
+    host.set_level(SetLevelRequestParams::new(LoggingLevel::Warning)).await?;
+    let mut round = 0;
+    eventually(DEADLINE, "three calls in a row (one on each replica), none heard at `warning`", || {
+        round += 1;
+        let (host, heard) = (&host, &heard);
+        async move {
+            for call in 0..3 {
+                let tag = format!("quiet-{round}-{call}");
+                anyhow::ensure!(!heard_its_log(host, heard, &tag).await?, "{tag} was heard");
+            }
+            anyhow::Ok(())
+        }
+    })
+    .await?;
+    for (i, replica) in cluster.replicas.iter().enumerate() {
+        assert!(answered(replica, "tools/call", "ok").await? >= 1.0, "replica-{i} served no call");
+    }
     host.cancel().await?;
     Ok(())
 }

@@ -132,16 +132,13 @@ impl Newsroom {
         self.answers.handed(self.manager.accept_message(&session, answer).await.is_ok());
     }
 
-    /// `level <record key> <level>`: the session's handler here filters by the new level.
+    /// `level <record key> <level>`: the session's handler here filters by the new level (one
+    /// restored here a moment later too).
     fn level(&self, news: &str) {
         let Some((record_key, level)) = news.split_once(' ') else { return };
         let Ok(level) = serde_json::from_str::<LoggingLevel>(level) else { return };
         let ids = &self.records.ids;
-        for session in self.book.find(|session| ids.record_key(session) == record_key) {
-            if let Some(kept) = self.book.level(&session) {
-                *kept.lock().expect("log level lock") = Some(level);
-            }
-        }
+        self.book.news_level(record_key, |session| ids.record_key(session), level);
     }
 
     /// The session keyed `record_key` ended on some replica: it ends here too.
