@@ -3,10 +3,10 @@
 //! replays to re-create the session), its `logging/setLevel` and its subscriptions. No token
 //! or secret is in it, and it is named by an HMAC of the session id, never the id. What it says
 //! is sealed (`crate::cluster::sealed`, each value bound to its key and field): the principal,
-//! the `initialize` parameters, the level and each subscribed URI (a field named by the URI's
-//! keyed digest). A value that does not open is missing: a record whose principal or
-//! parameters do not open is no session (the host starts a new one), a URI that does not open
-//! is not held; each is counted.
+//! the `initialize` parameters, the level and each subscribed URI (as the proxy keeps it,
+//! normalised: `Proxy::subscription_uri`; a field named by the URI's keyed digest). A value
+//! that does not open is missing: a record whose principal or parameters do not open is no
+//! session (the host starts a new one), a URI that does not open is not held; each is counted.
 //!
 //! Keys (under the cluster's prefix): `session:<k>` (a hash), `session:<k>:held` (a hash: URI
 //! name → sealed URI),
