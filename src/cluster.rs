@@ -25,6 +25,8 @@ pub mod keys;
 mod owners;
 pub mod peer_tls;
 pub mod peers;
+#[cfg(test)]
+pub(crate) mod redis_server;
 pub mod sealed;
 pub mod session_pass;
 

@@ -48,14 +48,7 @@ impl ProxyServer {
             let (answer, notes) = audit::scope::noting(self.subscribe_shared(records, session, &request.uri)).await;
             let kind = (Kind::Subscribe, method::RESOURCES_SUBSCRIBE);
             self.audit_subscription(notes, kind, &context, started, &request.uri, stored_outcome(&answer));
-            return match answer {
-                Ok(answer) => self.record(method::RESOURCES_SUBSCRIBE, started, answer),
-                Err(error) => {
-                    let elapsed = started.elapsed();
-                    self.proxy.metrics().downstream_request(method::RESOURCES_SUBSCRIBE, "error", elapsed, self.hop());
-                    Err(error)
-                }
-            };
+            return self.record_stored(method::RESOURCES_SUBSCRIBE, started, answer);
         }
         // The caps (per session, per principal) are kept with the holds themselves.
         let host = host_session(self.host_key().unwrap_or(subscriber), &context);
@@ -76,15 +69,10 @@ impl ProxyServer {
         let started = Instant::now();
         let subscriber = self.session(&context.peer);
         if let (Some(records), Some(session)) = (&self.records, session_header(&context.extensions)) {
-            let recorded = records.unsubscribe(session, &request.uri).await.map_err(store_error);
-            let outcome = if recorded.is_ok() { "ok" } else { "error" };
-            let elapsed = started.elapsed();
-            self.proxy.metrics().downstream_request(method::RESOURCES_UNSUBSCRIBE, outcome, elapsed, self.hop());
+            let (answer, notes) = audit::scope::noting(self.unsubscribe_shared(records, session, &request.uri)).await;
             let kind = (Kind::Unsubscribe, method::RESOURCES_UNSUBSCRIBE);
-            let notes = audit::scope::Notes::default();
-            let audited = if recorded.is_ok() { "ok" } else { "store_unavailable" };
-            self.audit_subscription(notes, kind, &context, started, &request.uri, audited);
-            return recorded;
+            self.audit_subscription(notes, kind, &context, started, &request.uri, stored_outcome(&answer));
+            return self.record_stored(method::RESOURCES_UNSUBSCRIBE, started, answer);
         }
         let (answer, notes) =
             audit::scope::noting_sync(|| self.proxy.unsubscribe(&self.caller(), subscriber, &request.uri));
@@ -108,24 +96,45 @@ impl ProxyServer {
             .request(notes, || Asked::of(&self.principal, context, started).event(kind, method, outcome).uri(uri));
     }
 
-    /// `[cluster]`: the subscription goes into the session's record (within
-    /// `server.max_subscriptions_per_session`, and `server.max_subscriptions_per_principal` over
-    /// the principal's live sessions on every replica); the replica serving the session's GET
-    /// stream holds it (see `shared::streams`). The outer error: Redis could not be reached.
+    /// A `[cluster]` subscribe's or unsubscribe's answer, counted in the metrics (Redis could not
+    /// be reached: an error).
+    fn record_stored(
+        &self,
+        method: &'static str,
+        started: Instant,
+        answer: Result<Result<(), ProxyError>, ErrorData>,
+    ) -> Result<(), ErrorData> {
+        match answer {
+            Ok(answer) => self.record(method, started, answer),
+            Err(error) => {
+                self.proxy.metrics().downstream_request(method, "error", started.elapsed(), self.hop());
+                Err(error)
+            }
+        }
+    }
+
+    /// `[cluster]`: the subscription goes into the session's record, under the URI the proxy
+    /// keeps it under on one process (`Proxy::subscription_uri`: normalised; unknown and
+    /// forbidden URIs are not found), within `server.max_subscriptions_per_session`, and
+    /// `server.max_subscriptions_per_principal` over the principal's live sessions on every
+    /// replica; the replica serving the session's GET stream holds it (see `shared::streams`).
+    /// The outer error: Redis could not be reached.
     async fn subscribe_shared(
         &self,
         records: &Records,
         session: &str,
         uri: &str,
     ) -> Result<Result<(), ProxyError>, ErrorData> {
-        let caller = self.caller();
-        if self.proxy.subscribable(&caller, &[uri.to_owned()]).is_empty() {
-            return Ok(Err(ProxyError::not_found(uri)));
-        }
+        let kept_as = match self.proxy.subscription_uri(&self.caller(), uri) {
+            Ok(kept_as) => kept_as,
+            Err(error) => return Ok(Err(error)),
+        };
         let server = &self.proxy.config().server;
         let (limit, principal_limit) = (server.max_subscriptions_per_session, server.max_subscriptions_per_principal);
-        let recorded =
-            records.subscribe(session, (&self.principal, uri), (limit, principal_limit)).await.map_err(store_error)?;
+        let recorded = records
+            .subscribe(session, (&self.principal, &kept_as), (limit, principal_limit))
+            .await
+            .map_err(store_error)?;
         Ok(recorded.map_err(|refused| match refused {
             SubscribeRefused::NoSession => ProxyError::not_found(uri),
             SubscribeRefused::Full => ProxyError::SubscriptionLimit {
@@ -139,6 +148,23 @@ impl ProxyServer {
                 setting: "server.max_subscriptions_per_principal",
             },
         }))
+    }
+
+    /// `[cluster]`: the subscription leaves the session's record, under the URI it was kept
+    /// under (`Proxy::subscription_uri`); an unknown or forbidden URI is not found, as on one
+    /// process. The outer error: Redis could not be reached.
+    async fn unsubscribe_shared(
+        &self,
+        records: &Records,
+        session: &str,
+        uri: &str,
+    ) -> Result<Result<(), ProxyError>, ErrorData> {
+        let kept_as = match self.proxy.subscription_uri(&self.caller(), uri) {
+            Ok(kept_as) => kept_as,
+            Err(error) => return Ok(Err(error)),
+        };
+        records.unsubscribe(session, &kept_as).await.map_err(store_error)?;
+        Ok(Ok(()))
     }
 
     pub(super) fn subscriptions_accepted_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {

@@ -275,6 +275,12 @@ impl Proxy {
         self.inner.reads.wait_subscribed(caller, uri, timeout).await
     }
 
+    /// The URI a subscription of `uri` by `caller` is kept under (see
+    /// `Subscriptions::subscription_uri`): `[cluster]` records it so.
+    pub fn subscription_uri(&self, caller: &Caller, uri: &str) -> Result<String, ProxyError> {
+        self.inner.subscriptions.subscription_uri(caller, uri)
+    }
+
     /// The subset of `uris` that `caller` may subscribe to.
     pub fn subscribable(&self, caller: &Caller, uris: &[String]) -> Vec<String> {
         self.inner.subscriptions.subscribable(caller, uris)

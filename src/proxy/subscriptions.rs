@@ -165,6 +165,15 @@ impl Subscriptions {
         Ok(())
     }
 
+    /// The URI a subscription of `uri` by `caller` is kept under: the namespaced URI as it routes
+    /// (normalised), the one [`Self::subscribe`] and [`Self::unsubscribe`] key by and fan-out
+    /// names, so every spelling of a URI is one subscription. Unknown and forbidden URIs are not
+    /// found, as they are to `subscribe` and `unsubscribe`.
+    pub(crate) fn subscription_uri(&self, caller: &Caller, uri: &str) -> Result<String, ProxyError> {
+        let route = self.access.route(caller, uri, DenialAction::Subscribe)?;
+        namespace::namespaced(&route.upstream, &route.original).ok_or_else(|| ProxyError::not_found(uri))
+    }
+
     /// The subset of `uris` that the caller may subscribe to: known namespaces, allowed.
     pub(crate) fn subscribable(&self, caller: &Caller, uris: &[String]) -> Vec<String> {
         let routable = |uri: &&String| self.access.route(caller, uri, DenialAction::Subscribe).is_ok();

@@ -1,8 +1,9 @@
 //! The caps and limits of one principal hold across the replicas (issue 28): the in-flight call
 //! cap (`server.max_calls_per_principal`) counts the calls of every live replica, the
 //! subscription cap (`server.max_subscriptions_per_principal`) the subscriptions of every 2025
-//! session, the rate limits are shared among the live replicas, and a 2025 session's
-//! `logging/setLevel` holds on every replica that serves it, the one that answered `initialize` too.
+//! session (each URI counted once, in the form the proxy normalises it to), the rate limits are
+//! shared among the live replicas, and a 2025 session's `logging/setLevel` holds on every
+//! replica that serves it, the one that answered `initialize` too.
 
 #![allow(deprecated)] // Logging is deprecated by SEP-2577 but still in the 2025 era.
 
@@ -142,6 +143,28 @@ async fn the_subscription_cap_of_a_principal_holds_across_its_sessions_on_every_
     })
     .await?;
     first.cancel().await?;
+    Ok(())
+}
+
+/// A 2025 session's subscription is its URI as the proxy normalises it, as on one process: two
+/// spellings of one URI are one subscription (within `server.max_subscriptions_per_session = 1`),
+/// either spelling lets go of it, and an unsubscribe of a URI no upstream serves is not found.
+#[tokio::test]
+async fn a_subscription_is_one_however_its_uri_is_spelled_and_an_unknown_uri_is_not_found() -> anyhow::Result<()> {
+    let (_fixture, cluster) = three_replicas("[server]\nmax_subscriptions_per_session = 1").await?;
+    let (host, _) = fixture::connect_http(cluster.url(), Era::Legacy).await?;
+
+    host.subscribe(SubscribeRequestParams::new("FX+FX://fx/item/1")).await?;
+    let again = host.subscribe(SubscribeRequestParams::new("fx+fx://fx/item/1")).await;
+    assert!(again.is_ok(), "the same URI spelled otherwise is the one subscription: {again:?}");
+    host.unsubscribe(UnsubscribeRequestParams::new("fx+fx://FX/item/1")).await?;
+    let next = host.subscribe(SubscribeRequestParams::new("fx+fx://fx/item/2")).await;
+    assert!(next.is_ok(), "an unsubscribe spelled otherwise gave the session's place back: {next:?}");
+
+    let unknown = host.unsubscribe(UnsubscribeRequestParams::new("nowhere+fx://fx/item/1")).await;
+    let message = refusal(&unknown).with_context(|| format!("an unknown URI's unsubscribe: {unknown:?}"))?;
+    assert_eq!(message, "resource not found: nowhere+fx://fx/item/1", "as one process answers");
+    host.cancel().await?;
     Ok(())
 }
 

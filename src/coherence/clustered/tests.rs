@@ -14,14 +14,11 @@ use rmcp::model::{CacheScope, ReadResourceResult, ResourceContents};
 
 use super::super::shared::{Place, SharedTier};
 use super::super::{Cached, Coherence, Loaded, Outcome, ReadRequest, UpstreamSubscriptions};
+use crate::cluster::redis_server::Redis;
 use crate::cluster::{ClusterKeys, RedisSeal};
 use crate::config::{CacheConfig, UpstreamCache};
 use crate::error::ProxyError;
 use crate::metrics::Metrics;
-
-mod redis_server;
-
-use self::redis_server::Redis;
 
 const REPLICAS: &str = "test:replica:";
 const SECRET: &[u8] = b"the test cluster's secret, 32 b.";

@@ -3,10 +3,10 @@
 //! replays to re-create the session), its `logging/setLevel` and its subscriptions. No token
 //! or secret is in it, and it is named by an HMAC of the session id, never the id. What it says
 //! is sealed (`crate::cluster::sealed`, each value bound to its key and field): the principal,
-//! the `initialize` parameters, the level and each subscribed URI (a field named by the URI's
-//! keyed digest). A value that does not open is missing: a record whose principal or
-//! parameters do not open is no session (the host starts a new one), a URI that does not open
-//! is not held; each is counted.
+//! the `initialize` parameters, the level and each subscribed URI (as the proxy keeps it,
+//! normalised: `Proxy::subscription_uri`; a field named by the URI's keyed digest). A value
+//! that does not open is missing: a record whose principal or parameters do not open is no
+//! session (the host starts a new one), a URI that does not open is not held; each is counted.
 //!
 //! Keys (under the cluster's prefix): `session:<k>` (a hash), `session:<k>:held` (a hash: URI
 //! name → sealed URI),
@@ -20,6 +20,11 @@
 //! (a host's answer, sealed for the replica that asked: `answers`; who keeps a lost stream's
 //! answer: `keepers`). Such an answer, once asked for, is kept at `kept:<call key>:<replica>`,
 //! sealed, for a minute.
+//!
+//! Invariant: the two sorted sets list exactly the live records, each scored by its expiry:
+//! every script that sets a record's lifetime (`ADMIT`, `TOUCH`, `SUBSCRIBE`) moves its score
+//! to the new expiry and keeps both sets alive for the longest a record lives, so the caps count
+//! what the single-process book would.
 
 #![allow(deprecated)] // Logging is deprecated by SEP-2577 but still in the 2025 era.
 
@@ -162,7 +167,7 @@ impl Records {
             .arg(ms(self.idle))
             .arg(max_total)
             .arg(max_principal)
-            .arg(ms(self.idle.max(self.subscribed_idle)));
+            .arg(self.longest_life());
         let answer: i64 = self.run(invocation.invoke_async(&mut self.redis())).await?;
         Ok(match answer {
             0 => Admission::Admitted,
@@ -203,7 +208,8 @@ impl Records {
             .key(self.cluster.key(&["sessions", ""]))
             .arg(now_ms())
             .arg(ms(self.idle))
-            .arg(ms(self.subscribed_idle));
+            .arg(ms(self.subscribed_idle))
+            .arg(self.longest_life());
         let alive: i64 = self.run(invocation.invoke_async(&mut self.redis())).await?;
         Ok(alive == 1)
     }
@@ -236,6 +242,7 @@ impl Records {
         invocation
             .key(&held)
             .key(self.cluster.key(&["sessions", &self.ids.principal_key(principal)]))
+            .key(self.cluster.key(&["sessions"]))
             .arg(&name)
             .arg(max)
             .arg(ms(self.subscribed_idle))
@@ -243,7 +250,8 @@ impl Records {
             .arg(format!("{SUBSCRIPTIONS} {}", self.ids.record_key(session)))
             .arg(max_principal)
             .arg(now_ms())
-            .arg(self.seal(&held, &name, uri.as_bytes()));
+            .arg(self.seal(&held, &name, uri.as_bytes()))
+            .arg(self.longest_life());
         let answer: i64 = self.run(invocation.invoke_async(&mut self.redis())).await?;
         Ok(match answer {
             -1 => Err(SubscribeRefused::NoSession),
@@ -282,6 +290,13 @@ impl Records {
     /// The full Redis key of `session`'s record.
     fn record_key(&self, session: &str) -> String {
         self.cluster.key(&["session", &self.ids.record_key(session)])
+    }
+
+    /// The longest a record lives, in ms: how long the sorted sets of records live after each
+    /// change of a record's lifetime (so neither expires under a record it lists), and how long
+    /// a new record lives until it is admitted.
+    fn longest_life(&self) -> u64 {
+        ms(self.idle.max(self.subscribed_idle))
     }
 
     fn redis(&self) -> ConnectionManager {
@@ -332,7 +347,7 @@ impl SessionStore for Records {
         let init = self.seal(&record, "init", init.as_bytes());
         let mut redis = self.redis();
         let mut pipe = redis::pipe();
-        pipe.hset(&record, "init", init).pexpire(&record, ms(self.idle.max(self.subscribed_idle)) as i64);
+        pipe.hset(&record, "init", init).pexpire(&record, self.longest_life() as i64);
         let _: (i64, i64) = self.run(pipe.query_async(&mut redis)).await?;
         Ok(())
     }
@@ -354,3 +369,6 @@ fn now_ms() -> u64 {
 fn ms(duration: Duration) -> u64 {
     duration.as_millis().max(1) as u64
 }
+
+#[cfg(test)]
+mod tests;

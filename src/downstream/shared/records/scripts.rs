@@ -17,23 +17,30 @@ return 0
 ";
 
 /// KEYS: record, its subscriptions, all sessions, the principals' prefix; ARGV: now, idle ttl,
-/// subscribed ttl. 1 when the record lives.
+/// subscribed ttl, the sorted sets' ttl. 1 when the record lives. The record's score moves to its
+/// new expiry (it is entered again if its sets were lost), and both sets live at least as long
+/// as it does.
 pub(super) const TOUCH: &str = r"
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local ttl = ARGV[2]
 if redis.call('HLEN', KEYS[2]) > 0 then ttl = ARGV[3] end
 redis.call('PEXPIRE', KEYS[1], ttl)
 redis.call('PEXPIRE', KEYS[2], ttl)
-local expiry = tonumber(ARGV[1]) + tonumber(ttl)
-redis.call('ZADD', KEYS[3], 'XX', expiry, KEYS[1])
 local pk = redis.call('HGET', KEYS[1], 'pk')
-if pk then redis.call('ZADD', KEYS[4] .. pk, 'XX', expiry, KEYS[1]) end
+if not pk then return 1 end
+local expiry = tonumber(ARGV[1]) + tonumber(ttl)
+redis.call('ZADD', KEYS[3], expiry, KEYS[1])
+redis.call('ZADD', KEYS[4] .. pk, expiry, KEYS[1])
+redis.call('PEXPIRE', KEYS[3], ARGV[4])
+redis.call('PEXPIRE', KEYS[4] .. pk, ARGV[4])
 return 1
 ";
 
-/// KEYS: record, its subscriptions, the principal's live sessions; ARGV: uri's name, max,
-/// subscribed ttl, channel, news, max for the principal, now, sealed uri. The principal's URIs
-/// are those of its live sessions' records (at most `server.max_sessions_per_principal` of them).
+/// KEYS: record, its subscriptions, the principal's live sessions, all sessions; ARGV: uri's
+/// name, max, subscribed ttl, channel, news, max for the principal, now, sealed uri, the sorted
+/// sets' ttl. The principal's URIs are those of its live sessions' records (at most
+/// `server.max_sessions_per_principal` of them). The record now lives the subscribed ttl: its
+/// score moves to that expiry, and both sets live at least as long.
 pub(super) const SUBSCRIBE: &str = r"
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return 0 end
@@ -47,6 +54,11 @@ if held >= tonumber(ARGV[6]) then return -3 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[8])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
+local expiry = tonumber(ARGV[7]) + tonumber(ARGV[3])
+redis.call('ZADD', KEYS[3], expiry, KEYS[1])
+redis.call('ZADD', KEYS[4], expiry, KEYS[1])
+redis.call('PEXPIRE', KEYS[3], ARGV[9])
+redis.call('PEXPIRE', KEYS[4], ARGV[9])
 redis.call('PUBLISH', ARGV[4], ARGV[5])
 return 1
 ";

@@ -1,24 +1,25 @@
-//! A `redis-server` for the shared tier's tests: started on a free loopback port, stopped and
-//! started again at will, read and written behind the code's back.
+//! A `redis-server` for the tests of what the cluster keeps in Redis (the shared tier, the
+//! session records): started on a free loopback port, stopped and started again at will, read
+//! and written behind the code's back.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// A `redis-server` on a free loopback port, without persistence; killed when dropped.
-pub(super) struct Redis {
-    pub(super) port: u16,
+pub(crate) struct Redis {
+    pub(crate) port: u16,
     child: Option<Child>,
 }
 
 impl Redis {
-    pub(super) async fn start() -> Redis {
+    pub(crate) async fn start() -> Redis {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let mut redis = Redis { port, child: None };
         redis.run().await;
         redis
     }
 
-    pub(super) async fn run(&mut self) {
+    pub(crate) async fn run(&mut self) {
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .stdout(Stdio::null())
@@ -38,40 +39,40 @@ impl Redis {
         }
     }
 
-    pub(super) fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
         }
     }
 
-    pub(super) fn client(&self) -> redis::Client {
+    pub(crate) fn client(&self) -> redis::Client {
         redis::Client::open(format!("redis://127.0.0.1:{}/0", self.port)).unwrap()
     }
 
-    pub(super) async fn set(&self, key: &str, value: &str) {
+    pub(crate) async fn set(&self, key: &str, value: &str) {
         let mut connection = self.client().get_multiplexed_async_connection().await.unwrap();
         redis::cmd("SET").arg(key).arg(value).query_async::<()>(&mut connection).await.unwrap();
     }
 
-    pub(super) async fn keys(&self, pattern: &str) -> Vec<String> {
+    pub(crate) async fn keys(&self, pattern: &str) -> Vec<String> {
         let mut connection = self.client().get_multiplexed_async_connection().await.unwrap();
         let mut keys: Vec<String> = redis::cmd("KEYS").arg(pattern).query_async(&mut connection).await.unwrap();
         keys.sort();
         keys
     }
 
-    pub(super) async fn hset(&self, key: &str, field: &str, value: &[u8]) {
+    pub(crate) async fn hset(&self, key: &str, field: &str, value: &[u8]) {
         let mut connection = self.client().get_multiplexed_async_connection().await.unwrap();
         redis::cmd("HSET").arg(key).arg(field).arg(value).query_async::<()>(&mut connection).await.unwrap();
     }
 
-    pub(super) async fn hget(&self, key: &str, field: &str) -> Vec<u8> {
+    pub(crate) async fn hget(&self, key: &str, field: &str) -> Vec<u8> {
         let mut connection = self.client().get_multiplexed_async_connection().await.unwrap();
         redis::cmd("HGET").arg(key).arg(field).query_async(&mut connection).await.unwrap()
     }
 
-    pub(super) async fn del(&self, key: &str) {
+    pub(crate) async fn del(&self, key: &str) {
         let mut connection = self.client().get_multiplexed_async_connection().await.unwrap();
         redis::cmd("DEL").arg(key).query_async::<()>(&mut connection).await.unwrap();
     }
