@@ -183,7 +183,12 @@ impl ProxyServer {
         let (progress, outlet) = token.map(|token| HostProgress::start(context.peer.clone(), token)).unzip();
         let (relay, jobs) =
             super::relay::for_call(context, &self.log_level, &self.principal, self.host_and_key(context));
-        let asker = Asker { progress: outlet, relay: Some(relay), ..Asker::new(&self.principal, &context.ct) };
+        let asker = Asker {
+            progress: outlet,
+            relay: Some(relay),
+            meta: Some(&context.meta),
+            ..Asker::new(&self.principal, &context.ct)
+        };
         let answer = super::relay::serving(self.proxy.tools().request(asker, request), jobs, &context.peer).await;
         if let Some(progress) = progress {
             progress.flushed().await;
@@ -201,7 +206,8 @@ impl ProxyServer {
         let get = || async {
             let (relay, jobs) =
                 super::relay::for_call(&context, &self.log_level, &self.principal, self.host_and_key(&context));
-            let asker = Asker { relay: Some(relay), ..Asker::new(&self.principal, &context.ct) };
+            let asker =
+                Asker { relay: Some(relay), meta: Some(&context.meta), ..Asker::new(&self.principal, &context.ct) };
             let got = super::relay::serving(self.proxy.tools().request(asker, request), jobs, &context.peer);
             kept_too(answering, got, prompt_answer).await
         };
@@ -221,7 +227,11 @@ impl ProxyServer {
         };
         let complete = || async {
             let subject = super::subject_of(&context.extensions);
-            let asker = Asker { subject: subject.as_ref(), ..Asker::new(&self.principal, &context.ct) };
+            let asker = Asker {
+                subject: subject.as_ref(),
+                meta: Some(&context.meta),
+                ..Asker::new(&self.principal, &context.ct)
+            };
             self.proxy.tools().request(asker, request).await
         };
         self.routed::<CompleteRequestParams, _>(&context, (Kind::Complete, metered, None), complete).await

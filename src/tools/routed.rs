@@ -47,12 +47,15 @@ pub struct Asker<'a> {
     pub relay: Option<Arc<dyn HostRelay>>,
     /// The JWT the request came with, when it has no relay to carry it.
     pub subject: Option<&'a SubjectToken>,
+    /// The request's `_meta` as the host sent it (rmcp hands it apart from the params): what is
+    /// not the host's own goes upstream with it.
+    pub meta: Option<&'a RequestMetaObject>,
 }
 
 impl<'a> Asker<'a> {
     /// `principal`'s request, with no progress asked, no relay and no JWT.
     pub fn new(principal: &'a str, cancelled: &'a CancellationToken) -> Self {
-        Asker { principal, cancelled, progress: None, relay: None, subject: None }
+        Asker { principal, cancelled, progress: None, relay: None, subject: None, meta: None }
     }
 }
 
@@ -236,7 +239,7 @@ impl Tools {
             }
             _ => unreachable!("routed above"),
         };
-        *meta = meta_upstream(meta.take());
+        *meta = meta_upstream(meta.take().or_else(|| asker.meta.cloned()));
         Ok((upstream, presented))
     }
 

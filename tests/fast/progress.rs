@@ -1,7 +1,8 @@
 //! Progress of a routed tool call reaches the host before the call's result, in both eras and
 //! against upstreams of both eras. The fixture's `progress` tool sends its steps back to back
 //! and answers at once, so the last step and the result race every time; the host logs what it
-//! reads in wire order (`support::wire`), before rmcp's own tasks could reorder it.
+//! reads in wire order (`support::wire`), before rmcp's own tasks could reorder it. A call's
+//! `_meta` reaches the upstream without the host's own keys (its progress token, the protocol's).
 
 use anyhow::Context;
 use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, ServerResult};
@@ -58,5 +59,28 @@ async fn every_progress_step_reaches_the_host_before_the_result() -> anyhow::Res
             }
         }
     }
+    Ok(())
+}
+
+/// A host's `_meta` goes upstream with its call, without the keys that are the host's own: its
+/// `progressToken` and the protocol's `io.modelcontextprotocol/` keys.
+#[tokio::test]
+async fn a_calls_meta_reaches_the_upstream_without_the_hosts_own_keys() -> anyhow::Result<()> {
+    let upstream = fixture::serve_in_process(&[]).await?;
+    let proxy = InProcessProxy::start(&http_upstream("fx", &upstream.url, "")).await?;
+    let (host, _) = fixture::connect_http(&proxy.url, Era::Legacy).await?;
+    let meta = json!({
+        "example.com/note": "for the server",
+        "progressToken": 7,
+        "io.modelcontextprotocol/clientInfo": {"name": "host", "version": "1"},
+    });
+    let mut params = CallToolRequestParams::new("fx__traceparent");
+    params.meta = Some(serde_json::from_value(meta)?);
+    let result = host.call_tool(params).await?;
+    let text = result.content.first().and_then(|block| block.as_text()).context("a text block")?;
+    let seen: serde_json::Value = serde_json::from_str(&text.text)?;
+    let keys: Vec<&str> = seen["keys"].as_array().context("keys")?.iter().filter_map(|k| k.as_str()).collect();
+    assert!(keys.contains(&"example.com/note"), "the host's own key went upstream: {keys:?}");
+    assert!(!keys.iter().any(|k| k.starts_with("io.modelcontextprotocol/")), "{keys:?}");
     Ok(())
 }
