@@ -25,8 +25,6 @@ pub mod keys;
 mod owners;
 pub mod peer_tls;
 pub mod peers;
-#[cfg(test)]
-pub(crate) mod redis_server;
 pub mod sealed;
 pub mod session_pass;
 
@@ -338,4 +336,10 @@ fn describe(error: &RedisError) -> String {
 
 fn unix_now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// What the unit tests of the modules that keep something in Redis share.
+#[cfg(test)]
+pub(crate) mod tests {
+    pub(crate) mod redis_server;
 }

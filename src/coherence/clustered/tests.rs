@@ -14,7 +14,7 @@ use rmcp::model::{CacheScope, ReadResourceResult, ResourceContents};
 
 use super::super::shared::{Place, SharedTier};
 use super::super::{Cached, Coherence, Loaded, Outcome, ReadRequest, UpstreamSubscriptions};
-use crate::cluster::redis_server::Redis;
+use crate::cluster::tests::redis_server::Redis;
 use crate::cluster::{ClusterKeys, RedisSeal};
 use crate::config::{CacheConfig, UpstreamCache};
 use crate::error::ProxyError;

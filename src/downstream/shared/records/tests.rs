@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::{Admission, Records, SubscribeRefused};
 use crate::cluster::Cluster;
-use crate::cluster::redis_server::Redis;
+use crate::cluster::tests::redis_server::Redis;
 use crate::config::{ClusterConfig, Secret};
 use crate::metrics::Metrics;
 
