@@ -29,8 +29,8 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use tokio::sync::{oneshot, watch};
 
-use crate::cluster::peers::{Answer, RemoteError};
-use crate::error::ProxyError;
+use crate::cluster::peers::Answer;
+use crate::error::{ProxyError, RemoteError};
 use crate::tools::Ran;
 
 /// A kept call's answer, or its error, as the replica keeping it has it.

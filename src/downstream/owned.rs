@@ -60,7 +60,7 @@ use super::replica_subscriptions::ReplicaSubscriptions;
 use super::traced::header_carrier;
 use crate::cluster::peers::{Answer, SessionOf};
 use crate::cluster::session_pass::{self, Opened};
-use crate::error::ProxyError;
+use crate::error::{ProxyError, RemoteError};
 use crate::protocol::Era;
 use crate::proxy::Proxy;
 use crate::telemetry::{self, Carrier, Incoming, Span};
@@ -168,7 +168,8 @@ impl OwnedSession {
         if let Err(error) = &answer {
             span.failed(error.kind().to_string());
         }
-        answer.map_err(ErrorData::from)
+        // The other replica answers its host this same error (`RemoteError`).
+        answer.map_err(|error| RemoteError::error_data(&error))
     }
 
     /// [`Self::run`] for a request of kind `R`, its answer of that kind.

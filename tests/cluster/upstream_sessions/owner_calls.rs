@@ -1,16 +1,20 @@
 //! A call on a session another replica holds ends as one served where it landed: a call its
 //! host cancels is cancelled upstream, whichever replica the host asked (the fixture hears
-//! `notifications/cancelled` for it while its calls are still held). Two replicas, a real Redis,
-//! the fixture over stdio with a session per principal.
+//! `notifications/cancelled` for it while its calls are still held), and a refusal at the owner
+//! reaches the host as the replica it asked gives its own (code, message, the kind it counts).
+//! Two replicas, a real Redis, the fixture over stdio with a session per principal (per host).
+
+use std::collections::BTreeMap;
 
 use anyhow::Context;
-use rmcp::RoleClient;
-use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest};
+use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, ErrorData};
 use rmcp::service::{PeerRequestOptions, RequestHandle};
+use rmcp::{RoleClient, ServiceError};
 use serde_json::json;
 
 use super::{ALICE_TOKEN, TOKENS, owner_of};
-use crate::support::cluster::{Replicas, cluster_when};
+use crate::replicas::answered;
+use crate::support::cluster::{Replicas, cluster_when, forwards};
 use crate::support::fixture::{Era, call_json};
 use crate::support::proxy::{alice_and_bob_policies, alice_and_bob_under_policies, fixture_upstream};
 use crate::support::wire::{self, WireHost, WireLog};
@@ -71,5 +75,48 @@ async fn a_call_cancelled_on_a_replica_not_holding_its_session_is_cancelled_upst
         assert_eq!(stats["calls_held"], json!(true), "ended by its cancellation, calls still held: {stats}");
         call_json(&host, "fx__hold_calls", json!({"on": false})).await?;
     }
+    Ok(())
+}
+
+/// Hosts of alice's at most, each a session of its own, until a refusal of each kind was seen.
+const HOSTS: usize = 24;
+
+/// With sessions per host and `max_sessions_per_principal = 1` (on each replica), alice's 2025
+/// hosts on replica-0 open one session on each replica; past that, each next host's call is
+/// refused where its session would live: on replica-0 itself, or on replica-1, which answers
+/// replica-0 over MCP (counted there as a `failed` forward). Both reach the host alike: -32600
+/// naming the upstream and the setting, `data.kind` `over_limit`; and replica-0 counts every
+/// refusal as `over_limit`, none as `upstream_failed`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refusal_at_the_owner_reaches_the_host_as_the_replica_it_asked_gives_its_own() -> anyhow::Result<()> {
+    let (cluster, _policies) = two_replicas("session = \"per-host\"\nmax_sessions_per_principal = 1").await?;
+    let front = &cluster.replicas[0];
+    // Each host lives to the end: its session (if it got one) stays open.
+    let mut hosts = Vec::new();
+    let mut refused: BTreeMap<bool, ErrorData> = BTreeMap::new();
+    let mut refusals = 0.0;
+    while refused.len() < 2 && hosts.len() < HOSTS {
+        let (host, _) = wire::connect(&front.url, Era::Legacy, Some(ALICE_TOKEN)).await?;
+        let failed_before = forwards([front], "failed").await?;
+        match host.call_tool(CallToolRequestParams::new("fx__stats")).await {
+            Ok(_) => {}
+            Err(ServiceError::McpError(error)) => {
+                let sent_over_mcp = forwards([front], "failed").await? > failed_before;
+                refused.entry(sent_over_mcp).or_insert(error);
+                refusals += 1.0;
+            }
+            Err(other) => return Err(other.into()),
+        }
+        hosts.push(host);
+    }
+    let here = refused.get(&false).context("no refusal on replica-0 itself")?;
+    let there = refused.get(&true).context("no refusal from replica-1 over MCP")?;
+    let shape = |error: &ErrorData| (error.code.0, error.message.to_string(), error.data.clone());
+    assert_eq!(shape(there), shape(here), "the owner's refusal as replica-0 gives its own");
+    assert_eq!(here.code.0, -32600, "{here:?}");
+    assert!(here.message.contains("upstream `fx`") && here.message.contains("max_sessions_per_principal"), "{here:?}");
+    assert_eq!(here.data.as_ref().map(|data| data["kind"].clone()), Some(json!("over_limit")), "{here:?}");
+    assert_eq!(answered(front, "tools/call", "over_limit").await?, refusals, "each refusal counted by its kind");
+    assert_eq!(answered(front, "tools/call", "upstream_failed").await?, 0.0);
     Ok(())
 }
