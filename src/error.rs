@@ -5,12 +5,17 @@
 //! at most, never forwarded. The one exception is why a stdio child could not start or exited
 //! ([`ProxyError::UpstreamDown`]'s `cause`): its command, how it ended and its last stderr
 //! line with the values of the variables its entry names masked, told only where the upstream
-//! is already named to the host.
+//! is already named to the host. With `[cluster]`, an error crosses replicas as a
+//! [`RemoteError`] (`crossing`), so a host gets the same error whichever replica ran its request.
 
 use std::time::Duration;
 
 use rmcp::model::{ErrorCode, ErrorData};
 use serde_json::json;
+
+mod crossing;
+
+pub use crossing::RemoteError;
 
 /// Everything a downstream request can fail with.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -7,7 +7,7 @@
 //! - [`wire`]: the byte-level rules of MCP over HTTP the proxy writes itself (headers, request era, error statuses, SSE, contents JSON), mirroring rmcp.
 //! - [`problem`]: one validation problem (where, what), as config and policy report them.
 //! - [`config`]: figment config → validated [`config::Config`], every problem at once.
-//! - [`error`]: [`error::ProxyError`], its `kind()` label and the one conversion to the wire.
+//! - [`error`]: [`error::ProxyError`], its `kind()` label and the one conversion to the wire (and between replicas, [`error::RemoteError`]).
 //! - [`namespace`]: `<upstream>+<uri>` both ways, for URIs and templates (pure).
 //! - [`uri`]: URI normalisation: the one form policies decide on and upstreams get (pure).
 //! - [`policy`]: `policies/*.toml` → per-principal and per-group allow/deny globs; decisions (pure after load).

@@ -3,8 +3,8 @@
 //! and a 2026-07-28 retry of a call parked on another replica go there over MCP, to its session
 //! endpoint (`session_pass`, and the upstream's `owners`), through [`PeerClient`]'s HTTP/2
 //! client (with `peer_tls`, over TLS: only the cluster's CA is trusted, and this replica's
-//! certificate is presented). An [`Answer`] or a [`RemoteError`] is also how a kept answer is
-//! sealed into Redis for a host that resumes its stream on another replica.
+//! certificate is presented). An [`Answer`] (or a [`crate::error::RemoteError`]) is also how a kept
+//! answer is sealed into Redis for a host that resumes its stream on another replica.
 //!
 //! Invariant: one client per replica, so every request to one other replica is a stream of one
 //! HTTP/2 connection.
@@ -46,38 +46,6 @@ pub enum Answer {
     Read(ReadResourceResult),
     Complete(CompleteResult),
     InputRequired(InputRequiredResult),
-}
-
-/// A [`ProxyError`] of the owner, as it travels (upstream names are the caller's to add).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum RemoteError {
-    NotFound {
-        uri: String,
-    },
-    UnknownName {
-        offering: String,
-        name: String,
-    },
-    InvalidParams {
-        message: String,
-    },
-    /// The owner's session could not be opened; `cause` is why its stdio child could not
-    /// start (masked as for a local host), when known.
-    UpstreamDown {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        cause: Option<String>,
-    },
-    UpstreamTimeout {
-        timeout_ms: u64,
-    },
-    UpstreamFailed {
-        reason: String,
-    },
-    SessionLimit {
-        limit: usize,
-        setting: String,
-    },
 }
 
 /// The client between replicas, and where each is; a cheap `Clone`.
@@ -150,49 +118,5 @@ impl Answer {
         };
         result.strip_result_type_for_legacy_peer();
         Ok(result)
-    }
-}
-
-impl RemoteError {
-    /// How `error` travels.
-    pub fn of(error: &ProxyError) -> RemoteError {
-        match error {
-            ProxyError::NotFound { uri } => RemoteError::NotFound { uri: uri.clone() },
-            ProxyError::UnknownName { offering, name } => {
-                RemoteError::UnknownName { offering: offering.to_string(), name: name.clone() }
-            }
-            ProxyError::InvalidParams(message) => RemoteError::InvalidParams { message: message.clone() },
-            ProxyError::UpstreamDown { cause, .. } => RemoteError::UpstreamDown { cause: cause.clone() },
-            ProxyError::UpstreamTimeout { timeout, .. } => {
-                RemoteError::UpstreamTimeout { timeout_ms: timeout.as_millis() as u64 }
-            }
-            ProxyError::SessionLimit { limit, setting, .. } => {
-                RemoteError::SessionLimit { limit: *limit, setting: setting.to_string() }
-            }
-            other => RemoteError::UpstreamFailed { reason: other.kind().to_string() },
-        }
-    }
-
-    /// The error a caller of `upstream` gets.
-    pub fn into_error(self, upstream: &str) -> ProxyError {
-        let upstream = upstream.to_string();
-        match self {
-            RemoteError::NotFound { uri } => ProxyError::NotFound { uri },
-            RemoteError::UnknownName { offering, name } => {
-                let offering = if offering == "prompt" { "prompt" } else { "tool" };
-                ProxyError::UnknownName { offering, name }
-            }
-            RemoteError::InvalidParams { message } => ProxyError::InvalidParams(message),
-            RemoteError::UpstreamDown { cause } => ProxyError::UpstreamDown { upstream, cause },
-            RemoteError::UpstreamTimeout { timeout_ms } => {
-                ProxyError::UpstreamTimeout { upstream, timeout: Duration::from_millis(timeout_ms) }
-            }
-            RemoteError::UpstreamFailed { reason } => ProxyError::UpstreamFailed { upstream, reason },
-            RemoteError::SessionLimit { limit, setting } => {
-                let setting =
-                    if setting == "max_sessions_per_principal" { "max_sessions_per_principal" } else { "max_sessions" };
-                ProxyError::SessionLimit { upstream, limit, setting }
-            }
-        }
     }
 }

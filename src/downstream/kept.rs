@@ -12,8 +12,9 @@
 //!   (such answers are the first to make room when [`MAX_KEPT`] are kept);
 //! - the replica running such a call for the serving one (the owner of a per-principal or
 //!   per-host upstream session, [`KeptCalls::run`]): the call runs on to its end here whatever
-//!   becomes of the forwarded reply, and its answer, as the upstream gave it, is kept for
-//!   [`KEPT_FOR`] when nobody took it (the serving replica went away).
+//!   becomes of the forwarded reply (unless the serving replica cancels it: `owned`), and its
+//!   answer, as the upstream gave it, is kept for [`KEPT_FOR`] when nobody took it (the serving
+//!   replica went away).
 //!
 //! Invariant: a kept answer is handed only to a request of the principal whose call it is, at
 //! most [`MAX_KEPT`] calls are kept at once (past it a call runs as before, ending with its
@@ -28,8 +29,8 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use tokio::sync::{oneshot, watch};
 
-use crate::cluster::peers::{Answer, RemoteError};
-use crate::error::ProxyError;
+use crate::cluster::peers::Answer;
+use crate::error::{ProxyError, RemoteError};
 use crate::tools::Ran;
 
 /// A kept call's answer, or its error, as the replica keeping it has it.

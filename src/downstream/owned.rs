@@ -27,7 +27,9 @@
 //! `notifications/resources/updated`); `tools/list` and `prompts/list` answer what the session
 //! lists as its own, an error whose data's `kind` is [`crate::protocol::NO_OWN_LISTS`] while it
 //! lists the upstream's; when that changes, the MCP session hears `tools/list_changed` or
-//! `prompts/list_changed` (`owned_lists`).
+//! `prompts/list_changed` (`owned_lists`). A call the other replica cancels
+//! (`notifications/cancelled`) ends here, which cancels it upstream (`cancellations`); one whose
+//! MCP session merely ends runs on (a kept call's answer waits for its host's resumption).
 //!
 //! Invariant: nothing runs for a request whose pass does not open here, or whose identity is
 //! not its MCP session's; a 2026-07-28 request runs nothing but the resumption of a call parked
@@ -38,10 +40,11 @@
 use std::sync::{Arc, OnceLock};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult, GetPromptRequestParams,
-    GetPromptResponse, Implementation, InitializeRequestParams, InitializeResult, ListPromptsResult, ListToolsResult,
-    PaginatedRequestParams, Prompt, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
-    ServerCapabilities, ServerConfig, SetLevelRequestParams, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
+    CallToolRequestParams, CallToolResponse, CancelledNotificationParam, CompleteRequestParams, CompleteResult,
+    GetPromptRequestParams, GetPromptResponse, Implementation, InitializeRequestParams, InitializeResult,
+    ListPromptsResult, ListToolsResult, PaginatedRequestParams, Prompt, ProtocolVersion, ReadResourceRequestParams,
+    ReadResourceResponse, ServerCapabilities, ServerConfig, SetLevelRequestParams, SubscribeRequestParams, Tool,
+    UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
@@ -57,18 +60,21 @@ use super::replica_subscriptions::ReplicaSubscriptions;
 use super::traced::header_carrier;
 use crate::cluster::peers::{Answer, SessionOf};
 use crate::cluster::session_pass::{self, Opened};
-use crate::error::ProxyError;
+use crate::error::{ProxyError, RemoteError};
 use crate::protocol::Era;
 use crate::proxy::Proxy;
 use crate::telemetry::{self, Carrier, Incoming, Span};
 use crate::tools::{Call, Ran, Routed};
 
-/// The eras the endpoint speaks: a session's connection is a 2025 session; a retry of a call
-/// parked here comes as a 2026-07-28 request.
+mod cancellations;
 mod route;
+
+use cancellations::Cancellations;
 
 pub(super) use route::{peers, routes};
 
+/// The eras the endpoint speaks: a session's connection is a 2025 session; a retry of a call
+/// parked here comes as a 2026-07-28 request.
 const VERSIONS: &[ProtocolVersion] = &[ProtocolVersion::V_2025_11_25, ProtocolVersion::V_2026_07_28];
 
 /// The answer to a list while the session lists nothing of its own: the upstream's lists are
@@ -91,6 +97,8 @@ struct OwnedSession {
     subscriptions: ReplicaSubscriptions,
     /// Tells it of its upstream session's own list changes until dropped (`owned_lists`).
     lists: Arc<OnceLock<DropGuard>>,
+    /// Its calls, each ended by the other replica's `notifications/cancelled` for it.
+    cancellations: Arc<Cancellations>,
 }
 
 impl OwnedSession {
@@ -112,7 +120,8 @@ impl OwnedSession {
     /// Run `call` (the upstream's own names) on the session the pass names, for the request of
     /// `context`: what the upstream sends for it goes back on the request's own stream. A
     /// call or prompt whose pass names a key runs to its end even when the other replica goes
-    /// away, its answer kept for the host's resumption (`kept`).
+    /// away, its answer kept for the host's resumption (`kept`); any call ends when the other
+    /// replica cancels its request.
     async fn run(&self, call: Call, context: &RequestContext<RoleServer>) -> Result<Answer, ErrorData> {
         let opened = self.opened(context)?;
         if modern(context) && !self.proxy.tools().resumes_parked_here(&call) {
@@ -143,10 +152,11 @@ impl OwnedSession {
         let span = served_span(context, &call, &identity.upstream);
         let (proxy, subject) = (self.proxy.clone(), opened.subject.clone());
         let whose = identity.clone();
-        let ran = span.attach(async move {
+        let cancellable = self.cancellations.watch(&context.id);
+        let ran = span.attach(cancellable.run(async move {
             let of = SessionOf { principal: &whose.principal, upstream: &whose.upstream, host: whose.host };
             proxy.tools().run_for_replica(of, call, outlet, relayed, subject.as_ref()).await
-        });
+        }));
         let ran: BoxFuture<'static, Ran> = match kept_as {
             Some(key) => self.kept.run(key, (&identity.principal, &identity.upstream), ran),
             None => Box::pin(ran),
@@ -158,7 +168,8 @@ impl OwnedSession {
         if let Err(error) = &answer {
             span.failed(error.kind().to_string());
         }
-        answer.map_err(ErrorData::from)
+        // The other replica answers its host this same error (`RemoteError`).
+        answer.map_err(|error| RemoteError::error_data(&error))
     }
 
     /// [`Self::run`] for a request of kind `R`, its answer of that kind.
@@ -255,6 +266,13 @@ impl ServerHandler for OwnedSession {
         let changes = self.proxy.tools().own_list_changes();
         let _ =
             self.lists.get_or_init(|| owned_lists::relay(self.proxy.spine(), changes, identity.clone(), context.peer));
+    }
+
+    /// The other replica cancelled a request: its call ends here (`cancellations`).
+    async fn on_cancelled(&self, notification: CancelledNotificationParam, _: NotificationContext<RoleServer>) {
+        if let Some(id) = notification.request_id {
+            self.cancellations.cancel(&id);
+        }
     }
 
     async fn set_level(

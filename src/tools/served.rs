@@ -15,9 +15,9 @@ use rmcp::model::ServerResult;
 
 use super::kinds::{Call, send, state_of, takes_input};
 use super::{ProgressOutlet, Tools};
-use crate::cluster::peers::{Answer, PeerClient, RemoteError, SessionOf};
+use crate::cluster::peers::{Answer, PeerClient, SessionOf};
 use crate::config::SessionMode;
-use crate::error::ProxyError;
+use crate::error::{ProxyError, RemoteError};
 use crate::host::{HostRelay, SubjectToken};
 
 /// The outcome of a request another replica sent here: its answer, or why not.

@@ -1,13 +1,14 @@
 //! `[cluster]`: what a connection to another replica's session endpoint (`owners`) does apart
 //! from any other connection: its hops counted, its session's own lists asked there, the
-//! owner's errors taken as the proxy's own.
+//! owner's errors taken as the proxy's own: the error it carries ([`RemoteError`]) as it is,
+//! so the host gets the code, message and kind the owner would give its own host.
 
 use rmcp::model::{ErrorCode, ErrorData};
 use rmcp::service::ServiceError;
 
 use super::owner_link::OwnerLink;
 use super::{Connection, Link, Offered};
-use crate::error::ProxyError;
+use crate::error::{ProxyError, RemoteError};
 
 impl Connection {
     /// The replica a connection to an owner goes to; `None` for any other connection.
@@ -43,9 +44,13 @@ impl Connection {
     }
 
     /// The error an owner answered, as it gave it: its replica is this proxy, whose errors
-    /// are ours (a stdio child's start-failure cause included).
+    /// are ours (a stdio child's start-failure cause included). One without the error it
+    /// carries (its session endpoint's own refusals, rmcp's) is read from its code and kind.
     pub(super) fn owner_error(&self, uri: Option<&str>, error: ErrorData) -> ProxyError {
         let upstream = self.name().to_string();
+        if let Some(carried) = RemoteError::carried_in(&error) {
+            return carried.into_error(&upstream);
+        }
         let data = error.data.as_ref();
         let kind = data.and_then(|data| data["kind"].as_str());
         match (error.code, kind) {

@@ -72,6 +72,7 @@ pub(in crate::downstream) fn routes(
             level: LogLevel::default(),
             subscriptions: ReplicaSubscriptions::default(),
             lists: Arc::default(),
+            cancellations: Arc::default(),
         })
     };
     // The other replica closes its connection once unused for its upstream's `session_idle`;

@@ -35,9 +35,9 @@ use serde_json::json;
 
 use super::ids::{SessionIds, StreamEvent};
 use super::keepers::{Found, Keepers};
-use crate::cluster::peers::{Answer, RemoteError};
+use crate::cluster::peers::Answer;
 use crate::downstream::kept::{COLLECT_WAIT, KeptCalls};
-use crate::error::ProxyError;
+use crate::error::{ProxyError, RemoteError};
 use crate::proxy::Proxy;
 use crate::wire::sse;
 

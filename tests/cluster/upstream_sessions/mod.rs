@@ -13,9 +13,11 @@
 //! per-principal or per-host session lives, and its new owner), `passes` (forwarded requests'
 //! marks), `subscriptions` (holds on the owner's session, bounded, following it), `elicitation`
 //! (what the upstream asks a forwarded call's host, and its parked calls), `tool_lists` (a
-//! session's own tool list on every replica).
+//! session's own tool list on every replica), `owner_calls` (a forwarded call cancelled by its
+//! host, and a refusal at the owner, on the fixture).
 
 mod elicitation;
+mod owner_calls;
 mod passes;
 mod placement;
 mod subscriptions;
