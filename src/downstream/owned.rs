@@ -178,7 +178,10 @@ impl OwnedSession {
         request: R,
         context: &RequestContext<RoleServer>,
     ) -> Result<R::Answer, ErrorData> {
-        R::answer_of(self.run(request.into_call(), context).await?).ok_or_else(mismatched)
+        let mut call = request.into_call();
+        // What the other replica's host put in `_meta` goes on upstream, as from a host here.
+        crate::tools::carry_host_meta(&mut call, Some(&context.meta));
+        R::answer_of(self.run(call, context).await?).ok_or_else(mismatched)
     }
 
     /// What the session the pass names lists as its own (the upstream's names); an error while

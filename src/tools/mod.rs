@@ -51,7 +51,7 @@ pub use self::kinds::{Call, Routed};
 use self::lists::ViewFrom;
 use self::names::{Naming, Offering};
 pub(crate) use self::rewrite::ListedIcons;
-pub use self::routed::Asker;
+pub use self::routed::{Asker, carry_host_meta};
 pub use self::served::Ran;
 pub use self::session_lists::OwnListsChanged;
 use crate::catalog::{Catalog, Part, Snapshot};

@@ -220,26 +220,17 @@ impl Tools {
             },
             _ => return Err(ProxyError::InvalidParams("not a routed request".into())),
         };
-        let meta = match call {
-            Call::Tool(params) => {
-                params.name = original.into();
-                &mut params.meta
-            }
-            Call::Prompt(params) => {
-                params.name = original;
-                &mut params.meta
-            }
-            Call::Complete(params) => {
-                match &mut params.r#ref {
-                    Reference::Prompt(prompt) => prompt.name = original,
-                    Reference::Resource(template) => template.uri = original,
-                    _ => {}
-                }
-                &mut params.meta
-            }
+        match call {
+            Call::Tool(params) => params.name = original.into(),
+            Call::Prompt(params) => params.name = original,
+            Call::Complete(params) => match &mut params.r#ref {
+                Reference::Prompt(prompt) => prompt.name = original,
+                Reference::Resource(template) => template.uri = original,
+                _ => {}
+            },
             _ => unreachable!("routed above"),
-        };
-        *meta = meta_upstream(meta.take().or_else(|| asker.meta.cloned()));
+        }
+        carry_host_meta(call, asker.meta);
         Ok((upstream, presented))
     }
 
@@ -317,9 +308,18 @@ fn host_session(relay: &dyn HostRelay) -> Option<HostSession> {
     Some(HostSession { id, sampling: relay.declares_sampling(), elicitation: relay.declares_elicitation() })
 }
 
-/// The host's `_meta` as it may go upstream (`None` when nothing is left).
-fn meta_upstream(meta: Option<RequestMetaObject>) -> Option<RequestMetaObject> {
-    Some(super::progress::upstream_meta(meta)).filter(|meta| !meta.0.0.is_empty())
+/// A call, get or completion goes upstream with the `_meta` it carries, else its host's
+/// (`host`: rmcp hands a request's `_meta` apart from its params), without the keys that are
+/// the host's own. A read carries none, as on its own path.
+pub fn carry_host_meta(call: &mut Call, host: Option<&RequestMetaObject>) {
+    let meta = match call {
+        Call::Tool(params) => &mut params.meta,
+        Call::Prompt(params) => &mut params.meta,
+        Call::Complete(params) => &mut params.meta,
+        Call::Read(_) => return,
+    };
+    let upstream = super::progress::upstream_meta(meta.take().or_else(|| host.cloned()));
+    *meta = Some(upstream).filter(|meta| !meta.0.0.is_empty());
 }
 
 pub(super) fn mismatched(upstream: &Upstream) -> ProxyError {

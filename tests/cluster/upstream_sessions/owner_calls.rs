@@ -1,7 +1,8 @@
 //! A call on a session another replica holds ends as one served where it landed: a call its
 //! host cancels is cancelled upstream, whichever replica the host asked (the fixture hears
 //! `notifications/cancelled` for it while its calls are still held), and a refusal at the owner
-//! reaches the host as the replica it asked gives its own (code, message, the kind it counts).
+//! reaches the host as the replica it asked gives its own (code, message, the kind it counts),
+//! and the host's `_meta` reaches the upstream as from a host on the replica holding the session.
 //! Two replicas, a real Redis, the fixture over stdio with a session per principal (per host).
 
 use std::collections::BTreeMap;
@@ -118,5 +119,26 @@ async fn a_refusal_at_the_owner_reaches_the_host_as_the_replica_it_asked_gives_i
     assert_eq!(here.data.as_ref().map(|data| data["kind"].clone()), Some(json!("over_limit")), "{here:?}");
     assert_eq!(answered(front, "tools/call", "over_limit").await?, refusals, "each refusal counted by its kind");
     assert_eq!(answered(front, "tools/call", "upstream_failed").await?, 0.0);
+    Ok(())
+}
+
+/// alice's host on the replica not holding her session calls with a `_meta` key of its own: the
+/// upstream session at the other replica hears it, as from a host there, and none of the
+/// protocol's keys the hop itself carries.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hosts_meta_reaches_the_upstream_through_the_replica_holding_the_session() -> anyhow::Result<()> {
+    let (cluster, _policies) = two_replicas("session = \"per-principal\"").await?;
+    let (first, _) = wire::connect(&cluster.replicas[0].url, Era::Legacy, Some(ALICE_TOKEN)).await?;
+    let pid = call_json(&first, "fx__stats", json!({})).await?["pid"].to_string();
+    let front = 1 - owner_of(&cluster, &pid)?;
+    let (host, _) = wire::connect(&cluster.replicas[front].url, Era::Legacy, Some(ALICE_TOKEN)).await?;
+    let mut params = CallToolRequestParams::new("fx__traceparent");
+    params.meta = Some(serde_json::from_value(json!({"example.com/note": "for the server"}))?);
+    let result = host.call_tool(params).await?;
+    let text = result.content.first().and_then(|block| block.as_text()).context("a text block")?;
+    let seen: serde_json::Value = serde_json::from_str(&text.text)?;
+    let keys: Vec<&str> = seen["keys"].as_array().context("keys")?.iter().filter_map(|k| k.as_str()).collect();
+    assert!(keys.contains(&"example.com/note"), "the host's key at the upstream: {keys:?}");
+    assert!(!keys.iter().any(|k| k.starts_with("io.modelcontextprotocol/")), "{keys:?}");
     Ok(())
 }
