@@ -280,7 +280,7 @@ impl Transport<RoleClient> for RecordingTransport {
 /// Call `fx__late` (one `info` message, `<tag> during`, before its answer): whether the host
 /// heard that message by the time the answer came.
 async fn heard_its_log(
-    host: &RunningService<RoleClient, LoggedHost>,
+    host: &LoggedService,
     heard: &Mutex<mpsc::UnboundedReceiver<String>>,
     tag: &str,
 ) -> anyhow::Result<bool> {
@@ -296,22 +296,51 @@ async fn heard_its_log(
     Ok(messages.contains(&format!("{tag} during")))
 }
 
-#[tokio::test]
-async fn a_sessions_log_level_holds_on_every_replica_that_serves_it() -> anyhow::Result<()> {
-    // The fixture over stdio, one child per replica: a message that names its call by the
-    // progress token the proxy gave it (`tagged`) reaches that call's host.
-    let config = fixture_upstream("fx", &[]);
-    let cluster = Replicas::start(3, &config, &[]).await?;
+/// A 2025 host on three replicas behind the balancer, each with the fixture over stdio (a child
+/// per replica: a message that names its call by the progress token the proxy gave it,
+/// `tagged`, reaches that call's host), and what it hears of the calls' log messages.
+async fn logged_host() -> anyhow::Result<(Replicas, Mutex<mpsc::UnboundedReceiver<String>>, LoggedService)> {
+    let cluster = Replicas::start(3, &fixture_upstream("fx", &[]), &[]).await?;
     for replica in &cluster.replicas {
         replica.wait_offerings("fx").await?;
     }
     let (sender, heard) = mpsc::unbounded_channel();
-    let heard = Mutex::new(heard);
     let transport =
         StreamableHttpClientTransport::from_config(StreamableHttpClientTransportConfig::with_uri(cluster.url()));
     let transport = RecordingTransport { transport, heard: sender };
     let host = tokio::time::timeout(DEADLINE, LoggedHost.serve(transport)).await.context("connect")??;
+    Ok((cluster, Mutex::new(heard), host))
+}
 
+type LoggedService = RunningService<RoleClient, LoggedHost>;
+
+/// Waits until three calls in a row (one on each replica behind the round-robin balancer) have
+/// their messages each `heard`, or none; tagged `tag`.
+async fn three_calls_in_a_row(
+    host: &LoggedService,
+    heard: &Mutex<mpsc::UnboundedReceiver<String>>,
+    tag: &str,
+    expected: bool,
+) -> anyhow::Result<()> {
+    let mut round = 0;
+    let what = format!("three calls in a row, {}", if expected { "each heard" } else { "none heard" });
+    eventually(DEADLINE, &what, || {
+        round += 1;
+        async move {
+            for call in 0..3 {
+                let tag = format!("{tag}-{round}-{call}");
+                let was = heard_its_log(host, heard, &tag).await?;
+                anyhow::ensure!(was == expected, "{tag}: heard {was}");
+            }
+            anyhow::Ok(())
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_sessions_log_level_holds_on_every_replica_that_serves_it() -> anyhow::Result<()> {
+    let (cluster, heard, host) = logged_host().await?;
     // No level: every call's message is heard, on whichever replica the call landed (each of
     // them serves the session from now on).
     for round in 0..6 {
@@ -320,37 +349,12 @@ async fn a_sessions_log_level_holds_on_every_replica_that_serves_it() -> anyhow:
     for (i, replica) in cluster.replicas.iter().enumerate() {
         assert!(answered(replica, "tools/call", "ok").await? >= 1.0, "replica-{i} served no call");
     }
-
     // `warning` set on one replica: the `info` message of a call on any of them is not heard.
     host.set_level(SetLevelRequestParams::new(LoggingLevel::Warning)).await?;
-    let mut round = 0;
-    eventually(DEADLINE, "three calls in a row, none heard at `warning`", || {
-        round += 1;
-        let (host, heard) = (&host, &heard);
-        async move {
-            for call in 0..3 {
-                let tag = format!("quiet-{round}-{call}");
-                anyhow::ensure!(!heard_its_log(host, heard, &tag).await?, "{tag} was heard");
-            }
-            anyhow::Ok(())
-        }
-    })
-    .await?;
-
+    three_calls_in_a_row(&host, &heard, "quiet", false).await?;
     // `debug` set (on another replica, likely): every message is heard again everywhere.
     host.set_level(SetLevelRequestParams::new(LoggingLevel::Debug)).await?;
-    eventually(DEADLINE, "three calls in a row, each heard at `debug`", || {
-        round += 1;
-        let (host, heard) = (&host, &heard);
-        async move {
-            for call in 0..3 {
-                let tag = format!("loud-{round}-{call}");
-                anyhow::ensure!(heard_its_log(host, heard, &tag).await?, "{tag} was not heard");
-            }
-            anyhow::Ok(())
-        }
-    })
-    .await?;
+    three_calls_in_a_row(&host, &heard, "loud", true).await?;
     host.cancel().await?;
     Ok(())
 }
@@ -360,31 +364,9 @@ async fn a_sessions_log_level_holds_on_every_replica_that_serves_it() -> anyhow:
 /// too, whose handler served no request of the session yet.
 #[tokio::test]
 async fn a_log_level_set_before_any_call_holds_on_the_replica_that_answered_initialize() -> anyhow::Result<()> {
-    let config = fixture_upstream("fx", &[]);
-    let cluster = Replicas::start(3, &config, &[]).await?;
-    for replica in &cluster.replicas {
-        replica.wait_offerings("fx").await?;
-    }
-    let (sender, heard) = mpsc::unbounded_channel();
-    let heard = Mutex::new(heard);
-    let transport =
-        StreamableHttpClientTransport::from_config(StreamableHttpClientTransportConfig::with_uri(cluster.url()));
-    let transport = RecordingTransport { transport, heard: sender };
-    let host = tokio::time::timeout(DEADLINE, LoggedHost.serve(transport)).await.context("connect")??;
+    let (cluster, heard, host) = logged_host().await?;
     host.set_level(SetLevelRequestParams::new(LoggingLevel::Warning)).await?;
-    let mut round = 0;
-    eventually(DEADLINE, "three calls in a row (one on each replica), none heard at `warning`", || {
-        round += 1;
-        let (host, heard) = (&host, &heard);
-        async move {
-            for call in 0..3 {
-                let tag = format!("quiet-{round}-{call}");
-                anyhow::ensure!(!heard_its_log(host, heard, &tag).await?, "{tag} was heard");
-            }
-            anyhow::Ok(())
-        }
-    })
-    .await?;
+    three_calls_in_a_row(&host, &heard, "quiet", false).await?;
     for (i, replica) in cluster.replicas.iter().enumerate() {
         assert!(answered(replica, "tools/call", "ok").await? >= 1.0, "replica-{i} served no call");
     }
