@@ -102,7 +102,7 @@ impl RemoteError {
     }
 
     /// The JSON-RPC error for the replica that sent the request `error` ended: the one a host
-    /// gets here, with the error itself under `data`'s [`CARRIED`].
+    /// gets here, with the error itself under `data`'s `mcpProxyReplicaError` (`CARRIED`).
     pub fn error_data(error: &ProxyError) -> ErrorData {
         let mut answered = error.to_error_data();
         let Ok(carried) = serde_json::to_value(RemoteError::of(error)) else { return answered };
