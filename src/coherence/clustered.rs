@@ -158,7 +158,7 @@ impl Inner {
                 return Err(LoadError::Uncacheable(Box::new(not_kept(&admitted.entry))));
             }
         }
-        let entry = self.keep(admitted);
+        let entry = self.keep(&flight, admitted);
         if public_after_all {
             self.store.insert(shared, entry.clone()).await;
             self.remember_scope(&flight, &entry);

@@ -21,7 +21,6 @@ use crate::wire::contents_json::contents_json;
 pub(super) struct Admitted {
     pub(super) entry: Arc<Entry>,
     subscription: Option<LoadSubscription>,
-    upstream: Arc<str>,
 }
 
 /// How a single-flight load ended when it did not hand back the entry it kept.
@@ -106,17 +105,17 @@ impl Inner {
             return Err(LoadError::Uncacheable(Box::new(cached)));
         }
         entry.contents_json = contents_json(&entry.result.contents);
-        Ok(Admitted { entry: Arc::new(entry), subscription, upstream: flight.upstream.clone() })
+        Ok(Admitted { entry: Arc::new(entry), subscription })
     }
 
-    /// `admitted` is kept: its subscription stays while the entry lives, and it is counted.
-    /// Dropped instead, its subscription is let go of and nothing is counted.
-    pub(super) fn keep(&self, admitted: Admitted) -> Arc<Entry> {
-        let Admitted { entry, subscription, upstream } = admitted;
+    /// `admitted` (by `flight`'s load) is kept: its subscription stays while the entry lives,
+    /// and it is counted. Dropped instead, its subscription is let go of and nothing is counted.
+    pub(super) fn keep(&self, flight: &Key, admitted: Admitted) -> Arc<Entry> {
+        let Admitted { entry, subscription } = admitted;
         if let Some(subscription) = subscription {
             subscription.keep_until(entry.keep_until);
         }
-        self.metrics.cache_insert(&upstream);
+        self.metrics.cache_insert(&flight.upstream);
         entry
     }
 

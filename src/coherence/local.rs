@@ -58,7 +58,7 @@ impl Coherence {
                 Ok(loaded) => loaded.map_err(LoadError::Failed)?,
                 Err(_) => return Err(LoadError::Failed(too_slow(&flight))),
             };
-            let entry = inner.keep(inner.admit(&flight, &settings, loaded, true)?);
+            let entry = inner.keep(&flight, inner.admit(&flight, &settings, loaded, true)?);
             if flight.principal.is_some() && entry.scope == CacheScope::Public {
                 // Public after all: keep it once, under the shared key, before saying so —
                 // later readers then find it there instead of loading again.

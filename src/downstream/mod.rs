@@ -157,12 +157,9 @@ impl ProxyServer {
         }
         let Some(book) = &self.book else { return };
         if let Some(session) = session_header(extensions) {
+            // With `[cluster]` its log level is in the book already: kept as the session was
+            // admitted here (`gate`) or its handler restored (`with_records`).
             book.touch(session, self.session.get().map(|s| s.id));
-            if self.records.is_some() {
-                // Session news sets it when `logging/setLevel` lands on another replica.
-                let record_key = self.records.as_ref().map(|records| records.ids.record_key(session));
-                book.keep_level(session, &record_key.unwrap_or_default(), &self.log_level);
-            }
         }
     }
 

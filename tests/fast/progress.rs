@@ -76,11 +76,8 @@ async fn a_calls_meta_reaches_the_upstream_without_the_hosts_own_keys() -> anyho
     });
     let mut params = CallToolRequestParams::new("fx__traceparent");
     params.meta = Some(serde_json::from_value(meta)?);
-    let result = host.call_tool(params).await?;
-    let text = result.content.first().and_then(|block| block.as_text()).context("a text block")?;
-    let seen: serde_json::Value = serde_json::from_str(&text.text)?;
-    let keys: Vec<&str> = seen["keys"].as_array().context("keys")?.iter().filter_map(|k| k.as_str()).collect();
-    assert!(keys.contains(&"example.com/note"), "the host's own key went upstream: {keys:?}");
+    let keys = fixture::meta_keys_seen(&host.call_tool(params).await?)?;
+    assert!(keys.iter().any(|key| key == "example.com/note"), "the host's own key went upstream: {keys:?}");
     assert!(!keys.iter().any(|k| k.starts_with("io.modelcontextprotocol/")), "{keys:?}");
     Ok(())
 }

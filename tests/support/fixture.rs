@@ -372,3 +372,12 @@ pub async fn read_control_file(path: &Path) -> anyhow::Result<String> {
     })
     .await
 }
+
+/// The keys of the `_meta` the fixture's `traceparent` tool saw its call arrive with, from its
+/// `result`.
+pub fn meta_keys_seen(result: &rmcp::model::CallToolResult) -> anyhow::Result<Vec<String>> {
+    let text = result.content.first().and_then(|block| block.as_text()).context("a text block")?;
+    let seen: Value = serde_json::from_str(&text.text)?;
+    let keys = seen["keys"].as_array().context("keys")?;
+    Ok(keys.iter().filter_map(|key| key.as_str().map(str::to_owned)).collect())
+}

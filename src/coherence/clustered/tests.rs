@@ -216,7 +216,7 @@ async fn stale_if_error_serves_an_entry_expired_on_any_replica_but_never_an_inva
     let redis = Redis::start().await;
     let mut all = Vec::new();
     for name in ["r0", "r1"] {
-        all.push(replica_with(&redis, ("t9:", name), SECRET, Metrics::new(), Duration::from_secs(60)).await);
+        all.push(replica_with(&redis, ("t12:", name), SECRET, Metrics::new(), Duration::from_secs(60)).await);
     }
     let short = |value: &'static str| move || async move { Ok(Loaded::unwatched(text(value).with_ttl_ms(1))) };
     let down = || async { Err(ProxyError::UpstreamDown { upstream: "u".into(), cause: None }) };
